@@ -1,0 +1,64 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+// One module per layer (see Docs/ARCHITECTURE.md): a layer imports only the layers below it.
+let package = Package(
+    name: "blemu",
+    platforms: [.macOS(.v13)],
+    products: [
+        .executable(name: "blemu", targets: ["blemu"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+    ],
+    targets: [
+        // C: what Glibc's Swift module lacks (epoll, timerfd, signalfd, termios flags).
+        .target(name: "CLinux", path: "Sources/CLinux"),
+        // libbluetooth-dev: sockaddr_hci and the user-channel constants.
+        .systemLibrary(name: "CBlueZ", path: "Sources/CBlueZ", pkgConfig: "bluez",
+                       providers: [.apt(["libbluetooth-dev"])]),
+        // libsystemd-dev: the journal backend.
+        .systemLibrary(name: "CSystemd", path: "Sources/CSystemd", pkgConfig: "libsystemd",
+                       providers: [.apt(["libsystemd-dev"])]),
+
+        .target(name: "BlemuCore", dependencies: [
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/Core"),
+        .target(name: "BlemuRunLoop", dependencies: ["BlemuCore", "CLinux"], path: "Sources/RunLoop"),
+        .target(name: "BlemuTransport", dependencies: ["BlemuCore", "BlemuRunLoop", "CLinux", "CBlueZ"],
+                path: "Sources/Transport"),
+        .target(name: "BlemuHCI", dependencies: [
+            "BlemuCore",
+            .product(name: "DequeModule", package: "swift-collections"),
+        ], path: "Sources/HCI"),
+        .target(name: "BlemuL2CAP", dependencies: ["BlemuCore", "BlemuHCI"], path: "Sources/L2CAP"),
+        .target(name: "BlemuATT", dependencies: ["BlemuCore"], path: "Sources/ATT"),
+        .target(name: "BlemuGATT", dependencies: [
+            "BlemuCore", "BlemuATT",
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "_CryptoExtras", package: "swift-crypto"),
+        ], path: "Sources/GATT"),
+        .target(name: "BlemuHost", dependencies: [
+            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT",
+            .product(name: "DequeModule", package: "swift-collections"),
+        ], path: "Sources/Host"),
+        .target(name: "BlemuDevices", dependencies: ["BlemuCore", "BlemuGATT"], path: "Devices"),
+        .executableTarget(name: "blemu", dependencies: [
+            "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/CLI"),
+
+        .testTarget(name: "CoreTests", dependencies: ["BlemuCore"], path: "Tests/CoreTests"),
+        .testTarget(name: "RunLoopTests", dependencies: ["BlemuRunLoop", "BlemuTransport", "CLinux"],
+                    path: "Tests/RunLoopTests"),
+        .testTarget(name: "HCITests", dependencies: ["BlemuHCI", "BlemuL2CAP"], path: "Tests/HCITests"),
+        .testTarget(name: "ATTTests", dependencies: ["BlemuATT"], path: "Tests/ATTTests"),
+        .testTarget(name: "GATTTests", dependencies: ["BlemuGATT", "BlemuATT"], path: "Tests/GATTTests"),
+        .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuGATT", "BlemuATT"],
+                    path: "Tests/HostTests"),
+    ]
+)

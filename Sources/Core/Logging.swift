@@ -1,0 +1,80 @@
+import Logging
+
+/// Metadata keys every layer logs with. The journal backend maps each to the field of
+/// CONTRACT.md by prefixing `BLEMU_` and upper-casing (`conn_handle` -> `BLEMU_CONN_HANDLE`).
+public enum LogKey {
+    public static let event = "event"
+    public static let device = "device"
+    public static let controller = "controller"
+    public static let peer = "peer"
+    public static let connHandle = "conn_handle"
+    public static let attOpcode = "att_opcode"
+    public static let attHandle = "att_handle"
+    public static let attError = "att_error"
+    public static let hciStatus = "hci_status"
+    public static let snoopFrame = "snoop_frame"
+}
+
+/// The values of `BLEMU_EVENT` (CONTRACT.md, Journal fields).
+public enum BlemuEvent: String, Sendable {
+    case started, controllerUp = "controller-up", controllerLost = "controller-lost"
+    case advertisingStarted = "advertising-started", advertisingStopped = "advertising-stopped"
+    case connected, disconnected, mtuChanged = "mtu-changed", subscribed, unsubscribed
+    case attError = "att-error", write, stateChanged = "state-changed", faultInjected = "fault-injected"
+    case controlCommand = "control-command", stopping
+}
+
+extension Logger.Metadata {
+    public static func event(_ event: BlemuEvent) -> Logger.Metadata { [LogKey.event: .string(event.rawValue)] }
+}
+
+extension Logger {
+    /// Logs with the `event` key set, so field engineers can filter on `BLEMU_EVENT`.
+    public func event(_ event: BlemuEvent, _ level: Logger.Level = .info, _ message: @autoclosure () -> Logger.Message,
+                      _ metadata: Logger.Metadata = [:],
+                      file: String = #fileID, function: String = #function, line: UInt = #line) {
+        var all = metadata
+        all[LogKey.event] = .string(event.rawValue)
+        log(level: level, message(), metadata: all, source: nil, file: file, function: function, line: line)
+    }
+}
+
+/// A readable one-line-per-entry handler for stderr.
+public struct StderrLogHandler: LogHandler {
+    public var metadata: Logger.Metadata = [:]
+    public var logLevel: Logger.Level = .info
+    private let label: String
+
+    public init(label: String) { self.label = label }
+
+    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    public func log(event: Logging.LogEvent) {
+        var merged = metadata
+        if let explicit = event.metadata { merged.merge(explicit) { _, new in new } }
+        let fields = merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+        let text = "\(event.level.rawValue.uppercased()) \(event.message)" + (fields.isEmpty ? "" : "  [\(fields)]") + "\n"
+        writeStderr(text)
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+func writeStderr(_ text: String) {
+    var text = text
+    text.withUTF8 { buffer in
+        var offset = 0
+        while offset < buffer.count {
+            let n = write(2, buffer.baseAddress! + offset, buffer.count - offset)
+            if n <= 0 { break }
+            offset += n
+        }
+    }
+}

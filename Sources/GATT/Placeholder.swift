@@ -1,0 +1,2 @@
+// placeholder until the layer lands
+enum _PlaceholderGATT {}
