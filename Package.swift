@@ -43,9 +43,12 @@ let package = Package(
         ], path: "Sources/GATT"),
         .target(name: "BlemuHost", dependencies: [
             "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT",
+            .product(name: "Logging", package: "swift-log"),
             .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Sources/Host"),
-        .target(name: "BlemuDevices", dependencies: ["BlemuCore", "BlemuGATT"], path: "Devices"),
+        .target(name: "BlemuDevices", dependencies: ["BlemuCore", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Devices"),
         .executableTarget(name: "blemu", dependencies: [
             "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),

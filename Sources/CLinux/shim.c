@@ -1,1 +1,161 @@
+#define _GNU_SOURCE
 #include "CLinux.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+const uint32_t CLINUX_EPOLLIN = EPOLLIN;
+const uint32_t CLINUX_EPOLLOUT = EPOLLOUT;
+const uint32_t CLINUX_EPOLLERR = EPOLLERR;
+const uint32_t CLINUX_EPOLLHUP = EPOLLHUP;
+const uint32_t CLINUX_EPOLLRDHUP = EPOLLRDHUP;
+
+const int CLINUX_SOCK_STREAM_NONBLOCK = SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC;
+const int CLINUX_SOCK_RAW_NONBLOCK = SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC;
+const int CLINUX_MSG_NOSIGNAL = MSG_NOSIGNAL;
+
+int clinux_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
+
+static int epoll_control(int epfd, int op, int fd, uint32_t events, uint64_t token) {
+    struct epoll_event event;
+    memset(&event, 0, sizeof event);
+    event.events = events;
+    event.data.u64 = token;
+    return epoll_ctl(epfd, op, fd, &event);
+}
+
+int clinux_epoll_add(int epfd, int fd, uint32_t events, uint64_t token) {
+    return epoll_control(epfd, EPOLL_CTL_ADD, fd, events, token);
+}
+
+int clinux_epoll_modify(int epfd, int fd, uint32_t events, uint64_t token) {
+    return epoll_control(epfd, EPOLL_CTL_MOD, fd, events, token);
+}
+
+int clinux_epoll_remove(int epfd, int fd) {
+    // A non-null event pointer keeps pre-2.6.9 kernels happy; harmless on new ones.
+    struct epoll_event unused;
+    memset(&unused, 0, sizeof unused);
+    return epoll_ctl(epfd, EPOLL_CTL_DEL, fd, &unused);
+}
+
+int clinux_epoll_wait(int epfd, clinux_epoll_event *out, int max, int timeout_ms) {
+    struct epoll_event events[CLINUX_EPOLL_MAX_EVENTS];
+    if (max > CLINUX_EPOLL_MAX_EVENTS) max = CLINUX_EPOLL_MAX_EVENTS;
+    if (max <= 0) { errno = EINVAL; return -1; }
+    int n = epoll_wait(epfd, events, max, timeout_ms);
+    for (int i = 0; i < n; i++) {
+        out[i].token = events[i].data.u64;
+        out[i].events = events[i].events;
+    }
+    return n;
+}
+
+uint64_t clinux_monotonic_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+}
+
+int clinux_timerfd_create(void) { return timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC); }
+
+int clinux_timerfd_arm(int fd, uint64_t deadline_ns) {
+    struct itimerspec spec;
+    memset(&spec, 0, sizeof spec);
+    // it_value all zero disarms; any other absolute value arms (the past fires at once).
+    spec.it_value.tv_sec = (time_t)(deadline_ns / 1000000000ull);
+    spec.it_value.tv_nsec = (long)(deadline_ns % 1000000000ull);
+    return timerfd_settime(fd, deadline_ns == 0 ? 0 : TFD_TIMER_ABSTIME, &spec, NULL);
+}
+
+int clinux_timerfd_drain(int fd) {
+    uint64_t expirations = 0;
+    ssize_t n = read(fd, &expirations, sizeof expirations);
+    if (n == (ssize_t)sizeof expirations) return 1;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (n >= 0) errno = EIO;
+    return -1;
+}
+
+static int fill_mask(sigset_t *mask, const int *signals, int count) {
+    sigemptyset(mask);
+    for (int i = 0; i < count; i++) {
+        if (sigaddset(mask, signals[i]) != 0) return -1;
+    }
+    return 0;
+}
+
+int clinux_block_signals(const int *signals, int count) {
+    sigset_t mask;
+    if (fill_mask(&mask, signals, count) != 0) return -1;
+    int error = pthread_sigmask(SIG_BLOCK, &mask, NULL);
+    if (error != 0) { errno = error; return -1; }
+    return 0;
+}
+
+int clinux_signalfd(int fd, const int *signals, int count) {
+    sigset_t mask;
+    if (fill_mask(&mask, signals, count) != 0) return -1;
+    return signalfd(fd, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+}
+
+int clinux_signalfd_read(int fd) {
+    struct signalfd_siginfo info;
+    ssize_t n = read(fd, &info, sizeof info);
+    if (n == (ssize_t)sizeof info) return (int)info.ssi_signo;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (n >= 0) errno = EIO;
+    return -1;
+}
+
+uint32_t clinux_baud_constant(int baud) {
+    switch (baud) {
+    case 1200: return B1200;
+    case 2400: return B2400;
+    case 4800: return B4800;
+    case 9600: return B9600;
+    case 19200: return B19200;
+    case 38400: return B38400;
+    case 57600: return B57600;
+    case 115200: return B115200;
+    case 230400: return B230400;
+    case 460800: return B460800;
+    case 500000: return B500000;
+    case 576000: return B576000;
+    case 921600: return B921600;
+    case 1000000: return B1000000;
+    case 1152000: return B1152000;
+    case 1500000: return B1500000;
+    case 2000000: return B2000000;
+    case 2500000: return B2500000;
+    case 3000000: return B3000000;
+    case 3500000: return B3500000;
+    case 4000000: return B4000000;
+    default: return B0;
+    }
+}
+
+int clinux_serial_configure(int fd, int baud) {
+    speed_t speed = clinux_baud_constant(baud);
+    if (speed == B0) { errno = EINVAL; return -1; }
+    struct termios tio;
+    if (tcgetattr(fd, &tio) != 0) return -1;
+    cfmakeraw(&tio);                      // 8 data bits, no parity, no echo, no line editing
+    tio.c_cflag &= ~(tcflag_t)CSTOPB;     // one stop bit
+    tio.c_cflag |= CRTSCTS | CLOCAL | CREAD;  // "Flow control: RTS/CTS" (Vol 4, Part A, 3)
+    tio.c_cc[VMIN] = 1;
+    tio.c_cc[VTIME] = 0;
+    if (cfsetspeed(&tio, speed) != 0) return -1;
+    if (tcsetattr(fd, TCSANOW, &tio) != 0) return -1;
+    tcflush(fd, TCIOFLUSH);               // drop whatever a previous user left in the buffers
+    return 0;
+}

@@ -1,0 +1,16 @@
+import BlemuHost
+
+/// Every device module blemu can run, by its CONTRACT.md name.
+public enum DeviceRegistry {
+    public struct Entry: Sendable {
+        public let name: String
+        public let summary: String
+        public let make: @Sendable () -> Device
+    }
+
+    public static let all: [Entry] = [
+        Entry(name: HeartRateDevice.deviceName, summary: HeartRateDevice.summary, make: { HeartRateDevice() }),
+    ]
+
+    public static func entry(named name: String) -> Entry? { all.first { $0.name == name } }
+}

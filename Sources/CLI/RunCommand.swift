@@ -1,0 +1,188 @@
+import ArgumentParser
+import BlemuCore
+import BlemuDevices
+import BlemuGATT
+import BlemuHost
+import BlemuRunLoop
+import BlemuTransport
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct RunCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Emulate devices until SIGINT or SIGTERM.",
+        discussion: "Devices: \(DeviceRegistry.all.map(\.name).joined(separator: ", ")). Each device uses its own controller: "
+            + "give one --controller per device, or one tcp:/unix: spec that every device shares (each connection is a new controller).")
+
+    @Argument(help: "Devices to emulate.")
+    var devices: [String]
+
+    @Option(name: .customLong("controller"), help: "Controller spec: hciN, tcp:HOST:PORT, unix:PATH, serial:DEVICE[:BAUD]. Default: $BLEMU_CONTROLLER.")
+    var controllers: [String] = []
+
+    @Option(help: "Local name to advertise (default: the device's own).")
+    var name: String?
+
+    @Option(help: "Static random address AA:BB:CC:DD:EE:FF (two top bits set). Default: derived from the device and name, stable across runs.")
+    var address: String?
+
+    @Option(help: "Where logs go: auto, journal or stderr.")
+    var log: LogDestination = .auto
+
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
+    var logLevel: Logger.Level = .info
+
+    func validate() throws {
+        guard !devices.isEmpty else { throw ValidationError("name at least one device: \(DeviceRegistry.all.map(\.name).joined(separator: ", "))") }
+        for device in devices where DeviceRegistry.entry(named: device) == nil {
+            throw ValidationError("unknown device '\(device)'; known devices: \(DeviceRegistry.all.map(\.name).joined(separator: ", ")) (see `blemu devices`)")
+        }
+        if let address {
+            guard let parsed = BluetoothAddress(address) else {
+                throw ValidationError("--address '\(address)' is not an address like C4:12:34:56:78:9A")
+            }
+            guard parsed.isValidStaticRandom else {
+                throw ValidationError("--address \(address) is not a static random address: its two top bits must be set (first byte C0-FF) and the rest neither all 0 nor all 1")
+            }
+            guard devices.count == 1 else { throw ValidationError("--address needs exactly one device (each device needs its own address)") }
+        }
+    }
+
+    func run() throws {
+        try LogSetup.bootstrap(destination: log, level: logLevel)
+        let logger = Logger(label: "blemu")
+
+        var specTexts = controllers
+        if specTexts.isEmpty, let fromEnvironment = getenv("BLEMU_CONTROLLER").map({ String(cString: $0) }), !fromEnvironment.isEmpty {
+            specTexts = [fromEnvironment]
+        }
+        guard !specTexts.isEmpty else {
+            throw ValidationError("no controller: give --controller SPEC (e.g. tcp:127.0.0.1:6402 for rootcanal) or set BLEMU_CONTROLLER")
+        }
+        var specs: [ControllerSpec] = []
+        for text in specTexts {
+            do { specs.append(try ControllerSpec(parsing: text)) } catch { throw ValidationError(error.description) }
+        }
+        guard specs.count <= devices.count else {
+            throw ValidationError("\(specs.count) controllers for \(devices.count) device(s): give at most one --controller per device")
+        }
+        // Pair devices with controllers; the last spec is shared by the devices after it, which only
+        // stream specs allow (each connection to rootcanal is a new controller).
+        let pairs = devices.enumerated().map { index, device in (device, specs[min(index, specs.count - 1)]) }
+        let shared = Dictionary(grouping: pairs, by: { $0.1 }).filter { $0.value.count > 1 }
+        for (spec, users) in shared {
+            if case .tcp = spec { continue }
+            if case .unix = spec { continue }
+            throw ValidationError("\(spec) cannot be shared by \(users.count) devices: give each device its own --controller")
+        }
+
+        let loop: RunLoop
+        do { loop = try RunLoop() } catch { throw RuntimeFailure("cannot start the run loop: \(error)") }
+
+        var emulators: [Emulator] = []
+        for (deviceName, spec) in pairs {
+            guard let entry = DeviceRegistry.entry(named: deviceName) else { continue }
+            let device = entry.make()
+            let localName = name.map { devices.count == 1 ? $0 : "\($0) \(deviceName)" } ?? device.profile.defaultName
+            let configuration = PeripheralConfiguration(name: localName, address: address.flatMap(BluetoothAddress.init),
+                                                        controller: spec.description)
+            do {
+                emulators.append(try Emulator(device: device, configuration: configuration, spec: spec, loop: loop, logger: logger))
+            } catch {
+                throw RuntimeFailure("device \(deviceName): \(error)")
+            }
+        }
+
+        var failure: String?
+        var stopping = false
+        func stopAll(exitAfter: Bool) {
+            guard !stopping else { return }
+            stopping = true
+            var remaining = emulators.count
+            for emulator in emulators {
+                emulator.stop {
+                    remaining -= 1
+                    if remaining == 0 { loop.stop() }
+                }
+            }
+        }
+        do {
+            try loop.handleSignals([SIGINT, SIGTERM]) { signal in
+                if stopping {
+                    logger.warning("second signal: exiting without a clean stop")
+                    Glibc.exit(130)
+                }
+                stopAll(exitAfter: true)
+            }
+        } catch {
+            throw RuntimeFailure("cannot handle signals: \(error)")
+        }
+        for emulator in emulators {
+            emulator.onFatal = { message in
+                failure = message
+                stopAll(exitAfter: true)
+            }
+            emulator.start()
+        }
+        logger.event(.started, .notice, "blemu \(blemuVersion) started: \(devices.joined(separator: ", "))")
+        loop.run()
+        if let failure { throw RuntimeFailure(failure) }
+    }
+}
+
+/// A one-line reason, printed as `blemu: <reason>` with a non-zero exit.
+struct RuntimeFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// One device on one controller: the transport link and the peripheral stack above it.
+final class Emulator {
+    let peripheral: Peripheral
+    let link: ControllerLink
+    let logger: Logger
+    var onFatal: ((String) -> Void)?
+    private var wasUp = false
+
+    init(device: Device, configuration: PeripheralConfiguration, spec: ControllerSpec, loop: RunLoop, logger: Logger) throws {
+        let link = ControllerLink(spec: spec, loop: loop)
+        self.link = link
+        self.logger = logger
+        peripheral = try Peripheral(device: device, configuration: configuration, scheduler: loop, logger: logger) { type, packet in
+            guard let packetType = H4PacketType(rawValue: type) else { return false }
+            return link.send(packetType, packet)
+        }
+        link.onPacket = { [unowned self] type, packet in
+            self.peripheral.receive(packetType: type.rawValue, packet: packet)
+        }
+        link.onUp = { [unowned self] in
+            self.wasUp = true
+            self.peripheral.controllerUp()
+        }
+        link.onDown = { [unowned self] error in
+            self.peripheral.controllerDown(reason: error.description)
+        }
+        link.onOpenFailed = { [unowned self] error, retryIn in
+            if !self.wasUp {
+                // The first open decides whether the spec is usable at all: say why and stop.
+                self.link.stop()
+                self.onFatal?(error.description)
+            } else {
+                self.peripheral.logger.warning("controller still unreachable (\(error)); retrying in \(retryIn)")
+            }
+        }
+    }
+
+    func start() { link.start() }
+
+    func stop(completion: @escaping () -> Void) {
+        peripheral.stop { [link] in
+            link.stop()
+            completion()
+        }
+    }
+}

@@ -1,0 +1,636 @@
+import BlemuATT
+import BlemuCore
+import DequeModule
+
+/// How a PDU the server sends may be treated by the link below it.
+public enum ATTSendKind: Sendable {
+    /// A response: at most one per request, and the client sends one request at a time
+    /// (Vol 3, Part F, 3.3.2), so these are bounded by the protocol and must never be refused.
+    case response
+    /// An indication: at most one outstanding per bearer (Vol 3, Part F, 3.4.7.2).
+    case indication
+    /// A notification: unbounded by the protocol, so the link may refuse it when its transmit
+    /// queue is full; the device then hears "ready to update" when room frees.
+    case notification
+}
+
+public protocol ATTServerDelegate: AnyObject {
+    /// Sends one ATT PDU on the server's link. Returns false when it was not taken.
+    func attServer(_ server: ATTServer, send pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool
+    /// Every request answered, with the error when the answer was an Error Response.
+    func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?)
+    func attServer(_ server: ATTServer, mtuChanged mtu: Int)
+    func attServer(_ server: ATTServer, configured characteristic: Characteristic, from old: UInt16, to new: UInt16)
+    func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool)
+    /// An indication was not confirmed within 30 s: the bearer is dead (Vol 3, Part F, 3.3.3).
+    func attServerTransactionTimedOut(_ server: ATTServer)
+}
+
+/// Why a request failed, and the handle its Error Response names.
+public struct ATTFailure: Error, Equatable {
+    public let error: ATTError
+    public let handle: UInt16
+    public init(_ error: ATTError, _ handle: UInt16) {
+        self.error = error
+        self.handle = handle
+    }
+}
+
+public enum UpdateOutcome: Equatable, Sendable {
+    /// Sent to (or queued for) this peer.
+    case queued
+    /// The peer has not enabled it in its CCCD.
+    case notSubscribed
+    /// The transmit queue is full: try again on "ready to update".
+    case queueFull
+}
+
+/// The server side of one ATT bearer (one per connection): MTU, the long read in progress,
+/// the prepare-write queue, CCCD values, and the indication in flight.
+///
+/// Requests go through one dispatch table of `{opcode, minimum length, handler}` (as Zephyr's
+/// att.c does), so the length check and the Error Response live in one place.
+public final class ATTServer {
+    public static let defaultMTU = 23
+    /// The largest ATT MTU we accept: 512-byte attribute + Read Blob header room (Vol 3, Part F, 3.2.9).
+    public static let maximumMTU = 517
+    public static let maxPreparedWrites = 64
+    public static let maxPendingIndications = 8
+    /// Vol 3, Part F, 3.3.3: a transaction not completed within 30 seconds has failed.
+    public static let transactionTimeout: Duration = .seconds(30)
+
+    public let database: GATTDatabase
+    public let peer: ATTPeer
+    public weak var delegate: ATTServerDelegate?
+    private let scheduler: TimerScheduling
+
+    public private(set) var mtu = ATTServer.defaultMTU
+    public let serverRxMTU: Int
+
+    /// Vol 3, Part G, 4.8.3 read consistency: the value taken at offset 0 of a long read.
+    private var longRead: (handle: UInt16, value: [UInt8])?
+    private struct PreparedWrite {
+        let handle: UInt16
+        let offset: Int
+        let value: [UInt8]
+    }
+    private var preparedWrites: [PreparedWrite] = []
+    private var clientConfigurations: [UInt16: UInt16] = [:]
+    private var indicationTimer: TimerID?
+    private var pendingIndications: Deque<(handle: UInt16, value: [UInt8])> = []
+    public private(set) var isTimedOut = false
+    /// Reused for every response so the request path makes no allocations of its own.
+    private var out: [UInt8]
+
+    public init(database: GATTDatabase, peer: ATTPeer, scheduler: TimerScheduling,
+                serverRxMTU: Int = ATTServer.maximumMTU) {
+        self.database = database
+        self.peer = peer
+        self.scheduler = scheduler
+        self.serverRxMTU = max(Self.defaultMTU, min(serverRxMTU, Self.maximumMTU))
+        out = []
+        out.reserveCapacity(Self.maximumMTU + 8)
+    }
+
+    deinit {
+        if let indicationTimer { scheduler.cancel(indicationTimer) }
+    }
+
+    // MARK: Incoming
+
+    /// Handles one ATT PDU from the client.
+    public func receive(_ pdu: ArraySlice<UInt8>) {
+        guard let opcode = pdu.first, !isTimedOut else { return }
+        if opcode == ATTOpcode.handleValueConfirmation.rawValue {
+            confirmationReceived()
+            return
+        }
+        // A long read is continued only by Read Blob requests for its handle; anything else
+        // ends it (the Read Blob handler checks the handle).
+        if opcode != ATTOpcode.readBlobRequest.rawValue { longRead = nil }
+
+        let isCommand = ATTOpcode.isCommand(opcode)
+        guard let entry = Self.table[Int(opcode)] else {
+            // Vol 3, Part F, 3.4.1.1: an unknown request gets Request Not Supported; an unknown
+            // command, or a PDU a server does not take, is ignored.
+            if ATTOpcode.isRequestForm(opcode) {
+                sendError(opcode, 0, .requestNotSupported)
+            }
+            return
+        }
+        guard pdu.count >= entry.minimumLength else {
+            if !isCommand { sendError(opcode, 0, .invalidPDU) }
+            return
+        }
+        do {
+            try entry.handler(self, pdu)
+        } catch {
+            if !isCommand { sendError(opcode, error.handle, error.error) }
+        }
+    }
+
+    private typealias Handler = @Sendable (ATTServer, ArraySlice<UInt8>) throws(ATTFailure) -> Void
+    private struct Entry: Sendable {
+        let minimumLength: Int
+        let handler: Handler
+    }
+
+    /// Minimum lengths include the opcode (Vol 3, Part F, 3.4).
+    private static let table: [Entry?] = {
+        var t = [Entry?](repeating: nil, count: 256)
+        func put(_ op: ATTOpcode, _ min: Int, _ h: @escaping Handler) { t[Int(op.rawValue)] = Entry(minimumLength: min, handler: h) }
+        put(.exchangeMTURequest, 3, { s, p throws(ATTFailure) in try s.exchangeMTU(p) })
+        put(.findInformationRequest, 5, { s, p throws(ATTFailure) in try s.findInformation(p) })
+        put(.findByTypeValueRequest, 7, { s, p throws(ATTFailure) in try s.findByTypeValue(p) })
+        put(.readByTypeRequest, 7, { s, p throws(ATTFailure) in try s.readByType(p) })
+        put(.readRequest, 3, { s, p throws(ATTFailure) in try s.read(p) })
+        put(.readBlobRequest, 5, { s, p throws(ATTFailure) in try s.readBlob(p) })
+        put(.readMultipleRequest, 5, { s, p throws(ATTFailure) in try s.readMultiple(p, variable: false) })
+        put(.readMultipleVariableRequest, 5, { s, p throws(ATTFailure) in try s.readMultiple(p, variable: true) })
+        put(.readByGroupTypeRequest, 7, { s, p throws(ATTFailure) in try s.readByGroupType(p) })
+        put(.writeRequest, 3, { s, p throws(ATTFailure) in try s.writeRequest(p) })
+        put(.writeCommand, 3, { s, p throws(ATTFailure) in try s.writeCommand(p) })
+        put(.signedWriteCommand, 15, { _, _ throws(ATTFailure) in
+            // Signing needs a CSRK from pairing, which blemu does not do yet: the command is
+            // ignored, as Vol 3, Part F, 3.4.5.4 allows for a signature that cannot be verified.
+        })
+        put(.prepareWriteRequest, 5, { s, p throws(ATTFailure) in try s.prepareWrite(p) })
+        put(.executeWriteRequest, 2, { s, p throws(ATTFailure) in try s.executeWrite(p) })
+        return t
+    }()
+
+    // MARK: Helpers
+
+    private func decode<T: ATTPDU>(_ type: T.Type, _ pdu: ArraySlice<UInt8>) throws(ATTFailure) -> T {
+        do { return try T(pdu: pdu) } catch { throw ATTFailure(.invalidPDU, 0) }
+    }
+
+    private func lookup(_ handle: UInt16) throws(ATTFailure) -> Attribute {
+        guard let attribute = database.attribute(handle) else { throw ATTFailure(.invalidHandle, handle) }
+        return attribute
+    }
+
+    /// Vol 3, Part F, 3.4.3.1 (and each ranged request): start 0 or start > end is Invalid Handle.
+    private func checkRange(_ start: UInt16, _ end: UInt16) throws(ATTFailure) {
+        guard start != 0, start <= end else { throw ATTFailure(.invalidHandle, start) }
+    }
+
+    /// The handles of `start...end` that exist.
+    private func handles(_ start: UInt16, _ end: UInt16) -> ClosedRange<UInt16>? {
+        let last = min(end, database.lastHandle)
+        return start <= last ? start...last : nil
+    }
+
+    private func checkReadable(_ a: Attribute) throws(ATTFailure) {
+        guard a.readable else { throw ATTFailure(.readNotPermitted, a.handle) }
+        // No pairing yet, so no link is ever encrypted (Vol 3, Part F, 4.4).
+        if a.encryptionRequiredToRead { throw ATTFailure(.insufficientAuthentication, a.handle) }
+    }
+
+    private func checkWritable(_ a: Attribute) throws(ATTFailure) {
+        guard a.writable else { throw ATTFailure(.writeNotPermitted, a.handle) }
+        if a.encryptionRequiredToWrite { throw ATTFailure(.insufficientAuthentication, a.handle) }
+    }
+
+    /// The value of an attribute from `offset` on. Dynamic values come from the device, which
+    /// answers from the offset it is given (like CBATTRequest.offset).
+    private func value(of a: Attribute, offset: Int) throws(ATTFailure) -> ArraySlice<UInt8> {
+        switch a.content {
+        case .fixed(let bytes):
+            guard offset <= bytes.count else { throw ATTFailure(.invalidOffset, a.handle) }
+            return bytes[offset...]
+        case .clientConfiguration(let c):
+            let v = clientConfigurations[c.valueHandle] ?? 0
+            let bytes: [UInt8] = [UInt8(truncatingIfNeeded: v), UInt8(truncatingIfNeeded: v >> 8)]
+            guard offset <= 2 else { throw ATTFailure(.invalidOffset, a.handle) }
+            return bytes[offset...]
+        case .dynamic(let c):
+            guard let onRead = c.onRead else { throw ATTFailure(.readNotPermitted, a.handle) }
+            switch onRead(ReadRequest(peer: peer, offset: offset)) {
+            case .success(let bytes):
+                return bytes.count > ValueLength.attributeMaximum ? bytes[..<ValueLength.attributeMaximum] : bytes[...]
+            case .failure(let error):
+                throw ATTFailure(error, a.handle)
+            }
+        }
+    }
+
+    private func begin(_ opcode: ATTOpcode) {
+        out.removeAll(keepingCapacity: true)
+        out.append(opcode.rawValue)
+    }
+
+    private func respond(_ requestOpcode: UInt8) {
+        _ = delegate?.attServer(self, send: out[...], kind: .response)
+        delegate?.attServer(self, answered: requestOpcode, handle: 0, error: nil)
+    }
+
+    private func sendError(_ requestOpcode: UInt8, _ handle: UInt16, _ error: ATTError) {
+        out.removeAll(keepingCapacity: true)
+        ATTErrorResponse(requestOpcode: requestOpcode, handle: handle, error: error).encode(into: &out)
+        _ = delegate?.attServer(self, send: out[...], kind: .response)
+        delegate?.attServer(self, answered: requestOpcode, handle: handle, error: error)
+    }
+
+    // MARK: MTU (Vol 3, Part F, 3.4.2)
+
+    private func exchangeMTU(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
+        let request = try decode(ATTExchangeMTURequest.self, pdu)
+        // A client Rx MTU below the default is taken as the default (Vol 3, Part F, 3.4.2.1).
+        let client = max(Int(request.clientRxMTU), Self.defaultMTU)
+        begin(.exchangeMTUResponse)
+        out.appendLE(UInt16(serverRxMTU))
+        // The response goes out at the old MTU; the new one applies after it (3.4.2.2).
+        respond(pdu[pdu.startIndex])
+        let newMTU = min(client, serverRxMTU)
+        if newMTU != mtu {
+            mtu = newMTU
+            delegate?.attServer(self, mtuChanged: mtu)
+        }
+    }
+
+    // MARK: Discovery (Vol 3, Part F, 3.4.3 and 3.4.4)
+
+    private func findInformation(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
+        let request = try decode(ATTFindInformationRequest.self, pdu)
+        try checkRange(request.startHandle, request.endHandle)
+        guard let range = handles(request.startHandle, request.endHandle) else {
+            throw ATTFailure(.attributeNotFound, request.startHandle)
+        }
+        begin(.findInformationResponse)
+        var format: UInt8 = 0
+        for handle in range {
+            let a = database.attributes[Int(handle) - 1]
+            let thisFormat: UInt8 = a.type.uint16 != nil ? 0x01 : 0x02
+            let size = thisFormat == 0x01 ? 4 : 18
+            if format == 0 {
+                format = thisFormat
+                out.append(format)
+            } else if thisFormat != format {
+                break
+            }
+            guard out.count + size <= mtu else { break }
+            out.appendLE(handle)
+            a.type.appendATT(to: &out)
+        }
+        respond(pdu[pdu.startIndex])
+    }
+
+    private func findByTypeValue(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
+        let request = try decode(ATTFindByTypeValueRequest.self, pdu)
+        try checkRange(request.startHandle, request.endHandle)
+        let type = BluetoothUUID(request.attributeType)
+        begin(.findByTypeValueResponse)
+        if let range = handles(request.startHandle, request.endHandle) {
+            for handle in range {
+                let a = database.attributes[Int(handle) - 1]
+                guard a.type == type, case .fixed(let bytes) = a.content, bytes.elementsEqual(request.value) else { continue }
+                guard out.count + 4 <= mtu else { break }
+                out.appendLE(handle)
+                // Vol 3, Part F, 3.4.3.4: the group end for a grouping attribute, else the handle itself.
+                out.appendLE(a.groupEnd >= handle ? a.groupEnd : handle)
+            }
+        }
+        guard out.count > 1 else { throw ATTFailure(.attributeNotFound, request.startHandle) }
+        respond(pdu[pdu.startIndex])
+    }
+
+    private func readByType(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
+        guard pdu.count == 7 || pdu.count == 21 else { throw ATTFailure(.invalidPDU, 0) }
+        let request = try decode(ATTReadByTypeRequest.self, pdu)
+        try checkRange(request.startHandle, request.endHandle)
+        begin(.readByTypeResponse)
+        // Vol 3, Part F, 3.4.4.2: each value is at most min(ATT_MTU - 4, 253) octets, and all
+        // pairs in one response have the same length.
+        let maxValue = min(mtu - 4, 253)
+        var pairLength = 0
+        if let range = handles(request.startHandle, request.endHandle) {
+            for handle in range {
+                let a = database.attributes[Int(handle) - 1]
+                guard a.type == request.attributeType else { continue }
+                let first = pairLength == 0
+                let value: ArraySlice<UInt8>
+                do {
+                    try checkReadable(a)
+                    value = try self.value(of: a, offset: 0)
+                } catch {
+                    // 3.4.4.1: an error on the first attribute is the answer; later ones end the list.
+                    if first { throw error }
+                    break
+                }
+                let length = min(value.count, maxValue)
+                if first {
+                    pairLength = length + 2
+                    out.append(UInt8(pairLength))
+                } else if length + 2 != pairLength {
+                    break
+                }
+                guard out.count + pairLength <= mtu else { break }
+                out.appendLE(handle)
+                out.append(contentsOf: value.prefix(length))
+                if first, value.count > length, case .dynamic = a.content {
+                    // Read Using Characteristic UUID may be continued with Read Blob (Vol 3,
+                    // Part G, 4.8.2): keep the value so the continuation is consistent.
+                    longRead = (handle, Array(value))
+                }
+            }
+        }
+        guard pairLength > 0 else { throw ATTFailure(.attributeNotFound, request.startHandle) }
+        respond(pdu[pdu.startIndex])
+    }
+
+    private func readByGroupType(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
+        guard pdu.count == 7 || pdu.count == 21 else { throw ATTFailure(.invalidPDU, 0) }
+        let request = try decode(ATTReadByGroupTypeRequest.self, pdu)
+        try checkRange(request.startHandle, request.endHandle)
+        // Vol 3, Part G, 2.5.3: only services are grouping types.
+        guard request.groupType == GATTType.primaryService || request.groupType == GATTType.secondaryService else {
+            throw ATTFailure(.unsupportedGroupType, request.startHandle)
+        }
+        begin(.readByGroupTypeResponse)
+        let maxValue = min(mtu - 6, 251)
+        var entryLength = 0
+        if let range = handles(request.startHandle, request.endHandle) {
+            for handle in range {
+                let a = database.attributes[Int(handle) - 1]
+                guard a.type == request.groupType, case .fixed(let bytes) = a.content else { continue }
+                let length = min(bytes.count, maxValue)
+                if entryLength == 0 {
+                    entryLength = length + 4
+                    out.append(UInt8(entryLength))
+                } else if length + 4 != entryLength {
+                    break
+                }
+                guard out.count + entryLength <= mtu else { break }
+                out.appendLE(handle)
+                out.appendLE(a.groupEnd)
+                out.append(contentsOf: bytes.prefix(length))
+            }
+        }
+        guard entryLength > 0 else { throw ATTFailure(.attributeNotFound, request.startHandle) }
+        respond(pdu[pdu.startIndex])
+    }
+
+    // MARK: Reads (Vol 3, Part F, 3.4.4.3 – 3.4.4.12)
+
+    private func read(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
+        let request = try decode(ATTReadRequest.self, pdu)
+        let a = try lookup(request.handle)
+        try checkReadable(a)
+        let value = try self.value(of: a, offset: 0)
+        let limit = mtu - 1
+        if value.count > limit, case .dynamic = a.content {
+            longRead = (request.handle, Array(value))
+        }
+        begin(.readResponse)
+        out.append(contentsOf: value.prefix(limit))
+        respond(pdu[pdu.startIndex])
+    }
+
+    private func readBlob(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
+        let request = try decode(ATTReadBlobRequest.self, pdu)
+        let a = try lookup(request.handle)
+        try checkReadable(a)
+        let offset = Int(request.offset)
+        let limit = mtu - 1
+        let tail: ArraySlice<UInt8>
+        if let long = longRead, long.handle == request.handle {
+            guard offset <= long.value.count else { throw ATTFailure(.invalidOffset, a.handle) }
+            tail = long.value[offset...]
+        } else {
+            longRead = nil
+            if a.isFixedLength {
+                let length: Int
+                switch a.content {
+                case .fixed(let bytes): length = bytes.count
+                case .clientConfiguration: length = 2
+                case .dynamic(let c):
+                    if case .fixed(let n) = c.length { length = n } else { length = Int.max }
+                }
+                guard offset <= length else { throw ATTFailure(.invalidOffset, a.handle) }
+                // 3.4.4.5: a fixed-length value that fits one Read Response is not long.
+                if length <= limit { throw ATTFailure(.attributeNotLong, a.handle) }
+            }
+            tail = try value(of: a, offset: offset)
+            if offset == 0, tail.count > limit, case .dynamic = a.content {
+                longRead = (request.handle, Array(tail))
+            }
+        }
+        begin(.readBlobResponse)
+        out.append(contentsOf: tail.prefix(limit))
+        respond(pdu[pdu.startIndex])
+    }
+
+    private func readMultiple(_ pdu: ArraySlice<UInt8>, variable: Bool) throws(ATTFailure) {
+        let handleCount: Int
+        let handleAt: (Int) -> UInt16
+        if variable {
+            let request = try decode(ATTReadMultipleVariableRequest.self, pdu)
+            (handleCount, handleAt) = (request.handleCount, request.handle(at:))
+        } else {
+            let request = try decode(ATTReadMultipleRequest.self, pdu)
+            (handleCount, handleAt) = (request.handleCount, request.handle(at:))
+        }
+        begin(variable ? .readMultipleVariableResponse : .readMultipleResponse)
+        let limit = mtu
+        for index in 0..<handleCount {
+            let handle = handleAt(index)
+            let a = try lookup(handle)
+            try checkReadable(a)
+            let value = try self.value(of: a, offset: 0)
+            if variable {
+                // 3.4.4.12: each value with its length; the whole list is cut at ATT_MTU - 1.
+                appendTruncated(UInt16(value.count), limit: limit)
+            }
+            out.append(contentsOf: value.prefix(max(0, limit - out.count)))
+        }
+        respond(pdu[pdu.startIndex])
+    }
+
+    private func appendTruncated(_ length: UInt16, limit: Int) {
+        if out.count < limit { out.append(UInt8(truncatingIfNeeded: length)) }
+        if out.count < limit { out.append(UInt8(truncatingIfNeeded: length >> 8)) }
+    }
+
+    // MARK: Writes (Vol 3, Part F, 3.4.5 and 3.4.6)
+
+    /// Applies a whole value (or a long write's assembled value from `offset`) to an attribute.
+    private func applyWrite(_ a: Attribute, offset: Int, value: ArraySlice<UInt8>, withResponse: Bool) throws(ATTFailure) {
+        guard offset + value.count <= ValueLength.attributeMaximum else {
+            throw ATTFailure(.invalidAttributeValueLength, a.handle)
+        }
+        switch a.content {
+        case .clientConfiguration(let c):
+            // Vol 3, Part G, 3.3.3.3: two octets, written whole.
+            guard offset == 0 else { throw ATTFailure(.invalidOffset, a.handle) }
+            guard value.count == 2 else { throw ATTFailure(.invalidAttributeValueLength, a.handle) }
+            let flags = UInt16(value[value.startIndex]) | UInt16(value[value.startIndex + 1]) << 8
+            // Enabling what the characteristic does not do is a misconfiguration of the CCCD.
+            if (flags & 0x0001 != 0 && !c.properties.contains(.notify))
+                || (flags & 0x0002 != 0 && !c.properties.contains(.indicate)) {
+                throw ATTFailure(.cccdImproperlyConfigured, a.handle)
+            }
+            let old = clientConfigurations[c.valueHandle] ?? 0
+            clientConfigurations[c.valueHandle] = flags & 0x0003
+            if old != flags & 0x0003 {
+                delegate?.attServer(self, configured: c, from: old, to: flags & 0x0003)
+            }
+        case .fixed:
+            throw ATTFailure(.writeNotPermitted, a.handle)
+        case .dynamic(let c):
+            if offset == 0, !c.length.accepts(value.count) {
+                throw ATTFailure(.invalidAttributeValueLength, a.handle)
+            }
+            guard let onWrite = c.onWrite else { throw ATTFailure(.writeNotPermitted, a.handle) }
+            if let error = onWrite(WriteRequest(peer: peer, offset: offset, value: Array(value), withResponse: withResponse)) {
+                throw ATTFailure(error, a.handle)
+            }
+            delegate?.attServer(self, wrote: c, count: value.count, withResponse: withResponse)
+        }
+    }
+
+    private func writeRequest(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
+        let request = try decode(ATTWriteRequest.self, pdu)
+        let a = try lookup(request.handle)
+        try checkWritable(a)
+        if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.write) {
+            throw ATTFailure(.writeNotPermitted, a.handle)
+        }
+        try applyWrite(a, offset: 0, value: request.value, withResponse: true)
+        begin(.writeResponse)
+        respond(pdu[pdu.startIndex])
+    }
+
+    private func writeCommand(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
+        let command = try decode(ATTWriteCommand.self, pdu)
+        let a = try lookup(command.handle)
+        try checkWritable(a)
+        if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.writeWithoutResponse) {
+            throw ATTFailure(.writeNotPermitted, a.handle)
+        }
+        do {
+            try applyWrite(a, offset: 0, value: command.value, withResponse: false)
+        } catch {
+            // No response exists for a command; the failure is still counted and logged.
+            delegate?.attServer(self, answered: pdu[pdu.startIndex], handle: error.handle, error: error.error)
+        }
+    }
+
+    private func prepareWrite(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
+        let request = try decode(ATTPrepareWriteRequest.self, pdu)
+        let a = try lookup(request.handle)
+        try checkWritable(a)
+        if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.write) {
+            throw ATTFailure(.writeNotPermitted, a.handle)
+        }
+        guard preparedWrites.count < Self.maxPreparedWrites else { throw ATTFailure(.prepareQueueFull, a.handle) }
+        preparedWrites.append(PreparedWrite(handle: request.handle, offset: Int(request.offset), value: Array(request.value)))
+        // 3.4.6.2: the response echoes the request, so the client can check it (reliable writes).
+        out.removeAll(keepingCapacity: true)
+        out.append(ATTOpcode.prepareWriteResponse.rawValue)
+        out.append(contentsOf: pdu.dropFirst())
+        respond(pdu[pdu.startIndex])
+    }
+
+    private func executeWrite(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
+        let request = try decode(ATTExecuteWriteRequest.self, pdu)
+        let queue = preparedWrites
+        preparedWrites.removeAll()
+        if request.flags == .write {
+            // 3.4.6.3: offsets and lengths are validated now, for every attribute, before any
+            // value is written.
+            var assembled: [(attribute: Attribute, offset: Int, value: [UInt8])] = []
+            for write in queue {
+                if let index = assembled.firstIndex(where: { $0.attribute.handle == write.handle }) {
+                    let start = assembled[index].offset
+                    let relative = write.offset - start
+                    guard write.offset >= start, relative <= assembled[index].value.count else {
+                        throw ATTFailure(.invalidOffset, write.handle)
+                    }
+                    var value = assembled[index].value
+                    value.replaceSubrange(relative..<min(value.count, relative + write.value.count), with: write.value)
+                    assembled[index].value = value
+                } else {
+                    let a = try lookup(write.handle)
+                    assembled.append((a, write.offset, write.value))
+                }
+            }
+            for entry in assembled {
+                let length: Int?
+                switch entry.attribute.content {
+                case .clientConfiguration: length = 2
+                case .dynamic(let c): if case .fixed(let n) = c.length { length = n } else { length = nil }
+                case .fixed(let bytes): length = bytes.count
+                }
+                if let length, entry.offset > length { throw ATTFailure(.invalidOffset, entry.attribute.handle) }
+                guard entry.offset + entry.value.count <= ValueLength.attributeMaximum else {
+                    throw ATTFailure(.invalidAttributeValueLength, entry.attribute.handle)
+                }
+            }
+            for entry in assembled {
+                try applyWrite(entry.attribute, offset: entry.offset, value: entry.value[...], withResponse: true)
+            }
+        }
+        begin(.executeWriteResponse)
+        respond(pdu[pdu.startIndex])
+    }
+
+    // MARK: Server-initiated updates (Vol 3, Part F, 3.4.7)
+
+    public func isSubscribed(_ c: Characteristic, indications: Bool) -> Bool {
+        let flags = clientConfigurations[c.valueHandle] ?? 0
+        return flags & (indications ? 0x0002 : 0x0001) != 0
+    }
+
+    public func clientConfiguration(_ c: Characteristic) -> UInt16 { clientConfigurations[c.valueHandle] ?? 0 }
+
+    /// Sends a notification if this peer enabled it; the value is cut to ATT_MTU - 3.
+    public func notify(_ c: Characteristic, value: [UInt8]) -> UpdateOutcome {
+        guard !isTimedOut, isSubscribed(c, indications: false) else { return .notSubscribed }
+        out.removeAll(keepingCapacity: true)
+        out.append(ATTOpcode.handleValueNotification.rawValue)
+        out.appendLE(c.valueHandle)
+        out.append(contentsOf: value.prefix(mtu - 3))
+        return delegate?.attServer(self, send: out[...], kind: .notification) == true ? .queued : .queueFull
+    }
+
+    /// Sends an indication if this peer enabled it. One is in flight at a time; later ones
+    /// wait in a small bounded queue.
+    public func indicate(_ c: Characteristic, value: [UInt8]) -> UpdateOutcome {
+        guard !isTimedOut, isSubscribed(c, indications: true) else { return .notSubscribed }
+        if indicationTimer != nil || !pendingIndications.isEmpty {
+            guard pendingIndications.count < Self.maxPendingIndications else { return .queueFull }
+            pendingIndications.append((c.valueHandle, value))
+            return .queued
+        }
+        sendIndication(handle: c.valueHandle, value: value)
+        return .queued
+    }
+
+    public var indicationsWaiting: Int { pendingIndications.count + (indicationTimer == nil ? 0 : 1) }
+
+    private func sendIndication(handle: UInt16, value: [UInt8]) {
+        out.removeAll(keepingCapacity: true)
+        out.append(ATTOpcode.handleValueIndication.rawValue)
+        out.appendLE(handle)
+        out.append(contentsOf: value.prefix(mtu - 3))
+        _ = delegate?.attServer(self, send: out[...], kind: .indication)
+        indicationTimer = scheduler.schedule(after: Self.transactionTimeout) { [weak self] in
+            guard let self else { return }
+            self.indicationTimer = nil
+            self.isTimedOut = true
+            self.pendingIndications.removeAll()
+            self.delegate?.attServerTransactionTimedOut(self)
+        }
+    }
+
+    private func confirmationReceived() {
+        // A confirmation with no indication outstanding is ignored.
+        guard let timer = indicationTimer else { return }
+        scheduler.cancel(timer)
+        indicationTimer = nil
+        if let next = pendingIndications.popFirst() {
+            sendIndication(handle: next.handle, value: next.value)
+        }
+    }
+}

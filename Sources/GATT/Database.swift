@@ -1,0 +1,181 @@
+import BlemuATT
+import BlemuCore
+
+/// Why a device's declaration cannot become a database. Raised when the database is built,
+/// so a mistake shows at start, not when a phone first reads.
+public struct GATTDatabaseError: Error, CustomStringConvertible, Equatable {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// One attribute of the flat table the ATT server walks (Vol 3, Part F, 3.2).
+public struct Attribute {
+    public enum Content {
+        /// A value fixed for the life of the database: declarations, cached values, descriptors.
+        case fixed([UInt8])
+        /// A characteristic value served by the device's handlers.
+        case dynamic(Characteristic)
+        /// A CCCD: its value lives per connection in the bearer (Vol 3, Part G, 3.3.3.3).
+        case clientConfiguration(Characteristic)
+    }
+
+    public let handle: UInt16
+    public let type: BluetoothUUID
+    public let content: Content
+    public let readable: Bool
+    public let writable: Bool
+    public let encryptionRequiredToRead: Bool
+    public let encryptionRequiredToWrite: Bool
+    /// For service declarations: the last handle of the service (Vol 3, Part G, 3.1).
+    public let groupEnd: UInt16
+    /// Fixed-length values may answer Read Blob with Attribute Not Long.
+    public let isFixedLength: Bool
+    /// The characteristic a value or CCCD belongs to.
+    public let characteristic: Characteristic?
+}
+
+/// A GATT database: the flat attribute table built from service declarations, with handles
+/// starting at 1 and no gaps, so handle `h` is `attributes[h - 1]`.
+public final class GATTDatabase {
+    public let services: [Service]
+    public private(set) var attributes: [Attribute] = []
+    public private(set) var characteristics: [Characteristic] = []
+
+    public init(services: [Service]) throws(GATTDatabaseError) {
+        self.services = services
+        var next: UInt32 = 1
+        func take() throws(GATTDatabaseError) -> UInt16 {
+            guard next <= 0xFFFF else { throw GATTDatabaseError("the database needs more than 65535 handles") }
+            defer { next += 1 }
+            return UInt16(next)
+        }
+        // Secondary services first? No: order is the declaration order, which readers expect;
+        // included services must be declared before the services that include them.
+        var declared = Set<ObjectIdentifier>()
+        for service in services {
+            for included in service.includes where !declared.contains(ObjectIdentifier(included)) {
+                throw GATTDatabaseError("service \(service.uuid) includes \(included.uuid), which must be declared before it")
+            }
+            declared.insert(ObjectIdentifier(service))
+            let start = try take()
+            service.startHandle = start
+            var pending: [Attribute] = []
+            var declarationValue: [UInt8] = []
+            service.uuid.appendATT(to: &declarationValue)
+            let serviceIndex = attributes.count
+            // The group end is known only at the end of the service; patched below.
+            pending.append(Attribute(handle: start, type: service.isPrimary ? GATTType.primaryService : GATTType.secondaryService,
+                                     content: .fixed(declarationValue), readable: true, writable: false,
+                                     encryptionRequiredToRead: false, encryptionRequiredToWrite: false,
+                                     groupEnd: start, isFixedLength: true, characteristic: nil))
+            for included in service.includes {
+                // Include declaration (Vol 3, Part G, 3.2): handle, end group handle, and the
+                // 16-bit UUID when there is one.
+                var value: [UInt8] = []
+                value.appendLE(included.startHandle)
+                value.appendLE(included.endHandle)
+                if let short = included.uuid.uint16 { value.appendLE(short) }
+                pending.append(Attribute(handle: try take(), type: GATTType.include, content: .fixed(value),
+                                         readable: true, writable: false, encryptionRequiredToRead: false,
+                                         encryptionRequiredToWrite: false, groupEnd: 0, isFixedLength: true,
+                                         characteristic: nil))
+            }
+            for characteristic in service.characteristics {
+                try Self.validate(characteristic, in: service)
+                let declarationHandle = try take()
+                let valueHandle = try take()
+                characteristic.declarationHandle = declarationHandle
+                characteristic.valueHandle = valueHandle
+                // Characteristic declaration (Vol 3, Part G, 3.3.1): properties, value handle, UUID.
+                var value: [UInt8] = [characteristic.properties.rawValue]
+                value.appendLE(valueHandle)
+                characteristic.uuid.appendATT(to: &value)
+                pending.append(Attribute(handle: declarationHandle, type: GATTType.characteristic, content: .fixed(value),
+                                         readable: true, writable: false, encryptionRequiredToRead: false,
+                                         encryptionRequiredToWrite: false, groupEnd: 0, isFixedLength: true,
+                                         characteristic: characteristic))
+                let isFixed: Bool
+                if case .fixed = characteristic.length { isFixed = true } else { isFixed = false }
+                pending.append(Attribute(
+                    handle: valueHandle, type: characteristic.uuid,
+                    content: characteristic.cachedValue.map { .fixed($0) } ?? .dynamic(characteristic),
+                    readable: characteristic.permissions.contains(.readable)
+                        || characteristic.permissions.contains(.readEncryptionRequired),
+                    writable: characteristic.permissions.contains(.writeable)
+                        || characteristic.permissions.contains(.writeEncryptionRequired),
+                    encryptionRequiredToRead: characteristic.permissions.contains(.readEncryptionRequired),
+                    encryptionRequiredToWrite: characteristic.permissions.contains(.writeEncryptionRequired),
+                    groupEnd: 0, isFixedLength: isFixed || characteristic.cachedValue != nil,
+                    characteristic: characteristic))
+                if characteristic.notifies {
+                    let handle = try take()
+                    characteristic.clientConfigurationHandle = handle
+                    pending.append(Attribute(handle: handle, type: GATTType.clientConfiguration,
+                                             content: .clientConfiguration(characteristic), readable: true, writable: true,
+                                             encryptionRequiredToRead: false, encryptionRequiredToWrite: false,
+                                             groupEnd: 0, isFixedLength: true, characteristic: characteristic))
+                }
+                for descriptor in characteristic.descriptors {
+                    if descriptor.uuid == GATTType.clientConfiguration {
+                        throw GATTDatabaseError("characteristic \(characteristic.uuid) declares a CCCD: the stack adds it for notify/indicate")
+                    }
+                    pending.append(Attribute(handle: try take(), type: descriptor.uuid, content: .fixed(descriptor.value),
+                                             readable: true, writable: false, encryptionRequiredToRead: false,
+                                             encryptionRequiredToWrite: false, groupEnd: 0, isFixedLength: true,
+                                             characteristic: characteristic))
+                }
+                characteristics.append(characteristic)
+            }
+            service.endHandle = UInt16(next - 1)
+            let head = pending[0]
+            pending[0] = Attribute(handle: head.handle, type: head.type, content: head.content, readable: true,
+                                   writable: false, encryptionRequiredToRead: false, encryptionRequiredToWrite: false,
+                                   groupEnd: service.endHandle, isFixedLength: true, characteristic: nil)
+            attributes.append(contentsOf: pending)
+            _ = serviceIndex
+        }
+    }
+
+    /// Core Bluetooth's rule, kept here: "Characteristics with cached values must be read-only".
+    /// A dynamic characteristic must have the handlers its properties promise.
+    static func validate(_ c: Characteristic, in service: Service) throws(GATTDatabaseError) {
+        let name = "characteristic \(c.uuid) of service \(service.uuid)"
+        if let cached = c.cachedValue {
+            if !c.properties.isDisjoint(with: CharacteristicProperties.mutating) {
+                throw GATTDatabaseError("\(name) has a cached value but is writable or notifying: characteristics with cached values must be read-only (drop the cached value and give it an onRead handler)")
+            }
+            if cached.count > ValueLength.attributeMaximum {
+                throw GATTDatabaseError("\(name): cached value of \(cached.count) bytes exceeds the 512-byte attribute maximum")
+            }
+            if c.onRead != nil || c.onWrite != nil {
+                throw GATTDatabaseError("\(name) has both a cached value and handlers: choose one")
+            }
+        } else {
+            if c.properties.contains(.read) && c.onRead == nil {
+                throw GATTDatabaseError("\(name) is readable but has neither a cached value nor an onRead handler")
+            }
+            if !c.properties.isDisjoint(with: [.write, .writeWithoutResponse, .authenticatedSignedWrites]) && c.onWrite == nil {
+                throw GATTDatabaseError("\(name) is writable but has no onWrite handler")
+            }
+        }
+    }
+
+    public var lastHandle: UInt16 { UInt16(attributes.count) }
+
+    @inlinable public func attribute(_ handle: UInt16) -> Attribute? {
+        let index = Int(handle) - 1
+        return index >= 0 && index < attributes.count ? attributes[index] : nil
+    }
+
+    public func characteristic(_ uuid: BluetoothUUID) -> Characteristic? {
+        characteristics.first { $0.uuid == uuid }
+    }
+
+    /// The Database Hash (Vol 3, Part G, 7.3), computed once: this database never changes
+    /// after it is built.
+    public private(set) lazy var hash: [UInt8] = GATTDatabaseHash.compute(attributes.map { attribute in
+        let value: [UInt8]?
+        if case .fixed(let bytes) = attribute.content { value = bytes } else { value = nil }
+        return (attribute.handle, attribute.type, value)
+    })
+}

@@ -1,0 +1,216 @@
+import BlemuATT
+import BlemuCore
+
+/// Characteristic Properties bit field (Vol 3, Part G, 3.3.1.1, Table 3.5).
+public struct CharacteristicProperties: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    public static let broadcast = CharacteristicProperties(rawValue: 0x01)
+    public static let read = CharacteristicProperties(rawValue: 0x02)
+    public static let writeWithoutResponse = CharacteristicProperties(rawValue: 0x04)
+    public static let write = CharacteristicProperties(rawValue: 0x08)
+    public static let notify = CharacteristicProperties(rawValue: 0x10)
+    public static let indicate = CharacteristicProperties(rawValue: 0x20)
+    public static let authenticatedSignedWrites = CharacteristicProperties(rawValue: 0x40)
+    public static let extendedProperties = CharacteristicProperties(rawValue: 0x80)
+
+    /// Properties that make a value change at run time: such a value cannot be cached.
+    public static let mutating: CharacteristicProperties = [.writeWithoutResponse, .write, .notify, .indicate,
+                                                            .authenticatedSignedWrites]
+}
+
+/// Who may read or write an attribute (Vol 3, Part F, 3.2.5). Until pairing exists, the
+/// encryption-required forms make the server answer Insufficient Authentication.
+public struct AttributePermissions: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    public static let readable = AttributePermissions(rawValue: 0x01)
+    public static let writeable = AttributePermissions(rawValue: 0x02)
+    public static let readEncryptionRequired = AttributePermissions(rawValue: 0x04)
+    public static let writeEncryptionRequired = AttributePermissions(rawValue: 0x08)
+}
+
+/// The connection a request comes from, as a device sees it.
+public struct ATTPeer: Sendable, Hashable {
+    public let connectionHandle: UInt16
+    public let address: BluetoothAddress
+    public init(connectionHandle: UInt16, address: BluetoothAddress) {
+        self.connectionHandle = connectionHandle
+        self.address = address
+    }
+}
+
+/// A read of a dynamic value, like Core Bluetooth's CBATTRequest: the device answers with the
+/// value *from `offset` on*. A read at offset 0 starts a long read; the stack keeps that value
+/// for the Read Blob requests that continue it, so the device is asked once per long read.
+public struct ReadRequest: Sendable {
+    public let peer: ATTPeer
+    public let offset: Int
+}
+
+/// A write to a dynamic value; `value` is the whole value for a Write Request, or the assembled
+/// value of a long write starting at `offset`.
+public struct WriteRequest: Sendable {
+    public let peer: ATTPeer
+    public let offset: Int
+    public let value: [UInt8]
+    /// False for Write Command (no response will be sent, so errors are only logged).
+    public let withResponse: Bool
+}
+
+public typealias ReadHandler = (ReadRequest) -> Result<[UInt8], ATTError>
+/// Returns nil on success or the ATT error to answer with.
+public typealias WriteHandler = (WriteRequest) -> ATTError?
+
+/// The length rule of a value: used for Invalid Attribute Value Length on writes and
+/// Attribute Not Long on reads (Vol 3, Part F, 3.4.4.5).
+public enum ValueLength: Sendable, Equatable {
+    case fixed(Int)
+    case variable(max: Int)
+
+    /// The longest value an attribute can hold (Vol 3, Part F, 3.2.9).
+    public static let attributeMaximum = 512
+
+    public func accepts(_ count: Int) -> Bool {
+        switch self {
+        case .fixed(let n): return count == n
+        case .variable(let max): return count <= max
+        }
+    }
+}
+
+/// A characteristic descriptor other than the CCCD, which the database adds by itself for
+/// notifying and indicating characteristics (Vol 3, Part G, 3.3.3).
+public struct Descriptor: Sendable {
+    public let uuid: BluetoothUUID
+    public let value: [UInt8]
+
+    public init(uuid: BluetoothUUID, value: [UInt8]) {
+        self.uuid = uuid
+        self.value = value
+    }
+
+    /// Characteristic User Description (Vol 3, Part G, 3.3.3.2): UTF-8 text.
+    public static func userDescription(_ text: String) -> Descriptor {
+        Descriptor(uuid: GATTType.userDescription, value: Array(text.utf8))
+    }
+
+    /// Characteristic Presentation Format (Vol 3, Part G, 3.3.3.5): format, exponent, unit,
+    /// name space (0x01 = Bluetooth SIG), description.
+    public static func presentationFormat(format: UInt8, exponent: Int8 = 0, unit: UInt16,
+                                          namespace: UInt8 = 0x01, description: UInt16 = 0) -> Descriptor {
+        var value: [UInt8] = [format, UInt8(bitPattern: exponent)]
+        value.appendLE(unit)
+        value.append(namespace)
+        value.appendLE(description)
+        return Descriptor(uuid: GATTType.presentationFormat, value: value)
+    }
+
+    /// Valid Range (Supplement; GSS): lower then upper inclusive bound, each in the
+    /// characteristic's own format.
+    public static func validRange(lower: [UInt8], upper: [UInt8]) -> Descriptor {
+        Descriptor(uuid: GATTType.validRange, value: lower + upper)
+    }
+}
+
+/// A characteristic as a device declares it. The object stays the device's handle for
+/// notifying: the database fills in `valueHandle` when it is built.
+public final class Characteristic {
+    public let uuid: BluetoothUUID
+    public let properties: CharacteristicProperties
+    public let permissions: AttributePermissions
+    /// A value served by the stack without asking the device (Core Bluetooth's cached value).
+    public let cachedValue: [UInt8]?
+    public let length: ValueLength
+    public let descriptors: [Descriptor]
+    public var onRead: ReadHandler?
+    public var onWrite: WriteHandler?
+
+    public internal(set) var declarationHandle: UInt16 = 0
+    public internal(set) var valueHandle: UInt16 = 0
+    public internal(set) var clientConfigurationHandle: UInt16?
+
+    /// - Parameters:
+    ///   - permissions: derived from `properties` when nil: readable if `.read`, writeable if any write.
+    public init(_ uuid: BluetoothUUID, properties: CharacteristicProperties,
+                permissions: AttributePermissions? = nil, cachedValue: [UInt8]? = nil,
+                length: ValueLength = .variable(max: ValueLength.attributeMaximum),
+                descriptors: [Descriptor] = [],
+                onRead: ReadHandler? = nil, onWrite: WriteHandler? = nil) {
+        self.uuid = uuid
+        self.properties = properties
+        var derived: AttributePermissions = []
+        if properties.contains(.read) { derived.insert(.readable) }
+        if !properties.isDisjoint(with: [.write, .writeWithoutResponse, .authenticatedSignedWrites]) {
+            derived.insert(.writeable)
+        }
+        self.permissions = permissions ?? derived
+        self.cachedValue = cachedValue
+        self.length = length
+        self.descriptors = descriptors
+        self.onRead = onRead
+        self.onWrite = onWrite
+    }
+
+    /// Convenience for a 16-bit assigned number.
+    public convenience init(_ uuid16: UInt16, properties: CharacteristicProperties,
+                            permissions: AttributePermissions? = nil, cachedValue: [UInt8]? = nil,
+                            length: ValueLength = .variable(max: ValueLength.attributeMaximum),
+                            descriptors: [Descriptor] = [],
+                            onRead: ReadHandler? = nil, onWrite: WriteHandler? = nil) {
+        self.init(BluetoothUUID(uuid16), properties: properties, permissions: permissions, cachedValue: cachedValue,
+                  length: length, descriptors: descriptors, onRead: onRead, onWrite: onWrite)
+    }
+
+    public var notifies: Bool { !properties.isDisjoint(with: [.notify, .indicate]) }
+}
+
+@resultBuilder
+public enum CharacteristicBuilder {
+    public static func buildExpression(_ c: Characteristic) -> [Characteristic] { [c] }
+    public static func buildExpression(_ c: [Characteristic]) -> [Characteristic] { c }
+    public static func buildBlock(_ parts: [Characteristic]...) -> [Characteristic] { parts.flatMap { $0 } }
+    public static func buildOptional(_ c: [Characteristic]?) -> [Characteristic] { c ?? [] }
+    public static func buildEither(first c: [Characteristic]) -> [Characteristic] { c }
+    public static func buildEither(second c: [Characteristic]) -> [Characteristic] { c }
+    public static func buildArray(_ c: [[Characteristic]]) -> [Characteristic] { c.flatMap { $0 } }
+}
+
+/// A service declaration, read top to bottom like Zephyr's BT_GATT_SERVICE_DEFINE:
+///
+///     Service(0x180D) {
+///         Characteristic(0x2A37, properties: [.notify])
+///         Characteristic(0x2A38, properties: [.read], cachedValue: [0x01])
+///     }
+public final class Service {
+    public let uuid: BluetoothUUID
+    public let isPrimary: Bool
+    public let includes: [Service]
+    public let characteristics: [Characteristic]
+    public internal(set) var startHandle: UInt16 = 0
+    public internal(set) var endHandle: UInt16 = 0
+
+    public init(_ uuid: BluetoothUUID, primary: Bool = true, includes: [Service] = [],
+                @CharacteristicBuilder _ characteristics: () -> [Characteristic]) {
+        self.uuid = uuid
+        self.isPrimary = primary
+        self.includes = includes
+        self.characteristics = characteristics()
+    }
+
+    public convenience init(_ uuid16: UInt16, primary: Bool = true, includes: [Service] = [],
+                            @CharacteristicBuilder _ characteristics: () -> [Characteristic]) {
+        self.init(BluetoothUUID(uuid16), primary: primary, includes: includes, characteristics)
+    }
+}
+
+@resultBuilder
+public enum ServiceBuilder {
+    public static func buildExpression(_ s: Service) -> [Service] { [s] }
+    public static func buildExpression(_ s: [Service]) -> [Service] { s }
+    public static func buildBlock(_ parts: [Service]...) -> [Service] { parts.flatMap { $0 } }
+    public static func buildOptional(_ s: [Service]?) -> [Service] { s ?? [] }
+    public static func buildEither(first s: [Service]) -> [Service] { s }
+    public static func buildEither(second s: [Service]) -> [Service] { s }
+    public static func buildArray(_ s: [[Service]]) -> [Service] { s.flatMap { $0 } }
+}

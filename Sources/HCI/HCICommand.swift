@@ -1,0 +1,209 @@
+import BlemuCore
+
+/// HCI command opcodes: OGF << 10 | OCF (Vol 4, Part E, 5.4.1 and 7).
+public enum HCIOpcode {
+    public static let disconnect: UInt16 = 0x0406
+    public static let setEventMask: UInt16 = 0x0C01
+    public static let reset: UInt16 = 0x0C03
+    public static let readLocalVersion: UInt16 = 0x1001
+    public static let readLocalSupportedCommands: UInt16 = 0x1002
+    public static let readLocalSupportedFeatures: UInt16 = 0x1003
+    public static let readBufferSize: UInt16 = 0x1005
+    public static let readBDAddr: UInt16 = 0x1009
+    public static let leSetEventMask: UInt16 = 0x2001
+    public static let leReadBufferSize: UInt16 = 0x2002
+    public static let leReadLocalSupportedFeatures: UInt16 = 0x2003
+    public static let leSetRandomAddress: UInt16 = 0x2005
+    public static let leSetAdvertisingParameters: UInt16 = 0x2006
+    public static let leReadAdvertisingChannelTxPower: UInt16 = 0x2007
+    public static let leSetAdvertisingData: UInt16 = 0x2008
+    public static let leSetScanResponseData: UInt16 = 0x2009
+    public static let leSetAdvertisingEnable: UInt16 = 0x200A
+    public static let leSetScanParameters: UInt16 = 0x200B
+    public static let leSetScanEnable: UInt16 = 0x200C
+    public static let leCreateConnection: UInt16 = 0x200D
+    public static let leConnectionUpdate: UInt16 = 0x2013
+    public static let leRemoteConnectionParameterRequestReply: UInt16 = 0x2020
+    public static let leRemoteConnectionParameterRequestNegativeReply: UInt16 = 0x2021
+    public static let leSetDataLength: UInt16 = 0x2022
+    public static let leWriteSuggestedDefaultDataLength: UInt16 = 0x2024
+    public static let leReadBufferSizeV2: UInt16 = 0x2060
+
+    public static func name(_ opcode: UInt16) -> String {
+        let names: [UInt16: String] = [
+            disconnect: "Disconnect", setEventMask: "Set Event Mask", reset: "Reset",
+            readLocalVersion: "Read Local Version Information", readLocalSupportedCommands: "Read Local Supported Commands",
+            readLocalSupportedFeatures: "Read Local Supported Features", readBufferSize: "Read Buffer Size",
+            readBDAddr: "Read BD_ADDR", leSetEventMask: "LE Set Event Mask", leReadBufferSize: "LE Read Buffer Size",
+            leReadLocalSupportedFeatures: "LE Read Local Supported Features", leSetRandomAddress: "LE Set Random Address",
+            leSetAdvertisingParameters: "LE Set Advertising Parameters",
+            leReadAdvertisingChannelTxPower: "LE Read Advertising Physical Channel Tx Power",
+            leSetAdvertisingData: "LE Set Advertising Data", leSetScanResponseData: "LE Set Scan Response Data",
+            leSetAdvertisingEnable: "LE Set Advertising Enable", leSetScanParameters: "LE Set Scan Parameters",
+            leSetScanEnable: "LE Set Scan Enable", leCreateConnection: "LE Create Connection",
+            leConnectionUpdate: "LE Connection Update",
+            leRemoteConnectionParameterRequestReply: "LE Remote Connection Parameter Request Reply",
+            leRemoteConnectionParameterRequestNegativeReply: "LE Remote Connection Parameter Request Negative Reply",
+            leSetDataLength: "LE Set Data Length", leWriteSuggestedDefaultDataLength: "LE Write Suggested Default Data Length",
+            leReadBufferSizeV2: "LE Read Buffer Size v2",
+        ]
+        return names[opcode] ?? "command \(Hex.word(opcode))"
+    }
+}
+
+/// An HCI command packet (Vol 4, Part E, 5.4.1): opcode, parameter length, parameters.
+public struct HCICommand: Equatable, Sendable {
+    public let opcode: UInt16
+    public let parameters: [UInt8]
+
+    public init(opcode: UInt16, parameters: [UInt8] = []) {
+        self.opcode = opcode
+        self.parameters = parameters
+    }
+
+    public func encode(into out: inout [UInt8]) {
+        out.appendLE(opcode)
+        out.append(UInt8(truncatingIfNeeded: parameters.count))
+        out.append(contentsOf: parameters)
+    }
+
+    public var name: String { HCIOpcode.name(opcode) }
+
+    // MARK: Builders, one per command blemu sends
+
+    public static let reset = HCICommand(opcode: HCIOpcode.reset)
+    public static let readLocalVersion = HCICommand(opcode: HCIOpcode.readLocalVersion)
+    public static let readBDAddr = HCICommand(opcode: HCIOpcode.readBDAddr)
+    public static let readLocalSupportedCommands = HCICommand(opcode: HCIOpcode.readLocalSupportedCommands)
+    public static let readLocalSupportedFeatures = HCICommand(opcode: HCIOpcode.readLocalSupportedFeatures)
+    public static let leReadLocalSupportedFeatures = HCICommand(opcode: HCIOpcode.leReadLocalSupportedFeatures)
+    public static let readBufferSize = HCICommand(opcode: HCIOpcode.readBufferSize)
+    public static let leReadBufferSize = HCICommand(opcode: HCIOpcode.leReadBufferSize)
+    public static let leReadBufferSizeV2 = HCICommand(opcode: HCIOpcode.leReadBufferSizeV2)
+    public static let leReadAdvertisingChannelTxPower = HCICommand(opcode: HCIOpcode.leReadAdvertisingChannelTxPower)
+
+    /// Vol 4, Part E, 7.3.1: the events the host wants beyond the defaults.
+    public static func setEventMask(_ mask: UInt64) -> HCICommand {
+        var p: [UInt8] = []
+        p.appendLE(mask)
+        return HCICommand(opcode: HCIOpcode.setEventMask, parameters: p)
+    }
+
+    /// Vol 4, Part E, 7.8.1.
+    public static func leSetEventMask(_ mask: UInt64) -> HCICommand {
+        var p: [UInt8] = []
+        p.appendLE(mask)
+        return HCICommand(opcode: HCIOpcode.leSetEventMask, parameters: p)
+    }
+
+    /// Vol 4, Part E, 7.8.4.
+    public static func leSetRandomAddress(_ address: BluetoothAddress) -> HCICommand {
+        HCICommand(opcode: HCIOpcode.leSetRandomAddress, parameters: address.littleEndianBytes)
+    }
+
+    /// Vol 4, Part E, 7.8.5: intervals in 0.625 ms units; type 0x00 = ADV_IND (connectable
+    /// undirected); own address type; channel map 0x07 = all three; filter policy 0x00 = none.
+    public static func leSetAdvertisingParameters(intervalMin: UInt16, intervalMax: UInt16, type: UInt8 = 0x00,
+                                                  ownAddressType: AddressType) -> HCICommand {
+        var p: [UInt8] = []
+        p.appendLE(intervalMin)
+        p.appendLE(intervalMax)
+        p.append(type)
+        p.append(ownAddressType.rawValue)
+        p.append(0x00) // peer address type (unused for undirected)
+        p.append(contentsOf: [UInt8](repeating: 0, count: 6))
+        p.append(0x07)
+        p.append(0x00)
+        return HCICommand(opcode: HCIOpcode.leSetAdvertisingParameters, parameters: p)
+    }
+
+    /// Vol 4, Part E, 7.8.7 / 7.8.8: length then 31 octets, zero padded.
+    public static func leSetAdvertisingData(_ data: [UInt8]) -> HCICommand {
+        HCICommand(opcode: HCIOpcode.leSetAdvertisingData, parameters: padded31(data))
+    }
+
+    public static func leSetScanResponseData(_ data: [UInt8]) -> HCICommand {
+        HCICommand(opcode: HCIOpcode.leSetScanResponseData, parameters: padded31(data))
+    }
+
+    private static func padded31(_ data: [UInt8]) -> [UInt8] {
+        let body = Array(data.prefix(31))
+        return [UInt8(body.count)] + body + [UInt8](repeating: 0, count: 31 - body.count)
+    }
+
+    /// Vol 4, Part E, 7.8.9.
+    public static func leSetAdvertisingEnable(_ enable: Bool) -> HCICommand {
+        HCICommand(opcode: HCIOpcode.leSetAdvertisingEnable, parameters: [enable ? 1 : 0])
+    }
+
+    /// Vol 4, Part E, 7.1.6.
+    public static func disconnect(handle: UInt16, reason: UInt8) -> HCICommand {
+        var p: [UInt8] = []
+        p.appendLE(handle)
+        p.append(reason)
+        return HCICommand(opcode: HCIOpcode.disconnect, parameters: p)
+    }
+
+    /// Vol 4, Part E, 7.8.31: accept the central's request with these parameters; the CE
+    /// lengths are informative (0).
+    public static func leRemoteConnectionParameterRequestReply(handle: UInt16, intervalMin: UInt16, intervalMax: UInt16,
+                                                               latency: UInt16, timeout: UInt16) -> HCICommand {
+        var p: [UInt8] = []
+        for v in [handle, intervalMin, intervalMax, latency, timeout, 0, 0] { p.appendLE(v) }
+        return HCICommand(opcode: HCIOpcode.leRemoteConnectionParameterRequestReply, parameters: p)
+    }
+
+    /// Vol 4, Part E, 7.8.32: reason 0x3B = Unacceptable Connection Parameters.
+    public static func leRemoteConnectionParameterRequestNegativeReply(handle: UInt16, reason: UInt8 = 0x3B) -> HCICommand {
+        var p: [UInt8] = []
+        p.appendLE(handle)
+        p.append(reason)
+        return HCICommand(opcode: HCIOpcode.leRemoteConnectionParameterRequestNegativeReply, parameters: p)
+    }
+
+    /// Vol 4, Part E, 7.8.33: 251 octets / 2120 µs is the largest LE data PDU (Vol 6, Part B, 4.5.10).
+    public static func leSetDataLength(handle: UInt16, txOctets: UInt16 = 251, txTime: UInt16 = 2120) -> HCICommand {
+        var p: [UInt8] = []
+        p.appendLE(handle)
+        p.appendLE(txOctets)
+        p.appendLE(txTime)
+        return HCICommand(opcode: HCIOpcode.leSetDataLength, parameters: p)
+    }
+
+    /// Vol 4, Part E, 7.8.35.
+    public static func leWriteSuggestedDefaultDataLength(txOctets: UInt16 = 251, txTime: UInt16 = 2120) -> HCICommand {
+        var p: [UInt8] = []
+        p.appendLE(txOctets)
+        p.appendLE(txTime)
+        return HCICommand(opcode: HCIOpcode.leWriteSuggestedDefaultDataLength, parameters: p)
+    }
+
+    /// Vol 4, Part E, 7.8.12 (central mode).
+    public static func leSetScanParameters(active: Bool, interval: UInt16 = 0x0060, window: UInt16 = 0x0030,
+                                           ownAddressType: AddressType) -> HCICommand {
+        var p: [UInt8] = [active ? 0x01 : 0x00]
+        p.appendLE(interval)
+        p.appendLE(window)
+        p.append(ownAddressType.rawValue)
+        p.append(0x00)
+        return HCICommand(opcode: HCIOpcode.leSetScanParameters, parameters: p)
+    }
+
+    /// Vol 4, Part E, 7.8.11.
+    public static func leSetScanEnable(_ enable: Bool, filterDuplicates: Bool = false) -> HCICommand {
+        HCICommand(opcode: HCIOpcode.leSetScanEnable, parameters: [enable ? 1 : 0, filterDuplicates ? 1 : 0])
+    }
+}
+
+/// HCI error codes blemu uses by name (Vol 1, Part F, 1.3).
+public enum HCIStatus {
+    public static let success: UInt8 = 0x00
+    public static let unknownConnectionIdentifier: UInt8 = 0x02
+    public static let hardwareFailure: UInt8 = 0x03
+    public static let connectionTimeout: UInt8 = 0x08
+    public static let commandDisallowed: UInt8 = 0x0C
+    public static let remoteUserTerminated: UInt8 = 0x13
+    public static let localHostTerminated: UInt8 = 0x16
+    public static let unsupportedRemoteFeature: UInt8 = 0x1A
+    public static let unacceptableConnectionParameters: UInt8 = 0x3B
+}

@@ -1,0 +1,224 @@
+import BlemuCore
+
+/// The connection parameters a link runs with (Vol 4, Part E, 7.7.65.1): interval in 1.25 ms,
+/// latency in connection events, supervision timeout in 10 ms.
+public struct LinkParameters: Equatable, Sendable {
+    public var interval: UInt16
+    public var latency: UInt16
+    public var supervisionTimeout: UInt16
+    public init(interval: UInt16, latency: UInt16, supervisionTimeout: UInt16) {
+        self.interval = interval
+        self.latency = latency
+        self.supervisionTimeout = supervisionTimeout
+    }
+}
+
+/// LE Connection Complete (7.7.65.1) and LE Enhanced Connection Complete (7.7.65.10) in one shape.
+public struct LEConnectionComplete: Equatable, Sendable {
+    public var status: UInt8
+    public var handle: UInt16
+    /// 0x00 central, 0x01 peripheral (our role).
+    public var role: UInt8
+    public var peerAddressType: UInt8
+    public var peerAddress: BluetoothAddress
+    public var parameters: LinkParameters
+}
+
+/// An HCI event, decoded (Vol 4, Part E, 7.7). Decoding is total: unknown events and LE
+/// subevents come back as `.other`/`.leOther`, malformed ones as a thrown `DecodeError`.
+public enum HCIEvent: Equatable, Sendable {
+    case commandComplete(numPackets: UInt8, opcode: UInt16, returnParameters: [UInt8])
+    case commandStatus(status: UInt8, numPackets: UInt8, opcode: UInt16)
+    case disconnectionComplete(status: UInt8, handle: UInt16, reason: UInt8)
+    case numberOfCompletedPackets([(handle: UInt16, count: UInt16)])
+    case hardwareError(code: UInt8)
+    case dataBufferOverflow(linkType: UInt8)
+    case encryptionChange(status: UInt8, handle: UInt16, enabled: UInt8)
+    case leConnectionComplete(LEConnectionComplete)
+    case leConnectionUpdateComplete(status: UInt8, handle: UInt16, parameters: LinkParameters)
+    case leRemoteConnectionParameterRequest(handle: UInt16, intervalMin: UInt16, intervalMax: UInt16,
+                                            latency: UInt16, timeout: UInt16)
+    case leDataLengthChange(handle: UInt16, maxTxOctets: UInt16, maxTxTime: UInt16, maxRxOctets: UInt16, maxRxTime: UInt16)
+    case lePHYUpdateComplete(status: UInt8, handle: UInt16, txPHY: UInt8, rxPHY: UInt8)
+    case leAdvertisingReport([AdvertisingReport])
+    case leOther(subevent: UInt8)
+    case other(code: UInt8)
+
+    public static func == (a: HCIEvent, b: HCIEvent) -> Bool {
+        switch (a, b) {
+        case let (.numberOfCompletedPackets(x), .numberOfCompletedPackets(y)):
+            return x.count == y.count && zip(x, y).allSatisfy { $0.handle == $1.handle && $0.count == $1.count }
+        case let (.commandComplete(a1, a2, a3), .commandComplete(b1, b2, b3)): return a1 == b1 && a2 == b2 && a3 == b3
+        case let (.commandStatus(a1, a2, a3), .commandStatus(b1, b2, b3)): return a1 == b1 && a2 == b2 && a3 == b3
+        case let (.disconnectionComplete(a1, a2, a3), .disconnectionComplete(b1, b2, b3)): return a1 == b1 && a2 == b2 && a3 == b3
+        case let (.hardwareError(x), .hardwareError(y)): return x == y
+        case let (.dataBufferOverflow(x), .dataBufferOverflow(y)): return x == y
+        case let (.encryptionChange(a1, a2, a3), .encryptionChange(b1, b2, b3)): return a1 == b1 && a2 == b2 && a3 == b3
+        case let (.leConnectionComplete(x), .leConnectionComplete(y)): return x == y
+        case let (.leConnectionUpdateComplete(a1, a2, a3), .leConnectionUpdateComplete(b1, b2, b3)): return a1 == b1 && a2 == b2 && a3 == b3
+        case let (.leRemoteConnectionParameterRequest(a1, a2, a3, a4, a5), .leRemoteConnectionParameterRequest(b1, b2, b3, b4, b5)):
+            return a1 == b1 && a2 == b2 && a3 == b3 && a4 == b4 && a5 == b5
+        case let (.leDataLengthChange(a1, a2, a3, a4, a5), .leDataLengthChange(b1, b2, b3, b4, b5)):
+            return a1 == b1 && a2 == b2 && a3 == b3 && a4 == b4 && a5 == b5
+        case let (.lePHYUpdateComplete(a1, a2, a3, a4), .lePHYUpdateComplete(b1, b2, b3, b4)):
+            return a1 == b1 && a2 == b2 && a3 == b3 && a4 == b4
+        case let (.leAdvertisingReport(x), .leAdvertisingReport(y)): return x == y
+        case let (.leOther(x), .leOther(y)): return x == y
+        case let (.other(x), .other(y)): return x == y
+        default: return false
+        }
+    }
+
+    /// Decodes an event packet: event code, parameter length, parameters (Vol 4, Part E, 5.4.4).
+    public init(packet: ArraySlice<UInt8>) throws(DecodeError) {
+        var r = ByteReader(packet)
+        let code = try r.u8()
+        let length = Int(try r.u8())
+        guard r.remaining == length else {
+            throw DecodeError(.lengthMismatch, "event \(Hex.byte(code)) says \(length) bytes, has \(r.remaining)")
+        }
+        switch code {
+        case 0x0E:
+            let numPackets = try r.u8()
+            let opcode = try r.u16()
+            self = .commandComplete(numPackets: numPackets, opcode: opcode, returnParameters: Array(r.rest()))
+        case 0x0F:
+            let status = try r.u8()
+            let numPackets = try r.u8()
+            let opcode = try r.u16()
+            try r.expectEnd("Command Status")
+            self = .commandStatus(status: status, numPackets: numPackets, opcode: opcode)
+        case 0x05:
+            let status = try r.u8()
+            let handle = try r.u16() & 0x0FFF
+            let reason = try r.u8()
+            try r.expectEnd("Disconnection Complete")
+            self = .disconnectionComplete(status: status, handle: handle, reason: reason)
+        case 0x13:
+            let count = Int(try r.u8())
+            guard r.remaining == count * 4 else { throw DecodeError(.lengthMismatch, "Number Of Completed Packets") }
+            var entries: [(handle: UInt16, count: UInt16)] = []
+            entries.reserveCapacity(count)
+            for _ in 0..<count { entries.append((try r.u16() & 0x0FFF, try r.u16())) }
+            self = .numberOfCompletedPackets(entries)
+        case 0x10:
+            let hwCode = try r.u8()
+            self = .hardwareError(code: hwCode)
+        case 0x1A:
+            self = .dataBufferOverflow(linkType: try r.u8())
+        case 0x08:
+            let status = try r.u8()
+            let handle = try r.u16() & 0x0FFF
+            let enabled = try r.u8()
+            self = .encryptionChange(status: status, handle: handle, enabled: enabled)
+        case 0x3E:
+            self = try HCIEvent.decodeLEMeta(&r)
+        default:
+            self = .other(code: code)
+        }
+    }
+
+    private static func decodeLEMeta(_ r: inout ByteReader) throws(DecodeError) -> HCIEvent {
+        let subevent = try r.u8()
+        switch subevent {
+        case 0x01, 0x0A:
+            // 7.7.65.1 / 7.7.65.10: the enhanced form adds the two resolvable private addresses.
+            let status = try r.u8()
+            let handle = try r.u16() & 0x0FFF
+            let role = try r.u8()
+            let peerType = try r.u8()
+            let peer = try BluetoothAddress(littleEndian: try r.bytes(6))
+            if subevent == 0x0A { try r.skip(12) }
+            let interval = try r.u16()
+            let latency = try r.u16()
+            let timeout = try r.u16()
+            _ = try r.u8() // central clock accuracy
+            return .leConnectionComplete(LEConnectionComplete(
+                status: status, handle: handle, role: role, peerAddressType: peerType, peerAddress: peer,
+                parameters: LinkParameters(interval: interval, latency: latency, supervisionTimeout: timeout)))
+        case 0x02:
+            let count = Int(try r.u8())
+            var reports: [AdvertisingReport] = []
+            for _ in 0..<count {
+                let eventType = try r.u8()
+                let addressType = try r.u8()
+                let address = try BluetoothAddress(littleEndian: try r.bytes(6))
+                let dataLength = Int(try r.u8())
+                let data = Array(try r.bytes(dataLength))
+                let rssi = try r.i8()
+                reports.append(AdvertisingReport(eventType: eventType, addressType: addressType, address: address,
+                                                 data: data, rssi: rssi))
+            }
+            return .leAdvertisingReport(reports)
+        case 0x03:
+            let status = try r.u8()
+            let handle = try r.u16() & 0x0FFF
+            let p = LinkParameters(interval: try r.u16(), latency: try r.u16(), supervisionTimeout: try r.u16())
+            return .leConnectionUpdateComplete(status: status, handle: handle, parameters: p)
+        case 0x06:
+            return .leRemoteConnectionParameterRequest(handle: try r.u16() & 0x0FFF, intervalMin: try r.u16(),
+                                                       intervalMax: try r.u16(), latency: try r.u16(), timeout: try r.u16())
+        case 0x07:
+            return .leDataLengthChange(handle: try r.u16() & 0x0FFF, maxTxOctets: try r.u16(), maxTxTime: try r.u16(),
+                                       maxRxOctets: try r.u16(), maxRxTime: try r.u16())
+        case 0x0C:
+            return .lePHYUpdateComplete(status: try r.u8(), handle: try r.u16() & 0x0FFF, txPHY: try r.u8(), rxPHY: try r.u8())
+        default:
+            return .leOther(subevent: subevent)
+        }
+    }
+}
+
+/// One report of LE Advertising Report (Vol 4, Part E, 7.7.65.2).
+public struct AdvertisingReport: Equatable, Sendable {
+    /// 0x00 ADV_IND, 0x01 ADV_DIRECT_IND, 0x02 ADV_SCAN_IND, 0x03 ADV_NONCONN_IND, 0x04 SCAN_RSP.
+    public var eventType: UInt8
+    public var addressType: UInt8
+    public var address: BluetoothAddress
+    public var data: [UInt8]
+    public var rssi: Int8
+}
+
+/// An ACL data packet (Vol 4, Part E, 5.4.2): handle (12 bits), Packet Boundary flag (2 bits),
+/// Broadcast flag (2 bits), data length, data.
+public struct ACLPacket: Equatable {
+    public enum Boundary: UInt8, Sendable {
+        /// Host to controller, first fragment of an LE L2CAP PDU.
+        case firstNonFlushable = 0b00
+        case continuing = 0b01
+        /// Controller to host, first fragment.
+        case firstFlushable = 0b10
+        case complete = 0b11
+    }
+    public var handle: UInt16
+    public var boundary: Boundary
+    public var data: ArraySlice<UInt8>
+
+    public init(handle: UInt16, boundary: Boundary, data: ArraySlice<UInt8>) {
+        self.handle = handle
+        self.boundary = boundary
+        self.data = data
+    }
+
+    public init(packet: ArraySlice<UInt8>) throws(DecodeError) {
+        var r = ByteReader(packet)
+        let header = try r.u16()
+        let length = Int(try r.u16())
+        guard r.remaining == length else {
+            throw DecodeError(.lengthMismatch, "ACL says \(length) bytes, has \(r.remaining)")
+        }
+        handle = header & 0x0FFF
+        boundary = Boundary(rawValue: UInt8((header >> 12) & 0x3)) ?? .continuing // all four values exist
+        data = r.rest()
+    }
+
+    public static func appendHeader(handle: UInt16, boundary: Boundary, length: Int, to out: inout [UInt8]) {
+        out.appendLE(handle & 0x0FFF | UInt16(boundary.rawValue) << 12)
+        out.appendLE(UInt16(truncatingIfNeeded: length))
+    }
+
+    public func encode(into out: inout [UInt8]) {
+        Self.appendHeader(handle: handle, boundary: boundary, length: data.count, to: &out)
+        out.append(contentsOf: data)
+    }
+}

@@ -1,0 +1,451 @@
+import BlemuCore
+import DequeModule
+import Logging
+
+/// What a controller told us about itself during initialization.
+public struct ControllerInfo: Sendable, Equatable {
+    public var hciVersion: UInt8 = 0
+    public var manufacturer: UInt16 = 0
+    public var address = BluetoothAddress(value: 0)
+    /// Supported Commands bit mask (Vol 4, Part E, 6.27), 64 octets.
+    public var supportedCommands = [UInt8](repeating: 0, count: 64)
+    /// LE features (Vol 6, Part B, 4.6).
+    public var leFeatures: UInt64 = 0
+    public var aclMaxLength = 27
+    public var aclTotalPackets = 1
+
+    public func supports(octet: Int, bit: Int) -> Bool {
+        octet < supportedCommands.count && supportedCommands[octet] & (1 << bit) != 0
+    }
+
+    /// Vol 6, Part B, 4.6.6: LE Data Packet Length Extension.
+    public var supportsDataLengthExtension: Bool { leFeatures & (1 << 5) != 0 }
+}
+
+/// The outcome of one HCI command.
+public enum CommandResult: Equatable, Sendable {
+    /// Command Complete: the return parameters, status first for nearly every command.
+    case complete([UInt8])
+    /// Command Status: the command started (status 0) or was refused.
+    case status(UInt8)
+    /// No answer within the command timeout.
+    case timeout
+    /// The host was reset before an answer came.
+    case cancelled
+
+    /// The HCI status the result carries (0x00 success), or nil for timeout/cancel.
+    public var status: UInt8? {
+        switch self {
+        case .complete(let p): return p.first ?? HCIStatus.success
+        case .status(let s): return s
+        case .timeout, .cancelled: return nil
+        }
+    }
+    public var succeeded: Bool { status == HCIStatus.success }
+}
+
+public protocol HCIHostDelegate: AnyObject {
+    /// Initialization finished: the controller is ready for advertising and connections.
+    func hciHostDidBecomeReady(_ host: HCIHost)
+    /// The controller was reset (hardware error, or initialization restarted): every link is gone.
+    func hciHostDidReset(_ host: HCIHost, reason: String)
+    /// Events other than the ones the host handles itself (command flow, ACL credits).
+    func hciHost(_ host: HCIHost, didReceive event: HCIEvent)
+    func hciHost(_ host: HCIHost, didReceiveACL packet: ACLPacket)
+    /// A link's transmit queue has room again after refusing a notification.
+    func hciHost(_ host: HCIHost, transmitQueueHasRoomFor handle: UInt16)
+}
+
+/// How an L2CAP PDU may be treated by the transmit queue.
+public enum TransmitPriority: Sendable {
+    /// Responses, indications, signalling: bounded by their protocols, never refused short of the hard cap.
+    case required
+    /// Notifications: refused once `notificationQueueLimit` of them wait on the link.
+    case bestEffort
+}
+
+/// The host side of HCI: command flow control, initialization, event decoding, and ACL
+/// transmission against controller credits.
+public final class HCIHost {
+    public static let commandTimeout: Duration = .seconds(3)
+    public static let maxQueuedCommands = 64
+    /// Notifications that may wait per link before `notify` says "queue full".
+    public static let notificationQueueLimit = 8
+    /// Hard cap per link, whatever the kind: past it a PDU is dropped with an error log.
+    public static let linkQueueLimit = 64
+
+    public weak var delegate: HCIHostDelegate?
+    /// Writes one packet to the controller: H4 packet type and the packet. False when refused.
+    public var output: (UInt8, ArraySlice<UInt8>) -> Bool
+    public private(set) var info = ControllerInfo()
+    public private(set) var isReady = false
+    public var logger: Logger
+
+    private let scheduler: TimerScheduling
+
+    private struct PendingCommand {
+        let command: HCICommand
+        let completion: ((CommandResult) -> Void)?
+    }
+    private var commandQueue: Deque<PendingCommand> = []
+    private var commandInFlight: PendingCommand?
+    private var commandTimer: TimerID?
+    /// Num_HCI_Command_Packets from the last Command Complete/Status (Vol 4, Part E, 4.4).
+    private var commandCredits = 1
+    private var generation = 0
+
+    private struct QueuedPDU {
+        var bytes: [UInt8]
+        var sent: Int
+        let priority: TransmitPriority
+    }
+    private struct LinkTransmit {
+        var queue: Deque<QueuedPDU> = []
+        var inFlight = 0
+        var bestEffortQueued = 0
+        var refusedBestEffort = false
+    }
+    private var links: [UInt16: LinkTransmit] = [:]
+    private var roundRobin: [UInt16] = []
+    private var aclCredits = 0
+    private var packetScratch: [UInt8] = []
+
+    public init(scheduler: TimerScheduling, logger: Logger, output: @escaping (UInt8, ArraySlice<UInt8>) -> Bool) {
+        self.scheduler = scheduler
+        self.logger = logger
+        self.output = output
+        packetScratch.reserveCapacity(4 + 251)
+    }
+
+    // MARK: Commands
+
+    /// Queues a command; it goes out when the controller has room (Num_HCI_Command_Packets).
+    /// Returns false, and logs, when the bounded queue is full.
+    @discardableResult
+    public func send(_ command: HCICommand, completion: ((CommandResult) -> Void)? = nil) -> Bool {
+        guard commandQueue.count < Self.maxQueuedCommands else {
+            logger.error("HCI command queue full: \(command.name) not sent")
+            completion?(.cancelled)
+            return false
+        }
+        commandQueue.append(PendingCommand(command: command, completion: completion))
+        pumpCommands()
+        return true
+    }
+
+    private func pumpCommands() {
+        // One command in flight at a time keeps answers unambiguous; credits say whether the
+        // controller can take it at all.
+        guard commandInFlight == nil, commandCredits > 0, let next = commandQueue.popFirst() else { return }
+        var packet: [UInt8] = []
+        next.command.encode(into: &packet)
+        commandInFlight = next
+        commandCredits -= 1
+        logger.trace("HCI command \(next.command.name)")
+        if !output(0x01, packet[...]) {
+            logger.warning("controller link refused \(next.command.name)")
+        }
+        let expected = generation
+        commandTimer = scheduler.schedule(after: Self.commandTimeout) { [weak self] in
+            guard let self, self.generation == expected, let inFlight = self.commandInFlight else { return }
+            // Vol 4, Part E, 4.4: a controller that does not answer; log, give the credit back, go on.
+            self.logger.error("HCI command \(inFlight.command.name) timed out after \(Self.commandTimeout): controller not answering",
+                              metadata: [LogKey.hciStatus: "timeout"])
+            self.commandTimer = nil
+            self.commandInFlight = nil
+            self.commandCredits = max(self.commandCredits, 1)
+            inFlight.completion?(.timeout)
+            self.pumpCommands()
+        }
+    }
+
+    private func finishCommand(opcode: UInt16, numPackets: UInt8, result: CommandResult) {
+        commandCredits = Int(numPackets)
+        guard let inFlight = commandInFlight, inFlight.command.opcode == opcode else {
+            // Opcode 0 is the controller saying it can take commands (Vol 4, Part E, 7.7.14).
+            if opcode != 0 { logger.debug("answer for \(HCIOpcode.name(opcode)), which is not in flight") }
+            pumpCommands()
+            return
+        }
+        if let timer = commandTimer { scheduler.cancel(timer) }
+        commandTimer = nil
+        commandInFlight = nil
+        if let status = result.status, status != HCIStatus.success {
+            logger.warning("\(inFlight.command.name) failed", metadata: [LogKey.hciStatus: .string(Hex.byte(status))])
+        }
+        inFlight.completion?(result)
+        pumpCommands()
+    }
+
+    // MARK: Initialization (Vol 4, Part E, 4 and 7)
+
+    /// Resets the controller and reads what it can do. Safe to call again (after a hardware
+    /// error or a new transport): everything pending is cancelled first.
+    public func start() {
+        halt()
+        initialize()
+    }
+
+    /// Forgets everything in flight (the transport is gone): pending commands are cancelled,
+    /// links and credits dropped, and nothing is sent until `start()`.
+    public func halt() {
+        generation += 1
+        isReady = false
+        if let timer = commandTimer { scheduler.cancel(timer) }
+        commandTimer = nil
+        let cancelled = (commandInFlight.map { [$0] } ?? []) + Array(commandQueue)
+        commandInFlight = nil
+        commandQueue.removeAll()
+        commandCredits = 1
+        links.removeAll()
+        roundRobin.removeAll()
+        aclCredits = 0
+        for pending in cancelled { pending.completion?(.cancelled) }
+    }
+
+    /// The initialization sequence, one command per stage, in order.
+    private enum InitStage: Int {
+        case reset, readLocalVersion, readBDAddr, readSupportedCommands, readSupportedFeatures, leReadFeatures
+        case setEventMask, leSetEventMask, leReadBufferSize, readBufferSize, suggestDataLength, done
+    }
+
+    private func initialize() { run(.reset) }
+
+    /// Vol 4, Part E, 7.3.1: Disconnection Complete (bit 4), Encryption Change (7), Hardware
+    /// Error (15), Data Buffer Overflow (25), Encryption Key Refresh Complete (47), LE Meta (61).
+    public static let eventMask: UInt64 = 1 << 4 | 1 << 7 | 1 << 15 | 1 << 25 | 1 << 47 | 1 << 61
+    /// Vol 4, Part E, 7.8.1: Connection Complete (0), Advertising Report (1), Connection Update
+    /// Complete (2), Read Remote Features Complete (3), LTK Request (4), Remote Connection Parameter
+    /// Request (5), Data Length Change (6), Enhanced Connection Complete (9), PHY Update Complete (11).
+    public static let leEventMask: UInt64 = 1 << 0 | 1 << 1 | 1 << 2 | 1 << 3 | 1 << 4 | 1 << 5 | 1 << 6 | 1 << 9 | 1 << 11
+
+    /// The command of a stage, whether the sequence can go on without it, or nil to skip it.
+    private func command(for stage: InitStage) -> (HCICommand, required: Bool)? {
+        switch stage {
+        case .reset: return (.reset, true)
+        case .readLocalVersion: return (.readLocalVersion, false)
+        case .readBDAddr: return (.readBDAddr, true)
+        case .readSupportedCommands: return (.readLocalSupportedCommands, false)
+        case .readSupportedFeatures: return (.readLocalSupportedFeatures, false)
+        case .leReadFeatures: return (.leReadLocalSupportedFeatures, true)
+        case .setEventMask: return (.setEventMask(Self.eventMask), true)
+        case .leSetEventMask: return (.leSetEventMask(Self.leEventMask), true)
+        case .leReadBufferSize:
+            // LE Read Buffer Size v2 is bit 5 of octet 41 of Supported Commands (Vol 4, Part E, 6.27).
+            return (info.supports(octet: 41, bit: 5) ? .leReadBufferSizeV2 : .leReadBufferSize, true)
+        case .readBufferSize:
+            // Vol 4, Part E, 7.8.2: zero LE buffers means LE shares the BR/EDR buffers.
+            return info.aclMaxLength == 0 || info.aclTotalPackets == 0 ? (.readBufferSize, true) : nil
+        case .suggestDataLength:
+            return info.supportsDataLengthExtension ? (.leWriteSuggestedDefaultDataLength(), false) : nil
+        case .done: return nil
+        }
+    }
+
+    private func record(_ stage: InitStage, _ result: CommandResult) {
+        guard case .complete(let p) = result, p.first == HCIStatus.success else { return }
+        switch stage {
+        case .readLocalVersion where p.count >= 9:
+            info.hciVersion = p[1]
+            info.manufacturer = UInt16(p[5]) | UInt16(p[6]) << 8
+        case .readBDAddr where p.count >= 7:
+            if let address = try? BluetoothAddress(littleEndian: p[1..<7]) { info.address = address }
+        case .readSupportedCommands where p.count >= 65:
+            info.supportedCommands = Array(p[1..<65])
+        case .leReadFeatures where p.count >= 9:
+            var reader = ByteReader(p[1..<9])
+            info.leFeatures = (try? reader.u64()) ?? 0
+        case .leReadBufferSize where p.count >= 4:
+            info.aclMaxLength = Int(UInt16(p[1]) | UInt16(p[2]) << 8)
+            info.aclTotalPackets = Int(p[3])
+        case .readBufferSize where p.count >= 8:
+            info.aclMaxLength = Int(UInt16(p[1]) | UInt16(p[2]) << 8)
+            info.aclTotalPackets = Int(UInt16(p[4]) | UInt16(p[5]) << 8)
+        default:
+            break
+        }
+    }
+
+    private func run(_ stage: InitStage) {
+        if stage == .done {
+            finishInitialization()
+            return
+        }
+        let next = InitStage(rawValue: stage.rawValue + 1) ?? .done
+        guard let (command, required) = command(for: stage) else {
+            run(next)
+            return
+        }
+        let expected = generation
+        send(command) { [weak self] result in
+            guard let self, self.generation == expected else { return }
+            if required && !result.succeeded {
+                self.logger.error("controller initialization failed at \(command.name); retrying in 1 s",
+                                  metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
+                self.scheduler.schedule(after: .seconds(1)) { [weak self] in
+                    guard let self, self.generation == expected else { return }
+                    self.start()
+                }
+                return
+            }
+            self.record(stage, result)
+            self.run(next)
+        }
+    }
+
+    private func finishInitialization() {
+        info.aclMaxLength = max(info.aclMaxLength, 27)
+        info.aclTotalPackets = max(info.aclTotalPackets, 1)
+        aclCredits = info.aclTotalPackets
+        isReady = true
+        logger.info("controller ready: \(info.address), ACL \(info.aclTotalPackets) x \(info.aclMaxLength) bytes")
+        delegate?.hciHostDidBecomeReady(self)
+    }
+
+    // MARK: Incoming
+
+    /// Handles one event packet from the controller. Malformed events are logged and dropped.
+    public func receiveEvent(_ packet: ArraySlice<UInt8>) {
+        let event: HCIEvent
+        do {
+            event = try HCIEvent(packet: packet)
+        } catch {
+            logger.warning("dropped malformed HCI event: \(error)")
+            return
+        }
+        switch event {
+        case let .commandComplete(numPackets, opcode, parameters):
+            finishCommand(opcode: opcode, numPackets: numPackets, result: .complete(parameters))
+        case let .commandStatus(status, numPackets, opcode):
+            finishCommand(opcode: opcode, numPackets: numPackets, result: .status(status))
+        case .numberOfCompletedPackets(let entries):
+            for entry in entries {
+                // Credits for links already gone were returned at disconnection (Vol 4, Part E, 4.3).
+                guard var link = links[entry.handle] else { continue }
+                let count = min(Int(entry.count), link.inFlight)
+                link.inFlight -= count
+                links[entry.handle] = link
+                aclCredits = min(aclCredits + count, info.aclTotalPackets)
+            }
+            drainACL()
+        case .hardwareError(let code):
+            logger.error("controller hardware error \(Hex.byte(code)): resetting",
+                         metadata: [LogKey.hciStatus: .string(Hex.byte(code))])
+            delegate?.hciHostDidReset(self, reason: "hardware error \(Hex.byte(code))")
+            start()
+        case .disconnectionComplete(let status, let handle, _):
+            if status == HCIStatus.success { closeLink(handle) }
+            delegate?.hciHost(self, didReceive: event)
+        default:
+            delegate?.hciHost(self, didReceive: event)
+        }
+    }
+
+    public func receiveACL(_ packet: ArraySlice<UInt8>) {
+        do {
+            let acl = try ACLPacket(packet: packet)
+            delegate?.hciHost(self, didReceiveACL: acl)
+        } catch {
+            logger.warning("dropped malformed ACL packet: \(error)")
+        }
+    }
+
+    // MARK: ACL transmit
+
+    /// Starts accounting for a new connection handle.
+    public func openLink(_ handle: UInt16) {
+        if links[handle] == nil {
+            links[handle] = LinkTransmit()
+            roundRobin.append(handle)
+        }
+    }
+
+    /// A link is gone: its queue is dropped, and the packets the controller had not yet
+    /// completed count as completed (Vol 4, Part E, 4.3).
+    public func closeLink(_ handle: UInt16) {
+        guard let link = links.removeValue(forKey: handle) else { return }
+        roundRobin.removeAll { $0 == handle }
+        aclCredits = min(aclCredits + link.inFlight, info.aclTotalPackets)
+        drainACL()
+    }
+
+    public func queuedPDUs(_ handle: UInt16) -> Int { links[handle]?.queue.count ?? 0 }
+
+    /// Sends an L2CAP PDU (basic header included) on a link, fragmented to the controller's
+    /// ACL size, against its credits. Returns false when the PDU was refused (best-effort
+    /// queue full, unknown link, or the hard cap reached).
+    public func sendL2CAP(handle: UInt16, pdu: ArraySlice<UInt8>, priority: TransmitPriority) -> Bool {
+        guard var link = links[handle] else { return false }
+        if priority == .bestEffort && link.bestEffortQueued >= Self.notificationQueueLimit {
+            link.refusedBestEffort = true
+            links[handle] = link
+            return false
+        }
+        if link.queue.isEmpty {
+            // Fast path: nothing waits, so send what credits allow straight from the caller's
+            // buffer, and queue only the rest.
+            var sent = 0
+            while sent < pdu.count, aclCredits > 0 {
+                let chunk = min(info.aclMaxLength, pdu.count - sent)
+                transmitFragment(handle: handle, first: sent == 0, pdu[(pdu.startIndex + sent)..<(pdu.startIndex + sent + chunk)])
+                link.inFlight += 1
+                sent += chunk
+            }
+            if sent == pdu.count {
+                links[handle] = link
+                return true
+            }
+            link.queue.append(QueuedPDU(bytes: Array(pdu), sent: sent, priority: priority))
+        } else {
+            guard link.queue.count < Self.linkQueueLimit else {
+                logger.error("link transmit queue full: PDU dropped", metadata: [LogKey.connHandle: "\(handle)"])
+                return false
+            }
+            link.queue.append(QueuedPDU(bytes: Array(pdu), sent: 0, priority: priority))
+        }
+        if priority == .bestEffort { link.bestEffortQueued += 1 }
+        links[handle] = link
+        return true
+    }
+
+    private func transmitFragment(handle: UInt16, first: Bool, _ data: ArraySlice<UInt8>) {
+        packetScratch.removeAll(keepingCapacity: true)
+        ACLPacket.appendHeader(handle: handle, boundary: first ? .firstNonFlushable : .continuing,
+                               length: data.count, to: &packetScratch)
+        packetScratch.append(contentsOf: data)
+        aclCredits -= 1
+        if !output(0x02, packetScratch[...]) {
+            logger.error("controller link refused an ACL packet", metadata: [LogKey.connHandle: "\(handle)"])
+        }
+    }
+
+    /// Sends queued fragments round-robin across links while the controller has buffers.
+    private func drainACL() {
+        var progress = true
+        while aclCredits > 0 && progress {
+            progress = false
+            for handle in roundRobin where aclCredits > 0 {
+                guard var link = links[handle], var head = link.queue.first else { continue }
+                let chunk = min(info.aclMaxLength, head.bytes.count - head.sent)
+                transmitFragment(handle: handle, first: head.sent == 0, head.bytes[head.sent..<(head.sent + chunk)])
+                link.inFlight += 1
+                head.sent += chunk
+                if head.sent >= head.bytes.count {
+                    link.queue.removeFirst()
+                    if head.priority == .bestEffort { link.bestEffortQueued -= 1 }
+                } else {
+                    link.queue[0] = head
+                }
+                links[handle] = link
+                progress = true
+            }
+        }
+        for handle in roundRobin {
+            guard var link = links[handle], link.refusedBestEffort,
+                  link.bestEffortQueued < Self.notificationQueueLimit else { continue }
+            link.refusedBestEffort = false
+            links[handle] = link
+            delegate?.hciHost(self, transmitQueueHasRoomFor: handle)
+        }
+    }
+}

@@ -1,2 +1,0 @@
-// placeholder until the layer lands
-enum _PlaceholderHCI {}

@@ -1,0 +1,75 @@
+import BlemuATT
+import BlemuCore
+import BlemuGATT
+import BlemuHCI
+import Logging
+
+/// What the stack offers a running device: time, logging, and updates to centrals.
+/// Nothing here is about HCI or L2CAP: a device only knows its characteristics.
+public protocol DeviceContext: AnyObject {
+    var scheduler: TimerScheduling { get }
+    var logger: Logger { get }
+    /// The centrals connected now.
+    var peers: [ATTPeer] { get }
+    /// Notifies every central that enabled notifications. False when a transmit queue was full
+    /// for at least one of them: the device hears `peripheralIsReady` when there is room again,
+    /// like Core Bluetooth's updateValue / peripheralManagerIsReady(toUpdateSubscribers:).
+    @discardableResult func notify(_ characteristic: Characteristic, value: [UInt8]) -> Bool
+    /// Indicates to every central that enabled indications (or only `peer`); false when a queue was full.
+    @discardableResult func indicate(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?) -> Bool
+    /// Whether `peer` (or any central, when nil) enabled notifications or indications.
+    func isSubscribed(_ characteristic: Characteristic, peer: ATTPeer?, indications: Bool) -> Bool
+    /// Logs an event with the device's metadata.
+    func log(_ event: BlemuEvent, _ level: Logger.Level, _ message: String, _ metadata: Logger.Metadata)
+}
+
+/// How a device presents itself before anyone connects.
+public struct DeviceProfile: Sendable {
+    /// The default local name (overridden by `--name`).
+    public var defaultName: String
+    /// Services to list in the advertisement, most important first.
+    public var advertisedServices: [BluetoothUUID]
+    /// GAP Appearance (Assigned Numbers 2.6).
+    public var appearance: UInt16
+    public var connectionParameters: ConnectionParameters
+    public var advertisingTiming: AdvertisingTiming
+    public var txPowerLevel: Int8?
+
+    public init(defaultName: String, advertisedServices: [BluetoothUUID], appearance: UInt16,
+                connectionParameters: ConnectionParameters = .recommended,
+                advertisingTiming: AdvertisingTiming = AdvertisingTiming(), txPowerLevel: Int8? = 0) {
+        self.defaultName = defaultName
+        self.advertisedServices = advertisedServices
+        self.appearance = appearance
+        self.connectionParameters = connectionParameters
+        self.advertisingTiming = advertisingTiming
+        self.txPowerLevel = txPowerLevel
+    }
+}
+
+/// An emulated peripheral: its GATT services and the simulated world behind them.
+/// See Docs/WRITING-A-DEVICE.md.
+public protocol Device: AnyObject {
+    /// The name on the command line (`heart-rate`), CONTRACT.md "Device names".
+    static var deviceName: String { get }
+    static var summary: String { get }
+    var profile: DeviceProfile { get }
+    /// The device's own services (GAP, GATT and Diagnostics are added by the stack).
+    var services: [Service] { get }
+    /// Called once the database is built; timers for the simulated world start here.
+    func start(context: DeviceContext)
+    func stop()
+    /// A transmit queue that was full has room again.
+    func peripheralIsReady()
+    func peerConnected(_ peer: ATTPeer)
+    func peerDisconnected(_ peer: ATTPeer)
+    func subscriptionChanged(_ characteristic: Characteristic, peer: ATTPeer, notify: Bool, indicate: Bool)
+}
+
+extension Device {
+    public func stop() {}
+    public func peripheralIsReady() {}
+    public func peerConnected(_ peer: ATTPeer) {}
+    public func peerDisconnected(_ peer: ATTPeer) {}
+    public func subscriptionChanged(_ characteristic: Characteristic, peer: ATTPeer, notify: Bool, indicate: Bool) {}
+}

@@ -1,0 +1,67 @@
+import BlemuATT
+import BlemuCore
+import BlemuGATT
+
+/// Counters every device reports in its Diagnostics characteristic (CONTRACT.md).
+public struct PeripheralStatistics: Sendable {
+    public var startedNanoseconds: UInt64 = 0
+    public var connectionsTotal = 0
+    public var attRequests = 0
+    public var attErrors = 0
+    public var lastError: String?
+    public var diagnosticsReads = 0
+}
+
+/// The Diagnostics service of CONTRACT.md, on every device: one dynamic, read-only
+/// characteristic holding a JSON object. A fresh value is made for each read that starts at
+/// offset 0; the Read Blob requests that continue it are served by the ATT server from the value
+/// it kept, so `reads` counts long reads, not blobs.
+final class DiagnosticsService {
+    static let serviceUUID = BluetoothUUID("7d3c0001-9a5e-4d1a-8f6e-5c1b2d3e4f50")!
+    static let characteristicUUID = BluetoothUUID("7d3c0002-9a5e-4d1a-8f6e-5c1b2d3e4f50")!
+
+    let service: Service
+    let characteristic: Characteristic
+
+    /// The read handler is installed by the peripheral, which owns the counters.
+    init() {
+        let characteristic = Characteristic(Self.characteristicUUID, properties: [.read],
+                                            descriptors: [.userDescription("blemu diagnostics (JSON)")],
+                                            onRead: { _ in .failure(.unlikelyError) })
+        self.characteristic = characteristic
+        service = Service(Self.serviceUUID) { characteristic }
+    }
+
+    static func render(_ fields: [(String, String)]) -> String {
+        "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
+    }
+}
+
+/// JSON encoding of the few value kinds the diagnostics use.
+enum JSON {
+    static func string(_ s: String) -> String {
+        var out = "\""
+        for scalar in s.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            default:
+                if scalar.value < 0x20 {
+                    let hex = String(scalar.value, radix: 16)
+                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+                } else {
+                    out.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        return out + "\""
+    }
+    static func optionalString(_ s: String?) -> String { s.map(string) ?? "null" }
+    static func array(_ items: [String]) -> String { "[" + items.joined(separator: ",") + "]" }
+    static func object(_ fields: [(String, String)]) -> String {
+        "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
+    }
+}

@@ -1,0 +1,61 @@
+import BlemuATT
+import BlemuCore
+import BlemuGATT
+import BlemuHCI
+
+/// The services every device gets: GAP (Vol 3, Part C, 12) and GATT (Vol 3, Part G, 7).
+final class StandardServices {
+    let gap: Service
+    let gatt: Service
+    let serviceChanged: Characteristic
+    /// Client Supported Features per connection (Vol 3, Part G, 7.2): bits once set stay set.
+    private var clientFeatures: [UInt16: UInt8] = [:]
+    weak var database: GATTDatabase?
+
+    init(name: String, appearance: UInt16, parameters: ConnectionParameters) {
+        var appearanceBytes: [UInt8] = []
+        appearanceBytes.appendLE(appearance)
+        gap = Service(GATTType.gapService) {
+            Characteristic(GATTType.deviceName, properties: [.read], cachedValue: Array(name.utf8.prefix(248)))
+            Characteristic(GATTType.appearance, properties: [.read], cachedValue: appearanceBytes)
+            // Vol 3, Part C, 12.3: interval min, max, latency, timeout.
+            Characteristic(GATTType.peripheralPreferredConnectionParameters, properties: [.read],
+                           cachedValue: parameters.encoded)
+        }
+        let serviceChanged = Characteristic(GATTType.serviceChanged, properties: [.indicate], length: .fixed(4))
+        self.serviceChanged = serviceChanged
+        let features = Characteristic(GATTType.clientSupportedFeatures, properties: [.read, .write],
+                                      length: .variable(max: 1))
+        let hash = Characteristic(GATTType.databaseHash, properties: [.read], length: .fixed(16))
+        // Vol 3, Part G, 7.4: Server Supported Features; bit 0 (EATT) is not supported.
+        let serverFeatures = Characteristic(GATTType.serverSupportedFeatures, properties: [.read], cachedValue: [0x00])
+        gatt = Service(GATTType.gattService) {
+            serviceChanged
+            features
+            hash
+            serverFeatures
+        }
+        features.onRead = { [weak self] request in
+            let value = self?.clientFeatures[request.peer.connectionHandle] ?? 0
+            return .success(Array([value].dropFirst(min(request.offset, 1))))
+        }
+        features.onWrite = { [weak self] request in
+            guard let self else { return .unlikelyError }
+            guard request.offset == 0, request.value.count == 1 else { return .invalidAttributeValueLength }
+            let old = self.clientFeatures[request.peer.connectionHandle] ?? 0
+            // Vol 3, Part G, 7.2: a client may not clear a bit it has set: Value Not Allowed.
+            guard request.value[0] & old == old else { return .valueNotAllowed }
+            // Bits 0-2 are defined (robust caching, EATT, multiple notifications); the rest are reserved.
+            self.clientFeatures[request.peer.connectionHandle] = request.value[0] & 0x07
+            return nil
+        }
+        hash.onRead = { [weak self] request in
+            guard let hash = self?.database?.hash else { return .failure(.unlikelyError) }
+            return request.offset <= hash.count ? .success(Array(hash[request.offset...])) : .failure(.invalidOffset)
+        }
+    }
+
+    func connectionClosed(_ handle: UInt16) {
+        clientFeatures[handle] = nil
+    }
+}

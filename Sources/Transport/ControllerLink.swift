@@ -1,0 +1,135 @@
+import BlemuCore
+import BlemuRunLoop
+
+/// A controller connection that stays up: opens the transport for `spec`, and when it fails
+/// or is lost, tries again with exponential backoff on the loop's timers. It never gives up
+/// and never exits; `stop()` ends it.
+public final class ControllerLink {
+    public let spec: ControllerSpec
+    /// The transport opened: the host resets its controller state and starts over.
+    public var onUp: (() -> Void)?
+    /// The transport that was up is gone (already closed); a reconnect is scheduled.
+    public var onDown: ((TransportError) -> Void)?
+    /// An open attempt failed; the next one comes after the given delay.
+    public var onOpenFailed: ((TransportError, Duration) -> Void)?
+    public var onPacket: ((H4PacketType, ArraySlice<UInt8>) -> Void)?
+
+    public private(set) var isUp = false
+    /// Between `start()` and `stop()`.
+    public private(set) var isRunning = false
+    /// The most recent failure, cleared when the link comes up.
+    public private(set) var lastError: TransportError?
+    /// The delay before the next open attempt after a failure.
+    public private(set) var currentBackoff: Duration
+
+    public let initialBackoff: Duration
+    public let maxBackoff: Duration
+    public let connectTimeout: Duration
+    public let outputCapacity: Int
+
+    /// The open transport, while up (e.g. for `discardedBytes`).
+    public private(set) var transport: (any ControllerTransport)?
+
+    private let loop: RunLoop
+    private var opening: TransportOpening?
+    private var retryTimer: TimerID?
+
+    public init(spec: ControllerSpec, loop: RunLoop, initialBackoff: Duration = .milliseconds(250),
+                maxBackoff: Duration = .seconds(8), connectTimeout: Duration = .seconds(3),
+                outputCapacity: Int = ControllerTransports.defaultOutputCapacity) {
+        self.spec = spec
+        self.loop = loop
+        self.initialBackoff = initialBackoff
+        self.maxBackoff = max(maxBackoff, initialBackoff)
+        self.connectTimeout = connectTimeout
+        self.outputCapacity = outputCapacity
+        self.currentBackoff = initialBackoff
+    }
+
+    deinit {
+        opening?.cancel()
+        if let retryTimer { loop.cancel(retryTimer) }
+        transport?.close()
+    }
+
+    /// Opens the transport; `onUp` or `onOpenFailed` follows on the loop.
+    public func start() {
+        guard !isRunning else { return }
+        isRunning = true
+        currentBackoff = initialBackoff
+        attempt()
+    }
+
+    /// Closes the transport and cancels any reconnection. No `onDown` follows.
+    public func stop() {
+        isRunning = false
+        opening?.cancel()
+        opening = nil
+        if let retryTimer {
+            loop.cancel(retryTimer)
+            self.retryTimer = nil
+        }
+        transport?.close()
+        transport = nil
+        isUp = false
+    }
+
+    /// Sends through the transport; false while down or when its output buffer is full.
+    public func send(_ type: H4PacketType, _ body: ArraySlice<UInt8>) -> Bool {
+        guard isUp, let transport else { return false }
+        return transport.send(type, body)
+    }
+
+    public func send(_ type: H4PacketType, _ body: [UInt8]) -> Bool { send(type, body[...]) }
+
+    private func attempt() {
+        retryTimer = nil
+        guard isRunning, opening == nil, transport == nil else { return }
+        opening = ControllerTransports.open(spec, on: loop, connectTimeout: connectTimeout,
+                                            outputCapacity: outputCapacity) { [weak self] result in
+            self?.opened(result)
+        }
+    }
+
+    private func opened(_ result: Result<any ControllerTransport, TransportError>) {
+        opening = nil
+        switch result {
+        case .success(let newTransport):
+            guard isRunning else {
+                newTransport.close()
+                return
+            }
+            newTransport.onPacket = { [weak self] type, body in self?.onPacket?(type, body) }
+            newTransport.onClosed = { [weak self, weak newTransport] error in
+                guard let self, let newTransport, newTransport === self.transport else { return }
+                self.lost(error)
+            }
+            transport = newTransport
+            isUp = true
+            lastError = nil
+            currentBackoff = initialBackoff
+            onUp?()
+        case .failure(let error):
+            lastError = error
+            let delay = currentBackoff
+            currentBackoff = min(currentBackoff * 2, maxBackoff)
+            scheduleRetry(after: delay)
+            onOpenFailed?(error, delay)
+        }
+    }
+
+    private func lost(_ error: TransportError) {
+        transport = nil
+        isUp = false
+        lastError = error
+        let delay = currentBackoff
+        currentBackoff = min(currentBackoff * 2, maxBackoff)
+        scheduleRetry(after: delay)
+        onDown?(error)
+    }
+
+    private func scheduleRetry(after delay: Duration) {
+        guard isRunning, retryTimer == nil else { return }
+        retryTimer = loop.schedule(after: delay) { [weak self] in self?.attempt() }
+    }
+}
