@@ -61,7 +61,8 @@ let package = Package(
         .testTarget(name: "HCITests", dependencies: ["BlemuHCI", "BlemuL2CAP"], path: "Tests/HCITests"),
         .testTarget(name: "ATTTests", dependencies: ["BlemuATT"], path: "Tests/ATTTests"),
         .testTarget(name: "GATTTests", dependencies: ["BlemuGATT", "BlemuATT"], path: "Tests/GATTTests"),
-        .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuGATT", "BlemuATT"],
+        .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuGATT", "BlemuATT",
+                                                   .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HostTests"),
     ]
 )

@@ -548,7 +548,7 @@ class Central:
         exited") aborts the scan with that reason.
         """
         return await self.scan_until(
-            lambda result: result.matches_name(name), f"an advertisement named {name!r}",
+            lambda result: result.matches_name(name), f"advertisement named {name!r}",
             timeout=timeout, want_scan_response=want_scan_response, alive=alive,
         )
 

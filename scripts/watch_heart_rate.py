@@ -44,11 +44,9 @@ def stamp() -> str:
 async def watch_once(central: Central, name: str | None, scan_timeout: float, remaining: list[int]) -> int:
     """One scan-connect-subscribe session; returns the disconnection reason."""
     if name:
-        description = f"an advertisement named {name!r}"
         result = await central.scan_for(name, timeout=scan_timeout, want_scan_response=False)
     else:
-        description = "a Heart Rate (0x180D) advertiser"
-        result = await central.scan_until(lambda r: 0x180D in r.service_uuids_16(), description,
+        result = await central.scan_until(lambda r: 0x180D in r.service_uuids_16(), "Heart Rate (0x180D) advertiser",
                                           timeout=scan_timeout, want_scan_response=False)
     advertised = next(iter(result.names().values()), (0, "?"))[1]
     print(f"{stamp()}  found {advertised} at {result.address}; connecting", flush=True)

@@ -289,9 +289,9 @@ public final class Peripheral {
             if connections.isEmpty { resetAndFinish() }
             return
         }
-        if !isAdvertising && !advertisingRequested {
-            startAdvertising(fast: true)
-        }
+        // Apple's guidelines: fast advertising for 30 s after every disconnection, even when
+        // a slow phase was running for another central.
+        startAdvertising(fast: true)
     }
 
     private func dropAllConnections(reason: String) {

@@ -249,14 +249,22 @@ struct SplitMix64: RandomNumberGenerator {
 
     @Test func randomContentAlwaysFitsAndNothingIsDroppedSilently() throws {
         var random = SplitMix64(seed: 2024)
+        var usedScanResponse = 0, omittedSomething = 0, shortenedName = 0
         for _ in 0..<3_000 {
             let content = Self.randomContent(&random)
             let payload = AdvertisingPayload.build(content)
+            if !payload.scanResponseData.isEmpty { usedScanResponse += 1 }
+            if !payload.omitted.isEmpty { omittedSomething += 1 }
+            if payload.advertisingData.count > 2, try structures(payload.advertisingData).contains(where: {
+                $0.type == ADType.shortenedLocalName
+            }) { shortenedName += 1 }
             #expect(payload == AdvertisingPayload.build(content))   // deterministic
             #expect(payload.advertisingData.count <= 31)
             #expect(payload.scanResponseData.count <= 31)
             try checkStructure(payload, content)
         }
+        // The generator reaches the overflow paths, so the checks above cover them.
+        #expect(usedScanResponse > 100 && omittedSomething > 100 && shortenedName > 100)
     }
 
     private func checkStructure(_ payload: AdvertisingPayload, _ content: AdvertisingContent) throws {

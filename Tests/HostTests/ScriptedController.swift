@@ -1,0 +1,142 @@
+import BlemuCore
+import BlemuHCI
+
+/// A controller written as a script: it answers every command the host sends the way a
+/// Core 5.4 controller would, and lets a test inject events and ACL data and read what the
+/// host sent. Everything runs synchronously, so a test reads top to bottom.
+final class ScriptedController {
+    var commands: [HCICommand] = []
+    var aclOut: [ACLPacket] = []
+    var aclBufferCount: UInt8 = 4
+    var aclBufferSize: UInt16 = 27
+    var supportsDataLengthExtension = true
+    /// Opcodes to answer with this status instead of success.
+    var failures: [UInt16: UInt8] = [:]
+    /// When false, ACL packets are taken but not completed until `completePackets`.
+    var autoComplete = true
+    weak var host: HCIHost?
+    private var pendingCompletions: [UInt16: UInt16] = [:]
+    private var partial: [UInt16: [UInt8]] = [:]
+    var frames: [(handle: UInt16, cid: UInt16, payload: [UInt8])] = []
+
+    private func reassemble(_ acl: ACLPacket) {
+        var current = acl.boundary == .firstNonFlushable ? [] : partial[acl.handle] ?? []
+        current += acl.data
+        if current.count >= 4 {
+            let length = Int(current[0]) | Int(current[1]) << 8
+            if current.count >= length + 4 {
+                frames.append((acl.handle, UInt16(current[2]) | UInt16(current[3]) << 8, Array(current[4..<(length + 4)])))
+                current = []
+            }
+        }
+        partial[acl.handle] = current
+    }
+
+    func output(_ type: UInt8, _ packet: ArraySlice<UInt8>) -> Bool {
+        switch type {
+        case 0x01:
+            var r = ByteReader(packet)
+            guard let opcode = try? r.u16(), let length = try? r.u8(), let parameters = try? r.bytes(Int(length)) else { return true }
+            let command = HCICommand(opcode: opcode, parameters: Array(parameters))
+            commands.append(command)
+            answer(command)
+        case 0x02:
+            guard let acl = try? ACLPacket(packet: packet) else { return true }
+            aclOut.append(ACLPacket(handle: acl.handle, boundary: acl.boundary, data: Array(acl.data)[...]))
+            reassemble(acl)
+            pendingCompletions[acl.handle, default: 0] += 1
+            if autoComplete { completePackets() }
+        default:
+            break
+        }
+        return true
+    }
+
+    func completePackets() {
+        guard !pendingCompletions.isEmpty else { return }
+        let entries = pendingCompletions.sorted { $0.key < $1.key }
+        pendingCompletions.removeAll()
+        var p: [UInt8] = [UInt8(entries.count)]
+        for (handle, count) in entries {
+            p.appendLE(handle)
+            p.appendLE(count)
+        }
+        event(0x13, p)
+    }
+
+    func event(_ code: UInt8, _ parameters: [UInt8]) {
+        host?.receiveEvent(([code, UInt8(parameters.count)] + parameters)[...])
+    }
+
+    private func answer(_ command: HCICommand) {
+        let status = failures[command.opcode] ?? 0
+        var returned: [UInt8] = [status]
+        switch command.opcode {
+        case HCIOpcode.readLocalVersion:
+            returned += [0x0D, 0x00, 0x00, 0x0D, 0xFF, 0xFF, 0x00, 0x00]
+        case HCIOpcode.readBDAddr:
+            returned += [0x01, 0x02, 0x03, 0x04, 0x05, 0x06]
+        case HCIOpcode.readLocalSupportedCommands:
+            var bits = [UInt8](repeating: 0xFF, count: 64)
+            bits[41] = 0 // no LE Read Buffer Size v2: the host must fall back to v1
+            returned += bits
+        case HCIOpcode.readLocalSupportedFeatures:
+            returned += [UInt8](repeating: 0, count: 8)
+        case HCIOpcode.leReadLocalSupportedFeatures:
+            returned += [supportsDataLengthExtension ? 0x20 : 0x00, 0, 0, 0, 0, 0, 0, 0]
+        case HCIOpcode.leReadBufferSize:
+            returned.appendLE(aclBufferSize)
+            returned.append(aclBufferCount)
+        case HCIOpcode.disconnect, HCIOpcode.leSetDataLength:
+            // Command Status commands (Vol 4, Part E, 7.1.6 and 7.8.33).
+            event(0x0F, [status, 1] + le(command.opcode))
+            return
+        default:
+            break
+        }
+        event(0x0E, [1] + le(command.opcode) + returned)
+    }
+
+    private func le(_ v: UInt16) -> [UInt8] { [UInt8(v & 0xFF), UInt8(v >> 8)] }
+
+    // MARK: Scripted central
+
+    /// LE Connection Complete (Vol 4, Part E, 7.7.65.1): we are the peripheral.
+    func connect(handle: UInt16, peer: BluetoothAddress, interval: UInt16 = 24) {
+        var p: [UInt8] = [0x01, 0x00]
+        p.appendLE(handle)
+        p += [0x01, 0x01] + peer.littleEndianBytes
+        p.appendLE(interval)
+        p.appendLE(UInt16(0))
+        p.appendLE(UInt16(400))
+        p.append(0x00)
+        event(0x3E, p)
+    }
+
+    func disconnect(handle: UInt16, reason: UInt8 = 0x13) {
+        var p: [UInt8] = [0x00]
+        p.appendLE(handle)
+        p.append(reason)
+        event(0x05, p)
+    }
+
+    /// Sends an L2CAP frame on `cid` as one ACL packet from the central.
+    func sendL2CAP(handle: UInt16, cid: UInt16, _ payload: [UInt8]) {
+        var frame: [UInt8] = []
+        frame.appendLE(UInt16(payload.count))
+        frame.appendLE(cid)
+        frame += payload
+        var packet: [UInt8] = []
+        ACLPacket(handle: handle, boundary: .firstFlushable, data: frame[...]).encode(into: &packet)
+        host?.receiveACL(packet[...])
+    }
+
+    /// Everything the host sent on `cid` of a link since the last call, reassembled.
+    func takeL2CAP(handle: UInt16, cid: UInt16) -> [[UInt8]] {
+        let taken = frames.filter { $0.handle == handle && $0.cid == cid }.map(\.payload)
+        frames.removeAll { $0.handle == handle && $0.cid == cid }
+        return taken
+    }
+
+    func commands(_ opcode: UInt16) -> [HCICommand] { commands.filter { $0.opcode == opcode } }
+}
