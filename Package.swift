@@ -7,6 +7,9 @@ let package = Package(
     platforms: [.macOS(.v13)],
     products: [
         .executable(name: "blemu", targets: ["blemu"]),
+        // The stack as a library, for the benchmarks package (Benchmarks/) and embedding.
+        .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuHost",
+                                             "BlemuDevices"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),

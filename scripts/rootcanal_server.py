@@ -88,6 +88,13 @@ class RootCanal:
         return f"tcp:127.0.0.1:{self.hci_port}"
 
     def start(self, timeout: float = 15.0) -> "RootCanal":
+        # rootcanal keeps running without its HCI port when that port is taken: check first.
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", self.hci_port))
+            except OSError as error:
+                raise RuntimeError(f"port {self.hci_port} is not free ({error.strerror}); pick another") from None
         log = open(self.log_path, "wb")
         try:
             self.process = subprocess.Popen(

@@ -31,9 +31,11 @@ extension Logger.Metadata {
 extension Logger {
     /// Logs with the `event` key set, so field engineers can filter on `BLEMU_EVENT`.
     public func event(_ event: BlemuEvent, _ level: Logger.Level = .info, _ message: @autoclosure () -> Logger.Message,
-                      _ metadata: Logger.Metadata = [:],
+                      _ metadata: @autoclosure () -> Logger.Metadata = [:],
                       file: String = #fileID, function: String = #function, line: UInt = #line) {
-        var all = metadata
+        // Nothing is built for a level that is off: events sit on the request path.
+        guard logLevel <= level else { return }
+        var all = metadata()
         all[LogKey.event] = .string(event.rawValue)
         log(level: level, message(), metadata: all, source: nil, file: file, function: function, line: line)
     }

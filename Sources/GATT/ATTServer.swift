@@ -81,6 +81,9 @@ public final class ATTServer {
     public private(set) var isTimedOut = false
     /// Reused for every response so the request path makes no allocations of its own.
     private var out: [UInt8]
+    /// Reused for notifications and indications: a device may notify from inside a read or
+    /// write handler, while a response is being built in `out`.
+    private var update: [UInt8]
 
     public init(database: GATTDatabase, peer: ATTPeer, scheduler: TimerScheduling,
                 serverRxMTU: Int = ATTServer.maximumMTU) {
@@ -90,6 +93,8 @@ public final class ATTServer {
         self.serverRxMTU = max(Self.defaultMTU, min(serverRxMTU, Self.maximumMTU))
         out = []
         out.reserveCapacity(Self.maximumMTU + 8)
+        update = []
+        update.reserveCapacity(Self.maximumMTU + 8)
     }
 
     deinit {
@@ -587,11 +592,11 @@ public final class ATTServer {
     /// Sends a notification if this peer enabled it; the value is cut to ATT_MTU - 3.
     public func notify(_ c: Characteristic, value: [UInt8]) -> UpdateOutcome {
         guard !isTimedOut, isSubscribed(c, indications: false) else { return .notSubscribed }
-        out.removeAll(keepingCapacity: true)
-        out.append(ATTOpcode.handleValueNotification.rawValue)
-        out.appendLE(c.valueHandle)
-        out.append(contentsOf: value.prefix(mtu - 3))
-        return delegate?.attServer(self, send: out[...], kind: .notification) == true ? .queued : .queueFull
+        update.removeAll(keepingCapacity: true)
+        update.append(ATTOpcode.handleValueNotification.rawValue)
+        update.appendLE(c.valueHandle)
+        update.append(contentsOf: value.prefix(mtu - 3))
+        return delegate?.attServer(self, send: update[...], kind: .notification) == true ? .queued : .queueFull
     }
 
     /// Sends an indication if this peer enabled it. One is in flight at a time; later ones
@@ -610,11 +615,11 @@ public final class ATTServer {
     public var indicationsWaiting: Int { pendingIndications.count + (indicationTimer == nil ? 0 : 1) }
 
     private func sendIndication(handle: UInt16, value: [UInt8]) {
-        out.removeAll(keepingCapacity: true)
-        out.append(ATTOpcode.handleValueIndication.rawValue)
-        out.appendLE(handle)
-        out.append(contentsOf: value.prefix(mtu - 3))
-        _ = delegate?.attServer(self, send: out[...], kind: .indication)
+        update.removeAll(keepingCapacity: true)
+        update.append(ATTOpcode.handleValueIndication.rawValue)
+        update.appendLE(handle)
+        update.append(contentsOf: value.prefix(mtu - 3))
+        _ = delegate?.attServer(self, send: update[...], kind: .indication)
         indicationTimer = scheduler.schedule(after: Self.transactionTimeout) { [weak self] in
             guard let self else { return }
             self.indicationTimer = nil

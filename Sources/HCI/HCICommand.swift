@@ -178,7 +178,7 @@ public struct HCICommand: Equatable, Sendable {
         return HCICommand(opcode: HCIOpcode.leWriteSuggestedDefaultDataLength, parameters: p)
     }
 
-    /// Vol 4, Part E, 7.8.12 (central mode).
+    /// Vol 4, Part E, 7.8.10 (central mode).
     public static func leSetScanParameters(active: Bool, interval: UInt16 = 0x0060, window: UInt16 = 0x0030,
                                            ownAddressType: AddressType) -> HCICommand {
         var p: [UInt8] = [active ? 0x01 : 0x00]

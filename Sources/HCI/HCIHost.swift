@@ -183,6 +183,8 @@ public final class HCIHost {
     /// error or a new transport): everything pending is cancelled first.
     public func start() {
         halt()
+        // What the previous controller said may not hold for this one.
+        info = ControllerInfo()
         initialize()
     }
 
@@ -306,6 +308,20 @@ public final class HCIHost {
 
     /// Handles one event packet from the controller. Malformed events are logged and dropped.
     public func receiveEvent(_ packet: ArraySlice<UInt8>) {
+        // Number Of Completed Packets is the most frequent event: read it in place, without
+        // building the decoded array (Vol 4, Part E, 7.7.19).
+        if packet.count >= 3, packet[packet.startIndex] == 0x13 {
+            let count = Int(packet[packet.startIndex + 2])
+            if packet.count == 3 + 4 * count, Int(packet[packet.startIndex + 1]) == 1 + 4 * count {
+                var r = ByteReader(packet.dropFirst(3))
+                for _ in 0..<count {
+                    guard let handle = try? r.u16(), let completed = try? r.u16() else { break }
+                    packetsCompleted(handle: handle & 0x0FFF, count: completed)
+                }
+                drainACL()
+                return
+            }
+        }
         let event: HCIEvent
         do {
             event = try HCIEvent(packet: packet)
@@ -319,14 +335,7 @@ public final class HCIHost {
         case let .commandStatus(status, numPackets, opcode):
             finishCommand(opcode: opcode, numPackets: numPackets, result: .status(status))
         case .numberOfCompletedPackets(let entries):
-            for entry in entries {
-                // Credits for links already gone were returned at disconnection (Vol 4, Part E, 4.3).
-                guard var link = links[entry.handle] else { continue }
-                let count = min(Int(entry.count), link.inFlight)
-                link.inFlight -= count
-                links[entry.handle] = link
-                aclCredits = min(aclCredits + count, info.aclTotalPackets)
-            }
+            for entry in entries { packetsCompleted(handle: entry.handle, count: entry.count) }
             drainACL()
         case .hardwareError(let code):
             logger.error("controller hardware error \(Hex.byte(code)): resetting",
@@ -351,6 +360,15 @@ public final class HCIHost {
     }
 
     // MARK: ACL transmit
+
+    private func packetsCompleted(handle: UInt16, count: UInt16) {
+        // Credits for links already gone were returned at disconnection (Vol 4, Part E, 4.3).
+        guard var link = links[handle] else { return }
+        let returned = min(Int(count), link.inFlight)
+        link.inFlight -= returned
+        links[handle] = link
+        aclCredits = min(aclCredits + returned, info.aclTotalPackets)
+    }
 
     /// Starts accounting for a new connection handle.
     public func openLink(_ handle: UInt16) {
@@ -437,6 +455,9 @@ public final class HCIHost {
                     link.queue[0] = head
                 }
                 links[handle] = link
+                // The link served goes to the back, so buffers freed one at a time take turns.
+                roundRobin.removeAll { $0 == handle }
+                roundRobin.append(handle)
                 progress = true
             }
         }

@@ -20,7 +20,8 @@ public protocol DeviceContext: AnyObject {
     /// Whether `peer` (or any central, when nil) enabled notifications or indications.
     func isSubscribed(_ characteristic: Characteristic, peer: ATTPeer?, indications: Bool) -> Bool
     /// Logs an event with the device's metadata.
-    func log(_ event: BlemuEvent, _ level: Logger.Level, _ message: String, _ metadata: Logger.Metadata)
+    func log(_ event: BlemuEvent, _ level: Logger.Level, _ message: @autoclosure () -> String,
+             _ metadata: @autoclosure () -> Logger.Metadata)
 }
 
 /// How a device presents itself before anyone connects.

@@ -3,12 +3,13 @@ import BlemuCore
 import BlemuGATT
 
 /// Counters every device reports in its Diagnostics characteristic (CONTRACT.md).
-public struct PeripheralStatistics: Sendable {
+public struct PeripheralStatistics {
     public var startedNanoseconds: UInt64 = 0
     public var connectionsTotal = 0
     public var attRequests = 0
     public var attErrors = 0
-    public var lastError: String?
+    /// The last Error Response: request opcode, handle, error.
+    public var lastError: (opcode: UInt8, handle: UInt16, error: ATTError)?
     public var diagnosticsReads = 0
 }
 

@@ -432,7 +432,9 @@ public final class Peripheral {
             ("connections_total", "\(statistics.connectionsTotal)"),
             ("att_requests", "\(statistics.attRequests)"),
             ("att_errors", "\(statistics.attErrors)"),
-            ("last_error", JSON.optionalString(statistics.lastError)),
+            ("last_error", JSON.optionalString(statistics.lastError.map { opcode, handle, error in
+                "\(error) for opcode \(Hex.byte(opcode)) on handle \(Hex.word(handle))"
+            })),
             ("reads", "\(statistics.diagnosticsReads)"),
             ("links", JSON.array(links)),
         ]
@@ -523,7 +525,8 @@ extension Peripheral: ATTServerDelegate {
         statistics.attRequests += 1
         guard let error else { return }
         statistics.attErrors += 1
-        statistics.lastError = "\(error) for opcode \(Hex.byte(opcode)) on handle \(Hex.word(handle))"
+        // Kept as values and formatted only when the Diagnostics value is read.
+        statistics.lastError = (opcode, handle, error)
         // Attribute Not Found ends every discovery: normal, so it stays at debug level.
         let level: Logger.Level = error == .attributeNotFound ? .debug : .info
         logger.event(.attError, level, "ATT \(error) for opcode \(Hex.byte(opcode)), handle \(Hex.word(handle))", [
@@ -601,7 +604,8 @@ extension Peripheral: DeviceContext {
         }
     }
 
-    public func log(_ event: BlemuEvent, _ level: Logger.Level, _ message: String, _ metadata: Logger.Metadata) {
-        logger.event(event, level, "\(message)", metadata)
+    public func log(_ event: BlemuEvent, _ level: Logger.Level, _ message: @autoclosure () -> String,
+                    _ metadata: @autoclosure () -> Logger.Metadata) {
+        logger.event(event, level, "\(message())", metadata())
     }
 }

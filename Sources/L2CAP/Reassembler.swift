@@ -37,7 +37,6 @@ public struct L2CAPReassembler {
 
     public let maxPDU: Int
     private var buffer: [UInt8] = []
-    private var expected = 0
     private var active = false
 
     public init(maxPDU: Int = L2CAPReassembler.defaultMaxPDU) {
@@ -59,47 +58,50 @@ public struct L2CAPReassembler {
             let hadPartial = active
             reset()
             let data = packet.data
-            guard data.count >= 4 else {
-                if data.count >= 2 {
-                    // The header itself is fragmented: gather it.
-                    let length = Int(data[data.startIndex]) | Int(data[data.startIndex + 1]) << 8
-                    try begin(length: length, with: data)
+            // An empty start says nothing at all: there is no PDU to gather.
+            guard !data.isEmpty else {
+                if hadPartial { throw .startWhileIncomplete }
+                throw .truncatedHeader
+            }
+            if data.count >= 4 {
+                let length = Int(data[data.startIndex]) | Int(data[data.startIndex + 1]) << 8
+                guard length <= maxPDU else { throw .tooLong(length) }
+                if data.count - 4 == length {
+                    // The whole PDU in one fragment: delivered from the packet, no copy.
+                    deliver(UInt16(data[data.startIndex + 2]) | UInt16(data[data.startIndex + 3]) << 8, data.dropFirst(4))
                     if hadPartial { throw .startWhileIncomplete }
                     return
                 }
-                throw .truncatedHeader
             }
-            let length = Int(data[data.startIndex]) | Int(data[data.startIndex + 1]) << 8
-            let cid = UInt16(data[data.startIndex + 2]) | UInt16(data[data.startIndex + 3]) << 8
-            if data.count - 4 == length {
-                deliver(cid, data.dropFirst(4))
-            } else if data.count - 4 > length {
-                throw .overrun(expected: length, got: data.count - 4)
-            } else {
-                try begin(length: length, with: data)
-            }
+            // Fragmented, possibly even inside the basic header (nothing in Vol 4, Part E, 5.4.2
+            // says the first fragment holds the whole header): gather.
+            active = true
+            buffer.append(contentsOf: data)
+            try progress(deliver)
             if hadPartial { throw .startWhileIncomplete }
         case .continuing:
             guard active else { throw .continuationWithoutStart }
             buffer.append(contentsOf: packet.data)
-            if buffer.count == expected + 4 {
-                let cid = UInt16(buffer[2]) | UInt16(buffer[3]) << 8
-                active = false
-                deliver(cid, buffer[4...])
-                buffer.removeAll(keepingCapacity: true)
-            } else if buffer.count > expected + 4 {
-                let got = buffer.count - 4
-                reset()
-                throw .overrun(expected: expected, got: got)
-            }
+            try progress(deliver)
         }
     }
 
-    private mutating func begin(length: Int, with data: ArraySlice<UInt8>) throws(ReassemblyError) {
-        guard length <= maxPDU else { throw .tooLong(length) }
-        expected = length
-        active = true
-        buffer.append(contentsOf: data)
+    private mutating func progress(_ deliver: (UInt16, ArraySlice<UInt8>) -> Void) throws(ReassemblyError) {
+        guard buffer.count >= 2 else { return }
+        let length = Int(buffer[0]) | Int(buffer[1]) << 8
+        guard length <= maxPDU else {
+            reset()
+            throw .tooLong(length)
+        }
+        guard buffer.count >= length + 4 else { return }
+        guard buffer.count == length + 4 else {
+            let got = buffer.count - 4
+            reset()
+            throw .overrun(expected: length, got: got)
+        }
+        active = false
+        deliver(UInt16(buffer[2]) | UInt16(buffer[3]) << 8, buffer[4...])
+        buffer.removeAll(keepingCapacity: true)
     }
 }
 

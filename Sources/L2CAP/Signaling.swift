@@ -92,9 +92,11 @@ public enum SecurityManager {
     public static let pairingFailed: UInt8 = 0x05
     public static let pairingNotSupported: UInt8 = 0x05
 
-    /// The answer to an SMP PDU, or nil when none is due (an empty PDU, or a Pairing Failed).
+    /// The answer to an SMP PDU, or nil when none is due (an empty PDU, a Pairing Failed, or a
+    /// reserved code: "If a packet is received with a reserved Code it shall be ignored",
+    /// Vol 3, Part H, 3.3; codes 0x01-0x0E are defined).
     public static func answer(to pdu: ArraySlice<UInt8>) -> [UInt8]? {
-        guard let code = pdu.first, code != pairingFailed else { return nil }
+        guard let code = pdu.first, (0x01...0x0E).contains(code), code != pairingFailed else { return nil }
         return [pairingFailed, pairingNotSupported]
     }
 }

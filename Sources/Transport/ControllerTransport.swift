@@ -66,9 +66,11 @@ public enum ControllerTransports {
     {
         let opening = TransportOpening()
         if case .tcp(let host, let port) = spec {
+            // The closures hold `opening` strongly, so an opening the caller drops still completes;
+            // finish() and cancel() break the cycle through cancelAction.
             let connector = TCPConnector(spec: spec, host: host, port: port, loop: loop, timeout: connectTimeout) {
-                [weak opening] result in
-                guard let opening, opening.finish() else {
+                result in
+                guard opening.finish() else {
                     if case .success(let fd) = result { closeFD(fd) }
                     return
                 }
@@ -96,8 +98,8 @@ public enum ControllerTransports {
         } catch {
             result = .failure(error)
         }
-        let timer = loop.schedule(after: .zero) { [weak opening] in
-            guard let opening, opening.finish() else {
+        let timer = loop.schedule(after: .zero) {
+            guard opening.finish() else {
                 if case .success(let transport) = result { transport.close() }
                 return
             }

@@ -422,8 +422,11 @@ let AF_BLUETOOTH_FOR_TESTS: Int32 = 31
         #expect(runUntil(loop) { packets.count == 1 })
         #expect(packets == [expected(event)])
         #expect(link.send(.command, [0x03, 0x0C, 0x00]))
+        var command: [UInt8] = []
+        #expect(runUntil(loop) { command += readAvailable(accepted); return command.count == 4 })
+        #expect(command == [0x01, 0x03, 0x0C, 0x00])
 
-        close(accepted)  // the controller goes away
+        close(accepted)  // the controller goes away (unread data would make this a reset instead)
         #expect(runUntil(loop) { downs.count == 1 })
         #expect(!link.isUp)
         #expect(downs.first?.kind == .closedByPeer)
@@ -486,5 +489,33 @@ let AF_BLUETOOTH_FOR_TESTS: Int32 = 31
         run(loop, for: .milliseconds(50))
         #expect(failures == 1)
         #expect(loop.pendingTimerCount == 0)
+    }
+}
+
+/// Against a real rootcanal: `BLEMU_TEST_ROOTCANAL=tcp:127.0.0.1:6402 swift test --filter Rootcanal`.
+@Suite(.enabled(if: TestEnvironment.value("BLEMU_TEST_ROOTCANAL") != nil))
+struct RootcanalInteropTests {
+    @Test func resetGetsCommandComplete() throws {
+        let loop = try RunLoop()
+        let spec = try ControllerSpec(parsing: TestEnvironment.value("BLEMU_TEST_ROOTCANAL") ?? "")
+        let link = ControllerLink(spec: spec, loop: loop)
+        var events: [[UInt8]] = []
+        link.onPacket = { type, body in if type == .event { events.append(Array(body)) } }
+        link.onUp = { _ = link.send(.command, [0x03, 0x0C, 0x00]) }  // HCI_Reset (Vol 4, Part E, 7.3.2)
+        var problems: [String] = []
+        link.onOpenFailed = { error, _ in problems.append("open failed: \(error)") }
+        link.onDown = { problems.append("down: \($0)") }
+        link.start()
+        defer { link.stop() }
+        #expect(runUntil(loop) { !events.isEmpty }, "\(problems), up: \(link.isUp)")
+        // Command Complete: code 0x0E, length 4, Num_HCI_Command_Packets, opcode 0x0C03, status 0.
+        #expect(events.first?.first == 0x0E)
+        #expect(events.first.map { Array($0.dropFirst(3)) } == [0x03, 0x0C, 0x00])
+    }
+}
+
+enum TestEnvironment {
+    static func value(_ name: String) -> String? {
+        getenv(name).map { String(cString: $0) }
     }
 }

@@ -58,7 +58,7 @@ def blemu_binary() -> Path:
 
 
 def unique_name(prefix: str = "HR") -> str:
-    """A short device name (it must fit a 31-octet legacy scan response) unique to this run."""
+    """A short device name, unique to this run (short enough for 31-octet legacy advertising data)."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 

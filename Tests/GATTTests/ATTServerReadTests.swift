@@ -1,0 +1,239 @@
+import BlemuATT
+import BlemuCore
+import Testing
+@testable import BlemuGATT
+
+@Suite struct ATTServerReadTests {
+    /// Vol 3, Part F, 3.4.4.3.
+    @Test func readValues() throws {
+        let f = try Fixture()
+        #expect(f.request("0A 0600") == [bytes("0B 64")])
+        #expect(f.request("0A 1E00") == [bytes("0B") + Array("blemu".utf8)])
+        #expect(f.request("0A 0A00") == [bytes("0B 01")])
+        #expect(f.log.dynamicReads == 1)
+        #expect(f.request("0A 0100") == [bytes("0B 0018")])
+        #expect(f.request("0A 0800") == [bytes("0B 0400 0600 0F18")])
+        #expect(f.request("0A 1100") == [bytes("0B 3412")])
+        #expect(f.request("0A 1600") == [bytes("0B 04 00 AD27 01 0000")])
+    }
+
+    /// 3.4.4.3: handle 0 and handles past the end are Invalid Handle, naming the handle.
+    @Test func invalidHandle() throws {
+        let f = try Fixture()
+        #expect(f.request("0A 0000") == errorResponse(0x0A, 0x0000, .invalidHandle))
+        #expect(f.request("0A 1F00") == errorResponse(0x0A, 0x001F, .invalidHandle))
+        #expect(f.request("0A FFFF") == errorResponse(0x0A, 0xFFFF, .invalidHandle))
+    }
+
+    /// A characteristic without the Read property: Read Not Permitted.
+    @Test func readNotPermitted() throws {
+        let f = try Fixture()
+        #expect(f.request("0A 1300") == errorResponse(0x0A, 0x0013, .readNotPermitted))
+        #expect(f.request("0A 0C00") == errorResponse(0x0A, 0x000C, .readNotPermitted))
+        #expect(f.request("0A 0F00") == errorResponse(0x0A, 0x000F, .readNotPermitted))
+    }
+
+    /// 3.4.4.4: a value longer than ATT_MTU - 1 is cut to ATT_MTU - 1.
+    @Test func longValueIsTruncatedToMTUMinusOne() throws {
+        let f = try Fixture()
+        #expect(f.request("0A 0300") == [bytes("0B") + deviceName.prefix(22)])
+        f.exchangeMTU(30)
+        #expect(f.request("0A 0300") == [bytes("0B") + deviceName.prefix(29)])
+        f.exchangeMTU(100)
+        #expect(f.request("0A 0300") == [bytes("0B") + deviceName])
+    }
+
+    @Test func applicationErrorFromOnReadIsPassedThrough() throws {
+        let failing = Characteristic(0x2A19, properties: [.read], onRead: { _ in .failure(.application(0x01)) })
+        let database = try GATTDatabase(services: [Service(0x180F) { failing }])
+        let delegate = RecordingDelegate()
+        let server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
+                               scheduler: ManualScheduler())
+        server.delegate = delegate
+        server.receive(bytes("0A 0300")[...])
+        #expect(delegate.sent.map(\.pdu) == errorResponse(0x0A, 0x0003, .application(0x01)))
+        #expect(delegate.answered.last?.error == .application(0x01))
+        #expect(delegate.answered.last?.handle == 3)
+    }
+
+    @Test func encryptionRequiredIsInsufficientAuthentication() throws {
+        let secret = Characteristic(0x2A19, properties: [.read], permissions: [.readEncryptionRequired],
+                                    onRead: { _ in .success([1]) })
+        let database = try GATTDatabase(services: [Service(0x180F) { secret }])
+        let delegate = RecordingDelegate()
+        let server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
+                               scheduler: ManualScheduler())
+        server.delegate = delegate
+        server.receive(bytes("0A 0300")[...])
+        #expect(delegate.sent.map(\.pdu) == errorResponse(0x0A, 0x0003, .insufficientAuthentication))
+    }
+
+    @Test func truncatedReadIsInvalidPDU() throws {
+        let f = try Fixture()
+        #expect(f.request("0A 03") == errorResponse(0x0A, 0, .invalidPDU))
+        #expect(f.request("0A") == errorResponse(0x0A, 0, .invalidPDU))
+        #expect(f.request("0A 0300 00") == errorResponse(0x0A, 0, .invalidPDU))
+    }
+}
+
+@Suite struct ATTServerLongReadTests {
+    /// Vol 3, Part G, 4.8.3 Read Long Characteristic Values: a Read, then Read Blobs at each
+    /// offset, reassemble ONE value, even though the device's value changes on every call —
+    /// because the device is asked once, at the Read.
+    @Test func longReadIsOneConsistentValue() throws {
+        let f = try Fixture()
+        let first = DeviceLog.longValue(version: 1)
+        #expect(f.request("0A 1900") == [bytes("0B") + first[0..<22]])
+        #expect(f.request("0C 1900 1600") == [bytes("0D") + first[22..<44]])
+        #expect(f.request("0C 1900 2C00") == [bytes("0D") + first[44..<66]])
+        #expect(f.request("0C 1900 4200") == [bytes("0D") + first[66..<88]])
+        #expect(f.request("0C 1900 5800") == [bytes("0D") + first[88..<100]])
+        // The device saw one read, at offset 0, for the whole long read.
+        #expect(f.log.longReadOffsets == [0])
+        // The value really does change between calls: a fresh read sees another one.
+        #expect(DeviceLog.longValue(version: 2) != first)
+    }
+
+    /// 3.4.4.5: an offset equal to the length gives an empty part; past it, Invalid Offset.
+    @Test func offsetAtAndPastTheEnd() throws {
+        let f = try Fixture()
+        _ = f.request("0A 1900")
+        #expect(f.request("0C 1900 6400") == [bytes("0D")])
+        #expect(f.request("0C 1900 6500") == errorResponse(0x0C, 0x0019, .invalidOffset))
+        #expect(f.log.longReadOffsets == [0])
+    }
+
+    /// Any other request between blobs drops the kept value: the next blob asks the device
+    /// again, at that offset.
+    @Test func otherRequestDropsTheKeptValue() throws {
+        let f = try Fixture()
+        _ = f.request("0A 1900")
+        #expect(f.request("0C 1900 1600") == [bytes("0D") + DeviceLog.longValue(version: 1)[22..<44]])
+        #expect(f.request("0A 0600") == [bytes("0B 64")])
+        #expect(f.request("0C 1900 2C00") == [bytes("0D") + DeviceLog.longValue(version: 2)[44..<66]])
+        #expect(f.log.longReadOffsets == [0, 44])
+    }
+
+    @Test func writeCommandAlsoDropsTheKeptValue() throws {
+        let f = try Fixture()
+        _ = f.request("0A 1900")
+        #expect(f.request("52 0F00 01") == [])
+        #expect(f.request("0C 1900 1600") == [bytes("0D") + DeviceLog.longValue(version: 2)[22..<44]])
+        #expect(f.log.longReadOffsets == [0, 22])
+    }
+
+    @Test func readBlobForAnotherHandleDropsTheKeptValue() throws {
+        let f = try Fixture()
+        _ = f.request("0A 1900")
+        #expect(f.request("0C 0300 1600") == [bytes("0D") + deviceName[22...]])
+        #expect(f.request("0C 1900 1600") == [bytes("0D") + DeviceLog.longValue(version: 2)[22..<44]])
+        #expect(f.log.longReadOffsets == [0, 22])
+    }
+
+    /// A second long read of the same value starts over and sees the device's new value.
+    @Test func newReadStartsANewLongRead() throws {
+        let f = try Fixture()
+        _ = f.request("0A 1900")
+        _ = f.request("0C 1900 1600")
+        let second = DeviceLog.longValue(version: 2)
+        #expect(f.request("0A 1900") == [bytes("0B") + second[0..<22]])
+        #expect(f.request("0C 1900 1600") == [bytes("0D") + second[22..<44]])
+        #expect(f.log.longReadOffsets == [0, 0])
+    }
+
+    /// A long read may also begin with Read Blob at offset 0.
+    @Test func longReadStartingWithReadBlob() throws {
+        let f = try Fixture()
+        let first = DeviceLog.longValue(version: 1)
+        #expect(f.request("0C 1900 0000") == [bytes("0D") + first[0..<22]])
+        #expect(f.request("0C 1900 1600") == [bytes("0D") + first[22..<44]])
+        #expect(f.log.longReadOffsets == [0])
+    }
+
+    /// Read Using Characteristic UUID may be continued with Read Blob (Vol 3, Part G, 4.8.2).
+    @Test func readByTypeContinuedWithReadBlob() throws {
+        let f = try Fixture()
+        let first = DeviceLog.longValue(version: 1)
+        #expect(f.request(bytes("08 0100 FFFF") + longCharacteristicWire) == [bytes("09 15 1900") + first[0..<19]])
+        #expect(f.request("0C 1900 1300") == [bytes("0D") + first[19..<41]])
+        #expect(f.log.longReadOffsets == [0])
+    }
+
+    /// A cached value longer than one response reads the same way.
+    @Test func longCachedValue() throws {
+        let f = try Fixture()
+        #expect(f.request("0A 0300") == [bytes("0B") + deviceName[0..<22]])
+        #expect(f.request("0C 0300 1600") == [bytes("0D") + deviceName[22...]])
+        #expect(f.request("0C 0300 2200") == [bytes("0D")])
+        #expect(f.request("0C 0300 2300") == errorResponse(0x0C, 0x0003, .invalidOffset))
+    }
+
+    /// 3.4.4.5: a fixed-length value that fits in one Read Response is not long.
+    @Test func attributeNotLong() throws {
+        let f = try Fixture()
+        #expect(f.request("0C 1100 0000") == errorResponse(0x0C, 0x0011, .attributeNotLong))
+        #expect(f.request("0C 0600 0000") == errorResponse(0x0C, 0x0006, .attributeNotLong))
+        #expect(f.request("0C 0200 0100") == errorResponse(0x0C, 0x0002, .attributeNotLong))
+    }
+
+    @Test func readBlobErrors() throws {
+        let f = try Fixture()
+        #expect(f.request("0C 0000 0000") == errorResponse(0x0C, 0x0000, .invalidHandle))
+        #expect(f.request("0C 1F00 0000") == errorResponse(0x0C, 0x001F, .invalidHandle))
+        #expect(f.request("0C 1300 0000") == errorResponse(0x0C, 0x0013, .readNotPermitted))
+        #expect(f.request("0C 1300 00") == errorResponse(0x0C, 0, .invalidPDU))
+    }
+}
+
+@Suite struct ATTServerReadMultipleTests {
+    /// Vol 3, Part F, 3.4.4.7 / 3.4.4.8: the values concatenated.
+    @Test func readMultiple() throws {
+        let f = try Fixture()
+        #expect(f.request("0E 0600 0A00") == [bytes("0F 64 01")])
+        #expect(f.request("0E 0600 1100 0A00") == [bytes("0F 64 3412 01")])
+    }
+
+    /// 3.4.4.8: a Set Of Values longer than ATT_MTU - 1 is cut to ATT_MTU - 1.
+    @Test func readMultipleTruncatesAtMTUMinusOne() throws {
+        let f = try Fixture()
+        #expect(f.request("0E 0600 0A00 0300") == [bytes("0F 64 01") + deviceName.prefix(20)])
+        #expect(f.request("0E 0300 0600") == [bytes("0F") + deviceName.prefix(22)])
+    }
+
+    /// 3.4.4.7: any invalid or unreadable handle is the answer, naming the first such handle.
+    @Test func readMultipleErrors() throws {
+        let f = try Fixture()
+        #expect(f.request("0E 0600 FF0F 0300") == errorResponse(0x0E, 0x0FFF, .invalidHandle))
+        #expect(f.request("0E 0000 0600") == errorResponse(0x0E, 0x0000, .invalidHandle))
+        #expect(f.request("0E 0600 1300") == errorResponse(0x0E, 0x0013, .readNotPermitted))
+        #expect(f.request("0E 0600") == errorResponse(0x0E, 0, .invalidPDU))
+        #expect(f.request("0E 0600 0A") == errorResponse(0x0E, 0, .invalidPDU))
+    }
+
+    /// Vol 3, Part F, 3.4.4.12: (Value Length, Value) tuples; the length is the attribute's.
+    @Test func readMultipleVariable() throws {
+        let f = try Fixture()
+        #expect(f.request("20 0600 0A00") == [bytes("21 0100 64 0100 01")])
+        #expect(f.request("20 0600 1E00 1100") == [bytes("21 0100 64 0500") + Array("blemu".utf8) + bytes("0200 3412")])
+    }
+
+    /// 3.4.4.12: the tuple list is cut at ATT_MTU - 1 octets, even inside a tuple.
+    @Test func readMultipleVariableTruncation() throws {
+        let f = try Fixture()
+        #expect(f.request("20 0600 0300") == [bytes("21 0100 64 2200") + deviceName.prefix(17)])
+        // 1 + 3 + 3 + 2 = 9, so the name gets 14 octets and the last tuple nothing.
+        #expect(f.request("20 0600 0A00 0300 1100") == [bytes("21 0100 64 0100 01 2200") + deviceName.prefix(14)])
+        // 1 + 3 × 7 = 22: the fourth tuple gets only the first octet of its length.
+        let blemu = bytes("0500") + Array("blemu".utf8)
+        let cut = f.request("20 1E00 1E00 1E00 0600")
+        #expect(cut == [bytes("21") + blemu + blemu + blemu + bytes("01")])
+        #expect(cut.first?.count == 23)
+    }
+
+    @Test func readMultipleVariableErrors() throws {
+        let f = try Fixture()
+        #expect(f.request("20 0600 2000") == errorResponse(0x20, 0x0020, .invalidHandle))
+        #expect(f.request("20 0C00 0600") == errorResponse(0x20, 0x000C, .readNotPermitted))
+        #expect(f.request("20 0600") == errorResponse(0x20, 0, .invalidPDU))
+    }
+}
