@@ -41,6 +41,7 @@ let package = Package(
         .target(name: "BlemuATT", dependencies: ["BlemuCore"], path: "Sources/ATT"),
         .target(name: "BlemuGATT", dependencies: [
             "BlemuCore", "BlemuATT",
+            .product(name: "DequeModule", package: "swift-collections"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "_CryptoExtras", package: "swift-crypto"),
         ], path: "Sources/GATT"),

@@ -65,6 +65,7 @@ public final class ATTServer {
     private let scheduler: TimerScheduling
 
     public private(set) var mtu = ATTServer.defaultMTU
+    private var mtuExchanged = false
     public let serverRxMTU: Int
 
     /// Vol 3, Part G, 4.8.3 read consistency: the value taken at offset 0 of a long read.
@@ -130,7 +131,12 @@ public final class ATTServer {
         do {
             try entry.handler(self, pdu)
         } catch {
-            if !isCommand { sendError(opcode, error.handle, error.error) }
+            if isCommand {
+                // No response exists for a command; the failure is still counted and logged.
+                delegate?.attServer(self, answered: opcode, handle: error.handle, error: error.error)
+            } else {
+                sendError(opcode, error.handle, error.error)
+            }
         }
     }
 
@@ -247,6 +253,10 @@ public final class ATTServer {
         out.appendLE(UInt16(serverRxMTU))
         // The response goes out at the old MTU; the new one applies after it (3.4.2.2).
         respond(pdu[pdu.startIndex])
+        // Vol 3, Part F, 3.4.2.1: the client sends this once per connection; a repeated request
+        // is answered but does not change the MTU in use.
+        guard !mtuExchanged else { return }
+        mtuExchanged = true
         let newMTU = min(client, serverRxMTU)
         if newMTU != mtu {
             mtu = newMTU
@@ -289,7 +299,9 @@ public final class ATTServer {
         if let range = handles(request.startHandle, request.endHandle) {
             for handle in range {
                 let a = database.attributes[Int(handle) - 1]
-                guard a.type == type, case .fixed(let bytes) = a.content, bytes.elementsEqual(request.value) else { continue }
+                guard a.type == type, case .fixed(let bytes) = a.content, Self.matches(bytes, request.value, type: type) else {
+                    continue
+                }
                 guard out.count + 4 <= mtu else { break }
                 out.appendLE(handle)
                 // Vol 3, Part F, 3.4.3.4: the group end for a grouping attribute, else the handle itself.
@@ -298,6 +310,17 @@ public final class ATTServer {
         }
         guard out.count > 1 else { throw ATTFailure(.attributeNotFound, request.startHandle) }
         respond(pdu[pdu.startIndex])
+    }
+
+    /// Service declarations hold UUIDs, which compare as UUIDs: a 16-bit service asked for in
+    /// its 128-bit form still matches (as Zephyr's find_type does).
+    private static func matches(_ value: [UInt8], _ wanted: ArraySlice<UInt8>, type: BluetoothUUID) -> Bool {
+        if value.elementsEqual(wanted) { return true }
+        guard type == GATTType.primaryService || type == GATTType.secondaryService,
+              let a = try? BluetoothUUID(littleEndian: value[...]), let b = try? BluetoothUUID(littleEndian: wanted) else {
+            return false
+        }
+        return a == b
     }
 
     private func readByType(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
@@ -333,7 +356,7 @@ public final class ATTServer {
                 guard out.count + pairLength <= mtu else { break }
                 out.appendLE(handle)
                 out.append(contentsOf: value.prefix(length))
-                if first, value.count > length, case .dynamic = a.content {
+                if first, value.count >= maxValue, case .dynamic = a.content {
                     // Read Using Characteristic UUID may be continued with Read Blob (Vol 3,
                     // Part G, 4.8.2): keep the value so the continuation is consistent.
                     longRead = (handle, Array(value))
@@ -384,7 +407,7 @@ public final class ATTServer {
         try checkReadable(a)
         let value = try self.value(of: a, offset: 0)
         let limit = mtu - 1
-        if value.count > limit, case .dynamic = a.content {
+        if value.count >= limit, case .dynamic = a.content {
             longRead = (request.handle, Array(value))
         }
         begin(.readResponse)
@@ -417,7 +440,7 @@ public final class ATTServer {
                 if length <= limit { throw ATTFailure(.attributeNotLong, a.handle) }
             }
             tail = try value(of: a, offset: offset)
-            if offset == 0, tail.count > limit, case .dynamic = a.content {
+            if offset == 0, tail.count >= limit, case .dynamic = a.content {
                 longRead = (request.handle, Array(tail))
             }
         }
@@ -513,12 +536,7 @@ public final class ATTServer {
         if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.writeWithoutResponse) {
             throw ATTFailure(.writeNotPermitted, a.handle)
         }
-        do {
-            try applyWrite(a, offset: 0, value: command.value, withResponse: false)
-        } catch {
-            // No response exists for a command; the failure is still counted and logged.
-            delegate?.attServer(self, answered: pdu[pdu.startIndex], handle: error.handle, error: error.error)
-        }
+        try applyWrite(a, offset: 0, value: command.value, withResponse: false)
     }
 
     private func prepareWrite(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
@@ -608,18 +626,19 @@ public final class ATTServer {
             pendingIndications.append((c.valueHandle, value))
             return .queued
         }
-        sendIndication(handle: c.valueHandle, value: value)
-        return .queued
+        return sendIndication(handle: c.valueHandle, value: value) ? .queued : .queueFull
     }
 
     public var indicationsWaiting: Int { pendingIndications.count + (indicationTimer == nil ? 0 : 1) }
 
-    private func sendIndication(handle: UInt16, value: [UInt8]) {
+    /// Sends an indication and starts its 30 s transaction; false when the link refused it.
+    @discardableResult
+    private func sendIndication(handle: UInt16, value: [UInt8]) -> Bool {
         update.removeAll(keepingCapacity: true)
         update.append(ATTOpcode.handleValueIndication.rawValue)
         update.appendLE(handle)
         update.append(contentsOf: value.prefix(mtu - 3))
-        _ = delegate?.attServer(self, send: update[...], kind: .indication)
+        guard delegate?.attServer(self, send: update[...], kind: .indication) == true else { return false }
         indicationTimer = scheduler.schedule(after: Self.transactionTimeout) { [weak self] in
             guard let self else { return }
             self.indicationTimer = nil
@@ -627,6 +646,7 @@ public final class ATTServer {
             self.pendingIndications.removeAll()
             self.delegate?.attServerTransactionTimedOut(self)
         }
+        return true
     }
 
     private func confirmationReceived() {

@@ -41,6 +41,7 @@ final class Connection {
     var nextSignalingIdentifier: UInt8 = 1
     var pendingParameterUpdate: UInt8?
     var parameterTimer: TimerID?
+    var reassemblyTimer: TimerID?
 
     init(handle: UInt16, peer: ATTPeer, server: ATTServer, parameters: LinkParameters) {
         self.handle = handle
@@ -98,9 +99,7 @@ public final class Peripheral {
                                     parameters: profile.connectionParameters)
         let diagnostics = DiagnosticsService()
         database = try GATTDatabase(services: [standard.gap, standard.gatt] + device.services + [diagnostics.service])
-        advertisingPayload = AdvertisingPayload.build(AdvertisingContent(
-            name: configuration.name, serviceUUIDs: profile.advertisedServices, appearance: profile.appearance,
-            txPowerLevel: profile.txPowerLevel))
+        advertisingPayload = Self.payload(configuration: configuration, profile: profile, txPower: profile.txPowerLevel)
         hci = HCIHost(scheduler: scheduler, logger: logger, output: output)
         frame.reserveCapacity(ATTServer.maximumMTU + 8)
         self.diagnostics = diagnostics
@@ -116,6 +115,16 @@ public final class Peripheral {
         for line in advertisingPayload.omitted {
             logger.warning("advertising: \(line) does not fit in 31 + 31 bytes and is left out")
         }
+    }
+
+    private static func payload(configuration: PeripheralConfiguration, profile: DeviceProfile, txPower: Int8?) -> AdvertisingPayload {
+        AdvertisingPayload.build(AdvertisingContent(
+            name: configuration.name, serviceUUIDs: profile.advertisedServices, appearance: profile.appearance,
+            txPowerLevel: txPower))
+    }
+
+    private func rebuildAdvertisingPayload(txPower: Int8) {
+        advertisingPayload = Self.payload(configuration: configuration, profile: device.profile, txPower: txPower)
     }
 
     // MARK: Transport
@@ -279,6 +288,7 @@ public final class Peripheral {
     private func connectionClosed(handle: UInt16, reason: UInt8) {
         guard let connection = connections.removeValue(forKey: handle) else { return }
         if let timer = connection.parameterTimer { scheduler.cancel(timer) }
+        if let timer = connection.reassemblyTimer { scheduler.cancel(timer) }
         standard.connectionClosed(handle)
         logger.event(.disconnected, .notice, "disconnected from \(connection.peer.address)", [
             LogKey.peer: .string(connection.peer.address.description), LogKey.connHandle: .string("\(handle)"),
@@ -320,6 +330,10 @@ public final class Peripheral {
 
     // MARK: L2CAP
 
+    /// How long the fragments of one L2CAP PDU may take: well above the longest connection
+    /// interval (4 s, Vol 6, Part B, 4.5.1), so only a central that stopped mid-PDU hits it.
+    static let reassemblyTimeout: Duration = .seconds(10)
+
     private func sendFrame(cid: UInt16, payload: ArraySlice<UInt8>, on handle: UInt16, priority: TransmitPriority) -> Bool {
         frame.removeAll(keepingCapacity: true)
         appendL2CAPFrame(cid: cid, payload: payload, to: &frame)
@@ -343,6 +357,22 @@ public final class Peripheral {
             }
         } catch {
             logger.warning("L2CAP: \(error)", metadata: [LogKey.connHandle: "\(packet.handle)"])
+        }
+        // A PDU left half-gathered is dropped after a while rather than kept forever.
+        if connection.reassembler.isIncomplete {
+            if connection.reassemblyTimer == nil {
+                connection.reassemblyTimer = scheduler.schedule(after: Self.reassemblyTimeout) { [weak self, weak connection] in
+                    guard let self, let connection else { return }
+                    connection.reassemblyTimer = nil
+                    guard connection.reassembler.isIncomplete else { return }
+                    connection.reassembler.reset()
+                    self.logger.warning("L2CAP: incomplete PDU dropped after \(Self.reassemblyTimeout) without its last fragment",
+                                        metadata: [LogKey.connHandle: "\(connection.handle)"])
+                }
+            }
+        } else if let timer = connection.reassemblyTimer {
+            scheduler.cancel(timer)
+            connection.reassemblyTimer = nil
         }
     }
 
@@ -455,7 +485,19 @@ extension Peripheral: HCIHostDelegate {
             self.logger.error("controller refused the random address \(self.address)",
                               metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
         }
-        startAdvertising(fast: true)
+        // TX Power Level in the advertisement is the controller's advertising power
+        // (Vol 4, Part E, 7.8.6), so a phone can estimate path loss from RSSI.
+        if device.profile.txPowerLevel != nil {
+            hci.send(.leReadAdvertisingChannelTxPower) { [weak self] result in
+                guard let self else { return }
+                if case .complete(let p) = result, p.count >= 2, p[0] == HCIStatus.success {
+                    self.rebuildAdvertisingPayload(txPower: Int8(bitPattern: p[1]))
+                }
+                self.startAdvertising(fast: true)
+            }
+        } else {
+            startAdvertising(fast: true)
+        }
     }
 
     public func hciHostDidReset(_ host: HCIHost, reason: String) {

@@ -39,8 +39,20 @@ import Testing
         #expect(f.request("0A 0300") == [bytes("0B") + deviceName.prefix(22)])
         f.exchangeMTU(30)
         #expect(f.request("0A 0300") == [bytes("0B") + deviceName.prefix(29)])
+        let g = try Fixture()
+        g.exchangeMTU(100)
+        #expect(g.request("0A 0300") == [bytes("0B") + deviceName])
+    }
+
+    /// 3.4.2.1: Exchange MTU happens once per connection; a repeated request is answered but
+    /// leaves the MTU in use alone.
+    @Test func secondMTUExchangeDoesNotChangeTheMTU() throws {
+        let f = try Fixture()
         f.exchangeMTU(100)
-        #expect(f.request("0A 0300") == [bytes("0B") + deviceName])
+        #expect(f.request("02 1700") == [bytes("03 0502")])
+        #expect(f.server.mtu == 100)
+        #expect(f.request("02 F401") == [bytes("03 0502")])
+        #expect(f.server.mtu == 100)
     }
 
     @Test func applicationErrorFromOnReadIsPassedThrough() throws {
@@ -139,6 +151,28 @@ import Testing
         #expect(f.request("0A 1900") == [bytes("0B") + second[0..<22]])
         #expect(f.request("0C 1900 1600") == [bytes("0D") + second[22..<44]])
         #expect(f.log.longReadOffsets == [0, 0])
+    }
+
+    /// Vol 3, Part G, 4.8.3: a client keeps reading blobs while each part is exactly ATT_MTU - 1
+    /// octets, so a value of exactly ATT_MTU - 1 octets is a long read too: its closing Read Blob
+    /// at offset ATT_MTU - 1 must continue the same value (an empty part), not ask the device again.
+    @Test func valueOfExactlyMTUMinusOneIsOneLongRead() throws {
+        var calls = 0
+        let c = Characteristic(0x2A3D, properties: [.read], onRead: { request in
+            calls += 1
+            // The device's value grows between calls: 22 octets, then 30.
+            let value = [UInt8](repeating: calls == 1 ? 0xA1 : 0xB2, count: calls == 1 ? 22 : 30)
+            return .success(Array(value.dropFirst(request.offset)))
+        })
+        let database = try GATTDatabase(services: [Service(0x1800) { c }])
+        let delegate = RecordingDelegate()
+        let server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
+                               scheduler: ManualScheduler())
+        server.delegate = delegate
+        server.receive(bytes("0A 0300")[...])
+        server.receive(bytes("0C 0300 1600")[...])
+        #expect(delegate.sent.map(\.pdu) == [bytes("0B") + [UInt8](repeating: 0xA1, count: 22), bytes("0D")])
+        #expect(calls == 1)
     }
 
     /// A long read may also begin with Read Blob at offset 0.

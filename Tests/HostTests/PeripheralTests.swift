@@ -93,6 +93,8 @@ final class Bench {
         let structures = try AdvertisingPayload.parseADStructures(data[1...length])
         #expect(structures.contains { $0.type == 0x01 && Array($0.data) == [0x06] })
         #expect(structures.contains { ($0.type == 0x03 || $0.type == 0x02) && Array($0.data.prefix(2)) == [0x0D, 0x18] })
+        // TX Power Level is the controller's advertising power, read before advertising.
+        #expect(structures.contains { $0.type == 0x0A && Array($0.data) == [UInt8(bitPattern: -4)] })
         #expect(c.commands(HCIOpcode.leSetAdvertisingEnable).last?.parameters == [1])
         #expect(bench.peripheral.isAdvertising)
 
@@ -314,6 +316,27 @@ final class Bench {
         c.sendL2CAP(handle: 0x0040, cid: 0x0099, [1, 2, 3])
         c.sendL2CAP(handle: 0x0777, cid: L2CAPChannel.att, [0x0A, 0x01, 0x00])
         #expect(c.frames.isEmpty)
+    }
+
+    @Test func halfGatheredPDUsAreDroppedAfterTheReassemblyTimeout() throws {
+        let bench = try Bench(device: HeartRateDevice(seed: 9))
+        let c = bench.controller
+        c.connect(handle: 0x0040, peer: bench.central)
+        func fragment(_ boundary: ACLPacket.Boundary, _ data: [UInt8]) {
+            var packet: [UInt8] = []
+            ACLPacket(handle: 0x0040, boundary: boundary, data: data[...]).encode(into: &packet)
+            bench.peripheral.hci.receiveACL(packet[...])
+        }
+        // A Read Request for handle 1 in two fragments, the second one too late.
+        fragment(.firstFlushable, [0x03, 0x00, 0x04, 0x00, 0x0A])
+        bench.scheduler.advance(by: .seconds(11))
+        fragment(.continuing, [0x01, 0x00])
+        #expect(c.takeL2CAP(handle: 0x0040, cid: L2CAPChannel.att).isEmpty)
+        // In time, the same fragments make a request that is answered.
+        fragment(.firstFlushable, [0x03, 0x00, 0x04, 0x00, 0x0A])
+        bench.scheduler.advance(by: .seconds(1))
+        fragment(.continuing, [0x01, 0x00])
+        #expect(c.takeL2CAP(handle: 0x0040, cid: L2CAPChannel.att) == [[0x0B, 0x00, 0x18]]) // GAP service declaration
     }
 
     @Test func controllerLossAndHardwareErrorRecover() throws {

@@ -10,6 +10,7 @@ final class ScriptedController {
     var aclBufferCount: UInt8 = 4
     var aclBufferSize: UInt16 = 27
     var supportsDataLengthExtension = true
+    var advertisingTxPower: Int8 = -4
     /// Opcodes to answer with this status instead of success.
     var failures: [UInt16: UInt8] = [:]
     /// When false, ACL packets are taken but not completed until `completePackets`.
@@ -84,6 +85,8 @@ final class ScriptedController {
             returned += [UInt8](repeating: 0, count: 8)
         case HCIOpcode.leReadLocalSupportedFeatures:
             returned += [supportsDataLengthExtension ? 0x20 : 0x00, 0, 0, 0, 0, 0, 0, 0]
+        case HCIOpcode.leReadAdvertisingChannelTxPower:
+            returned.append(UInt8(bitPattern: advertisingTxPower))
         case HCIOpcode.leReadBufferSize:
             returned.appendLE(aclBufferSize)
             returned.append(aclBufferCount)
