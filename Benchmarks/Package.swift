@@ -1,5 +1,10 @@
 // swift-tools-version: 6.1
+import Foundation
 import PackageDescription
+
+// A local package's identity is its folder's name, which depends on where blemu was cloned.
+let blemuFolder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+let blemuIdentity = blemuFolder.lastPathComponent.lowercased()
 
 // Benchmarks live in their own package so that building and testing blemu does not build the
 // benchmark harness. Run: `cd Benchmarks && swift package benchmark` (see Docs/PERFORMANCE.md).
@@ -7,9 +12,7 @@ let package = Package(
     name: "blemu-benchmarks",
     platforms: [.macOS(.v13)],
     dependencies: [
-        // The package is named by its folder: a CI clone may call it anything but main, so keep
-        // the checkout folder name in mind when running this outside the repo root.
-        .package(name: "main", path: ".."),
+        .package(path: ".."),
         .package(url: "https://github.com/ordo-one/benchmark", from: "1.38.1", traits: ["MallocInterposer"]),
     ],
     targets: [
@@ -17,7 +20,7 @@ let package = Package(
             name: "ATTRequests",
             dependencies: [
                 .product(name: "Benchmark", package: "benchmark"),
-                .product(name: "BlemuKit", package: "main"),
+                .product(name: "BlemuKit", package: blemuIdentity),
             ],
             path: "Benchmarks/ATTRequests",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
