@@ -1,3 +1,5 @@
+import BlemuCore
+
 /// A plausible heart: a bounded random walk pulled back toward a resting rate, beats spaced by
 /// RR intervals that follow the rate with a little beat-to-beat variability, and energy
 /// expended accumulating with effort. Time only moves when `advance` is called.

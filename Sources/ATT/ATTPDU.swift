@@ -147,56 +147,6 @@ public struct ATTFindByTypeValueRequest: ATTPDU, Equatable {
     }
 }
 
-/// Read By Type (3.4.4.1) and Read By Group Type (3.4.4.9) share one shape: a range and a
-/// 2- or 16-byte UUID. Any other length is an Invalid PDU.
-public struct ATTReadByTypeRequest: ATTPDU, Equatable {
-    public static let opcode = ATTOpcode.readByTypeRequest
-    public var startHandle: UInt16
-    public var endHandle: UInt16
-    public var attributeType: BluetoothUUID
-    public init(startHandle: UInt16, endHandle: UInt16, attributeType: BluetoothUUID) {
-        self.startHandle = startHandle
-        self.endHandle = endHandle
-        self.attributeType = attributeType
-    }
-    public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
-        var r = try Self.reader(pdu)
-        startHandle = try r.u16()
-        endHandle = try r.u16()
-        attributeType = try decodeATTUUID(r.rest())
-    }
-    public func encode(into out: inout [UInt8]) {
-        out.append(Self.opcode.rawValue)
-        out.appendLE(startHandle)
-        out.appendLE(endHandle)
-        attributeType.appendATT(to: &out)
-    }
-}
-
-public struct ATTReadByGroupTypeRequest: ATTPDU, Equatable {
-    public static let opcode = ATTOpcode.readByGroupTypeRequest
-    public var startHandle: UInt16
-    public var endHandle: UInt16
-    public var groupType: BluetoothUUID
-    public init(startHandle: UInt16, endHandle: UInt16, groupType: BluetoothUUID) {
-        self.startHandle = startHandle
-        self.endHandle = endHandle
-        self.groupType = groupType
-    }
-    public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
-        var r = try Self.reader(pdu)
-        startHandle = try r.u16()
-        endHandle = try r.u16()
-        groupType = try decodeATTUUID(r.rest())
-    }
-    public func encode(into out: inout [UInt8]) {
-        out.append(Self.opcode.rawValue)
-        out.appendLE(startHandle)
-        out.appendLE(endHandle)
-        groupType.appendATT(to: &out)
-    }
-}
-
 // MARK: Reads
 
 /// Vol 3, Part F, 3.4.4.3.
@@ -237,101 +187,7 @@ public struct ATTReadBlobRequest: ATTPDU, Equatable {
     }
 }
 
-/// Read Multiple (3.4.4.7) and Read Multiple Variable (3.4.4.11): two or more handles.
-public struct ATTReadMultipleRequest: ATTPDU, Equatable {
-    public static let opcode = ATTOpcode.readMultipleRequest
-    public var handles: ArraySlice<UInt8>
-    public init(handles: [UInt16]) {
-        var raw: [UInt8] = []
-        for h in handles { raw.appendLE(h) }
-        self.handles = raw[...]
-    }
-    public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
-        var r = try Self.reader(pdu)
-        handles = r.rest()
-        guard handles.count >= 4, handles.count % 2 == 0 else {
-            throw DecodeError(.lengthMismatch, "Read Multiple needs two or more handles")
-        }
-    }
-    public var handleCount: Int { handles.count / 2 }
-    public func handle(at index: Int) -> UInt16 {
-        let base = handles.startIndex + 2 * index
-        return UInt16(handles[base]) | UInt16(handles[base + 1]) << 8
-    }
-    public func encode(into out: inout [UInt8]) {
-        out.append(Self.opcode.rawValue)
-        out.append(contentsOf: handles)
-    }
-}
-
-public struct ATTReadMultipleVariableRequest: ATTPDU, Equatable {
-    public static let opcode = ATTOpcode.readMultipleVariableRequest
-    public var handles: ArraySlice<UInt8>
-    public init(handles: [UInt16]) {
-        var raw: [UInt8] = []
-        for h in handles { raw.appendLE(h) }
-        self.handles = raw[...]
-    }
-    public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
-        var r = try Self.reader(pdu)
-        handles = r.rest()
-        guard handles.count >= 4, handles.count % 2 == 0 else {
-            throw DecodeError(.lengthMismatch, "Read Multiple Variable needs two or more handles")
-        }
-    }
-    public var handleCount: Int { handles.count / 2 }
-    public func handle(at index: Int) -> UInt16 {
-        let base = handles.startIndex + 2 * index
-        return UInt16(handles[base]) | UInt16(handles[base + 1]) << 8
-    }
-    public func encode(into out: inout [UInt8]) {
-        out.append(Self.opcode.rawValue)
-        out.append(contentsOf: handles)
-    }
-}
-
 // MARK: Writes
-
-/// Write Request (3.4.5.1), Write Command (3.4.5.3): handle and value.
-public struct ATTWriteRequest: ATTPDU, Equatable {
-    public static let opcode = ATTOpcode.writeRequest
-    public var handle: UInt16
-    public var value: ArraySlice<UInt8>
-    public init(handle: UInt16, value: ArraySlice<UInt8>) {
-        self.handle = handle
-        self.value = value
-    }
-    public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
-        var r = try Self.reader(pdu)
-        handle = try r.u16()
-        value = r.rest()
-    }
-    public func encode(into out: inout [UInt8]) {
-        out.append(Self.opcode.rawValue)
-        out.appendLE(handle)
-        out.append(contentsOf: value)
-    }
-}
-
-public struct ATTWriteCommand: ATTPDU, Equatable {
-    public static let opcode = ATTOpcode.writeCommand
-    public var handle: UInt16
-    public var value: ArraySlice<UInt8>
-    public init(handle: UInt16, value: ArraySlice<UInt8>) {
-        self.handle = handle
-        self.value = value
-    }
-    public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
-        var r = try Self.reader(pdu)
-        handle = try r.u16()
-        value = r.rest()
-    }
-    public func encode(into out: inout [UInt8]) {
-        out.append(Self.opcode.rawValue)
-        out.appendLE(handle)
-        out.append(contentsOf: value)
-    }
-}
 
 /// Vol 3, Part F, 3.4.5.4: handle, value, then a 12-octet authentication signature.
 public struct ATTSignedWriteCommand: ATTPDU, Equatable {
@@ -398,90 +254,7 @@ public struct ATTExecuteWriteRequest: ATTPDU, Equatable {
     }
 }
 
-// MARK: Server-initiated
-
-/// Vol 3, Part F, 3.4.7.1 and 3.4.7.2.
-public struct ATTHandleValueNotification: ATTPDU, Equatable {
-    public static let opcode = ATTOpcode.handleValueNotification
-    public var handle: UInt16
-    public var value: ArraySlice<UInt8>
-    public init(handle: UInt16, value: ArraySlice<UInt8>) {
-        self.handle = handle
-        self.value = value
-    }
-    public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
-        var r = try Self.reader(pdu)
-        handle = try r.u16()
-        value = r.rest()
-    }
-    public func encode(into out: inout [UInt8]) {
-        out.append(Self.opcode.rawValue)
-        out.appendLE(handle)
-        out.append(contentsOf: value)
-    }
-}
-
-public struct ATTHandleValueIndication: ATTPDU, Equatable {
-    public static let opcode = ATTOpcode.handleValueIndication
-    public var handle: UInt16
-    public var value: ArraySlice<UInt8>
-    public init(handle: UInt16, value: ArraySlice<UInt8>) {
-        self.handle = handle
-        self.value = value
-    }
-    public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
-        var r = try Self.reader(pdu)
-        handle = try r.u16()
-        value = r.rest()
-    }
-    public func encode(into out: inout [UInt8]) {
-        out.append(Self.opcode.rawValue)
-        out.appendLE(handle)
-        out.append(contentsOf: value)
-    }
-}
-
-/// Vol 3, Part F, 3.4.7.3.
-public struct ATTHandleValueConfirmation: ATTPDU, Equatable {
-    public static let opcode = ATTOpcode.handleValueConfirmation
-    public init() {}
-    public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
-        let r = try Self.reader(pdu)
-        try r.expectEnd("Handle Value Confirmation")
-    }
-    public func encode(into out: inout [UInt8]) { out.append(Self.opcode.rawValue) }
-}
-
 // MARK: Responses a client decodes
-
-/// Read, Read Blob, Read Multiple responses carry only a value (3.4.4.4, 3.4.4.6, 3.4.4.8).
-public struct ATTReadResponse: ATTPDU, Equatable {
-    public static let opcode = ATTOpcode.readResponse
-    public var value: ArraySlice<UInt8>
-    public init(value: ArraySlice<UInt8>) { self.value = value }
-    public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
-        var r = try Self.reader(pdu)
-        value = r.rest()
-    }
-    public func encode(into out: inout [UInt8]) {
-        out.append(Self.opcode.rawValue)
-        out.append(contentsOf: value)
-    }
-}
-
-public struct ATTReadBlobResponse: ATTPDU, Equatable {
-    public static let opcode = ATTOpcode.readBlobResponse
-    public var value: ArraySlice<UInt8>
-    public init(value: ArraySlice<UInt8>) { self.value = value }
-    public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
-        var r = try Self.reader(pdu)
-        value = r.rest()
-    }
-    public func encode(into out: inout [UInt8]) {
-        out.append(Self.opcode.rawValue)
-        out.append(contentsOf: value)
-    }
-}
 
 /// Vol 3, Part F, 3.4.4.2: Length, then handle-value pairs of that length.
 public struct ATTReadByTypeResponse: ATTPDU, Equatable {
@@ -571,12 +344,146 @@ public struct ATTFindInformationResponse: ATTPDU, Equatable {
     }
 }
 
-/// Write (3.4.5.2) and Execute Write (3.4.6.4) responses: the opcode alone.
-public struct ATTWriteResponse: ATTPDU, Equatable {
-    public static let opcode = ATTOpcode.writeResponse
+// MARK: Shapes shared by several PDUs
+
+/// Ties a shared PDU shape to one opcode.
+public protocol ATTOpcodeTag: Sendable {
+    static var opcode: ATTOpcode { get }
+}
+
+/// A PDU that is a handle and a value: Write Request (3.4.5.1), Write Command (3.4.5.3),
+/// Handle Value Notification (3.4.7.1) and Indication (3.4.7.2).
+public struct ATTHandleValuePDU<Tag: ATTOpcodeTag>: ATTPDU, Equatable {
+    public static var opcode: ATTOpcode { Tag.opcode }
+    public var handle: UInt16
+    public var value: ArraySlice<UInt8>
+    public init(handle: UInt16, value: ArraySlice<UInt8>) {
+        self.handle = handle
+        self.value = value
+    }
+    public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
+        var r = try Self.reader(pdu)
+        handle = try r.u16()
+        value = r.rest()
+    }
+    public func encode(into out: inout [UInt8]) {
+        out.append(Self.opcode.rawValue)
+        out.appendLE(handle)
+        out.append(contentsOf: value)
+    }
+}
+
+/// A handle range and a 2- or 16-byte UUID: Read By Type (3.4.4.1) and Read By Group Type
+/// (3.4.4.9). Any other UUID length is an Invalid PDU.
+public struct ATTRangeTypePDU<Tag: ATTOpcodeTag>: ATTPDU, Equatable {
+    public static var opcode: ATTOpcode { Tag.opcode }
+    public var startHandle: UInt16
+    public var endHandle: UInt16
+    public var attributeType: BluetoothUUID
+    public init(startHandle: UInt16, endHandle: UInt16, attributeType: BluetoothUUID) {
+        self.startHandle = startHandle
+        self.endHandle = endHandle
+        self.attributeType = attributeType
+    }
+    public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
+        var r = try Self.reader(pdu)
+        startHandle = try r.u16()
+        endHandle = try r.u16()
+        attributeType = try decodeATTUUID(r.rest())
+    }
+    public func encode(into out: inout [UInt8]) {
+        out.append(Self.opcode.rawValue)
+        out.appendLE(startHandle)
+        out.appendLE(endHandle)
+        attributeType.appendATT(to: &out)
+    }
+}
+
+/// Two or more handles: Read Multiple (3.4.4.7) and Read Multiple Variable (3.4.4.11).
+public struct ATTHandleListPDU<Tag: ATTOpcodeTag>: ATTPDU, Equatable {
+    public static var opcode: ATTOpcode { Tag.opcode }
+    public var handles: ArraySlice<UInt8>
+    public init(handles: [UInt16]) {
+        var raw: [UInt8] = []
+        for h in handles { raw.appendLE(h) }
+        self.handles = raw[...]
+    }
+    public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
+        var r = try Self.reader(pdu)
+        handles = r.rest()
+        guard handles.count >= 4, handles.count % 2 == 0 else {
+            throw DecodeError(.lengthMismatch, "\(Self.opcode) needs two or more handles")
+        }
+    }
+    public var handleCount: Int { handles.count / 2 }
+    public func handle(at index: Int) -> UInt16 {
+        let base = handles.startIndex + 2 * index
+        return UInt16(handles[base]) | UInt16(handles[base + 1]) << 8
+    }
+    public func encode(into out: inout [UInt8]) {
+        out.append(Self.opcode.rawValue)
+        out.append(contentsOf: handles)
+    }
+}
+
+/// A value alone: Read (3.4.4.4) and Read Blob (3.4.4.6) responses.
+public struct ATTValuePDU<Tag: ATTOpcodeTag>: ATTPDU, Equatable {
+    public static var opcode: ATTOpcode { Tag.opcode }
+    public var value: ArraySlice<UInt8>
+    public init(value: ArraySlice<UInt8>) { self.value = value }
+    public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
+        var r = try Self.reader(pdu)
+        value = r.rest()
+    }
+    public func encode(into out: inout [UInt8]) {
+        out.append(Self.opcode.rawValue)
+        out.append(contentsOf: value)
+    }
+}
+
+/// The opcode alone: Write Response (3.4.5.2), Handle Value Confirmation (3.4.7.3).
+public struct ATTOpcodeOnlyPDU<Tag: ATTOpcodeTag>: ATTPDU, Equatable {
+    public static var opcode: ATTOpcode { Tag.opcode }
     public init() {}
     public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
-        try Self.reader(pdu).expectEnd("Write Response")
+        try Self.reader(pdu).expectEnd("\(Self.opcode)")
     }
     public func encode(into out: inout [UInt8]) { out.append(Self.opcode.rawValue) }
+}
+
+public enum ATTWriteRequestTag: ATTOpcodeTag { public static let opcode = ATTOpcode.writeRequest }
+public enum ATTWriteCommandTag: ATTOpcodeTag { public static let opcode = ATTOpcode.writeCommand }
+public enum ATTNotificationTag: ATTOpcodeTag { public static let opcode = ATTOpcode.handleValueNotification }
+public enum ATTIndicationTag: ATTOpcodeTag { public static let opcode = ATTOpcode.handleValueIndication }
+public enum ATTReadByTypeTag: ATTOpcodeTag { public static let opcode = ATTOpcode.readByTypeRequest }
+public enum ATTReadByGroupTypeTag: ATTOpcodeTag { public static let opcode = ATTOpcode.readByGroupTypeRequest }
+public enum ATTReadMultipleTag: ATTOpcodeTag { public static let opcode = ATTOpcode.readMultipleRequest }
+public enum ATTReadMultipleVariableTag: ATTOpcodeTag { public static let opcode = ATTOpcode.readMultipleVariableRequest }
+public enum ATTReadResponseTag: ATTOpcodeTag { public static let opcode = ATTOpcode.readResponse }
+public enum ATTReadBlobResponseTag: ATTOpcodeTag { public static let opcode = ATTOpcode.readBlobResponse }
+public enum ATTWriteResponseTag: ATTOpcodeTag { public static let opcode = ATTOpcode.writeResponse }
+public enum ATTConfirmationTag: ATTOpcodeTag { public static let opcode = ATTOpcode.handleValueConfirmation }
+
+public typealias ATTWriteRequest = ATTHandleValuePDU<ATTWriteRequestTag>
+public typealias ATTWriteCommand = ATTHandleValuePDU<ATTWriteCommandTag>
+public typealias ATTHandleValueNotification = ATTHandleValuePDU<ATTNotificationTag>
+public typealias ATTHandleValueIndication = ATTHandleValuePDU<ATTIndicationTag>
+public typealias ATTReadByTypeRequest = ATTRangeTypePDU<ATTReadByTypeTag>
+public typealias ATTReadByGroupTypeRequest = ATTRangeTypePDU<ATTReadByGroupTypeTag>
+public typealias ATTReadMultipleRequest = ATTHandleListPDU<ATTReadMultipleTag>
+public typealias ATTReadMultipleVariableRequest = ATTHandleListPDU<ATTReadMultipleVariableTag>
+public typealias ATTReadResponse = ATTValuePDU<ATTReadResponseTag>
+public typealias ATTReadBlobResponse = ATTValuePDU<ATTReadBlobResponseTag>
+public typealias ATTWriteResponse = ATTOpcodeOnlyPDU<ATTWriteResponseTag>
+public typealias ATTHandleValueConfirmation = ATTOpcodeOnlyPDU<ATTConfirmationTag>
+
+extension ATTRangeTypePDU where Tag == ATTReadByGroupTypeTag {
+    /// Read By Group Type calls its UUID the Attribute Group Type (3.4.4.9).
+    public init(startHandle: UInt16, endHandle: UInt16, groupType: BluetoothUUID) {
+        self.init(startHandle: startHandle, endHandle: endHandle, attributeType: groupType)
+    }
+    public var groupType: BluetoothUUID {
+        get { attributeType }
+        set { attributeType = newValue }
+    }
 }

@@ -314,19 +314,5 @@ import Testing
     }
 }
 
-/// SplitMix64 (Steele, Lea, Flood 2014): deterministic inputs, so a failure reproduces.
-struct SplitMix64 {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    mutating func below(_ bound: Int) -> Int { bound <= 0 ? 0 : Int(next() % UInt64(bound)) }
-    mutating func byte() -> UInt8 { UInt8(truncatingIfNeeded: next()) }
-    mutating func bytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in byte() } }
-    mutating func chance(_ percent: Int) -> Bool { below(100) < percent }
-}
+/// The seeded generator of BlemuCore, under the name these tests use.
+typealias SplitMix64 = SeededRandom

@@ -212,18 +212,8 @@ private func structures(_ bytes: [UInt8]) throws -> [(type: UInt8, data: [UInt8]
     }
 }
 
-/// SplitMix64: a small seeded generator, so a failing random case can be replayed.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
+/// The seeded generator of BlemuCore, under the name these tests use.
+typealias SplitMix64 = SeededRandom
 
 @Suite struct AdvertisingDataPropertyTests {
     static let namePieces = ["a", "Z", "7", " ", "-", "é", "ü", "日", "本", "🌡️", "👍🏽", "👩‍👩‍👧", "e\u{301}", "ß"]

@@ -7,18 +7,8 @@ import BlemuCore
 /// Bytes from the controller and the peer are hostile: a decoder may refuse them, with its
 /// typed error, but never trap, and what it accepts must be what the format says.
 
-/// SplitMix64 (Steele, Lea, Flood 2014): seeded, so a failing case replays exactly.
-struct HCITestRandom: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
+/// The seeded generator of BlemuCore, under the name these tests use.
+typealias HCITestRandom = SeededRandom
 
 /// Random inputs: fresh noise and mutations of valid samples, so the decoders are driven past
 /// their first length check into every branch.

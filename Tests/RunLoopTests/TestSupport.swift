@@ -1,3 +1,4 @@
+import BlemuCore
 import BlemuRunLoop
 import BlemuTransport
 import CLinux
@@ -173,18 +174,8 @@ func openAndWait(_ spec: ControllerSpec, on loop: RunLoop, connectTimeout: Durat
     return outcome
 }
 
-/// A deterministic PRNG (SplitMix64), so a failing property test can be replayed.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
+/// The seeded generator of BlemuCore, under the name these tests use.
+typealias SplitMix64 = SeededRandom
 
 /// The H4 bytes of one packet: indicator, header with the right length field, payload.
 func h4Packet(_ type: H4PacketType, payload: [UInt8], handleOrOpcode: UInt16 = 0x0040) -> [UInt8] {

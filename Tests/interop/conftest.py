@@ -4,7 +4,10 @@
   controller on the same simulated radio.
 - `blemu` (module): one `blemu run heart-rate` on that radio, already advertising; its
   teardown sends SIGTERM and asserts exit status 0 (a clean stop).
-- `blemu_factory` (function): start more blemu processes (restart, clean-stop tests).
+- `blemu_factory` (function): start more blemu processes (restart, clean-stop tests; any
+  BlemuProcess options: devices, extra_args, env, log_args, ...).
+- `restartable_rootcanal` (function): a rootcanal of its own that a test can crash and
+  restart on the same HCI port (controller recovery tests).
 Helpers for the tests themselves (run, unique_name, BlemuProcess) live in harness.py.
 
 Environment:
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import BlemuFactory, BlemuProcess, RootCanal, log_dir, unique_name
+from harness import BlemuFactory, BlemuProcess, RestartableRootCanal, RootCanal, log_dir, unique_name
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +58,14 @@ def blemu_factory(rootcanal):
     factory.cleanup()
 
 
+@pytest.fixture
+def restartable_rootcanal():
+    server = RestartableRootCanal("rc-restart")
+    server.start()
+    yield server
+    server.stop()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """On failure, attach the output of the blemu processes the test used, and rootcanal's log."""
@@ -64,12 +75,16 @@ def pytest_runtest_makereport(item, call):
         return
     funcargs = getattr(item, "funcargs", {})
     processes: list[BlemuProcess] = []
-    if isinstance(funcargs.get("blemu"), BlemuProcess):
-        processes.append(funcargs["blemu"])
-    if isinstance(funcargs.get("blemu_factory"), BlemuFactory):
-        processes.extend(funcargs["blemu_factory"].processes)
+    servers: list[RootCanal | RestartableRootCanal] = []
+    # Every fixture value that is (or holds) a blemu process or a rootcanal, whatever its name.
+    for value in funcargs.values():
+        if isinstance(value, BlemuProcess):
+            processes.append(value)
+        elif isinstance(value, BlemuFactory):
+            processes.extend(value.processes)
+        elif isinstance(value, (RootCanal, RestartableRootCanal)):
+            servers.append(value)
     for process in processes:
         report.sections.append((f"blemu {process.name} output ({process.log_path})", process.log_tail(80)))
-    server = funcargs.get("rootcanal")
-    if isinstance(server, RootCanal):
+    for server in servers:
         report.sections.append((f"rootcanal log ({server.log_path})", server.log_tail(30)))

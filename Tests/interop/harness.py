@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import shlex
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Coroutine
 from pathlib import Path
@@ -21,7 +23,7 @@ if str(REPO / "scripts") not in sys.path:
     sys.path.insert(0, str(REPO / "scripts"))
 
 from bumble_central import Central, ScanResult  # noqa: E402
-from rootcanal_server import RootCanal  # noqa: E402
+from rootcanal_server import RootCanal, free_tcp_ports  # noqa: E402
 
 DEFAULT_LOG_ARGS = "--log stderr --log-level debug"
 _log_dir: Path | None = None
@@ -63,24 +65,44 @@ def unique_name(prefix: str = "HR") -> str:
 
 
 class BlemuProcess:
-    """One `blemu run heart-rate --controller SPEC --name NAME` with its output in a file."""
+    """One `blemu run DEVICE... [--controller SPEC] [--name NAME]` with its output in a file.
 
-    def __init__(self, controller: str, name: str, device: str = "heart-rate"):
+    By default: heart-rate on `controller`, named `name`, with $BLEMU_LOG_ARGS. `controller`
+    or `name` None leaves that option out (BLEMU_CONTROLLER, the device's default name);
+    `env` adds to the environment (a None value removes the variable); `log_args` replaces
+    $BLEMU_LOG_ARGS; `split_stdout` sends stdout to its own file (`stdout_path`), so the
+    log file holds stderr alone.
+    """
+
+    def __init__(self, controller: str | None, name: str | None, device: str = "heart-rate", *,
+                 devices: list[str] | None = None, extra_args: list[str] | tuple[str, ...] = (),
+                 env: dict[str, str | None] | None = None, log_args: list[str] | None = None,
+                 split_stdout: bool = False):
         self.controller = controller
         self.name = name
         self.device = device
-        fd, path = tempfile.mkstemp(prefix=f"blemu-{name}-", suffix=".log", dir=log_dir())
+        self.devices = list(devices) if devices is not None else [device]
+        self.extra_args = list(extra_args)
+        self.env = dict(env or {})
+        self.log_args = log_args
+        fd, path = tempfile.mkstemp(prefix=f"blemu-{name or self.devices[0]}-", suffix=".log", dir=log_dir())
         os.close(fd)
         self.log_path = Path(path)
+        self.stdout_path: Path | None = self.log_path.with_suffix(".stdout") if split_stdout else None
         self.process: subprocess.Popen[bytes] | None = None
         self.exit_status: int | None = None
         self.scan: ScanResult | None = None  # what the readiness scan saw
 
     @property
     def command(self) -> list[str]:
-        log_args = shlex.split(os.environ.get("BLEMU_LOG_ARGS", DEFAULT_LOG_ARGS))
-        return [str(blemu_binary()), "run", self.device, "--controller", self.controller,
-                "--name", self.name, *log_args]
+        log_args = self.log_args if self.log_args is not None else shlex.split(
+            os.environ.get("BLEMU_LOG_ARGS", DEFAULT_LOG_ARGS))
+        command = [str(blemu_binary()), "run", *self.devices]
+        if self.controller is not None:
+            command += ["--controller", self.controller]
+        if self.name is not None:
+            command += ["--name", self.name]
+        return command + self.extra_args + log_args
 
     def start(self) -> "BlemuProcess":
         binary = blemu_binary()
@@ -91,10 +113,15 @@ class BlemuProcess:
                 pytrace=False,
             )
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=REPO,
-            )
+            stdout = open(self.stdout_path, "wb") if self.stdout_path is not None else None
+            try:
+                self.process = subprocess.Popen(
+                    self.command, stdout=stdout or log, stderr=log, stdin=subprocess.DEVNULL,
+                    cwd=REPO, env=child_environment(self.env) if self.env else None,
+                )
+            finally:
+                if stdout is not None:
+                    stdout.close()
         return self
 
     def exited(self) -> str | None:
@@ -106,12 +133,14 @@ class BlemuProcess:
             return None
         return f"blemu exited with status {status}; output:\n{self.log_tail()}"
 
-    def wait_advertising(self, rootcanal: RootCanal, timeout: float = 20.0) -> ScanResult:
-        """Scan until this process advertises its name; fail early if it exits."""
+    def wait_advertising(self, rootcanal: RootCanal, timeout: float = 20.0, name: str | None = None) -> ScanResult:
+        """Scan until this process advertises its name (or `name`); fail early if it exits."""
+        wanted = name or self.name
+        assert wanted is not None, "no name to scan for: pass name="
 
         async def scan() -> ScanResult:
             async with Central(rootcanal.controller_spec, name="readiness-scanner") as central:
-                return await central.scan_for(self.name, timeout=timeout, alive=self.exited)
+                return await central.scan_for(wanted, timeout=timeout, alive=self.exited)
 
         try:
             self.scan = run(scan(), timeout + 15)
@@ -144,14 +173,202 @@ class BlemuProcess:
         except OSError:
             return "(no output)"
 
+    def log_entries(self) -> list[LogEntry]:
+        """blemu's log lines so far, parsed (lines that are not log entries are left out)."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return []
+        return [entry for line in text.splitlines() if (entry := parse_log_line(line)) is not None]
+
+    def events(self, event: str) -> list[LogEntry]:
+        """The log entries carrying `event=EVENT` (CONTRACT.md, Journal fields: BLEMU_EVENT)."""
+        return [entry for entry in self.log_entries() if entry.fields.get("event") == event]
+
+    def wait_for_event(self, event: str, count: int = 1, timeout: float = 10.0,
+                       allow_exit: bool = False) -> list[LogEntry]:
+        """Poll the log until `count` entries carry `event=EVENT`; return them.
+
+        Fails after `timeout`, or as soon as blemu exits (unless `allow_exit`).
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.events(event)
+            if len(found) >= count:
+                return found
+            if not allow_exit and (reason := self.exited()) is not None:
+                raise AssertionError(f"waiting for {count} event={event} (have {len(found)}): {reason}")
+            if time.monotonic() >= deadline:
+                raise AssertionError(
+                    f"{len(found)} of {count} event={event} log entries within {timeout:.0f} s; "
+                    f"output ({self.log_path}):\n{self.log_tail()}")
+            time.sleep(0.05)
+
+
+# ---------------------------------------------------------------------------------------------
+# blemu's stderr log lines (Sources/Core/Logging.swift, StderrLogHandler):
+#   LEVEL message  [key=value key=value]
+# The keys are LogKey's; with --log journal each becomes the field BLEMU_<KEY>.
+
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL")
+
+
+@dataclasses.dataclass
+class LogEntry:
+    level: str
+    message: str
+    fields: dict[str, str]
+    line: str
+
+
+def parse_log_line(line: str) -> LogEntry | None:
+    """One stderr log line, or None when the line is not a log entry (say, the exit reason)."""
+    level, space, rest = line.partition(" ")
+    if not space or level not in LOG_LEVELS:
+        return None
+    fields: dict[str, str] = {}
+    message = rest
+    head, bracket, tail = rest.rpartition("  [")
+    if bracket and tail.endswith("]"):
+        message = head
+        key = None
+        for token in tail[:-1].split(" "):
+            name, equals, value = token.partition("=")
+            if equals and name and all(c.islower() or c == "_" for c in name):
+                key = name
+                fields[key] = value
+            elif key is not None:  # a value with spaces in it
+                fields[key] += " " + token
+    return LogEntry(level=level, message=message, fields=fields, line=line)
+
+
+def child_environment(overrides: dict[str, str | None]) -> dict[str, str]:
+    """This process's environment with `overrides` applied (a None value removes the variable)."""
+    env = dict(os.environ)
+    for key, value in overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+@dataclasses.dataclass
+class CliResult:
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    elapsed: float
+
+    @property
+    def reason_lines(self) -> list[str]:
+        """stderr lines that are not log entries: what blemu says about why it stopped."""
+        return [line for line in self.stderr.splitlines() if line.strip() and parse_log_line(line) is None]
+
+    def describe(self) -> str:
+        return (f"`blemu {shlex.join(self.args)}` exited {self.returncode} after {self.elapsed:.1f} s\n"
+                f"--- stdout:\n{self.stdout}--- stderr:\n{self.stderr}")
+
+
+def run_cli(args: list[str], env: dict[str, str | None] | None = None, timeout: float = 10.0) -> CliResult:
+    """Run `blemu ARGS` to completion (fail after `timeout`). BLEMU_CONTROLLER is removed from
+    the environment unless `env` sets it, so the user's own setting cannot leak in."""
+    binary = blemu_binary()
+    if not binary.exists():
+        pytest.fail(f"blemu binary not found at {binary}: build it or set BLEMU_BIN", pytrace=False)
+    started = time.monotonic()
+    try:
+        completed = subprocess.run(
+            [str(binary), *args], capture_output=True, stdin=subprocess.DEVNULL, cwd=REPO, timeout=timeout,
+            env=child_environment({"BLEMU_CONTROLLER": None, **(env or {})}),
+        )
+    except subprocess.TimeoutExpired as error:
+        raise AssertionError(
+            f"`blemu {shlex.join(args)}` did not exit within {timeout:.0f} s; stderr so far:\n"
+            f"{(error.stderr or b'').decode(errors='replace')}") from None
+    return CliResult(args=args, returncode=completed.returncode,
+                     stdout=completed.stdout.decode(errors="replace"),
+                     stderr=completed.stderr.decode(errors="replace"),
+                     elapsed=time.monotonic() - started)
+
+
+def closed_tcp_port() -> int:
+    """A port on 127.0.0.1 nobody listens on (free a moment ago)."""
+    return free_tcp_ports(1)[0]
+
+
+class RestartableRootCanal:
+    """A rootcanal whose HCI port stays the same across `crash()` and `restart()`.
+
+    Quacks like RootCanal where the harness needs it (`controller_spec`, `log_path`,
+    `log_tail`, `stop`). Every instance's log is kept in `log_paths`.
+    """
+
+    def __init__(self, label: str = "rc"):
+        self.label = label
+        self.server: RootCanal | None = None
+        self.hci_port: int | None = None
+        self.log_paths: list[Path] = []
+
+    def _new_server(self) -> RootCanal:
+        path = log_dir() / f"rootcanal-{unique_name(self.label)}.log"
+        self.log_paths.append(path)
+        return RootCanal(hci_port=self.hci_port, log_path=path)
+
+    def start(self) -> "RestartableRootCanal":
+        assert self.server is None or self.server.process is None or self.server.process.poll() is not None, \
+            "rootcanal is already running"
+        server = self._new_server()
+        try:
+            server.start()
+        except RuntimeError as error:
+            pytest.fail(str(error), pytrace=False)
+        self.server = server
+        self.hci_port = server.hci_port
+        return self
+
+    def restart(self) -> "RestartableRootCanal":
+        """A new rootcanal (a new radio, new controllers) on the same HCI port."""
+        return self.start()
+
+    def crash(self) -> None:
+        """SIGKILL rootcanal's whole process group: connections drop without a goodbye."""
+        server = self.server
+        if server is None or server.process is None or server.process.poll() is not None:
+            raise AssertionError("rootcanal is not running")
+        try:
+            os.killpg(server.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        server.process.wait(5)
+
+    @property
+    def controller_spec(self) -> str:
+        assert self.hci_port is not None, "rootcanal was never started"
+        return f"tcp:127.0.0.1:{self.hci_port}"
+
+    @property
+    def log_path(self) -> Path | None:
+        return self.log_paths[-1] if self.log_paths else None
+
+    def log_tail(self, lines: int = 40) -> str:
+        return self.server.log_tail(lines) if self.server is not None else "(never started)"
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
 
 class BlemuFactory:
     def __init__(self, rootcanal: RootCanal):
         self.rootcanal = rootcanal
         self.processes: list[BlemuProcess] = []
 
-    def start(self, name: str, wait_advertising: bool = True) -> BlemuProcess:
-        process = BlemuProcess(self.rootcanal.controller_spec, name)
+    def start(self, name: str | None, wait_advertising: bool = True, **options: Any) -> BlemuProcess:
+        """Start a blemu (options: BlemuProcess's; `controller` defaults to this radio's spec)."""
+        controller = options.pop("controller", self.rootcanal.controller_spec)
+        process = BlemuProcess(controller, name, **options)
         self.processes.append(process)
         process.start()
         if wait_advertising:
