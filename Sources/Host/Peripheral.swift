@@ -95,8 +95,8 @@ public final class Peripheral {
         address = configuration.address
             ?? BluetoothAddress.staticRandom(seed: "blemu/\(type(of: device).deviceName)/\(configuration.name)")
         let profile = device.profile
-        standard = StandardServices(name: configuration.name, appearance: profile.appearance,
-                                    parameters: profile.connectionParameters)
+        let usable = profile.connectionParameters.coreViolations.isEmpty ? profile.connectionParameters : .recommended
+        standard = StandardServices(name: configuration.name, appearance: profile.appearance, parameters: usable)
         let diagnostics = DiagnosticsService()
         database = try GATTDatabase(services: [standard.gap, standard.gatt] + device.services + [diagnostics.service])
         advertisingPayload = Self.payload(configuration: configuration, profile: profile, txPower: profile.txPowerLevel)
@@ -111,6 +111,18 @@ public final class Peripheral {
             let bytes = Array(DiagnosticsService.render(self.diagnosticsFields()).utf8)
             guard request.offset <= bytes.count else { return .failure(.invalidOffset) }
             return .success(Array(bytes[request.offset...]))
+        }
+        // A device may misbehave on purpose, so Apple's rules only warn; the Core's rules are
+        // what a controller accepts at all, so parameters that break them are replaced.
+        let parameters = profile.connectionParameters
+        for line in parameters.appleGuidelineViolations {
+            logger.warning("connection parameters \(parameters) break Apple's guidelines: \(line)")
+        }
+        if !parameters.coreViolations.isEmpty {
+            logger.error("connection parameters \(parameters) break the Core spec (\(parameters.coreViolations.joined(separator: "; "))); using \(ConnectionParameters.recommended) instead")
+        }
+        for line in profile.advertisingTiming.violations {
+            logger.warning("advertising timing: \(line)")
         }
         for line in advertisingPayload.omitted {
             logger.warning("advertising: \(line) does not fit in 31 + 31 bytes and is left out")
@@ -312,8 +324,14 @@ public final class Peripheral {
 
     /// Vol 3, Part A, 4.20: the peripheral asks for its preferred parameters when the link's
     /// do not match them.
+    /// The device's preferred parameters, or the recommended ones when the device's break the Core rules.
+    private var preferredParameters: ConnectionParameters {
+        let asked = device.profile.connectionParameters
+        return asked.coreViolations.isEmpty ? asked : .recommended
+    }
+
     private func requestPreferredParameters(_ connection: Connection) {
-        let preferred = device.profile.connectionParameters
+        let preferred = preferredParameters
         let current = connection.parameters
         if (preferred.intervalMin...preferred.intervalMax).contains(current.interval),
            current.latency == preferred.peripheralLatency, current.supervisionTimeout == preferred.supervisionTimeout {

@@ -359,6 +359,21 @@ final class Bench {
         #expect(bench.peripheral.isAdvertising)
     }
 
+    @Test func parametersBreakingTheCoreAreReplacedByTheRecommendedOnes() throws {
+        let device = ProbeDevice()
+        // Interval max below min and a timeout too short for the latency: no controller takes these.
+        device.profile.connectionParameters = ConnectionParameters(intervalMin: 40, intervalMax: 24, peripheralLatency: 10,
+                                                                   supervisionTimeout: 10)
+        let bench = try Bench(device: device)
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        bench.scheduler.advance(by: .seconds(1))
+        let request = try #require(bench.controller.takeL2CAP(handle: 0x0040, cid: L2CAPChannel.leSignaling).first)
+        #expect(Array(request[4...]) == ConnectionParameters.recommended.encoded)
+        // And GAP's Peripheral Preferred Connection Parameters says the same.
+        let ppcp = bench.handle(of: BluetoothUUID(0x2A04))
+        #expect(bench.att([0x0A, UInt8(ppcp & 0xFF), UInt8(ppcp >> 8)]) == [[0x0B] + ConnectionParameters.recommended.encoded])
+    }
+
     @Test func cachedValuesMustBeReadOnly() {
         final class Broken: Device {
             static let deviceName = "broken"
