@@ -50,44 +50,58 @@ struct RunCommand: ParsableCommand {
             }
             guard devices.count == 1 else { throw ValidationError("--address needs exactly one device (each device needs its own address)") }
         }
+        let specs = try controllerSpecs()
+        guard specs.count <= devices.count else {
+            throw ValidationError("\(specs.count) controllers for \(devices.count) device(s): give at most one --controller per device")
+        }
+        for (spec, count) in Dictionary(grouping: pairs(specs), by: { $0.1 }).mapValues(\.count) where count > 1 {
+            if case .tcp = spec { continue }
+            if case .unix = spec { continue }
+            throw ValidationError("\(spec) cannot be shared by \(count) devices: give each device its own --controller")
+        }
+    }
+
+    /// The --controller specs, or $BLEMU_CONTROLLER.
+    private func controllerSpecs() throws -> [ControllerSpec] {
+        var texts = controllers
+        if texts.isEmpty, let fromEnvironment = getenv("BLEMU_CONTROLLER").map({ String(cString: $0) }), !fromEnvironment.isEmpty {
+            texts = [fromEnvironment]
+        }
+        guard !texts.isEmpty else {
+            throw ValidationError("no controller: give --controller SPEC (e.g. tcp:127.0.0.1:6402 for rootcanal) or set BLEMU_CONTROLLER")
+        }
+        var specs: [ControllerSpec] = []
+        for text in texts {
+            do { specs.append(try ControllerSpec(parsing: text)) } catch { throw ValidationError(error.description) }
+        }
+        return specs
+    }
+
+    /// Devices paired with controllers; the last spec is shared by the devices after it, which only
+    /// stream specs allow (each connection to rootcanal is a new controller).
+    private func pairs(_ specs: [ControllerSpec]) -> [(String, ControllerSpec)] {
+        devices.enumerated().map { index, device in (device, specs[min(index, specs.count - 1)]) }
     }
 
     func run() throws {
         try LogSetup.bootstrap(destination: log, level: logLevel)
         let logger = Logger(label: "blemu")
 
-        var specTexts = controllers
-        if specTexts.isEmpty, let fromEnvironment = getenv("BLEMU_CONTROLLER").map({ String(cString: $0) }), !fromEnvironment.isEmpty {
-            specTexts = [fromEnvironment]
-        }
-        guard !specTexts.isEmpty else {
-            throw ValidationError("no controller: give --controller SPEC (e.g. tcp:127.0.0.1:6402 for rootcanal) or set BLEMU_CONTROLLER")
-        }
-        var specs: [ControllerSpec] = []
-        for text in specTexts {
-            do { specs.append(try ControllerSpec(parsing: text)) } catch { throw ValidationError(error.description) }
-        }
-        guard specs.count <= devices.count else {
-            throw ValidationError("\(specs.count) controllers for \(devices.count) device(s): give at most one --controller per device")
-        }
-        // Pair devices with controllers; the last spec is shared by the devices after it, which only
-        // stream specs allow (each connection to rootcanal is a new controller).
-        let pairs = devices.enumerated().map { index, device in (device, specs[min(index, specs.count - 1)]) }
-        let shared = Dictionary(grouping: pairs, by: { $0.1 }).filter { $0.value.count > 1 }
-        for (spec, users) in shared {
-            if case .tcp = spec { continue }
-            if case .unix = spec { continue }
-            throw ValidationError("\(spec) cannot be shared by \(users.count) devices: give each device its own --controller")
-        }
+        let pairs = self.pairs(try controllerSpecs())
 
         let loop: RunLoop
         do { loop = try RunLoop() } catch { throw RuntimeFailure("cannot start the run loop: \(error)") }
 
         var emulators: [Emulator] = []
+        var copies: [String: Int] = [:]
         for (deviceName, spec) in pairs {
             guard let entry = DeviceRegistry.entry(named: deviceName) else { continue }
             let device = entry.make()
-            let localName = name.map { devices.count == 1 ? $0 : "\($0) \(deviceName)" } ?? device.profile.defaultName
+            // Two copies of one device need two names, and so two addresses (derived from the name).
+            copies[deviceName, default: 0] += 1
+            let copy = copies[deviceName] ?? 1
+            var localName = name.map { devices.count == 1 ? $0 : "\($0) \(deviceName)" } ?? device.profile.defaultName
+            if copy > 1 { localName += " \(copy)" }
             let configuration = PeripheralConfiguration(name: localName, address: address.flatMap(BluetoothAddress.init),
                                                         controller: spec.description)
             do {
@@ -99,7 +113,7 @@ struct RunCommand: ParsableCommand {
 
         var failure: String?
         var stopping = false
-        func stopAll(exitAfter: Bool) {
+        func stopAll() {
             guard !stopping else { return }
             stopping = true
             var remaining = emulators.count
@@ -116,7 +130,8 @@ struct RunCommand: ParsableCommand {
                     logger.warning("second signal: exiting without a clean stop")
                     Glibc.exit(130)
                 }
-                stopAll(exitAfter: true)
+                logger.event(.stopping, .notice, "stopping on \(signal == SIGINT ? "SIGINT" : "SIGTERM")")
+                stopAll()
             }
         } catch {
             throw RuntimeFailure("cannot handle signals: \(error)")
@@ -124,7 +139,7 @@ struct RunCommand: ParsableCommand {
         for emulator in emulators {
             emulator.onFatal = { message in
                 failure = message
-                stopAll(exitAfter: true)
+                stopAll()
             }
             emulator.start()
         }

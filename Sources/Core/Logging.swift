@@ -6,6 +6,8 @@ public enum LogKey {
     public static let event = "event"
     public static let device = "device"
     public static let controller = "controller"
+    /// The local name, which tells two copies of one device apart.
+    public static let name = "name"
     public static let peer = "peer"
     public static let connHandle = "conn_handle"
     public static let attOpcode = "att_opcode"

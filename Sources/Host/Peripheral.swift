@@ -91,6 +91,7 @@ public final class Peripheral {
         var logger = logger
         logger[metadataKey: LogKey.device] = .string(type(of: device).deviceName)
         logger[metadataKey: LogKey.controller] = .string(configuration.controller)
+        logger[metadataKey: LogKey.name] = .string(configuration.name)
         self.logger = logger
         address = configuration.address
             ?? BluetoothAddress.staticRandom(seed: "blemu/\(type(of: device).deviceName)/\(configuration.name)")
@@ -173,7 +174,7 @@ public final class Peripheral {
     /// (0x13), then HCI Reset. Calls `completion` once, when done or after 3 s at most.
     public func stop(completion: @escaping () -> Void) {
         guard stopCompletion == nil else { return }
-        logger.event(.stopping, .notice, "stopping: \(connections.count) link(s) to close")
+        logger.debug("stopping: \(connections.count) link(s) to close")
         stopCompletion = completion
         if deviceStarted { device.stop() }
         if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
@@ -234,7 +235,8 @@ public final class Peripheral {
         hci.send(.leSetAdvertisingData(advertisingPayload.advertisingData))
         hci.send(.leSetScanResponseData(advertisingPayload.scanResponseData))
         hci.send(.leSetAdvertisingEnable(true)) { [weak self] result in
-            guard let self, !self.isStopping else { return }
+            // Cancelled: the controller went away or was reset; that path logs for itself.
+            guard let self, !self.isStopping, result != .cancelled else { return }
             self.advertisingRequested = false
             guard result.succeeded else {
                 // E.g. Command Disallowed or Connection Limit Exceeded while links are up: the

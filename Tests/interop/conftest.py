@@ -85,6 +85,6 @@ def pytest_runtest_makereport(item, call):
         elif isinstance(value, (RootCanal, RestartableRootCanal)):
             servers.append(value)
     for process in processes:
-        report.sections.append((f"blemu {process.name} output ({process.log_path})", process.log_tail(80)))
+        report.sections.append((f"blemu {process.name or ' '.join(process.devices)} output ({process.log_path})", process.log_tail(80)))
     for server in servers:
         report.sections.append((f"rootcanal log ({server.log_path})", server.log_tail(30)))
