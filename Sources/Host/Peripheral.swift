@@ -72,7 +72,7 @@ public final class Peripheral {
 
     public let scheduler: TimerScheduling
     private let standard: StandardServices
-    private var diagnostics: DiagnosticsService!
+    private let diagnostics: DiagnosticsService
     private var connections: [UInt16: Connection] = [:]
     private var advertisingPayload: AdvertisingPayload
     private var advertisingRequested = false
