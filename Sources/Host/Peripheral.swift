@@ -13,13 +13,14 @@ public struct PeripheralConfiguration: Sendable {
     /// The controller spec, for logs and diagnostics.
     public var controller: String
     public var firmware: String
-    /// Links this device takes at once; advertising stops at this many.
+    /// Links this device takes at once; advertising stops at this many. The controller usually
+    /// says no sooner (advertising then resumes at the next disconnection).
     public var maxConnections: Int
     /// Delay after connecting before asking the central for the device's preferred parameters.
     public var parameterUpdateDelay: Duration
 
     public init(name: String, address: BluetoothAddress? = nil, controller: String, firmware: String = blemuVersion,
-                maxConnections: Int = 8, parameterUpdateDelay: Duration = .seconds(1)) {
+                maxConnections: Int = 32, parameterUpdateDelay: Duration = .seconds(1)) {
         self.name = name
         self.address = address
         self.controller = controller
