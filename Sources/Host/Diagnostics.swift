@@ -66,3 +66,32 @@ enum JSON {
         "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
     }
 }
+
+/// The values of the Diagnostics characteristic.
+extension Peripheral {
+    func diagnosticsFields() -> [(String, String)] {
+        let now = scheduler.nowNanoseconds
+        let uptime = statistics.startedNanoseconds == 0 ? 0 : (now &- statistics.startedNanoseconds) / 1_000_000
+        let links = connections.values.sorted { $0.handle < $1.handle }.map { c in
+            JSON.object([("handle", "\(c.handle)"), ("peer", JSON.string(c.peer.address.description)),
+                         ("mtu", "\(c.server.mtu)"), ("interval_ms", "\(Double(c.parameters.interval) * 1.25)")])
+        }
+        return [
+            ("device", JSON.string(type(of: device).deviceName)),
+            ("name", JSON.string(configuration.name)),
+            ("firmware", JSON.string("blemu \(configuration.firmware)")),
+            ("address", JSON.string(address.description)),
+            ("controller", JSON.string(configuration.controller)),
+            ("uptime_ms", "\(uptime)"),
+            ("connections", "\(connections.count)"),
+            ("connections_total", "\(statistics.connectionsTotal)"),
+            ("att_requests", "\(statistics.attRequests)"),
+            ("att_errors", "\(statistics.attErrors)"),
+            ("last_error", JSON.optionalString(statistics.lastError.map { opcode, handle, error in
+                "\(error) for opcode \(Hex.byte(opcode)) on handle \(Hex.word(handle))"
+            })),
+            ("reads", "\(statistics.diagnosticsReads)"),
+            ("links", JSON.array(links)),
+        ]
+    }
+}

@@ -1,0 +1,96 @@
+import BlemuATT
+import BlemuCore
+import BlemuGATT
+import BlemuHCI
+import BlemuL2CAP
+import Logging
+
+/// Links to centrals: opening, closing, and the parameters the device prefers.
+extension Peripheral {
+    func connectionOpened(_ event: LEConnectionComplete) {
+        guard event.status == HCIStatus.success else {
+            logger.warning("connection attempt failed", metadata: [LogKey.hciStatus: .string(Hex.byte(event.status))])
+            return
+        }
+        // Legacy advertising ends when a connection is made (Vol 6, Part B, 4.4.2.4).
+        if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
+        advertisingPhaseTimer = nil
+        isAdvertising = false
+        advertisingRequested = false
+        guard event.role == 0x01 else {
+            logger.warning("link \(event.handle) opened in the central role; disconnecting")
+            hci.send(.disconnect(handle: event.handle, reason: HCIStatus.remoteUserTerminated))
+            return
+        }
+        let peer = ATTPeer(connectionHandle: event.handle, address: event.peerAddress)
+        let server = ATTServer(database: database, peer: peer, scheduler: scheduler)
+        server.delegate = self
+        let connection = Connection(handle: event.handle, peer: peer, server: server, parameters: event.parameters)
+        connections[event.handle] = connection
+        hci.openLink(event.handle)
+        statistics.connectionsTotal += 1
+        logger.event(.connected, .notice, "connected to \(event.peerAddress)", [
+            LogKey.peer: .string(event.peerAddress.description), LogKey.connHandle: .string("\(event.handle)"),
+        ])
+        if hci.info.supportsDataLengthExtension {
+            hci.send(.leSetDataLength(handle: event.handle))
+        }
+        connection.parameterTimer = scheduler.schedule(after: configuration.parameterUpdateDelay) { [weak self, weak connection] in
+            guard let self, let connection else { return }
+            connection.parameterTimer = nil
+            self.requestPreferredParameters(connection)
+        }
+        if deviceStarted { device.peerConnected(peer) }
+        // Keep advertising while another central may connect.
+        startAdvertising(fast: true)
+    }
+
+    func connectionClosed(handle: UInt16, reason: UInt8) {
+        guard let connection = connections.removeValue(forKey: handle) else { return }
+        if let timer = connection.parameterTimer { scheduler.cancel(timer) }
+        if let timer = connection.reassemblyTimer { scheduler.cancel(timer) }
+        standard.connectionClosed(handle)
+        logger.event(.disconnected, .notice, "disconnected from \(connection.peer.address)", [
+            LogKey.peer: .string(connection.peer.address.description), LogKey.connHandle: .string("\(handle)"),
+            LogKey.hciStatus: .string(Hex.byte(reason)),
+        ])
+        if deviceStarted { device.peerDisconnected(connection.peer) }
+        if isStopping {
+            if connections.isEmpty { resetAndFinish() }
+            return
+        }
+        // Apple's guidelines: fast advertising for 30 s after every disconnection, even when
+        // a slow phase was running for another central.
+        startAdvertising(fast: true)
+    }
+
+    func dropAllConnections(reason: String) {
+        for handle in connections.keys.sorted() {
+            connectionClosed(handle: handle, reason: HCIStatus.hardwareFailure)
+        }
+    }
+
+    /// Vol 3, Part A, 4.20: the peripheral asks for its preferred parameters when the link's
+    /// do not match them.
+    /// The device's preferred parameters, or the recommended ones when the device's break the Core rules.
+    var preferredParameters: ConnectionParameters {
+        let asked = device.profile.connectionParameters
+        return asked.coreViolations.isEmpty ? asked : .recommended
+    }
+
+    func requestPreferredParameters(_ connection: Connection) {
+        let preferred = preferredParameters
+        let current = connection.parameters
+        if (preferred.intervalMin...preferred.intervalMax).contains(current.interval),
+           current.latency == preferred.peripheralLatency, current.supervisionTimeout == preferred.supervisionTimeout {
+            return
+        }
+        let id = connection.takeIdentifier()
+        connection.pendingParameterUpdate = id
+        let request = SignalingCommand.connectionParameterUpdateRequest(
+            identifier: id, intervalMin: preferred.intervalMin, intervalMax: preferred.intervalMax,
+            latency: preferred.peripheralLatency, timeout: preferred.supervisionTimeout)
+        logger.info("asking for connection parameters \(preferred)", metadata: [LogKey.connHandle: "\(connection.handle)"])
+        sendSignaling(request, on: connection)
+    }
+}

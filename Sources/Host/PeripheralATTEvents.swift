@@ -1,0 +1,67 @@
+import BlemuATT
+import BlemuCore
+import BlemuGATT
+import BlemuHCI
+import BlemuL2CAP
+import Logging
+
+// MARK: - ATT server events
+
+extension Peripheral: ATTServerDelegate {
+    public func attServer(_ server: ATTServer, send pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool {
+        sendFrame(cid: L2CAPChannel.att, payload: pdu, on: server.peer.connectionHandle,
+                  priority: kind == .notification ? .bestEffort : .required)
+    }
+
+    public func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?) {
+        statistics.attRequests += 1
+        guard let error else { return }
+        statistics.attErrors += 1
+        // Kept as values and formatted only when the Diagnostics value is read.
+        statistics.lastError = (opcode, handle, error)
+        // Attribute Not Found ends every discovery: normal, so it stays at debug level.
+        let level: Logger.Level = error == .attributeNotFound ? .debug : .info
+        logger.event(.attError, level, "ATT \(error) for opcode \(Hex.byte(opcode)), handle \(Hex.word(handle))", [
+            LogKey.peer: .string(server.peer.address.description),
+            LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
+            LogKey.attOpcode: .string(Hex.byte(opcode)), LogKey.attHandle: .string(Hex.word(handle)),
+            LogKey.attError: .string(Hex.byte(error.rawValue)),
+        ])
+    }
+
+    public func attServer(_ server: ATTServer, mtuChanged mtu: Int) {
+        logger.event(.mtuChanged, .info, "ATT MTU now \(mtu)", [
+            LogKey.peer: .string(server.peer.address.description),
+            LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
+        ])
+    }
+
+    public func attServer(_ server: ATTServer, configured characteristic: Characteristic, from old: UInt16, to new: UInt16) {
+        let event: BlemuEvent = new == 0 ? .unsubscribed : .subscribed
+        let what = new & 0x0002 != 0 ? "indications" : "notifications"
+        logger.event(event, .info, new == 0 ? "unsubscribed from \(characteristic.uuid)" : "subscribed to \(what) of \(characteristic.uuid)", [
+            LogKey.peer: .string(server.peer.address.description),
+            LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
+            LogKey.attHandle: .string(Hex.word(characteristic.valueHandle)),
+        ])
+        if deviceStarted {
+            device.subscriptionChanged(characteristic, peer: server.peer, notify: new & 0x0001 != 0, indicate: new & 0x0002 != 0)
+        }
+    }
+
+    public func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool) {
+        logger.event(.write, .info, "\(withResponse ? "write" : "write command") of \(count) bytes to \(characteristic.uuid)", [
+            LogKey.peer: .string(server.peer.address.description),
+            LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
+            LogKey.attHandle: .string(Hex.word(characteristic.valueHandle)),
+        ])
+    }
+
+    public func attServerTransactionTimedOut(_ server: ATTServer) {
+        logger.error("indication not confirmed within 30 s: the ATT bearer is dead, disconnecting (Vol 3, Part F, 3.3.3)",
+                     metadata: [LogKey.connHandle: "\(server.peer.connectionHandle)"])
+        if let connection = connections[server.peer.connectionHandle] {
+            disconnect(connection, reason: HCIStatus.remoteUserTerminated)
+        }
+    }
+}

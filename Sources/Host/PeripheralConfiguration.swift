@@ -1,0 +1,60 @@
+import BlemuATT
+import BlemuCore
+import BlemuGATT
+import BlemuHCI
+import BlemuL2CAP
+import Logging
+
+public struct PeripheralConfiguration: Sendable {
+    /// The local name, advertised and in GAP Device Name.
+    public var name: String
+    /// A static random address; nil derives one from the device and name, stable across runs.
+    public var address: BluetoothAddress?
+    /// The controller spec, for logs and diagnostics.
+    public var controller: String
+    public var firmware: String
+    /// Links this device takes at once; advertising stops at this many. The controller usually
+    /// says no sooner (advertising then resumes at the next disconnection).
+    public var maxConnections: Int
+    /// Delay after connecting before asking the central for the device's preferred parameters.
+    public var parameterUpdateDelay: Duration
+
+    public init(name: String, address: BluetoothAddress? = nil, controller: String, firmware: String = blemuVersion,
+                maxConnections: Int = 32, parameterUpdateDelay: Duration = .seconds(1)) {
+        self.name = name
+        self.address = address
+        self.controller = controller
+        self.firmware = firmware
+        self.maxConnections = maxConnections
+        self.parameterUpdateDelay = parameterUpdateDelay
+    }
+}
+
+public let blemuVersion = "0.1.0"
+
+/// One link to a central: its ATT bearer, L2CAP reassembly and signalling state.
+final class Connection {
+    let handle: UInt16
+    let peer: ATTPeer
+    let server: ATTServer
+    var reassembler = L2CAPReassembler()
+    var parameters: LinkParameters
+    var nextSignalingIdentifier: UInt8 = 1
+    var pendingParameterUpdate: UInt8?
+    var parameterTimer: TimerID?
+    var reassemblyTimer: TimerID?
+
+    init(handle: UInt16, peer: ATTPeer, server: ATTServer, parameters: LinkParameters) {
+        self.handle = handle
+        self.peer = peer
+        self.server = server
+        self.parameters = parameters
+    }
+
+    /// Vol 3, Part A, 4: identifiers 0x01–0xFF, 0x00 is never used.
+    func takeIdentifier() -> UInt8 {
+        let id = nextSignalingIdentifier
+        nextSignalingIdentifier = nextSignalingIdentifier == 0xFF ? 1 : nextSignalingIdentifier + 1
+        return id
+    }
+}

@@ -1,0 +1,42 @@
+import BlemuATT
+import BlemuCore
+import BlemuGATT
+import BlemuHCI
+import BlemuL2CAP
+import Logging
+
+// MARK: - The device's view
+
+extension Peripheral: DeviceContext {
+    public var peers: [ATTPeer] { connections.values.map(\.peer).sorted { $0.connectionHandle < $1.connectionHandle } }
+
+    @discardableResult
+    public func notify(_ characteristic: Characteristic, value: [UInt8]) -> Bool {
+        var all = true
+        for connection in connections.values where connection.server.notify(characteristic, value: value) == .queueFull {
+            all = false
+        }
+        if !all { deviceWaitingForRoom = true }
+        return all
+    }
+
+    @discardableResult
+    public func indicate(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?) -> Bool {
+        var all = true
+        for connection in connections.values where peer == nil || connection.peer == peer {
+            if connection.server.indicate(characteristic, value: value) == .queueFull { all = false }
+        }
+        return all
+    }
+
+    public func isSubscribed(_ characteristic: Characteristic, peer: ATTPeer?, indications: Bool) -> Bool {
+        connections.values.contains { connection in
+            (peer == nil || connection.peer == peer) && connection.server.isSubscribed(characteristic, indications: indications)
+        }
+    }
+
+    public func log(_ event: BlemuEvent, _ level: Logger.Level, _ message: @autoclosure () -> String,
+                    _ metadata: @autoclosure () -> Logger.Metadata) {
+        logger.event(event, level, "\(message())", metadata())
+    }
+}

@@ -1,0 +1,90 @@
+import BlemuATT
+import BlemuCore
+import BlemuGATT
+import BlemuHCI
+import BlemuL2CAP
+import Logging
+
+// MARK: - HCI events
+
+extension Peripheral: HCIHostDelegate {
+    public func hciHostDidBecomeReady(_ host: HCIHost) {
+        guard !isStopping else { return }
+        if !deviceStarted {
+            deviceStarted = true
+            device.start(context: self)
+        }
+        hci.send(.leSetRandomAddress(address)) { [weak self] result in
+            guard let self, !result.succeeded else { return }
+            self.logger.error("controller refused the random address \(self.address)",
+                              metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
+        }
+        // TX Power Level in the advertisement is the controller's advertising power
+        // (Vol 4, Part E, 7.8.6), so a phone can estimate path loss from RSSI.
+        if device.profile.txPowerLevel != nil {
+            hci.send(.leReadAdvertisingChannelTxPower) { [weak self] result in
+                guard let self else { return }
+                if case .complete(let p) = result, p.count >= 2, p[0] == HCIStatus.success {
+                    self.rebuildAdvertisingPayload(txPower: Int8(bitPattern: p[1]))
+                }
+                self.startAdvertising(fast: true)
+            }
+        } else {
+            startAdvertising(fast: true)
+        }
+    }
+
+    public func hciHostDidReset(_ host: HCIHost, reason: String) {
+        dropAllConnections(reason: reason)
+        isAdvertising = false
+        advertisingRequested = false
+    }
+
+    public func hciHost(_ host: HCIHost, didReceive event: HCIEvent) {
+        switch event {
+        case .leConnectionComplete(let complete):
+            connectionOpened(complete)
+        case let .disconnectionComplete(status, handle, reason):
+            guard status == HCIStatus.success else {
+                logger.warning("disconnection failed", metadata: [LogKey.connHandle: "\(handle)", LogKey.hciStatus: .string(Hex.byte(status))])
+                return
+            }
+            connectionClosed(handle: handle, reason: reason)
+        case let .leConnectionUpdateComplete(status, handle, parameters):
+            guard status == HCIStatus.success, let connection = connections[handle] else { return }
+            connection.parameters = parameters
+            logger.info("connection parameters now interval \(Double(parameters.interval) * 1.25) ms, latency \(parameters.latency), timeout \(Int(parameters.supervisionTimeout) * 10) ms",
+                        metadata: [LogKey.connHandle: "\(handle)"])
+        case let .leRemoteConnectionParameterRequest(handle, intervalMin, intervalMax, latency, timeout):
+            // Vol 6, Part B, 5.1.7: accept what the Core allows, refuse the rest with 0x3B.
+            let asked = ConnectionParameters(intervalMin: intervalMin, intervalMax: intervalMax,
+                                             peripheralLatency: latency, supervisionTimeout: timeout)
+            if asked.coreViolations.isEmpty {
+                hci.send(.leRemoteConnectionParameterRequestReply(handle: handle, intervalMin: intervalMin,
+                                                                  intervalMax: intervalMax, latency: latency, timeout: timeout))
+            } else {
+                logger.info("refused connection parameters: \(asked.coreViolations.joined(separator: "; "))",
+                            metadata: [LogKey.connHandle: "\(handle)"])
+                hci.send(.leRemoteConnectionParameterRequestNegativeReply(handle: handle))
+            }
+        case let .leDataLengthChange(handle, maxTx, _, maxRx, _):
+            logger.debug("data length now \(maxTx) out, \(maxRx) in", metadata: [LogKey.connHandle: "\(handle)"])
+        case let .lePHYUpdateComplete(status, handle, tx, rx):
+            logger.debug("PHY update: status \(Hex.byte(status)), tx \(tx), rx \(rx)", metadata: [LogKey.connHandle: "\(handle)"])
+        case .dataBufferOverflow:
+            logger.error("controller reports an ACL buffer overflow: it lost data")
+        default:
+            break
+        }
+    }
+
+    public func hciHost(_ host: HCIHost, didReceiveACL packet: ACLPacket) {
+        receiveACL(packet)
+    }
+
+    public func hciHost(_ host: HCIHost, transmitQueueHasRoomFor handle: UInt16) {
+        guard deviceWaitingForRoom else { return }
+        deviceWaitingForRoom = false
+        device.peripheralIsReady()
+    }
+}
