@@ -15,28 +15,24 @@ public final class HCIUserChannelTransport: ControllerTransport {
     public let index: UInt16
     public let queueCapacity: Int
     public var onPacket: ((H4PacketType, ArraySlice<UInt8>) -> Void)?
-    public var onClosed: ((TransportError) -> Void)?
-    public private(set) var isOpen = true
+    public var onClosed: ((TransportError) -> Void)? {
+        get { channel.onClosed }
+        set { channel.onClosed = newValue }
+    }
+    public var isOpen: Bool { channel.isOpen }
     public private(set) var discardedBytes = 0
 
     /// Bytes of packets waiting for the socket to become writable.
     public private(set) var queuedBytes = 0
 
-    private let loop: RunLoop
-    private var fd: Int32
-    private var readBuffer = [UInt8](repeating: 0, count: H4Framer.maxPacketLength)
+    private let channel: FileDescriptorChannel
     private var queue: [[UInt8]] = []
     private var queueHead = 0
-    private var pendingFailure: TimerID?
 
     /// Opens and binds the user channel of adapter `index`. The adapter must be powered off
     /// (and not claimed by bluetoothd); this needs CAP_NET_ADMIN.
-    public init(index: UInt16, loop: RunLoop,
-                queueCapacity: Int = ControllerTransports.defaultOutputCapacity) throws(TransportError) {
-        self.spec = .hci(index: index)
-        self.index = index
-        self.loop = loop
-        self.queueCapacity = max(queueCapacity, H4Framer.maxPacketLength)
+    public convenience init(index: UInt16, loop: RunLoop,
+                            queueCapacity: Int = ControllerTransports.defaultOutputCapacity) throws(TransportError) {
         let fd = socket(AF_BLUETOOTH, CLINUX_SOCK_RAW_NONBLOCK, BTPROTO_HCI)
         guard fd >= 0 else { throw .hciUserChannel(index: index, "socket", errno) }
         var address = sockaddr_hci()
@@ -53,23 +49,19 @@ public final class HCIUserChannelTransport: ControllerTransport {
             closeFD(fd)
             throw .hciUserChannel(index: index, "bind", code)
         }
-        self.fd = fd
-        do throws(RunLoopError) {
-            try loop.register(fd: fd, events: .readable) { [weak self] events in self?.handle(events) }
-        } catch {
-            closeFD(fd)
-            self.fd = -1
-            isOpen = false
-            throw .setup(spec, "registering with the run loop", error.errnoCode)
-        }
+        try self.init(adopting: fd, index: index, loop: loop, queueCapacity: queueCapacity)
     }
 
-    deinit {
-        if fd >= 0 {
-            loop.unregister(fd: fd)
-            closeFD(fd)
-        }
-        if let pendingFailure { loop.cancel(pendingFailure) }
+    /// Takes ownership of `fd`, a bound user channel socket (or, in tests, any socket that
+    /// keeps packet boundaries).
+    init(adopting fd: Int32, index: UInt16, loop: RunLoop, queueCapacity: Int) throws(TransportError) {
+        self.spec = .hci(index: index)
+        self.index = index
+        self.queueCapacity = max(queueCapacity, H4Framer.maxPacketLength)
+        // One packet per read, up to 16 per wakeup.
+        channel = try FileDescriptorChannel(adopting: fd, spec: spec, medium: .hciUserChannel, loop: loop,
+                                            readBufferSize: H4Framer.maxPacketLength, readsPerWakeup: 16)
+        channel.owner = self
     }
 
     // MARK: Output
@@ -78,148 +70,80 @@ public final class HCIUserChannelTransport: ControllerTransport {
         guard isOpen else { return false }
         let total = 1 + body.count
         guard queueCapacity - queuedBytes >= total else { return false }
-        if queueHead < queue.count {
-            enqueue(type, body)
-            return true
+        if queueHead == queue.count {  // else it waits behind the queue, to keep the order
+            switch channel.write(type, body) {
+            case .written(let count) where count == total:
+                return true
+            case .wouldBlock:
+                break
+            case .written:  // a datagram goes whole or not at all
+                channel.fail(.lost(spec, "write", errno: EIO), deferred: true)
+                return false
+            case .failed(let code):
+                channel.fail(.lost(spec, "write", errno: code), deferred: true)
+                return false
+            }
         }
-        let written = writePacket(type, body)
-        if written == total { return true }
-        let code = written < 0 ? errno : EIO  // a datagram goes whole or not at all
-        if written < 0 && (code == EAGAIN || code == EWOULDBLOCK || code == ENOBUFS || code == EINTR) {
-            enqueue(type, body)
-            watchWritable(true)
-            return true
-        }
-        fail(.lost(spec, "write", errno: code), deferred: true)
-        return false
-    }
-
-    private func enqueue(_ type: H4PacketType, _ body: ArraySlice<UInt8>) {
         var packet: [UInt8] = []
-        packet.reserveCapacity(1 + body.count)
+        packet.reserveCapacity(total)
         packet.append(type.rawValue)
         packet.append(contentsOf: body)
         queue.append(packet)
-        queuedBytes += packet.count
-    }
-
-    private func writePacket(_ type: H4PacketType, _ body: ArraySlice<UInt8>) -> Int {
-        var indicator = type.rawValue
-        return withUnsafeMutablePointer(to: &indicator) { indicatorPointer in
-            body.withUnsafeBufferPointer { bodyBuffer in
-                withUnsafeTemporaryAllocation(of: iovec.self, capacity: 2) { vectors in
-                    vectors[0] = iovec(iov_base: UnsafeMutableRawPointer(indicatorPointer), iov_len: 1)
-                    vectors[1] = iovec(iov_base: UnsafeMutableRawPointer(mutating: bodyBuffer.baseAddress),
-                                       iov_len: bodyBuffer.count)
-                    var message = msghdr()
-                    message.msg_iov = vectors.baseAddress
-                    message.msg_iovlen = 2
-                    return sendmsg(fd, &message, CLINUX_MSG_NOSIGNAL)
-                }
-            }
-        }
+        queuedBytes += total
+        channel.watchWritable(true)
+        return true
     }
 
     private func flush() {
-        while queueHead < queue.count {
+        writing: while queueHead < queue.count {
             let packet = queue[queueHead]
-            let written = packet.withUnsafeBytes { raw in Glibc.send(fd, raw.baseAddress, raw.count, CLINUX_MSG_NOSIGNAL) }
-            if written == packet.count {
+            switch channel.write(packet[...]) {
+            case .written(let count) where count == packet.count:
                 queueHead += 1
                 queuedBytes -= packet.count
-                continue
+            case .wouldBlock:
+                break writing
+            case .written:
+                channel.fail(.lost(spec, "write", errno: EIO), deferred: false)
+                return
+            case .failed(let code):
+                channel.fail(.lost(spec, "write", errno: code), deferred: false)
+                return
             }
-            let code = written < 0 ? errno : EIO
-            if written < 0 && code == EINTR { continue }
-            if written < 0 && (code == EAGAIN || code == EWOULDBLOCK || code == ENOBUFS) { break }
-            fail(.lost(spec, "write", errno: code), deferred: false)
-            return
         }
         if queueHead == queue.count {
             queue.removeAll(keepingCapacity: true)
             queueHead = 0
-            watchWritable(false)
+            channel.watchWritable(false)
         } else if queueHead >= 64 {
             queue.removeSubrange(0..<queueHead)
             queueHead = 0
         }
     }
 
-    private var watchingWritable = false
-
-    private func watchWritable(_ on: Bool) {
-        guard on != watchingWritable, isOpen else { return }
-        do throws(RunLoopError) {
-            try loop.modify(fd: fd, events: on ? [.readable, .writable] : .readable)
-            watchingWritable = on
-        } catch {
-            fail(.setup(spec, "epoll_ctl(MOD)", error.errnoCode), deferred: true)
-        }
-    }
-
-    // MARK: Input
-
-    private func handle(_ events: IOEvents) {
-        if events.contains(.writable) {
-            flush()
-            guard isOpen else { return }
-        }
-        guard !events.isDisjoint(with: [.readable, .hangup, .error]) else { return }
-        for _ in 0..<16 {
-            let count = readBuffer.withUnsafeMutableBytes { raw in read(fd, raw.baseAddress, raw.count) }
-            if count > 0 {
-                if let packet = H4Framer.parseDatagram(readBuffer[0..<count]) {
-                    onPacket?(packet.type, packet.body)
-                    guard isOpen else { return }
-                } else {
-                    discardedBytes += count
-                }
-                continue
-            }
-            let code = count < 0 ? errno : 0
-            if count < 0 && code == EINTR { continue }
-            if count < 0 && (code == EAGAIN || code == EWOULDBLOCK) {
-                if !events.isDisjoint(with: [.hangup, .error]) { fail(.lost(spec, "read", errno: ENETDOWN), deferred: false) }
-                return
-            }
-            // EOF or an error such as ENETDOWN: the adapter was unplugged or reset.
-            fail(.lost(spec, "read", errno: count == 0 ? nil : code), deferred: false)
-            return
-        }
-    }
-
     // MARK: Closing
 
+    /// Unregisters and closes the socket; queued packets are dropped and `onClosed` does not follow.
     public func close() {
-        if let pendingFailure {
-            loop.cancel(pendingFailure)
-            self.pendingFailure = nil
+        channel.close()
+    }
+}
+
+extension HCIUserChannelTransport: FileDescriptorChannelOwner {
+    func channelIsWritable() { flush() }
+
+    /// Each read is exactly one packet with its indicator.
+    func channelReceived(_ bytes: ArraySlice<UInt8>) {
+        if let packet = H4Framer.parseDatagram(bytes) {
+            onPacket?(packet.type, packet.body)
+        } else {
+            discardedBytes += bytes.count
         }
-        tearDown()
     }
 
-    private func tearDown() {
-        guard isOpen else { return }
-        isOpen = false
-        loop.unregister(fd: fd)
-        closeFD(fd)
-        fd = -1
+    func channelDidClose() {
         queue = []
         queueHead = 0
         queuedBytes = 0
-    }
-
-    private func fail(_ error: TransportError, deferred: Bool) {
-        guard isOpen else { return }
-        tearDown()
-        if deferred {
-            pendingFailure = loop.schedule(after: .zero) { [weak self] in
-                guard let self else { return }
-                self.pendingFailure = nil
-                self.onClosed?(error)
-            }
-        } else {
-            onClosed?(error)
-        }
     }
 }

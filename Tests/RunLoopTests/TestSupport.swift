@@ -2,6 +2,7 @@ import BlemuCore
 import BlemuRunLoop
 import BlemuTransport
 import CLinux
+import Testing
 
 #if canImport(Glibc)
 import Glibc
@@ -37,6 +38,32 @@ func makeSocketPair() -> (Int32, Int32) {
     let result = socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds)
     precondition(result == 0, "socketpair failed: \(errno)")
     return (fds[0], fds[1])
+}
+
+/// A `StreamTransport` over one end of a fresh socket pair, and the other end (nonblocking) for
+/// the test to write, read and close. `kernelBufferSize` shrinks the socket buffers between them.
+func streamTransportOverSocketPair(on loop: RunLoop, kernelBufferSize: Int32? = nil,
+                                   outputCapacity: Int = ControllerTransports.defaultOutputCapacity) throws
+    -> (transport: StreamTransport, peer: Int32)
+{
+    let (mine, peer) = makeSocketPair()
+    setNonblocking(peer)
+    if let kernelBufferSize { shrinkSocketBuffers(sender: mine, receiver: peer, to: kernelBufferSize) }
+    do {
+        let transport = try StreamTransport(adopting: mine, spec: .unix(path: "pair"), medium: .socket, loop: loop,
+                                            outputCapacity: outputCapacity)
+        return (transport, peer)
+    } catch {
+        close(peer)
+        throw error
+    }
+}
+
+/// Small kernel buffers, so that a test fills them with a few packets.
+func shrinkSocketBuffers(sender: Int32, receiver: Int32, to size: Int32) {
+    var size = size
+    setsockopt(sender, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+    setsockopt(receiver, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
 }
 
 func makePipe() -> (read: Int32, write: Int32) {
@@ -172,6 +199,16 @@ func openAndWait(_ spec: ControllerSpec, on loop: RunLoop, connectTimeout: Durat
     }
     runUntil(loop, limit: .seconds(10)) { outcome != nil }
     return outcome
+}
+
+/// Opens `spec` on a fresh loop, expecting it to fail: the error, or a recorded issue and a throw.
+func openFailure(_ spec: ControllerSpec, sourceLocation: SourceLocation = #_sourceLocation) throws -> TransportError {
+    let loop = try RunLoop()
+    let outcome = openAndWait(spec, on: loop)
+    if case .success(let transport)? = outcome { transport.close() }
+    let error: TransportError? = if case .failure(let error)? = outcome { error } else { nil }
+    return try #require(error, "expected \(spec) to fail, got \(String(describing: outcome))",
+                        sourceLocation: sourceLocation)
 }
 
 /// The seeded generator of BlemuCore, under the name these tests use.

@@ -44,10 +44,8 @@ import Glibc
 @Suite struct StreamTransportTests {
     @Test func roundTripOverASocketPair() throws {
         let loop = try RunLoop()
-        let (mine, peer) = makeSocketPair()
+        let (transport, peer) = try streamTransportOverSocketPair(on: loop)
         defer { close(peer) }
-        setNonblocking(peer)
-        let transport = try StreamTransport(adopting: mine, spec: .unix(path: "pair"), medium: .socket, loop: loop)
         defer { transport.close() }
         var received: [FramedPacket] = []
         transport.onPacket = { type, body in received.append(FramedPacket(type: type, body: Array(body))) }
@@ -73,14 +71,9 @@ import Glibc
 
     @Test func partialWritesAreBufferedAndFlushedInOrder() throws {
         let loop = try RunLoop()
-        let (mine, peer) = makeSocketPair()
+        let (transport, peer) = try streamTransportOverSocketPair(on: loop, kernelBufferSize: 4096,
+                                                                  outputCapacity: 0)  // raised to one maximal packet
         defer { close(peer) }
-        setNonblocking(peer)
-        var small: Int32 = 4096
-        setsockopt(mine, SOL_SOCKET, SO_SNDBUF, &small, socklen_t(MemoryLayout<Int32>.size))
-        setsockopt(peer, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
-        let transport = try StreamTransport(adopting: mine, spec: .unix(path: "pair"), medium: .socket, loop: loop,
-                                            outputCapacity: 0)  // raised to one maximal packet
         defer { transport.close() }
         #expect(transport.outputCapacity == H4Framer.maxPacketLength)
 
@@ -120,8 +113,7 @@ import Glibc
 
     @Test func endOfStreamReportsClosedOnce() throws {
         let loop = try RunLoop()
-        let (mine, peer) = makeSocketPair()
-        let transport = try StreamTransport(adopting: mine, spec: .unix(path: "pair"), medium: .socket, loop: loop)
+        let (transport, peer) = try streamTransportOverSocketPair(on: loop)
         var errors: [TransportError] = []
         transport.onClosed = { errors.append($0) }
         close(peer)
@@ -137,8 +129,7 @@ import Glibc
 
     @Test func writingToAClosedPeerReportsInsteadOfKillingTheProcess() throws {
         let loop = try RunLoop()
-        let (mine, peer) = makeSocketPair()
-        let transport = try StreamTransport(adopting: mine, spec: .unix(path: "pair"), medium: .socket, loop: loop)
+        let (transport, peer) = try streamTransportOverSocketPair(on: loop)
         var errors: [TransportError] = []
         transport.onClosed = { errors.append($0) }
         close(peer)
@@ -146,6 +137,7 @@ import Glibc
         var results: [Bool] = []
         for _ in 0..<3 { results.append(transport.send(.command, [0x03, 0x0C, 0x00])) }
         #expect(results.contains(false))
+        #expect(errors.isEmpty, "reported on a later loop turn, never inside the caller's send")
         #expect(runUntil(loop) { !errors.isEmpty })
         #expect(errors.count == 1)
         #expect([.closedByPeer, .connectionReset].contains(errors.first?.kind))
@@ -153,9 +145,8 @@ import Glibc
 
     @Test func closeIsSilentAndIdempotent() throws {
         let loop = try RunLoop()
-        let (mine, peer) = makeSocketPair()
+        let (transport, peer) = try streamTransportOverSocketPair(on: loop)
         defer { close(peer) }
-        let transport = try StreamTransport(adopting: mine, spec: .unix(path: "pair"), medium: .socket, loop: loop)
         var closedCalls = 0
         transport.onClosed = { _ in closedCalls += 1 }
         transport.close()
@@ -165,11 +156,53 @@ import Glibc
         #expect(loop.registeredCount == 0)
     }
 
+    @Test func closeAfterAFailedSendCancelsTheReport() throws {
+        let loop = try RunLoop()
+        let (transport, peer) = try streamTransportOverSocketPair(on: loop)
+        var closedCalls = 0
+        transport.onClosed = { _ in closedCalls += 1 }
+        close(peer)
+        #expect(!transport.send(.command, [0x03, 0x0C, 0x00]), "EPIPE")
+        transport.close()
+        run(loop, for: .milliseconds(20))
+        #expect(closedCalls == 0, "the caller closed it: nothing to report")
+        #expect(loop.pendingTimerCount == 0)
+    }
+
+    @Test func droppingWithoutCloseStillUnregistersAndClosesTheFD() throws {
+        let loop = try RunLoop()
+        var transport: StreamTransport?
+        let peer: Int32
+        (transport, peer) = try streamTransportOverSocketPair(on: loop)
+        defer { close(peer) }
+        #expect(transport?.send(.command, [0x03, 0x0C, 0x00]) == true)
+        #expect(loop.registeredCount == 1)
+        transport = nil
+        #expect(loop.registeredCount == 0)
+        #expect(readAvailable(peer) == [0x01, 0x03, 0x0C, 0x00])
+        var byte: UInt8 = 0
+        #expect(read(peer, &byte, 1) == 0, "end of stream, not EAGAIN: the fd is closed")
+    }
+
+    @Test func readsPerWakeupAreBounded() throws {
+        let loop = try RunLoop()
+        let (transport, peer) = try streamTransportOverSocketPair(on: loop)
+        defer { close(peer) }
+        defer { transport.close() }
+        var received = 0
+        transport.onPacket = { _, _ in received += 1 }
+        // 80 packets of 1 KiB in the socket: more than one wakeup's reads (4 x 16 KiB) take.
+        let packet = h4Packet(.acl, payload: Array(repeating: 0x5A, count: 1024 - 5))
+        writeAll(peer, Array([[UInt8]](repeating: packet, count: 80).joined()))
+        loop.runOnce(timeout: .milliseconds(100))
+        #expect(received > 0 && received <= 64, "one wakeup reads at most 64 KiB")
+        #expect(runUntil(loop) { received == 80 }, "the rest on the next turns")
+    }
+
     @Test func packetHandlerMayCloseTheTransport() throws {
         let loop = try RunLoop()
-        let (mine, peer) = makeSocketPair()
+        let (transport, peer) = try streamTransportOverSocketPair(on: loop)
         defer { close(peer) }
-        let transport = try StreamTransport(adopting: mine, spec: .unix(path: "pair"), medium: .socket, loop: loop)
         var delivered = 0
         transport.onPacket = { _, _ in
             delivered += 1
@@ -289,13 +322,8 @@ import Glibc
     }
 
     @Test func tcpToAClosedPortSaysStartRootcanal() throws {
-        let loop = try RunLoop()
         let port = closedTCPPort()
-        let result = openAndWait(.tcp(host: "127.0.0.1", port: port), on: loop)
-        guard case .failure(let error)? = result else {
-            Issue.record("expected a refusal, got \(String(describing: result))")
-            return
-        }
+        let error = try openFailure(.tcp(host: "127.0.0.1", port: port))
         #expect(error.kind == .connectionRefused)
         #expect(error.description.hasPrefix("tcp:127.0.0.1:\(port): connection refused (ECONNREFUSED)"))
         #expect(error.description.contains("is rootcanal running? start it with `python -m rootcanal -hci_port=\(port)`"))
@@ -331,46 +359,26 @@ import Glibc
     }
 
     @Test func serialDeviceMissing() throws {
-        let loop = try RunLoop()
-        let result = openAndWait(.serial(device: "/dev/nonexistent", baud: 115_200), on: loop)
-        guard case .failure(let error)? = result else {
-            Issue.record("expected failure")
-            return
-        }
+        let error = try openFailure(.serial(device: "/dev/nonexistent", baud: 115_200))
         #expect(error.kind == .noSuchDevice)
         #expect(error.description.hasPrefix("serial:/dev/nonexistent:115200: no such device (ENOENT): is the board plugged in?"))
     }
 
     @Test func serialOnSomethingThatIsNotATerminal() throws {
-        let loop = try RunLoop()
-        let result = openAndWait(.serial(device: "/dev/null", baud: 115_200), on: loop)
-        guard case .failure(let error)? = result else {
-            Issue.record("expected failure")
-            return
-        }
+        let error = try openFailure(.serial(device: "/dev/null", baud: 115_200))
         #expect(error.kind == .notASerialPort)
         #expect(error.description.contains("not a serial port (ENOTTY)"))
     }
 
     @Test func unixSocketMissing() throws {
-        let loop = try RunLoop()
         let path = "/tmp/blemu-test-missing-\(getpid()).sock"
-        let result = openAndWait(.unix(path: path), on: loop)
-        guard case .failure(let error)? = result else {
-            Issue.record("expected failure")
-            return
-        }
+        let error = try openFailure(.unix(path: path))
         #expect(error.kind == .noSuchSocket)
         #expect(error.description.contains("no such socket (ENOENT): start the controller that listens on \(path)"))
     }
 
     @Test func unixPathTooLong() throws {
-        let loop = try RunLoop()
-        let result = openAndWait(.unix(path: "/tmp/" + String(repeating: "x", count: 200)), on: loop)
-        guard case .failure(let error)? = result else {
-            Issue.record("expected failure")
-            return
-        }
+        let error = try openFailure(.unix(path: "/tmp/" + String(repeating: "x", count: 200)))
         #expect(error.description.contains("longer than the 107"))
     }
 
