@@ -96,6 +96,14 @@ public final class Peripheral {
 
     /// The controller transport is gone: every link with it.
     public func controllerDown(reason: String) {
+        if isStopping {
+            // Nothing left to close on a controller that is gone: the stop is done.
+            logger.event(.controllerLost, .warning, "controller lost while stopping: \(reason)")
+            hci.halt()
+            connections.removeAll()
+            finishStop()
+            return
+        }
         logger.event(.controllerLost, .error, "controller lost: \(reason); reconnecting")
         hci.halt()
         dropAllConnections(reason: "controller lost")
@@ -148,6 +156,8 @@ public final class Peripheral {
     }
 
     func finishStop() {
+        if let stopTimer { scheduler.cancel(stopTimer) }
+        stopTimer = nil
         guard let completion = stopCompletion else { return }
         stopCompletion = { }
         completion()

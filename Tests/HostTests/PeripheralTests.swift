@@ -246,6 +246,20 @@ final class Bench {
         #expect(stopped)
     }
 
+    @Test func stopFinishesAtOnceWhenTheControllerGoesAwayMeanwhile() throws {
+        let bench = try Bench(device: HeartRateDevice(seed: 10))
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        var stops = 0
+        bench.peripheral.stop { stops += 1 }
+        #expect(stops == 0)
+        bench.controller.isGone = true
+        bench.peripheral.controllerDown(reason: "radio gone")
+        // Nothing is left to disconnect or reset: done now, not after a command timeout.
+        #expect(stops == 1)
+        bench.scheduler.advance(by: .seconds(10))
+        #expect(stops == 1)
+    }
+
     @Test func backpressureTellsTheDeviceWhenThereIsRoom() throws {
         let device = ProbeDevice()
         let bench = try Bench(device: device) { c in

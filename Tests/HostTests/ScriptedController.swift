@@ -33,7 +33,11 @@ final class ScriptedController {
         partial[acl.handle] = current
     }
 
+    /// A controller whose transport is gone takes nothing and answers nothing.
+    var isGone = false
+
     func output(_ type: UInt8, _ packet: ArraySlice<UInt8>) -> Bool {
+        guard !isGone else { return false }
         switch type {
         case 0x01:
             var r = ByteReader(packet)
