@@ -171,7 +171,10 @@ public final class HCIHost {
         commandTimer = nil
         commandInFlight = nil
         if let status = result.status, status != HCIStatus.success {
-            logger.warning("\(inFlight.command.name) failed", metadata: [LogKey.hciStatus: .string(Hex.byte(status))])
+            // Disconnecting a link the central closed first is a race, not a failure.
+            let benign = opcode == HCIOpcode.disconnect && status == HCIStatus.unknownConnectionIdentifier
+            logger.log(level: benign ? .debug : .warning, "\(inFlight.command.name) failed",
+                       metadata: [LogKey.hciStatus: .string(Hex.byte(status))])
         }
         inFlight.completion?(result)
         pumpCommands()
