@@ -116,6 +116,12 @@ public final class ATTServer {
         if opcode != ATTOpcode.readBlobRequest.rawValue { longRead = nil }
 
         let isCommand = ATTOpcode.isCommand(opcode)
+        // Vol 3, Part F, 3.2.8: no PDU is longer than ATT_MTU. A longer request is invalid
+        // (and answering it could mean a response longer than ATT_MTU, e.g. a Prepare Write echo).
+        guard pdu.count <= mtu else {
+            if ATTOpcode.isRequestForm(opcode) { sendError(opcode, 0, .invalidPDU) }
+            return
+        }
         guard let entry = Self.table[Int(opcode)] else {
             // Vol 3, Part F, 3.4.1.1: an unknown request gets Request Not Supported; an unknown
             // command, or a PDU a server does not take, is ignored.

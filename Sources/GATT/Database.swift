@@ -140,6 +140,16 @@ public final class GATTDatabase {
     /// A dynamic characteristic must have the handlers its properties promise.
     static func validate(_ c: Characteristic, in service: Service) throws(GATTDatabaseError) {
         let name = "characteristic \(c.uuid) of service \(service.uuid)"
+        // Vol 3, Part G, 3.3.1.1: the Extended Properties bit and descriptor go together.
+        let declaresExtended = c.descriptors.contains { $0.uuid == GATTType.extendedProperties }
+        if c.properties.contains(.extendedProperties) != declaresExtended {
+            throw GATTDatabaseError("\(name): the extendedProperties property needs a Characteristic Extended Properties descriptor (0x2900), and that descriptor needs the property")
+        }
+        // Vol 3, Part G, 3.3.3.4: broadcasting needs a Server Characteristic Configuration
+        // descriptor, which blemu does not serve.
+        if c.properties.contains(.broadcast) {
+            throw GATTDatabaseError("\(name): the broadcast property is not supported (no Server Characteristic Configuration descriptor)")
+        }
         if let cached = c.cachedValue {
             if !c.properties.isDisjoint(with: CharacteristicProperties.mutating) {
                 throw GATTDatabaseError("\(name) has a cached value but is writable or notifying: characteristics with cached values must be read-only (drop the cached value and give it an onRead handler)")

@@ -305,3 +305,18 @@ import Testing
         #expect(f.request("18 01") == errorResponse(0x18, 0x000F, .application(0x02)))
     }
 }
+
+@Suite struct OversizedPDUTests {
+    /// Vol 3, Part F, 3.2.8: nothing longer than ATT_MTU; such a request is an Invalid PDU
+    /// (answering a Prepare Write echo of it would itself break the MTU).
+    @Test func requestLongerThanTheMTUIsInvalid() throws {
+        let f = try Fixture()
+        let prepare: [UInt8] = [0x16, 0x03, 0x00, 0x00, 0x00] + [UInt8](repeating: 0x41, count: 19)
+        #expect(prepare.count == 24)
+        #expect(f.request(prepare) == errorResponse(0x16, 0x0000, .invalidPDU))
+        // One byte shorter fits the default MTU of 23 and is handled as usual.
+        #expect(f.request(Array(prepare.dropLast())) != errorResponse(0x16, 0x0000, .invalidPDU))
+        // Commands that are too long are dropped without an answer.
+        #expect(f.request([0x52, 0x03, 0x00] + [UInt8](repeating: 0, count: 21)).isEmpty)
+    }
+}

@@ -186,3 +186,23 @@ func expectBuildError(containing text: String, _ services: [Service], sourceLoca
         #expect(error.description.contains(text), "\(error.description)", sourceLocation: sourceLocation)
     }
 }
+
+@Suite struct DeclarationRuleTests {
+    /// Vol 3, Part G, 3.3.1.1: the Extended Properties bit and its descriptor go together.
+    @Test func extendedPropertiesNeedTheirDescriptor() throws {
+        let bare = Characteristic(0x2A00, properties: [.read, .extendedProperties], cachedValue: [1])
+        #expect(throws: GATTDatabaseError.self) { try GATTDatabase(services: [Service(0x1800) { bare }]) }
+        let orphan = Characteristic(0x2A00, properties: [.read], cachedValue: [1],
+                                    descriptors: [Descriptor(uuid: GATTType.extendedProperties, value: [0x01, 0x00])])
+        #expect(throws: GATTDatabaseError.self) { try GATTDatabase(services: [Service(0x1800) { orphan }]) }
+        let both = Characteristic(0x2A00, properties: [.read, .extendedProperties], cachedValue: [1],
+                                  descriptors: [Descriptor(uuid: GATTType.extendedProperties, value: [0x01, 0x00])])
+        let database = try GATTDatabase(services: [Service(0x1800) { both }])
+        #expect(database.attribute(4)?.type == GATTType.extendedProperties)
+    }
+
+    @Test func broadcastIsRefusedWithAReason() {
+        let c = Characteristic(0x2A00, properties: [.read, .broadcast], cachedValue: [1])
+        #expect(throws: GATTDatabaseError.self) { try GATTDatabase(services: [Service(0x1800) { c }]) }
+    }
+}
