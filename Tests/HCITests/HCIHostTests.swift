@@ -48,6 +48,17 @@ private struct SentPacket {
 
 /// An HCIHost wired to a recording output, a manual clock and a recording delegate.
 private final class Rig {
+    /// A controller with `buffers` ACL buffers of 27 bytes, initialized, with links 0x0040 and
+    /// 0x0041 open and nothing recorded yet.
+    static func twoLinks(buffers: UInt8) -> Rig {
+        let rig = Rig(ControllerProfile(leACLLength: 27, leACLPackets: buffers))
+        rig.bringUp()
+        rig.host.openLink(0x0040)
+        rig.host.openLink(0x0041)
+        rig.clearSent()
+        return rig
+    }
+
     let scheduler = ManualScheduler()
     let delegate = RecordingDelegate()
     var profile: ControllerProfile
@@ -648,11 +659,7 @@ private let initSequenceV1: [UInt16] = [
 
     /// Completions for more packets than were sent on a link must not create credits.
     @Test func completionsBeyondWhatWasSentAddNoCredits() {
-        let rig = Rig(ControllerProfile(leACLLength: 27, leACLPackets: 2))
-        rig.bringUp()
-        rig.host.openLink(0x0040)
-        rig.host.openLink(0x0041)
-        rig.clearSent()
+        let rig = Rig.twoLinks(buffers: 2)
         #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 23)[...], priority: .required))
         rig.numberOfCompletedPackets([(0x0040, 50), (0x0041, 7), (0x0999, 3)])
         #expect(rig.host.sendL2CAP(handle: 0x0041, pdu: Rig.pdu(payloadLength: 200)[...], priority: .required))
@@ -662,11 +669,7 @@ private let initSequenceV1: [UInt16] = [
     /// Vol 4, Part E, 4.1.1: the controller's buffers are shared by all links; the host must
     /// share them fairly.
     @Test func twoCreditsAtOnceAreSharedBetweenTwoLinks() {
-        let rig = Rig(ControllerProfile(leACLLength: 27, leACLPackets: 2))
-        rig.bringUp()
-        rig.host.openLink(0x0040)
-        rig.host.openLink(0x0041)
-        rig.clearSent()
+        let rig = Rig.twoLinks(buffers: 2)
         #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 200)[...], priority: .required))
         #expect(rig.host.sendL2CAP(handle: 0x0041, pdu: Rig.pdu(payloadLength: 200)[...], priority: .required))
         #expect(rig.aclSent.map(\.handle) == [0x40, 0x40])
@@ -678,11 +681,7 @@ private let initSequenceV1: [UInt16] = [
     /// next link in turn, or a busy link starves the others (a starved link's ATT responses
     /// then miss the 30 s ATT transaction timeout, Vol 3, Part F, 3.3.3).
     @Test func creditsFreedOneAtATimeAlternateBetweenLinks() {
-        let rig = Rig(ControllerProfile(leACLLength: 27, leACLPackets: 2))
-        rig.bringUp()
-        rig.host.openLink(0x0040)
-        rig.host.openLink(0x0041)
-        rig.clearSent()
+        let rig = Rig.twoLinks(buffers: 2)
         #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 200)[...], priority: .required))
         #expect(rig.host.sendL2CAP(handle: 0x0041, pdu: Rig.pdu(payloadLength: 200)[...], priority: .required))
         #expect(rig.aclSent.map(\.handle) == [0x40, 0x40])
@@ -791,11 +790,7 @@ private let initSequenceV1: [UInt16] = [
     /// Vol 4, Part E, 4.3: when a link disconnects, the packets the controller still held for it
     /// are flushed, so their buffers count as free without a Number Of Completed Packets event.
     @Test func closingALinkReturnsItsInFlightCredits() {
-        let rig = Rig(ControllerProfile(leACLLength: 27, leACLPackets: 2))
-        rig.bringUp()
-        rig.host.openLink(0x0040)
-        rig.host.openLink(0x0041)
-        rig.clearSent()
+        let rig = Rig.twoLinks(buffers: 2)
         #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 100)[...], priority: .required))
         #expect(rig.host.sendL2CAP(handle: 0x0041, pdu: Rig.pdu(payloadLength: 23)[...], priority: .required))
         #expect(rig.aclSent.map(\.handle) == [0x40, 0x40])
@@ -809,11 +804,7 @@ private let initSequenceV1: [UInt16] = [
     }
 
     @Test func disconnectionCompleteClosesTheLinkAndIsForwarded() {
-        let rig = Rig(ControllerProfile(leACLLength: 27, leACLPackets: 1))
-        rig.bringUp()
-        rig.host.openLink(0x0040)
-        rig.host.openLink(0x0041)
-        rig.clearSent()
+        let rig = Rig.twoLinks(buffers: 1)
         #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 23)[...], priority: .required))
         #expect(rig.host.sendL2CAP(handle: 0x0041, pdu: Rig.pdu(payloadLength: 23)[...], priority: .required))
         // A failed disconnection (status != 0) leaves the link up.
