@@ -84,6 +84,17 @@ def restart_and_wait_advertising(rootcanal: RestartableRootCanal, blemu: BlemuPr
     return scan, time.monotonic() - restarted_at
 
 
+
+async def diagnostics_from_new_central(rootcanal, address, central_name: str) -> dict:
+    """Connects a fresh Bumble central to `address` and reads the Diagnostics JSON."""
+    async with Central(rootcanal.controller_spec, name=central_name) as central:
+        conn = await central.connect(address)
+        try:
+            return await read_diagnostics(conn)
+        finally:
+            if conn.is_connected:
+                await conn.disconnect()
+
 def test_blemu_survives_a_rootcanal_crash_and_advertises_again(restartable_rootcanal, recovery_factory):
     rootcanal = restartable_rootcanal
     blemu = recovery_factory.start(unique_name("RC"))  # returns once a scanner saw it
@@ -98,16 +109,7 @@ def test_blemu_survives_a_rootcanal_crash_and_advertises_again(restartable_rootc
     assert scan.address == first_address, f"address changed across the controller restart: {first_address} -> {scan.address}"
     assert len(blemu.events("advertising-started")) > advertising_starts, "no new event=advertising-started after recovery"
 
-    async def scenario() -> dict:
-        async with Central(rootcanal.controller_spec, name="after-recovery") as central:
-            conn = await central.connect(scan.address)
-            try:
-                return await read_diagnostics(conn)
-            finally:
-                if conn.is_connected:
-                    await conn.disconnect()
-
-    diagnostics = run(scenario(), 30)
+    diagnostics = run(diagnostics_from_new_central(rootcanal, scan.address, "after-recovery"), 30)
     assert diagnostics["device"] == "heart-rate", diagnostics
     assert blemu.stop() == 0, f"blemu did not stop cleanly after recovering (seen again {took:.1f} s after the restart):\n{blemu.log_tail()}"
 
@@ -137,16 +139,7 @@ def test_links_are_dropped_with_the_controller_and_recovery_serves_new_centrals(
 
     scan, _ = restart_and_wait_advertising(rootcanal, blemu, ups)
 
-    async def scenario() -> dict:
-        async with Central(rootcanal.controller_spec, name="after-crash") as central:
-            conn = await central.connect(scan.address)
-            try:
-                return await read_diagnostics(conn)
-            finally:
-                if conn.is_connected:
-                    await conn.disconnect()
-
-    diagnostics = run(scenario(), 30)
+    diagnostics = run(diagnostics_from_new_central(rootcanal, scan.address, "after-crash"), 30)
     assert diagnostics["connections"] == 1, (
         f"after the controller was lost and came back, Diagnostics counts {diagnostics['connections']} "
         f"connections (only the new central is connected): {diagnostics}")
