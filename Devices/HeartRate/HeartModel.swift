@@ -1,4 +1,7 @@
 import BlemuCore
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A plausible heart: a bounded random walk pulled back toward a resting rate, beats spaced by
 /// RR intervals that follow the rate with a little beat-to-beat variability, and energy
@@ -24,13 +27,25 @@ public struct HeartModel: Sendable {
     /// Moves time forward by `seconds` and returns the RR intervals (1/1024 s) of the beats
     /// that completed in it.
     public mutating func advance(seconds: Double) -> [UInt16] {
-        // Mean-reverting random walk (an Ornstein–Uhlenbeck step), kept inside `range`.
-        let pull = 0.08 * (restingRate - rate) * seconds
-        rate = min(range.upperBound, max(range.lowerBound, rate + pull + 1.5 * random.signedUnit() * seconds.squareRoot()))
+        let seconds = max(0, seconds)
+        // Mean-reverting random walk (an Ornstein–Uhlenbeck step), kept inside `range`. The pull
+        // is exponential in time, so a long gap lands near the resting rate instead of past it.
+        let pull = (1 - exp(-0.08 * seconds)) * (restingRate - rate)
+        let noise = 1.5 * random.signedUnit() * min(seconds, 10).squareRoot()
+        rate = min(range.upperBound, max(range.lowerBound, rate + pull + noise))
         // A resting adult spends roughly 4.5 kJ per minute; more with a faster heart.
         energy += seconds * (4.5 / 60) * (rate / restingRate)
-        var intervals: [UInt16] = []
         var left = seconds
+        // Only the beats of the last few seconds can be reported (a notification holds a
+        // handful): a long quiet gap is skipped in one step, keeping the beat phase.
+        let kept = 5.0
+        if left > kept + untilNextBeat {
+            let skipped = left - kept
+            let period = 60 / rate
+            untilNextBeat = period - (skipped - untilNextBeat).truncatingRemainder(dividingBy: period)
+            left = kept
+        }
+        var intervals: [UInt16] = []
         while untilNextBeat <= left {
             left -= untilNextBeat
             let interval = (60 / rate) * (1 + 0.03 * random.signedUnit())

@@ -37,7 +37,8 @@ final class StandardServices {
         }
         features.onRead = { [weak self] request in
             let value = self?.clientFeatures[request.peer.connectionHandle] ?? 0
-            return .success(Array([value].dropFirst(min(request.offset, 1))))
+            guard request.offset <= 1 else { return .failure(.invalidOffset) }
+            return .success(Array([value].dropFirst(request.offset)))
         }
         features.onWrite = { [weak self] request in
             guard let self else { return .unlikelyError }

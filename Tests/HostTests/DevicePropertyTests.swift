@@ -29,6 +29,18 @@ import Testing
         }
     }
 
+    /// A device left alone for days catches up in one step: near its resting rate, with only
+    /// the last few seconds of beats, not a week of them.
+    @Test func aLongQuietGapIsSkippedNotReplayed() {
+        var heart = HeartModel(restingRate: 64, seed: 3)
+        _ = heart.advance(seconds: 60)
+        let beats = heart.advance(seconds: 7 * 24 * 3600)
+        #expect(beats.count <= 8)
+        #expect(abs(heart.rate - 64) < 15)
+        #expect(heart.energyKilojoules > 40_000)
+        for rr in beats { #expect(abs(Double(rr) / 1024 - 60 / heart.rate) < 0.2) }
+    }
+
     @Test func theSimulatedHeartStaysPlausible() {
         var heart = HeartModel(seed: 5)
         var beats = 0
