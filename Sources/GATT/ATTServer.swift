@@ -24,6 +24,16 @@ public protocol ATTServerDelegate: AnyObject {
     func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool)
     /// An indication was not confirmed within 30 s: the bearer is dead (Vol 3, Part F, 3.3.3).
     func attServerTransactionTimedOut(_ server: ATTServer)
+    /// An indication refused for want of room (`.queueFull`) could now be taken.
+    func attServerIndicationQueueHasRoom(_ server: ATTServer)
+    /// A device's `onWrite` refused a value during Execute Write after `written` values had
+    /// been applied: the write was not atomic because the device checked too late.
+    func attServer(_ server: ATTServer, executeWriteRefusedAfter written: Int, error: ATTError, handle: UInt16)
+}
+
+extension ATTServerDelegate {
+    public func attServerIndicationQueueHasRoom(_ server: ATTServer) {}
+    public func attServer(_ server: ATTServer, executeWriteRefusedAfter written: Int, error: ATTError, handle: UInt16) {}
 }
 
 /// Why a request failed, and the handle its Error Response names.
@@ -78,8 +88,13 @@ public final class ATTServer {
     private var preparedWrites: [PreparedWrite] = []
     private var clientConfigurations: [UInt16: UInt16] = [:]
     private var indicationTimer: TimerID?
-    private var pendingIndications: Deque<(handle: UInt16, value: [UInt8])> = []
+    private var inFlight: PendingIndication?
+    private var pendingIndications: Deque<PendingIndication> = []
+    /// An indication was refused for want of room: the delegate hears when there is room again.
+    private var refusedIndication = false
     public private(set) var isTimedOut = false
+    /// The link is gone (`close()`): nothing more is sent or answered.
+    public private(set) var isClosed = false
     /// Reused for every response so the request path makes no allocations of its own.
     private var out: [UInt8]
     /// Reused for notifications and indications: a device may notify from inside a read or
@@ -106,7 +121,7 @@ public final class ATTServer {
 
     /// Handles one ATT PDU from the client.
     public func receive(_ pdu: ArraySlice<UInt8>) {
-        guard let opcode = pdu.first, !isTimedOut else { return }
+        guard let opcode = pdu.first, !isTimedOut, !isClosed else { return }
         if opcode == ATTOpcode.handleValueConfirmation.rawValue {
             confirmationReceived()
             return
@@ -488,39 +503,56 @@ public final class ATTServer {
 
     // MARK: Writes (Vol 3, Part F, 3.4.5 and 3.4.6)
 
-    /// Applies a whole value (or a long write's assembled value from `offset`) to an attribute.
-    private func applyWrite(_ a: Attribute, offset: Int, value: ArraySlice<UInt8>, withResponse: Bool) throws(ATTFailure) {
-        guard offset + value.count <= ValueLength.attributeMaximum else {
-            throw ATTFailure(.invalidAttributeValueLength, a.handle)
-        }
+    /// A write that passed every check and only waits to be applied.
+    private enum CheckedWrite {
+        case clientConfiguration(Characteristic, flags: UInt16)
+        case device(Characteristic, WriteRequest)
+    }
+
+    /// Everything that can refuse a write, with no side effects, so Execute Write can check
+    /// every prepared value before it applies any (Vol 3, Part F, 3.4.6.3).
+    private func check(_ a: Attribute, offset: Int, value: ArraySlice<UInt8>, withResponse: Bool) throws(ATTFailure) -> CheckedWrite {
         switch a.content {
         case .clientConfiguration(let c):
             // Vol 3, Part G, 3.3.3.3: two octets, written whole.
-            guard offset == 0 else { throw ATTFailure(.invalidOffset, a.handle) }
-            guard value.count == 2 else { throw ATTFailure(.invalidAttributeValueLength, a.handle) }
+            if let error = ValueLength.fixed(2).refusal(offset: offset, count: value.count) { throw ATTFailure(error, a.handle) }
             let flags = UInt16(value[value.startIndex]) | UInt16(value[value.startIndex + 1]) << 8
             // Enabling what the characteristic does not do is a misconfiguration of the CCCD.
             if (flags & 0x0001 != 0 && !c.properties.contains(.notify))
                 || (flags & 0x0002 != 0 && !c.properties.contains(.indicate)) {
                 throw ATTFailure(.cccdImproperlyConfigured, a.handle)
             }
-            let old = clientConfigurations[c.valueHandle] ?? 0
-            clientConfigurations[c.valueHandle] = flags & 0x0003
-            if old != flags & 0x0003 {
-                delegate?.attServer(self, configured: c, from: old, to: flags & 0x0003)
-            }
+            return .clientConfiguration(c, flags: flags & 0x0003)
         case .fixed:
             throw ATTFailure(.writeNotPermitted, a.handle)
         case .dynamic(let c):
-            if offset == 0, !c.length.accepts(value.count) {
-                throw ATTFailure(.invalidAttributeValueLength, a.handle)
-            }
-            guard let onWrite = c.onWrite else { throw ATTFailure(.writeNotPermitted, a.handle) }
-            if let error = onWrite(WriteRequest(peer: peer, offset: offset, value: Array(value), withResponse: withResponse)) {
-                throw ATTFailure(error, a.handle)
-            }
-            delegate?.attServer(self, wrote: c, count: value.count, withResponse: withResponse)
+            guard c.onWrite != nil else { throw ATTFailure(.writeNotPermitted, a.handle) }
+            // The device's length rule holds whatever the offsets: its handler never sees a
+            // value its declaration rules out.
+            if let error = c.length.refusal(offset: offset, count: value.count) { throw ATTFailure(error, a.handle) }
+            let request = WriteRequest(peer: peer, offset: offset, value: Array(value), withResponse: withResponse)
+            if let error = c.validateWrite?(request) { throw ATTFailure(error, a.handle) }
+            return .device(c, request)
         }
+    }
+
+    /// Applies a checked write. Only the device's `onWrite` can still refuse here.
+    private func apply(_ write: CheckedWrite) throws(ATTFailure) {
+        switch write {
+        case .clientConfiguration(let c, let flags):
+            let old = clientConfigurations[c.valueHandle] ?? 0
+            clientConfigurations[c.valueHandle] = flags
+            if old != flags {
+                delegate?.attServer(self, configured: c, from: old, to: flags)
+            }
+        case .device(let c, let request):
+            if let error = c.onWrite?(request) { throw ATTFailure(error, c.valueHandle) }
+            delegate?.attServer(self, wrote: c, count: request.value.count, withResponse: request.withResponse)
+        }
+    }
+
+    private func write(_ a: Attribute, value: ArraySlice<UInt8>, withResponse: Bool) throws(ATTFailure) {
+        try apply(check(a, offset: 0, value: value, withResponse: withResponse))
     }
 
     private func writeRequest(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
@@ -530,7 +562,7 @@ public final class ATTServer {
         if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.write) {
             throw ATTFailure(.writeNotPermitted, a.handle)
         }
-        try applyWrite(a, offset: 0, value: request.value, withResponse: true)
+        try write(a, value: request.value, withResponse: true)
         begin(.writeResponse)
         respond(pdu[pdu.startIndex])
     }
@@ -542,7 +574,7 @@ public final class ATTServer {
         if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.writeWithoutResponse) {
             throw ATTFailure(.writeNotPermitted, a.handle)
         }
-        try applyWrite(a, offset: 0, value: command.value, withResponse: false)
+        try write(a, value: command.value, withResponse: false)
     }
 
     private func prepareWrite(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
@@ -553,6 +585,7 @@ public final class ATTServer {
             throw ATTFailure(.writeNotPermitted, a.handle)
         }
         guard preparedWrites.count < Self.maxPreparedWrites else { throw ATTFailure(.prepareQueueFull, a.handle) }
+        // 3.4.6.1: offsets and lengths are not checked now but at Execute Write.
         preparedWrites.append(PreparedWrite(handle: request.handle, offset: Int(request.offset), value: Array(request.value)))
         // 3.4.6.2: the response echoes the request, so the client can check it (reliable writes).
         out.removeAll(keepingCapacity: true)
@@ -563,41 +596,41 @@ public final class ATTServer {
 
     private func executeWrite(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
         let request = try decode(ATTExecuteWriteRequest.self, pdu)
+        // 3.4.6.3: whatever happens next, the queue is cleared.
         let queue = preparedWrites
         preparedWrites.removeAll()
         if request.flags == .write {
-            // 3.4.6.3: offsets and lengths are validated now, for every attribute, before any
-            // value is written.
+            // The prepared parts of each attribute, joined in the order they came.
             var assembled: [(attribute: Attribute, offset: Int, value: [UInt8])] = []
-            for write in queue {
-                if let index = assembled.firstIndex(where: { $0.attribute.handle == write.handle }) {
+            for part in queue {
+                if let index = assembled.firstIndex(where: { $0.attribute.handle == part.handle }) {
                     let start = assembled[index].offset
-                    let relative = write.offset - start
-                    guard write.offset >= start, relative <= assembled[index].value.count else {
-                        throw ATTFailure(.invalidOffset, write.handle)
+                    let relative = part.offset - start
+                    guard part.offset >= start, relative <= assembled[index].value.count else {
+                        throw ATTFailure(.invalidOffset, part.handle)
                     }
-                    var value = assembled[index].value
-                    value.replaceSubrange(relative..<min(value.count, relative + write.value.count), with: write.value)
-                    assembled[index].value = value
+                    let end = min(assembled[index].value.count, relative + part.value.count)
+                    assembled[index].value.replaceSubrange(relative..<end, with: part.value)
                 } else {
-                    let a = try lookup(write.handle)
-                    assembled.append((a, write.offset, write.value))
+                    assembled.append((try lookup(part.handle), part.offset, part.value))
                 }
             }
+            // 3.4.6.3: every value is checked — offsets, lengths, the device's own rules — before
+            // any is written, so a refusal leaves every attribute unchanged.
+            var checked: [CheckedWrite] = []
+            checked.reserveCapacity(assembled.count)
             for entry in assembled {
-                let length: Int?
-                switch entry.attribute.content {
-                case .clientConfiguration: length = 2
-                case .dynamic(let c): if case .fixed(let n) = c.length { length = n } else { length = nil }
-                case .fixed(let bytes): length = bytes.count
-                }
-                if let length, entry.offset > length { throw ATTFailure(.invalidOffset, entry.attribute.handle) }
-                guard entry.offset + entry.value.count <= ValueLength.attributeMaximum else {
-                    throw ATTFailure(.invalidAttributeValueLength, entry.attribute.handle)
-                }
+                checked.append(try check(entry.attribute, offset: entry.offset, value: entry.value[...], withResponse: true))
             }
-            for entry in assembled {
-                try applyWrite(entry.attribute, offset: entry.offset, value: entry.value[...], withResponse: true)
+            for (index, write) in checked.enumerated() {
+                do {
+                    try apply(write)
+                } catch {
+                    // Only an onWrite that refuses what its validateWrite accepted gets here:
+                    // the values before it are written already.
+                    delegate?.attServer(self, executeWriteRefusedAfter: index, error: error.error, handle: error.handle)
+                    throw error
+                }
             }
         }
         begin(.executeWriteResponse)
@@ -615,7 +648,7 @@ public final class ATTServer {
 
     /// Sends a notification if this peer enabled it; the value is cut to ATT_MTU - 3.
     public func notify(_ c: Characteristic, value: [UInt8]) -> UpdateOutcome {
-        guard !isTimedOut, isSubscribed(c, indications: false) else { return .notSubscribed }
+        guard !isTimedOut, !isClosed, isSubscribed(c, indications: false) else { return .notSubscribed }
         update.removeAll(keepingCapacity: true)
         update.append(ATTOpcode.handleValueNotification.rawValue)
         update.appendLE(c.valueHandle)
@@ -624,32 +657,42 @@ public final class ATTServer {
     }
 
     /// Sends an indication if this peer enabled it. One is in flight at a time; later ones
-    /// wait in a small bounded queue.
-    public func indicate(_ c: Characteristic, value: [UInt8]) -> UpdateOutcome {
-        guard !isTimedOut, isSubscribed(c, indications: true) else { return .notSubscribed }
-        if indicationTimer != nil || !pendingIndications.isEmpty {
-            guard pendingIndications.count < Self.maxPendingIndications else { return .queueFull }
-            pendingIndications.append((c.valueHandle, value))
+    /// wait in a small bounded queue. `completion` hears, once, how an indication that was
+    /// taken (`.queued`) ended: confirmed, timed out, or its link closed first (Zephyr's
+    /// `bt_gatt_indicate_params.func`).
+    public func indicate(_ c: Characteristic, value: [UInt8], completion: IndicationCompletion? = nil) -> UpdateOutcome {
+        guard !isTimedOut, !isClosed, isSubscribed(c, indications: true) else { return .notSubscribed }
+        let indication = PendingIndication(handle: c.valueHandle, value: value, completion: completion)
+        if inFlight != nil || !pendingIndications.isEmpty {
+            guard pendingIndications.count < Self.maxPendingIndications else {
+                refusedIndication = true
+                return .queueFull
+            }
+            pendingIndications.append(indication)
             return .queued
         }
-        return sendIndication(handle: c.valueHandle, value: value) ? .queued : .queueFull
+        guard sendIndication(indication) else {
+            refusedIndication = true
+            return .queueFull
+        }
+        return .queued
     }
 
-    public var indicationsWaiting: Int { pendingIndications.count + (indicationTimer == nil ? 0 : 1) }
+    public var indicationsWaiting: Int { pendingIndications.count + (inFlight == nil ? 0 : 1) }
 
     /// Sends an indication and starts its 30 s transaction; false when the link refused it.
-    @discardableResult
-    private func sendIndication(handle: UInt16, value: [UInt8]) -> Bool {
+    private func sendIndication(_ indication: PendingIndication) -> Bool {
         update.removeAll(keepingCapacity: true)
         update.append(ATTOpcode.handleValueIndication.rawValue)
-        update.appendLE(handle)
-        update.append(contentsOf: value.prefix(mtu - 3))
+        update.appendLE(indication.handle)
+        update.append(contentsOf: indication.value.prefix(mtu - 3))
         guard delegate?.attServer(self, send: update[...], kind: .indication) == true else { return false }
+        inFlight = indication
         indicationTimer = scheduler.schedule(after: Self.transactionTimeout) { [weak self] in
             guard let self else { return }
             self.indicationTimer = nil
             self.isTimedOut = true
-            self.pendingIndications.removeAll()
+            self.failIndications(.timedOut)
             self.delegate?.attServerTransactionTimedOut(self)
         }
         return true
@@ -657,11 +700,65 @@ public final class ATTServer {
 
     private func confirmationReceived() {
         // A confirmation with no indication outstanding is ignored.
-        guard let timer = indicationTimer else { return }
+        guard let timer = indicationTimer, let confirmed = inFlight else { return }
         scheduler.cancel(timer)
         indicationTimer = nil
-        if let next = pendingIndications.popFirst() {
-            sendIndication(handle: next.handle, value: next.value)
+        inFlight = nil
+        confirmed.completion?(peer, .confirmed)
+        // The next waiting indication goes out; one the link refuses ends as not sent.
+        while let next = pendingIndications.popFirst() {
+            if sendIndication(next) { break }
+            next.completion?(peer, .notSent)
+        }
+        if refusedIndication && pendingIndications.count < Self.maxPendingIndications {
+            refusedIndication = false
+            delegate?.attServerIndicationQueueHasRoom(self)
         }
     }
+
+    /// Ends every indication in flight or waiting with `outcome`.
+    private func failIndications(_ outcome: IndicationOutcome) {
+        let failed = (inFlight.map { [$0] } ?? []) + Array(pendingIndications)
+        inFlight = nil
+        pendingIndications.removeAll()
+        for indication in failed { indication.completion?(peer, outcome) }
+    }
+
+    /// The link is gone: timers stop, and every outstanding indication ends as `.disconnected`.
+    /// Returns the subscriptions the link held (characteristic and CCCD value), which end with it.
+    @discardableResult
+    public func close() -> [(characteristic: Characteristic, configuration: UInt16)] {
+        guard !isClosed else { return [] }
+        isClosed = true
+        if let indicationTimer { scheduler.cancel(indicationTimer) }
+        indicationTimer = nil
+        failIndications(.disconnected)
+        longRead = nil
+        preparedWrites.removeAll()
+        let held = clientConfigurations.filter { $0.value != 0 }.sorted { $0.key < $1.key }
+        clientConfigurations.removeAll()
+        return held.compactMap { handle, value in
+            database.attribute(handle)?.characteristic.map { ($0, value) }
+        }
+    }
+}
+
+/// How an indication ended (Vol 3, Part F, 3.4.7.2).
+public enum IndicationOutcome: Sendable, Equatable {
+    /// The client sent its Handle Value Confirmation.
+    case confirmed
+    /// No confirmation within 30 s: the bearer is dead and the link is being closed (3.3.3).
+    case timedOut
+    /// The link closed before the confirmation came.
+    case disconnected
+    /// It waited its turn, then the link refused to take it.
+    case notSent
+}
+
+public typealias IndicationCompletion = (ATTPeer, IndicationOutcome) -> Void
+
+struct PendingIndication {
+    let handle: UInt16
+    let value: [UInt8]
+    let completion: IndicationCompletion?
 }

@@ -150,6 +150,9 @@ public final class GATTDatabase {
         if c.properties.contains(.broadcast) {
             throw GATTDatabaseError("\(name): the broadcast property is not supported (no Server Characteristic Configuration descriptor)")
         }
+        guard c.length.isWellFormed else {
+            throw GATTDatabaseError("\(name): length \(c.length) is impossible (lengths run from 0 to \(ValueLength.attributeMaximum) bytes)")
+        }
         if let cached = c.cachedValue {
             if !c.properties.isDisjoint(with: CharacteristicProperties.mutating) {
                 throw GATTDatabaseError("\(name) has a cached value but is writable or notifying: characteristics with cached values must be read-only (drop the cached value and give it an onRead handler)")
@@ -157,7 +160,7 @@ public final class GATTDatabase {
             if cached.count > ValueLength.attributeMaximum {
                 throw GATTDatabaseError("\(name): cached value of \(cached.count) bytes exceeds the 512-byte attribute maximum")
             }
-            if c.onRead != nil || c.onWrite != nil {
+            if c.onRead != nil || c.onWrite != nil || c.validateWrite != nil {
                 throw GATTDatabaseError("\(name) has both a cached value and handlers: choose one")
             }
         } else {
@@ -166,6 +169,9 @@ public final class GATTDatabase {
             }
             if !c.properties.isDisjoint(with: [.write, .writeWithoutResponse, .authenticatedSignedWrites]) && c.onWrite == nil {
                 throw GATTDatabaseError("\(name) is writable but has no onWrite handler")
+            }
+            if c.validateWrite != nil && c.onWrite == nil {
+                throw GATTDatabaseError("\(name) has validateWrite but no onWrite handler: validation checks the writes onWrite applies")
             }
         }
     }

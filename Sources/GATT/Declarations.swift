@@ -59,8 +59,12 @@ public struct WriteRequest: Sendable {
 }
 
 public typealias ReadHandler = (ReadRequest) -> Result<[UInt8], ATTError>
-/// Returns nil on success or the ATT error to answer with.
+/// Applies a write; returns nil on success or the ATT error to answer with.
 public typealias WriteHandler = (WriteRequest) -> ATTError?
+/// Checks a write without applying it: nil to accept, or the ATT error to answer with. It must
+/// have no side effects: an Execute Write asks it for every prepared value before any
+/// `onWrite` runs, so a refusal leaves every attribute unchanged (Vol 3, Part F, 3.4.6.3).
+public typealias WriteValidator = (WriteRequest) -> ATTError?
 
 /// The length rule of a value: used for Invalid Attribute Value Length on writes and
 /// Attribute Not Long on reads (Vol 3, Part F, 3.4.4.5).
@@ -75,6 +79,34 @@ public enum ValueLength: Sendable, Equatable {
         switch self {
         case .fixed(let n): return count == n
         case .variable(let max): return count <= max
+        }
+    }
+
+    /// The error a write of `count` bytes at `offset` must be answered with, or nil when the
+    /// value the device would receive keeps this rule. This is the device API's promise: a
+    /// write handler never sees a value its declaration rules out, whatever the offsets of a
+    /// long write (Vol 3, Part F, 3.4.6.3: Invalid Offset past the end, else Invalid Attribute
+    /// Value Length).
+    ///
+    /// A fixed-length value is written whole (offset 0, exactly `n` bytes): the device keeps
+    /// the value, so the stack cannot complete a partial one for it.
+    public func refusal(offset: Int, count: Int) -> ATTError? {
+        switch self {
+        case .fixed(let n):
+            if offset > n { return .invalidOffset }
+            return offset == 0 && count == n ? nil : .invalidAttributeValueLength
+        case .variable(let max):
+            let max = Swift.min(max, Self.attributeMaximum)
+            if offset > max { return .invalidOffset }
+            return count <= max - offset ? nil : .invalidAttributeValueLength
+        }
+    }
+
+    /// Whether the rule itself is possible: lengths from 0 to the attribute maximum.
+    var isWellFormed: Bool {
+        switch self {
+        case .fixed(let n): return (0...Self.attributeMaximum).contains(n)
+        case .variable(let max): return max >= 0
         }
     }
 }
@@ -124,6 +156,9 @@ public final class Characteristic {
     public let length: ValueLength
     public let descriptors: [Descriptor]
     public var onRead: ReadHandler?
+    /// Checks every write before `onWrite` (see `WriteValidator`); put value checks here so
+    /// long and reliable writes stay atomic.
+    public var validateWrite: WriteValidator?
     public var onWrite: WriteHandler?
 
     public internal(set) var declarationHandle: UInt16 = 0
@@ -136,7 +171,7 @@ public final class Characteristic {
                 permissions: AttributePermissions? = nil, cachedValue: [UInt8]? = nil,
                 length: ValueLength = .variable(max: ValueLength.attributeMaximum),
                 descriptors: [Descriptor] = [],
-                onRead: ReadHandler? = nil, onWrite: WriteHandler? = nil) {
+                onRead: ReadHandler? = nil, validateWrite: WriteValidator? = nil, onWrite: WriteHandler? = nil) {
         self.uuid = uuid
         self.properties = properties
         var derived: AttributePermissions = []
@@ -149,6 +184,7 @@ public final class Characteristic {
         self.length = length
         self.descriptors = descriptors
         self.onRead = onRead
+        self.validateWrite = validateWrite
         self.onWrite = onWrite
     }
 
@@ -157,9 +193,9 @@ public final class Characteristic {
                             permissions: AttributePermissions? = nil, cachedValue: [UInt8]? = nil,
                             length: ValueLength = .variable(max: ValueLength.attributeMaximum),
                             descriptors: [Descriptor] = [],
-                            onRead: ReadHandler? = nil, onWrite: WriteHandler? = nil) {
+                            onRead: ReadHandler? = nil, validateWrite: WriteValidator? = nil, onWrite: WriteHandler? = nil) {
         self.init(BluetoothUUID(uuid16), properties: properties, permissions: permissions, cachedValue: cachedValue,
-                  length: length, descriptors: descriptors, onRead: onRead, onWrite: onWrite)
+                  length: length, descriptors: descriptors, onRead: onRead, validateWrite: validateWrite, onWrite: onWrite)
     }
 
     public var notifies: Bool { !properties.isDisjoint(with: [.notify, .indicate]) }

@@ -23,6 +23,8 @@ public enum HCIOpcode {
     public static let leSetScanEnable: UInt16 = 0x200C
     public static let leCreateConnection: UInt16 = 0x200D
     public static let leConnectionUpdate: UInt16 = 0x2013
+    public static let leLongTermKeyRequestReply: UInt16 = 0x201A
+    public static let leLongTermKeyRequestNegativeReply: UInt16 = 0x201B
     public static let leRemoteConnectionParameterRequestReply: UInt16 = 0x2020
     public static let leRemoteConnectionParameterRequestNegativeReply: UInt16 = 0x2021
     public static let leSetDataLength: UInt16 = 0x2022
@@ -42,6 +44,8 @@ public enum HCIOpcode {
             leSetAdvertisingEnable: "LE Set Advertising Enable", leSetScanParameters: "LE Set Scan Parameters",
             leSetScanEnable: "LE Set Scan Enable", leCreateConnection: "LE Create Connection",
             leConnectionUpdate: "LE Connection Update",
+            leLongTermKeyRequestReply: "LE Long Term Key Request Reply",
+            leLongTermKeyRequestNegativeReply: "LE Long Term Key Request Negative Reply",
             leRemoteConnectionParameterRequestReply: "LE Remote Connection Parameter Request Reply",
             leRemoteConnectionParameterRequestNegativeReply: "LE Remote Connection Parameter Request Negative Reply",
             leSetDataLength: "LE Set Data Length", leWriteSuggestedDefaultDataLength: "LE Write Suggested Default Data Length",
@@ -144,6 +148,14 @@ public struct HCICommand: Equatable, Sendable {
         return HCICommand(opcode: HCIOpcode.disconnect, parameters: p)
     }
 
+    /// Vol 4, Part E, 7.8.26: the host has no key for this link; the controller answers the
+    /// central's encryption request with PIN or Key Missing.
+    public static func leLongTermKeyRequestNegativeReply(handle: UInt16) -> HCICommand {
+        var p: [UInt8] = []
+        p.appendLE(handle)
+        return HCICommand(opcode: HCIOpcode.leLongTermKeyRequestNegativeReply, parameters: p)
+    }
+
     /// Vol 4, Part E, 7.8.31: accept the central's request with these parameters; the CE
     /// lengths are informative (0).
     public static func leRemoteConnectionParameterRequestReply(handle: UInt16, intervalMin: UInt16, intervalMax: UInt16,
@@ -203,7 +215,10 @@ public enum HCIStatus {
     public static let connectionTimeout: UInt8 = 0x08
     public static let commandDisallowed: UInt8 = 0x0C
     public static let remoteUserTerminated: UInt8 = 0x13
+    /// Remote Device Terminated Connection due to Low Resources: a link beyond our limit.
+    public static let remoteDeviceTerminatedLowResources: UInt8 = 0x14
     public static let localHostTerminated: UInt8 = 0x16
     public static let unsupportedRemoteFeature: UInt8 = 0x1A
+    public static let unspecifiedError: UInt8 = 0x1F
     public static let unacceptableConnectionParameters: UInt8 = 0x3B
 }

@@ -40,6 +40,8 @@ public enum HCIEvent: Equatable, Sendable {
                                             latency: UInt16, timeout: UInt16)
     case leDataLengthChange(handle: UInt16, maxTxOctets: UInt16, maxTxTime: UInt16, maxRxOctets: UInt16, maxRxTime: UInt16)
     case lePHYUpdateComplete(status: UInt8, handle: UInt16, txPHY: UInt8, rxPHY: UInt8)
+    /// 7.7.65.5: the central starts encryption and asks the host for the link's key.
+    case leLongTermKeyRequest(handle: UInt16, randomNumber: UInt64, encryptedDiversifier: UInt16)
     case leAdvertisingReport([AdvertisingReport])
     case leOther(subevent: UInt8)
     case other(code: UInt8)
@@ -63,6 +65,7 @@ public enum HCIEvent: Equatable, Sendable {
         case let (.lePHYUpdateComplete(a1, a2, a3, a4), .lePHYUpdateComplete(b1, b2, b3, b4)):
             return a1 == b1 && a2 == b2 && a3 == b3 && a4 == b4
         case let (.leAdvertisingReport(x), .leAdvertisingReport(y)): return x == y
+        case let (.leLongTermKeyRequest(a1, a2, a3), .leLongTermKeyRequest(b1, b2, b3)): return a1 == b1 && a2 == b2 && a3 == b3
         case let (.leOther(x), .leOther(y)): return x == y
         case let (.other(x), .other(y)): return x == y
         default: return false
@@ -161,6 +164,12 @@ public enum HCIEvent: Equatable, Sendable {
         case 0x07:
             return .leDataLengthChange(handle: try r.u16() & 0x0FFF, maxTxOctets: try r.u16(), maxTxTime: try r.u16(),
                                        maxRxOctets: try r.u16(), maxRxTime: try r.u16())
+        case 0x05:
+            let handle = try r.u16() & 0x0FFF
+            let random = try r.u64()
+            let ediv = try r.u16()
+            try r.expectEnd("LE Long Term Key Request")
+            return .leLongTermKeyRequest(handle: handle, randomNumber: random, encryptedDiversifier: ediv)
         case 0x0C:
             return .lePHYUpdateComplete(status: try r.u8(), handle: try r.u16() & 0x0FFF, txPHY: try r.u8(), rxPHY: try r.u8())
         default:

@@ -92,6 +92,14 @@ public final class HCIHost {
     private var commandTimer: TimerID?
     /// Num_HCI_Command_Packets from the last Command Complete/Status (Vol 4, Part E, 4.4).
     private var commandCredits = 1
+    /// Runs while commands wait and the controller has given no credit: a controller that
+    /// says 0 and never says more is treated like one that does not answer.
+    private var creditTimer: TimerID?
+    /// Lines about what the controller sends wrong: it controls their rate.
+    private var malformedLog = LogBudget()
+    private var transmitLog = LogBudget()
+    /// Log lines left out by the budgets, for diagnostics.
+    public var logLinesLeftOut: Int { malformedLog.leftOutTotal + transmitLog.leftOutTotal }
     private var generation = 0
 
     private struct QueuedPDU {
@@ -103,7 +111,8 @@ public final class HCIHost {
         var queue: Deque<QueuedPDU> = []
         var inFlight = 0
         var bestEffortQueued = 0
-        var refusedBestEffort = false
+        /// A PDU was refused: the delegate hears when there is room again.
+        var refused = false
     }
     private var links: [UInt16: LinkTransmit] = [:]
     private var roundRobin: [UInt16] = []
@@ -133,18 +142,53 @@ public final class HCIHost {
         return true
     }
 
+    /// Drops every command not yet sent (their completions hear `.cancelled`); the one in
+    /// flight still gets its answer. For a stop, where queued work no longer matters.
+    public func cancelQueuedCommands() {
+        let cancelled = commandQueue
+        commandQueue.removeAll()
+        stopCreditTimer()
+        for pending in cancelled { pending.completion?(.cancelled) }
+    }
+
+    private func stopCreditTimer() {
+        if let creditTimer { scheduler.cancel(creditTimer) }
+        creditTimer = nil
+    }
+
     private func pumpCommands() {
         // One command in flight at a time keeps answers unambiguous; credits say whether the
         // controller can take it at all.
-        guard commandInFlight == nil, commandCredits > 0, let next = commandQueue.popFirst() else { return }
+        guard commandInFlight == nil, !commandQueue.isEmpty else {
+            stopCreditTimer()
+            return
+        }
+        guard commandCredits > 0 else {
+            // Vol 4, Part E, 4.4: with Num_HCI_Command_Packets = 0 the host waits for a later
+            // event to give credits. One that never comes is a controller not answering:
+            // after the command timeout, take one credit back and go on.
+            guard creditTimer == nil else { return }
+            let expected = generation
+            creditTimer = scheduler.schedule(after: Self.commandTimeout) { [weak self] in
+                guard let self, self.generation == expected else { return }
+                self.creditTimer = nil
+                guard self.commandInFlight == nil, self.commandCredits == 0, !self.commandQueue.isEmpty else { return }
+                self.logger.error("controller gave no HCI command credits for \(Self.commandTimeout) with \(self.commandQueue.count) command(s) waiting: sending anyway",
+                                  metadata: [LogKey.hciStatus: "timeout"])
+                self.commandCredits = 1
+                self.pumpCommands()
+            }
+            return
+        }
+        stopCreditTimer()
+        guard let next = commandQueue.popFirst() else { return }
         var packet: [UInt8] = []
         next.command.encode(into: &packet)
         commandInFlight = next
         commandCredits -= 1
         logger.trace("HCI command \(next.command.name)")
-        if !output(0x01, packet[...]) {
-            logger.warning("controller link refused \(next.command.name)")
-        }
+        // The timer goes first: a controller may answer inside `output` (in-process ones do),
+        // and that answer must find the timer to cancel.
         let expected = generation
         commandTimer = scheduler.schedule(after: Self.commandTimeout) { [weak self] in
             guard let self, self.generation == expected, let inFlight = self.commandInFlight else { return }
@@ -156,6 +200,9 @@ public final class HCIHost {
             self.commandCredits = max(self.commandCredits, 1)
             inFlight.completion?(.timeout)
             self.pumpCommands()
+        }
+        if !output(0x01, packet[...]) {
+            logger.warning("controller link refused \(next.command.name)")
         }
     }
 
@@ -198,6 +245,7 @@ public final class HCIHost {
         isReady = false
         if let timer = commandTimer { scheduler.cancel(timer) }
         commandTimer = nil
+        stopCreditTimer()
         let cancelled = (commandInFlight.map { [$0] } ?? []) + Array(commandQueue)
         commandInFlight = nil
         commandQueue.removeAll()
@@ -329,7 +377,9 @@ public final class HCIHost {
         do {
             event = try HCIEvent(packet: packet)
         } catch {
-            logger.warning("dropped malformed HCI event: \(error)")
+            if let leftOut = malformedLog.take(now: scheduler.nowNanoseconds) {
+                logger.warning("dropped malformed HCI event: \(error)\(LogBudget.note(leftOut))")
+            }
             return
         }
         switch event {
@@ -358,7 +408,9 @@ public final class HCIHost {
             let acl = try ACLPacket(packet: packet)
             delegate?.hciHost(self, didReceiveACL: acl)
         } catch {
-            logger.warning("dropped malformed ACL packet: \(error)")
+            if let leftOut = malformedLog.take(now: scheduler.nowNanoseconds) {
+                logger.warning("dropped malformed ACL packet: \(error)\(LogBudget.note(leftOut))")
+            }
         }
     }
 
@@ -398,7 +450,7 @@ public final class HCIHost {
     public func sendL2CAP(handle: UInt16, pdu: ArraySlice<UInt8>, priority: TransmitPriority) -> Bool {
         guard var link = links[handle] else { return false }
         if priority == .bestEffort && link.bestEffortQueued >= Self.notificationQueueLimit {
-            link.refusedBestEffort = true
+            link.refused = true
             links[handle] = link
             return false
         }
@@ -419,7 +471,12 @@ public final class HCIHost {
             link.queue.append(QueuedPDU(bytes: Array(pdu), sent: sent, priority: priority))
         } else {
             guard link.queue.count < Self.linkQueueLimit else {
-                logger.error("link transmit queue full: PDU dropped", metadata: [LogKey.connHandle: "\(handle)"])
+                link.refused = true
+                links[handle] = link
+                if let leftOut = transmitLog.take(now: scheduler.nowNanoseconds) {
+                    logger.error("link transmit queue full (\(Self.linkQueueLimit) PDUs): PDU refused\(LogBudget.note(leftOut))",
+                                 metadata: [LogKey.connHandle: "\(handle)"])
+                }
                 return false
             }
             link.queue.append(QueuedPDU(bytes: Array(pdu), sent: 0, priority: priority))
@@ -435,8 +492,8 @@ public final class HCIHost {
                                length: data.count, to: &packetScratch)
         packetScratch.append(contentsOf: data)
         aclCredits -= 1
-        if !output(0x02, packetScratch[...]) {
-            logger.error("controller link refused an ACL packet", metadata: [LogKey.connHandle: "\(handle)"])
+        if !output(0x02, packetScratch[...]), let leftOut = transmitLog.take(now: scheduler.nowNanoseconds) {
+            logger.error("controller link refused an ACL packet\(LogBudget.note(leftOut))", metadata: [LogKey.connHandle: "\(handle)"])
         }
     }
 
@@ -465,9 +522,9 @@ public final class HCIHost {
             }
         }
         for handle in roundRobin {
-            guard var link = links[handle], link.refusedBestEffort,
-                  link.bestEffortQueued < Self.notificationQueueLimit else { continue }
-            link.refusedBestEffort = false
+            guard var link = links[handle], link.refused, link.bestEffortQueued < Self.notificationQueueLimit,
+                  link.queue.count < Self.linkQueueLimit else { continue }
+            link.refused = false
             links[handle] = link
             delegate?.hciHost(self, transmitQueueHasRoomFor: handle)
         }

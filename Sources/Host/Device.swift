@@ -15,13 +15,25 @@ public protocol DeviceContext: AnyObject {
     /// for at least one of them: the device hears `peripheralIsReady` when there is room again,
     /// like Core Bluetooth's updateValue / peripheralManagerIsReady(toUpdateSubscribers:).
     @discardableResult func notify(_ characteristic: Characteristic, value: [UInt8]) -> Bool
-    /// Indicates to every central that enabled indications (or only `peer`); false when a queue was full.
-    @discardableResult func indicate(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?) -> Bool
+    /// Indicates to every central that enabled indications (or only `peer`). False when a queue
+    /// was full for at least one of them: the device hears `peripheralIsReady` when there is
+    /// room again. `completion` is called once for each central the indication was queued
+    /// for, when it is confirmed, times out (30 s) or its link closes first.
+    @discardableResult func indicate(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?,
+                                     completion: IndicationCompletion?) -> Bool
     /// Whether `peer` (or any central, when nil) enabled notifications or indications.
     func isSubscribed(_ characteristic: Characteristic, peer: ATTPeer?, indications: Bool) -> Bool
     /// Logs an event with the device's metadata.
     func log(_ event: BlemuEvent, _ level: Logger.Level, _ message: @autoclosure () -> String,
              _ metadata: @autoclosure () -> Logger.Metadata)
+}
+
+extension DeviceContext {
+    /// Indicates without waiting to hear how each indication ended.
+    @discardableResult
+    public func indicate(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer? = nil) -> Bool {
+        indicate(characteristic, value: value, to: peer, completion: nil)
+    }
 }
 
 /// How a device presents itself before anyone connects.
@@ -60,10 +72,13 @@ public protocol Device: AnyObject {
     /// Called once the database is built; timers for the simulated world start here.
     func start(context: DeviceContext)
     func stop()
-    /// A transmit queue that was full has room again.
+    /// A transmit queue that was full (`notify` or `indicate` returned false) has room again.
     func peripheralIsReady()
     func peerConnected(_ peer: ATTPeer)
+    /// Called after every subscription the link held was reported ended.
     func peerDisconnected(_ peer: ATTPeer)
+    /// A central changed its CCCD — or its link closed, which ends every subscription it held
+    /// (reported with both false before `peerDisconnected`).
     func subscriptionChanged(_ characteristic: Characteristic, peer: ATTPeer, notify: Bool, indicate: Bool)
 }
 

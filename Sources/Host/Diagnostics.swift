@@ -11,6 +11,8 @@ public struct PeripheralStatistics {
     /// The last Error Response: request opcode, handle, error.
     public var lastError: (opcode: UInt8, handle: UInt16, error: ATTError)?
     public var diagnosticsReads = 0
+    /// Links the controller opened beyond the device's limit, closed at once.
+    public var linksRefused = 0
 }
 
 /// The Diagnostics service of CONTRACT.md, on every device: one dynamic, read-only
@@ -91,6 +93,8 @@ extension Peripheral {
                 "\(error) for opcode \(Hex.byte(opcode)) on handle \(Hex.word(handle))"
             })),
             ("reads", "\(statistics.diagnosticsReads)"),
+            ("links_refused", "\(statistics.linksRefused)"),
+            ("log_lines_left_out", "\(peerLog.leftOutTotal + linkLog.leftOutTotal + hci.logLinesLeftOut)"),
             ("links", JSON.array(links)),
         ]
     }

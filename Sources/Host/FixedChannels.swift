@@ -25,7 +25,9 @@ extension Peripheral {
 
     func receiveACL(_ packet: ACLPacket) {
         guard let connection = connections[packet.handle] else {
-            logger.warning("ACL data for unknown connection handle \(packet.handle) dropped")
+            if let leftOut = peerLog.take(now: scheduler.nowNanoseconds) {
+                logger.warning("ACL data for unknown connection handle \(packet.handle) dropped\(LogBudget.note(leftOut))")
+            }
             return
         }
         do {
@@ -33,7 +35,9 @@ extension Peripheral {
                 self.deliver(cid: cid, payload: payload, on: connection)
             }
         } catch {
-            logger.warning("L2CAP: \(error)", metadata: [LogKey.connHandle: "\(packet.handle)"])
+            if let leftOut = peerLog.take(now: scheduler.nowNanoseconds) {
+                logger.warning("L2CAP: \(error)\(LogBudget.note(leftOut))", metadata: [LogKey.connHandle: "\(packet.handle)"])
+            }
         }
         // A PDU left half-gathered is dropped after a while rather than kept forever.
         if connection.reassembler.isIncomplete {
@@ -66,8 +70,10 @@ extension Peripheral {
                 _ = sendFrame(cid: L2CAPChannel.securityManager, payload: answer[...], on: connection.handle, priority: .required)
             }
         default:
-            logger.warning("L2CAP frame for unknown channel \(Hex.word(cid)) dropped",
-                           metadata: [LogKey.connHandle: "\(connection.handle)"])
+            if let leftOut = peerLog.take(now: scheduler.nowNanoseconds) {
+                logger.warning("L2CAP frame for unknown channel \(Hex.word(cid)) dropped\(LogBudget.note(leftOut))",
+                               metadata: [LogKey.connHandle: "\(connection.handle)"])
+            }
         }
     }
 
@@ -76,7 +82,10 @@ extension Peripheral {
         do {
             command = try SignalingCommand(frame: payload)
         } catch {
-            logger.warning("malformed LE signalling command: \(error)", metadata: [LogKey.connHandle: "\(connection.handle)"])
+            if let leftOut = peerLog.take(now: scheduler.nowNanoseconds) {
+                logger.warning("malformed LE signalling command: \(error)\(LogBudget.note(leftOut))",
+                               metadata: [LogKey.connHandle: "\(connection.handle)"])
+            }
             // Vol 3, Part A, 4.1: reject what cannot be understood, with its identifier when it has one.
             if payload.count >= 2, payload[payload.startIndex + 1] != 0 {
                 sendSignaling(.commandReject(identifier: payload[payload.startIndex + 1]), on: connection)

@@ -22,6 +22,25 @@ extension Peripheral {
             hci.send(.disconnect(handle: event.handle, reason: HCIStatus.remoteUserTerminated))
             return
         }
+        if connections[event.handle] != nil {
+            // Vol 4, Part E, 5.3.1: a handle names one link at a time. A controller that reports
+            // a new link on a handle in use lost the old one without telling us: close it here,
+            // so its state, timers and subscriptions end and the device hears of it.
+            logger.warning("controller reported a new link on handle \(event.handle), which was in use: the old link is gone",
+                           metadata: [LogKey.connHandle: "\(event.handle)"])
+            connectionClosed(handle: event.handle, reason: HCIStatus.unspecifiedError, restartAdvertising: false)
+        }
+        guard connections.count < configuration.maxConnections else {
+            // A controller that takes more links than the device allows cannot make memory grow:
+            // the extra link is closed at once with Remote Device Terminated due to Low Resources.
+            if let leftOut = linkLog.take(now: scheduler.nowNanoseconds) {
+                logger.warning("link \(event.handle) from \(event.peerAddress) refused: \(connections.count) links open, the limit is \(configuration.maxConnections)\(LogBudget.note(leftOut))",
+                               metadata: [LogKey.connHandle: "\(event.handle)", LogKey.peer: .string(event.peerAddress.description)])
+            }
+            statistics.linksRefused += 1
+            hci.send(.disconnect(handle: event.handle, reason: HCIStatus.remoteDeviceTerminatedLowResources))
+            return
+        }
         let peer = ATTPeer(connectionHandle: event.handle, address: event.peerAddress)
         let server = ATTServer(database: database, peer: peer, scheduler: scheduler)
         server.delegate = self
@@ -45,11 +64,15 @@ extension Peripheral {
         startAdvertising(fast: true)
     }
 
-    func connectionClosed(handle: UInt16, reason: UInt8) {
+    func connectionClosed(handle: UInt16, reason: UInt8, restartAdvertising: Bool = true) {
         guard let connection = connections.removeValue(forKey: handle) else { return }
+        hci.closeLink(handle)
         if let timer = connection.parameterTimer { scheduler.cancel(timer) }
         if let timer = connection.reassemblyTimer { scheduler.cancel(timer) }
         standard.connectionClosed(handle)
+        // Indications still outstanding end as `.disconnected`; subscriptions end with the link.
+        let held = connection.server.close()
+        subscriptionsEnded(held, peer: connection.peer)
         logger.event(.disconnected, .notice, "disconnected from \(connection.peer.address)", [
             LogKey.peer: .string(connection.peer.address.description), LogKey.connHandle: .string("\(handle)"),
             LogKey.hciStatus: .string(Hex.byte(reason)),
@@ -59,6 +82,7 @@ extension Peripheral {
             if connections.isEmpty { resetAndFinish() }
             return
         }
+        guard restartAdvertising else { return }
         // Apple's guidelines: fast advertising for 30 s after every disconnection, even when
         // a slow phase was running for another central.
         startAdvertising(fast: true)

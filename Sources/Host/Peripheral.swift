@@ -26,7 +26,11 @@ public final class Peripheral {
     var deviceWaitingForRoom = false
     var stopCompletion: (() -> Void)?
     var stopTimer: TimerID?
+    var stopDeadlineTimer: TimerID?
     var frame: [UInt8] = []
+    /// Lines whose rate a peer or the controller controls (Docs/DIAGNOSTICS.md).
+    var peerLog = LogBudget()
+    var linkLog = LogBudget()
 
     public init(device: Device, configuration: PeripheralConfiguration, scheduler: TimerScheduling, logger: Logger,
                 output: @escaping (UInt8, ArraySlice<UInt8>) -> Bool) throws(GATTDatabaseError) {
@@ -123,17 +127,31 @@ public final class Peripheral {
 
     // MARK: Stop
 
+    /// How long a clean stop may take at most: links closed, then the controller reset.
+    public static let stopDeadline: Duration = .seconds(3)
+    /// How long the links have to close before the Reset goes out anyway.
+    static let linkCloseWait: Duration = .seconds(2)
+
     /// Clean stop: advertising off, every link disconnected with Remote User Terminated
-    /// (0x13), then HCI Reset. Calls `completion` once, when done or after 3 s at most.
+    /// (0x13), then HCI Reset. Calls `completion` once, when done or after `stopDeadline` at
+    /// most, whatever the controller does.
     public func stop(completion: @escaping () -> Void) {
         guard stopCompletion == nil else { return }
         logger.debug("stopping: \(connections.count) link(s) to close")
         stopCompletion = completion
         if deviceStarted { device.stop() }
         if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
+        advertisingPhaseTimer = nil
         guard hci.isReady else {
             finishStop()
             return
+        }
+        // Commands still queued (advertising restarts, parameter replies) no longer matter;
+        // only the ones below do, and they must not wait behind the others.
+        hci.cancelQueuedCommands()
+        stopDeadlineTimer = scheduler.schedule(after: Self.stopDeadline) { [weak self] in
+            self?.logger.warning("controller did not finish the stop within \(Self.stopDeadline); stopping anyway")
+            self?.finishStop()
         }
         if isAdvertising || advertisingRequested {
             hci.send(.leSetAdvertisingEnable(false))
@@ -142,8 +160,8 @@ public final class Peripheral {
         for handle in connections.keys.sorted() {
             hci.send(.disconnect(handle: handle, reason: HCIStatus.remoteUserTerminated))
         }
-        stopTimer = scheduler.schedule(after: .seconds(3)) { [weak self] in
-            self?.logger.warning("links did not close within 3 s; resetting anyway")
+        stopTimer = scheduler.schedule(after: Self.linkCloseWait) { [weak self] in
+            self?.logger.warning("links did not close within \(Self.linkCloseWait); resetting anyway")
             self?.resetAndFinish()
         }
         if connections.isEmpty { resetAndFinish() }
@@ -158,6 +176,8 @@ public final class Peripheral {
     func finishStop() {
         if let stopTimer { scheduler.cancel(stopTimer) }
         stopTimer = nil
+        if let stopDeadlineTimer { scheduler.cancel(stopDeadlineTimer) }
+        stopDeadlineTimer = nil
         guard let completion = stopCompletion else { return }
         stopCompletion = { }
         completion()

@@ -49,12 +49,37 @@ extension Peripheral: ATTServerDelegate {
         }
     }
 
+    /// A closing link ends every subscription it held: logged and told to the device like a
+    /// CCCD write of zero, so its timers stop when nobody listens any more.
+    func subscriptionsEnded(_ held: [(characteristic: Characteristic, configuration: UInt16)], peer: ATTPeer) {
+        for (characteristic, _) in held {
+            logger.event(.unsubscribed, .info, "unsubscribed from \(characteristic.uuid): link closed", [
+                LogKey.peer: .string(peer.address.description),
+                LogKey.connHandle: .string("\(peer.connectionHandle)"),
+                LogKey.attHandle: .string(Hex.word(characteristic.valueHandle)),
+            ])
+            if deviceStarted {
+                device.subscriptionChanged(characteristic, peer: peer, notify: false, indicate: false)
+            }
+        }
+    }
+
     public func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool) {
         logger.event(.write, .info, "\(withResponse ? "write" : "write command") of \(count) bytes to \(characteristic.uuid)", [
             LogKey.peer: .string(server.peer.address.description),
             LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
             LogKey.attHandle: .string(Hex.word(characteristic.valueHandle)),
         ])
+    }
+
+    public func attServerIndicationQueueHasRoom(_ server: ATTServer) {
+        deviceMayProceed()
+    }
+
+    public func attServer(_ server: ATTServer, executeWriteRefusedAfter written: Int, error: ATTError, handle: UInt16) {
+        guard written > 0 else { return }
+        logger.error("Execute Write was not atomic: the device's onWrite for handle \(Hex.word(handle)) refused (\(error)) after \(written) value(s) were written; put value checks in validateWrite",
+                     metadata: [LogKey.connHandle: "\(server.peer.connectionHandle)"])
     }
 
     public func attServerTransactionTimedOut(_ server: ATTServer) {

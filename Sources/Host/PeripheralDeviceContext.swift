@@ -21,11 +21,13 @@ extension Peripheral: DeviceContext {
     }
 
     @discardableResult
-    public func indicate(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?) -> Bool {
+    public func indicate(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?,
+                         completion: IndicationCompletion?) -> Bool {
         var all = true
         for connection in connections.values where peer == nil || connection.peer == peer {
-            if connection.server.indicate(characteristic, value: value) == .queueFull { all = false }
+            if connection.server.indicate(characteristic, value: value, completion: completion) == .queueFull { all = false }
         }
+        if !all { deviceWaitingForRoom = true }
         return all
     }
 

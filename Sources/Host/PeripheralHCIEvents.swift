@@ -71,6 +71,8 @@ extension Peripheral: HCIHostDelegate {
             logger.debug("data length now \(maxTx) out, \(maxRx) in", metadata: [LogKey.connHandle: "\(handle)"])
         case let .lePHYUpdateComplete(status, handle, tx, rx):
             logger.debug("PHY update: status \(Hex.byte(status)), tx \(tx), rx \(rx)", metadata: [LogKey.connHandle: "\(handle)"])
+        case let .leLongTermKeyRequest(handle, _, _):
+            longTermKeyRequested(handle: handle)
         case .dataBufferOverflow:
             logger.error("controller reports an ACL buffer overflow: it lost data")
         default:
@@ -78,12 +80,26 @@ extension Peripheral: HCIHostDelegate {
         }
     }
 
+    /// The one place that decides whether a link gets its key (Vol 4, Part E, 7.7.65.5). No
+    /// pairing exists yet, so no bond and no key: the negative reply (7.8.26) tells the central
+    /// at once (PIN or Key Missing), where silence would leave it waiting for its timeout.
+    func longTermKeyRequested(handle: UInt16) {
+        logger.info("central asked to encrypt the link; no key is held for it: negative reply",
+                    metadata: [LogKey.connHandle: "\(handle)"])
+        hci.send(.leLongTermKeyRequestNegativeReply(handle: handle))
+    }
+
     public func hciHost(_ host: HCIHost, didReceiveACL packet: ACLPacket) {
         receiveACL(packet)
     }
 
     public func hciHost(_ host: HCIHost, transmitQueueHasRoomFor handle: UInt16) {
-        guard deviceWaitingForRoom else { return }
+        deviceMayProceed()
+    }
+
+    /// Room freed somewhere: a device that was told "queue full" hears `peripheralIsReady`, once.
+    func deviceMayProceed() {
+        guard deviceWaitingForRoom, deviceStarted else { return }
         deviceWaitingForRoom = false
         device.peripheralIsReady()
     }

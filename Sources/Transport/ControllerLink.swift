@@ -24,6 +24,9 @@ public final class ControllerLink {
 
     public let initialBackoff: Duration
     public let maxBackoff: Duration
+    /// How long a transport must stay up before the backoff starts over: a controller that
+    /// accepts and drops the connection at once is retried ever more slowly, not 4 times a second.
+    public let stableAfter: Duration
     public let connectTimeout: Duration
     public let outputCapacity: Int
 
@@ -33,14 +36,17 @@ public final class ControllerLink {
     private let loop: RunLoop
     private var opening: TransportOpening?
     private var retryTimer: TimerID?
+    private var upSinceNanoseconds: UInt64 = 0
 
     public init(spec: ControllerSpec, loop: RunLoop, initialBackoff: Duration = .milliseconds(250),
-                maxBackoff: Duration = .seconds(8), connectTimeout: Duration = .seconds(3),
+                maxBackoff: Duration = .seconds(8), stableAfter: Duration = .seconds(10),
+                connectTimeout: Duration = .seconds(3),
                 outputCapacity: Int = ControllerTransports.defaultOutputCapacity) {
         self.spec = spec
         self.loop = loop
         self.initialBackoff = initialBackoff
         self.maxBackoff = max(maxBackoff, initialBackoff)
+        self.stableAfter = stableAfter
         self.connectTimeout = connectTimeout
         self.outputCapacity = outputCapacity
         self.currentBackoff = initialBackoff
@@ -107,7 +113,8 @@ public final class ControllerLink {
             transport = newTransport
             isUp = true
             lastError = nil
-            currentBackoff = initialBackoff
+            // The backoff starts over only once this transport has proved stable (`lost`).
+            upSinceNanoseconds = loop.nowNanoseconds
             onUp?()
         case .failure(let error):
             lastError = error
@@ -122,6 +129,9 @@ public final class ControllerLink {
         transport = nil
         isUp = false
         lastError = error
+        if loop.nowNanoseconds &- upSinceNanoseconds >= stableAfter.nanoseconds {
+            currentBackoff = initialBackoff
+        }
         let delay = currentBackoff
         currentBackoff = min(currentBackoff * 2, maxBackoff)
         scheduleRetry(after: delay)

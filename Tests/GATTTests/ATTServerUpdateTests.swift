@@ -123,6 +123,95 @@ import Testing
     }
 }
 
+/// Each indication a device sends ends once, and it hears how (Zephyr's
+/// bt_gatt_indicate_params.func); a device told "queue full" hears when there is room.
+@Suite struct IndicationOutcomeTests {
+    final class Outcomes {
+        var seen: [(value: UInt8, outcome: IndicationOutcome)] = []
+        func completion(_ value: UInt8) -> IndicationCompletion {
+            { [self] _, outcome in seen.append((value, outcome)) }
+        }
+    }
+
+    @Test func confirmedInOrder() throws {
+        let f = try Fixture()
+        let o = Outcomes()
+        f.configure(13, 0x0002)
+        #expect(f.server.indicate(f.notifyIndicate, value: [1], completion: o.completion(1)) == .queued)
+        #expect(f.server.indicate(f.notifyIndicate, value: [2], completion: o.completion(2)) == .queued)
+        #expect(o.seen.isEmpty)
+        f.request("1E")
+        #expect(o.seen.map(\.value) == [1])
+        #expect(o.seen.first?.outcome == .confirmed)
+        f.request("1E")
+        #expect(o.seen.map(\.outcome) == [.confirmed, .confirmed])
+        // A stray confirmation completes nothing twice.
+        f.request("1E")
+        #expect(o.seen.count == 2)
+    }
+
+    @Test func timeoutEndsTheOneInFlightAndTheWaitingOnes() throws {
+        let f = try Fixture()
+        let o = Outcomes()
+        f.configure(13, 0x0002)
+        _ = f.server.indicate(f.notifyIndicate, value: [1], completion: o.completion(1))
+        _ = f.server.indicate(f.notifyIndicate, value: [2], completion: o.completion(2))
+        f.scheduler.advance(by: .seconds(30))
+        #expect(o.seen.map(\.value) == [1, 2])
+        #expect(o.seen.map(\.outcome) == [.timedOut, .timedOut])
+    }
+
+    @Test func closingTheLinkEndsEveryOutstandingIndication() throws {
+        let f = try Fixture()
+        let o = Outcomes()
+        f.configure(13, 0x0002)
+        f.configure(20, 0x0001)
+        _ = f.server.indicate(f.notifyIndicate, value: [1], completion: o.completion(1))
+        _ = f.server.indicate(f.notifyIndicate, value: [2], completion: o.completion(2))
+        let held = f.server.close()
+        #expect(o.seen.map(\.outcome) == [.disconnected, .disconnected])
+        // The subscriptions the link held come back, to be reported as ended.
+        #expect(held.map(\.characteristic.valueHandle) == [12, 19])
+        #expect(held.map(\.configuration) == [0x0002, 0x0001])
+        // No timer is left behind, and nothing more goes out.
+        #expect(f.scheduler.pendingCount == 0)
+        #expect(f.server.indicate(f.notifyIndicate, value: [3], completion: o.completion(3)) == .notSubscribed)
+        f.scheduler.advance(by: .seconds(60))
+        #expect(o.seen.count == 2)
+        #expect(f.server.close().isEmpty)
+    }
+
+    @Test func queueFullThenRoom() throws {
+        let f = try Fixture()
+        f.configure(13, 0x0002)
+        _ = f.server.indicate(f.notifyIndicate, value: [0])
+        for i in 1...ATTServer.maxPendingIndications { _ = f.server.indicate(f.notifyIndicate, value: [UInt8(i)]) }
+        #expect(f.server.indicate(f.notifyIndicate, value: [0xFF]) == .queueFull)
+        #expect(f.delegate.roomSignals == 0)
+        f.request("1E")
+        #expect(f.delegate.roomSignals == 1)
+        // Said once per refusal, not on every confirmation.
+        f.request("1E")
+        #expect(f.delegate.roomSignals == 1)
+    }
+
+    /// A link that refuses the indication itself: the device is told "queue full", and room
+    /// is signalled by the link below (HCI), not by a confirmation that cannot come.
+    @Test func refusedByTheLinkIsNotInFlight() throws {
+        let f = try Fixture()
+        let o = Outcomes()
+        f.configure(13, 0x0002)
+        f.delegate.accepts = false
+        #expect(f.server.indicate(f.notifyIndicate, value: [1], completion: o.completion(1)) == .queueFull)
+        #expect(f.server.indicationsWaiting == 0)
+        #expect(f.scheduler.pendingCount == 0)
+        f.delegate.accepts = true
+        #expect(f.server.indicate(f.notifyIndicate, value: [2], completion: o.completion(2)) == .queued)
+        f.request("1E")
+        #expect(o.seen.map(\.value) == [2])
+    }
+}
+
 @Suite struct ATTServerDispatchTests {
     /// Vol 3, Part F, 3.4.1.1: a request the server does not support is answered with Request
     /// Not Supported and handle 0x0000.

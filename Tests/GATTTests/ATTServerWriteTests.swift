@@ -320,3 +320,165 @@ import Testing
         #expect(f.request([0x52, 0x03, 0x00] + [UInt8](repeating: 0, count: 21)).isEmpty)
     }
 }
+
+/// The device API's promise for writes: a handler never sees a value its declaration rules
+/// out, whatever the offsets of a long write, and Execute Write is all or nothing
+/// (Vol 3, Part F, 3.4.6.3).
+@Suite struct WritePromiseTests {
+    /// A device written as the docs say: its handlers index their value as declared.
+    final class StrictDevice {
+        var applied: [(uuid: UInt16, value: [UInt8], offset: Int)] = []
+        var validated: [UInt16] = []
+        /// What the validator of `limited` refuses.
+        var refuseLimitedOver: UInt8 = 0xFF
+        var onWriteError: ATTError?
+        let oneByte: Characteristic
+        let fourBytes: Characteristic
+        let upToFour: Characteristic
+        let limited: Characteristic
+        let database: GATTDatabase
+
+        init() throws {
+            var me: StrictDevice?
+            oneByte = Characteristic(0xFF01, properties: [.write], length: .fixed(1), onWrite: { request in
+                me?.applied.append((0xFF01, [request.value[0]], request.offset))  // traps on an empty value
+                return nil
+            })
+            fourBytes = Characteristic(0xFF02, properties: [.write], length: .fixed(4), onWrite: { request in
+                me?.applied.append((0xFF02, [request.value[0], request.value[3]], request.offset))
+                return nil
+            })
+            upToFour = Characteristic(0xFF03, properties: [.write], length: .variable(max: 4), onWrite: { request in
+                precondition(request.offset + request.value.count <= 4)
+                me?.applied.append((0xFF03, request.value, request.offset))
+                return nil
+            })
+            limited = Characteristic(0xFF04, properties: [.write], length: .fixed(1),
+                                     validateWrite: { request in
+                                         me?.validated.append(0xFF04)
+                                         return request.value[0] > (me?.refuseLimitedOver ?? 0xFF) ? .outOfRange : nil
+                                     },
+                                     onWrite: { request in
+                                         me?.applied.append((0xFF04, request.value, request.offset))
+                                         return me?.onWriteError
+                                     })
+            let (a, b, c, d) = (oneByte, fourBytes, upToFour, limited)
+            database = try GATTDatabase(services: [Service(0xFFF0) { a; b; c; d }])
+            me = self
+        }
+    }
+
+    private func rig() throws -> (StrictDevice, ATTServer, RecordingDelegate) {
+        let device = try StrictDevice()
+        let server = ATTServer(database: device.database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
+                               scheduler: ManualScheduler())
+        let delegate = RecordingDelegate()
+        server.delegate = delegate
+        return (device, server, delegate)
+    }
+
+    private func send(_ server: ATTServer, _ delegate: RecordingDelegate, _ pdu: [UInt8]) -> [UInt8]? {
+        delegate.sent.removeAll()
+        server.receive(pdu[...])
+        return delegate.sent.last?.pdu
+    }
+
+    /// The defect found: Prepare Write at offset 1 with no bytes, then Execute Write, used to
+    /// hand a `.fixed(1)` handler an empty value (and trap in `value[0]`).
+    @Test func emptyTailOfAFixedValueNeverReachesTheHandler() throws {
+        let (device, server, delegate) = try rig()
+        let h = device.oneByte.valueHandle
+        // 3.4.6.1: nothing is checked at prepare time; the response echoes the request.
+        #expect(send(server, delegate, ATTServerPreparedWriteTests.prepare(h, 1, [])) == [0x17] + ATTServerPreparedWriteTests.prepare(h, 1, []).dropFirst())
+        #expect(send(server, delegate, [0x18, 0x01]) == errorResponse(0x18, h, .invalidAttributeValueLength).first)
+        // Past the end is Invalid Offset.
+        _ = send(server, delegate, ATTServerPreparedWriteTests.prepare(h, 2, []))
+        #expect(send(server, delegate, [0x18, 0x01]) == errorResponse(0x18, h, .invalidOffset).first)
+        // A part of a fixed value is refused too: the handler only ever gets the whole value.
+        let h4 = device.fourBytes.valueHandle
+        _ = send(server, delegate, ATTServerPreparedWriteTests.prepare(h4, 2, [1, 2]))
+        #expect(send(server, delegate, [0x18, 0x01]) == errorResponse(0x18, h4, .invalidAttributeValueLength).first)
+        #expect(device.applied.isEmpty)
+        // The whole value, in two parts, is written once.
+        _ = send(server, delegate, ATTServerPreparedWriteTests.prepare(h4, 0, [1, 2]))
+        _ = send(server, delegate, ATTServerPreparedWriteTests.prepare(h4, 2, [3, 4]))
+        #expect(send(server, delegate, [0x18, 0x01]) == [0x19])
+        #expect(device.applied.map(\.value) == [[1, 4]])
+    }
+
+    /// A maximum length holds for the value at its offset: offset + length ≤ maximum.
+    @Test func variableMaximumHoldsAtEveryOffset() throws {
+        let (device, server, delegate) = try rig()
+        let h = device.upToFour.valueHandle
+        _ = send(server, delegate, ATTServerPreparedWriteTests.prepare(h, 2, [1, 2, 3]))
+        #expect(send(server, delegate, [0x18, 0x01]) == errorResponse(0x18, h, .invalidAttributeValueLength).first)
+        _ = send(server, delegate, ATTServerPreparedWriteTests.prepare(h, 5, []))
+        #expect(send(server, delegate, [0x18, 0x01]) == errorResponse(0x18, h, .invalidOffset).first)
+        _ = send(server, delegate, ATTServerPreparedWriteTests.prepare(h, 2, [1, 2]))
+        #expect(send(server, delegate, [0x18, 0x01]) == [0x19])
+        #expect(device.applied.map(\.offset) == [2])
+        #expect(device.applied.map(\.value) == [[1, 2]])
+    }
+
+    /// 3.4.6.3: every prepared value is checked — by the stack and by the device's
+    /// validateWrite — before any is written; one refusal leaves every attribute unchanged.
+    @Test func executeWriteIsAllOrNothing() throws {
+        let (device, server, delegate) = try rig()
+        device.refuseLimitedOver = 9
+        let a = device.upToFour.valueHandle, b = device.limited.valueHandle
+        _ = send(server, delegate, ATTServerPreparedWriteTests.prepare(a, 0, [7, 7]))
+        _ = send(server, delegate, ATTServerPreparedWriteTests.prepare(b, 0, [10]))
+        #expect(send(server, delegate, [0x18, 0x01]) == errorResponse(0x18, b, .outOfRange).first)
+        #expect(device.validated == [0xFF04])
+        #expect(device.applied.isEmpty, "A must not be written when B is refused")
+        #expect(delegate.wrote.isEmpty)
+
+        // A stack check late in the queue also stops everything: a CCCD-less fixed value, wrong size.
+        let one = device.oneByte.valueHandle
+        _ = send(server, delegate, ATTServerPreparedWriteTests.prepare(a, 0, [1]))
+        _ = send(server, delegate, ATTServerPreparedWriteTests.prepare(one, 0, [1, 2]))
+        #expect(send(server, delegate, [0x18, 0x01]) == errorResponse(0x18, one, .invalidAttributeValueLength).first)
+        #expect(device.applied.isEmpty)
+
+        // Accepted by every check: all are written, in the order they were prepared.
+        _ = send(server, delegate, ATTServerPreparedWriteTests.prepare(a, 0, [1]))
+        _ = send(server, delegate, ATTServerPreparedWriteTests.prepare(b, 0, [9]))
+        #expect(send(server, delegate, [0x18, 0x01]) == [0x19])
+        #expect(device.applied.map(\.uuid) == [0xFF03, 0xFF04])
+    }
+
+    /// A single write is checked by validateWrite before onWrite too.
+    @Test func validateWriteGuardsSingleWrites() throws {
+        let (device, server, delegate) = try rig()
+        device.refuseLimitedOver = 5
+        let b = device.limited.valueHandle
+        #expect(send(server, delegate, [0x12, UInt8(b), 0, 6]) == errorResponse(0x12, b, .outOfRange).first)
+        #expect(device.applied.isEmpty)
+        #expect(send(server, delegate, [0x12, UInt8(b), 0, 5]) == [0x13])
+        #expect(device.applied.map(\.value) == [[5]])
+    }
+
+    /// An onWrite that refuses what its validator accepted breaks atomicity; the server says so.
+    @Test func lateRefusalIsReported() throws {
+        let (device, server, delegate) = try rig()
+        device.onWriteError = .application(0x01)
+        let a = device.upToFour.valueHandle, b = device.limited.valueHandle
+        _ = send(server, delegate, ATTServerPreparedWriteTests.prepare(a, 0, [1]))
+        _ = send(server, delegate, ATTServerPreparedWriteTests.prepare(b, 0, [1]))
+        #expect(send(server, delegate, [0x18, 0x01]) == errorResponse(0x18, b, .application(0x01)).first)
+        #expect(delegate.nonAtomicExecutes.count == 1)
+        #expect(delegate.nonAtomicExecutes.first?.written == 1)
+        #expect(delegate.nonAtomicExecutes.first?.handle == b)
+    }
+
+    /// Lengths a database cannot keep are refused when it is built.
+    @Test func impossibleLengthRulesAreRefused() {
+        let negative = Characteristic(0xFF09, properties: [.write], length: .fixed(-1), onWrite: { _ in nil })
+        #expect(throws: GATTDatabaseError.self) { try GATTDatabase(services: [Service(0xFFF0) { negative }]) }
+        let huge = Characteristic(0xFF09, properties: [.write], length: .fixed(513), onWrite: { _ in nil })
+        #expect(throws: GATTDatabaseError.self) { try GATTDatabase(services: [Service(0xFFF0) { huge }]) }
+        let validatorOnly = Characteristic(0xFF09, properties: [.read], onRead: { _ in .success([]) },
+                                           validateWrite: { _ in nil })
+        #expect(throws: GATTDatabaseError.self) { try GATTDatabase(services: [Service(0xFFF0) { validatorOnly }]) }
+    }
+}

@@ -69,6 +69,12 @@ final class RecordingDelegate: ATTServerDelegate {
         wrote.append((characteristic, count, withResponse))
     }
     func attServerTransactionTimedOut(_ server: ATTServer) { timeouts += 1 }
+    var roomSignals = 0
+    func attServerIndicationQueueHasRoom(_ server: ATTServer) { roomSignals += 1 }
+    var nonAtomicExecutes: [(written: Int, error: ATTError, handle: UInt16)] = []
+    func attServer(_ server: ATTServer, executeWriteRefusedAfter written: Int, error: ATTError, handle: UInt16) {
+        nonAtomicExecutes.append((written, error, handle))
+    }
 }
 
 /// A small device, declared the way a device author would, and its handle map:

@@ -389,12 +389,55 @@ private let initSequenceV1: [UInt16] = [
         #expect(done == [HCIOpcode.leSetAdvertisingEnable])
         rig.host.send(.readBDAddr) { _ in done.append(HCIOpcode.readBDAddr) }
         #expect(rig.commands == [HCIOpcode.leSetAdvertisingEnable], "no credits: the command waits")
-        rig.scheduler.advance(by: .seconds(10))
-        #expect(rig.commands.count == 1, "waiting for credits is not a timeout")
+        rig.scheduler.advance(by: .seconds(2))
+        #expect(rig.commands.count == 1, "within the command timeout, the host waits for credits")
         rig.complete(0x0000, numPackets: 1, [])
         #expect(rig.commands == [HCIOpcode.leSetAdvertisingEnable, HCIOpcode.readBDAddr])
         rig.answer()
         #expect(done == [HCIOpcode.leSetAdvertisingEnable, HCIOpcode.readBDAddr])
+    }
+
+    /// A controller that says Num_HCI_Command_Packets = 0 and never gives a credit again is
+    /// one that does not answer: after the command timeout the host takes a credit back and
+    /// goes on, or nothing (advertising, a clean stop) would ever happen again.
+    @Test func zeroCreditsThatNeverComeBackAreTimedOut() {
+        let rig = Rig()
+        rig.bringUp()
+        rig.clearSent()
+        var done: [CommandResult] = []
+        rig.host.send(.leSetAdvertisingEnable(false))
+        rig.complete(HCIOpcode.leSetAdvertisingEnable, numPackets: 0)
+        rig.host.send(.readBDAddr) { done.append($0) }
+        rig.host.send(.reset) { done.append($0) }
+        rig.scheduler.advance(by: HCIHost.commandTimeout - .milliseconds(1))
+        #expect(rig.commands == [HCIOpcode.leSetAdvertisingEnable])
+        rig.scheduler.advance(by: .milliseconds(1))
+        #expect(rig.commands == [HCIOpcode.leSetAdvertisingEnable, HCIOpcode.readBDAddr])
+        // Its answer again gives no credit: the next one waits its timeout too, then goes.
+        rig.complete(HCIOpcode.readBDAddr, numPackets: 0, rig.successParameters(for: HCIOpcode.readBDAddr))
+        #expect(done.count == 1)
+        rig.scheduler.advance(by: HCIHost.commandTimeout)
+        #expect(rig.commands.last == HCIOpcode.reset)
+        rig.answer()
+        #expect(done.count == 2)
+        // Nothing waits, so no timer is left running: an idle host makes no wakeups.
+        #expect(rig.scheduler.pendingCount == 0)
+    }
+
+    /// A stop drops what no longer matters: queued commands end as cancelled, at once.
+    @Test func cancelQueuedCommandsLeavesTheOneInFlight() {
+        let rig = Rig()
+        rig.bringUp()
+        rig.clearSent()
+        var results: [CommandResult] = []
+        rig.host.send(.leSetAdvertisingEnable(false)) { results.append($0) }
+        rig.host.send(.readBDAddr) { results.append($0) }
+        rig.host.send(.readBDAddr) { results.append($0) }
+        rig.host.cancelQueuedCommands()
+        #expect(results == [.cancelled, .cancelled])
+        rig.host.send(.reset) { results.append($0) }
+        rig.answer()
+        #expect(rig.commands == [HCIOpcode.leSetAdvertisingEnable, HCIOpcode.reset])
     }
 
     @Test func zeroCreditsFromCommandStatusHoldTheQueueToo() {
@@ -785,6 +828,14 @@ private let initSequenceV1: [UInt16] = [
         }
         #expect(!rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 4)[...], priority: .required))
         #expect(rig.host.queuedPDUs(0x0040) == HCIHost.linkQueueLimit)
+        // A refusal is followed by word of room once the queue drains (an indication waits on it).
+        #expect(rig.delegate.roomFor.isEmpty)
+        // The first PDU goes out in three fragments; only when it is all out is there room.
+        rig.numberOfCompletedPackets([(0x0040, 1)])
+        #expect(rig.delegate.roomFor.isEmpty)
+        rig.numberOfCompletedPackets([(0x0040, 1)])
+        #expect(rig.host.queuedPDUs(0x0040) == HCIHost.linkQueueLimit - 1)
+        #expect(rig.delegate.roomFor == [0x0040])
     }
 
     /// Vol 4, Part E, 4.3: when a link disconnects, the packets the controller still held for it

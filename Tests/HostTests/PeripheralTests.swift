@@ -38,11 +38,15 @@ final class Bench {
     let peripheral: Peripheral
     let central = BluetoothAddress("F0:F1:F2:F3:F4:F5")!
 
-    init(device: Device, name: String = "Test HR", configure: (ScriptedController) -> Void = { _ in }) throws {
+    init(device: Device, name: String = "Test HR", maxConnections: Int = 32,
+         logger: Logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
+         configure: (ScriptedController) -> Void = { _ in }) throws {
         configure(controller)
         let controller = self.controller
-        peripheral = try Peripheral(device: device, configuration: PeripheralConfiguration(name: name, controller: "scripted"),
-                                    scheduler: scheduler, logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
+        peripheral = try Peripheral(device: device,
+                                    configuration: PeripheralConfiguration(name: name, controller: "scripted",
+                                                                           maxConnections: maxConnections),
+                                    scheduler: scheduler, logger: logger,
                                     output: { controller.output($0, $1) })
         controller.host = peripheral.hci
         peripheral.controllerUp()

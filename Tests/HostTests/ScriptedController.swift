@@ -15,6 +15,10 @@ final class ScriptedController {
     var failures: [UInt16: UInt8] = [:]
     /// When false, ACL packets are taken but not completed until `completePackets`.
     var autoComplete = true
+    /// Num_HCI_Command_Packets in every answer (0: a controller that stops taking commands).
+    var commandCredits: UInt8 = 1
+    /// A controller that takes commands and never answers them.
+    var silent = false
     weak var host: HCIHost?
     private var pendingCompletions: [UInt16: UInt16] = [:]
     private var partial: [UInt16: [UInt8]] = [:]
@@ -74,6 +78,7 @@ final class ScriptedController {
     }
 
     private func answer(_ command: HCICommand) {
+        guard !silent else { return }
         let status = failures[command.opcode] ?? 0
         var returned: [UInt8] = [status]
         switch command.opcode {
@@ -96,12 +101,12 @@ final class ScriptedController {
             returned.append(aclBufferCount)
         case HCIOpcode.disconnect, HCIOpcode.leSetDataLength:
             // Command Status commands (Vol 4, Part E, 7.1.6 and 7.8.33).
-            event(0x0F, [status, 1] + le(command.opcode))
+            event(0x0F, [status, commandCredits] + le(command.opcode))
             return
         default:
             break
         }
-        event(0x0E, [1] + le(command.opcode) + returned)
+        event(0x0E, [commandCredits] + le(command.opcode) + returned)
     }
 
     private func le(_ v: UInt16) -> [UInt8] { [UInt8(v & 0xFF), UInt8(v >> 8)] }
@@ -117,6 +122,15 @@ final class ScriptedController {
         p.appendLE(UInt16(0))
         p.appendLE(UInt16(400))
         p.append(0x00)
+        event(0x3E, p)
+    }
+
+    /// LE Long Term Key Request (Vol 4, Part E, 7.7.65.5): the central starts encryption.
+    func requestLongTermKey(handle: UInt16, random: UInt64 = 0, ediv: UInt16 = 0) {
+        var p: [UInt8] = [0x05]
+        p.appendLE(handle)
+        p.appendLE(random)
+        p.appendLE(ediv)
         event(0x3E, p)
     }
 

@@ -20,6 +20,11 @@ import Glibc
         ("serial:/dev/serial/by-path/pci-0000:00:14.0-usb-0:1:1.0-port0",
          .serial(device: "/dev/serial/by-path/pci-0000:00:14.0-usb-0:1:1.0-port0", baud: 115_200),
          "serial:/dev/serial/by-path/pci-0000:00:14.0-usb-0:1:1.0-port0:115200"),
+        ("serial:/dev/serial/by-path/platform-3f980000.usb-usb-0:1.3:1.0-port0:1000000",
+         .serial(device: "/dev/serial/by-path/platform-3f980000.usb-usb-0:1.3:1.0-port0", baud: 1_000_000),
+         "serial:/dev/serial/by-path/platform-3f980000.usb-usb-0:1.3:1.0-port0:1000000"),
+        // A path whose last field is letters alone is written with its rate.
+        ("serial:/dev/odd:name:115200", .serial(device: "/dev/odd:name", baud: 115_200), "serial:/dev/odd:name:115200"),
     ])
     func parsesGoodSpecs(text: String, spec: ControllerSpec, canonical: String) throws {
         let parsed = try ControllerSpec(parsing: text)
@@ -32,12 +37,32 @@ import Glibc
         "", "hci", "hci-1", "hci70000", "hcix", "bluetooth0", "tcp:", "tcp::6402", "tcp:host:0",
         "tcp:host:65536", "tcp:host:port", "tcp:::1", "tcp:[::1", "tcp:[::1]x", "unix:", "serial:",
         "serial:/dev/ttyACM0:12345", "serial::115200", "TCP:127.0.0.1",
+        "serial:/dev/ttyS0:abc", "serial:/dev/ttyS0:115k", "serial:/dev/ttyS0:",
     ])
     func rejectsBadSpecsSayingWhatIsAccepted(text: String) {
         let error = #expect(throws: TransportError.self) { try ControllerSpec(parsing: text) }
         #expect(error?.kind == .invalidSpec)
         #expect(error?.description.contains("use hciN, tcp:HOST[:PORT]") == true)
         #expect(error?.description.contains("unix:PATH or serial:DEVICE[:BAUD]") == true)
+    }
+
+    /// A baud that is not a number is named as a bad baud, not taken into the device path
+    /// (`serial:/dev/ttyS0:abc` once meant the device `/dev/ttyS0:abc` at 115200).
+    @Test(arguments: [
+        ("serial:/dev/ttyS0:abc", "baud abc is not a number"),
+        ("serial:/dev/ttyUSB0:115k", "baud 115k is not a number"),
+        ("serial:/dev/ttyUSB0:1M", "baud 1M is not a number"),
+        ("serial:/dev/ttyS0:12345", "baud 12345 is not supported"),
+        ("serial:/dev/ttyS0:", "no baud rate after the last ':'"),
+    ])
+    func badBaudIsNamedAsSuch(text: String, problem: String) {
+        let error = #expect(throws: TransportError.self) { try ControllerSpec(parsing: text) }
+        #expect(error?.kind == .invalidSpec)
+        #expect(error?.description.hasPrefix("invalid controller spec \"\(text)\" (\(problem)") == true,
+                "\(error?.description ?? "no error")")
+        if problem.hasPrefix("baud") {
+            #expect(error?.description.contains("115200, 230400") == true, "the message lists the rates")
+        }
     }
 }
 
@@ -326,7 +351,9 @@ import Glibc
         let error = try openFailure(.tcp(host: "127.0.0.1", port: port))
         #expect(error.kind == .connectionRefused)
         #expect(error.description.hasPrefix("tcp:127.0.0.1:\(port): connection refused (ECONNREFUSED)"))
-        #expect(error.description.contains("is rootcanal running? start it with `python -m rootcanal -hci_port=\(port)`"))
+        // The README's own way of starting it.
+        #expect(error.description.contains(
+            "is rootcanal running? start it with `.venv/bin/python scripts/rootcanal_server.py --hci-port \(port)`"))
     }
 
     @Test func tcpThatNeverAnswersTimesOut() throws {
@@ -481,8 +508,53 @@ let AF_BLUETOOTH_FOR_TESTS: Int32 = 31
         #expect(runUntil(loop) { link.isUp })
         #expect(ups == 1)
         #expect(link.lastError == nil)
-        #expect(link.currentBackoff == .milliseconds(10), "reset after a successful open")
         link.stop()
+    }
+
+    /// A controller that accepts the connection and drops it at once is retried ever more
+    /// slowly: an open that succeeds does not start the backoff over, a link that stays up does.
+    @Test func immediateDropsBackOffAndOnlyAStableLinkStartsOver() throws {
+        let loop = try RunLoop()
+        let path = "/tmp/blemu-test-drop-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).sock"
+        let server = UnixServer(path: path)
+        defer { server.close() }
+        let link = ControllerLink(spec: .unix(path: path), loop: loop, initialBackoff: .milliseconds(10),
+                                  maxBackoff: .milliseconds(80), stableAfter: .seconds(30))
+        var ups = 0
+        var downs = 0
+        link.onUp = { ups += 1 }
+        link.onDown = { _ in downs += 1 }
+        link.start()
+        for round in 1...3 {
+            #expect(runUntil(loop) { ups == round })
+            let accepted = server.accept()
+            #expect(accepted >= 0)
+            close(accepted)
+            #expect(runUntil(loop) { downs == round })
+        }
+        #expect(link.currentBackoff == .milliseconds(80), "three drops at once: 10 -> 20 -> 40 -> 80 ms")
+        link.stop()
+
+        // The same, where a link counts as stable after 50 ms: one that stayed up 100 ms
+        // starts the backoff over.
+        let stable = ControllerLink(spec: .unix(path: path), loop: loop, initialBackoff: .milliseconds(10),
+                                    maxBackoff: .milliseconds(80), stableAfter: .milliseconds(50))
+        var stableUps = 0
+        var stableDowns = 0
+        stable.onUp = { stableUps += 1 }
+        stable.onDown = { _ in stableDowns += 1 }
+        stable.start()
+        #expect(runUntil(loop) { stableUps == 1 })
+        var accepted = server.accept()
+        close(accepted)
+        #expect(runUntil(loop) { stableDowns == 1 })
+        #expect(runUntil(loop) { stableUps == 2 })
+        accepted = server.accept()
+        run(loop, for: .milliseconds(100))
+        close(accepted)
+        #expect(runUntil(loop) { stableDowns == 2 })
+        #expect(stable.currentBackoff == .milliseconds(20), "after a stable link: the first delay again, then doubled")
+        stable.stop()
     }
 
     @Test func stopDuringBackoffCancelsTheRetry() throws {

@@ -1,0 +1,187 @@
+import BlemuATT
+import BlemuCore
+import BlemuDevices
+import BlemuGATT
+import BlemuHCI
+import BlemuHost
+import BlemuL2CAP
+import Logging
+import Testing
+
+/// Log lines, kept for tests that count what a hostile peer can make the stack say.
+final class LogCapture: @unchecked Sendable {
+    var lines: [String] = []
+    var logger: Logger {
+        Logger(label: "capture", factory: { _ in CapturingHandler(capture: self) })
+    }
+    struct CapturingHandler: LogHandler {
+        let capture: LogCapture
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+        func log(event: LogEvent) { capture.lines.append("\(event.level) \(event.message)") }
+    }
+}
+
+/// Issue: defects found by new users and a hostile controller, each replayed here.
+@Suite struct HardeningTests {
+    private func cccd(_ characteristic: Characteristic) -> UInt16 { characteristic.clientConfigurationHandle ?? 0 }
+
+    private func write(_ bench: Bench, _ handle: UInt16, _ value: [UInt8], link: UInt16 = 0x0040) -> [[UInt8]] {
+        bench.att([0x12, UInt8(handle & 0xFF), UInt8(handle >> 8)] + value, handle: link)
+    }
+
+    /// A closing link ends every subscription it held; the device hears it and its timers stop,
+    /// so an idle emulator makes no wakeups.
+    @Test func disconnectionEndsSubscriptionsAndTheDeviceStopsTicking() throws {
+        let device = HeartRateDevice(seed: 11)
+        let bench = try Bench(device: device)
+        // Past the fast-advertising phase, an idle device has no timer at all.
+        bench.scheduler.advance(by: .seconds(31))
+        #expect(bench.scheduler.pendingCount == 0)
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        #expect(write(bench, cccd(device.measurement), [0x01, 0x00]) == [[0x13]])
+        // The battery notifies its level at once, then the Write Response follows.
+        #expect(write(bench, cccd(device.battery.level), [0x01, 0x00]).last == [0x13])
+        bench.scheduler.advance(by: .seconds(3))
+        #expect(!bench.controller.takeL2CAP(handle: 0x0040, cid: L2CAPChannel.att).isEmpty, "measurements flow")
+        bench.controller.disconnect(handle: 0x0040)
+        // Only the fast-advertising phase timer is left; after it, nothing.
+        bench.scheduler.advance(by: .seconds(31))
+        #expect(bench.scheduler.pendingCount == 0, "the heart and the battery must stop when nobody listens")
+    }
+
+    @Test func theDeviceHearsEachEndedSubscriptionBeforeTheDisconnection() throws {
+        let probe = ProbeDevice()
+        let bench = try Bench(device: probe)
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        #expect(write(bench, cccd(probe.value), [0x03, 0x00]) == [[0x13]])
+        #expect(probe.subscriptions.map(\.notify) == [true])
+        bench.controller.disconnect(handle: 0x0040)
+        #expect(probe.subscriptions.count == 2)
+        #expect(probe.subscriptions.last?.notify == false)
+        #expect(probe.subscriptions.last?.indicate == false)
+        #expect(probe.disconnected.count == 1)
+        #expect(probe.context?.isSubscribed(probe.value, peer: nil, indications: true) == false)
+    }
+
+    /// Vol 4, Part E, 7.7.65.5 / 7.8.26: with no key for the link, the host says so at once.
+    @Test func longTermKeyRequestGetsTheNegativeReply() throws {
+        let bench = try Bench(device: ProbeDevice())
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        bench.controller.requestLongTermKey(handle: 0x0040, random: 0x1122334455667788, ediv: 0xBEEF)
+        let replies = bench.controller.commands(HCIOpcode.leLongTermKeyRequestNegativeReply)
+        #expect(replies.map(\.parameters) == [[0x40, 0x00]])
+    }
+
+    /// A second LE Connection Complete on a handle in use: the old link is torn down and
+    /// reported before the new one opens.
+    @Test func newLinkOnAHandleInUseClosesTheOldOne() throws {
+        let probe = ProbeDevice()
+        let bench = try Bench(device: probe)
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        #expect(write(bench, cccd(probe.value), [0x01, 0x00]) == [[0x13]])
+        let other = BluetoothAddress("E0:E1:E2:E3:E4:E5")!
+        bench.controller.connect(handle: 0x0040, peer: other)
+        #expect(bench.peripheral.connectionCount == 1)
+        #expect(probe.disconnected.map(\.address) == [bench.central])
+        #expect(probe.connected.map(\.address) == [bench.central, other])
+        #expect(probe.subscriptions.last?.notify == false)
+        // The new link starts clean: no subscription carried over from the old central.
+        #expect(probe.context?.isSubscribed(probe.value, peer: nil, indications: false) == false)
+        #expect(bench.peripheral.peers.map(\.address) == [other])
+    }
+
+    /// Links beyond the device's limit are refused and closed, so a controller cannot grow memory.
+    @Test func linksBeyondTheLimitAreRefused() throws {
+        let probe = ProbeDevice()
+        let bench = try Bench(device: probe, maxConnections: 2)
+        for handle: UInt16 in [0x40, 0x41, 0x42, 0x43] {
+            bench.controller.connect(handle: handle, peer: BluetoothAddress(value: 0xC0_00_00_00_00_00 | UInt64(handle)))
+        }
+        #expect(bench.peripheral.connectionCount == 2)
+        #expect(probe.connected.count == 2)
+        let disconnects = bench.controller.commands(HCIOpcode.disconnect).map(\.parameters)
+        #expect(disconnects == [[0x42, 0x00, 0x14], [0x43, 0x00, 0x14]])
+        // The refused link's data goes nowhere, and its disconnection is quiet.
+        bench.controller.sendL2CAP(handle: 0x42, cid: L2CAPChannel.att, [0x0A, 0x01, 0x00])
+        #expect(bench.controller.takeL2CAP(handle: 0x42, cid: L2CAPChannel.att).isEmpty)
+        bench.controller.disconnect(handle: 0x42)
+        #expect(probe.disconnected.isEmpty)
+    }
+
+    /// A controller that gives no command credits (or stops answering) cannot hold a stop:
+    /// it ends within the stop deadline, without waiting out every queued command.
+    @Test func stopEndsInBoundedTimeWhenTheControllerStopsTakingCommands() throws {
+        let bench = try Bench(device: HeartRateDevice(seed: 2))
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        bench.controller.commandCredits = 0
+        bench.controller.disconnect(handle: 0x0040)   // queues an advertising restart
+        bench.controller.silent = true
+        var stopped = 0
+        bench.peripheral.stop { stopped += 1 }
+        bench.scheduler.advance(by: Peripheral.stopDeadline)
+        #expect(stopped == 1)
+        bench.scheduler.advance(by: .seconds(60))
+        #expect(stopped == 1)
+    }
+
+    /// A healthy controller: the stop is done as soon as it answers the Reset.
+    @Test func stopIsImmediateWithAnAnsweringController() throws {
+        let bench = try Bench(device: HeartRateDevice(seed: 2))
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        var stopped = false
+        bench.peripheral.stop { stopped = true }
+        bench.controller.disconnect(handle: 0x0040)
+        #expect(stopped)
+        #expect(bench.controller.commands.last?.opcode == HCIOpcode.reset)
+        #expect(bench.scheduler.pendingCount == 0)
+    }
+
+    /// A peer that floods ACL data for an unknown handle or channel gets a few log lines, and
+    /// the rest are counted.
+    @Test func peerControlledLogVolumeHasABudget() throws {
+        let capture = LogCapture()
+        let bench = try Bench(device: ProbeDevice(), logger: capture.logger)
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        capture.lines.removeAll()
+        for _ in 0..<1000 {
+            bench.controller.sendL2CAP(handle: 0x0077, cid: L2CAPChannel.att, [0x0A, 0x01, 0x00])
+            bench.controller.sendL2CAP(handle: 0x0040, cid: 0x0099, [0x00])
+        }
+        let dropped = capture.lines.filter { $0.contains("dropped") }
+        #expect(dropped.count <= 10)
+        #expect(dropped.count >= 1)
+        // A minute later the budget is back, and the next line says how many were left out.
+        bench.scheduler.advance(by: .seconds(61))
+        bench.controller.sendL2CAP(handle: 0x0077, cid: L2CAPChannel.att, [0x0A, 0x01, 0x00])
+        #expect(capture.lines.last?.contains("1990 similar lines left out") == true)
+    }
+
+    /// `indicate` that returns false is followed by `peripheralIsReady`, and each indication
+    /// reports how it ended.
+    @Test func indicationsReportRoomAndTheirOutcome() throws {
+        let probe = ProbeDevice()
+        let bench = try Bench(device: probe)
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        #expect(write(bench, cccd(probe.value), [0x02, 0x00]) == [[0x13]])
+        let context = try #require(probe.context)
+        var outcomes: [IndicationOutcome] = []
+        var accepted = 0
+        while context.indicate(probe.value, value: [1], to: nil, completion: { _, outcome in outcomes.append(outcome) }) {
+            accepted += 1
+            if accepted > 100 { break }
+        }
+        #expect(accepted == ATTServer.maxPendingIndications + 1)
+        #expect(probe.readyCalls == 0)
+        bench.att([0x1E])   // Handle Value Confirmation
+        #expect(outcomes == [.confirmed])
+        #expect(probe.readyCalls == 1)
+        bench.controller.disconnect(handle: 0x0040)
+        #expect(outcomes.count == accepted)
+        #expect(outcomes.dropFirst().allSatisfy { $0 == .disconnected })
+    }
+}

@@ -1,0 +1,81 @@
+"""Defects found by new users and a hostile controller, checked from the outside by Bumble.
+
+Each test starts its own blemu (heart-rate) on the module's rootcanal radio, so the log lines
+it looks for belong to that test alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from bumble import hci
+
+from bumble_central import Central, UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE, UUID_DEVICE_NAME, UUID_GAP_SERVICE
+from harness import BlemuProcess, run, unique_name
+
+# Vol 1, Part F, 1.3: the controller reports a refused key as PIN or Key Missing (Vol 6,
+# Part B, 5.1.3.1); rootcanal 1.10.0 reports Authentication Failure. Either is a refusal.
+HCI_AUTHENTICATION_FAILURE = 0x05
+HCI_PIN_OR_KEY_MISSING = 0x06
+
+
+@contextlib.asynccontextmanager
+async def connected(blemu: BlemuProcess, label: str):
+    assert blemu.scan is not None
+    async with Central(blemu.controller, name=label) as central:
+        conn = await central.connect(blemu.scan.address)
+        try:
+            yield central, conn
+        finally:
+            if conn.is_connected:
+                with contextlib.suppress(Exception):
+                    await conn.disconnect()
+
+
+def test_encryption_without_a_key_is_refused_at_once(blemu_factory):
+    """Vol 4, Part E, 7.7.65.5 / 7.8.26: a central that holds a key for this address starts
+    encryption; blemu has no bond, so it answers the LE Long Term Key Request with the
+    negative reply and the central hears the refusal at once, instead of waiting for
+    the LL procedure to time out (40 s). The link stays up and keeps serving GATT."""
+    blemu = blemu_factory.start(unique_name("LTK"))
+
+    async def scenario():
+        async with connected(blemu, "ltk-central") as (central, conn):
+            failure: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            conn.connection.on(conn.connection.EVENT_CONNECTION_ENCRYPTION_FAILURE,
+                               lambda error: failure.done() or failure.set_result(int(error)))
+            started = time.monotonic()
+            await central.device.send_command(hci.HCI_LE_Enable_Encryption_Command(
+                connection_handle=conn.connection.handle, random_number=bytes(range(8)),
+                encrypted_diversifier=0x1234, long_term_key=bytes(range(16))))
+            error = await asyncio.wait_for(failure, 10.0)
+            elapsed = time.monotonic() - started
+            assert error in (HCI_PIN_OR_KEY_MISSING, HCI_AUTHENTICATION_FAILURE), (
+                f"encryption failed with 0x{error:02x}, expected PIN or Key Missing (or rootcanal's Authentication Failure)")
+            assert elapsed < 5.0, f"the refusal took {elapsed:.1f} s"
+            await conn.discover_all()
+            name = await conn.read(conn.characteristic(UUID_DEVICE_NAME, UUID_GAP_SERVICE))
+            assert name.decode() == blemu.name
+
+    run(scenario())
+    assert any("no key is held" in entry.message for entry in blemu.log_entries()), blemu.log_tail()
+
+
+def test_a_closing_link_ends_its_subscriptions(blemu_factory):
+    """A central that subscribed and then disconnected is reported unsubscribed (event
+    `unsubscribed`), so the device stops its timers when nobody listens."""
+    blemu = blemu_factory.start(unique_name("SUB"))
+
+    async def scenario():
+        async with connected(blemu, "sub-central") as (_, conn):
+            await conn.discover_all()
+            measurement = conn.characteristic(UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE)
+            await conn.subscribe(measurement)
+            assert blemu.events("subscribed"), "the CCCD write was answered, so blemu logged it"
+            await conn.disconnect()
+
+    run(scenario())
+    ended = blemu.wait_for_event("unsubscribed", timeout=10.0)
+    assert any("link closed" in entry.message for entry in ended), [entry.line for entry in ended]
