@@ -26,7 +26,7 @@ public final class BatteryService {
         service = Service(0x180F) { level }
         level.onRead = { [weak self] request in
             guard let self else { return .failure(.unlikelyError) }
-            return request.offset == 0 ? .success([self.currentLevel]) : .failure(.invalidOffset)
+            return request.answer([self.currentLevel])
         }
     }
 

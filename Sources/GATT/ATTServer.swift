@@ -238,6 +238,8 @@ public final class ATTServer {
             return bytes[offset...]
         case .dynamic(let c):
             guard let onRead = c.onRead else { throw ATTFailure(.readNotPermitted, a.handle) }
+            // No offset past the longest value the declaration allows reaches the device.
+            guard offset <= c.length.maximum else { throw ATTFailure(.invalidOffset, a.handle) }
             switch onRead(ReadRequest(peer: peer, offset: offset)) {
             case .success(let bytes):
                 return bytes.count > ValueLength.attributeMaximum ? bytes[..<ValueLength.attributeMaximum] : bytes[...]

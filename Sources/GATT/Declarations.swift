@@ -46,6 +46,10 @@ public struct ATTPeer: Sendable, Hashable {
 public struct ReadRequest: Sendable {
     public let peer: ATTPeer
     public let offset: Int
+    public init(peer: ATTPeer, offset: Int) {
+        self.peer = peer
+        self.offset = offset
+    }
 }
 
 /// A write to a dynamic value; `value` is the whole value for a Write Request, or the assembled
@@ -56,6 +60,21 @@ public struct WriteRequest: Sendable {
     public let value: [UInt8]
     /// False for Write Command (no response will be sent, so errors are only logged).
     public let withResponse: Bool
+    public init(peer: ATTPeer, offset: Int, value: [UInt8], withResponse: Bool) {
+        self.peer = peer
+        self.offset = offset
+        self.value = value
+        self.withResponse = withResponse
+    }
+}
+
+extension ReadRequest {
+    /// The part of a whole value this read asks for: from `offset` on, or Invalid Offset past
+    /// its end (Vol 3, Part F, 3.4.4.6). An `onRead` that has its whole value at hand answers
+    /// `request.answer(value)`, so no offset a central sends can make it trap.
+    public func answer(_ value: [UInt8]) -> Result<[UInt8], ATTError> {
+        offset <= value.count ? .success(Array(value[offset...])) : .failure(.invalidOffset)
+    }
 }
 
 public typealias ReadHandler = (ReadRequest) -> Result<[UInt8], ATTError>
@@ -99,6 +118,14 @@ public enum ValueLength: Sendable, Equatable {
             let max = Swift.min(max, Self.attributeMaximum)
             if offset > max { return .invalidOffset }
             return count <= max - offset ? nil : .invalidAttributeValueLength
+        }
+    }
+
+    /// The longest value the rule allows.
+    public var maximum: Int {
+        switch self {
+        case .fixed(let n): return n
+        case .variable(let max): return Swift.min(max, Self.attributeMaximum)
         }
     }
 

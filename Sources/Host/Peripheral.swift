@@ -58,9 +58,7 @@ public final class Peripheral {
         diagnostics.characteristic.onRead = { [weak self] request in
             guard let self else { return .failure(.unlikelyError) }
             if request.offset == 0 { self.statistics.diagnosticsReads += 1 }
-            let bytes = Array(DiagnosticsService.render(self.diagnosticsFields()).utf8)
-            guard request.offset <= bytes.count else { return .failure(.invalidOffset) }
-            return .success(Array(bytes[request.offset...]))
+            return request.answer(Array(DiagnosticsService.render(self.diagnosticsFields()).utf8))
         }
         // A device may misbehave on purpose, so Apple's rules only warn; the Core's rules are
         // what a controller accepts at all, so parameters that break them are replaced.

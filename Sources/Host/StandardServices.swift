@@ -36,9 +36,7 @@ final class StandardServices {
             serverFeatures
         }
         features.onRead = { [weak self] request in
-            let value = self?.clientFeatures[request.peer.connectionHandle] ?? 0
-            guard request.offset <= 1 else { return .failure(.invalidOffset) }
-            return .success(Array([value].dropFirst(request.offset)))
+            request.answer([self?.clientFeatures[request.peer.connectionHandle] ?? 0])
         }
         features.onWrite = { [weak self] request in
             guard let self else { return .unlikelyError }
@@ -52,7 +50,7 @@ final class StandardServices {
         }
         hash.onRead = { [weak self] request in
             guard let hash = self?.database?.hash else { return .failure(.unlikelyError) }
-            return request.offset <= hash.count ? .success(Array(hash[request.offset...])) : .failure(.invalidOffset)
+            return request.answer(hash)
         }
     }
 

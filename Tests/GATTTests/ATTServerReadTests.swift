@@ -271,3 +271,42 @@ import Testing
         #expect(f.request("20 0600") == errorResponse(0x20, 0, .invalidPDU))
     }
 }
+
+/// No offset a central sends can make a read handler trap: past the declared maximum the
+/// stack answers itself, and `ReadRequest.answer` slices a whole value safely.
+@Suite struct ReadPromiseTests {
+    @Test func offsetsPastTheDeclaredMaximumNeverReachTheDevice() throws {
+        var offsets: [Int] = []
+        let value: [UInt8] = Array(repeating: 0x41, count: 30)
+        let c = Characteristic(0xFF10, properties: [.read], length: .variable(max: 40), onRead: { request in
+            offsets.append(request.offset)
+            return request.answer(value)
+        })
+        let database = try GATTDatabase(services: [Service(0xFFF0) { c }])
+        let server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
+                               scheduler: ManualScheduler())
+        let delegate = RecordingDelegate()
+        server.delegate = delegate
+        let h = c.valueHandle
+        func blob(_ offset: UInt16) -> [UInt8]? {
+            server.receive(ATTReadBlobRequest(handle: h, offset: offset).encoded[...])
+            return delegate.sent.last?.pdu
+        }
+        #expect(blob(41) == errorResponse(0x0C, h, .invalidOffset).first)
+        #expect(blob(0xFFFF) == errorResponse(0x0C, h, .invalidOffset).first)
+        #expect(offsets.isEmpty)
+        // Within the maximum the device answers; past its own value, `answer` says Invalid Offset.
+        #expect(blob(35) == errorResponse(0x0C, h, .invalidOffset).first)
+        #expect(blob(30) == [0x0D])
+        #expect(blob(25) == [0x0D] + Array(repeating: 0x41, count: 5))
+        #expect(offsets == [35, 30, 25])
+    }
+
+    @Test func answerSlicesAWholeValue() {
+        let peer = ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1))
+        #expect(ReadRequest(peer: peer, offset: 0).answer([1, 2, 3]) == .success([1, 2, 3]))
+        #expect(ReadRequest(peer: peer, offset: 2).answer([1, 2, 3]) == .success([3]))
+        #expect(ReadRequest(peer: peer, offset: 3).answer([1, 2, 3]) == .success([]))
+        #expect(ReadRequest(peer: peer, offset: 4).answer([1, 2, 3]) == .failure(.invalidOffset))
+    }
+}
