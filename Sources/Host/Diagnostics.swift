@@ -94,7 +94,7 @@ extension Peripheral {
             })),
             ("reads", "\(statistics.diagnosticsReads)"),
             ("links_refused", "\(statistics.linksRefused)"),
-            ("log_lines_left_out", "\(peerLog.leftOutTotal + linkLog.leftOutTotal + hci.logLinesLeftOut)"),
+            ("log_lines_left_out", "\(peerLog.leftOutTotal + linkLog.leftOutTotal + requestLog.leftOutTotal + hci.logLinesLeftOut)"),
             ("links", JSON.array(links)),
         ]
     }

@@ -65,8 +65,10 @@ extension Peripheral {
             handleSignaling(payload, on: connection)
         case L2CAPChannel.securityManager:
             if let answer = SecurityManager.answer(to: payload) {
-                logger.info("pairing requested: not supported yet, answered Pairing Failed",
-                            metadata: [LogKey.connHandle: "\(connection.handle)"])
+                if let leftOut = peerLog.take(now: scheduler.nowNanoseconds) {
+                    logger.info("pairing requested: not supported yet, answered Pairing Failed\(LogBudget.note(leftOut))",
+                                metadata: [LogKey.connHandle: "\(connection.handle)"])
+                }
                 _ = sendFrame(cid: L2CAPChannel.securityManager, payload: answer[...], on: connection.handle, priority: .required)
             }
         default:

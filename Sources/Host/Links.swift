@@ -9,7 +9,9 @@ import Logging
 extension Peripheral {
     func connectionOpened(_ event: LEConnectionComplete) {
         guard event.status == HCIStatus.success else {
-            logger.warning("connection attempt failed", metadata: [LogKey.hciStatus: .string(Hex.byte(event.status))])
+            if let leftOut = linkLog.take(now: scheduler.nowNanoseconds) {
+                logger.warning("connection attempt failed\(LogBudget.note(leftOut))", metadata: [LogKey.hciStatus: .string(Hex.byte(event.status))])
+            }
             return
         }
         // Legacy advertising ends when a connection is made (Vol 6, Part B, 4.4.2.4).
@@ -18,7 +20,9 @@ extension Peripheral {
         isAdvertising = false
         advertisingRequested = false
         guard event.role == 0x01 else {
-            logger.warning("link \(event.handle) opened in the central role; disconnecting")
+            if let leftOut = linkLog.take(now: scheduler.nowNanoseconds) {
+                logger.warning("link \(event.handle) opened in the central role; disconnecting\(LogBudget.note(leftOut))")
+            }
             hci.send(.disconnect(handle: event.handle, reason: HCIStatus.remoteUserTerminated))
             return
         }

@@ -31,6 +31,8 @@ public final class Peripheral {
     /// Lines whose rate a peer or the controller controls (Docs/DIAGNOSTICS.md).
     var peerLog = LogBudget()
     var linkLog = LogBudget()
+    /// `att-error` and `write` events: one a request, so a central sets their pace.
+    var requestLog = LogBudget(burst: 100, window: .seconds(10))
 
     public init(device: Device, configuration: PeripheralConfiguration, scheduler: TimerScheduling, logger: Logger,
                 output: @escaping (UInt8, ArraySlice<UInt8>) -> Bool) throws(GATTDatabaseError) {

@@ -21,7 +21,9 @@ extension Peripheral: ATTServerDelegate {
         statistics.lastError = (opcode, handle, error)
         // Attribute Not Found ends every discovery: normal, so it stays at debug level.
         let level: Logger.Level = error == .attributeNotFound ? .debug : .info
-        logger.event(.attError, level, "ATT \(error) for opcode \(Hex.byte(opcode)), handle \(Hex.word(handle))", [
+        // A central sets the pace of its requests, and so of these lines: they have a budget.
+        guard logger.logLevel <= level, let leftOut = requestLog.take(now: scheduler.nowNanoseconds) else { return }
+        logger.event(.attError, level, "ATT \(error) for opcode \(Hex.byte(opcode)), handle \(Hex.word(handle))\(LogBudget.note(leftOut))", [
             LogKey.peer: .string(server.peer.address.description),
             LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
             LogKey.attOpcode: .string(Hex.byte(opcode)), LogKey.attHandle: .string(Hex.word(handle)),
@@ -39,11 +41,14 @@ extension Peripheral: ATTServerDelegate {
     public func attServer(_ server: ATTServer, configured characteristic: Characteristic, from old: UInt16, to new: UInt16) {
         let event: BlemuEvent = new == 0 ? .unsubscribed : .subscribed
         let what = new & 0x0002 != 0 ? "indications" : "notifications"
-        logger.event(event, .info, new == 0 ? "unsubscribed from \(characteristic.uuid)" : "subscribed to \(what) of \(characteristic.uuid)", [
-            LogKey.peer: .string(server.peer.address.description),
-            LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
-            LogKey.attHandle: .string(Hex.word(characteristic.valueHandle)),
-        ])
+        if logger.logLevel <= .info, let leftOut = requestLog.take(now: scheduler.nowNanoseconds) {
+            let text = new == 0 ? "unsubscribed from \(characteristic.uuid)" : "subscribed to \(what) of \(characteristic.uuid)"
+            logger.event(event, .info, "\(text)\(LogBudget.note(leftOut))", [
+                LogKey.peer: .string(server.peer.address.description),
+                LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
+                LogKey.attHandle: .string(Hex.word(characteristic.valueHandle)),
+            ])
+        }
         if deviceStarted {
             device.subscriptionChanged(characteristic, peer: server.peer, notify: new & 0x0001 != 0, indicate: new & 0x0002 != 0)
         }
@@ -65,7 +70,8 @@ extension Peripheral: ATTServerDelegate {
     }
 
     public func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool) {
-        logger.event(.write, .info, "\(withResponse ? "write" : "write command") of \(count) bytes to \(characteristic.uuid)", [
+        guard logger.logLevel <= .info, let leftOut = requestLog.take(now: scheduler.nowNanoseconds) else { return }
+        logger.event(.write, .info, "\(withResponse ? "write" : "write command") of \(count) bytes to \(characteristic.uuid)\(LogBudget.note(leftOut))", [
             LogKey.peer: .string(server.peer.address.description),
             LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
             LogKey.attHandle: .string(Hex.word(characteristic.valueHandle)),

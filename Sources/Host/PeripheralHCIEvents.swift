@@ -46,7 +46,10 @@ extension Peripheral: HCIHostDelegate {
             connectionOpened(complete)
         case let .disconnectionComplete(status, handle, reason):
             guard status == HCIStatus.success else {
-                logger.warning("disconnection failed", metadata: [LogKey.connHandle: "\(handle)", LogKey.hciStatus: .string(Hex.byte(status))])
+                if let leftOut = linkLog.take(now: scheduler.nowNanoseconds) {
+                    logger.warning("disconnection failed\(LogBudget.note(leftOut))",
+                                   metadata: [LogKey.connHandle: "\(handle)", LogKey.hciStatus: .string(Hex.byte(status))])
+                }
                 return
             }
             connectionClosed(handle: handle, reason: reason)
@@ -74,7 +77,9 @@ extension Peripheral: HCIHostDelegate {
         case let .leLongTermKeyRequest(handle, _, _):
             longTermKeyRequested(handle: handle)
         case .dataBufferOverflow:
-            logger.error("controller reports an ACL buffer overflow: it lost data")
+            if let leftOut = linkLog.take(now: scheduler.nowNanoseconds) {
+                logger.error("controller reports an ACL buffer overflow: it lost data\(LogBudget.note(leftOut))")
+            }
         default:
             break
         }

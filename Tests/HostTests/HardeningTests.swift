@@ -185,3 +185,36 @@ final class LogCapture: @unchecked Sendable {
         #expect(outcomes.dropFirst().allSatisfy { $0 == .disconnected })
     }
 }
+
+/// Request-driven events (att-error, write) have a budget too; the counters stay exact.
+@Suite struct RequestLogBudgetTests {
+    @Test func attErrorFloodIsCountedButNotAllLogged() throws {
+        let capture = LogCapture()
+        let bench = try Bench(device: ProbeDevice(), logger: capture.logger)
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        capture.lines.removeAll()
+        for _ in 0..<500 { bench.att([0x0A, 0x00, 0x00]) }   // Read Request, handle 0: Invalid Handle
+        let logged = capture.lines.filter { $0.contains("ATT ") }
+        #expect(logged.count == 100)
+        #expect(bench.peripheral.statistics.attErrors == 500)
+        bench.scheduler.advance(by: .seconds(11))
+        bench.att([0x0A, 0x00, 0x00])
+        #expect(capture.lines.last?.contains("400 similar lines left out") == true)
+    }
+}
+
+/// A small budget, by itself.
+@Suite struct LogBudgetTests {
+    @Test func burstThenCountThenNote() {
+        var budget = LogBudget(burst: 2, window: .seconds(1))
+        #expect(budget.take(now: 1) == 0)
+        #expect(budget.take(now: 2) == 0)
+        #expect(budget.take(now: 3) == nil)
+        #expect(budget.take(now: 4) == nil)
+        #expect(budget.leftOutTotal == 2)
+        #expect(budget.take(now: 1_000_000_001) == 2)
+        #expect(budget.take(now: 1_000_000_002) == 0)
+        #expect(LogBudget.note(0) == "")
+        #expect(LogBudget.note(1) == " (1 similar line left out)")
+    }
+}

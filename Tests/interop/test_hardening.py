@@ -13,6 +13,7 @@ import time
 from bumble import hci
 
 from bumble_central import Central, UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE, UUID_DEVICE_NAME, UUID_GAP_SERVICE
+from fake_controller import LE_SET_ADVERTISING_ENABLE, FakeController
 from harness import BlemuProcess, run, unique_name
 
 # Vol 1, Part F, 1.3: the controller reports a refused key as PIN or Key Missing (Vol 6,
@@ -79,3 +80,35 @@ def test_a_closing_link_ends_its_subscriptions(blemu_factory):
     run(scenario())
     ended = blemu.wait_for_event("unsubscribed", timeout=10.0)
     assert any("link closed" in entry.message for entry in ended), [entry.line for entry in ended]
+
+
+def test_reconnection_backs_off_from_a_controller_that_drops_at_once():
+    """A controller that accepts the connection and closes it at once is retried ever more
+    slowly (250 ms, 500 ms, 1 s, 2 s, ...), not four times a second forever."""
+    with FakeController(drop_at_once=True) as controller:
+        blemu = BlemuProcess(controller.spec, unique_name("DROP"))
+        blemu.start()
+        try:
+            time.sleep(4.0)
+            accepts = list(controller.accept_times)
+        finally:
+            status = blemu.stop()
+    assert status == 0, f"blemu exited {status} on SIGTERM while its controller was down:\n{blemu.log_tail()}"
+    assert 3 <= len(accepts) <= 7, f"{len(accepts)} connections in 4 s (a fixed 250 ms retry makes 16)"
+    gaps = [b - a for a, b in zip(accepts, accepts[1:])]
+    assert all(later >= earlier * 1.5 for earlier, later in zip(gaps, gaps[1:])), f"gaps do not grow: {gaps}"
+
+
+def test_sigterm_ends_within_3_s_when_the_controller_stops_taking_commands():
+    """Num_HCI_Command_Packets = 0 and then silence: the stop skips what no longer matters and
+    ends within its 3 s deadline, with status 0."""
+    with FakeController(starve_after=LE_SET_ADVERTISING_ENABLE) as controller:
+        blemu = BlemuProcess(controller.spec, unique_name("STARVE"))
+        blemu.start()
+        blemu.wait_for_event("advertising-started", timeout=15.0)
+        assert controller.starving
+        started = time.monotonic()
+        status = blemu.stop(timeout=15.0)
+        elapsed = time.monotonic() - started
+    assert status == 0, f"exit status {status}:\n{blemu.log_tail()}"
+    assert elapsed < 4.5, f"the stop took {elapsed:.1f} s (deadline 3 s)"
