@@ -1,6 +1,6 @@
 import BlemuHost
 
-/// Every device module blemu can run, by its CONTRACT.md name.
+/// Every device module blemu can run, by its name (Docs/REFERENCE.md, "Device names").
 public enum DeviceRegistry {
     public struct Entry: Sendable {
         public let name: String

@@ -75,13 +75,13 @@ UUID_BODY_SENSOR_LOCATION = UUID.from_16_bits(0x2A38)
 UUID_HEART_RATE_CONTROL_POINT = UUID.from_16_bits(0x2A39)
 UUID_DATABASE_HASH = UUID.from_16_bits(0x2B2A)
 UUID_CCCD = UUID.from_16_bits(0x2902)
-# CONTRACT.md, UUIDs.
+# Docs/REFERENCE.md, UUIDs.
 UUID_DIAGNOSTICS_SERVICE = UUID("7d3c0001-9a5e-4d1a-8f6e-5c1b2d3e4f50")
 UUID_DIAGNOSTICS_CHARACTERISTIC = UUID("7d3c0002-9a5e-4d1a-8f6e-5c1b2d3e4f50")
 
 
 def bumble_transport_spec(controller: str) -> str:
-    """Translate a blemu controller spec (CONTRACT.md, Controller specs) to Bumble's."""
+    """Translate a blemu controller spec (Docs/REFERENCE.md, Controller specs) to Bumble's."""
     if controller.startswith("tcp:"):
         return "tcp-client:" + controller[len("tcp:"):]
     if controller.startswith("unix:"):

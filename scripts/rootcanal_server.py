@@ -84,7 +84,7 @@ class RootCanal:
 
     @property
     def controller_spec(self) -> str:
-        """blemu's spec for a new controller on this radio (CONTRACT.md, Controller specs)."""
+        """blemu's spec for a new controller on this radio (Docs/REFERENCE.md, Controller specs)."""
         return f"tcp:127.0.0.1:{self.hci_port}"
 
     def start(self, timeout: float = 15.0) -> "RootCanal":

@@ -30,13 +30,17 @@ struct RunCommand: ParsableCommand {
     @Option(help: "Static random address AA:BB:CC:DD:EE:FF (two top bits set). Default: derived from the device and name, stable across runs.")
     var address: String?
 
-    @Option(help: "Where logs go: auto, journal or stderr.")
+    @Option(help: ArgumentHelp("Where logs go: \(LogDestination.offeredList)."
+        + (LogDestination.journalInBuild ? " auto is the journal under systemd, else stderr." : " auto is stderr in this build.")))
     var log: LogDestination = .auto
 
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: Logger.Level = .info
 
     func validate() throws {
+        if log == .journal && !LogDestination.journalInBuild {
+            throw ValidationError(LogSetup.journalMissing)
+        }
         guard !devices.isEmpty else { throw ValidationError("name at least one device: \(DeviceRegistry.all.map(\.name).joined(separator: ", "))") }
         for device in devices where DeviceRegistry.entry(named: device) == nil {
             throw ValidationError("unknown device '\(device)'; known devices: \(DeviceRegistry.all.map(\.name).joined(separator: ", ")) (see `blemu devices`)")
@@ -136,20 +140,27 @@ struct RunCommand: ParsableCommand {
         } catch {
             throw RuntimeFailure("cannot handle signals: \(error)")
         }
+        // `started` means running: logged once every device's controller has come up, so a
+        // controller that cannot be opened at all ends the run without it.
+        var waitingForFirstUp = emulators.count
         for emulator in emulators {
             emulator.onFatal = { message in
                 failure = message
                 stopAll()
             }
+            emulator.onFirstUp = {
+                waitingForFirstUp -= 1
+                guard waitingForFirstUp == 0, !stopping else { return }
+                logger.event(.started, .notice, "blemu \(blemuVersion) started: \(devices.joined(separator: ", "))")
+            }
             emulator.start()
         }
-        logger.event(.started, .notice, "blemu \(blemuVersion) started: \(devices.joined(separator: ", "))")
         loop.run()
         if let failure { throw RuntimeFailure(failure) }
     }
 }
 
-/// A one-line reason, printed as `blemu: <reason>` with a non-zero exit.
+/// A one-line reason, printed by the argument parser as `Error: <reason>`, with exit status 1.
 struct RuntimeFailure: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
@@ -161,6 +172,8 @@ final class Emulator {
     let link: ControllerLink
     let logger: Logger
     var onFatal: ((String) -> Void)?
+    /// The controller came up for the first time (after `controller-up` is logged).
+    var onFirstUp: (() -> Void)?
     private var wasUp = false
 
     init(device: Device, configuration: PeripheralConfiguration, spec: ControllerSpec, loop: RunLoop, logger: Logger) throws {
@@ -175,8 +188,10 @@ final class Emulator {
             self.peripheral.receive(packetType: type.rawValue, packet: packet)
         }
         link.onUp = { [unowned self] in
+            let first = !self.wasUp
             self.wasUp = true
             self.peripheral.controllerUp()
+            if first { self.onFirstUp?() }
         }
         link.onDown = { [unowned self] error in
             self.peripheral.controllerDown(reason: error.description)

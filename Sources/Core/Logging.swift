@@ -1,7 +1,7 @@
 import Logging
 
-/// Metadata keys every layer logs with. The journal backend maps each to the field of
-/// CONTRACT.md by prefixing `BLEMU_` and upper-casing (`conn_handle` -> `BLEMU_CONN_HANDLE`).
+/// Metadata keys every layer logs with. The journal backend maps each to the journal field of
+/// Docs/REFERENCE.md ("Logs") by prefixing `BLEMU_` and upper-casing (`conn_handle` -> `BLEMU_CONN_HANDLE`).
 public enum LogKey {
     public static let event = "event"
     public static let device = "device"
@@ -17,7 +17,7 @@ public enum LogKey {
     public static let snoopFrame = "snoop_frame"
 }
 
-/// The values of `BLEMU_EVENT` (CONTRACT.md, Journal fields).
+/// The values of `BLEMU_EVENT` (Docs/REFERENCE.md, "Events").
 public enum BlemuEvent: String, Sendable {
     case started, controllerUp = "controller-up", controllerLost = "controller-lost"
     case advertisingStarted = "advertising-started", advertisingStopped = "advertising-stopped"

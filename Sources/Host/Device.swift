@@ -63,7 +63,7 @@ public struct DeviceProfile: Sendable {
 /// An emulated peripheral: its GATT services and the simulated world behind them.
 /// See Docs/WRITING-A-DEVICE.md.
 public protocol Device: AnyObject {
-    /// The name on the command line (`heart-rate`), CONTRACT.md "Device names".
+    /// The name on the command line (`heart-rate`), Docs/REFERENCE.md "Device names".
     static var deviceName: String { get }
     static var summary: String { get }
     var profile: DeviceProfile { get }

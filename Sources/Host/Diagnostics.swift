@@ -2,7 +2,7 @@ import BlemuATT
 import BlemuCore
 import BlemuGATT
 
-/// Counters every device reports in its Diagnostics characteristic (CONTRACT.md).
+/// Counters every device reports in its Diagnostics characteristic (Docs/REFERENCE.md, "The Diagnostics value").
 public struct PeripheralStatistics {
     public var startedNanoseconds: UInt64 = 0
     public var connectionsTotal = 0
@@ -15,7 +15,7 @@ public struct PeripheralStatistics {
     public var linksRefused = 0
 }
 
-/// The Diagnostics service of CONTRACT.md, on every device: one dynamic, read-only
+/// The Diagnostics service (Docs/REFERENCE.md, "UUIDs"), on every device: one dynamic, read-only
 /// characteristic holding a JSON object. A fresh value is made for each read that starts at
 /// offset 0; the Read Blob requests that continue it are served by the ATT server from the value
 /// it kept, so `reads` counts long reads, not blobs.

@@ -1,4 +1,4 @@
-/// Where the controller is (CONTRACT.md, Controller specs): `hciN`, `tcp:HOST:PORT`,
+/// Where the controller is (Docs/REFERENCE.md, "Controller specs"): `hciN`, `tcp:HOST:PORT`,
 /// `unix:PATH`, `serial:DEVICE[:BAUD]`.
 public enum ControllerSpec: Hashable, Sendable, CustomStringConvertible {
     /// Linux HCI user channel on adapter `index`.
@@ -72,17 +72,25 @@ public enum ControllerSpec: Hashable, Sendable, CustomStringConvertible {
         return .tcp(host: String(host), port: port)
     }
 
-    /// `DEVICE` or `DEVICE:BAUD`. Device paths may hold colons themselves (/dev/serial/by-path/…),
-    /// so only an all-digit last field is a baud rate.
+    /// `DEVICE` or `DEVICE:BAUD`. Device paths may hold colons themselves
+    /// (/dev/serial/by-path/pci-0000:00:14.0-usb-0:1:1.0-port0), so the last field is taken for
+    /// a baud rate only when it is made of letters and digits alone: all digits is a rate, and
+    /// anything else (`abc`, `115k`) is a bad one, named as such rather than opened as part of
+    /// the path. Fields of by-path names hold `.` or `-`, so they stay in the path. A path whose
+    /// own last field is letters and digits alone is written with its rate: `serial:/dev/x:ab:115200`.
     private static func parseSerial(_ text: String, _ rest: String) throws(TransportError) -> ControllerSpec {
         var device = Substring(rest)
         var baud = defaultBaud
         if let colon = rest.lastIndex(of: ":") {
             let tail = rest[rest.index(after: colon)...]
-            if !tail.isEmpty && tail.allSatisfy(\.isASCIIDigit) {
-                guard let value = Int(tail), supportedBauds.contains(value) else {
+            if tail.isEmpty {
+                throw TransportError.invalidSpec(text, "no baud rate after the last ':'; write serial:DEVICE or serial:DEVICE:BAUD")
+            }
+            if tail.allSatisfy(\.isASCIILetterOrDigit) {
+                guard tail.allSatisfy(\.isASCIIDigit), let value = Int(tail), supportedBauds.contains(value) else {
+                    let what = tail.allSatisfy(\.isASCIIDigit) ? "is not supported" : "is not a number"
                     throw TransportError.invalidSpec(
-                        text, "baud \(tail) is not supported; use one of \(supportedBauds.map(String.init).joined(separator: ", "))")
+                        text, "baud \(tail) \(what); use one of \(supportedBauds.map(String.init).joined(separator: ", "))")
                 }
                 baud = value
                 device = rest[..<colon]
@@ -105,4 +113,8 @@ public enum ControllerSpec: Hashable, Sendable, CustomStringConvertible {
 
 extension Character {
     fileprivate var isASCIIDigit: Bool { ("0"..."9").contains(self) }
+    fileprivate var isASCIILetterOrDigit: Bool {
+        guard let ascii = asciiValue else { return false }
+        return (0x30...0x39).contains(ascii) || (0x41...0x5A).contains(ascii) || (0x61...0x7A).contains(ascii)
+    }
 }

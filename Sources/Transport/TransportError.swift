@@ -110,7 +110,8 @@ extension TransportError {
         case ECONNREFUSED:
             return TransportError(.connectionRefused, errnoCode: code,
                 "\(spec): connection refused (ECONNREFUSED): is rootcanal running? start it with "
-                + "`python -m rootcanal -hci_port=\(port)`, or point --controller at the controller's HCI port")
+                + "`.venv/bin/python scripts/rootcanal_server.py --hci-port \(port)` (in the blemu checkout, "
+                + "after scripts/setup), or point --controller at the controller's HCI port")
         case ETIMEDOUT:
             return TransportError(.timedOut, errnoCode: code,
                 "\(spec): connection timed out (ETIMEDOUT): check the host and port, and that a controller listens there")

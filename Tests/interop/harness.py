@@ -182,7 +182,7 @@ class BlemuProcess:
         return [entry for line in text.splitlines() if (entry := parse_log_line(line)) is not None]
 
     def events(self, event: str) -> list[LogEntry]:
-        """The log entries carrying `event=EVENT` (CONTRACT.md, Journal fields: BLEMU_EVENT)."""
+        """The log entries carrying `event=EVENT` (Docs/REFERENCE.md, Logs: BLEMU_EVENT)."""
         return [entry for entry in self.log_entries() if entry.fields.get("event") == event]
 
     def wait_for_event(self, event: str, count: int = 1, timeout: float = 10.0,

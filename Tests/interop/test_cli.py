@@ -1,4 +1,4 @@
-"""blemu's command line, as CONTRACT.md fixes it ("The program", "Controller specs", "Journal fields").
+"""blemu's command line, as Docs/REFERENCE.md gives it ("The program", "Controller specs", "Logs").
 
 Most tests need no radio: they check what `blemu devices` prints and how `blemu run` refuses
 a bad command line or an unreachable controller (non-zero status, a one-line reason on
@@ -15,7 +15,7 @@ import socket
 import pytest
 
 from bumble_central import UUID_DEVICE_NAME, UUID_GAP_SERVICE, Central, ScanResult, is_static_random
-from harness import CliResult, closed_tcp_port, run, run_cli, unique_name
+from harness import REPO, CliResult, closed_tcp_port, run, run_cli, unique_name
 
 # A controller spec nobody answers at: the validation tests give it so that, were the
 # option under test accepted, blemu would fail on the controller instead (and say "refused").
@@ -23,8 +23,8 @@ UNREACHABLE = f"tcp:127.0.0.1:{closed_tcp_port()}"
 
 
 def only_reason(result: CliResult) -> str:
-    """The failure's reason: exactly one stderr line that is not a log entry (CONTRACT.md: a
-    one-line reason). Usage hints from the argument parser after it are allowed."""
+    """The failure's reason: exactly one stderr line that is not a log entry (Docs/REFERENCE.md,
+    "Exit status": a one-line reason). Usage hints from the argument parser after it are allowed."""
     lines = [line for line in result.reason_lines if not is_usage_hint(line)]
     assert len(lines) == 1, f"expected one line giving the reason, got {len(lines)}:\n{result.describe()}"
     return lines[0]
@@ -69,14 +69,74 @@ def device_listing() -> dict[str, list[str]]:
 def test_devices_lists_heart_rate_and_its_services():
     devices = device_listing()
     assert "heart-rate" in devices, f"heart-rate not listed: {sorted(devices)}"
-    assert set(devices) <= {"heart-rate", "thermostat", "lock", "chat"}, f"names outside CONTRACT.md: {sorted(devices)}"
+    assert set(devices) <= {"heart-rate", "thermostat", "lock", "chat"}, f"names outside Docs/REFERENCE.md: {sorted(devices)}"
     services = [line.split()[1].upper() for line in devices["heart-rate"] if line.startswith("service ")]
     for uuid in ("180D", "180A", "180F"):
         assert any(s in (uuid, f"0000{uuid}-0000-1000-8000-00805F9B34FB", f"0X{uuid}") for s in services), (
             f"heart-rate's service {uuid} not listed; services: {services}")
     for name, lines in devices.items():
-        # CONTRACT.md, UUIDs: the Diagnostics service is on every device.
+        # Docs/REFERENCE.md, UUIDs: the Diagnostics service is on every device.
         assert any("7d3c0001-9a5e-4d1a-8f6e-5c1b2d3e4f50" in line for line in lines), f"{name} lists no Diagnostics service"
+
+
+DIAGNOSTICS_SERVICE = "7d3c0001-9a5e-4d1a-8f6e-5c1b2d3e4f50"
+DIAGNOSTICS_CHARACTERISTIC = "7d3c0002-9a5e-4d1a-8f6e-5c1b2d3e4f50"
+
+
+def listed_services(lines: list[str]) -> list[tuple[str, list[str]]]:
+    """One device's `blemu devices` lines as [(service UUID, [characteristic UUIDs])], in order."""
+    services: list[tuple[str, list[str]]] = []
+    for line in lines:
+        if line.startswith("service "):
+            services.append((line.split()[1], []))
+        elif line.startswith("characteristic ") and services:
+            services[-1][1].append(line.split()[1].rstrip(":"))
+    return services
+
+
+def test_devices_lists_every_service_served_gap_gatt_and_diagnostics_included():
+    """README: every device also has GAP, GATT and Diagnostics, and `blemu devices` shows them."""
+    for name, lines in device_listing().items():
+        services = listed_services(lines)
+        uuids = [uuid.upper() for uuid, _ in services]
+        assert uuids[:2] == ["1800", "1801"], f"{name}: GAP 1800 and GATT 1801 do not come first: {uuids}"
+        assert uuids[-1] == DIAGNOSTICS_SERVICE.upper(), f"{name}: Diagnostics is not the last service: {uuids}"
+        gap, gatt, diagnostics = services[0][1], services[1][1], services[-1][1]
+        assert "2A00" in gap, f"{name}: GAP lists no Device Name 2A00: {gap}"
+        assert "2B2A" in gatt, f"{name}: GATT lists no Database Hash 2B2A: {gatt}"
+        assert diagnostics == [DIAGNOSTICS_CHARACTERISTIC], f"{name}: Diagnostics lists {diagnostics}"
+    heart_rate = [uuid.upper() for uuid, _ in listed_services(device_listing()["heart-rate"])]
+    assert heart_rate == ["1800", "1801", "180D", "180A", "180F", DIAGNOSTICS_SERVICE.upper()], heart_rate
+
+
+def test_devices_listing_is_what_a_central_discovers(rootcanal, blemu_factory):
+    """The listing comes from the database blemu serves: a central discovers the same
+    services, with the same characteristics, in the same order."""
+    from bumble.core import UUID
+
+    listed = listed_services(device_listing()["heart-rate"])
+    blemu = blemu_factory.start(unique_name("DV"))
+
+    async def discover() -> list[tuple[UUID, list[UUID]]]:
+        async with Central(rootcanal.controller_spec, name="listing-checker") as central:
+            conn = await central.connect(blemu.scan.address)
+            try:
+                await conn.discover_all()
+                return [(service.uuid, [c.uuid for c in service.characteristics]) for service in conn.services()]
+            finally:
+                if conn.is_connected:
+                    await conn.disconnect()
+
+    def text(uuids: list[UUID]) -> list[str]:
+        return [uuid.to_hex_str() for uuid in uuids]
+
+    discovered = run(discover(), 40)
+    expected = [(UUID(service), [UUID(c) for c in characteristics]) for service, characteristics in listed]
+    assert text([s for s, _ in discovered]) == text([s for s, _ in expected]), (
+        f"services discovered {text([s for s, _ in discovered])}, listed {text([s for s, _ in expected])}")
+    for (service, found), (_, wanted) in zip(discovered, expected):
+        assert text(found) == text(wanted), f"service {service}: discovered {text(found)}, listed {text(wanted)}"
+    assert blemu.stop() == 0, blemu.log_tail()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,7 +168,7 @@ def test_hci_controller_without_kernel_bluetooth_says_eafnosupport():
     assert contains_all(reason, "tcp:"), f"reason does not point at the rootcanal alternative: {reason!r}"
 
 
-# Every accepted form must be named, so the user can fix the spec (CONTRACT.md, Controller specs).
+# Every accepted form must be named, so the user can fix the spec (Docs/REFERENCE.md, Controller specs).
 ACCEPTED_FORMS = ("hciN", "tcp:HOST", "unix:PATH", "serial:DEVICE")
 
 
@@ -122,6 +182,7 @@ ACCEPTED_FORMS = ("hciN", "tcp:HOST", "unix:PATH", "serial:DEVICE")
     "tcp:::1:6402",  # IPv6 without brackets
     "unix:",  # no path
     "serial:/dev/ttyS0:1234",  # a baud rate termios has no constant for
+    "serial:/dev/ttyS0:abc",  # a baud rate that is not a number
 ])
 def test_invalid_controller_spec_names_the_accepted_forms(spec):
     result = run_cli(["run", "heart-rate", "--controller", spec])
@@ -235,7 +296,7 @@ def test_name_option_sets_the_advertised_name_and_the_gap_device_name(rootcanal,
 
 def test_two_devices_on_one_tcp_spec_both_advertise_with_distinct_addresses(rootcanal, blemu_factory):
     """Each connection to rootcanal is a new controller, so two devices can share one tcp:
-    spec (CONTRACT.md, Controller specs); on one radio they must be two advertisers."""
+    spec (Docs/REFERENCE.md, Controller specs); on one radio they must be two advertisers."""
     blemu = blemu_factory.start(None, wait_advertising=False, devices=["heart-rate", "heart-rate"])
     blemu.wait_for_event("advertising-started", count=2, timeout=10.0)
 
@@ -267,7 +328,7 @@ def test_two_devices_on_one_tcp_spec_both_advertise_with_distinct_addresses(root
 
 
 def test_normal_run_logs_journal_fields_on_stderr(rootcanal, blemu_factory):
-    """CONTRACT.md, Journal fields: a run's log lines carry event=, device=, controller=, and for
+    """Docs/REFERENCE.md, Logs: a run's log lines carry event=, device=, controller=, and for
     a link peer= and conn_handle= (BLEMU_EVENT, BLEMU_DEVICE, ... in the journal)."""
     name = unique_name("JF")
     # The defaults a user gets (--log auto, which is stderr outside systemd; level info).
@@ -305,3 +366,70 @@ def test_normal_run_logs_journal_fields_on_stderr(rootcanal, blemu_factory):
     assert blemu.events("stopping"), "no event=stopping on SIGTERM"
     stdout = blemu.stdout_path.read_text(errors="replace") if blemu.stdout_path else ""
     assert "event=" not in stdout, f"log lines went to stdout, not stderr:\n{stdout}"
+
+
+# ---------------------------------------------------------------------------------------------
+# What a new user meets first: bad bauds, the rootcanal hint, --help, the start-up order
+
+
+@pytest.mark.parametrize("spec, baud", [("serial:/dev/ttyS0:abc", "abc"), ("serial:/dev/ttyUSB0:115k", "115k")])
+def test_serial_baud_that_is_not_a_number_is_named_as_a_bad_baud(spec, baud):
+    """`serial:/dev/ttyS0:abc` is a typo in the baud, not the device `/dev/ttyS0:abc`."""
+    result = run_cli(["run", "heart-rate", "--controller", spec])
+    reason = assert_fails(result)
+    assert contains_all(reason, spec, f"baud {baud}", "not a number", "115200"), (
+        f"reason does not name the bad baud {baud!r}: {reason!r}")
+    assert "no such device" not in reason.lower(), f"blemu opened the baud as part of the path: {reason!r}"
+
+
+def test_connection_refused_names_the_readmes_way_to_start_rootcanal():
+    readme = (REPO / "README.md").read_text()
+    assert "`.venv/bin/python scripts/rootcanal_server.py --hci-port 6402`" in readme, (
+        "README no longer starts rootcanal with scripts/rootcanal_server.py: update this test and the hint together")
+    port = closed_tcp_port()
+    result = run_cli(["run", "heart-rate", "--controller", f"tcp:127.0.0.1:{port}"])
+    reason = assert_fails(result)
+    assert f".venv/bin/python scripts/rootcanal_server.py --hci-port {port}" in reason, (
+        f"the hint does not give the README's command for port {port}: {reason!r}")
+
+
+@pytest.mark.parametrize("args", [["run", "--help"], ["help", "run"]])
+def test_help_does_not_offer_log_journal_while_it_is_not_in_the_build(args):
+    result = run_cli(args)
+    assert result.returncode == 0, result.describe()
+    log_help = [line for line in result.stdout.splitlines() if "--log " in line or "--log <" in line]
+    assert log_help, f"no --log in the help:\n{result.stdout}"
+    assert "journal" not in result.stdout, f"--help offers the journal, which this build does not have:\n{result.stdout}"
+
+
+def test_mistyped_log_destination_is_told_only_the_values_that_work():
+    result = run_cli(["run", "heart-rate", "--controller", UNREACHABLE, "--log", "jornal"])
+    assert result.returncode > 0, result.describe()
+    assert "jornal" in result.stderr and "stderr" in result.stderr, result.describe()
+    assert "'journal'" not in result.stderr, f"the journal is offered although not in the build:\n{result.describe()}"
+
+
+def test_log_journal_typed_still_gets_the_clear_reason():
+    result = run_cli(["run", "heart-rate", "--controller", UNREACHABLE, "--log", "journal"])
+    reason = assert_fails(result)
+    assert contains_all(reason, "--log journal", "not part of this build", "--log stderr"), reason
+    assert "refused" not in result.stderr, f"blemu went on to the controller:\n{result.describe()}"
+
+
+def test_fatal_start_up_error_logs_no_started_event():
+    """A controller that cannot be opened ends the run before it started: no event=started
+    line may precede the reason."""
+    result = run_cli(["run", "heart-rate", "--controller", f"tcp:127.0.0.1:{closed_tcp_port()}"])
+    reason = assert_fails(result)
+    assert "refused" in reason, reason
+    assert "event=started" not in result.stderr, f"event=started logged for a run that never started:\n{result.describe()}"
+
+
+def test_started_is_logged_once_the_controller_is_up(rootcanal, blemu_factory):
+    blemu = blemu_factory.start(unique_name("ST"))
+    blemu.wait_for_event("started")
+    events = [entry.fields.get("event") for entry in blemu.log_entries() if entry.fields.get("event")]
+    assert events.count("started") == 1, events
+    assert "controller-up" in events[:events.index("started")], (
+        f"event=started came before the controller was up: {events}")
+    assert blemu.stop() == 0, blemu.log_tail()

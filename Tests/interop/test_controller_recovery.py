@@ -8,7 +8,7 @@ a crash would) and started again on the same HCI port: a new radio, so every cen
 wants blemu must find it again by scanning.
 
 Journal fields are checked in the stderr log lines (`event=...`, `controller=...`), which
-carry the same keys as the journal's BLEMU_* fields (CONTRACT.md, Journal fields).
+carry the same keys as the journal's BLEMU_* fields (Docs/REFERENCE.md, Logs).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from bumble_central import (
 )
 from harness import BlemuFactory, BlemuProcess, RestartableRootCanal, run, unique_name
 
-# CONTRACT.md, Diagnostics value.
+# Docs/REFERENCE.md, The Diagnostics value.
 DIAGNOSTICS_KEYS = {"device", "firmware", "uptime_ms", "connections", "att_requests", "att_errors", "last_error", "reads"}
 # The brief: after the controller is back, a new central finds blemu within this.
 RECOVERY_DEADLINE_S = 15.0

@@ -5,7 +5,7 @@ fixture); the restart and clean-stop tests start their own. Each test runs one a
 scenario with its own Bumble central (a new controller on the radio) and a deadline.
 
 Spec references: Core 5.4 (Vol/Part/section), Heart Rate Service 1.0 (HRS), Core
-Specification Supplement (CSS), CONTRACT.md for blemu's own names.
+Specification Supplement (CSS), Docs/REFERENCE.md for blemu's own names.
 """
 
 from __future__ import annotations
@@ -313,7 +313,7 @@ def test_reads_body_sensor_location_device_information_and_battery(blemu):
 
 
 def test_diagnostics_long_read_counts_one_read_per_value(blemu):
-    """CONTRACT.md, Diagnostics value: `reads` grows by one per read from offset 0; the Read
+    """Docs/REFERENCE.md, The Diagnostics value: `reads` grows by one per read from offset 0; the Read
     Blob requests that continue a long read do not count. At ATT_MTU 23 each read of the
     >100-octet value is one Read plus several Read Blobs (Vol 3, Part G, 4.8.3)."""
 
