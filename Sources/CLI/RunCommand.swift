@@ -15,14 +15,20 @@ struct RunCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "run",
         abstract: "Emulate devices until SIGINT or SIGTERM.",
-        discussion: "Devices: \(DeviceRegistry.all.map(\.name).joined(separator: ", ")). Each device uses its own controller: "
-            + "give one --controller per device, or one tcp:/unix: spec that every device shares (each connection is a new controller).")
+        discussion: "Devices: \(DeviceRegistry.all.map(\.name).joined(separator: ", ")). Give one --controller per device, "
+            + "or fewer: the last one is shared by the devices after it. Devices that share an hciN or serial: controller "
+            + "run on that one controller, each in its own advertising set (LE Extended Advertising); devices that share a "
+            + "tcp: or unix: spec get a connection each (to rootcanal, a controller each) unless --share-controller.")
 
     @Argument(help: "Devices to emulate.")
     var devices: [String]
 
     @Option(name: .customLong("controller"), help: "Controller spec: hciN, tcp:HOST:PORT, unix:PATH, serial:DEVICE[:BAUD]. Default: $BLEMU_CONTROLLER.")
     var controllers: [String] = []
+
+    @Flag(name: .customLong("share-controller"),
+          help: "Devices that name the same tcp: or unix: spec share one connection, so one controller, as they must on hciN and serial.")
+    var shareController = false
 
     @Option(help: "Local name to advertise (default: the device's own).")
     var name: String?
@@ -58,11 +64,6 @@ struct RunCommand: ParsableCommand {
         guard specs.count <= devices.count else {
             throw ValidationError("\(specs.count) controllers for \(devices.count) device(s): give at most one --controller per device")
         }
-        for (spec, count) in Dictionary(grouping: pairs(specs), by: { $0.1 }).mapValues(\.count) where count > 1 {
-            if case .tcp = spec { continue }
-            if case .unix = spec { continue }
-            throw ValidationError("\(spec) cannot be shared by \(count) devices: give each device its own --controller")
-        }
     }
 
     /// The --controller specs, or $BLEMU_CONTROLLER.
@@ -81,10 +82,19 @@ struct RunCommand: ParsableCommand {
         return specs
     }
 
-    /// Devices paired with controllers; the last spec is shared by the devices after it, which only
-    /// stream specs allow (each connection to rootcanal is a new controller).
+    /// Devices paired with controllers; the last spec is shared by the devices after it.
     private func pairs(_ specs: [ControllerSpec]) -> [(String, ControllerSpec)] {
         devices.enumerated().map { index, device in (device, specs[min(index, specs.count - 1)]) }
+    }
+
+    /// Whether the devices that name `spec` run on one controller: an adapter or a UART can be
+    /// opened once only; a stream spec gives a new controller per connection (rootcanal) unless
+    /// --share-controller.
+    private func sharesOneController(_ spec: ControllerSpec) -> Bool {
+        switch spec {
+        case .tcp, .unix: return shareController
+        default: return true
+        }
     }
 
     func run() throws {
@@ -97,6 +107,7 @@ struct RunCommand: ParsableCommand {
         do { loop = try RunLoop() } catch { throw RuntimeFailure("cannot start the run loop: \(error)") }
 
         var emulators: [Emulator] = []
+        var shared: [ControllerSpec: Emulator] = [:]
         var copies: [String: Int] = [:]
         for (deviceName, spec) in pairs {
             guard let entry = DeviceRegistry.entry(named: deviceName) else { continue }
@@ -108,8 +119,16 @@ struct RunCommand: ParsableCommand {
             if copy > 1 { localName += " \(copy)" }
             let configuration = PeripheralConfiguration(name: localName, address: address.flatMap(BluetoothAddress.init),
                                                         controller: spec.description)
+            let emulator: Emulator
+            if sharesOneController(spec), let existing = shared[spec] {
+                emulator = existing
+            } else {
+                emulator = Emulator(spec: spec, loop: loop, logger: logger)
+                emulators.append(emulator)
+                if sharesOneController(spec) { shared[spec] = emulator }
+            }
             do {
-                emulators.append(try Emulator(device: device, configuration: configuration, spec: spec, loop: loop, logger: logger))
+                try emulator.add(device: device, configuration: configuration)
             } catch {
                 throw RuntimeFailure("device \(deviceName): \(error)")
             }
@@ -166,35 +185,38 @@ struct RuntimeFailure: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// One device on one controller: the transport link and the peripheral stack above it.
+/// One controller and the devices on it: the transport link, the host, and a peripheral
+/// stack per device.
 final class Emulator {
-    let peripheral: Peripheral
     let link: ControllerLink
+    let host: PeripheralHost
+    private(set) var peripherals: [Peripheral] = []
     let logger: Logger
     var onFatal: ((String) -> Void)?
     /// The controller came up for the first time (after `controller-up` is logged).
     var onFirstUp: (() -> Void)?
     private var wasUp = false
 
-    init(device: Device, configuration: PeripheralConfiguration, spec: ControllerSpec, loop: RunLoop, logger: Logger) throws {
+    init(spec: ControllerSpec, loop: RunLoop, logger: Logger) {
         let link = ControllerLink(spec: spec, loop: loop)
         self.link = link
         self.logger = logger
-        peripheral = try Peripheral(device: device, configuration: configuration, scheduler: loop, logger: logger) { type, packet in
+        host = PeripheralHost(controller: spec.description, scheduler: loop, logger: logger) { type, packet in
             guard let packetType = H4PacketType(rawValue: type) else { return false }
             return link.send(packetType, packet)
         }
+        host.onFatal = { [unowned self] message in self.onFatal?(message) }
         link.onPacket = { [unowned self] type, packet in
-            self.peripheral.receive(packetType: type.rawValue, packet: packet)
+            self.host.receive(packetType: type.rawValue, packet: packet)
         }
         link.onUp = { [unowned self] in
             let first = !self.wasUp
             self.wasUp = true
-            self.peripheral.controllerUp()
+            self.host.controllerUp()
             if first { self.onFirstUp?() }
         }
         link.onDown = { [unowned self] error in
-            self.peripheral.controllerDown(reason: error.description)
+            self.host.controllerDown(reason: error.description)
         }
         link.onOpenFailed = { [unowned self] error, retryIn in
             if !self.wasUp {
@@ -202,15 +224,19 @@ final class Emulator {
                 self.link.stop()
                 self.onFatal?(error.description)
             } else {
-                self.peripheral.logger.warning("controller still unreachable (\(error)); retrying in \(retryIn)")
+                self.host.logger.warning("controller still unreachable (\(error)); retrying in \(retryIn)")
             }
         }
+    }
+
+    func add(device: Device, configuration: PeripheralConfiguration) throws {
+        peripherals.append(try Peripheral(device: device, configuration: configuration, host: host, logger: logger))
     }
 
     func start() { link.start() }
 
     func stop(completion: @escaping () -> Void) {
-        peripheral.stop { [link] in
+        host.stop { [link] in
             link.stop()
             completion()
         }

@@ -30,6 +30,14 @@ public enum HCIOpcode {
     public static let leSetDataLength: UInt16 = 0x2022
     public static let leWriteSuggestedDefaultDataLength: UInt16 = 0x2024
     public static let leReadBufferSizeV2: UInt16 = 0x2060
+    public static let leSetAdvertisingSetRandomAddress: UInt16 = 0x2035
+    public static let leSetExtendedAdvertisingParameters: UInt16 = 0x2036
+    public static let leSetExtendedAdvertisingData: UInt16 = 0x2037
+    public static let leSetExtendedScanResponseData: UInt16 = 0x2038
+    public static let leSetExtendedAdvertisingEnable: UInt16 = 0x2039
+    public static let leReadNumberOfSupportedAdvertisingSets: UInt16 = 0x203B
+    public static let leRemoveAdvertisingSet: UInt16 = 0x203C
+    public static let leClearAdvertisingSets: UInt16 = 0x203D
 
     public static func name(_ opcode: UInt16) -> String {
         let names: [UInt16: String] = [
@@ -50,6 +58,13 @@ public enum HCIOpcode {
             leRemoteConnectionParameterRequestNegativeReply: "LE Remote Connection Parameter Request Negative Reply",
             leSetDataLength: "LE Set Data Length", leWriteSuggestedDefaultDataLength: "LE Write Suggested Default Data Length",
             leReadBufferSizeV2: "LE Read Buffer Size v2",
+            leSetAdvertisingSetRandomAddress: "LE Set Advertising Set Random Address",
+            leSetExtendedAdvertisingParameters: "LE Set Extended Advertising Parameters",
+            leSetExtendedAdvertisingData: "LE Set Extended Advertising Data",
+            leSetExtendedScanResponseData: "LE Set Extended Scan Response Data",
+            leSetExtendedAdvertisingEnable: "LE Set Extended Advertising Enable",
+            leReadNumberOfSupportedAdvertisingSets: "LE Read Number of Supported Advertising Sets",
+            leRemoveAdvertisingSet: "LE Remove Advertising Set", leClearAdvertisingSets: "LE Clear Advertising Sets",
         ]
         return names[opcode] ?? "command \(Hex.word(opcode))"
     }
@@ -139,6 +154,60 @@ public struct HCICommand: Equatable, Sendable {
     public static func leSetAdvertisingEnable(_ enable: Bool) -> HCICommand {
         HCICommand(opcode: HCIOpcode.leSetAdvertisingEnable, parameters: [enable ? 1 : 0])
     }
+
+    // MARK: Extended advertising (Vol 4, Part E, 7.8.53 – 7.8.60)
+
+    /// 7.8.53: one advertising set's parameters. Event properties 0x0013 = connectable,
+    /// scannable, legacy PDUs (ADV_IND), so every central sees it, including ones that scan
+    /// only for legacy advertising; own address type random, with the set's own address
+    /// (7.8.52); 1M PHY; no TX power preference (0x7F); the set handle as its SID.
+    public static func leSetExtendedAdvertisingParameters(set: UInt8, intervalMin: UInt16, intervalMax: UInt16,
+                                                          ownAddressType: AddressType) -> HCICommand {
+        var p: [UInt8] = [set]
+        p.appendLE(UInt16(0x0013))
+        p.appendLE24(UInt32(intervalMin))
+        p.appendLE24(UInt32(intervalMax))
+        p.append(0x07)                       // all three primary channels
+        p.append(ownAddressType.rawValue)
+        p.append(0x00)                       // peer address type (unused: undirected)
+        p.append(contentsOf: [UInt8](repeating: 0, count: 6))
+        p.append(0x00)                       // no filter
+        p.append(0x7F)                       // TX power: no preference
+        p.append(0x01)                       // primary PHY: LE 1M
+        p.append(0x00)                       // secondary max skip
+        p.append(0x01)                       // secondary PHY: LE 1M
+        p.append(set & 0x0F)                 // advertising SID
+        p.append(0x00)                       // no scan request notifications
+        return HCICommand(opcode: HCIOpcode.leSetExtendedAdvertisingParameters, parameters: p)
+    }
+
+    /// 7.8.52: a set's own random address.
+    public static func leSetAdvertisingSetRandomAddress(set: UInt8, _ address: BluetoothAddress) -> HCICommand {
+        HCICommand(opcode: HCIOpcode.leSetAdvertisingSetRandomAddress, parameters: [set] + address.littleEndianBytes)
+    }
+
+    /// 7.8.54: operation 0x03 = complete data in one command; fragment preference 0x01 = the
+    /// controller should not fragment. Legacy PDUs carry at most 31 octets.
+    public static func leSetExtendedAdvertisingData(set: UInt8, _ data: [UInt8]) -> HCICommand {
+        let body = Array(data.prefix(AdvertisingPayload.maximumLength))
+        return HCICommand(opcode: HCIOpcode.leSetExtendedAdvertisingData, parameters: [set, 0x03, 0x01, UInt8(body.count)] + body)
+    }
+
+    /// 7.8.55, like 7.8.54.
+    public static func leSetExtendedScanResponseData(set: UInt8, _ data: [UInt8]) -> HCICommand {
+        let body = Array(data.prefix(AdvertisingPayload.maximumLength))
+        return HCICommand(opcode: HCIOpcode.leSetExtendedScanResponseData, parameters: [set, 0x03, 0x01, UInt8(body.count)] + body)
+    }
+
+    /// 7.8.56: one set on or off, with no duration and no event limit.
+    public static func leSetExtendedAdvertisingEnable(_ enable: Bool, set: UInt8) -> HCICommand {
+        HCICommand(opcode: HCIOpcode.leSetExtendedAdvertisingEnable, parameters: [enable ? 1 : 0, 1, set, 0, 0, 0])
+    }
+
+    /// 7.8.58.
+    public static let leReadNumberOfSupportedAdvertisingSets = HCICommand(opcode: HCIOpcode.leReadNumberOfSupportedAdvertisingSets)
+    /// 7.8.60: every set removed (after a reset there are none; before reuse, to be sure).
+    public static let leClearAdvertisingSets = HCICommand(opcode: HCIOpcode.leClearAdvertisingSets)
 
     /// Vol 4, Part E, 7.1.6.
     public static func disconnect(handle: UInt16, reason: UInt8) -> HCICommand {

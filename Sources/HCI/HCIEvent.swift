@@ -40,6 +40,9 @@ public enum HCIEvent: Equatable, Sendable {
                                             latency: UInt16, timeout: UInt16)
     case leDataLengthChange(handle: UInt16, maxTxOctets: UInt16, maxTxTime: UInt16, maxRxOctets: UInt16, maxRxTime: UInt16)
     case lePHYUpdateComplete(status: UInt8, handle: UInt16, txPHY: UInt8, rxPHY: UInt8)
+    /// 7.7.65.18: an advertising set stopped; with status 0, because `connectionHandle` was
+    /// made from it (sent after the connection's LE Connection Complete).
+    case leAdvertisingSetTerminated(status: UInt8, set: UInt8, connectionHandle: UInt16, completedEvents: UInt8)
     /// 7.7.65.5: the central starts encryption and asks the host for the link's key.
     case leLongTermKeyRequest(handle: UInt16, randomNumber: UInt64, encryptedDiversifier: UInt16)
     case leAdvertisingReport([AdvertisingReport])
@@ -66,6 +69,8 @@ public enum HCIEvent: Equatable, Sendable {
             return a1 == b1 && a2 == b2 && a3 == b3 && a4 == b4
         case let (.leAdvertisingReport(x), .leAdvertisingReport(y)): return x == y
         case let (.leLongTermKeyRequest(a1, a2, a3), .leLongTermKeyRequest(b1, b2, b3)): return a1 == b1 && a2 == b2 && a3 == b3
+        case let (.leAdvertisingSetTerminated(a1, a2, a3, a4), .leAdvertisingSetTerminated(b1, b2, b3, b4)):
+            return a1 == b1 && a2 == b2 && a3 == b3 && a4 == b4
         case let (.leOther(x), .leOther(y)): return x == y
         case let (.other(x), .other(y)): return x == y
         default: return false
@@ -170,6 +175,13 @@ public enum HCIEvent: Equatable, Sendable {
             let ediv = try r.u16()
             try r.expectEnd("LE Long Term Key Request")
             return .leLongTermKeyRequest(handle: handle, randomNumber: random, encryptedDiversifier: ediv)
+        case 0x12:
+            let status = try r.u8()
+            let set = try r.u8()
+            let handle = try r.u16() & 0x0FFF
+            let completed = try r.u8()
+            try r.expectEnd("LE Advertising Set Terminated")
+            return .leAdvertisingSetTerminated(status: status, set: set, connectionHandle: handle, completedEvents: completed)
         case 0x0C:
             return .lePHYUpdateComplete(status: try r.u8(), handle: try r.u16() & 0x0FFF, txPHY: try r.u8(), rxPHY: try r.u8())
         default:

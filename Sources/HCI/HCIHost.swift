@@ -13,6 +13,9 @@ public struct ControllerInfo: Sendable, Equatable {
     public var leFeatures: UInt64 = 0
     public var aclMaxLength = 27
     public var aclTotalPackets = 1
+    /// Advertising sets the controller supports (LE Read Number of Supported Advertising Sets,
+    /// Vol 4, Part E, 7.8.58); 0 when it has no LE Extended Advertising.
+    public var advertisingSets = 0
 
     public func supports(octet: Int, bit: Int) -> Bool {
         octet < supportedCommands.count && supportedCommands[octet] & (1 << bit) != 0
@@ -20,6 +23,8 @@ public struct ControllerInfo: Sendable, Equatable {
 
     /// Vol 6, Part B, 4.6.6: LE Data Packet Length Extension.
     public var supportsDataLengthExtension: Bool { leFeatures & (1 << 5) != 0 }
+    /// Vol 6, Part B, 4.6 (bit 12): LE Extended Advertising.
+    public var supportsExtendedAdvertising: Bool { leFeatures & (1 << 12) != 0 }
 }
 
 /// The outcome of one HCI command.
@@ -259,7 +264,7 @@ public final class HCIHost {
     /// The initialization sequence, one command per stage, in order.
     private enum InitStage: Int {
         case reset, readLocalVersion, readBDAddr, readSupportedCommands, readSupportedFeatures, leReadFeatures
-        case setEventMask, leSetEventMask, leReadBufferSize, readBufferSize, suggestDataLength, done
+        case setEventMask, leSetEventMask, leReadBufferSize, readBufferSize, suggestDataLength, readAdvertisingSets, done
     }
 
     private func initialize() { run(.reset) }
@@ -269,8 +274,10 @@ public final class HCIHost {
     public static let eventMask: UInt64 = 1 << 4 | 1 << 7 | 1 << 15 | 1 << 25 | 1 << 47 | 1 << 61
     /// Vol 4, Part E, 7.8.1: Connection Complete (0), Advertising Report (1), Connection Update
     /// Complete (2), Read Remote Features Complete (3), LTK Request (4), Remote Connection Parameter
-    /// Request (5), Data Length Change (6), Enhanced Connection Complete (9), PHY Update Complete (11).
+    /// Request (5), Data Length Change (6), Enhanced Connection Complete (9), PHY Update Complete (11),
+    /// Advertising Set Terminated (17).
     public static let leEventMask: UInt64 = 1 << 0 | 1 << 1 | 1 << 2 | 1 << 3 | 1 << 4 | 1 << 5 | 1 << 6 | 1 << 9 | 1 << 11
+        | 1 << 17
 
     /// The command of a stage, whether the sequence can go on without it, or nil to skip it.
     private func command(for stage: InitStage) -> (HCICommand, required: Bool)? {
@@ -291,6 +298,8 @@ public final class HCIHost {
             return info.aclMaxLength == 0 || info.aclTotalPackets == 0 ? (.readBufferSize, true) : nil
         case .suggestDataLength:
             return info.supportsDataLengthExtension ? (.leWriteSuggestedDefaultDataLength(), false) : nil
+        case .readAdvertisingSets:
+            return info.supportsExtendedAdvertising ? (.leReadNumberOfSupportedAdvertisingSets, false) : nil
         case .done: return nil
         }
     }
@@ -311,6 +320,8 @@ public final class HCIHost {
         case .leReadBufferSize where p.count >= 4:
             info.aclMaxLength = Int(UInt16(p[1]) | UInt16(p[2]) << 8)
             info.aclTotalPackets = Int(p[3])
+        case .readAdvertisingSets where p.count >= 2:
+            info.advertisingSets = Int(p[1])
         case .readBufferSize where p.count >= 8:
             info.aclMaxLength = Int(UInt16(p[1]) | UInt16(p[2]) << 8)
             info.aclTotalPackets = Int(UInt16(p[4]) | UInt16(p[5]) << 8)

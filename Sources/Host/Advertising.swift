@@ -9,6 +9,7 @@ import Logging
 extension Peripheral {
     func setAdvertising(_ on: Bool, log: Bool) {
         advertisingRequested = false
+        if !on { advertisingInterval = nil }
         guard isAdvertising != on else { return }
         isAdvertising = on
         if log && !on { logger.event(.advertisingStopped, .info, "advertising stopped") }
@@ -17,19 +18,23 @@ extension Peripheral {
     /// Starts (or restarts) advertising, fast for the first phase, when the device can take
     /// another link.
     func startAdvertising(fast: Bool) {
-        guard hci.isReady, !isStopping, connections.count < configuration.maxConnections else { return }
-        if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
-        advertisingPhaseTimer = nil
+        guard hci.isReady, !isStopping, let set = advertisingSet, connections.count < configuration.maxConnections else { return }
         let timing = device.profile.advertisingTiming
         let interval = fast ? timing.fastInterval : timing.slowInterval
-        if isAdvertising || advertisingRequested {
-            hci.send(.leSetAdvertisingEnable(false))
+        if fast, isAdvertising, !advertisingRequested, advertisingInterval == interval {
+            // Already advertising fast: only the fast phase starts over. Turning advertising off
+            // and on would open a gap in which a connecting central is lost.
+            scheduleSlowPhase(after: timing.fastDuration)
+            return
         }
+        if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
+        advertisingPhaseTimer = nil
+        let request = AdvertisingRequest(interval: interval, address: address,
+                                         advertisingData: advertisingPayload.advertisingData,
+                                         scanResponseData: advertisingPayload.scanResponseData)
+        let wasOn = isAdvertising || advertisingRequested
         advertisingRequested = true
-        hci.send(.leSetAdvertisingParameters(intervalMin: interval, intervalMax: interval, ownAddressType: .randomDevice))
-        hci.send(.leSetAdvertisingData(advertisingPayload.advertisingData))
-        hci.send(.leSetScanResponseData(advertisingPayload.scanResponseData))
-        hci.send(.leSetAdvertisingEnable(true)) { [weak self] result in
+        host.advertiser.start(set: set, request, wasOn: wasOn) { [weak self] result in
             // Cancelled: the controller went away or was reset; that path logs for itself.
             guard let self, !self.isStopping, result != .cancelled else { return }
             self.advertisingRequested = false
@@ -42,15 +47,28 @@ extension Peripheral {
                 return
             }
             self.isAdvertising = true
+            self.advertisingInterval = interval
             let ms = Double(interval) * 0.625
             self.logger.event(.advertisingStarted, .info,
                               "advertising as \"\(self.configuration.name)\" (\(self.address)) every \(ms) ms")
-            if fast {
-                self.advertisingPhaseTimer = self.scheduler.schedule(after: timing.fastDuration) { [weak self] in
-                    self?.advertisingPhaseTimer = nil
-                    if self?.isAdvertising == true { self?.startAdvertising(fast: false) }
-                }
-            }
+            if fast { self.scheduleSlowPhase(after: timing.fastDuration) }
         }
+    }
+
+    private func scheduleSlowPhase(after delay: Duration) {
+        if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
+        advertisingPhaseTimer = scheduler.schedule(after: delay) { [weak self] in
+            self?.advertisingPhaseTimer = nil
+            if self?.isAdvertising == true { self?.startAdvertising(fast: false) }
+        }
+    }
+
+    /// An extended set stops by itself when a link is made from it (Vol 4, Part E, 7.8.56).
+    func advertisingSetEnded() {
+        isAdvertising = false
+        advertisingInterval = nil
+        advertisingRequested = false
+        if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
+        advertisingPhaseTimer = nil
     }
 }

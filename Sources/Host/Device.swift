@@ -80,9 +80,30 @@ public protocol Device: AnyObject {
     /// A central changed its CCCD — or its link closed, which ends every subscription it held
     /// (reported with both false before `peerDisconnected`).
     func subscriptionChanged(_ characteristic: Characteristic, peer: ATTPeer, notify: Bool, indicate: Bool)
+    /// What a test script or a configuration file may set (`blemu ctl PATH set DEVICE KEY VALUE`,
+    /// `[device]` tables of `--config`): the next read or notification shows the new value.
+    var settings: [DeviceSetting] { get }
+}
+
+/// One value of a device's simulated world that can be set from outside, by name.
+public struct DeviceSetting {
+    /// The key (`bpm`, `room`, `jammed`): lower case, digits and `-`.
+    public let key: String
+    /// What it is and what it accepts, for errors and `blemu devices`: "room temperature, °C, -20 to 50".
+    public let summary: String
+    /// Parses and applies a value given as text; returns nil, or why the value is refused
+    /// (one line, naming what is allowed). It must change nothing when it refuses.
+    public let apply: (String) -> String?
+
+    public init(_ key: String, _ summary: String, apply: @escaping (String) -> String?) {
+        self.key = key
+        self.summary = summary
+        self.apply = apply
+    }
 }
 
 extension Device {
+    public var settings: [DeviceSetting] { [] }
     public func stop() {}
     public func peripheralIsReady() {}
     public func peerConnected(_ peer: ATTPeer) {}

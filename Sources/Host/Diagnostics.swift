@@ -71,19 +71,51 @@ enum JSON {
 
 /// The values of the Diagnostics characteristic.
 extension Peripheral {
-    func diagnosticsFields() -> [(String, String)] {
-        let now = scheduler.nowNanoseconds
-        let uptime = statistics.startedNanoseconds == 0 ? 0 : (now &- statistics.startedNanoseconds) / 1_000_000
-        let links = connections.values.sorted { $0.handle < $1.handle }.map { c in
+    /// The Diagnostics value: a JSON object that always fits the 512-octet attribute maximum
+    /// (Vol 3, Part F, 3.2.9), so it is never cut into invalid JSON. The per-link objects come
+    /// last; as many as fit are listed, and `links_left_out` counts the rest.
+    func diagnosticsValue() -> [UInt8] {
+        var fields = diagnosticsFields()
+        guard let linksIndex = fields.firstIndex(where: { $0.0 == "links" }) else {
+            return Array(DiagnosticsService.render(fields).utf8)
+        }
+        let links = linkObjects()
+        fields.remove(at: linksIndex)
+        // The value without links, with room for `,"links":[]` and `,"links_left_out":NN`.
+        let base = DiagnosticsService.render(fields).utf8.count
+        let budget = ValueLength.attributeMaximum - base - ",\"links\":[]".utf8.count - ",\"links_left_out\":32".utf8.count
+        var listed: [String] = []
+        var used = 0
+        for link in links {
+            let cost = link.utf8.count + (listed.isEmpty ? 0 : 1)
+            guard used + cost <= budget else { break }
+            listed.append(link)
+            used += cost
+        }
+        fields.append(("links", JSON.array(listed)))
+        if listed.count < links.count {
+            fields.append(("links_left_out", "\(links.count - listed.count)"))
+        }
+        return Array(DiagnosticsService.render(fields).utf8)
+    }
+
+    private func linkObjects() -> [String] {
+        connections.values.sorted { $0.handle < $1.handle }.map { c in
             JSON.object([("handle", "\(c.handle)"), ("peer", JSON.string(c.peer.address.description)),
                          ("mtu", "\(c.server.mtu)"), ("interval_ms", "\(Double(c.parameters.interval) * 1.25)")])
         }
+    }
+
+    func diagnosticsFields() -> [(String, String)] {
+        let now = scheduler.nowNanoseconds
+        let uptime = statistics.startedNanoseconds == 0 ? 0 : (now &- statistics.startedNanoseconds) / 1_000_000
         return [
             ("device", JSON.string(type(of: device).deviceName)),
-            ("name", JSON.string(configuration.name)),
+            // Bounded, so the links always have room in 512 octets.
+            ("name", JSON.string(String(configuration.name.prefix(64)))),
             ("firmware", JSON.string("blemu \(configuration.firmware)")),
             ("address", JSON.string(address.description)),
-            ("controller", JSON.string(configuration.controller)),
+            ("controller", JSON.string(String(configuration.controller.prefix(64)))),
             ("uptime_ms", "\(uptime)"),
             ("connections", "\(connections.count)"),
             ("connections_total", "\(statistics.connectionsTotal)"),
@@ -94,8 +126,8 @@ extension Peripheral {
             })),
             ("reads", "\(statistics.diagnosticsReads)"),
             ("links_refused", "\(statistics.linksRefused)"),
-            ("log_lines_left_out", "\(peerLog.leftOutTotal + linkLog.leftOutTotal + requestLog.leftOutTotal + hci.logLinesLeftOut)"),
-            ("links", JSON.array(links)),
+            ("log_lines_left_out", "\(peerLog.leftOutTotal + linkLog.leftOutTotal + requestLog.leftOutTotal + host.logLinesLeftOut)"),
+            ("links", "[]"),
         ]
     }
 }

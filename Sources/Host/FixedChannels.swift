@@ -24,12 +24,8 @@ extension Peripheral {
     }
 
     func receiveACL(_ packet: ACLPacket) {
-        guard let connection = connections[packet.handle] else {
-            if let leftOut = peerLog.take(now: scheduler.nowNanoseconds) {
-                logger.warning("ACL data for unknown connection handle \(packet.handle) dropped\(LogBudget.note(leftOut))")
-            }
-            return
-        }
+        // The host routes only this device's links here.
+        guard let connection = connections[packet.handle] else { return }
         do {
             try connection.reassembler.receive(packet) { cid, payload in
                 self.deliver(cid: cid, payload: payload, on: connection)

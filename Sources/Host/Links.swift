@@ -7,13 +7,14 @@ import Logging
 
 /// Links to centrals: opening, closing, and the parameters the device prefers.
 extension Peripheral {
-    func connectionOpened(_ event: LEConnectionComplete) {
-        guard event.status == HCIStatus.success else {
-            if let leftOut = linkLog.take(now: scheduler.nowNanoseconds) {
-                logger.warning("connection attempt failed\(LogBudget.note(leftOut))", metadata: [LogKey.hciStatus: .string(Hex.byte(event.status))])
-            }
-            return
+    func connectionAttemptFailed(status: UInt8) {
+        if let leftOut = linkLog.take(now: scheduler.nowNanoseconds) {
+            logger.warning("connection attempt failed\(LogBudget.note(leftOut))", metadata: [LogKey.hciStatus: .string(Hex.byte(status))])
         }
+    }
+
+    /// A link made from this device's advertising (the host routed it here).
+    func connectionOpened(_ event: LEConnectionComplete, fromAdvertising: Bool) {
         // Legacy advertising ends when a connection is made (Vol 6, Part B, 4.4.2.4).
         if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
         advertisingPhaseTimer = nil
@@ -25,14 +26,6 @@ extension Peripheral {
             }
             hci.send(.disconnect(handle: event.handle, reason: HCIStatus.remoteUserTerminated))
             return
-        }
-        if connections[event.handle] != nil {
-            // Vol 4, Part E, 5.3.1: a handle names one link at a time. A controller that reports
-            // a new link on a handle in use lost the old one without telling us: close it here,
-            // so its state, timers and subscriptions end and the device hears of it.
-            logger.warning("controller reported a new link on handle \(event.handle), which was in use: the old link is gone",
-                           metadata: [LogKey.connHandle: "\(event.handle)"])
-            connectionClosed(handle: event.handle, reason: HCIStatus.unspecifiedError, restartAdvertising: false)
         }
         guard connections.count < configuration.maxConnections else {
             // A controller that takes more links than the device allows cannot make memory grow:
@@ -51,6 +44,7 @@ extension Peripheral {
         let connection = Connection(handle: event.handle, peer: peer, server: server, parameters: event.parameters)
         connections[event.handle] = connection
         hci.openLink(event.handle)
+        host.linkOpened(event.handle, by: self)
         statistics.connectionsTotal += 1
         logger.event(.connected, .notice, "connected to \(event.peerAddress)", [
             LogKey.peer: .string(event.peerAddress.description), LogKey.connHandle: .string("\(event.handle)"),
@@ -71,6 +65,7 @@ extension Peripheral {
     func connectionClosed(handle: UInt16, reason: UInt8, restartAdvertising: Bool = true) {
         guard let connection = connections.removeValue(forKey: handle) else { return }
         hci.closeLink(handle)
+        defer { host.linkClosed(handle) }
         if let timer = connection.parameterTimer { scheduler.cancel(timer) }
         if let timer = connection.reassemblyTimer { scheduler.cancel(timer) }
         standard.connectionClosed(handle)
@@ -82,11 +77,7 @@ extension Peripheral {
             LogKey.hciStatus: .string(Hex.byte(reason)),
         ])
         if deviceStarted { device.peerDisconnected(connection.peer) }
-        if isStopping {
-            if connections.isEmpty { resetAndFinish() }
-            return
-        }
-        guard restartAdvertising else { return }
+        guard !isStopping, restartAdvertising else { return }
         // Apple's guidelines: fast advertising for 30 s after every disconnection, even when
         // a slow phase was running for another central.
         startAdvertising(fast: true)

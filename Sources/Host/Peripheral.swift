@@ -5,14 +5,24 @@ import BlemuHCI
 import BlemuL2CAP
 import Logging
 
+/// One emulated device on a controller: its database, its links, its advertising, and the
+/// device's view of the stack (`DeviceContext`). Several share one controller through their
+/// `PeripheralHost`.
 public final class Peripheral {
     public let device: Device
     public let configuration: PeripheralConfiguration
+    /// The controller this device is on, shared with the other devices on it.
+    public let host: PeripheralHost
     public let hci: HCIHost
+    /// This device's advertising set on the controller (nil until the controller is ready, or
+    /// when it had none left).
+    public internal(set) var advertisingSet: UInt8?
     public let database: GATTDatabase
     public let address: BluetoothAddress
     public internal(set) var statistics = PeripheralStatistics()
     public internal(set) var isAdvertising = false
+    /// The interval advertising runs at, while it runs (units of 0.625 ms).
+    public internal(set) var advertisingInterval: UInt16?
     public var logger: Logger
 
     public let scheduler: TimerScheduling
@@ -24,9 +34,6 @@ public final class Peripheral {
     var advertisingPhaseTimer: TimerID?
     var deviceStarted = false
     var deviceWaitingForRoom = false
-    var stopCompletion: (() -> Void)?
-    var stopTimer: TimerID?
-    var stopDeadlineTimer: TimerID?
     var frame: [UInt8] = []
     /// Lines whose rate a peer or the controller controls (Docs/DIAGNOSTICS.md).
     var peerLog = LogBudget()
@@ -34,11 +41,21 @@ public final class Peripheral {
     /// `att-error` and `write` events: one a request, so a central sets their pace.
     var requestLog = LogBudget(burst: 100, window: .seconds(10))
 
-    public init(device: Device, configuration: PeripheralConfiguration, scheduler: TimerScheduling, logger: Logger,
-                output: @escaping (UInt8, ArraySlice<UInt8>) -> Bool) throws(GATTDatabaseError) {
+    /// A device alone on its controller (`output` writes to it).
+    public convenience init(device: Device, configuration: PeripheralConfiguration, scheduler: TimerScheduling,
+                            logger: Logger, output: @escaping (UInt8, ArraySlice<UInt8>) -> Bool) throws(GATTDatabaseError) {
+        let host = PeripheralHost(controller: configuration.controller, scheduler: scheduler, logger: logger, output: output)
+        try self.init(device: device, configuration: configuration, host: host, logger: logger)
+    }
+
+    /// A device that joins `host`'s controller, beside the devices already on it.
+    public init(device: Device, configuration: PeripheralConfiguration, host: PeripheralHost,
+                logger: Logger) throws(GATTDatabaseError) {
         self.device = device
         self.configuration = configuration
-        self.scheduler = scheduler
+        self.host = host
+        self.scheduler = host.scheduler
+        hci = host.hci
         var logger = logger
         logger[metadataKey: LogKey.device] = .string(type(of: device).deviceName)
         logger[metadataKey: LogKey.controller] = .string(configuration.controller)
@@ -52,15 +69,13 @@ public final class Peripheral {
         let diagnostics = DiagnosticsService()
         database = try GATTDatabase(services: [standard.gap, standard.gatt] + device.services + [diagnostics.service])
         advertisingPayload = Self.payload(configuration: configuration, profile: profile, txPower: profile.txPowerLevel)
-        hci = HCIHost(scheduler: scheduler, logger: logger, output: output)
         frame.reserveCapacity(ATTServer.maximumMTU + 8)
         self.diagnostics = diagnostics
         standard.database = database
-        hci.delegate = self
         diagnostics.characteristic.onRead = { [weak self] request in
             guard let self else { return .failure(.unlikelyError) }
             if request.offset == 0 { self.statistics.diagnosticsReads += 1 }
-            return request.answer(Array(DiagnosticsService.render(self.diagnosticsFields()).utf8))
+            return request.answer(self.diagnosticsValue())
         }
         // A device may misbehave on purpose, so Apple's rules only warn; the Core's rules are
         // what a controller accepts at all, so parameters that break them are replaced.
@@ -77,6 +92,7 @@ public final class Peripheral {
         for line in advertisingPayload.omitted {
             logger.warning("advertising: \(line) does not fit in 31 + 31 bytes and is left out")
         }
+        host.join(self)
     }
 
     static func payload(configuration: PeripheralConfiguration, profile: DeviceProfile, txPower: Int8?) -> AdvertisingPayload {
@@ -89,99 +105,72 @@ public final class Peripheral {
         advertisingPayload = Self.payload(configuration: configuration, profile: device.profile, txPower: txPower)
     }
 
-    // MARK: Transport
+    // MARK: The controller, through the host
 
-    /// The controller transport is up: initialize the controller.
-    public func controllerUp() {
-        statistics.startedNanoseconds = statistics.startedNanoseconds == 0 ? scheduler.nowNanoseconds : statistics.startedNanoseconds
-        logger.event(.controllerUp, .info, "controller \(configuration.controller) connected")
-        hci.start()
-    }
+    /// The controller transport is up (for every device on it): initialize the controller.
+    public func controllerUp() { host.controllerUp() }
 
-    /// The controller transport is gone: every link with it.
-    public func controllerDown(reason: String) {
-        if isStopping {
-            // Nothing left to close on a controller that is gone: the stop is done.
-            logger.event(.controllerLost, .warning, "controller lost while stopping: \(reason)")
-            hci.halt()
-            connections.removeAll()
-            finishStop()
-            return
-        }
-        logger.event(.controllerLost, .error, "controller lost: \(reason); reconnecting")
-        hci.halt()
-        dropAllConnections(reason: "controller lost")
-        setAdvertising(false, log: false)
-    }
+    /// The controller transport is gone (for every device on it).
+    public func controllerDown(reason: String) { host.controllerDown(reason: reason) }
 
-    /// One packet from the controller: H4 packet type and the packet.
+    /// One packet from the controller, for whichever device it concerns.
     public func receive(packetType: UInt8, packet: ArraySlice<UInt8>) {
-        switch packetType {
-        case 0x04: hci.receiveEvent(packet)
-        case 0x02: hci.receiveACL(packet)
-        default: logger.debug("ignored H4 packet of type \(Hex.byte(packetType))")
-        }
+        host.receive(packetType: packetType, packet: packet)
     }
+
+    /// Stops every device on this controller (`PeripheralHost.stop`).
+    public func stop(completion: @escaping () -> Void) { host.stop(completion: completion) }
+
+    /// How long a clean stop may take at most.
+    public static var stopDeadline: Duration { PeripheralHost.stopDeadline }
 
     public var connectionCount: Int { connections.count }
 
-    // MARK: Stop
+    var isStopping: Bool { host.isStopping }
 
-    /// How long a clean stop may take at most: links closed, then the controller reset.
-    public static let stopDeadline: Duration = .seconds(3)
-    /// How long the links have to close before the Reset goes out anyway.
-    static let linkCloseWait: Duration = .seconds(2)
+    // MARK: What the host tells this device
 
-    /// Clean stop: advertising off, every link disconnected with Remote User Terminated
-    /// (0x13), then HCI Reset. Calls `completion` once, when done or after `stopDeadline` at
-    /// most, whatever the controller does.
-    public func stop(completion: @escaping () -> Void) {
-        guard stopCompletion == nil else { return }
+    func controllerCameUp() {
+        statistics.startedNanoseconds = statistics.startedNanoseconds == 0 ? scheduler.nowNanoseconds : statistics.startedNanoseconds
+        logger.event(.controllerUp, .info, "controller \(configuration.controller) connected")
+    }
+
+    func controllerWentAway(reason: String, stopping: Bool) {
+        if stopping {
+            // Nothing left to close on a controller that is gone: the stop is done.
+            logger.event(.controllerLost, .warning, "controller lost while stopping: \(reason)")
+            connections.removeAll()
+            return
+        }
+        logger.event(.controllerLost, .error, "controller lost: \(reason); reconnecting")
+        dropAllConnections(reason: "controller lost")
+        setAdvertising(false, log: false)
+        advertisingSet = nil
+    }
+
+    func hostReset(reason: String) {
+        dropAllConnections(reason: reason)
+        isAdvertising = false
+        advertisingRequested = false
+        advertisingSet = nil
+    }
+
+    /// The stop begins: the simulated world stops first.
+    func deviceStopping() {
         logger.debug("stopping: \(connections.count) link(s) to close")
-        stopCompletion = completion
         if deviceStarted { device.stop() }
         if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
         advertisingPhaseTimer = nil
-        guard hci.isReady else {
-            finishStop()
-            return
-        }
-        // Commands still queued (advertising restarts, parameter replies) no longer matter;
-        // only the ones below do, and they must not wait behind the others.
-        hci.cancelQueuedCommands()
-        stopDeadlineTimer = scheduler.schedule(after: Self.stopDeadline) { [weak self] in
-            self?.logger.warning("controller did not finish the stop within \(Self.stopDeadline); stopping anyway")
-            self?.finishStop()
-        }
-        if isAdvertising || advertisingRequested {
-            hci.send(.leSetAdvertisingEnable(false))
+    }
+
+    /// Advertising off, every link disconnected with Remote User Terminated (0x13).
+    func closeEverything() {
+        if let set = advertisingSet, isAdvertising || advertisingRequested {
+            host.advertiser.stop(set: set)
             setAdvertising(false, log: true)
         }
         for handle in connections.keys.sorted() {
             hci.send(.disconnect(handle: handle, reason: HCIStatus.remoteUserTerminated))
         }
-        stopTimer = scheduler.schedule(after: Self.linkCloseWait) { [weak self] in
-            self?.logger.warning("links did not close within \(Self.linkCloseWait); resetting anyway")
-            self?.resetAndFinish()
-        }
-        if connections.isEmpty { resetAndFinish() }
     }
-
-    func resetAndFinish() {
-        if let stopTimer { scheduler.cancel(stopTimer) }
-        stopTimer = nil
-        hci.send(.reset) { [weak self] _ in self?.finishStop() }
-    }
-
-    func finishStop() {
-        if let stopTimer { scheduler.cancel(stopTimer) }
-        stopTimer = nil
-        if let stopDeadlineTimer { scheduler.cancel(stopDeadlineTimer) }
-        stopDeadlineTimer = nil
-        guard let completion = stopCompletion else { return }
-        stopCompletion = { }
-        completion()
-    }
-
-    var isStopping: Bool { stopCompletion != nil }
 }

@@ -7,26 +7,28 @@ import Logging
 
 // MARK: - HCI events
 
-extension Peripheral: HCIHostDelegate {
-    public func hciHostDidBecomeReady(_ host: HCIHost) {
+extension Peripheral {
+    /// The controller is ready; `set` is this device's advertising set (nil: none was left,
+    /// which the host reports as fatal).
+    func hostReady(advertisingSet set: UInt8?) {
         guard !isStopping else { return }
+        advertisingSet = set
         if !deviceStarted {
             deviceStarted = true
             device.start(context: self)
         }
-        hci.send(.leSetRandomAddress(address)) { [weak self] result in
-            guard let self, !result.succeeded else { return }
+        guard let set else { return }
+        host.advertiser.setAddress(address) { [weak self] result in
+            guard let self, !result.succeeded, result != .cancelled else { return }
             self.logger.error("controller refused the random address \(self.address)",
                               metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
         }
         // TX Power Level in the advertisement is the controller's advertising power
         // (Vol 4, Part E, 7.8.6), so a phone can estimate path loss from RSSI.
         if device.profile.txPowerLevel != nil {
-            hci.send(.leReadAdvertisingChannelTxPower) { [weak self] result in
+            host.advertiser.readTxPower(set: set, interval: device.profile.advertisingTiming.fastInterval) { [weak self] power in
                 guard let self else { return }
-                if case .complete(let p) = result, p.count >= 2, p[0] == HCIStatus.success {
-                    self.rebuildAdvertisingPayload(txPower: Int8(bitPattern: p[1]))
-                }
+                if let power { self.rebuildAdvertisingPayload(txPower: power) }
                 self.startAdvertising(fast: true)
             }
         } else {
@@ -34,25 +36,20 @@ extension Peripheral: HCIHostDelegate {
         }
     }
 
-    public func hciHostDidReset(_ host: HCIHost, reason: String) {
-        dropAllConnections(reason: reason)
-        isAdvertising = false
-        advertisingRequested = false
+    func disconnectionCompleted(status: UInt8, handle: UInt16, reason: UInt8) {
+        guard status == HCIStatus.success else {
+            if let leftOut = linkLog.take(now: scheduler.nowNanoseconds) {
+                logger.warning("disconnection failed\(LogBudget.note(leftOut))",
+                               metadata: [LogKey.connHandle: "\(handle)", LogKey.hciStatus: .string(Hex.byte(status))])
+            }
+            return
+        }
+        connectionClosed(handle: handle, reason: reason)
     }
 
-    public func hciHost(_ host: HCIHost, didReceive event: HCIEvent) {
+    /// An event about one of this device's links.
+    func linkEvent(_ event: HCIEvent) {
         switch event {
-        case .leConnectionComplete(let complete):
-            connectionOpened(complete)
-        case let .disconnectionComplete(status, handle, reason):
-            guard status == HCIStatus.success else {
-                if let leftOut = linkLog.take(now: scheduler.nowNanoseconds) {
-                    logger.warning("disconnection failed\(LogBudget.note(leftOut))",
-                                   metadata: [LogKey.connHandle: "\(handle)", LogKey.hciStatus: .string(Hex.byte(status))])
-                }
-                return
-            }
-            connectionClosed(handle: handle, reason: reason)
         case let .leConnectionUpdateComplete(status, handle, parameters):
             guard status == HCIStatus.success, let connection = connections[handle] else { return }
             connection.parameters = parameters
@@ -76,10 +73,6 @@ extension Peripheral: HCIHostDelegate {
             logger.debug("PHY update: status \(Hex.byte(status)), tx \(tx), rx \(rx)", metadata: [LogKey.connHandle: "\(handle)"])
         case let .leLongTermKeyRequest(handle, _, _):
             longTermKeyRequested(handle: handle)
-        case .dataBufferOverflow:
-            if let leftOut = linkLog.take(now: scheduler.nowNanoseconds) {
-                logger.error("controller reports an ACL buffer overflow: it lost data\(LogBudget.note(leftOut))")
-            }
         default:
             break
         }
@@ -92,14 +85,6 @@ extension Peripheral: HCIHostDelegate {
         logger.info("central asked to encrypt the link; no key is held for it: negative reply",
                     metadata: [LogKey.connHandle: "\(handle)"])
         hci.send(.leLongTermKeyRequestNegativeReply(handle: handle))
-    }
-
-    public func hciHost(_ host: HCIHost, didReceiveACL packet: ACLPacket) {
-        receiveACL(packet)
-    }
-
-    public func hciHost(_ host: HCIHost, transmitQueueHasRoomFor handle: UInt16) {
-        deviceMayProceed()
     }
 
     /// Room freed somewhere: a device that was told "queue full" hears `peripheralIsReady`, once.

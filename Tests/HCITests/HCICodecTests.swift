@@ -88,7 +88,7 @@ private let peerAddress = BluetoothAddress("C0:11:22:33:44:55")!
     /// 7.8.1: LE Connection Complete .. Data Length Change (bits 0-6), Enhanced Connection
     /// Complete (9), PHY Update Complete (11).
     @Test func leSetEventMaskCarriesEightOctetsLittleEndian() {
-        #expect(encoded(.leSetEventMask(HCIHost.leEventMask)) == hex("012008 7f 0a 00 00 00 00 00 00"))
+        #expect(encoded(.leSetEventMask(HCIHost.leEventMask)) == hex("012008 7f 0a 02 00 00 00 00 00"))
     }
 
     /// 7.8.4: Random_Address, 6 octets, least significant first.

@@ -5,6 +5,7 @@ import BlemuGATT
 import BlemuHCI
 import BlemuHost
 import BlemuL2CAP
+import Foundation
 import Logging
 import Testing
 
@@ -152,13 +153,16 @@ final class LogCapture: @unchecked Sendable {
             bench.controller.sendL2CAP(handle: 0x0077, cid: L2CAPChannel.att, [0x0A, 0x01, 0x00])
             bench.controller.sendL2CAP(handle: 0x0040, cid: 0x0099, [0x00])
         }
-        let dropped = capture.lines.filter { $0.contains("dropped") }
-        #expect(dropped.count <= 10)
-        #expect(dropped.count >= 1)
+        // Ten lines each: unknown handles are the controller's (routing), unknown channels the link's.
+        let unknownHandle = capture.lines.filter { $0.contains("unknown connection handle") }
+        let unknownChannel = capture.lines.filter { $0.contains("unknown channel") }
+        #expect(unknownHandle.count == 10)
+        #expect(unknownChannel.count == 10)
         // A minute later the budget is back, and the next line says how many were left out.
         bench.scheduler.advance(by: .seconds(61))
         bench.controller.sendL2CAP(handle: 0x0077, cid: L2CAPChannel.att, [0x0A, 0x01, 0x00])
-        #expect(capture.lines.last?.contains("1990 similar lines left out") == true)
+        #expect(capture.lines.last?.contains("990 similar lines left out") == true)
+        #expect(bench.peripheral.host.logLinesLeftOut == 990)
     }
 
     /// `indicate` that returns false is followed by `peripheralIsReady`, and each indication
@@ -216,5 +220,26 @@ final class LogCapture: @unchecked Sendable {
         #expect(budget.take(now: 1_000_000_002) == 0)
         #expect(LogBudget.note(0) == "")
         #expect(LogBudget.note(1) == " (1 similar line left out)")
+    }
+}
+
+/// Found by the soak test: with three links the Diagnostics value passed 512 octets and was
+/// cut into invalid JSON. It must stay a whole JSON object with any number of links.
+@Suite struct DiagnosticsSizeTests {
+    @Test(arguments: [1, 3, 8, 32])
+    func diagnosticsStayWholeJSONWithManyLinks(_ links: Int) throws {
+        let bench = try Bench(device: HeartRateDevice(seed: 4), name: String(repeating: "N", count: 200))
+        for index in 0..<links {
+            bench.controller.connect(handle: UInt16(0x40 + index), peer: BluetoothAddress(value: 0xC0_00_00_00_10_00 | UInt64(index)))
+        }
+        let handle = bench.handle(of: BluetoothUUID("7d3c0002-9a5e-4d1a-8f6e-5c1b2d3e4f50")!)
+        let value = bench.longRead(handle)
+        #expect(value.count <= 512)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(value)) as? [String: Any])
+        #expect(object["connections"] as? Int == links)
+        let listed = (object["links"] as? [Any])?.count ?? -1
+        let leftOut = object["links_left_out"] as? Int ?? 0
+        #expect(listed + leftOut == links)
+        #expect(listed >= 1)
     }
 }

@@ -220,11 +220,27 @@ final class Bench {
         let bench = try Bench(device: HeartRateDevice(seed: 6))
         let c = bench.controller
         c.connect(handle: 0x0040, peer: bench.central)
-        let enablesBefore = c.commands(HCIOpcode.leSetAdvertisingEnable).filter { $0.parameters == [1] }.count
+        // The connection ended legacy advertising; it restarted fast for the next central.
+        #expect(bench.peripheral.isAdvertising)
+        #expect(bench.peripheral.advertisingInterval == AdvertisingTiming.defaultFastInterval)
+        bench.scheduler.advance(by: .seconds(20))
+        let commandsBefore = c.commands.count
         c.disconnect(handle: 0x0040, reason: 0x13)
         #expect(bench.peripheral.connectionCount == 0)
-        #expect(c.commands(HCIOpcode.leSetAdvertisingEnable).filter { $0.parameters == [1] }.count == enablesBefore + 1)
+        // Already fast: no off-and-on gap in which a connecting central would be lost; only the
+        // 30 s fast phase starts over (Apple's guidelines: fast after every disconnection).
+        #expect(c.commands.count == commandsBefore)
         #expect(bench.peripheral.isAdvertising)
+        bench.scheduler.advance(by: .seconds(29))
+        #expect(bench.peripheral.advertisingInterval == AdvertisingTiming.defaultFastInterval)
+        bench.scheduler.advance(by: .seconds(2))
+        #expect(bench.peripheral.advertisingInterval == AdvertisingTiming.defaultSlowInterval)
+        // From the slow phase, a disconnection switches back to fast.
+        c.connect(handle: 0x0041, peer: bench.central)
+        bench.scheduler.advance(by: .seconds(31))
+        #expect(bench.peripheral.advertisingInterval == AdvertisingTiming.defaultSlowInterval)
+        c.disconnect(handle: 0x0041, reason: 0x13)
+        #expect(bench.peripheral.advertisingInterval == AdvertisingTiming.defaultFastInterval)
 
         c.connect(handle: 0x0042, peer: bench.central)
         var stopped = false

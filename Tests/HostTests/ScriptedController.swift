@@ -10,6 +10,8 @@ final class ScriptedController {
     var aclBufferCount: UInt8 = 4
     var aclBufferSize: UInt16 = 27
     var supportsDataLengthExtension = true
+    /// LE Extended Advertising with this many sets (0: a legacy-only controller).
+    var extendedAdvertisingSets: UInt8 = 0
     var advertisingTxPower: Int8 = -4
     /// Opcodes to answer with this status instead of success.
     var failures: [UInt16: UInt8] = [:]
@@ -93,7 +95,11 @@ final class ScriptedController {
         case HCIOpcode.readLocalSupportedFeatures:
             returned += [UInt8](repeating: 0, count: 8)
         case HCIOpcode.leReadLocalSupportedFeatures:
-            returned += [supportsDataLengthExtension ? 0x20 : 0x00, 0, 0, 0, 0, 0, 0, 0]
+            returned += [supportsDataLengthExtension ? 0x20 : 0x00, extendedAdvertisingSets > 0 ? 0x10 : 0x00, 0, 0, 0, 0, 0, 0]
+        case HCIOpcode.leReadNumberOfSupportedAdvertisingSets:
+            returned.append(extendedAdvertisingSets)
+        case HCIOpcode.leSetExtendedAdvertisingParameters:
+            returned.append(UInt8(bitPattern: advertisingTxPower))
         case HCIOpcode.leReadAdvertisingChannelTxPower:
             returned.append(UInt8(bitPattern: advertisingTxPower))
         case HCIOpcode.leReadBufferSize:
@@ -132,6 +138,41 @@ final class ScriptedController {
         p.appendLE(random)
         p.appendLE(ediv)
         event(0x3E, p)
+    }
+
+    /// A connection made from extended advertising set `set`: LE Connection Complete, then LE
+    /// Advertising Set Terminated naming the set (Vol 4, Part E, 7.7.65.18), unless
+    /// `announceSet` is false (a controller that forgets it).
+    func connect(handle: UInt16, peer: BluetoothAddress, set: UInt8, announceSet: Bool = true) {
+        connect(handle: handle, peer: peer)
+        if announceSet { setTerminated(set: set, handle: handle) }
+    }
+
+    func setTerminated(set: UInt8, handle: UInt16, status: UInt8 = 0) {
+        var p: [UInt8] = [0x12, status, set]
+        p.appendLE(handle)
+        p.append(0)
+        event(0x3E, p)
+    }
+
+    /// The extended advertising sets the host has enabled and not disabled since, and the
+    /// random address each was given.
+    var enabledSets: Set<UInt8> {
+        var on: Set<UInt8> = []
+        for command in commands where command.opcode == HCIOpcode.leSetExtendedAdvertisingEnable {
+            let p = command.parameters
+            guard p.count >= 3 else { continue }
+            if p[0] == 1 { on.insert(p[2]) } else { on.remove(p[2]) }
+        }
+        return on
+    }
+
+    func setAddresses() -> [UInt8: [UInt8]] {
+        var out: [UInt8: [UInt8]] = [:]
+        for command in commands(HCIOpcode.leSetAdvertisingSetRandomAddress) where command.parameters.count == 7 {
+            out[command.parameters[0]] = Array(command.parameters[1...])
+        }
+        return out
     }
 
     func disconnect(handle: UInt16, reason: UInt8 = 0x13) {

@@ -1,0 +1,82 @@
+"""Several devices on ONE controller, as on a board with one radio: `blemu run A B C
+--controller SPEC --share-controller` puts them on one rootcanal connection, each in its own LE
+extended advertising set (Vol 4, Part E, 7.8.53 – 7.8.56). Bumble centrals check that each
+advertises its own address and name, that each connection reaches its own device, and that two
+centrals on two devices work at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from bumble_central import AD_COMPLETE_LOCAL_NAME, Central, UUID_DEVICE_NAME, UUID_GAP_SERVICE, UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE
+from fake_controller import FakeController
+from harness import BlemuProcess, run, run_cli, unique_name
+
+
+def has_complete_name(name: str):
+    """Copies' names differ only at the end, so a shortened name in the advertising data could
+    match the wrong copy: wait for the complete name (in the scan response)."""
+    return lambda result: any(ad_type == AD_COMPLETE_LOCAL_NAME and text == name
+                              for ad_type, text in result.names().values())
+
+
+def names_of(base: str) -> list[str]:
+    """The local names `blemu run heart-rate heart-rate heart-rate --name BASE` gives its copies."""
+    return [f"{base} heart-rate", f"{base} heart-rate 2", f"{base} heart-rate 3"]
+
+
+def test_three_devices_on_one_controller_each_reached_on_its_own(rootcanal, blemu_factory):
+    base = unique_name("S")
+    blemu = blemu_factory.start(None, wait_advertising=False, devices=["heart-rate"] * 3,
+                                extra_args=["--share-controller", "--name", base])
+    names = names_of(base)
+
+    async def scenario():
+        async with Central(rootcanal.controller_spec, name="shared-scanner") as scanner:
+            seen = [await scanner.scan_until(has_complete_name(name), name, timeout=20.0, alive=blemu.exited)
+                    for name in names]
+        addresses = {str(result.address) for result in seen}
+        assert len(addresses) == 3, f"three devices, three addresses: {addresses}"
+        assert all(result.connectable for result in seen), "every set is connectable"
+
+        # Two centrals on two devices at once, each reading its own device's name and one of
+        # them receiving its own device's measurements.
+        async with Central(rootcanal.controller_spec, name="central-a") as a, \
+                   Central(rootcanal.controller_spec, name="central-b") as b:
+            conn_a = await a.connect(seen[0].address)
+            conn_b = await b.connect(seen[2].address)
+            await asyncio.gather(conn_a.discover_all(), conn_b.discover_all())
+            name_a = await conn_a.read(conn_a.characteristic(UUID_DEVICE_NAME, UUID_GAP_SERVICE))
+            name_b = await conn_b.read(conn_b.characteristic(UUID_DEVICE_NAME, UUID_GAP_SERVICE))
+            assert name_a.decode() == names[0]
+            assert name_b.decode() == names[2]
+            await conn_a.subscribe(conn_a.characteristic(UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE))
+            await asyncio.sleep(3.5)
+            assert len(conn_a.notifications) >= 2, "device A's central gets its measurements"
+            assert not conn_b.notifications, "device C's central never gets A's notifications"
+
+            # The middle device still advertises while the others are connected, and a third
+            # central reaches it.
+            async with Central(rootcanal.controller_spec, name="central-c") as c:
+                again = await c.scan_until(has_complete_name(names[1]), names[1], timeout=10.0, alive=blemu.exited)
+                conn_c = await c.connect(again.address)
+                await conn_c.discover_all()
+                name_c = await conn_c.read(conn_c.characteristic(UUID_DEVICE_NAME, UUID_GAP_SERVICE))
+                assert name_c.decode() == names[1]
+                await conn_c.disconnect()
+            await conn_a.disconnect()
+            await conn_b.disconnect()
+
+    run(scenario(), timeout=90)
+    assert blemu.exited() is None, f"blemu exited: {blemu.log_tail()}"
+    assert blemu.stop() == 0, blemu.log_tail()
+
+
+def test_a_legacy_only_controller_with_two_devices_is_refused_with_a_reason():
+    with FakeController() as controller:
+        result = run_cli(["run", "heart-rate", "heart-rate", "--controller", controller.spec, "--share-controller",
+                          "--log-level", "error"], timeout=20.0)
+    assert result.returncode != 0, result.describe()
+    reason = "\n".join(result.reason_lines)
+    assert "no LE Extended Advertising" in reason and "--controller" in reason, result.describe()
