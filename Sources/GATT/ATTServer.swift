@@ -26,12 +26,15 @@ public protocol ATTServerDelegate: AnyObject {
     func attServerTransactionTimedOut(_ server: ATTServer)
     /// An indication refused for want of room (`.queueFull`) could now be taken.
     func attServerIndicationQueueHasRoom(_ server: ATTServer)
+    /// A fault of the device's `FaultPlan` was applied to a request or an update on `handle`.
+    func attServer(_ server: ATTServer, injected fault: FaultPlan.Action, handle: UInt16, opcode: UInt8)
     /// A device's `onWrite` refused a value during Execute Write after `written` values had
     /// been applied: the write was not atomic because the device checked too late.
     func attServer(_ server: ATTServer, executeWriteRefusedAfter written: Int, error: ATTError, handle: UInt16)
 }
 
 extension ATTServerDelegate {
+    public func attServer(_ server: ATTServer, injected fault: FaultPlan.Action, handle: UInt16, opcode: UInt8) {}
     public func attServerIndicationQueueHasRoom(_ server: ATTServer) {}
     public func attServer(_ server: ATTServer, executeWriteRefusedAfter written: Int, error: ATTError, handle: UInt16) {}
 }
@@ -72,7 +75,13 @@ public final class ATTServer {
     public let database: GATTDatabase
     public let peer: ATTPeer
     public weak var delegate: ATTServerDelegate?
+    /// Faults a test asked for (shared by the device's links); nil or empty: none.
+    public var faults: FaultPlan?
     private let scheduler: TimerScheduling
+    /// A request held back by a delay fault, and requests a misbehaving client sent after it.
+    private var heldRequests: Deque<[UInt8]> = []
+    private var heldTimer: TimerID?
+    private static let maxHeldRequests = 4
 
     public private(set) var mtu = ATTServer.defaultMTU
     private var mtuExchanged = false
@@ -115,6 +124,7 @@ public final class ATTServer {
 
     deinit {
         if let indicationTimer { scheduler.cancel(indicationTimer) }
+        if let heldTimer { scheduler.cancel(heldTimer) }
     }
 
     // MARK: Incoming
@@ -126,6 +136,56 @@ public final class ATTServer {
             confirmationReceived()
             return
         }
+        if heldTimer != nil, ATTOpcode.isRequestForm(opcode) {
+            // A request answered late by a delay fault is still outstanding (Vol 3, Part F,
+            // 3.3.2): a client that sends another anyway waits its turn, in order.
+            if heldRequests.count < Self.maxHeldRequests { heldRequests.append(Array(pdu)) }
+            return
+        }
+        if let faults, !faults.isEmpty, applyFault(faults, opcode: opcode, pdu: pdu) { return }
+        handle(pdu, opcode: opcode)
+    }
+
+    /// The opcodes whose first parameter is the attribute handle a fault may name.
+    private static func targetHandle(_ opcode: UInt8, _ pdu: ArraySlice<UInt8>) -> UInt16? {
+        switch opcode {
+        case ATTOpcode.readRequest.rawValue, ATTOpcode.readBlobRequest.rawValue, ATTOpcode.writeRequest.rawValue,
+             ATTOpcode.writeCommand.rawValue, ATTOpcode.prepareWriteRequest.rawValue:
+            guard pdu.count >= 3 else { return nil }
+            return UInt16(pdu[pdu.startIndex + 1]) | UInt16(pdu[pdu.startIndex + 2]) << 8
+        default:
+            return nil
+        }
+    }
+
+    /// Applies a planned fault to this PDU; true when the PDU was taken by it.
+    private func applyFault(_ faults: FaultPlan, opcode: UInt8, pdu: ArraySlice<UInt8>) -> Bool {
+        guard let handle = Self.targetHandle(opcode, pdu), let action = faults.takeForRequest(handle) else { return false }
+        delegate?.attServer(self, injected: action, handle: handle, opcode: opcode)
+        switch action {
+        case .error(let error):
+            if opcode != ATTOpcode.readBlobRequest.rawValue { longRead = nil }
+            // A command has no response: the fault makes it vanish, as a failed write would.
+            if ATTOpcode.isRequestForm(opcode) { sendError(opcode, handle, error) }
+        case .delay(let duration):
+            heldRequests.append(Array(pdu))
+            heldTimer = scheduler.schedule(after: duration) { [weak self] in self?.releaseHeld() }
+        case .drop:
+            return false
+        }
+        return true
+    }
+
+    /// The delay is over: the held request is handled, then any that queued behind it.
+    private func releaseHeld() {
+        heldTimer = nil
+        while heldTimer == nil, let next = heldRequests.popFirst() {
+            guard !isTimedOut, !isClosed, let opcode = next.first else { break }
+            handle(next[...], opcode: opcode)
+        }
+    }
+
+    private func handle(_ pdu: ArraySlice<UInt8>, opcode: UInt8) {
         // A long read is continued only by Read Blob requests for its handle; anything else
         // ends it (the Read Blob handler checks the handle).
         if opcode != ATTOpcode.readBlobRequest.rawValue { longRead = nil }
@@ -651,6 +711,10 @@ public final class ATTServer {
     /// Sends a notification if this peer enabled it; the value is cut to ATT_MTU - 3.
     public func notify(_ c: Characteristic, value: [UInt8]) -> UpdateOutcome {
         guard !isTimedOut, !isClosed, isSubscribed(c, indications: false) else { return .notSubscribed }
+        if let faults, !faults.isEmpty, faults.takeDrop(c.valueHandle) {
+            delegate?.attServer(self, injected: .drop, handle: c.valueHandle, opcode: ATTOpcode.handleValueNotification.rawValue)
+            return .queued
+        }
         update.removeAll(keepingCapacity: true)
         update.append(ATTOpcode.handleValueNotification.rawValue)
         update.appendLE(c.valueHandle)
@@ -664,6 +728,11 @@ public final class ATTServer {
     /// `bt_gatt_indicate_params.func`).
     public func indicate(_ c: Characteristic, value: [UInt8], completion: IndicationCompletion? = nil) -> UpdateOutcome {
         guard !isTimedOut, !isClosed, isSubscribed(c, indications: true) else { return .notSubscribed }
+        if let faults, !faults.isEmpty, faults.takeDrop(c.valueHandle) {
+            delegate?.attServer(self, injected: .drop, handle: c.valueHandle, opcode: ATTOpcode.handleValueIndication.rawValue)
+            completion?(peer, .notSent)
+            return .queued
+        }
         let indication = PendingIndication(handle: c.valueHandle, value: value, completion: completion)
         if inFlight != nil || !pendingIndications.isEmpty {
             guard pendingIndications.count < Self.maxPendingIndications else {
@@ -734,6 +803,9 @@ public final class ATTServer {
         isClosed = true
         if let indicationTimer { scheduler.cancel(indicationTimer) }
         indicationTimer = nil
+        if let heldTimer { scheduler.cancel(heldTimer) }
+        heldTimer = nil
+        heldRequests.removeAll()
         failIndications(.disconnected)
         longRead = nil
         preparedWrites.removeAll()

@@ -18,7 +18,8 @@ extension Peripheral {
     /// Starts (or restarts) advertising, fast for the first phase, when the device can take
     /// another link.
     func startAdvertising(fast: Bool) {
-        guard hci.isReady, !isStopping, let set = advertisingSet, connections.count < configuration.maxConnections else { return }
+        guard hci.isReady, !isStopping, advertisingAllowed, let set = advertisingSet,
+              connections.count < configuration.maxConnections else { return }
         let timing = device.profile.advertisingTiming
         let interval = fast ? timing.fastInterval : timing.slowInterval
         if fast, isAdvertising, !advertisingRequested, advertisingInterval == interval {

@@ -40,6 +40,7 @@ extension Peripheral {
         }
         let peer = ATTPeer(connectionHandle: event.handle, address: event.peerAddress)
         let server = ATTServer(database: database, peer: peer, scheduler: scheduler)
+        server.faults = faults
         server.delegate = self
         let connection = Connection(handle: event.handle, peer: peer, server: server, parameters: event.parameters)
         connections[event.handle] = connection

@@ -21,6 +21,11 @@ public final class Peripheral {
     public let address: BluetoothAddress
     public internal(set) var statistics = PeripheralStatistics()
     public internal(set) var isAdvertising = false
+    /// Faults a test asked for, applied by every link's ATT server.
+    public let faults = FaultPlan()
+    /// False after `advertise off` from the control socket: advertising stays off, also after
+    /// disconnections, until turned on again.
+    public internal(set) var advertisingAllowed = true
     /// The interval advertising runs at, while it runs (units of 0.625 ms).
     public internal(set) var advertisingInterval: UInt16?
     public var logger: Logger

@@ -78,6 +78,14 @@ extension Peripheral: ATTServerDelegate {
         ])
     }
 
+    public func attServer(_ server: ATTServer, injected fault: FaultPlan.Action, handle: UInt16, opcode: UInt8) {
+        logger.event(.faultInjected, .notice, "fault injected: \(fault) for opcode \(Hex.byte(opcode)), handle \(Hex.word(handle))", [
+            LogKey.peer: .string(server.peer.address.description),
+            LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
+            LogKey.attOpcode: .string(Hex.byte(opcode)), LogKey.attHandle: .string(Hex.word(handle)),
+        ])
+    }
+
     public func attServerIndicationQueueHasRoom(_ server: ATTServer) {
         deviceMayProceed()
     }

@@ -59,7 +59,9 @@ def test_three_devices_on_one_controller_each_reached_on_its_own(rootcanal, blem
             # The middle device still advertises while the others are connected, and a third
             # central reaches it.
             async with Central(rootcanal.controller_spec, name="central-c") as c:
-                again = await c.scan_until(has_complete_name(names[1]), names[1], timeout=10.0, alive=blemu.exited)
+                middle = str(seen[1].address)
+                again = await c.scan_until(lambda result: str(result.address) == middle, f"advertising from {middle}",
+                                           timeout=15.0, want_scan_response=False, alive=blemu.exited)
                 conn_c = await c.connect(again.address)
                 await conn_c.discover_all()
                 name_c = await conn_c.read(conn_c.characteristic(UUID_DEVICE_NAME, UUID_GAP_SERVICE))
