@@ -7,15 +7,17 @@ let package = Package(
     platforms: [.macOS(.v13)],
     products: [
         .executable(name: "blemu", targets: ["blemu"]),
-        // The stack as a library, for the benchmarks package (Benchmarks/) and embedding.
+        // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
         .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuHost",
-                                             "BlemuDevices"]),
+                                             "BlemuDevices", "BlemuTransport"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+        // The --config file parser (YAML).
+        .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
     ],
     targets: [
         // C: what Glibc's Swift module lacks (epoll, timerfd, signalfd, termios flags).
@@ -53,13 +55,20 @@ let package = Package(
         .target(name: "BlemuDevices", dependencies: ["BlemuCore", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Devices"),
+        // Configuration files: devices and their options, checked before anything starts.
+        .target(name: "BlemuConfig", dependencies: [
+            "BlemuCore", "BlemuHCI", "BlemuTransport",
+            .product(name: "Yams", package: "Yams"),
+        ], path: "Sources/Config"),
         .executableTarget(name: "blemu", dependencies: [
-            "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices",
+            "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuConfig",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/CLI"),
 
         .testTarget(name: "CoreTests", dependencies: ["BlemuCore"], path: "Tests/CoreTests"),
+        .testTarget(name: "ConfigTests", dependencies: ["BlemuConfig", "BlemuHCI", "BlemuTransport", "BlemuCore"],
+                    path: "Tests/ConfigTests"),
         .testTarget(name: "RunLoopTests", dependencies: ["BlemuRunLoop", "BlemuTransport", "CLinux"],
                     path: "Tests/RunLoopTests"),
         .testTarget(name: "HCITests", dependencies: ["BlemuHCI", "BlemuL2CAP"], path: "Tests/HCITests"),

@@ -210,7 +210,7 @@ public struct ConnectionParameters: Sendable, Equatable, CustomStringConvertible
     }
 
     /// "15", "7.5", "18.75": milliseconds without a trailing ".0".
-    static func ms(_ value: Double) -> String {
+    public static func ms(_ value: Double) -> String {
         if value == value.rounded(), abs(value) < 1e15 { return String(Int64(value)) }
         return String(value)
     }

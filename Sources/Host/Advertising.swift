@@ -20,7 +20,7 @@ extension Peripheral {
     func startAdvertising(fast: Bool) {
         guard hci.isReady, !isStopping, advertisingAllowed, let set = advertisingSet,
               connections.count < configuration.maxConnections else { return }
-        let timing = device.profile.advertisingTiming
+        let timing = profile.advertisingTiming
         let interval = fast ? timing.fastInterval : timing.slowInterval
         if fast, isAdvertising, !advertisingRequested, advertisingInterval == interval {
             // Already advertising fast: only the fast phase starts over. Turning advertising off

@@ -94,7 +94,7 @@ extension Peripheral {
     /// do not match them.
     /// The device's preferred parameters, or the recommended ones when the device's break the Core rules.
     var preferredParameters: ConnectionParameters {
-        let asked = device.profile.connectionParameters
+        let asked = profile.connectionParameters
         return asked.coreViolations.isEmpty ? asked : .recommended
     }
 

@@ -11,6 +11,8 @@ import Logging
 public final class Peripheral {
     public let device: Device
     public let configuration: PeripheralConfiguration
+    /// The device's profile with the configuration's overrides.
+    public let profile: DeviceProfile
     /// The controller this device is on, shared with the other devices on it.
     public let host: PeripheralHost
     public let hci: HCIHost
@@ -68,7 +70,10 @@ public final class Peripheral {
         self.logger = logger
         address = configuration.address
             ?? BluetoothAddress.staticRandom(seed: "blemu/\(type(of: device).deviceName)/\(configuration.name)")
-        let profile = device.profile
+        var profile = device.profile
+        if let timing = configuration.advertisingTiming { profile.advertisingTiming = timing }
+        if let parameters = configuration.connectionParameters { profile.connectionParameters = parameters }
+        self.profile = profile
         let usable = profile.connectionParameters.coreViolations.isEmpty ? profile.connectionParameters : .recommended
         standard = StandardServices(name: configuration.name, appearance: profile.appearance, parameters: usable)
         let diagnostics = DiagnosticsService()
@@ -107,7 +112,7 @@ public final class Peripheral {
     }
 
     func rebuildAdvertisingPayload(txPower: Int8) {
-        advertisingPayload = Self.payload(configuration: configuration, profile: device.profile, txPower: txPower)
+        advertisingPayload = Self.payload(configuration: configuration, profile: profile, txPower: txPower)
     }
 
     // MARK: The controller, through the host

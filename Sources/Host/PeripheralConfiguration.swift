@@ -18,15 +18,22 @@ public struct PeripheralConfiguration: Sendable {
     public var maxConnections: Int
     /// Delay after connecting before asking the central for the device's preferred parameters.
     public var parameterUpdateDelay: Duration
+    /// Overrides of the device's own advertising timing and preferred connection parameters
+    /// (a configuration file's `advertising` and `connection`).
+    public var advertisingTiming: AdvertisingTiming?
+    public var connectionParameters: ConnectionParameters?
 
     public init(name: String, address: BluetoothAddress? = nil, controller: String, firmware: String = blemuVersion,
-                maxConnections: Int = 32, parameterUpdateDelay: Duration = .seconds(1)) {
+                maxConnections: Int = 32, parameterUpdateDelay: Duration = .seconds(1),
+                advertisingTiming: AdvertisingTiming? = nil, connectionParameters: ConnectionParameters? = nil) {
         self.name = name
         self.address = address
         self.controller = controller
         self.firmware = firmware
         self.maxConnections = maxConnections
         self.parameterUpdateDelay = parameterUpdateDelay
+        self.advertisingTiming = advertisingTiming
+        self.connectionParameters = connectionParameters
     }
 }
 

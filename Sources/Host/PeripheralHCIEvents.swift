@@ -25,8 +25,8 @@ extension Peripheral {
         }
         // TX Power Level in the advertisement is the controller's advertising power
         // (Vol 4, Part E, 7.8.6), so a phone can estimate path loss from RSSI.
-        if device.profile.txPowerLevel != nil {
-            host.advertiser.readTxPower(set: set, interval: device.profile.advertisingTiming.fastInterval) { [weak self] power in
+        if profile.txPowerLevel != nil {
+            host.advertiser.readTxPower(set: set, interval: profile.advertisingTiming.fastInterval) { [weak self] power in
                 guard let self else { return }
                 if let power { self.rebuildAdvertisingPayload(txPower: power) }
                 self.startAdvertising(fast: true)

@@ -1,0 +1,293 @@
+import BlemuCore
+import BlemuHCI
+import BlemuTransport
+import Yams
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a `--config` file says: the devices to run and, per device, its name, address,
+/// controller, initial values, PIN, passkey, advertising and connection intervals.
+///
+/// ```yaml
+/// controller: tcp:127.0.0.1:6402        # the default for every device
+/// devices:
+///   - device: heart-rate
+///     name: Bench HR
+///     address: C4:12:34:56:78:9A
+///     settings: { bpm: 72, battery: 80 }
+///     advertising: { fast_interval_ms: 20, fast_duration_s: 30, slow_interval_ms: 152.5 }
+///     connection: { interval_min_ms: 15, interval_max_ms: 30, latency: 0, timeout_ms: 4000 }
+///   - device: lock
+///     pin: "2468"
+/// ```
+///
+/// Every value is checked when the file is read, before anything starts; a bad one is one
+/// error naming the file, the line, the key and what is allowed.
+public struct RunConfiguration: Sendable, Equatable {
+    public var controller: ControllerSpec?
+    public var devices: [DeviceConfiguration]
+
+    public init(controller: ControllerSpec? = nil, devices: [DeviceConfiguration] = []) {
+        self.controller = controller
+        self.devices = devices
+    }
+}
+
+public struct DeviceConfiguration: Sendable, Equatable {
+    public var device: String
+    public var name: String?
+    public var address: BluetoothAddress?
+    public var controller: ControllerSpec?
+    /// Initial values, applied through the device's settings in file order.
+    public var settings: [Setting]
+    /// The lock's PIN: 4 to 8 digits.
+    public var pin: String?
+    /// A static pairing passkey: 6 digits.
+    public var passkey: String?
+    public var advertising: AdvertisingTiming?
+    public var connection: ConnectionParameters?
+    /// Where the entry starts in the file, for errors found later (an unknown setting key).
+    public var location: String
+
+    public struct Setting: Sendable, Equatable {
+        public var key: String
+        public var value: String
+        /// `file:line` of the value.
+        public var location: String
+    }
+
+    public init(device: String, location: String) {
+        self.device = device
+        self.settings = []
+        self.location = location
+    }
+}
+
+/// One line: `FILE:LINE: KEY: what is wrong (what is allowed)`.
+public struct ConfigurationError: Error, CustomStringConvertible, Equatable {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+public enum ConfigurationFile {
+    /// The largest file read: a configuration is a few kilobytes; more is not one.
+    public static let maximumSize = 1 << 20
+
+    /// Reads and checks `path`.
+    public static func load(path: String) throws(ConfigurationError) -> RunConfiguration {
+        let text: String
+        do {
+            text = try readFile(path)
+        } catch {
+            throw ConfigurationError("\(path): \(error.description)")
+        }
+        return try parse(text, file: path)
+    }
+
+    /// Checks a configuration given as text; `file` names it in errors.
+    public static func parse(_ text: String, file: String) throws(ConfigurationError) -> RunConfiguration {
+        let root: Node?
+        do {
+            root = try Yams.compose(yaml: text)
+        } catch {
+            throw ConfigurationError("\(file): not valid YAML: \(String(describing: error).split(separator: "\n").first ?? "")")
+        }
+        guard let root else { throw ConfigurationError("\(file): the file is empty; it needs a `devices:` list") }
+        let reader = Reader(file: file)
+        let top = try reader.mapping(root, at: "")
+        try reader.allowOnly(["controller", "devices"], in: top, at: "")
+        var configuration = RunConfiguration()
+        if let node = top["controller"] {
+            configuration.controller = try reader.controller(node.value, at: "controller")
+        }
+        guard let devices = top["devices"] else {
+            throw ConfigurationError("\(file): no `devices:` list (each entry at least `- device: NAME`)")
+        }
+        let entries = try reader.sequence(devices.value, at: "devices")
+        guard !entries.isEmpty else { throw ConfigurationError("\(reader.at(devices.value)): devices: the list is empty") }
+        for (index, entry) in entries.enumerated() {
+            configuration.devices.append(try reader.device(entry, at: "devices[\(index)]"))
+        }
+        return configuration
+    }
+
+    private static func readFile(_ path: String) throws(ConfigurationError) -> String {
+        #if canImport(Glibc)
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw ConfigurationError(String(cString: strerror(errno))) }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw ConfigurationError(String(cString: strerror(errno)))
+            }
+            if n == 0 { break }
+            bytes.append(contentsOf: chunk[..<n])
+            guard bytes.count <= maximumSize else { throw ConfigurationError("larger than \(maximumSize) bytes: not a configuration file") }
+        }
+        guard let text = String(validating: bytes, as: UTF8.self) else { throw ConfigurationError("not UTF-8 text") }
+        return text
+        #else
+        throw ConfigurationError("reading files is not supported on this platform")
+        #endif
+    }
+}
+
+/// Walks the YAML nodes with the path and line of each, so every error says where.
+private struct Reader {
+    let file: String
+
+    typealias Entry = (key: String, value: Node, keyNode: Node)
+
+    func at(_ node: Node) -> String {
+        guard let mark = node.mark else { return file }
+        return "\(file):\(mark.line)"
+    }
+
+    func fail(_ node: Node, _ path: String, _ message: String) -> ConfigurationError {
+        ConfigurationError("\(at(node)): \(path.isEmpty ? "" : "\(path): ")\(message)")
+    }
+
+    func mapping(_ node: Node, at path: String) throws(ConfigurationError) -> [String: Entry] {
+        guard case .mapping(let mapping) = node else {
+            throw fail(node, path, "expected a mapping of `key: value` lines")
+        }
+        var out: [String: Entry] = [:]
+        for (key, value) in mapping {
+            guard case .scalar(let scalar) = key else { throw fail(key, path, "a key must be a plain word") }
+            guard out[scalar.string] == nil else { throw fail(key, path, "`\(scalar.string)` is given twice") }
+            out[scalar.string] = (scalar.string, value, key)
+        }
+        return out
+    }
+
+    func allowOnly(_ keys: [String], in entries: [String: Entry], at path: String) throws(ConfigurationError) {
+        for entry in entries.values.sorted(by: { $0.key < $1.key }) where !keys.contains(entry.key) {
+            throw fail(entry.keyNode, path, "unknown key `\(entry.key)` (allowed: \(keys.joined(separator: ", ")))")
+        }
+    }
+
+    func sequence(_ node: Node, at path: String) throws(ConfigurationError) -> [Node] {
+        guard case .sequence(let sequence) = node else { throw fail(node, path, "expected a list (lines starting with `- `)") }
+        return Array(sequence)
+    }
+
+    func scalar(_ node: Node, at path: String) throws(ConfigurationError) -> String {
+        guard case .scalar(let scalar) = node else { throw fail(node, path, "expected a single value") }
+        return scalar.string
+    }
+
+    func number(_ node: Node, at path: String, _ range: ClosedRange<Double>, unit: String) throws(ConfigurationError) -> Double {
+        let text = try scalar(node, at: path)
+        guard let value = Double(text), value.isFinite else { throw fail(node, path, "`\(text)` is not a number (\(unit))") }
+        guard range.contains(value) else {
+            throw fail(node, path, "\(text) is outside \(ConnectionParameters.ms(range.lowerBound))...\(ConnectionParameters.ms(range.upperBound)) \(unit)")
+        }
+        return value
+    }
+
+    func digits(_ node: Node, at path: String, _ counts: ClosedRange<Int>, what: String) throws(ConfigurationError) -> String {
+        let text = try scalar(node, at: path)
+        guard counts.contains(text.count), text.allSatisfy({ $0.isASCII && $0.isNumber }) else {
+            let count = counts.count == 1 ? "\(counts.lowerBound)" : "\(counts.lowerBound) to \(counts.upperBound)"
+            throw fail(node, path, "\(what) must be \(count) digits, got `\(text)`")
+        }
+        return text
+    }
+
+    func controller(_ node: Node, at path: String) throws(ConfigurationError) -> ControllerSpec {
+        let text = try scalar(node, at: path)
+        do {
+            return try ControllerSpec(parsing: text)
+        } catch {
+            throw fail(node, path, error.description)
+        }
+    }
+
+    func device(_ node: Node, at path: String) throws(ConfigurationError) -> DeviceConfiguration {
+        let keys = ["device", "name", "address", "controller", "settings", "pin", "passkey", "advertising", "connection"]
+        let entries = try mapping(node, at: path)
+        try allowOnly(keys, in: entries, at: path)
+        guard let name = entries["device"] else { throw fail(node, path, "`device:` is missing (the device to run, e.g. heart-rate)") }
+        var device = DeviceConfiguration(device: try scalar(name.value, at: "\(path).device"), location: at(node))
+        if let entry = entries["name"] {
+            let text = try scalar(entry.value, at: "\(path).name")
+            // Vol 3, Part C, 12.1: a Device Name of at most 248 octets.
+            guard (1...248).contains(text.utf8.count) else { throw fail(entry.value, "\(path).name", "must be 1 to 248 bytes of UTF-8") }
+            device.name = text
+        }
+        if let entry = entries["address"] {
+            let text = try scalar(entry.value, at: "\(path).address")
+            guard let address = BluetoothAddress(text), address.isValidStaticRandom else {
+                throw fail(entry.value, "\(path).address", "`\(text)` is not a static random address like C4:12:34:56:78:9A (first byte C0-FF)")
+            }
+            device.address = address
+        }
+        if let entry = entries["controller"] { device.controller = try controller(entry.value, at: "\(path).controller") }
+        if let entry = entries["pin"] { device.pin = try digits(entry.value, at: "\(path).pin", 4...8, what: "a PIN") }
+        if let entry = entries["passkey"] { device.passkey = try digits(entry.value, at: "\(path).passkey", 6...6, what: "a passkey") }
+        if let entry = entries["settings"] {
+            let settings = try mapping(entry.value, at: "\(path).settings")
+            // In file order, so a later setting may build on an earlier one.
+            guard case .mapping(let ordered) = entry.value else { return device }
+            for (key, _) in ordered {
+                guard let name = key.scalar?.string, let setting = settings[name] else { continue }
+                device.settings.append(.init(key: name, value: try scalar(setting.value, at: "\(path).settings.\(name)"),
+                                             location: at(setting.value)))
+            }
+        }
+        if let entry = entries["advertising"] { device.advertising = try advertising(entry.value, at: "\(path).advertising") }
+        if let entry = entries["connection"] { device.connection = try connection(entry.value, at: "\(path).connection") }
+        return device
+    }
+
+    func advertising(_ node: Node, at path: String) throws(ConfigurationError) -> AdvertisingTiming {
+        let entries = try mapping(node, at: path)
+        try allowOnly(["fast_interval_ms", "fast_duration_s", "slow_interval_ms"], in: entries, at: path)
+        var timing = AdvertisingTiming()
+        // Vol 4, Part E, 7.8.5: 20 ms to 10.24 s, in units of 0.625 ms.
+        func interval(_ key: String) throws(ConfigurationError) -> UInt16? {
+            guard let entry = entries[key] else { return nil }
+            let ms = try number(entry.value, at: "\(path).\(key)", 20...10240, unit: "ms")
+            let units = ms / AdvertisingTiming.unitMs
+            guard units == units.rounded() else {
+                throw fail(entry.value, "\(path).\(key)", "\(ConnectionParameters.ms(ms)) ms is not a whole number of 0.625 ms units")
+            }
+            return UInt16(units)
+        }
+        if let fast = try interval("fast_interval_ms") { timing.fastInterval = fast }
+        if let slow = try interval("slow_interval_ms") { timing.slowInterval = slow }
+        if let entry = entries["fast_duration_s"] {
+            timing.fastDuration = .milliseconds(Int64(try number(entry.value, at: "\(path).fast_duration_s", 0...86_400, unit: "s") * 1000))
+        }
+        if timing.fastInterval > timing.slowInterval {
+            throw fail(node, path, "fast_interval_ms is slower than slow_interval_ms")
+        }
+        return timing
+    }
+
+    func connection(_ node: Node, at path: String) throws(ConfigurationError) -> ConnectionParameters {
+        let entries = try mapping(node, at: path)
+        let keys = ["interval_min_ms", "interval_max_ms", "latency", "timeout_ms"]
+        try allowOnly(keys, in: entries, at: path)
+        for key in keys where entries[key] == nil {
+            throw fail(node, path, "`\(key)` is missing (give all of \(keys.joined(separator: ", ")))")
+        }
+        let minimum = try number(entries["interval_min_ms"]!.value, at: "\(path).interval_min_ms", 7.5...4000, unit: "ms")
+        let maximum = try number(entries["interval_max_ms"]!.value, at: "\(path).interval_max_ms", 7.5...4000, unit: "ms")
+        let latency = try number(entries["latency"]!.value, at: "\(path).latency", 0...499, unit: "connection events")
+        let timeout = try number(entries["timeout_ms"]!.value, at: "\(path).timeout_ms", 100...32000, unit: "ms")
+        guard latency == latency.rounded() else { throw fail(entries["latency"]!.value, "\(path).latency", "must be a whole number") }
+        guard let parameters = ConnectionParameters(intervalMinMs: minimum, intervalMaxMs: maximum, peripheralLatency: UInt16(latency),
+                                                    supervisionTimeoutMs: timeout) else {
+            throw fail(node, path, "intervals must be whole numbers of 1.25 ms and the timeout of 10 ms")
+        }
+        if let problem = parameters.coreViolations.first { throw fail(node, path, problem) }
+        return parameters
+    }
+}
