@@ -10,6 +10,10 @@ public enum DeviceRegistry {
 
     public static let all: [Entry] = [
         Entry(name: HeartRateDevice.deviceName, summary: HeartRateDevice.summary, make: { HeartRateDevice() }),
+        Entry(name: ThermostatDevice.deviceName, summary: ThermostatDevice.summary, make: { ThermostatDevice() }),
+        // The PIN: `LockDevice(pin:)` (check it with `LockDevice.pinRefusal`), or the `pin` setting
+        // before start; with neither, the lock makes one up and logs it.
+        Entry(name: LockDevice.deviceName, summary: LockDevice.summary, make: { LockDevice() }),
     ]
 
     public static func entry(named name: String) -> Entry? { all.first { $0.name == name } }

@@ -638,3 +638,20 @@ async def collect_notifications(
 
 def uuids(items: Iterable[Any]) -> set[UUID]:
     return {item.uuid for item in items}
+
+
+async def collect_indications(
+    conn: CentralConnection, handle: int, count: int, timeout: float, start_index: int = 0
+) -> list[Notification]:
+    """Wait until `count` indications for `handle` arrived after index `start_index` (Bumble
+    confirms each one as it arrives, Vol 3, Part F, 3.4.7.3)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = [n for n in conn.indications[start_index:] if n.handle == handle]
+        if len(got) >= count:
+            return got[:count]
+        if not conn.is_connected:
+            raise AssertionError(f"disconnected (reason 0x{conn.disconnected.result():02x}) while waiting for indications")
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{len(got)} of {count} indications on handle 0x{handle:04x} within {timeout:.0f} s")
+        await asyncio.sleep(0.05)

@@ -10,11 +10,18 @@ public final class BatteryService {
     public let service: Service
     /// Percent lost per hour.
     public let drainPerHour: Double
-    private let startLevel: Double
+    /// The `battery` setting every battery-powered device offers.
+    public var setting: DeviceSetting {
+        .integer("battery", "battery level, %, 0 to 100 (then draining \(Self.format(drainPerHour)) % an hour)", in: 0...100) {
+            [weak self] percent in self?.setLevel(Double(percent))
+        }
+    }
+
+    private var startLevel: Double
     private weak var context: DeviceContext?
     private var startNanoseconds: UInt64 = 0
-    private var timer: TimerID?
-    private var lastNotified: UInt8?
+    private let ticker: TickWhileSubscribed
+    private let notified: SteppedValue
 
     public init(startLevel: Double = 100, drainPerHour: Double = 2) {
         self.startLevel = startLevel
@@ -24,47 +31,55 @@ public final class BatteryService {
                                    descriptors: [.presentationFormat(format: 0x04, unit: 0x27AD)])
         self.level = level
         service = Service(0x180F) { level }
+        ticker = TickWhileSubscribed(every: .seconds(60), watching: [level])
+        notified = SteppedValue(level, step: 1) { [UInt8($0)] }
         level.onRead = { [weak self] request in
             guard let self else { return .failure(.unlikelyError) }
             return request.answer([self.currentLevel])
         }
+        // A new listener hears the level at once, then each whole percent it loses.
+        ticker.onStart = { [weak self] in
+            self?.notified.notified.baseline(nil)
+            self?.publish()
+        }
+        ticker.onTick = { [weak self] in self?.publish() }
     }
 
     public func start(context: DeviceContext) {
         self.context = context
         startNanoseconds = context.scheduler.nowNanoseconds
+        ticker.start(context: context)
     }
 
-    public func stop() {
-        if let timer { context?.scheduler.cancel(timer) }
-        timer = nil
-    }
+    public func stop() { ticker.stop() }
 
     public var currentLevel: UInt8 {
         guard let context else { return UInt8(startLevel) }
         let hours = Double(context.scheduler.nowNanoseconds &- startNanoseconds) / 3.6e12
-        return UInt8(max(1, min(100, (startLevel - hours * drainPerHour).rounded(.down))))
+        // It drains to 1 % and stays there; a battery set to 0 % stays at 0.
+        let floor = min(1, startLevel)
+        return UInt8(max(floor, min(100, (startLevel - hours * drainPerHour).rounded(.down))))
+    }
+
+    /// Sets the level now; it drains from there. Subscribers hear the new level.
+    public func setLevel(_ percent: Double) {
+        startLevel = max(0, min(100, percent))
+        if let context {
+            startNanoseconds = context.scheduler.nowNanoseconds
+            context.log(.stateChanged, .info, "battery set to \(currentLevel) %", [:])
+        }
+        publish()
     }
 
     public func subscriptionChanged(_ characteristic: Characteristic) {
-        guard characteristic === level, let context else { return }
-        let anyone = context.isSubscribed(level, peer: nil, indications: false)
-        if anyone && timer == nil {
-            lastNotified = nil
-            tick()
-        } else if !anyone, let timer {
-            context.scheduler.cancel(timer)
-            self.timer = nil
-        }
+        ticker.subscriptionChanged(characteristic)
     }
 
-    private func tick() {
-        guard let context else { return }
-        let now = currentLevel
-        if now != lastNotified {
-            context.notify(level, value: [now])
-            lastNotified = now
-        }
-        timer = context.scheduler.schedule(after: .seconds(60)) { [weak self] in self?.tick() }
+    private func publish() {
+        notified.update(Double(currentLevel), context: context)
+    }
+
+    private static func format(_ value: Double) -> String {
+        value == value.rounded() ? String(Int(value)) : String(value)
     }
 }

@@ -7,7 +7,8 @@ import Glibc
 /// RR intervals that follow the rate with a little beat-to-beat variability, and energy
 /// expended accumulating with effort. Time only moves when `advance` is called.
 public struct HeartModel: Sendable {
-    public let restingRate: Double
+    /// The rate the walk is pulled back toward: the resting rate, or the rate last `set`.
+    public private(set) var restingRate: Double
     public let range: ClosedRange<Double>
     public private(set) var rate: Double
     /// kJ since the last reset, fractional.
@@ -16,7 +17,7 @@ public struct HeartModel: Sendable {
     /// Seconds until the next beat, carried between calls.
     private var untilNextBeat: Double
 
-    public init(restingRate: Double = 64, range: ClosedRange<Double> = 45...180, seed: UInt64 = 0x4852) {
+    public init(restingRate: Double = 64, range: ClosedRange<Double> = 30...220, seed: UInt64 = 0x4852) {
         self.restingRate = restingRate
         self.range = range
         rate = restingRate
@@ -57,6 +58,14 @@ public struct HeartModel: Sendable {
     }
 
     public mutating func resetEnergy() { energy = 0 }
+
+    /// Puts the heart at `beatsPerMinute` (within `range`) and keeps it wandering around that
+    /// rate from now on, as a runner's heart stays up while the run lasts. The beat phase is
+    /// kept, so the next interval is not cut short.
+    public mutating func set(beatsPerMinute: Double) {
+        rate = min(range.upperBound, max(range.lowerBound, beatsPerMinute))
+        restingRate = rate
+    }
 
     public var beatsPerMinute: UInt16 { UInt16(rate.rounded()) }
     public var energyKilojoules: UInt16 { UInt16(min(65535, energy.rounded(.down))) }

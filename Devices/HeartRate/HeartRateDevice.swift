@@ -24,9 +24,12 @@ public final class HeartRateDevice: Device {
     public let profile: DeviceProfile
     public private(set) var heart: HeartModel
     public private(set) var measurementsSent = 0
+    /// HRS 3.1.1.1, Sensor Contact Status bits: whether the strap touches skin.
+    public private(set) var sensorContact: HeartRateMeasurement.SensorContact = .detected
 
     private weak var context: DeviceContext?
-    private var tickTimer: TimerID?
+    /// One measurement a second while a central listens (HRS 3.1.1: typically every second).
+    private let ticker: TickWhileSubscribed
     private var lastTickNanoseconds: UInt64 = 0
     /// HRS 3.1.1.3: Energy Expended is sent about once every ten measurements.
     private let energyEvery = 10
@@ -36,6 +39,7 @@ public final class HeartRateDevice: Device {
         measurement = Characteristic(0x2A37, properties: [.notify])
         bodySensorLocation = Characteristic(0x2A38, properties: [.read], cachedValue: [Self.chest])
         controlPoint = Characteristic(0x2A39, properties: [.write])
+        ticker = TickWhileSubscribed(every: .seconds(1), watching: [measurement])
         // Appearance 0x0341: Heart Rate Sensor, Heart Rate Belt (Assigned Numbers 2.6.3).
         profile = DeviceProfile(defaultName: "blemu Heart Rate", advertisedServices: [BluetoothUUID(0x180D), BluetoothUUID(0x180F)],
                                 appearance: 0x0341)
@@ -47,6 +51,12 @@ public final class HeartRateDevice: Device {
                               [LogKey.peer: .string(request.peer.address.description)])
             return nil
         }
+        // Catch the heart up to now, so a quiet hour does not arrive as one burst.
+        ticker.onStart = { [weak self] in
+            guard let self else { return }
+            _ = self.heart.advance(seconds: self.elapsedSinceLastTick())
+        }
+        ticker.onTick = { [weak self] in self?.measure() }
     }
 
     public var services: [Service] {
@@ -66,26 +76,37 @@ public final class HeartRateDevice: Device {
         self.context = context
         lastTickNanoseconds = context.scheduler.nowNanoseconds
         battery.start(context: context)
+        ticker.start(context: context)
     }
 
     public func stop() {
-        if let tickTimer { context?.scheduler.cancel(tickTimer) }
-        tickTimer = nil
+        ticker.stop()
         battery.stop()
     }
 
     public func subscriptionChanged(_ characteristic: Characteristic, peer: ATTPeer, notify: Bool, indicate: Bool) {
         battery.subscriptionChanged(characteristic)
-        guard characteristic === measurement, let context else { return }
-        let anyone = context.isSubscribed(measurement, peer: nil, indications: false)
-        if anyone && tickTimer == nil {
-            // Catch the heart up to now, so a quiet hour does not arrive as one burst.
-            _ = heart.advance(seconds: elapsedSinceLastTick())
-            scheduleTick()
-        } else if !anyone, let tickTimer {
-            context.scheduler.cancel(tickTimer)
-            self.tickTimer = nil
-        }
+        ticker.subscriptionChanged(characteristic)
+    }
+
+    /// `bpm` puts the heart at a rate it then wanders around; `contact` is the strap's skin
+    /// contact, sent in every measurement's flags (HRS 3.1.1.1).
+    public var settings: [DeviceSetting] {
+        [
+            .number("bpm", "heart rate, beats per minute, \(Int(heart.range.lowerBound)) to \(Int(heart.range.upperBound)); the heart then wanders around it",
+                    in: heart.range) { [weak self] bpm in
+                guard let self else { return }
+                // The heart is caught up first, so the new rate starts now, not at the last tick.
+                _ = self.heart.advance(seconds: self.elapsedSinceLastTick())
+                self.heart.set(beatsPerMinute: bpm)
+                self.logSetting("heart rate set to \(self.heart.beatsPerMinute) bpm")
+            },
+            .flag("contact", "sensor contact: 1 detected, 0 not detected (Sensor Contact Status in each measurement)") { [weak self] touching in
+                self?.sensorContact = touching ? .detected : .notDetected
+                self?.logSetting("sensor contact \(touching ? "detected" : "lost")")
+            },
+            battery.setting,
+        ]
     }
 
     /// The next measurement the device would send (exposed for tests and the benchmark).
@@ -93,7 +114,7 @@ public final class HeartRateDevice: Device {
         let intervals = heart.advance(seconds: seconds)
         measurementsSent += 1
         let energy = measurementsSent % energyEvery == 1 ? heart.energyKilojoules : nil
-        return HeartRateMeasurement(heartRate: heart.beatsPerMinute, sensorContact: .detected,
+        return HeartRateMeasurement(heartRate: heart.beatsPerMinute, sensorContact: sensorContact,
                                     energyExpended: energy, rrIntervals: intervals)
     }
 
@@ -104,15 +125,15 @@ public final class HeartRateDevice: Device {
         return Double(now &- lastTickNanoseconds) / 1e9
     }
 
-    private func scheduleTick() {
-        tickTimer = context?.scheduler.schedule(after: .seconds(1)) { [weak self] in
-            guard let self, let context = self.context else { return }
-            let seconds = self.elapsedSinceLastTick()
-            let value = self.nextMeasurement(seconds: seconds).encode(maxLength: 20)
-            // A full queue is reported through peripheralIsReady; a heart rate sensor sends
-            // the freshest value on the next tick rather than a backlog of old ones.
-            context.notify(self.measurement, value: value)
-            self.scheduleTick()
-        }
+    private func measure() {
+        guard let context else { return }
+        let value = nextMeasurement(seconds: elapsedSinceLastTick()).encode(maxLength: 20)
+        // A full queue is reported through peripheralIsReady; a heart rate sensor sends the
+        // freshest value on the next tick rather than a backlog of old ones.
+        context.notify(measurement, value: value)
+    }
+
+    private func logSetting(_ message: String) {
+        context?.log(.stateChanged, .info, message, [:])
     }
 }

@@ -1,0 +1,318 @@
+import BlemuATT
+import BlemuCore
+import BlemuGATT
+import BlemuHost
+import Logging
+
+/// The Lock State characteristic's values (uint8).
+public enum LockState: UInt8, Sendable {
+    case unlocked = 0, locked = 1, jammed = 2
+    public var name: String { ["unlocked", "locked", "jammed"][Int(rawValue)] }
+}
+
+/// `lock`: a motorized door lock opened with a PIN — blemu's Lock service, Device Information
+/// 0x180A, Battery 0x180F.
+///
+/// | characteristic | format | access |
+/// |---|---|---|
+/// | Lock State `7d3c0201-…` | uint8: 0 unlocked, 1 locked, 2 jammed | read, notify |
+/// | Lock Control Point `7d3c0202-…` | write `[opcode][PIN, ASCII digits]`; indicates `[0x80, opcode, result]` | write, indicate |
+/// | Event Log `7d3c0203-…` | UTF-8 lines `HH:MM:SS event` (time since power-on), newest last, at most 512 bytes | read (long) |
+/// | Auto-relock Delay `7d3c0204-…` | uint16 seconds, 0 = off | read, write |
+///
+/// The control point works like the SIG's (RACP, CGM): a write is answered with a Write
+/// Response, and the outcome follows as an indication to the writer, once the motor is done.
+/// Results: 0x01 success, 0x02 wrong PIN, 0x03 jammed, 0x04 locked out, 0x05 unknown opcode.
+/// ATT errors (Supplement, Part B, 1.2): 0xFD when the writer has not enabled indications,
+/// 0xFE while an operation is in progress; an empty write is 0x0D, longer than 9 bytes 0x0D
+/// (the stack). Five wrong PINs in a row lock the control point out for 60 s.
+public final class LockDevice: Device {
+    public static let deviceName = "lock"
+    public static let summary = "door lock: Lock 7d3c0200-…, Device Information 0x180A, Battery 0x180F"
+
+    public static let serviceUUID = BluetoothUUID("7d3c0200-9a5e-4d1a-8f6e-5c1b2d3e4f50")!
+    public static let lockStateUUID = BluetoothUUID("7d3c0201-9a5e-4d1a-8f6e-5c1b2d3e4f50")!
+    public static let controlPointUUID = BluetoothUUID("7d3c0202-9a5e-4d1a-8f6e-5c1b2d3e4f50")!
+    public static let eventLogUUID = BluetoothUUID("7d3c0203-9a5e-4d1a-8f6e-5c1b2d3e4f50")!
+    public static let relockDelayUUID = BluetoothUUID("7d3c0204-9a5e-4d1a-8f6e-5c1b2d3e4f50")!
+
+    public enum Opcode: UInt8, Sendable {
+        case lock = 0x01, unlock = 0x02
+    }
+    /// The first octet of every control point indication.
+    public static let responseCode: UInt8 = 0x80
+    public enum Result: UInt8, Sendable {
+        case success = 0x01, wrongPIN = 0x02, jammed = 0x03, lockedOut = 0x04, unknownOpcode = 0x05
+    }
+
+    public static let pinLengths = 4...8
+    public static let wrongPINsBeforeLockout = 5
+    public static let lockoutDuration: Duration = .seconds(60)
+    /// The controller checks a command before the motor starts.
+    public static let processingTime: Duration = .milliseconds(20)
+    /// A bolt takes about a second and a half to throw.
+    public static let motorTravel: Duration = .milliseconds(1500)
+
+    public let lockState: Characteristic
+    public let controlPoint: Characteristic
+    public let eventLog: Characteristic
+    public let relockDelay: Characteristic
+    public let battery = BatteryService(startLevel: 80, drainPerHour: 0.01)
+    public let profile: DeviceProfile
+
+    public private(set) var state: LockState = .locked
+    /// The obstruction the `jammed` setting puts in the bolt's way: every operation jams while it is there.
+    public private(set) var obstructed = false
+    public private(set) var relockDelaySeconds: UInt16 = 0
+    public private(set) var wrongPINsInARow = 0
+    /// The PIN; nil until start when none was given (then one is generated).
+    public private(set) var pin: String?
+    public let events = RecentLines(maxBytes: ValueLength.attributeMaximum)
+
+    private weak var context: DeviceContext?
+    private var random: SeededRandom
+    private var startNanoseconds: UInt64 = 0
+    private var lockedOutUntil: UInt64?
+    /// The operation in progress (a command being checked, or the motor running): one at a time.
+    private var busyTimer: TimerID?
+    private var relockTimer: TimerID?
+    private let lockStateValue: NotifiedValue
+
+    /// - Parameter pin: 4 to 8 ASCII digits (check with `pinRefusal`); nil generates one at start
+    ///   and logs it once.
+    public init(pin: String? = nil, seed: UInt64 = UInt64.random(in: 1...UInt64.max)) {
+        precondition(pin.map { Self.pinRefusal($0) == nil } ?? true, "LockDevice: \(pin.flatMap(Self.pinRefusal) ?? "")")
+        self.pin = pin
+        random = SeededRandom(seed: seed)
+        lockState = Characteristic(Self.lockStateUUID, properties: [.read, .notify], length: .fixed(1),
+                                   descriptors: [.userDescription("Lock state: 0 unlocked, 1 locked, 2 jammed")])
+        controlPoint = Characteristic(Self.controlPointUUID, properties: [.write, .indicate],
+                                      permissions: ControlPointAccess.permissions,
+                                      length: .variable(max: 1 + Self.pinLengths.upperBound),
+                                      descriptors: [.userDescription("Lock control point")])
+        eventLog = events.makeCharacteristic(Self.eventLogUUID, description: "Event log")
+        relockDelay = Characteristic(Self.relockDelayUUID, properties: [.read, .write], length: .fixed(2),
+                                     descriptors: [.userDescription("Auto-relock delay, s (0: off)"),
+                                                   // uint16 (0x06), seconds (0x2703).
+                                                   .presentationFormat(format: 0x06, unit: 0x2703)])
+        lockStateValue = NotifiedValue(lockState)
+        lockStateValue.baseline([state.rawValue])
+        // Appearance 0x0708: Access Control, Door Lock (Assigned Numbers 2.6.3).
+        profile = DeviceProfile(defaultName: "blemu Lock", advertisedServices: [Self.serviceUUID, BluetoothUUID(0x180F)],
+                                appearance: 0x0708)
+        wireHandlers()
+    }
+
+    public var services: [Service] {
+        [
+            Service(Self.serviceUUID) {
+                lockState
+                controlPoint
+                eventLog
+                relockDelay
+            },
+            DeviceInformation(model: "blemu LK-1", serialNumber: "LK-0001", firmwareRevision: blemuVersion,
+                              softwareRevision: blemuVersion).makeService(),
+            battery.service,
+        ]
+    }
+
+    public func start(context: DeviceContext) {
+        self.context = context
+        startNanoseconds = context.scheduler.nowNanoseconds
+        battery.start(context: context)
+        if pin == nil {
+            let generated = String((0..<6).map { _ in Character(String(random.below(10))) })
+            pin = generated
+            context.log(.stateChanged, .notice, "no PIN given: the lock's PIN is \(generated)", [:])
+        }
+        record("\(state.name) (powered on)")
+    }
+
+    public func stop() {
+        for timer in [busyTimer, relockTimer].compactMap({ $0 }) { context?.scheduler.cancel(timer) }
+        busyTimer = nil
+        relockTimer = nil
+        battery.stop()
+    }
+
+    public func subscriptionChanged(_ characteristic: Characteristic, peer: ATTPeer, notify: Bool, indicate: Bool) {
+        battery.subscriptionChanged(characteristic)
+    }
+
+    /// `jammed` puts an obstruction in the bolt's way (every operation jams until it is set to
+    /// 0); `pin` changes the PIN; `battery` sets the level.
+    public var settings: [DeviceSetting] {
+        [
+            .flag("jammed", "1: the bolt is obstructed, so every operation ends jammed (Lock State 2, result 0x03); 0: clear") {
+                [weak self] jammed in
+                self?.obstructed = jammed
+                self?.context?.log(.stateChanged, .info, jammed ? "bolt obstructed: operations will jam" : "bolt obstruction cleared", [:])
+            },
+            DeviceSetting("pin", "the PIN, 4 to 8 digits") { [weak self] text in
+                if let refusal = Self.pinRefusal(text) { return refusal }
+                guard let self else { return nil }
+                self.pin = text
+                // Before start this is the PIN the lock was set up with, not an event.
+                if self.context != nil { self.record("PIN changed") }
+                return nil
+            },
+            battery.setting,
+        ]
+    }
+
+    /// Why `text` cannot be a PIN, or nil when it can: 4 to 8 ASCII digits.
+    public static func pinRefusal(_ text: String) -> String? {
+        let digits = text.utf8.allSatisfy { (0x30...0x39).contains($0) }
+        return digits && pinLengths.contains(text.utf8.count) ? nil : "a PIN is 4 to 8 digits, not '\(text)'"
+    }
+
+    /// Seconds of lockout left (0 when the control point takes commands).
+    public var lockoutSecondsLeft: Double {
+        guard let until = lockedOutUntil, let now = context?.scheduler.nowNanoseconds, now < until else { return 0 }
+        return Double(until - now) / 1e9
+    }
+
+    public var isBusy: Bool { busyTimer != nil }
+
+    // MARK: The control point
+
+    /// Who may use the Lock Control Point, decided here and nowhere else. Today: a central that
+    /// has enabled indications, since its results come as indications (0xFD otherwise,
+    /// Supplement Part B, 1.2). When pairing lands, the control point will require an
+    /// authenticated, encrypted link: add `.writeEncryptionRequired` to `permissions`, and the
+    /// stack refuses other links before the device hears of the write.
+    enum ControlPointAccess {
+        static let permissions: AttributePermissions = [.writeable]
+
+        static func refusal(_ peer: ATTPeer, controlPoint: Characteristic, context: DeviceContext) -> ATTError? {
+            context.isSubscribed(controlPoint, peer: peer, indications: true) ? nil : .cccdImproperlyConfigured
+        }
+    }
+
+    private func wireHandlers() {
+        lockState.onRead = { [weak self] request in
+            guard let self else { return .failure(.unlikelyError) }
+            return request.answer([self.state.rawValue])
+        }
+        // validateWrite has no side effects (Execute Write asks it before applying anything).
+        controlPoint.validateWrite = { [weak self] request in
+            guard let self, let context = self.context else { return .unlikelyError }
+            if let refusal = ControlPointAccess.refusal(request.peer, controlPoint: self.controlPoint, context: context) {
+                return refusal
+            }
+            guard request.offset == 0 else { return .invalidOffset }
+            guard !request.value.isEmpty else { return .invalidAttributeValueLength }
+            return self.isBusy ? .procedureAlreadyInProgress : nil
+        }
+        controlPoint.onWrite = { [weak self] request in
+            guard let self, let context = self.context else { return .unlikelyError }
+            // The outcome is indicated after the Write Response, as the SIG's control points do.
+            self.busyTimer = context.scheduler.schedule(after: Self.processingTime) { [weak self] in
+                self?.execute(request.value, from: request.peer)
+            }
+            return nil
+        }
+        relockDelay.onRead = { [weak self] request in
+            guard let self else { return .failure(.unlikelyError) }
+            var bytes: [UInt8] = []
+            bytes.appendLE(self.relockDelaySeconds)
+            return request.answer(bytes)
+        }
+        relockDelay.onWrite = { [weak self] request in
+            guard let self else { return .unlikelyError }
+            self.relockDelaySeconds = UInt16(request.value[0]) | UInt16(request.value[1]) << 8
+            self.record(self.relockDelaySeconds == 0 ? "auto-relock off" : "auto-relock after \(self.relockDelaySeconds) s",
+                        peer: request.peer)
+            // The countdown restarts with the new delay (or stops, at 0).
+            self.scheduleRelock()
+            return nil
+        }
+    }
+
+    /// Checks a command and starts the motor, or answers at once.
+    private func execute(_ value: [UInt8], from peer: ATTPeer) {
+        busyTimer = nil
+        guard let context else { return }
+        let code = value[0]
+        let now = context.scheduler.nowNanoseconds
+        if let until = lockedOutUntil, now < until {
+            record("refused \(peer.address): locked out", peer: peer)
+            answer(peer, code, .lockedOut)
+            return
+        }
+        lockedOutUntil = nil
+        guard let opcode = Opcode(rawValue: code) else {
+            record("unknown opcode \(Hex.byte(code)) from \(peer.address)", peer: peer)
+            answer(peer, code, .unknownOpcode)
+            return
+        }
+        guard Array(value.dropFirst()) == Array((pin ?? "").utf8) else {
+            wrongPINsInARow += 1
+            record("wrong PIN from \(peer.address) (\(wrongPINsInARow) of \(Self.wrongPINsBeforeLockout))", peer: peer)
+            if wrongPINsInARow >= Self.wrongPINsBeforeLockout {
+                wrongPINsInARow = 0
+                lockedOutUntil = now + Self.lockoutDuration.nanoseconds
+                record("locked out for \(Self.lockoutDuration.components.seconds) s")
+            }
+            answer(peer, code, .wrongPIN)
+            return
+        }
+        wrongPINsInARow = 0
+        runMotor(to: opcode == .lock ? .locked : .unlocked, for: peer, code: code)
+    }
+
+    /// Throws the bolt; when it is done (or stalls), Lock State is notified and the writer, if
+    /// any, gets the result.
+    private func runMotor(to wanted: LockState, for peer: ATTPeer?, code: UInt8) {
+        guard let context else { return }
+        if let relockTimer { context.scheduler.cancel(relockTimer) }
+        relockTimer = nil
+        busyTimer = context.scheduler.schedule(after: Self.motorTravel) { [weak self] in
+            guard let self else { return }
+            self.busyTimer = nil
+            let who = peer.map { " by \($0.address)" } ?? " automatically"
+            let verb = wanted == .locked ? "locking" : "unlocking"
+            if self.obstructed {
+                self.state = .jammed
+                self.record("jammed while \(verb)\(who)", peer: peer)
+            } else {
+                self.state = wanted
+                self.record("\(wanted.name)\(who)", peer: peer)
+            }
+            self.lockStateValue.update([self.state.rawValue], context: self.context)
+            if let peer { self.answer(peer, code, self.state == .jammed ? .jammed : .success) }
+            self.scheduleRelock()
+        }
+    }
+
+    /// Counts down to relocking while the lock is open and a delay is set.
+    private func scheduleRelock() {
+        guard let context else { return }
+        if let relockTimer { context.scheduler.cancel(relockTimer) }
+        relockTimer = nil
+        guard state == .unlocked, relockDelaySeconds > 0 else { return }
+        relockTimer = context.scheduler.schedule(after: .seconds(Int(relockDelaySeconds))) { [weak self] in
+            guard let self else { return }
+            self.relockTimer = nil
+            // A command under way decides the state; it restarts the countdown if it leaves the lock open.
+            guard self.state == .unlocked, !self.isBusy else { return }
+            self.runMotor(to: .locked, for: nil, code: Opcode.lock.rawValue)
+        }
+    }
+
+    private func answer(_ peer: ATTPeer, _ code: UInt8, _ result: Result) {
+        context?.indicate(controlPoint, value: [Self.responseCode, code, result.rawValue], to: peer)
+    }
+
+    /// Adds a line to the Event Log and logs it as a state change.
+    private func record(_ event: String, peer: ATTPeer? = nil) {
+        let elapsed = context.map { ($0.scheduler.nowNanoseconds &- startNanoseconds) / 1_000_000_000 } ?? 0
+        // HH:MM:SS since power-on: a lock has no wall clock until someone sets one.
+        let stamp = [elapsed / 3600, elapsed / 60 % 60, elapsed % 60].map { $0 < 10 ? "0\($0)" : "\($0)" }.joined(separator: ":")
+        events.append("\(stamp) \(event)")
+        var metadata: Logger.Metadata = [:]
+        if let peer { metadata[LogKey.peer] = .string(peer.address.description) }
+        context?.log(.stateChanged, .info, event, metadata)
+    }
+}
