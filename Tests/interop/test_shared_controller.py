@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
+from bumble.core import UUID
+
 from bumble_central import AD_COMPLETE_LOCAL_NAME, Central, UUID_DEVICE_NAME, UUID_GAP_SERVICE, UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE
 from fake_controller import FakeController
 from harness import BlemuProcess, run, run_cli, unique_name
@@ -82,3 +84,38 @@ def test_a_legacy_only_controller_with_two_devices_is_refused_with_a_reason():
     assert result.returncode != 0, result.describe()
     reason = "\n".join(result.reason_lines)
     assert "no LE Extended Advertising" in reason and "--controller" in reason, result.describe()
+
+
+UUID_THERMOSTAT_SERVICE = UUID("7d3c0100-9a5e-4d1a-8f6e-5c1b2d3e4f50")
+UUID_LOCK_SERVICE = UUID("7d3c0200-9a5e-4d1a-8f6e-5c1b2d3e4f50")
+
+
+def test_heart_rate_thermostat_and_lock_on_one_controller(rootcanal, blemu_factory):
+    """The board with one radio: three different devices, each discovered with its own
+    services and none of the others'."""
+    base = unique_name("M")
+    blemu = blemu_factory.start(None, wait_advertising=False, devices=["heart-rate", "thermostat", "lock"],
+                                extra_args=["--share-controller", "--name", base])
+    expected = {
+        f"{base} heart-rate": UUID_HEART_RATE_SERVICE,
+        f"{base} thermostat": UUID_THERMOSTAT_SERVICE,
+        f"{base} lock": UUID_LOCK_SERVICE,
+    }
+
+    async def scenario():
+        async with Central(rootcanal.controller_spec, name="multi-scanner") as scanner:
+            seen = {name: await scanner.scan_until(has_complete_name(name), name, timeout=20.0, alive=blemu.exited)
+                    for name in expected}
+        assert len({str(result.address) for result in seen.values()}) == 3
+        for name, own in expected.items():
+            async with Central(rootcanal.controller_spec, name="multi-central") as central:
+                conn = await central.connect(seen[name].address)
+                await conn.discover_all()
+                services = {service.uuid for service in conn.services()}
+                assert own in services, f"{name}: {services}"
+                others = set(expected.values()) - {own}
+                assert not services & others, f"{name} serves another device's service: {services & others}"
+                await conn.disconnect()
+
+    run(scenario(), timeout=90)
+    assert blemu.stop() == 0, blemu.log_tail()
