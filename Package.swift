@@ -60,8 +60,13 @@ let package = Package(
             "BlemuCore", "BlemuHCI", "BlemuTransport",
             .product(name: "Yams", package: "Yams"),
         ], path: "Sources/Config"),
+        // The control socket (`blemu run --control PATH`): above Host, below the CLI.
+        .target(name: "BlemuControl", dependencies: [
+            "BlemuCore", "BlemuRunLoop", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "CLinux",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/Control"),
         .executableTarget(name: "blemu", dependencies: [
-            "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuConfig",
+            "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/CLI"),
@@ -74,6 +79,9 @@ let package = Package(
         .testTarget(name: "HCITests", dependencies: ["BlemuHCI", "BlemuL2CAP"], path: "Tests/HCITests"),
         .testTarget(name: "ATTTests", dependencies: ["BlemuATT"], path: "Tests/ATTTests"),
         .testTarget(name: "GATTTests", dependencies: ["BlemuGATT", "BlemuATT"], path: "Tests/GATTTests"),
+        .testTarget(name: "ControlTests", dependencies: ["BlemuControl", "BlemuCore", "BlemuRunLoop", "BlemuGATT", "BlemuATT",
+                                                      "CLinux", .product(name: "Logging", package: "swift-log")],
+                    path: "Tests/ControlTests"),
         .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuGATT", "BlemuATT",
                                                    .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HostTests"),

@@ -56,9 +56,11 @@ public final class BatteryService {
     public var currentLevel: UInt8 {
         guard let context else { return UInt8(startLevel) }
         let hours = Double(context.scheduler.nowNanoseconds &- startNanoseconds) / 3.6e12
-        // It drains to 1 % and stays there; a battery set to 0 % stays at 0.
+        // It drains to 1 % and stays there; a battery set to 0 % stays at 0. A level is shown
+        // until it is wholly drained (rounded up), so a level just set reads back as set, and
+        // 1 % goes every 1 / drainPerHour hours.
         let floor = min(1, startLevel)
-        return UInt8(max(floor, min(100, (startLevel - hours * drainPerHour).rounded(.down))))
+        return UInt8(max(floor, min(100, (startLevel - hours * drainPerHour).rounded(.up))))
     }
 
     /// Sets the level now; it drains from there. Subscribers hear the new level.

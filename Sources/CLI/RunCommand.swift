@@ -1,4 +1,5 @@
 import ArgumentParser
+import BlemuControl
 import BlemuCore
 import BlemuDevices
 import BlemuGATT
@@ -43,6 +44,14 @@ struct RunCommand: ParsableCommand {
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: Logger.Level = .info
 
+    @Option(name: .customLong("control"),
+            help: ArgumentHelp("Serve a control socket at PATH: `blemu ctl PATH COMMAND...` sets values, injects faults, disconnects (Docs/CONTROL.md).",
+                               valueName: "PATH"))
+    var controlPath: String?
+
+    @Option(name: .customLong("control-mode"), help: ArgumentHelp("Permissions of the control socket, octal.", valueName: "MODE"))
+    var controlMode: String = "0600"
+
     func validate() throws {
         if log == .journal && !LogDestination.journalInBuild {
             throw ValidationError(LogSetup.journalMissing)
@@ -60,10 +69,23 @@ struct RunCommand: ParsableCommand {
             }
             guard devices.count == 1 else { throw ValidationError("--address needs exactly one device (each device needs its own address)") }
         }
+        if controlPath != nil || controlMode != "0600" {
+            guard controlPath.map({ !$0.isEmpty }) ?? false else { throw ValidationError("--control-mode needs --control PATH") }
+            _ = try parsedControlMode()
+        }
         let specs = try controllerSpecs()
         guard specs.count <= devices.count else {
             throw ValidationError("\(specs.count) controllers for \(devices.count) device(s): give at most one --controller per device")
         }
+    }
+
+    /// --control-mode as permission bits: octal, 0 to 0777.
+    private func parsedControlMode() throws -> UInt32 {
+        guard !controlMode.isEmpty, controlMode.allSatisfy({ ("0"..."7").contains($0) }),
+              let mode = UInt32(controlMode, radix: 8), mode <= 0o777 else {
+            throw ValidationError("--control-mode '\(controlMode)' is not an octal permission mode like 0600 or 0660")
+        }
+        return mode
     }
 
     /// The --controller specs, or $BLEMU_CONTROLLER.
@@ -134,11 +156,31 @@ struct RunCommand: ParsableCommand {
             }
         }
 
+        // The control socket comes up before the controllers, so a script can wait on it.
+        var control: ControlServer?
+        if let controlPath {
+            let running = emulators.flatMap(\.peripherals)
+            let devices = DeviceControl(logger: logger, scheduler: loop) { running }
+            let mode = try parsedControlMode()
+            do {
+                control = try ControlServer(path: controlPath, mode: mode, loop: loop, logger: logger) { line, client in
+                    devices.reply(to: line, client: client)
+                }
+            } catch {
+                throw RuntimeFailure(error.description)
+            }
+            logger.info("control socket at \(controlPath)")
+        }
+        // Removed however the run ends (a fatal controller error included).
+        defer { control?.close() }
+
         var failure: String?
         var stopping = false
         func stopAll() {
             guard !stopping else { return }
             stopping = true
+            // No commands during the stop (an `advertise on` would fight it); the file goes.
+            control?.close()
             var remaining = emulators.count
             for emulator in emulators {
                 emulator.stop {
@@ -151,6 +193,7 @@ struct RunCommand: ParsableCommand {
             try loop.handleSignals([SIGINT, SIGTERM]) { signal in
                 if stopping {
                     logger.warning("second signal: exiting without a clean stop")
+                    control?.close()
                     Glibc.exit(130)
                 }
                 logger.event(.stopping, .notice, "stopping on \(signal == SIGINT ? "SIGINT" : "SIGTERM")")

@@ -1,0 +1,151 @@
+import BlemuATT
+import BlemuCore
+import BlemuGATT
+import BlemuHCI
+
+/// A `blemu ctl` command line that is not a command, with what to type instead.
+public struct ControlUsageError: Error, Equatable, Sendable, CustomStringConvertible {
+    public let message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
+
+extension ControlCommand {
+    /// The command forms, for `blemu ctl --help` and usage errors.
+    public static let usage = """
+        list
+        set DEVICE KEY VALUE
+        disconnect DEVICE [--reason HEX]
+        advertise DEVICE on|off
+        fault DEVICE UUID error HEX [--count N]
+        fault DEVICE UUID delay MS [--count N]
+        fault DEVICE UUID drop [--count N]
+        fault clear [DEVICE]
+        """
+
+    /// Parses the words after `blemu ctl PATH` (`set heart-rate bpm 120`), checking every value
+    /// as the server would, so a mistake is told before anything is sent. Options (`--reason`,
+    /// `--count`, also as `--count=N`) may come anywhere after the command's name; `--` ends them,
+    /// so a value may start with `--`. A lone `-5` is a value, not an option.
+    public init(arguments: [String]) throws(ControlUsageError) {
+        guard let name = arguments.first else {
+            throw ControlUsageError("give a command: \(ControlRequest.commandNames.joined(separator: ", "))")
+        }
+        var words: [String] = []
+        var options: [String: String] = [:]
+        var rest = arguments.dropFirst()
+        var optionsEnded = false
+        while let word = rest.popFirst() {
+            guard !optionsEnded, word.hasPrefix("--") else {
+                words.append(word)
+                continue
+            }
+            if word == "--" {
+                optionsEnded = true
+                continue
+            }
+            var option = String(word.dropFirst(2))
+            var value: String?
+            if let equals = option.firstIndex(of: "=") {
+                value = String(option[option.index(after: equals)...])
+                option = String(option[..<equals])
+            }
+            guard option == "reason" || option == "count" else {
+                throw ControlUsageError("unknown option \(quoted(word)); options: --reason HEX (disconnect), --count N (fault)")
+            }
+            guard options[option] == nil else { throw ControlUsageError("--\(option) given twice") }
+            if value == nil { value = rest.popFirst() }
+            guard let value else { throw ControlUsageError("--\(option) needs a value") }
+            options[option] = value
+        }
+
+        func expect(_ count: ClosedRange<Int>, _ form: String) throws(ControlUsageError) {
+            guard count.contains(words.count) else { throw ControlUsageError("usage: \(form)") }
+        }
+        func refuseOptions(except allowed: String?, _ form: String) throws(ControlUsageError) {
+            for option in options.keys where option != allowed {
+                throw ControlUsageError("\(name) takes no --\(option); usage: \(form)")
+            }
+        }
+
+        switch name {
+        case "list":
+            try expect(0...0, "list")
+            try refuseOptions(except: nil, "list")
+            self = .list
+        case "set":
+            let form = "set DEVICE KEY VALUE"
+            try expect(3...3, form)
+            try refuseOptions(except: nil, form)
+            self = .set(device: words[0], key: words[1], value: words[2])
+        case "disconnect":
+            let form = "disconnect DEVICE [--reason HEX]"
+            try expect(1...1, form)
+            try refuseOptions(except: "reason", form)
+            var reason = HCIStatus.remoteUserTerminated
+            if let text = options["reason"] {
+                guard let code = ControlRequest.parseHexByte(text) else {
+                    throw ControlUsageError("--reason \(quoted(text)) is not a hex octet; reasons: \(ControlRequest.allowedReasonList)")
+                }
+                guard ControlRequest.allowedReasons.contains(code) else {
+                    throw ControlUsageError("--reason \(Hex.byte(code)) is not one HCI Disconnect allows: \(ControlRequest.allowedReasonList)")
+                }
+                reason = code
+            }
+            self = .disconnect(device: words[0], reason: reason)
+        case "advertise":
+            let form = "advertise DEVICE on|off"
+            try expect(2...2, form)
+            try refuseOptions(except: nil, form)
+            switch words[1] {
+            case "on": self = .advertise(device: words[0], on: true)
+            case "off": self = .advertise(device: words[0], on: false)
+            default: throw ControlUsageError("advertise takes on or off, not \(quoted(words[1]))")
+            }
+        case "fault":
+            // `fault clear [DEVICE]` has at most two words; injecting a fault takes three or more,
+            // so a device whose local name is `clear` can still be given a fault.
+            if words.first == "clear" && words.count <= 2 {
+                try refuseOptions(except: nil, "fault clear [DEVICE]")
+                self = .clearFaults(device: words.count == 2 ? words[1] : nil)
+                return
+            }
+            let form = "fault DEVICE UUID error HEX|delay MS|drop [--count N], or fault clear [DEVICE]"
+            guard words.count >= 3 else { throw ControlUsageError("usage: \(form)") }
+            try refuseOptions(except: "count", form)
+            guard let uuid = ControlRequest.parseUUID(words[1]) else {
+                throw ControlUsageError("\(quoted(words[1])) is not a UUID: give 2A37, 0x2A37 or the 128-bit form 00002a37-0000-1000-8000-00805f9b34fb")
+            }
+            let action: FaultPlan.Action
+            switch words[2] {
+            case "error":
+                try expect(4...4, "fault DEVICE UUID error HEX [--count N]")
+                guard let code = ControlRequest.parseHexByte(words[3]), code != 0 else {
+                    throw ControlUsageError("error \(quoted(words[3])) is not an ATT error code: give 0x01 to 0xFF")
+                }
+                action = .error(ATTError(rawValue: code))
+            case "delay":
+                try expect(4...4, "fault DEVICE UUID delay MS [--count N]")
+                guard let ms = Int(words[3]), (1...ControlRequest.maxDelayMilliseconds).contains(ms), !words[3].hasPrefix("+") else {
+                    throw ControlUsageError("delay \(quoted(words[3])) is not a whole number of milliseconds from 1 to \(ControlRequest.maxDelayMilliseconds)")
+                }
+                action = .delay(.milliseconds(ms))
+            case "drop":
+                try expect(3...3, "fault DEVICE UUID drop [--count N]")
+                action = .drop
+            default:
+                throw ControlUsageError("unknown fault \(quoted(words[2])): error HEX, delay MS or drop (or fault clear [DEVICE])")
+            }
+            var count: Int?
+            if let text = options["count"] {
+                guard let value = Int(text), (1...ControlRequest.maxFaultCount).contains(value), !text.hasPrefix("+") else {
+                    throw ControlUsageError("--count \(quoted(text)) is not a whole number from 1 to \(ControlRequest.maxFaultCount)")
+                }
+                count = value
+            }
+            self = .fault(device: words[0], characteristic: uuid, action: action, count: count)
+        default:
+            throw ControlUsageError("unknown command \(quoted(name)); commands: \(ControlRequest.commandNames.joined(separator: ", "))")
+        }
+    }
+}

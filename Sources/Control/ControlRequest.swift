@@ -1,0 +1,347 @@
+import BlemuATT
+import BlemuCore
+import BlemuGATT
+import BlemuHCI
+import BlemuHost
+import FoundationEssentials
+
+/// What a control client may ask, one value per command (Docs/CONTROL.md). A request line
+/// decodes to one of these or to a `ControlRequestError`, never anything in between.
+public enum ControlCommand: Equatable, Sendable {
+    /// Devices, addresses, advertising, links, settings and planned faults.
+    case list
+    /// A value of a device's simulated world (`Peripheral.applySetting`).
+    case set(device: String, key: String, value: String)
+    /// Every link of the device, with an HCI Disconnect reason (`Peripheral.disconnectReasons`).
+    case disconnect(device: String, reason: UInt8)
+    /// Advertising allowed or not (`Peripheral.setAdvertisingAllowed`).
+    case advertise(device: String, on: Bool)
+    /// A fault for one characteristic; `count` nil applies it until cleared.
+    case fault(device: String, characteristic: BluetoothUUID, action: FaultPlan.Action, count: Int?)
+    /// Every planned fault of one device, or of all of them (nil).
+    case clearFaults(device: String?)
+
+    /// The `cmd` of its request.
+    public var name: String {
+        switch self {
+        case .list: return "list"
+        case .set: return "set"
+        case .disconnect: return "disconnect"
+        case .advertise: return "advertise"
+        case .fault, .clearFaults: return "fault"
+        }
+    }
+
+    /// Whether it changes nothing (so its log line may be left out by the budget).
+    public var isReadOnly: Bool { self == .list }
+
+    /// The device it names, if any.
+    public var device: String? {
+        switch self {
+        case .list: return nil
+        case .set(let device, _, _), .disconnect(let device, _), .advertise(let device, _), .fault(let device, _, _, _):
+            return device
+        case .clearFaults(let device): return device
+        }
+    }
+}
+
+/// Why a request line is refused, with its id when the line had a usable one.
+public struct ControlRequestError: Error, Equatable, Sendable, CustomStringConvertible {
+    public var id: Int64?
+    public var message: String
+    public init(id: Int64?, _ message: String) {
+        self.id = id
+        self.message = message
+    }
+    public var description: String { message }
+}
+
+/// One request: the client's id, echoed in the reply, and the command.
+public struct ControlRequest: Equatable, Sendable {
+    public var id: Int64
+    public var command: ControlCommand
+
+    public init(id: Int64, command: ControlCommand) {
+        self.id = id
+        self.command = command
+    }
+
+    // MARK: Limits
+
+    /// Ids are whole numbers from 0 to 2^53 - 1, which every JSON implementation holds exactly.
+    public static let maxID: Int64 = (1 << 53) - 1
+    /// `count` of a fault: 1 to this.
+    public static let maxFaultCount = 1_000_000
+    /// `ms` of a delay fault: 1 to this (5 minutes: past ATT's 30 s transaction timeout, so an
+    /// app's timeout handling can be tested too).
+    public static let maxDelayMilliseconds = 300_000
+    /// The longest string field (device, key, value, uuid, action), in UTF-8 bytes.
+    public static let maxStringLength = 256
+    /// What an unknown command, and `blemu ctl` usage, lists.
+    public static let commandNames = ["list", "set", "disconnect", "advertise", "fault"]
+
+    // MARK: Decoding
+
+    /// Decodes one line (without its newline): a JSON object with `id`, `cmd` and the command's
+    /// fields, nothing else. Total: any bytes give a request or an error.
+    public static func decode<Bytes: Collection>(line: Bytes) -> Result<ControlRequest, ControlRequestError>
+    where Bytes.Element == UInt8 {
+        let fields: [String: JSONField]
+        do {
+            fields = try JSONDecoder().decode([String: JSONField].self, from: Data(line))
+        } catch DecodingError.typeMismatch {
+            return .failure(ControlRequestError(id: nil, "a request is one JSON object per line, like {\"id\":1,\"cmd\":\"list\"}"))
+        } catch {
+            return .failure(ControlRequestError(id: nil, "not JSON: a request is one JSON object per line, like {\"id\":1,\"cmd\":\"list\"}"))
+        }
+        return decode(fields: fields)
+    }
+
+    /// Checks a decoded object: the id first, so that every later error carries it.
+    public static func decode(fields: [String: JSONField]) -> Result<ControlRequest, ControlRequestError> {
+        guard let idField = fields["id"] else {
+            return .failure(ControlRequestError(id: nil, "missing \"id\": every request carries a whole number id, echoed in its reply"))
+        }
+        guard case .integer(let id) = idField, (0...maxID).contains(id) else {
+            return .failure(ControlRequestError(id: nil, "\"id\" must be a whole number from 0 to \(maxID), not \(describe(idField))"))
+        }
+        var reader = FieldReader(fields: fields, id: id)
+        do throws(ControlRequestError) {
+            let command = try reader.command()
+            return .success(ControlRequest(id: id, command: command))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    static func describe(_ field: JSONField) -> String {
+        switch field {
+        case .integer(let value): return String(value)
+        case .number(let value): return String(value)
+        case .string(let text): return "the string \(quoted(text, limit: 32))"
+        default: return field.kind
+        }
+    }
+
+    // MARK: Encoding
+
+    /// The request as one line of JSON (without the newline), as `blemu ctl` sends it.
+    public var json: JSONValue {
+        var members: [(String, JSONValue)] = [("id", .integer(id)), ("cmd", .string(command.name))]
+        switch command {
+        case .list:
+            break
+        case .set(let device, let key, let value):
+            members += [("device", .string(device)), ("key", .string(key)), ("value", .string(value))]
+        case .disconnect(let device, let reason):
+            members += [("device", .string(device)), ("reason", .string(Hex.byte(reason)))]
+        case .advertise(let device, let on):
+            members += [("device", .string(device)), ("on", .bool(on))]
+        case .fault(let device, let characteristic, let action, let count):
+            members += [("device", .string(device)), ("uuid", .string(characteristic.description))]
+            switch action {
+            case .error(let error): members += [("action", "error"), ("error", .string(Hex.byte(error.rawValue)))]
+            case .delay(let duration): members += [("action", "delay"), ("ms", .integer(Int64(duration.milliseconds)))]
+            case .drop: members += [("action", "drop")]
+            }
+            if let count { members.append(("count", .integer(Int64(count)))) }
+        case .clearFaults(let device):
+            members.append(("action", "clear"))
+            if let device { members.append(("device", .string(device))) }
+        }
+        return .object(members)
+    }
+}
+
+extension Duration {
+    /// Whole milliseconds (rounded down).
+    var milliseconds: Int {
+        let (seconds, attoseconds) = components
+        return Int(clamping: seconds * 1000 + attoseconds / 1_000_000_000_000_000)
+    }
+}
+
+/// Reads the fields of one request object, naming the field in every refusal, and checks that
+/// nothing else was sent (a misspelt `count` would otherwise make a fault permanent).
+private struct FieldReader {
+    let fields: [String: JSONField]
+    let id: Int64
+    private var used: Set<String> = ["id", "cmd"]
+
+    init(fields: [String: JSONField], id: Int64) {
+        self.fields = fields
+        self.id = id
+    }
+
+    private func fail(_ message: String) -> ControlRequestError { ControlRequestError(id: id, message) }
+
+    mutating func command() throws(ControlRequestError) -> ControlCommand {
+        guard let cmdField = fields["cmd"] else {
+            throw fail("missing \"cmd\": one of \(ControlRequest.commandNames.joined(separator: ", "))")
+        }
+        guard case .string(let cmd) = cmdField else {
+            throw fail("\"cmd\" must be a string, one of \(ControlRequest.commandNames.joined(separator: ", ")), not \(cmdField.kind)")
+        }
+        let command: ControlCommand
+        switch cmd {
+        case "list":
+            command = .list
+        case "set":
+            let device = try string("device")
+            let key = try string("key")
+            command = .set(device: device, key: key, value: try settingValue("value"))
+        case "disconnect":
+            let device = try string("device")
+            let reason = try optionalCode("reason") ?? HCIStatus.remoteUserTerminated
+            guard ControlRequest.allowedReasons.contains(reason) else {
+                throw fail("\"reason\" \(Hex.byte(reason)) is not one HCI Disconnect allows: \(ControlRequest.allowedReasonList)")
+            }
+            command = .disconnect(device: device, reason: reason)
+        case "advertise":
+            let device = try string("device")
+            command = .advertise(device: device, on: try bool("on"))
+        case "fault":
+            command = try fault()
+        default:
+            throw fail("unknown command \(quoted(cmd)); commands: \(ControlRequest.commandNames.joined(separator: ", "))")
+        }
+        let unknown = fields.keys.filter { !used.contains($0) }.sorted()
+        if !unknown.isEmpty {
+            let allowed = used.subtracting(["id", "cmd"]).sorted()
+            throw fail("\(cmd) takes no \(unknown.map { quoted($0, limit: 32) }.joined(separator: ", "))"
+                       + (allowed.isEmpty ? "" : "; its fields: \(allowed.joined(separator: ", "))"))
+        }
+        return command
+    }
+
+    private mutating func fault() throws(ControlRequestError) -> ControlCommand {
+        let action = try string("action")
+        if action == "clear" {
+            return .clearFaults(device: try optionalString("device"))
+        }
+        let device = try string("device")
+        let uuidText = try string("uuid")
+        guard let uuid = ControlRequest.parseUUID(uuidText) else {
+            throw fail("\"uuid\" \(quoted(uuidText)) is not a UUID: give 2A37, 0x2A37 or the 128-bit form 00002a37-0000-1000-8000-00805f9b34fb")
+        }
+        let planned: FaultPlan.Action
+        switch action {
+        case "error":
+            guard let code = try optionalCode("error") else { throw fail("missing \"error\": the ATT error code, 0x01 to 0xFF") }
+            guard code != 0 else { throw fail("\"error\" 0x00 is not an ATT error code: give 0x01 to 0xFF") }
+            planned = .error(ATTError(rawValue: code))
+        case "delay":
+            guard let ms = try optionalInteger("ms", in: 1...ControlRequest.maxDelayMilliseconds) else {
+                throw fail("missing \"ms\": the delay in milliseconds, 1 to \(ControlRequest.maxDelayMilliseconds)")
+            }
+            planned = .delay(.milliseconds(ms))
+        case "drop":
+            planned = .drop
+        default:
+            throw fail("unknown fault action \(quoted(action)): error, delay, drop or clear")
+        }
+        let count = try optionalInteger("count", in: 1...ControlRequest.maxFaultCount)
+        return .fault(device: device, characteristic: uuid, action: planned, count: count)
+    }
+
+    // MARK: Fields
+
+    private mutating func field(_ key: String) -> JSONField? {
+        used.insert(key)
+        guard let value = fields[key], value != .null else { return nil }
+        return value
+    }
+
+    private mutating func string(_ key: String) throws(ControlRequestError) -> String {
+        guard let text = try optionalString(key) else { throw fail("missing \"\(key)\"") }
+        return text
+    }
+
+    private mutating func optionalString(_ key: String) throws(ControlRequestError) -> String? {
+        guard let value = field(key) else { return nil }
+        guard case .string(let text) = value else { throw fail("\"\(key)\" must be a string, not \(value.kind)") }
+        guard !text.isEmpty else { throw fail("\"\(key)\" is empty") }
+        return try bounded(key, text)
+    }
+
+    /// Names, keys and values are short: a longer one is a mistake (or an attack on the log).
+    private func bounded(_ key: String, _ text: String) throws(ControlRequestError) -> String {
+        guard text.utf8.count <= ControlRequest.maxStringLength else {
+            throw fail("\"\(key)\" is \(text.utf8.count) bytes long; at most \(ControlRequest.maxStringLength)")
+        }
+        return text
+    }
+
+    private mutating func bool(_ key: String) throws(ControlRequestError) -> Bool {
+        guard let value = field(key) else { throw fail("missing \"\(key)\": true or false") }
+        guard case .bool(let flag) = value else { throw fail("\"\(key)\" must be true or false, not \(ControlRequest.describe(value))") }
+        return flag
+    }
+
+    /// A setting's value as the device parses it: a string, or a number or boolean as JSON writes it.
+    private mutating func settingValue(_ key: String) throws(ControlRequestError) -> String {
+        guard let value = field(key) else { throw fail("missing \"\(key)\"") }
+        switch value {
+        case .string(let text): return try bounded(key, text)
+        case .integer(let number): return String(number)
+        case .number(let number): return String(number)
+        case .bool(let flag): return flag ? "true" : "false"
+        default: throw fail("\"\(key)\" must be a string or a number, not \(value.kind)")
+        }
+    }
+
+    private mutating func optionalInteger(_ key: String, in range: ClosedRange<Int>) throws(ControlRequestError) -> Int? {
+        guard let value = field(key) else { return nil }
+        guard case .integer(let number) = value, number >= Int64(range.lowerBound), number <= Int64(range.upperBound) else {
+            throw fail("\"\(key)\" must be a whole number from \(range.lowerBound) to \(range.upperBound), not \(ControlRequest.describe(value))")
+        }
+        return Int(number)
+    }
+
+    /// A one-octet code: a number (19) or a hex string ("0x13", "13").
+    private mutating func optionalCode(_ key: String) throws(ControlRequestError) -> UInt8? {
+        guard let value = field(key) else { return nil }
+        switch value {
+        case .integer(let number) where (0...255).contains(number):
+            return UInt8(number)
+        case .string(let text):
+            guard let code = ControlRequest.parseHexByte(text) else {
+                throw fail("\"\(key)\" \(quoted(text)) is not a hex octet like 0x13")
+            }
+            return code
+        default:
+            throw fail("\"\(key)\" must be an octet, a number from 0 to 255 or a hex string like \"0x13\", not \(ControlRequest.describe(value))")
+        }
+    }
+}
+
+extension ControlRequest {
+    /// The reasons HCI Disconnect takes (Vol 4, Part E, 7.1.6).
+    public static var allowedReasons: Set<UInt8> { Peripheral.disconnectReasons }
+    static var allowedReasonList: String { allowedReasons.sorted().map(Hex.byte).joined(separator: ", ") }
+
+    /// `0x13`, `13`, `0X1a`, `5`: one or two hex digits, with or without `0x`.
+    public static func parseHexByte(_ text: String) -> UInt8? {
+        var digits = Substring(text)
+        if digits.hasPrefix("0x") || digits.hasPrefix("0X") { digits = digits.dropFirst(2) }
+        guard (1...2).contains(digits.utf8.count), digits.utf8.allSatisfy(isASCIIHexDigit) else { return nil }
+        return UInt8(digits, radix: 16)
+    }
+
+    /// `2A37`, `0x2A37`, `00002a37` or the 36-character form; nothing else (no signs, no spaces).
+    public static func parseUUID(_ text: String) -> BluetoothUUID? {
+        var body = Substring(text)
+        if body.hasPrefix("0x") || body.hasPrefix("0X") { body = body.dropFirst(2) }
+        guard body.utf8.allSatisfy({ isASCIIHexDigit($0) || $0 == UInt8(ascii: "-") }) else { return nil }
+        if body.contains("-") && body.utf8.count != 36 { return nil }
+        return BluetoothUUID(String(body))
+    }
+}
+
+private func isASCIIHexDigit(_ byte: UInt8) -> Bool {
+    switch byte {
+    case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"), UInt8(ascii: "A")...UInt8(ascii: "F"): return true
+    default: return false
+    }
+}

@@ -1,0 +1,205 @@
+import BlemuATT
+import BlemuCore
+import BlemuGATT
+import BlemuHost
+import Logging
+
+/// Runs control requests against the running devices, through the `Peripheral` control API,
+/// and builds the replies (Docs/CONTROL.md). Each request is logged as `control-command` with
+/// its result: commands that change something always (notice), the rest — `list`, refused
+/// and malformed requests — within a budget, since a client sets their pace.
+public final class DeviceControl {
+    private let devices: () -> [Peripheral]
+    private let logger: Logger
+    private let scheduler: TimerScheduling
+    private var budget = LogBudget(burst: 100, window: .seconds(10))
+
+    /// Log lines the budget left out so far.
+    public var logLinesLeftOut: Int { budget.leftOutTotal }
+
+    /// `devices` gives the running devices in command-line order, each time a request needs them.
+    public init(logger: Logger, scheduler: TimerScheduling, devices: @escaping () -> [Peripheral]) {
+        self.logger = logger
+        self.scheduler = scheduler
+        self.devices = devices
+    }
+
+    // MARK: Requests
+
+    /// The reply line (without its newline) to one request line from client `client`.
+    public func reply(to line: ArraySlice<UInt8>, client: Int) -> String {
+        switch ControlRequest.decode(line: line) {
+        case .failure(let error):
+            let shown = quoted(String(decoding: line.prefix(48), as: UTF8.self), limit: 48)
+            logBudgeted(.notice, "control client \(client): refused \(line.count)-byte line \(shown): \(printable(error.message, limit: 400))")
+            return Self.errorReply(id: error.id, error.message).encoded
+        case .success(let request):
+            return execute(request, client: client).encoded
+        }
+    }
+
+    /// Runs one decoded request; the reply carries its id.
+    public func execute(_ request: ControlRequest, client: Int) -> JSONValue {
+        let peripherals = devices()
+        let names = DeviceNames(peripherals.map { ($0.deviceName, $0.configuration.name) })
+        let summary = Self.summary(of: request.command)
+
+        func refuse(_ message: String, _ peripheral: Peripheral? = nil) -> JSONValue {
+            logBudgeted(.notice, "control client \(client): \(summary): refused: \(printable(message, limit: 400))", peripheral)
+            return Self.errorReply(id: request.id, message)
+        }
+        func done(_ peripheral: Peripheral, _ result: String, _ members: [(String, JSONValue)]) -> JSONValue {
+            peripheral.logger.event(.controlCommand, .notice, "control client \(client): \(summary): \(result)")
+            return .object([("id", .integer(request.id)), ("ok", true)] + members)
+        }
+        func target(_ name: String) -> Result<(Peripheral, String), ControlRequestError> {
+            names.resolve(name).map { (peripherals[$0], names.entries[$0].ref) }
+        }
+
+        switch request.command {
+        case .list:
+            let listing = Self.listing(peripherals, names: names)
+            logBudgeted(.info, "control client \(client): list: \(peripherals.count) device(s)")
+            return .object([("id", .integer(request.id)), ("ok", true), ("devices", listing)])
+
+        case .set(let name, let key, let value):
+            switch target(name) {
+            case .failure(let error): return refuse(error.message)
+            case .success(let (peripheral, ref)):
+                if let refusal = peripheral.applySetting(key, value) { return refuse(refusal, peripheral) }
+                return done(peripheral, "\(key) set to \(printable(value))",
+                            [("device", .string(ref)), ("key", .string(key)), ("value", .string(value))])
+            }
+
+        case .disconnect(let name, let reason):
+            switch target(name) {
+            case .failure(let error): return refuse(error.message)
+            case .success(let (peripheral, ref)):
+                guard Peripheral.disconnectReasons.contains(reason) else {
+                    return refuse("reason \(Hex.byte(reason)) is not one HCI Disconnect allows", peripheral)
+                }
+                let links = peripheral.disconnectAll(reason: reason)
+                return done(peripheral, "\(links) link(s) asked to close",
+                            [("device", .string(ref)), ("reason", .string(Hex.byte(reason))), ("links", .integer(Int64(links)))])
+            }
+
+        case .advertise(let name, let on):
+            switch target(name) {
+            case .failure(let error): return refuse(error.message)
+            case .success(let (peripheral, ref)):
+                peripheral.setAdvertisingAllowed(on)
+                return done(peripheral, on ? "advertising allowed" : "advertising off until allowed again",
+                            [("device", .string(ref)), ("on", .bool(on))])
+            }
+
+        case .fault(let name, let uuid, let action, let count):
+            switch target(name) {
+            case .failure(let error): return refuse(error.message)
+            case .success(let (peripheral, ref)):
+                if let refusal = peripheral.injectFault(action, characteristic: uuid, count: count) {
+                    return refuse(refusal, peripheral)
+                }
+                return done(peripheral, "fault planned",
+                            [("device", .string(ref)), ("uuid", .string(uuid.description))]
+                                + Self.describe(action) + [("count", count.map { .integer(Int64($0)) } ?? .null)])
+            }
+
+        case .clearFaults(let name):
+            var cleared: [Peripheral] = []
+            if let name {
+                switch target(name) {
+                case .failure(let error): return refuse(error.message)
+                case .success(let (peripheral, _)): cleared = [peripheral]
+                }
+            } else {
+                cleared = peripherals
+            }
+            var refs: [JSONValue] = []
+            for peripheral in cleared {
+                peripheral.clearFaults()
+                if let index = peripherals.firstIndex(where: { $0 === peripheral }) {
+                    refs.append(.string(names.entries[index].ref))
+                }
+                peripheral.logger.event(.controlCommand, .notice, "control client \(client): \(summary): faults cleared")
+            }
+            if cleared.isEmpty { logBudgeted(.notice, "control client \(client): \(summary): no devices") }
+            return .object([("id", .integer(request.id)), ("ok", true), ("cleared", .array(refs))])
+        }
+    }
+
+    // MARK: Replies
+
+    public static func errorReply(id: Int64?, _ message: String) -> JSONValue {
+        .object([("id", id.map { .integer($0) } ?? .null), ("ok", false), ("error", .string(message))])
+    }
+
+    /// `list`: one object per device, in command-line order.
+    static func listing(_ peripherals: [Peripheral], names: DeviceNames) -> JSONValue {
+        .array(peripherals.enumerated().map { index, peripheral in
+            let links: [JSONValue] = peripheral.linkSummaries.map { link in
+                .object([("peer", .string(link.peer.description)), ("handle", .integer(Int64(link.handle))),
+                         ("mtu", .integer(Int64(link.mtu))), ("encrypted", .bool(link.encrypted))])
+            }
+            let settings: [JSONValue] = peripheral.device.settings.map { setting in
+                .object([("key", .string(setting.key)), ("summary", .string(setting.summary))])
+            }
+            let characteristics = peripheral.database.characteristics
+            let faults: [JSONValue] = peripheral.faults.planned.map { planned in
+                let uuid = characteristics.first { $0.valueHandle == planned.valueHandle }?.uuid
+                return .object([("uuid", uuid.map { .string($0.description) } ?? .null),
+                                ("att_handle", .string(Hex.word(planned.valueHandle)))]
+                               + describe(planned.action)
+                               + [("remaining", planned.remaining.map { .integer(Int64($0)) } ?? .null)])
+            }
+            return .object([
+                ("ref", .string(names.entries[index].ref)),
+                ("device", .string(peripheral.deviceName)),
+                ("name", .string(peripheral.configuration.name)),
+                ("address", .string(peripheral.address.description)),
+                ("controller", .string(peripheral.configuration.controller)),
+                ("advertising", .bool(peripheral.isAdvertising)),
+                ("advertising_allowed", .bool(peripheral.advertisingAllowed)),
+                ("connections", .array(links)),
+                ("settings", .array(settings)),
+                ("faults", .array(faults)),
+            ])
+        })
+    }
+
+    /// `"action":"error","error":"0x0e"`, `"action":"delay","ms":500`, `"action":"drop"`.
+    static func describe(_ action: FaultPlan.Action) -> [(String, JSONValue)] {
+        switch action {
+        case .error(let error): return [("action", "error"), ("error", .string(Hex.byte(error.rawValue)))]
+        case .delay(let duration): return [("action", "delay"), ("ms", .integer(Int64(duration.milliseconds)))]
+        case .drop: return [("action", "drop")]
+        }
+    }
+
+    /// The command as `blemu ctl` words, for the log (client text made printable).
+    static func summary(of command: ControlCommand) -> String {
+        switch command {
+        case .list: return "list"
+        case .set(let device, let key, let value): return "set \(printable(device)) \(printable(key)) \(printable(value))"
+        case .disconnect(let device, let reason): return "disconnect \(printable(device)) --reason \(Hex.byte(reason))"
+        case .advertise(let device, let on): return "advertise \(printable(device)) \(on ? "on" : "off")"
+        case .fault(let device, let uuid, let action, let count):
+            let what: String
+            switch action {
+            case .error(let error): what = "error \(Hex.byte(error.rawValue))"
+            case .delay(let duration): what = "delay \(duration.milliseconds)"
+            case .drop: what = "drop"
+            }
+            return "fault \(printable(device)) \(uuid) \(what)" + (count.map { " --count \($0)" } ?? "")
+        case .clearFaults(let device): return "fault clear" + (device.map { " " + printable($0) } ?? "")
+        }
+    }
+
+    // MARK: Logging
+
+    private func logBudgeted(_ level: Logger.Level, _ message: String, _ peripheral: Peripheral? = nil) {
+        let target = peripheral?.logger ?? logger
+        guard target.logLevel <= level else { return }
+        guard let leftOut = budget.take(now: scheduler.nowNanoseconds) else { return }
+        target.event(.controlCommand, level, "\(message)\(LogBudget.note(leftOut))")
+    }
+}

@@ -1,0 +1,160 @@
+import FoundationEssentials
+
+/// One value of a request object as a client sent it, before it is checked: every JSON value
+/// decodes to one of these, so decoding a request never fails for a value's type, only the
+/// check that follows (with a message naming the field).
+public enum JSONField: Equatable, Sendable {
+    case null
+    case bool(Bool)
+    /// A whole number that fits in 64 bits (`3`, `-1`, `3.0`, `1e2`).
+    case integer(Int64)
+    /// Any other number Swift can hold (`1.5`, `1e30`).
+    case number(Double)
+    /// A number beyond what a Double holds (`1e400`).
+    case hugeNumber
+    case string(String)
+    case array
+    case object
+
+    /// For errors: "a string", "an array", ...
+    public var kind: String {
+        switch self {
+        case .null: return "null"
+        case .bool: return "a boolean"
+        case .integer, .number: return "a number"
+        case .hugeNumber: return "a number too large to hold"
+        case .string: return "a string"
+        case .array: return "an array"
+        case .object: return "an object"
+        }
+    }
+}
+
+extension JSONField: Decodable {
+    private struct AnyKey: CodingKey {
+        var stringValue: String
+        init?(stringValue: String) { self.stringValue = stringValue }
+        var intValue: Int? { nil }
+        init?(intValue: Int) { nil }
+    }
+
+    public init(from decoder: any Decoder) throws {
+        // Nested arrays and objects are told apart but not decoded: no command takes one.
+        if (try? decoder.unkeyedContainer()) != nil { self = .array; return }
+        if (try? decoder.container(keyedBy: AnyKey.self)) != nil { self = .object; return }
+        let value = try decoder.singleValueContainer()
+        if value.decodeNil() { self = .null; return }
+        if let bool = try? value.decode(Bool.self) { self = .bool(bool); return }
+        if let string = try? value.decode(String.self) { self = .string(string); return }
+        if let integer = try? value.decode(Int64.self) { self = .integer(integer); return }
+        if let number = try? value.decode(Double.self), number.isFinite { self = .number(number); return }
+        // The line parsed as JSON, so what is left is a number no Swift type holds.
+        self = .hugeNumber
+    }
+}
+
+/// A JSON value to send, with object members in the order given (so every reply starts with
+/// `id` and `ok`, and the documentation's examples are what a client sees).
+public indirect enum JSONValue: Sendable, ExpressibleByStringLiteral, ExpressibleByIntegerLiteral,
+    ExpressibleByBooleanLiteral
+{
+    case null
+    case bool(Bool)
+    case integer(Int64)
+    case number(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([(String, JSONValue)])
+
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int64) { self = .integer(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+
+    /// Compact JSON on one line: no newline can appear in it, whatever the strings hold.
+    public var encoded: String {
+        var out = ""
+        write(into: &out)
+        return out
+    }
+
+    public func write(into out: inout String) {
+        switch self {
+        case .null: out += "null"
+        case .bool(let value): out += value ? "true" : "false"
+        case .integer(let value): out += String(value)
+        case .number(let value):
+            // JSON has no NaN or infinity; nothing here makes one, but the writer stays total.
+            out += value.isFinite ? (value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)) : "null"
+        case .string(let value): Self.writeString(value, into: &out)
+        case .array(let values):
+            out += "["
+            for (index, value) in values.enumerated() {
+                if index > 0 { out += "," }
+                value.write(into: &out)
+            }
+            out += "]"
+        case .object(let members):
+            out += "{"
+            for (index, member) in members.enumerated() {
+                if index > 0 { out += "," }
+                Self.writeString(member.0, into: &out)
+                out += ":"
+                member.1.write(into: &out)
+            }
+            out += "}"
+        }
+    }
+
+    private static func writeString(_ string: String, into out: inout String) {
+        out += "\""
+        for scalar in string.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20 || scalar.value == 0x7F || scalar.value == 0x2028 || scalar.value == 0x2029:
+                let hex = String(scalar.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        out += "\""
+    }
+
+    /// The member `key` of an object.
+    public subscript(key: String) -> JSONValue? {
+        guard case .object(let members) = self else { return nil }
+        return members.first { $0.0 == key }?.1
+    }
+}
+
+/// Text from a client, made safe to echo in a log line or an error: at most `limit`
+/// characters, control characters escaped as `\uXXXX`, a backslash doubled.
+func printable(_ text: String, limit: Int = 64) -> String {
+    var out = ""
+    var count = 0
+    for scalar in text.unicodeScalars {
+        if count == limit {
+            out += "…"
+            break
+        }
+        count += 1
+        if scalar.value < 0x20 || scalar.value == 0x7F || (0x80..<0xA0).contains(scalar.value)
+            || scalar.value == 0x2028 || scalar.value == 0x2029 {
+            let hex = String(scalar.value, radix: 16)
+            out += "\\u" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex
+        } else if scalar == "\\" {
+            out += "\\\\"
+        } else {
+            out.unicodeScalars.append(scalar)
+        }
+    }
+    return out
+}
+
+/// `printable` in single quotes, for naming a client's value in an error.
+func quoted(_ text: String, limit: Int = 64) -> String {
+    "'" + printable(text, limit: limit) + "'"
+}

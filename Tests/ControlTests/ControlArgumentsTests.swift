@@ -1,0 +1,66 @@
+import BlemuATT
+import BlemuCore
+import Testing
+@testable import BlemuControl
+
+/// `blemu ctl PATH COMMAND...` words become the same commands the server decodes.
+@Suite struct ControlArgumentsTests {
+    private func parse(_ words: String...) throws -> ControlCommand { try ControlCommand(arguments: words) }
+
+    private func refusal(_ words: String..., sourceLocation: SourceLocation = #_sourceLocation) -> String {
+        do {
+            let command = try ControlCommand(arguments: words)
+            Issue.record("accepted \(words) as \(command)", sourceLocation: sourceLocation)
+            return ""
+        } catch {
+            return error.message
+        }
+    }
+
+    @Test func everyForm() throws {
+        #expect(try parse("list") == .list)
+        #expect(try parse("set", "heart-rate", "bpm", "120") == .set(device: "heart-rate", key: "bpm", value: "120"))
+        #expect(try parse("set", "thermostat", "outside", "-5") == .set(device: "thermostat", key: "outside", value: "-5"))
+        #expect(try parse("disconnect", "heart-rate") == .disconnect(device: "heart-rate", reason: 0x13))
+        #expect(try parse("disconnect", "heart-rate", "--reason", "0x15") == .disconnect(device: "heart-rate", reason: 0x15))
+        #expect(try parse("disconnect", "--reason=13", "heart-rate#2") == .disconnect(device: "heart-rate#2", reason: 0x13))
+        #expect(try parse("advertise", "heart-rate", "off") == .advertise(device: "heart-rate", on: false))
+        #expect(try parse("advertise", "heart-rate", "on") == .advertise(device: "heart-rate", on: true))
+        #expect(try parse("fault", "hr", "2A37", "error", "0x80", "--count", "2")
+                == .fault(device: "hr", characteristic: BluetoothUUID(0x2A37), action: .error(.application(0)), count: 2))
+        #expect(try parse("fault", "hr", "0x2A19", "delay", "750")
+                == .fault(device: "hr", characteristic: BluetoothUUID(0x2A19), action: .delay(.milliseconds(750)), count: nil))
+        #expect(try parse("fault", "hr", "2A37", "drop", "--count=3")
+                == .fault(device: "hr", characteristic: BluetoothUUID(0x2A37), action: .drop, count: 3))
+        #expect(try parse("fault", "clear") == .clearFaults(device: nil))
+        #expect(try parse("fault", "clear", "hr") == .clearFaults(device: "hr"))
+        // A device whose local name is "clear" can still be given a fault: three words or more.
+        #expect(try parse("fault", "clear", "2A37", "drop") == .fault(device: "clear", characteristic: BluetoothUUID(0x2A37), action: .drop, count: nil))
+        // `--` ends the options, so a value may start with `--`.
+        #expect(try parse("set", "hr", "note", "--", "--weird") == .set(device: "hr", key: "note", value: "--weird"))
+    }
+
+    @Test func mistakesAreToldBeforeSending() {
+        #expect(refusal().contains("give a command"))
+        #expect(refusal("reboot").contains("unknown command 'reboot'"))
+        #expect(refusal("list", "now").contains("usage: list"))
+        #expect(refusal("set", "hr", "bpm").contains("usage: set DEVICE KEY VALUE"))
+        #expect(refusal("disconnect", "hr", "--reason", "0x16").contains("not one HCI Disconnect allows"))
+        #expect(refusal("disconnect", "hr", "--reason", "zz").contains("not a hex octet"))
+        #expect(refusal("disconnect", "hr", "--reason").contains("needs a value"))
+        #expect(refusal("disconnect", "hr", "--count", "2").contains("takes no --count"))
+        #expect(refusal("advertise", "hr", "maybe").contains("on or off"))
+        #expect(refusal("fault", "hr", "2A37").contains("usage"))
+        #expect(refusal("fault", "hr", "2A3", "drop").contains("not a UUID"))
+        #expect(refusal("fault", "hr", "2A37", "error", "0").contains("not an ATT error code"))
+        #expect(refusal("fault", "hr", "2A37", "error", "100").contains("not an ATT error code"))
+        #expect(refusal("fault", "hr", "2A37", "delay", "0").contains("from 1 to 300000"))
+        #expect(refusal("fault", "hr", "2A37", "delay", "+5").contains("milliseconds"))
+        #expect(refusal("fault", "hr", "2A37", "delay", "99999999999999999999999").contains("milliseconds"))
+        #expect(refusal("fault", "hr", "2A37", "drop", "--count", "0").contains("--count"))
+        #expect(refusal("fault", "hr", "2A37", "drop", "--count", "1", "--count", "2").contains("twice"))
+        #expect(refusal("fault", "hr", "2A37", "melt").contains("unknown fault 'melt'"))
+        #expect(refusal("fault", "clear", "--count", "2").contains("takes no --count"))
+        #expect(refusal("list", "--verbose").contains("unknown option"))
+    }
+}
