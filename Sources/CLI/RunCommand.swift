@@ -1,4 +1,5 @@
 import ArgumentParser
+import BlemuConfig
 import BlemuControl
 import BlemuCore
 import BlemuDevices
@@ -21,8 +22,17 @@ struct RunCommand: ParsableCommand {
             + "run on that one controller, each in its own advertising set (LE Extended Advertising); devices that share a "
             + "tcp: or unix: spec get a connection each (to rootcanal, a controller each) unless --share-controller.")
 
-    @Argument(help: "Devices to emulate.")
-    var devices: [String]
+    @Argument(help: "Devices to emulate (or the `devices:` of --config).")
+    var devices: [String] = []
+
+    @Option(name: .customLong("config"), help: ArgumentHelp("A YAML file with the devices and their options (Docs/REFERENCE.md, \"Configuration file\").", valueName: "FILE"))
+    var configPath: String?
+
+    @Option(help: ArgumentHelp("The lock's PIN, 4 to 8 digits (default: the config file's, else one made up and logged once).", valueName: "DIGITS"))
+    var pin: String?
+
+    @Option(help: ArgumentHelp("A 6-digit static pairing passkey, like a label on the box (for pairing, which a later version adds).", valueName: "DIGITS"))
+    var passkey: String?
 
     @Option(name: .customLong("controller"), help: "Controller spec: hciN, tcp:HOST:PORT, unix:PATH, serial:DEVICE[:BAUD]. Default: $BLEMU_CONTROLLER.")
     var controllers: [String] = []
@@ -56,9 +66,11 @@ struct RunCommand: ParsableCommand {
         if log == .journal && !LogDestination.journalInBuild {
             throw ValidationError(LogSetup.journalMissing)
         }
-        guard !devices.isEmpty else { throw ValidationError("name at least one device: \(DeviceRegistry.all.map(\.name).joined(separator: ", "))") }
-        for device in devices where DeviceRegistry.entry(named: device) == nil {
-            throw ValidationError("unknown device '\(device)'; known devices: \(DeviceRegistry.all.map(\.name).joined(separator: ", ")) (see `blemu devices`)")
+        if let pin, pin.count < 4 || pin.count > 8 || !pin.allSatisfy({ $0.isASCII && $0.isNumber }) {
+            throw ValidationError("--pin must be 4 to 8 digits, not '\(pin)'")
+        }
+        if let passkey, passkey.count != 6 || !passkey.allSatisfy({ $0.isASCII && $0.isNumber }) {
+            throw ValidationError("--passkey must be 6 digits, not '\(passkey)'")
         }
         if let address {
             guard let parsed = BluetoothAddress(address) else {
@@ -67,16 +79,36 @@ struct RunCommand: ParsableCommand {
             guard parsed.isValidStaticRandom else {
                 throw ValidationError("--address \(address) is not a static random address: its two top bits must be set (first byte C0-FF) and the rest neither all 0 nor all 1")
             }
-            guard devices.count == 1 else { throw ValidationError("--address needs exactly one device (each device needs its own address)") }
         }
         if controlPath != nil || controlMode != "0600" {
             guard controlPath.map({ !$0.isEmpty }) ?? false else { throw ValidationError("--control-mode needs --control PATH") }
             _ = try parsedControlMode()
         }
-        let specs = try controllerSpecs()
-        guard specs.count <= devices.count else {
-            throw ValidationError("\(specs.count) controllers for \(devices.count) device(s): give at most one --controller per device")
+        let plans = try devicePlans()
+        guard controllers.count <= plans.count else {
+            throw ValidationError("\(controllers.count) controllers for \(plans.count) device(s): give at most one --controller per device")
         }
+    }
+
+    /// The devices to run with their options, from the command line and --config.
+    private func devicePlans() throws -> [DevicePlan] {
+        var file: RunConfiguration?
+        if let configPath {
+            do { file = try ConfigurationFile.load(path: configPath) } catch { throw ValidationError(error.description) }
+        }
+        var specs: [ControllerSpec] = []
+        for text in controllers {
+            do { specs.append(try ControllerSpec(parsing: text)) } catch { throw ValidationError(error.description) }
+        }
+        var environmentSpec: ControllerSpec?
+        if let fromEnvironment = getenv("BLEMU_CONTROLLER").map({ String(cString: $0) }), !fromEnvironment.isEmpty {
+            do { environmentSpec = try ControllerSpec(parsing: fromEnvironment) } catch {
+                throw ValidationError("BLEMU_CONTROLLER: \(error.description)")
+            }
+        }
+        return try DevicePlanning.plans(devices: devices, specs: specs, environmentSpec: environmentSpec, file: file,
+                                        fileName: configPath, name: name, address: address.flatMap(BluetoothAddress.init),
+                                        pin: pin, passkey: passkey)
     }
 
     /// --control-mode as permission bits: octal, 0 to 0777.
@@ -86,27 +118,6 @@ struct RunCommand: ParsableCommand {
             throw ValidationError("--control-mode '\(controlMode)' is not an octal permission mode like 0600 or 0660")
         }
         return mode
-    }
-
-    /// The --controller specs, or $BLEMU_CONTROLLER.
-    private func controllerSpecs() throws -> [ControllerSpec] {
-        var texts = controllers
-        if texts.isEmpty, let fromEnvironment = getenv("BLEMU_CONTROLLER").map({ String(cString: $0) }), !fromEnvironment.isEmpty {
-            texts = [fromEnvironment]
-        }
-        guard !texts.isEmpty else {
-            throw ValidationError("no controller: give --controller SPEC (e.g. tcp:127.0.0.1:6402 for rootcanal) or set BLEMU_CONTROLLER")
-        }
-        var specs: [ControllerSpec] = []
-        for text in texts {
-            do { specs.append(try ControllerSpec(parsing: text)) } catch { throw ValidationError(error.description) }
-        }
-        return specs
-    }
-
-    /// Devices paired with controllers; the last spec is shared by the devices after it.
-    private func pairs(_ specs: [ControllerSpec]) -> [(String, ControllerSpec)] {
-        devices.enumerated().map { index, device in (device, specs[min(index, specs.count - 1)]) }
     }
 
     /// Whether the devices that name `spec` run on one controller: an adapter or a UART can be
@@ -123,7 +134,7 @@ struct RunCommand: ParsableCommand {
         try LogSetup.bootstrap(destination: log, level: logLevel)
         let logger = Logger(label: "blemu")
 
-        let pairs = self.pairs(try controllerSpecs())
+        let plans = try devicePlans()
 
         let loop: RunLoop
         do { loop = try RunLoop() } catch { throw RuntimeFailure("cannot start the run loop: \(error)") }
@@ -131,16 +142,21 @@ struct RunCommand: ParsableCommand {
         var emulators: [Emulator] = []
         var shared: [ControllerSpec: Emulator] = [:]
         var copies: [String: Int] = [:]
-        for (deviceName, spec) in pairs {
+        for plan in plans {
+            let deviceName = plan.device, spec = plan.spec
             guard let entry = DeviceRegistry.entry(named: deviceName) else { continue }
             let device = entry.make()
+            // Initial values (and the PIN) before the device starts; a refusal ends the run here.
+            do { try DevicePlanning.applySettings(plan, to: device) } catch let error as ValidationError {
+                throw RuntimeFailure(error.message)
+            }
             // Two copies of one device need two names, and so two addresses (derived from the name).
             copies[deviceName, default: 0] += 1
             let copy = copies[deviceName] ?? 1
-            var localName = name.map { devices.count == 1 ? $0 : "\($0) \(deviceName)" } ?? device.profile.defaultName
-            if copy > 1 { localName += " \(copy)" }
-            let configuration = PeripheralConfiguration(name: localName, address: address.flatMap(BluetoothAddress.init),
-                                                        controller: spec.description)
+            var localName = plan.name ?? device.profile.defaultName
+            if copy > 1, plan.name == nil || name != nil { localName += " \(copy)" }
+            let configuration = PeripheralConfiguration(name: localName, address: plan.address, controller: spec.description,
+                                                        advertisingTiming: plan.advertising, connectionParameters: plan.connection)
             let emulator: Emulator
             if sharesOneController(spec), let existing = shared[spec] {
                 emulator = existing
@@ -213,7 +229,7 @@ struct RunCommand: ParsableCommand {
             emulator.onFirstUp = {
                 waitingForFirstUp -= 1
                 guard waitingForFirstUp == 0, !stopping else { return }
-                logger.event(.started, .notice, "blemu \(blemuVersion) started: \(devices.joined(separator: ", "))")
+                logger.event(.started, .notice, "blemu \(blemuVersion) started: \(plans.map(\.device).joined(separator: ", "))")
             }
             emulator.start()
         }

@@ -54,8 +54,14 @@ public struct DeviceConfiguration: Sendable, Equatable {
     public struct Setting: Sendable, Equatable {
         public var key: String
         public var value: String
-        /// `file:line` of the value.
+        /// `file:line: path` of the value, for errors.
         public var location: String
+
+        public init(key: String, value: String, location: String) {
+            self.key = key
+            self.value = value
+            self.location = location
+        }
     }
 
     public init(device: String, location: String) {
@@ -238,7 +244,7 @@ private struct Reader {
             for (key, _) in ordered {
                 guard let name = key.scalar?.string, let setting = settings[name] else { continue }
                 device.settings.append(.init(key: name, value: try scalar(setting.value, at: "\(path).settings.\(name)"),
-                                             location: at(setting.value)))
+                                             location: "\(at(setting.value)): \(path).settings.\(name)"))
             }
         }
         if let entry = entries["advertising"] { device.advertising = try advertising(entry.value, at: "\(path).advertising") }

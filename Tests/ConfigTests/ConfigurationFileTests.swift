@@ -30,7 +30,7 @@ import Testing
         #expect(hr.address == BluetoothAddress("C4:12:34:56:78:9A"))
         #expect(hr.settings.map(\.key) == ["bpm", "battery"])
         #expect(hr.settings.map(\.value) == ["72", "80"])
-        #expect(hr.settings.first?.location == "bench.yaml:7")
+        #expect(hr.settings.first?.location == "bench.yaml:7: devices[0].settings.bpm")
         #expect(hr.advertising == AdvertisingTiming(fastInterval: 32, fastDuration: .seconds(45), slowInterval: 338))
         #expect(hr.connection == ConnectionParameters(intervalMin: 12, intervalMax: 24, peripheralLatency: 0, supervisionTimeout: 400))
         let lock = configuration.devices[1]

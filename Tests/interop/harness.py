@@ -85,7 +85,7 @@ class BlemuProcess:
         self.extra_args = list(extra_args)
         self.env = dict(env or {})
         self.log_args = log_args
-        fd, path = tempfile.mkstemp(prefix=f"blemu-{name or self.devices[0]}-", suffix=".log", dir=log_dir())
+        fd, path = tempfile.mkstemp(prefix=f"blemu-{name or (self.devices[0] if self.devices else 'config')}-", suffix=".log", dir=log_dir())
         os.close(fd)
         self.log_path = Path(path)
         self.stdout_path: Path | None = self.log_path.with_suffix(".stdout") if split_stdout else None

@@ -1,0 +1,101 @@
+import ArgumentParser
+import BlemuConfig
+import BlemuCore
+import BlemuDevices
+import BlemuHCI
+import BlemuHost
+import BlemuTransport
+
+/// One device to run, with everything the command line and the configuration file say about
+/// it, merged: the command line wins over the file, the file over the device's defaults.
+struct DevicePlan {
+    var device: String
+    var spec: ControllerSpec
+    var name: String?
+    var address: BluetoothAddress?
+    /// Initial values, in order: the file's settings, then the PIN.
+    var settings: [DeviceConfiguration.Setting] = []
+    var passkey: String?
+    var advertising: AdvertisingTiming?
+    var connection: ConnectionParameters?
+}
+
+enum DevicePlanning {
+    /// The plans for `blemu run`: devices from the command line (each taking the options of
+    /// the file's first unused entry for the same device), or else the file's devices.
+    /// Controllers: --controller, then the entry's, then the file's, then $BLEMU_CONTROLLER.
+    static func plans(devices: [String], specs: [ControllerSpec], environmentSpec: ControllerSpec?,
+                      file: RunConfiguration?, fileName: String?, name: String?, address: BluetoothAddress?,
+                      pin: String?, passkey: String?) throws -> [DevicePlan] {
+        var entries: [DeviceConfiguration?]
+        if devices.isEmpty {
+            entries = (file?.devices ?? []).map { $0 }
+        } else {
+            var unused = file?.devices ?? []
+            entries = devices.map { device in
+                guard let index = unused.firstIndex(where: { $0.device == device }) else { return nil }
+                return unused.remove(at: index)
+            }
+        }
+        let names = devices.isEmpty ? entries.map { $0?.device ?? "" } : devices
+        guard !names.isEmpty else {
+            throw ValidationError("name at least one device (\(DeviceRegistry.all.map(\.name).joined(separator: ", "))) or give --config FILE with a `devices:` list")
+        }
+        var plans: [DevicePlan] = []
+        for (index, device) in names.enumerated() {
+            let entry = entries[index]
+            guard DeviceRegistry.entry(named: device) != nil else {
+                let known = DeviceRegistry.all.map(\.name).joined(separator: ", ")
+                if let entry { throw ValidationError("\(entry.location): devices[\(index)].device: unknown device '\(device)'; known devices: \(known)") }
+                throw ValidationError("unknown device '\(device)'; known devices: \(known) (see `blemu devices`)")
+            }
+            let spec: ControllerSpec
+            if !specs.isEmpty {
+                spec = specs[min(index, specs.count - 1)]
+            } else if let chosen = entry?.controller ?? file?.controller ?? environmentSpec {
+                spec = chosen
+            } else {
+                throw ValidationError("no controller: give --controller SPEC (e.g. tcp:127.0.0.1:6402 for rootcanal), `controller:` in --config, or set BLEMU_CONTROLLER")
+            }
+            var plan = DevicePlan(device: device, spec: spec)
+            plan.name = entry?.name
+            plan.address = entry?.address
+            plan.settings = entry?.settings ?? []
+            plan.passkey = passkey ?? entry?.passkey
+            plan.advertising = entry?.advertising
+            plan.connection = entry?.connection
+            if let pinText = pin ?? entry?.pin {
+                let location = pin != nil ? "--pin" : "\(entry?.location ?? fileName ?? "--config"): devices[\(index)].pin"
+                plan.settings.append(.init(key: "pin", value: pinText, location: location))
+            }
+            plans.append(plan)
+        }
+        if let name {
+            for index in plans.indices {
+                plans[index].name = plans.count == 1 ? name : "\(name) \(plans[index].device)"
+            }
+        }
+        if let address {
+            guard plans.count == 1 else { throw ValidationError("--address needs exactly one device (each device needs its own address)") }
+            plans[0].address = address
+        }
+        return plans
+    }
+
+    /// Applies the plan's initial values to a new device before it starts; the first refusal
+    /// is one error naming where the value came from.
+    static func applySettings(_ plan: DevicePlan, to device: Device) throws {
+        let settings = device.settings
+        for setting in plan.settings {
+            guard let target = settings.first(where: { $0.key == setting.key }) else {
+                let known = settings.map(\.key).joined(separator: ", ")
+                if setting.location == "--pin" { throw ValidationError("--pin: \(plan.device) takes no PIN") }
+                throw ValidationError("\(setting.location): \(plan.device) has no setting '\(setting.key)'"
+                                      + (known.isEmpty ? "" : " (settings: \(known))"))
+            }
+            if let refusal = target.apply(setting.value) {
+                throw ValidationError("\(setting.location): \(refusal)")
+            }
+        }
+    }
+}

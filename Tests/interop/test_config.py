@@ -1,0 +1,93 @@
+"""`blemu run --config FILE`: devices and their options from a YAML file, checked before
+anything starts (Docs/REFERENCE.md, "Configuration file")."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bumble_central import Central, UUID_DEVICE_NAME, UUID_GAP_SERVICE, UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE, decode_heart_rate_measurement
+from fake_controller import FakeController
+from harness import BlemuProcess, log_dir, run, run_cli, unique_name
+from test_lock import UUID_CONTROL_POINT, UUID_LOCK_SERVICE, UUID_LOCK_STATE, operate
+
+
+def write_config(text: str) -> str:
+    path = log_dir() / f"config-{unique_name('cfg')}.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_devices_names_values_and_pin_come_from_the_file(rootcanal, blemu_factory):
+    hr_name, lock_name = unique_name("CH"), unique_name("CL")
+    path = write_config(f"""
+# two devices on one rootcanal connection
+controller: {rootcanal.controller_spec}
+devices:
+  - device: heart-rate
+    name: {hr_name}
+    settings: {{ bpm: 150 }}
+  - device: lock
+    name: {lock_name}
+    pin: "024680"
+""")
+    blemu = blemu_factory.start(None, wait_advertising=False, devices=[], extra_args=["--config", path, "--share-controller"])
+
+    async def scenario():
+        async with Central(rootcanal.controller_spec, name="cfg-central") as central:
+            hr = await central.scan_for(hr_name, timeout=20.0, alive=blemu.exited)
+            conn = await central.connect(hr.address)
+            await conn.discover_all()
+            assert (await conn.read(conn.characteristic(UUID_DEVICE_NAME, UUID_GAP_SERVICE))).decode() == hr_name
+            measurement = conn.characteristic(UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE)
+            await conn.subscribe(measurement)
+            await asyncio.sleep(2.5)
+            rates = [decode_heart_rate_measurement(n.value).heart_rate for n in conn.notifications if n.handle == measurement.handle]
+            assert rates and all(130 <= rate <= 170 for rate in rates), f"bpm 150 from the file; measured {rates}"
+            await conn.disconnect()
+
+            lock = await central.scan_for(lock_name, timeout=20.0, alive=blemu.exited)
+            conn = await central.connect(lock.address)
+            await conn.discover_all()
+            await conn.subscribe(conn.characteristic(UUID_CONTROL_POINT, UUID_LOCK_SERVICE))
+            await conn.subscribe(conn.characteristic(UUID_LOCK_STATE, UUID_LOCK_SERVICE))
+            assert await operate(conn, 0x02, "024680") == bytes([0x80, 0x02, 0x01]), "the file's PIN opens the lock"
+            await conn.disconnect()
+
+    run(scenario(), timeout=90)
+    assert not any("PIN is" in entry.message for entry in blemu.log_entries()), "a PIN given is not made up and logged"
+    assert blemu.stop() == 0, blemu.log_tail()
+
+
+def test_a_bad_file_is_one_error_before_anything_starts():
+    with FakeController() as controller:
+        path = write_config(f"controller: {controller.spec}\ndevices:\n  - device: heart-rate\n    settings: {{ bpm: 900 }}\n")
+        result = run_cli(["run", "--config", path], timeout=10.0)
+        assert result.returncode != 0, result.describe()
+        assert f"{path}:4: devices[0].settings.bpm:" in result.stderr, result.describe()
+        path = write_config("devices:\n  - device: lock\n    pin: 12\n")
+        result = run_cli(["run", "--config", path, "--controller", controller.spec], timeout=10.0)
+        assert result.returncode != 0
+        assert f"{path}:3: devices[0].pin: a PIN must be 4 to 8 digits" in result.stderr, result.describe()
+        path = write_config("devices:\n  - device: toaster\n")
+        result = run_cli(["run", "--config", path, "--controller", controller.spec], timeout=10.0)
+        assert "unknown device 'toaster'" in result.stderr, result.describe()
+        result = run_cli(["run", "--config", "/nonexistent.yaml", "--controller", controller.spec], timeout=10.0)
+        assert "/nonexistent.yaml: No such file or directory" in result.stderr, result.describe()
+        assert controller.accept_times == [], "nothing started: the controller was never opened"
+
+
+def test_pin_on_the_command_line(rootcanal, blemu_factory):
+    blemu = blemu_factory.start(unique_name("PL"), device="lock", extra_args=["--pin", "9753"])
+
+    async def scenario():
+        async with Central(rootcanal.controller_spec, name="pin-central") as central:
+            conn = await central.connect(blemu.scan.address)
+            await conn.discover_all()
+            await conn.subscribe(conn.characteristic(UUID_CONTROL_POINT, UUID_LOCK_SERVICE))
+            await conn.subscribe(conn.characteristic(UUID_LOCK_STATE, UUID_LOCK_SERVICE))
+            assert await operate(conn, 0x02, "9753") == bytes([0x80, 0x02, 0x01])
+            await conn.disconnect()
+
+    run(scenario(), timeout=60)
+    result = run_cli(["run", "heart-rate", "--pin", "1234", "--controller", "tcp:127.0.0.1:1"])
+    assert result.returncode != 0 and "--pin: heart-rate takes no PIN" in result.stderr, result.describe()
