@@ -33,7 +33,10 @@ struct DevicesCommand: ParsableCommand {
                     if c.properties.contains(.writeWithoutResponse) { kinds.append("write-without-response") }
                     if c.properties.contains(.notify) { kinds.append("notify") }
                     if c.properties.contains(.indicate) { kinds.append("indicate") }
-                    let name = Self.characteristicNames[c.uuid].map { " (\($0))" } ?? ""
+                    // A standard name, else the device's own User Description (0x2901).
+                    let described = c.descriptors.first { $0.uuid == GATTType.userDescription }
+                        .flatMap { String(validating: $0.value, as: UTF8.self) }
+                    let name = (Self.characteristicNames[c.uuid] ?? described).map { " (\($0))" } ?? ""
                     print("    characteristic \(c.uuid)\(name): \(kinds.joined(separator: ", "))")
                 }
             }
@@ -45,6 +48,8 @@ struct DevicesCommand: ParsableCommand {
         BluetoothUUID(0x1800): "GAP", BluetoothUUID(0x1801): "GATT", BluetoothUUID(0x180A): "Device Information",
         BluetoothUUID(0x180D): "Heart Rate", BluetoothUUID(0x180F): "Battery", BluetoothUUID(0x181A): "Environmental Sensing",
         Peripheral.diagnosticsServiceUUID: "Diagnostics",
+        BluetoothUUID("7d3c0100-9a5e-4d1a-8f6e-5c1b2d3e4f50")!: "Thermostat",
+        BluetoothUUID("7d3c0200-9a5e-4d1a-8f6e-5c1b2d3e4f50")!: "Lock",
     ]
 
     /// Names for the characteristics blemu serves (Assigned Numbers 3.8.1, and blemu's own).
@@ -59,6 +64,7 @@ struct DevicesCommand: ParsableCommand {
         BluetoothUUID(0x2A28): "Software Revision String", BluetoothUUID(0x2A29): "Manufacturer Name String",
         BluetoothUUID(0x2A37): "Heart Rate Measurement", BluetoothUUID(0x2A38): "Body Sensor Location",
         BluetoothUUID(0x2A39): "Heart Rate Control Point",
+        BluetoothUUID(0x2A6E): "Temperature", BluetoothUUID(0x2A6F): "Humidity",
         Peripheral.diagnosticsCharacteristicUUID: "Diagnostics, JSON",
     ]
 }
