@@ -1,0 +1,36 @@
+// swift-tools-version: 6.1
+import Foundation
+import PackageDescription
+
+// A local package's identity is its folder's name, which depends on where blemu was cloned.
+let blemuFolder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+let blemuIdentity = blemuFolder.lastPathComponent.lowercased()
+
+// Coverage-guided libFuzzer targets that drive the whole stack in process (Docs/TESTING.md).
+// Each executable defines LLVMFuzzerTestOneInput and a `<module>_main` that runs libFuzzer's
+// driver on it: build them only with the sanitizers, which instrument every Swift module
+// (blemu's too) and link libFuzzer, one product at a time:
+//
+//     swift build --package-path Fuzz --scratch-path .build-fuzz -c debug \
+//         -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library --product att-server
+//
+// scripts/fuzz does that and runs them; a plain `swift build` here fails at link time.
+let package = Package(
+    name: "blemu-fuzz",
+    platforms: [.macOS(.v13)],
+    dependencies: [
+        .package(path: ".."),
+    ],
+    targets: [
+        // libFuzzer's driver behind the `<module>_main` that SwiftPM links as each executable's main.
+        .target(name: "CFuzzDriver", path: "Sources/CFuzzDriver"),
+        // What the targets share: the controller, the input reader, the fuzz device.
+        .target(name: "FuzzSupport", dependencies: ["CFuzzDriver", .product(name: "BlemuKit", package: blemuIdentity)],
+                path: "Sources/FuzzSupport"),
+        .executableTarget(name: "h4-host", dependencies: ["FuzzSupport"], path: "Sources/h4-host"),
+        .executableTarget(name: "l2cap", dependencies: ["FuzzSupport"], path: "Sources/l2cap"),
+        .executableTarget(name: "att-server", dependencies: ["FuzzSupport"], path: "Sources/att-server"),
+        .executableTarget(name: "decoders", dependencies: ["FuzzSupport"], path: "Sources/decoders"),
+        .executableTarget(name: "control", dependencies: ["FuzzSupport"], path: "Sources/control"),
+    ]
+)

@@ -1,0 +1,132 @@
+import BlemuCore
+import BlemuDevices
+import BlemuHCI
+import BlemuHost
+import FuzzSupport
+
+/// `l2cap`: a little language of link events driving a Peripheral — links opening and closing,
+/// L2CAP frames (whole or in fragments, with honest or lying lengths) on every fixed channel
+/// and others, raw ACL packets with any boundary flag, LE link events, and clock jumps past
+/// every timeout (command 3 s, reassembly 10 s, ATT transaction and fast advertising 30 s).
+/// The controller is the harness's, so it is truthful and also checks the host's credits.
+///
+/// Input: controller flags and sizes (see `controllerOptions`), a device byte (bit 0: the
+/// length-rules device, else heart-rate), then ops, each a byte (mod 8) and its operands:
+///   0 a          connect handle (a & 3) if the controller advertises (in the central role when
+///                a & 0x80, which a controller may do for a host that never asked: it must refuse)
+///   1 a r        disconnect handle (a & 3) with reason r
+///   2 a n… p…    L2CAP frame: handle a & 3; channel (a >> 2) & 3: ATT, signalling, SMP, or a
+///                u16 that follows; a & 0x10 fragments it (fragment size: next byte);
+///                a & 0x20 puts a u16 from the input in the length field; a & 0x40: payload
+///                length is a u16 (mod 1100), else a byte; first fragment flag 10, or 00 when
+///                a & 0x80
+///   3 a n d…     a raw ACL packet on handle a & 3 with boundary flag (a >> 2) & 3, n bytes
+///   4 t          the clock moves: t < 200: t × 10 ms; else 3.1 s, 10.5 s, 30.5 s, 65 s, 600 s
+///   5            Number Of Completed Packets for everything in flight
+///   6            the peripheral stops (blemu's clean stop)
+///   7 a k …      an LE event on handle a & 3: connection update complete, remote connection
+///                parameter request, data length change, PHY update, encryption change, data
+///                buffer overflow (k picks; parameters from the input)
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    var input = FuzzBytes(data, size)
+    let options = controllerOptions(input.u8(), input.u8())
+    let device: Device = input.u8() & 0x01 != 0 ? LengthRulesDevice() : HeartRateDevice(seed: 1)
+    let rig = PeripheralRig(device: device, options: options, truthful: true)
+    let controller = rig.controller
+    let handles: [UInt16] = [0x0040, 0x0041, 0x0EFF, 0x0001]
+
+    while !input.isAtEnd {
+        switch input.u8() % 8 {
+        case 0:
+            let a = input.u8()
+            let handle = handles[Int(a & 3)]
+            // A controller never reports a second connection on a handle in use, and a central
+            // connects only to a peripheral that advertises.
+            let central = a & 0x80 != 0
+            guard !controller.openHandles.contains(handle), central || controller.isAdvertising else { continue }
+            controller.connect(handle: handle, peer: rig.central, central: central)
+            controller.flush()
+        case 1:
+            let handle = handles[Int(input.u8() & 3)]
+            let reason = input.u8()
+            guard controller.openHandles.contains(handle) else { continue }
+            controller.disconnect(handle: handle, reason: reason)
+            controller.flush()
+        case 2:
+            let a = input.u8()
+            let handle = handles[Int(a & 3)]
+            let cids: [UInt16] = [0x0004, 0x0005, 0x0006]
+            let cid = (a >> 2) & 3 == 3 ? input.u16() : cids[Int((a >> 2) & 3)]
+            let fragment = a & 0x10 != 0 ? Int(input.u8() % 64) + 1 : Int.max
+            let lie: UInt16? = a & 0x20 != 0 ? input.u16() : nil
+            let length = a & 0x40 != 0 ? Int(input.u16()) % 1100 : Int(input.u8())
+            let payload = input.take(length)
+            var frame: [UInt8] = []
+            frame.appendLE(lie ?? UInt16(payload.count))
+            frame.appendLE(cid)
+            frame += payload
+            var start = 0
+            repeat {
+                let end = min(frame.count, start + min(fragment, 1024))
+                let boundary: ACLPacket.Boundary = start > 0 ? .continuing : a & 0x80 != 0 ? .firstNonFlushable : .firstFlushable
+                controller.sendACL(handle: handle, boundary: boundary, data: frame[start..<end])
+                start = end
+            } while start < frame.count
+        case 3:
+            let a = input.u8()
+            let data = input.take(Int(input.u8()))
+            controller.sendACL(handle: handles[Int(a & 3)], boundary: ACLPacket.Boundary(rawValue: (a >> 2) & 3)!, data: data[...])
+        case 4:
+            let t = input.u8()
+            let jumps: [UInt64] = [3_100, 10_500, 30_500, 65_000, 600_000]
+            rig.advance(milliseconds: t < 200 ? UInt64(t) * 10 : jumps[Int(t - 200) % jumps.count])
+        case 5:
+            controller.completeAll()
+            controller.flush()
+        case 6:
+            rig.stop()
+        default:
+            let a = input.u8()
+            let handle = handles[Int(a & 3)]
+            var p: [UInt8] = []
+            switch input.u8() % 6 {
+            case 0:  // LE Connection Update Complete (7.7.65.3)
+                p = [0x03, input.u8()]
+                p.appendLE(handle)
+                p += input.take(6)
+                controller.queue(event: 0x3E, p)
+            case 1:  // LE Remote Connection Parameter Request (7.7.65.6)
+                p = [0x06]
+                p.appendLE(handle)
+                p += input.take(8)
+                controller.queue(event: 0x3E, p)
+            case 2:  // LE Data Length Change (7.7.65.7)
+                p = [0x07]
+                p.appendLE(handle)
+                p += input.take(8)
+                controller.queue(event: 0x3E, p)
+            case 3:  // LE PHY Update Complete (7.7.65.12)
+                p = [0x0C, input.u8()]
+                p.appendLE(handle)
+                p += input.take(2)
+                controller.queue(event: 0x3E, p)
+            case 4:  // Encryption Change (7.7.8): nothing asked for it
+                p = [input.u8()]
+                p.appendLE(handle)
+                p.append(input.u8())
+                controller.queue(event: 0x08, p)
+            default:  // Data Buffer Overflow (7.7.26)
+                controller.queue(event: 0x1A, [0x01])
+            }
+            controller.flush()
+        }
+    }
+    rig.finish()
+    return 0
+}
+
+@_cdecl("l2cap_main")
+public func l2capMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
+    blemu_fuzz_driver(argc, argv) { data, size in fuzz(data, size) }
+}
