@@ -1,5 +1,6 @@
 import BlemuCore
 import BlemuGATT
+import BlemuHost
 
 /// Device Information Service 0x180A (DIS 1.1): fixed strings, all cached — the stack serves
 /// them without asking the device.
@@ -12,7 +13,8 @@ public struct DeviceInformation: Sendable {
     public var softwareRevision: String
 
     public init(manufacturer: String = "blemu", model: String, serialNumber: String,
-                hardwareRevision: String = "1.0", firmwareRevision: String, softwareRevision: String) {
+                hardwareRevision: String = "1.0", firmwareRevision: String = blemuVersion,
+                softwareRevision: String = blemuVersion) {
         self.manufacturer = manufacturer
         self.model = model
         self.serialNumber = serialNumber

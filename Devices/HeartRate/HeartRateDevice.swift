@@ -66,8 +66,7 @@ public final class HeartRateDevice: Device {
                 bodySensorLocation
                 controlPoint
             },
-            DeviceInformation(model: "blemu HR-1", serialNumber: "HR-0001", firmwareRevision: blemuVersion,
-                              softwareRevision: blemuVersion).makeService(),
+            DeviceInformation(model: "blemu HR-1", serialNumber: "HR-0001").makeService(),
             battery.service,
         ]
     }

@@ -111,8 +111,7 @@ public final class LockDevice: Device {
                 eventLog
                 relockDelay
             },
-            DeviceInformation(model: "blemu LK-1", serialNumber: "LK-0001", firmwareRevision: blemuVersion,
-                              softwareRevision: blemuVersion).makeService(),
+            DeviceInformation(model: "blemu LK-1", serialNumber: "LK-0001").makeService(),
             battery.service,
         ]
     }

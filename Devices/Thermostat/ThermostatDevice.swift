@@ -117,8 +117,7 @@ public final class ThermostatDevice: Device {
                 mode
                 heatingState
             },
-            DeviceInformation(model: "blemu TH-1", serialNumber: "TH-0001", firmwareRevision: blemuVersion,
-                              softwareRevision: blemuVersion).makeService(),
+            DeviceInformation(model: "blemu TH-1", serialNumber: "TH-0001").makeService(),
             battery.service,
         ]
     }
