@@ -24,7 +24,7 @@ enum DevicePlanning {
     /// The plans for `blemu run`: devices from the command line (each taking the options of
     /// the file's first unused entry for the same device), or else the file's devices.
     /// Controllers: --controller, then the entry's, then the file's, then $BLEMU_CONTROLLER.
-    static func plans(devices: [String], specs: [ControllerSpec], environmentSpec: ControllerSpec?,
+    static func plans(devices: [String], specs: [ControllerSpec], environmentSpec: () throws -> ControllerSpec?,
                       file: RunConfiguration?, fileName: String?, name: String?, address: BluetoothAddress?,
                       pin: String?, passkey: String?) throws -> [DevicePlan] {
         var entries: [DeviceConfiguration?]
@@ -50,9 +50,11 @@ enum DevicePlanning {
                 throw ValidationError("unknown device '\(device)'; known devices: \(known) (see `blemu devices`)")
             }
             let spec: ControllerSpec
+            var fromFile = entry?.controller ?? file?.controller
+            if specs.isEmpty, fromFile == nil { fromFile = try environmentSpec() }
             if !specs.isEmpty {
                 spec = specs[min(index, specs.count - 1)]
-            } else if let chosen = entry?.controller ?? file?.controller ?? environmentSpec {
+            } else if let chosen = fromFile {
                 spec = chosen
             } else {
                 throw ValidationError("no controller: give --controller SPEC (e.g. tcp:127.0.0.1:6402 for rootcanal), `controller:` in --config, or set BLEMU_CONTROLLER")

@@ -100,10 +100,11 @@ struct RunCommand: ParsableCommand {
         for text in controllers {
             do { specs.append(try ControllerSpec(parsing: text)) } catch { throw ValidationError(error.description) }
         }
-        var environmentSpec: ControllerSpec?
-        if let fromEnvironment = getenv("BLEMU_CONTROLLER").map({ String(cString: $0) }), !fromEnvironment.isEmpty {
-            do { environmentSpec = try ControllerSpec(parsing: fromEnvironment) } catch {
-                throw ValidationError("BLEMU_CONTROLLER: \(error.description)")
+        // $BLEMU_CONTROLLER is read only where it is used: --controller overrides it whole.
+        let environmentSpec = { () throws -> ControllerSpec? in
+            guard let text = getenv("BLEMU_CONTROLLER").map({ String(cString: $0) }), !text.isEmpty else { return nil }
+            do { return try ControllerSpec(parsing: text) } catch {
+                throw ValidationError("BLEMU_CONTROLLER: \(error)")
             }
         }
         return try DevicePlanning.plans(devices: devices, specs: specs, environmentSpec: environmentSpec, file: file,

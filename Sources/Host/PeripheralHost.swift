@@ -43,6 +43,7 @@ public final class PeripheralHost {
     static let pendingPacketLimit = 8
 
     var stopCompletion: (() -> Void)?
+    private var stopFinished = false
     var stopTimer: TimerID?
     var stopDeadlineTimer: TimerID?
     var routingLog = LogBudget()
@@ -220,7 +221,7 @@ public final class PeripheralHost {
     }
 
     func resetAndFinish() {
-        guard isStopping else { return }
+        guard isStopping, !stopFinished else { return }
         if let stopTimer { scheduler.cancel(stopTimer) }
         stopTimer = nil
         hci.send(.reset) { [weak self] _ in self?.finishStop() }
@@ -231,8 +232,14 @@ public final class PeripheralHost {
         stopTimer = nil
         if let stopDeadlineTimer { scheduler.cancel(stopDeadlineTimer) }
         stopDeadlineTimer = nil
-        guard let completion = stopCompletion else { return }
-        stopCompletion = { }
+        guard let completion = stopCompletion, !stopFinished else { return }
+        stopFinished = true
+        // After the Reset (or a controller gone or silent past the deadline) no link is left:
+        // each device forgets the ones that never reported closing, so nothing of them (timers,
+        // the host's hold on their device) outlives the stop.
+        for member in members { member.peripheral.dropAllConnections(reason: "stopped") }
+        linkOwners.removeAll()
+        dropPendingLinks()
         completion()
     }
 }

@@ -243,3 +243,25 @@ final class LogCapture: @unchecked Sendable {
         #expect(listed >= 1)
     }
 }
+
+/// Found by the fuzzer: links that never reported closing outlived the stop (their timers still
+/// sent signalling after the Reset, and the host kept their device alive).
+@Suite struct StopForgetsLinksTests {
+    @Test func linksThatNeverCloseAreForgottenAfterTheStop() throws {
+        let probe = ProbeDevice()
+        let bench = try Bench(device: probe)
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        var stopped = false
+        bench.peripheral.stop { stopped = true }
+        // The controller answers the Disconnect but never reports the link closed.
+        bench.scheduler.advance(by: .seconds(3))
+        #expect(stopped)
+        #expect(bench.peripheral.connectionCount == 0)
+        #expect(bench.peripheral.host.connectionCount == 0)
+        #expect(probe.disconnected.count == 1)
+        let sent = bench.controller.aclOut.count
+        bench.scheduler.advance(by: .seconds(60))
+        #expect(bench.controller.aclOut.count == sent, "nothing is sent on a link after the stop")
+        #expect(bench.scheduler.pendingCount == 0)
+    }
+}
