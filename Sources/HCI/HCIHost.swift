@@ -122,6 +122,7 @@ public final class HCIHost {
     private var links: [UInt16: LinkTransmit] = [:]
     private var roundRobin: [UInt16] = []
     private var aclCredits = 0
+    private var draining = false
     private var packetScratch: [UInt8] = []
 
     public init(scheduler: TimerScheduling, logger: Logger, output: @escaping (UInt8, ArraySlice<UInt8>) -> Bool) {
@@ -467,18 +468,19 @@ public final class HCIHost {
         }
         if link.queue.isEmpty {
             // Fast path: nothing waits, so send what credits allow straight from the caller's
-            // buffer, and queue only the rest.
+            // buffer, and queue only the rest. The link's state is stored before each packet goes
+            // out: a controller may answer inside `output` (in-process ones do), and its Number Of
+            // Completed Packets must find the count it completes.
             var sent = 0
             while sent < pdu.count, aclCredits > 0 {
                 let chunk = min(info.aclMaxLength, pdu.count - sent)
+                links[handle]?.inFlight += 1
                 transmitFragment(handle: handle, first: sent == 0, pdu[(pdu.startIndex + sent)..<(pdu.startIndex + sent + chunk)])
-                link.inFlight += 1
                 sent += chunk
             }
-            if sent == pdu.count {
-                links[handle] = link
-                return true
-            }
+            if sent == pdu.count { return true }
+            guard let current = links[handle] else { return false }   // closed meanwhile
+            link = current
             link.queue.append(QueuedPDU(bytes: Array(pdu), sent: sent, priority: priority))
         } else {
             guard link.queue.count < Self.linkQueueLimit else {
@@ -510,13 +512,19 @@ public final class HCIHost {
 
     /// Sends queued fragments round-robin across links while the controller has buffers.
     private func drainACL() {
+        // A controller that answers inside `output` re-enters here; the outer loop goes on with
+        // whatever credits that answer returned.
+        guard !draining else { return }
+        draining = true
+        defer { draining = false }
         var progress = true
         while aclCredits > 0 && progress {
             progress = false
             for handle in roundRobin where aclCredits > 0 {
                 guard var link = links[handle], var head = link.queue.first else { continue }
                 let chunk = min(info.aclMaxLength, head.bytes.count - head.sent)
-                transmitFragment(handle: handle, first: head.sent == 0, head.bytes[head.sent..<(head.sent + chunk)])
+                let first = head.sent == 0
+                let fragment = head.bytes[head.sent..<(head.sent + chunk)]
                 link.inFlight += 1
                 head.sent += chunk
                 if head.sent >= head.bytes.count {
@@ -525,10 +533,12 @@ public final class HCIHost {
                 } else {
                     link.queue[0] = head
                 }
+                // Stored before the packet goes out, for the same reason as in `sendL2CAP`.
                 links[handle] = link
                 // The link served goes to the back, so buffers freed one at a time take turns.
                 roundRobin.removeAll { $0 == handle }
                 roundRobin.append(handle)
+                transmitFragment(handle: handle, first: first, fragment)
                 progress = true
             }
         }

@@ -63,6 +63,7 @@ private final class Rig {
     let delegate = RecordingDelegate()
     var profile: ControllerProfile
     private(set) var sent: [SentPacket] = []
+    var completesInsideOutput = false
     /// How many of `commands` have been answered by `answer...`.
     private var answeredCommands = 0
     var host: HCIHost!
@@ -72,6 +73,11 @@ private final class Rig {
         host = HCIHost(scheduler: scheduler, logger: Logger(label: "hci-test", factory: { _ in SwiftLogNoOpLogHandler() }),
                        output: { [unowned self] type, bytes in
                            self.sent.append(SentPacket(type: type, bytes: Array(bytes)))
+                           if type == 0x02, self.completesInsideOutput, let acl = self.sent.last?.acl {
+                               // An in-process controller: its Number Of Completed Packets comes
+                               // back before `output` returns.
+                               self.numberOfCompletedPackets([(acl.handle, 1)])
+                           }
                            return true
                        })
         host.delegate = delegate
@@ -836,6 +842,30 @@ private let initSequenceV1: [UInt16] = [
         rig.numberOfCompletedPackets([(0x0040, 1)])
         #expect(rig.host.queuedPDUs(0x0040) == HCIHost.linkQueueLimit - 1)
         #expect(rig.delegate.roomFor == [0x0040])
+    }
+
+    /// A controller that completes each packet inside `output` (as in-process ones do) re-enters
+    /// the host: no fragment may be lost, sent twice or reordered, and no credit miscounted.
+    @Test func aControllerAnsweringInsideOutputIsCountedRight() {
+        let rig = Rig.twoLinks(buffers: 2)
+        rig.completesInsideOutput = true
+        var pdus: [[UInt8]] = []
+        for seed in 0..<6 {
+            let pdu = Rig.pdu(payloadLength: 60, seed: UInt8(seed * 16))
+            pdus.append(pdu)
+            #expect(rig.host.sendL2CAP(handle: seed % 2 == 0 ? 0x0040 : 0x0041, pdu: pdu[...], priority: .required))
+        }
+        for (handle, expected) in [(UInt16(0x0040), [pdus[0], pdus[2], pdus[4]]), (0x0041, [pdus[1], pdus[3], pdus[5]])] {
+            let fragments = rig.aclSent.filter { $0.handle == handle }
+            #expect(fragments.count == 9, "three fragments of 27 bytes for each 64-byte PDU")
+            #expect(Array(fragments.flatMap(\.data)) == expected.flatMap { $0 })
+        }
+        // Every packet was completed, so a new PDU goes out at once, all of it.
+        rig.completesInsideOutput = false
+        let before = rig.aclSent.count
+        #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 20)[...], priority: .required))
+        #expect(rig.aclSent.count == before + 1)
+        #expect(rig.host.queuedPDUs(0x0040) == 0)
     }
 
     /// Vol 4, Part E, 4.3: when a link disconnects, the packets the controller still held for it
