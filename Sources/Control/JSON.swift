@@ -131,7 +131,7 @@ public indirect enum JSONValue: Sendable, ExpressibleByStringLiteral, Expressibl
 }
 
 /// Text from a client, made safe to echo in a log line or an error: at most `limit`
-/// characters, control characters escaped as `\uXXXX`, a backslash doubled.
+/// characters, control characters escaped as `\u` and four hex digits, a backslash doubled.
 func printable(_ text: String, limit: Int = 64) -> String {
     var out = ""
     var count = 0

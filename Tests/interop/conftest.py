@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import BlemuFactory, BlemuProcess, RestartableRootCanal, RootCanal, log_dir, unique_name
+from harness import BlemuFactory, BlemuProcess, RestartableRootCanal, RootCanal, log_dir, start_advertising, unique_name
 
 
 @pytest.fixture(scope="module")
@@ -37,13 +37,7 @@ def rootcanal():
 @pytest.fixture(scope="module")
 def blemu(rootcanal):
     """One heart-rate blemu for the module, advertising when the first test gets it."""
-    process = BlemuProcess(rootcanal.controller_spec, unique_name())
-    process.start()
-    try:
-        process.wait_advertising(rootcanal)
-    except BaseException:
-        process.kill()
-        raise
+    process = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name()), rootcanal)
     yield process
     if process.exited() is not None:
         pytest.fail(f"blemu died during the tests: {process.exited()}", pytrace=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import shlex
@@ -22,7 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO / "scripts") not in sys.path:
     sys.path.insert(0, str(REPO / "scripts"))
 
-from bumble_central import Central, ScanResult  # noqa: E402
+from bumble import att  # noqa: E402
+
+from bumble_central import Central, ScanResult, error_code_of  # noqa: E402
 from rootcanal_server import RootCanal, free_tcp_ports  # noqa: E402
 
 DEFAULT_LOG_ARGS = "--log stderr --log-level debug"
@@ -378,3 +381,47 @@ class BlemuFactory:
     def cleanup(self) -> None:
         for process in self.processes:
             process.kill()
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared by the device test modules.
+
+
+def start_advertising(process: BlemuProcess, rootcanal: RootCanal) -> BlemuProcess:
+    """Start `process` and wait until it advertises; kill it if it never does."""
+    process.start()
+    try:
+        process.wait_advertising(rootcanal)
+    except BaseException:
+        process.kill()
+        raise
+    return process
+
+
+@contextlib.asynccontextmanager
+async def connected(blemu: BlemuProcess, label: str = "central", discover: bool = False):
+    """A new Bumble central on blemu's radio, connected at its advertised address (and its
+    database discovered with `discover`); disconnected after, and blemu checked still running."""
+    assert blemu.scan is not None
+    async with Central(blemu.controller, name=label) as central:
+        conn = await central.connect(blemu.scan.address)
+        try:
+            if discover:
+                await conn.discover_all()
+            yield conn
+        finally:
+            if conn.is_connected:
+                with contextlib.suppress(Exception):
+                    await conn.disconnect()
+    if (reason := blemu.exited()) is not None:
+        raise AssertionError(f"blemu is not running after the scenario: {reason}")
+
+
+async def expect_write_error(conn, characteristic, value: bytes, code: int) -> None:
+    """A write that must be refused with ATT error `code`."""
+    try:
+        await conn.write(characteristic, value)
+    except att.ATT_Error as error:
+        assert error_code_of(error) == code, f"writing {value.hex()} to {characteristic.uuid}: {error}, expected 0x{code:02x}"
+    else:
+        raise AssertionError(f"writing {value.hex()} to {characteristic.uuid} succeeded; expected ATT error 0x{code:02x}")

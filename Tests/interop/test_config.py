@@ -7,7 +7,7 @@ import asyncio
 
 from bumble_central import Central, UUID_DEVICE_NAME, UUID_GAP_SERVICE, UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE, decode_heart_rate_measurement
 from fake_controller import FakeController
-from harness import BlemuProcess, log_dir, run, run_cli, unique_name
+from harness import log_dir, run, run_cli, unique_name
 from test_lock import UUID_CONTROL_POINT, UUID_LOCK_SERVICE, UUID_LOCK_STATE, operate
 
 

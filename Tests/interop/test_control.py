@@ -38,7 +38,7 @@ from bumble_central import (
     decode_heart_rate_measurement,
     error_code_of,
 )
-from harness import BlemuProcess, run, run_cli, unique_name
+from harness import BlemuProcess, connected, run, run_cli, start_advertising, unique_name
 
 # ---------------------------------------------------------------------------------------------
 # Control clients: plain sockets (sync) and asyncio streams (inside Bumble scenarios).
@@ -152,12 +152,7 @@ def controlled(rootcanal):
     path = short_socket_path("ctl")
     process = BlemuProcess(rootcanal.controller_spec, unique_name("CT"), extra_args=["--control", path])
     process.control_path = path
-    process.start()
-    try:
-        process.wait_advertising(rootcanal)
-    except BaseException:
-        process.kill()
-        raise
+    start_advertising(process, rootcanal)
     yield process
     if process.exited() is not None:
         pytest.fail(f"blemu died during the tests: {process.exited()}", pytrace=False)
@@ -178,22 +173,6 @@ def clean_state(request):
     if process.exited() is None:
         ctl(process, "fault", "clear")
         ctl(process, "advertise", "heart-rate", "on")
-
-
-@contextlib.asynccontextmanager
-async def connected(process: BlemuProcess, label: str = "central"):
-    """A new Bumble central on the radio, connected to the blemu under control."""
-    assert process.scan is not None
-    async with Central(process.controller, name=label) as central:
-        conn = await central.connect(process.scan.address)
-        try:
-            yield conn
-        finally:
-            if conn.is_connected:
-                with contextlib.suppress(Exception):
-                    await conn.disconnect()
-    if (reason := process.exited()) is not None:
-        raise AssertionError(f"blemu is not running after the scenario: {reason}")
 
 
 def wait_for_log(process: BlemuProcess, fragment: str, what: str, timeout: float = 5.0) -> None:

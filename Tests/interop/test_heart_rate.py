@@ -11,7 +11,6 @@ Specification Supplement (CSS), Docs/REFERENCE.md for blemu's own names.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import statistics
 import struct
@@ -63,7 +62,7 @@ from bumble_central import (
     is_static_random,
     raw_request,
 )
-from harness import BlemuProcess, run, unique_name
+from harness import connected, run, unique_name
 
 PROPERTY_READ = 0x02
 PROPERTY_WRITE = 0x08
@@ -71,22 +70,6 @@ PROPERTY_NOTIFY = 0x10
 PROPERTY_INDICATE = 0x20
 
 DIAGNOSTICS_KEYS = {"device", "firmware", "uptime_ms", "connections", "att_requests", "att_errors", "last_error", "reads"}
-
-
-@contextlib.asynccontextmanager
-async def connected(blemu: BlemuProcess, label: str = "central"):
-    """A new Bumble central on blemu's radio, connected to blemu at its advertised address."""
-    assert blemu.scan is not None
-    async with Central(blemu.controller, name=label) as central:
-        conn = await central.connect(blemu.scan.address)
-        try:
-            yield conn
-        finally:
-            if conn.is_connected:
-                with contextlib.suppress(Exception):
-                    await conn.disconnect()
-    if (reason := blemu.exited()) is not None:
-        raise AssertionError(f"blemu is not running after the scenario: {reason}")
 
 
 async def read_diagnostics(conn: CentralConnection, handle: int) -> dict:

@@ -19,12 +19,11 @@ from bumble.core import UUID
 
 from bumble_central import (
     ATT_DEFAULT_MTU,
-    Central,
     collect_indications,
     collect_notifications,
-    error_code_of,
 )
-from harness import BlemuProcess, run, unique_name
+from harness import BlemuProcess, expect_write_error, run, start_advertising, unique_name
+from harness import connected as central_on
 
 UUID_LOCK_SERVICE = UUID("7d3c0200-9a5e-4d1a-8f6e-5c1b2d3e4f50")
 UUID_LOCK_STATE = UUID("7d3c0201-9a5e-4d1a-8f6e-5c1b2d3e4f50")
@@ -43,14 +42,8 @@ ATT_PROCEDURE_ALREADY_IN_PROGRESS = 0xFE
 
 
 def start_lock(rootcanal_or_factory, label: str) -> BlemuProcess:
-    process = BlemuProcess(rootcanal_or_factory.controller_spec, unique_name(label), device="lock")
-    process.start()
-    try:
-        process.wait_advertising(rootcanal_or_factory)
-    except BaseException:
-        process.kill()
-        raise
-    return process
+    return start_advertising(BlemuProcess(rootcanal_or_factory.controller_spec, unique_name(label), device="lock"),
+                             rootcanal_or_factory)
 
 
 def pin_of(process: BlemuProcess) -> str:
@@ -74,21 +67,11 @@ def lock(rootcanal):
 async def connected(blemu: BlemuProcess, label: str = "lock-central", indications: bool = True):
     """A central on the lock, with Lock State notifications and (by default) the control
     point's indications on."""
-    assert blemu.scan is not None
-    async with Central(blemu.controller, name=label) as central:
-        conn = await central.connect(blemu.scan.address)
-        try:
-            await conn.discover_all()
-            if indications:
-                await conn.subscribe(conn.characteristic(UUID_CONTROL_POINT, UUID_LOCK_SERVICE))
-                await conn.subscribe(conn.characteristic(UUID_LOCK_STATE, UUID_LOCK_SERVICE))
-            yield conn
-        finally:
-            if conn.is_connected:
-                with contextlib.suppress(Exception):
-                    await conn.disconnect()
-    if (reason := blemu.exited()) is not None:
-        raise AssertionError(f"blemu is not running after the scenario: {reason}")
+    async with central_on(blemu, label, discover=True) as conn:
+        if indications:
+            await conn.subscribe(conn.characteristic(UUID_CONTROL_POINT, UUID_LOCK_SERVICE))
+            await conn.subscribe(conn.characteristic(UUID_LOCK_STATE, UUID_LOCK_SERVICE))
+        yield conn
 
 
 async def operate(conn, opcode: int, pin: str, timeout: float = 5.0) -> bytes:
@@ -98,15 +81,6 @@ async def operate(conn, opcode: int, pin: str, timeout: float = 5.0) -> bytes:
     await conn.write(control_point, bytes([opcode]) + pin.encode())
     got = await collect_indications(conn, control_point.handle, 1, timeout, mark)
     return got[0].value
-
-
-async def expect_write_error(conn, characteristic, value: bytes, code: int) -> None:
-    try:
-        await conn.write(characteristic, value)
-    except att.ATT_Error as error:
-        assert error_code_of(error) == code, f"writing {value.hex()}: {error}, expected 0x{code:02x}"
-    else:
-        raise AssertionError(f"writing {value.hex()} succeeded; expected ATT error 0x{code:02x}")
 
 
 def test_the_pin_is_made_up_and_logged_once(lock):

@@ -13,7 +13,7 @@ from bumble.core import UUID
 
 from bumble_central import AD_COMPLETE_LOCAL_NAME, Central, UUID_DEVICE_NAME, UUID_GAP_SERVICE, UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE
 from fake_controller import FakeController
-from harness import BlemuProcess, run, run_cli, unique_name
+from harness import run, run_cli, unique_name
 
 
 def has_complete_name(name: str):

@@ -8,11 +8,9 @@ One `blemu run thermostat` serves the module. Spec references: Environmental Sen
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import struct
 
 import pytest
-from bumble import att
 from bumble.core import UUID
 
 from bumble_central import (
@@ -22,11 +20,10 @@ from bumble_central import (
     UUID_DEVICE_INFORMATION_SERVICE,
     UUID_DIAGNOSTICS_CHARACTERISTIC,
     UUID_DIAGNOSTICS_SERVICE,
-    Central,
     collect_notifications,
-    error_code_of,
 )
-from harness import BlemuProcess, run, unique_name
+from harness import BlemuProcess, expect_write_error, run, start_advertising, unique_name
+from harness import connected as central_on
 
 UUID_ESS = UUID.from_16_bits(0x181A)
 UUID_TEMPERATURE = UUID.from_16_bits(0x2A6E)
@@ -61,42 +58,15 @@ def humidity(value: bytes) -> float:
 
 @pytest.fixture(scope="module")
 def thermostat(rootcanal):
-    process = BlemuProcess(rootcanal.controller_spec, unique_name("TH"), device="thermostat")
-    process.start()
-    try:
-        process.wait_advertising(rootcanal)
-    except BaseException:
-        process.kill()
-        raise
+    process = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("TH"), device="thermostat"), rootcanal)
     yield process
     if process.exited() is not None:
         pytest.fail(f"blemu died during the tests: {process.exited()}", pytrace=False)
     assert process.stop() == 0, f"blemu did not stop cleanly:\n{process.log_tail()}"
 
 
-@contextlib.asynccontextmanager
-async def connected(blemu: BlemuProcess, label: str = "thermostat-central"):
-    assert blemu.scan is not None
-    async with Central(blemu.controller, name=label) as central:
-        conn = await central.connect(blemu.scan.address)
-        try:
-            await conn.discover_all()
-            yield conn
-        finally:
-            if conn.is_connected:
-                with contextlib.suppress(Exception):
-                    await conn.disconnect()
-    if (reason := blemu.exited()) is not None:
-        raise AssertionError(f"blemu is not running after the scenario: {reason}")
-
-
-async def expect_write_error(conn, characteristic, value: bytes, code: int) -> None:
-    try:
-        await conn.write(characteristic, value)
-    except att.ATT_Error as error:
-        assert error_code_of(error) == code, f"writing {value.hex()} to {characteristic.uuid}: {error}, expected 0x{code:02x}"
-    else:
-        raise AssertionError(f"writing {value.hex()} to {characteristic.uuid} succeeded; expected ATT error 0x{code:02x}")
+def connected(blemu: BlemuProcess, label: str = "thermostat-central"):
+    return central_on(blemu, label, discover=True)
 
 
 def test_advertises_environmental_sensing_and_the_thermostat_appearance(thermostat):
