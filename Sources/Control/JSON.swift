@@ -1,3 +1,4 @@
+import BlemuCore
 import FoundationEssentials
 
 /// One value of a request object as a client sent it, before it is checked: every JSON value
@@ -106,21 +107,7 @@ public indirect enum JSONValue: Sendable, ExpressibleByStringLiteral, Expressibl
     }
 
     private static func writeString(_ string: String, into out: inout String) {
-        out += "\""
-        for scalar in string.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20 || scalar.value == 0x7F || scalar.value == 0x2028 || scalar.value == 0x2029:
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        out += "\""
+        JSONString.append(string, to: &out)
     }
 
     /// The member `key` of an object.

@@ -42,26 +42,7 @@ final class DiagnosticsService {
 
 /// JSON encoding of the few value kinds the diagnostics use.
 enum JSON {
-    static func string(_ s: String) -> String {
-        var out = "\""
-        for scalar in s.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if scalar.value < 0x20 {
-                    let hex = String(scalar.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        return out + "\""
-    }
+    static func string(_ s: String) -> String { JSONString.literal(s) }
     static func optionalString(_ s: String?) -> String { s.map(string) ?? "null" }
     static func array(_ items: [String]) -> String { "[" + items.joined(separator: ",") + "]" }
     static func object(_ fields: [(String, String)]) -> String {
