@@ -17,6 +17,7 @@ extension ControlCommand {
         set DEVICE KEY VALUE
         disconnect DEVICE [--reason HEX]
         advertise DEVICE on|off
+        service DEVICE UUID on|off
         fault DEVICE UUID error HEX [--count N]
         fault DEVICE UUID delay MS [--count N]
         fault DEVICE UUID drop [--count N]
@@ -101,6 +102,18 @@ extension ControlCommand {
             case "on": self = .advertise(device: words[0], on: true)
             case "off": self = .advertise(device: words[0], on: false)
             default: throw ControlUsageError("advertise takes on or off, not \(quoted(words[1]))")
+            }
+        case "service":
+            let form = "service DEVICE UUID on|off"
+            try expect(3...3, form)
+            try refuseOptions(except: nil, form)
+            guard let uuid = ControlRequest.parseUUID(words[1]) else {
+                throw ControlUsageError("\(quoted(words[1])) is not a UUID: give 180F, 0x180F or the 128-bit form 0000180f-0000-1000-8000-00805f9b34fb")
+            }
+            switch words[2] {
+            case "on": self = .service(device: words[0], service: uuid, present: true)
+            case "off": self = .service(device: words[0], service: uuid, present: false)
+            default: throw ControlUsageError("service takes on or off, not \(quoted(words[2]))")
             }
         case "fault":
             // `fault clear [DEVICE]` has at most two words; injecting a fault takes three or more,

@@ -16,6 +16,9 @@ public enum ControlCommand: Equatable, Sendable {
     case disconnect(device: String, reason: UInt8)
     /// Advertising allowed or not (`Peripheral.setAdvertisingAllowed`).
     case advertise(device: String, on: Bool)
+    /// A service taken out of the device's database or put back, announced by Service Changed
+    /// (`Peripheral.setService`).
+    case service(device: String, service: BluetoothUUID, present: Bool)
     /// A fault for one characteristic; `count` nil applies it until cleared.
     case fault(device: String, characteristic: BluetoothUUID, action: FaultPlan.Action, count: Int?)
     /// Every planned fault of one device, or of all of them (nil).
@@ -28,6 +31,7 @@ public enum ControlCommand: Equatable, Sendable {
         case .set: return "set"
         case .disconnect: return "disconnect"
         case .advertise: return "advertise"
+        case .service: return "service"
         case .fault, .clearFaults: return "fault"
         }
     }
@@ -39,7 +43,8 @@ public enum ControlCommand: Equatable, Sendable {
     public var device: String? {
         switch self {
         case .list: return nil
-        case .set(let device, _, _), .disconnect(let device, _), .advertise(let device, _), .fault(let device, _, _, _):
+        case .set(let device, _, _), .disconnect(let device, _), .advertise(let device, _), .fault(let device, _, _, _),
+             .service(let device, _, _):
             return device
         case .clearFaults(let device): return device
         }
@@ -79,7 +84,7 @@ public struct ControlRequest: Equatable, Sendable {
     /// The longest string field (device, key, value, uuid, action), in UTF-8 bytes.
     public static let maxStringLength = 256
     /// What an unknown command, and `blemu ctl` usage, lists.
-    public static let commandNames = ["list", "set", "disconnect", "advertise", "fault"]
+    public static let commandNames = ["list", "set", "disconnect", "advertise", "service", "fault"]
 
     // MARK: Decoding
 
@@ -138,6 +143,8 @@ public struct ControlRequest: Equatable, Sendable {
             members += [("device", .string(device)), ("reason", .string(Hex.byte(reason)))]
         case .advertise(let device, let on):
             members += [("device", .string(device)), ("on", .bool(on))]
+        case .service(let device, let service, let present):
+            members += [("device", .string(device)), ("uuid", .string(service.description)), ("on", .bool(present))]
         case .fault(let device, let characteristic, let action, let count):
             members += [("device", .string(device)), ("uuid", .string(characteristic.description))]
             switch action {
@@ -201,6 +208,13 @@ private struct FieldReader {
         case "advertise":
             let device = try string("device")
             command = .advertise(device: device, on: try bool("on"))
+        case "service":
+            let device = try string("device")
+            let uuidText = try string("uuid")
+            guard let uuid = ControlRequest.parseUUID(uuidText) else {
+                throw fail("\"uuid\" \(quoted(uuidText)) is not a UUID: give 180F, 0x180F or the 128-bit form 0000180f-0000-1000-8000-00805f9b34fb")
+            }
+            command = .service(device: device, service: uuid, present: try bool("on"))
         case "fault":
             command = try fault()
         default:

@@ -31,7 +31,7 @@ public final class DeviceControl {
         switch ControlRequest.decode(line: line) {
         case .failure(let error):
             let shown = quoted(String(decoding: line.prefix(48), as: UTF8.self), limit: 48)
-            logBudgeted(.notice, "control client \(client): refused \(line.count)-byte line \(shown): \(printable(error.message, limit: 400))")
+            logBudgeted(.warning, "control client \(client): refused \(line.count)-byte line \(shown): \(printable(error.message, limit: 400))")
             return Self.errorReply(id: error.id, error.message).encoded
         case .success(let request):
             return execute(request, client: client).encoded
@@ -45,7 +45,7 @@ public final class DeviceControl {
         let summary = Self.summary(of: request.command)
 
         func refuse(_ message: String, _ peripheral: Peripheral? = nil) -> JSONValue {
-            logBudgeted(.notice, "control client \(client): \(summary): refused: \(printable(message, limit: 400))", peripheral)
+            logBudgeted(.warning, "control client \(client): \(summary): refused: \(printable(message, limit: 400))", peripheral)
             return Self.errorReply(id: request.id, message)
         }
         func done(_ peripheral: Peripheral, _ result: String, _ members: [(String, JSONValue)]) -> JSONValue {
@@ -90,6 +90,27 @@ public final class DeviceControl {
                 peripheral.setAdvertisingAllowed(on)
                 return done(peripheral, on ? "advertising allowed" : "advertising off until allowed again",
                             [("device", .string(ref)), ("on", .bool(on))])
+            }
+
+        case .service(let name, let uuid, let present):
+            switch target(name) {
+            case .failure(let error): return refuse(error.message)
+            case .success(let (peripheral, ref)):
+                let change: DatabaseChange
+                do {
+                    change = try peripheral.setService(uuid, present: present)
+                } catch {
+                    return refuse(error.description, peripheral)
+                }
+                let range: JSONValue = change.range.map {
+                    .object([("start", .string(Hex.word($0.lowerBound))), ("end", .string(Hex.word($0.upperBound)))])
+                } ?? .null
+                return done(peripheral, change.range == nil ? "unchanged" : "database changed, Service Changed indicated on \(change.indicated) link(s)",
+                            [("device", .string(ref)), ("uuid", .string(uuid.description)), ("on", .bool(present)),
+                             ("changed", .bool(change.range != nil)), ("range", range),
+                             ("database_hash", .string(Hex.bytes(change.hash))),
+                             ("indicated", .integer(Int64(change.indicated))),
+                             ("change_unaware", .integer(Int64(change.changeUnaware)))])
             }
 
         case .fault(let name, let uuid, let action, let count):
@@ -162,6 +183,7 @@ public final class DeviceControl {
                 ("connections", .array(links)),
                 ("settings", .array(settings)),
                 ("faults", .array(faults)),
+                ("services_out", .array(peripheral.absentServices.map { .string($0.description) })),
             ])
         })
     }
@@ -182,6 +204,7 @@ public final class DeviceControl {
         case .set(let device, let key, let value): return "set \(printable(device)) \(printable(key)) \(printable(value))"
         case .disconnect(let device, let reason): return "disconnect \(printable(device)) --reason \(Hex.byte(reason))"
         case .advertise(let device, let on): return "advertise \(printable(device)) \(on ? "on" : "off")"
+        case .service(let device, let uuid, let present): return "service \(printable(device)) \(uuid) \(present ? "on" : "off")"
         case .fault(let device, let uuid, let action, let count):
             let what: String
             switch action {

@@ -14,11 +14,14 @@ public enum LogKey {
     public static let attHandle = "att_handle"
     public static let attError = "att_error"
     public static let hciStatus = "hci_status"
+    /// Why a link closed (the HCI reason of Disconnection Complete), or why pairing failed (the
+    /// SMP reason), hex `0x..`.
+    public static let reason = "reason"
     public static let snoopFrame = "snoop_frame"
 }
 
 /// The values of `BLEMU_EVENT` (Docs/REFERENCE.md, "Events").
-public enum BlemuEvent: String, Sendable {
+public enum BlemuEvent: String, Sendable, CaseIterable {
     case started, controllerUp = "controller-up", controllerLost = "controller-lost"
     case advertisingStarted = "advertising-started", advertisingStopped = "advertising-stopped"
     case connected, disconnected, mtuChanged = "mtu-changed", subscribed, unsubscribed
@@ -59,6 +62,8 @@ public struct StderrLogHandler: LogHandler {
     public func log(event: Logging.LogEvent) {
         var merged = metadata
         if let explicit = event.metadata { merged.merge(explicit) { _, new in new } }
+        // While a --btsnoop capture is written: the frame this entry follows.
+        if let frame = CaptureCursor.lastFrame { merged[LogKey.snoopFrame] = .string(String(frame)) }
         let fields = merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
         let text = "\(event.level.rawValue.uppercased()) \(event.message)" + (fields.isEmpty ? "" : "  [\(fields)]") + "\n"
         writeStderr(text)
@@ -81,4 +86,13 @@ func writeStderr(_ text: String) {
             offset += n
         }
     }
+}
+
+/// Where the `--btsnoop` capture stands, for log handlers: each entry logged while a capture is
+/// written carries `snoop_frame` (journal field BLEMU_SNOOP_FRAME), the number of the last frame
+/// written, so a log line points into the capture. Only the run loop's thread touches it.
+public enum CaptureCursor {
+    /// The number (1-based, counted across rotated files) of the last frame written, or nil
+    /// when no capture is being written.
+    nonisolated(unsafe) public static var lastFrame: UInt64?
 }

@@ -209,6 +209,7 @@ public final class ATTServer {
             if !isCommand { sendError(opcode, 0, .invalidPDU) }
             return
         }
+        if !isChangeAware, !admitWhileChangeUnaware(opcode, pdu, isCommand: isCommand) { return }
         do {
             try entry.handler(self, pdu)
         } catch {
@@ -250,6 +251,82 @@ public final class ATTServer {
         put(.executeWriteRequest, 2, { s, p throws(ATTFailure) in try s.executeWrite(p) })
         return t
     }()
+
+    // MARK: Database changes (Vol 3, Part G, 2.5.2.1: robust caching)
+
+    /// The client set bit 0, Robust Caching, of its Client Supported Features (Vol 3, Part G,
+    /// 7.2): a database change makes it change-unaware.
+    public var clientSupportsRobustCaching = false
+    /// False from a database change until a robust-caching client is change-aware again.
+    public private(set) var isChangeAware = true
+    private var databaseHashReadWhileUnaware = false
+    private var outOfSyncSent = false
+
+    /// The database changed in `range`: what this link knew there is gone — subscriptions
+    /// (returned, to be ended like a closing link's), a long read, prepared writes — and a
+    /// robust-caching client becomes change-unaware.
+    public func databaseChanged(_ range: ClosedRange<UInt16>) -> [(characteristic: Characteristic, configuration: UInt16)] {
+        if let long = longRead, range.contains(long.handle) { longRead = nil }
+        preparedWrites.removeAll { range.contains($0.handle) }
+        var ended: [(characteristic: Characteristic, configuration: UInt16)] = []
+        for characteristic in database.characteristics where range.contains(characteristic.valueHandle) {
+            if let value = clientConfigurations.removeValue(forKey: characteristic.valueHandle), value != 0 {
+                ended.append((characteristic, value))
+            }
+        }
+        if clientSupportsRobustCaching && !isClosed {
+            isChangeAware = false
+            databaseHashReadWhileUnaware = false
+            outOfSyncSent = false
+        }
+        return ended
+    }
+
+    /// The client confirmed a Service Changed indication: it is change-aware (2.5.2.1).
+    public func serviceChangedConfirmed() {
+        isChangeAware = true
+    }
+
+    /// 2.5.2.1: a change-unaware client's commands are ignored; a request for an attribute
+    /// handle (or a Read By Type other than a discovery over the whole range) is answered with
+    /// Database Out Of Sync; the client becomes change-aware with its next request after that
+    /// error, or after it read the Database Hash. True when the request goes on as usual.
+    private func admitWhileChangeUnaware(_ opcode: UInt8, _ pdu: ArraySlice<UInt8>, isCommand: Bool) -> Bool {
+        if isCommand { return false }
+        if databaseHashReadWhileUnaware || outOfSyncSent {
+            isChangeAware = true
+            return true
+        }
+        guard let handle = Self.outOfSyncHandle(opcode, pdu) else { return true }
+        outOfSyncSent = true
+        sendError(opcode, handle, .databaseOutOfSync)
+        return false
+    }
+
+    /// The handle a Database Out Of Sync error names for this request, or nil when a
+    /// change-unaware client may make it (discovery, MTU, Execute Write).
+    private static func outOfSyncHandle(_ opcode: UInt8, _ pdu: ArraySlice<UInt8>) -> UInt16? {
+        let bytes = pdu.dropFirst()
+        func word(_ at: Int) -> UInt16? {
+            let index = bytes.startIndex + at
+            guard index + 1 < bytes.endIndex else { return nil }
+            return UInt16(bytes[index]) | UInt16(bytes[index + 1]) << 8
+        }
+        switch opcode {
+        case ATTOpcode.readRequest.rawValue, ATTOpcode.readBlobRequest.rawValue, ATTOpcode.writeRequest.rawValue,
+             ATTOpcode.prepareWriteRequest.rawValue, ATTOpcode.readMultipleRequest.rawValue,
+             ATTOpcode.readMultipleVariableRequest.rawValue:
+            return word(0)
+        case ATTOpcode.readByTypeRequest.rawValue:
+            guard let start = word(0), let end = word(2), let type = try? BluetoothUUID(littleEndian: bytes.dropFirst(4)) else {
+                return nil
+            }
+            if type == GATTType.include || type == GATTType.characteristic { return nil }
+            return start == 0x0001 && end == 0xFFFF ? nil : start
+        default:
+            return nil
+        }
+    }
 
     // MARK: Helpers
 
@@ -358,7 +435,7 @@ public final class ATTServer {
         begin(.findInformationResponse)
         var format: UInt8 = 0
         for handle in range {
-            let a = database.attributes[Int(handle) - 1]
+            guard let a = database.attribute(handle) else { continue }
             let thisFormat: UInt8 = a.type.uint16 != nil ? 0x01 : 0x02
             let size = thisFormat == 0x01 ? 4 : 18
             if format == 0 {
@@ -381,7 +458,7 @@ public final class ATTServer {
         begin(.findByTypeValueResponse)
         if let range = handles(request.startHandle, request.endHandle) {
             for handle in range {
-                let a = database.attributes[Int(handle) - 1]
+                guard let a = database.attribute(handle) else { continue }
                 guard a.type == type, case .fixed(let bytes) = a.content, Self.matches(bytes, request.value, type: type) else {
                     continue
                 }
@@ -417,7 +494,7 @@ public final class ATTServer {
         var pairLength = 0
         if let range = handles(request.startHandle, request.endHandle) {
             for handle in range {
-                let a = database.attributes[Int(handle) - 1]
+                guard let a = database.attribute(handle) else { continue }
                 guard a.type == request.attributeType else { continue }
                 let first = pairLength == 0
                 let value: ArraySlice<UInt8>
@@ -447,6 +524,7 @@ public final class ATTServer {
             }
         }
         guard pairLength > 0 else { throw ATTFailure(.attributeNotFound, request.startHandle) }
+        if !isChangeAware && request.attributeType == GATTType.databaseHash { databaseHashReadWhileUnaware = true }
         respond(pdu[pdu.startIndex])
     }
 
@@ -463,7 +541,7 @@ public final class ATTServer {
         var entryLength = 0
         if let range = handles(request.startHandle, request.endHandle) {
             for handle in range {
-                let a = database.attributes[Int(handle) - 1]
+                guard let a = database.attribute(handle) else { continue }
                 guard a.type == request.groupType, case .fixed(let bytes) = a.content else { continue }
                 let length = min(bytes.count, maxValue)
                 if entryLength == 0 {

@@ -36,10 +36,20 @@ public struct Attribute {
 
 /// A GATT database: the flat attribute table built from service declarations, with handles
 /// starting at 1 and no gaps, so handle `h` is `attributes[h - 1]`.
+///
+/// A service can be taken out and put back at run time (`setService(_:present:)`), as a
+/// firmware update would change a device: its attributes keep their handles and are absent
+/// meanwhile, so the other services' handles never move and one Service Changed range
+/// (Vol 3, Part G, 7.1) covers the change.
 public final class GATTDatabase {
     public let services: [Service]
+    /// Every attribute declared, present or not: use `attribute(_:)` to look one up.
     public private(set) var attributes: [Attribute] = []
     public private(set) var characteristics: [Characteristic] = []
+    /// `presence[h - 1]`: whether handle `h` is in the database now.
+    private var presence: [Bool] = []
+    /// The services taken out, by identity.
+    private var absentServices = Set<ObjectIdentifier>()
 
     public init(services: [Service]) throws(GATTDatabaseError) {
         self.services = services
@@ -134,6 +144,7 @@ public final class GATTDatabase {
             attributes.append(contentsOf: pending)
             _ = serviceIndex
         }
+        presence = Array(repeating: true, count: attributes.count)
     }
 
     /// Core Bluetooth's rule, kept here: "Characteristics with cached values must be read-only".
@@ -178,20 +189,68 @@ public final class GATTDatabase {
 
     public var lastHandle: UInt16 { UInt16(attributes.count) }
 
+    /// The attribute at `handle`, when it is in the database now.
     @inlinable public func attribute(_ handle: UInt16) -> Attribute? {
         let index = Int(handle) - 1
-        return index >= 0 && index < attributes.count ? attributes[index] : nil
+        return index >= 0 && index < attributes.count && isPresent(index: index) ? attributes[index] : nil
     }
+
+    @usableFromInline func isPresent(index: Int) -> Bool { presence[index] }
 
     public func characteristic(_ uuid: BluetoothUUID) -> Characteristic? {
         characteristics.first { $0.uuid == uuid }
     }
 
-    /// The Database Hash (Vol 3, Part G, 7.3), computed once: this database never changes
-    /// after it is built.
-    public private(set) lazy var hash: [UInt8] = GATTDatabaseHash.compute(attributes.map { attribute in
-        let value: [UInt8]?
-        if case .fixed(let bytes) = attribute.content { value = bytes } else { value = nil }
-        return (attribute.handle, attribute.type, value)
-    })
+    /// The Database Hash (Vol 3, Part G, 7.3) of the attributes present, computed when first
+    /// asked for after a change.
+    public var hash: [UInt8] {
+        if let cachedHash { return cachedHash }
+        let hash = GATTDatabaseHash.compute(attributes.indices.filter { presence[$0] }.map { index in
+            let attribute = attributes[index]
+            let value: [UInt8]?
+            if case .fixed(let bytes) = attribute.content { value = bytes } else { value = nil }
+            return (attribute.handle, attribute.type, value)
+        })
+        cachedHash = hash
+        return hash
+    }
+    private var cachedHash: [UInt8]?
+
+    // MARK: Changes at run time
+
+    /// Whether `service` is in the database now.
+    public func isPresent(_ service: Service) -> Bool { !absentServices.contains(ObjectIdentifier(service)) }
+
+    /// The services taken out, in handle order.
+    public var absent: [Service] { services.filter { !isPresent($0) } }
+
+    /// Takes `service` out of the database or puts it back. Returns the handle range that
+    /// changed, for the Service Changed indication, or nil when it already was so. Refuses what
+    /// would leave the database inconsistent: GAP and GATT stay (Vol 3, Part G, 7: the GATT
+    /// service holds Service Changed itself), and an included service stays while a present
+    /// service includes it (Vol 3, Part G, 3.2: an include points at a service that exists).
+    public func setService(_ service: Service, present: Bool) throws(GATTDatabaseError) -> ClosedRange<UInt16>? {
+        guard services.contains(where: { $0 === service }) else {
+            throw GATTDatabaseError("service \(service.uuid) is not part of this database")
+        }
+        guard isPresent(service) != present else { return nil }
+        if !present {
+            if service.uuid == GATTType.gapService || service.uuid == GATTType.gattService {
+                throw GATTDatabaseError("the \(service.uuid == GATTType.gapService ? "GAP" : "GATT") service \(service.uuid) cannot be taken out: every GATT server has it")
+            }
+            if let includer = services.first(where: { isPresent($0) && $0.includes.contains { $0 === service } }) {
+                throw GATTDatabaseError("service \(service.uuid) is included by service \(includer.uuid): take that one out first")
+            }
+            absentServices.insert(ObjectIdentifier(service))
+        } else {
+            if let missing = service.includes.first(where: { !isPresent($0) }) {
+                throw GATTDatabaseError("service \(service.uuid) includes service \(missing.uuid), which is out: put that one back first")
+            }
+            absentServices.remove(ObjectIdentifier(service))
+        }
+        let range = service.startHandle...service.endHandle
+        for handle in range { presence[Int(handle) - 1] = present }
+        cachedHash = nil
+        return range
+    }
 }

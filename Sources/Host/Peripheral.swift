@@ -82,6 +82,10 @@ public final class Peripheral {
         frame.reserveCapacity(ATTServer.maximumMTU + 8)
         self.diagnostics = diagnostics
         standard.database = database
+        standard.featuresChanged = { [weak self] handle, features in
+            // Vol 3, Part G, 7.2: bit 0 is Robust Caching.
+            self?.connections[handle]?.server.clientSupportsRobustCaching = features & 0x01 != 0
+        }
         diagnostics.characteristic.onRead = { [weak self] request in
             guard let self else { return .failure(.unlikelyError) }
             if request.offset == 0 { self.statistics.diagnosticsReads += 1 }
@@ -159,6 +163,9 @@ public final class Peripheral {
     }
 
     func hostReset(reason: String) {
+        // The controller lost every link and its state: for the journal, the controller was lost
+        // and comes back through initialization.
+        logger.event(.controllerLost, .error, "controller reset: \(reason); links dropped, initializing again")
         dropAllConnections(reason: reason)
         isAdvertising = false
         advertisingRequested = false

@@ -54,11 +54,12 @@ extension Peripheral: ATTServerDelegate {
         }
     }
 
-    /// A closing link ends every subscription it held: logged and told to the device like a
-    /// CCCD write of zero, so its timers stop when nobody listens any more.
-    func subscriptionsEnded(_ held: [(characteristic: Characteristic, configuration: UInt16)], peer: ATTPeer) {
+    /// A closing link (or a service taken out) ends every subscription it held: logged and told
+    /// to the device like a CCCD write of zero, so its timers stop when nobody listens any more.
+    func subscriptionsEnded(_ held: [(characteristic: Characteristic, configuration: UInt16)], peer: ATTPeer,
+                            because reason: String = "link closed") {
         for (characteristic, _) in held {
-            logger.event(.unsubscribed, .info, "unsubscribed from \(characteristic.uuid): link closed", [
+            logger.event(.unsubscribed, .info, "unsubscribed from \(characteristic.uuid): \(reason)", [
                 LogKey.peer: .string(peer.address.description),
                 LogKey.connHandle: .string("\(peer.connectionHandle)"),
                 LogKey.attHandle: .string(Hex.word(characteristic.valueHandle)),

@@ -81,3 +81,82 @@ extension Peripheral {
     /// The reasons HCI Disconnect accepts (Vol 4, Part E, 7.1.6).
     public static let disconnectReasons: Set<UInt8> = [0x05, 0x13, 0x14, 0x15, 0x1A, 0x29, 0x3B]
 }
+
+/// Why the control API refused a change; nothing was changed.
+public struct ControlRefusal: Error, Equatable, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// What taking a service out of a running device's database, or putting it back, did.
+public struct DatabaseChange: Equatable {
+    public let service: BluetoothUUID
+    public let present: Bool
+    /// The handles that changed, as the Service Changed indication carries them; nil when the
+    /// service already was so (nothing changed, nothing was sent).
+    public let range: ClosedRange<UInt16>?
+    /// The Database Hash now (Vol 3, Part G, 7.3).
+    public let hash: [UInt8]
+    /// Links sent a Service Changed indication: those whose client enabled it.
+    public let indicated: Int
+    /// Links whose robust-caching client is now change-unaware (Vol 3, Part G, 2.5.2.1).
+    public let changeUnaware: Int
+}
+
+extension Peripheral {
+    /// The services of the database taken out at run time.
+    public var absentServices: [BluetoothUUID] { database.absent.map(\.uuid) }
+
+    /// Takes the service with `uuid` out of the database, or puts it back, as a firmware update
+    /// would: every link forgets what it knew in the service's handles (subscriptions end as if
+    /// the client had unsubscribed), a robust-caching client becomes change-unaware, and a
+    /// client that enabled Service Changed gets the changed range by indication (Vol 3,
+    /// Part G, 7.1), after which the Database Hash characteristic reads the new hash.
+    public func setService(_ uuid: BluetoothUUID, present: Bool) throws(ControlRefusal) -> DatabaseChange {
+        let matching = database.services.filter { $0.uuid == uuid }
+        guard let service = matching.first else {
+            let known = database.services.map(\.uuid.description).joined(separator: ", ")
+            throw ControlRefusal("\(deviceName) has no service \(uuid); its services: \(known)")
+        }
+        guard matching.count == 1 else {
+            throw ControlRefusal("\(deviceName) has \(matching.count) services \(uuid): which one to change is ambiguous")
+        }
+        let range: ClosedRange<UInt16>?
+        do {
+            range = try database.setService(service, present: present)
+        } catch {
+            throw ControlRefusal(error.description)
+        }
+        guard let range else {
+            return DatabaseChange(service: uuid, present: present, range: nil, hash: database.hash, indicated: 0, changeUnaware: 0)
+        }
+        var indicated = 0
+        var changeUnaware = 0
+        var value: [UInt8] = []
+        value.appendLE(range.lowerBound)
+        value.appendLE(range.upperBound)
+        for handle in connections.keys.sorted() {
+            guard let connection = connections[handle] else { continue }
+            let server = connection.server
+            let ended = server.databaseChanged(range)
+            subscriptionsEnded(ended, peer: connection.peer, because: "service \(uuid) changed")
+            if !server.isChangeAware { changeUnaware += 1 }
+            guard server.isSubscribed(standard.serviceChanged, indications: true) else { continue }
+            let outcome = server.indicate(standard.serviceChanged, value: value) { [weak server] _, outcome in
+                // Vol 3, Part G, 2.5.2.1: a client that confirms Service Changed is change-aware.
+                if outcome == .confirmed { server?.serviceChangedConfirmed() }
+            }
+            if outcome == .queued {
+                indicated += 1
+            } else {
+                logger.warning("Service Changed could not be indicated on link \(handle) (\(outcome)); a robust-caching client will get Database Out Of Sync",
+                               metadata: [LogKey.connHandle: "\(handle)"])
+            }
+        }
+        let hash = database.hash
+        logger.event(.stateChanged, .notice,
+                     "database changed: service \(uuid) \(present ? "put back" : "taken out") (handles \(Hex.word(range.lowerBound))-\(Hex.word(range.upperBound))); Database Hash now \(Hex.bytes(hash)); Service Changed indicated on \(indicated) link(s)")
+        return DatabaseChange(service: uuid, present: present, range: range, hash: hash, indicated: indicated,
+                              changeUnaware: changeUnaware)
+    }
+}

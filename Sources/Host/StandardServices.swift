@@ -11,6 +11,8 @@ final class StandardServices {
     /// Client Supported Features per connection (Vol 3, Part G, 7.2): bits once set stay set.
     private var clientFeatures: [UInt16: UInt8] = [:]
     weak var database: GATTDatabase?
+    /// Told each accepted write of Client Supported Features: connection handle, the bits now set.
+    var featuresChanged: ((UInt16, UInt8) -> Void)?
 
     init(name: String, appearance: UInt16, parameters: ConnectionParameters) {
         var appearanceBytes: [UInt8] = []
@@ -45,7 +47,9 @@ final class StandardServices {
             // Vol 3, Part G, 7.2: a client may not clear a bit it has set: Value Not Allowed.
             guard request.value[0] & old == old else { return .valueNotAllowed }
             // Bits 0-2 are defined (robust caching, EATT, multiple notifications); the rest are reserved.
-            self.clientFeatures[request.peer.connectionHandle] = request.value[0] & 0x07
+            let features = request.value[0] & 0x07
+            self.clientFeatures[request.peer.connectionHandle] = features
+            self.featuresChanged?(request.peer.connectionHandle, features)
             return nil
         }
         hash.onRead = { [weak self] request in

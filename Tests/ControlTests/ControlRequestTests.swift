@@ -61,6 +61,15 @@ import Testing
         #expect(error(#"{"id":1,"cmd":"disconnect","device":"heart-rate","reason":"+13"}"#).contains("not a hex octet"))
     }
 
+    @Test func service() {
+        #expect(command(#"{"id":1,"cmd":"service","device":"heart-rate","uuid":"180F","on":false}"#)
+                == .service(device: "heart-rate", service: BluetoothUUID(0x180F), present: false))
+        #expect(error(#"{"id":1,"cmd":"service","device":"heart-rate","uuid":"battery","on":false}"#).contains("not a UUID"))
+        #expect(error(#"{"id":1,"cmd":"service","device":"heart-rate","uuid":"180F"}"#).contains("missing \"on\""))
+        let request = ControlRequest(id: 9, command: .service(device: "lock", service: BluetoothUUID(0x180A), present: true))
+        #expect(ControlRequest.decode(line: Array(request.json.encoded.utf8)) == .success(request))
+    }
+
     @Test func advertise() {
         #expect(command(#"{"id":1,"cmd":"advertise","device":"heart-rate","on":false}"#) == .advertise(device: "heart-rate", on: false))
         #expect(command(#"{"id":1,"cmd":"advertise","device":"heart-rate","on":true}"#) == .advertise(device: "heart-rate", on: true))

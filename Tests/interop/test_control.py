@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import socket
+import struct
 import statistics
 import tempfile
 import time
@@ -22,21 +23,28 @@ from pathlib import Path
 
 import pytest
 from bumble import att
+from bumble.core import UUID
 
 from bumble_central import (
+    ATT_INVALID_HANDLE,
     HCI_REMOTE_DEVICE_TERMINATED_CONNECTION_DUE_TO_POWER_OFF,
     HCI_REMOTE_USER_TERMINATED_CONNECTION,
     HRS_CONTROL_POINT_NOT_SUPPORTED,
     UUID_BATTERY_LEVEL,
     UUID_BATTERY_SERVICE,
+    UUID_DATABASE_HASH,
+    UUID_GATT_SERVICE,
+    UUID_SERVICE_CHANGED,
     UUID_HEART_RATE_CONTROL_POINT,
     UUID_HEART_RATE_MEASUREMENT,
     UUID_HEART_RATE_SERVICE,
     Central,
     CentralConnection,
+    collect_indications,
     collect_notifications,
     decode_heart_rate_measurement,
     error_code_of,
+    raw_request,
 )
 from harness import BlemuProcess, connected, run, run_cli, start_advertising, unique_name
 
@@ -613,3 +621,79 @@ def test_socket_is_private_replaces_a_stale_one_and_refuses_a_regular_file(blemu
         assert Path(path).read_text() == "not a socket\n", "the regular file was touched"
     finally:
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# service: a database change at run time
+
+
+ATT_DATABASE_OUT_OF_SYNC = 0x12
+UUID_CLIENT_SUPPORTED_FEATURES = 0x2B29
+
+
+def test_service_off_and_on_is_announced_by_service_changed_with_a_new_hash(controlled):
+    """Vol 3, Part G, 7.1 and 2.5.2.1: taking the Battery service out sends its handle range by
+    Service Changed to a client that enabled it; the Database Hash then reads what the central
+    computes from what it discovers; a robust-caching client that did not subscribe gets
+    Database Out Of Sync once, and its next request is served."""
+
+    async def scenario():
+        async with AsyncControl(controlled.control_path) as control, connected(controlled, discover=True) as conn:
+            gatt = conn.service(UUID_GATT_SERVICE)
+            hash_characteristic = conn.characteristic(UUID_DATABASE_HASH, UUID_GATT_SERVICE)
+            service_changed = conn.characteristic(UUID_SERVICE_CHANGED, UUID_GATT_SERVICE)
+            features = [c for c in gatt.characteristics if c.uuid == UUID.from_16_bits(UUID_CLIENT_SUPPORTED_FEATURES)]
+            assert features, "no Client Supported Features characteristic"
+            battery = conn.service(UUID_BATTERY_SERVICE)
+            battery_range = (battery.handle, battery.end_group_handle)
+            level_handle = conn.characteristic(UUID_BATTERY_LEVEL, UUID_BATTERY_SERVICE).handle
+            whole_hash = await conn.read(hash_characteristic)
+
+            await conn.subscribe(service_changed)
+            await conn.write(features[0], bytes([0x01]))  # Robust Caching (Vol 3, Part G, 7.2)
+            before = len(conn.indications)
+            reply = await control.ok("service", device="heart-rate", uuid="180F", on=False)
+            assert reply["changed"] is True and reply["indicated"] == 1 and reply["change_unaware"] == 1, reply
+            assert (int(reply["range"]["start"], 16), int(reply["range"]["end"], 16)) == battery_range, reply
+            [indication] = await collect_indications(conn, service_changed.handle, 1, 5, before)
+            assert indication.value == struct.pack("<HH", *battery_range), indication.value.hex()
+
+            # Bumble confirmed the indication, so it is change-aware: the gone handle is just gone.
+            response = await conn.request_expecting_error(raw_request(0x0A, struct.pack("<H", level_handle)))
+            assert response.error_code == ATT_INVALID_HANDLE, response
+            new_hash = await conn.read(hash_characteristic)
+            assert new_hash != whole_hash and new_hash.hex() == reply["database_hash"], (new_hash.hex(), reply)
+            assert new_hash == await conn.computed_database_hash()
+            listing = (await control.ok("list"))["devices"][0]
+            assert [u.upper() for u in listing["services_out"]] == ["180F"], listing
+
+            # Not subscribed any more: the next change reaches this client as Database Out Of Sync.
+            await conn.unsubscribe(service_changed)
+            reply = await control.ok("service", device="heart-rate", uuid="0x180F", on=True)
+            assert reply["changed"] is True and reply["indicated"] == 0 and reply["change_unaware"] == 1, reply
+            read_level = raw_request(0x0A, struct.pack("<H", level_handle))
+            response = await conn.request_expecting_error(read_level)
+            assert response.error_code == ATT_DATABASE_OUT_OF_SYNC, response
+            assert response.attribute_handle_in_error == level_handle, response
+            answer = await conn.request(read_level)
+            assert answer.op_code == att.Opcode.ATT_READ_RESPONSE, answer
+            assert await conn.read(hash_characteristic) == whole_hash
+            assert len(conn.indications) == before + 1, "an indication after unsubscribing"
+
+            # Again: nothing changes, nothing is sent.
+            reply = await control.ok("service", device="heart-rate", uuid="180F", on=True)
+            assert reply["changed"] is False and reply["range"] is None, reply
+            assert (await control.ok("list"))["devices"][0]["services_out"] == []
+
+    run(scenario())
+
+
+def test_service_refusals_change_nothing(controlled):
+    for uuid, fragment in (("1800", "cannot be taken out"), ("1801", "cannot be taken out"), ("1234", "no service")):
+        result = ctl(controlled, "service", "heart-rate", uuid, "off")
+        assert result.returncode != 0, result.describe()
+        reply = json.loads(result.stdout.splitlines()[0])
+        assert reply["ok"] is False and fragment in reply["error"], reply
+    result = ctl(controlled, "service", "heart-rate", "180F", "maybe")
+    assert result.returncode != 0 and "on or off" in result.stderr, result.describe()
+    assert ctl_ok(controlled, "list")["devices"][0]["services_out"] == []

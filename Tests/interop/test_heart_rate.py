@@ -13,13 +13,10 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import struct
 import time
 
 from bumble import att
 from bumble.core import UUID
-from cryptography.hazmat.primitives import cmac
-from cryptography.hazmat.primitives.ciphers import algorithms
 
 from bumble_central import (
     AD_COMPLETE_LOCAL_NAME,
@@ -237,25 +234,12 @@ def test_discovers_services_characteristics_and_descriptors(blemu):
 
 
 def test_database_hash_matches_the_database(blemu):
-    """Vol 3, Part G, 7.3: DB hash = AES-CMAC with a zero key over, in handle order, handle ||
-    type || value of service, include, characteristic declarations and extended properties,
-    and handle || type of CUD, CCCD, SCCD, presentation and aggregate format descriptors.
-    Fields little-endian, the 128-bit result sent least significant octet first."""
-    with_values = {UUID.from_16_bits(u) for u in (0x2800, 0x2801, 0x2802, 0x2803, 0x2900)}
-    type_only = {UUID.from_16_bits(u) for u in (0x2901, 0x2902, 0x2903, 0x2904, 0x2905)}
+    """Vol 3, Part G, 7.3: the Database Hash read is the one computed from what the central
+    discovers (`CentralConnection.computed_database_hash`)."""
 
     async def scenario():
         async with connected(blemu) as conn:
-            message = b""
-            for handle, attribute_type in await conn.find_information():
-                if attribute_type in with_values:
-                    value = await conn.read(handle)
-                    message += struct.pack("<H", handle) + attribute_type.to_bytes() + value
-                elif attribute_type in type_only:
-                    message += struct.pack("<H", handle) + attribute_type.to_bytes()
-            mac = cmac.CMAC(algorithms.AES(bytes(16)))
-            mac.update(message)
-            expected = mac.finalize()[::-1]
+            expected = await conn.computed_database_hash()
             await conn.discover_characteristic(UUID_GATT_SERVICE, UUID_DATABASE_HASH)
             actual = await conn.read(conn.characteristic(UUID_DATABASE_HASH, UUID_GATT_SERVICE))
             assert actual == expected, f"Database Hash {actual.hex()} != computed {expected.hex()}"

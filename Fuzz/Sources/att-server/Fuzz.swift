@@ -18,7 +18,12 @@ import FuzzSupport
 ///   0xF3 c     the device notifies (c picks the characteristic)
 ///   0xF4 c     the device indicates
 ///   0xF5       the link starts or stops refusing notifications and indications
-///   0xF6–0xFF  nothing
+///   0xF6 s     service s takes itself out of the database or comes back (refused changes
+///              are skipped), and the bearer is told the range, as `blemu ctl … service` does;
+///              the client uses robust caching, so it becomes change-unaware (Vol 3, Part G,
+///              2.5.2.1)
+///   0xF7       the client confirms Service Changed: change-aware again
+///   0xF8–0xFF  nothing
 /// `BLEMU_FUZZ_TRACE=1` prints every PDU in and out.
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
@@ -65,6 +70,15 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
             bearer.sent(by: server) { _ = server.indicate(c, value: device.storage.four) }
         case 0xF5:
             bearer.refusing.toggle()
+        case 0xF6:
+            let service = database.services[Int(input.u8()) % database.services.count]
+            if let range = try? database.setService(service, present: !database.isPresent(service)) {
+                server.clientSupportsRobustCaching = true
+                _ = server.databaseChanged(range)
+                fuzzCheck(!server.isChangeAware || server.isClosed, "a robust-caching client stayed change-aware after a change")
+            }
+        case 0xF7:
+            server.serviceChangedConfirmed()
         default:
             break
         }
