@@ -8,7 +8,7 @@ let package = Package(
     products: [
         .executable(name: "blemu", targets: ["blemu"]),
         // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
-        .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuHost",
+        .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuHost",
                                              "BlemuDevices", "BlemuTransport", "BlemuControl"]),
     ],
     dependencies: [
@@ -47,6 +47,11 @@ let package = Package(
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "_CryptoExtras", package: "swift-crypto"),
         ], path: "Sources/GATT"),
+        // The client side of ATT, beside the server: the same PDU types and GATT vocabulary.
+        .target(name: "BlemuGATTClient", dependencies: [
+            "BlemuCore", "BlemuATT", "BlemuGATT",
+            .product(name: "DequeModule", package: "swift-collections"),
+        ], path: "Sources/GATTClient"),
         .target(name: "BlemuHost", dependencies: [
             "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT",
             .product(name: "Logging", package: "swift-log"),
@@ -79,6 +84,8 @@ let package = Package(
         .testTarget(name: "HCITests", dependencies: ["BlemuHCI", "BlemuL2CAP"], path: "Tests/HCITests"),
         .testTarget(name: "ATTTests", dependencies: ["BlemuATT"], path: "Tests/ATTTests"),
         .testTarget(name: "GATTTests", dependencies: ["BlemuGATT", "BlemuATT"], path: "Tests/GATTTests"),
+        .testTarget(name: "GATTClientTests", dependencies: ["BlemuGATTClient", "BlemuGATT", "BlemuATT", "BlemuCore"],
+                    path: "Tests/GATTClientTests"),
         .testTarget(name: "ControlTests", dependencies: ["BlemuControl", "BlemuCore", "BlemuRunLoop", "BlemuGATT", "BlemuATT",
                                                       "CLinux", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/ControlTests"),

@@ -211,8 +211,8 @@ public struct ATTSignedWriteCommand: ATTPDU, Equatable {
 }
 
 /// Prepare Write Request (3.4.6.1) and its response (3.4.6.2), which echoes it.
-public struct ATTPrepareWriteRequest: ATTPDU, Equatable {
-    public static let opcode = ATTOpcode.prepareWriteRequest
+public struct ATTPrepareWritePDU<Tag: ATTOpcodeTag>: ATTPDU, Equatable {
+    public static var opcode: ATTOpcode { Tag.opcode }
     public var handle: UInt16
     public var offset: UInt16
     public var value: ArraySlice<UInt8>
@@ -255,6 +255,28 @@ public struct ATTExecuteWriteRequest: ATTPDU, Equatable {
 }
 
 // MARK: Responses a client decodes
+
+/// Vol 3, Part F, 3.4.3.4: one or more (found attribute handle, group end handle) pairs.
+public struct ATTFindByTypeValueResponse: ATTPDU, Equatable {
+    public static let opcode = ATTOpcode.findByTypeValueResponse
+    public var data: ArraySlice<UInt8>
+    public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
+        var r = try Self.reader(pdu)
+        data = r.rest()
+        guard !data.isEmpty, data.count % 4 == 0 else {
+            throw DecodeError(.lengthMismatch, "Find By Type Value Response data \(data.count)")
+        }
+    }
+    public var ranges: [(handle: UInt16, groupEnd: UInt16)] {
+        stride(from: data.startIndex, to: data.endIndex, by: 4).map { base in
+            (UInt16(data[base]) | UInt16(data[base + 1]) << 8, UInt16(data[base + 2]) | UInt16(data[base + 3]) << 8)
+        }
+    }
+    public func encode(into out: inout [UInt8]) {
+        out.append(Self.opcode.rawValue)
+        out.append(contentsOf: data)
+    }
+}
 
 /// Vol 3, Part F, 3.4.4.2: Length, then handle-value pairs of that length.
 public struct ATTReadByTypeResponse: ATTPDU, Equatable {
@@ -463,6 +485,13 @@ public enum ATTReadResponseTag: ATTOpcodeTag { public static let opcode = ATTOpc
 public enum ATTReadBlobResponseTag: ATTOpcodeTag { public static let opcode = ATTOpcode.readBlobResponse }
 public enum ATTWriteResponseTag: ATTOpcodeTag { public static let opcode = ATTOpcode.writeResponse }
 public enum ATTConfirmationTag: ATTOpcodeTag { public static let opcode = ATTOpcode.handleValueConfirmation }
+public enum ATTPrepareWriteRequestTag: ATTOpcodeTag { public static let opcode = ATTOpcode.prepareWriteRequest }
+public enum ATTPrepareWriteResponseTag: ATTOpcodeTag { public static let opcode = ATTOpcode.prepareWriteResponse }
+public enum ATTExecuteWriteResponseTag: ATTOpcodeTag { public static let opcode = ATTOpcode.executeWriteResponse }
+public enum ATTReadMultipleResponseTag: ATTOpcodeTag { public static let opcode = ATTOpcode.readMultipleResponse }
+public enum ATTReadMultipleVariableResponseTag: ATTOpcodeTag {
+    public static let opcode = ATTOpcode.readMultipleVariableResponse
+}
 
 public typealias ATTWriteRequest = ATTHandleValuePDU<ATTWriteRequestTag>
 public typealias ATTWriteCommand = ATTHandleValuePDU<ATTWriteCommandTag>
@@ -476,6 +505,13 @@ public typealias ATTReadResponse = ATTValuePDU<ATTReadResponseTag>
 public typealias ATTReadBlobResponse = ATTValuePDU<ATTReadBlobResponseTag>
 public typealias ATTWriteResponse = ATTOpcodeOnlyPDU<ATTWriteResponseTag>
 public typealias ATTHandleValueConfirmation = ATTOpcodeOnlyPDU<ATTConfirmationTag>
+public typealias ATTPrepareWriteRequest = ATTPrepareWritePDU<ATTPrepareWriteRequestTag>
+public typealias ATTPrepareWriteResponse = ATTPrepareWritePDU<ATTPrepareWriteResponseTag>
+public typealias ATTExecuteWriteResponse = ATTOpcodeOnlyPDU<ATTExecuteWriteResponseTag>
+/// Vol 3, Part F, 3.4.4.8: the values one after the other, cut at ATT_MTU - 1.
+public typealias ATTReadMultipleResponse = ATTValuePDU<ATTReadMultipleResponseTag>
+/// Vol 3, Part F, 3.4.4.12: (length, value) tuples; the last may be cut at ATT_MTU - 1.
+public typealias ATTReadMultipleVariableResponse = ATTValuePDU<ATTReadMultipleVariableResponseTag>
 
 extension ATTRangeTypePDU where Tag == ATTReadByGroupTypeTag {
     /// Read By Group Type calls its UUID the Attribute Group Type (3.4.4.9).

@@ -58,6 +58,13 @@ let allCodecs: [Codec] = [
     codec(ATTHandleValueIndication.self, ["1D 0C00 0048"]),
     codec(ATTHandleValueConfirmation.self, ["1E"]),
     codec(ATTReadResponse.self, ["0B 626C656D75", "0B"]),
+    codec(ATTFindByTypeValueResponse.self, ["07 0700 1600 1700 1B00"], inspect: { pdu in
+        #expect(pdu.ranges.count == pdu.data.count / 4)
+    }),
+    codec(ATTPrepareWriteResponse.self, ["17 0F00 1200 010203", "17 0F00 0000"]),
+    codec(ATTExecuteWriteResponse.self, ["19"]),
+    codec(ATTReadMultipleResponse.self, ["0F 0102", "0F"]),
+    codec(ATTReadMultipleVariableResponse.self, ["21 0200 0102 0100 03"]),
     codec(ATTReadBlobResponse.self, ["0D 0102", "0D"]),
     codec(ATTReadByTypeResponse.self, ["09 07 0200 02 0300 002A 0500 0A 0600 192A"], inspect: { pdu in
         let pairs = pdu.pairs

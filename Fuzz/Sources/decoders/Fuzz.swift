@@ -218,6 +218,13 @@ func attPDUs(_ bytes: [UInt8]) {
     att(ATTHandleValueIndication.self, bytes)
     att(ATTHandleValueConfirmation.self, bytes)
     att(ATTReadResponse.self, bytes)
+    att(ATTFindByTypeValueResponse.self, bytes) { pdu in
+        fuzzCheck(pdu.ranges.count == pdu.data.count / 4, "Find By Type Value Response ranges")
+    }
+    att(ATTPrepareWriteResponse.self, bytes)
+    att(ATTExecuteWriteResponse.self, bytes)
+    att(ATTReadMultipleResponse.self, bytes)
+    att(ATTReadMultipleVariableResponse.self, bytes)
     att(ATTReadBlobResponse.self, bytes)
     att(ATTReadByTypeResponse.self, bytes) { pdu in
         let pairs = pdu.pairs

@@ -1,0 +1,282 @@
+import BlemuATT
+import BlemuCore
+import BlemuGATT
+import DequeModule
+
+/// The client side of one ATT bearer (Vol 3, Part G, 4): GATT procedures run one request at a
+/// time (Vol 3, Part F, 3.3.2), the rest wait in a bounded queue. It speaks the same PDU types
+/// as `ATTServer`; the link below hands it the PDUs a server sends (`receive`) and sends what
+/// it asks (`send`). Every procedure ends exactly once, with its result or a
+/// `GATTClientError`: an error response, a malformed or unexpected answer, the 30 s
+/// transaction timeout, or the link closing.
+///
+/// Completions run on the run loop; one may start another procedure. A procedure asked for
+/// after the bearer timed out or closed fails at once, before the call returns.
+public final class GATTClient {
+    public static let defaultMTU = 23
+    /// The Client Rx MTU offered by `exchangeMTU()` unless told otherwise.
+    public static let maximumMTU = 517
+    public static let transactionTimeout: Duration = .seconds(30)
+    /// Procedures waiting behind the one in flight, at most.
+    public static let maxQueued = 64
+
+    /// ATT_MTU now (Vol 3, Part F, 3.4.2.2).
+    public private(set) var mtu = GATTClient.defaultMTU
+    public private(set) var isTimedOut = false
+    public private(set) var isClosed = false
+    /// What `discoverAll` found, kept current across Service Changed indications.
+    public private(set) var services: [RemoteService] = []
+
+    /// A notification (Vol 3, Part F, 3.4.7.1): handle and value.
+    public var onNotification: ((UInt16, ArraySlice<UInt8>) -> Void)?
+    /// An indication (3.4.7.2), after its confirmation went out.
+    public var onIndication: ((UInt16, ArraySlice<UInt8>) -> Void)?
+    /// The server changed its database (Vol 3, Part G, 7.1): told once the range was
+    /// rediscovered (when `services` had been discovered) or at once.
+    public var onServiceChanged: ((ClosedRange<UInt16>) -> Void)?
+    /// PDUs that answer nothing asked, or that do not decode: for the log.
+    public var onUnexpected: ((String) -> Void)?
+    /// The transaction timed out: the link should be closed (3.3.3).
+    public var onTimeout: (() -> Void)?
+
+    private let scheduler: TimerScheduling
+    private let send: ([UInt8]) -> Bool
+    private var current: Procedure?
+    /// The opcode of the request in flight, which its response must answer.
+    private var outstanding: UInt8?
+    private var queue: Deque<Procedure> = []
+    private var timer: TimerID?
+
+    /// `send` hands one ATT PDU to the link; false when the link did not take it.
+    public init(scheduler: TimerScheduling, send: @escaping ([UInt8]) -> Bool) {
+        self.scheduler = scheduler
+        self.send = send
+    }
+
+    deinit {
+        if let timer { scheduler.cancel(timer) }
+    }
+
+    /// Whether a PDU from the peer is for the client side of the bearer: responses,
+    /// notifications and indications. Requests, commands and confirmations are for a server.
+    public static func isForClient(_ opcode: UInt8) -> Bool {
+        switch opcode {
+        case 0x01, 0x03, 0x05, 0x07, 0x09, 0x0B, 0x0D, 0x0F, 0x11, 0x13, 0x17, 0x19, 0x1B, 0x1D, 0x21, 0x23: return true
+        default: return false
+        }
+    }
+
+    // MARK: The link
+
+    /// One ATT PDU from the server.
+    public func receive(_ pdu: ArraySlice<UInt8>) {
+        guard let opcode = pdu.first, !isClosed else { return }
+        switch opcode {
+        case ATTOpcode.handleValueNotification.rawValue:
+            guard let notification = try? ATTHandleValueNotification(pdu: pdu) else {
+                return unexpected("malformed notification of \(pdu.count) bytes")
+            }
+            onNotification?(notification.handle, notification.value)
+        case ATTOpcode.handleValueIndication.rawValue:
+            guard let indication = try? ATTHandleValueIndication(pdu: pdu) else {
+                return unexpected("malformed indication of \(pdu.count) bytes")
+            }
+            // 3.4.7.3: every indication is confirmed, whatever the client makes of it.
+            if !isTimedOut { _ = send(ATTHandleValueConfirmation().encoded) }
+            indicated(indication.handle, indication.value)
+        case ATTOpcode.multipleHandleValueNotification.rawValue:
+            // 3.4.7.4: (handle, length, value) tuples.
+            var reader = ByteReader(pdu.dropFirst())
+            while !reader.isAtEnd {
+                guard let handle = try? reader.u16(), let length = try? reader.u16(),
+                      let value = try? reader.bytes(Int(length)) else {
+                    return unexpected("malformed Multiple Handle Value Notification")
+                }
+                onNotification?(handle, value)
+            }
+        default:
+            guard Self.isForClient(opcode) else {
+                return unexpected("\(Hex.byte(opcode)) is not for a client")
+            }
+            guard let procedure = current, let request = outstanding, !isTimedOut else {
+                return unexpected("response \(Hex.byte(opcode)) with no request outstanding")
+            }
+            let answers: Bool
+            if opcode == ATTOpcode.errorResponse.rawValue {
+                answers = (try? ATTErrorResponse(pdu: pdu))?.requestOpcode == request
+            } else {
+                answers = opcode == request &+ 1
+            }
+            stopTimer()
+            outstanding = nil
+            guard answers else {
+                finish(procedure, .malformedResponse("\(Hex.byte(opcode)) does not answer request \(Hex.byte(request))"))
+                return
+            }
+            switch procedure.handle(pdu, client: self) {
+            case .next(let next): transmit(next)
+            case .done: finishCurrent()
+            }
+        }
+    }
+
+    /// The link is gone: every procedure ends with `.disconnected`.
+    public func close() {
+        guard !isClosed else { return }
+        isClosed = true
+        stopTimer()
+        failAll(.disconnected)
+    }
+
+    // MARK: Running procedures
+
+    func enqueue(_ procedure: Procedure) {
+        if isClosed { return procedure.fail(.disconnected) }
+        if isTimedOut { return procedure.fail(.timeout) }
+        if current == nil {
+            current = procedure
+            start(procedure)
+        } else if queue.count < Self.maxQueued {
+            queue.append(procedure)
+        } else {
+            procedure.fail(.queueFull)
+        }
+    }
+
+    private func start(_ procedure: Procedure) {
+        switch procedure.start(client: self) {
+        case .next(let request): transmit(request)
+        case .done: finishCurrent()
+        }
+    }
+
+    private func transmit(_ request: [UInt8]) {
+        guard let procedure = current else { return }
+        guard request.count <= mtu else {
+            return finish(procedure, .invalidArgument("a \(request.count)-byte request does not fit ATT_MTU \(mtu)"))
+        }
+        outstanding = request[0]
+        timer = scheduler.schedule(after: Self.transactionTimeout) { [weak self] in self?.timedOut() }
+        guard send(request) else {
+            stopTimer()
+            outstanding = nil
+            return finish(procedure, .notSent)
+        }
+    }
+
+    /// Ends the procedure in flight with `error` and moves on.
+    private func finish(_ procedure: Procedure, _ error: GATTClientError) {
+        procedure.fail(error)
+        finishCurrent()
+    }
+
+    private func finishCurrent() {
+        current = nil
+        outstanding = nil
+        while current == nil, !isClosed, !isTimedOut, let next = queue.popFirst() {
+            current = next
+            start(next)
+        }
+    }
+
+    private func timedOut() {
+        timer = nil
+        isTimedOut = true
+        failAll(.timeout)
+        onTimeout?()
+    }
+
+    private func failAll(_ error: GATTClientError) {
+        let failed = (current.map { [$0] } ?? []) + Array(queue)
+        current = nil
+        outstanding = nil
+        queue.removeAll()
+        for procedure in failed { procedure.fail(error) }
+    }
+
+    private func stopTimer() {
+        if let timer { scheduler.cancel(timer) }
+        timer = nil
+    }
+
+    private func unexpected(_ what: String) {
+        onUnexpected?(what)
+    }
+
+    func setMTU(_ value: Int) { mtu = value }
+    func setServices(_ value: [RemoteService]) { services = value }
+    /// A command goes out at once: it has no response to wait for (Vol 3, Part F, 3.3.1).
+    func sendCommand(_ pdu: [UInt8]) -> Bool { send(pdu) }
+
+    // MARK: Service Changed (Vol 3, Part G, 7.1)
+
+    private func indicated(_ handle: UInt16, _ value: ArraySlice<UInt8>) {
+        onIndication?(handle, value)
+        guard let serviceChanged = services.characteristic(GATTType.serviceChanged, in: GATTType.gattService),
+              serviceChanged.valueHandle == handle else { return }
+        guard value.count == 4 else { return unexpected("Service Changed value of \(value.count) bytes") }
+        let start = UInt16(value[value.startIndex]) | UInt16(value[value.startIndex + 1]) << 8
+        let end = UInt16(value[value.startIndex + 2]) | UInt16(value[value.startIndex + 3]) << 8
+        guard start != 0, start <= end else { return unexpected("Service Changed range \(start)-\(end)") }
+        let range = start...end
+        // Whatever was known in the range is stale: drop it and discover it again.
+        services.removeAll { $0.handles.overlaps(range) }
+        discoverAll(in: range) { [weak self] result in
+            guard let self else { return }
+            if case .success(let found) = result {
+                self.services = (self.services + found).sorted { $0.handles.lowerBound < $1.handles.lowerBound }
+            }
+            self.onServiceChanged?(range)
+        }
+    }
+}
+
+/// What a procedure does next.
+enum Step {
+    /// Send this request.
+    case next([UInt8])
+    /// The procedure reported its result.
+    case done
+}
+
+/// One GATT procedure: the requests it sends and what it makes of each answer. The client
+/// guarantees `handle` gets only an answer to the last request (a response of the request's
+/// opcode + 1, or an Error Response naming it).
+class Procedure {
+    func start(client: GATTClient) -> Step { fatalError("subclass") }
+    func handle(_ pdu: ArraySlice<UInt8>, client: GATTClient) -> Step { fatalError("subclass") }
+    func fail(_ error: GATTClientError) { fatalError("subclass") }
+}
+
+/// A procedure with a typed result delivered once.
+class TypedProcedure<Value>: Procedure {
+    private var completion: ((Result<Value, GATTClientError>) -> Void)?
+
+    init(_ completion: @escaping (Result<Value, GATTClientError>) -> Void) {
+        self.completion = completion
+    }
+
+    final func complete(_ result: Result<Value, GATTClientError>) -> Step {
+        let completion = self.completion
+        self.completion = nil
+        completion?(result)
+        return .done
+    }
+
+    override final func fail(_ error: GATTClientError) { _ = complete(.failure(error)) }
+
+    /// The Error Response in `pdu`, if it is one.
+    static func errorResponse(_ pdu: ArraySlice<UInt8>) -> ATTErrorResponse? {
+        pdu.first == ATTOpcode.errorResponse.rawValue ? try? ATTErrorResponse(pdu: pdu) : nil
+    }
+
+    /// Decodes a response, or ends the procedure with the error it carries or a malformed one.
+    final func decode<PDU: ATTPDU>(_ type: PDU.Type, _ pdu: ArraySlice<UInt8>) -> Result<PDU, GATTClientError> {
+        if let error = Self.errorResponse(pdu) { return .failure(.att(error.error, handle: error.handle)) }
+        do {
+            return .success(try PDU(pdu: pdu))
+        } catch {
+            return .failure(.malformedResponse("\(PDU.opcode): \(error)"))
+        }
+    }
+}
