@@ -70,13 +70,29 @@ let package = Package(
             "BlemuCore", "BlemuRunLoop", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "CLinux",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Control"),
+        // --btsnoop: the HCI packet capture (btsnoop files, rotation). Beside Transport: it sees packets as bytes.
+        .target(name: "BlemuCapture", dependencies: ["BlemuCore"], path: "Sources/Capture"),
+        // systemd integration: sd_notify readiness, status, watchdog (Type=notify units).
+        .target(name: "BlemuService", dependencies: [
+            "BlemuCore", "BlemuRunLoop", "CSystemd",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/Service"),
+        // The systemd journal log handler (`--log journal`): sd_journal_sendv through libsystemd.
+        .target(name: "BlemuJournal", dependencies: [
+            "BlemuCore", "CSystemd",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/Journal"),
         .executableTarget(name: "blemu", dependencies: [
             "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig",
+            "BlemuJournal",
+            "BlemuCapture", "BlemuService",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/CLI"),
 
         .testTarget(name: "CoreTests", dependencies: ["BlemuCore"], path: "Tests/CoreTests"),
+        .testTarget(name: "JournalTests", dependencies: ["BlemuJournal", "BlemuCore", .product(name: "Logging", package: "swift-log")],
+                    path: "Tests/JournalTests"),
         .testTarget(name: "ConfigTests", dependencies: ["BlemuConfig", "BlemuHCI", "BlemuTransport", "BlemuCore"],
                     path: "Tests/ConfigTests"),
         .testTarget(name: "RunLoopTests", dependencies: ["BlemuRunLoop", "BlemuTransport", "CLinux"],
@@ -89,6 +105,8 @@ let package = Package(
         .testTarget(name: "ControlTests", dependencies: ["BlemuControl", "BlemuCore", "BlemuRunLoop", "BlemuGATT", "BlemuATT",
                                                       "CLinux", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/ControlTests"),
+        .testTarget(name: "CaptureTests", dependencies: ["BlemuCapture", "BlemuCore"], path: "Tests/CaptureTests"),
+        .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
         .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuGATT", "BlemuATT",
                                                    .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HostTests"),

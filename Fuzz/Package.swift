@@ -32,5 +32,6 @@ let package = Package(
         .executableTarget(name: "att-server", dependencies: ["FuzzSupport"], path: "Sources/att-server"),
         .executableTarget(name: "decoders", dependencies: ["FuzzSupport"], path: "Sources/decoders"),
         .executableTarget(name: "control", dependencies: ["FuzzSupport"], path: "Sources/control"),
+        .executableTarget(name: "gatt-client", dependencies: ["FuzzSupport"], path: "Sources/gatt-client"),
     ]
 )

@@ -383,9 +383,28 @@ def control_seeds():
     }
 
 
+# --- gatt-client: config byte, then records -----------------------------------------------
+
+def gatt_client_seeds():
+    def proc(p, handle_index=0):
+        return bytes([0xF0, p, handle_index])
+    ALL = bytes([0xFF])
+    return {
+        "discover-all": bytes([0]) + proc(0) + ALL + proc(10, 8) + ALL,
+        "discover-all-mtu23": bytes([1]) + proc(0) + ALL,
+        "by-uuid-and-reads": bytes([1]) + proc(1) + ALL + proc(2, 5) + ALL + proc(3, 5) + ALL + proc(4, 5) + ALL,
+        "writes": bytes([1]) + proc(5, 7) + ALL + proc(6, 9) + ALL + proc(7, 9) + ALL + proc(9, 7) + ALL,
+        "mtu-then-long-read": bytes([0]) + proc(8, 40) + ALL + proc(2, 30) + ALL,
+        "queued-then-timeout": bytes([1]) + proc(0) + proc(2, 5) + proc(6, 9) + bytes([0xF1, 1, 0xF4]) + proc(2, 5),
+        "corrupted": bytes([1]) + proc(0) + bytes([0xF1, 1, 0xF2, 2, 0x05]) + ALL + proc(7, 9) + bytes([0xF1, 1, 0xF2, 5, 0x01]) + ALL,
+        "injected": bytes([1]) + proc(2, 5) + bytes([3, 0x0B, 1, 2, 5, 0x1D, 0x03, 0x00, 0x01, 0x02, 1, 0x13]) + ALL,
+        "closed": bytes([1]) + proc(0) + proc(2, 5) + bytes([0xF1, 1, 0xF5]) + proc(2, 5),
+    }
+
+
 def main():
     corpora = {"att-server": att_server_seeds(), "l2cap": l2cap_seeds(), "h4-host": h4_seeds(), "decoders": decoder_seeds(),
-               "control": control_seeds()}
+               "control": control_seeds(), "gatt-client": gatt_client_seeds()}
     for target, seeds in corpora.items():
         folder = ROOT / target
         folder.mkdir(parents=True, exist_ok=True)

@@ -1,37 +1,43 @@
 import ArgumentParser
 import BlemuCore
+import BlemuJournal
 import Logging
 
 enum LogDestination: String, ExpressibleByArgument, CaseIterable {
     case auto, journal, stderr
 
-    /// Whether this build writes to the systemd journal. Until it does, `journal` is left out
-    /// of --help, shell completion and the list of values a mistyped --log is told; typing it
-    /// still gets the reason (`bootstrap`).
-    static let journalInBuild = false
-
-    /// The destinations this build offers.
-    static var offered: [LogDestination] { allCases.filter { $0 != .journal || journalInBuild } }
-    static var allValueStrings: [String] { offered.map(\.rawValue) }
-    static var defaultCompletionKind: CompletionKind { .list(allValueStrings) }
-
-    /// For --help: "auto or stderr".
+    /// For --help: "auto, journal or stderr".
     static var offeredList: String {
         let names = allValueStrings
-        return names.count < 2 ? names.joined() : names.dropLast().joined(separator: ", ") + " or " + names.last!
+        return names.dropLast().joined(separator: ", ") + " or " + names.last!
+    }
+
+    /// What `auto` becomes: the journal when systemd started blemu (its stderr is the journal
+    /// stream, or it runs in a unit), readable stderr lines otherwise.
+    static func resolvedAuto(environment: (String) -> String? = JournalDetection.processEnvironment,
+                             stderr: JournalDetection.StreamIdentity? = JournalDetection.stderrIdentity()) -> LogDestination {
+        JournalDetection.startedBySystemd(environment: environment, stderr: stderr) ? .journal : .stderr
     }
 }
 
 extension Logger.Level: @retroactive ExpressibleByArgument {}
 
 enum LogSetup {
-    static let journalMissing = "--log journal: the journal backend is not part of this build yet; use --log stderr (or auto)"
+    /// The journal writer, when logs go there: flushed at the end of a run, so counts the
+    /// flood budget still holds are written.
+    nonisolated(unsafe) private(set) static var journal: JournalSink?
 
     /// Installs the log handler once for the process.
     static func bootstrap(destination: LogDestination, level: Logger.Level) throws {
-        switch destination {
+        switch destination == .auto ? LogDestination.resolvedAuto() : destination {
         case .journal:
-            throw ValidationError(journalMissing)
+            // An unreachable journal (no journald, or it goes away during the run) is said once
+            // on stderr, which takes every entry from then on.
+            let sink = JournalSink()
+            let reachable = JournalSink.probeSystemJournal()
+            if reachable < 0 { sink.fallBack(reachable) }
+            journal = sink
+            LoggingSystem.bootstrap { _ in JournalLogHandler(sink: sink, level: level) }
         case .auto, .stderr:
             LoggingSystem.bootstrap { label in
                 var handler = StderrLogHandler(label: label)
@@ -39,5 +45,10 @@ enum LogSetup {
                 return handler
             }
         }
+    }
+
+    /// Writes what the journal's flood budget still holds (the end of a run).
+    static func finish() {
+        journal?.flush()
     }
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import BlemuCapture
 import BlemuConfig
 import BlemuControl
 import BlemuCore
@@ -6,6 +7,7 @@ import BlemuDevices
 import BlemuGATT
 import BlemuHost
 import BlemuRunLoop
+import BlemuService
 import BlemuTransport
 import Logging
 
@@ -48,7 +50,8 @@ struct RunCommand: ParsableCommand {
     var address: String?
 
     @Option(help: ArgumentHelp("Where logs go: \(LogDestination.offeredList)."
-        + (LogDestination.journalInBuild ? " auto is the journal under systemd, else stderr." : " auto is stderr in this build.")))
+        + " auto is the systemd journal when systemd started blemu (JOURNAL_STREAM or INVOCATION_ID), else stderr;"
+        + " an unreachable journal falls back to stderr."))
     var log: LogDestination = .auto
 
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
@@ -62,10 +65,17 @@ struct RunCommand: ParsableCommand {
     @Option(name: .customLong("control-mode"), help: ArgumentHelp("Permissions of the control socket, octal.", valueName: "MODE"))
     var controlMode: String = "0600"
 
+    @Option(name: .customLong("btsnoop"),
+            help: ArgumentHelp("Write every HCI packet, both ways, to a btsnoop capture at PATH (btmon -r, Wireshark). A non-empty PATH is moved to PATH.1 first.",
+                               valueName: "PATH"))
+    var btsnoopPath: String?
+
+    @Option(name: .customLong("btsnoop-max"),
+            help: ArgumentHelp("Rotate the capture when it would pass SIZE (bytes, or K, M, G; at least 4K): PATH moves to PATH.1, up to PATH.\(CaptureSettings.generations).",
+                               valueName: "SIZE"))
+    var btsnoopMax: String?
+
     func validate() throws {
-        if log == .journal && !LogDestination.journalInBuild {
-            throw ValidationError(LogSetup.journalMissing)
-        }
         if let pin, pin.count < 4 || pin.count > 8 || !pin.allSatisfy({ $0.isASCII && $0.isNumber }) {
             throw ValidationError("--pin must be 4 to 8 digits, not '\(pin)'")
         }
@@ -83,6 +93,11 @@ struct RunCommand: ParsableCommand {
         if controlPath != nil || controlMode != "0600" {
             guard controlPath.map({ !$0.isEmpty }) ?? false else { throw ValidationError("--control-mode needs --control PATH") }
             _ = try parsedControlMode()
+        }
+        if let btsnoopPath, btsnoopPath.isEmpty { throw ValidationError("--btsnoop needs a file path") }
+        if btsnoopMax != nil {
+            guard btsnoopPath != nil else { throw ValidationError("--btsnoop-max needs --btsnoop PATH") }
+            _ = try parsedBtsnoopMax()
         }
         let plans = try devicePlans()
         guard controllers.count <= plans.count else {
@@ -121,6 +136,15 @@ struct RunCommand: ParsableCommand {
         return mode
     }
 
+    /// --btsnoop-max in bytes.
+    private func parsedBtsnoopMax() throws -> Int? {
+        guard let btsnoopMax else { return nil }
+        guard let bytes = ByteSize.parse(btsnoopMax), bytes >= BtsnoopWriter.minimumMaxFileBytes else {
+            throw ValidationError("--btsnoop-max '\(btsnoopMax)' is not a size of at least 4K: bytes, or a number with K, M or G (10M)")
+        }
+        return bytes
+    }
+
     /// Whether the devices that name `spec` run on one controller: an adapter or a UART can be
     /// opened once only; a stream spec gives a new controller per connection (rootcanal) unless
     /// --share-controller.
@@ -133,6 +157,8 @@ struct RunCommand: ParsableCommand {
 
     func run() throws {
         try LogSetup.bootstrap(destination: log, level: logLevel)
+        // Counts the journal's flood budget still holds are written however the run ends.
+        defer { LogSetup.finish() }
         let logger = Logger(label: "blemu")
 
         let plans = try devicePlans()
@@ -172,6 +198,26 @@ struct RunCommand: ParsableCommand {
                 throw RuntimeFailure("device \(deviceName): \(error)")
             }
         }
+
+        // The capture starts before any controller opens, so it holds the first HCI Reset.
+        var capture: BtsnoopWriter?
+        if let btsnoopPath {
+            do {
+                capture = try BtsnoopWriter(path: btsnoopPath, maxFileBytes: try parsedBtsnoopMax(),
+                                            generations: CaptureSettings.generations, publishesCursor: true)
+            } catch let error as CaptureError {
+                throw RuntimeFailure("\(error): is the directory there and writable?")
+            }
+            let rotation = capture?.maxFileBytes.map { ", rotated at \($0) bytes" } ?? ""
+            logger.info("capturing HCI to \(btsnoopPath) (btsnoop, H4)\(rotation)")
+            if emulators.count > 1 {
+                // btsnoop has no controller field: one file, the controllers' packets in the order they passed.
+                logger.notice("\(emulators.count) controllers share the capture \(btsnoopPath): btsnoop cannot tell them apart, so a decoder shows one controller")
+            }
+        }
+        defer { capture?.close() }
+        let service = ServiceNotifier(logger: logger)
+        var lastError: String?
 
         // The control socket comes up before the controllers, so a script can wait on it.
         var control: ControlServer?
@@ -213,19 +259,83 @@ struct RunCommand: ParsableCommand {
                     control?.close()
                     Glibc.exit(130)
                 }
-                logger.event(.stopping, .notice, "stopping on \(signal == SIGINT ? "SIGINT" : "SIGTERM")")
+                let name = signal == SIGINT ? "SIGINT" : "SIGTERM"
+                logger.event(.stopping, .notice, "stopping on \(name)")
+                service.stopping(status: "stopping on \(name)")
                 stopAll()
+            }
+            // No reload: the devices, their databases and controllers are fixed for the run.
+            // SIGHUP would otherwise end the process (its default action).
+            try loop.handleSignals([SIGHUP]) { _ in
+                logger.notice("SIGHUP ignored: blemu does not reload its configuration; restart it to apply changes")
             }
         } catch {
             throw RuntimeFailure("cannot handle signals: \(error)")
         }
+
+        // sd_notify: READY=1 once every device has advertised; STATUS= when the summary changes.
+        var advertised = Set<ObjectIdentifier>()
+        let allPeripherals = emulators.flatMap(\.peripherals)
+        var lastSignature: Int?
+        func refreshService() {
+            guard service.isEnabled, !stopping else { return }
+            // Called after every HCI event: the line is built only when something in it changed.
+            var hasher = Hasher()
+            for peripheral in allPeripherals {
+                hasher.combine(peripheral.isAdvertising)
+                hasher.combine(peripheral.connectionCount)
+            }
+            for emulator in emulators { hasher.combine(emulator.link.isUp) }
+            hasher.combine(lastError)
+            let signature = hasher.finalize()
+            guard signature != lastSignature else { return }
+            lastSignature = signature
+            var devices: [ServiceStatus.Device] = []
+            for peripheral in allPeripherals {
+                if peripheral.isAdvertising { advertised.insert(ObjectIdentifier(peripheral)) }
+                devices.append(.init(name: peripheral.deviceName, advertising: peripheral.isAdvertising,
+                                     connections: peripheral.connectionCount))
+            }
+            let status = ServiceStatus(devices: devices, controllersDown: emulators.count(where: { !$0.link.isUp }),
+                                       lastError: lastError).line
+            if !service.isReady && advertised.count == allPeripherals.count {
+                service.ready(status: status)
+            } else {
+                service.update(status: status)
+            }
+        }
+        if let capture {
+            // So a frame number in a log entry can be found in the rotated files.
+            capture.onRotated = { [unowned capture] first, last in
+                logger.info("capture rotated: \(capture.rotatedPath(1)) holds frames \(first)-\(last); \(capture.path) goes on from frame \(last + 1)")
+            }
+            capture.onFailure = { error in
+                logger.error("\(error): the capture stops here; blemu runs on")
+                lastError = "capture stopped: \(error)"
+                refreshService()
+            }
+            for emulator in emulators {
+                emulator.link.onTraffic = { received, type, packet in
+                    capture.write(packetType: type.rawValue, packet: packet, received: received)
+                }
+            }
+        }
+        service.startWatchdog(on: loop)
         // `started` means running: logged once every device's controller has come up, so a
         // controller that cannot be opened at all ends the run without it.
         var waitingForFirstUp = emulators.count
         for emulator in emulators {
             emulator.onFatal = { message in
                 failure = message
+                lastError = message
+                service.update(status: "failed: \(message)")
                 stopAll()
+            }
+            if service.isEnabled {
+                emulator.onStateMayChange = { error in
+                    if let error { lastError = error }
+                    refreshService()
+                }
             }
             emulator.onFirstUp = {
                 waitingForFirstUp -= 1
@@ -255,6 +365,9 @@ final class Emulator {
     var onFatal: ((String) -> Void)?
     /// The controller came up for the first time (after `controller-up` is logged).
     var onFirstUp: (() -> Void)?
+    /// After each HCI event and each controller up or down (with the error when it went down):
+    /// advertising or connections may have changed (for the service status).
+    var onStateMayChange: ((String?) -> Void)?
     private var wasUp = false
 
     init(spec: ControllerSpec, loop: RunLoop, logger: Logger) {
@@ -268,15 +381,18 @@ final class Emulator {
         host.onFatal = { [unowned self] message in self.onFatal?(message) }
         link.onPacket = { [unowned self] type, packet in
             self.host.receive(packetType: type.rawValue, packet: packet)
+            if type == .event { self.onStateMayChange?(nil) }
         }
         link.onUp = { [unowned self] in
             let first = !self.wasUp
             self.wasUp = true
             self.host.controllerUp()
             if first { self.onFirstUp?() }
+            self.onStateMayChange?(nil)
         }
         link.onDown = { [unowned self] error in
             self.host.controllerDown(reason: error.description)
+            self.onStateMayChange?("controller lost: \(error)")
         }
         link.onOpenFailed = { [unowned self] error, retryIn in
             if !self.wasUp {
@@ -285,6 +401,7 @@ final class Emulator {
                 self.onFatal?(error.description)
             } else {
                 self.host.logger.warning("controller still unreachable (\(error)); retrying in \(retryIn)")
+                self.onStateMayChange?("controller unreachable: \(error)")
             }
         }
     }
@@ -301,4 +418,10 @@ final class Emulator {
             completion()
         }
     }
+}
+
+/// The --btsnoop rotation's fixed part.
+enum CaptureSettings {
+    /// Rotated files kept: PATH.1 (the newest) to PATH.3.
+    static let generations = 3
 }

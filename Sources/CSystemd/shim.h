@@ -1,1 +1,2 @@
 #include <systemd/sd-journal.h>
+#include <systemd/sd-daemon.h>

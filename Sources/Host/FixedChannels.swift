@@ -62,8 +62,10 @@ extension Peripheral {
         case L2CAPChannel.securityManager:
             if let answer = SecurityManager.answer(to: payload) {
                 if let leftOut = peerLog.take(now: scheduler.nowNanoseconds) {
-                    logger.info("pairing requested: not supported yet, answered Pairing Failed\(LogBudget.note(leftOut))",
-                                metadata: [LogKey.connHandle: "\(connection.handle)"])
+                    logger.notice("pairing requested: not supported yet, answered Pairing Failed\(LogBudget.note(leftOut))", metadata: [
+                        LogKey.peer: .string(connection.peer.address.description), LogKey.connHandle: "\(connection.handle)",
+                        LogKey.reason: .string(Hex.byte(SecurityManager.pairingNotSupported)),
+                    ])
                 }
                 _ = sendFrame(cid: L2CAPChannel.securityManager, payload: answer[...], on: connection.handle, priority: .required)
             }

@@ -47,7 +47,7 @@ extension Peripheral {
         hci.openLink(event.handle)
         host.linkOpened(event.handle, by: self)
         statistics.connectionsTotal += 1
-        logger.event(.connected, .notice, "connected to \(event.peerAddress)", [
+        logger.event(.connected, .notice, "connected to \(event.peerAddress): \(Self.describe(event.parameters))", [
             LogKey.peer: .string(event.peerAddress.description), LogKey.connHandle: .string("\(event.handle)"),
         ])
         if hci.info.supportsDataLengthExtension {
@@ -73,15 +73,31 @@ extension Peripheral {
         // Indications still outstanding end as `.disconnected`; subscriptions end with the link.
         let held = connection.server.close()
         subscriptionsEnded(held, peer: connection.peer)
-        logger.event(.disconnected, .notice, "disconnected from \(connection.peer.address)", [
+        logger.event(.disconnected, Self.disconnectionLevel(reason), "disconnected from \(connection.peer.address) (reason \(Hex.byte(reason)))", [
             LogKey.peer: .string(connection.peer.address.description), LogKey.connHandle: .string("\(handle)"),
-            LogKey.hciStatus: .string(Hex.byte(reason)),
+            LogKey.reason: .string(Hex.byte(reason)),
         ])
         if deviceStarted { device.peerDisconnected(connection.peer) }
         guard !isStopping, restartAdvertising else { return }
         // Apple's guidelines: fast advertising for 30 s after every disconnection, even when
         // a slow phase was running for another central.
         startAdvertising(fast: true)
+    }
+
+    /// A link lost rather than closed is a warning, so `journalctl -p warning` shows it: the
+    /// supervision timeout (0x08), LL response timeout (0x22), MIC failure (0x3D) and a
+    /// connection that failed to be established (0x3E) (Core Vol 1, Part F, 1.3); a central
+    /// or blemu hanging up is routine.
+    static func disconnectionLevel(_ reason: UInt8) -> Logger.Level {
+        switch reason {
+        case 0x08, 0x22, 0x3D, 0x3E: return .warning
+        default: return .notice
+        }
+    }
+
+    /// "interval 30.0 ms, latency 0, timeout 720 ms": units of 1.25 ms and 10 ms (Vol 4, Part E, 7.7.65.1).
+    static func describe(_ parameters: LinkParameters) -> String {
+        "interval \(Double(parameters.interval) * 1.25) ms, latency \(parameters.latency), timeout \(Int(parameters.supervisionTimeout) * 10) ms"
     }
 
     func dropAllConnections(reason: String) {

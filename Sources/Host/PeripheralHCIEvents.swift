@@ -53,8 +53,10 @@ extension Peripheral {
         case let .leConnectionUpdateComplete(status, handle, parameters):
             guard status == HCIStatus.success, let connection = connections[handle] else { return }
             connection.parameters = parameters
-            logger.info("connection parameters now interval \(Double(parameters.interval) * 1.25) ms, latency \(parameters.latency), timeout \(Int(parameters.supervisionTimeout) * 10) ms",
-                        metadata: [LogKey.connHandle: "\(handle)"])
+            // A link's state: with the link's keys, so `journalctl BLEMU_CONN_HANDLE=` finds it.
+            logger.event(.stateChanged, .info, "connection parameters now \(Self.describe(parameters))", [
+                LogKey.peer: .string(connection.peer.address.description), LogKey.connHandle: .string("\(handle)"),
+            ])
         case let .leRemoteConnectionParameterRequest(handle, intervalMin, intervalMax, latency, timeout):
             // Vol 6, Part B, 5.1.7: accept what the Core allows, refuse the rest with 0x3B.
             let asked = ConnectionParameters(intervalMin: intervalMin, intervalMax: intervalMax,

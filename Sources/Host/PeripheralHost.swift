@@ -144,7 +144,8 @@ public final class PeripheralHost {
         }
         peripheral.advertisingSetEnded()
         guard status == HCIStatus.success else {
-            peripheral.logger.warning("advertising ended by the controller", metadata: [LogKey.hciStatus: .string(Hex.byte(status))])
+            peripheral.logger.event(.advertisingStopped, .warning, "advertising ended by the controller",
+                                    [LogKey.hciStatus: .string(Hex.byte(status))])
             return
         }
         guard var pending = pendingLinks.removeValue(forKey: connectionHandle) else {

@@ -13,6 +13,9 @@ public final class ControllerLink {
     /// An open attempt failed; the next one comes after the given delay.
     public var onOpenFailed: ((TransportError, Duration) -> Void)?
     public var onPacket: ((H4PacketType, ArraySlice<UInt8>) -> Void)?
+    /// Every packet that passes, both ways, for a capture (`--btsnoop`): `received` packets
+    /// before `onPacket` sees them, sent ones once the transport took them.
+    public var onTraffic: ((_ received: Bool, H4PacketType, ArraySlice<UInt8>) -> Void)?
 
     public private(set) var isUp = false
     /// Between `start()` and `stop()`.
@@ -83,7 +86,9 @@ public final class ControllerLink {
     /// Sends through the transport; false while down or when its output buffer is full.
     public func send(_ type: H4PacketType, _ body: ArraySlice<UInt8>) -> Bool {
         guard isUp, let transport else { return false }
-        return transport.send(type, body)
+        guard transport.send(type, body) else { return false }
+        onTraffic?(false, type, body)
+        return true
     }
 
     public func send(_ type: H4PacketType, _ body: [UInt8]) -> Bool { send(type, body[...]) }
@@ -105,7 +110,11 @@ public final class ControllerLink {
                 newTransport.close()
                 return
             }
-            newTransport.onPacket = { [weak self] type, body in self?.onPacket?(type, body) }
+            newTransport.onPacket = { [weak self] type, body in
+                guard let self else { return }
+                self.onTraffic?(true, type, body)
+                self.onPacket?(type, body)
+            }
             newTransport.onClosed = { [weak self, weak newTransport] error in
                 guard let self, let newTransport, newTransport === self.transport else { return }
                 self.lost(error)

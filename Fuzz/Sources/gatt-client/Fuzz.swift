@@ -1,0 +1,223 @@
+import BlemuATT
+import BlemuCore
+import BlemuGATT
+import BlemuGATTClient
+import FuzzSupport
+
+/// `gatt-client`: one `GATTClient` running GATT procedures against blemu's `ATTServer` over
+/// the database of `LengthRulesDevice`, with the input in charge of the link: it picks the
+/// procedures, lets the server's PDUs through, corrupts them, or injects PDUs of its own, and
+/// moves the clock. Beyond traps it checks the client's promises: every procedure ends exactly
+/// once; one request outstanding at a time (Vol 3, Part F, 3.3.2); requests that fit ATT_MTU
+/// and that the server's own decoders accept; nothing sent after the transaction timeout or
+/// the link's close, and everything ended by then.
+///
+/// Input: a config byte (server Rx MTU), then records:
+///   0x00–0xEF  a PDU of that many bytes, from "the server", to the client
+///   0xF0 p     the client starts procedure p (discover all, by UUID, read, read multiple, write
+///              short and long, reliable write, exchange MTU, write without response, subscribe)
+///   0xF1 n     n PDUs move on the link (either way, in order)
+///   0xF2 i b   the next PDU from the server has byte i xored with b (if it is that long)
+///   0xF3 n     the clock moves n × 200 ms
+///   0xF4       the clock moves 31 s (past the 30 s transaction timeout)
+///   0xF5       the link closes
+///   0xF6–0xFF  everything queued moves on the link
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    var input = FuzzBytes(data, size)
+    let config = input.u8()
+    let rxMTUs = [ATTServer.maximumMTU, 23, 24, 64, 185, 247, 251, 512]
+    let link = Link(serverRxMTU: rxMTUs[Int(config & 0x07)])
+    let handles = link.server.database.attributes.map(\.handle)
+
+    while !input.isAtEnd {
+        let record = input.u8()
+        switch record {
+        case 0x00...0xEF:
+            link.inject(input.take(Int(record)))
+        case 0xF0:
+            link.start(procedure: input.u8(), handle: handles.isEmpty ? 1 : handles[Int(input.u8()) % handles.count])
+        case 0xF1:
+            link.move(Int(input.u8()))
+        case 0xF2:
+            link.corruption = (Int(input.u8()), input.u8())
+        case 0xF3:
+            link.scheduler.advance(by: .milliseconds(Int64(input.u8()) * 200))
+        case 0xF4:
+            link.scheduler.advance(by: .seconds(31))
+        case 0xF5:
+            link.close()
+        default:
+            link.move(Int.max)
+        }
+    }
+    link.move(Int.max)
+    link.scheduler.advance(by: .seconds(31))
+    link.close()
+    fuzzCheck(link.pending.isEmpty, "procedures \(link.pending.sorted()) never ended")
+    return 0
+}
+
+final class Link: ATTServerDelegate {
+    let scheduler = ManualScheduler()
+    let device = LengthRulesDevice()
+    let server: ATTServer
+    var client: GATTClient!
+    let trace = fuzzTrace
+    /// PDUs on the link, in order: true for client to server.
+    private var queue: [(toServer: Bool, pdu: [UInt8])] = []
+    var corruption: (index: Int, mask: UInt8)?
+    /// Procedures started and not ended yet.
+    var pending = Set<Int>()
+    private var nextID = 0
+    /// A request of the client is outstanding (sent, and no response delivered to it since).
+    private var outstanding = false
+    private var closed = false
+
+    init(serverRxMTU: Int) {
+        let database: GATTDatabase
+        do {
+            database = try GATTDatabase(services: device.services)
+        } catch {
+            fuzzFailure("the fuzz device's database does not build: \(error)")
+        }
+        server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 0x40, address: BluetoothAddress("F0:F1:F2:F3:F4:F5")!),
+                           scheduler: scheduler, serverRxMTU: serverRxMTU)
+        server.delegate = self
+        client = GATTClient(scheduler: scheduler) { [unowned self] pdu in self.clientSent(pdu) }
+    }
+
+    private func clientSent(_ pdu: [UInt8]) -> Bool {
+        if trace { writeStandardError("c> \(hex(pdu))\n") }
+        fuzzCheck(!closed, "the client sent \(hex(pdu)) after the link closed")
+        fuzzCheck(!client.isTimedOut, "the client sent \(hex(pdu)) after its transaction timed out")
+        guard let opcode = pdu.first else { fuzzFailure("the client sent an empty PDU") }
+        fuzzCheck(pdu.count <= client.mtu, "a \(pdu.count)-byte PDU at ATT_MTU \(client.mtu): \(hex(pdu))")
+        if ATTOpcode.isRequestForm(opcode) && opcode != ATTOpcode.handleValueConfirmation.rawValue {
+            fuzzCheck(!outstanding, "request \(hex(pdu)) sent while another is outstanding")
+            outstanding = true
+            Self.checkDecodes(pdu)
+        }
+        queue.append((true, pdu))
+        return true
+    }
+
+    /// The server's own decoders must accept what the client sends.
+    private static func checkDecodes(_ pdu: [UInt8]) {
+        let slice = pdu[...]
+        do {
+            switch pdu[0] {
+            case 0x02: _ = try ATTExchangeMTURequest(pdu: slice)
+            case 0x04: _ = try ATTFindInformationRequest(pdu: slice)
+            case 0x06: _ = try ATTFindByTypeValueRequest(pdu: slice)
+            case 0x08: _ = try ATTReadByTypeRequest(pdu: slice)
+            case 0x0A: _ = try ATTReadRequest(pdu: slice)
+            case 0x0C: _ = try ATTReadBlobRequest(pdu: slice)
+            case 0x0E: _ = try ATTReadMultipleRequest(pdu: slice)
+            case 0x10: _ = try ATTReadByGroupTypeRequest(pdu: slice)
+            case 0x12: _ = try ATTWriteRequest(pdu: slice)
+            case 0x16: _ = try ATTPrepareWriteRequest(pdu: slice)
+            case 0x18: _ = try ATTExecuteWriteRequest(pdu: slice)
+            case 0x20: _ = try ATTReadMultipleVariableRequest(pdu: slice)
+            default: fuzzFailure("the client sent request \(hex(pdu)), which it has no procedure for")
+            }
+        } catch {
+            fuzzFailure("the client's request \(hex(pdu)) does not decode: \(error)")
+        }
+    }
+
+    /// A PDU to the client, from the input or the server.
+    private func deliver(_ pdu: [UInt8]) {
+        if trace { writeStandardError("s> \(hex(pdu))\n") }
+        if let opcode = pdu.first, GATTClient.isForClient(opcode),
+           opcode != ATTOpcode.handleValueNotification.rawValue, opcode != ATTOpcode.handleValueIndication.rawValue,
+           opcode != ATTOpcode.multipleHandleValueNotification.rawValue {
+            outstanding = false
+        }
+        client.receive(pdu[...])
+    }
+
+    func inject(_ pdu: [UInt8]) { deliver(pdu) }
+
+    func move(_ count: Int) {
+        var moved = 0
+        while moved < count, !queue.isEmpty {
+            moved += 1
+            let (toServer, pdu) = queue.removeFirst()
+            if toServer {
+                server.receive(pdu[...])
+            } else {
+                var pdu = pdu
+                if let (index, mask) = corruption, index < pdu.count {
+                    pdu[index] ^= mask
+                    corruption = nil
+                }
+                deliver(pdu)
+            }
+        }
+    }
+
+    func close() {
+        guard !closed else { return }
+        closed = true
+        queue.removeAll()
+        _ = server.close()
+        client.close()
+        fuzzCheck(pending.isEmpty, "procedures \(pending.sorted()) did not end when the link closed")
+    }
+
+    /// Starts one procedure; its completion must come exactly once.
+    func start(procedure: UInt8, handle: UInt16) {
+        let id = nextID
+        nextID += 1
+        pending.insert(id)
+        func done<T>(_ result: Result<T, GATTClientError>) {
+            fuzzCheck(pending.remove(id) != nil, "procedure \(id) (\(procedure % 11)) ended twice: \(result)")
+            if client.isTimedOut { outstanding = false }
+        }
+        let big = Array(device.storage.big.prefix(200))
+        switch procedure % 11 {
+        case 0: client.discoverAll { done($0) }
+        case 1: client.discoverPrimaryServices(BluetoothUUID(0x180D)) { done($0) }
+        case 2: client.read(handle) { done($0) }
+        case 3: client.readMultiple([handle, handle &+ 1]) { done($0) }
+        case 4: client.readMultipleVariable([handle, handle &+ 2]) { done($0) }
+        case 5: client.write(handle, [UInt8(truncatingIfNeeded: handle)]) { done($0) }
+        case 6: client.write(handle, big) { done($0) }
+        case 7: client.reliableWrite([(handle, [1, 2, 3]), (handle &+ 1, big)]) { done($0) }
+        case 8: client.exchangeMTU(Int(handle)) { done($0) }
+        case 9:
+            _ = client.writeWithoutResponse(handle, [0x01])
+            pending.remove(id)
+        default:
+            if let characteristic = client.services.flatMap(\.characteristics).first(where: { $0.clientConfigurationHandle != nil }) {
+                client.configure(characteristic, notify: true, indicate: handle & 1 == 0) { done($0) }
+            } else {
+                pending.remove(id)
+            }
+        }
+        // A timed-out or closed client ends what it is given at once.
+        if client.isTimedOut || closed { fuzzCheck(!pending.contains(id), "procedure \(id) waits on a dead bearer") }
+    }
+
+    // MARK: ATTServerDelegate
+
+    func attServer(_ server: ATTServer, send pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool {
+        guard !closed else { return false }
+        queue.append((false, Array(pdu)))
+        return true
+    }
+    func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?) {}
+    func attServer(_ server: ATTServer, mtuChanged mtu: Int) {}
+    func attServer(_ server: ATTServer, configured characteristic: Characteristic, from old: UInt16, to new: UInt16) {}
+    func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool) {}
+    func attServerTransactionTimedOut(_ server: ATTServer) {}
+}
+
+/// `BLEMU_FUZZ_TRACE=1`: every PDU on the link on stderr.
+let fuzzTrace = fuzzEnvironmentFlag("BLEMU_FUZZ_TRACE")
+
+@_cdecl("gatt_client_main")
+public func gattClientMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
+    blemu_fuzz_driver(argc, argv) { data, size in fuzz(data, size) }
+}
