@@ -8,7 +8,7 @@ let package = Package(
     products: [
         .executable(name: "blemu", targets: ["blemu"]),
         // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
-        .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuHost",
+        .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
                                              "BlemuDevices", "BlemuTransport", "BlemuControl"]),
     ],
     dependencies: [
@@ -52,6 +52,11 @@ let package = Package(
             "BlemuCore", "BlemuATT", "BlemuGATT",
             .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Sources/GATTClient"),
+        // The central role beside the peripheral host: scanning, connecting, links with a GATT client.
+        .target(name: "BlemuCentral", dependencies: [
+            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuGATTClient",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/Central"),
         .target(name: "BlemuHost", dependencies: [
             "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT",
             .product(name: "Logging", package: "swift-log"),
@@ -61,6 +66,11 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ], path: "Devices"),
         // Configuration files: devices and their options, checked before anything starts.
+        // GATT profiles: a cloned device's database and values, read from JSON and served as a device.
+        .target(name: "BlemuProfile", dependencies: [
+            "BlemuCore", "BlemuGATT", "BlemuHost", "BlemuDevices",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/Profile"),
         .target(name: "BlemuConfig", dependencies: [
             "BlemuCore", "BlemuHCI", "BlemuTransport",
             .product(name: "Yams", package: "Yams"),
@@ -85,7 +95,7 @@ let package = Package(
         .executableTarget(name: "blemu", dependencies: [
             "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig",
             "BlemuJournal",
-            "BlemuCapture", "BlemuService",
+            "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/CLI"),
@@ -100,6 +110,7 @@ let package = Package(
         .testTarget(name: "HCITests", dependencies: ["BlemuHCI", "BlemuL2CAP"], path: "Tests/HCITests"),
         .testTarget(name: "ATTTests", dependencies: ["BlemuATT"], path: "Tests/ATTTests"),
         .testTarget(name: "GATTTests", dependencies: ["BlemuGATT", "BlemuATT"], path: "Tests/GATTTests"),
+        .testTarget(name: "ProfileTests", dependencies: ["BlemuProfile", "BlemuGATT", "BlemuCore"], path: "Tests/ProfileTests"),
         .testTarget(name: "GATTClientTests", dependencies: ["BlemuGATTClient", "BlemuGATT", "BlemuATT", "BlemuCore"],
                     path: "Tests/GATTClientTests"),
         .testTarget(name: "ControlTests", dependencies: ["BlemuControl", "BlemuCore", "BlemuRunLoop", "BlemuGATT", "BlemuATT",
@@ -108,6 +119,7 @@ let package = Package(
         .testTarget(name: "CaptureTests", dependencies: ["BlemuCapture", "BlemuCore"], path: "Tests/CaptureTests"),
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
         .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuGATT", "BlemuATT",
+                                                   "BlemuCentral", "BlemuGATTClient",
                                                    .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HostTests"),
     ]

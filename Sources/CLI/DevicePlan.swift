@@ -4,6 +4,7 @@ import BlemuCore
 import BlemuDevices
 import BlemuHCI
 import BlemuHost
+import BlemuProfile
 import BlemuTransport
 
 /// One device to run, with everything the command line and the configuration file say about
@@ -18,6 +19,11 @@ struct DevicePlan {
     var passkey: String?
     var advertising: AdvertisingTiming?
     var connection: ConnectionParameters?
+    /// A DEVICE that names a `.json` file: the GATT profile it holds.
+    var profile: GATTProfile?
+
+    /// Whether a DEVICE argument names a GATT profile file rather than a device module.
+    static func isProfilePath(_ device: String) -> Bool { device.hasSuffix(".json") }
 }
 
 enum DevicePlanning {
@@ -44,10 +50,13 @@ enum DevicePlanning {
         var plans: [DevicePlan] = []
         for (index, device) in names.enumerated() {
             let entry = entries[index]
-            guard DeviceRegistry.entry(named: device) != nil else {
+            var profile: GATTProfile?
+            if DevicePlan.isProfilePath(device) {
+                do { profile = try GATTProfile.load(path: device) } catch { throw ValidationError(error.description) }
+            } else if DeviceRegistry.entry(named: device) == nil {
                 let known = DeviceRegistry.all.map(\.name).joined(separator: ", ")
                 if let entry { throw ValidationError("\(entry.location): devices[\(index)].device: unknown device '\(device)'; known devices: \(known)") }
-                throw ValidationError("unknown device '\(device)'; known devices: \(known) (see `blemu devices`)")
+                throw ValidationError("unknown device '\(device)'; known devices: \(known) (see `blemu devices`), or a GATT profile FILE.json")
             }
             let spec: ControllerSpec
             var fromFile = entry?.controller ?? file?.controller
@@ -60,6 +69,7 @@ enum DevicePlanning {
                 throw ValidationError("no controller: give --controller SPEC (e.g. tcp:127.0.0.1:6402 for rootcanal), `controller:` in --config, or set BLEMU_CONTROLLER")
             }
             var plan = DevicePlan(device: device, spec: spec)
+            plan.profile = profile
             plan.name = entry?.name
             plan.address = entry?.address
             plan.settings = entry?.settings ?? []

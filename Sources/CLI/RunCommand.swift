@@ -6,6 +6,7 @@ import BlemuCore
 import BlemuDevices
 import BlemuGATT
 import BlemuHost
+import BlemuProfile
 import BlemuRunLoop
 import BlemuService
 import BlemuTransport
@@ -24,7 +25,7 @@ struct RunCommand: ParsableCommand {
             + "run on that one controller, each in its own advertising set (LE Extended Advertising); devices that share a "
             + "tcp: or unix: spec get a connection each (to rootcanal, a controller each) unless --share-controller.")
 
-    @Argument(help: "Devices to emulate (or the `devices:` of --config).")
+    @Argument(help: "Devices to emulate (or the `devices:` of --config); a FILE.json is a GATT profile (`blemu gatt ... dump --profile`).")
     var devices: [String] = []
 
     @Option(name: .customLong("config"), help: ArgumentHelp("A YAML file with the devices and their options (Docs/REFERENCE.md, \"Configuration file\").", valueName: "FILE"))
@@ -171,8 +172,14 @@ struct RunCommand: ParsableCommand {
         var copies: [String: Int] = [:]
         for plan in plans {
             let deviceName = plan.device, spec = plan.spec
-            guard let entry = DeviceRegistry.entry(named: deviceName) else { continue }
-            let device = entry.make()
+            let device: Device
+            if let profile = plan.profile {
+                device = ProfileDevice(profile)
+            } else if let entry = DeviceRegistry.entry(named: deviceName) {
+                device = entry.make()
+            } else {
+                continue
+            }
             // Initial values (and the PIN) before the device starts; a refusal ends the run here.
             do { try DevicePlanning.applySettings(plan, to: device) } catch let error as ValidationError {
                 throw RuntimeFailure(error.message)

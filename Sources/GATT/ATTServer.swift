@@ -33,7 +33,13 @@ public protocol ATTServerDelegate: AnyObject {
     func attServer(_ server: ATTServer, executeWriteRefusedAfter written: Int, error: ATTError, handle: UInt16)
 }
 
+/// What a delegate that only carries PDUs (a test, a fuzz target, the central's own small
+/// server) need not hear: the informational events do nothing unless implemented.
 extension ATTServerDelegate {
+    public func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?) {}
+    public func attServer(_ server: ATTServer, mtuChanged mtu: Int) {}
+    public func attServer(_ server: ATTServer, configured characteristic: Characteristic, from old: UInt16, to new: UInt16) {}
+    public func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool) {}
     public func attServer(_ server: ATTServer, injected fault: FaultPlan.Action, handle: UInt16, opcode: UInt8) {}
     public func attServerIndicationQueueHasRoom(_ server: ATTServer) {}
     public func attServer(_ server: ATTServer, executeWriteRefusedAfter written: Int, error: ATTError, handle: UInt16) {}

@@ -43,8 +43,9 @@ extension GATTClient {
     }
 
     /// Every primary service in `range` with its included services, characteristics and
-    /// descriptors. Over the whole range, the result also becomes `services`, which Service
-    /// Changed indications keep current.
+    /// descriptors, and the secondary services they include (`isPrimary` false), in handle
+    /// order. Over the whole range, the result also becomes `services`, which Service Changed
+    /// indications keep current.
     public func discoverAll(in range: ClosedRange<UInt16> = 0x0001...0xFFFF, completion: @escaping Completion<[RemoteService]>) {
         discoverPrimaryServices(in: range) { [weak self] result in
             guard let self else { return completion(.failure(.disconnected)) }
@@ -52,8 +53,20 @@ extension GATTClient {
             case .failure(let error): completion(.failure(error))
             case .success(let found):
                 self.fill(found, into: []) { result in
-                    if case .success(let services) = result, range == 0x0001...0xFFFF { self.replaceServices(services) }
-                    completion(result)
+                    guard case .success(let primaries) = result else { return completion(result) }
+                    // Included services that are not primary ones are only reachable through
+                    // their include declarations (Vol 3, Part G, 4.5): discover them too, once each.
+                    var seen = Set(primaries.map(\.handles.lowerBound))
+                    var secondaries: [DiscoveredService] = []
+                    for include in primaries.flatMap(\.includes) where seen.insert(include.service.handles.lowerBound).inserted {
+                        secondaries.append(include.service)
+                    }
+                    self.fill(secondaries, into: []) { result in
+                        guard case .success(let secondary) = result else { return completion(result) }
+                        let services = (primaries + secondary).sorted { $0.handles.lowerBound < $1.handles.lowerBound }
+                        if range == 0x0001...0xFFFF { self.replaceServices(services) }
+                        completion(.success(services))
+                    }
                 }
             }
         }
@@ -298,7 +311,10 @@ final class DiscoverServicesByUUID: RangeWalk<DiscoveredService> {
 }
 
 /// 4.5.1: Read By Type for «Include»; an included service with a 128-bit UUID carries no UUID
-/// in its declaration, so its UUID is read from its service declaration afterwards.
+/// in its declaration, so its UUID is read from its service declaration afterwards. That read is
+/// made for every include, also those that came with a 16-bit UUID: some servers (Bumble
+/// 0.0.236) put the first two octets of a 128-bit UUID there, against Vol 3, Part G, 3.2, and
+/// the service declaration is what counts.
 final class FindIncludedServices: RangeWalk<DiscoveredInclude> {
     private var unresolved: [Int] = []
 
@@ -316,7 +332,7 @@ final class FindIncludedServices: RangeWalk<DiscoveredInclude> {
                     return .failure(.malformedResponse("include declaration at \(Hex.word(handle))"))
                 }
                 let uuid = value.count == 6 ? (try? reader.u16()).map(BluetoothUUID.init) : nil
-                if uuid == nil { unresolved.append(found.count + includes.count) }
+                unresolved.append(found.count + includes.count)
                 includes.append(DiscoveredInclude(declarationHandle: handle,
                                                   service: DiscoveredService(uuid: uuid ?? BluetoothUUID(0), handles: start...end, isPrimary: false)))
                 last = handle
@@ -332,15 +348,20 @@ final class FindIncludedServices: RangeWalk<DiscoveredInclude> {
         guard pdu.first == ATTOpcode.readResponse.rawValue || (Self.errorResponse(pdu)?.requestOpcode == ATTOpcode.readRequest.rawValue) else {
             return super.handle(pdu, client: client)
         }
+        let index = unresolved.removeFirst()
+        let announced = found[index].service.uuid
         switch decode(ATTReadResponse.self, pdu) {
-        case .failure(let error): return complete(.failure(error))
+        case .failure(let error):
+            // A 16-bit UUID from the include stands when the declaration cannot be read.
+            guard announced.uint16 != nil && announced != BluetoothUUID(0) else { return complete(.failure(error)) }
         case .success(let response):
-            guard response.value.count == 16, let uuid = try? BluetoothUUID(littleEndian: response.value) else {
+            guard response.value.count == 2 || response.value.count == 16,
+                  let uuid = try? BluetoothUUID(littleEndian: response.value) else {
                 return complete(.failure(.malformedResponse("included service declaration of \(response.value.count) bytes")))
             }
-            found[unresolved.removeFirst()].service.uuid = uuid
-            return walked(client: client)
+            found[index].service.uuid = uuid
         }
+        return walked(client: client)
     }
 }
 

@@ -38,6 +38,10 @@ public enum HCIOpcode {
     public static let leReadNumberOfSupportedAdvertisingSets: UInt16 = 0x203B
     public static let leRemoveAdvertisingSet: UInt16 = 0x203C
     public static let leClearAdvertisingSets: UInt16 = 0x203D
+    public static let leCreateConnectionCancel: UInt16 = 0x200E
+    public static let leSetExtendedScanParameters: UInt16 = 0x2041
+    public static let leSetExtendedScanEnable: UInt16 = 0x2042
+    public static let leExtendedCreateConnection: UInt16 = 0x2043
 
     public static func name(_ opcode: UInt16) -> String {
         let names: [UInt16: String] = [
@@ -65,6 +69,10 @@ public enum HCIOpcode {
             leSetExtendedAdvertisingEnable: "LE Set Extended Advertising Enable",
             leReadNumberOfSupportedAdvertisingSets: "LE Read Number of Supported Advertising Sets",
             leRemoveAdvertisingSet: "LE Remove Advertising Set", leClearAdvertisingSets: "LE Clear Advertising Sets",
+            leCreateConnectionCancel: "LE Create Connection Cancel",
+            leSetExtendedScanParameters: "LE Set Extended Scan Parameters",
+            leSetExtendedScanEnable: "LE Set Extended Scan Enable",
+            leExtendedCreateConnection: "LE Extended Create Connection",
         ]
         return names[opcode] ?? "command \(Hex.word(opcode))"
     }
@@ -273,6 +281,89 @@ public struct HCICommand: Equatable, Sendable {
     /// Vol 4, Part E, 7.8.11.
     public static func leSetScanEnable(_ enable: Bool, filterDuplicates: Bool = false) -> HCICommand {
         HCICommand(opcode: HCIOpcode.leSetScanEnable, parameters: [enable ? 1 : 0, filterDuplicates ? 1 : 0])
+    }
+
+    /// Vol 4, Part E, 7.8.64: scanning on the LE 1M PHY only (bit 0), no filter policy.
+    public static func leSetExtendedScanParameters(active: Bool, interval: UInt16 = 0x0060, window: UInt16 = 0x0030,
+                                                   ownAddressType: AddressType) -> HCICommand {
+        var p: [UInt8] = [ownAddressType.rawValue, 0x00, 0x01, active ? 0x01 : 0x00]
+        p.appendLE(interval)
+        p.appendLE(window)
+        return HCICommand(opcode: HCIOpcode.leSetExtendedScanParameters, parameters: p)
+    }
+
+    /// Vol 4, Part E, 7.8.65: until disabled (duration and period 0).
+    public static func leSetExtendedScanEnable(_ enable: Bool, filterDuplicates: Bool = false) -> HCICommand {
+        HCICommand(opcode: HCIOpcode.leSetExtendedScanEnable,
+                   parameters: [enable ? 1 : 0, filterDuplicates ? 1 : 0, 0, 0, 0, 0])
+    }
+
+    /// Vol 4, Part E, 7.8.12: connect to one peer (no filter accept list).
+    public static func leCreateConnection(peer: BluetoothAddress, peerAddressType: UInt8, ownAddressType: AddressType,
+                                          parameters: ConnectionRequestParameters) -> HCICommand {
+        var p: [UInt8] = []
+        p.appendLE(parameters.scanInterval)
+        p.appendLE(parameters.scanWindow)
+        p.append(0x00)                       // initiator filter policy: the peer given here
+        p.append(peerAddressType)
+        p.append(contentsOf: peer.littleEndianBytes)
+        p.append(ownAddressType.rawValue)
+        parameters.appendConnectionFields(to: &p)
+        return HCICommand(opcode: HCIOpcode.leCreateConnection, parameters: p)
+    }
+
+    /// Vol 4, Part E, 7.8.66: the same on the LE 1M PHY, for controllers with extended advertising.
+    public static func leExtendedCreateConnection(peer: BluetoothAddress, peerAddressType: UInt8, ownAddressType: AddressType,
+                                                  parameters: ConnectionRequestParameters) -> HCICommand {
+        var p: [UInt8] = [0x00, ownAddressType.rawValue, peerAddressType]
+        p.append(contentsOf: peer.littleEndianBytes)
+        p.append(0x01)                       // initiating PHYs: LE 1M
+        p.appendLE(parameters.scanInterval)
+        p.appendLE(parameters.scanWindow)
+        parameters.appendConnectionFields(to: &p)
+        return HCICommand(opcode: HCIOpcode.leExtendedCreateConnection, parameters: p)
+    }
+
+    /// Vol 4, Part E, 7.8.13.
+    public static let leCreateConnectionCancel = HCICommand(opcode: HCIOpcode.leCreateConnectionCancel)
+
+    /// Vol 4, Part E, 7.8.18: the central changes a link's parameters.
+    public static func leConnectionUpdate(handle: UInt16, intervalMin: UInt16, intervalMax: UInt16, latency: UInt16,
+                                          timeout: UInt16) -> HCICommand {
+        var p: [UInt8] = []
+        p.appendLE(handle)
+        p.appendLE(intervalMin)
+        p.appendLE(intervalMax)
+        p.appendLE(latency)
+        p.appendLE(timeout)
+        p.appendLE(UInt16(0))                // minimum CE length
+        p.appendLE(UInt16(0))                // maximum CE length
+        return HCICommand(opcode: HCIOpcode.leConnectionUpdate, parameters: p)
+    }
+}
+
+/// What a central asks for when it connects (Vol 4, Part E, 7.8.12): how it scans for the peer
+/// while initiating, and the link's parameters (units of 0.625 ms for scanning, 1.25 ms for the
+/// interval, 10 ms for the timeout).
+public struct ConnectionRequestParameters: Equatable, Sendable {
+    public var scanInterval: UInt16 = 0x0060
+    public var scanWindow: UInt16 = 0x0060
+    /// 30 – 50 ms: what phones use, and what Apple's guidelines accept.
+    public var intervalMin: UInt16 = 24
+    public var intervalMax: UInt16 = 40
+    public var latency: UInt16 = 0
+    /// 4 s.
+    public var supervisionTimeout: UInt16 = 400
+
+    public init() {}
+
+    func appendConnectionFields(to p: inout [UInt8]) {
+        p.appendLE(intervalMin)
+        p.appendLE(intervalMax)
+        p.appendLE(latency)
+        p.appendLE(supervisionTimeout)
+        p.appendLE(UInt16(0))                // minimum CE length
+        p.appendLE(UInt16(0))                // maximum CE length
     }
 }
 

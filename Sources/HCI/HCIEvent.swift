@@ -46,6 +46,8 @@ public enum HCIEvent: Equatable, Sendable {
     /// 7.7.65.5: the central starts encryption and asks the host for the link's key.
     case leLongTermKeyRequest(handle: UInt16, randomNumber: UInt64, encryptedDiversifier: UInt16)
     case leAdvertisingReport([AdvertisingReport])
+    /// LE Extended Advertising Report (7.7.65.13).
+    case leExtendedAdvertisingReport([ExtendedAdvertisingReport])
     case leOther(subevent: UInt8)
     case other(code: UInt8)
 
@@ -68,6 +70,7 @@ public enum HCIEvent: Equatable, Sendable {
         case let (.lePHYUpdateComplete(a1, a2, a3, a4), .lePHYUpdateComplete(b1, b2, b3, b4)):
             return a1 == b1 && a2 == b2 && a3 == b3 && a4 == b4
         case let (.leAdvertisingReport(x), .leAdvertisingReport(y)): return x == y
+        case let (.leExtendedAdvertisingReport(x), .leExtendedAdvertisingReport(y)): return x == y
         case let (.leLongTermKeyRequest(a1, a2, a3), .leLongTermKeyRequest(b1, b2, b3)): return a1 == b1 && a2 == b2 && a3 == b3
         case let (.leAdvertisingSetTerminated(a1, a2, a3, a4), .leAdvertisingSetTerminated(b1, b2, b3, b4)):
             return a1 == b1 && a2 == b2 && a3 == b3 && a4 == b4
@@ -182,6 +185,25 @@ public enum HCIEvent: Equatable, Sendable {
             let completed = try r.u8()
             try r.expectEnd("LE Advertising Set Terminated")
             return .leAdvertisingSetTerminated(status: status, set: set, connectionHandle: handle, completedEvents: completed)
+        case 0x0D:
+            let count = Int(try r.u8())
+            var reports: [ExtendedAdvertisingReport] = []
+            for _ in 0..<count {
+                let eventType = try r.u16()
+                let addressType = try r.u8()
+                let address = try BluetoothAddress(littleEndian: try r.bytes(6))
+                try r.skip(3)                // primary PHY, secondary PHY, advertising SID
+                let txPower = try r.i8()
+                let rssi = try r.i8()
+                try r.skip(9)                // periodic advertising interval, direct address type and address
+                let dataLength = Int(try r.u8())
+                let data = Array(try r.bytes(dataLength))
+                reports.append(ExtendedAdvertisingReport(eventType: eventType, addressType: addressType, address: address,
+                                                         txPower: txPower == 127 ? nil : txPower,
+                                                         rssi: rssi == 127 ? nil : rssi, data: data))
+            }
+            try r.expectEnd("LE Extended Advertising Report")
+            return .leExtendedAdvertisingReport(reports)
         case 0x0C:
             return .lePHYUpdateComplete(status: try r.u8(), handle: try r.u16() & 0x0FFF, txPHY: try r.u8(), rxPHY: try r.u8())
         default:
@@ -198,6 +220,24 @@ public struct AdvertisingReport: Equatable, Sendable {
     public var address: BluetoothAddress
     public var data: [UInt8]
     public var rssi: Int8
+}
+
+/// One report of LE Extended Advertising Report (Vol 4, Part E, 7.7.65.13).
+public struct ExtendedAdvertisingReport: Equatable, Sendable {
+    /// Bit 0 connectable, 1 scannable, 2 directed, 3 scan response, 4 legacy PDU; bits 5-6 the
+    /// data status: 0 complete, 1 incomplete with more to come, 2 incomplete and truncated.
+    public var eventType: UInt16
+    public var addressType: UInt8
+    public var address: BluetoothAddress
+    /// dBm; nil when the controller does not know (127).
+    public var txPower: Int8?
+    /// dBm; nil when not available (127).
+    public var rssi: Int8?
+    public var data: [UInt8]
+
+    public var isConnectable: Bool { eventType & 0x0001 != 0 }
+    public var isScanResponse: Bool { eventType & 0x0008 != 0 }
+    public var dataStatus: UInt16 { (eventType >> 5) & 0x03 }
 }
 
 /// An ACL data packet (Vol 4, Part E, 5.4.2): handle (12 bits), Packet Boundary flag (2 bits),

@@ -100,10 +100,6 @@ final class Bearer: ATTServerDelegate {
         toClient.append(Array(pdu))
         return true
     }
-    func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?) {}
-    func attServer(_ server: ATTServer, mtuChanged mtu: Int) {}
-    func attServer(_ server: ATTServer, configured characteristic: Characteristic, from old: UInt16, to new: UInt16) {}
-    func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool) {}
     func attServerTransactionTimedOut(_ server: ATTServer) {}
 }
 
@@ -118,10 +114,12 @@ extension Result {
     @Test func discoverAllFindsWhatTheServerDeclares() throws {
         let b = try Bearer()
         let services = try #require(b.run { $0.discoverAll(completion: $1) }?.value)
-        #expect(services.map(\.uuid) == [BluetoothUUID(0x1800), BluetoothUUID(0x1801), BluetoothUUID(0x180D),
+        // Every service, the secondary one (found through its include) in its handle order.
+        #expect(services.map(\.uuid) == [BluetoothUUID(0x1800), BluetoothUUID(0x1801), secondaryUUID, BluetoothUUID(0x180D),
                                          BluetoothUUID(0x180F), longUUID])
-        let primary = b.database.services.filter(\.isPrimary)
-        #expect(services.map(\.handles) == primary.map { $0.startHandle...$0.endHandle })
+        #expect(services.map(\.handles) == b.database.services.map { $0.startHandle...$0.endHandle })
+        #expect(services.map(\.service.isPrimary) == b.database.services.map(\.isPrimary))
+        #expect(services[2].characteristics.map(\.uuid) == [BluetoothUUID(0x2A19)])
         // The included secondary service has a 128-bit UUID: read from its declaration (4.5.1).
         let custom = try #require(services.last)
         #expect(custom.includes.map(\.service.uuid) == [secondaryUUID])

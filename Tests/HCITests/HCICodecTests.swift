@@ -86,9 +86,10 @@ private let peerAddress = BluetoothAddress("C0:11:22:33:44:55")!
     }
 
     /// 7.8.1: LE Connection Complete .. Data Length Change (bits 0-6), Enhanced Connection
-    /// Complete (9), PHY Update Complete (11).
+    /// Complete (9), PHY Update Complete (11), Extended Advertising Report (12), Advertising Set
+    /// Terminated (17).
     @Test func leSetEventMaskCarriesEightOctetsLittleEndian() {
-        #expect(encoded(.leSetEventMask(HCIHost.leEventMask)) == hex("012008 7f 0a 02 00 00 00 00 00"))
+        #expect(encoded(.leSetEventMask(HCIHost.leEventMask)) == hex("012008 7f 1a 02 00 00 00 00 00"))
     }
 
     /// 7.8.4: Random_Address, 6 octets, least significant first.
@@ -326,6 +327,21 @@ private let peerAddress = BluetoothAddress("C0:11:22:33:44:55")!
         ]))
     }
 
+    /// 7.7.65.13: Num_Reports, then per report Event_Type (2), Address_Type, Address, Primary_PHY,
+    /// Secondary_PHY, Advertising_SID, TX_Power, RSSI, Periodic_Advertising_Interval (2),
+    /// Direct_Address_Type, Direct_Address, Data_Length, Data. 127 means "not available".
+    @Test func leExtendedAdvertisingReport() throws {
+        let report = "1b00 01" + peerAddressLE + "01 00 ff 7f c4 0000 00 000000000000 03 020106"
+        let decoded = try event("3e1d 0d 01" + report)   // 2 + 27 octets
+        #expect(decoded == .leExtendedAdvertisingReport([
+            ExtendedAdvertisingReport(eventType: 0x001B, addressType: 0x01, address: peerAddress, txPower: nil, rssi: -60,
+                                      data: hex("020106")),
+        ]))
+        guard case .leExtendedAdvertisingReport(let reports) = decoded, let first = reports.first else { return }
+        #expect(first.isConnectable && first.isScanResponse && first.dataStatus == 0)
+        #expect(throws: DecodeError.self) { try event("3e05 0d 01 1300 01") }
+    }
+
     @Test func leAdvertisingReportWhoseDataRunsPastTheEventIsRejected() {
         #expect(throws: DecodeError(.truncated)) { try event("3e0f 02 01 00 01" + peerAddressLE + "05 020106 c4") }
     }
@@ -337,7 +353,7 @@ private let peerAddress = BluetoothAddress("C0:11:22:33:44:55")!
 
     @Test func unknownLESubeventIsLEOther() throws {
         #expect(try event("3e03 7f 0102") == .leOther(subevent: 0x7F))
-        #expect(try event("3e01 0d") == .leOther(subevent: 0x0D))
+        #expect(try event("3e01 0e") == .leOther(subevent: 0x0E))
     }
 
     @Test func leMetaWithoutSubeventIsRejected() {

@@ -105,7 +105,8 @@ final class ScriptedController {
         case HCIOpcode.leReadBufferSize:
             returned.appendLE(aclBufferSize)
             returned.append(aclBufferCount)
-        case HCIOpcode.disconnect, HCIOpcode.leSetDataLength:
+        case HCIOpcode.disconnect, HCIOpcode.leSetDataLength, HCIOpcode.leCreateConnection,
+             HCIOpcode.leExtendedCreateConnection, HCIOpcode.leConnectionUpdate:
             // Command Status commands (Vol 4, Part E, 7.1.6 and 7.8.33).
             event(0x0F, [status, commandCredits] + le(command.opcode))
             return
@@ -125,6 +126,18 @@ final class ScriptedController {
         p.appendLE(handle)
         p += [0x01, 0x01] + peer.littleEndianBytes
         p.appendLE(interval)
+        p.appendLE(UInt16(0))
+        p.appendLE(UInt16(400))
+        p.append(0x00)
+        event(0x3E, p)
+    }
+
+    /// LE Connection Complete in the central role (role 0x00), or a failed attempt (`status`).
+    func centralConnected(handle: UInt16, peer: BluetoothAddress, status: UInt8 = 0) {
+        var p: [UInt8] = [0x01, status]
+        p.appendLE(handle)
+        p += [0x00, 0x01] + peer.littleEndianBytes
+        p.appendLE(UInt16(24))
         p.appendLE(UInt16(0))
         p.appendLE(UInt16(400))
         p.append(0x00)

@@ -88,7 +88,9 @@ class BlemuProcess:
         self.extra_args = list(extra_args)
         self.env = dict(env or {})
         self.log_args = log_args
-        fd, path = tempfile.mkstemp(prefix=f"blemu-{name or (self.devices[0] if self.devices else 'config')}-", suffix=".log", dir=log_dir())
+        # A device may be a profile's path: only its file name goes into the log's name.
+        label = name or (os.path.basename(self.devices[0]) if self.devices else "config")
+        fd, path = tempfile.mkstemp(prefix=f"blemu-{label}-", suffix=".log", dir=log_dir())
         os.close(fd)
         self.log_path = Path(path)
         self.stdout_path: Path | None = self.log_path.with_suffix(".stdout") if split_stdout else None

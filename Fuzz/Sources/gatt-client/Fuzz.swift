@@ -207,10 +207,6 @@ final class Link: ATTServerDelegate {
         queue.append((false, Array(pdu)))
         return true
     }
-    func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?) {}
-    func attServer(_ server: ATTServer, mtuChanged mtu: Int) {}
-    func attServer(_ server: ATTServer, configured characteristic: Characteristic, from old: UInt16, to new: UInt16) {}
-    func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool) {}
     func attServerTransactionTimedOut(_ server: ATTServer) {}
 }
 

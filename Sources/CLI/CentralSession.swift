@@ -1,0 +1,102 @@
+import ArgumentParser
+import BlemuCentral
+import BlemuCore
+import BlemuRunLoop
+import BlemuTransport
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One controller in the central role for a command that runs until it is done or
+/// interrupted (`blemu scan`, `blemu gatt`): the run loop, the transport and a `CentralHost`.
+final class CentralSession {
+    let loop: RunLoop
+    let link: ControllerLink
+    let host: CentralHost
+    let logger: Logger
+    private var failure: String?
+    private var finishing = false
+    private var wasUp = false
+
+    /// `specText` nil: `$BLEMU_CONTROLLER`.
+    init(controller specText: String?, logger: Logger) throws {
+        let text = specText ?? getenv("BLEMU_CONTROLLER").map { String(cString: $0) }
+        guard let text, !text.isEmpty else {
+            throw ValidationError("give --controller SPEC (hciN, tcp:HOST:PORT, unix:PATH, serial:DEVICE[:BAUD]) or set BLEMU_CONTROLLER")
+        }
+        let spec: ControllerSpec
+        do { spec = try ControllerSpec(parsing: text) } catch { throw ValidationError(error.description) }
+        do { loop = try RunLoop() } catch { throw RuntimeFailure("cannot start the run loop: \(error)") }
+        self.logger = logger
+        let link = ControllerLink(spec: spec, loop: loop)
+        self.link = link
+        do {
+            host = try CentralHost(controller: spec.description, scheduler: loop, logger: logger) { type, packet in
+                guard let packetType = H4PacketType(rawValue: type) else { return false }
+                return link.send(packetType, packet)
+            }
+        } catch {
+            throw RuntimeFailure("the central's own GATT database: \(error)")
+        }
+        link.onPacket = { [unowned self] type, packet in self.host.receive(packetType: type.rawValue, packet: packet) }
+        link.onUp = { [unowned self] in
+            self.wasUp = true
+            self.host.controllerUp()
+        }
+        link.onDown = { [unowned self] error in
+            self.host.controllerDown(reason: error.description)
+            self.finish(failure: "controller lost: \(error)")
+        }
+        link.onOpenFailed = { [unowned self] error, _ in
+            if !self.wasUp { self.finish(failure: error.description) }
+        }
+    }
+
+    /// Runs until `finish`; throws the failure it was given, if any.
+    func run() throws {
+        do {
+            try loop.handleSignals([SIGINT, SIGTERM]) { [unowned self] _ in
+                if self.finishing { Glibc.exit(130) }
+                self.finish()
+            }
+        } catch {
+            throw RuntimeFailure("cannot handle signals: \(error)")
+        }
+        link.start()
+        loop.run()
+        if let failure { throw RuntimeFailure(failure) }
+    }
+
+    /// Ends the session: links closed, the controller reset, the loop stopped.
+    func finish(failure: String? = nil) {
+        if let failure, self.failure == nil { self.failure = failure }
+        guard !finishing else { return }
+        finishing = true
+        host.stop { [link, loop] in
+            link.stop()
+            loop.stop()
+        }
+    }
+
+    /// Ends the session after `seconds`.
+    func finish(after seconds: Double, failure: String? = nil) {
+        loop.schedule(after: .milliseconds(Int64(seconds * 1000))) { [weak self] in self?.finish(failure: failure) }
+    }
+}
+
+/// Writes one line to stdout at once (write(2), no buffering), so a pipe sees each update as
+/// it happens.
+func emitLine(_ line: String) {
+    var text = line + "\n"
+    text.withUTF8 { buffer in
+        var offset = 0
+        while offset < buffer.count {
+            let n = write(1, buffer.baseAddress! + offset, buffer.count - offset)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            offset += n
+        }
+    }
+}

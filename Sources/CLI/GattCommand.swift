@@ -1,0 +1,472 @@
+import ArgumentParser
+import BlemuCentral
+import BlemuControl
+import BlemuCore
+import BlemuDevices
+import BlemuGATT
+import BlemuGATTClient
+import BlemuHost
+import BlemuProfile
+import Logging
+
+/// `blemu gatt`: find one peripheral, connect, and dump its database, read, write or
+/// subscribe to one characteristic, as a test script or a person at a shell needs.
+struct GattCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "gatt",
+        abstract: "Central: connect to a peripheral and dump its database, read, write or subscribe.",
+        discussion: """
+            Commands: dump [--profile] | read UUID | write UUID HEX (or --text TEXT) [--no-response] | subscribe UUID [--count N].
+            dump --profile writes a GATT profile (JSON) that `blemu run FILE.json` serves: a clone of the peripheral.
+            The peripheral: --address, or the first advertiser that matches --name or --service.
+            Errors name the ATT error (e.g. Write Not Permitted (0x03)); the exit status is then 1.
+            """)
+
+    @Option(name: .customLong("controller"), help: "Controller spec (default: $BLEMU_CONTROLLER).")
+    var controller: String?
+
+    @Option(help: ArgumentHelp("The peripheral's address.", valueName: "A"))
+    var address: String?
+
+    @Option(help: ArgumentHelp("The first advertiser whose name contains this.", valueName: "N"))
+    var name: String?
+
+    @Option(help: ArgumentHelp("The first advertiser that lists this service.", valueName: "UUID"))
+    var service: String?
+
+    @Argument(help: "dump, read, write or subscribe")
+    var command: String
+
+    @Argument(help: "UUID (read, write, subscribe) and HEX (write)")
+    var arguments: [String] = []
+
+    @Option(help: ArgumentHelp("write: the value as UTF-8 text instead of HEX.", valueName: "TEXT"))
+    var text: String?
+
+    @Flag(name: .customLong("no-response"), help: "write: Write Without Response.")
+    var noResponse = false
+
+    @Option(help: ArgumentHelp("subscribe: stop after N values.", valueName: "N"))
+    var count: Int?
+
+    @Flag(help: "One JSON object per line.")
+    var json = false
+
+    @Flag(help: "dump: write a GATT profile (JSON) for `blemu run FILE.json` instead.")
+    var profile = false
+
+    @Option(help: ArgumentHelp("Seconds to find and connect to the peripheral (default 10).", valueName: "S"))
+    var timeout: Double = 10
+
+    @Option(name: .customLong("log-level"), help: "Log level for stderr (default: warning).")
+    var logLevel: Logger.Level = .warning
+
+    /// What to do once connected.
+    enum Action {
+        case dump
+        case read(BluetoothUUID)
+        case write(BluetoothUUID, [UInt8])
+        case subscribe(BluetoothUUID)
+    }
+
+    func action() throws -> Action {
+        func uuid(_ index: Int) throws -> BluetoothUUID {
+            guard arguments.count > index else { throw ValidationError("\(command) needs a characteristic UUID") }
+            guard let uuid = ControlRequest.parseUUID(arguments[index]) else {
+                throw ValidationError("'\(arguments[index])' is not a UUID: give 2A37, 0x2A37 or the 128-bit form")
+            }
+            return uuid
+        }
+        switch command {
+        case "dump":
+            guard arguments.isEmpty else { throw ValidationError("dump takes no arguments") }
+            return .dump
+        case "read":
+            guard arguments.count == 1 else { throw ValidationError("usage: read UUID") }
+            return .read(try uuid(0))
+        case "write":
+            let target = try uuid(0)
+            if let text {
+                guard arguments.count == 1 else { throw ValidationError("write with --text takes only the UUID") }
+                return .write(target, Array(text.utf8))
+            }
+            guard arguments.count == 2, let value = Hex.parse(arguments[1]) else {
+                throw ValidationError("usage: write UUID HEX (e.g. 0102ff) or write UUID --text TEXT")
+            }
+            return .write(target, value)
+        case "subscribe":
+            guard arguments.count == 1 else { throw ValidationError("usage: subscribe UUID [--count N]") }
+            return .subscribe(try uuid(0))
+        default:
+            throw ValidationError("unknown command '\(command)': dump, read, write or subscribe")
+        }
+    }
+
+    func validate() throws {
+        _ = try action()
+        let ways = [address != nil, name != nil, service != nil].filter { $0 }.count
+        guard ways == 1 else { throw ValidationError("name the peripheral with one of --address, --name or --service") }
+        if let address, BluetoothAddress(address) == nil { throw ValidationError("--address '\(address)' is not an address like C4:12:34:56:78:9A") }
+        if let service, ControlRequest.parseUUID(service) == nil { throw ValidationError("--service '\(service)' is not a UUID") }
+        if let count, count < 1 { throw ValidationError("--count must be at least 1") }
+        if profile && command != "dump" { throw ValidationError("--profile goes with dump") }
+        guard timeout > 0 && timeout <= 3600 else { throw ValidationError("--timeout must be above 0 seconds") }
+    }
+
+    func run() throws {
+        try LogSetup.bootstrap(destination: .stderr, level: logLevel)
+        defer { LogSetup.finish() }
+        let action = try action()
+        let session = try CentralSession(controller: controller, logger: Logger(label: "blemu.gatt"))
+        let host = session.host
+        let filter = AdvertiserFilter(name: name, service: service.flatMap(ControlRequest.parseUUID),
+                                      address: address.flatMap(BluetoothAddress.init))
+        var connecting = false
+        let deadline = session.loop.schedule(after: .milliseconds(Int64(timeout * 1000))) {
+            guard !connecting else { return }
+            session.finish(failure: "no advertiser matching \(filter.describe) within \(timeout) s")
+        }
+        host.onError = { message in session.finish(failure: message) }
+        host.onReady = { host.startScanning(active: true) }
+        host.onAdvertisement = { advertisement, _ in
+            // A name may come in the scan response: wait for the advertiser that matches whole.
+            guard !connecting, advertisement.isConnectable, filter.matches(advertisement) else { return }
+            connecting = true
+            host.stopScanning()
+            session.loop.cancel(deadline)
+            host.connect(to: advertisement.address, addressType: advertisement.addressType,
+                         timeout: .milliseconds(Int64(timeout * 1000))) { result in
+                switch result {
+                case .failure(let error):
+                    session.finish(failure: "connecting to \(advertisement.address): \(error)")
+                case .success(let link):
+                    link.onDisconnected = { reason in
+                        session.finish(failure: "the peripheral disconnected (reason \(Hex.byte(reason)))")
+                    }
+                    GattRun(session: session, link: link, action: action, json: json, profile: profile,
+                            noResponse: noResponse, count: count, advertisement: advertisement).start()
+                }
+            }
+        }
+        try session.run()
+    }
+}
+
+extension AdvertiserFilter {
+    var describe: String {
+        if let address { return "address \(address)" }
+        if let name { return "name '\(name)'" }
+        return "service \(service?.description ?? "?")"
+    }
+}
+
+/// One connected run of `blemu gatt`: MTU, discovery, then the action.
+final class GattRun {
+    let session: CentralSession
+    let link: CentralLink
+    let action: GattCommand.Action
+    let json: Bool
+    let profile: Bool
+    let noResponse: Bool
+    let count: Int?
+    let advertisement: Advertisement
+    private var received = 0
+
+    init(session: CentralSession, link: CentralLink, action: GattCommand.Action, json: Bool, profile: Bool, noResponse: Bool,
+         count: Int?, advertisement: Advertisement) {
+        self.profile = profile
+        self.session = session
+        self.link = link
+        self.action = action
+        self.json = json
+        self.noResponse = noResponse
+        self.count = count
+        self.advertisement = advertisement
+    }
+
+    var client: GATTClient { link.client }
+
+    func start() {
+        client.exchangeMTU { [self] _ in
+            // An MTU refusal leaves the default, which still works.
+            client.discoverAll { [self] result in
+                switch result {
+                case .failure(let error): fail("discovery: \(error)")
+                case .success(let services): run(services)
+                }
+            }
+        }
+    }
+
+    private func fail(_ message: String) {
+        link.onDisconnected = nil
+        session.finish(failure: message)
+    }
+
+    private func done() {
+        link.onDisconnected = nil
+        session.finish()
+    }
+
+    private func find(_ uuid: BluetoothUUID, in services: [RemoteService]) -> RemoteCharacteristic? {
+        guard let found = services.characteristic(uuid) else {
+            fail("\(advertisement.address) has no characteristic \(uuid)")
+            return nil
+        }
+        return found
+    }
+
+    private func run(_ services: [RemoteService]) {
+        switch action {
+        case .dump:
+            dump(services)
+        case .read(let uuid):
+            guard let characteristic = find(uuid, in: services) else { return }
+            client.read(characteristic.valueHandle) { [self] result in
+                switch result {
+                case .failure(let error): fail("read \(uuid): \(error)")
+                case .success(let value):
+                    emitLine(json ? GATTValueText.json(uuid: uuid, handle: characteristic.valueHandle, value: value).encoded
+                                  : GATTValueText.describe(uuid: uuid, value: value))
+                    done()
+                }
+            }
+        case .write(let uuid, let value):
+            guard let characteristic = find(uuid, in: services) else { return }
+            if noResponse {
+                switch client.writeWithoutResponse(characteristic.valueHandle, value) {
+                case .failure(let error): fail("write \(uuid): \(error)")
+                case .success: emitLine(json ? #"{"ok":true}"# : "written (without response)"); done()
+                }
+                return
+            }
+            client.write(characteristic.valueHandle, value) { [self] result in
+                switch result {
+                case .failure(let error): fail("write \(uuid): \(error)")
+                case .success: emitLine(json ? #"{"ok":true}"# : "written"); done()
+                }
+            }
+        case .subscribe(let uuid):
+            guard let characteristic = find(uuid, in: services) else { return }
+            let notify = characteristic.properties.contains(.notify)
+            guard notify || characteristic.properties.contains(.indicate) else {
+                return fail("characteristic \(uuid) neither notifies nor indicates")
+            }
+            let handler: (UInt16, ArraySlice<UInt8>) -> Void = { [self] handle, value in
+                guard handle == characteristic.valueHandle else { return }
+                emitLine(json ? GATTValueText.json(uuid: uuid, handle: handle, value: Array(value)).encoded
+                              : GATTValueText.describe(uuid: uuid, value: Array(value)))
+                received += 1
+                if let count, received >= count { done() }
+            }
+            client.onNotification = handler
+            client.onIndication = handler
+            client.configure(characteristic, notify: notify, indicate: !notify) { [self] result in
+                if case .failure(let error) = result { fail("subscribe \(uuid): \(error)") }
+            }
+        }
+    }
+
+    /// Every service, characteristic and descriptor, with the values that can be read.
+    private func dump(_ services: [RemoteService]) {
+        var pending: [(service: Int, characteristic: Int, descriptor: Int?, handle: UInt16)] = []
+        for (s, service) in services.enumerated() {
+            for (c, characteristic) in service.characteristics.enumerated() {
+                if characteristic.properties.contains(.read) { pending.append((s, c, nil, characteristic.valueHandle)) }
+                for (d, descriptor) in characteristic.descriptors.enumerated() { pending.append((s, c, d, descriptor.handle)) }
+            }
+        }
+        var values: [UInt16: Result<[UInt8], GATTClientError>] = [:]
+        func next() {
+            guard let item = pending.first else { return print(services, values) }
+            pending.removeFirst()
+            client.read(item.handle) { result in
+                if case .failure(.timeout) = result { return self.fail("read of handle \(Hex.word(item.handle)) timed out") }
+                values[item.handle] = result
+                next()
+            }
+        }
+        next()
+    }
+
+    private func print(_ services: [RemoteService], _ values: [UInt16: Result<[UInt8], GATTClientError>]) {
+        if profile {
+            emitLine(GATTValueText.profile(advertisement: advertisement, services: services, values: values).encoded())
+        } else if json {
+            emitLine(GATTValueText.dumpJSON(advertisement: advertisement, services: services, values: values).encoded)
+        } else {
+            emitLine("\(advertisement.address) \"\(GATTValueText.deviceName(services, values) ?? advertisement.name)\" (ATT MTU \(client.mtu))")
+            for service in services {
+                emitLine("\(service.service.isPrimary ? "service" : "secondary service") \(service.uuid)\(GATTValueText.serviceName(service.uuid)) handles \(Hex.word(service.handles.lowerBound))-\(Hex.word(service.handles.upperBound))")
+                for include in service.includes {
+                    emitLine("  includes \(include.service.uuid) handles \(Hex.word(include.service.handles.lowerBound))-\(Hex.word(include.service.handles.upperBound))")
+                }
+                for characteristic in service.characteristics {
+                    var line = "  characteristic \(characteristic.uuid)\(GATTValueText.characteristicName(characteristic.uuid)) handle \(Hex.word(characteristic.valueHandle)) [\(GATTValueText.properties(characteristic.properties))]"
+                    if let value = values[characteristic.valueHandle] { line += ": " + GATTValueText.describe(uuid: characteristic.uuid, result: value) }
+                    emitLine(line)
+                    for descriptor in characteristic.descriptors {
+                        var line = "    descriptor \(descriptor.uuid) handle \(Hex.word(descriptor.handle))"
+                        if let value = values[descriptor.handle] { line += ": " + GATTValueText.describe(uuid: descriptor.uuid, result: value) }
+                        emitLine(line)
+                    }
+                }
+            }
+        }
+        done()
+    }
+}
+
+/// Values as a person reads them: known characteristics decoded, text shown as text, the rest hex.
+enum GATTValueText {
+    static func serviceName(_ uuid: BluetoothUUID) -> String {
+        DevicesCommand.serviceNames[uuid].map { " (\($0))" } ?? ""
+    }
+
+    /// GAP Device Name as read (the advertised name may be shortened).
+    static func deviceName(_ services: [RemoteService], _ values: [UInt16: Result<[UInt8], GATTClientError>]) -> String? {
+        guard let handle = services.characteristic(GATTType.deviceName, in: GATTType.gapService)?.valueHandle,
+              case .success(let bytes)? = values[handle] else { return nil }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    static func characteristicName(_ uuid: BluetoothUUID) -> String {
+        DevicesCommand.characteristicNames[uuid].map { " (\($0))" } ?? ""
+    }
+
+    static func properties(_ properties: CharacteristicProperties) -> String {
+        let names: [(CharacteristicProperties, String)] = [
+            (.broadcast, "broadcast"), (.read, "read"), (.writeWithoutResponse, "write-without-response"), (.write, "write"),
+            (.notify, "notify"), (.indicate, "indicate"), (.authenticatedSignedWrites, "signed-write"),
+            (.extendedProperties, "extended-properties"),
+        ]
+        return names.filter { properties.contains($0.0) }.map(\.1).joined(separator: " ")
+    }
+
+    static func describe(uuid: BluetoothUUID, result: Result<[UInt8], GATTClientError>) -> String {
+        switch result {
+        case .success(let value): return describe(uuid: uuid, value: value)
+        case .failure(let error): return "(\(error))"
+        }
+    }
+
+    /// The value decoded when the UUID is known, else text when it is printable, else hex.
+    static func describe(uuid: BluetoothUUID, value: [UInt8]) -> String {
+        guard let decoded = decoded(uuid: uuid, value: value) else { return Hex.bytes(value) }
+        // Text needs no hex beside it; a decoded number keeps its bytes.
+        return decoded.hasPrefix("\"") ? decoded : "\(decoded)  [\(Hex.bytes(value))]"
+    }
+
+    static func decoded(uuid: BluetoothUUID, value: [UInt8]) -> String? {
+        switch uuid.uint16 {
+        case 0x2A37:
+            guard let m = try? HeartRateMeasurement(decoding: value[...]) else { return nil }
+            var text = "\(m.heartRate) bpm"
+            if m.sensorContact != .notSupported { text += ", contact \(m.sensorContact == .detected ? "detected" : "not detected")" }
+            if let energy = m.energyExpended { text += ", energy \(energy) kJ" }
+            if !m.rrIntervals.isEmpty { text += ", RR " + m.rrIntervals.map { "\(Int($0) * 1000 / 1024) ms" }.joined(separator: " ") }
+            return text
+        case 0x2A19:
+            return value.count == 1 ? "\(value[0]) %" : nil
+        case 0x2A6E:
+            guard value.count == 2 else { return nil }
+            let raw = Int16(bitPattern: UInt16(value[0]) | UInt16(value[1]) << 8)
+            return raw == Int16.min ? "unknown" : "\(Double(raw) / 100) °C"
+        case 0x2A6F:
+            guard value.count == 2 else { return nil }
+            return "\(Double(UInt16(value[0]) | UInt16(value[1]) << 8) / 100) %"
+        case 0x2A01, 0x2902:
+            guard value.count == 2 else { return nil }
+            return Hex.word(UInt16(value[0]) | UInt16(value[1]) << 8)
+        case 0x2A38:
+            let locations = ["other", "chest", "wrist", "finger", "hand", "ear lobe", "foot"]
+            return value.count == 1 && Int(value[0]) < locations.count ? locations[Int(value[0])] : nil
+        default:
+            return text(value)
+        }
+    }
+
+    /// UTF-8 without control characters, quoted; nil otherwise.
+    static func text(_ value: [UInt8]) -> String? {
+        guard !value.isEmpty, let string = String(validating: value, as: UTF8.self),
+              string.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F || $0 == "\n" }) else { return nil }
+        return "\"\(string.replacingNewlines)\""
+    }
+
+    static func json(uuid: BluetoothUUID, handle: UInt16, value: [UInt8]) -> JSONValue {
+        .object([("uuid", .string(uuid.description)), ("handle", .string(Hex.word(handle))),
+                 ("value", .string(Hex.bytes(value))), ("decoded", decoded(uuid: uuid, value: value).map { .string($0) } ?? .null)])
+    }
+
+    /// The database and its values as a GATT profile: what `blemu run FILE.json` serves.
+    static func profile(advertisement: Advertisement, services: [RemoteService],
+                        values: [UInt16: Result<[UInt8], GATTClientError>]) -> GATTProfile {
+        func hex(_ handle: UInt16) -> String? {
+            if case .success(let bytes)? = values[handle] { return Hex.bytes(bytes) }
+            return nil
+        }
+        var appearance = advertisement.appearance.map(Int.init)
+        if let handle = services.characteristic(GATTType.appearance, in: GATTType.gapService)?.valueHandle,
+           case .success(let bytes)? = values[handle], bytes.count == 2 {
+            appearance = Int(UInt16(bytes[0]) | UInt16(bytes[1]) << 8)
+        }
+        return GATTProfile(
+            name: deviceName(services, values) ?? advertisement.name, address: advertisement.address.description,
+            appearance: appearance, advertisedServices: advertisement.services.map(\.description),
+            services: services.map { service in
+                GATTProfile.Service(
+                    uuid: service.uuid.description, primary: service.service.isPrimary ? nil : false,
+                    includes: service.includes.isEmpty ? nil : service.includes.map(\.service.uuid.description),
+                    characteristics: service.characteristics.map { characteristic in
+                        GATTProfile.Characteristic(
+                            uuid: characteristic.uuid.description,
+                            properties: GATTProfile.propertyNames(characteristic.properties),
+                            value: hex(characteristic.valueHandle),
+                            descriptors: characteristic.descriptors.isEmpty ? nil : characteristic.descriptors.map {
+                                GATTProfile.Descriptor(uuid: $0.uuid.description, value: hex($0.handle))
+                            })
+                    })
+            })
+    }
+
+    static func dumpJSON(advertisement: Advertisement, services: [RemoteService],
+                         values: [UInt16: Result<[UInt8], GATTClientError>]) -> JSONValue {
+        func value(_ uuid: BluetoothUUID, _ handle: UInt16) -> [(String, JSONValue)] {
+            switch values[handle] {
+            case nil: return []
+            case .success(let bytes)?:
+                return [("value", .string(Hex.bytes(bytes))), ("decoded", decoded(uuid: uuid, value: bytes).map { .string($0) } ?? .null)]
+            case .failure(let error)?:
+                return [("error", .string(error.description))]
+            }
+        }
+        return .object([
+            ("address", .string(advertisement.address.description)),
+            ("name", .string(deviceName(services, values) ?? advertisement.name)),
+            ("services", .array(services.map { service in
+                .object([
+                    ("uuid", .string(service.uuid.description)),
+                    ("primary", .bool(service.service.isPrimary)),
+                    ("start", .string(Hex.word(service.handles.lowerBound))), ("end", .string(Hex.word(service.handles.upperBound))),
+                    ("includes", .array(service.includes.map { .string($0.service.uuid.description) })),
+                    ("characteristics", .array(service.characteristics.map { characteristic in
+                        .object([
+                            ("uuid", .string(characteristic.uuid.description)),
+                            ("handle", .string(Hex.word(characteristic.valueHandle))),
+                            ("properties", .array(properties(characteristic.properties).split(separator: " ").map { .string(String($0)) })),
+                        ] + value(characteristic.uuid, characteristic.valueHandle) + [
+                            ("descriptors", .array(characteristic.descriptors.map { descriptor in
+                                .object([("uuid", .string(descriptor.uuid.description)), ("handle", .string(Hex.word(descriptor.handle)))]
+                                        + value(descriptor.uuid, descriptor.handle))
+                            })),
+                        ])
+                    })),
+                ])
+            })),
+        ])
+    }
+}
+
+extension String {
+    var replacingNewlines: String { split(separator: "\n", omittingEmptySubsequences: false).joined(separator: "\\n") }
+}

@@ -1,0 +1,115 @@
+import ArgumentParser
+import BlemuCentral
+import BlemuControl
+import BlemuCore
+import Logging
+
+/// `blemu scan`: the advertisers nearby, one line each, again when what they say changes, or
+/// when their RSSI moved by `rssiStep` dB or more and the last line is `rssiInterval` old.
+struct ScanCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "scan",
+        abstract: "Central: list advertisers nearby, one line each, updated as they change.",
+        discussion: "Runs until Ctrl-C or --timeout. Lines: ADDRESS TYPE RSSI \"NAME\" services [UUID ...] appearance 0xNNNN; --json: one object per line.")
+
+    @Option(name: .customLong("controller"), help: "Controller spec: hciN, tcp:HOST:PORT, unix:PATH, serial:DEVICE[:BAUD]. Default: $BLEMU_CONTROLLER.")
+    var controller: String?
+
+    @Option(help: ArgumentHelp("Stop after this many seconds.", valueName: "S"))
+    var timeout: Double?
+
+    @Option(help: ArgumentHelp("Only advertisers that list this service (2A37, 0x180D or 128-bit).", valueName: "UUID"))
+    var service: String?
+
+    @Option(help: ArgumentHelp("Only advertisers whose name contains this.", valueName: "N"))
+    var name: String?
+
+    @Flag(help: "One JSON object per line.")
+    var json = false
+
+    @Flag(help: "Passive scanning: no scan requests, so no scan responses (names often live there).")
+    var passive = false
+
+    @Option(name: .customLong("log-level"), help: "Log level for stderr (default: warning).")
+    var logLevel: Logger.Level = .warning
+
+    /// An RSSI change this large makes a new line...
+    static let rssiStep = 3
+    /// ...at most this often per advertiser (RSSI moves with every packet).
+    static let rssiInterval: UInt64 = 1_000_000_000
+
+    func validate() throws {
+        if let timeout, !(timeout > 0 && timeout <= 86_400) {
+            throw ValidationError("--timeout must be a number of seconds above 0 (at most a day), not \(timeout)")
+        }
+        if let service, ControlRequest.parseUUID(service) == nil {
+            throw ValidationError("--service '\(service)' is not a UUID: give 180D, 0x180D or the 128-bit form")
+        }
+    }
+
+    func run() throws {
+        try LogSetup.bootstrap(destination: .stderr, level: logLevel)
+        defer { LogSetup.finish() }
+        let session = try CentralSession(controller: controller, logger: Logger(label: "blemu.scan"))
+        let filter = AdvertiserFilter(name: name, service: service.flatMap(ControlRequest.parseUUID))
+        // The RSSI and time of the last line printed for each advertiser.
+        var printed: [BluetoothAddress: (rssi: Int8?, at: UInt64)] = [:]
+        session.host.onAdvertisement = { advertisement, change in
+            guard filter.matches(advertisement) else { return }
+            let previous = printed[advertisement.address]
+            if change == .rssi, let previous {
+                let moved = abs(Int(advertisement.rssi ?? 0) - Int(previous.rssi ?? 0))
+                guard moved >= Self.rssiStep, advertisement.lastSeen &- previous.at >= Self.rssiInterval else { return }
+            }
+            let update = previous == nil ? "new" : change == .rssi ? "rssi" : "changed"
+            printed[advertisement.address] = (advertisement.rssi, advertisement.lastSeen)
+            emitLine(json ? Self.json(advertisement, update: update).encoded : Self.text(advertisement))
+        }
+        session.host.onError = { message in session.finish(failure: message) }
+        session.host.onReady = { session.host.startScanning(active: !passive) }
+        if let timeout { session.finish(after: timeout) }
+        try session.run()
+    }
+
+    static func text(_ advertisement: Advertisement) -> String {
+        var parts = [advertisement.address.description, advertisement.addressTypeName,
+                     advertisement.rssi.map { "\($0) dBm" } ?? "? dBm"]
+        if !advertisement.name.isEmpty { parts.append("\"\(advertisement.name)\"") }
+        if !advertisement.services.isEmpty {
+            parts.append("services [" + advertisement.services.map(\.description).joined(separator: " ") + "]")
+        }
+        if let appearance = advertisement.appearance { parts.append("appearance \(Hex.word(appearance))") }
+        if let power = advertisement.txPower { parts.append("tx \(power) dBm") }
+        if advertisement.isConnectable { parts.append("connectable") }
+        return parts.joined(separator: "  ")
+    }
+
+    static func json(_ advertisement: Advertisement, update: String) -> JSONValue {
+        .object([
+            ("address", .string(advertisement.address.description)),
+            ("address_type", .string(advertisement.addressTypeName)),
+            ("rssi", advertisement.rssi.map { .integer(Int64($0)) } ?? .null),
+            ("name", advertisement.name.isEmpty ? .null : .string(advertisement.name)),
+            ("services", .array(advertisement.services.map { .string($0.description) })),
+            ("appearance", advertisement.appearance.map { .integer(Int64($0)) } ?? .null),
+            ("tx_power", advertisement.txPower.map { .integer(Int64($0)) } ?? .null),
+            ("connectable", .bool(advertisement.isConnectable)),
+            ("manufacturer_data", advertisement.manufacturerData.map { .string(Hex.bytes($0)) } ?? .null),
+            ("update", .string(update)),
+        ])
+    }
+}
+
+/// Which advertisers `--name` and `--service` pick.
+struct AdvertiserFilter {
+    var name: String?
+    var service: BluetoothUUID?
+    var address: BluetoothAddress?
+
+    func matches(_ advertisement: Advertisement) -> Bool {
+        if let address, advertisement.address != address { return false }
+        if let name, !advertisement.name.contains(name) { return false }
+        if let service, !advertisement.services.contains(service) { return false }
+        return true
+    }
+}

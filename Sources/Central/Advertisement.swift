@@ -1,0 +1,95 @@
+import BlemuCore
+import BlemuHCI
+
+/// One advertiser as a scanner knows it: its latest advertising data and scan response
+/// merged, decoded by `AdvertisingContent` (Core Supplement, Part A, 1).
+public struct Advertisement: Equatable, Sendable {
+    public var address: BluetoothAddress
+    /// 0 public, 1 random (Vol 4, Part E, 7.7.65.2); 2 and 3 for resolved identities.
+    public var addressType: UInt8
+    /// dBm, of the latest report; nil when the controller did not measure it.
+    public var rssi: Int8?
+    public var isConnectable: Bool
+    public var advertisingData: [UInt8] = []
+    public var scanResponseData: [UInt8] = []
+    /// What the two payloads say; nil while they do not decode (the raw bytes are kept).
+    public var content: AdvertisingContent?
+    /// The TX power the controller reported with an extended report (else the AD's).
+    public var reportedTxPower: Int8?
+    /// Monotonic nanoseconds of the latest report.
+    public var lastSeen: UInt64
+
+    public var name: String { content?.name ?? "" }
+    public var services: [BluetoothUUID] { content?.serviceUUIDs ?? [] }
+    public var appearance: UInt16? { content?.appearance }
+    public var txPower: Int8? { reportedTxPower ?? content?.txPowerLevel }
+    public var manufacturerData: [UInt8]? { content?.manufacturerData }
+
+    /// "public" or "random" (resolved identities say so).
+    public var addressTypeName: String {
+        switch addressType {
+        case 0x00: return "public"
+        case 0x01: return "random"
+        case 0x02: return "public-identity"
+        case 0x03: return "random-identity"
+        default: return "type-\(addressType)"
+        }
+    }
+}
+
+/// The advertisers heard, keyed by address, at most `capacity` of them: when full, the one
+/// heard longest ago makes room, so a crowded room cannot make a long scan grow without bound.
+public struct AdvertiserTable {
+    public static let defaultCapacity = 256
+    public let capacity: Int
+    public private(set) var entries: [BluetoothAddress: Advertisement] = [:]
+
+    public init(capacity: Int = AdvertiserTable.defaultCapacity) {
+        self.capacity = max(1, capacity)
+    }
+
+    /// What a report changed, for a scanner that prints updates.
+    public enum Change: Equatable, Sendable {
+        case new
+        /// Name, services, appearance or other data changed.
+        case content
+        /// Only the RSSI (or nothing) changed.
+        case rssi
+    }
+
+    /// Merges one report: `isScanResponse` tells which payload `data` replaces.
+    @discardableResult
+    public mutating func record(address: BluetoothAddress, addressType: UInt8, rssi: Int8?, connectable: Bool?,
+                                isScanResponse: Bool, data: [UInt8], txPower: Int8? = nil,
+                                now: UInt64) -> (Advertisement, Change) {
+        var entry: Advertisement
+        let change: Change
+        if let known = entries[address] {
+            entry = known
+            let before = known.content
+            entry.rssi = rssi ?? entry.rssi
+            if isScanResponse { entry.scanResponseData = data } else { entry.advertisingData = data }
+            if let connectable, !isScanResponse { entry.isConnectable = connectable }
+            entry.reportedTxPower = txPower ?? entry.reportedTxPower
+            entry.lastSeen = now
+            entry.content = Self.decode(entry)
+            change = entry.content == before && entry.addressType == addressType ? .rssi : .content
+            entry.addressType = addressType
+        } else {
+            if entries.count >= capacity, let oldest = entries.min(by: { $0.value.lastSeen < $1.value.lastSeen })?.key {
+                entries[oldest] = nil
+            }
+            entry = Advertisement(address: address, addressType: addressType, rssi: rssi, isConnectable: connectable ?? false,
+                                  advertisingData: isScanResponse ? [] : data, scanResponseData: isScanResponse ? data : [],
+                                  content: nil, reportedTxPower: txPower, lastSeen: now)
+            entry.content = Self.decode(entry)
+            change = .new
+        }
+        entries[address] = entry
+        return (entry, change)
+    }
+
+    private static func decode(_ entry: Advertisement) -> AdvertisingContent? {
+        try? AdvertisingContent(decodingAdvertisingData: entry.advertisingData[...], scanResponseData: entry.scanResponseData[...])
+    }
+}

@@ -1,0 +1,412 @@
+import BlemuATT
+import BlemuCore
+import BlemuGATT
+import BlemuGATTClient
+import BlemuHCI
+import BlemuL2CAP
+import Logging
+
+/// Why a central operation failed.
+public enum CentralError: Error, Equatable, CustomStringConvertible {
+    /// The controller is not initialized (yet, or any more).
+    case notReady
+    /// A connection attempt is already under way.
+    case busy
+    /// No connection within the time given: the attempt was cancelled.
+    case timeout
+    /// The controller refused or failed the operation with this HCI status.
+    case controller(status: UInt8, what: String)
+
+    public var description: String {
+        switch self {
+        case .notReady: return "the controller is not ready"
+        case .busy: return "a connection attempt is already under way"
+        case .timeout: return "no connection within the time given"
+        case .controller(let status, let what): return "\(what) failed with HCI status \(Hex.byte(status))"
+        }
+    }
+}
+
+/// The central role on one controller (Vol 3, Part C, 9.3): scanning, initiating, and the
+/// links it makes, each with a GATT client. Beside `PeripheralHost`, not inside it; it owns
+/// the controller it is given (sharing one with peripherals is the next step).
+public final class CentralHost: HCIHostDelegate, ATTServerDelegate {
+    public static let connectTimeout: Duration = .seconds(10)
+    /// The stop waits this long at most for links to close and the controller to reset.
+    public static let stopDeadline: Duration = .seconds(3)
+    static let reassemblyTimeout: Duration = .seconds(10)
+
+    public let controller: String
+    public let hci: HCIHost
+    public let scheduler: TimerScheduling
+    public var logger: Logger
+    public private(set) var advertisers = AdvertiserTable()
+    public private(set) var links: [UInt16: CentralLink] = [:]
+
+    /// The controller is initialized (after every controller (re)start).
+    public var onReady: (() -> Void)?
+    /// Each advertising report, merged into what is known of its advertiser.
+    public var onAdvertisement: ((Advertisement, AdvertiserTable.Change) -> Void)?
+    /// A controller that cannot do what was asked (e.g. the scan parameters refused).
+    public var onError: ((String) -> Void)?
+
+    private var scanWanted: (active: Bool, filterDuplicates: Bool)?
+    private var scanning = false
+    private var connecting: (peer: BluetoothAddress, timer: TimerID?, cancelled: Bool,
+                             completion: (Result<CentralLink, CentralError>) -> Void)?
+    private let database: GATTDatabase
+    private var frame: [UInt8] = []
+    private var stopCompletion: (() -> Void)?
+    private var stopTimer: TimerID?
+
+    public init(controller: String, name: String = "blemu central", scheduler: TimerScheduling, logger: Logger,
+                output: @escaping (UInt8, ArraySlice<UInt8>) -> Bool) throws(GATTDatabaseError) {
+        self.controller = controller
+        self.scheduler = scheduler
+        var logger = logger
+        logger[metadataKey: LogKey.controller] = .string(controller)
+        self.logger = logger
+        hci = HCIHost(scheduler: scheduler, logger: logger, output: output)
+        let gap = Service(GATTType.gapService) {
+            Characteristic(GATTType.deviceName, properties: [.read], cachedValue: Array(name.utf8.prefix(248)))
+            Characteristic(GATTType.appearance, properties: [.read], cachedValue: [0x00, 0x00])
+        }
+        let gatt = Service(GATTType.gattService) {
+            Characteristic(GATTType.serviceChanged, properties: [.indicate], length: .fixed(4))
+        }
+        database = try GATTDatabase(services: [gap, gatt])
+        hci.delegate = self
+    }
+
+    // MARK: The controller
+
+    public func controllerUp() { hci.start() }
+
+    public func controllerDown(reason: String) {
+        hci.halt()
+        scanning = false
+        failConnecting(.notReady)
+        for handle in links.keys.sorted() { linkClosed(handle, reason: HCIStatus.hardwareFailure) }
+        if stopCompletion != nil { finishStop() }
+    }
+
+    public func receive(packetType: UInt8, packet: ArraySlice<UInt8>) {
+        switch packetType {
+        case 0x04: hci.receiveEvent(packet)
+        case 0x02: hci.receiveACL(packet)
+        default: break
+        }
+    }
+
+    public var isReady: Bool { hci.isReady }
+
+    // MARK: Scanning (Vol 3, Part C, 9.2.6 and Vol 6, Part B, 4.4.3)
+
+    /// Scans until `stopScanning`: active scanning asks each advertiser for its scan response.
+    /// Extended scanning when the controller has extended advertising (its legacy commands
+    /// would be refused beside extended ones), legacy otherwise.
+    public func startScanning(active: Bool = true, filterDuplicates: Bool = false) {
+        scanWanted = (active, filterDuplicates)
+        guard hci.isReady, !scanning, connecting == nil else { return }
+        scanning = true
+        let extended = hci.info.supportsExtendedAdvertising
+        let parameters: HCICommand = extended
+            ? .leSetExtendedScanParameters(active: active, ownAddressType: .publicDevice)
+            : .leSetScanParameters(active: active, ownAddressType: .publicDevice)
+        hci.send(parameters) { [weak self] result in
+            guard let self, !result.succeeded, result != .cancelled else { return }
+            self.scanning = false
+            self.onError?("the controller refused the scan parameters (HCI status \(result.status.map(Hex.byte) ?? "timeout"))")
+        }
+        hci.send(extended ? .leSetExtendedScanEnable(true, filterDuplicates: filterDuplicates)
+                          : .leSetScanEnable(true, filterDuplicates: filterDuplicates)) { [weak self] result in
+            guard let self, !result.succeeded, result != .cancelled else { return }
+            self.scanning = false
+            self.onError?("the controller refused to scan (HCI status \(result.status.map(Hex.byte) ?? "timeout"))")
+        }
+        logger.info("scanning (\(active ? "active" : "passive"), \(extended ? "extended" : "legacy") commands)")
+    }
+
+    public func stopScanning() {
+        scanWanted = nil
+        pauseScanning()
+    }
+
+    private func pauseScanning() {
+        guard scanning, hci.isReady else { return }
+        scanning = false
+        hci.send(hci.info.supportsExtendedAdvertising ? .leSetExtendedScanEnable(false) : .leSetScanEnable(false))
+    }
+
+    // MARK: Connecting (Vol 3, Part C, 9.3.6 – 9.3.8)
+
+    /// Connects to `address`; scanning pauses meanwhile and resumes after. The attempt is
+    /// cancelled (LE Create Connection Cancel) after `timeout`.
+    public func connect(to address: BluetoothAddress, addressType: UInt8, timeout: Duration = CentralHost.connectTimeout,
+                        parameters: ConnectionRequestParameters = ConnectionRequestParameters(),
+                        completion: @escaping (Result<CentralLink, CentralError>) -> Void) {
+        guard hci.isReady, stopCompletion == nil else { return completion(.failure(.notReady)) }
+        guard connecting == nil else { return completion(.failure(.busy)) }
+        pauseScanning()
+        let command: HCICommand = hci.info.supportsExtendedAdvertising
+            ? .leExtendedCreateConnection(peer: address, peerAddressType: addressType & 0x01, ownAddressType: .publicDevice,
+                                          parameters: parameters)
+            : .leCreateConnection(peer: address, peerAddressType: addressType & 0x01, ownAddressType: .publicDevice,
+                                  parameters: parameters)
+        connecting = (address, nil, false, completion)
+        logger.info("connecting to \(address)")
+        hci.send(command) { [weak self] result in
+            guard let self, self.connecting?.peer == address else { return }
+            if case .status(let status) = result, status == HCIStatus.success { return }
+            self.failConnecting(.controller(status: result.status ?? 0xFF, what: command.name))
+        }
+        connecting?.timer = scheduler.schedule(after: timeout) { [weak self] in
+            guard let self, self.connecting?.peer == address else { return }
+            self.connecting?.timer = nil
+            self.connecting?.cancelled = true
+            // 7.8.13: the controller then ends the attempt with LE Connection Complete, status 0x02.
+            self.hci.send(.leCreateConnectionCancel)
+        }
+    }
+
+    private func failConnecting(_ error: CentralError) {
+        guard let attempt = connecting else { return }
+        connecting = nil
+        if let timer = attempt.timer { scheduler.cancel(timer) }
+        attempt.completion(.failure(error))
+        resumeScanning()
+    }
+
+    private func resumeScanning() {
+        if let wanted = scanWanted, connecting == nil { startScanning(active: wanted.active, filterDuplicates: wanted.filterDuplicates) }
+    }
+
+    // MARK: Stopping
+
+    /// Scanning off, every link disconnected (0x13), the controller reset; `completion` once
+    /// done or after `stopDeadline`.
+    public func stop(completion: @escaping () -> Void) {
+        guard stopCompletion == nil else { return }
+        stopCompletion = completion
+        scanWanted = nil
+        guard hci.isReady else { return finishStop() }
+        hci.cancelQueuedCommands()
+        pauseScanning()
+        if connecting != nil { hci.send(.leCreateConnectionCancel) }
+        for handle in links.keys.sorted() { hci.send(.disconnect(handle: handle, reason: HCIStatus.remoteUserTerminated)) }
+        stopTimer = scheduler.schedule(after: Self.stopDeadline) { [weak self] in self?.finishStop() }
+        if links.isEmpty { resetThenFinish() }
+    }
+
+    private func resetThenFinish() {
+        hci.send(.reset) { [weak self] _ in self?.finishStop() }
+    }
+
+    private func finishStop() {
+        if let stopTimer { scheduler.cancel(stopTimer) }
+        stopTimer = nil
+        guard let completion = stopCompletion else { return }
+        stopCompletion = nil
+        hci.halt()
+        completion()
+    }
+
+    // MARK: HCIHostDelegate
+
+    public func hciHostDidBecomeReady(_ host: HCIHost) {
+        logger.event(.controllerUp, .info, "controller \(controller) ready for the central role")
+        onReady?()
+        resumeScanning()
+    }
+
+    public func hciHostDidReset(_ host: HCIHost, reason: String) {
+        scanning = false
+        failConnecting(.notReady)
+        for handle in links.keys.sorted() { linkClosed(handle, reason: HCIStatus.hardwareFailure) }
+    }
+
+    public func hciHost(_ host: HCIHost, didReceive event: HCIEvent) {
+        switch event {
+        case .leAdvertisingReport(let reports):
+            for report in reports {
+                // 0x04 is SCAN_RSP; 0x00 ADV_IND and 0x01 ADV_DIRECT_IND are connectable.
+                let (advertisement, change) = advertisers.record(
+                    address: report.address, addressType: report.addressType, rssi: report.rssi == 127 ? nil : report.rssi,
+                    connectable: report.eventType <= 0x01, isScanResponse: report.eventType == 0x04, data: report.data,
+                    now: scheduler.nowNanoseconds)
+                onAdvertisement?(advertisement, change)
+            }
+        case .leExtendedAdvertisingReport(let reports):
+            for report in reports where report.dataStatus == 0 {
+                let (advertisement, change) = advertisers.record(
+                    address: report.address, addressType: report.addressType, rssi: report.rssi,
+                    connectable: report.isScanResponse ? nil : report.isConnectable, isScanResponse: report.isScanResponse,
+                    data: report.data, txPower: report.txPower, now: scheduler.nowNanoseconds)
+                onAdvertisement?(advertisement, change)
+            }
+        case .leConnectionComplete(let complete):
+            connectionCompleted(complete)
+        case let .disconnectionComplete(status, handle, reason):
+            guard status == HCIStatus.success else { return }
+            linkClosed(handle, reason: reason)
+            if stopCompletion != nil, links.isEmpty { resetThenFinish() }
+        case let .leConnectionUpdateComplete(status, handle, parameters):
+            guard status == HCIStatus.success, let link = links[handle] else { return }
+            link.parameters = parameters
+            logger.info("link \(handle): interval \(Double(parameters.interval) * 1.25) ms, latency \(parameters.latency), timeout \(Int(parameters.supervisionTimeout) * 10) ms")
+        case let .leRemoteConnectionParameterRequest(handle, intervalMin, intervalMax, latency, timeout):
+            // Vol 4, Part E, 7.7.65.6: the peer's controller asks; the central host decides.
+            let asked = ConnectionParameters(intervalMin: intervalMin, intervalMax: intervalMax, peripheralLatency: latency,
+                                             supervisionTimeout: timeout)
+            if asked.coreViolations.isEmpty {
+                hci.send(.leRemoteConnectionParameterRequestReply(handle: handle, intervalMin: intervalMin, intervalMax: intervalMax,
+                                                                  latency: latency, timeout: timeout))
+            } else {
+                hci.send(.leRemoteConnectionParameterRequestNegativeReply(handle: handle))
+            }
+        case .leLongTermKeyRequest(let handle, _, _):
+            // Only a peripheral is asked for a key; refuse whatever asks.
+            hci.send(.leLongTermKeyRequestNegativeReply(handle: handle))
+        default:
+            break
+        }
+    }
+
+    public func hciHost(_ host: HCIHost, didReceiveACL packet: ACLPacket) {
+        guard let link = links[packet.handle] else { return }
+        do {
+            try link.reassembler.receive(packet) { cid, payload in self.deliver(cid: cid, payload: payload, on: link) }
+        } catch {
+            logger.warning("L2CAP on link \(packet.handle): \(error)")
+        }
+        if link.reassembler.isIncomplete {
+            if link.reassemblyTimer == nil {
+                link.reassemblyTimer = scheduler.schedule(after: Self.reassemblyTimeout) { [weak link] in
+                    link?.reassemblyTimer = nil
+                    link?.reassembler.reset()
+                }
+            }
+        } else if let timer = link.reassemblyTimer {
+            scheduler.cancel(timer)
+            link.reassemblyTimer = nil
+        }
+    }
+
+    public func hciHost(_ host: HCIHost, transmitQueueHasRoomFor handle: UInt16) {}
+
+    // MARK: Links
+
+    private func connectionCompleted(_ complete: LEConnectionComplete) {
+        guard complete.role == 0x00 else {
+            // A link in the peripheral role is not ours to keep.
+            if complete.status == HCIStatus.success {
+                hci.send(.disconnect(handle: complete.handle, reason: HCIStatus.remoteUserTerminated))
+            }
+            return
+        }
+        guard let attempt = connecting else {
+            if complete.status == HCIStatus.success {
+                hci.send(.disconnect(handle: complete.handle, reason: HCIStatus.remoteUserTerminated))
+            }
+            return
+        }
+        connecting = nil
+        if let timer = attempt.timer { scheduler.cancel(timer) }
+        guard complete.status == HCIStatus.success else {
+            attempt.completion(.failure(attempt.cancelled ? .timeout : .controller(status: complete.status, what: "connecting")))
+            resumeScanning()
+            return
+        }
+        let link = CentralLink(handle: complete.handle, peer: complete.peerAddress, peerAddressType: complete.peerAddressType,
+                               parameters: complete.parameters, database: database, host: self)
+        links[complete.handle] = link
+        hci.openLink(complete.handle)
+        logger.event(.connected, .notice, "connected to \(complete.peerAddress) as central", [
+            LogKey.peer: .string(complete.peerAddress.description), LogKey.connHandle: .string("\(complete.handle)"),
+        ])
+        if hci.info.supportsDataLengthExtension { hci.send(.leSetDataLength(handle: complete.handle)) }
+        attempt.completion(.success(link))
+        resumeScanning()
+    }
+
+    private func linkClosed(_ handle: UInt16, reason: UInt8) {
+        guard let link = links.removeValue(forKey: handle) else { return }
+        hci.closeLink(handle)
+        if let timer = link.reassemblyTimer { scheduler.cancel(timer) }
+        logger.event(.disconnected, .notice, "disconnected from \(link.peer)", [
+            LogKey.peer: .string(link.peer.description), LogKey.connHandle: .string("\(handle)"),
+            LogKey.reason: .string(Hex.byte(reason)),
+        ])
+        link.closed(reason: reason)
+    }
+
+    func sendFrame(cid: UInt16, payload: ArraySlice<UInt8>, on handle: UInt16, priority: TransmitPriority) -> Bool {
+        guard links[handle] != nil else { return false }
+        frame.removeAll(keepingCapacity: true)
+        appendL2CAPFrame(cid: cid, payload: payload, to: &frame)
+        return hci.sendL2CAP(handle: handle, pdu: frame[...], priority: priority)
+    }
+
+    private func deliver(cid: UInt16, payload: ArraySlice<UInt8>, on link: CentralLink) {
+        switch cid {
+        case L2CAPChannel.att:
+            link.receiveATT(payload)
+        case L2CAPChannel.leSignaling:
+            signaling(payload, on: link)
+        case L2CAPChannel.securityManager:
+            // Pairing is not supported yet: Pairing Failed, as the peripheral side answers.
+            if let answer = SecurityManager.answer(to: payload) {
+                _ = sendFrame(cid: L2CAPChannel.securityManager, payload: answer[...], on: link.handle, priority: .required)
+            }
+        default:
+            break
+        }
+    }
+
+    /// LE signalling in the central role (Vol 3, Part A, 4): the peripheral may ask for other
+    /// connection parameters (4.20); the central answers and, when it accepts, updates the link.
+    private func signaling(_ payload: ArraySlice<UInt8>, on link: CentralLink) {
+        guard let command = try? SignalingCommand(frame: payload), command.identifier != 0 else {
+            if payload.count >= 2, payload[payload.startIndex + 1] != 0 {
+                send(.commandReject(identifier: payload[payload.startIndex + 1]), on: link)
+            }
+            return
+        }
+        switch command.code {
+        case SignalingCode.connectionParameterUpdateRequest:
+            var reader = ByteReader(command.data)
+            guard command.data.count == 8, let min = try? reader.u16(), let max = try? reader.u16(),
+                  let latency = try? reader.u16(), let timeout = try? reader.u16() else {
+                return send(.commandReject(identifier: command.identifier), on: link)
+            }
+            let asked = ConnectionParameters(intervalMin: min, intervalMax: max, peripheralLatency: latency, supervisionTimeout: timeout)
+            let accepted = asked.coreViolations.isEmpty
+            var result: [UInt8] = []
+            result.appendLE(UInt16(accepted ? 0x0000 : 0x0001))
+            send(SignalingCommand(code: SignalingCode.connectionParameterUpdateResponse, identifier: command.identifier,
+                                  data: result[...]), on: link)
+            logger.info("link \(link.handle): peripheral asked for \(asked): \(accepted ? "accepted" : "rejected (\(asked.coreViolations.joined(separator: "; ")))")")
+            if accepted {
+                hci.send(.leConnectionUpdate(handle: link.handle, intervalMin: min, intervalMax: max, latency: latency, timeout: timeout))
+            }
+        case SignalingCode.leCreditBasedConnectionRequest:
+            send(.leCreditBasedConnectionRefused(identifier: command.identifier), on: link)
+        default:
+            if !SignalingCode.isResponse(command.code) { send(.commandReject(identifier: command.identifier), on: link) }
+        }
+    }
+
+    private func send(_ command: SignalingCommand, on link: CentralLink) {
+        var payload: [UInt8] = []
+        command.encode(into: &payload)
+        _ = sendFrame(cid: L2CAPChannel.leSignaling, payload: payload[...], on: link.handle, priority: .required)
+    }
+
+    // MARK: ATTServerDelegate (our own small server)
+
+    public func attServer(_ server: ATTServer, send pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool {
+        sendFrame(cid: L2CAPChannel.att, payload: pdu, on: server.peer.connectionHandle,
+                  priority: kind == .notification ? .bestEffort : .required)
+    }
+    public func attServerTransactionTimedOut(_ server: ATTServer) {}
+}

@@ -1,0 +1,165 @@
+import BlemuATT
+import BlemuCentral
+import BlemuCore
+import BlemuGATTClient
+import BlemuHCI
+import BlemuL2CAP
+import Logging
+import Testing
+
+/// The central role against a scripted controller: scanning (legacy and extended), connecting
+/// with a timeout, the GATT client over the link, and LE signalling answered as a central.
+final class CentralBench {
+    let scheduler = ManualScheduler()
+    let controller = ScriptedController()
+    let host: CentralHost
+    var advertisements: [(Advertisement, AdvertiserTable.Change)] = []
+    let peer = BluetoothAddress("C4:11:22:33:44:55")!
+
+    init(extended: Bool) throws {
+        controller.extendedAdvertisingSets = extended ? 4 : 0
+        let controller = self.controller
+        host = try CentralHost(controller: "scripted", scheduler: scheduler,
+                               logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
+                               output: { controller.output($0, $1) })
+        host.onAdvertisement = { [unowned self] in self.advertisements.append(($0, $1)) }
+        controller.host = host.hci
+        host.controllerUp()
+    }
+
+    /// LE Extended Advertising Report (Vol 4, Part E, 7.7.65.13) of one advertiser.
+    func extendedReport(_ data: [UInt8], scanResponse: Bool, rssi: Int8 = -40) {
+        var p: [UInt8] = [0x0D, 1]
+        p.appendLE(UInt16(scanResponse ? 0x001B : 0x0013))      // legacy ADV_IND or its SCAN_RSP
+        p += [0x01] + peer.littleEndianBytes + [0x01, 0x00, 0xFF, 0x7F, UInt8(bitPattern: rssi)]
+        p += [0, 0, 0] + [UInt8](repeating: 0, count: 6) + [UInt8(data.count)] + data
+        controller.event(0x3E, p)
+    }
+
+    /// LE Advertising Report (7.7.65.2).
+    func legacyReport(_ data: [UInt8], type: UInt8, rssi: Int8 = -50) {
+        controller.event(0x3E, [0x02, 1, type, 0x01] + peer.littleEndianBytes + [UInt8(data.count)] + data + [UInt8(bitPattern: rssi)])
+    }
+
+    func connect(handle: UInt16 = 0x0040) throws -> CentralLink {
+        var result: Result<CentralLink, CentralError>?
+        host.connect(to: peer, addressType: 1) { result = $0 }
+        controller.centralConnected(handle: handle, peer: peer)
+        return try #require(try result?.get())
+    }
+}
+
+let nameData: [UInt8] = [0x02, 0x01, 0x06, 0x05, 0x09] + Array("Test".utf8)
+let servicesData: [UInt8] = [0x05, 0x03, 0x0D, 0x18, 0x0F, 0x18]
+
+@Suite struct CentralScanningTests {
+    @Test func extendedScanningMergesAdvertisingDataAndScanResponse() throws {
+        let b = try CentralBench(extended: true)
+        b.host.startScanning(active: true)
+        #expect(b.controller.commands(HCIOpcode.leSetExtendedScanParameters).first?.parameters == [0x00, 0x00, 0x01, 0x01, 0x60, 0x00, 0x30, 0x00])
+        #expect(b.controller.commands(HCIOpcode.leSetExtendedScanEnable).last?.parameters.first == 1)
+        #expect(b.controller.commands(HCIOpcode.leSetScanEnable).isEmpty)
+        b.extendedReport(nameData, scanResponse: false)
+        b.extendedReport(servicesData, scanResponse: true)
+        b.extendedReport(nameData, scanResponse: false, rssi: -60)
+        #expect(b.advertisements.map(\.1) == [.new, .content, .rssi])
+        let last = try #require(b.advertisements.last?.0)
+        #expect(last.name == "Test" && last.services == [BluetoothUUID(0x180D), BluetoothUUID(0x180F)])
+        #expect(last.rssi == -60 && last.isConnectable && last.txPower == nil)
+        b.host.stopScanning()
+        #expect(b.controller.commands(HCIOpcode.leSetExtendedScanEnable).last?.parameters.first == 0)
+    }
+
+    @Test func legacyControllerGetsLegacyCommands() throws {
+        let b = try CentralBench(extended: false)
+        b.host.startScanning(active: false)
+        #expect(b.controller.commands(HCIOpcode.leSetScanParameters).first?.parameters.first == 0x00)
+        #expect(b.controller.commands(HCIOpcode.leSetScanEnable).last?.parameters == [1, 0])
+        #expect(b.controller.commands(HCIOpcode.leSetExtendedScanParameters).isEmpty)
+        b.legacyReport(nameData, type: 0x03)   // ADV_NONCONN_IND
+        #expect(b.advertisements.first?.0.name == "Test")
+        #expect(b.advertisements.first?.0.isConnectable == false)
+    }
+
+    /// A crowded room cannot grow the table past its capacity: the one heard longest ago goes.
+    @Test func theAdvertiserTableIsBounded() {
+        var table = AdvertiserTable(capacity: 3)
+        for index in 0..<5 {
+            table.record(address: BluetoothAddress(value: UInt64(index)), addressType: 1, rssi: -50, connectable: true,
+                         isScanResponse: false, data: nameData, now: UInt64(index))
+        }
+        #expect(table.entries.count == 3)
+        #expect(Set(table.entries.keys) == Set((2..<5).map { BluetoothAddress(value: UInt64($0)) }))
+        // Undecodable data is kept raw, with no content.
+        let (bad, _) = table.record(address: BluetoothAddress(value: 9), addressType: 1, rssi: nil, connectable: true,
+                                    isScanResponse: false, data: [0x09, 0x09], now: 9)
+        #expect(bad.content == nil && bad.advertisingData == [0x09, 0x09] && bad.name == "")
+    }
+}
+
+@Suite struct CentralConnectingTests {
+    @Test func aConnectionThatDoesNotComeIsCancelledAfterTheTimeout() throws {
+        let b = try CentralBench(extended: true)
+        b.host.startScanning()
+        var result: Result<CentralLink, CentralError>?
+        b.host.connect(to: b.peer, addressType: 1, timeout: .seconds(5)) { result = $0 }
+        #expect(b.controller.commands(HCIOpcode.leExtendedCreateConnection).count == 1)
+        // Scanning paused while initiating.
+        #expect(b.controller.commands(HCIOpcode.leSetExtendedScanEnable).last?.parameters.first == 0)
+        var busy: Result<CentralLink, CentralError>?
+        b.host.connect(to: b.peer, addressType: 1) { busy = $0 }
+        #expect(busy.map { if case .failure(.busy) = $0 { true } else { false } } == true)
+        b.scheduler.advance(by: .seconds(5))
+        #expect(b.controller.commands(HCIOpcode.leCreateConnectionCancel).count == 1)
+        #expect(result == nil)
+        // 7.8.13: the cancelled attempt ends with LE Connection Complete, Unknown Connection Identifier.
+        b.controller.centralConnected(handle: 0, peer: b.peer, status: 0x02)
+        #expect(result.map { if case .failure(.timeout) = $0 { true } else { false } } == true)
+        // Scanning comes back.
+        #expect(b.controller.commands(HCIOpcode.leSetExtendedScanEnable).last?.parameters.first == 1)
+    }
+
+    @Test func theGATTClientRunsOverTheLink() throws {
+        let b = try CentralBench(extended: false)
+        let link = try b.connect()
+        #expect(b.controller.commands(HCIOpcode.leCreateConnection).count == 1)
+        var value: Result<[UInt8], GATTClientError>?
+        link.client.read(0x0003) { value = $0 }
+        #expect(b.controller.takeL2CAP(handle: 0x40, cid: L2CAPChannel.att) == [[0x0A, 0x03, 0x00]])
+        b.controller.sendL2CAP(handle: 0x40, cid: L2CAPChannel.att, [0x0B, 0x42])
+        #expect(try value?.get() == [0x42])
+        // The peer discovering us gets our GAP service.
+        b.controller.sendL2CAP(handle: 0x40, cid: L2CAPChannel.att, [0x10, 0x01, 0x00, 0xFF, 0xFF, 0x00, 0x28])
+        let answer = try #require(b.controller.takeL2CAP(handle: 0x40, cid: L2CAPChannel.att).first)
+        #expect(answer.prefix(2) == [0x11, 0x06] && answer[6...7] == [0x00, 0x18])
+        // Closing the link ends what was waiting.
+        var pending: Result<[UInt8], GATTClientError>?
+        var reason: UInt8?
+        link.onDisconnected = { reason = $0 }
+        link.client.read(0x0005) { pending = $0 }
+        b.controller.disconnect(handle: 0x40, reason: 0x13)
+        #expect(pending?.error == .disconnected && reason == 0x13 && !link.isOpen)
+        #expect(b.host.links.isEmpty)
+    }
+
+    /// Vol 3, Part A, 4.20: the central accepts parameters the Core allows, and updates the link.
+    @Test func connectionParameterUpdateRequestsAreAnsweredByTheRules() throws {
+        let b = try CentralBench(extended: false)
+        _ = try b.connect()
+        var request: [UInt8] = [0x12, 0x07, 0x08, 0x00]
+        for value: UInt16 in [24, 40, 0, 400] { request.appendLE(value) }
+        b.controller.sendL2CAP(handle: 0x40, cid: L2CAPChannel.leSignaling, request)
+        #expect(b.controller.takeL2CAP(handle: 0x40, cid: L2CAPChannel.leSignaling) == [[0x13, 0x07, 0x02, 0x00, 0x00, 0x00]])
+        #expect(b.controller.commands(HCIOpcode.leConnectionUpdate).count == 1)
+        // A timeout shorter than the interval allows is rejected, and nothing is updated.
+        var bad: [UInt8] = [0x12, 0x08, 0x08, 0x00]
+        for value: UInt16 in [24, 3200, 0, 10] { bad.appendLE(value) }
+        b.controller.sendL2CAP(handle: 0x40, cid: L2CAPChannel.leSignaling, bad)
+        #expect(b.controller.takeL2CAP(handle: 0x40, cid: L2CAPChannel.leSignaling) == [[0x13, 0x08, 0x02, 0x00, 0x01, 0x00]])
+        #expect(b.controller.commands(HCIOpcode.leConnectionUpdate).count == 1)
+    }
+}
+
+extension Result {
+    var error: Failure? { if case .failure(let error) = self { return error } else { return nil } }
+}

@@ -1,0 +1,81 @@
+import BlemuCore
+import BlemuGATT
+import FoundationEssentials
+import Testing
+@testable import BlemuProfile
+
+/// GATT profile files: every mistake is one error naming the path in the file, and a profile
+/// becomes a device whose database is the profile's.
+@Suite struct GATTProfileTests {
+    static let sample = """
+        {"format": "blemu-gatt-profile", "version": 1, "name": "Scale", "appearance": 3200,
+         "advertisedServices": ["181D"],
+         "services": [
+           {"uuid": "1800", "characteristics": [{"uuid": "2A00", "properties": ["read"], "value": "5363616c65"}]},
+           {"uuid": "181D", "includes": ["6e400010-b5a3-f393-e0a9-e50e24dcca9e"], "characteristics": [
+             {"uuid": "2A9E", "properties": ["read"], "value": "0100"},
+             {"uuid": "2A9D", "properties": ["indicate"], "notifications": ["0064", "00c8"]},
+             {"uuid": "2A9F", "properties": ["read", "write"], "value": "00",
+              "descriptors": [{"uuid": "2902", "value": "0000"}, {"uuid": "2901", "value": "55736572"}]}]},
+           {"uuid": "6e400010-b5a3-f393-e0a9-e50e24dcca9e", "primary": false, "characteristics": [
+             {"uuid": "2A19", "properties": ["read", "broadcast"], "value": "64"}]}
+         ]}
+        """
+
+    func parse(_ text: String) throws(ProfileError) -> GATTProfile {
+        try GATTProfile.parse(Data(text.utf8), name: "p.json")
+    }
+
+    func refusal(_ text: String) -> String {
+        do { _ = try parse(text); return "accepted" } catch { return error.description }
+    }
+
+    @Test func aGoodProfileParsesAndSurvivesEncoding() throws {
+        let profile = try parse(Self.sample)
+        #expect(profile.name == "Scale" && profile.services.count == 3)
+        #expect(try parse(profile.encoded()) == profile)
+    }
+
+    @Test func mistakesNameThePathInTheFile() {
+        #expect(refusal("[]") == "p.json: the top level: expected an object")
+        #expect(refusal("{") .hasPrefix("p.json: not JSON"))
+        #expect(refusal(#"{"format":"blemu-gatt-profile","version":1,"name":"x"}"#) == #"p.json: missing "services""#)
+        let base = #"{"format":"blemu-gatt-profile","version":1,"name":"x","services":[{"uuid":"180D","characteristics":[CHAR]}]}"#
+        func with(_ characteristic: String) -> String { base.replacingOccurrences(of: "CHAR", with: characteristic) }
+        #expect(refusal(with(#"{"properties":["read"]}"#)) == #"p.json: services[0].characteristics[0]: missing "uuid""#)
+        #expect(refusal(with(#"{"uuid":"nope","properties":["read"]}"#)).hasPrefix("p.json: services[0].characteristics[0].uuid: 'nope' is not a UUID"))
+        #expect(refusal(with(#"{"uuid":"2A37","properties":["read","fly"]}"#)).hasPrefix("p.json: services[0].characteristics[0].properties[1]: 'fly' is not one of"))
+        #expect(refusal(with(#"{"uuid":"2A37","properties":["read"],"value":"xyz"}"#)).hasPrefix("p.json: services[0].characteristics[0].value: 'xyz' is not hex"))
+        #expect(refusal(with(#"{"uuid":"2A37","properties":["read"],"value":"\#(String(repeating: "00", count: 513))"}"#))
+                .hasSuffix("513 bytes; an attribute value holds at most 512"))
+        #expect(refusal(with(#"{"uuid":2,"properties":[]}"#)) == "p.json: services[0].characteristics[0].uuid: expected a string")
+        #expect(refusal(base.replacingOccurrences(of: "\"180D\",", with: "\"180D\",\"includes\":[\"180F\"],").replacingOccurrences(of: "CHAR", with: ""))
+                .hasPrefix("p.json: services[0].includes[0]: '180F' is not the UUID of a service of this profile"))
+        #expect(refusal(#"{"format":"other","version":1,"name":"x","services":[]}"#).hasPrefix("p.json: format:"))
+        #expect(refusal(#"{"format":"blemu-gatt-profile","version":2,"name":"x","services":[]}"#).hasPrefix("p.json: version:"))
+    }
+
+    /// The device serves the profile: the stack's services left out, included services first,
+    /// read-only values cached, writable and notifying ones dynamic, what cannot be served dropped.
+    @Test func theDeviceServesTheProfile() throws {
+        let device = ProfileDevice(try parse(Self.sample))
+        #expect(device.profile.defaultName == "Scale" && device.profile.appearance == 3200)
+        #expect(device.profile.advertisedServices == [BluetoothUUID(0x181D)])
+        #expect(device.services.map(\.uuid) == [BluetoothUUID("6e400010-b5a3-f393-e0a9-e50e24dcca9e")!, BluetoothUUID(0x181D)])
+        #expect(device.services[1].includes.first === device.services[0])
+        let chars = device.services[1].characteristics
+        #expect(chars[0].cachedValue == [0x01, 0x00])
+        #expect(chars[1].cachedValue == nil && chars[1].notifies)
+        #expect(chars[2].onWrite != nil && chars[2].descriptors.map(\.uuid) == [GATTType.userDescription])
+        #expect(device.services[0].characteristics[0].properties == [.read])
+        #expect(device.adjustments.count == 1 && device.adjustments[0].contains("broadcast"))
+        // It builds: handles, CCCDs and all.
+        let database = try GATTDatabase(services: device.services)
+        #expect(database.characteristics.count == 4)
+        // A write is what the next read sees, at any offset.
+        let peer = ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1))
+        #expect(chars[2].onWrite?(WriteRequest(peer: peer, offset: 0, value: [7, 8], withResponse: true)) == nil)
+        #expect(chars[2].onWrite?(WriteRequest(peer: peer, offset: 1, value: [9], withResponse: true)) == nil)
+        #expect(try chars[2].onRead?(ReadRequest(peer: peer, offset: 0)).get() == [7, 9])
+    }
+}

@@ -1,0 +1,293 @@
+"""blemu as a central (`blemu scan`, `blemu gatt`) against blemu's own emulated peripherals and
+a Bumble peripheral with a database of its own, all on one rootcanal radio.
+
+Each `blemu scan`/`blemu gatt` is its own process with its own controller on the radio; the
+peripherals' values are checked against what the devices are known to serve (Docs/REFERENCE.md)
+or what the Bumble peripheral was given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+import threading
+
+import pytest
+from bumble import gatt
+from bumble.core import AdvertisingData
+from bumble.device import Device
+from bumble.transport import open_transport
+
+from bumble_central import bumble_transport_spec
+from harness import BlemuProcess, run_cli, start_advertising, unique_name
+
+THERMOSTAT_TARGET = "7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50"
+
+
+@pytest.fixture(scope="module")
+def heart_rate(rootcanal):
+    process = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("HR")), rootcanal)
+    yield process
+    assert process.stop() == 0, process.log_tail()
+
+
+@pytest.fixture(scope="module")
+def thermostat(rootcanal):
+    process = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("TH"), device="thermostat"), rootcanal)
+    yield process
+    assert process.stop() == 0, process.log_tail()
+
+
+def blemu_cli(rootcanal, *args: str, timeout: float = 40.0):
+    return run_cli([args[0], "--controller", rootcanal.controller_spec, *args[1:]], timeout=timeout)
+
+
+def json_lines(result) -> list[dict]:
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    assert lines, f"no output:\n{result.describe()}"
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# blemu scan
+
+
+def test_scan_lists_the_emulated_devices_with_what_they_advertise(rootcanal, heart_rate, thermostat):
+    result = blemu_cli(rootcanal, "scan", "--timeout", "6", "--json")
+    assert result.returncode == 0, result.describe()
+    seen = {entry["address"]: entry for entry in json_lines(result)}
+    hr = seen.get(str(heart_rate.scan.address.to_string(with_type_qualifier=False)).upper())
+    assert hr is not None, f"heart-rate {heart_rate.scan.address} not in {list(seen)}"
+    # The last line of an advertiser holds everything its data and scan response say.
+    last = [entry for entry in json_lines(result) if entry["address"] == hr["address"]][-1]
+    assert last["name"] == heart_rate.name, last
+    assert {"180D", "180F"} <= set(last["services"]), last
+    assert last["appearance"] == 0x0341 and last["address_type"] == "random" and last["connectable"] is True, last
+    assert isinstance(last["rssi"], int) and -127 <= last["rssi"] <= 20, last
+    assert json_lines(result)[0]["update"] == "new"
+    names = {entry["name"] for entry in json_lines(result)}
+    assert thermostat.name in names, names
+
+
+def test_scan_filters_by_service_and_name(rootcanal, heart_rate, thermostat):
+    by_service = blemu_cli(rootcanal, "scan", "--timeout", "3", "--json", "--service", "181A")
+    assert by_service.returncode == 0, by_service.describe()
+    assert {entry["name"] for entry in json_lines(by_service) if entry["name"]} == {thermostat.name}
+    by_name = blemu_cli(rootcanal, "scan", "--timeout", "3", "--name", heart_rate.name)
+    assert by_name.returncode == 0, by_name.describe()
+    lines = by_name.stdout.splitlines()
+    assert lines and all(heart_rate.name in line or "services [180D 180F]" in line for line in lines), by_name.describe()
+    assert not any(thermostat.name in line for line in lines)
+
+
+def test_scan_refuses_bad_options():
+    assert run_cli(["scan", "--controller", "tcp:127.0.0.1:1", "--service", "nope"]).returncode == 64
+    assert run_cli(["scan", "--controller", "tcp:127.0.0.1:1", "--timeout", "-1"]).returncode == 64
+    result = run_cli(["scan"])
+    assert result.returncode == 64 and "--controller" in result.stderr, result.describe()
+
+
+# ---------------------------------------------------------------------------------------------
+# blemu gatt against blemu's devices
+
+
+def test_gatt_dump_decodes_the_heart_rate_sensor(rootcanal, heart_rate):
+    result = blemu_cli(rootcanal, "gatt", "--name", heart_rate.name, "dump", "--json")
+    assert result.returncode == 0, result.describe()
+    [dump] = json_lines(result)
+    assert dump["name"] == heart_rate.name
+    services = {service["uuid"]: service for service in dump["services"]}
+    assert list(services)[:2] == ["1800", "1801"], list(services)
+    assert {"180D", "180A", "180F", "7d3c0001-9a5e-4d1a-8f6e-5c1b2d3e4f50"} <= set(services)
+    chars = {c["uuid"]: c for c in services["180D"]["characteristics"]}
+    assert chars["2A38"]["decoded"] == "chest" and chars["2A38"]["value"] == "01"
+    assert chars["2A37"]["properties"] == ["notify"] and "value" not in chars["2A37"]
+    assert [d["uuid"] for d in chars["2A37"]["descriptors"]] == ["2902"]
+    dis = {c["uuid"]: c for c in services["180A"]["characteristics"]}
+    assert dis["2A29"]["decoded"] == '"blemu"'
+    battery = services["180F"]["characteristics"][0]
+    assert battery["decoded"] == "100 %"
+    diagnostics = services["7d3c0001-9a5e-4d1a-8f6e-5c1b2d3e4f50"]["characteristics"][0]
+    # A long value (more than one ATT_MTU at the default) read whole by Read Blob.
+    value = json.loads(bytes.fromhex(diagnostics["value"]))
+    assert value["device"] == "heart-rate" and value["connections"] == 1, value
+
+
+def test_gatt_subscribe_prints_heart_rates(rootcanal, heart_rate):
+    result = blemu_cli(rootcanal, "gatt", "--service", "180D", "subscribe", "2A37", "--count", "3", "--json")
+    assert result.returncode == 0, result.describe()
+    values = json_lines(result)
+    assert len(values) == 3, values
+    for value in values:
+        bpm, unit = value["decoded"].split(",")[0].split(" ")
+        assert value["uuid"] == "2A37" and unit == "bpm" and 30 <= int(bpm) <= 220, value
+        # The decoded text is the measurement's own bytes (HRS 1.0, 3.1): flags, then the rate.
+        raw = bytes.fromhex(value["value"])
+        assert (raw[1] if raw[0] & 0x01 == 0 else raw[1] | raw[2] << 8) == int(bpm), value
+
+
+def test_gatt_read_and_errors_by_spec_name(rootcanal, heart_rate):
+    read = blemu_cli(rootcanal, "gatt", "--name", heart_rate.name, "read", "2A19")
+    assert read.returncode == 0 and read.stdout.strip().startswith("100 %"), read.describe()
+    write = blemu_cli(rootcanal, "gatt", "--name", heart_rate.name, "write", "2A38", "01")
+    assert write.returncode == 1, write.describe()
+    assert "Write Not Permitted (0x03)" in write.stderr, write.describe()
+    missing = blemu_cli(rootcanal, "gatt", "--name", heart_rate.name, "read", "2A6E")
+    assert missing.returncode == 1 and "no characteristic 2A6E" in missing.stderr, missing.describe()
+    nobody = blemu_cli(rootcanal, "gatt", "--name", "nobody-" + unique_name(), "--timeout", "2", "dump")
+    assert nobody.returncode == 1 and "no advertiser matching" in nobody.stderr, nobody.describe()
+
+
+def test_gatt_write_then_read_back_on_the_thermostat(rootcanal, thermostat):
+    value = struct.pack("<h", 2150).hex()
+    write = blemu_cli(rootcanal, "gatt", "--name", thermostat.name, "write", THERMOSTAT_TARGET, value)
+    assert write.returncode == 0, write.describe()
+    read = blemu_cli(rootcanal, "gatt", "--name", thermostat.name, "read", THERMOSTAT_TARGET, "--json")
+    assert read.returncode == 0, read.describe()
+    assert json_lines(read)[0]["value"] == value
+    # Out of range: the thermostat's rule, 0xFF, by its name.
+    bad = blemu_cli(rootcanal, "gatt", "--name", thermostat.name, "write", THERMOSTAT_TARGET, struct.pack("<h", 9000).hex())
+    assert bad.returncode == 1 and "(0xff)" in bad.stderr.lower(), bad.describe()
+
+
+# ---------------------------------------------------------------------------------------------
+# blemu gatt against an independent peripheral (Bumble)
+
+CUSTOM_SERVICE = "6e400001-b5a3-f393-e0a9-e50e24dcca9e"
+CUSTOM_LONG = "6e400003-b5a3-f393-e0a9-e50e24dcca9e"
+CUSTOM_WRITE = "6e400002-b5a3-f393-e0a9-e50e24dcca9e"
+INCLUDED_SERVICE = "6e400010-b5a3-f393-e0a9-e50e24dcca9e"
+LONG_VALUE = bytes(range(200))
+
+
+class BumblePeripheral:
+    """A Bumble peripheral on its own thread and event loop: a 128-bit service that includes
+    another, a 200-byte value and a writable characteristic that keeps what it is given."""
+
+    def __init__(self, controller: str, name: str):
+        self.controller = controller
+        self.name = name
+        self.written: list[bytes] = []
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.stopping: asyncio.Event | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self._main())
+
+    async def _main(self) -> None:
+        self.stopping = asyncio.Event()
+        async with await open_transport(bumble_transport_spec(self.controller)) as (source, sink):
+            device = Device.with_hci(self.name, "F0:F1:F2:F3:F4:F5", source, sink)
+            included = gatt.Service(INCLUDED_SERVICE, [
+                gatt.Characteristic("2A19", gatt.Characteristic.Properties.READ, gatt.Characteristic.READABLE, bytes([42])),
+            ], primary=False)
+            written = gatt.Characteristic(
+                CUSTOM_WRITE, gatt.Characteristic.Properties.READ | gatt.Characteristic.Properties.WRITE,
+                gatt.Characteristic.READABLE | gatt.Characteristic.WRITEABLE,
+                gatt.CharacteristicValue(read=lambda _: self.written[-1] if self.written else b"",
+                                         write=lambda _, value: self.written.append(bytes(value))))
+            service = gatt.Service(CUSTOM_SERVICE, [
+                gatt.Characteristic(CUSTOM_LONG, gatt.Characteristic.Properties.READ, gatt.Characteristic.READABLE, LONG_VALUE),
+                written,
+            ], included_services=[included])
+            device.add_services([included, service])
+            device.advertising_data = bytes(AdvertisingData([
+                (AdvertisingData.FLAGS, bytes([0x06])),
+                (AdvertisingData.COMPLETE_LOCAL_NAME, self.name.encode()),
+            ]))
+            await device.power_on()
+            await device.start_advertising(auto_restart=True)
+            self.ready.set()
+            await self.stopping.wait()
+            await device.stop_advertising()
+
+    def start(self) -> "BumblePeripheral":
+        self.thread.start()
+        assert self.ready.wait(20), "the Bumble peripheral did not start"
+        return self
+
+    def stop(self) -> None:
+        if self.stopping is not None:
+            self.loop.call_soon_threadsafe(self.stopping.set)
+        self.thread.join(10)
+
+
+def test_gatt_against_bumble_long_values_includes_and_long_writes(rootcanal):
+    name = unique_name("BP")
+    peripheral = BumblePeripheral(rootcanal.controller_spec, name).start()
+    try:
+        dump = blemu_cli(rootcanal, "gatt", "--name", name, "dump", "--json")
+        assert dump.returncode == 0, dump.describe()
+        services = {service["uuid"]: service for service in json_lines(dump)[0]["services"]}
+        assert CUSTOM_SERVICE in services, list(services)
+        custom = services[CUSTOM_SERVICE]
+        assert custom["includes"] == [INCLUDED_SERVICE], custom
+        chars = {c["uuid"]: c for c in custom["characteristics"]}
+        assert bytes.fromhex(chars[CUSTOM_LONG]["value"]) == LONG_VALUE
+        long_write = bytes(range(100, 180))
+        write = blemu_cli(rootcanal, "gatt", "--name", name, "write", CUSTOM_WRITE, long_write.hex())
+        assert write.returncode == 0, write.describe()
+        assert peripheral.written[-1] == long_write, peripheral.written
+        text = blemu_cli(rootcanal, "gatt", "--name", name, "write", CUSTOM_WRITE, "--text", "hello")
+        assert text.returncode == 0 and peripheral.written[-1] == b"hello", text.describe()
+    finally:
+        peripheral.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# Cloning: dump --profile, then blemu run PROFILE.json
+
+STACK_SERVICES = {"1800", "1801", "7d3c0001-9a5e-4d1a-8f6e-5c1b2d3e4f50"}
+
+
+def comparable(profile: dict) -> list:
+    """The services a clone serves as the profile says (the stack adds GAP, GATT and Diagnostics
+    of its own), without handles."""
+    return [service for service in profile["services"] if service["uuid"] not in STACK_SERVICES]
+
+
+def test_a_bumble_peripheral_dumped_served_and_dumped_again_is_the_same(rootcanal, tmp_path):
+    name = unique_name("BP")
+    peripheral = BumblePeripheral(rootcanal.controller_spec, name).start()
+    try:
+        first = blemu_cli(rootcanal, "gatt", "--name", name, "dump", "--profile")
+        assert first.returncode == 0, first.describe()
+    finally:
+        peripheral.stop()
+    original = json.loads(first.stdout)
+    assert original["format"] == "blemu-gatt-profile" and original["name"] == name, original
+    custom = [service for service in original["services"] if service["uuid"] == CUSTOM_SERVICE]
+    assert custom and custom[0]["includes"] == [INCLUDED_SERVICE], original["services"]
+    assert any(service["uuid"] == INCLUDED_SERVICE and service.get("primary") is False for service in original["services"])
+    path = tmp_path / "clone.json"
+    path.write_text(first.stdout)
+
+    # No --name: the clone advertises the profile's name.
+    clone = BlemuProcess(rootcanal.controller_spec, None, device=str(path)).start()
+    try:
+        clone.wait_advertising(rootcanal, name=name)
+        second = blemu_cli(rootcanal, "gatt", "--name", name, "dump", "--profile")
+        assert second.returncode == 0, second.describe()
+        again = json.loads(second.stdout)
+        assert again["name"] == name and again["appearance"] == original["appearance"]
+        assert comparable(again) == comparable(original), (comparable(again), comparable(original))
+        # What was writable stays writable in the clone.
+        write = blemu_cli(rootcanal, "gatt", "--name", name, "write", CUSTOM_WRITE, "0a0b0c")
+        assert write.returncode == 0, write.describe()
+        read = blemu_cli(rootcanal, "gatt", "--name", name, "read", CUSTOM_WRITE, "--json")
+        assert json_lines(read)[0]["value"] == "0a0b0c", read.describe()
+    finally:
+        assert clone.stop() == 0, clone.log_tail()
+
+
+def test_a_malformed_profile_is_refused_before_anything_starts(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"format": "blemu-gatt-profile", "version": 1, "name": "x", "services": [
+        {"uuid": "180D", "characteristics": [{"uuid": "2A37", "properties": ["read", "teleport"]}]}]}))
+    result = run_cli(["run", str(path), "--controller", "tcp:127.0.0.1:1"])
+    assert result.returncode == 64, result.describe()
+    assert f"{path}: services[0].characteristics[0].properties[1]: 'teleport' is not one of" in result.stderr, result.describe()
