@@ -55,6 +55,9 @@ struct GattCommand: ParsableCommand {
     @Flag(help: "dump: write a GATT profile (JSON) for `blemu run FILE.json` instead.")
     var profile = false
 
+    @Option(help: ArgumentHelp("dump --profile: also record S seconds of notifications and indications, which the clone replays.", valueName: "S"))
+    var capture: Double?
+
     @Option(help: ArgumentHelp("Seconds to find and connect to the peripheral (default 10).", valueName: "S"))
     var timeout: Double = 10
 
@@ -110,6 +113,10 @@ struct GattCommand: ParsableCommand {
         if let service, ControlRequest.parseUUID(service) == nil { throw ValidationError("--service '\(service)' is not a UUID") }
         if let count, count < 1 { throw ValidationError("--count must be at least 1") }
         if profile && command != "dump" { throw ValidationError("--profile goes with dump") }
+        if let capture {
+            guard profile else { throw ValidationError("--capture goes with dump --profile") }
+            guard capture > 0 && capture <= 3600 else { throw ValidationError("--capture must be above 0 seconds (at most an hour)") }
+        }
         guard timeout > 0 && timeout <= 3600 else { throw ValidationError("--timeout must be above 0 seconds") }
     }
 
@@ -143,7 +150,7 @@ struct GattCommand: ParsableCommand {
                     link.onDisconnected = { reason in
                         session.finish(failure: "the peripheral disconnected (reason \(Hex.byte(reason)))")
                     }
-                    GattRun(session: session, link: link, action: action, json: json, profile: profile,
+                    GattRun(session: session, link: link, action: action, json: json, profile: profile, capture: capture,
                             noResponse: noResponse, count: count, advertisement: advertisement).start()
                 }
             }
@@ -167,14 +174,19 @@ final class GattRun {
     let action: GattCommand.Action
     let json: Bool
     let profile: Bool
+    let capture: Double?
+    /// Values recorded by `--capture`, per value handle, at most `maxCaptured` each.
+    private var captured: [UInt16: [[UInt8]]] = [:]
+    static let maxCaptured = 64
     let noResponse: Bool
     let count: Int?
     let advertisement: Advertisement
     private var received = 0
 
-    init(session: CentralSession, link: CentralLink, action: GattCommand.Action, json: Bool, profile: Bool, noResponse: Bool,
-         count: Int?, advertisement: Advertisement) {
+    init(session: CentralSession, link: CentralLink, action: GattCommand.Action, json: Bool, profile: Bool, capture: Double?,
+         noResponse: Bool, count: Int?, advertisement: Advertisement) {
         self.profile = profile
+        self.capture = capture
         self.session = session
         self.link = link
         self.action = action
@@ -267,6 +279,29 @@ final class GattRun {
         }
     }
 
+    /// Subscribes to everything that notifies or indicates and records what comes for `seconds`.
+    private func record(_ services: [RemoteService], for seconds: Double, then finish: @escaping () -> Void) {
+        let notifying = services.flatMap(\.characteristics).filter {
+            !$0.properties.isDisjoint(with: [.notify, .indicate]) && $0.clientConfigurationHandle != nil
+        }
+        let handles = Set(notifying.map(\.valueHandle))
+        let keep: (UInt16, ArraySlice<UInt8>) -> Void = { [self] handle, value in
+            guard handles.contains(handle), captured[handle, default: []].count < Self.maxCaptured else { return }
+            captured[handle, default: []].append(Array(value))
+        }
+        client.onNotification = keep
+        client.onIndication = keep
+        for characteristic in notifying {
+            let notify = characteristic.properties.contains(.notify)
+            client.configure(characteristic, notify: notify, indicate: !notify) { result in
+                if case .failure(let error) = result {
+                    self.session.logger.warning("capture: \(characteristic.uuid) could not be subscribed: \(error)")
+                }
+            }
+        }
+        session.loop.schedule(after: .milliseconds(Int64(seconds * 1000))) { finish() }
+    }
+
     /// Every service, characteristic and descriptor, with the values that can be read.
     private func dump(_ services: [RemoteService]) {
         var pending: [(service: Int, characteristic: Int, descriptor: Int?, handle: UInt16)] = []
@@ -291,7 +326,14 @@ final class GattRun {
 
     private func print(_ services: [RemoteService], _ values: [UInt16: Result<[UInt8], GATTClientError>]) {
         if profile {
-            emitLine(GATTValueText.profile(advertisement: advertisement, services: services, values: values).encoded())
+            guard let capture else {
+                emitLine(GATTValueText.profile(advertisement: advertisement, services: services, values: values, captured: [:]).encoded())
+                return done()
+            }
+            return record(services, for: capture) { [self] in
+                emitLine(GATTValueText.profile(advertisement: advertisement, services: services, values: values, captured: captured).encoded())
+                done()
+            }
         } else if json {
             emitLine(GATTValueText.dumpJSON(advertisement: advertisement, services: services, values: values).encoded)
         } else {
@@ -400,7 +442,7 @@ enum GATTValueText {
 
     /// The database and its values as a GATT profile: what `blemu run FILE.json` serves.
     static func profile(advertisement: Advertisement, services: [RemoteService],
-                        values: [UInt16: Result<[UInt8], GATTClientError>]) -> GATTProfile {
+                        values: [UInt16: Result<[UInt8], GATTClientError>], captured: [UInt16: [[UInt8]]]) -> GATTProfile {
         func hex(_ handle: UInt16) -> String? {
             if case .success(let bytes)? = values[handle] { return Hex.bytes(bytes) }
             return nil
@@ -422,6 +464,7 @@ enum GATTValueText {
                             uuid: characteristic.uuid.description,
                             properties: GATTProfile.propertyNames(characteristic.properties),
                             value: hex(characteristic.valueHandle),
+                            notifications: captured[characteristic.valueHandle].map { $0.map { Hex.bytes($0) } },
                             descriptors: characteristic.descriptors.isEmpty ? nil : characteristic.descriptors.map {
                                 GATTProfile.Descriptor(uuid: $0.uuid.description, value: hex($0.handle))
                             })

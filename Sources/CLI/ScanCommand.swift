@@ -95,6 +95,7 @@ struct ScanCommand: ParsableCommand {
             ("tx_power", advertisement.txPower.map { .integer(Int64($0)) } ?? .null),
             ("connectable", .bool(advertisement.isConnectable)),
             ("manufacturer_data", advertisement.manufacturerData.map { .string(Hex.bytes($0)) } ?? .null),
+            ("service_data", .object(advertisement.serviceData.map { ($0.uuid.description, .string(Hex.bytes($0.data))) })),
             ("update", .string(update)),
         ])
     }

@@ -25,6 +25,27 @@ public struct Advertisement: Equatable, Sendable {
     public var txPower: Int8? { reportedTxPower ?? content?.txPowerLevel }
     public var manufacturerData: [UInt8]? { content?.manufacturerData }
 
+    /// Service Data (Core Supplement, Part A, 1.11): each service UUID (16-, 32- or 128-bit)
+    /// with its data, from both payloads, in the order met. Malformed structures are skipped.
+    public var serviceData: [(uuid: BluetoothUUID, data: [UInt8])] {
+        var out: [(uuid: BluetoothUUID, data: [UInt8])] = []
+        for payload in [advertisingData, scanResponseData] {
+            guard let structures = try? AdvertisingPayload.parseADStructures(payload[...]) else { continue }
+            for (type, data) in structures {
+                let size: Int
+                switch type {
+                case 0x16: size = 2
+                case 0x20: size = 4
+                case 0x21: size = 16
+                default: continue
+                }
+                guard data.count >= size, let uuid = try? BluetoothUUID(littleEndian: data.prefix(size)) else { continue }
+                out.append((uuid, Array(data.dropFirst(size))))
+            }
+        }
+        return out
+    }
+
     /// "public" or "random" (resolved identities say so).
     public var addressTypeName: String {
         switch addressType {

@@ -28,9 +28,11 @@ public enum CentralError: Error, Equatable, CustomStringConvertible {
 }
 
 /// The central role on one controller (Vol 3, Part C, 9.3): scanning, initiating, and the
-/// links it makes, each with a GATT client. Beside `PeripheralHost`, not inside it; it owns
-/// the controller it is given (sharing one with peripherals is the next step).
-public final class CentralHost: HCIHostDelegate, ATTServerDelegate {
+/// links it makes, each with a GATT client. Beside `PeripheralHost`, not inside it: it owns a
+/// controller of its own (`init(controller:...)`), or shares the peripherals' one
+/// (`init(sharing:...)` and `PeripheralHost.share(with:)`), getting the events and links that
+/// are the central's.
+public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelegate {
     public static let connectTimeout: Duration = .seconds(10)
     /// The stop waits this long at most for links to close and the controller to reset.
     public static let stopDeadline: Duration = .seconds(3)
@@ -38,6 +40,8 @@ public final class CentralHost: HCIHostDelegate, ATTServerDelegate {
 
     public let controller: String
     public let hci: HCIHost
+    /// Whether another host owns the controller (it initializes, stops and resets it).
+    public let isSharing: Bool
     public let scheduler: TimerScheduling
     public var logger: Logger
     public private(set) var advertisers = AdvertiserTable()
@@ -59,14 +63,32 @@ public final class CentralHost: HCIHostDelegate, ATTServerDelegate {
     private var stopCompletion: (() -> Void)?
     private var stopTimer: TimerID?
 
-    public init(controller: String, name: String = "blemu central", scheduler: TimerScheduling, logger: Logger,
-                output: @escaping (UInt8, ArraySlice<UInt8>) -> Bool) throws(GATTDatabaseError) {
-        self.controller = controller
-        self.scheduler = scheduler
+    /// A central with a controller of its own.
+    public convenience init(controller: String, name: String = "blemu central", scheduler: TimerScheduling, logger: Logger,
+                            output: @escaping (UInt8, ArraySlice<UInt8>) -> Bool) throws(GATTDatabaseError) {
         var logger = logger
         logger[metadataKey: LogKey.controller] = .string(controller)
+        try self.init(controller: controller, name: name, hci: HCIHost(scheduler: scheduler, logger: logger, output: output),
+                      sharing: false, scheduler: scheduler, logger: logger)
+        hci.delegate = self
+    }
+
+    /// A central on the controller of `hci`, which another host owns: that host must pass
+    /// it what is not its own (`PeripheralHost.share(with:)`).
+    public convenience init(sharing hci: HCIHost, controller: String, name: String = "blemu central",
+                            scheduler: TimerScheduling, logger: Logger) throws(GATTDatabaseError) {
+        var logger = logger
+        logger[metadataKey: LogKey.controller] = .string(controller)
+        try self.init(controller: controller, name: name, hci: hci, sharing: true, scheduler: scheduler, logger: logger)
+    }
+
+    private init(controller: String, name: String, hci: HCIHost, sharing: Bool, scheduler: TimerScheduling,
+                 logger: Logger) throws(GATTDatabaseError) {
+        self.controller = controller
+        self.scheduler = scheduler
         self.logger = logger
-        hci = HCIHost(scheduler: scheduler, logger: logger, output: output)
+        self.hci = hci
+        isSharing = sharing
         let gap = Service(GATTType.gapService) {
             Characteristic(GATTType.deviceName, properties: [.read], cachedValue: Array(name.utf8.prefix(248)))
             Characteristic(GATTType.appearance, properties: [.read], cachedValue: [0x00, 0x00])
@@ -75,7 +97,6 @@ public final class CentralHost: HCIHostDelegate, ATTServerDelegate {
             Characteristic(GATTType.serviceChanged, properties: [.indicate], length: .fixed(4))
         }
         database = try GATTDatabase(services: [gap, gatt])
-        hci.delegate = self
     }
 
     // MARK: The controller
@@ -184,8 +205,14 @@ public final class CentralHost: HCIHostDelegate, ATTServerDelegate {
     // MARK: Stopping
 
     /// Scanning off, every link disconnected (0x13), the controller reset; `completion` once
-    /// done or after `stopDeadline`.
+    /// done or after `stopDeadline`. Sharing a controller: scanning off and links asked to
+    /// close, then `completion` at once (the owner's stop waits for them and resets).
     public func stop(completion: @escaping () -> Void) {
+        if isSharing {
+            // The controller's owner resets it; the central only lets go of what is its own.
+            closeForStop()
+            return completion()
+        }
         guard stopCompletion == nil else { return }
         stopCompletion = completion
         scanWanted = nil
@@ -226,6 +253,32 @@ public final class CentralHost: HCIHostDelegate, ATTServerDelegate {
     }
 
     public func hciHost(_ host: HCIHost, didReceive event: HCIEvent) {
+        _ = claim(event)
+    }
+
+    // MARK: HCIRoleSharing
+
+    public func sharedControllerReady() { hciHostDidBecomeReady(hci) }
+
+    public func sharedControllerReset(reason: String) { hciHostDidReset(hci, reason: reason) }
+
+    public func ownsLink(_ handle: UInt16) -> Bool { links[handle] != nil }
+
+    public func receiveACL(_ packet: ACLPacket) { hciHost(hci, didReceiveACL: packet) }
+
+    public func transmitQueueHasRoom(for handle: UInt16) {}
+
+    public var openLinkCount: Int { links.count }
+
+    public func closeForStop() {
+        scanWanted = nil
+        pauseScanning()
+        if connecting != nil { hci.send(.leCreateConnectionCancel) }
+        for handle in links.keys.sorted() { hci.send(.disconnect(handle: handle, reason: HCIStatus.remoteUserTerminated)) }
+    }
+
+    /// Handles the event when it is the central's; false leaves it to the controller's owner.
+    public func claim(_ event: HCIEvent) -> Bool {
         switch event {
         case .leAdvertisingReport(let reports):
             for report in reports {
@@ -245,16 +298,23 @@ public final class CentralHost: HCIHostDelegate, ATTServerDelegate {
                 onAdvertisement?(advertisement, change)
             }
         case .leConnectionComplete(let complete):
+            // 7.7.65.1: role 0x00 is the central's; a failed attempt is ours when one is under way.
+            guard complete.role == 0x00, complete.status == HCIStatus.success || connecting != nil else {
+                return isSharing ? false : { connectionCompleted(complete); return true }()
+            }
             connectionCompleted(complete)
         case let .disconnectionComplete(status, handle, reason):
-            guard status == HCIStatus.success else { return }
+            guard links[handle] != nil else { return false }
+            guard status == HCIStatus.success else { return true }
             linkClosed(handle, reason: reason)
             if stopCompletion != nil, links.isEmpty { resetThenFinish() }
         case let .leConnectionUpdateComplete(status, handle, parameters):
-            guard status == HCIStatus.success, let link = links[handle] else { return }
+            guard let link = links[handle] else { return false }
+            guard status == HCIStatus.success else { return true }
             link.parameters = parameters
             logger.info("link \(handle): interval \(Double(parameters.interval) * 1.25) ms, latency \(parameters.latency), timeout \(Int(parameters.supervisionTimeout) * 10) ms")
         case let .leRemoteConnectionParameterRequest(handle, intervalMin, intervalMax, latency, timeout):
+            guard links[handle] != nil || !isSharing else { return false }
             // Vol 4, Part E, 7.7.65.6: the peer's controller asks; the central host decides.
             let asked = ConnectionParameters(intervalMin: intervalMin, intervalMax: intervalMax, peripheralLatency: latency,
                                              supervisionTimeout: timeout)
@@ -265,11 +325,16 @@ public final class CentralHost: HCIHostDelegate, ATTServerDelegate {
                 hci.send(.leRemoteConnectionParameterRequestNegativeReply(handle: handle))
             }
         case .leLongTermKeyRequest(let handle, _, _):
+            guard links[handle] != nil || !isSharing else { return false }
             // Only a peripheral is asked for a key; refuse whatever asks.
             hci.send(.leLongTermKeyRequestNegativeReply(handle: handle))
+        case let .leDataLengthChange(handle, _, _, _, _), let .lePHYUpdateComplete(_, handle, _, _),
+             let .encryptionChange(_, handle, _):
+            return links[handle] != nil
         default:
-            break
+            return false
         }
+        return true
     }
 
     public func hciHost(_ host: HCIHost, didReceiveACL packet: ACLPacket) {
@@ -324,7 +389,10 @@ public final class CentralHost: HCIHostDelegate, ATTServerDelegate {
         logger.event(.connected, .notice, "connected to \(complete.peerAddress) as central", [
             LogKey.peer: .string(complete.peerAddress.description), LogKey.connHandle: .string("\(complete.handle)"),
         ])
+        // Longer packets and the faster PHY where the controller has them (the peer's controller
+        // may still say no; the link works either way).
         if hci.info.supportsDataLengthExtension { hci.send(.leSetDataLength(handle: complete.handle)) }
+        if hci.info.supports2MPHY { hci.send(.leSetPHY2M(handle: complete.handle)) }
         attempt.completion(.success(link))
         resumeScanning()
     }

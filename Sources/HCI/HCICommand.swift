@@ -28,6 +28,7 @@ public enum HCIOpcode {
     public static let leRemoteConnectionParameterRequestReply: UInt16 = 0x2020
     public static let leRemoteConnectionParameterRequestNegativeReply: UInt16 = 0x2021
     public static let leSetDataLength: UInt16 = 0x2022
+    public static let leSetPHY: UInt16 = 0x2032
     public static let leWriteSuggestedDefaultDataLength: UInt16 = 0x2024
     public static let leReadBufferSizeV2: UInt16 = 0x2060
     public static let leSetAdvertisingSetRandomAddress: UInt16 = 0x2035
@@ -60,7 +61,7 @@ public enum HCIOpcode {
             leLongTermKeyRequestNegativeReply: "LE Long Term Key Request Negative Reply",
             leRemoteConnectionParameterRequestReply: "LE Remote Connection Parameter Request Reply",
             leRemoteConnectionParameterRequestNegativeReply: "LE Remote Connection Parameter Request Negative Reply",
-            leSetDataLength: "LE Set Data Length", leWriteSuggestedDefaultDataLength: "LE Write Suggested Default Data Length",
+            leSetDataLength: "LE Set Data Length", leSetPHY: "LE Set PHY", leWriteSuggestedDefaultDataLength: "LE Write Suggested Default Data Length",
             leReadBufferSizeV2: "LE Read Buffer Size v2",
             leSetAdvertisingSetRandomAddress: "LE Set Advertising Set Random Address",
             leSetExtendedAdvertisingParameters: "LE Set Extended Advertising Parameters",
@@ -322,6 +323,15 @@ public struct HCICommand: Equatable, Sendable {
         p.appendLE(parameters.scanWindow)
         parameters.appendConnectionFields(to: &p)
         return HCICommand(opcode: HCIOpcode.leExtendedCreateConnection, parameters: p)
+    }
+
+    /// Vol 4, Part E, 7.8.49: the host prefers LE 2M both ways; the controllers settle on what
+    /// both support (LE 1M otherwise).
+    public static func leSetPHY2M(handle: UInt16) -> HCICommand {
+        var p: [UInt8] = []
+        p.appendLE(handle)
+        p += [0x00, 0x02, 0x02, 0x00, 0x00]   // All_PHYs 0 (both given), TX and RX prefer LE 2M, no PHY options
+        return HCICommand(opcode: HCIOpcode.leSetPHY, parameters: p)
     }
 
     /// Vol 4, Part E, 7.8.13.

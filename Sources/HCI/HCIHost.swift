@@ -25,6 +25,8 @@ public struct ControllerInfo: Sendable, Equatable {
     public var supportsDataLengthExtension: Bool { leFeatures & (1 << 5) != 0 }
     /// Vol 6, Part B, 4.6 (bit 12): LE Extended Advertising.
     public var supportsExtendedAdvertising: Bool { leFeatures & (1 << 12) != 0 }
+    /// LE 2M PHY (Vol 6, Part B, 4.6, bit 8).
+    public var supports2MPHY: Bool { leFeatures & (1 << 8) != 0 }
 }
 
 /// The outcome of one HCI command.
@@ -550,4 +552,25 @@ public final class HCIHost {
             delegate?.hciHost(self, transmitQueueHasRoomFor: handle)
         }
     }
+}
+
+/// A second role on a controller whose `HCIHost` another host owns: the central beside the
+/// peripherals, as on a board with one radio (Vol 6, Part B, 1.1.1: a device may be in both
+/// roles at once). The owner offers it what the owner does not claim, and asks it to close its
+/// links before a stop resets the controller.
+public protocol HCIRoleSharing: AnyObject {
+    /// The controller finished initialization.
+    func sharedControllerReady()
+    /// The controller was reset or lost: every link is gone.
+    func sharedControllerReset(reason: String)
+    /// An event; true when it was this role's (its links, its scanning, its connection attempts).
+    func claim(_ event: HCIEvent) -> Bool
+    /// Whether `handle` is one of this role's links (its ACL data goes to `receiveACL`).
+    func ownsLink(_ handle: UInt16) -> Bool
+    func receiveACL(_ packet: ACLPacket)
+    func transmitQueueHasRoom(for handle: UInt16)
+    /// The owner is stopping: close every link (0x13) and stop scanning and connecting.
+    func closeForStop()
+    /// How many links of this role are open (the owner resets once they are closed).
+    var openLinkCount: Int { get }
 }

@@ -62,6 +62,16 @@ public final class PeripheralHost {
 
     public var peripherals: [Peripheral] { members.map(\.peripheral) }
 
+    /// The central role on this same controller, when one shares it (`CentralHost(sharing:)`):
+    /// it gets the events and links that are not the peripherals'.
+    public private(set) weak var sharedRole: HCIRoleSharing?
+
+    /// Lets `role` share this controller; it hears of readiness at once when the controller is ready.
+    public func share(with role: HCIRoleSharing) {
+        sharedRole = role
+        if hci.isReady && !isStopping { role.sharedControllerReady() }
+    }
+
     func join(_ peripheral: Peripheral) {
         members.append(Member(peripheral: peripheral))
     }
@@ -78,6 +88,7 @@ public final class PeripheralHost {
     public func controllerDown(reason: String) {
         hci.halt()
         dropPendingLinks()
+        sharedRole?.sharedControllerReset(reason: reason)
         if isStopping {
             for member in members { member.peripheral.controllerWentAway(reason: reason, stopping: true) }
             linkOwners.removeAll()
@@ -170,8 +181,11 @@ public final class PeripheralHost {
 
     func linkClosed(_ handle: UInt16) {
         linkOwners[handle] = nil
-        if isStopping && linkOwners.isEmpty { resetAndFinish() }
+        if isStopping && allLinksClosed { resetAndFinish() }
     }
+
+    /// The peripherals' links and the shared role's.
+    private var allLinksClosed: Bool { linkOwners.isEmpty && (sharedRole?.openLinkCount ?? 0) == 0 }
 
     private func dropPendingLinks() {
         for pending in pendingLinks.values {
@@ -214,11 +228,12 @@ public final class PeripheralHost {
             self?.finishStop()
         }
         for member in members { member.peripheral.closeEverything() }
+        sharedRole?.closeForStop()
         stopTimer = scheduler.schedule(after: Self.linkCloseWait) { [weak self] in
             self?.logger.warning("links did not close within \(Self.linkCloseWait); resetting anyway")
             self?.resetAndFinish()
         }
-        if linkOwners.isEmpty { resetAndFinish() }
+        if allLinksClosed { resetAndFinish() }
     }
 
     func resetAndFinish() {
@@ -241,6 +256,7 @@ public final class PeripheralHost {
         for member in members { member.peripheral.dropAllConnections(reason: "stopped") }
         linkOwners.removeAll()
         dropPendingLinks()
+        sharedRole?.sharedControllerReset(reason: "stopped")
         completion()
     }
 }
@@ -262,15 +278,23 @@ extension PeripheralHost: HCIHostDelegate {
             let set = advertiser.takeSet()
             member.peripheral.hostReady(advertisingSet: set)
         }
+        sharedRole?.sharedControllerReady()
     }
 
     public func hciHostDidReset(_ host: HCIHost, reason: String) {
         dropPendingLinks()
         for member in members { member.peripheral.hostReset(reason: reason) }
         linkOwners.removeAll()
+        sharedRole?.sharedControllerReset(reason: reason)
     }
 
     public func hciHost(_ host: HCIHost, didReceive event: HCIEvent) {
+        // The central role's links, scanning and attempts are its own (it claims them first:
+        // an LE Connection Complete in the central role is not a peripheral's).
+        if let shared = sharedRole, shared.claim(event) {
+            if case .disconnectionComplete = event, isStopping, allLinksClosed { resetAndFinish() }
+            return
+        }
         switch event {
         case .leConnectionComplete(let complete):
             connectionCompleted(complete)
@@ -305,6 +329,10 @@ extension PeripheralHost: HCIHostDelegate {
     }
 
     public func hciHost(_ host: HCIHost, didReceiveACL packet: ACLPacket) {
+        if let shared = sharedRole, shared.ownsLink(packet.handle) {
+            shared.receiveACL(packet)
+            return
+        }
         if let peripheral = linkOwners[packet.handle] {
             peripheral.receiveACL(packet)
             return
@@ -325,6 +353,10 @@ extension PeripheralHost: HCIHostDelegate {
     }
 
     public func hciHost(_ host: HCIHost, transmitQueueHasRoomFor handle: UInt16) {
+        if let shared = sharedRole, shared.ownsLink(handle) {
+            shared.transmitQueueHasRoom(for: handle)
+            return
+        }
         owner(of: handle)?.deviceMayProceed()
     }
 }

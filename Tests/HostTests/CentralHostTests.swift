@@ -16,8 +16,9 @@ final class CentralBench {
     var advertisements: [(Advertisement, AdvertiserTable.Change)] = []
     let peer = BluetoothAddress("C4:11:22:33:44:55")!
 
-    init(extended: Bool) throws {
+    init(extended: Bool, twoMegabit: Bool = false) throws {
         controller.extendedAdvertisingSets = extended ? 4 : 0
+        controller.supports2MPHY = twoMegabit
         let controller = self.controller
         host = try CentralHost(controller: "scripted", scheduler: scheduler,
                                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
@@ -60,12 +61,14 @@ let servicesData: [UInt8] = [0x05, 0x03, 0x0D, 0x18, 0x0F, 0x18]
         #expect(b.controller.commands(HCIOpcode.leSetExtendedScanEnable).last?.parameters.first == 1)
         #expect(b.controller.commands(HCIOpcode.leSetScanEnable).isEmpty)
         b.extendedReport(nameData, scanResponse: false)
-        b.extendedReport(servicesData, scanResponse: true)
+        // Service Data for 0x181A (Core Supplement, Part A, 1.11) in the scan response.
+        b.extendedReport(servicesData + [0x05, 0x16, 0x1A, 0x18, 0xAA, 0xBB], scanResponse: true)
         b.extendedReport(nameData, scanResponse: false, rssi: -60)
         #expect(b.advertisements.map(\.1) == [.new, .content, .rssi])
         let last = try #require(b.advertisements.last?.0)
         #expect(last.name == "Test" && last.services == [BluetoothUUID(0x180D), BluetoothUUID(0x180F)])
         #expect(last.rssi == -60 && last.isConnectable && last.txPower == nil)
+        #expect(last.serviceData.map(\.uuid) == [BluetoothUUID(0x181A)] && last.serviceData.first?.data == [0xAA, 0xBB])
         b.host.stopScanning()
         #expect(b.controller.commands(HCIOpcode.leSetExtendedScanEnable).last?.parameters.first == 0)
     }
@@ -120,9 +123,12 @@ let servicesData: [UInt8] = [0x05, 0x03, 0x0D, 0x18, 0x0F, 0x18]
     }
 
     @Test func theGATTClientRunsOverTheLink() throws {
-        let b = try CentralBench(extended: false)
+        let b = try CentralBench(extended: false, twoMegabit: true)
         let link = try b.connect()
         #expect(b.controller.commands(HCIOpcode.leCreateConnection).count == 1)
+        // Longer packets and LE 2M asked for, as the controller allows.
+        #expect(b.controller.commands(HCIOpcode.leSetDataLength).count == 1)
+        #expect(b.controller.commands(HCIOpcode.leSetPHY).first?.parameters == [0x40, 0x00, 0x00, 0x02, 0x02, 0x00, 0x00])
         var value: Result<[UInt8], GATTClientError>?
         link.client.read(0x0003) { value = $0 }
         #expect(b.controller.takeL2CAP(handle: 0x40, cid: L2CAPChannel.att) == [[0x0A, 0x03, 0x00]])
@@ -146,6 +152,7 @@ let servicesData: [UInt8] = [0x05, 0x03, 0x0D, 0x18, 0x0F, 0x18]
     @Test func connectionParameterUpdateRequestsAreAnsweredByTheRules() throws {
         let b = try CentralBench(extended: false)
         _ = try b.connect()
+        #expect(b.controller.commands(HCIOpcode.leSetPHY).isEmpty)
         var request: [UInt8] = [0x12, 0x07, 0x08, 0x00]
         for value: UInt16 in [24, 40, 0, 400] { request.appendLE(value) }
         b.controller.sendL2CAP(handle: 0x40, cid: L2CAPChannel.leSignaling, request)

@@ -10,6 +10,8 @@ final class ScriptedController {
     var aclBufferCount: UInt8 = 4
     var aclBufferSize: UInt16 = 27
     var supportsDataLengthExtension = true
+    /// LE 2M PHY (LE feature bit 8).
+    var supports2MPHY = false
     /// LE Extended Advertising with this many sets (0: a legacy-only controller).
     var extendedAdvertisingSets: UInt8 = 0
     var advertisingTxPower: Int8 = -4
@@ -95,7 +97,8 @@ final class ScriptedController {
         case HCIOpcode.readLocalSupportedFeatures:
             returned += [UInt8](repeating: 0, count: 8)
         case HCIOpcode.leReadLocalSupportedFeatures:
-            returned += [supportsDataLengthExtension ? 0x20 : 0x00, extendedAdvertisingSets > 0 ? 0x10 : 0x00, 0, 0, 0, 0, 0, 0]
+            returned += [supportsDataLengthExtension ? 0x20 : 0x00,
+                         (extendedAdvertisingSets > 0 ? 0x10 : 0x00) | (supports2MPHY ? 0x01 : 0x00), 0, 0, 0, 0, 0, 0]
         case HCIOpcode.leReadNumberOfSupportedAdvertisingSets:
             returned.append(extendedAdvertisingSets)
         case HCIOpcode.leSetExtendedAdvertisingParameters:

@@ -291,3 +291,61 @@ def test_a_malformed_profile_is_refused_before_anything_starts(tmp_path):
     result = run_cli(["run", str(path), "--controller", "tcp:127.0.0.1:1"])
     assert result.returncode == 64, result.describe()
     assert f"{path}: services[0].characteristics[0].properties[1]: 'teleport' is not one of" in result.stderr, result.describe()
+
+
+def test_the_lock_dumps_with_its_services(rootcanal):
+    lock = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("LK"), device="lock"), rootcanal)
+    try:
+        result = blemu_cli(rootcanal, "gatt", "--name", lock.name, "dump", "--json")
+        assert result.returncode == 0, result.describe()
+        services = {service["uuid"]: service for service in json_lines(result)[0]["services"]}
+        lock_service = services["7d3c0200-9a5e-4d1a-8f6e-5c1b2d3e4f50"]
+        chars = {c["uuid"]: c for c in lock_service["characteristics"]}
+        assert chars["7d3c0201-9a5e-4d1a-8f6e-5c1b2d3e4f50"]["value"] == "01"   # starts locked
+        assert chars["7d3c0202-9a5e-4d1a-8f6e-5c1b2d3e4f50"]["properties"] == ["write", "indicate"]
+        # The event log is long, dynamic text: read whole.
+        log = chars["7d3c0203-9a5e-4d1a-8f6e-5c1b2d3e4f50"]
+        assert log["decoded"].startswith('"') and bytes.fromhex(log["value"]).decode(), log
+    finally:
+        assert lock.stop() == 0, lock.log_tail()
+
+
+def test_captured_notifications_are_replayed_by_the_clone(rootcanal, heart_rate, tmp_path):
+    dump = blemu_cli(rootcanal, "gatt", "--name", heart_rate.name, "dump", "--profile", "--capture", "3")
+    assert dump.returncode == 0, dump.describe()
+    profile = json.loads(dump.stdout)
+    [measurement] = [c for s in profile["services"] for c in s["characteristics"] if c["uuid"] == "2A37"]
+    captured = measurement.get("notifications", [])
+    assert len(captured) >= 2, measurement
+    name = unique_name("CL")
+    profile["name"] = name
+    path = tmp_path / "hr.json"
+    path.write_text(json.dumps(profile))
+    clone = BlemuProcess(rootcanal.controller_spec, None, device=str(path)).start()
+    try:
+        clone.wait_advertising(rootcanal, name=name)
+        result = blemu_cli(rootcanal, "gatt", "--name", name, "subscribe", "2A37", "--count", "3", "--json")
+        assert result.returncode == 0, result.describe()
+        values = [line["value"] for line in json_lines(result)]
+        assert len(values) == 3 and all(value in captured for value in values), (values, captured)
+        # In turn, as captured: consecutive values follow each other in the capture.
+        pairs = {(captured[i], captured[(i + 1) % len(captured)]) for i in range(len(captured))}
+        assert (values[0], values[1]) in pairs and (values[1], values[2]) in pairs, (values, captured)
+    finally:
+        assert clone.stop() == 0, clone.log_tail()
+
+
+def test_a_silent_peripheral_hits_the_30_s_att_timeout(rootcanal, tmp_path):
+    """Vol 3, Part F, 3.3.3, for real: blemu's own fault injection holds every read of Body
+    Sensor Location for 40 s; the central gives up after 30 s with a timeout, named."""
+    control = str(tmp_path / "ctl.sock")
+    silent = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("SL"), extra_args=["--control", control]), rootcanal)
+    try:
+        fault = run_cli(["ctl", control, "fault", "heart-rate", "2A38", "delay", "40000"])
+        assert fault.returncode == 0, fault.describe()
+        result = blemu_cli(rootcanal, "gatt", "--name", silent.name, "read", "2A38", timeout=60)
+        assert result.returncode == 1, result.describe()
+        assert "no response within 30 s" in result.stderr, result.describe()
+        assert 30 <= result.elapsed < 45, result.describe()
+    finally:
+        assert silent.stop() == 0, silent.log_tail()

@@ -1,0 +1,70 @@
+import BlemuATT
+import BlemuCentral
+import BlemuCore
+import BlemuDevices
+import BlemuGATTClient
+import BlemuHCI
+import BlemuHost
+import BlemuL2CAP
+import Logging
+import Testing
+
+/// One controller, two roles: a heart-rate peripheral and a central on the same HCI host, as
+/// on a board with one radio. Each gets its own events and links, and a stop closes both.
+@Suite struct SharedRoleTests {
+    final class Bench {
+        let bench: SharedBench
+        let central: CentralHost
+        var reports = 0
+
+        init(extended: Bool) throws {
+            bench = try SharedBench(devices: [HeartRateDevice()], sets: extended ? 4 : 0)
+            central = try CentralHost(sharing: bench.host.hci, controller: "scripted", scheduler: bench.scheduler,
+                                      logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+            bench.host.share(with: central)
+            central.onAdvertisement = { [unowned self] _, _ in self.reports += 1 }
+        }
+    }
+
+    @Test func eachRoleGetsItsOwnLinks() throws {
+        let b = try Bench(extended: true)
+        #expect(b.central.isReady)
+        b.central.startScanning()
+        #expect(b.bench.controller.commands(HCIOpcode.leSetExtendedScanEnable).last?.parameters.first == 1)
+        // A central link: not a pending peripheral link waiting for its advertising set.
+        var link: CentralLink?
+        b.central.connect(to: BluetoothAddress("C4:11:22:33:44:55")!, addressType: 1) { link = try? $0.get() }
+        b.bench.controller.centralConnected(handle: 0x0050, peer: BluetoothAddress("C4:11:22:33:44:55")!)
+        let central = try #require(link)
+        #expect(b.central.links.count == 1 && b.bench.host.connectionCount == 0)
+        // A peripheral link from advertising set 1 goes to the heart rate device.
+        b.bench.controller.connect(handle: 0x0040, peer: BluetoothAddress("D0:11:22:33:44:55")!, set: 1)
+        #expect(b.bench.host.connectionCount == 1 && b.central.links.count == 1)
+        // ATT on each link reaches its own side: the peripheral's server answers its central...
+        #expect(b.bench.deviceName(on: 0x0040) == "Shared 0")
+        // ...and the central's client gets its response.
+        var value: [UInt8]?
+        central.client.read(0x0003) { value = try? $0.get() }
+        #expect(b.bench.controller.takeL2CAP(handle: 0x0050, cid: L2CAPChannel.att) == [[0x0A, 0x03, 0x00]])
+        b.bench.controller.sendL2CAP(handle: 0x0050, cid: L2CAPChannel.att, [0x0B, 0x01])
+        #expect(value == [0x01])
+        // Disconnections go to their own side.
+        b.bench.controller.disconnect(handle: 0x0050)
+        #expect(b.central.links.isEmpty && b.bench.host.connectionCount == 1)
+    }
+
+    @Test func aStopClosesBothRolesLinksBeforeTheReset() throws {
+        let b = try Bench(extended: true)
+        var link: CentralLink?
+        b.central.connect(to: BluetoothAddress("C4:11:22:33:44:55")!, addressType: 1) { link = try? $0.get() }
+        b.bench.controller.centralConnected(handle: 0x0050, peer: BluetoothAddress("C4:11:22:33:44:55")!)
+        #expect(link != nil)
+        var stopped = false
+        b.bench.host.stop { stopped = true }
+        #expect(b.bench.controller.commands(HCIOpcode.disconnect).map { $0.parameters.prefix(2) } == [[0x50, 0x00]])
+        #expect(b.bench.controller.commands(HCIOpcode.reset).count == 1)   // the initialization's only
+        b.bench.controller.disconnect(handle: 0x0050)
+        #expect(b.bench.controller.commands(HCIOpcode.reset).count == 2 && stopped)
+        #expect(link?.isOpen == false)
+    }
+}
