@@ -63,7 +63,7 @@ let package = Package(
             .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Sources/Host"),
         .target(name: "BlemuDevices", dependencies: ["BlemuCore", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost",
-            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Logging", package: "swift-log"), .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Devices"),
         // Configuration files: devices and their options, checked before anything starts.
         // GATT profiles: a cloned device's database and values, read from JSON and served as a device.

@@ -14,6 +14,7 @@ public enum DeviceRegistry {
         // The PIN: `LockDevice(pin:)` (check it with `LockDevice.pinRefusal`), or the `pin` setting
         // before start; with neither, the lock makes one up and logs it.
         Entry(name: LockDevice.deviceName, summary: LockDevice.summary, make: { LockDevice() }),
+        Entry(name: ChatDevice.deviceName, summary: ChatDevice.summary, make: { ChatDevice() }),
     ]
 
     public static func entry(named name: String) -> Entry? { all.first { $0.name == name } }

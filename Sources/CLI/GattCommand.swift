@@ -204,7 +204,9 @@ final class GattRun {
             client.discoverAll { [self] result in
                 switch result {
                 case .failure(let error): fail("discovery: \(error)")
-                case .success(let services): run(services)
+                case .success(let services):
+                    // Follow database changes from here on, as phones do; a refusal changes nothing else.
+                    client.followServiceChanged { [self] _ in run(services) }
                 }
             }
         }
@@ -273,6 +275,14 @@ final class GattRun {
             }
             client.onNotification = handler
             client.onIndication = handler
+            // Vol 3, Part G, 7.1: the client has rediscovered the range by now; say so, and end
+            // if what we listen to is gone.
+            client.onServiceChanged = { [self] range in
+                session.logger.notice("the peripheral changed its database (handles \(Hex.word(range.lowerBound))-\(Hex.word(range.upperBound))): rediscovered")
+                if client.services.characteristic(uuid) == nil {
+                    fail("characteristic \(uuid) is gone: the peripheral took it out (Service Changed)")
+                }
+            }
             client.configure(characteristic, notify: notify, indicate: !notify) { [self] result in
                 if case .failure(let error) = result { fail("subscribe \(uuid): \(error)") }
             }

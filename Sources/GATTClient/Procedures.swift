@@ -168,6 +168,16 @@ extension GATTClient {
         enqueue(PreparedWrites(writes, completion))
     }
 
+    /// Asks the server for Service Changed indications (Vol 3, Part G, 7.1), so `services`
+    /// follows its database; succeeds at once when it has no Service Changed characteristic.
+    public func followServiceChanged(completion: @escaping Completion<Void>) {
+        guard let serviceChanged = services.characteristic(GATTType.serviceChanged, in: GATTType.gattService),
+              serviceChanged.properties.contains(.indicate), serviceChanged.clientConfigurationHandle != nil else {
+            return completion(.success(()))
+        }
+        configure(serviceChanged, notify: false, indicate: true, completion: completion)
+    }
+
     // MARK: 4.10 – 4.11 Notifications and indications
 
     /// Writes the characteristic's CCCD (Vol 3, Part G, 3.3.3.3): notifications, indications,

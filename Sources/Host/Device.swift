@@ -11,16 +11,19 @@ public protocol DeviceContext: AnyObject {
     var logger: Logger { get }
     /// The centrals connected now.
     var peers: [ATTPeer] { get }
-    /// Notifies every central that enabled notifications. False when a transmit queue was full
-    /// for at least one of them: the device hears `peripheralIsReady` when there is room again,
-    /// like Core Bluetooth's updateValue / peripheralManagerIsReady(toUpdateSubscribers:).
-    @discardableResult func notify(_ characteristic: Characteristic, value: [UInt8]) -> Bool
+    /// Notifies every central that enabled notifications (or only `peer`). False when a
+    /// transmit queue was full for at least one of them: the device hears `peripheralIsReady`
+    /// when there is room again, like Core Bluetooth's updateValue /
+    /// peripheralManagerIsReady(toUpdateSubscribers:).
+    @discardableResult func notify(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?) -> Bool
     /// Indicates to every central that enabled indications (or only `peer`). False when a queue
     /// was full for at least one of them: the device hears `peripheralIsReady` when there is
     /// room again. `completion` is called once for each central the indication was queued
     /// for, when it is confirmed, times out (30 s) or its link closes first.
     @discardableResult func indicate(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?,
                                      completion: IndicationCompletion?) -> Bool
+    /// The ATT_MTU of `peer`'s link (23 when it is not connected): a notification carries ATT_MTU - 3 bytes.
+    func attMTU(of peer: ATTPeer) -> Int
     /// Whether `peer` (or any central, when nil) enabled notifications or indications.
     func isSubscribed(_ characteristic: Characteristic, peer: ATTPeer?, indications: Bool) -> Bool
     /// Logs an event with the device's metadata.
@@ -29,6 +32,12 @@ public protocol DeviceContext: AnyObject {
 }
 
 extension DeviceContext {
+    /// Notifies every central that enabled notifications.
+    @discardableResult
+    public func notify(_ characteristic: Characteristic, value: [UInt8]) -> Bool {
+        notify(characteristic, value: value, to: nil)
+    }
+
     /// Indicates without waiting to hear how each indication ended.
     @discardableResult
     public func indicate(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer? = nil) -> Bool {

@@ -11,10 +11,10 @@ extension Peripheral: DeviceContext {
     public var peers: [ATTPeer] { connections.values.map(\.peer).sorted { $0.connectionHandle < $1.connectionHandle } }
 
     @discardableResult
-    public func notify(_ characteristic: Characteristic, value: [UInt8]) -> Bool {
+    public func notify(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?) -> Bool {
         var all = true
-        for connection in connections.values where connection.server.notify(characteristic, value: value) == .queueFull {
-            all = false
+        for connection in connections.values where peer == nil || connection.peer == peer {
+            if connection.server.notify(characteristic, value: value) == .queueFull { all = false }
         }
         if !all { deviceWaitingForRoom = true }
         return all
@@ -29,6 +29,10 @@ extension Peripheral: DeviceContext {
         }
         if !all { deviceWaitingForRoom = true }
         return all
+    }
+
+    public func attMTU(of peer: ATTPeer) -> Int {
+        connections[peer.connectionHandle].map { $0.peer == peer ? $0.server.mtu : ATTServer.defaultMTU } ?? ATTServer.defaultMTU
     }
 
     public func isSubscribed(_ characteristic: Characteristic, peer: ATTPeer?, indications: Bool) -> Bool {

@@ -233,8 +233,9 @@ extension Result {
     @Test func serviceChangedRediscoversTheRange() throws {
         let b = try Bearer()
         let before = try #require(b.run { $0.discoverAll(completion: $1) }?.value)
-        let gatt = try #require(before.characteristic(GATTType.serviceChanged))
-        #expect(b.run { $0.configure(gatt, notify: false, indicate: true, completion: $1) }?.value != nil)
+        #expect(before.characteristic(GATTType.serviceChanged) != nil)
+        #expect(b.run { $0.followServiceChanged(completion: $1) }?.value != nil)
+        #expect(b.server.clientConfiguration(b.serviceChanged) == 0x0002)
         var changed: [ClosedRange<UInt16>] = []
         b.client.onServiceChanged = { changed.append($0) }
         let range = try #require(try b.database.setService(b.battery, present: false))

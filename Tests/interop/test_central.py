@@ -9,9 +9,12 @@ or what the Bumble peripheral was given.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import struct
+import subprocess
 import threading
+import time
 
 import pytest
 from bumble import gatt
@@ -20,7 +23,7 @@ from bumble.device import Device
 from bumble.transport import open_transport
 
 from bumble_central import bumble_transport_spec
-from harness import BlemuProcess, run_cli, start_advertising, unique_name
+from harness import BlemuProcess, blemu_binary, run_cli, start_advertising, unique_name
 
 THERMOSTAT_TARGET = "7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50"
 
@@ -157,6 +160,7 @@ def test_gatt_write_then_read_back_on_the_thermostat(rootcanal, thermostat):
 CUSTOM_SERVICE = "6e400001-b5a3-f393-e0a9-e50e24dcca9e"
 CUSTOM_LONG = "6e400003-b5a3-f393-e0a9-e50e24dcca9e"
 CUSTOM_WRITE = "6e400002-b5a3-f393-e0a9-e50e24dcca9e"
+CUSTOM_INDICATE = "6e400004-b5a3-f393-e0a9-e50e24dcca9e"
 INCLUDED_SERVICE = "6e400010-b5a3-f393-e0a9-e50e24dcca9e"
 LONG_VALUE = bytes(range(200))
 
@@ -190,9 +194,12 @@ class BumblePeripheral:
                 gatt.Characteristic.READABLE | gatt.Characteristic.WRITEABLE,
                 gatt.CharacteristicValue(read=lambda _: self.written[-1] if self.written else b"",
                                          write=lambda _, value: self.written.append(bytes(value))))
+            indicating = gatt.Characteristic(CUSTOM_INDICATE, gatt.Characteristic.Properties.INDICATE,
+                                             gatt.Characteristic.READABLE, b"")
             service = gatt.Service(CUSTOM_SERVICE, [
                 gatt.Characteristic(CUSTOM_LONG, gatt.Characteristic.Properties.READ, gatt.Characteristic.READABLE, LONG_VALUE),
                 written,
+                indicating,
             ], included_services=[included])
             device.add_services([included, service])
             device.advertising_data = bytes(AdvertisingData([
@@ -202,7 +209,14 @@ class BumblePeripheral:
             await device.power_on()
             await device.start_advertising(auto_restart=True)
             self.ready.set()
-            await self.stopping.wait()
+            # Indications to whoever subscribed, a counter, every 300 ms.
+            count = 0
+            while not self.stopping.is_set():
+                with contextlib.suppress(Exception):
+                    await device.indicate_subscribers(indicating, bytes([count & 0xFF]))
+                count += 1
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.stopping.wait(), 0.3)
             await device.stop_advertising()
 
     def start(self) -> "BumblePeripheral":
@@ -234,6 +248,11 @@ def test_gatt_against_bumble_long_values_includes_and_long_writes(rootcanal):
         assert peripheral.written[-1] == long_write, peripheral.written
         text = blemu_cli(rootcanal, "gatt", "--name", name, "write", CUSTOM_WRITE, "--text", "hello")
         assert text.returncode == 0 and peripheral.written[-1] == b"hello", text.describe()
+        # Indications from an independent server, each confirmed (or Bumble would send no more).
+        indications = blemu_cli(rootcanal, "gatt", "--name", name, "subscribe", CUSTOM_INDICATE, "--count", "3", "--json")
+        assert indications.returncode == 0, indications.describe()
+        counters = [int(line["value"], 16) for line in json_lines(indications)]
+        assert len(counters) == 3 and all((b - a) % 256 == 1 for a, b in zip(counters, counters[1:])), counters
     finally:
         peripheral.stop()
 
@@ -349,3 +368,34 @@ def test_a_silent_peripheral_hits_the_30_s_att_timeout(rootcanal, tmp_path):
         assert 30 <= result.elapsed < 45, result.describe()
     finally:
         assert silent.stop() == 0, silent.log_tail()
+
+
+def test_service_changed_reaches_a_subscribed_central(rootcanal, tmp_path):
+    """Vol 3, Part G, 7.1 for real: while `blemu gatt` listens to Battery Level, the peripheral
+    takes the Battery service out (the control socket's `service`); the client rediscovers and
+    ends, saying what is gone."""
+    control = str(tmp_path / "ctl.sock")
+    sensor = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("SC"), extra_args=["--control", control]), rootcanal)
+    try:
+        binary = str(blemu_binary())
+        watcher = subprocess.Popen([binary, "gatt", "--controller", rootcanal.controller_spec, "--name", sensor.name,
+                                    "--log-level", "notice", "subscribe", "2A19"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 20
+            while not any(link for device in json.loads(run_cli(["ctl", control, "list"]).stdout)["devices"]
+                          for link in device["connections"]):
+                assert time.monotonic() < deadline and watcher.poll() is None, "the central never connected"
+                time.sleep(0.2)
+            time.sleep(3)   # discovery and the CCCD write done
+            change = run_cli(["ctl", control, "service", "heart-rate", "180F", "off"])
+            assert change.returncode == 0 and json.loads(change.stdout)["indicated"] == 1, change.describe()
+            _, stderr = watcher.communicate(timeout=20)
+        finally:
+            if watcher.poll() is None:
+                watcher.kill()
+        text = stderr.decode(errors="replace")
+        assert watcher.returncode == 1, text
+        assert "changed its database" in text and "characteristic 2A19 is gone" in text, text
+    finally:
+        assert sensor.stop() == 0, sensor.log_tail()

@@ -1,0 +1,252 @@
+import ArgumentParser
+import BlemuCentral
+import BlemuControl
+import BlemuCore
+import BlemuDevices
+import BlemuGATT
+import BlemuGATTClient
+import BlemuHost
+import BlemuRunLoop
+import BlemuTransport
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `blemu chat`: a headless chat over BLE in the seed app's plain protocol. As the peripheral it
+/// hosts the room (the `chat` device); as the central it joins the first chat host it finds.
+/// Lines from stdin are sent; lines received go to stdout as `[NAME] text`; status to stderr.
+struct ChatCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "chat",
+        abstract: "Chat over BLE, headless: stdin lines are sent, received lines printed as [NAME] text.",
+        discussion: "--role peripheral hosts a room (the chat device); --role central joins the first chat host found (its name containing --room, when given). stdin may be a pipe, a file or /dev/null.")
+
+    enum Role: String, ExpressibleByArgument, CaseIterable { case peripheral, central }
+
+    @Option(name: .customLong("controller"), help: "Controller spec (default: $BLEMU_CONTROLLER).")
+    var controller: String?
+
+    @Option(help: "peripheral (host the room) or central (join one).")
+    var role: Role = .peripheral
+
+    @Option(help: "Your name: the host's advertised name, or how a central's lines are signed by the host.")
+    var name: String?
+
+    @Option(help: ArgumentHelp("central: join a host whose name contains this.", valueName: "NAME"))
+    var room: String?
+
+    @Option(name: .customLong("log-level"), help: "Log level for stderr (default: notice).")
+    var logLevel: Logger.Level = .notice
+
+    /// The longest line taken from stdin; a longer one ends the reading of stdin, with a warning.
+    static let maxLineBytes = 4096
+
+    func run() throws {
+        try LogSetup.bootstrap(destination: .stderr, level: logLevel)
+        defer { LogSetup.finish() }
+        let logger = Logger(label: "blemu.chat")
+        switch role {
+        case .peripheral: try host(logger: logger)
+        case .central: try join(logger: logger)
+        }
+    }
+
+    // MARK: Host
+
+    private func host(logger: Logger) throws {
+        let text = controller ?? getenv("BLEMU_CONTROLLER").map { String(cString: $0) }
+        guard let text, !text.isEmpty else { throw ValidationError("give --controller SPEC or set BLEMU_CONTROLLER") }
+        let spec: ControllerSpec
+        do { spec = try ControllerSpec(parsing: text) } catch { throw ValidationError(error.description) }
+        let loop: RunLoop
+        do { loop = try RunLoop() } catch { throw RuntimeFailure("cannot start the run loop: \(error)") }
+        let device = ChatDevice()
+        let localName = name ?? device.profile.defaultName
+        device.hostName = localName
+        device.onMessage = { sender, text in emitLine(sender.map { "[\($0)] \(text)" } ?? text) }
+        let emulator = Emulator(spec: spec, loop: loop, logger: logger)
+        do {
+            try emulator.add(device: device, configuration: PeripheralConfiguration(name: localName, controller: spec.description))
+        } catch {
+            throw RuntimeFailure("chat device: \(error)")
+        }
+        var failure: String?
+        var stopping = false
+        func stop() {
+            guard !stopping else { return }
+            stopping = true
+            emulator.stop { loop.stop() }
+        }
+        emulator.onFatal = { message in
+            failure = message
+            stop()
+        }
+        let input = StdinLines(loop: loop, logger: logger) { line in
+            device.send(line)
+            emitLine("[\(localName)] \(line)")
+        }
+        do {
+            try loop.handleSignals([SIGINT, SIGTERM]) { _ in
+                if stopping { Glibc.exit(130) }
+                stop()
+            }
+        } catch {
+            throw RuntimeFailure("cannot handle signals: \(error)")
+        }
+        logger.notice("hosting chat room '\(localName)' on \(spec)")
+        emulator.start()
+        input.start()
+        loop.run()
+        input.stop()
+        if let failure { throw RuntimeFailure(failure) }
+    }
+
+    // MARK: Join
+
+    private func join(logger: Logger) throws {
+        let session = try CentralSession(controller: controller, logger: logger)
+        let host = session.host
+        var link: CentralLink?
+        var message: RemoteCharacteristic?
+        var pending: [String] = []
+        var sending = false
+        var connecting = false
+
+        /// Writes the next waiting line, one at a time, in order; a line longer than
+        /// ATT_MTU - 3 goes as a long write.
+        func sendNext() {
+            guard !sending, let link, let message, link.isOpen, !pending.isEmpty else { return }
+            sending = true
+            let line = pending.removeFirst()
+            link.client.write(message.valueHandle, Array(line.utf8)) { result in
+                sending = false
+                if case .failure(let error) = result {
+                    logger.warning("a line was not sent: \(error)")
+                }
+                sendNext()
+            }
+        }
+
+        let input = StdinLines(loop: session.loop, logger: logger) { line in
+            pending.append(line)
+            sendNext()
+        }
+        host.onReady = { host.startScanning(active: true) }
+        host.onError = { message in session.finish(failure: message) }
+        host.onAdvertisement = { advertisement, _ in
+            guard !connecting, advertisement.isConnectable, advertisement.services.contains(ChatDevice.serviceUUID),
+                  room.map({ advertisement.name.contains($0) }) ?? true else { return }
+            connecting = true
+            host.stopScanning()
+            host.connect(to: advertisement.address, addressType: advertisement.addressType) { result in
+                guard case .success(let made) = result else {
+                    connecting = false
+                    host.startScanning(active: true)
+                    return
+                }
+                link = made
+                logger.notice("joined chat room '\(advertisement.name)' (\(advertisement.address))")
+                made.onDisconnected = { reason in
+                    session.finish(failure: "the chat host left (reason \(Hex.byte(reason)))")
+                }
+                made.client.onNotification = { _, value in
+                    // The host relays "NAME: text"; its announcements start with "* ".
+                    let text = String(decoding: value, as: UTF8.self)
+                    if let colon = text.range(of: ": "), !text.hasPrefix("* ") {
+                        emitLine("[\(text[..<colon.lowerBound])] \(text[colon.upperBound...])")
+                    } else {
+                        emitLine(text)
+                    }
+                }
+                made.client.exchangeMTU { _ in
+                    made.client.discoverAll { discovered in
+                        guard case .success(let services) = discovered,
+                              let found = services.characteristic(ChatDevice.messageUUID, in: ChatDevice.serviceUUID) else {
+                            return session.finish(failure: "\(advertisement.address) has no chat message characteristic")
+                        }
+                        message = found
+                        made.client.configure(found, notify: true, indicate: false) { subscribed in
+                            if case .failure(let error) = subscribed {
+                                return session.finish(failure: "cannot subscribe to the chat: \(error)")
+                            }
+                            sendNext()
+                        }
+                    }
+                }
+            }
+        }
+        input.start()
+        try session.run()
+        input.stop()
+    }
+}
+
+/// Lines from stdin on the run loop, whatever stdin is: a pipe or terminal is watched
+/// (nonblocking), a regular file or /dev/null is read at once (epoll does not take files).
+/// At end of input it only stops reading: the chat goes on listening.
+final class StdinLines {
+    private let loop: RunLoop
+    private let logger: Logger
+    private let onLine: (String) -> Void
+    private var buffer = LineBuffer(maxLineLength: ChatCommand.maxLineBytes)
+    private var watching = false
+
+    init(loop: RunLoop, logger: Logger, onLine: @escaping (String) -> Void) {
+        self.loop = loop
+        self.logger = logger
+        self.onLine = onLine
+    }
+
+    func start() {
+        let flags = fcntl(0, F_GETFL)
+        if flags >= 0 { _ = fcntl(0, F_SETFL, flags | O_NONBLOCK) }
+        do {
+            try loop.register(fd: 0, events: .readable) { [weak self] _ in self?.readAvailable() }
+            watching = true
+        } catch {
+            // A regular file (or /dev/null): reads never block, so it is read now, on the loop.
+            loop.schedule(after: .zero) { [weak self] in self?.readAvailable() }
+        }
+    }
+
+    func stop() {
+        if watching { loop.unregister(fd: 0) }
+        watching = false
+    }
+
+    private func readAvailable() {
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(0, $0.baseAddress, $0.count) }
+            if count > 0 {
+                buffer.append(contentsOf: chunk[..<count])
+                drain()
+                continue
+            }
+            if count < 0 && (errno == EAGAIN || errno == EINTR) { return }
+            // End of input (or an error): the rest of a last line without newline counts too.
+            if buffer.pendingCount > 0 {
+                buffer.append(contentsOf: [UInt8(ascii: "\n")])
+                drain()
+            }
+            stop()
+            return
+        }
+    }
+
+    private func drain() {
+        while let line = buffer.nextLine() {
+            switch line {
+            case .line(let bytes):
+                let text = String(decoding: bytes, as: UTF8.self)
+                if !text.isEmpty { onLine(text) }
+            case .tooLong:
+                logger.warning("a stdin line longer than \(ChatCommand.maxLineBytes) bytes was cut off; stdin is no longer read")
+                stop()
+                return
+            }
+        }
+    }
+}

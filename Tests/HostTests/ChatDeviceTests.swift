@@ -1,0 +1,94 @@
+import BlemuATT
+import BlemuCore
+import BlemuDevices
+import BlemuGATT
+import BlemuHCI
+import BlemuHost
+import BlemuL2CAP
+import Testing
+
+/// The chat host over the whole stack: members are centrals subscribed to Message; what one
+/// writes reaches the others, signed; a member that cannot keep up is told what it missed.
+@Suite struct ChatDeviceTests {
+    final class Room {
+        let device = ChatDevice()
+        let bench: SharedBench
+        var lines: [String] = []
+        let a = BluetoothAddress("C4:00:00:00:AA:01")!
+        let b = BluetoothAddress("C4:00:00:00:BB:02")!
+
+        init() throws {
+            bench = try SharedBench(devices: [device], sets: 4)
+            device.hostName = "Host"
+            device.onMessage = { [unowned self] sender, text in self.lines.append(sender.map { "[\($0)] \(text)" } ?? text) }
+        }
+
+        func join(_ handle: UInt16, _ peer: BluetoothAddress) {
+            bench.controller.connect(handle: handle, peer: peer, set: 1)
+            _ = bench.att([0x02, 100, 0], handle: handle)   // ATT_MTU 100, as phones do
+            let cccd = device.message.clientConfigurationHandle ?? 0
+            _ = bench.att([0x12, UInt8(cccd & 0xFF), UInt8(cccd >> 8), 0x01, 0x00], handle: handle)
+        }
+
+        func write(_ text: String, from handle: UInt16) -> [[UInt8]] {
+            let value = device.message.valueHandle
+            return bench.att([0x12, UInt8(value & 0xFF), UInt8(value >> 8)] + Array(text.utf8), handle: handle)
+        }
+
+        /// The texts notified to `handle` since the last call.
+        func received(_ handle: UInt16) -> [String] {
+            bench.controller.takeL2CAP(handle: handle, cid: L2CAPChannel.att)
+                .filter { $0.first == 0x1B }.map { String(decoding: $0.dropFirst(3), as: UTF8.self) }
+        }
+    }
+
+    @Test func aMembersLineReachesTheOthersSignedAndTheHost() throws {
+        let room = try Room()
+        room.join(0x40, room.a)
+        room.join(0x41, room.b)
+        #expect(room.received(0x40) == ["* central-BB02 joined"])
+        #expect(room.lines == ["* central-AA01 joined", "* central-BB02 joined"])
+        #expect(room.write("hello", from: 0x41) == [[0x13]])
+        #expect(room.received(0x40) == ["central-BB02: hello"])
+        #expect(room.received(0x41).isEmpty)
+        #expect(room.lines.last == "[central-BB02] hello")
+        room.device.send("welcome")
+        #expect(room.received(0x40) == ["Host: welcome"] && room.received(0x41) == ["Host: welcome"])
+        // Not UTF-8: refused, and nobody hears it.
+        #expect(room.bench.att([0x12, UInt8(room.device.message.valueHandle), 0x00, 0xFF, 0xFE], handle: 0x40).first?.last == 0x13)
+        #expect(room.received(0x41).isEmpty)
+        room.bench.controller.disconnect(handle: 0x41)
+        #expect(room.received(0x40) == ["* central-BB02 left"])
+    }
+
+    /// A line longer than ATT_MTU - 3 goes as several notifications, cut between characters.
+    @Test func longLinesAreCutBetweenCharacters() {
+        let parts = ChatDevice.parts(of: "aü" + String(repeating: "€", count: 12), limit: 20)
+        #expect(parts.allSatisfy { $0.count <= 20 && String(validating: $0, as: UTF8.self) != nil })
+        #expect(String(decoding: parts.joined(), as: UTF8.self) == "aü" + String(repeating: "€", count: 12))
+        #expect(parts.count == 3)
+    }
+
+    /// A member whose link is full gets its lines later, in order; past its queue's bound the
+    /// oldest give way to one line saying how many it missed: never a silent drop.
+    @Test func aSlowMemberIsToldWhatItMissed() throws {
+        let room = try Room()
+        room.join(0x40, room.a)
+        _ = room.received(0x40)
+        room.bench.controller.autoComplete = false
+        let total = ChatDevice.memberQueueLimit + 40
+        for index in 0..<total { room.device.send("line \(index)") }
+        var got = room.received(0x40)
+        for _ in 0..<400 where got.last != "Host: line \(total - 1)" {
+            room.bench.controller.completePackets()
+            got += room.received(0x40)
+        }
+        let lines = got.filter { $0.hasPrefix("Host: line ") }.map { Int($0.dropFirst("Host: line ".count))! }
+        let missed = got.first { $0.hasPrefix("* you missed ") }
+        #expect(missed != nil)
+        let count = missed.flatMap { Int($0.dropFirst("* you missed ".count).prefix { $0.isNumber }) } ?? 0
+        // In order, none twice, and every line either received or counted as missed.
+        #expect(lines == lines.sorted() && Set(lines).count == lines.count)
+        #expect(lines.count + count == total && lines.last == total - 1)
+    }
+}

@@ -1,0 +1,129 @@
+"""`blemu chat`: a chat host and members in the seed app's plain protocol (Docs/CHAT.md).
+
+A host (`--role peripheral`) and a member (`--role central`) on one rootcanal radio exchange
+lines through their stdin and stdout; a Bumble central plays the seed app against the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from bumble.core import UUID
+
+from bumble_central import Central
+from harness import BlemuProcess, blemu_binary, log_dir, run, unique_name
+
+CHAT_SERVICE = UUID("9f37e282-60b6-42b1-a02f-7341da5e2eba")
+CHAT_MESSAGE = UUID("890aa912-c414-440d-88a2-c7f66179589b")
+
+
+class ChatProcess:
+    """One `blemu chat` with a stdin pipe and its stdout collected line by line."""
+
+    def __init__(self, controller: str, *args: str):
+        self.log = log_dir() / f"chat-{unique_name('c')}.log"
+        self.errors = open(self.log, "wb")
+        self.process = subprocess.Popen([str(blemu_binary()), "chat", "--controller", controller, *args],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors)
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for raw in self.process.stdout:
+            self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+
+    def say(self, line: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write((line + "\n").encode())
+        self.process.stdin.flush()
+
+    def wait_for(self, predicate, what: str, timeout: float = 15.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if predicate(line):
+                    return line
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"no {what} within {timeout:.0f} s; stdout: {self.lines}\nstderr:\n{Path(self.log).read_text()}")
+
+    def stop(self) -> int:
+        self.process.terminate()
+        try:
+            status = self.process.wait(10)
+        finally:
+            self.errors.close()
+        return status
+
+
+def test_a_host_and_a_member_chat_both_ways(rootcanal):
+    room = unique_name("Room")
+    host = ChatProcess(rootcanal.controller_spec, "--name", room)
+    member = None
+    try:
+        time.sleep(1)
+        member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room)
+        joined = host.wait_for(lambda line: line.endswith(" joined"), "join announcement")
+        name = joined.removeprefix("* ").removesuffix(" joined")
+        member.say("hello from the member")
+        host.wait_for(lambda line: line == f"[{name}] hello from the member", "the member's line at the host")
+        host.say("hello from the host")
+        member.wait_for(lambda line: line == f"[{room}] hello from the host", "the host's line at the member")
+        # A line longer than ATT_MTU - 3 goes whole (a long write) and arrives as one line.
+        long_line = "x" * 400
+        member.say(long_line)
+        host.wait_for(lambda line: line == f"[{name}] {long_line}", "the long line at the host")
+        # Many lines in a row arrive in order, none twice.
+        for index in range(30):
+            member.say(f"line {index}")
+        host.wait_for(lambda line: line == f"[{name}] line 29", "the last of 30 lines")
+        got = [line for line in host.lines if line.startswith(f"[{name}] line ")]
+        assert got == [f"[{name}] line {index}" for index in range(30)], got
+    finally:
+        if member is not None:
+            assert member.stop() in (0, 1)
+        assert host.stop() == 0, Path(host.log).read_text()
+
+
+def test_the_seed_apps_plain_protocol_against_the_host(rootcanal):
+    """A Bumble central does what the seed app does: subscribe to Message, write UTF-8 text;
+    it reads the host's lines as notifications of text, long ones cut between characters."""
+    room = unique_name("Seed")
+    host = ChatProcess(rootcanal.controller_spec, "--name", room)
+    try:
+        probe = BlemuProcess(rootcanal.controller_spec, room)   # only for its readiness scan
+        probe.wait_advertising(rootcanal)
+
+        async def scenario():
+            async with Central(rootcanal.controller_spec, name="seed-app") as central:
+                conn = await central.connect(probe.scan.address)
+                await conn.discover_all()
+                message = conn.characteristic(CHAT_MESSAGE, CHAT_SERVICE)
+                received: list[bytes] = []
+                await conn.subscribe(message, lambda value: received.append(bytes(value)))
+                await asyncio.sleep(0.5)
+                await conn.write(message, "héllo".encode())
+                await asyncio.to_thread(host.wait_for, lambda line: line.endswith("] héllo"), "the seed app's line")
+                text = "ü" * 30   # 60 bytes: more than ATT_MTU 23 - 3, so several notifications
+                host.say(text)
+                deadline = time.monotonic() + 10
+                while b"".join(received).decode(errors="replace") != f"{room}: {text}" and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
+                joined = b"".join(received).decode()
+                assert joined == f"{room}: {text}", received
+                assert all(len(part) <= 20 for part in received), [len(part) for part in received]
+                for part in received:
+                    part.decode()   # each notification is whole UTF-8 text on its own
+                await conn.disconnect()
+            await asyncio.to_thread(host.wait_for, lambda line: line.endswith(" left"), "the leave announcement")
+
+        run(scenario(), timeout=60)
+    finally:
+        assert host.stop() == 0, Path(host.log).read_text()
