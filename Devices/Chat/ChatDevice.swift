@@ -14,9 +14,9 @@ import Logging
 /// | Message `890aa912-…` | UTF-8 text, at most ATT_MTU - 3 bytes a write or notification | write, notify |
 ///
 /// Members are the centrals subscribed to Message. What one writes goes to every other member
-/// as `NAME: text` (its name: `central-XXXX`, the end of its address) and to the host's own
-/// `onMessage` (printed by `blemu chat`); the host's lines (`send`) go to every member; joins
-/// and leaves are announced (`* NAME joined`). A text longer than a member's ATT_MTU - 3 goes
+/// as `NAME: text` (its name: `central-` and the last four hex digits of its address, e.g.
+/// `central-AA01`) and to the host's own `onMessage` (printed by `blemu chat`); the host's
+/// lines (`send`) go to every member; joins and leaves are announced (`* NAME joined`). A text longer than a member's ATT_MTU - 3 goes
 /// as several notifications, cut between characters. Each member has its own bounded queue:
 /// one that cannot keep up waits for "ready to update subscribers" without slowing the others,
 /// and if its queue overflows, the oldest lines give way to one line saying how many it missed.
