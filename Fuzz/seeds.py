@@ -333,6 +333,11 @@ def decoder_seeds():
         "hci-event-nocp": bytes([3]) + evt(0x13, [2, 0x40, 0, 1, 0, 0x41, 0, 2, 0])[1:],
         "hci-event-ltk": bytes([3]) + evt(0x3E, [0x05, 0x40, 0] + [0] * 10)[1:],
         "acl": bytes([4]) + acl(0x40, 2, l2(4, read(1)))[1:],
+        "hci-event-ext-report": bytes([3]) + evt(0x3E, [0x0D, 1, 0x13, 0, 1] + list(PEER) + [1, 0, 0xFF, 0x7F, 0xC4, 0, 0, 0]
+                                                 + [0] * 6 + [3, 2, 1, 6])[1:],
+        # Chat frames, each with its length first: "abc" from "x" as a DATA and a MORE, then an ACK.
+        "chat-frames": bytes([10]) + bytes([12, 0x01, 1, 0, 0, 0, 4, 1, 4, 0]) + b"xab"
+                       + bytes([4, 0x03, 3, 0]) + b"c" + bytes([5, 0x02, 1, 0, 0, 0]),
         "signaling": bytes([6]) + signaling(0x12, 1, le16(24) + le16(40) + le16(0) + le16(400)),
         "connection-parameters": bytes([7]) + le16(24) + le16(40) + le16(0) + le16(400),
         "h4-stream": bytes([8, 5]) + conn_complete(0x40) + acl(0x40, 2, l2(4, read(1))) + b"\x03\x01\x00\x00\x05\x01\x00\x00\x00",

@@ -7,13 +7,17 @@ import Logging
 
 /// `chat`: a chat room's host, in the plain protocol of the Core Bluetooth chat app it comes
 /// from — one service with one message characteristic (write, notify); one write, or one
-/// notification, of UTF-8 text is one message.
+/// notification, of UTF-8 text is one message — and, on a second characteristic, in frames
+/// between blemu nodes (`ChatFrame`): messages up to 4 KiB with an identity, delivered once
+/// and acknowledged.
 ///
 /// | characteristic | format | access |
 /// |---|---|---|
 /// | Message `890aa912-…` | UTF-8 text, at most ATT_MTU - 3 bytes a write or notification | write, notify |
+/// | Frames `7d3c0301-…` | `ChatFrame`s: DATA pieces of messages, ACKs | write, notify |
 ///
-/// Members are the centrals subscribed to Message. What one writes goes to every other member
+/// Members are the centrals subscribed to Message (plain clients) or Frames (blemu nodes, which
+/// name themselves in their frames). What one writes goes to every other member, to a plain one
 /// as `NAME: text` (its name: `central-` and the last four hex digits of its address, e.g.
 /// `central-AA01`) and to the host's own `onMessage` (printed by `blemu chat`); the host's
 /// lines (`send`) go to every member; joins and leaves are announced (`* NAME joined`). A text longer than a member's ATT_MTU - 3 goes
@@ -22,14 +26,19 @@ import Logging
 /// and if its queue overflows, the oldest lines give way to one line saying how many it missed.
 public final class ChatDevice: Device {
     public static let deviceName = "chat"
-    public static let summary = "chat room host: Chat 9f37e282-…, the seed app's plain protocol (one write or notification of UTF-8 text is one message)"
+    public static let summary = "chat room host: Chat 9f37e282-…, the seed app's plain protocol (one write or notification of UTF-8 text is one message), and framed messages between blemu nodes"
 
     public static let serviceUUID = BluetoothUUID("9f37e282-60b6-42b1-a02f-7341da5e2eba")!
     public static let messageUUID = BluetoothUUID("890aa912-c414-440d-88a2-c7f66179589b")!
+    /// The framed chat between blemu nodes (`ChatFrame`, Docs/CHAT.md "Frames").
+    public static let framesUUID = BluetoothUUID("7d3c0301-9a5e-4d1a-8f6e-5c1b2d3e4f50")!
     /// Lines waiting for one member, at most.
     public static let memberQueueLimit = 256
+    /// How many relays a message the host sends may still take (bridges count them down).
+    public static let initialHops: UInt8 = 4
 
     public let message: Characteristic
+    public let frames: Characteristic
     public let services: [Service]
     public var profile: DeviceProfile {
         DeviceProfile(defaultName: "blemu Chat", advertisedServices: [Self.serviceUUID], appearance: 0x0080)   // generic computer
@@ -43,26 +52,44 @@ public final class ChatDevice: Device {
     private weak var context: DeviceContext?
     private struct Member {
         let peer: ATTPeer
-        let name: String
-        /// Lines waiting, each as the notifications it takes (cut to the member's ATT_MTU).
-        var queue: Deque<Deque<[UInt8]>> = []
+        /// `central-XXXX` until a framed message names it.
+        var name: String
+        /// A blemu node, on the frames characteristic; else a plain client on Message.
+        var framed: Bool
+        /// Lines waiting, each as the notifications it takes (cut to the member's ATT_MTU),
+        /// with the characteristic they go on.
+        var queue: Deque<(characteristic: Characteristic, parts: Deque<[UInt8]>)> = []
         var missed = 0
+        var reassembly = ChatReassembly()
     }
     private var members: [UInt16: Member] = [:]
+    private var nextNumber: UInt32 = 1
 
     public init() {
         let box = WeakBox<ChatDevice>()
         let message = Characteristic(Self.messageUUID, properties: [.write, .notify],
-                                 validateWrite: { request in
-                                     // Vol 3, Part G, 4.9.3: a value the device cannot take is refused.
-                                     String(validating: request.value, as: UTF8.self) == nil ? .valueNotAllowed : nil
-                                 },
-                                 onWrite: { request in
-                                     box.value?.received(request)
-                                     return nil
-                                 })
+                                     validateWrite: { request in
+                                         // Vol 3, Part G, 4.9.3: a value the device cannot take is refused.
+                                         String(validating: request.value, as: UTF8.self) == nil ? .valueNotAllowed : nil
+                                     },
+                                     onWrite: { request in
+                                         box.value?.received(request)
+                                         return nil
+                                     })
+        let frames = Characteristic(Self.framesUUID, properties: [.write, .notify],
+                                    validateWrite: { request in
+                                        (try? ChatFrame(decoding: request.value[...])) == nil ? .valueNotAllowed : nil
+                                    },
+                                    onWrite: { request in
+                                        box.value?.receivedFrame(request)
+                                        return nil
+                                    })
         self.message = message
-        services = [Service(Self.serviceUUID) { message }]
+        self.frames = frames
+        services = [Service(Self.serviceUUID) {
+            message
+            frames
+        }]
         box.value = self
     }
 
@@ -79,13 +106,15 @@ public final class ChatDevice: Device {
     }
 
     public func subscriptionChanged(_ characteristic: Characteristic, peer: ATTPeer, notify: Bool, indicate: Bool) {
-        guard characteristic === message else { return }
+        guard characteristic === message || characteristic === frames else { return }
         let handle = peer.connectionHandle
+        let framed = characteristic === frames
         if notify, members[handle] == nil {
-            let member = Member(peer: peer, name: Self.name(of: peer))
+            let member = Member(peer: peer, name: Self.name(of: peer), framed: framed)
             members[handle] = member
             announce("* \(member.name) joined", except: handle)
-        } else if !notify, let member = members.removeValue(forKey: handle) {
+        } else if !notify, let member = members[handle], member.framed == framed {
+            members[handle] = nil
             announce("* \(member.name) left", except: nil)
         }
     }
@@ -102,39 +131,87 @@ public final class ChatDevice: Device {
 
     // MARK: Messages
 
+    /// A plain client's write: one message.
     private func received(_ request: WriteRequest) {
         // The validator let only UTF-8 through.
         let text = String(decoding: request.value, as: UTF8.self)
         guard !text.isEmpty else { return }
         let sender = members[request.peer.connectionHandle]?.name ?? Self.name(of: request.peer)
+        let id = ChatMessageID(sender: sender, number: takeNumber())
         onMessage?(sender, text)
-        deliver("\(sender): \(text)", except: request.peer.connectionHandle)
+        deliver(id, text: text, hops: Self.initialHops, except: request.peer.connectionHandle)
+    }
+
+    /// A blemu node's frame: a piece of a message, or an acknowledgement (which a host has no use for).
+    private func receivedFrame(_ request: WriteRequest) {
+        guard let frame = try? ChatFrame(decoding: request.value[...]) else { return }
+        let handle = request.peer.connectionHandle
+        // A node that never subscribed is not a member: it would not hear the acknowledgement.
+        guard var member = members[handle] else { return }
+        let outcome = member.reassembly.take(frame)
+        // A blemu node names itself in its messages.
+        if case .message(let id, _, _) = outcome, !id.sender.isEmpty, member.name.hasPrefix("central-") { member.name = id.sender }
+        members[handle] = member
+        switch outcome {
+        case .incomplete, .inconsistent:
+            return
+        case .duplicate(let id):
+            // A resend of a message delivered before: acknowledged again, delivered no more.
+            acknowledge(id, to: handle)
+        case let .message(id, bytes, hops):
+            acknowledge(id, to: handle)
+            let text = String(decoding: bytes, as: UTF8.self)
+            onMessage?(id.sender, text)
+            deliver(id, text: text, hops: hops, except: handle)
+        }
+    }
+
+    private func takeNumber() -> UInt32 {
+        defer { nextNumber &+= 1 }
+        return nextNumber
     }
 
     /// The host's own line, to every member.
     public func send(_ text: String) {
         guard !text.isEmpty else { return }
-        deliver("\(hostName): \(text)", except: nil)
+        deliver(ChatMessageID(sender: hostName, number: takeNumber()), text: text, hops: Self.initialHops, except: nil)
     }
 
     private func announce(_ text: String, except handle: UInt16?) {
         onMessage?(nil, text)
-        deliver(text, except: handle)
+        deliver(ChatMessageID(sender: "", number: takeNumber()), text: text, hops: 0, except: handle)
     }
 
-    private func deliver(_ text: String, except handle: UInt16?) {
+    private func acknowledge(_ id: ChatMessageID, to handle: UInt16) {
+        enqueue(frames, [ChatFrame.ack(number: id.number).encoded()], to: handle)
+        flush()
+    }
+
+    /// A message to every member but `handle`: framed members get its frames, plain ones
+    /// `SENDER: text` (an announcement as it is), cut to their ATT_MTU.
+    private func deliver(_ id: ChatMessageID, text: String, hops: UInt8, except handle: UInt16?) {
         guard let context else { return }
         for key in members.keys.sorted() where key != handle {
-            guard var member = members[key] else { continue }
-            if member.queue.count >= Self.memberQueueLimit {
-                // Never a silent drop: the member is told how many lines it missed.
-                member.queue.removeFirst()
-                member.missed += 1
+            guard let member = members[key] else { continue }
+            let limit = context.attMTU(of: member.peer) - 3
+            if member.framed {
+                enqueue(frames, ChatFrame.frames(of: Array(text.utf8), id: id, hops: hops, limit: limit), to: key)
+            } else {
+                enqueue(message, Self.parts(of: id.sender.isEmpty ? text : "\(id.sender): \(text)", limit: limit), to: key)
             }
-            member.queue.append(Deque(Self.parts(of: text, limit: context.attMTU(of: member.peer) - 3)))
-            members[key] = member
         }
         flush()
+    }
+
+    private func enqueue(_ characteristic: Characteristic, _ parts: [[UInt8]], to handle: UInt16) {
+        guard var member = members[handle] else { return }
+        if member.queue.count >= Self.memberQueueLimit {
+            // Never a silent drop: the member is told how many lines it missed.
+            member.queue.removeFirst()
+            member.missed += 1
+        }
+        member.queue.append((characteristic, Deque(parts)))
+        members[handle] = member
     }
 
     /// Sends what each member's queue holds, in order, until its link is full; a member whose
@@ -144,16 +221,22 @@ public final class ChatDevice: Device {
         for key in members.keys.sorted() {
             guard var member = members[key] else { continue }
             if member.missed > 0 {
-                let note = Array("* you missed \(member.missed) line(s): too slow".utf8.prefix(context.attMTU(of: member.peer) - 3))
-                if context.notify(message, value: note, to: member.peer) { member.missed = 0 }
+                let text = "* you missed \(member.missed) line(s): too slow"
+                let limit = context.attMTU(of: member.peer) - 3
+                let note = member.framed
+                    ? ChatFrame.frames(of: Array(text.utf8), id: ChatMessageID(sender: "", number: takeNumber()), hops: 0, limit: limit)
+                    : [Array(text.utf8.prefix(limit))]
+                var sent = true
+                for part in note where sent { sent = context.notify(member.framed ? frames : message, value: part, to: member.peer) }
+                if sent { member.missed = 0 }
             }
             sending: while member.missed == 0, var line = member.queue.first {
-                while let part = line.first {
-                    guard context.notify(message, value: part, to: member.peer) else {
+                while let part = line.parts.first {
+                    guard context.notify(line.characteristic, value: part, to: member.peer) else {
                         member.queue[0] = line
                         break sending
                     }
-                    line.removeFirst()
+                    line.parts.removeFirst()
                 }
                 member.queue.removeFirst()
             }
@@ -161,9 +244,10 @@ public final class ChatDevice: Device {
         }
     }
 
-    /// UTF-8 pieces of at most `limit` bytes (20 at least, ATT's default), never cutting a character.
+    /// UTF-8 pieces of at most `limit` bytes (20 at least, ATT's default; 512 at most, the
+    /// longest attribute value), never cutting a character.
     public static func parts(of text: String, limit: Int) -> [[UInt8]] {
-        let limit = max(20, limit)
+        let limit = min(512, max(20, limit))
         var parts: [[UInt8]] = []
         var current: [UInt8] = []
         for character in text {

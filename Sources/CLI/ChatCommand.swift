@@ -31,17 +31,27 @@ struct ChatCommand: ParsableCommand {
     @Option(help: "peripheral (host the room) or central (join one).")
     var role: Role = .peripheral
 
-    @Option(help: "Your name: the host's advertised name, or how a central's lines are signed by the host.")
+    @Option(help: "Your name: the host's advertised name, or the name a member's lines are signed with (default: the host name).")
     var name: String?
 
     @Option(help: ArgumentHelp("central: join a host whose name contains this.", valueName: "NAME"))
     var room: String?
+
+    @Option(help: ArgumentHelp("central: the Client Rx MTU offered (23 to 517; default 517).", valueName: "N"))
+    var mtu: Int = 517
 
     @Option(name: .customLong("log-level"), help: "Log level for stderr (default: notice).")
     var logLevel: Logger.Level = .notice
 
     /// The longest line taken from stdin; a longer one ends the reading of stdin, with a warning.
     static let maxLineBytes = 4096
+
+    func validate() throws {
+        guard (23...517).contains(mtu) else { throw ValidationError("--mtu must be 23 to 517, not \(mtu)") }
+        if let name, name.isEmpty || name.utf8.count > ChatFrame.maxSenderBytes {
+            throw ValidationError("--name must be 1 to \(ChatFrame.maxSenderBytes) bytes")
+        }
+    }
 
     func run() throws {
         try LogSetup.bootstrap(destination: .stderr, level: logLevel)
@@ -105,28 +115,60 @@ struct ChatCommand: ParsableCommand {
 
     // MARK: Join
 
+    /// This node's name in its messages: --name, else the machine's host name.
+    private var memberName: String {
+        if let name { return name }
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count - 1) == 0 else { return "blemu" }
+        let host = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return host.isEmpty ? "blemu" : host
+    }
+
     private func join(logger: Logger) throws {
         let session = try CentralSession(controller: controller, logger: logger)
         let host = session.host
+        let me = memberName
         var link: CentralLink?
-        var message: RemoteCharacteristic?
+        var target: (characteristic: RemoteCharacteristic, framed: Bool)?
         var pending: [String] = []
+        var unacknowledged: [UInt32: String] = [:]
+        var reassembly = ChatReassembly()
+        var number: UInt32 = 1
         var sending = false
         var connecting = false
 
-        /// Writes the next waiting line, one at a time, in order; a line longer than
-        /// ATT_MTU - 3 goes as a long write.
+        /// Writes the next waiting line, one write at a time, in order: framed, as DATA frames of
+        /// ATT_MTU - 3 bytes; plain, as one write (a long write when it does not fit).
         func sendNext() {
-            guard !sending, let link, let message, link.isOpen, !pending.isEmpty else { return }
+            guard !sending, let link, let target, link.isOpen, !pending.isEmpty else { return }
             sending = true
             let line = pending.removeFirst()
-            link.client.write(message.valueHandle, Array(line.utf8)) { result in
-                sending = false
-                if case .failure(let error) = result {
-                    logger.warning("a line was not sent: \(error)")
-                }
-                sendNext()
+            var writes: [[UInt8]]
+            if target.framed {
+                let id = ChatMessageID(sender: me, number: number)
+                number &+= 1
+                unacknowledged[id.number] = line
+                reassembly.remember(id)
+                writes = ChatFrame.frames(of: Array(line.utf8.prefix(ChatFrame.maxMessageBytes)), id: id, hops: ChatDevice.initialHops,
+                                          limit: link.client.mtu - 3)
+            } else {
+                writes = [Array(line.utf8)]
             }
+            func writeNext() {
+                guard !writes.isEmpty else {
+                    sending = false
+                    return sendNext()
+                }
+                link.client.write(target.characteristic.valueHandle, writes.removeFirst()) { result in
+                    if case .failure(let error) = result { logger.warning("a line was not sent whole: \(error)") }
+                    writeNext()
+                }
+            }
+            writeNext()
+        }
+
+        func show(sender: String, text: String) {
+            emitLine(sender.isEmpty ? text : "[\(sender)] \(text)")
         }
 
         let input = StdinLines(loop: session.loop, logger: logger) { line in
@@ -147,27 +189,48 @@ struct ChatCommand: ParsableCommand {
                     return
                 }
                 link = made
-                logger.notice("joined chat room '\(advertisement.name)' (\(advertisement.address))")
+                logger.notice("joined chat room '\(advertisement.name)' (\(advertisement.address)) as \(me)")
                 made.onDisconnected = { reason in
-                    session.finish(failure: "the chat host left (reason \(Hex.byte(reason)))")
+                    let left = unacknowledged.count
+                    session.finish(failure: "the chat host left (reason \(Hex.byte(reason)))"
+                                   + (left > 0 ? "; \(left) line(s) not acknowledged" : ""))
                 }
                 made.client.onNotification = { _, value in
-                    // The host relays "NAME: text"; its announcements start with "* ".
-                    let text = String(decoding: value, as: UTF8.self)
-                    if let colon = text.range(of: ": "), !text.hasPrefix("* ") {
-                        emitLine("[\(text[..<colon.lowerBound])] \(text[colon.upperBound...])")
-                    } else {
-                        emitLine(text)
+                    guard let target else { return }
+                    if !target.framed {
+                        // The host relays "NAME: text"; its announcements start with "* ".
+                        let text = String(decoding: value, as: UTF8.self)
+                        if let colon = text.range(of: ": "), !text.hasPrefix("* ") {
+                            show(sender: String(text[..<colon.lowerBound]), text: String(text[colon.upperBound...]))
+                        } else {
+                            show(sender: "", text: text)
+                        }
+                        return
+                    }
+                    guard let frame = try? ChatFrame(decoding: value) else {
+                        return logger.warning("a malformed chat frame from the host was ignored")
+                    }
+                    if case .ack(let acknowledged) = frame { unacknowledged[acknowledged] = nil }
+                    if case let .message(id, bytes, _) = reassembly.take(frame) {
+                        show(sender: id.sender, text: String(decoding: bytes, as: UTF8.self))
                     }
                 }
-                made.client.exchangeMTU { _ in
+                made.client.exchangeMTU(mtu) { _ in
                     made.client.discoverAll { discovered in
-                        guard case .success(let services) = discovered,
-                              let found = services.characteristic(ChatDevice.messageUUID, in: ChatDevice.serviceUUID) else {
+                        guard case .success(let services) = discovered else {
+                            return session.finish(failure: "discovering \(advertisement.address) failed")
+                        }
+                        // Frames between blemu nodes when the host has them; else the plain protocol.
+                        let chosen: (characteristic: RemoteCharacteristic, framed: Bool)
+                        if let frames = services.characteristic(ChatDevice.framesUUID, in: ChatDevice.serviceUUID) {
+                            chosen = (frames, true)
+                        } else if let plain = services.characteristic(ChatDevice.messageUUID, in: ChatDevice.serviceUUID) {
+                            chosen = (plain, false)
+                        } else {
                             return session.finish(failure: "\(advertisement.address) has no chat message characteristic")
                         }
-                        message = found
-                        made.client.configure(found, notify: true, indicate: false) { subscribed in
+                        target = chosen
+                        made.client.configure(chosen.characteristic, notify: true, indicate: false) { subscribed in
                             if case .failure(let error) = subscribed {
                                 return session.finish(failure: "cannot subscribe to the chat: \(error)")
                             }

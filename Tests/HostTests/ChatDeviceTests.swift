@@ -61,6 +61,49 @@ import Testing
         #expect(room.received(0x40) == ["* central-BB02 left"])
     }
 
+    /// A blemu node on Frames: its 4 KiB message at ATT_MTU 23 arrives whole, once, signed with
+    /// its own name; it is acknowledged, again when resent; a plain member gets it as text.
+    @Test func aFramedMembersMessageArrivesWholeOnceAndIsAcknowledged() throws {
+        let room = try Room()
+        room.join(0x40, room.a)                              // plain, ATT_MTU 100
+        room.bench.controller.connect(handle: 0x41, peer: room.b, set: 1)   // framed, ATT_MTU 23
+        let cccd = room.device.frames.clientConfigurationHandle ?? 0
+        _ = room.bench.att([0x12, UInt8(cccd & 0xFF), UInt8(cccd >> 8), 0x01, 0x00], handle: 0x41)
+        _ = room.received(0x40)
+        _ = room.bench.controller.takeL2CAP(handle: 0x41, cid: L2CAPChannel.att)
+        let text = String(repeating: "0123456789abcdef", count: 256)   // 4096 bytes
+        let id = ChatMessageID(sender: "board-2", number: 1)
+        let value = room.device.frames.valueHandle
+        /// Writes every frame; returns the notifications the member got meanwhile.
+        func send() -> [ChatFrame?] {
+            var notified: [[UInt8]] = []
+            let frames = ChatFrame.frames(of: Array(text.utf8), id: id, hops: 4, limit: 20)
+            for frame in frames {
+                let pdus = room.bench.att([0x12, UInt8(value & 0xFF), UInt8(value >> 8)] + frame, handle: 0x41)
+                #expect(pdus.filter { $0 == [0x13] }.count == 1)
+                notified += pdus.filter { $0.first == 0x1B }
+            }
+            return notified.map { try? ChatFrame(decoding: $0.dropFirst(3)) }
+        }
+        #expect(send() == [.ack(number: 1)])
+        #expect(room.lines.last == "[board-2] \(text)")
+        #expect(room.received(0x40).joined() == "board-2: \(text)")
+        // Resent (the ACK was lost, say): acknowledged again, delivered no more.
+        let before = room.lines.count
+        #expect(send() == [.ack(number: 1)])
+        #expect(room.lines.count == before && room.received(0x40).isEmpty)
+        // The host's line reaches the framed member as frames it can put together.
+        room.device.send("hi")
+        let frames = room.bench.controller.takeL2CAP(handle: 0x41, cid: L2CAPChannel.att).filter { $0.first == 0x1B }
+        var reassembly = ChatReassembly()
+        let outcomes = frames.compactMap { try? ChatFrame(decoding: $0.dropFirst(3)) }.map { reassembly.take($0) }
+        guard case let .message(from, text, hops)? = outcomes.last else {
+            Issue.record("the framed member could not put the host's line together: \(outcomes)")
+            return
+        }
+        #expect(from.sender == "Host" && text == Array("hi".utf8) && hops == ChatDevice.initialHops)
+    }
+
     /// A line longer than ATT_MTU - 3 goes as several notifications, cut between characters.
     @Test func longLinesAreCutBetweenCharacters() {
         let parts = ChatDevice.parts(of: "aü" + String(repeating: "€", count: 12), limit: 20)

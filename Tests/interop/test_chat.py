@@ -69,9 +69,10 @@ def test_a_host_and_a_member_chat_both_ways(rootcanal):
     member = None
     try:
         time.sleep(1)
-        member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room)
-        joined = host.wait_for(lambda line: line.endswith(" joined"), "join announcement")
-        name = joined.removeprefix("* ").removesuffix(" joined")
+        member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "board-2")
+        host.wait_for(lambda line: line.endswith(" joined"), "join announcement")
+        # Between blemu nodes the member signs its lines with its own name.
+        name = "board-2"
         member.say("hello from the member")
         host.wait_for(lambda line: line == f"[{name}] hello from the member", "the member's line at the host")
         host.say("hello from the host")
@@ -127,3 +128,29 @@ def test_the_seed_apps_plain_protocol_against_the_host(rootcanal):
         run(scenario(), timeout=60)
     finally:
         assert host.stop() == 0, Path(host.log).read_text()
+
+
+def test_4_kib_messages_arrive_whole_at_mtu_23_and_517(rootcanal):
+    """Between blemu nodes, on Frames: a 4 KiB line arrives whole, once, in both directions,
+    whatever the ATT_MTU (23: some 270 frames; 517: a few)."""
+    for mtu in ("23", "517"):
+        room = unique_name("Big")
+        host = ChatProcess(rootcanal.controller_spec, "--name", room)
+        member = None
+        try:
+            time.sleep(1)
+            member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "board-2", "--mtu", mtu)
+            host.wait_for(lambda line: line.endswith(" joined"), "join announcement")
+            upstream = ("up" + mtu + "-") * 4096
+            upstream = upstream[:4096]
+            member.say(upstream)
+            host.wait_for(lambda line: line == f"[board-2] {upstream}", f"the 4 KiB line at the host (MTU {mtu})", timeout=60)
+            downstream = ("dn" + mtu + "-") * 4096
+            downstream = downstream[:4096]
+            host.say(downstream)
+            member.wait_for(lambda line: line == f"[{room}] {downstream}", f"the 4 KiB line at the member (MTU {mtu})", timeout=60)
+            assert sum(1 for line in host.lines if line.startswith("[board-2] ")) == 1, "delivered more than once"
+        finally:
+            if member is not None:
+                member.stop()
+            assert host.stop() == 0, Path(host.log).read_text()

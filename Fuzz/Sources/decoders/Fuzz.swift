@@ -8,17 +8,17 @@ import FuzzSupport
 
 /// `decoders`: every decoder of bytes from outside — advertising data, HCI events, ACL
 /// packets, each ATT PDU, LE signalling commands, connection parameters, H4 framing, the
-/// Heart Rate Measurement — on the input, both at index 0 and as a slice of a larger buffer
+/// Heart Rate Measurement, the chat's frames — on the input, both at index 0 and as a slice of a larger buffer
 /// (the answers must agree), and, for what decodes, encoded and decoded again (the value must
 /// survive). The advertising payload builder runs the other way: content from the input is
 /// built into the two 31-byte payloads and read back with the decoder.
 ///
-/// Input: a selector byte (mod 10), then the bytes for that decoder. (The control socket's
+/// Input: a selector byte (mod 11), then the bytes for that decoder. (The control socket's
 /// request parser has a target of its own, `control`.)
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     var input = FuzzBytes(data, size)
-    let selector = input.u8() % 10
+    let selector = input.u8() % 11
     let bytes = input.rest()
     switch selector {
     case 0: adStructures(bytes)
@@ -30,7 +30,8 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     case 6: signaling(bytes)
     case 7: connectionParameters(bytes)
     case 8: h4(bytes)
-    default: heartRateMeasurement(bytes)
+    case 9: heartRateMeasurement(bytes)
+    default: chatFrames(bytes)
     }
     return 0
 }
@@ -185,6 +186,27 @@ func heartRateMeasurement(_ bytes: [UInt8]) {
     let encoded = measurement.encode(maxLength: bytes.count + 8)
     fuzzCheck((try? HeartRateMeasurement(decoding: encoded[...])) == measurement,
               "HeartRateMeasurement \(hex(bytes)) does not survive encoding as \(hex(encoded))")
+}
+
+/// The chat's frames (Docs/CHAT.md): each decodes the same at both positions and survives
+/// encoding; the whole input, cut into frames of its own bytes' lengths, reassembles without a
+/// trap and never into a message longer than the limits.
+func chatFrames(_ bytes: [UInt8]) {
+    let decode = { (s: ArraySlice<UInt8>) throws(DecodeError) in try ChatFrame(decoding: s) }
+    if let frame = decodeBoth(bytes, "ChatFrame", decode) {
+        fuzzCheck((try? ChatFrame(decoding: frame.encoded()[...])) == frame, "ChatFrame \(hex(bytes)) does not survive encoding")
+    }
+    var reassembly = ChatReassembly()
+    var rest = bytes[...]
+    while let length = rest.first {
+        let piece = rest.dropFirst().prefix(Int(length))
+        rest = rest.dropFirst(1 + piece.count)
+        guard let frame = try? ChatFrame(decoding: piece) else { continue }
+        if case let .message(id, text, _) = reassembly.take(frame) {
+            fuzzCheck(text.count <= ChatFrame.maxMessageBytes && id.sender.utf8.count <= ChatFrame.maxSenderBytes,
+                      "a chat message of \(text.count) bytes from a \(id.sender.utf8.count)-byte sender")
+        }
+    }
 }
 
 // MARK: ATT

@@ -1,0 +1,192 @@
+import BlemuCore
+
+/// The framed chat between blemu nodes (Docs/CHAT.md, "Frames"): on a second characteristic of
+/// the chat service, so plain clients never see it. A message has an identity — its sender's
+/// name and a number the sender picks — travels in pieces that fit any ATT_MTU, is delivered
+/// once however often it is sent, and the host acknowledges it to the member that wrote it.
+///
+///     DATA  0x01 | number u32 | hops u8 | sender length u8 | total u16 | first chunk
+///     MORE  0x03 | offset u16 | chunk
+///     ACK   0x02 | number u32
+///
+/// Little-endian. The pieces carry one stream, the sender's name (UTF-8, at most 32 bytes)
+/// then the text (UTF-8, at most 4096 bytes); `total` is the stream's length and `offset`
+/// where a chunk goes in it. A MORE continues the last DATA on the same link (ATT keeps a
+/// link's PDUs in order, Vol 3, Part F, 3.3), so at ATT_MTU 23 a DATA carries 11 bytes and a
+/// MORE 17. `hops` counts the relays a message may still take (bridges count it down). An ACK
+/// names one of the numbers the member it goes to chose.
+public enum ChatFrame: Equatable, Sendable {
+    case data(number: UInt32, hops: UInt8, senderLength: Int, total: Int, chunk: [UInt8])
+    case more(offset: Int, chunk: [UInt8])
+    case ack(number: UInt32)
+
+    public static let dataType: UInt8 = 0x01
+    public static let ackType: UInt8 = 0x02
+    public static let moreType: UInt8 = 0x03
+    /// The longest message, in UTF-8 bytes.
+    public static let maxMessageBytes = 4096
+    /// The longest sender name, in UTF-8 bytes.
+    public static let maxSenderBytes = 32
+    /// Bytes before the chunk.
+    public static let dataHeaderSize = 9
+    public static let moreHeaderSize = 3
+
+    public func encoded() -> [UInt8] {
+        var out: [UInt8] = []
+        switch self {
+        case let .data(number, hops, senderLength, total, chunk):
+            out.append(Self.dataType)
+            out.appendLE(number)
+            out.append(hops)
+            out.append(UInt8(clamping: senderLength))
+            out.appendLE(UInt16(clamping: total))
+            out += chunk
+        case let .more(offset, chunk):
+            out.append(Self.moreType)
+            out.appendLE(UInt16(clamping: offset))
+            out += chunk
+        case .ack(let number):
+            out.append(Self.ackType)
+            out.appendLE(number)
+        }
+        return out
+    }
+
+    /// Total: any bytes give a frame or an error saying what is wrong.
+    public init(decoding bytes: ArraySlice<UInt8>) throws(DecodeError) {
+        var reader = ByteReader(bytes)
+        let type = try reader.u8()
+        let limit = Self.maxSenderBytes + Self.maxMessageBytes
+        switch type {
+        case Self.dataType:
+            let number = try reader.u32()
+            let hops = try reader.u8()
+            let senderLength = Int(try reader.u8())
+            let total = Int(try reader.u16())
+            let chunk = Array(reader.rest())
+            guard senderLength <= Self.maxSenderBytes else { throw DecodeError(.invalidValue, "a \(senderLength)-byte sender name") }
+            guard senderLength <= total, total - senderLength <= Self.maxMessageBytes else {
+                throw DecodeError(.invalidValue, "a \(total)-byte stream with a \(senderLength)-byte sender")
+            }
+            guard chunk.count <= total else { throw DecodeError(.invalidValue, "a \(chunk.count)-byte chunk of a \(total)-byte stream") }
+            self = .data(number: number, hops: hops, senderLength: senderLength, total: total, chunk: chunk)
+        case Self.moreType:
+            let offset = Int(try reader.u16())
+            let chunk = Array(reader.rest())
+            guard offset + chunk.count <= limit else { throw DecodeError(.invalidValue, "chunk \(offset)+\(chunk.count) past \(limit) bytes") }
+            self = .more(offset: offset, chunk: chunk)
+        case Self.ackType:
+            let number = try reader.u32()
+            try reader.expectEnd("chat ACK")
+            self = .ack(number: number)
+        default:
+            throw DecodeError(.unknownType, "chat frame type \(Hex.byte(type))")
+        }
+    }
+
+    /// A message as one DATA frame and the MOREs that follow it, each of at most `limit` bytes
+    /// (ATT_MTU - 3 for a notification or a write; at least 20, ATT's default, and at most 512,
+    /// the longest attribute value, Vol 3, Part F, 3.2.9).
+    public static func frames(of text: [UInt8], id: ChatMessageID, hops: UInt8, limit: Int) -> [[UInt8]] {
+        let limit = min(512, max(20, limit))
+        let stream = id.senderBytes + text.prefix(maxMessageBytes)
+        let first = min(stream.count, limit - dataHeaderSize)
+        var frames = [ChatFrame.data(number: id.number, hops: hops, senderLength: id.senderBytes.count, total: stream.count,
+                                     chunk: Array(stream[..<first])).encoded()]
+        var offset = first
+        while offset < stream.count {
+            let end = min(stream.count, offset + limit - moreHeaderSize)
+            frames.append(ChatFrame.more(offset: offset, chunk: Array(stream[offset..<end])).encoded())
+            offset = end
+        }
+        return frames
+    }
+}
+
+/// Who sent a message, and its number: together, its identity.
+public struct ChatMessageID: Hashable, Sendable, CustomStringConvertible {
+    public let sender: String
+    public let number: UInt32
+    let senderBytes: [UInt8]
+
+    /// `sender` is cut to `ChatFrame.maxSenderBytes` of UTF-8, between characters.
+    public init(sender: String, number: UInt32) {
+        var bytes: [UInt8] = []
+        for character in sender {
+            let next = Array(String(character).utf8)
+            guard bytes.count + next.count <= ChatFrame.maxSenderBytes else { break }
+            bytes += next
+        }
+        senderBytes = bytes
+        self.sender = String(decoding: bytes, as: UTF8.self)
+        self.number = number
+    }
+
+    public var description: String { "\(sender)#\(number)" }
+}
+
+/// Messages being put together from the frames of one link, and the identities already
+/// delivered: each message comes out once, whole, whatever was repeated or resent. Bounded: one
+/// message in pieces at a time (a link's frames come in order) and the last `rememberedLimit`
+/// identities.
+public struct ChatReassembly {
+    public static let rememberedLimit = 1024
+
+    private var current: (number: UInt32, hops: UInt8, senderLength: Int, total: Int, bytes: [UInt8])?
+    private var delivered: Set<ChatMessageID> = []
+    private var deliveredOrder: [ChatMessageID] = []
+
+    public init() {}
+
+    public enum Outcome: Equatable {
+        /// More pieces are needed.
+        case incomplete
+        /// The whole message, the first time.
+        case message(ChatMessageID, text: [UInt8], hops: UInt8)
+        /// A message delivered before (a resend): acknowledge it again, deliver nothing.
+        case duplicate(ChatMessageID)
+        /// A MORE that does not continue the message being put together, or a name or text
+        /// that is not UTF-8: dropped.
+        case inconsistent
+    }
+
+    /// Takes one frame (ACKs are not for reassembly: `.incomplete`).
+    public mutating func take(_ frame: ChatFrame) -> Outcome {
+        switch frame {
+        case .ack:
+            return .incomplete
+        case let .data(number, hops, senderLength, total, chunk):
+            current = (number, hops, senderLength, total, chunk)
+        case let .more(offset, chunk):
+            guard var message = current, offset == message.bytes.count, offset + chunk.count <= message.total else {
+                current = nil
+                return .inconsistent
+            }
+            message.bytes += chunk
+            current = message
+        }
+        guard let message = current, message.bytes.count >= message.total else { return .incomplete }
+        current = nil
+        let senderBytes = message.bytes.prefix(message.senderLength)
+        let text = Array(message.bytes.dropFirst(message.senderLength))
+        guard let sender = String(validating: senderBytes, as: UTF8.self), String(validating: text, as: UTF8.self) != nil else {
+            return .inconsistent
+        }
+        let id = ChatMessageID(sender: sender, number: message.number)
+        if delivered.contains(id) { return .duplicate(id) }
+        remember(id)
+        return .message(id, text: text, hops: message.hops)
+    }
+
+    /// Marks a message as delivered (one this node sent itself, so its echo is not taken).
+    public mutating func remember(_ id: ChatMessageID) {
+        guard delivered.insert(id).inserted else { return }
+        deliveredOrder.append(id)
+        if deliveredOrder.count > Self.rememberedLimit {
+            delivered.remove(deliveredOrder.removeFirst())
+        }
+    }
+
+    /// Whether a message is being put together.
+    public var isPending: Bool { current != nil }
+}
