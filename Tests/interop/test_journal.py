@@ -31,7 +31,7 @@ from bumble_central import (
     UUID_HEART_RATE_MEASUREMENT,
     UUID_HEART_RATE_SERVICE,
 )
-from harness import REPO, BlemuProcess, connected, run, unique_name
+from harness import REPO, BlemuProcess, connected, run, start_advertising, unique_name
 
 JOURNALD = Path("/lib/systemd/systemd-journald")
 JOURNAL_SOCKET = Path("/run/systemd/journal/socket")
@@ -123,13 +123,7 @@ def start_blemu(rootcanal, log_args: list[str], env: dict[str, str | None] | Non
         status = os.stat(process.log_path)
         process.env[stderr_identity_env] = f"{status.st_dev}:{status.st_ino}"
     process.started_at = time.time()
-    process.start()
-    try:
-        process.wait_advertising(rootcanal)
-    except BaseException:
-        process.kill()
-        raise
-    return process
+    return start_advertising(process, rootcanal)
 
 
 def stop(process: BlemuProcess) -> None:
