@@ -64,6 +64,9 @@ public final class ChatDevice: Device {
     }
     private var members: [UInt16: Member] = [:]
     private var nextNumber: UInt32 = 1
+    /// Identities delivered, whichever link they came on: a member that resends on a new link
+    /// what the old one carried gets it acknowledged, not delivered twice.
+    private var delivered = ChatReassembly()
 
     public init() {
         let box = WeakBox<ChatDevice>()
@@ -160,6 +163,8 @@ public final class ChatDevice: Device {
             acknowledge(id, to: handle)
         case let .message(id, bytes, hops):
             acknowledge(id, to: handle)
+            guard !delivered.hasDelivered(id) else { return }
+            delivered.remember(id)
             let text = String(decoding: bytes, as: UTF8.self)
             onMessage?(id.sender, text)
             deliver(id, text: text, hops: hops, except: handle)

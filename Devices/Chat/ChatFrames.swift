@@ -187,6 +187,9 @@ public struct ChatReassembly {
         }
     }
 
+    /// Whether `id` came out (or was remembered) among the last `rememberedLimit`.
+    public func hasDelivered(_ id: ChatMessageID) -> Bool { delivered.contains(id) }
+
     /// Whether a message is being put together.
     public var isPending: Bool { current != nil }
 }

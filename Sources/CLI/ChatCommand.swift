@@ -124,30 +124,38 @@ struct ChatCommand: ParsableCommand {
         return host.isEmpty ? "blemu" : host
     }
 
+    /// How long a member looks for its host again after losing the link.
+    static let rejoinTimeout: Duration = .seconds(30)
+
     private func join(logger: Logger) throws {
         let session = try CentralSession(controller: controller, logger: logger)
         let host = session.host
         let me = memberName
         var link: CentralLink?
         var target: (characteristic: RemoteCharacteristic, framed: Bool)?
-        var pending: [String] = []
+        /// Lines to send, in order; a line already numbered (sent before a link dropped, not
+        /// acknowledged) keeps its number, so the host recognises the resend.
+        var pending: [(number: UInt32?, text: String)] = []
         var unacknowledged: [UInt32: String] = [:]
         var reassembly = ChatReassembly()
-        var number: UInt32 = 1
+        var nextNumber: UInt32 = 1
         var sending = false
         var connecting = false
+        var hostAddress: BluetoothAddress?
+        var rejoinDeadline: TimerID?
 
-        /// Writes the next waiting line, one write at a time, in order: framed, as DATA frames of
-        /// ATT_MTU - 3 bytes; plain, as one write (a long write when it does not fit).
+        /// Writes the next waiting line, one write at a time, in order: framed, as DATA and MORE
+        /// frames of ATT_MTU - 3 bytes; plain, as one write (a long write when it does not fit).
         func sendNext() {
             guard !sending, let link, let target, link.isOpen, !pending.isEmpty else { return }
             sending = true
-            let line = pending.removeFirst()
+            let (numbered, line) = pending.removeFirst()
             var writes: [[UInt8]]
             if target.framed {
+                let number = numbered ?? nextNumber
+                if numbered == nil { nextNumber &+= 1 }
                 let id = ChatMessageID(sender: me, number: number)
-                number &+= 1
-                unacknowledged[id.number] = line
+                unacknowledged[number] = line
                 reassembly.remember(id)
                 writes = ChatFrame.frames(of: Array(line.utf8.prefix(ChatFrame.maxMessageBytes)), id: id, hops: ChatDevice.initialHops,
                                           limit: link.client.mtu - 3)
@@ -160,7 +168,11 @@ struct ChatCommand: ParsableCommand {
                     return sendNext()
                 }
                 link.client.write(target.characteristic.valueHandle, writes.removeFirst()) { result in
-                    if case .failure(let error) = result { logger.warning("a line was not sent whole: \(error)") }
+                    if case .failure(let error) = result {
+                        // The link is going: what was not acknowledged is sent again on the next one.
+                        logger.info("a line was not sent whole: \(error)")
+                        writes.removeAll()
+                    }
                     writeNext()
                 }
             }
@@ -171,14 +183,37 @@ struct ChatCommand: ParsableCommand {
             emitLine(sender.isEmpty ? text : "[\(sender)] \(text)")
         }
 
+        /// The link to the host is gone: look for it (or another host of the room) again; the
+        /// lines not acknowledged go first, in order, with their numbers.
+        func lost(reason: UInt8) {
+            link = nil
+            target = nil
+            sending = false
+            connecting = false
+            // Numbers were given in the order lines were first sent, so they order the resend.
+            var numbered = unacknowledged
+            for (number, text) in pending { if let number { numbered[number] = text } }
+            unacknowledged.removeAll()
+            pending = numbered.sorted { $0.key < $1.key }.map { (number: Optional($0.key), text: $0.value) }
+                + pending.filter { $0.number == nil }
+            logger.notice("the link to the chat host was lost (reason \(Hex.byte(reason))); looking for it again, \(pending.count) line(s) waiting")
+            if let rejoinDeadline { session.loop.cancel(rejoinDeadline) }
+            rejoinDeadline = session.loop.schedule(after: Self.rejoinTimeout) {
+                guard link == nil else { return }
+                session.finish(failure: "the chat host is gone: not found again within \(Self.rejoinTimeout)"
+                               + (pending.isEmpty ? "" : "; \(pending.count) line(s) not delivered"))
+            }
+            host.startScanning(active: true)
+        }
+
         let input = StdinLines(loop: session.loop, logger: logger) { line in
-            pending.append(line)
+            pending.append((nil, line))
             sendNext()
         }
         host.onReady = { host.startScanning(active: true) }
         host.onError = { message in session.finish(failure: message) }
         host.onAdvertisement = { advertisement, _ in
-            guard !connecting, advertisement.isConnectable, advertisement.services.contains(ChatDevice.serviceUUID),
+            guard !connecting, link == nil, advertisement.isConnectable, advertisement.services.contains(ChatDevice.serviceUUID),
                   room.map({ advertisement.name.contains($0) }) ?? true else { return }
             connecting = true
             host.stopScanning()
@@ -189,12 +224,11 @@ struct ChatCommand: ParsableCommand {
                     return
                 }
                 link = made
-                logger.notice("joined chat room '\(advertisement.name)' (\(advertisement.address)) as \(me)")
-                made.onDisconnected = { reason in
-                    let left = unacknowledged.count
-                    session.finish(failure: "the chat host left (reason \(Hex.byte(reason)))"
-                                   + (left > 0 ? "; \(left) line(s) not acknowledged" : ""))
-                }
+                if let rejoinDeadline { session.loop.cancel(rejoinDeadline) }
+                let again = hostAddress == advertisement.address
+                hostAddress = advertisement.address
+                logger.notice("\(again ? "joined again" : "joined") chat room '\(advertisement.name)' (\(advertisement.address)) as \(me)")
+                made.onDisconnected = { reason in lost(reason: reason) }
                 made.client.onNotification = { _, value in
                     guard let target else { return }
                     if !target.framed {
@@ -218,7 +252,7 @@ struct ChatCommand: ParsableCommand {
                 made.client.exchangeMTU(mtu) { _ in
                     made.client.discoverAll { discovered in
                         guard case .success(let services) = discovered else {
-                            return session.finish(failure: "discovering \(advertisement.address) failed")
+                            return made.disconnect()
                         }
                         // Frames between blemu nodes when the host has them; else the plain protocol.
                         let chosen: (characteristic: RemoteCharacteristic, framed: Bool)
@@ -229,11 +263,9 @@ struct ChatCommand: ParsableCommand {
                         } else {
                             return session.finish(failure: "\(advertisement.address) has no chat message characteristic")
                         }
-                        target = chosen
                         made.client.configure(chosen.characteristic, notify: true, indicate: false) { subscribed in
-                            if case .failure(let error) = subscribed {
-                                return session.finish(failure: "cannot subscribe to the chat: \(error)")
-                            }
+                            if case .failure = subscribed { return made.disconnect() }
+                            target = chosen
                             sendNext()
                         }
                     }

@@ -104,6 +104,34 @@ import Testing
         #expect(from.sender == "Host" && text == Array("hi".utf8) && hops == ChatDevice.initialHops)
     }
 
+    /// A member that lost its link resends what was not acknowledged on a new one: the host
+    /// recognises the message by its identity, acknowledges it, and delivers it no more.
+    @Test func aResendOnANewLinkIsDeliveredOnce() throws {
+        let room = try Room()
+        func joinFramed(_ handle: UInt16) {
+            room.bench.controller.connect(handle: handle, peer: room.b, set: 1)
+            let cccd = room.device.frames.clientConfigurationHandle ?? 0
+            _ = room.bench.att([0x12, UInt8(cccd & 0xFF), UInt8(cccd >> 8), 0x01, 0x00], handle: handle)
+        }
+        func send(_ text: String, number: UInt32, on handle: UInt16) -> [ChatFrame] {
+            let value = room.device.frames.valueHandle
+            var notified: [[UInt8]] = []
+            for frame in ChatFrame.frames(of: Array(text.utf8), id: ChatMessageID(sender: "board-2", number: number), hops: 4, limit: 20) {
+                notified += room.bench.att([0x12, UInt8(value & 0xFF), UInt8(value >> 8)] + frame, handle: handle).filter { $0.first == 0x1B }
+            }
+            return notified.compactMap { try? ChatFrame(decoding: $0.dropFirst(3)) }.filter { if case .ack = $0 { true } else { false } }
+        }
+        joinFramed(0x41)
+        #expect(send("a line longer than one frame", number: 1, on: 0x41) == [.ack(number: 1)])
+        room.bench.controller.disconnect(handle: 0x41)
+        joinFramed(0x42)
+        let before = room.lines.filter { $0.hasPrefix("[board-2]") }.count
+        #expect(send("a line longer than one frame", number: 1, on: 0x42) == [.ack(number: 1)])
+        #expect(send("and a new one", number: 2, on: 0x42) == [.ack(number: 2)])
+        #expect(room.lines.filter { $0.hasPrefix("[board-2]") } .count == before + 1)
+        #expect(room.lines.last == "[board-2] and a new one")
+    }
+
     /// A line longer than ATT_MTU - 3 goes as several notifications, cut between characters.
     @Test func longLinesAreCutBetweenCharacters() {
         let parts = ChatDevice.parts(of: "aü" + String(repeating: "€", count: 12), limit: 20)

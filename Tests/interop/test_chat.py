@@ -154,3 +154,32 @@ def test_4_kib_messages_arrive_whole_at_mtu_23_and_517(rootcanal):
             if member is not None:
                 member.stop()
             assert host.stop() == 0, Path(host.log).read_text()
+
+
+def test_a_member_rejoins_a_host_that_came_back_and_loses_nothing(rootcanal):
+    """The host goes away (its link drops) and comes back under the same name: the member finds
+    it again on its own; what was typed meanwhile arrives after the reconnection, in order, once."""
+    room = unique_name("Back")
+    host = ChatProcess(rootcanal.controller_spec, "--name", room)
+    member = None
+    second = None
+    try:
+        time.sleep(1)
+        member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "board-2")
+        host.wait_for(lambda line: line.endswith(" joined"), "join announcement")
+        member.say("before")
+        host.wait_for(lambda line: line == "[board-2] before", "the first line")
+        assert host.stop() == 0
+        for index in range(5):
+            member.say(f"meanwhile {index}")
+        time.sleep(2)
+        second = ChatProcess(rootcanal.controller_spec, "--name", room)
+        second.wait_for(lambda line: line == "[board-2] meanwhile 4", "the lines typed while the host was away", timeout=40)
+        got = [line for line in second.lines if line.startswith("[board-2] ")]
+        assert got == [f"[board-2] meanwhile {index}" for index in range(5)], got
+        assert member.process.poll() is None, "the member gave up"
+    finally:
+        if member is not None:
+            member.stop()
+        if second is not None:
+            assert second.stop() == 0, Path(second.log).read_text()
