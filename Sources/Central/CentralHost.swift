@@ -55,6 +55,11 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
     public var onError: ((String) -> Void)?
 
     private var scanWanted: (active: Bool, filterDuplicates: Bool)?
+    /// Sharing a controller: whether its owner uses the extended commands (set when it is ready).
+    private var sharedExtendedCommands = false
+    /// The LE extended scanning and initiating commands, or the legacy ones: a controller's own
+    /// choice when it is ours, the owner's when shared.
+    private var usesExtendedCommands: Bool { isSharing ? sharedExtendedCommands : hci.info.supportsExtendedAdvertising }
     private var scanning = false
     private var connecting: (peer: BluetoothAddress, timer: TimerID?, cancelled: Bool,
                              completion: (Result<CentralLink, CentralError>) -> Void)?
@@ -130,7 +135,7 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
         scanWanted = (active, filterDuplicates)
         guard hci.isReady, !scanning, connecting == nil else { return }
         scanning = true
-        let extended = hci.info.supportsExtendedAdvertising
+        let extended = usesExtendedCommands
         let parameters: HCICommand = extended
             ? .leSetExtendedScanParameters(active: active, ownAddressType: .publicDevice)
             : .leSetScanParameters(active: active, ownAddressType: .publicDevice)
@@ -156,7 +161,7 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
     private func pauseScanning() {
         guard scanning, hci.isReady else { return }
         scanning = false
-        hci.send(hci.info.supportsExtendedAdvertising ? .leSetExtendedScanEnable(false) : .leSetScanEnable(false))
+        hci.send(usesExtendedCommands ? .leSetExtendedScanEnable(false) : .leSetScanEnable(false))
     }
 
     // MARK: Connecting (Vol 3, Part C, 9.3.6 – 9.3.8)
@@ -169,7 +174,7 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
         guard hci.isReady, stopCompletion == nil else { return completion(.failure(.notReady)) }
         guard connecting == nil else { return completion(.failure(.busy)) }
         pauseScanning()
-        let command: HCICommand = hci.info.supportsExtendedAdvertising
+        let command: HCICommand = usesExtendedCommands
             ? .leExtendedCreateConnection(peer: address, peerAddressType: addressType & 0x01, ownAddressType: .publicDevice,
                                           parameters: parameters)
             : .leCreateConnection(peer: address, peerAddressType: addressType & 0x01, ownAddressType: .publicDevice,
@@ -258,7 +263,10 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
 
     // MARK: HCIRoleSharing
 
-    public func sharedControllerReady() { hciHostDidBecomeReady(hci) }
+    public func sharedControllerReady(extendedCommands: Bool) {
+        sharedExtendedCommands = extendedCommands
+        hciHostDidBecomeReady(hci)
+    }
 
     public func sharedControllerReset(reason: String) { hciHostDidReset(hci, reason: reason) }
 

@@ -559,8 +559,10 @@ public final class HCIHost {
 /// roles at once). The owner offers it what the owner does not claim, and asks it to close its
 /// links before a stop resets the controller.
 public protocol HCIRoleSharing: AnyObject {
-    /// The controller finished initialization.
-    func sharedControllerReady()
+    /// The controller finished initialization. `extendedCommands`: whether the owner uses the
+    /// LE extended advertising commands, which the sharer must follow (a controller refuses
+    /// legacy and extended advertising, scanning and initiating commands mixed, Vol 4, Part E, 3.1.1).
+    func sharedControllerReady(extendedCommands: Bool)
     /// The controller was reset or lost: every link is gone.
     func sharedControllerReset(reason: String)
     /// An event; true when it was this role's (its links, its scanning, its connection attempts).

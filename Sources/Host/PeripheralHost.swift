@@ -69,7 +69,7 @@ public final class PeripheralHost {
     /// Lets `role` share this controller; it hears of readiness at once when the controller is ready.
     public func share(with role: HCIRoleSharing) {
         sharedRole = role
-        if hci.isReady && !isStopping { role.sharedControllerReady() }
+        if hci.isReady && !isStopping { role.sharedControllerReady(extendedCommands: advertiser.mode != .legacy) }
     }
 
     func join(_ peripheral: Peripheral) {
@@ -278,7 +278,7 @@ extension PeripheralHost: HCIHostDelegate {
             let set = advertiser.takeSet()
             member.peripheral.hostReady(advertisingSet: set)
         }
-        sharedRole?.sharedControllerReady()
+        sharedRole?.sharedControllerReady(extendedCommands: advertiser.mode != .legacy)
     }
 
     public func hciHostDidReset(_ host: HCIHost, reason: String) {

@@ -18,7 +18,9 @@ import Testing
         var reports = 0
 
         init(extended: Bool) throws {
-            bench = try SharedBench(devices: [HeartRateDevice()], sets: extended ? 4 : 0)
+            // Two devices make the advertiser use extended sets; one, legacy advertising.
+            bench = try SharedBench(devices: extended ? [HeartRateDevice(), ThermostatDevice()] : [HeartRateDevice()],
+                                    sets: extended ? 4 : 0)
             central = try CentralHost(sharing: bench.host.hci, controller: "scripted", scheduler: bench.scheduler,
                                       logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
             bench.host.share(with: central)
@@ -37,11 +39,11 @@ import Testing
         b.bench.controller.centralConnected(handle: 0x0050, peer: BluetoothAddress("C4:11:22:33:44:55")!)
         let central = try #require(link)
         #expect(b.central.links.count == 1 && b.bench.host.connectionCount == 0)
-        // A peripheral link from advertising set 1 goes to the heart rate device.
+        // A peripheral link from advertising set 1 goes to its device.
         b.bench.controller.connect(handle: 0x0040, peer: BluetoothAddress("D0:11:22:33:44:55")!, set: 1)
         #expect(b.bench.host.connectionCount == 1 && b.central.links.count == 1)
         // ATT on each link reaches its own side: the peripheral's server answers its central...
-        #expect(b.bench.deviceName(on: 0x0040) == "Shared 0")
+        #expect(b.bench.deviceName(on: 0x0040) == "Shared 1")
         // ...and the central's client gets its response.
         var value: [UInt8]?
         central.client.read(0x0003) { value = try? $0.get() }
@@ -51,6 +53,19 @@ import Testing
         // Disconnections go to their own side.
         b.bench.controller.disconnect(handle: 0x0050)
         #expect(b.central.links.isEmpty && b.bench.host.connectionCount == 1)
+    }
+
+    /// Vol 4, Part E, 3.1.1: a controller takes legacy or extended commands, not both; the
+    /// central follows the peripherals' choice.
+    @Test func theCentralUsesTheCommandsTheAdvertiserUses() throws {
+        let legacy = try Bench(extended: false)
+        legacy.central.startScanning()
+        #expect(legacy.bench.controller.commands(HCIOpcode.leSetScanEnable).last?.parameters.first == 1)
+        #expect(legacy.bench.controller.commands(HCIOpcode.leSetExtendedScanEnable).isEmpty)
+        let extended = try Bench(extended: true)
+        extended.central.startScanning()
+        #expect(extended.bench.controller.commands(HCIOpcode.leSetScanEnable).isEmpty)
+        #expect(!extended.bench.controller.commands(HCIOpcode.leSetExtendedScanEnable).isEmpty)
     }
 
     @Test func aStopClosesBothRolesLinksBeforeTheReset() throws {

@@ -183,3 +183,96 @@ def test_a_member_rejoins_a_host_that_came_back_and_loses_nothing(rootcanal):
             member.stop()
         if second is not None:
             assert second.stop() == 0, Path(second.log).read_text()
+
+
+def test_two_autos_started_together_end_in_one_room(rootcanal):
+    """`--role auto` at the same moment, three times: one hosts, the other joins (or, if both
+    hosted, they merge), and each hears the other."""
+    for attempt in range(3):
+        room = unique_name("Auto")
+        a = ChatProcess(rootcanal.controller_spec, "--role", "auto", "--room", room, "--name", f"a{attempt}")
+        b = ChatProcess(rootcanal.controller_spec, "--role", "auto", "--room", room, "--name", f"b{attempt}")
+        try:
+            # Whoever hosts announces the other's joining; then lines go both ways.
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline:
+                a.say(f"ping from a {attempt}")
+                b.say(f"ping from b {attempt}")
+                if any(f"ping from b {attempt}" in line for line in a.lines) and any(f"ping from a {attempt}" in line for line in b.lines):
+                    break
+                time.sleep(1)
+            a.wait_for(lambda line: line.startswith(f"[b{attempt}] ping from b"), "b's line at a", timeout=5)
+            b.wait_for(lambda line: line.startswith(f"[a{attempt}] ping from a"), "a's line at b", timeout=5)
+        finally:
+            a.stop()
+            b.stop()
+
+
+def static_random(seed: str) -> int:
+    """blemu's address for a seed (BluetoothAddress.staticRandom: FNV-1a 64, folded, top bits set)."""
+    value = 0xCBF29CE484222325
+    for byte in seed.encode():
+        value ^= byte
+        value = (value * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    random = (value ^ (value >> 48)) & 0x3FFFFFFFFFFF
+    if random in (0, 0x3FFFFFFFFFFF):
+        random = 0x123456789ABC
+    return random | 0xC00000000000
+
+
+def test_two_hosts_of_one_room_merge(rootcanal):
+    """An auto node hosting its room meets a second host of it with a lower address: it gives
+    way and joins that one, so the room is one again."""
+    room = unique_name("Merge")
+    other = static_random(f"blemu/chat/{room}")
+    name = next(f"n{index}" for index in range(1000) if static_random(f"blemu/chat/{room}/n{index}") > other)
+    auto = ChatProcess(rootcanal.controller_spec, "--role", "auto", "--room", room, "--name", name)
+    host = None
+    try:
+        deadline = time.monotonic() + 20
+        while "hosting chat room" not in Path(auto.log).read_text():
+            assert time.monotonic() < deadline and auto.process.poll() is None, Path(auto.log).read_text()
+            time.sleep(0.2)
+        host = ChatProcess(rootcanal.controller_spec, "--name", room)
+        deadline = time.monotonic() + 30
+        while "joining it" not in Path(auto.log).read_text():
+            assert time.monotonic() < deadline, f"the auto node did not give way:\n{Path(auto.log).read_text()}"
+            time.sleep(0.2)
+        host.wait_for(lambda line: line.endswith(" joined"), "the auto node joining the other host", timeout=20)
+        auto.say("one room again")
+        host.wait_for(lambda line: line == f"[{name}] one room again", "the auto node's line at the remaining host")
+    finally:
+        auto.stop()
+        if host is not None:
+            assert host.stop() == 0, Path(host.log).read_text()
+
+
+def test_a_member_takes_over_when_the_host_is_gone(rootcanal):
+    """auto: the host goes away for good; its member, not finding it again, hosts the room
+    itself, and what it was given meanwhile is said there."""
+    room = unique_name("Take")
+    first = ChatProcess(rootcanal.controller_spec, "--role", "auto", "--room", room, "--name", "first")
+    second = None
+    third = None
+    try:
+        deadline = time.monotonic() + 20
+        while "hosting chat room" not in Path(first.log).read_text():
+            assert time.monotonic() < deadline, Path(first.log).read_text()
+            time.sleep(0.2)
+        second = ChatProcess(rootcanal.controller_spec, "--role", "auto", "--room", room, "--name", "second")
+        first.wait_for(lambda line: line.endswith(" joined"), "the second node joining")
+        first.stop()
+        second.say("still here")
+        deadline = time.monotonic() + 30
+        while "taking over" not in Path(second.log).read_text():
+            assert time.monotonic() < deadline and second.process.poll() is None, Path(second.log).read_text()
+            time.sleep(0.2)
+        third = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "third")
+        second.wait_for(lambda line: line.endswith(" joined"), "a new member at the new host", timeout=20)
+        third.say("hello new host")
+        second.wait_for(lambda line: line == "[third] hello new host", "the new member's line")
+        assert "[second] still here" in second.lines, second.lines
+    finally:
+        for process in (third, second):
+            if process is not None:
+                process.stop()
