@@ -52,7 +52,7 @@ public final class ChatDevice: Device {
     private weak var context: DeviceContext?
     private struct Member {
         let peer: ATTPeer
-        /// `central-XXXX` until a framed message names it.
+        /// `central-` and the end of its address (`central-AA01`) until a framed message names it.
         var name: String
         /// A blemu node, on the frames characteristic; else a plain client on Message.
         var framed: Bool

@@ -152,10 +152,10 @@ public final class GATTClient {
 
     private func transmit(_ request: [UInt8]) {
         guard let procedure = current else { return }
-        guard request.count <= mtu else {
+        guard let opcode = request.first, request.count <= mtu else {
             return finish(procedure, .invalidArgument("a \(request.count)-byte request does not fit ATT_MTU \(mtu)"))
         }
-        outstanding = request[0]
+        outstanding = opcode
         timer = scheduler.schedule(after: Self.transactionTimeout) { [weak self] in self?.timedOut() }
         guard send(request) else {
             stopTimer()
@@ -242,10 +242,19 @@ enum Step {
 /// One GATT procedure: the requests it sends and what it makes of each answer. The client
 /// guarantees `handle` gets only an answer to the last request (a response of the request's
 /// opcode + 1, or an Error Response naming it).
+///
+/// Each procedure overrides `start` and `handle`; these defaults end a procedure that does
+/// not, with an error rather than a trap.
 class Procedure {
-    func start(client: GATTClient) -> Step { fatalError("subclass") }
-    func handle(_ pdu: ArraySlice<UInt8>, client: GATTClient) -> Step { fatalError("subclass") }
-    func fail(_ error: GATTClientError) { fatalError("subclass") }
+    func start(client: GATTClient) -> Step {
+        fail(.invalidArgument("internal: \(type(of: self)) sends no request"))
+        return .done
+    }
+    func handle(_ pdu: ArraySlice<UInt8>, client: GATTClient) -> Step {
+        fail(.invalidArgument("internal: \(type(of: self)) takes no response"))
+        return .done
+    }
+    func fail(_ error: GATTClientError) {}
 }
 
 /// A procedure with a typed result delivered once.

@@ -245,10 +245,13 @@ class RangeWalk<Item>: TypedProcedure<[Item]> {
         super.init(completion)
     }
 
-    /// The request for `next...range.upperBound`.
-    func request(from start: UInt16) -> [UInt8] { fatalError("subclass") }
-    /// The items of one response and the last handle it covered; nil when it does not decode.
-    func items(of pdu: ArraySlice<UInt8>) -> Result<(items: [Item], last: UInt16), GATTClientError> { fatalError("subclass") }
+    /// The request for `next...range.upperBound` (each walk overrides it; an empty request
+    /// ends the procedure with an error).
+    func request(from start: UInt16) -> [UInt8] { [] }
+    /// The items of one response and the last handle it covered (each walk overrides it).
+    func items(of pdu: ArraySlice<UInt8>) -> Result<(items: [Item], last: UInt16), GATTClientError> {
+        .failure(.invalidArgument("internal: \(type(of: self)) reads no response"))
+    }
     /// Once the walk is done: the result (a subclass may need more requests first).
     func walked(client: GATTClient) -> Step { complete(.success(found)) }
 
