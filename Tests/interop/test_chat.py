@@ -276,3 +276,92 @@ def test_a_member_takes_over_when_the_host_is_gone(rootcanal):
         for process in (third, second):
             if process is not None:
                 process.stop()
+
+
+class PlainChatPeripheral:
+    """A Bumble peripheral serving the seed app's chat service (what the app does as the
+    peripheral): Message (write, notify); what it is written it keeps, and it notifies lines."""
+
+    def __init__(self, controller: str, name: str):
+        self.controller = controller
+        self.name = name
+        self.written: list[str] = []
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.subscribed = threading.Event()
+        self.stopping: asyncio.Event | None = None
+        self.device = None
+        self.message = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._main())
+        except BaseException as error:  # reported by start()
+            self.error = error
+
+    error: BaseException | None = None
+
+    async def _main(self) -> None:
+        from bumble import gatt
+        from bumble.core import AdvertisingData
+        from bumble.device import Device
+        from bumble.transport import open_transport
+
+        from bumble_central import bumble_transport_spec
+
+        self.stopping = asyncio.Event()
+        async with await open_transport(bumble_transport_spec(self.controller)) as (source, sink):
+            device = Device.with_hci(self.name, "F0:F1:F2:F3:F4:F6", source, sink)
+            self.message = gatt.Characteristic(
+                str(CHAT_MESSAGE), gatt.Characteristic.Properties.WRITE | gatt.Characteristic.Properties.NOTIFY,
+                gatt.Characteristic.WRITEABLE,
+                gatt.CharacteristicValue(write=lambda _, value: self.written.append(bytes(value).decode())))
+            device.add_service(gatt.Service(str(CHAT_SERVICE), [self.message]))
+            device.on("characteristic_subscription", lambda *args: self.subscribed.set())
+            device.advertising_data = bytes(AdvertisingData([
+                (AdvertisingData.FLAGS, bytes([0x06])),
+                (AdvertisingData.COMPLETE_LIST_OF_128_BIT_SERVICE_CLASS_UUIDS, bytes(CHAT_SERVICE.to_bytes())),
+            ]))
+            device.scan_response_data = bytes(AdvertisingData([(AdvertisingData.COMPLETE_LOCAL_NAME, self.name.encode())]))
+            self.device = device
+            await device.power_on()
+            await device.start_advertising(auto_restart=True)
+            self.ready.set()
+            await self.stopping.wait()
+
+    def start(self) -> "PlainChatPeripheral":
+        self.thread.start()
+        assert self.ready.wait(20), f"the Bumble chat peripheral did not start: {self.error!r}"
+        return self
+
+    def notify(self, text: str) -> None:
+        async def send():
+            await self.device.notify_subscribers(self.message, text.encode())
+        asyncio.run_coroutine_threadsafe(send(), self.loop).result(10)
+
+    def stop(self) -> None:
+        if self.stopping is not None:
+            self.loop.call_soon_threadsafe(self.stopping.set)
+        self.thread.join(10)
+
+
+def test_blemus_member_chats_with_a_plain_peripheral(rootcanal):
+    """blemu's central against a chat host that speaks only the plain protocol (Bumble, as the
+    seed app does): lines go as writes of text, notifications come back as lines."""
+    name = unique_name("Plain")
+    peripheral = PlainChatPeripheral(rootcanal.controller_spec, name).start()
+    member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", name, "--name", "board-2")
+    try:
+        assert peripheral.subscribed.wait(20), f"blemu never subscribed:\n{Path(member.log).read_text()}"
+        member.say("hello plain world")
+        deadline = time.monotonic() + 10
+        while "hello plain world" not in peripheral.written and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert peripheral.written == ["hello plain world"], peripheral.written
+        peripheral.notify("alice: hi there")
+        member.wait_for(lambda line: line == "[alice] hi there", "the peripheral's line at blemu")
+    finally:
+        member.stop()
+        peripheral.stop()
