@@ -22,13 +22,8 @@ final class CentralSession {
 
     /// `specText` nil: `$BLEMU_CONTROLLER`.
     init(controller specText: String?, logger: Logger) throws {
-        let text = specText ?? getenv("BLEMU_CONTROLLER").map { String(cString: $0) }
-        guard let text, !text.isEmpty else {
-            throw ValidationError("give --controller SPEC (hciN, tcp:HOST:PORT, unix:PATH, serial:DEVICE[:BAUD]) or set BLEMU_CONTROLLER")
-        }
         let spec: ControllerSpec
-        do { spec = try ControllerSpec(parsing: text) } catch { throw ValidationError(error.description) }
-        do { loop = try RunLoop() } catch { throw RuntimeFailure("cannot start the run loop: \(error)") }
+        (spec, loop) = try controllerAndLoop(specText)
         self.logger = logger
         let link = ControllerLink(spec: spec, loop: loop)
         self.link = link
@@ -83,6 +78,30 @@ final class CentralSession {
     /// Ends the session after `seconds`.
     func finish(after seconds: Double, failure: String? = nil) {
         loop.schedule(after: .milliseconds(Int64(seconds * 1000))) { [weak self] in self?.finish(failure: failure) }
+    }
+}
+
+/// The controller spec of a command that runs one controller (`--controller`, else
+/// `$BLEMU_CONTROLLER`) and the run loop it runs on.
+func controllerAndLoop(_ specText: String?) throws -> (ControllerSpec, RunLoop) {
+    let text = specText ?? getenv("BLEMU_CONTROLLER").map { String(cString: $0) }
+    guard let text, !text.isEmpty else {
+        throw ValidationError("give --controller SPEC (hciN, tcp:HOST:PORT, unix:PATH, serial:DEVICE[:BAUD]) or set BLEMU_CONTROLLER")
+    }
+    let spec: ControllerSpec
+    do { spec = try ControllerSpec(parsing: text) } catch { throw ValidationError(error.description) }
+    do { return (spec, try RunLoop()) } catch { throw RuntimeFailure("cannot start the run loop: \(error)") }
+}
+
+/// SIGINT and SIGTERM begin a clean stop; a second one exits at once (130).
+func stopOnSignals(_ loop: RunLoop, isStopping: @escaping () -> Bool, stop: @escaping () -> Void) throws {
+    do {
+        try loop.handleSignals([SIGINT, SIGTERM]) { _ in
+            if isStopping() { Glibc.exit(130) }
+            stop()
+        }
+    } catch {
+        throw RuntimeFailure("cannot handle signals: \(error)")
     }
 }
 

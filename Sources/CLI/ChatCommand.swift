@@ -43,6 +43,11 @@ struct ChatCommand: ParsableCommand {
     @Option(name: .customLong("log-level"), help: "Log level for stderr (default: notice).")
     var logLevel: Logger.Level = .notice
 
+    /// A line of the room on stdout: `[NAME] text`, or an announcement as it is.
+    static func printLine(_ sender: String?, _ text: String) {
+        emitLine(sender.map { "[\($0)] \(text)" } ?? text)
+    }
+
     /// The longest line taken from stdin; a longer one ends the reading of stdin, with a warning.
     static let maxLineBytes = 4096
 
@@ -67,16 +72,11 @@ struct ChatCommand: ParsableCommand {
     // MARK: Host
 
     private func host(logger: Logger) throws {
-        let text = controller ?? getenv("BLEMU_CONTROLLER").map { String(cString: $0) }
-        guard let text, !text.isEmpty else { throw ValidationError("give --controller SPEC or set BLEMU_CONTROLLER") }
-        let spec: ControllerSpec
-        do { spec = try ControllerSpec(parsing: text) } catch { throw ValidationError(error.description) }
-        let loop: RunLoop
-        do { loop = try RunLoop() } catch { throw RuntimeFailure("cannot start the run loop: \(error)") }
+        let (spec, loop) = try controllerAndLoop(controller)
         let device = ChatDevice()
         let localName = name ?? device.profile.defaultName
         device.hostName = localName
-        device.onMessage = { sender, text in emitLine(sender.map { "[\($0)] \(text)" } ?? text) }
+        device.onMessage = Self.printLine
         let emulator = Emulator(spec: spec, loop: loop, logger: logger)
         do {
             try emulator.add(device: device, configuration: PeripheralConfiguration(name: localName, controller: spec.description))
@@ -98,14 +98,7 @@ struct ChatCommand: ParsableCommand {
             device.send(line)
             emitLine("[\(localName)] \(line)")
         }
-        do {
-            try loop.handleSignals([SIGINT, SIGTERM]) { _ in
-                if stopping { Glibc.exit(130) }
-                stop()
-            }
-        } catch {
-            throw RuntimeFailure("cannot handle signals: \(error)")
-        }
+        try stopOnSignals(loop, isStopping: { stopping }, stop: stop)
         logger.notice("hosting chat room '\(localName)' on \(spec)")
         emulator.start()
         input.start()
@@ -147,17 +140,12 @@ struct ChatCommand: ParsableCommand {
     /// host of its room with a lower address gives way and joins it (two rooms merge into
     /// one); a member whose host is gone for good takes over.
     private func auto(logger: Logger) throws {
-        let text = controller ?? getenv("BLEMU_CONTROLLER").map { String(cString: $0) }
-        guard let text, !text.isEmpty else { throw ValidationError("give --controller SPEC or set BLEMU_CONTROLLER") }
-        let spec: ControllerSpec
-        do { spec = try ControllerSpec(parsing: text) } catch { throw ValidationError(error.description) }
-        let loop: RunLoop
-        do { loop = try RunLoop() } catch { throw RuntimeFailure("cannot start the run loop: \(error)") }
+        let (spec, loop) = try controllerAndLoop(controller)
         let me = memberName
         let roomName = room ?? ChatDevice().profile.defaultName
         let device = ChatDevice()
         device.hostName = me
-        device.onMessage = { sender, text in emitLine(sender.map { "[\($0)] \(text)" } ?? text) }
+        device.onMessage = Self.printLine
         let emulator = Emulator(spec: spec, loop: loop, logger: logger)
         do {
             // Every node of a room may host it: each needs its own address (the name alone would give them one).
@@ -255,14 +243,7 @@ struct ChatCommand: ParsableCommand {
             loop.schedule(after: .milliseconds(3000 + Int64.random(in: 0...2000))) { decide() }
         }
         let input = StdinLines(loop: loop, logger: logger) { line in say(line) }
-        do {
-            try loop.handleSignals([SIGINT, SIGTERM]) { _ in
-                if stopping { Glibc.exit(130) }
-                stop()
-            }
-        } catch {
-            throw RuntimeFailure("cannot handle signals: \(error)")
-        }
+        try stopOnSignals(loop, isStopping: { stopping }, stop: stop)
         emulator.start()
         input.start()
         loop.run()
