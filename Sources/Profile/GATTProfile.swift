@@ -1,6 +1,9 @@
 import BlemuCore
 import BlemuGATT
 import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A peripheral's GATT database with its values, as `blemu gatt ... dump --profile` captures it
 /// and `blemu run PROFILE.json` serves it (Docs/PROFILES.md). UUIDs are text (`2A37`, or the
@@ -101,6 +104,15 @@ public struct GATTProfile: Codable, Equatable, Sendable {
     /// Reads and checks a profile file; a mistake is one error naming the file and the path in
     /// it (`services[2].characteristics[0].uuid`) and what is allowed.
     public static func load(path: String) throws(ProfileError) -> GATTProfile {
+        // Size and kind first: a wrong path (a huge file, /dev/zero, a FIFO) must not be read whole.
+        var status = stat()
+        guard stat(path, &status) == 0 else {
+            throw ProfileError("\(path): cannot read the profile: \(String(cString: strerror(errno)))")
+        }
+        guard status.st_mode & S_IFMT == S_IFREG else { throw ProfileError("\(path): not a regular file") }
+        guard status.st_size <= maxFileBytes else {
+            throw ProfileError("\(path): \(status.st_size) bytes; a profile is at most \(maxFileBytes) bytes")
+        }
         let data: Data
         do {
             data = try Data(contentsOf: URL(fileURLWithPath: path))

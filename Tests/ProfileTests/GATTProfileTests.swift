@@ -55,6 +55,18 @@ import Testing
         #expect(refusal(#"{"format":"blemu-gatt-profile","version":2,"name":"x","services":[]}"#).hasPrefix("p.json: version:"))
     }
 
+    /// A wrong path is refused before anything is read: a device that never ends, a folder.
+    @Test func onlyARegularFileOfBoundedSizeIsRead() {
+        for path in ["/dev/zero", "/tmp", "/nonexistent/profile.json"] {
+            do {
+                _ = try GATTProfile.load(path: path)
+                Issue.record("\(path) was accepted")
+            } catch {
+                #expect(error.description.hasPrefix("\(path): "))
+            }
+        }
+    }
+
     /// The device serves the profile: the stack's services left out, included services first,
     /// read-only values cached, writable and notifying ones dynamic, what cannot be served dropped.
     @Test func theDeviceServesTheProfile() throws {
