@@ -92,10 +92,16 @@ let package = Package(
             "BlemuCore", "CSystemd",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Journal"),
+        // The chat between nodes (Docs/CHAT.md): a node's rooms, one per controller, as host or
+        // member, and the bridge between them. Above the central and the chat device.
+        .target(name: "BlemuChat", dependencies: [
+            "BlemuCore", "BlemuCentral", "BlemuGATTClient", "BlemuHost", "BlemuDevices",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/Chat"),
         .executableTarget(name: "blemu", dependencies: [
             "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig",
             "BlemuJournal",
-            "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile",
+            "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile", "BlemuChat",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/CLI"),
@@ -119,7 +125,7 @@ let package = Package(
         .testTarget(name: "CaptureTests", dependencies: ["BlemuCapture", "BlemuCore"], path: "Tests/CaptureTests"),
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
         .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuGATT", "BlemuATT",
-                                                   "BlemuCentral", "BlemuGATTClient",
+                                                   "BlemuCentral", "BlemuGATTClient", "BlemuChat",
                                                    .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HostTests"),
     ]

@@ -22,6 +22,42 @@ from bumble.device import Connection, Device, Peer
 from bumble.transport import open_transport
 
 # ---------------------------------------------------------------------------------------------
+# Quick ACKs on Bumble's TCP transports
+
+def _enable_tcp_quick_acknowledgements() -> None:
+    """Rootcanal writes each H4 packet in two sends (indicator, then body); with Nagle on its
+    side and delayed ACKs (up to 40 ms) on ours, the body waits for our ACK of the indicator.
+    Setting TCP_QUICKACK again after each read (Linux clears it as it goes) sends ACKs at once,
+    as blemu's TCP transport does. Without it a central reads about 22 values a second."""
+    import socket
+
+    from bumble.transport.common import StreamPacketSource
+
+    if getattr(StreamPacketSource, "_blemu_quick_ack", False) or not hasattr(socket, "TCP_QUICKACK"):
+        return
+    received = StreamPacketSource.data_received
+
+    def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def]
+        sock = transport.get_extra_info("socket")
+        self._blemu_socket = sock if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6) else None
+
+    def data_received(self, data: bytes) -> None:
+        sock = getattr(self, "_blemu_socket", None)
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+            except OSError:
+                pass
+        received(self, data)
+
+    StreamPacketSource.connection_made = connection_made  # type: ignore[method-assign]
+    StreamPacketSource.data_received = data_received  # type: ignore[method-assign]
+    StreamPacketSource._blemu_quick_ack = True  # type: ignore[attr-defined]
+
+
+_enable_tcp_quick_acknowledgements()
+
+# ---------------------------------------------------------------------------------------------
 # Numbers from the specs
 
 # Vol 3, Part F, 3.2.8 / 3.4.2: the default (minimum) LE ATT_MTU.

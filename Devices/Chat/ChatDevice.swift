@@ -19,7 +19,7 @@ import Logging
 /// Members are the centrals subscribed to Message (plain clients) or Frames (blemu nodes, which
 /// name themselves in their frames). What one writes goes to every other member, to a plain one
 /// as `NAME: text` (its name: `central-` and the last four hex digits of its address, e.g.
-/// `central-AA01`) and to the host's own `onMessage` (printed by `blemu chat`); the host's
+/// `central-AA01`) and to the host's own `onHeard` (printed by `blemu chat`); the host's
 /// lines (`send`) go to every member; joins and leaves are announced (`* NAME joined`). A text longer than a member's ATT_MTU - 3 goes
 /// as several notifications, cut between characters. Each member has its own bounded queue:
 /// one that cannot keep up waits for "ready to update subscribers" without slowing the others,
@@ -34,6 +34,10 @@ public final class ChatDevice: Device {
     public static let framesUUID = BluetoothUUID("7d3c0301-9a5e-4d1a-8f6e-5c1b2d3e4f50")!
     /// Lines waiting for one member, at most.
     public static let memberQueueLimit = 256
+    /// A member with this many lines waiting holds back the host's own lines (`isBusy`)...
+    public static let busyThreshold = memberQueueLimit / 2
+    /// ...unless it took nothing for this long: then it is too slow, and the room goes on.
+    public static let stallLimit: Duration = .seconds(5)
     /// How many relays a message the host sends may still take (bridges count them down).
     public static let initialHops: UInt8 = 4
 
@@ -44,8 +48,16 @@ public final class ChatDevice: Device {
         DeviceProfile(defaultName: "blemu Chat", advertisedServices: [Self.serviceUUID], appearance: 0x0080)   // generic computer
     }
 
-    /// A line for the host: who sent it (`nil`: an announcement) and the text.
-    public var onMessage: ((String?, String) -> Void)?
+    /// The members have room for the host's lines again (`isBusy` turned false).
+    public var onRoom: (() -> Void)?
+    /// What the room says, for the host: an announcement, or a member's message with its
+    /// identity and the relays it may still take (a bridge passes it on with one fewer).
+    public enum Heard: Equatable {
+        case announcement(String)
+        case message(ChatMessageID, text: String, hops: UInt8)
+    }
+    /// Each announcement, and each member's message once (however often it was resent).
+    public var onHeard: ((Heard) -> Void)?
     /// The host's own name in what members see.
     public var hostName = "host"
 
@@ -61,9 +73,31 @@ public final class ChatDevice: Device {
         var queue: Deque<(characteristic: Characteristic, parts: Deque<[UInt8]>)> = []
         var missed = 0
         var reassembly = ChatReassembly()
+        /// When a notification last left for it (monotonic ns): a member that takes nothing
+        /// for `stallLimit` no longer holds back the host's own lines.
+        var lastProgress: UInt64 = 0
+        /// Catching up after a RESUME: the sequence of the next history entry it gets. Live
+        /// messages wait in the history meanwhile, so everything comes in order.
+        var replayNext: UInt64?
     }
+    /// The room's recent messages, for members that join again (RESUME): bounded in count and bytes.
+    private struct HistoryEntry {
+        let id: ChatMessageID
+        let text: String
+        let hops: UInt8
+    }
+    public static let historyLimit = 1024
+    public static let historyByteLimit = 256 * 1024
+    private var history: Deque<HistoryEntry> = []
+    private var historyBytes = 0
+    /// The sequence of `history.first`; entries are numbered in order from it.
+    private var historyStart: UInt64 = 0
+    /// RESUME points of links that have not subscribed yet (one per link; gone with the link).
+    private var resumePoints: [UInt16: ChatMessageID] = [:]
     private var members: [UInt16: Member] = [:]
-    private var nextNumber: UInt32 = 1
+    /// Numbers start anywhere: a host that restarts must not reuse identities its members
+    /// still remember (they would take new messages for resends).
+    private var nextNumber = UInt32.random(in: 1...(UInt32.max / 2))
     /// Identities delivered, whichever link they came on: a member that resends on a new link
     /// what the old one carried gets it acknowledged, not delivered twice.
     private var delivered = ChatReassembly()
@@ -98,7 +132,11 @@ public final class ChatDevice: Device {
 
     public func start(context: DeviceContext) { self.context = context }
 
-    public func stop() { members.removeAll() }
+    public func stop() {
+        members.removeAll()
+        if let busyCheck { context?.scheduler.cancel(busyCheck) }
+        busyCheck = nil
+    }
 
     // MARK: Members
 
@@ -113,19 +151,68 @@ public final class ChatDevice: Device {
         let handle = peer.connectionHandle
         let framed = characteristic === frames
         if notify, members[handle] == nil {
-            let member = Member(peer: peer, name: Self.name(of: peer), framed: framed)
+            var member = Member(peer: peer, name: Self.name(of: peer), framed: framed)
+            member.lastProgress = context?.scheduler.nowNanoseconds ?? 0
+            if framed, let point = resumePoints.removeValue(forKey: handle) {
+                // Joining again: what the room said after the last message it had, first.
+                if let index = history.lastIndex(where: { $0.id == point }) {
+                    member.replayNext = historyStart + UInt64(index) + 1
+                } else {
+                    member.replayNext = historyStart
+                    let note = "* catching up: lines said before \(history.isEmpty ? "now" : "the oldest kept here") may be missing"
+                    member.queue.append((frames, Deque(ChatFrame.frames(of: Array(note.utf8), id: ChatMessageID(sender: "", number: takeNumber()),
+                                                                          hops: 0, limit: (context?.attMTU(of: peer) ?? 23) - 3))))
+                }
+            }
             members[handle] = member
             announce("* \(member.name) joined", except: handle)
+            flush()
         } else if !notify, let member = members[handle], member.framed == framed {
             members[handle] = nil
             announce("* \(member.name) left", except: nil)
+            checkRoom()
         }
     }
 
     public func peerDisconnected(_ peer: ATTPeer) {
+        resumePoints[peer.connectionHandle] = nil
         // The stack ends the link's subscriptions first (subscriptionChanged); this is for safety.
         if let member = members.removeValue(forKey: peer.connectionHandle) {
             announce("* \(member.name) left", except: nil)
+        }
+        checkRoom()
+    }
+
+    /// Whether the host's own lines (`send`) should wait: a member that is taking its lines
+    /// has `busyThreshold` of them waiting. The source of those lines (stdin) is paused rather
+    /// than have the member's queue overflow; `onRoom` says when to go on. A member that took
+    /// nothing for `stallLimit` does not count: it will hear that it missed lines.
+    public var isBusy: Bool {
+        guard let context else { return false }
+        let now = context.scheduler.nowNanoseconds
+        let stall = UInt64(Self.stallLimit.components.seconds) * 1_000_000_000
+        return members.values.contains { $0.queue.count >= Self.busyThreshold && now &- $0.lastProgress < stall }
+    }
+    private var wasBusy = false
+    private var busyCheck: TimerID?
+
+    /// Tells `onRoom` once `isBusy` is over: after a flush, or when the member holding the
+    /// host back has stalled for `stallLimit`.
+    private func checkRoom() {
+        guard let context else { return }
+        if isBusy {
+            wasBusy = true
+            if busyCheck == nil {
+                busyCheck = context.scheduler.schedule(after: Self.stallLimit) { [weak self] in
+                    self?.busyCheck = nil
+                    self?.checkRoom()
+                }
+            }
+        } else if wasBusy {
+            wasBusy = false
+            if let busyCheck { context.scheduler.cancel(busyCheck) }
+            busyCheck = nil
+            onRoom?()
         }
     }
 
@@ -141,7 +228,8 @@ public final class ChatDevice: Device {
         guard !text.isEmpty else { return }
         let sender = members[request.peer.connectionHandle]?.name ?? Self.name(of: request.peer)
         let id = ChatMessageID(sender: sender, number: takeNumber())
-        onMessage?(sender, text)
+        delivered.remember(id)
+        onHeard?(.message(id, text: text, hops: Self.initialHops))
         deliver(id, text: text, hops: Self.initialHops, except: request.peer.connectionHandle)
     }
 
@@ -149,11 +237,17 @@ public final class ChatDevice: Device {
     private func receivedFrame(_ request: WriteRequest) {
         guard let frame = try? ChatFrame(decoding: request.value[...]) else { return }
         let handle = request.peer.connectionHandle
+        if case let .resume(number, sender) = frame {
+            // Before it subscribes (Docs/CHAT.md): kept until then.
+            if members[handle] == nil { resumePoints[handle] = ChatMessageID(sender: sender, number: number) }
+            return
+        }
         // A node that never subscribed is not a member: it would not hear the acknowledgement.
         guard var member = members[handle] else { return }
         let outcome = member.reassembly.take(frame)
-        // A blemu node names itself in its messages.
-        if case .message(let id, _, _) = outcome, !id.sender.isEmpty, member.name.hasPrefix("central-") { member.name = id.sender }
+        // A blemu node names itself in its own messages (a bridge's relayed ones have fewer hops).
+        if case .message(let id, _, let hops) = outcome, hops == Self.initialHops, !id.sender.isEmpty,
+           member.name.hasPrefix("central-") { member.name = id.sender }
         members[handle] = member
         switch outcome {
         case .incomplete, .inconsistent:
@@ -166,7 +260,7 @@ public final class ChatDevice: Device {
             guard !delivered.hasDelivered(id) else { return }
             delivered.remember(id)
             let text = String(decoding: bytes, as: UTF8.self)
-            onMessage?(id.sender, text)
+            onHeard?(.message(id, text: text, hops: hops))
             deliver(id, text: text, hops: hops, except: handle)
         }
     }
@@ -179,16 +273,26 @@ public final class ChatDevice: Device {
     /// The host's own line, to every member.
     public func send(_ text: String) {
         guard !text.isEmpty else { return }
-        deliver(ChatMessageID(sender: hostName, number: takeNumber()), text: text, hops: Self.initialHops, except: nil)
+        let id = ChatMessageID(sender: hostName, number: takeNumber())
+        delivered.remember(id)
+        deliver(id, text: text, hops: Self.initialHops, except: nil)
+    }
+
+    /// A message with an identity of its own (a line of this node numbered by it, or one a
+    /// bridge brings from another room), to every member; once, however often it is given.
+    public func relay(_ id: ChatMessageID, text: String, hops: UInt8) {
+        guard !text.isEmpty, !delivered.hasDelivered(id) else { return }
+        delivered.remember(id)
+        deliver(id, text: text, hops: hops, except: nil)
     }
 
     private func announce(_ text: String, except handle: UInt16?) {
-        onMessage?(nil, text)
+        onHeard?(.announcement(text))
         deliver(ChatMessageID(sender: "", number: takeNumber()), text: text, hops: 0, except: handle)
     }
 
     private func acknowledge(_ id: ChatMessageID, to handle: UInt16) {
-        enqueue(frames, [ChatFrame.ack(number: id.number).encoded()], to: handle)
+        enqueue(frames, [ChatFrame.ack(number: id.number, sender: id.sender).encoded()], to: handle)
         flush()
     }
 
@@ -196,8 +300,9 @@ public final class ChatDevice: Device {
     /// `SENDER: text` (an announcement as it is), cut to their ATT_MTU.
     private func deliver(_ id: ChatMessageID, text: String, hops: UInt8, except handle: UInt16?) {
         guard let context else { return }
+        if !id.sender.isEmpty { remember(HistoryEntry(id: id, text: text, hops: hops)) }
         for key in members.keys.sorted() where key != handle {
-            guard let member = members[key] else { continue }
+            guard let member = members[key], member.replayNext == nil else { continue }   // a member catching up gets it from the history
             let limit = context.attMTU(of: member.peer) - 3
             if member.framed {
                 enqueue(frames, ChatFrame.frames(of: Array(text.utf8), id: id, hops: hops, limit: limit), to: key)
@@ -206,6 +311,32 @@ public final class ChatDevice: Device {
             }
         }
         flush()
+    }
+
+    private func remember(_ entry: HistoryEntry) {
+        history.append(entry)
+        historyBytes += entry.text.utf8.count
+        while history.count > Self.historyLimit || historyBytes > Self.historyByteLimit, let oldest = history.first {
+            history.removeFirst()
+            historyBytes -= oldest.text.utf8.count
+            historyStart += 1
+        }
+    }
+
+    /// Tops up a catching-up member's queue from the history, as far as `busyThreshold`.
+    private func replay(to member: inout Member, limit: Int) {
+        guard var next = member.replayNext else { return }
+        if next < historyStart {
+            // Gone from the history while it caught up: counted, never silent.
+            member.missed += Int(historyStart - next)
+            next = historyStart
+        }
+        while member.queue.count < Self.busyThreshold, next < historyStart + UInt64(history.count) {
+            let entry = history[Int(next - historyStart)]
+            member.queue.append((frames, Deque(ChatFrame.frames(of: Array(entry.text.utf8), id: entry.id, hops: entry.hops, limit: limit))))
+            next += 1
+        }
+        member.replayNext = next < historyStart + UInt64(history.count) ? next : nil
     }
 
     private func enqueue(_ characteristic: Characteristic, _ parts: [[UInt8]], to handle: UInt16) {
@@ -225,6 +356,7 @@ public final class ChatDevice: Device {
         guard let context else { return }
         for key in members.keys.sorted() {
             guard var member = members[key] else { continue }
+            replay(to: &member, limit: context.attMTU(of: member.peer) - 3)
             if member.missed > 0 {
                 let text = "* you missed \(member.missed) line(s): too slow"
                 let limit = context.attMTU(of: member.peer) - 3
@@ -235,18 +367,22 @@ public final class ChatDevice: Device {
                 for part in note where sent { sent = context.notify(member.framed ? frames : message, value: part, to: member.peer) }
                 if sent { member.missed = 0 }
             }
-            sending: while member.missed == 0, var line = member.queue.first {
+            sending: while member.missed == 0 {
+                if member.queue.isEmpty { replay(to: &member, limit: context.attMTU(of: member.peer) - 3) }
+                guard var line = member.queue.first else { break }
                 while let part = line.parts.first {
                     guard context.notify(line.characteristic, value: part, to: member.peer) else {
                         member.queue[0] = line
                         break sending
                     }
                     line.parts.removeFirst()
+                    member.lastProgress = context.scheduler.nowNanoseconds
                 }
                 member.queue.removeFirst()
             }
             members[key] = member
         }
+        checkRoom()
     }
 
     /// UTF-8 pieces of at most `limit` bytes (20 at least, ATT's default; 512 at most, the

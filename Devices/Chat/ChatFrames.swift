@@ -7,22 +7,30 @@ import BlemuCore
 ///
 ///     DATA  0x01 | number u32 | hops u8 | sender length u8 | total u16 | first chunk
 ///     MORE  0x03 | offset u16 | chunk
-///     ACK   0x02 | number u32
+///     ACK   0x02 | number u32 | sender
+///     RESUME 0x04 | number u32 | sender
 ///
 /// Little-endian. The pieces carry one stream, the sender's name (UTF-8, at most 32 bytes)
 /// then the text (UTF-8, at most 4096 bytes); `total` is the stream's length and `offset`
 /// where a chunk goes in it. A MORE continues the last DATA on the same link (ATT keeps a
 /// link's PDUs in order, Vol 3, Part F, 3.3), so at ATT_MTU 23 a DATA carries 11 bytes and a
 /// MORE 17. `hops` counts the relays a message may still take (bridges count it down). An ACK
-/// names one of the numbers the member it goes to chose.
+/// names the identity it acknowledges: the number and the sender's name (UTF-8, at most 32
+/// bytes, to the end of the frame; empty: the member it goes to), since a bridge writes the
+/// messages of others too. A member that joins again sends RESUME with the identity of the
+/// last message it received (before it subscribes): the host replays what came after it.
 public enum ChatFrame: Equatable, Sendable {
     case data(number: UInt32, hops: UInt8, senderLength: Int, total: Int, chunk: [UInt8])
     case more(offset: Int, chunk: [UInt8])
-    case ack(number: UInt32)
+    /// `sender` empty: the message of the member the ACK goes to.
+    case ack(number: UInt32, sender: String = "")
+    /// From a member joining again: the last message it received; what came after is replayed.
+    case resume(number: UInt32, sender: String)
 
     public static let dataType: UInt8 = 0x01
     public static let ackType: UInt8 = 0x02
     public static let moreType: UInt8 = 0x03
+    public static let resumeType: UInt8 = 0x04
     /// The longest message, in UTF-8 bytes.
     public static let maxMessageBytes = 4096
     /// The longest sender name, in UTF-8 bytes.
@@ -45,9 +53,14 @@ public enum ChatFrame: Equatable, Sendable {
             out.append(Self.moreType)
             out.appendLE(UInt16(clamping: offset))
             out += chunk
-        case .ack(let number):
+        case let .ack(number, sender):
             out.append(Self.ackType)
             out.appendLE(number)
+            out += ChatMessageID(sender: sender, number: number).senderBytes
+        case let .resume(number, sender):
+            out.append(Self.resumeType)
+            out.appendLE(number)
+            out += ChatMessageID(sender: sender, number: number).senderBytes
         }
         return out
     }
@@ -75,10 +88,14 @@ public enum ChatFrame: Equatable, Sendable {
             let chunk = Array(reader.rest())
             guard offset + chunk.count <= limit else { throw DecodeError(.invalidValue, "chunk \(offset)+\(chunk.count) past \(limit) bytes") }
             self = .more(offset: offset, chunk: chunk)
-        case Self.ackType:
+        case Self.ackType, Self.resumeType:
             let number = try reader.u32()
-            try reader.expectEnd("chat ACK")
-            self = .ack(number: number)
+            let sender = reader.rest()
+            guard sender.count <= Self.maxSenderBytes else { throw DecodeError(.invalidValue, "a \(sender.count)-byte sender name") }
+            guard let name = String(validating: sender, as: UTF8.self) else {
+                throw DecodeError(.invalidValue, "a sender name that is not UTF-8")
+            }
+            self = type == Self.ackType ? .ack(number: number, sender: name) : .resume(number: number, sender: name)
         default:
             throw DecodeError(.unknownType, "chat frame type \(Hex.byte(type))")
         }
@@ -150,10 +167,10 @@ public struct ChatReassembly {
         case inconsistent
     }
 
-    /// Takes one frame (ACKs are not for reassembly: `.incomplete`).
+    /// Takes one frame (ACKs and RESUMEs are not for reassembly: `.incomplete`).
     public mutating func take(_ frame: ChatFrame) -> Outcome {
         switch frame {
-        case .ack:
+        case .ack, .resume:
             return .incomplete
         case let .data(number, hops, senderLength, total, chunk):
             current = (number, hops, senderLength, total, chunk)

@@ -93,6 +93,24 @@ func controllerAndLoop(_ specText: String?) throws -> (ControllerSpec, RunLoop) 
     do { return (spec, try RunLoop()) } catch { throw RuntimeFailure("cannot start the run loop: \(error)") }
 }
 
+/// The controller specs of a command that may run several (`--controller` repeated, else
+/// `$BLEMU_CONTROLLER`) and the one run loop they all run on.
+func controllersAndLoop(_ specTexts: [String]) throws -> ([ControllerSpec], RunLoop) {
+    guard let first = specTexts.first else {
+        let (spec, loop) = try controllerAndLoop(nil)
+        return ([spec], loop)
+    }
+    let (firstSpec, loop) = try controllerAndLoop(first)
+    var specs = [firstSpec]
+    for text in specTexts.dropFirst() {
+        do { specs.append(try ControllerSpec(parsing: text)) } catch { throw ValidationError(error.description) }
+    }
+    for (index, spec) in specs.enumerated() where specs[..<index].contains(where: { $0.description == spec.description }) {
+        throw ValidationError("--controller \(spec) is given twice")
+    }
+    return (specs, loop)
+}
+
 /// SIGINT and SIGTERM begin a clean stop; a second one exits at once (130).
 func stopOnSignals(_ loop: RunLoop, isStopping: @escaping () -> Bool, stop: @escaping () -> Void) throws {
     do {

@@ -58,6 +58,8 @@ final class FileDescriptorChannel {
     private let readsPerWakeup: Int
     private var watchingWritable = false
     private var pendingFailure: TimerID?
+    /// A TCP socket: quick acknowledgements are asked for again after every read.
+    private let isTCP: Bool
 
     /// Takes ownership of `fd` (closed on failure too): makes it nonblocking and registers it
     /// for reading. Set `owner` before the loop next runs.
@@ -69,6 +71,7 @@ final class FileDescriptorChannel {
         self.loop = loop
         self.readBuffer = [UInt8](repeating: 0, count: max(readBufferSize, 1))
         self.readsPerWakeup = max(readsPerWakeup, 1)
+        self.isTCP = medium == .streamSocket && Self.isTCPSocket(fd)
         let flags = fcntl(fd, F_GETFL)
         guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else {
             let code = errno
@@ -176,6 +179,7 @@ final class FileDescriptorChannel {
         for _ in 0..<readsPerWakeup {
             let count = readBuffer.withUnsafeMutableBytes { raw in read(fd, raw.baseAddress, raw.count) }
             if count > 0 {
+                if isTCP { requestQuickAcknowledgements() }
                 owner?.channelReceived(readBuffer[0..<count])
                 guard isOpen else { return }
                 if medium.shortReadDrains && count < readBuffer.count { return }
@@ -195,6 +199,26 @@ final class FileDescriptorChannel {
             fail(.lost(spec, "read", errno: code), deferred: false)
             return
         }
+    }
+
+    /// Delayed ACKs (up to 40 ms on Linux) meet Nagle on a controller that writes a packet in
+    /// two sends, as rootcanal writes the H4 indicator and then the body: the body waits for
+    /// our ACK of the indicator. TCP_QUICKACK (tcp(7)) sends ACKs at once, but the kernel
+    /// clears it as it goes, so it is set again after each read. Best effort: failing it only
+    /// costs latency.
+    private func requestQuickAcknowledgements() {
+        var one: Int32 = 1
+        _ = setsockopt(fd, Int32(IPPROTO_TCP), Int32(TCP_QUICKACK), &one, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    private static func isTCPSocket(_ fd: Int32) -> Bool {
+        var address = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let result = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        guard result == 0 else { return false }
+        return Int32(address.ss_family) == AF_INET || Int32(address.ss_family) == AF_INET6
     }
 
     /// Why the peer hung up with nothing left to read; nil means a plain close.

@@ -20,7 +20,12 @@ import Testing
         init() throws {
             bench = try SharedBench(devices: [device], sets: 4)
             device.hostName = "Host"
-            device.onMessage = { [unowned self] sender, text in self.lines.append(sender.map { "[\($0)] \(text)" } ?? text) }
+            device.onHeard = { [unowned self] heard in
+                switch heard {
+                case .announcement(let text): self.lines.append(text)
+                case let .message(id, text, _): self.lines.append("[\(id.sender)] \(text)")
+                }
+            }
         }
 
         func join(_ handle: UInt16, _ peer: BluetoothAddress) {
@@ -85,12 +90,12 @@ import Testing
             }
             return notified.map { try? ChatFrame(decoding: $0.dropFirst(3)) }
         }
-        #expect(send() == [.ack(number: 1)])
+        #expect(send() == [.ack(number: 1, sender: "board-2")])
         #expect(room.lines.last == "[board-2] \(text)")
         #expect(room.received(0x40).joined() == "board-2: \(text)")
         // Resent (the ACK was lost, say): acknowledged again, delivered no more.
         let before = room.lines.count
-        #expect(send() == [.ack(number: 1)])
+        #expect(send() == [.ack(number: 1, sender: "board-2")])
         #expect(room.lines.count == before && room.received(0x40).isEmpty)
         // The host's line reaches the framed member as frames it can put together.
         room.device.send("hi")
@@ -122,12 +127,12 @@ import Testing
             return notified.compactMap { try? ChatFrame(decoding: $0.dropFirst(3)) }.filter { if case .ack = $0 { true } else { false } }
         }
         joinFramed(0x41)
-        #expect(send("a line longer than one frame", number: 1, on: 0x41) == [.ack(number: 1)])
+        #expect(send("a line longer than one frame", number: 1, on: 0x41) == [.ack(number: 1, sender: "board-2")])
         room.bench.controller.disconnect(handle: 0x41)
         joinFramed(0x42)
         let before = room.lines.filter { $0.hasPrefix("[board-2]") }.count
-        #expect(send("a line longer than one frame", number: 1, on: 0x42) == [.ack(number: 1)])
-        #expect(send("and a new one", number: 2, on: 0x42) == [.ack(number: 2)])
+        #expect(send("a line longer than one frame", number: 1, on: 0x42) == [.ack(number: 1, sender: "board-2")])
+        #expect(send("and a new one", number: 2, on: 0x42) == [.ack(number: 2, sender: "board-2")])
         #expect(room.lines.filter { $0.hasPrefix("[board-2]") } .count == before + 1)
         #expect(room.lines.last == "[board-2] and a new one")
     }
@@ -161,5 +166,60 @@ import Testing
         // In order, none twice, and every line either received or counted as missed.
         #expect(lines == lines.sorted() && Set(lines).count == lines.count)
         #expect(lines.count + count == total && lines.last == total - 1)
+    }
+
+    /// The host holds back its own lines (`isBusy`) while a member that is taking them has
+    /// half its queue waiting, and says when there is room again (`onRoom`).
+    @Test func aBusyMemberHoldsBackTheHostsLinesUntilItCatchesUp() throws {
+        let room = try Room()
+        room.join(0x40, room.a)
+        _ = room.received(0x40)
+        room.bench.controller.autoComplete = false
+        var roomCalls = 0
+        room.device.onRoom = { roomCalls += 1 }
+        var sent = 0
+        while !room.device.isBusy && sent < ChatDevice.memberQueueLimit {
+            room.device.send("line \(sent)")
+            sent += 1
+        }
+        #expect(room.device.isBusy)
+        #expect(sent < ChatDevice.memberQueueLimit)   // before its queue overflows
+        var got: [String] = []
+        for _ in 0..<400 where roomCalls == 0 {
+            room.bench.controller.completePackets()
+            got += room.received(0x40)
+        }
+        #expect(roomCalls == 1 && !room.device.isBusy)
+        #expect(!got.contains { $0.hasPrefix("* you missed") })
+    }
+
+    /// A bridge's message keeps its identity: every member gets it once however often it is
+    /// given, and it does not rename the member that brought it.
+    @Test func aRelayedMessageKeepsItsIdentityAndIsDeliveredOnce() throws {
+        let room = try Room()
+        room.join(0x40, room.a)
+        room.bench.controller.connect(handle: 0x41, peer: room.b, set: 1)   // a bridge, framed
+        let cccd = room.device.frames.clientConfigurationHandle ?? 0
+        _ = room.bench.att([0x12, UInt8(cccd & 0xFF), UInt8(cccd >> 8), 0x01, 0x00], handle: 0x41)
+        _ = room.received(0x40)
+        _ = room.bench.controller.takeL2CAP(handle: 0x41, cid: L2CAPChannel.att)
+        let id = ChatMessageID(sender: "far-away", number: 9)
+        room.device.relay(id, text: "from the other room", hops: 2)
+        room.device.relay(id, text: "from the other room", hops: 2)
+        #expect(room.received(0x40) == ["far-away: from the other room"])
+        // The bridge writes another's message, one hop down: acknowledged by identity, and the
+        // bridge keeps its address name.
+        let value = room.device.frames.valueHandle
+        let other = ChatMessageID(sender: "farther", number: 3)
+        var acks: [ChatFrame] = []
+        for frame in ChatFrame.frames(of: Array("hi".utf8), id: other, hops: 3, limit: 20) {
+            acks += room.bench.att([0x12, UInt8(value & 0xFF), UInt8(value >> 8)] + frame, handle: 0x41)
+                .filter { $0.first == 0x1B }.compactMap { try? ChatFrame(decoding: $0.dropFirst(3)) }
+                .filter { if case .ack = $0 { true } else { false } }
+        }
+        #expect(acks == [.ack(number: 3, sender: "farther")])
+        #expect(room.received(0x40) == ["farther: hi"])
+        #expect(room.device.memberNames.contains("central-BB02"))
+        #expect(room.lines.last == "[farther] hi")
     }
 }

@@ -26,6 +26,9 @@ import Testing
         var reassembly = ChatReassembly()
         #expect(try deliver(frames, into: &reassembly) == .message(id, text: text, hops: 3))
         #expect(try ChatFrame(decoding: ChatFrame.ack(number: 7).encoded()[...]) == .ack(number: 7))
+        // An ACK names the sender it acknowledges (a bridge writes the messages of others).
+        #expect(ChatFrame.ack(number: 7, sender: "bé").encoded() == [0x02, 7, 0, 0, 0, 0x62, 0xC3, 0xA9])
+        #expect(try ChatFrame(decoding: ChatFrame.ack(number: 7, sender: "bé").encoded()[...]) == .ack(number: 7, sender: "bé"))
         // An empty message is one frame, and it is a message.
         let empty = ChatFrame.frames(of: [], id: ChatMessageID(sender: "e", number: 1), hops: 0, limit: 23)
         #expect(empty.count == 1)
@@ -33,7 +36,8 @@ import Testing
     }
 
     @Test func hostileBytesAreRefused() {
-        for bad: [UInt8] in [[], [0x04], [0x01, 1, 0, 0], [0x02, 1, 0, 0], ChatFrame.ack(number: 1).encoded() + [0],
+        for bad: [UInt8] in [[], [0x04], [0x01, 1, 0, 0], [0x02, 1, 0, 0], ChatFrame.ack(number: 1).encoded() + [0xFF],
+                             ChatFrame.ack(number: 1).encoded() + [UInt8](repeating: 0x41, count: 33),
                              [0x01, 1, 0, 0, 0, 0, 40, 40, 0], [0x01, 1, 0, 0, 0, 0, 5, 2, 0], [0x03, 0xFF, 0x1F, 1, 2]] {
             #expect(throws: DecodeError.self) { try ChatFrame(decoding: bad[...]) }
         }

@@ -186,24 +186,35 @@ def test_a_member_rejoins_a_host_that_came_back_and_loses_nothing(rootcanal):
 
 
 def test_two_autos_started_together_end_in_one_room(rootcanal):
-    """`--role auto` at the same moment, three times: one hosts, the other joins (or, if both
-    hosted, they merge), and each hears the other."""
-    for attempt in range(3):
-        room = unique_name("Auto")
-        a = ChatProcess(rootcanal.controller_spec, "--role", "auto", "--room", room, "--name", f"a{attempt}")
-        b = ChatProcess(rootcanal.controller_spec, "--role", "auto", "--room", room, "--name", f"b{attempt}")
-        try:
-            # Whoever hosts announces the other's joining; then lines go both ways.
-            deadline = time.monotonic() + 40
-            while time.monotonic() < deadline:
+    """`--role auto` on two nodes at the same moment, ten times over (ten rooms at once, on one
+    radio): in each room one hosts and the other joins (or, if both hosted, they merge), and
+    each hears the other."""
+    pairs = []
+    try:
+        for attempt in range(10):
+            room = unique_name("Auto")
+            a = ChatProcess(rootcanal.controller_spec, "--role", "auto", "--room", room, "--name", f"a{attempt}")
+            b = ChatProcess(rootcanal.controller_spec, "--role", "auto", "--room", room, "--name", f"b{attempt}")
+            pairs.append((attempt, a, b))
+        # Whoever hosts announces the other's joining; then lines go both ways.
+        deadline = time.monotonic() + 60
+        waiting = list(pairs)
+        while waiting and time.monotonic() < deadline:
+            for attempt, a, b in waiting:
                 a.say(f"ping from a {attempt}")
                 b.say(f"ping from b {attempt}")
-                if any(f"ping from b {attempt}" in line for line in a.lines) and any(f"ping from a {attempt}" in line for line in b.lines):
-                    break
-                time.sleep(1)
-            a.wait_for(lambda line: line.startswith(f"[b{attempt}] ping from b"), "b's line at a", timeout=5)
-            b.wait_for(lambda line: line.startswith(f"[a{attempt}] ping from a"), "a's line at b", timeout=5)
-        finally:
+            time.sleep(1)
+            waiting = [(attempt, a, b) for attempt, a, b in waiting
+                       if not (any(f"[b{attempt}] ping from b" in line for line in a.lines)
+                               and any(f"[a{attempt}] ping from a" in line for line in b.lines))]
+        for attempt, a, b in waiting:
+            a.wait_for(lambda line, n=attempt: line.startswith(f"[b{n}] ping from b"), f"b's line at a (pair {attempt})", timeout=1)
+            b.wait_for(lambda line, n=attempt: line.startswith(f"[a{n}] ping from a"), f"a's line at b (pair {attempt})", timeout=1)
+        for attempt, a, b in pairs:
+            hosting = sum("hosting chat room" in Path(p.log).read_text() and "joining it" not in Path(p.log).read_text() for p in (a, b))
+            assert hosting == 1, f"pair {attempt}: {hosting} hosts\n{Path(a.log).read_text()}\n{Path(b.log).read_text()}"
+    finally:
+        for _, a, b in pairs:
             a.stop()
             b.stop()
 
@@ -365,3 +376,155 @@ def test_blemus_member_chats_with_a_plain_peripheral(rootcanal):
     finally:
         member.stop()
         peripheral.stop()
+
+
+def wait_in_log(process: ChatProcess, text: str, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in Path(process.log).read_text():
+        assert time.monotonic() < deadline and process.process.poll() is None, f"no {what}:\n{Path(process.log).read_text()}"
+        time.sleep(0.2)
+
+
+def test_a_bridge_joins_rooms_on_two_radios_and_nothing_arrives_twice(rootcanal):
+    """Three boards in a line, the ends out of each other's reach (two rootcanals are two
+    places): `left` on radio 1, `right` on radio 2, and a bridge with a controller in each,
+    all `--role auto` in one room. The bridge is a member on one radio and the host on the
+    other and relays between them: the ends chat. A second bridge makes a loop: every line
+    still arrives once (identities), and the hop count bounds the relays."""
+    from rootcanal_server import RootCanal
+
+    far = RootCanal(log_path=log_dir() / f"rootcanal-{unique_name('far')}.log")
+    far.start()
+    room = unique_name("Line")
+    near_spec, far_spec = rootcanal.controller_spec, far.controller_spec
+    processes: list[ChatProcess] = []
+    try:
+        left = ChatProcess(near_spec, "--role", "auto", "--room", room, "--name", "left")
+        processes.append(left)
+        wait_in_log(left, "hosting chat room", "left hosting on radio 1")
+        bridge = ChatProcess(near_spec, "--controller", far_spec, "--role", "auto", "--room", room, "--name", "bridge")
+        processes.append(bridge)
+        left.wait_for(lambda line: line.endswith(" joined"), "the bridge joining left's room", timeout=20)
+        wait_in_log(bridge, "hosting chat room", "the bridge hosting on radio 2")
+        right = ChatProcess(far_spec, "--role", "auto", "--room", room, "--name", "right")
+        processes.append(right)
+        bridge.wait_for(lambda line: line.endswith(" joined"), "right joining the bridge's room", timeout=20)
+
+        right.say("hello from the right")
+        left.wait_for(lambda line: line == "[right] hello from the right", "right's line at left")
+        left.say("hello from the left")
+        right.wait_for(lambda line: line == "[left] hello from the left", "left's line at right")
+        bridge.say("hello from the middle")
+        left.wait_for(lambda line: line == "[bridge] hello from the middle", "the bridge's line at left")
+        right.wait_for(lambda line: line == "[bridge] hello from the middle", "the bridge's line at right")
+        for line in ("[right] hello from the right", "[left] hello from the left"):
+            bridge.wait_for(lambda seen, line=line: seen == line, f"{line} at the bridge")
+
+        # A second bridge between the same radios: now there is a loop.
+        loop = ChatProcess(near_spec, "--controller", far_spec, "--role", "auto", "--room", room, "--name", "loop")
+        processes.append(loop)
+        # It joins both rooms: each host announces a second member.
+        for host, what in ((left, "left's room"), (bridge, "the bridge's room")):
+            deadline = time.monotonic() + 30
+            while sum(1 for line in host.lines if line.endswith(" joined")) < 2:
+                assert time.monotonic() < deadline, f"the second bridge did not join {what}:\n{Path(loop.log).read_text()}"
+                time.sleep(0.2)
+        for index in range(5):
+            left.say(f"round {index}")
+            right.say(f"back {index}")
+        right.wait_for(lambda line: line == "[left] round 4", "left's lines at right through two bridges")
+        left.wait_for(lambda line: line == "[right] back 4", "right's lines at left through two bridges")
+        time.sleep(2)   # anything that would loop has had time to come round
+        for process, sender, text in ((right, "left", "round"), (left, "right", "back"), (loop, "left", "round")):
+            got = [line for line in process.lines if line.startswith(f"[{sender}] {text} ")]
+            assert got == [f"[{sender}] {text} {index}" for index in range(5)], (process.lines, Path(process.log).read_text()[-3000:])
+        for process in processes:
+            assert process.process.poll() is None, Path(process.log).read_text()
+    finally:
+        for process in reversed(processes):
+            process.stop()
+        far.stop()
+
+
+def say_all(process: ChatProcess, lines: list[str]) -> None:
+    """Pipes every line at once, as `seq 1000 | blemu chat` would."""
+    assert process.process.stdin is not None
+    process.process.stdin.write("".join(line + "\n" for line in lines).encode())
+    process.process.stdin.flush()
+
+
+def lines_from(process: ChatProcess, sender: str, prefix: str) -> list[str]:
+    return [line for line in list(process.lines) if line.startswith(f"[{sender}] {prefix}")]
+
+
+def wait_for_all(process: ChatProcess, sender: str, prefix: str, count: int, what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while len(lines_from(process, sender, prefix)) < count:
+        assert time.monotonic() < deadline and process.process.poll() is None, (
+            f"{what}: {len(lines_from(process, sender, prefix))} of {count} within {timeout:.0f} s\n"
+            + Path(process.log).read_text()[-3000:])
+        time.sleep(0.2)
+
+
+BURST = 1000
+
+
+def test_a_burst_of_1000_lines_each_way_arrives_whole_in_order_once(rootcanal):
+    """1000 lines piped in on each side at once: every one arrives, in order, none twice — the
+    sources are paused (back-pressure), never dropped, however fast they come."""
+    room = unique_name("Burst")
+    host = ChatProcess(rootcanal.controller_spec, "--name", room)
+    member = None
+    try:
+        time.sleep(1)
+        member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "board-2")
+        host.wait_for(lambda line: line.endswith(" joined"), "join announcement")
+        up = [f"up {index}" for index in range(BURST)]
+        down = [f"down {index}" for index in range(BURST)]
+        say_all(member, up)
+        say_all(host, down)
+        wait_for_all(host, "board-2", "up ", BURST, "the member's burst at the host", 120)
+        wait_for_all(member, room, "down ", BURST, "the host's burst at the member", 120)
+        time.sleep(0.5)
+        assert lines_from(host, "board-2", "up ") == [f"[board-2] {line}" for line in up]
+        assert lines_from(member, room, "down ") == [f"[{room}] {line}" for line in down]
+        assert not any("missed" in line for line in member.lines), member.lines[-5:]
+    finally:
+        if member is not None:
+            member.stop()
+        assert host.stop() == 0, Path(host.log).read_text()
+
+
+def test_a_link_dropped_mid_burst_heals_and_loses_nothing(restartable_rootcanal):
+    """The radio goes away in the middle of a burst each way (rootcanal killed, then started
+    again): both nodes find their controller and each other again; what was not acknowledged is
+    resent, what the member missed is replayed (RESUME), and every line arrives once, in order."""
+    rootcanal = restartable_rootcanal
+    room = unique_name("Heal")
+    host = ChatProcess(rootcanal.controller_spec, "--name", room)
+    member = None
+    try:
+        time.sleep(1)
+        member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "board-2")
+        host.wait_for(lambda line: line.endswith(" joined"), "join announcement")
+        up = [f"up {index}" for index in range(BURST)]
+        down = [f"down {index}" for index in range(BURST)]
+        say_all(member, up)
+        say_all(host, down)
+        deadline = time.monotonic() + 60
+        while len(lines_from(host, "board-2", "up ")) < 100 or len(lines_from(member, room, "down ")) < 100:
+            assert time.monotonic() < deadline, "the bursts did not start"
+            time.sleep(0.05)
+        rootcanal.crash()
+        time.sleep(1)
+        rootcanal.restart()
+        wait_for_all(host, "board-2", "up ", BURST, "the member's burst at the host after the drop", 150)
+        wait_for_all(member, room, "down ", BURST, "the host's burst at the member after the drop", 150)
+        time.sleep(0.5)
+        assert lines_from(host, "board-2", "up ") == [f"[board-2] {line}" for line in up]
+        assert lines_from(member, room, "down ") == [f"[{room}] {line}" for line in down]
+        assert "joined again" in Path(member.log).read_text()
+    finally:
+        if member is not None:
+            member.stop()
+        assert host.stop() == 0, Path(host.log).read_text()

@@ -1,0 +1,352 @@
+import BlemuCentral
+import BlemuCore
+import BlemuDevices
+import BlemuGATTClient
+import Logging
+
+/// A message on its way from this node: its identity, the relays it may still take, its text.
+public struct OutgoingChatMessage: Equatable {
+    public let id: ChatMessageID
+    public let hops: UInt8
+    public let text: String
+
+    public init(id: ChatMessageID, hops: UInt8, text: String) {
+        self.id = id
+        self.hops = hops
+        self.text = text
+    }
+}
+
+/// A member of a chat room: finds a host of the room, joins it, sends its messages in order —
+/// framed when the host has Frames, plain otherwise — and tells what the room says. When the
+/// link drops it looks for a host again; the messages not acknowledged go first, with their
+/// identities, so the host delivers each once.
+public final class ChatMember {
+    /// How long a member looks for its host again after losing the link.
+    public static let rejoinTimeout: Duration = .seconds(30)
+    /// In `--role auto`, how long before a member takes over as host.
+    public static let takeoverTimeout: Duration = .seconds(8)
+    /// Messages waiting to be sent (or resent) at which the source of lines should pause (`isBusy`).
+    public static let busyThreshold = 128
+    /// Messages waiting, at most: a bridge's relays from another room cannot be paused at the
+    /// source, so past this the oldest give way, with a warning.
+    public static let pendingLimit = 1024
+    /// Messages sent and not acknowledged, at most, before the next waits for an ACK.
+    public static let window = 64
+
+    let central: CentralHost
+    let scheduler: TimerScheduling
+    let logger: Logger
+    let me: String
+    let room: String?
+    /// The host's name must be the room's whole name (auto), not only contain it (central).
+    let wholeName: Bool
+    let mtu: Int
+    let rejoinTimeout: Duration
+    /// Joined a host (the first time).
+    public var onJoined: (() -> Void)?
+    /// No host found again within `rejoinTimeout`: why.
+    public var onGone: ((String) -> Void)?
+    /// A host without a chat characteristic, or the like: why.
+    public var onFatal: ((String) -> Void)?
+    /// What the host said: announcements, and messages (with their identity when framed).
+    public var onHeard: ((ChatDevice.Heard) -> Void)?
+    /// `isBusy` is over: the source of lines may go on.
+    public var onRoom: (() -> Void)?
+
+    private var link: CentralLink?
+    private var target: (characteristic: RemoteCharacteristic, framed: Bool)?
+    /// Messages to send, in order.
+    private var pending: [OutgoingChatMessage] = []
+    /// Sent on this link and not acknowledged yet, in the order sent.
+    private var unacknowledged: [OutgoingChatMessage] = []
+    private var reassembly = ChatReassembly()
+    /// The last message heard from a host (not an announcement): a member that joins again
+    /// asks for what came after it (RESUME).
+    private var lastHeard: ChatMessageID?
+    /// Plain hosts give no identities: numbered here, so each line is told once.
+    private var plainNumber: UInt32 = 0
+    private var sending = false
+    public private(set) var isConnecting = false
+    private var looking = false
+    private var joinedOnce = false
+    private var wasBusy = false
+    private var dropped = 0
+    private var hostAddress: BluetoothAddress?
+    private var preferred: BluetoothAddress?
+    private var rejoinDeadline: TimerID?
+    /// While hosting (auto): told of every other host of the room heard.
+    private var hostWatcher: ((Advertisement) -> Void)?
+    private var watchTimer: TimerID?
+
+    public init(central: CentralHost, scheduler: TimerScheduling, logger: Logger, me: String, room: String?, wholeName: Bool = false,
+                mtu: Int, rejoinTimeout: Duration) {
+        self.wholeName = wholeName
+        self.central = central
+        self.scheduler = scheduler
+        self.logger = logger
+        self.me = me
+        self.room = room
+        self.mtu = mtu
+        self.rejoinTimeout = rejoinTimeout
+        central.onAdvertisement = { [unowned self] advertisement, _ in self.heard(advertisement) }
+    }
+
+    /// Whether `send` should wait: `busyThreshold` messages wait already. They are kept, not
+    /// dropped; the source pauses (stdin is not read) until `onRoom`.
+    public var isBusy: Bool { pending.count >= Self.busyThreshold }
+
+    /// Starts looking for a host of the room.
+    public func start() {
+        looking = true
+        central.startScanning(active: true)
+    }
+
+    /// Stops looking (a node that decided to host).
+    public func stopLooking() {
+        looking = false
+        central.stopScanning()
+    }
+
+    /// How long each look for other hosts lasts while this node hosts...
+    public static let watchWindow: Duration = .seconds(2)
+    /// ...and how long between looks: this, plus up to as much again at random.
+    public static let watchInterval: Duration = .seconds(10)
+
+    /// While this node hosts: `watcher` hears of every other host of the room. It looks for
+    /// `watchWindow` every `watchInterval` or so, scanning actively without the controller's
+    /// duplicate filter: the room's name is in the scan response, which controllers that
+    /// filter duplicates may report never (rootcanal does not), and between looks the radio
+    /// and the process rest.
+    public func watchForHosts(_ watcher: @escaping (Advertisement) -> Void) {
+        hostWatcher = watcher
+        looking = false
+        central.stopScanning()
+        watchCycle(scanning: false)
+    }
+
+    private func watchCycle(scanning: Bool) {
+        guard hostWatcher != nil else { return }
+        if scanning {
+            central.startScanning(active: true)
+            watchTimer = scheduler.schedule(after: Self.watchWindow) { [weak self] in
+                self?.central.stopScanning()
+                self?.watchCycle(scanning: false)
+            }
+        } else {
+            let interval = Int64(Self.watchInterval.nanoseconds / 1_000_000)
+            watchTimer = scheduler.schedule(after: .milliseconds(interval + Int64.random(in: 0...interval))) { [weak self] in
+                self?.watchCycle(scanning: true)
+            }
+        }
+    }
+
+    /// No more watching (the node stops, or joins another host).
+    public func stopWatching() {
+        hostWatcher = nil
+        if let watchTimer { scheduler.cancel(watchTimer) }
+        watchTimer = nil
+    }
+
+    /// Joins a host of the room, `address` first when it is heard. The scan starts over without
+    /// the watch's duplicate filter, which would hide the host already heard.
+    public func join(preferring address: BluetoothAddress) {
+        stopWatching()
+        preferred = address
+        central.stopScanning()
+        start()
+    }
+
+    /// Sends a message to the room, after those waiting.
+    public func send(_ message: OutgoingChatMessage) {
+        if pending.count >= Self.pendingLimit {
+            pending.removeFirst()
+            dropped += 1
+            if dropped == 1 || dropped % 100 == 0 {
+                logger.warning("the chat host takes messages more slowly than they come: \(dropped) message(s) left out so far")
+            }
+        }
+        pending.append(message)
+        if isBusy { wasBusy = true }
+        sendNext()
+    }
+
+    private func isRoomHost(_ advertisement: Advertisement) -> Bool {
+        advertisement.isConnectable && advertisement.services.contains(ChatDevice.serviceUUID)
+            && (room.map { wholeName ? advertisement.name == $0 : advertisement.name.contains($0) } ?? true)
+    }
+
+    private func heard(_ advertisement: Advertisement) {
+        guard isRoomHost(advertisement) else { return }
+        if let hostWatcher {
+            hostWatcher(advertisement)
+            return
+        }
+        guard looking, !isConnecting, link == nil else { return }
+        if let preferred, advertisement.address != preferred { return }
+        connect(to: advertisement)
+    }
+
+    private func connect(to advertisement: Advertisement) {
+        isConnecting = true
+        central.stopScanning()
+        central.connect(to: advertisement.address, addressType: advertisement.addressType) { [weak self] result in
+            guard let self else { return }
+            guard case .success(let made) = result else {
+                self.isConnecting = false
+                if self.looking { self.central.startScanning(active: true) }
+                return
+            }
+            self.joined(made, advertisement)
+        }
+    }
+
+    private func joined(_ made: CentralLink, _ advertisement: Advertisement) {
+        link = made
+        looking = false
+        preferred = nil
+        if let rejoinDeadline { scheduler.cancel(rejoinDeadline) }
+        let again = hostAddress == advertisement.address
+        hostAddress = advertisement.address
+        logger.notice("\(again ? "joined again" : "joined") chat room '\(advertisement.name)' (\(advertisement.address)) as \(me)")
+        made.onDisconnected = { [weak self] reason in self?.lost(reason: reason) }
+        made.client.onNotification = { [weak self] _, value in self?.received(value) }
+        made.client.exchangeMTU(mtu) { [weak self] _ in
+            made.client.discoverAll { discovered in
+                guard let self else { return }
+                guard case .success(let services) = discovered else { return made.disconnect() }
+                // Frames between blemu nodes when the host has them; else the plain protocol.
+                let chosen: (characteristic: RemoteCharacteristic, framed: Bool)
+                if let frames = services.characteristic(ChatDevice.framesUUID, in: ChatDevice.serviceUUID) {
+                    chosen = (frames, true)
+                } else if let plain = services.characteristic(ChatDevice.messageUUID, in: ChatDevice.serviceUUID) {
+                    chosen = (plain, false)
+                } else {
+                    return self.onFatal?("\(advertisement.address) has no chat message characteristic") ?? ()
+                }
+                // Joining again: where it left off, before it subscribes, so the catching up
+                // comes first and in order (Docs/CHAT.md, "When a link drops").
+                if chosen.framed, let lastHeard = self.lastHeard {
+                    made.client.write(chosen.characteristic.valueHandle,
+                                      ChatFrame.resume(number: lastHeard.number, sender: lastHeard.sender).encoded()) { _ in }
+                }
+                made.client.configure(chosen.characteristic, notify: true, indicate: false) { subscribed in
+                    if case .failure = subscribed { return made.disconnect() }
+                    self.isConnecting = false
+                    self.target = chosen
+                    if !self.joinedOnce {
+                        self.joinedOnce = true
+                        self.onJoined?()
+                    }
+                    self.sendNext()
+                }
+            }
+        }
+    }
+
+    /// What the host notified.
+    private func received(_ value: ArraySlice<UInt8>) {
+        guard let target else { return }
+        if !target.framed {
+            // The host relays "NAME: text"; its announcements start with "* ".
+            let text = String(decoding: value, as: UTF8.self)
+            if let colon = text.range(of: ": "), !text.hasPrefix("* ") {
+                plainNumber &+= 1
+                let id = ChatMessageID(sender: String(text[..<colon.lowerBound]), number: plainNumber)
+                // A plain host's lines carry no hop count: a bridge may pass them on, once less than its own.
+                onHeard?(.message(id, text: String(text[colon.upperBound...]), hops: ChatDevice.initialHops - 1))
+            } else {
+                onHeard?(.announcement(text))
+            }
+            return
+        }
+        guard let frame = try? ChatFrame(decoding: value) else {
+            return logger.warning("a malformed chat frame from the host was ignored")
+        }
+        if case let .ack(number, sender) = frame {
+            let id = ChatMessageID(sender: sender.isEmpty ? me : sender, number: number)
+            if let index = unacknowledged.firstIndex(where: { $0.id == id }) { unacknowledged.remove(at: index) }
+            sendNext()
+            return
+        }
+        let outcome = reassembly.take(frame)
+        if case .duplicate(let id) = outcome, !id.sender.isEmpty { lastHeard = id }
+        if case let .message(id, bytes, hops) = outcome {
+            let text = String(decoding: bytes, as: UTF8.self)
+            if !id.sender.isEmpty { lastHeard = id }
+            onHeard?(id.sender.isEmpty ? .announcement(text) : .message(id, text: text, hops: hops))
+        }
+    }
+
+    /// Writes the next waiting message, one write at a time, in order: framed, as DATA and
+    /// MORE frames of ATT_MTU - 3 bytes; plain, as one write (a long write when it does not
+    /// fit), signed `NAME: ` when it is another's.
+    private func sendNext() {
+        guard !sending, let link, let target, link.isOpen, !pending.isEmpty, unacknowledged.count < Self.window else { return }
+        sending = true
+        let message = pending.removeFirst()
+        if wasBusy, pending.count <= Self.busyThreshold / 2 {
+            wasBusy = false
+            onRoom?()
+        }
+        var writes: [[UInt8]]
+        if target.framed {
+            unacknowledged.append(message)
+            reassembly.remember(message.id)
+            writes = ChatFrame.frames(of: Array(message.text.utf8.prefix(ChatFrame.maxMessageBytes)), id: message.id,
+                                      hops: message.hops, limit: link.client.mtu - 3)
+        } else {
+            writes = [Array((message.id.sender == me ? message.text : "\(message.id.sender): \(message.text)").utf8)]
+        }
+        func writeNext() {
+            guard !writes.isEmpty else {
+                sending = false
+                return sendNext()
+            }
+            link.client.write(target.characteristic.valueHandle, writes.removeFirst()) { [weak self] result in
+                if case .failure(let error) = result {
+                    // The link is going: what was not acknowledged is sent again on the next one.
+                    self?.logger.info("a line was not sent whole: \(error)")
+                    writes.removeAll()
+                }
+                writeNext()
+            }
+        }
+        writeNext()
+    }
+
+    /// The link to the host is gone: look for it (or another host of the room) again; the
+    /// messages not acknowledged go first, in the order they were sent.
+    private func lost(reason: UInt8) {
+        link = nil
+        target = nil
+        sending = false
+        isConnecting = false
+        pending = unacknowledged + pending
+        unacknowledged.removeAll()
+        guard hostWatcher == nil else { return }   // this node hosts now: nothing to rejoin
+        logger.notice("the link to the chat host was lost (reason \(Hex.byte(reason))); looking for it again, \(pending.count) line(s) waiting")
+        if let rejoinDeadline { scheduler.cancel(rejoinDeadline) }
+        rejoinDeadline = scheduler.schedule(after: rejoinTimeout) { [weak self] in
+            guard let self, self.link == nil, !self.isConnecting else { return }
+            self.stopLooking()
+            self.onGone?("the chat host is gone: not found again within \(self.rejoinTimeout)"
+                         + (self.pending.isEmpty ? "" : "; \(self.pending.count) line(s) not delivered"))
+        }
+        start()
+    }
+
+    /// Messages given and not yet acknowledged by a host, in order (auto: a node that becomes
+    /// host says them itself).
+    public func takeUndelivered() -> [OutgoingChatMessage] {
+        defer {
+            pending.removeAll()
+            unacknowledged.removeAll()
+            if wasBusy {
+                wasBusy = false
+                onRoom?()
+            }
+        }
+        return unacknowledged + pending
+    }
+}

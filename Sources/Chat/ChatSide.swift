@@ -1,0 +1,240 @@
+import BlemuCentral
+import BlemuCore
+import BlemuDevices
+import BlemuHost
+import Logging
+
+/// One controller of a chat node, in one room: it hosts the room there (the `chat` device),
+/// is a member of it (a central), or decides which (`auto`, Docs/CHAT.md): it looks for the
+/// room's host for a few seconds, a random part of it so that two boards started together do not
+/// both decide at once, and joins it or else hosts the room. A host that hears another host of
+/// its room with a lower address gives way and joins it (two rooms merge into one); an auto
+/// member whose host is gone for good takes over.
+public final class ChatSide {
+    public enum Role: String, CaseIterable, Sendable {
+        /// Host the room at once (`--role peripheral`).
+        case host
+        /// Join the room's host (`--role central`); end when it is gone for good.
+        case member
+        /// Join the room's host if there is one, else host it.
+        case auto
+    }
+
+    public enum State: Equatable {
+        case deciding, member, host
+    }
+
+    /// How long `auto` looks before hosting: this, plus up to `randomLookMilliseconds`.
+    public static let lookMilliseconds: Int64 = 3000
+    public static let randomLookMilliseconds: Int64 = 2000
+
+    public let role: Role
+    public let room: String
+    public let controller: String
+    public private(set) var state: State
+    /// What the room says here: announcements, and each message once.
+    public var onHeard: ((ChatDevice.Heard) -> Void)?
+    /// `isBusy` is over.
+    public var onRoom: (() -> Void)?
+    /// This side cannot go on: why.
+    public var onFatal: ((String) -> Void)?
+    /// Messages that waited (as a member, or while deciding) and that this side, now the
+    /// room's host, says itself.
+    public var onSaidAsHost: (([OutgoingChatMessage]) -> Void)?
+
+    private let device: ChatDevice
+    private let peripheral: Peripheral
+    private let central: CentralHost?
+    private let member: ChatMember?
+    private let scheduler: TimerScheduling
+    private let logger: Logger
+    /// Messages given while deciding, said once decided.
+    private var early: [OutgoingChatMessage] = []
+    private var stopped = false
+
+    /// `device` runs on `peripheral`; `central` shares its controller (nil only for `.host`,
+    /// which then never looks for other hosts). `roomFilter`: a member joins a host whose name
+    /// contains it (nil: any chat host).
+    public init(role: Role, room: String, roomFilter: String?, me: String, device: ChatDevice, peripheral: Peripheral,
+                central: CentralHost?, mtu: Int, scheduler: TimerScheduling, logger: Logger) {
+        precondition(central != nil || role == .host, "a chat member needs a central")
+        self.role = role
+        self.room = room
+        self.controller = central?.controller ?? ""
+        self.device = device
+        self.peripheral = peripheral
+        self.central = central
+        self.scheduler = scheduler
+        self.logger = logger
+        member = central.map {
+            ChatMember(central: $0, scheduler: scheduler, logger: logger, me: me, room: roomFilter, wholeName: role == .auto, mtu: mtu,
+                       rejoinTimeout: role == .auto ? ChatMember.takeoverTimeout : ChatMember.rejoinTimeout)
+        }
+        state = role == .host ? .host : .deciding
+        device.onHeard = { [unowned self] heard in self.onHeard?(heard) }
+        device.onRoom = { [unowned self] in self.onRoom?() }
+        if role != .host {
+            // Not hosting until decided: the device is there, silent.
+            peripheral.setAdvertisingAllowed(false)
+        }
+        guard let member, let central else { return }
+        member.onHeard = { [unowned self] heard in self.onHeard?(heard) }
+        member.onRoom = { [unowned self] in self.onRoom?() }
+        member.onJoined = { [unowned self] in
+            guard self.state == .deciding else { return }
+            self.state = .member
+            let waiting = self.early
+            self.early.removeAll()
+            for message in waiting { member.send(message) }
+            self.onRoom?()
+        }
+        member.onGone = { [unowned self] why in
+            if self.role == .auto {
+                self.host("the host is gone: taking over")
+            } else {
+                self.onFatal?(why)
+            }
+        }
+        member.onFatal = { [unowned self] why in self.onFatal?(why) }
+        central.onError = { [unowned self] message in self.onFatal?(message) }
+        central.onReady = { [unowned self] in self.controllerReady() }
+    }
+
+    /// Whether the source of this node's lines should wait (Docs/CHAT.md: back-pressure).
+    public var isBusy: Bool {
+        switch state {
+        case .deciding: early.count >= ChatMember.busyThreshold
+        case .host: device.isBusy
+        case .member: member?.isBusy ?? false
+        }
+    }
+
+    /// A message to the room: this node's, or one a bridge brings from another room.
+    public func send(_ message: OutgoingChatMessage) {
+        switch state {
+        case .deciding: early.append(message)
+        case .host: device.relay(message.id, text: message.text, hops: message.hops)
+        case .member: member?.send(message)
+        }
+    }
+
+    public func stop() {
+        stopped = true
+        member?.stopWatching()
+    }
+
+    // MARK: Deciding
+
+    private func controllerReady() {
+        guard state == .deciding, !stopped, let member else { return }
+        member.start()
+        guard role == .auto else { return }
+        // 3 s, plus up to 2 s at random: two boards started together decide apart.
+        scheduler.schedule(after: .milliseconds(Self.lookMilliseconds + Int64.random(in: 0...Self.randomLookMilliseconds))) {
+            [weak self] in self?.decide()
+        }
+    }
+
+    /// Hosts unless a host was found meanwhile; a connection still being made gets a second.
+    private func decide() {
+        guard state == .deciding, !stopped, let member else { return }
+        if member.isConnecting {
+            scheduler.schedule(after: .seconds(1)) { [weak self] in self?.decide() }
+            return
+        }
+        member.stopLooking()
+        host("no host of '\(room)' found")
+    }
+
+    private func host(_ why: String) {
+        guard state != .host, !stopped else { return }
+        state = .host
+        logger.notice("hosting chat room '\(room)' (\(why))")
+        member?.watchForHosts { [weak self] other in
+            // Two hosts of one room: the one with the higher address gives way.
+            guard let self, self.state == .host, other.address.value < self.peripheral.address.value else { return }
+            self.logger.notice("another host of '\(self.room)' (\(other.address)) is here: joining it")
+            self.state = .member
+            self.peripheral.setAdvertisingAllowed(false)
+            self.peripheral.disconnectAll()
+            self.member?.join(preferring: other.address)
+        }
+        peripheral.setAdvertisingAllowed(true)
+        // What this node was given as a member and no host acknowledged, then what came while
+        // deciding: said by the new host itself, in order, with their identities.
+        let waiting = (member?.takeUndelivered() ?? []) + early
+        early.removeAll()
+        for message in waiting { device.relay(message.id, text: message.text, hops: message.hops) }
+        if !waiting.isEmpty { onSaidAsHost?(waiting) }
+        onRoom?()
+    }
+}
+
+/// A chat node: this node's lines, and the rooms it is in, one per controller (`ChatSide`).
+/// Every message it hears is told once (`onLine`), whichever side it came from and however
+/// often; a node in two rooms is a bridge: it passes each message on to its other rooms with
+/// the same identity and one hop fewer, and drops one that has no hops left, so nothing loops
+/// and nothing arrives twice (Docs/CHAT.md, "Bridges").
+public final class ChatNode {
+    /// Identities remembered to tell and pass each message once.
+    public static let rememberedLimit = ChatReassembly.rememberedLimit
+
+    public let me: String
+    public let sides: [ChatSide]
+    /// A line to show: who said it (nil: an announcement) and the text.
+    public var onLine: ((String?, String) -> Void)?
+    /// `isBusy` is over on every side.
+    public var onRoom: (() -> Void)?
+
+    private var seen = ChatReassembly()
+    /// Numbers start anywhere: a node that restarts must not reuse identities the room still
+    /// remembers (they would be taken for resends).
+    private var nextNumber = UInt32.random(in: 1...(UInt32.max / 2))
+
+    public init(me: String, sides: [ChatSide]) {
+        self.me = me
+        self.sides = sides
+        for side in sides {
+            side.onHeard = { [unowned self, unowned side] heard in self.heard(heard, from: side) }
+            side.onRoom = { [unowned self] in
+                if !self.isBusy { self.onRoom?() }
+            }
+            // This node's lines show where it hosts: those it says only now too.
+            side.onSaidAsHost = { [unowned self] messages in
+                for message in messages where message.id.sender == self.me { self.onLine?(self.me, message.text) }
+            }
+        }
+    }
+
+    /// Whether this node's lines should wait: a side has as many waiting as it should hold.
+    public var isBusy: Bool { sides.contains { $0.isBusy } }
+
+    /// Whether this node hosts a room on any of its controllers.
+    public var isHosting: Bool { sides.contains { $0.state == .host } }
+
+    /// This node's line, to every room it is in; shown here too where this node hosts.
+    public func say(_ text: String) {
+        guard !text.isEmpty else { return }
+        let id = ChatMessageID(sender: me, number: nextNumber)
+        nextNumber &+= 1
+        seen.remember(id)
+        if isHosting { onLine?(me, text) }
+        let message = OutgoingChatMessage(id: id, hops: ChatDevice.initialHops, text: text)
+        for side in sides { side.send(message) }
+    }
+
+    private func heard(_ heard: ChatDevice.Heard, from side: ChatSide) {
+        switch heard {
+        case .announcement(let text):
+            onLine?(nil, text)
+        case let .message(id, text, hops):
+            guard !seen.hasDelivered(id) else { return }
+            seen.remember(id)
+            onLine?(id.sender, text)
+            guard hops > 0 else { return }
+            for other in sides where other !== side {
+                other.send(OutgoingChatMessage(id: id, hops: hops - 1, text: text))
+            }
+        }
+    }
+}
