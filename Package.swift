@@ -106,6 +106,12 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/CLI"),
 
+        // The hot paths for the performance gate (scripts/perf-gate): counted by callgrind.
+        .executableTarget(name: "blemu-perf-gate", dependencies: [
+            "BlemuCore", "BlemuHCI", "BlemuGATT", "BlemuHost", "BlemuDevices",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/PerfGate"),
+
         .testTarget(name: "CoreTests", dependencies: ["BlemuCore"], path: "Tests/CoreTests"),
         .testTarget(name: "JournalTests", dependencies: ["BlemuJournal", "BlemuCore", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/JournalTests"),
