@@ -112,6 +112,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/PerfGate"),
 
+        .testTarget(name: "ChatTests", dependencies: ["BlemuChat", "BlemuDevices"], path: "Tests/ChatTests"),
         .testTarget(name: "CoreTests", dependencies: ["BlemuCore"], path: "Tests/CoreTests"),
         .testTarget(name: "JournalTests", dependencies: ["BlemuJournal", "BlemuCore", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/JournalTests"),

@@ -4,13 +4,24 @@ import BlemuDevices
 import BlemuHost
 import Logging
 
+/// What a `ChatNode` needs of each of its rooms: `ChatSide` on a controller, or a test's fake.
+public protocol ChatRoomSide: AnyObject {
+    var isHosting: Bool { get }
+    var isBusy: Bool { get }
+    /// A message to the room: this node's, or one a bridge brings from another room.
+    func send(_ message: OutgoingChatMessage)
+    var onHeard: ((ChatDevice.Heard) -> Void)? { get set }
+    var onRoom: (() -> Void)? { get set }
+    var onSaidAsHost: (([OutgoingChatMessage]) -> Void)? { get set }
+}
+
 /// One controller of a chat node, in one room: it hosts the room there (the `chat` device),
 /// is a member of it (a central), or decides which (`auto`, Docs/CHAT.md): it looks for the
 /// room's host for a few seconds, a random part of it so that two boards started together do not
 /// both decide at once, and joins it or else hosts the room. A host that hears another host of
 /// its room with a lower address gives way and joins it (two rooms merge into one); an auto
 /// member whose host is gone for good takes over.
-public final class ChatSide {
+public final class ChatSide: ChatRoomSide {
     public enum Role: String, CaseIterable, Sendable {
         /// Host the room at once (`--role peripheral`).
         case host
@@ -100,6 +111,8 @@ public final class ChatSide {
         central.onReady = { [unowned self] in self.controllerReady() }
     }
 
+    public var isHosting: Bool { state == .host }
+
     /// Whether the source of this node's lines should wait (Docs/CHAT.md: back-pressure).
     public var isBusy: Bool {
         switch state {
@@ -180,18 +193,20 @@ public final class ChatNode {
     public static let rememberedLimit = ChatReassembly.rememberedLimit
 
     public let me: String
-    public let sides: [ChatSide]
+    public let sides: [any ChatRoomSide]
     /// A line to show: who said it (nil: an announcement) and the text.
     public var onLine: ((String?, String) -> Void)?
     /// `isBusy` is over on every side.
     public var onRoom: (() -> Void)?
 
     private var seen = ChatReassembly()
+    /// This node's lines shown already (once, where it hosts).
+    private var echoed = ChatReassembly()
     /// Numbers start anywhere: a node that restarts must not reuse identities the room still
     /// remembers (they would be taken for resends).
     private var nextNumber = UInt32.random(in: 1...(UInt32.max / 2))
 
-    public init(me: String, sides: [ChatSide]) {
+    public init(me: String, sides: [any ChatRoomSide]) {
         self.me = me
         self.sides = sides
         for side in sides {
@@ -201,7 +216,7 @@ public final class ChatNode {
             }
             // This node's lines show where it hosts: those it says only now too.
             side.onSaidAsHost = { [unowned self] messages in
-                for message in messages where message.id.sender == self.me { self.onLine?(self.me, message.text) }
+                for message in messages where message.id.sender == self.me { self.echo(message.id, message.text) }
             }
         }
     }
@@ -210,7 +225,7 @@ public final class ChatNode {
     public var isBusy: Bool { sides.contains { $0.isBusy } }
 
     /// Whether this node hosts a room on any of its controllers.
-    public var isHosting: Bool { sides.contains { $0.state == .host } }
+    public var isHosting: Bool { sides.contains { $0.isHosting } }
 
     /// This node's line, to every room it is in; shown here too where this node hosts.
     public func say(_ text: String) {
@@ -218,12 +233,18 @@ public final class ChatNode {
         let id = ChatMessageID(sender: me, number: nextNumber)
         nextNumber &+= 1
         seen.remember(id)
-        if isHosting { onLine?(me, text) }
+        if isHosting { echo(id, text) }
         let message = OutgoingChatMessage(id: id, hops: ChatDevice.initialHops, text: text)
         for side in sides { side.send(message) }
     }
 
-    private func heard(_ heard: ChatDevice.Heard, from side: ChatSide) {
+    private func echo(_ id: ChatMessageID, _ text: String) {
+        guard !echoed.hasDelivered(id) else { return }
+        echoed.remember(id)
+        onLine?(me, text)
+    }
+
+    private func heard(_ heard: ChatDevice.Heard, from side: any ChatRoomSide) {
         switch heard {
         case .announcement(let text):
             onLine?(nil, text)
