@@ -9,6 +9,7 @@ let package = Package(
         .executable(name: "blemu", targets: ["blemu"]),
         // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
         .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
+                                             "BlemuSMP",
                                              "BlemuDevices", "BlemuTransport", "BlemuControl"]),
     ],
     dependencies: [
@@ -41,6 +42,13 @@ let package = Package(
         ], path: "Sources/HCI"),
         .target(name: "BlemuL2CAP", dependencies: ["BlemuCore", "BlemuHCI"], path: "Sources/L2CAP"),
         .target(name: "BlemuATT", dependencies: ["BlemuCore"], path: "Sources/ATT"),
+        // The Security Manager (Vol 3, Part H): crypto toolbox, SMP PDUs, the responder's pairing
+        // state machine. Pure (no I/O, no timers of its own); beside ATT, below GATT and Host.
+        .target(name: "BlemuSMP", dependencies: [
+            "BlemuCore",
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "_CryptoExtras", package: "swift-crypto"),
+        ], path: "Sources/SMP"),
         .target(name: "BlemuGATT", dependencies: [
             "BlemuCore", "BlemuATT",
             .product(name: "DequeModule", package: "swift-collections"),
@@ -122,6 +130,7 @@ let package = Package(
                     path: "Tests/RunLoopTests"),
         .testTarget(name: "HCITests", dependencies: ["BlemuHCI", "BlemuL2CAP"], path: "Tests/HCITests"),
         .testTarget(name: "ATTTests", dependencies: ["BlemuATT"], path: "Tests/ATTTests"),
+        .testTarget(name: "SMPTests", dependencies: ["BlemuSMP", "BlemuCore"], path: "Tests/SMPTests"),
         .testTarget(name: "GATTTests", dependencies: ["BlemuGATT", "BlemuATT"], path: "Tests/GATTTests"),
         .testTarget(name: "ProfileTests", dependencies: ["BlemuProfile", "BlemuGATT", "BlemuCore"], path: "Tests/ProfileTests"),
         .testTarget(name: "GATTClientTests", dependencies: ["BlemuGATTClient", "BlemuGATT", "BlemuATT", "BlemuCore"],

@@ -1,0 +1,715 @@
+import BlemuCore
+
+/// What a peripheral offers and demands when a central asks to pair.
+public struct SMPResponderConfiguration: Sendable {
+    public var ioCapability: SMPIOCapability
+    /// Whether keys may be distributed and kept (Bonding_Flags). Without bonding on both sides
+    /// no keys are distributed: the pairing only encrypts this link.
+    public var bondable: Bool
+    /// Demand MITM protection: a pairing that would be Just Works fails (Authentication Requirements).
+    public var requireMITM: Bool
+    /// Offer LE Secure Connections (used when the central sets SC too).
+    public var secureConnections: Bool
+    /// Secure Connections Only mode (Vol 3, Part C, 10.2.4): refuse LE legacy pairing
+    /// (Authentication Requirements) and keys shorter than 128 bits.
+    public var secureConnectionsOnly: Bool
+    /// The smallest key size accepted (7...16); less fails with Encryption Key Size.
+    public var minimumEncryptionKeySize: UInt8
+    /// The largest key size offered (7...16).
+    public var maximumEncryptionKeySize: UInt8
+    /// The passkey shown when this peripheral displays one.
+    public var passkey: SMPPasskeySource
+    /// IRK and identity address, distributed when the central asks (IdKey); nil: not distributed.
+    public var identity: SMPIdentity?
+    /// CSRK, distributed when the central asks (SignKey); nil: not distributed.
+    public var signatureKey: [UInt8]?
+
+    public init(ioCapability: SMPIOCapability = .noInputNoOutput, bondable: Bool = true, requireMITM: Bool = false,
+                secureConnections: Bool = true, secureConnectionsOnly: Bool = false,
+                minimumEncryptionKeySize: UInt8 = 7, maximumEncryptionKeySize: UInt8 = 16,
+                passkey: SMPPasskeySource = .random, identity: SMPIdentity? = nil, signatureKey: [UInt8]? = nil) {
+        precondition(SMPPairingFeatures.encryptionKeySizes.contains(minimumEncryptionKeySize)
+                     && SMPPairingFeatures.encryptionKeySizes.contains(maximumEncryptionKeySize)
+                     && minimumEncryptionKeySize <= maximumEncryptionKeySize, "key sizes are 7...16, minimum <= maximum")
+        self.ioCapability = ioCapability
+        self.bondable = bondable
+        self.requireMITM = requireMITM
+        self.secureConnections = secureConnections || secureConnectionsOnly
+        self.secureConnectionsOnly = secureConnectionsOnly
+        self.minimumEncryptionKeySize = minimumEncryptionKeySize
+        self.maximumEncryptionKeySize = maximumEncryptionKeySize
+        self.passkey = passkey
+        self.identity = identity
+        self.signatureKey = signatureKey
+    }
+}
+
+/// Where a displayed passkey comes from.
+public enum SMPPasskeySource: Equatable, Sendable {
+    /// A new random passkey per pairing (what the spec expects, 2.3.5.6.3).
+    case random
+    /// A fixed passkey 0...999999 (a device with a printed label; weaker: it can be learnt).
+    case fixed(UInt32)
+}
+
+/// An identity: the IRK and the public or static random address it resolves to.
+public struct SMPIdentity: Equatable, Sendable {
+    public var resolvingKey: [UInt8]
+    public var address: SMPAddress
+    public init(resolvingKey: [UInt8], address: SMPAddress) {
+        self.resolvingKey = resolvingKey
+        self.address = address
+    }
+}
+
+/// A key the controller encrypts with, and the EDIV and Rand the central names it by in
+/// LE Long Term Key Request (both zero for the STK and for a Secure Connections LTK).
+public struct SMPLongTermKey: Equatable, Sendable {
+    public var key: [UInt8]
+    public var encryptedDiversifier: UInt16
+    public var randomNumber: UInt64
+    public init(key: [UInt8], encryptedDiversifier: UInt16 = 0, randomNumber: UInt64 = 0) {
+        self.key = key
+        self.encryptedDiversifier = encryptedDiversifier
+        self.randomNumber = randomNumber
+    }
+}
+
+/// What a finished pairing leaves to store (when bonded) and to tell the user.
+public struct SMPPairingResult: Equatable, Sendable {
+    public var secureConnections: Bool
+    /// MITM-protected (Numeric Comparison or Passkey Entry), not Just Works.
+    public var authenticated: Bool
+    /// Both sides asked for bonding: the keys are meant to be kept.
+    public var bonded: Bool
+    public var encryptionKeySize: UInt8
+    /// The key this peripheral answers a later LE Long Term Key Request with: the Secure
+    /// Connections LTK, or the LTK it distributed in LE legacy pairing. Nil when none outlives
+    /// the link (legacy without EncKey distribution).
+    public var longTermKey: SMPLongTermKey?
+    /// The central's identity (IRK and identity address), when it distributed one.
+    public var peerIdentity: SMPIdentity?
+    /// The central's CSRK, when it distributed one.
+    public var peerSignatureKey: [UInt8]?
+    /// The central's own LTK, EDIV and Rand (LE legacy), for links where the roles are swapped.
+    public var peerLongTermKey: SMPLongTermKey?
+    /// The central used the Secure Connections debug key (2.3.5.6.1): the link can be decrypted
+    /// by anyone who sniffed the pairing, so the keys should not be trusted for a bond.
+    public var peerUsedDebugKey = false
+}
+
+/// Who ended a pairing that failed.
+public enum SMPFailureOrigin: Equatable, Sendable {
+    /// This peripheral sent Pairing Failed with the reason.
+    case local
+    /// The central sent Pairing Failed (the reason is nil when it was a reserved value).
+    case peer
+    /// The 30 s SMP timer expired (Vol 3, Part H, 3.4): no more SMP on this link.
+    case timeout
+}
+
+/// Things the caller acts on.
+public enum SMPResponderEvent: Equatable, Sendable {
+    /// Show this passkey (six digits, leading zeros) to the user, who types it on the central.
+    case displayPasskey(UInt32)
+    /// Ask the user for the passkey shown on the central; answer with `passkeyEntered`.
+    case passkeyRequested
+    /// Show this six-digit value and ask whether the central shows the same; answer with
+    /// `numericComparisonConfirmed`.
+    case confirmNumericComparison(UInt32)
+    /// Encryption may start: answer the central's LE Long Term Key Request (EDIV 0, Rand 0) with
+    /// this key (the STK in legacy pairing, the LTK in Secure Connections), then call `linkEncrypted`.
+    case encryptionKeyReady(SMPLongTermKey)
+    /// Pairing and key distribution are done.
+    case paired(SMPPairingResult)
+    case failed(reason: SMPPairingFailedReason?, origin: SMPFailureOrigin)
+}
+
+/// The SMP timer (Vol 3, Part H, 3.4) is the caller's: 30 s, reset whenever an SMP command is
+/// queued for transmission, stopped when the procedure ends.
+public enum SMPTimerAction: Equatable, Sendable {
+    case unchanged
+    /// (Re)start the 30 s timer.
+    case restart
+    case stop
+}
+
+/// What one input produced: PDUs to send on the SMP channel (CID 0x0006), in order; events; and
+/// what to do with the timer.
+public struct SMPResponderOutput: Equatable, Sendable {
+    public var pdus: [[UInt8]] = []
+    public var events: [SMPResponderEvent] = []
+    public var timer: SMPTimerAction = .unchanged
+    public init() {}
+}
+
+/// The Security Manager of a peripheral, the pairing responder (Vol 3, Part H, 2.3 and 3),
+/// for one link. Pure: no I/O and no timers; every input returns what to send and what happened.
+///
+/// Supports LE Secure Connections (Just Works, Numeric Comparison, Passkey Entry with its 20
+/// rounds) and LE legacy pairing (Just Works, Passkey Entry), then the key distribution once the
+/// link is encrypted. Repeated-attempts bookkeeping is the caller's: it can refuse with
+/// `abort(.repeatedAttempts)`.
+public struct SMPResponder {
+    public let configuration: SMPResponderConfiguration
+    public let initiatorAddress: SMPAddress
+    public let responderAddress: SMPAddress
+    private var random: any RandomNumberGenerator
+    /// For tests: the key pair to use instead of a fresh one per pairing.
+    private let fixedKeyPair: SMPKeyPair?
+
+    private enum Phase: Equatable {
+        case idle
+        case legacyAwaitingConfirm
+        case legacyAwaitingRandom
+        case awaitingPublicKey
+        /// Just Works / Numeric Comparison: Cb sent, waiting for Na.
+        case awaitingRandom
+        case passkeyAwaitingConfirm(round: Int)
+        case passkeyAwaitingRandom(round: Int)
+        case awaitingDHKeyCheck
+        case awaitingEncryption
+        case awaitingKeys
+        /// The SMP timer expired: nothing more on this link (3.4).
+        case timedOut
+    }
+
+    private var phase = Phase.idle
+    /// The state of one pairing; reset between pairings so no secret outlives one.
+    private var session = Session()
+
+    private struct Session {
+        var preq: [UInt8] = []
+        var pres: [UInt8] = []
+        var request: SMPPairingFeatures?
+        var response: SMPPairingFeatures?
+        var method = SMPPairingMethod.justWorks
+        var secureConnections = false
+        var bonded = false
+        var keySize: UInt8 = 16
+        /// Legacy: TK. Nil while the user has not typed the passkey.
+        var temporaryKey: [UInt8]?
+        /// The passkey, once known (shown or typed).
+        var passkey: UInt32?
+        /// A confirm received before the passkey was typed.
+        var pendingConfirm: [UInt8]?
+        var peerConfirm: [UInt8] = []
+        /// Our random (Srand, Nb, Nbi).
+        var localRandom: [UInt8] = []
+        var peerRandom: [UInt8] = []
+        var keyPair: SMPKeyPair?
+        var peerPublicKey: SMPPublicKey?
+        var dhKey: [UInt8] = []
+        var macKey: [UInt8] = []
+        var longTermKey: [UInt8] = []
+        /// Numeric Comparison: the user's answer (true for the other methods).
+        var userConfirmed = true
+        /// Ea received before the user confirmed the numeric value.
+        var pendingDHKeyCheck: [UInt8]?
+        var encryptionKey: SMPLongTermKey?
+        var distributedLongTermKey: SMPLongTermKey?
+        /// The key PDUs the central still has to send, in order (3.6.1).
+        var expectedKeys: [SMPCode] = []
+        var result: SMPPairingResult?
+    }
+
+    /// `initiatorAddress`/`responderAddress`: the addresses of this link as the controller
+    /// reported them (LE Connection Complete), which the confirm and check values hash.
+    /// `random` makes nonces, passkeys and distributed keys: it must be a cryptographically secure
+    /// generator (the system's, on Linux getrandom(2)) except in tests, which seed their own.
+    public init(configuration: SMPResponderConfiguration, initiatorAddress: SMPAddress, responderAddress: SMPAddress,
+                random: any RandomNumberGenerator = SystemRandomNumberGenerator(), keyPair: SMPKeyPair? = nil) {
+        self.configuration = configuration
+        self.initiatorAddress = initiatorAddress
+        self.responderAddress = responderAddress
+        self.random = random
+        self.fixedKeyPair = keyPair
+    }
+
+    /// Whether a pairing is under way (the SMP timer should be running).
+    public var isPairing: Bool { phase != .idle && phase != .timedOut }
+    /// Whether the SMP timer expired on this link: SMP is over until a new link (3.4).
+    public var hasTimedOut: Bool { phase == .timedOut }
+
+    /// A Security Request (3.6.7) asking the central to pair with our requirements.
+    public var securityRequest: [UInt8] {
+        SMPSecurityRequest(authRequirements: SMPAuthRequirements(
+            bonding: configuration.bondable, mitm: configuration.requireMITM,
+            secureConnections: configuration.secureConnections)).encoded
+    }
+
+    // MARK: Inputs
+
+    /// An SMP PDU from the central, code first.
+    public mutating func receive(_ pdu: ArraySlice<UInt8>) -> SMPResponderOutput {
+        var out = SMPResponderOutput()
+        // 3.4: after a timeout no SMP command is sent or handled on this link.
+        guard phase != .timedOut else { return out }
+        // 3.3: "If a packet is received with a reserved Code it shall be ignored."
+        guard let rawCode = pdu.first, let code = SMPCode(rawValue: rawCode) else { return out }
+
+        let command: SMPCommand
+        do {
+            command = try SMPCommand(pdu: pdu)
+        } catch {
+            undecodable(code, pdu, &out)
+            return out
+        }
+
+        switch (command, phase) {
+        case (.pairingFailed(let failed), _):
+            peerFailed(failed.reason, &out)
+        case (.pairingResponse, _), (.securityRequest, _):
+            // Commands a central receives: a peripheral does not support them.
+            fail(.commandNotSupported, &out)
+        case (.pairingRequest(let request), .idle):
+            pairingRequest(request, raw: Array(pdu), &out)
+        case (.pairingConfirm(let confirm), .legacyAwaitingConfirm):
+            session.pendingConfirm = confirm.value
+            legacySendConfirmIfReady(&out)
+        case (.pairingRandom(let random), .legacyAwaitingRandom):
+            legacyRandom(random.value, &out)
+        case (.pairingPublicKey(let key), .awaitingPublicKey):
+            publicKey(key.key, &out)
+        case (.pairingRandom(let random), .awaitingRandom):
+            secureConnectionsRandom(random.value, &out)
+        case (.pairingConfirm(let confirm), .passkeyAwaitingConfirm):
+            session.pendingConfirm = confirm.value
+            passkeySendConfirmIfReady(&out)
+        case (.pairingRandom(let random), .passkeyAwaitingRandom(let round)):
+            passkeyRandom(random.value, round: round, &out)
+        case (.pairingDHKeyCheck(let check), .awaitingDHKeyCheck):
+            session.pendingDHKeyCheck = check.value
+            checkDHKeyIfReady(&out)
+        case (.keypressNotification, .passkeyAwaitingConfirm), (.keypressNotification, .legacyAwaitingConfirm):
+            // Progress of the user typing on the central (3.5.8): nothing to do.
+            break
+        case (.encryptionInformation, .awaitingKeys), (.centralIdentification, .awaitingKeys),
+             (.identityInformation, .awaitingKeys), (.identityAddressInformation, .awaitingKeys),
+             (.signingInformation, .awaitingKeys):
+            peerKey(command, &out)
+        default:
+            // An SMP command out of sequence ends the pairing (Zephyr and Bumble answer Unspecified Reason).
+            fail(.unspecifiedReason, &out)
+        }
+        return out
+    }
+
+    /// The passkey the user typed (Passkey Entry where the central displays, or both type);
+    /// nil when the user cancelled (Passkey Entry Failed).
+    public mutating func passkeyEntered(_ passkey: UInt32?) -> SMPResponderOutput {
+        var out = SMPResponderOutput()
+        guard isPairing, case .passkeyEntry(let roles) = session.method, !roles.responderDisplays,
+              session.passkey == nil else { return out }
+        guard let passkey, passkey <= 999_999 else {
+            fail(.passkeyEntryFailed, &out)
+            return out
+        }
+        session.passkey = passkey
+        if session.secureConnections {
+            passkeySendConfirmIfReady(&out)
+        } else {
+            session.temporaryKey = Self.temporaryKey(passkey)
+            legacySendConfirmIfReady(&out)
+        }
+        return out
+    }
+
+    /// The user's answer to `confirmNumericComparison`.
+    public mutating func numericComparisonConfirmed(_ matches: Bool) -> SMPResponderOutput {
+        var out = SMPResponderOutput()
+        guard isPairing, session.method == .numericComparison, !session.userConfirmed,
+              phase == .awaitingDHKeyCheck else { return out }
+        guard matches else {
+            fail(.numericComparisonFailed, &out)
+            return out
+        }
+        session.userConfirmed = true
+        checkDHKeyIfReady(&out)
+        return out
+    }
+
+    /// The link is now encrypted (Encryption Change, enabled) with the key of `encryptionKeyReady`:
+    /// the responder distributes its keys first (3.6.1), then waits for the central's.
+    /// Ignored outside a pairing (a reconnection encrypted with a stored key).
+    public mutating func linkEncrypted() -> SMPResponderOutput {
+        var out = SMPResponderOutput()
+        guard phase == .awaitingEncryption, let response = session.response else { return out }
+        let send = response.responderKeyDistribution
+        if send.contains(.encryptionKey) && !session.secureConnections {
+            let key = SMPLongTermKey(key: Self.shortened(randomBytes(16), to: session.keySize),
+                                     encryptedDiversifier: UInt16(truncatingIfNeeded: random.next()),
+                                     randomNumber: random.next())
+            session.distributedLongTermKey = key
+            out.pdus.append(SMPEncryptionInformation(value: key.key).encoded)
+            out.pdus.append(SMPCentralIdentification(encryptedDiversifier: key.encryptedDiversifier,
+                                                     randomNumber: key.randomNumber).encoded)
+        }
+        if send.contains(.identityKey), let identity = configuration.identity {
+            out.pdus.append(SMPIdentityInformation(value: identity.resolvingKey).encoded)
+            out.pdus.append(SMPIdentityAddressInformation(address: identity.address).encoded)
+        }
+        if send.contains(.signingKey), let csrk = configuration.signatureKey {
+            out.pdus.append(SMPSigningInformation(value: csrk).encoded)
+        }
+        if !out.pdus.isEmpty { out.timer = .restart }
+
+        var expected: [SMPCode] = []
+        let receive = response.initiatorKeyDistribution
+        if receive.contains(.encryptionKey) && !session.secureConnections {
+            expected += [.encryptionInformation, .centralIdentification]
+        }
+        if receive.contains(.identityKey) { expected += [.identityInformation, .identityAddressInformation] }
+        if receive.contains(.signingKey) { expected.append(.signingInformation) }
+        session.expectedKeys = expected
+        session.result = SMPPairingResult(
+            secureConnections: session.secureConnections, authenticated: session.method.isAuthenticated,
+            bonded: session.bonded, encryptionKeySize: session.keySize,
+            longTermKey: session.secureConnections ? session.encryptionKey : session.distributedLongTermKey,
+            peerUsedDebugKey: session.peerPublicKey.map { $0.x == SMPPublicKey.debugKeyX } ?? false)
+        phase = .awaitingKeys
+        finishIfAllKeysReceived(&out)
+        return out
+    }
+
+    /// The caller's 30 s SMP timer expired (3.4): the pairing fails and SMP is over on this link.
+    public mutating func timerExpired() -> SMPResponderOutput {
+        var out = SMPResponderOutput()
+        guard isPairing else { return out }
+        session = Session()
+        phase = .timedOut
+        out.events.append(.failed(reason: nil, origin: .timeout))
+        return out
+    }
+
+    /// Ends the pairing under way with Pairing Failed and `reason`, or refuses the next one
+    /// before it starts (e.g. Repeated Attempts, 2.3.6): Pairing Failed is sent either way.
+    public mutating func abort(_ reason: SMPPairingFailedReason) -> SMPResponderOutput {
+        var out = SMPResponderOutput()
+        guard phase != .timedOut else { return out }
+        fail(reason, &out)
+        return out
+    }
+
+    // MARK: Pairing feature exchange
+
+    private mutating func pairingRequest(_ request: SMPPairingRequest, raw: [UInt8], _ out: inout SMPResponderOutput) {
+        session = Session()
+        let features = request.features
+        let secureConnections = configuration.secureConnections && features.authRequirements.secureConnections
+        if configuration.secureConnectionsOnly && !secureConnections {
+            return fail(.authenticationRequirements, &out)
+        }
+        // 2.3.4: the smaller of the two maxima; below our minimum fails with Encryption Key Size.
+        let keySize = min(features.maximumEncryptionKeySize, configuration.maximumEncryptionKeySize)
+        let minimum = configuration.secureConnectionsOnly ? 16 : configuration.minimumEncryptionKeySize
+        guard keySize >= minimum else { return fail(.encryptionKeySize, &out) }
+
+        let bonded = configuration.bondable && features.authRequirements.bonding
+        // Keys only when both bond. LinkKey (cross-transport derivation) is not offered; in Secure
+        // Connections EncKey "shall be ignored" (3.6.1), so it is cleared; RFU bits are dropped.
+        var offered: SMPKeyDistribution = [.encryptionKey, .identityKey, .signingKey]
+        if secureConnections { offered.remove(.encryptionKey) }
+        var responderKeys = bonded ? features.responderKeyDistribution.intersection(offered) : []
+        if configuration.identity == nil { responderKeys.remove(.identityKey) }
+        if configuration.signatureKey == nil { responderKeys.remove(.signingKey) }
+        let initiatorKeys = bonded ? features.initiatorKeyDistribution.intersection(offered) : []
+        let response = SMPPairingFeatures(
+            ioCapability: configuration.ioCapability, oobDataPresent: false,
+            authRequirements: SMPAuthRequirements(bonding: configuration.bondable, mitm: configuration.requireMITM,
+                                                  secureConnections: configuration.secureConnections),
+            maximumEncryptionKeySize: keySize,
+            initiatorKeyDistribution: initiatorKeys, responderKeyDistribution: responderKeys)
+
+        let method = SMPPairingMethod.select(initiator: features, responder: response, secureConnections: secureConnections)
+        if method == .outOfBand { return fail(.oobNotAvailable, &out) }
+        if configuration.requireMITM && !method.isAuthenticated { return fail(.authenticationRequirements, &out) }
+
+        let responsePDU = SMPPairingResponse(response).encoded
+        session.preq = raw
+        session.pres = responsePDU
+        session.request = features
+        session.response = response
+        session.method = method
+        session.secureConnections = secureConnections
+        session.bonded = bonded
+        session.keySize = keySize
+        out.pdus.append(responsePDU)
+        out.timer = .restart
+
+        if secureConnections {
+            phase = .awaitingPublicKey
+            return
+        }
+        // LE legacy (2.3.5.2-2.3.5.5): TK is zero for Just Works, the passkey for Passkey Entry.
+        phase = .legacyAwaitingConfirm
+        session.localRandom = randomBytes(16)
+        switch method {
+        case .passkeyEntry(let roles) where roles.responderDisplays:
+            let passkey = newPasskey()
+            session.passkey = passkey
+            session.temporaryKey = Self.temporaryKey(passkey)
+            out.events.append(.displayPasskey(passkey))
+        case .passkeyEntry:
+            out.events.append(.passkeyRequested)
+        default:
+            session.temporaryKey = [UInt8](repeating: 0, count: 16)
+        }
+    }
+
+    // MARK: LE legacy
+
+    /// Sconfirm once both Mconfirm and TK are known (the user may still be typing).
+    private mutating func legacySendConfirmIfReady(_ out: inout SMPResponderOutput) {
+        guard phase == .legacyAwaitingConfirm, let tk = session.temporaryKey, let confirm = session.pendingConfirm else { return }
+        session.peerConfirm = confirm
+        session.pendingConfirm = nil
+        let ours = SMPCrypto.c1(k: tk, r: session.localRandom, preq: session.preq, pres: session.pres,
+                                initiator: initiatorAddress, responder: responderAddress)
+        out.pdus.append(SMPPairingConfirm(value: ours).encoded)
+        out.timer = .restart
+        phase = .legacyAwaitingRandom
+    }
+
+    private mutating func legacyRandom(_ mrand: [UInt8], _ out: inout SMPResponderOutput) {
+        guard let tk = session.temporaryKey else { return fail(.unspecifiedReason, &out) }
+        let expected = SMPCrypto.c1(k: tk, r: mrand, preq: session.preq, pres: session.pres,
+                                    initiator: initiatorAddress, responder: responderAddress)
+        guard expected == session.peerConfirm else { return fail(.confirmValueFailed, &out) }
+        out.pdus.append(SMPPairingRandom(value: session.localRandom).encoded)
+        out.timer = .restart
+        // 2.3.5.5: STK = s1(TK, Srand, Mrand), shortened to the negotiated key size.
+        let stk = Self.shortened(SMPCrypto.s1(k: tk, r1: session.localRandom, r2: mrand), to: session.keySize)
+        session.encryptionKey = SMPLongTermKey(key: stk)
+        out.events.append(.encryptionKeyReady(SMPLongTermKey(key: stk)))
+        phase = .awaitingEncryption
+    }
+
+    // MARK: LE Secure Connections
+
+    private mutating func publicKey(_ peerKey: SMPPublicKey, _ out: inout SMPResponderOutput) {
+        let keyPair = fixedKeyPair ?? SMPKeyPair()
+        // A key with our own X would let a reflecting attacker pass authentication (Zephyr
+        // refuses it with Unspecified Reason; so do we).
+        guard peerKey.x != keyPair.publicKey.x else { return fail(.unspecifiedReason, &out) }
+        session.keyPair = keyPair
+        session.peerPublicKey = peerKey
+        session.dhKey = keyPair.dhKey(with: peerKey)
+        out.pdus.append(SMPPairingPublicKey(key: keyPair.publicKey).encoded)
+        out.timer = .restart
+
+        switch session.method {
+        case .passkeyEntry(let roles):
+            // 2.3.5.6.3: the passkey is shown or asked for after the public keys are exchanged.
+            phase = .passkeyAwaitingConfirm(round: 0)
+            if roles.responderDisplays {
+                let passkey = newPasskey()
+                session.passkey = passkey
+                out.events.append(.displayPasskey(passkey))
+            } else {
+                out.events.append(.passkeyRequested)
+            }
+        default:
+            // 2.3.5.6.2: the responder commits first: Cb = f4(PKbx, PKax, Nb, 0).
+            session.localRandom = randomBytes(16)
+            let cb = SMPCrypto.f4(u: keyPair.publicKey.x, v: peerKey.x, x: session.localRandom, z: 0)
+            out.pdus.append(SMPPairingConfirm(value: cb).encoded)
+            session.userConfirmed = session.method != .numericComparison
+            phase = .awaitingRandom
+        }
+    }
+
+    private mutating func secureConnectionsRandom(_ na: [UInt8], _ out: inout SMPResponderOutput) {
+        guard let keyPair = session.keyPair, let peerKey = session.peerPublicKey else { return fail(.unspecifiedReason, &out) }
+        session.peerRandom = na
+        out.pdus.append(SMPPairingRandom(value: session.localRandom).encoded)
+        out.timer = .restart
+        if session.method == .numericComparison {
+            // Vb = g2(PKax, PKbx, Na, Nb); the initiator checked Cb, the users compare the values.
+            let value = SMPCrypto.numericComparisonValue(u: peerKey.x, v: keyPair.publicKey.x, x: na, y: session.localRandom)
+            out.events.append(.confirmNumericComparison(value))
+        }
+        deriveKeys()
+        phase = .awaitingDHKeyCheck
+    }
+
+    /// Cbi for round i once both Cai and the passkey are known (2.3.5.6.3).
+    private mutating func passkeySendConfirmIfReady(_ out: inout SMPResponderOutput) {
+        guard case .passkeyAwaitingConfirm(let round) = phase, let passkey = session.passkey,
+              let confirm = session.pendingConfirm, let keyPair = session.keyPair, let peerKey = session.peerPublicKey
+        else { return }
+        session.peerConfirm = confirm
+        session.pendingConfirm = nil
+        session.localRandom = randomBytes(16)
+        let cb = SMPCrypto.f4(u: keyPair.publicKey.x, v: peerKey.x, x: session.localRandom, z: Self.passkeyBit(passkey, round))
+        out.pdus.append(SMPPairingConfirm(value: cb).encoded)
+        out.timer = .restart
+        phase = .passkeyAwaitingRandom(round: round)
+    }
+
+    private mutating func passkeyRandom(_ nai: [UInt8], round: Int, _ out: inout SMPResponderOutput) {
+        guard let passkey = session.passkey, let keyPair = session.keyPair, let peerKey = session.peerPublicKey else {
+            return fail(.unspecifiedReason, &out)
+        }
+        let expected = SMPCrypto.f4(u: peerKey.x, v: keyPair.publicKey.x, x: nai, z: Self.passkeyBit(passkey, round))
+        guard expected == session.peerConfirm else { return fail(.confirmValueFailed, &out) }
+        session.peerRandom = nai
+        out.pdus.append(SMPPairingRandom(value: session.localRandom).encoded)
+        out.timer = .restart
+        if round < 19 {
+            phase = .passkeyAwaitingConfirm(round: round + 1)
+        } else {
+            // Na and Nb of the DHKey checks are those of the 20th round.
+            deriveKeys()
+            phase = .awaitingDHKeyCheck
+        }
+    }
+
+    /// 2.3.5.6.5: MacKey || LTK = f5(DHKey, Na, Nb, A, B).
+    private mutating func deriveKeys() {
+        let (macKey, ltk) = SMPCrypto.f5(w: session.dhKey, n1: session.peerRandom, n2: session.localRandom,
+                                         a1: initiatorAddress, a2: responderAddress)
+        session.macKey = macKey
+        session.longTermKey = ltk
+    }
+
+    /// Checks Ea = f6(MacKey, Na, Nb, rb, IOcapA, A, B) and answers Eb = f6(MacKey, Nb, Na, ra,
+    /// IOcapB, B, A), once Ea is here and (Numeric Comparison) the user said the values match.
+    private mutating func checkDHKeyIfReady(_ out: inout SMPResponderOutput) {
+        guard session.userConfirmed, let ea = session.pendingDHKeyCheck,
+              let request = session.request, let response = session.response else { return }
+        session.pendingDHKeyCheck = nil
+        // r is the passkey for Passkey Entry, zero for Just Works and Numeric Comparison.
+        var r = [UInt8](repeating: 0, count: 16)
+        if case .passkeyEntry = session.method, let passkey = session.passkey { r = Self.temporaryKey(passkey) }
+        let expected = SMPCrypto.f6(w: session.macKey, n1: session.peerRandom, n2: session.localRandom, r: r,
+                                    ioCap: request.ioCapField, a1: initiatorAddress, a2: responderAddress)
+        guard expected == ea else { return fail(.dhKeyCheckFailed, &out) }
+        let eb = SMPCrypto.f6(w: session.macKey, n1: session.localRandom, n2: session.peerRandom, r: r,
+                              ioCap: response.ioCapField, a1: responderAddress, a2: initiatorAddress)
+        out.pdus.append(SMPPairingDHKeyCheck(value: eb).encoded)
+        out.timer = .restart
+        let key = SMPLongTermKey(key: Self.shortened(session.longTermKey, to: session.keySize))
+        session.encryptionKey = key
+        out.events.append(.encryptionKeyReady(key))
+        phase = .awaitingEncryption
+    }
+
+    // MARK: Key distribution
+
+    private mutating func peerKey(_ command: SMPCommand, _ out: inout SMPResponderOutput) {
+        // 3.6.1: the initiator's keys come in a fixed order; anything else is out of sequence.
+        guard session.expectedKeys.first == command.code, session.result != nil else { return fail(.unspecifiedReason, &out) }
+        session.expectedKeys.removeFirst()
+        guard var result = session.result else { return }
+        switch command {
+        case .encryptionInformation(let info):
+            result.peerLongTermKey = SMPLongTermKey(key: info.longTermKey)
+        case .centralIdentification(let identification):
+            result.peerLongTermKey?.encryptedDiversifier = identification.encryptedDiversifier
+            result.peerLongTermKey?.randomNumber = identification.randomNumber
+        case .identityInformation(let info):
+            // The address follows in Identity Address Information.
+            result.peerIdentity = SMPIdentity(resolvingKey: info.identityResolvingKey, address: initiatorAddress)
+        case .identityAddressInformation(let info):
+            // An identity address is public or static random (two most significant bits 1), never
+            // a private one (Zephyr refuses those with Invalid Parameters too).
+            guard !info.address.isRandom || info.address.address.bytes.5 & 0xC0 == 0xC0 else {
+                return fail(.invalidParameters, &out)
+            }
+            result.peerIdentity?.address = info.address
+        case .signingInformation(let info):
+            result.peerSignatureKey = info.signatureKey
+        default:
+            break
+        }
+        session.result = result
+        finishIfAllKeysReceived(&out)
+    }
+
+    private mutating func finishIfAllKeysReceived(_ out: inout SMPResponderOutput) {
+        guard phase == .awaitingKeys, session.expectedKeys.isEmpty, let result = session.result else { return }
+        out.events.append(.paired(result))
+        out.timer = .stop
+        session = Session()
+        phase = .idle
+    }
+
+    // MARK: Failure
+
+    private mutating func fail(_ reason: SMPPairingFailedReason, _ out: inout SMPResponderOutput) {
+        out.pdus.append(SMPPairingFailed(reason: reason).encoded)
+        out.events.append(.failed(reason: reason, origin: .local))
+        out.timer = .stop
+        session = Session()
+        phase = .idle
+    }
+
+    private mutating func peerFailed(_ reason: SMPPairingFailedReason?, _ out: inout SMPResponderOutput) {
+        // Never answer a Pairing Failed; outside a pairing it means nothing.
+        guard isPairing else { return }
+        out.events.append(.failed(reason: reason, origin: .peer))
+        out.timer = .stop
+        session = Session()
+        phase = .idle
+    }
+
+    /// A known code whose PDU does not decode.
+    private mutating func undecodable(_ code: SMPCode, _ pdu: ArraySlice<UInt8>, _ out: inout SMPResponderOutput) {
+        switch code {
+        case .pairingFailed:
+            // Wrong length or a reserved reason: the central still ended the pairing.
+            peerFailed(nil, &out)
+        case .pairingRequest where pdu.count == 7
+            && !SMPPairingFeatures.encryptionKeySizes.contains(pdu[pdu.startIndex + 4]):
+            fail(.encryptionKeySize, &out)
+        case .pairingPublicKey where pdu.count == 65:
+            // The right length, so the point is off the curve (CVE-2018-5383): no DHKey can be
+            // agreed, which the spec reports as DHKey Check Failed.
+            fail(.dhKeyCheckFailed, &out)
+        default:
+            fail(.invalidParameters, &out)
+        }
+    }
+
+    // MARK: Helpers
+
+    private mutating func randomBytes(_ count: Int) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(count + 7)
+        while out.count < count {
+            var word = random.next()
+            for _ in 0..<8 {
+                out.append(UInt8(truncatingIfNeeded: word))
+                word >>= 8
+            }
+        }
+        return Array(out.prefix(count))
+    }
+
+    private mutating func newPasskey() -> UInt32 {
+        switch configuration.passkey {
+        case .fixed(let passkey): return passkey % 1_000_000
+        case .random: return UInt32(random.next() % 1_000_000)
+        }
+    }
+
+    /// The passkey as a 128-bit little-endian value: TK in legacy pairing, ra/rb in Secure Connections.
+    static func temporaryKey(_ passkey: UInt32) -> [UInt8] {
+        var key = [UInt8](repeating: 0, count: 16)
+        for index in 0..<4 { key[index] = UInt8(truncatingIfNeeded: passkey >> (8 * UInt32(index))) }
+        return key
+    }
+
+    /// Z of round i in Passkey Entry: 0x80 | bit i of the passkey (2.3.5.6.3).
+    static func passkeyBit(_ passkey: UInt32, _ round: Int) -> UInt8 {
+        0x80 | UInt8((passkey >> UInt32(round)) & 1)
+    }
+
+    /// 2.3.4: a key shorter than 16 octets has its most significant octets set to zero.
+    static func shortened(_ key: [UInt8], to size: UInt8) -> [UInt8] {
+        var key = key
+        for index in Int(size)..<16 { key[index] = 0 }
+        return key
+    }
+}

@@ -1,0 +1,971 @@
+"""blemu on a real Linux kernel: the HCI user channel of hci_vhci adapters, in a qemu guest.
+
+Run by scripts/test-kernel (read that first; Docs/TESTING.md, Kernel tests). This program:
+  1. takes Debian's kernel from the cache scripts/setup filled (linux-image-*.deb, extracted
+     there once), and builds an initramfs: busybox-static, Tests/kernel/init, the modules for
+     Bluetooth, hci_vhci, virtio-net, 9p and overlayfs with their dependencies, and the units
+     of the agent;
+  2. starts rootcanal on the host, and a TCP port for the guest agent;
+  3. boots the kernel once in qemu-system-x86_64 (TCG, no KVM needed): the host's root over
+     virtio-9p, read-only under a tmpfs overlay, systemd as PID 1; qemu's user network, where
+     the host is 10.0.2.2;
+  4. drives the cases through the guest agent (Tests/kernel/guest_agent.py): adapters are
+     hci_vhci ones bridged to the host's rootcanal (Tests/kernel/vhci_bridge.py), so blemu in
+     the guest and a Bumble central on the host meet on one radio;
+  5. prints `kernel: PASS name (…)` or `kernel: FAIL name: why` per case and a summary line,
+     and exits 1 if any case failed or the guest could not be run (2: a prerequisite is missing).
+
+With --adapter hciN --central SPEC the same cases (but systemd-unit) run on this machine's own
+kernel and adapter instead, with the agent started here.
+
+Environment: BLEMU_BIN (the blemu to test; default .build/debug/blemu), BLEMU_KERNEL_CACHE
+(default ${XDG_CACHE_HOME:-~/.cache}/blemu-kernel), BLEMU_KERNEL_LOG_DIR (where the console,
+rootcanal and process logs go; default a new /tmp/blemu-kernel-* folder), BLEMU_KERNEL_CASES
+(comma-separated case names; default all), BLEMU_KERNEL_INIT (systemd, the default, or busybox:
+no systemd, no systemd-unit case), BLEMU_KERNEL_KVM=1 (KVM instead of TCG).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from bumble_central import (  # noqa: E402
+    UUID_BODY_SENSOR_LOCATION,
+    UUID_HEART_RATE_MEASUREMENT,
+    UUID_HEART_RATE_SERVICE,
+    Central,
+    collect_notifications,
+    decode_heart_rate_measurement,
+)
+from rootcanal_server import RootCanal  # noqa: E402
+
+GUEST_PYTHON = "/usr/bin/python3"
+BRIDGE = str(REPO / "Tests/kernel/vhci_bridge.py")
+# Modules the guest loads (their dependencies are added from the .ko files' modinfo).
+GUEST_MODULES = ["virtio_pci", "virtio_net", "9pnet_virtio", "9p", "overlay", "bluetooth", "hci_vhci"]
+# Generous: TCG emulation on two shared cores is slow, and this is a test, not a benchmark.
+BOOT_TIMEOUT = 120.0
+EVENT_TIMEOUT = 45.0
+SCAN_TIMEOUT = 30.0
+# blemu's ControllerLink retries with a backoff of at most 8 s: recovery within this.
+RECOVERY_TIMEOUT = 60.0
+# No user in the guest has a capability but root; `nobody` exists in every Debian.
+UNPRIVILEGED = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+WITH_NET_ADMIN = UNPRIVILEGED + ["--inh-caps=+net_admin", "--ambient-caps=+net_admin"]
+
+
+class Failure(Exception):
+    """A case failed: the message is its one-line reason."""
+
+
+# --------------------------------------------------------------------------------------------
+# The guest image
+
+
+def cache_dir() -> Path:
+    if os.environ.get("BLEMU_KERNEL_CACHE"):
+        return Path(os.environ["BLEMU_KERNEL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "blemu-kernel"
+
+
+def kernel_tree() -> tuple[Path, Path]:
+    """(vmlinuz, modules directory) of the newest cached kernel package, extracted once."""
+    cache = cache_dir()
+    packages = sorted(cache.glob("linux-image-*_amd64.deb"), key=lambda path: path.stat().st_mtime)
+    if not packages:
+        raise SystemExit(
+            f"test-kernel: no Debian kernel package in {cache}: run scripts/setup "
+            f"(it runs `apt-get download` of the linux-image package linux-image-amd64 depends on)")
+    package = packages[-1]
+    tree = cache / package.name.removesuffix(".deb")
+    if not (tree / ".complete").exists():
+        shutil.rmtree(tree, ignore_errors=True)
+        tree.mkdir(parents=True)
+        subprocess.run(["dpkg-deb", "-x", str(package), str(tree)], check=True)
+        (tree / ".complete").touch()
+    kernels = sorted((tree / "boot").glob("vmlinuz-*"))
+    if not kernels:
+        raise SystemExit(f"test-kernel: {package} has no boot/vmlinuz-*")
+    version = kernels[-1].name.removeprefix("vmlinuz-")
+    return kernels[-1], tree / "lib/modules" / version
+
+
+_DEPENDS = re.compile(rb"(?:^|\0)depends=([A-Za-z0-9_,-]*)\0")
+
+
+def module_order(modules_dir: Path, wanted: list[str]) -> list[Path]:
+    """The .ko files for `wanted` and everything they depend on, dependencies first.
+
+    Each module's dependencies are in its own .modinfo section (`depends=a,b`); a dependency
+    with no .ko file is built into the kernel (modules.builtin)."""
+    files: dict[str, Path] = {}
+    for path in (modules_dir / "kernel").rglob("*.ko*"):
+        name = path.name.split(".ko")[0].replace("-", "_")
+        files[name] = path
+    builtin = set()
+    builtin_list = modules_dir / "modules.builtin"
+    if builtin_list.exists():
+        for line in builtin_list.read_text().splitlines():
+            builtin.add(Path(line).name.split(".ko")[0].replace("-", "_"))
+    order: list[Path] = []
+    seen: set[str] = set()
+
+    def visit(name: str) -> None:
+        name = name.replace("-", "_")
+        if name in seen:
+            return
+        seen.add(name)
+        if name not in files:
+            if name in builtin:
+                return
+            raise SystemExit(f"test-kernel: module {name} is neither in {modules_dir} nor built in")
+        path = files[name]
+        if path.suffix != ".ko":
+            raise SystemExit(f"test-kernel: {path} is compressed; busybox insmod needs plain .ko files")
+        match = _DEPENDS.search(path.read_bytes())
+        for dependency in (match.group(1).decode().split(",") if match and match.group(1) else []):
+            visit(dependency)
+        order.append(path)
+
+    for name in wanted:
+        visit(name)
+    return order
+
+
+class Cpio:
+    """A newc ("070701") archive, the initramfs format, written by hand (no cpio needed)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.inode = 1
+
+    def _entry(self, name: str, mode: int, body: bytes = b"", rdev: tuple[int, int] = (0, 0)) -> None:
+        encoded = name.encode() + b"\0"
+        fields = [self.inode, mode, 0, 0, 1, 0, len(body), 0, 0, rdev[0], rdev[1], len(encoded), 0]
+        self.inode += 1
+        self.data += b"070701" + b"".join(b"%08X" % field for field in fields) + encoded
+        self.data += b"\0" * (-len(self.data) % 4)
+        self.data += body
+        self.data += b"\0" * (-len(self.data) % 4)
+
+    def directory(self, name: str) -> None:
+        self._entry(name, 0o040755)
+
+    def file(self, name: str, body: bytes, executable: bool = False) -> None:
+        self._entry(name, 0o100755 if executable else 0o100644, body)
+
+    def symlink(self, name: str, target: str) -> None:
+        self._entry(name, 0o120777, target.encode())
+
+    def char_device(self, name: str, major: int, minor: int) -> None:
+        self._entry(name, 0o020600, rdev=(major, minor))
+
+    def finish(self) -> bytes:
+        self._entry("TRAILER!!!", 0)
+        return bytes(self.data)
+
+
+def build_initramfs(modules: list[Path], out: Path, extra: dict[str, bytes | Path] | None = None) -> None:
+    """The initramfs; `extra` adds files (bytes) and symlinks (Path: the target) by path."""
+    busybox = Path("/bin/busybox")
+    probe = subprocess.run(["file", "-L", str(busybox)], capture_output=True, text=True) if shutil.which("file") else None
+    if not busybox.exists() or (probe is not None and "statically linked" not in probe.stdout):
+        raise SystemExit("test-kernel: /bin/busybox (a static busybox) is missing: run scripts/setup "
+                         "(apt-get install busybox-static)")
+    archive = Cpio()
+    for directory in ("bin", "dev", "proc", "sys", "host", "modules"):
+        archive.directory(directory)
+    archive.char_device("dev/console", 5, 1)
+    archive.file("bin/busybox", busybox.read_bytes(), executable=True)
+    archive.file("init", (REPO / "Tests/kernel/init").read_bytes(), executable=True)
+    for module in modules:
+        archive.file(f"modules/{module.name}", module.read_bytes())
+    archive.file("modules/order", "".join(f"{module.name}\n" for module in modules).encode())
+    made = set()
+    for name, content in sorted((extra or {}).items()):
+        parts = name.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            directory = "/".join(parts[:depth])
+            if directory not in made:
+                made.add(directory)
+                archive.directory(directory)
+        if isinstance(content, Path):
+            archive.symlink(name, str(content))
+        else:
+            archive.file(name, content)
+    out.write_bytes(archive.finish())
+
+
+def systemd_files(port: int) -> dict[str, bytes | Path]:
+    """What the systemd guest adds to the host's root (initramfs /systemd, copied over the
+    overlay by Tests/kernel/init): the agent as a service, and a target of its own to boot to."""
+    units = "systemd/etc/systemd/system"
+    return {
+        f"{units}/blemu-kernel.target": b"""[Unit]
+Description=blemu kernel tests
+Requires=basic.target blemu-kernel-agent.service
+After=basic.target
+AllowIsolate=yes
+""",
+        f"{units}/blemu-kernel-agent.service": f"""[Unit]
+Description=blemu kernel tests: the agent (Tests/kernel/guest_agent.py)
+After=basic.target
+
+[Service]
+ExecStartPre=/bin/touch /run/blemu-kernel-guest
+ExecStart=/usr/bin/python3 -u {REPO}/Tests/kernel/guest_agent.py 10.0.2.2 {port}
+StandardOutput=journal+console
+StandardError=journal+console
+FailureAction=poweroff-immediate
+""".encode(),
+        # bluetoothd would power every new adapter on (EBUSY for blemu).
+        f"{units}/bluetooth.service": Path("/dev/null"),
+        # Slow or pointless here: tmpfiles would empty the host's /tmp (into the overlay: the
+        # host's files are safe, read-only under it) over 9p, for minutes under TCG; the rest
+        # update caches of the host's root or need the network or real disks.
+        **{f"{units}/{name}": Path("/dev/null") for name in (
+            "systemd-tmpfiles-setup.service", "systemd-tmpfiles-clean.timer", "ldconfig.service",
+            "systemd-hwdb-update.service", "systemd-journal-catalog-update.service",
+            "systemd-update-done.service", "systemd-timesyncd.service", "systemd-pstore.service",
+            "e2scrub_reap.service", "systemd-random-seed.service", "systemd-update-utmp.service",
+        )},
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# The guest
+
+
+class Guest:
+    """qemu running the guest, and the agent connection to it."""
+
+    def __init__(self, kernel: Path, modules: list[Path], log_dir: Path, systemd: bool = False):
+        self.kernel, self.modules, self.log_dir, self.systemd = kernel, modules, log_dir, systemd
+        self.console = log_dir / "console.log"
+        self.initramfs = log_dir / "initramfs.cpio"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(1)
+        self.conn: socket.socket | None = None
+        self.reader = None
+        self.release = ""
+
+    def boot(self) -> float:
+        qemu = shutil.which("qemu-system-x86_64")
+        if qemu is None:
+            raise SystemExit("test-kernel: qemu-system-x86_64 is missing: run scripts/setup "
+                             "(apt-get install qemu-system-x86)")
+        port = self.listener.getsockname()[1]
+        build_initramfs(self.modules, self.initramfs, systemd_files(port) if self.systemd else None)
+        init = " blemu.init=systemd systemd.unit=blemu-kernel.target systemd.show_status=error" if self.systemd else ""
+        # TCG by default: the suite must not depend on KVM (often absent in CI and containers);
+        # BLEMU_KERNEL_KVM=1 uses it where it works.
+        accel = ["-accel", "kvm", "-cpu", "host"] if os.environ.get("BLEMU_KERNEL_KVM") == "1" \
+            else ["-accel", "tcg,thread=multi", "-cpu", "max"]
+        command = [
+            qemu, *accel, "-machine", "q35", "-smp", "2", "-m", "1024",
+            "-display", "none", "-monitor", "none", "-serial", f"file:{self.console}", "-no-reboot",
+            "-kernel", str(self.kernel), "-initrd", str(self.initramfs),
+            "-append", f"console=ttyS0 panic=-1 loglevel=4 blemu.ctl={port} blemu.repo={REPO}{init}",
+            "-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0",
+            "-fsdev", "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
+            "-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot",
+        ]
+        started = time.monotonic()
+        with open(self.log_dir / "qemu.log", "wb") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True)
+        self.listener.settimeout(1.0)
+        while True:
+            try:
+                self.conn, _ = self.listener.accept()
+                break
+            except socket.timeout:
+                if self.process.poll() is not None:
+                    raise SystemExit(f"test-kernel: qemu exited with status {self.process.returncode} before the "
+                                     f"guest agent connected; console:\n{self.console_tail()}\nqemu:\n"
+                                     f"{(self.log_dir / 'qemu.log').read_text(errors='replace')[-2000:]}")
+                if time.monotonic() - started > BOOT_TIMEOUT:
+                    self.stop()
+                    raise SystemExit(f"test-kernel: the guest agent did not connect within {BOOT_TIMEOUT:.0f} s; "
+                                     f"console:\n{self.console_tail()}")
+        self.conn.settimeout(None)
+        self.reader = self.conn.makefile("r", encoding="utf-8")
+        hello = json.loads(self.reader.readline())
+        self.release = hello.get("hello", "?")
+        return time.monotonic() - started
+
+    def console_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.console.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no console output)"
+
+    def request(self, **message) -> dict:
+        assert self.conn is not None and self.reader is not None
+        self.conn.sendall((json.dumps(message) + "\n").encode())
+        line = self.reader.readline()
+        if not line:
+            raise Failure(f"the guest agent went away; console:\n{self.console_tail()}")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise Failure(f"guest agent: {answer['error']}")
+        return answer
+
+    def run(self, cmd: list[str], timeout: float = 60.0) -> dict:
+        return self.request(op="run", cmd=cmd, timeout=timeout)
+
+    def spawn(self, ident: str, cmd: list[str]) -> None:
+        self.request(op="spawn", id=ident, cmd=cmd)
+
+    def log(self, ident: str) -> tuple[str, int | None]:
+        answer = self.request(op="log", id=ident)
+        return answer["text"], answer["rc"]
+
+    def signal(self, ident: str, number: int = signal.SIGTERM) -> None:
+        self.request(op="signal", id=ident, signal=number)
+
+    def wait(self, ident: str, timeout: float) -> int | None:
+        return self.request(op="wait", id=ident, timeout=timeout)["rc"]
+
+    def stop(self) -> None:
+        if self.conn is not None:
+            try:
+                self.request(op="bye", poweroff=not isinstance(self, LocalAgent))
+            except Exception:
+                pass
+            self.conn.close()
+            self.conn = None
+        if self.process is not None:
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(5)
+        self.listener.close()
+
+
+class LocalAgent(Guest):
+    """The agent on this machine (scripts/test-kernel --adapter): the cases on its own kernel."""
+
+    def __init__(self, log_dir: Path):
+        super().__init__(Path("/"), [], log_dir)
+        self.release = os.uname().release
+
+    def boot(self) -> float:
+        started = time.monotonic()
+        port = self.listener.getsockname()[1]
+        with open(self.log_dir / "agent.log", "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-u", str(REPO / "Tests/kernel/guest_agent.py"), "127.0.0.1", str(port),
+                 str(self.log_dir / "agent")], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        self.listener.settimeout(30)
+        self.conn, _ = self.listener.accept()
+        self.conn.settimeout(None)
+        self.reader = self.conn.makefile("r", encoding="utf-8")
+        json.loads(self.reader.readline())
+        return time.monotonic() - started
+
+    def console_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join((self.log_dir / "agent.log").read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no agent output)"
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers for the cases
+
+
+class GuestProcess:
+    """A process the agent spawned: its output, polled."""
+
+    def __init__(self, guest: Guest, ident: str, cmd: list[str]):
+        self.guest, self.ident, self.cmd = guest, ident, cmd
+        guest.spawn(ident, cmd)
+
+    def output(self) -> tuple[str, int | None]:
+        return self.guest.log(self.ident)
+
+    def count(self, pattern: str) -> int:
+        return len(re.findall(pattern, self.output()[0], re.MULTILINE))
+
+    def wait_for(self, pattern: str, timeout: float, count: int = 1, what: str | None = None) -> str:
+        """Poll the output until `pattern` (a regex) matched `count` times; fail on exit or timeout."""
+        regex = re.compile(pattern, re.MULTILINE)
+        deadline = time.monotonic() + timeout
+        while True:
+            text, rc = self.output()
+            if len(regex.findall(text)) >= count:
+                return text
+            if rc is not None:
+                raise Failure(f"{self.ident} exited with status {rc} before {what or pattern!r}: {tail(text)}")
+            if time.monotonic() > deadline:
+                raise Failure(f"no {what or pattern!r} from {self.ident} within {timeout:.0f} s: {tail(text)}")
+            time.sleep(0.25)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        self.guest.signal(self.ident, signal.SIGTERM)
+        rc = self.guest.wait(self.ident, timeout)
+        if rc is None:
+            self.guest.signal(self.ident, signal.SIGKILL)
+            self.guest.wait(self.ident, 5)
+            raise Failure(f"{self.ident} did not exit within {timeout:.0f} s of SIGTERM: {tail(self.output()[0])}")
+        return rc
+
+    def save(self, log_dir: Path) -> None:
+        try:
+            (log_dir / f"{self.ident}.log").write_text(self.output()[0])
+        except Exception:
+            pass
+
+
+def tail(text: str, lines: int = 6) -> str:
+    kept = [line for line in text.strip().splitlines() if line.strip()][-lines:]
+    return " | ".join(kept) if kept else "(no output)"
+
+
+def blemu_bin() -> str:
+    return os.environ.get("BLEMU_BIN") or str(REPO / ".build/debug/blemu")
+
+
+def blemu_run(controller: str, name: str, prefix: list[str] | None = None, binary: str | None = None) -> list[str]:
+    return [*(prefix or []), binary or blemu_bin(), "run", "heart-rate", "--controller", controller, "--name", name,
+            "--log", "stderr", "--log-level", "debug"]
+
+
+class Session:
+    """Where the cases run (the qemu guest, or this machine with --adapter) and the state they
+    share: the adapter under test and the blemu of the session cases."""
+
+    def __init__(self, guest: Guest, central_spec: str, log_dir: Path):
+        self.guest, self.central_spec, self.log_dir = guest, central_spec, log_dir
+        self.adapter: str | None = None
+        self.blemu: GuestProcess | None = None
+        self.spawned: list[GuestProcess] = []
+
+    def spawn(self, ident: str, cmd: list[str]) -> GuestProcess:
+        process = GuestProcess(self.guest, ident, cmd)
+        self.spawned.append(process)
+        return process
+
+    def adapters(self) -> list[str]:
+        return self.guest.run(["ls", "/sys/class/bluetooth"])["out"].split()
+
+    def missing_adapter(self) -> str:
+        present = set(self.adapters())
+        return next(f"hci{index}" for index in range(7, 64) if f"hci{index}" not in present)
+
+    def plug_adapter(self) -> str:
+        raise NotImplementedError
+
+    def unplug_adapter(self) -> None:
+        raise NotImplementedError
+
+
+    def btmgmt(self, adapter: str, *arguments: str) -> str:
+        """btmgmt's output; it prints nothing without a terminal, so it runs under script(1)."""
+        command = " ".join(["btmgmt", "--index", adapter.removeprefix("hci"), *arguments])
+        result = self.guest.run(["script", "-qec", command, "/dev/null"], timeout=30)
+        text = re.sub(r"\x1b\[[0-9;]*m|[\x01\x02\r]", "", result["out"] + result["err"])
+        if result["rc"] != 0:
+            raise Failure(f"`{command}` failed ({result['rc']}): {tail(text)}")
+        return text
+
+    def adapter_settings(self, adapter: str, timeout: float = EVENT_TIMEOUT) -> str:
+        """`btmgmt info`'s current settings; waits while the kernel still sets the adapter up
+        (mgmt answers Invalid Index until then)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.btmgmt(adapter, "info")
+            match = re.search(r"current settings: (.*)", text)
+            if match:
+                return match.group(1)
+            if time.monotonic() > deadline:
+                raise Failure(f"`btmgmt info` has no current settings for {adapter}: {tail(text)}")
+            time.sleep(0.5)
+
+    def wait_powered(self, adapter: str, powered: bool, timeout: float = EVENT_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            settings = self.adapter_settings(adapter)
+            if ("powered" in settings.split()) == powered:
+                return
+            if time.monotonic() > deadline:
+                raise Failure(f"{adapter} not powered {'on' if powered else 'off'} within {timeout:.0f} s: {settings}")
+            time.sleep(0.5)
+
+    def btmgmt_power(self, adapter: str, on: bool) -> None:
+        self.adapter_settings(adapter)  # set up, known to mgmt
+        state = "on" if on else "off"
+        text = self.btmgmt(adapter, "power", state)
+        if "Set Powered complete" not in text:
+            raise Failure(f"`btmgmt power {state}` did not complete: {tail(text)}")
+        self.wait_powered(adapter, on)
+
+    def expect_refusal(self, ident: str, cmd: list[str], errno_name: str, line: str) -> str:
+        """blemu exits non-zero at once with its one-line reason containing `line` and `(ERRNO)`."""
+        process = self.spawn(ident, cmd)
+        rc = self.guest.wait(ident, 90)
+        text, _ = process.output()
+        if rc is None:
+            process.stop()
+            raise Failure(f"blemu did not exit on its own (expected {errno_name}): {tail(text)}")
+        if rc == 0:
+            raise Failure(f"blemu exited 0 (expected {errno_name}): {tail(text)}")
+        if f"({errno_name})" not in text or line not in text:
+            raise Failure(f"blemu exited {rc} without the {errno_name} line {line!r}: {tail(text)}")
+        return [l for l in text.splitlines() if errno_name in l][-1]
+
+    def start_blemu(self, ident: str, controller: str, name: str, prefix: list[str] | None = None,
+                    binary: str | None = None) -> GuestProcess:
+        process = self.spawn(ident, blemu_run(controller, name, prefix, binary))
+        process.wait_for(r"event=advertising-started", EVENT_TIMEOUT, what="event=advertising-started")
+        return process
+
+    def stop_blemu(self, process: GuestProcess) -> None:
+        rc = process.stop()
+        if rc != 0:
+            raise Failure(f"blemu exited with status {rc} on SIGTERM (a clean stop is 0): {tail(process.output()[0])}")
+
+
+class GuestSession(Session):
+    """The qemu guest: adapters are hci_vhci ones bridged to rootcanal on the host."""
+
+    def __init__(self, guest: Guest, rootcanal: RootCanal, log_dir: Path):
+        super().__init__(guest, rootcanal.controller_spec, log_dir)
+        self.rootcanal = rootcanal
+        self.bridges = 0
+        self.bridge: GuestProcess | None = None
+
+    def plug_adapter(self) -> str:
+        """A new hci_vhci adapter on rootcanal's radio; returns its name (hciN)."""
+        self.bridges += 1
+        self.bridge = self.spawn(f"bridge{self.bridges}",
+                                 [GUEST_PYTHON, "-u", BRIDGE, "10.0.2.2", str(self.rootcanal.hci_port)])
+        text = self.bridge.wait_for(r"hci\d+ up", EVENT_TIMEOUT, what="the vhci adapter")
+        return re.findall(r"(hci\d+) up", text)[-1]
+
+    def unplug_adapter(self) -> None:
+        """Closing /dev/vhci unregisters the adapter, as pulling a USB adapter does."""
+        assert self.bridge is not None
+        self.bridge.stop()
+        self.bridge = None
+
+
+class LocalSession(Session):
+    """This machine (--adapter): a real adapter, and a central on another controller."""
+
+    def __init__(self, guest: Guest, adapter: str, central_spec: str, log_dir: Path):
+        super().__init__(guest, central_spec, log_dir)
+        self.given = adapter
+        self.usb_device: str | None = None
+
+    def plug_adapter(self) -> str:
+        if self.usb_device is not None:  # unplugged by unplug_adapter: authorize it again
+            self.guest.run(["sh", "-c", f"echo 1 > {self.usb_device}/authorized"])
+        else:
+            say_local(f"plug {self.given} back in")
+        deadline = time.monotonic() + 120
+        while self.given not in self.adapters():
+            if time.monotonic() > deadline:
+                raise Failure(f"{self.given} did not come back within 120 s")
+            time.sleep(0.5)
+        return self.given
+
+    def unplug_adapter(self) -> None:
+        """A USB adapter is removed by deauthorizing its USB device (sysfs `authorized`), which
+        unbinds its driver as pulling it out does; any other adapter is pulled by hand."""
+        found = self.guest.run(["sh", "-c", f"d=$(readlink -f /sys/class/bluetooth/{self.given}/device); "
+                                "while [ \"$d\" != / ] && [ ! -e \"$d/authorized\" -o -e \"$d/bInterfaceNumber\" ]; "
+                                "do d=$(dirname \"$d\"); done; [ -e \"$d/authorized\" ] && echo \"$d\""])["out"].strip()
+        if found:
+            self.usb_device = found
+            self.guest.run(["sh", "-c", f"echo 0 > {found}/authorized"])
+        else:
+            say_local(f"{self.given} is not a USB device: unplug it (or stop its UART attachment) now")
+        deadline = time.monotonic() + 120
+        while self.given in self.adapters():
+            if time.monotonic() > deadline:
+                raise Failure(f"{self.given} did not go away within 120 s")
+            time.sleep(0.5)
+
+
+def say_local(text: str) -> None:
+    print(f"kernel: >>> {text}", flush=True)
+
+
+async def heart_rate_session(controller: str, name: str, notifications: int = 1) -> str:
+    """A Bumble central on the host: scan, connect, discover, read 0x2A38, subscribe to 0x2A37."""
+    async with Central(controller, name="kernel-central") as central:
+        scan, conn = await central.connect_by_name(name, timeout=SCAN_TIMEOUT)
+        try:
+            await asyncio.wait_for(conn.discover_all(), 60)
+            location = await conn.read(conn.characteristic(UUID_BODY_SENSOR_LOCATION, UUID_HEART_RATE_SERVICE), 20)
+            if len(location) != 1:
+                raise Failure(f"Body Sensor Location is {location.hex()}, not one octet")
+            hrm = conn.characteristic(UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE)
+            await conn.subscribe(hrm, timeout=20)
+            got = await collect_notifications(conn, hrm.handle, count=notifications, timeout=30)
+            measurement = decode_heart_rate_measurement(got[-1].value)
+            return (f"{scan.address}: body sensor location {location[0]}, "
+                    f"{len(got)} notification(s), last {measurement.describe()}")
+        finally:
+            if conn.is_connected:
+                try:
+                    await conn.disconnect(timeout=10)
+                except Exception:
+                    pass
+
+
+def run_async(coroutine, timeout: float):
+    async def bounded():
+        return await asyncio.wait_for(coroutine, timeout)
+    try:
+        return asyncio.run(bounded())
+    except asyncio.TimeoutError:
+        raise Failure(f"the central's scenario did not finish within {timeout:.0f} s") from None
+    except AssertionError as error:
+        raise Failure(str(error).splitlines()[0]) from None
+
+
+# --------------------------------------------------------------------------------------------
+# The cases, in the order they run on one guest (later ones use the adapter earlier ones plugged)
+
+
+def case_no_such_adapter(session: Session) -> str:
+    """(d) an adapter that does not exist: ENODEV, and blemu's one-line reason."""
+    missing = session.missing_adapter()
+    return session.expect_refusal(f"blemu-{missing}", blemu_run(missing, "Kernel HR"), "ENODEV",
+                                  f"{missing}: no such Bluetooth adapter")
+
+
+def case_adapter_up_busy(session: Session) -> str:
+    """(b) the kernel's host stack has the adapter up: EBUSY; powered off, blemu runs."""
+    adapter = session.adapter
+    session.btmgmt_power(adapter, True)
+    line = session.expect_refusal("blemu-busy", blemu_run(adapter, "Kernel HR"), "EBUSY",
+                                  f"{adapter}: the adapter is up or owned by bluetoothd")
+    session.btmgmt_power(adapter, False)
+    process = session.start_blemu("blemu-after-power-off", adapter, "Kernel HR off")
+    session.stop_blemu(process)
+    return f"refused with: {line.strip()}; ran after `btmgmt power off`"
+
+
+def case_unprivileged_eperm(session: Session) -> str:
+    """(c) a user without CAP_NET_ADMIN: EPERM."""
+    adapter = session.adapter
+    session.wait_powered(adapter, False)
+    line = session.expect_refusal("blemu-nobody", blemu_run(adapter, "Kernel HR", UNPRIVILEGED), "EPERM",
+                                  f"{adapter}: the HCI user channel needs CAP_NET_ADMIN")
+    return f"refused with: {line.strip()}"
+
+
+def case_cap_net_admin_only(session: Session) -> str:
+    """(c) the same user with only CAP_NET_ADMIN (ambient) runs, advertises and stops cleanly."""
+    adapter = session.adapter
+    process = session.start_blemu("blemu-net-admin", adapter, "Kernel HR cap", WITH_NET_ADMIN)
+    status = session.guest.run(["sh", "-c", "cat /proc/$(pgrep -f 'Kernel HR cap' | head -1)/status"])["out"]
+    uid = re.search(r"^Uid:\s+(\d+)", status, re.MULTILINE)
+    effective = re.search(r"^CapEff:\s+([0-9a-f]+)", status, re.MULTILINE)
+    session.stop_blemu(process)
+    if not uid or not effective:
+        raise Failure(f"could not read the process's status: {tail(status)}")
+    if uid.group(1) != "65534" or int(effective.group(1), 16) != 1 << 12:
+        raise Failure(f"blemu ran as uid {uid.group(1)} with CapEff {effective.group(1)}, not 65534 with CAP_NET_ADMIN only")
+    return f"uid 65534, CapEff {effective.group(1)} (CAP_NET_ADMIN only): advertised, exit 0 on SIGTERM"
+
+
+def case_heart_rate_session(session: Session) -> str:
+    """(a) a powered-off adapter: blemu runs; a Bumble central on the host reads and subscribes."""
+    adapter = session.adapter
+    session.wait_powered(adapter, False)
+    session.blemu = session.start_blemu("blemu-session", adapter, "Kernel HR")
+    return run_async(heart_rate_session(session.central_spec, "Kernel HR"), 150)
+
+
+def case_adapter_unplugged(session: Session) -> str:
+    """(e) the adapter goes away under a connected central, and comes back: blemu logs it, waits
+    (retrying, without exiting), and advertises again on the new adapter without a restart."""
+    blemu = session.blemu
+    if blemu is None or blemu.output()[1] is not None:
+        raise Failure("needs the blemu of heart-rate-session still running")
+    notes = []
+    connected = blemu.count(r"event=connected\b")
+    ups = blemu.count(r"event=controller-up\b")
+
+    async def scenario() -> None:
+        async with Central(session.central_spec, name="kernel-central-unplug") as central:
+            _, conn = await central.connect_by_name("Kernel HR", timeout=SCAN_TIMEOUT)
+            await asyncio.to_thread(blemu.wait_for, r"event=connected\b", EVENT_TIMEOUT, connected + 1, "event=connected")
+            await asyncio.to_thread(session.unplug_adapter)
+            await asyncio.to_thread(blemu.wait_for, r"event=controller-lost\b", EVENT_TIMEOUT, 1, "event=controller-lost")
+            try:
+                reason = await conn.wait_disconnected(30)
+                notes.append(f"the central was disconnected (0x{reason:02x})")
+            except asyncio.TimeoutError:
+                notes.append("the central was not told of the disconnection within 30 s")
+    run_async(scenario(), 180)
+    # Gone for a while: blemu retries (ENODEV) and must not exit.
+    blemu.wait_for(r"controller still unreachable.*ENODEV", EVENT_TIMEOUT, 2, "two retries that found no adapter")
+    text, rc = blemu.output()
+    lost = [line for line in text.splitlines() if "event=controller-lost" in line]
+    notes.insert(0, f"logged: {lost[-1].split('  [')[0].strip()}")
+    advertising = blemu.count(r"event=advertising-started\b")
+    adapter = session.plug_adapter()
+    if adapter != session.adapter:
+        raise Failure(f"the new adapter is {adapter}, not {session.adapter}: blemu cannot find it")
+    plugged = time.monotonic()
+    blemu.wait_for(r"event=controller-up\b", RECOVERY_TIMEOUT, ups + 1, "event=controller-up on the new adapter")
+    blemu.wait_for(r"event=advertising-started\b", RECOVERY_TIMEOUT, advertising + 1, "advertising on the new adapter")
+    notes.append(f"advertising again {time.monotonic() - plugged:.1f} s after the new adapter appeared")
+    notes.append("new central: " + run_async(heart_rate_session(session.central_spec, "Kernel HR"), 150))
+    if (started := blemu.count(r"event=started\b")) != 1:
+        raise Failure(f"blemu logged event=started {started} times: it restarted")
+    session.stop_blemu(blemu)
+    session.blemu = None
+    return "; ".join(notes)
+
+
+def case_systemd_unit(session: Session) -> str:
+    """(systemd guest) Docs/systemd/blemu@.service under systemd as PID 1 on hci0, installed as
+    Docs/DEPLOYMENT.md says: READY=1 once advertising, DynamicUser with CAP_NET_ADMIN and CAP_NET_RAW
+    only, a central's session, the watchdog restarting a stopped blemu, a clean stop."""
+    guest, adapter, unit = session.guest, session.adapter, "blemu@kernel.service"
+
+    def sh(command: str, timeout: float = 60, what: str | None = None) -> str:
+        result = guest.run(["sh", "-c", command], timeout=timeout)
+        if result["rc"] != 0:
+            raise Failure(f"{what or command} failed ({result['rc']}): {tail(result['out'] + result['err'])}"
+                          f"; journal: {journal(8)}")
+        return result["out"]
+
+    def journal(lines: int = 12) -> str:
+        result = guest.run(["journalctl", "--no-pager", "-o", "cat", "-n", str(lines), "-u", unit], timeout=30)
+        return tail(result["out"] + result["err"], lines)
+
+    def show() -> dict[str, str]:
+        out = sh(f"systemctl show {unit} -p ActiveState -p SubState -p MainPID -p NRestarts -p StatusText "
+                 "-p Result -p ExecMainStatus")
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    try:
+        return _systemd_unit(session, sh, journal, show)
+    finally:  # the journal is in the guest's /run: keep blemu's part of it
+        result = guest.run(["journalctl", "--no-pager", "-o", "short-monotonic", "-u", unit], timeout=60)
+        (session.log_dir / "systemd-unit-journal.log").write_text(result["out"] + result["err"])
+
+
+def _systemd_unit(session: Session, sh, journal, show) -> str:
+    guest, adapter, unit = session.guest, session.adapter, "blemu@kernel.service"
+    session.wait_powered(adapter, False)
+    sh(f"install -m 0755 {blemu_bin()} /usr/local/bin/blemu && install -d /etc/blemu && "
+       f"printf 'BLEMU_CONTROLLER={adapter}\\nBLEMU_DEVICES=heart-rate\\nBLEMU_OPTIONS=--name KernelUnit\\n' "
+       f"> /etc/blemu/kernel.conf && install -m 0644 {REPO}/Docs/systemd/blemu@.service /etc/systemd/system/ "
+       "&& systemctl daemon-reload", what="installing the unit")
+    started = time.monotonic()
+    sh(f"systemctl start {unit}", timeout=120, what=f"systemctl start {unit} (waits for READY=1)")
+    ready = time.monotonic() - started
+    state = show()
+    if (state.get("ActiveState"), state.get("SubState")) != ("active", "running"):
+        raise Failure(f"{unit} is {state}; journal: {journal()}")
+    pid = state["MainPID"]
+    status = sh(f"cat /proc/{pid}/status")
+    uid = int(re.search(r"^Uid:\s+(\d+)", status, re.MULTILINE).group(1))
+    effective = int(re.search(r"^CapEff:\s+([0-9a-f]+)", status, re.MULTILINE).group(1), 16)
+    if not 61184 <= uid <= 65519:  # systemd's DynamicUser range
+        raise Failure(f"blemu runs as uid {uid}, not a DynamicUser one")
+    if effective != (1 << 12) | (1 << 13):
+        raise Failure(f"blemu's CapEff is {effective:#x}, not CAP_NET_ADMIN and CAP_NET_RAW only")
+    notes = [f"READY=1 after {ready:.1f} s (status \"{state.get('StatusText', '')}\")",
+             f"uid {uid}, CapEff {effective:#x}"]
+    notes.append(run_async(heart_rate_session(session.central_spec, "KernelUnit"), 150))
+
+    # The watchdog: a stopped blemu sends no WATCHDOG=1; systemd aborts it (SIGABRT, then SIGKILL
+    # after TimeoutStopSec) and Restart=on-failure starts it again.
+    sh(f"kill -STOP {pid}")
+    stopped = time.monotonic()
+    deadline = stopped + 90
+    while True:
+        state = show()
+        if (int(state.get("NRestarts", "0")) >= 1 and state.get("MainPID") not in ("0", pid)
+                and state.get("ActiveState") == "active" and state.get("SubState") == "running"):
+            break
+        if time.monotonic() > deadline:
+            raise Failure(f"no restart within 90 s of stopping blemu ({state}); journal: {journal()}")
+        time.sleep(1)
+    log = sh(f"journalctl --no-pager -o cat -u {unit}")
+    if "Watchdog timeout" not in log:
+        raise Failure(f"restarted, but the journal has no watchdog timeout: {journal()}")
+    notes.append(f"watchdog restart {time.monotonic() - stopped:.0f} s after SIGSTOP")
+    sh(f"systemctl stop {unit}", timeout=60)
+    state = show()
+    if state.get("Result") != "success" or state.get("ExecMainStatus") != "0":
+        raise Failure(f"the stop was not clean: {state}; journal: {journal()}")
+    notes.append("clean stop (status 0)")
+    return "; ".join(notes)
+
+
+CASES = [
+    ("no-such-adapter", case_no_such_adapter, False),
+    ("adapter-up-busy", case_adapter_up_busy, True),
+    ("unprivileged-eperm", case_unprivileged_eperm, True),
+    ("cap-net-admin-only", case_cap_net_admin_only, True),
+    ("heart-rate-session", case_heart_rate_session, True),
+    ("adapter-unplugged", case_adapter_unplugged, True),
+]
+# Only where systemd is PID 1 (the qemu guest, unless BLEMU_KERNEL_INIT=busybox).
+SYSTEMD_CASES = [
+    ("systemd-unit", case_systemd_unit, True),
+]
+
+
+def parse_arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="scripts/test-kernel",
+        description="blemu on a real Linux kernel: in a qemu guest (the default), or on this machine's "
+                    "own adapter (--adapter).")
+    parser.add_argument("--adapter", metavar="hciN",
+                        help="run the cases on this machine's adapter instead of in qemu (root; bluetoothd "
+                             "must leave it alone); needs --central")
+    parser.add_argument("--central", metavar="SPEC",
+                        help="with --adapter: the controller of the Bumble central, on the same air: a second "
+                             "adapter (hci1), a Bumble transport (usb:0, serial:/dev/ttyACM0,1000000)")
+    parser.add_argument("--cases", metavar="A,B", default=os.environ.get("BLEMU_KERNEL_CASES"),
+                        help="only these cases (default: all; also BLEMU_KERNEL_CASES)")
+    parser.add_argument("--list", action="store_true", help="list the cases and exit")
+    arguments = parser.parse_args()
+    if bool(arguments.adapter) != bool(arguments.central):
+        parser.error("--adapter and --central go together")
+    if arguments.adapter and not re.fullmatch(r"hci\d+", arguments.adapter):
+        parser.error("--adapter takes an adapter name, hciN")
+    return arguments
+
+
+def run_cases(session: Session, cases, wanted: set[str] | None, adapter: str | None,
+              results: list[tuple[str, bool, str]]) -> None:
+    for name, case, needs_adapter in cases:
+        if wanted is not None and name not in wanted:
+            continue
+        case_started = time.monotonic()
+        try:
+            if needs_adapter and session.adapter is None:
+                session.adapter = adapter or session.plug_adapter()
+            detail = case(session)
+            results.append((name, True, detail))
+            print(f"kernel: PASS {name} ({time.monotonic() - case_started:.1f} s): {detail}", flush=True)
+        except Failure as failure:
+            results.append((name, False, str(failure)))
+            print(f"kernel: FAIL {name}: {failure}", flush=True)
+        except Exception as error:  # a bug in the case or the rig: still one FAIL line
+            results.append((name, False, repr(error)))
+            print(f"kernel: FAIL {name}: {error!r}", flush=True)
+            traceback.print_exc()
+
+
+def boot_and_run(guest: Guest, make_session, cases, wanted: set[str] | None, adapter: str | None,
+                 results: list[tuple[str, bool, str]], label: str) -> None:
+    if wanted is not None and not any(name in wanted for name, _, _ in cases):
+        return
+    session: Session | None = None
+    try:
+        boot_time = guest.boot()
+        print(f"kernel: {label} {guest.release} up in {boot_time:.1f} s", flush=True)
+        session = make_session(guest)
+        run_cases(session, cases, wanted, adapter, results)
+    except SystemExit as error:
+        print(f"kernel: FAIL {label}: {error}", flush=True)
+        results.append((label, False, str(error)))
+    finally:
+        if session is not None:
+            for process in session.spawned:
+                process.save(guest.log_dir)
+        guest.stop()
+
+
+def main() -> int:
+    arguments = parse_arguments()
+    if arguments.list:
+        for name, case, _ in CASES + SYSTEMD_CASES:
+            print(f"{name:20} {(case.__doc__ or '').splitlines()[0]}")
+        return 0
+    started = time.monotonic()
+    log_dir = Path(os.environ.get("BLEMU_KERNEL_LOG_DIR") or tempfile.mkdtemp(prefix="blemu-kernel-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    binary = Path(blemu_bin())
+    if not os.access(binary, os.X_OK):
+        raise SystemExit(f"test-kernel: no blemu executable at {binary}: build it (swift build) or set BLEMU_BIN")
+    for tool in ("setpriv", "btmgmt", "script"):
+        if not shutil.which(tool):
+            raise SystemExit(f"test-kernel: {tool} is missing: run scripts/setup")
+    wanted = set(arguments.cases.split(",")) if arguments.cases else None
+    unknown = (wanted or set()) - {name for name, _, _ in CASES + SYSTEMD_CASES}
+    if unknown:
+        raise SystemExit(f"test-kernel: no case named {', '.join(sorted(unknown))} (--list)")
+
+    results: list[tuple[str, bool, str]] = []
+    if arguments.adapter:
+        if os.geteuid() != 0:
+            raise SystemExit("test-kernel: --adapter needs root (btmgmt power, setpriv to another user)")
+        print(f"kernel: this machine's {arguments.adapter}, central on {arguments.central}, blemu {binary}, "
+              f"logs {log_dir}", flush=True)
+        boot_and_run(LocalAgent(log_dir), lambda guest: LocalSession(guest, arguments.adapter, arguments.central, log_dir),
+                     CASES, wanted, arguments.adapter, results, "this machine")
+    else:
+        kernel, modules_dir = kernel_tree()
+        modules = module_order(modules_dir, GUEST_MODULES)
+        init = os.environ.get("BLEMU_KERNEL_INIT", "systemd")
+        if init not in ("systemd", "busybox"):
+            raise SystemExit(f"test-kernel: BLEMU_KERNEL_INIT is systemd or busybox, not {init!r}")
+        cases = CASES + SYSTEMD_CASES if init == "systemd" else CASES
+        print(f"kernel: {kernel.name}, {len(modules)} modules, {init} as init, blemu {binary}, logs {log_dir}",
+              flush=True)
+        if init != "systemd":
+            for name, _, _ in SYSTEMD_CASES:
+                if wanted is not None and name in wanted:
+                    results.append((name, False, "needs systemd as the guest's init (BLEMU_KERNEL_INIT=systemd)"))
+                    print(f"kernel: FAIL {name}: needs systemd as the guest's init (BLEMU_KERNEL_INIT=systemd)")
+        rootcanal = RootCanal(log_path=log_dir / "rootcanal.log")
+        rootcanal.start()
+        try:
+            boot_and_run(Guest(kernel, modules, log_dir, systemd=init == "systemd"),
+                         lambda guest: GuestSession(guest, rootcanal, log_dir), cases, wanted, None, results, "guest")
+        finally:
+            rootcanal.stop()
+    passed = sum(1 for _, ok, _ in results if ok)
+    failed = len(results) - passed
+    if not results:
+        print("kernel: FAIL no case ran", flush=True)
+        failed = 1
+    print(f"kernel: {passed} passed, {failed} failed in {time.monotonic() - started:.0f} s (logs {log_dir})", flush=True)
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except SystemExit as stop:
+        if isinstance(stop.code, str):  # a prerequisite is missing: a FAIL line, not a skip
+            print(f"kernel: FAIL prerequisites: {stop.code.removeprefix('test-kernel: ')}", flush=True)
+            print("kernel: 0 passed, 1 failed", flush=True)
+            sys.exit(2)
+        raise
