@@ -48,7 +48,10 @@ public final class ControllerLink {
         self.spec = spec
         self.loop = loop
         self.initialBackoff = initialBackoff
-        self.maxBackoff = max(maxBackoff, initialBackoff)
+        // An adapter that comes back is found within a second: opening a user channel is a
+        // local system call, cheap to try again (a USB adapter re-plugged, a driver reloaded).
+        let cap: Duration = if case .hci = spec { min(maxBackoff, .seconds(1)) } else { maxBackoff }
+        self.maxBackoff = max(cap, initialBackoff)
         self.stableAfter = stableAfter
         self.connectTimeout = connectTimeout
         self.outputCapacity = outputCapacity

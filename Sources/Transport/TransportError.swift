@@ -83,7 +83,8 @@ extension TransportError {
                 + "(or `ls /sys/class/bluetooth`) and use one that exists")
         case EBUSY:
             return TransportError(.adapterBusy, errnoCode: code,
-                "\(name): the adapter is up or owned by bluetoothd \(why): power it off with "
+                "\(name): the adapter is up or owned by bluetoothd \(why) (or the kernel is still setting up an adapter "
+                + "just plugged in): power it off with "
                 + "`btmgmt --index \(index) power off`, or set AutoEnable=false in /etc/bluetooth/main.conf "
                 + "and stop bluetoothd")
         case EUSERS, EALREADY:
@@ -197,6 +198,12 @@ extension TransportError {
         guard let code else {
             return TransportError(.closedByPeer,
                 "\(spec): the controller closed the connection: check that it is still running")
+        }
+        if case .hci = spec, [EPIPE, ENODEV, ENETDOWN, ENXIO].contains(code) {
+            // The kernel hangs up a user channel when it unregisters the adapter.
+            return TransportError(.connectionReset, errnoCode: code,
+                "\(spec): the adapter was removed (\(errnoName(code))): it was unplugged, reset, or its driver "
+                + "unloaded; blemu opens it again when it is back (`btmgmt info` lists the adapters)")
         }
         switch code {
         case ECONNRESET, EPIPE, ECONNABORTED:

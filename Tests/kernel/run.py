@@ -729,6 +729,8 @@ def case_adapter_unplugged(session: Session) -> str:
     blemu.wait_for(r"controller still unreachable.*ENODEV", EVENT_TIMEOUT, 2, "two retries that found no adapter")
     text, rc = blemu.output()
     lost = [line for line in text.splitlines() if "event=controller-lost" in line]
+    if not lost or "the adapter was removed" not in lost[-1]:
+        raise Failure(f"the loss is not told as an adapter removed: {lost[-1] if lost else 'no controller-lost line'}")
     notes.insert(0, f"logged: {lost[-1].split('  [')[0].strip()}")
     advertising = blemu.count(r"event=advertising-started\b")
     adapter = session.plug_adapter()
