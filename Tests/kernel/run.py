@@ -53,7 +53,12 @@ from bumble_central import (  # noqa: E402
     collect_notifications,
     decode_heart_rate_measurement,
 )
+from bumble.core import UUID  # noqa: E402
 from rootcanal_server import RootCanal  # noqa: E402
+
+# blemu's thermostat (Docs/REFERENCE.md): Target Temperature, sint16 in 0.01 °C.
+UUID_THERMOSTAT_SERVICE = UUID("7d3c0100-9a5e-4d1a-8f6e-5c1b2d3e4f50")
+UUID_TARGET_TEMPERATURE = UUID("7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50")
 
 GUEST_PYTHON = "/usr/bin/python3"
 BRIDGE = str(REPO / "Tests/kernel/vhci_bridge.py")
@@ -827,6 +832,41 @@ def _systemd_unit(session: Session, sh, journal, show) -> str:
     return "; ".join(notes)
 
 
+def case_two_devices_one_adapter(session: Session) -> str:
+    """Two devices on one hci0: each in its own extended advertising set; a central connects to
+    both at once and each answers as itself."""
+    adapter = session.adapter
+    session.wait_powered(adapter, False)
+    process = session.spawn("blemu-two", [blemu_bin(), "run", "heart-rate", "thermostat", "--controller", adapter,
+                                          "--log", "stderr", "--log-level", "debug"])
+    process.wait_for(r"event=advertising-started", EVENT_TIMEOUT, 2, "event=advertising-started for both devices")
+
+    async def scenario() -> str:
+        # A central each (rootcanal routes two links between the same two controllers badly).
+        async with Central(session.central_spec, name="kernel-central-hr") as one, \
+                Central(session.central_spec, name="kernel-central-th") as two:
+            hr_scan, heart = await one.connect_by_name("blemu Heart Rate", timeout=SCAN_TIMEOUT)
+            th_scan, thermostat = await two.connect_by_name("blemu Thermostat", timeout=SCAN_TIMEOUT)
+            if hr_scan.address == th_scan.address:
+                raise Failure(f"both devices advertise from {hr_scan.address}")
+            await asyncio.wait_for(heart.discover_all(), 60)
+            await asyncio.wait_for(thermostat.discover_all(), 60)
+            location = await heart.read(heart.characteristic(UUID_BODY_SENSOR_LOCATION, UUID_HEART_RATE_SERVICE), 20)
+            target = await thermostat.read(thermostat.characteristic(UUID_TARGET_TEMPERATURE, UUID_THERMOSTAT_SERVICE), 20)
+            if len(location) != 1 or len(target) != 2:
+                raise Failure(f"Body Sensor Location {location.hex()}, Target Temperature {target.hex()}")
+            celsius = int.from_bytes(target, "little", signed=True) / 100
+            for conn in (heart, thermostat):
+                await conn.disconnect(timeout=10)
+            return (f"heart rate at {hr_scan.address} (location {location[0]}), thermostat at {th_scan.address} "
+                    f"(target {celsius:.2f} °C), both connected at once")
+
+    try:
+        return run_async(scenario(), 150)
+    finally:
+        session.stop_blemu(process)
+
+
 CASES = [
     ("no-such-adapter", case_no_such_adapter, False),
     ("adapter-up-busy", case_adapter_up_busy, True),
@@ -834,6 +874,7 @@ CASES = [
     ("cap-net-admin-only", case_cap_net_admin_only, True),
     ("heart-rate-session", case_heart_rate_session, True),
     ("adapter-unplugged", case_adapter_unplugged, True),
+    ("two-devices-one-adapter", case_two_devices_one_adapter, True),
 ]
 # Only where systemd is PID 1 (the qemu guest, unless BLEMU_KERNEL_INIT=busybox).
 SYSTEMD_CASES = [
