@@ -807,6 +807,26 @@ def _systemd_unit(session: Session, sh, journal, show) -> str:
              f"uid {uid}, CapEff {effective:#x}"]
     notes.append(run_async(heart_rate_session(session.central_spec, "KernelUnit"), 150))
 
+    # The sandbox: as blemu's user, in blemu's mount namespace, only the StateDirectory (and the
+    # LogsDirectory, for captures) can be written.
+    def can_write(path: str) -> bool:
+        result = guest.run(["nsenter", f"--target={pid}", "--mount", f"--setuid={uid}", f"--setgid={uid}",
+                            "sh", "-c", f"echo x > {path} && rm -f {path}"], timeout=30)
+        return result["rc"] == 0
+    writable = {path: can_write(path) for path in ("/var/lib/blemu/probe", "/var/log/blemu/probe", "/etc/blemu-probe",
+                                                   "/usr/local/bin/probe", "/root/probe", "/opt/probe")}
+    expected = {path: path.startswith(("/var/lib/blemu/", "/var/log/blemu/")) for path in writable}
+    if writable != expected:
+        raise Failure(f"inside the unit's sandbox, writable: {writable} (expected {expected})")
+    notes.append("writes only its StateDirectory and LogsDirectory")
+    # What a field engineer reads: blemu's own fields and the catalog's MESSAGE_IDs.
+    entries = [json.loads(line) for line in sh(f"journalctl --no-pager -o json -u {unit}").splitlines() if line.startswith("{")]
+    fields = sorted({key for entry in entries if entry.get("SYSLOG_IDENTIFIER") == "blemu" for key in entry if key.startswith("BLEMU_")})
+    with_ids = [entry for entry in entries if entry.get("SYSLOG_IDENTIFIER") == "blemu" and "MESSAGE_ID" in entry]
+    if not fields or not with_ids or not any(entry.get("BLEMU_EVENT") == "advertising-started" for entry in entries):
+        raise Failure(f"journalctl -u {unit} has BLEMU_ fields {fields} and {len(with_ids)} entries with a MESSAGE_ID")
+    notes.append(f"journal: {len(with_ids)} entries with MESSAGE_ID, fields {', '.join(fields[:6])}…")
+
     # The watchdog: a stopped blemu sends no WATCHDOG=1; systemd aborts it (SIGABRT, then SIGKILL
     # after TimeoutStopSec) and Restart=on-failure starts it again.
     sh(f"kill -STOP {pid}")
@@ -824,7 +844,15 @@ def _systemd_unit(session: Session, sh, journal, show) -> str:
     if "Watchdog timeout" not in log:
         raise Failure(f"restarted, but the journal has no watchdog timeout: {journal()}")
     notes.append(f"watchdog restart {time.monotonic() - stopped:.0f} s after SIGSTOP")
-    sh(f"systemctl stop {unit}", timeout=60)
+
+    # `systemctl stop` with a central connected: the central is told (not left to time out).
+    async def stop_while_connected() -> str:
+        async with Central(session.central_spec, name="kernel-central-stop") as central:
+            _, conn = await central.connect_by_name("KernelUnit", timeout=SCAN_TIMEOUT)
+            await asyncio.to_thread(sh, f"systemctl stop {unit}", 60)
+            reason = await conn.wait_disconnected(20)
+            return f"systemctl stop disconnected the central (0x{reason:02x})"
+    notes.append(run_async(stop_while_connected(), 120))
     state = show()
     if state.get("Result") != "success" or state.get("ExecMainStatus") != "0":
         raise Failure(f"the stop was not clean: {state}; journal: {journal()}")
