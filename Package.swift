@@ -9,7 +9,7 @@ let package = Package(
         .executable(name: "blemu", targets: ["blemu"]),
         // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
         .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
-                                             "BlemuSMP",
+                                             "BlemuSMP", "BlemuSecurity",
                                              "BlemuDevices", "BlemuTransport", "BlemuControl"]),
     ],
     dependencies: [
@@ -49,6 +49,12 @@ let package = Package(
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "_CryptoExtras", package: "swift-crypto"),
         ], path: "Sources/SMP"),
+        // Pairing and bonding of a peripheral's links: an SMPResponder per link, the LTK request,
+        // encryption state, bonds in a file. Above SMP, below Host.
+        .target(name: "BlemuSecurity", dependencies: [
+            "BlemuCore", "BlemuSMP",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/Security"),
         .target(name: "BlemuGATT", dependencies: [
             "BlemuCore", "BlemuATT",
             .product(name: "DequeModule", package: "swift-collections"),
@@ -66,7 +72,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Central"),
         .target(name: "BlemuHost", dependencies: [
-            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT",
+            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuSMP", "BlemuSecurity",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Sources/Host"),
@@ -110,6 +116,7 @@ let package = Package(
             "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig",
             "BlemuJournal",
             "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile", "BlemuChat",
+            "BlemuSecurity",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/CLI"),
@@ -131,6 +138,9 @@ let package = Package(
         .testTarget(name: "HCITests", dependencies: ["BlemuHCI", "BlemuL2CAP"], path: "Tests/HCITests"),
         .testTarget(name: "ATTTests", dependencies: ["BlemuATT"], path: "Tests/ATTTests"),
         .testTarget(name: "SMPTests", dependencies: ["BlemuSMP", "BlemuCore"], path: "Tests/SMPTests"),
+        .testTarget(name: "SecurityTests", dependencies: ["BlemuSecurity", "BlemuSMP", "BlemuCore",
+                                                       .product(name: "Logging", package: "swift-log")],
+                    path: "Tests/SecurityTests"),
         .testTarget(name: "GATTTests", dependencies: ["BlemuGATT", "BlemuATT"], path: "Tests/GATTTests"),
         .testTarget(name: "ProfileTests", dependencies: ["BlemuProfile", "BlemuGATT", "BlemuCore"], path: "Tests/ProfileTests"),
         .testTarget(name: "GATTClientTests", dependencies: ["BlemuGATTClient", "BlemuGATT", "BlemuATT", "BlemuCore"],
@@ -141,7 +151,7 @@ let package = Package(
         .testTarget(name: "CaptureTests", dependencies: ["BlemuCapture", "BlemuCore"], path: "Tests/CaptureTests"),
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
         .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuGATT", "BlemuATT",
-                                                   "BlemuCentral", "BlemuGATTClient", "BlemuChat",
+                                                   "BlemuCentral", "BlemuGATTClient", "BlemuChat", "BlemuSecurity", "BlemuSMP",
                                                    .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HostTests"),
     ]

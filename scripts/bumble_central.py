@@ -524,9 +524,11 @@ class CentralConnection:
 class Central:
     """A Bumble device on a controller, used as a central. `async with Central(spec) as c:`."""
 
-    def __init__(self, controller: str, name: str = "blemu-test-central"):
+    def __init__(self, controller: str, name: str = "blemu-test-central", address: hci.Address | None = None):
         self.controller = controller
         self.name = name
+        # A fixed address lets a central reconnect as the same peer (bonds are kept by address).
+        self.address = address
         self.transport: Any = None
         self.device: Device | None = None
         self._results: dict[bytes, ScanResult] = {}
@@ -539,7 +541,7 @@ class Central:
         except (OSError, asyncio.TimeoutError) as error:
             raise ConnectionError(f"cannot open controller {self.controller} ({spec}): {error!r}") from error
         self.device = Device.with_hci(
-            self.name, hci.Address.generate_static_address(), self.transport.source, self.transport.sink
+            self.name, self.address or hci.Address.generate_static_address(), self.transport.source, self.transport.sink
         )
         await asyncio.wait_for(self.device.power_on(), timeout)
         self.device.host.on("advertising_report", self._on_advertising_report)

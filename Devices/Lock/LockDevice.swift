@@ -176,16 +176,19 @@ public final class LockDevice: Device {
 
     // MARK: The control point
 
-    /// Who may use the Lock Control Point, decided here and nowhere else. Today: a central that
-    /// has enabled indications, since its results come as indications (0xFD otherwise,
-    /// Supplement Part B, 1.2). When pairing lands, the control point will require an
-    /// authenticated, encrypted link: add `.writeEncryptionRequired` to `permissions`, and the
-    /// stack refuses other links before the device hears of the write.
+    /// Who may use the Lock Control Point, decided here and nowhere else. When the lock has a
+    /// passkey (`--passkey`): only a central that paired with it, on a link encrypted with that
+    /// authenticated key (Insufficient Authentication 0x05 otherwise, or Insufficient
+    /// Encryption 0x0F for a bonded central that has not encrypted yet; Vol 3, Part C, 10.3).
+    /// Without a passkey no central can be authenticated, so the PIN alone guards it. And a
+    /// central that has enabled indications, since its results come as indications (0xFD
+    /// otherwise, Supplement Part B, 1.2).
     enum ControlPointAccess {
         static let permissions: AttributePermissions = [.writeable]
 
         static func refusal(_ peer: ATTPeer, controlPoint: Characteristic, context: DeviceContext) -> ATTError? {
-            context.isSubscribed(controlPoint, peer: peer, indications: true) ? nil : .cccdImproperlyConfigured
+            if context.pairsWithPasskey, let refusal = context.securityRefusal(peer, authenticated: true) { return refusal }
+            return context.isSubscribed(controlPoint, peer: peer, indications: true) ? nil : .cccdImproperlyConfigured
         }
     }
 

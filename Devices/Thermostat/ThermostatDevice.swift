@@ -192,9 +192,10 @@ public final class ThermostatDevice: Device {
         mode.onRead = reader { [$0.model.mode.rawValue] }
         heatingState.onRead = reader { [$0.model.state.rawValue] }
 
-        // The stack has checked the length (exactly 2 bytes, else 0x0D); the range is checked here.
-        target.validateWrite = { request in
-            Self.targetRange.contains(Self.int16(request.value)) ? nil : .outOfRange
+        // The stack has checked the length (exactly 2 bytes, else 0x0D); the link and the range are checked here.
+        target.validateWrite = { [weak self] request in
+            if let refusal = self?.linkRefusal(request.peer) { return refusal }
+            return Self.targetRange.contains(Self.int16(request.value)) ? nil : .outOfRange
         }
         target.onWrite = { [weak self] request in
             guard let self else { return .unlikelyError }
@@ -202,8 +203,9 @@ public final class ThermostatDevice: Device {
             self.change("target set to \(Self.celsius(celsius)) by \(request.peer.address)", peer: request.peer) { $0.setTarget(celsius) }
             return nil
         }
-        mode.validateWrite = { request in
-            ThermostatMode(rawValue: request.value[0]) == nil ? .outOfRange : nil
+        mode.validateWrite = { [weak self] request in
+            if let refusal = self?.linkRefusal(request.peer) { return refusal }
+            return ThermostatMode(rawValue: request.value[0]) == nil ? .outOfRange : nil
         }
         mode.onWrite = { [weak self] request in
             guard let self, let mode = ThermostatMode(rawValue: request.value[0]) else { return .unlikelyError }
@@ -213,6 +215,14 @@ public final class ThermostatDevice: Device {
 
         ticker.onStart = { [weak self] in self?.takeBaseline() }
         ticker.onTick = { [weak self] in self?.publish() }
+    }
+
+    /// Who may change the target and the mode: with a passkey (`--passkey`, so centrals pair),
+    /// only a central on an encrypted link (0x05, or 0x0F for a bonded central not yet encrypted;
+    /// Vol 3, Part C, 10.3). Without one, anyone, as before: blemu's own central cannot pair.
+    private func linkRefusal(_ peer: ATTPeer) -> ATTError? {
+        guard let context, context.pairsWithPasskey else { return nil }
+        return context.securityRefusal(peer, authenticated: false)
     }
 
     /// A new listener reads first: what it could read now is the baseline, not news.

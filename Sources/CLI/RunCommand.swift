@@ -8,6 +8,7 @@ import BlemuGATT
 import BlemuHost
 import BlemuProfile
 import BlemuRunLoop
+import BlemuSecurity
 import BlemuService
 import BlemuTransport
 import Logging
@@ -34,8 +35,13 @@ struct RunCommand: ParsableCommand {
     @Option(help: ArgumentHelp("The lock's PIN, 4 to 8 digits (default: the config file's, else one made up and logged once).", valueName: "DIGITS"))
     var pin: String?
 
-    @Option(help: ArgumentHelp("A 6-digit static pairing passkey, like a label on the box (for pairing, which a later version adds).", valueName: "DIGITS"))
+    @Option(help: ArgumentHelp("A 6-digit static pairing passkey, like a label on the box: centrals pair with Passkey Entry and must type it (default: Just Works).", valueName: "DIGITS"))
     var passkey: String?
+
+    @Option(name: .customLong("state-dir"),
+            help: ArgumentHelp("Where bonds are kept across restarts, one file per device (default: $STATE_DIRECTORY, else ~/.local/state/blemu).",
+                               valueName: "DIR"))
+    var stateDirectory: String?
 
     @Option(name: .customLong("controller"), help: "Controller spec: hciN, tcp:HOST:PORT, unix:PATH, serial:DEVICE[:BAUD]. Default: $BLEMU_CONTROLLER.")
     var controllers: [String] = []
@@ -96,6 +102,7 @@ struct RunCommand: ParsableCommand {
             _ = try parsedControlMode()
         }
         if let btsnoopPath, btsnoopPath.isEmpty { throw ValidationError("--btsnoop needs a file path") }
+        if let stateDirectory, stateDirectory.isEmpty { throw ValidationError("--state-dir needs a directory") }
         if btsnoopMax != nil {
             guard btsnoopPath != nil else { throw ValidationError("--btsnoop-max needs --btsnoop PATH") }
             _ = try parsedBtsnoopMax()
@@ -126,6 +133,29 @@ struct RunCommand: ParsableCommand {
         return try DevicePlanning.plans(devices: devices, specs: specs, environmentSpec: environmentSpec, file: file,
                                         fileName: configPath, name: name, address: address.flatMap(BluetoothAddress.init),
                                         pin: pin, passkey: passkey)
+    }
+
+    /// The state directory: --state-dir, else systemd's $STATE_DIRECTORY (its first entry: it
+    /// may list several, colon-separated), else ~/.local/state/blemu (XDG_STATE_HOME's default).
+    private var resolvedStateDirectory: String? {
+        if let stateDirectory { return stateDirectory }
+        if let text = getenv("STATE_DIRECTORY").map({ String(cString: $0) }),
+           let first = text.split(separator: ":").first, !first.isEmpty {
+            return String(first)
+        }
+        if let home = getenv("HOME").map({ String(cString: $0) }), !home.isEmpty {
+            return home + "/.local/state/blemu"
+        }
+        return nil
+    }
+
+    /// A device's pairing options: its passkey and its bond file in the state directory.
+    private func securityConfiguration(plan: DevicePlan, device: String, name: String,
+                                       address: BluetoothAddress?) -> SecurityConfiguration {
+        let address = address ?? BluetoothAddress.staticRandom(seed: "blemu/\(device)/\(name)")
+        let owner = BondOwner(device: device, name: name, address: address)
+        return SecurityConfiguration(passkey: plan.passkey.flatMap { UInt32($0) },
+                                     bondStorePath: resolvedStateDirectory.map { $0 + "/" + owner.fileName })
     }
 
     /// --control-mode as permission bits: octal, 0 to 0777.
@@ -189,8 +219,10 @@ struct RunCommand: ParsableCommand {
             let copy = copies[deviceName] ?? 1
             var localName = plan.name ?? device.profile.defaultName
             if copy > 1, plan.name == nil || name != nil { localName += " \(copy)" }
-            let configuration = PeripheralConfiguration(name: localName, address: plan.address, controller: spec.description,
+            var configuration = PeripheralConfiguration(name: localName, address: plan.address, controller: spec.description,
                                                         advertisingTiming: plan.advertising, connectionParameters: plan.connection)
+            configuration.security = securityConfiguration(plan: plan, device: type(of: device).deviceName, name: localName,
+                                                           address: configuration.address)
             let emulator: Emulator
             if sharesOneController(spec), let existing = shared[spec] {
                 emulator = existing

@@ -27,6 +27,7 @@ public enum BlemuEvent: String, Sendable, CaseIterable {
     case connected, disconnected, mtuChanged = "mtu-changed", subscribed, unsubscribed
     case attError = "att-error", write, stateChanged = "state-changed", faultInjected = "fault-injected"
     case controlCommand = "control-command", stopping
+    case paired, pairingFailed = "pairing-failed", encryptionChanged = "encryption-changed", keyMissing = "key-missing"
 }
 
 extension Logger.Metadata {

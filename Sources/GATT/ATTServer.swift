@@ -102,6 +102,8 @@ public final class ATTServer {
     }
     private var preparedWrites: [PreparedWrite] = []
     private var clientConfigurations: [UInt16: UInt16] = [:]
+    /// How the link is protected now; the stack's security layer keeps it current.
+    public var linkSecurity = ATTLinkSecurity()
     private var indicationTimer: TimerID?
     private var inFlight: PendingIndication?
     private var pendingIndications: Deque<PendingIndication> = []
@@ -358,13 +360,34 @@ public final class ATTServer {
 
     private func checkReadable(_ a: Attribute) throws(ATTFailure) {
         guard a.readable else { throw ATTFailure(.readNotPermitted, a.handle) }
-        // No pairing yet, so no link is ever encrypted (Vol 3, Part F, 4.4).
-        if a.encryptionRequiredToRead { throw ATTFailure(.insufficientAuthentication, a.handle) }
+        if a.encryptionRequiredToRead {
+            try checkSecurity(a, authentication: a.characteristic?.permissions.contains(.readAuthenticationRequired) ?? false)
+        }
     }
 
     private func checkWritable(_ a: Attribute) throws(ATTFailure) {
         guard a.writable else { throw ATTFailure(.writeNotPermitted, a.handle) }
-        if a.encryptionRequiredToWrite { throw ATTFailure(.insufficientAuthentication, a.handle) }
+        if a.encryptionRequiredToWrite {
+            try checkSecurity(a, authentication: a.characteristic?.permissions.contains(.writeAuthenticationRequired) ?? false)
+        }
+    }
+
+    /// The link's security against an attribute that requires encryption (Vol 3, Part C,
+    /// 10.3.1 and 10.3.2; Vol 3, Part F, 4.4): which error tells the client what to do.
+    private func checkSecurity(_ a: Attribute, authentication: Bool) throws(ATTFailure) {
+        let link = linkSecurity
+        guard link.isEncrypted else {
+            // With a key for this central it only needs to encrypt; without one, to pair.
+            throw ATTFailure(link.hasLongTermKey ? .insufficientEncryption : .insufficientAuthentication, a.handle)
+        }
+        let permissions = a.characteristic?.permissions ?? []
+        if authentication && !link.isAuthenticated { throw ATTFailure(.insufficientAuthentication, a.handle) }
+        if permissions.contains(.secureConnectionsRequired) && !link.isSecureConnections {
+            throw ATTFailure(.insufficientAuthentication, a.handle)
+        }
+        if link.encryptionKeySize < (a.characteristic?.minimumEncryptionKeySize ?? 7) {
+            throw ATTFailure(.encryptionKeySizeTooShort, a.handle)
+        }
     }
 
     /// The value of an attribute from `offset` on. Dynamic values come from the device, which
@@ -792,6 +815,27 @@ public final class ATTServer {
 
     public func clientConfiguration(_ c: Characteristic) -> UInt16 { clientConfigurations[c.valueHandle] ?? 0 }
 
+    /// Every CCCD value the client set that is not zero, by the value handle of its characteristic.
+    public var clientConfigurationValues: [UInt16: UInt16] { clientConfigurations.filter { $0.value != 0 } }
+
+    /// Restores the CCCD values a bonded client set on an earlier link (Vol 3, Part G, 3.3.3.3:
+    /// they persist across connections for bonded devices). Values for handles that are not a
+    /// notifying characteristic now, or flags its properties do not allow, are left out; the
+    /// delegate hears of each value that changes, as after a write.
+    public func restoreClientConfigurations(_ values: [UInt16: UInt16]) {
+        guard !isClosed else { return }
+        for characteristic in database.characteristics where characteristic.notifies {
+            guard let stored = values[characteristic.valueHandle], database.attribute(characteristic.valueHandle) != nil else { continue }
+            var flags = stored & 0x0003
+            if !characteristic.properties.contains(.notify) { flags &= ~0x0001 }
+            if !characteristic.properties.contains(.indicate) { flags &= ~0x0002 }
+            let old = clientConfigurations[characteristic.valueHandle] ?? 0
+            guard flags != 0, flags != old else { continue }
+            clientConfigurations[characteristic.valueHandle] = flags
+            delegate?.attServer(self, configured: characteristic, from: old, to: flags)
+        }
+    }
+
     /// Sends a notification if this peer enabled it; the value is cut to ATT_MTU - 3.
     public func notify(_ c: Characteristic, value: [UInt8]) -> UpdateOutcome {
         guard !isTimedOut, !isClosed, isSubscribed(c, indications: false) else { return .notSubscribed }
@@ -919,4 +963,28 @@ struct PendingIndication {
     let handle: UInt16
     let value: [UInt8]
     let completion: IndicationCompletion?
+}
+
+
+/// How a link is protected, as the ATT server checks attribute permissions against it.
+public struct ATTLinkSecurity: Equatable, Sendable {
+    public var isEncrypted: Bool
+    /// Encrypted with an authenticated (MITM-protected) key.
+    public var isAuthenticated: Bool
+    /// Encrypted with a key from LE Secure Connections.
+    public var isSecureConnections: Bool
+    /// Octets (7...16); 0 when not encrypted.
+    public var encryptionKeySize: UInt8
+    /// The device holds a key for this central (bonded), so an unencrypted link gets
+    /// Insufficient Encryption: the central encrypts rather than pairs again (Vol 3, Part C, 10.3.1.1).
+    public var hasLongTermKey: Bool
+
+    public init(isEncrypted: Bool = false, isAuthenticated: Bool = false, isSecureConnections: Bool = false,
+                encryptionKeySize: UInt8 = 0, hasLongTermKey: Bool = false) {
+        self.isEncrypted = isEncrypted
+        self.isAuthenticated = isAuthenticated
+        self.isSecureConnections = isSecureConnections
+        self.encryptionKeySize = encryptionKeySize
+        self.hasLongTermKey = hasLongTermKey
+    }
 }

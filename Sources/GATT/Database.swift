@@ -109,12 +109,10 @@ public final class GATTDatabase {
                 pending.append(Attribute(
                     handle: valueHandle, type: characteristic.uuid,
                     content: characteristic.cachedValue.map { .fixed($0) } ?? .dynamic(characteristic),
-                    readable: characteristic.permissions.contains(.readable)
-                        || characteristic.permissions.contains(.readEncryptionRequired),
-                    writable: characteristic.permissions.contains(.writeable)
-                        || characteristic.permissions.contains(.writeEncryptionRequired),
-                    encryptionRequiredToRead: characteristic.permissions.contains(.readEncryptionRequired),
-                    encryptionRequiredToWrite: characteristic.permissions.contains(.writeEncryptionRequired),
+                    readable: characteristic.permissions.contains(.readable) || characteristic.permissions.readNeedsEncryption,
+                    writable: characteristic.permissions.contains(.writeable) || characteristic.permissions.writeNeedsEncryption,
+                    encryptionRequiredToRead: characteristic.permissions.readNeedsEncryption,
+                    encryptionRequiredToWrite: characteristic.permissions.writeNeedsEncryption,
                     groupEnd: 0, isFixedLength: isFixed || characteristic.cachedValue != nil,
                     characteristic: characteristic))
                 if characteristic.notifies {

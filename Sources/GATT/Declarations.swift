@@ -19,15 +19,33 @@ public struct CharacteristicProperties: OptionSet, Sendable, Hashable {
                                                             .authenticatedSignedWrites]
 }
 
-/// Who may read or write an attribute (Vol 3, Part F, 3.2.5). Until pairing exists, the
-/// encryption-required forms make the server answer Insufficient Authentication.
+/// Who may read or write an attribute (Vol 3, Part F, 3.2.5): access, and the security the link
+/// must have (Vol 3, Part C, 10.3). The server checks them before a device hears of a request:
+/// an unencrypted link gets Insufficient Authentication (0x05), or Insufficient Encryption (0x0F)
+/// when the device holds a key for the central; an encrypted link whose key is too weak gets
+/// Insufficient Authentication (not MITM-protected, or not Secure Connections when that is
+/// required) or Encryption Key Size Too Short (0x0C, `Characteristic.minimumEncryptionKeySize`).
 public struct AttributePermissions: OptionSet, Sendable, Hashable {
     public let rawValue: UInt8
     public init(rawValue: UInt8) { self.rawValue = rawValue }
     public static let readable = AttributePermissions(rawValue: 0x01)
     public static let writeable = AttributePermissions(rawValue: 0x02)
+    /// Readable on an encrypted link only (implies readable).
     public static let readEncryptionRequired = AttributePermissions(rawValue: 0x04)
+    /// Writeable on an encrypted link only (implies writeable).
     public static let writeEncryptionRequired = AttributePermissions(rawValue: 0x08)
+    /// Readable on a link encrypted with an authenticated (MITM-protected) key only (implies
+    /// readable and encryption).
+    public static let readAuthenticationRequired = AttributePermissions(rawValue: 0x10)
+    /// Writeable on a link encrypted with an authenticated key only (implies writeable and encryption).
+    public static let writeAuthenticationRequired = AttributePermissions(rawValue: 0x20)
+    /// Where encryption is required, the key must come from LE Secure Connections pairing.
+    public static let secureConnectionsRequired = AttributePermissions(rawValue: 0x40)
+
+    /// Whether reading needs an encrypted link.
+    public var readNeedsEncryption: Bool { !isDisjoint(with: [.readEncryptionRequired, .readAuthenticationRequired]) }
+    /// Whether writing needs an encrypted link.
+    public var writeNeedsEncryption: Bool { !isDisjoint(with: [.writeEncryptionRequired, .writeAuthenticationRequired]) }
 }
 
 /// The connection a request comes from, as a device sees it.
@@ -187,6 +205,9 @@ public final class Characteristic {
     /// long and reliable writes stay atomic.
     public var validateWrite: WriteValidator?
     public var onWrite: WriteHandler?
+    /// Where the permissions require encryption: the smallest key size (octets, 7...16) the
+    /// link's key must have, else Encryption Key Size Too Short (0x0C).
+    public var minimumEncryptionKeySize: UInt8 = 7
 
     public internal(set) var declarationHandle: UInt16 = 0
     public internal(set) var valueHandle: UInt16 = 0

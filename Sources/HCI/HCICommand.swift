@@ -10,6 +10,7 @@ public enum HCIOpcode {
     public static let readLocalSupportedFeatures: UInt16 = 0x1003
     public static let readBufferSize: UInt16 = 0x1005
     public static let readBDAddr: UInt16 = 0x1009
+    public static let readEncryptionKeySize: UInt16 = 0x1408
     public static let leSetEventMask: UInt16 = 0x2001
     public static let leReadBufferSize: UInt16 = 0x2002
     public static let leReadLocalSupportedFeatures: UInt16 = 0x2003
@@ -49,7 +50,7 @@ public enum HCIOpcode {
             disconnect: "Disconnect", setEventMask: "Set Event Mask", reset: "Reset",
             readLocalVersion: "Read Local Version Information", readLocalSupportedCommands: "Read Local Supported Commands",
             readLocalSupportedFeatures: "Read Local Supported Features", readBufferSize: "Read Buffer Size",
-            readBDAddr: "Read BD_ADDR", leSetEventMask: "LE Set Event Mask", leReadBufferSize: "LE Read Buffer Size",
+            readBDAddr: "Read BD_ADDR", readEncryptionKeySize: "Read Encryption Key Size", leSetEventMask: "LE Set Event Mask", leReadBufferSize: "LE Read Buffer Size",
             leReadLocalSupportedFeatures: "LE Read Local Supported Features", leSetRandomAddress: "LE Set Random Address",
             leSetAdvertisingParameters: "LE Set Advertising Parameters",
             leReadAdvertisingChannelTxPower: "LE Read Advertising Physical Channel Tx Power",
@@ -226,6 +227,24 @@ public struct HCICommand: Equatable, Sendable {
         return HCICommand(opcode: HCIOpcode.disconnect, parameters: p)
     }
 
+    /// Vol 4, Part E, 7.8.25: the key the central's encryption request is answered with
+    /// (Long_Term_Key, 16 octets, least significant first). A key of another size is padded
+    /// or cut to 16 octets, never sent as a malformed command.
+    public static func leLongTermKeyRequestReply(handle: UInt16, key: [UInt8]) -> HCICommand {
+        var p: [UInt8] = []
+        p.appendLE(handle)
+        p.append(contentsOf: key.prefix(16))
+        p.append(contentsOf: [UInt8](repeating: 0, count: max(0, 16 - key.count)))
+        return HCICommand(opcode: HCIOpcode.leLongTermKeyRequestReply, parameters: p)
+    }
+
+    /// Vol 4, Part E, 7.5.7: the key size the controller encrypts a link with.
+    public static func readEncryptionKeySize(handle: UInt16) -> HCICommand {
+        var p: [UInt8] = []
+        p.appendLE(handle)
+        return HCICommand(opcode: HCIOpcode.readEncryptionKeySize, parameters: p)
+    }
+
     /// Vol 4, Part E, 7.8.26: the host has no key for this link; the controller answers the
     /// central's encryption request with PIN or Key Missing.
     public static func leLongTermKeyRequestNegativeReply(handle: UInt16) -> HCICommand {
@@ -391,4 +410,33 @@ public enum HCIStatus {
     public static let unsupportedRemoteFeature: UInt8 = 0x1A
     public static let unspecifiedError: UInt8 = 0x1F
     public static let unacceptableConnectionParameters: UInt8 = 0x3B
+}
+
+
+/// The return parameters of Read Encryption Key Size (Vol 4, Part E, 7.5.7): Status,
+/// Connection_Handle, Key_Size (octets). Total: anything else throws.
+public struct EncryptionKeySizeReturn: Equatable, Sendable {
+    public var status: UInt8
+    public var handle: UInt16
+    public var keySize: UInt8
+
+    public init(status: UInt8, handle: UInt16, keySize: UInt8) {
+        self.status = status
+        self.handle = handle
+        self.keySize = keySize
+    }
+
+    public init(returnParameters: some Collection<UInt8>) throws(DecodeError) {
+        var r = ByteReader(Array(returnParameters)[...])
+        status = try r.u8()
+        guard status == HCIStatus.success else {
+            // A failed command may return the status alone.
+            handle = (try? r.u16()).map { $0 & 0x0FFF } ?? 0
+            keySize = 0
+            return
+        }
+        handle = try r.u16() & 0x0FFF
+        keySize = try r.u8()
+        try r.expectEnd("Read Encryption Key Size")
+    }
 }

@@ -33,7 +33,12 @@ public enum HCIEvent: Equatable, Sendable {
     case numberOfCompletedPackets([(handle: UInt16, count: UInt16)])
     case hardwareError(code: UInt8)
     case dataBufferOverflow(linkType: UInt8)
+    /// 7.7.8: Encryption_Enabled 0x00 off, 0x01 on (AES-CCM for LE), 0x02 on with AES-CCM (BR/EDR).
     case encryptionChange(status: UInt8, handle: UInt16, enabled: UInt8)
+    /// 7.7.8 v2 (event 0x59): the same with Encryption_Key_Size (octets).
+    case encryptionChangeV2(status: UInt8, handle: UInt16, enabled: UInt8, keySize: UInt8)
+    /// 7.7.39: an encrypted link was encrypted again (a new key, e.g. after pairing on it).
+    case encryptionKeyRefreshComplete(status: UInt8, handle: UInt16)
     case leConnectionComplete(LEConnectionComplete)
     case leConnectionUpdateComplete(status: UInt8, handle: UInt16, parameters: LinkParameters)
     case leRemoteConnectionParameterRequest(handle: UInt16, intervalMin: UInt16, intervalMax: UInt16,
@@ -61,6 +66,9 @@ public enum HCIEvent: Equatable, Sendable {
         case let (.hardwareError(x), .hardwareError(y)): return x == y
         case let (.dataBufferOverflow(x), .dataBufferOverflow(y)): return x == y
         case let (.encryptionChange(a1, a2, a3), .encryptionChange(b1, b2, b3)): return a1 == b1 && a2 == b2 && a3 == b3
+        case let (.encryptionChangeV2(a1, a2, a3, a4), .encryptionChangeV2(b1, b2, b3, b4)):
+            return a1 == b1 && a2 == b2 && a3 == b3 && a4 == b4
+        case let (.encryptionKeyRefreshComplete(a1, a2), .encryptionKeyRefreshComplete(b1, b2)): return a1 == b1 && a2 == b2
         case let (.leConnectionComplete(x), .leConnectionComplete(y)): return x == y
         case let (.leConnectionUpdateComplete(a1, a2, a3), .leConnectionUpdateComplete(b1, b2, b3)): return a1 == b1 && a2 == b2 && a3 == b3
         case let (.leRemoteConnectionParameterRequest(a1, a2, a3, a4, a5), .leRemoteConnectionParameterRequest(b1, b2, b3, b4, b5)):
@@ -121,7 +129,20 @@ public enum HCIEvent: Equatable, Sendable {
             let status = try r.u8()
             let handle = try r.u16() & 0x0FFF
             let enabled = try r.u8()
+            try r.expectEnd("Encryption Change")
             self = .encryptionChange(status: status, handle: handle, enabled: enabled)
+        case 0x59:
+            let status = try r.u8()
+            let handle = try r.u16() & 0x0FFF
+            let enabled = try r.u8()
+            let keySize = try r.u8()
+            try r.expectEnd("Encryption Change v2")
+            self = .encryptionChangeV2(status: status, handle: handle, enabled: enabled, keySize: keySize)
+        case 0x30:
+            let status = try r.u8()
+            let handle = try r.u16() & 0x0FFF
+            try r.expectEnd("Encryption Key Refresh Complete")
+            self = .encryptionKeyRefreshComplete(status: status, handle: handle)
         case 0x3E:
             self = try HCIEvent.decodeLEMeta(&r)
         default:

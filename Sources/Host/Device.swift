@@ -29,6 +29,11 @@ public protocol DeviceContext: AnyObject {
     /// Logs an event with the device's metadata.
     func log(_ event: BlemuEvent, _ level: Logger.Level, _ message: @autoclosure () -> String,
              _ metadata: @autoclosure () -> Logger.Metadata)
+    /// How `peer`'s link is protected now: encrypted, with an authenticated key, ... (Docs/SECURITY.md).
+    func linkSecurity(of peer: ATTPeer) -> ATTLinkSecurity
+    /// Whether centrals pair with this device's passkey (`--passkey`), so it can tell an
+    /// authenticated central from any other.
+    var pairsWithPasskey: Bool { get }
 }
 
 extension DeviceContext {
@@ -36,6 +41,16 @@ extension DeviceContext {
     @discardableResult
     public func notify(_ characteristic: Characteristic, value: [UInt8]) -> Bool {
         notify(characteristic, value: value, to: nil)
+    }
+
+    /// Nil when `peer`'s link is encrypted (with an authenticated key, when `authenticated`);
+    /// otherwise the ATT error that tells the central what to do (Vol 3, Part C, 10.3):
+    /// Insufficient Authentication (pair, or pair with MITM protection), or Insufficient
+    /// Encryption for a bonded central that has not encrypted yet.
+    public func securityRefusal(_ peer: ATTPeer, authenticated: Bool) -> ATTError? {
+        let link = linkSecurity(of: peer)
+        guard link.isEncrypted else { return link.hasLongTermKey ? .insufficientEncryption : .insufficientAuthentication }
+        return authenticated && !link.isAuthenticated ? .insufficientAuthentication : nil
     }
 
     /// Indicates without waiting to hear how each indication ended.

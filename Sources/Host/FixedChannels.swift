@@ -60,15 +60,7 @@ extension Peripheral {
         case L2CAPChannel.leSignaling:
             handleSignaling(payload, on: connection)
         case L2CAPChannel.securityManager:
-            if let answer = SecurityManager.answer(to: payload) {
-                if let leftOut = peerLog.take(now: scheduler.nowNanoseconds) {
-                    logger.notice("pairing requested: not supported yet, answered Pairing Failed\(LogBudget.note(leftOut))", metadata: [
-                        LogKey.peer: .string(connection.peer.address.description), LogKey.connHandle: "\(connection.handle)",
-                        LogKey.reason: .string(Hex.byte(SecurityManager.pairingNotSupported)),
-                    ])
-                }
-                _ = sendFrame(cid: L2CAPChannel.securityManager, payload: answer[...], on: connection.handle, priority: .required)
-            }
+            security.receive(payload, on: connection.handle)
         default:
             if let leftOut = peerLog.take(now: scheduler.nowNanoseconds) {
                 logger.warning("L2CAP frame for unknown channel \(Hex.word(cid)) dropped\(LogBudget.note(leftOut))",

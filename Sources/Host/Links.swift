@@ -3,6 +3,7 @@ import BlemuCore
 import BlemuGATT
 import BlemuHCI
 import BlemuL2CAP
+import BlemuSMP
 import Logging
 
 /// Links to centrals: opening, closing, and the parameters the device prefers.
@@ -46,6 +47,10 @@ extension Peripheral {
         connections[event.handle] = connection
         hci.openLink(event.handle)
         host.linkOpened(event.handle, by: self)
+        // Peer_Address_Type: 0x01 random, 0x03 random identity (Vol 4, Part E, 7.7.65.10).
+        security.linkOpened(event.handle, peer: SMPAddress(event.peerAddress, isRandom: event.peerAddressType & 0x01 != 0))
+        // A bonded central reading a protected value is told to encrypt, not to pair (Vol 3, Part C, 10.3.1).
+        server.linkSecurity.hasLongTermKey = security.bond(on: event.handle) != nil
         statistics.connectionsTotal += 1
         logger.event(.connected, .notice, "connected to \(event.peerAddress): \(Self.describe(event.parameters))", [
             LogKey.peer: .string(event.peerAddress.description), LogKey.connHandle: .string("\(event.handle)"),
@@ -69,6 +74,7 @@ extension Peripheral {
         defer { host.linkClosed(handle) }
         if let timer = connection.parameterTimer { scheduler.cancel(timer) }
         if let timer = connection.reassemblyTimer { scheduler.cancel(timer) }
+        security.linkClosed(handle)
         standard.connectionClosed(handle)
         // Indications still outstanding end as `.disconnected`; subscriptions end with the link.
         let held = connection.server.close()

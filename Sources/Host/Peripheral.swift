@@ -3,6 +3,8 @@ import BlemuCore
 import BlemuGATT
 import BlemuHCI
 import BlemuL2CAP
+import BlemuSMP
+import BlemuSecurity
 import Logging
 
 /// One emulated device on a controller: its database, its links, its advertising, and the
@@ -33,6 +35,8 @@ public final class Peripheral {
     public var logger: Logger
 
     public let scheduler: TimerScheduling
+    /// Pairing, encryption and bonds of this device's links (the SMP channel, LTK requests).
+    public let security: PeripheralSecurity
     let standard: StandardServices
     let diagnostics: DiagnosticsService
     var connections: [UInt16: Connection] = [:]
@@ -81,6 +85,10 @@ public final class Peripheral {
         advertisingPayload = Self.payload(configuration: configuration, profile: profile, txPower: profile.txPowerLevel)
         frame.reserveCapacity(ATTServer.maximumMTU + 8)
         self.diagnostics = diagnostics
+        security = PeripheralSecurity(
+            configuration: configuration.security,
+            owner: BondOwner(device: type(of: device).deviceName, name: configuration.name, address: address),
+            localAddress: SMPAddress(address, isRandom: true), scheduler: host.scheduler, logger: logger)
         standard.database = database
         standard.featuresChanged = { [weak self] handle, features in
             // Vol 3, Part G, 7.2: bit 0 is Robust Caching.
@@ -106,6 +114,7 @@ public final class Peripheral {
         for line in advertisingPayload.omitted {
             logger.warning("advertising: \(line) does not fit in 31 + 31 bytes and is left out")
         }
+        wireSecurity()
         host.join(self)
     }
 
@@ -176,6 +185,8 @@ public final class Peripheral {
     func deviceStopping() {
         logger.debug("stopping: \(connections.count) link(s) to close")
         if deviceStarted { device.stop() }
+        // Bonded centrals' subscriptions waiting for the bond file are written now.
+        security.flushBonds()
         if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
         advertisingPhaseTimer = nil
     }

@@ -52,6 +52,11 @@ extension Peripheral: ATTServerDelegate {
         if deviceStarted {
             device.subscriptionChanged(characteristic, peer: server.peer, notify: new & 0x0001 != 0, indicate: new & 0x0002 != 0)
         }
+        // A bonded central's CCCD values outlive the link (Vol 3, Part G, 3.3.3.3).
+        let handle = server.peer.connectionHandle
+        if security.security(of: handle).isBonded {
+            security.clientConfigurationsChanged(server.clientConfigurationValues, on: handle)
+        }
     }
 
     /// A closing link (or a service taken out) ends every subscription it held: logged and told

@@ -3,6 +3,7 @@ import BlemuCore
 import BlemuGATT
 import BlemuHCI
 import BlemuL2CAP
+import BlemuSecurity
 import Logging
 
 public struct PeripheralConfiguration: Sendable {
@@ -22,10 +23,14 @@ public struct PeripheralConfiguration: Sendable {
     /// (a configuration file's `advertising` and `connection`).
     public var advertisingTiming: AdvertisingTiming?
     public var connectionParameters: ConnectionParameters?
+    /// Pairing: the static passkey, bonding, where bonds are kept (Docs/SECURITY.md).
+    public var security: SecurityConfiguration
 
     public init(name: String, address: BluetoothAddress? = nil, controller: String, firmware: String = blemuVersion,
                 maxConnections: Int = 32, parameterUpdateDelay: Duration = .seconds(1),
-                advertisingTiming: AdvertisingTiming? = nil, connectionParameters: ConnectionParameters? = nil) {
+                advertisingTiming: AdvertisingTiming? = nil, connectionParameters: ConnectionParameters? = nil,
+                security: SecurityConfiguration = SecurityConfiguration()) {
+        self.security = security
         self.name = name
         self.address = address
         self.controller = controller

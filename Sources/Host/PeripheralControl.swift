@@ -9,7 +9,7 @@ public struct LinkSummary: Sendable, Equatable {
     public let handle: UInt16
     public let peer: BluetoothAddress
     public let mtu: Int
-    /// Whether the link is encrypted (always false until pairing exists).
+    /// Whether the link is encrypted (Encryption Change, Docs/SECURITY.md).
     public let encrypted: Bool
 }
 
@@ -21,7 +21,7 @@ extension Peripheral {
 
     public var linkSummaries: [LinkSummary] {
         connections.values.sorted { $0.handle < $1.handle }.map {
-            LinkSummary(handle: $0.handle, peer: $0.peer.address, mtu: $0.server.mtu, encrypted: false)
+            LinkSummary(handle: $0.handle, peer: $0.peer.address, mtu: $0.server.mtu, encrypted: $0.server.linkSecurity.isEncrypted)
         }
     }
 

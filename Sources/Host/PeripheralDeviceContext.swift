@@ -45,4 +45,11 @@ extension Peripheral: DeviceContext {
                     _ metadata: @autoclosure () -> Logger.Metadata) {
         logger.event(event, level, "\(message())", metadata())
     }
+
+    public func linkSecurity(of peer: ATTPeer) -> ATTLinkSecurity {
+        guard let connection = connections[peer.connectionHandle], connection.peer == peer else { return ATTLinkSecurity() }
+        return connection.server.linkSecurity
+    }
+
+    public var pairsWithPasskey: Bool { configuration.security.passkey != nil }
 }

@@ -73,20 +73,63 @@ extension Peripheral {
             logger.debug("data length now \(maxTx) out, \(maxRx) in", metadata: [LogKey.connHandle: "\(handle)"])
         case let .lePHYUpdateComplete(status, handle, tx, rx):
             logger.debug("PHY update: status \(Hex.byte(status)), tx \(tx), rx \(rx)", metadata: [LogKey.connHandle: "\(handle)"])
-        case let .leLongTermKeyRequest(handle, _, _):
-            longTermKeyRequested(handle: handle)
+        case let .leLongTermKeyRequest(handle, randomNumber, encryptedDiversifier):
+            // The one place that decides whether a link gets its key (Vol 4, Part E, 7.7.65.5):
+            // the pairing under way or a bond, else the negative reply (7.8.26), at once, so the
+            // central is not left waiting for its timeout.
+            security.longTermKeyRequested(on: handle, randomNumber: randomNumber, encryptedDiversifier: encryptedDiversifier)
+        case let .encryptionChange(status, handle, enabled):
+            security.encryptionChanged(on: handle, status: status, enabled: enabled != 0)
+            checkKeySize(handle, status: status, enabled: enabled != 0)
+        case let .encryptionChangeV2(status, handle, enabled, keySize):
+            security.encryptionChanged(on: handle, status: status, enabled: enabled != 0, keySize: keySize)
+        case let .encryptionKeyRefreshComplete(status, handle):
+            security.encryptionChanged(on: handle, status: status, enabled: true, refresh: true)
+            checkKeySize(handle, status: status, enabled: true)
         default:
             break
         }
     }
 
-    /// The one place that decides whether a link gets its key (Vol 4, Part E, 7.7.65.5). No
-    /// pairing exists yet, so no bond and no key: the negative reply (7.8.26) tells the central
-    /// at once (PIN or Key Missing), where silence would leave it waiting for its timeout.
-    func longTermKeyRequested(handle: UInt16) {
-        logger.info("central asked to encrypt the link; no key is held for it: negative reply",
-                    metadata: [LogKey.connHandle: "\(handle)"])
-        hci.send(.leLongTermKeyRequestNegativeReply(handle: handle))
+    /// Encryption Change (v1) does not say the key size: ask the controller (Vol 4, Part E,
+    /// 7.5.7), so the link's security holds what the controller uses, not what was negotiated.
+    func checkKeySize(_ handle: UInt16, status: UInt8, enabled: Bool) {
+        guard status == HCIStatus.success, enabled else { return }
+        hci.send(.readEncryptionKeySize(handle: handle)) { [weak self] result in
+            guard let self, case .complete(let parameters) = result,
+                  let answer = try? EncryptionKeySizeReturn(returnParameters: parameters),
+                  answer.status == HCIStatus.success, answer.handle == handle else { return }
+            self.security.keySizeRead(on: handle, keySize: answer.keySize)
+        }
+    }
+
+    /// The security layer's ways out: SMP PDUs on CID 0x0006, answers to LTK requests.
+    func wireSecurity() {
+        security.sendSMP = { [weak self] handle, pdu in
+            guard let self, self.connections[handle] != nil else { return }
+            _ = self.sendFrame(cid: L2CAPChannel.securityManager, payload: pdu[...], on: handle, priority: .required)
+        }
+        security.securityChanged = { [weak self] handle, state in
+            guard let self, let connection = self.connections[handle] else { return }
+            connection.server.linkSecurity = ATTLinkSecurity(
+                isEncrypted: state.isEncrypted, isAuthenticated: state.isAuthenticated,
+                isSecureConnections: state.isSecureConnections, encryptionKeySize: state.encryptionKeySize,
+                hasLongTermKey: state.isBonded || self.security.bond(on: handle) != nil)
+            // Encrypted with a bond's key: the subscriptions it left are back (Vol 3, Part G, 3.3.3.3).
+            if state.isEncrypted, state.isBonded, let bond = self.security.bond(on: handle) {
+                if !bond.clientConfigurations.isEmpty { connection.server.restoreClientConfigurations(bond.clientConfigurations) }
+                // A new bond keeps the subscriptions made before the pairing finished.
+                self.security.clientConfigurationsChanged(connection.server.clientConfigurationValues, on: handle)
+            }
+        }
+        security.answerKeyRequest = { [weak self] handle, key in
+            guard let self else { return }
+            if let key {
+                self.hci.send(.leLongTermKeyRequestReply(handle: handle, key: key))
+            } else {
+                self.hci.send(.leLongTermKeyRequestNegativeReply(handle: handle))
+            }
+        }
     }
 
     /// Room freed somewhere: a device that was told "queue full" hears `peripheralIsReady`, once.

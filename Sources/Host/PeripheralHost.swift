@@ -310,7 +310,10 @@ extension PeripheralHost: HCIHostDelegate {
              let .leRemoteConnectionParameterRequest(handle, _, _, _, _),
              let .leDataLengthChange(handle, _, _, _, _),
              let .lePHYUpdateComplete(_, handle, _, _),
-             let .leLongTermKeyRequest(handle, _, _):
+             let .leLongTermKeyRequest(handle, _, _),
+             let .encryptionChange(_, handle, _),
+             let .encryptionChangeV2(_, handle, _, _),
+             let .encryptionKeyRefreshComplete(_, handle):
             if let peripheral = owner(of: handle) {
                 peripheral.linkEvent(event)
             } else if case .leLongTermKeyRequest = event {

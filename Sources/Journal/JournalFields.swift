@@ -72,6 +72,10 @@ public enum JournalFields {
         case .faultInjected: return "d7091f0d0d1d4899a6ad684305ebf2fe"
         case .controlCommand: return "be14f1f5b51449da8377822e37edc1e1"
         case .stopping: return "53835d6d83ed45098be9fa72f889c8b3"
+        case .paired: return "17c86d82b3224606b8123c84cb3e3f3c"
+        case .pairingFailed: return "bf173841173e4813812717c3426a9632"
+        case .encryptionChanged: return "c6df45e93aae4bffa8cfa154e110c166"
+        case .keyMissing: return "3124b8b07ea44bb3b66ef572e4fbe76c"
         }
     }
 }

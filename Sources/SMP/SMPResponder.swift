@@ -98,6 +98,16 @@ public struct SMPPairingResult: Equatable, Sendable {
     public var peerUsedDebugKey = false
 }
 
+/// The terms of a pairing under way (`SMPResponder.pairingSummary`).
+public struct SMPPairingSummary: Equatable, Sendable {
+    public var method: SMPPairingMethod
+    public var secureConnections: Bool
+    public var bonded: Bool
+    public var encryptionKeySize: UInt8
+    /// MITM-protected (Numeric Comparison or Passkey Entry), not Just Works.
+    public var authenticated: Bool { method.isAuthenticated }
+}
+
 /// Who ended a pairing that failed.
 public enum SMPFailureOrigin: Equatable, Sendable {
     /// This peripheral sent Pairing Failed with the reason.
@@ -230,6 +240,14 @@ public struct SMPResponder {
     public var isPairing: Bool { phase != .idle && phase != .timedOut }
     /// Whether the SMP timer expired on this link: SMP is over until a new link (3.4).
     public var hasTimedOut: Bool { phase == .timedOut }
+
+    /// What the pairing under way agreed (after the Pairing Response), for the caller's view of
+    /// the link once it is encrypted with the STK or LTK; nil outside a pairing.
+    public var pairingSummary: SMPPairingSummary? {
+        guard isPairing, session.response != nil else { return nil }
+        return SMPPairingSummary(method: session.method, secureConnections: session.secureConnections,
+                                 bonded: session.bonded, encryptionKeySize: session.keySize)
+    }
 
     /// A Security Request (3.6.7) asking the central to pair with our requirements.
     public var securityRequest: [UInt8] {

@@ -61,7 +61,9 @@ def test_encryption_without_a_key_is_refused_at_once(blemu_factory):
             assert name.decode() == blemu.name
 
     run(scenario())
-    assert any("no key is held" in entry.message for entry in blemu.log_entries()), blemu.log_tail()
+    # Docs/REFERENCE.md, Events: the refusal is the `key-missing` event, with the peer.
+    missing = blemu.events("key-missing")
+    assert missing and "no bond" in missing[0].message and missing[0].fields.get("peer"), blemu.log_tail()
 
 
 def test_a_closing_link_ends_its_subscriptions(blemu_factory):

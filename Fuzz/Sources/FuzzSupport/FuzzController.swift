@@ -1,6 +1,7 @@
 import BlemuCore
 import BlemuHCI
 import BlemuL2CAP
+import BlemuSMP
 
 /// A controller for the fuzz targets: it answers the host's commands the way a Core 5.4
 /// controller would, takes its ACL data against a real buffer count, and checks what the host
@@ -168,7 +169,12 @@ public final class FuzzController {
             }
             fuzzCheck(command.identifier != 0, "the host sent a signalling command with identifier 0")
         case L2CAPChannel.securityManager:
-            fuzzCheck(payload.first == 0x05, "the host sent SMP code \(payload.first ?? 0) (only Pairing Failed is expected)")
+            // The pairing responder's PDUs only (Vol 3, Part H, 3.3): well formed, never an initiator's.
+            guard let command = try? SMPCommand(pdu: payload) else {
+                fuzzFailure("the host sent a malformed SMP PDU \(Array(payload))")
+            }
+            fuzzCheck(command.code != .pairingRequest && command.code != .keypressNotification,
+                      "the host sent SMP code \(command.code.rawValue), which a responder never sends")
         default:
             fuzzFailure("the host sent an L2CAP frame on channel \(cid), not a fixed channel")
         }

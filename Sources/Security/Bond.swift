@@ -1,0 +1,60 @@
+import BlemuCore
+import BlemuSMP
+
+/// What a peripheral keeps of a central it bonded with (Vol 3, Part H, 2.4.1 and 3.6): the key
+/// the central names the link by on reconnection, how strong that key is, and who the central is.
+///
+/// `description` never shows a key: bonds appear in logs by peer alone.
+public struct Bond: Equatable, Sendable, CustomStringConvertible {
+    /// The address the central connected from when it bonded.
+    public var peer: SMPAddress
+    /// The central's identity address (Identity Address Information), when it gave one.
+    public var identity: SMPAddress?
+    /// The central's IRK (Identity Information), when it gave one.
+    public var identityResolvingKey: [UInt8]?
+    /// The LTK this peripheral answers LE Long Term Key Request with: EDIV and Rand zero for
+    /// LE Secure Connections (2.4.1), the distributed ones for LE legacy (2.4.2).
+    public var longTermKey: SMPLongTermKey
+    public var encryptionKeySize: UInt8
+    public var secureConnections: Bool
+    /// MITM-protected pairing (Passkey Entry, Numeric Comparison).
+    public var authenticated: Bool
+    /// Order of creation, for the limit's oldest-out: larger is newer.
+    public var sequence: UInt64
+    /// The central's CCCD values (value handle's descriptor handle → value), kept across links.
+    public var clientConfigurations: [UInt16: UInt16]
+
+    public init(peer: SMPAddress, identity: SMPAddress? = nil, identityResolvingKey: [UInt8]? = nil,
+                longTermKey: SMPLongTermKey, encryptionKeySize: UInt8, secureConnections: Bool, authenticated: Bool,
+                sequence: UInt64 = 0, clientConfigurations: [UInt16: UInt16] = [:]) {
+        self.peer = peer
+        self.identity = identity
+        self.identityResolvingKey = identityResolvingKey
+        self.longTermKey = longTermKey
+        self.encryptionKeySize = encryptionKeySize
+        self.secureConnections = secureConnections
+        self.authenticated = authenticated
+        self.sequence = sequence
+        self.clientConfigurations = clientConfigurations
+    }
+
+    /// Whether a link from `address` belongs to this bond (the address it bonded from, or its identity).
+    public func matches(_ address: SMPAddress) -> Bool {
+        address == peer || address == identity
+    }
+
+    /// Whether the key of an LE Long Term Key Request is this bond's: EDIV and Rand zero for
+    /// Secure Connections, the distributed EDIV and Rand for legacy (Vol 3, Part H, 2.4.1, 2.4.2).
+    public func answers(encryptedDiversifier: UInt16, randomNumber: UInt64) -> Bool {
+        encryptedDiversifier == longTermKey.encryptedDiversifier && randomNumber == longTermKey.randomNumber
+    }
+
+    /// "LE Secure Connections, unauthenticated, 16-octet key" (no key material).
+    public var strength: String {
+        "\(secureConnections ? "LE Secure Connections" : "LE legacy"), \(authenticated ? "authenticated" : "unauthenticated"), \(encryptionKeySize)-octet key"
+    }
+
+    public var description: String {
+        "bond with \(identity?.address.description ?? peer.address.description) (\(strength))"
+    }
+}

@@ -1,0 +1,484 @@
+import BlemuCore
+import BlemuSMP
+import Logging
+
+/// How a device pairs (Vol 3, Part C, 10; Part H, 2.3).
+public struct SecurityConfiguration: Sendable {
+    /// A static six-digit passkey (a label on the box): the device is DisplayOnly, demands MITM
+    /// protection, and a central types this passkey (Passkey Entry). Nil: NoInputNoOutput, Just Works.
+    public var passkey: UInt32?
+    /// Whether centrals may bond (keys kept across links).
+    public var bondable: Bool
+    /// Secure Connections Only mode (Vol 3, Part C, 10.2.4): LE legacy pairing is refused.
+    public var secureConnectionsOnly: Bool
+    /// The bond file (nil: bonds are kept in memory until blemu stops).
+    public var bondStorePath: String?
+    /// Bonds kept per device; a new one beyond this replaces the oldest.
+    public var maximumBonds: Int
+
+    public init(passkey: UInt32? = nil, bondable: Bool = true, secureConnectionsOnly: Bool = false,
+                bondStorePath: String? = nil, maximumBonds: Int = 16) {
+        self.passkey = passkey
+        self.bondable = bondable
+        self.secureConnectionsOnly = secureConnectionsOnly
+        self.bondStorePath = bondStorePath
+        self.maximumBonds = max(1, maximumBonds)
+    }
+
+    /// The SMP responder's configuration these choices make.
+    public var responderConfiguration: SMPResponderConfiguration {
+        SMPResponderConfiguration(
+            ioCapability: passkey == nil ? .noInputNoOutput : .displayOnly, bondable: bondable,
+            requireMITM: passkey != nil, secureConnections: true, secureConnectionsOnly: secureConnectionsOnly,
+            passkey: passkey.map { .fixed($0) } ?? .random)
+    }
+}
+
+/// How a link is protected right now (what ATT permissions are checked against).
+public struct LinkSecurity: Equatable, Sendable {
+    public var isEncrypted: Bool
+    /// The key came from a MITM-protected pairing.
+    public var isAuthenticated: Bool
+    public var isSecureConnections: Bool
+    /// Octets of the key in use (7...16); 0 when not encrypted.
+    public var encryptionKeySize: UInt8
+    /// The link is encrypted with a bond's key, or its pairing ended in a bond.
+    public var isBonded: Bool
+
+    public static let unencrypted = LinkSecurity(isEncrypted: false, isAuthenticated: false, isSecureConnections: false,
+                                                 encryptionKeySize: 0, isBonded: false)
+
+    public init(isEncrypted: Bool, isAuthenticated: Bool, isSecureConnections: Bool, encryptionKeySize: UInt8, isBonded: Bool) {
+        self.isEncrypted = isEncrypted
+        self.isAuthenticated = isAuthenticated
+        self.isSecureConnections = isSecureConnections
+        self.encryptionKeySize = encryptionKeySize
+        self.isBonded = isBonded
+    }
+
+    /// "encrypted (LE Secure Connections, unauthenticated, 16-octet key, bonded)" or "not encrypted".
+    public var summary: String {
+        guard isEncrypted else { return "not encrypted" }
+        return "encrypted (\(isSecureConnections ? "LE Secure Connections" : "LE legacy"), \(isAuthenticated ? "authenticated" : "unauthenticated"), \(encryptionKeySize)-octet key\(isBonded ? ", bonded" : ""))"
+    }
+}
+
+/// The Security Manager of one device, for all its links: an `SMPResponder` per link fed by
+/// the SMP channel (L2CAP CID 0x0006), the 30 s SMP timer on the run loop (Vol 3, Part H, 3.4),
+/// the answer to LE Long Term Key Request (from the pairing under way or from a bond), the link's
+/// security after Encryption Change, the bond store, and the repeated-attempts rule (2.3.6).
+///
+/// No I/O of its own: what goes to the controller leaves through `sendSMP` and `answerKeyRequest`.
+public final class PeripheralSecurity {
+    public let configuration: SecurityConfiguration
+    public let bonds: BondStore
+    /// The device's own address, the responder's in every confirm and check value.
+    public let localAddress: SMPAddress
+    /// Sends one SMP PDU on a link's CID 0x0006.
+    public var sendSMP: (_ handle: UInt16, _ pdu: [UInt8]) -> Void = { _, _ in }
+    /// Answers LE Long Term Key Request: the key (Reply, Vol 4, Part E, 7.8.25) or nil (Negative Reply, 7.8.26).
+    public var answerKeyRequest: (_ handle: UInt16, _ key: [UInt8]?) -> Void = { _, _ in }
+    /// A link's security changed (encrypted, or its pairing finished).
+    public var securityChanged: (_ handle: UInt16, _ security: LinkSecurity) -> Void = { _, _ in }
+
+    /// The SMP timeout (Vol 3, Part H, 3.4).
+    public static let timeout: Duration = .seconds(30)
+
+    private let scheduler: TimerScheduling
+    private var logger: Logger
+    private var links: [UInt16: Link] = [:]
+    private var attempts = PairingAttempts()
+    private let makeRandom: () -> any RandomNumberGenerator
+    /// Pairing requests and key requests come at a central's pace.
+    private var peerLog = LogBudget()
+    /// Pairings, their failures and encryption changes too: a central can repeat them at will.
+    private var outcomeLog = LogBudget(burst: 30, window: .seconds(60))
+    /// CCCD changes of bonded centrals reach the bond file at most once a second (a central
+    /// toggling a CCCD must not make a write and fsync per request).
+    private var flushTimer: TimerID?
+    public static let bondWriteDelay: Duration = .seconds(1)
+
+    private final class Link {
+        let handle: UInt16
+        let peer: SMPAddress
+        var responder: SMPResponder
+        var timer: TimerID?
+        /// The STK or LTK the pairing under way made (encryptionKeyReady).
+        var pairingKey: SMPLongTermKey?
+        /// What the controller was given in the last LTK reply: the security it brings once on.
+        var keyInUse: LinkSecurity?
+        var security = LinkSecurity.unencrypted
+        init(handle: UInt16, peer: SMPAddress, responder: SMPResponder) {
+            self.handle = handle
+            self.peer = peer
+            self.responder = responder
+        }
+    }
+
+    /// `random` makes a generator per link for the responder's nonces and keys: the system's
+    /// (getrandom) unless a test seeds its own.
+    public init(configuration: SecurityConfiguration, owner: BondOwner, localAddress: SMPAddress,
+                scheduler: TimerScheduling, logger: Logger,
+                random: @escaping () -> any RandomNumberGenerator = { SystemRandomNumberGenerator() }) {
+        self.configuration = configuration
+        self.localAddress = localAddress
+        self.scheduler = scheduler
+        self.logger = logger
+        self.makeRandom = random
+        bonds = BondStore(path: configuration.bondStorePath, owner: owner, limit: configuration.maximumBonds, logger: logger)
+    }
+
+    /// The security of a link (unencrypted for an unknown handle).
+    public func security(of handle: UInt16) -> LinkSecurity {
+        links[handle]?.security ?? .unencrypted
+    }
+
+    /// Whether a pairing runs on the link.
+    public func isPairing(_ handle: UInt16) -> Bool {
+        links[handle]?.responder.isPairing ?? false
+    }
+
+    // MARK: Links
+
+    /// A central connected from `peer` (the address of LE Connection Complete, with its type).
+    public func linkOpened(_ handle: UInt16, peer: SMPAddress) {
+        if let old = links.removeValue(forKey: handle), let timer = old.timer { scheduler.cancel(timer) }
+        let responder = SMPResponder(configuration: configuration.responderConfiguration, initiatorAddress: peer,
+                                     responderAddress: localAddress, random: makeRandom())
+        links[handle] = Link(handle: handle, peer: peer, responder: responder)
+    }
+
+    public func linkClosed(_ handle: UInt16) {
+        guard let link = links.removeValue(forKey: handle) else { return }
+        if let timer = link.timer { scheduler.cancel(timer) }
+        if link.responder.isPairing, let leftOut = outcomeLog.take(now: scheduler.nowNanoseconds) {
+            logger.event(.pairingFailed, .notice, "pairing with \(link.peer.address) ended: the link closed\(LogBudget.note(leftOut))",
+                         metadata(link))
+        }
+        // What a bonded central changed reaches the file before its link is forgotten.
+        flushBonds()
+    }
+
+    /// The bond of the central on a link, if it has one.
+    public func bond(on handle: UInt16) -> Bond? {
+        guard let link = links[handle] else { return nil }
+        return bonds.bond(for: link.peer)
+    }
+
+    /// A bonded central's CCCD values changed: kept with its bond, written to the bond file.
+    public func clientConfigurationsChanged(_ values: [UInt16: UInt16], on handle: UInt16) {
+        guard let link = links[handle], link.security.isBonded,
+              bonds.setClientConfigurations(values, for: link.peer, write: false), flushTimer == nil else { return }
+        flushTimer = scheduler.schedule(after: Self.bondWriteDelay) { [weak self] in
+            self?.flushTimer = nil
+            self?.bonds.flush()
+        }
+    }
+
+    /// Writes what waits for the bond file now.
+    public func flushBonds() {
+        if let flushTimer { scheduler.cancel(flushTimer) }
+        flushTimer = nil
+        bonds.flush()
+    }
+
+    // MARK: SMP
+
+    /// One SMP PDU from the central (CID 0x0006).
+    public func receive(_ pdu: ArraySlice<UInt8>, on handle: UInt16) {
+        guard let link = links[handle] else { return }
+        if pdu.first == SMPCode.pairingRequest.rawValue, !link.responder.isPairing, !link.responder.hasTimedOut {
+            let now = scheduler.nowNanoseconds
+            if let wait = attempts.remainingWait(for: link.peer.address, now: now) {
+                // 2.3.6: a pairing attempt before the waiting interval has passed is refused.
+                sendSMP(handle, SMPPairingFailed(reason: .repeatedAttempts).encoded)
+                if let leftOut = peerLog.take(now: now) {
+                    logger.event(.pairingFailed, .warning,
+                                 "pairing with \(link.peer.address) refused: repeated attempts, \(Self.seconds(wait)) s left to wait\(LogBudget.note(leftOut))",
+                                 metadata(link, reason: .repeatedAttempts))
+                }
+                return
+            }
+            if let leftOut = peerLog.take(now: now) {
+                let known = bonds.bond(for: link.peer) != nil ? " (it is bonded: a new pairing replaces the bond)" : ""
+                logger.info("\(link.peer.address) asks to pair\(known)\(LogBudget.note(leftOut))", metadata: metadata(link))
+            }
+        }
+        let output = link.responder.receive(pdu)
+        apply(output, to: link)
+    }
+
+    // MARK: Encryption
+
+    /// LE Long Term Key Request (Vol 4, Part E, 7.7.65.5): the central starts encryption.
+    public func longTermKeyRequested(on handle: UInt16, randomNumber: UInt64, encryptedDiversifier: UInt16) {
+        guard let link = links[handle] else {
+            answerKeyRequest(handle, nil)
+            return
+        }
+        // The pairing under way: its STK (legacy) or LTK (Secure Connections), named by EDIV 0, Rand 0.
+        if let key = link.pairingKey, encryptedDiversifier == 0, randomNumber == 0, let summary = link.responder.pairingSummary {
+            link.keyInUse = LinkSecurity(isEncrypted: true, isAuthenticated: summary.authenticated,
+                                         isSecureConnections: summary.secureConnections,
+                                         encryptionKeySize: summary.encryptionKeySize, isBonded: false)
+            answerKeyRequest(handle, key.key)
+            return
+        }
+        guard let bond = bonds.bond(for: link.peer) else {
+            refuseKey(link, "no bond with it")
+            return
+        }
+        guard bond.answers(encryptedDiversifier: encryptedDiversifier, randomNumber: randomNumber) else {
+            refuseKey(link, "EDIV and Rand do not name the key of its bond")
+            return
+        }
+        link.keyInUse = LinkSecurity(isEncrypted: true, isAuthenticated: bond.authenticated,
+                                     isSecureConnections: bond.secureConnections,
+                                     encryptionKeySize: bond.encryptionKeySize, isBonded: true)
+        answerKeyRequest(handle, bond.longTermKey.key)
+    }
+
+    private func refuseKey(_ link: Link, _ why: String) {
+        link.keyInUse = nil
+        if let leftOut = peerLog.take(now: scheduler.nowNanoseconds) {
+            logger.event(.keyMissing, .notice,
+                         "\(link.peer.address) asked to encrypt the link: \(why); negative reply (PIN or Key Missing)\(LogBudget.note(leftOut))",
+                         metadata(link))
+        }
+        answerKeyRequest(link.handle, nil)
+    }
+
+    /// Encryption Change (7.7.8) or Encryption Key Refresh Complete (7.7.39, `refresh`).
+    /// `keySize` is the controller's (Encryption Change v2), when it said.
+    public func encryptionChanged(on handle: UInt16, status: UInt8, enabled: Bool, keySize: UInt8? = nil, refresh: Bool = false) {
+        guard let link = links[handle] else { return }
+        let what = refresh ? "encryption key refresh" : "encryption change"
+        let leftOut = outcomeLog.take(now: scheduler.nowNanoseconds)
+        guard status == 0 else {
+            if let leftOut {
+                logger.event(.encryptionChanged, .warning, "\(what) with \(link.peer.address) failed\(LogBudget.note(leftOut))",
+                             metadata(link).merging([LogKey.hciStatus: .string(Hex.byte(status))]) { $1 })
+            }
+            link.keyInUse = nil
+            if link.responder.isPairing {
+                // The central could not encrypt with the key the pairing made: that pairing is over.
+                apply(link.responder.abort(.unspecifiedReason), to: link)
+            }
+            return
+        }
+        guard enabled else {
+            link.security = .unencrypted
+            if let leftOut {
+                logger.event(.encryptionChanged, .notice, "link with \(link.peer.address) no longer encrypted\(LogBudget.note(leftOut))",
+                             metadata(link))
+            }
+            securityChanged(handle, link.security)
+            return
+        }
+        var security = link.keyInUse ?? LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: false,
+                                                      encryptionKeySize: 16, isBonded: false)
+        if let keySize { security.encryptionKeySize = keySize }
+        link.security = security
+        if let leftOut {
+            logger.event(.encryptionChanged, .info, "link with \(link.peer.address) \(security.summary)\(LogBudget.note(leftOut))",
+                         metadata(link))
+        }
+        securityChanged(handle, security)
+        if link.responder.isPairing {
+            // Encrypted with the STK or LTK: key distribution (3.6.1).
+            link.pairingKey = nil
+            apply(link.responder.linkEncrypted(), to: link)
+        }
+    }
+
+    /// The controller's key size for a link (Read Encryption Key Size, Vol 4, Part E, 7.5.7).
+    public func keySizeRead(on handle: UInt16, keySize: UInt8) {
+        guard let link = links[handle], link.security.isEncrypted, link.security.encryptionKeySize != keySize else { return }
+        logger.warning("controller encrypts the link with \(link.peer.address) with a \(keySize)-octet key, not \(link.security.encryptionKeySize)",
+                       metadata: metadata(link))
+        link.security.encryptionKeySize = keySize
+        securityChanged(handle, link.security)
+    }
+
+    // MARK: The responder's output
+
+    private func apply(_ output: SMPResponderOutput, to link: Link) {
+        for pdu in output.pdus { sendSMP(link.handle, pdu) }
+        switch output.timer {
+        case .unchanged: break
+        case .restart:
+            if let timer = link.timer { scheduler.cancel(timer) }
+            link.timer = scheduler.schedule(after: Self.timeout) { [weak self, weak link] in
+                guard let self, let link, self.links[link.handle] === link else { return }
+                link.timer = nil
+                self.apply(link.responder.timerExpired(), to: link)
+            }
+        case .stop:
+            if let timer = link.timer { scheduler.cancel(timer) }
+            link.timer = nil
+        }
+        for event in output.events { handle(event, on: link) }
+    }
+
+    private func handle(_ event: SMPResponderEvent, on link: Link) {
+        switch event {
+        case .displayPasskey:
+            // The passkey is the static one of the configuration (a label): not repeated in the log.
+            logger.notice("pairing with \(link.peer.address): Passkey Entry, the central types the device's passkey (--passkey)",
+                          metadata: metadata(link))
+        case .passkeyRequested:
+            // blemu never asks for a passkey (it is DisplayOnly or NoInputNoOutput): refuse.
+            apply(link.responder.passkeyEntered(nil), to: link)
+        case .confirmNumericComparison:
+            // Unreachable without DisplayYesNo; never confirm a value nobody compared.
+            apply(link.responder.numericComparisonConfirmed(false), to: link)
+        case .encryptionKeyReady(let key):
+            link.pairingKey = key
+        case .paired(let result):
+            paired(result, on: link)
+        case let .failed(reason, origin):
+            link.pairingKey = nil
+            failed(reason: reason, origin: origin, on: link)
+        }
+    }
+
+    private func paired(_ result: SMPPairingResult, on link: Link) {
+        attempts.succeeded(link.peer.address)
+        let method = result.authenticated ? "authenticated" : "unauthenticated (Just Works)"
+        let kind = result.secureConnections ? "LE Secure Connections" : "LE legacy"
+        var bonded = false
+        var note = ""
+        if result.bonded, let key = result.longTermKey {
+            if result.peerUsedDebugKey {
+                note = "; not bonded: the central used the debug key, which anyone can decrypt with"
+            } else {
+                let bond = Bond(peer: link.peer, identity: result.peerIdentity?.address,
+                                identityResolvingKey: result.peerIdentity?.resolvingKey, longTermKey: key,
+                                encryptionKeySize: result.encryptionKeySize, secureConnections: result.secureConnections,
+                                authenticated: result.authenticated)
+                let dropped = bonds.save(bond)
+                bonded = true
+                note = "; bonded"
+                for old in dropped {
+                    logger.notice("\(old) dropped: the limit is \(bonds.limit) bonds, the oldest goes", metadata: metadata(link))
+                }
+            }
+        } else if result.bonded {
+            note = "; no key to keep (the central asked for none)"
+        } else {
+            note = "; not bonded (the central did not ask to bond)"
+        }
+        if link.security.isEncrypted {
+            link.security.isAuthenticated = result.authenticated
+            link.security.isSecureConnections = result.secureConnections
+            link.security.isBonded = bonded
+        }
+        if let leftOut = outcomeLog.take(now: scheduler.nowNanoseconds) {
+            logger.event(.paired, .notice,
+                         "paired with \(result.peerIdentity?.address.address.description ?? link.peer.address.description): \(kind), \(method), \(result.encryptionKeySize)-octet key\(note)\(LogBudget.note(leftOut))",
+                         metadata(link))
+        }
+        securityChanged(link.handle, link.security)
+    }
+
+    private func failed(reason: SMPPairingFailedReason?, origin: SMPFailureOrigin, on link: Link) {
+        let reasonText = reason.map { "\(Self.describe($0)) (\(Hex.byte($0.rawValue)))" } ?? "no reason"
+        let who: String
+        switch origin {
+        case .local: who = "blemu ended it"
+        case .peer: who = "the central ended it"
+        case .timeout: who = "no answer within \(Self.timeout) (SMP timeout); no more pairing on this link"
+        }
+        var wait = ""
+        if let reason, PairingAttempts.counts(reason) {
+            let seconds = attempts.failed(link.peer.address, now: scheduler.nowNanoseconds)
+            wait = "; the next attempt from it waits \(Self.seconds(seconds)) s"
+        }
+        if let leftOut = outcomeLog.take(now: scheduler.nowNanoseconds) {
+            logger.event(.pairingFailed, .warning, "pairing with \(link.peer.address) failed: \(reasonText), \(who)\(wait)\(LogBudget.note(leftOut))",
+                         metadata(link, reason: reason))
+        }
+    }
+
+    private func metadata(_ link: Link, reason: SMPPairingFailedReason? = nil) -> Logger.Metadata {
+        var metadata: Logger.Metadata = [
+            LogKey.peer: .string(link.peer.address.description), LogKey.connHandle: .string("\(link.handle)"),
+        ]
+        if let reason { metadata[LogKey.reason] = .string(Hex.byte(reason.rawValue)) }
+        return metadata
+    }
+
+    static func seconds(_ nanoseconds: UInt64) -> String {
+        String(Double(nanoseconds / 1_000_000) / 1000)
+    }
+
+    /// The reason's name in Vol 3, Part H, 3.5.5, Table 3.7.
+    public static func describe(_ reason: SMPPairingFailedReason) -> String {
+        switch reason {
+        case .passkeyEntryFailed: "Passkey Entry Failed"
+        case .oobNotAvailable: "OOB Not Available"
+        case .authenticationRequirements: "Authentication Requirements"
+        case .confirmValueFailed: "Confirm Value Failed"
+        case .pairingNotSupported: "Pairing Not Supported"
+        case .encryptionKeySize: "Encryption Key Size"
+        case .commandNotSupported: "Command Not Supported"
+        case .unspecifiedReason: "Unspecified Reason"
+        case .repeatedAttempts: "Repeated Attempts"
+        case .invalidParameters: "Invalid Parameters"
+        case .dhKeyCheckFailed: "DHKey Check Failed"
+        case .numericComparisonFailed: "Numeric Comparison Failed"
+        case .brEdrPairingInProgress: "BR/EDR Pairing In Progress"
+        case .crossTransportKeyDerivationNotAllowed: "Cross-transport Key Derivation/Generation Not Allowed"
+        case .keyRejected: "Key Rejected"
+        }
+    }
+}
+
+/// The repeated-attempts rule (Vol 3, Part H, 2.3.6): after a failed pairing, the next attempt
+/// from the same central waits, and the wait doubles with every further failure, so a passkey
+/// cannot be guessed quickly. A success clears the central's count. Bounded: the 64 centrals
+/// seen last are remembered.
+struct PairingAttempts {
+    static let limit = 64
+    static let firstWait: UInt64 = 2_000_000_000
+    static let longestWait: UInt64 = 300_000_000_000
+
+    private struct Entry {
+        var failures: Int
+        var notBefore: UInt64
+        var lastFailure: UInt64
+    }
+    private var entries: [BluetoothAddress: Entry] = [:]
+
+    /// Failures that an attacker guessing a passkey or a key would cause (not protocol errors).
+    static func counts(_ reason: SMPPairingFailedReason) -> Bool {
+        switch reason {
+        case .confirmValueFailed, .dhKeyCheckFailed, .passkeyEntryFailed, .numericComparisonFailed: true
+        default: false
+        }
+    }
+
+    /// Nanoseconds still to wait, or nil when an attempt may start.
+    func remainingWait(for peer: BluetoothAddress, now: UInt64) -> UInt64? {
+        guard let entry = entries[peer], entry.notBefore > now else { return nil }
+        return entry.notBefore - now
+    }
+
+    /// Counts a failure; returns the wait it imposes.
+    mutating func failed(_ peer: BluetoothAddress, now: UInt64) -> UInt64 {
+        var entry = entries[peer] ?? Entry(failures: 0, notBefore: 0, lastFailure: now)
+        entry.failures += 1
+        let wait = min(Self.longestWait, Self.firstWait << UInt64(min(entry.failures - 1, 20)))
+        entry.notBefore = now + wait
+        entry.lastFailure = now
+        entries[peer] = entry
+        if entries.count > Self.limit, let oldest = entries.min(by: { $0.value.lastFailure < $1.value.lastFailure })?.key {
+            entries.removeValue(forKey: oldest)
+        }
+        return wait
+    }
+
+    mutating func succeeded(_ peer: BluetoothAddress) {
+        entries.removeValue(forKey: peer)
+    }
+}

@@ -1,0 +1,93 @@
+import BlemuATT
+import BlemuCore
+import Testing
+@testable import BlemuGATT
+
+/// Attribute permissions against the link's security (Vol 3, Part C, 10.3; Part F, 3.2.5 and 4.4).
+@Suite struct ATTServerSecurityTests {
+    /// One service: 0x0003 needs encryption to read, 0x0005 authentication to write, 0x0007
+    /// Secure Connections to read, 0x0009 a 16-octet key to read.
+    final class Bench {
+        let server: ATTServer
+        let delegate = RecordingDelegate()
+
+        init() throws {
+            let encrypted = Characteristic(0x2A19, properties: [.read], permissions: [.readEncryptionRequired],
+                                           onRead: { _ in .success([1]) })
+            let authenticated = Characteristic(0x2A1A, properties: [.write], permissions: [.writeAuthenticationRequired],
+                                               onWrite: { _ in nil })
+            let secureConnections = Characteristic(0x2A1B, properties: [.read],
+                                                   permissions: [.readEncryptionRequired, .secureConnectionsRequired],
+                                                   onRead: { _ in .success([3]) })
+            let longKey = Characteristic(0x2A1C, properties: [.read], permissions: [.readEncryptionRequired],
+                                         onRead: { _ in .success([4]) })
+            longKey.minimumEncryptionKeySize = 16
+            let database = try GATTDatabase(services: [Service(0x180F) { encrypted; authenticated; secureConnections; longKey }])
+            server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
+                               scheduler: ManualScheduler())
+            server.delegate = delegate
+        }
+
+        func error(_ hex: String) -> ATTError? {
+            let before = delegate.answered.count
+            server.receive(bytes(hex)[...])
+            return delegate.answered.count > before ? delegate.answered.last?.error : nil
+        }
+    }
+
+    @Test func anUnencryptedLinkIsToldToPairOrWithABondToEncrypt() throws {
+        let bench = try Bench()
+        #expect(bench.error("0A 0300") == .insufficientAuthentication)
+        #expect(bench.error("12 0500 01") == .insufficientAuthentication)
+        bench.server.linkSecurity.hasLongTermKey = true
+        #expect(bench.error("0A 0300") == .insufficientEncryption)
+        #expect(bench.error("12 0500 01") == .insufficientEncryption)
+    }
+
+    @Test func anUnauthenticatedKeyIsNotEnoughForAuthentication() throws {
+        let bench = try Bench()
+        bench.server.linkSecurity = ATTLinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true,
+                                                    encryptionKeySize: 16)
+        #expect(bench.error("0A 0300") == nil)
+        #expect(bench.error("12 0500 01") == .insufficientAuthentication)
+        bench.server.linkSecurity.isAuthenticated = true
+        #expect(bench.error("12 0500 01") == nil)
+    }
+
+    @Test func legacyIsNotSecureConnections() throws {
+        let bench = try Bench()
+        bench.server.linkSecurity = ATTLinkSecurity(isEncrypted: true, isAuthenticated: true, isSecureConnections: false,
+                                                    encryptionKeySize: 16)
+        #expect(bench.error("0A 0700") == .insufficientAuthentication)
+        bench.server.linkSecurity.isSecureConnections = true
+        #expect(bench.error("0A 0700") == nil)
+    }
+
+    @Test func aShortKeyIsTooShort() throws {
+        let bench = try Bench()
+        bench.server.linkSecurity = ATTLinkSecurity(isEncrypted: true, isAuthenticated: true, isSecureConnections: true,
+                                                    encryptionKeySize: 7)
+        #expect(bench.error("0A 0900") == .encryptionKeySizeTooShort)
+        #expect(bench.error("0A 0300") == nil)
+        bench.server.linkSecurity.encryptionKeySize = 16
+        #expect(bench.error("0A 0900") == nil)
+    }
+
+    @Test func aWriteCommandWithoutTheSecurityIsDropped() throws {
+        let bench = try Bench()
+        let sent = bench.delegate.sent.count
+        bench.server.receive(bytes("52 0500 01")[...])
+        #expect(bench.delegate.sent.count == sent)
+        #expect(bench.delegate.wrote.isEmpty)
+    }
+
+    @Test func restoredSubscriptionsAreTheAllowedFlagsOnly() throws {
+        let f = try Fixture()
+        let notifying = f.database.characteristics.filter(\.notifies)
+        let first = try #require(notifying.first)
+        f.server.restoreClientConfigurations([first.valueHandle: 0x0003, 0x7777: 0x0001])
+        let allowed: UInt16 = (first.properties.contains(.notify) ? 1 : 0) | (first.properties.contains(.indicate) ? 2 : 0)
+        #expect(f.server.clientConfiguration(first) == allowed)
+        #expect(f.server.clientConfigurationValues == [first.valueHandle: allowed])
+    }
+}

@@ -1,0 +1,115 @@
+import BlemuATT
+import BlemuCore
+import BlemuDevices
+import BlemuGATT
+import BlemuHCI
+import BlemuHost
+import BlemuL2CAP
+import BlemuSMP
+import BlemuSecurity
+import Testing
+
+/// Pairing, encryption and bonds through the whole stack, with a scripted controller.
+@Suite struct SecurityHostTests {
+    /// ScriptedController.connect: Peer_Address_Type 0x01 (random).
+    private func centralAddress(_ bench: Bench) -> SMPAddress { SMPAddress(bench.central, isRandom: true) }
+
+    private func longTermKeyRequest(_ bench: Bench, handle: UInt16 = Bench.link, rand: UInt64 = 0, ediv: UInt16 = 0) {
+        var p: [UInt8] = [0x05]
+        p.appendLE(handle)
+        for index in 0..<8 { p.append(UInt8(truncatingIfNeeded: rand >> (8 * UInt64(index)))) }
+        p.appendLE(ediv)
+        bench.controller.event(0x3E, p)
+    }
+
+    private func encryptionChange(_ bench: Bench, handle: UInt16 = Bench.link, status: UInt8 = 0, enabled: UInt8 = 1) {
+        var p: [UInt8] = [status]
+        p.appendLE(handle)
+        p.append(enabled)
+        bench.controller.event(0x08, p)
+    }
+
+    @Test func aBondedCentralEncryptsAndItsSubscriptionsComeBack() throws {
+        let device = HeartRateDevice(seed: 3)
+        let bench = try Bench.connected(device)
+        let key = [UInt8](repeating: 0x42, count: 16)
+        let measurement = device.measurement.valueHandle
+        bench.peripheral.security.bonds.save(Bond(
+            peer: centralAddress(bench), longTermKey: SMPLongTermKey(key: key), encryptionKeySize: 16,
+            secureConnections: true, authenticated: false, clientConfigurations: [measurement: 0x0001]))
+
+        longTermKeyRequest(bench)
+        let reply = try #require(bench.controller.commands(HCIOpcode.leLongTermKeyRequestReply).last)
+        #expect(reply.parameters == [0x40, 0x00] + key)
+        encryptionChange(bench)
+        // The controller's key size is checked (Vol 4, Part E, 7.5.7).
+        #expect(bench.controller.commands(HCIOpcode.readEncryptionKeySize).last?.parameters == [0x40, 0x00])
+        #expect(bench.peripheral.security.security(of: Bench.link).isBonded)
+        #expect(bench.peripheral.linkSecurity(of: ATTPeer(connectionHandle: Bench.link, address: bench.central)).isEncrypted)
+        // Notifications flow without a CCCD write on this link.
+        bench.run(for: .seconds(2), step: .milliseconds(100))
+        #expect(!bench.sent().notifications(of: device.measurement).isEmpty)
+    }
+
+    @Test func aCentralWithoutABondGetsTheNegativeReply() throws {
+        let bench = try Bench.connected(HeartRateDevice(seed: 4))
+        longTermKeyRequest(bench, rand: 7, ediv: 9)
+        #expect(bench.controller.commands(HCIOpcode.leLongTermKeyRequestNegativeReply).last?.parameters == [0x40, 0x00])
+        #expect(bench.controller.commands(HCIOpcode.leLongTermKeyRequestReply).isEmpty)
+    }
+
+    @Test func withAPasskeyTheLocksControlPointNeedsAnAuthenticatedLink() throws {
+        let device = LockDevice(pin: "4821", seed: 2)
+        let bench = try Bench(device: device, name: "Lock", security: SecurityConfiguration(passkey: 123456))
+        bench.controller.connect(handle: Bench.link, peer: bench.central)
+        #expect(bench.subscribe(device.controlPoint, notify: false, indicate: true) == [[0x13]])
+        let unlock: [UInt8] = [0x02] + Array("4821".utf8)
+        #expect(bench.writeError(device.controlPoint, unlock) == 0x05)
+        // A bonded central that has not encrypted yet: Insufficient Encryption.
+        bench.peripheral.security.bonds.save(Bond(
+            peer: centralAddress(bench), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 1, count: 16)),
+            encryptionKeySize: 16, secureConnections: true, authenticated: false))
+        bench.controller.connect(handle: 0x0041, peer: bench.central)
+        #expect(bench.subscribe(device.controlPoint, notify: false, indicate: true, link: 0x0041) == [[0x13]])
+        #expect(bench.writeError(device.controlPoint, unlock, link: 0x0041) == 0x0F)
+        // Encrypted with that unauthenticated (Just Works) key: still Insufficient Authentication.
+        longTermKeyRequest(bench, handle: 0x0041)
+        encryptionChange(bench, handle: 0x0041)
+        #expect(bench.writeError(device.controlPoint, unlock, link: 0x0041) == 0x05)
+    }
+
+    @Test func withoutAPasskeyTheLockKeepsItsPINRule() throws {
+        let device = LockDevice(pin: "4821", seed: 2)
+        let bench = try Bench.connected(device)
+        #expect(bench.subscribe(device.controlPoint, notify: false, indicate: true) == [[0x13]])
+        #expect(bench.write(device.controlPoint, [0x02] + Array("4821".utf8)).last == [0x13])
+    }
+}
+
+extension SecurityHostTests {
+    @Test func withAPasskeyTheThermostatsWritesNeedAnEncryptedLink() throws {
+        let device = ThermostatDevice()
+        let bench = try Bench(device: device, name: "Thermostat", security: SecurityConfiguration(passkey: 123456))
+        bench.controller.connect(handle: Bench.link, peer: bench.central)
+        #expect(bench.writeError(device.target, [0xD0, 0x07]) == 0x05)
+        #expect(bench.writeError(device.mode, [0x01]) == 0x05)
+        bench.peripheral.security.bonds.save(Bond(
+            peer: SMPAddress(bench.central, isRandom: true), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 3, count: 16)),
+            encryptionKeySize: 16, secureConnections: true, authenticated: true))
+        bench.controller.connect(handle: 0x0041, peer: bench.central)
+        #expect(bench.writeError(device.target, [0xD0, 0x07], link: 0x0041) == 0x0F)
+        var p: [UInt8] = [0x05, 0x41, 0x00]
+        p += [UInt8](repeating: 0, count: 10)
+        bench.controller.event(0x3E, p)
+        bench.controller.event(0x08, [0x00, 0x41, 0x00, 0x01])
+        #expect(bench.write(device.target, [0xD0, 0x07], link: 0x0041).last == [0x13])
+        // Still the range rule once the link is good.
+        #expect(bench.writeError(device.target, [0x28, 0x23], link: 0x0041) == 0xFF)
+    }
+
+    @Test func withoutAPasskeyTheThermostatTakesWritesFromAnyLink() throws {
+        let device = ThermostatDevice()
+        let bench = try Bench.connected(device)
+        #expect(bench.write(device.target, [0xD0, 0x07]).last == [0x13])
+    }
+}

@@ -1,0 +1,119 @@
+import Testing
+import BlemuCore
+import BlemuSMP
+@testable import BlemuSecurity
+
+private let owner = BondOwner(device: "lock", name: "Front Door", address: BluetoothAddress("C4:11:22:33:44:55")!)
+private let central = SMPAddress(BluetoothAddress("D1:22:33:44:55:66")!, isRandom: true)
+
+private func bond(_ peer: SMPAddress = central, key: UInt8 = 0xAB, sc: Bool = true) -> Bond {
+    Bond(peer: peer, identity: SMPAddress(BluetoothAddress("C9:00:00:00:00:01")!, isRandom: true),
+         identityResolvingKey: [UInt8](repeating: 0x11, count: 16),
+         longTermKey: SMPLongTermKey(key: [UInt8](repeating: key, count: 16), encryptedDiversifier: sc ? 0 : 0x1234,
+                                     randomNumber: sc ? 0 : 0xFEDC_BA98_7654_3210),
+         encryptionKeySize: 16, secureConnections: sc, authenticated: false, clientConfigurations: [0x0010: 0x0001])
+}
+
+@Suite struct BondStoreTests {
+    @Test func fileNameIsSafe() {
+        #expect(owner.fileName == "bonds-lock-Front_Door.json")
+        #expect(BondOwner(device: "x", name: "../../etc/passwd", address: owner.address).fileName == "bonds-x-.._.._etc_passwd.json")
+    }
+
+    @Test func bondsSurviveARestartInAFileOfMode0600() {
+        let dir = TemporaryDirectory()
+        defer {
+            TemporaryDirectory.sub(dir, "state").remove()
+            dir.remove()
+        }
+        let path = dir.path + "/state/" + owner.fileName
+        let recorder = LogRecorder()
+        let store = BondStore(path: path, owner: owner, logger: recorder.logger)
+        #expect(store.bonds.isEmpty)
+        store.save(bond())
+        var legacyBond = bond(SMPAddress(BluetoothAddress("D2:22:33:44:55:66")!, isRandom: true), key: 0xCD, sc: false)
+        legacyBond.identity = nil
+        store.save(legacyBond)
+
+        let reloaded = BondStore(path: path, owner: owner, logger: recorder.logger)
+        #expect(reloaded.bonds.count == 2)
+        let first = reloaded.bond(for: central)
+        #expect(first?.longTermKey.key == [UInt8](repeating: 0xAB, count: 16))
+        #expect(first?.clientConfigurations == [0x0010: 0x0001])
+        let legacy = reloaded.bond(for: SMPAddress(BluetoothAddress("D2:22:33:44:55:66")!, isRandom: true))
+        #expect(legacy?.longTermKey.encryptedDiversifier == 0x1234)
+        #expect(legacy?.longTermKey.randomNumber == 0xFEDC_BA98_7654_3210)
+        #expect(legacy?.secureConnections == false)
+        // Found by its identity address too.
+        #expect(reloaded.bond(for: SMPAddress(BluetoothAddress("C9:00:00:00:00:01")!, isRandom: true)) != nil)
+
+        let state = TemporaryDirectory.sub(dir, "state")
+        #expect(state.mode(owner.fileName) == 0o600)
+        #expect(state.files() == [owner.fileName], "no temporary file left behind")
+        // No key appears in any log line.
+        #expect(!recorder.entries.contains { $0.message.lowercased().contains("abababab") })
+        #expect(!"\(bond())".contains("abab"))
+    }
+
+    @Test func aNewBondOfTheSameCentralReplacesTheOld() {
+        let store = BondStore(path: nil, owner: owner, logger: LogRecorder().logger)
+        store.save(bond(key: 1))
+        store.save(bond(key: 2))
+        #expect(store.bonds.count == 1)
+        #expect(store.bond(for: central)?.longTermKey.key.first == 2)
+    }
+
+    @Test func theOldestGoesBeyondTheLimit() {
+        let store = BondStore(path: nil, owner: owner, limit: 3, logger: LogRecorder().logger)
+        var dropped: [Bond] = []
+        for index in 1...5 {
+            let peer = SMPAddress(BluetoothAddress(value: 0xD0_0000_0000_00 + UInt64(index)), isRandom: true)
+            var b = bond(peer, key: UInt8(index))
+            b.identity = nil
+            dropped += store.save(b)
+        }
+        #expect(store.bonds.count == 3)
+        #expect(store.bonds.map { $0.longTermKey.key[0] } == [3, 4, 5])
+        #expect(dropped.map { $0.longTermKey.key[0] } == [1, 2])
+    }
+
+    @Test(arguments: [
+        "not json at all",
+        "{\"format\": \"blemu-bonds\"}",
+        "{\"format\":\"blemu-bonds\",\"version\":1,\"device\":\"lock\",\"name\":\"Front Door\",\"address\":\"C4:11:22:33:44:55\",\"bonds\":[{\"peer\":\"D1:22:33:44:55:66\",\"peerRandom\":true,\"ltk\":\"00\",\"ediv\":0,\"rand\":\"0\",\"keySize\":16,\"secureConnections\":true,\"authenticated\":false,\"sequence\":1}]}",
+        // Another device's file.
+        "{\"format\":\"blemu-bonds\",\"version\":1,\"device\":\"thermostat\",\"name\":\"Front Door\",\"address\":\"C4:11:22:33:44:55\",\"bonds\":[]}",
+        "{\"format\":\"blemu-bonds\",\"version\":1,\"device\":\"lock\",\"name\":\"Front Door\",\"address\":\"C4:11:22:33:44:56\",\"bonds\":[]}",
+        "{\"format\":\"blemu-bonds\",\"version\":2,\"device\":\"lock\",\"name\":\"Front Door\",\"address\":\"C4:11:22:33:44:55\",\"bonds\":[]}",
+    ])
+    func aDamagedOrForeignFileIsMovedAsideAndReported(text: String) {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        dir.write(owner.fileName, text)
+        let recorder = LogRecorder()
+        let store = BondStore(path: dir.path + "/" + owner.fileName, owner: owner, logger: recorder.logger)
+        #expect(store.bonds.isEmpty)
+        #expect(dir.files() == [owner.fileName + ".damaged-1"])
+        let errors = recorder.entries.filter { $0.level == .error }
+        #expect(errors.count == 1)
+        #expect(errors.first?.message.contains(dir.path + "/" + owner.fileName) == true)
+        // Saving again makes a good file beside the one moved aside.
+        store.save(bond())
+        #expect(BondStore(path: dir.path + "/" + owner.fileName, owner: owner, logger: recorder.logger).bonds.count == 1)
+    }
+
+    @Test func anUnwritableDirectoryKeepsTheBondsInMemory() {
+        let recorder = LogRecorder()
+        let store = BondStore(path: "/proc/blemu-cannot-write-here/" + owner.fileName, owner: owner, logger: recorder.logger)
+        store.save(bond())
+        #expect(store.bond(for: central) != nil)
+        #expect(recorder.entries.contains { $0.level == .error && $0.message.contains("not written") })
+    }
+}
+
+extension TemporaryDirectory {
+    static func sub(_ dir: TemporaryDirectory, _ name: String) -> TemporaryDirectory {
+        TemporaryDirectory(existing: dir.path + "/" + name)
+    }
+    init(existing: String) { path = existing }
+}

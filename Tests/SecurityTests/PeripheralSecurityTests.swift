@@ -1,0 +1,246 @@
+import Testing
+import BlemuCore
+import BlemuSMP
+@testable import BlemuSecurity
+
+private let owner = BondOwner(device: "lock", name: "Lock", address: BluetoothAddress("C4:11:22:33:44:55")!)
+private let local = SMPAddress(owner.address, isRandom: true)
+private let centralAddress = SMPAddress(BluetoothAddress("D1:22:33:44:55:66")!, isRandom: true)
+private let handle: UInt16 = 0x0040
+
+/// A PeripheralSecurity with everything it sends recorded.
+private final class Bench {
+    let scheduler = ManualScheduler()
+    let recorder = LogRecorder()
+    let security: PeripheralSecurity
+    var sent: [[UInt8]] = []
+    var keyAnswers: [[UInt8]?] = []
+    var changes: [LinkSecurity] = []
+
+    init(_ configuration: SecurityConfiguration = SecurityConfiguration(), store: BondStore? = nil) {
+        var seed: UInt64 = 1
+        security = PeripheralSecurity(configuration: configuration, owner: owner, localAddress: local,
+                                      scheduler: scheduler, logger: recorder.logger) {
+            seed += 1
+            return SeededRandom(seed: seed)
+        }
+        security.sendSMP = { [unowned self] _, pdu in self.sent.append(pdu) }
+        security.answerKeyRequest = { [unowned self] _, key in self.keyAnswers.append(key) }
+        security.securityChanged = { [unowned self] _, state in self.changes.append(state) }
+        security.linkOpened(handle, peer: centralAddress)
+    }
+
+    func receive(_ pdu: [UInt8]) -> [[UInt8]] {
+        let before = sent.count
+        security.receive(pdu[...], on: handle)
+        return Array(sent[before...])
+    }
+}
+
+/// LE legacy Just Works as the central does it, with the toolbox (Vol 3, Part H, 2.3.5.5).
+private struct LegacyCentral {
+    var random = SeededRandom(seed: 99)
+    var features = SMPPairingFeatures(ioCapability: .noInputNoOutput, oobDataPresent: false,
+                                      authRequirements: SMPAuthRequirements(bonding: true, mitm: false, secureConnections: false),
+                                      maximumEncryptionKeySize: 16, initiatorKeyDistribution: [],
+                                      responderKeyDistribution: [.encryptionKey])
+    var preq: [UInt8] = []
+    var pres: [UInt8] = []
+    var mrand: [UInt8] = []
+    let tk = [UInt8](repeating: 0, count: 16)
+
+    /// Pairing Request → Response, Confirm → Confirm, Random → Random; returns the STK.
+    mutating func pair(_ bench: Bench, wrongConfirm: Bool = false) -> [UInt8]? {
+        preq = SMPPairingRequest(features).encoded
+        guard let response = bench.receive(preq).first, response.first == SMPCode.pairingResponse.rawValue else { return nil }
+        pres = response
+        mrand = random.bytes(16)
+        var mconfirm = SMPCrypto.c1(k: tk, r: mrand, preq: preq, pres: pres, initiator: centralAddress, responder: local)
+        if wrongConfirm { mconfirm[0] ^= 1 }
+        guard let sconfirm = bench.receive(SMPPairingConfirm(value: mconfirm).encoded).first,
+              let confirm = try? SMPPairingConfirm(pdu: sconfirm[...]) else { return nil }
+        guard let answer = bench.receive(SMPPairingRandom(value: mrand).encoded).first,
+              let srand = try? SMPPairingRandom(pdu: answer[...]) else { return nil }
+        #expect(SMPCrypto.c1(k: tk, r: srand.value, preq: preq, pres: pres, initiator: centralAddress, responder: local) == confirm.value)
+        return SMPCrypto.s1(k: tk, r1: srand.value, r2: mrand)
+    }
+}
+
+@Suite struct PeripheralSecurityTests {
+    @Test func legacyJustWorksPairsEncryptsBondsAndReconnects() throws {
+        let bench = Bench()
+        var central = LegacyCentral()
+        let paired = central.pair(bench)
+        let stk = try #require(paired)
+        #expect(bench.security.isPairing(handle))
+
+        // The central encrypts with the STK: EDIV 0, Rand 0.
+        bench.security.longTermKeyRequested(on: handle, randomNumber: 0, encryptedDiversifier: 0)
+        #expect(bench.keyAnswers == [stk])
+        let before = bench.sent.count
+        bench.security.encryptionChanged(on: handle, status: 0, enabled: true)
+        // Key distribution: Encryption Information, Central Identification.
+        let keys = Array(bench.sent[before...])
+        #expect(keys.count == 2)
+        let ltk = try SMPEncryptionInformation(pdu: keys[0][...]).longTermKey
+        let identification = try SMPCentralIdentification(pdu: keys[1][...])
+        #expect(!bench.security.isPairing(handle))
+        #expect(bench.recorder.events(.paired).count == 1)
+        #expect(bench.recorder.events(.paired).first?.message.contains("bonded") == true)
+        #expect(bench.security.security(of: handle) == LinkSecurity(isEncrypted: true, isAuthenticated: false,
+                                                                    isSecureConnections: false, encryptionKeySize: 16, isBonded: true))
+        let bond = try #require(bench.security.bonds.bond(for: centralAddress))
+        #expect(bond.longTermKey.key == ltk)
+
+        // A new link: the central names the distributed key by its EDIV and Rand.
+        bench.security.linkClosed(handle)
+        bench.security.linkOpened(handle, peer: centralAddress)
+        bench.security.longTermKeyRequested(on: handle, randomNumber: identification.randomNumber,
+                                            encryptedDiversifier: identification.encryptedDiversifier)
+        #expect(bench.keyAnswers.last == ltk)
+        bench.security.encryptionChanged(on: handle, status: 0, enabled: true)
+        #expect(bench.security.security(of: handle).isBonded)
+        // Other EDIV/Rand, or SC's zeros, do not name it.
+        bench.security.longTermKeyRequested(on: handle, randomNumber: 0, encryptedDiversifier: 0)
+        #expect(bench.keyAnswers.last == .some(nil))
+        #expect(bench.recorder.events(.keyMissing).count == 1)
+    }
+
+    @Test func aSecureConnectionsBondIsNamedByZeros() {
+        let bench = Bench()
+        let key = [UInt8](repeating: 0x5A, count: 16)
+        bench.security.bonds.save(Bond(peer: centralAddress, longTermKey: SMPLongTermKey(key: key), encryptionKeySize: 16,
+                                       secureConnections: true, authenticated: true))
+        bench.security.longTermKeyRequested(on: handle, randomNumber: 0, encryptedDiversifier: 0)
+        #expect(bench.keyAnswers == [key])
+        bench.security.encryptionChanged(on: handle, status: 0, enabled: true)
+        #expect(bench.security.security(of: handle) == LinkSecurity(isEncrypted: true, isAuthenticated: true,
+                                                                    isSecureConnections: true, encryptionKeySize: 16, isBonded: true))
+        #expect(bench.changes.count == 1)
+        #expect(bench.recorder.events(.encryptionChanged).count == 1)
+        // No key in any log line.
+        #expect(!bench.recorder.entries.contains { $0.message.lowercased().contains("5a5a") })
+    }
+
+    @Test func noBondNoKey() {
+        let bench = Bench()
+        bench.security.longTermKeyRequested(on: handle, randomNumber: 1, encryptedDiversifier: 2)
+        bench.security.longTermKeyRequested(on: 0x0099, randomNumber: 0, encryptedDiversifier: 0)
+        #expect(bench.keyAnswers == [nil, nil])
+        #expect(bench.recorder.events(.keyMissing).count == 1)
+    }
+
+    @Test func aFailedEncryptionIsLoggedWithTheStatus() {
+        let bench = Bench()
+        bench.security.encryptionChanged(on: handle, status: 0x3D, enabled: false)
+        let entry = bench.recorder.events(.encryptionChanged).first
+        #expect(entry?.level == .warning)
+        #expect(entry?.metadata[LogKey.hciStatus] == "0x3d")
+        #expect(!bench.security.security(of: handle).isEncrypted)
+    }
+
+    @Test func aWrongConfirmFailsAndTheNextAttemptWaitsLongerEachTime() {
+        let bench = Bench()
+        var central = LegacyCentral()
+        #expect(central.pair(bench, wrongConfirm: true) == nil)
+        #expect(bench.sent.last == [SMPCode.pairingFailed.rawValue, SMPPairingFailedReason.confirmValueFailed.rawValue])
+        let failed = bench.recorder.events(.pairingFailed)
+        #expect(failed.count == 1)
+        #expect(failed.first?.metadata[LogKey.reason] == "0x04")
+
+        // At once: refused with Repeated Attempts, and the responder never saw it.
+        let refused = bench.receive(SMPPairingRequest(central.features).encoded)
+        #expect(refused == [[SMPCode.pairingFailed.rawValue, SMPPairingFailedReason.repeatedAttempts.rawValue]])
+        #expect(!bench.security.isPairing(handle))
+
+        // After the first wait (2 s) pairing may start again; a second failure waits 4 s.
+        bench.scheduler.advance(by: .seconds(2))
+        #expect(central.pair(bench, wrongConfirm: true) == nil)
+        bench.scheduler.advance(by: .seconds(3))
+        #expect(bench.receive(SMPPairingRequest(central.features).encoded).first?.last == SMPPairingFailedReason.repeatedAttempts.rawValue)
+        bench.scheduler.advance(by: .seconds(1))
+        // A success clears the count.
+        #expect(central.pair(bench) != nil)
+    }
+
+    @Test func theSMPTimerEndsAPairingAfter30Seconds() {
+        let bench = Bench()
+        let central = LegacyCentral()
+        #expect(bench.receive(SMPPairingRequest(central.features).encoded).first?.first == SMPCode.pairingResponse.rawValue)
+        bench.scheduler.advance(by: .seconds(29))
+        #expect(bench.security.isPairing(handle))
+        bench.scheduler.advance(by: .seconds(2))
+        #expect(!bench.security.isPairing(handle))
+        #expect(bench.recorder.events(.pairingFailed).first?.message.contains("SMP timeout") == true)
+        // SMP is over on this link (Vol 3, Part H, 3.4): nothing is answered.
+        #expect(bench.receive(SMPPairingRequest(central.features).encoded).isEmpty)
+    }
+
+    @Test func aPasskeyMakesTheDeviceDisplayOnlyAndDemandMITM() {
+        let bench = Bench(SecurityConfiguration(passkey: 123456))
+        var features = LegacyCentral().features
+        // A central that can neither type nor show: Just Works, which the device refuses.
+        let refused = bench.receive(SMPPairingRequest(features).encoded)
+        #expect(refused == [[SMPCode.pairingFailed.rawValue, SMPPairingFailedReason.authenticationRequirements.rawValue]])
+        features.ioCapability = .keyboardOnly
+        let response = bench.receive(SMPPairingRequest(features).encoded).first ?? []
+        let decoded = try? SMPPairingResponse(pdu: response[...])
+        #expect(decoded?.features.ioCapability == .displayOnly)
+        #expect(decoded?.features.authRequirements.mitm == true)
+        // The passkey is not written to the log.
+        #expect(!bench.recorder.entries.contains { $0.message.contains("123456") })
+    }
+
+    @Test func closingTheLinkEndsThePairingAndItsTimer() {
+        let bench = Bench()
+        _ = bench.receive(SMPPairingRequest(LegacyCentral().features).encoded)
+        #expect(bench.scheduler.pendingCount == 1)
+        bench.security.linkClosed(handle)
+        #expect(bench.scheduler.pendingCount == 0)
+        #expect(bench.recorder.events(.pairingFailed).count == 1)
+    }
+
+    @Test func randomBytesOnTheSMPChannelNeverTrap() {
+        let bench = Bench()
+        var random = SeededRandom(seed: 5)
+        for _ in 0..<2000 {
+            let length = Int(random.next() % 70)
+            var pdu = random.bytes(length)
+            if !pdu.isEmpty && random.next() % 2 == 0 { pdu[0] = UInt8(random.next() % 0x0F) }
+            bench.security.receive(pdu[...], on: handle)
+            if random.next() % 50 == 0 {
+                bench.security.longTermKeyRequested(on: handle, randomNumber: random.next(), encryptedDiversifier: 0)
+                bench.security.encryptionChanged(on: handle, status: UInt8(random.next() % 2), enabled: true)
+            }
+        }
+    }
+}
+
+@Suite struct BondedSubscriptionTests {
+    @Test func aBondedCentralsCCCDsReachTheFileAtMostOnceASecondAndWhenTheLinkCloses() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let path = dir.path + "/" + owner.fileName
+        let scheduler = ManualScheduler()
+        let security = PeripheralSecurity(configuration: SecurityConfiguration(bondStorePath: path), owner: owner,
+                                          localAddress: local, scheduler: scheduler, logger: LogRecorder().logger)
+        let key = [UInt8](repeating: 7, count: 16)
+        security.bonds.save(Bond(peer: centralAddress, longTermKey: SMPLongTermKey(key: key), encryptionKeySize: 16,
+                                 secureConnections: true, authenticated: false))
+        security.linkOpened(handle, peer: centralAddress)
+        security.longTermKeyRequested(on: handle, randomNumber: 0, encryptedDiversifier: 0)
+        security.encryptionChanged(on: handle, status: 0, enabled: true)
+        func stored() -> [UInt16: UInt16]? {
+            BondStore(path: path, owner: owner, logger: LogRecorder().logger).bond(for: centralAddress)?.clientConfigurations
+        }
+        security.clientConfigurationsChanged([0x0010: 1], on: handle)
+        security.clientConfigurationsChanged([0x0010: 1, 0x0020: 2], on: handle)
+        #expect(stored() == [:], "not written at once")
+        scheduler.advance(by: .seconds(1))
+        #expect(stored() == [0x0010: 1, 0x0020: 2])
+        security.clientConfigurationsChanged([0x0020: 2], on: handle)
+        security.linkClosed(handle)
+        #expect(stored() == [0x0020: 2], "written when the link closes")
+        #expect(scheduler.pendingCount == 0)
+    }
+}

@@ -1,0 +1,343 @@
+"""Pairing, encryption and bonding (Docs/SECURITY.md), checked from the outside by Bumble
+centrals on rootcanal's radio: LE Secure Connections Just Works with bonding, a restart of
+blemu with the same --state-dir and a reconnection that encrypts without pairing again,
+Passkey Entry with the device's static passkey (right and wrong), the repeated-attempts rule,
+and LE legacy Just Works.
+
+Spec references: Core 5.4, Vol 3, Part H (SMP); Vol 4, Part E (HCI).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+
+import pytest
+from bumble import hci
+from bumble.core import UUID, ProtocolError
+from bumble.keys import MemoryKeyStore
+from bumble.pairing import PairingConfig, PairingDelegate
+
+from bumble_central import (
+    UUID_BODY_SENSOR_LOCATION,
+    UUID_HEART_RATE_MEASUREMENT,
+    UUID_HEART_RATE_SERVICE,
+    Central,
+    collect_indications,
+    collect_notifications,
+)
+from harness import BlemuProcess, expect_write_error, run, start_advertising, unique_name
+
+# Vol 3, Part H, 3.5.5, Table 3.7.
+SMP_CONFIRM_VALUE_FAILED = 0x04
+SMP_REPEATED_ATTEMPTS = 0x09
+PASSKEY = 123456
+
+
+class Keyboard(PairingDelegate):
+    """A central whose user types `passkey` when asked (KeyboardOnly)."""
+
+    def __init__(self, passkey: int):
+        super().__init__(io_capability=PairingDelegate.KEYBOARD_INPUT_ONLY)
+        self.passkey = passkey
+        self.asked = 0
+
+    async def get_number(self) -> int | None:
+        self.asked += 1
+        return self.passkey
+
+
+def pairing(sc: bool = True, mitm: bool = False, delegate: PairingDelegate | None = None):
+    return lambda _connection: PairingConfig(sc=sc, mitm=mitm, bonding=True,
+                                             delegate=delegate or PairingDelegate(PairingDelegate.NO_OUTPUT_NO_INPUT))
+
+
+def start(rootcanal, label: str, state_dir, *extra: str, name: str | None = None) -> BlemuProcess:
+    process = BlemuProcess(rootcanal.controller_spec, name or unique_name(label),
+                           extra_args=["--state-dir", str(state_dir), *extra])
+    return start_advertising(process, rootcanal)
+
+
+@contextlib.asynccontextmanager
+async def central_for(blemu: BlemuProcess, label: str, address: hci.Address | None = None):
+    async with Central(blemu.controller, name=label, address=address) as central:
+        yield central
+
+
+async def connect(central: Central, blemu: BlemuProcess):
+    assert blemu.scan is not None
+    return await central.connect(blemu.scan.address)
+
+
+async def read_body_sensor_location(conn) -> bytes:
+    await conn.discover_all()
+    return await conn.read(conn.characteristic(UUID_BODY_SENSOR_LOCATION, UUID_HEART_RATE_SERVICE))
+
+
+def bond_file(state_dir) -> dict:
+    files = [name for name in os.listdir(state_dir) if name.startswith("bonds-") and name.endswith(".json")]
+    assert len(files) == 1, f"one bond file expected in {state_dir}: {os.listdir(state_dir)}"
+    path = os.path.join(state_dir, files[0])
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    assert mode == 0o600, f"{path} has mode {mode:o}, not 600"
+    with open(path) as file:
+        return json.load(file)
+
+
+def stop(process: BlemuProcess) -> None:
+    assert process.stop() == 0, f"blemu did not stop cleanly:\n{process.log_tail()}"
+
+
+def test_secure_connections_just_works_bonds_and_survives_a_restart(rootcanal, tmp_path):
+    """SC Just Works with bonding encrypts the link; after blemu restarts with the same
+    --state-dir, the same central (same address, same key store) encrypts with its LTK
+    (EDIV 0, Rand 0, Vol 3, Part H, 2.4.1) without pairing again."""
+    state_dir = tmp_path / "state"
+    first = start(rootcanal, "SC", state_dir)
+    address = hci.Address.generate_static_address()
+    keystore = MemoryKeyStore()
+    second: BlemuProcess | None = None
+
+    async def scenario():
+        nonlocal second
+        async with central_for(first, "sc-central", address) as central:
+            central.device.keystore = keystore
+            central.device.pairing_config_factory = pairing(sc=True)
+            conn = await connect(central, first)
+            await conn.connection.pair()
+            assert conn.connection.is_encrypted, "Bumble's link is not encrypted after pairing"
+            assert await read_body_sensor_location(conn) == bytes([1])
+            # A bonded central's subscription is kept with its bond (Vol 3, Part G, 3.3.3.3).
+            measurement = conn.characteristic(UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE)
+            await conn.subscribe(measurement)
+            await collect_notifications(conn, measurement.handle, 1, 5.0)
+            await conn.disconnect()
+
+            paired = first.wait_for_event("paired")
+            assert "LE Secure Connections" in paired[0].message and "bonded" in paired[0].message, paired[0].line
+            assert paired[0].fields.get("peer") == str(address).replace("/P", ""), paired[0].line
+            changes = first.wait_for_event("encryption-changed")
+            assert "encrypted (LE Secure Connections, unauthenticated, 16-octet key" in changes[0].message, changes[0].line
+
+            first.wait_for_event("disconnected")  # the bond file holds the CCCD once the link is gone
+            keys = await keystore.get(str(first.scan.address))
+            assert keys is not None and keys.ltk is not None, "Bumble kept no LTK"
+            ltk_hex = keys.ltk.value.hex()
+            stored = bond_file(state_dir)
+            assert len(stored["bonds"]) == 1 and stored["bonds"][0]["secureConnections"] is True
+            assert stored["bonds"][0].get("cccds"), f"the subscription was not kept: {stored}"
+            # Keys are never logged in clear.
+            assert ltk_hex not in first.log_path.read_text().lower()
+
+            stop(first)
+            second = BlemuProcess(rootcanal.controller_spec, first.name, extra_args=["--state-dir", str(state_dir)])
+            second.start()
+            second.scan = await central.scan_for(first.name, timeout=20.0, alive=second.exited)
+
+            conn = await connect(central, second)
+            await conn.connection.encrypt()
+            assert conn.connection.is_encrypted, "reconnection not encrypted"
+            assert await read_body_sensor_location(conn) == bytes([1])
+            # Notifications come without subscribing again: the CCCD came back with the bond.
+            measurement = conn.characteristic(UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE)
+            await collect_notifications(conn, measurement.handle, 1, 5.0)
+            await conn.disconnect()
+
+            changes = second.wait_for_event("encryption-changed")
+            assert "bonded" in changes[0].message, changes[0].line
+            assert not second.events("paired"), "paired again instead of using the bond"
+            assert not second.events("key-missing")
+            assert ltk_hex not in second.log_path.read_text().lower()
+
+    try:
+        run(scenario(), timeout=90)
+    finally:
+        first.kill()
+        if second is not None:
+            stop(second)
+
+
+def test_passkey_entry_with_the_static_passkey(rootcanal, tmp_path):
+    """--passkey makes the device DisplayOnly; a KeyboardOnly central types the passkey:
+    Passkey Entry (Vol 3, Part H, 2.3.5.6.3), an authenticated key."""
+    blemu = start(rootcanal, "PK", tmp_path, "--passkey", str(PASSKEY))
+    delegate = Keyboard(PASSKEY)
+
+    async def scenario():
+        async with central_for(blemu, "passkey-central") as central:
+            central.device.pairing_config_factory = pairing(sc=True, mitm=True, delegate=delegate)
+            conn = await connect(central, blemu)
+            await conn.connection.pair()
+            assert conn.connection.is_encrypted
+            assert conn.connection.authenticated, "the key should be authenticated (MITM)"
+            assert delegate.asked == 1
+            await conn.disconnect()
+        paired = blemu.wait_for_event("paired")
+        assert "authenticated" in paired[0].message and "unauthenticated" not in paired[0].message, paired[0].line
+        assert str(PASSKEY) not in blemu.log_path.read_text()
+
+    try:
+        run(scenario(), timeout=60)
+    finally:
+        stop(blemu)
+
+
+def test_a_wrong_passkey_fails_and_the_next_attempt_must_wait(rootcanal, tmp_path):
+    """A wrong passkey: Pairing Failed, Confirm Value Failed (0x04); an attempt at once after
+    it: Repeated Attempts (0x09, Vol 3, Part H, 2.3.6)."""
+    blemu = start(rootcanal, "WP", tmp_path, "--passkey", str(PASSKEY))
+
+    async def scenario():
+        async with central_for(blemu, "wrong-passkey-central") as central:
+            central.device.pairing_config_factory = pairing(sc=True, mitm=True, delegate=Keyboard(654321))
+            conn = await connect(central, blemu)
+            with pytest.raises(ProtocolError) as failure:
+                await conn.connection.pair()
+            assert failure.value.error_code == SMP_CONFIRM_VALUE_FAILED, failure.value
+            assert not conn.connection.is_encrypted
+            with pytest.raises(ProtocolError) as refusal:
+                await conn.connection.pair()
+            assert refusal.value.error_code == SMP_REPEATED_ATTEMPTS, refusal.value
+            await conn.disconnect()
+        failed = blemu.wait_for_event("pairing-failed", count=2)
+        assert failed[0].fields.get("reason") == "0x04", failed[0].line
+        assert failed[1].fields.get("reason") == "0x09", failed[1].line
+
+    try:
+        run(scenario(), timeout=60)
+    finally:
+        stop(blemu)
+
+
+def test_legacy_just_works_and_reconnection_with_the_distributed_key(rootcanal, tmp_path):
+    """LE legacy Just Works (Bumble with sc=False): the STK encrypts, the peripheral
+    distributes its LTK, EDIV and Rand (Vol 3, Part H, 3.6.1), and a reconnection encrypts
+    with them."""
+    blemu = start(rootcanal, "LG", tmp_path)
+    address = hci.Address.generate_static_address()
+
+    async def scenario():
+        async with central_for(blemu, "legacy-central", address) as central:
+            central.device.keystore = MemoryKeyStore()
+            central.device.pairing_config_factory = pairing(sc=False)
+            conn = await connect(central, blemu)
+            await conn.connection.pair()
+            assert conn.connection.is_encrypted
+            await conn.disconnect()
+            paired = blemu.wait_for_event("paired")
+            assert "LE legacy" in paired[0].message and "bonded" in paired[0].message, paired[0].line
+            stored = bond_file(tmp_path)
+            assert stored["bonds"][0]["secureConnections"] is False
+
+            conn = await connect(central, blemu)
+            await conn.connection.encrypt()
+            assert conn.connection.is_encrypted
+            await conn.disconnect()
+        assert len(blemu.events("paired")) == 1
+        assert not blemu.events("key-missing")
+
+    try:
+        run(scenario(), timeout=60)
+    finally:
+        stop(blemu)
+
+
+def test_encryption_without_a_bond_gets_the_negative_reply(rootcanal, tmp_path):
+    """A central that believes it is bonded but blemu has no bond: LE Long Term Key Request
+    Negative Reply, the link stays unencrypted, and key-missing is logged."""
+    blemu = start(rootcanal, "NB", tmp_path)
+
+    async def scenario():
+        async with central_for(blemu, "stale-central") as central:
+            conn = await connect(central, blemu)
+            from bumble.keys import PairingKeys
+            keys = PairingKeys()
+            keys.ltk = PairingKeys.Key(value=bytes(range(16)), authenticated=False)
+            central.device.keystore = MemoryKeyStore()
+            await central.device.keystore.update(str(blemu.scan.address), keys)
+            with pytest.raises(Exception):
+                await conn.connection.encrypt()
+            assert not conn.connection.is_encrypted
+            await conn.disconnect()
+        blemu.wait_for_event("key-missing")
+
+    try:
+        run(scenario(), timeout=60)
+    finally:
+        stop(blemu)
+
+
+# Docs/REFERENCE.md, Lock service.
+UUID_LOCK_SERVICE = UUID("7d3c0200-9a5e-4d1a-8f6e-5c1b2d3e4f50")
+UUID_LOCK_CONTROL_POINT = UUID("7d3c0202-9a5e-4d1a-8f6e-5c1b2d3e4f50")
+ATT_INSUFFICIENT_AUTHENTICATION = 0x05
+OP_UNLOCK, RESPONSE, SUCCESS = 0x02, 0x80, 0x01
+
+
+def test_the_locks_control_point_needs_a_link_paired_with_its_passkey(rootcanal, tmp_path):
+    """With --passkey the lock's control point refuses a link that is not encrypted with an
+    authenticated key (Insufficient Authentication, Vol 3, Part C, 10.3); after Passkey Entry
+    the same write unlocks."""
+    lock = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("LK"), device="lock",
+                                          extra_args=["--state-dir", str(tmp_path), "--passkey", str(PASSKEY),
+                                                      "--pin", "2468"]), rootcanal)
+
+    async def scenario():
+        async with central_for(lock, "lock-pairing-central") as central:
+            central.device.pairing_config_factory = pairing(sc=True, mitm=True, delegate=Keyboard(PASSKEY))
+            conn = await connect(central, lock)
+            await conn.discover_all()
+            control_point = conn.characteristic(UUID_LOCK_CONTROL_POINT, UUID_LOCK_SERVICE)
+            await conn.subscribe(control_point)
+            await expect_write_error(conn, control_point, bytes([OP_UNLOCK]) + b"2468", ATT_INSUFFICIENT_AUTHENTICATION)
+            await conn.connection.pair()
+            assert conn.connection.is_encrypted and conn.connection.authenticated
+            mark = len(conn.indications)
+            await conn.write(control_point, bytes([OP_UNLOCK]) + b"2468")
+            result = await collect_indications(conn, control_point.handle, 1, 5.0, mark)
+            assert result[0].value == bytes([RESPONSE, OP_UNLOCK, SUCCESS]), result[0].value.hex()
+            await conn.disconnect()
+
+    try:
+        run(scenario(), timeout=60)
+    finally:
+        stop(lock)
+
+
+def test_bonds_go_to_STATE_DIRECTORY_by_default(rootcanal, tmp_path):
+    """Without --state-dir, systemd's $STATE_DIRECTORY (its first entry) holds the bond file."""
+    state = tmp_path / "systemd-state"
+    state.mkdir()
+    blemu = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("SD"),
+                                           env={"STATE_DIRECTORY": f"{state}:/nonexistent"}), rootcanal)
+
+    async def scenario():
+        async with central_for(blemu, "state-dir-central") as central:
+            central.device.pairing_config_factory = pairing(sc=True)
+            conn = await connect(central, blemu)
+            await conn.connection.pair()
+            await conn.disconnect()
+        blemu.wait_for_event("paired")
+
+    try:
+        run(scenario(), timeout=60)
+    finally:
+        stop(blemu)
+    assert len(bond_file(state)["bonds"]) == 1
+
+
+def test_a_damaged_bond_file_is_moved_aside_and_reported(rootcanal, tmp_path):
+    """A bond file that does not parse: an error naming its path, the file renamed to
+    PATH.damaged-1, and blemu runs without those bonds."""
+    name = unique_name("DF")
+    path = tmp_path / f"bonds-heart-rate-{name}.json"
+    path.write_text('{"format": "blemu-bonds", "version": 1, "bonds": [')
+    blemu = start(rootcanal, "DF", tmp_path, name=name)
+    try:
+        errors = [entry for entry in blemu.log_entries() if entry.level == "ERROR" and str(path) in entry.message]
+        assert len(errors) == 1, blemu.log_tail()
+        assert not path.exists() and (tmp_path / f"{path.name}.damaged-1").exists(), os.listdir(tmp_path)
+    finally:
+        stop(blemu)
