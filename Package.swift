@@ -10,7 +10,7 @@ let package = Package(
         // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
         .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
                                              "BlemuSMP", "BlemuSecurity",
-                                             "BlemuDevices", "BlemuTransport", "BlemuControl"]),
+                                             "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuBenchRig"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -121,9 +121,14 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/CLI"),
 
+        // One heart-rate sensor connected in process, for the benchmarks and the performance gate.
+        .target(name: "BlemuBenchRig", dependencies: [
+            "BlemuCore", "BlemuHCI", "BlemuGATT", "BlemuHost", "BlemuDevices",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/BenchRig"),
         // The hot paths for the performance gate (scripts/perf-gate): counted by callgrind.
         .executableTarget(name: "blemu-perf-gate", dependencies: [
-            "BlemuCore", "BlemuHCI", "BlemuGATT", "BlemuHost", "BlemuDevices",
+            "BlemuBenchRig", "BlemuCore", "BlemuHCI", "BlemuGATT", "BlemuHost", "BlemuDevices",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/PerfGate"),
 

@@ -469,10 +469,10 @@ def wait_for_all(process: ChatProcess, sender: str, prefix: str, count: int, wha
 BURST = 1000
 
 
-def test_a_burst_of_1000_lines_each_way_arrives_whole_in_order_once(rootcanal):
-    """1000 lines piped in on each side at once: every one arrives, in order, none twice — the
-    sources are paused (back-pressure), never dropped, however fast they come."""
-    room = unique_name("Burst")
+def burst_both_ways(rootcanal, room: str, interrupt=None) -> tuple[ChatProcess, ChatProcess]:
+    """A host and a member, 1000 lines piped into each at once; `interrupt()` runs once 100
+    lines have arrived each way. Returns them once every line arrived, checked: all, in order,
+    none twice. The caller stops them."""
     host = ChatProcess(rootcanal.controller_spec, "--name", room)
     member = None
     try:
@@ -483,15 +483,33 @@ def test_a_burst_of_1000_lines_each_way_arrives_whole_in_order_once(rootcanal):
         down = [f"down {index}" for index in range(BURST)]
         say_all(member, up)
         say_all(host, down)
-        wait_for_all(host, "board-2", "up ", BURST, "the member's burst at the host", 120)
-        wait_for_all(member, room, "down ", BURST, "the host's burst at the member", 120)
+        if interrupt is not None:
+            deadline = time.monotonic() + 60
+            while len(lines_from(host, "board-2", "up ")) < 100 or len(lines_from(member, room, "down ")) < 100:
+                assert time.monotonic() < deadline, "the bursts did not start"
+                time.sleep(0.05)
+            interrupt()
+        wait_for_all(host, "board-2", "up ", BURST, "the member's burst at the host", 150)
+        wait_for_all(member, room, "down ", BURST, "the host's burst at the member", 150)
         time.sleep(0.5)
         assert lines_from(host, "board-2", "up ") == [f"[board-2] {line}" for line in up]
         assert lines_from(member, room, "down ") == [f"[{room}] {line}" for line in down]
-        assert not any("missed" in line for line in member.lines), member.lines[-5:]
-    finally:
+        return host, member
+    except BaseException:
         if member is not None:
             member.stop()
+        host.stop()
+        raise
+
+
+def test_a_burst_of_1000_lines_each_way_arrives_whole_in_order_once(rootcanal):
+    """1000 lines piped in on each side at once: every one arrives, in order, none twice — the
+    sources are paused (back-pressure), never dropped, however fast they come."""
+    host, member = burst_both_ways(rootcanal, unique_name("Burst"))
+    try:
+        assert not any("missed" in line for line in member.lines), member.lines[-5:]
+    finally:
+        member.stop()
         assert host.stop() == 0, Path(host.log).read_text()
 
 
@@ -499,34 +517,16 @@ def test_a_link_dropped_mid_burst_heals_and_loses_nothing(restartable_rootcanal)
     """The radio goes away in the middle of a burst each way (rootcanal killed, then started
     again): both nodes find their controller and each other again; what was not acknowledged is
     resent, what the member missed is replayed (RESUME), and every line arrives once, in order."""
-    rootcanal = restartable_rootcanal
-    room = unique_name("Heal")
-    host = ChatProcess(rootcanal.controller_spec, "--name", room)
-    member = None
+    def drop() -> None:
+        restartable_rootcanal.crash()
+        time.sleep(1)
+        restartable_rootcanal.restart()
+
+    host, member = burst_both_ways(restartable_rootcanal, unique_name("Heal"), interrupt=drop)
     try:
-        time.sleep(1)
-        member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "board-2")
-        host.wait_for(lambda line: line.endswith(" joined"), "join announcement")
-        up = [f"up {index}" for index in range(BURST)]
-        down = [f"down {index}" for index in range(BURST)]
-        say_all(member, up)
-        say_all(host, down)
-        deadline = time.monotonic() + 60
-        while len(lines_from(host, "board-2", "up ")) < 100 or len(lines_from(member, room, "down ")) < 100:
-            assert time.monotonic() < deadline, "the bursts did not start"
-            time.sleep(0.05)
-        rootcanal.crash()
-        time.sleep(1)
-        rootcanal.restart()
-        wait_for_all(host, "board-2", "up ", BURST, "the member's burst at the host after the drop", 150)
-        wait_for_all(member, room, "down ", BURST, "the host's burst at the member after the drop", 150)
-        time.sleep(0.5)
-        assert lines_from(host, "board-2", "up ") == [f"[board-2] {line}" for line in up]
-        assert lines_from(member, room, "down ") == [f"[{room}] {line}" for line in down]
         assert "joined again" in Path(member.log).read_text()
     finally:
-        if member is not None:
-            member.stop()
+        member.stop()
         assert host.stop() == 0, Path(host.log).read_text()
 
 

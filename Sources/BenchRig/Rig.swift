@@ -1,0 +1,69 @@
+import BlemuCore
+import BlemuDevices
+import BlemuGATT
+import BlemuHCI
+import BlemuHost
+import Logging
+
+/// One heart-rate sensor connected on handle 0x0040, in process, for the benchmarks
+/// (Benchmarks/) and the performance gate (Sources/PerfGate): an ACL packet in, through HCI,
+/// L2CAP, the ATT server and the database, the answer out as an ACL packet to a controller
+/// that answers every command and completes every packet at once. Nothing is mocked above the
+/// controller.
+public final class Rig {
+    public let scheduler = ManualScheduler()
+    public let peripheral: Peripheral
+    public let device = HeartRateDevice(seed: 42)
+    /// Number Of Completed Packets for one packet on handle 0x0040.
+    public let completed: [UInt8] = [0x13, 0x05, 0x01, 0x40, 0x00, 0x01, 0x00]
+
+    public init() throws {
+        var host: HCIHost?
+        peripheral = try Peripheral(
+            device: device, configuration: PeripheralConfiguration(name: "Gate", controller: "gate"),
+            scheduler: scheduler, logger: Logger(label: "gate", factory: { _ in SwiftLogNoOpLogHandler() }),
+            output: { type, packet in
+                if type == 0x01, let event = Rig.answer(packet) { host?.receiveEvent(event[...]) }
+                return true
+            })
+        host = peripheral.hci
+        peripheral.controllerUp()
+        // LE Connection Complete, handle 0x0040, peripheral role.
+        peripheral.hci.receiveEvent([0x3E, 0x13, 0x01, 0x00, 0x40, 0x00, 0x01, 0x01, 0xF5, 0xF4, 0xF3, 0xF2, 0xF1, 0xF0,
+                                     0x18, 0x00, 0x00, 0x00, 0x90, 0x01, 0x00][...])
+    }
+
+    /// Command Complete for every command, with what the init sequence needs.
+    public static func answer(_ command: ArraySlice<UInt8>) -> [UInt8]? {
+        guard command.count >= 2 else { return nil }
+        let opcode = UInt16(command[command.startIndex]) | UInt16(command[command.startIndex + 1]) << 8
+        var parameters: [UInt8] = [0x01, UInt8(opcode & 0xFF), UInt8(opcode >> 8), 0x00]
+        switch opcode {
+        case HCIOpcode.readBDAddr: parameters += [1, 2, 3, 4, 5, 6]
+        case HCIOpcode.leReadLocalSupportedFeatures: parameters += [0, 0, 0, 0, 0, 0, 0, 0]
+        case HCIOpcode.leReadBufferSize: parameters += [251, 0, 8]
+        case HCIOpcode.disconnect, HCIOpcode.leSetDataLength: return [0x0F, 0x04, 0x00, 0x01, UInt8(opcode & 0xFF), UInt8(opcode >> 8)]
+        default: break
+        }
+        return [0x0E, UInt8(parameters.count)] + parameters
+    }
+
+    /// An ACL packet carrying one ATT PDU on CID 4 of handle 0x0040.
+    public static func acl(_ att: [UInt8]) -> [UInt8] {
+        var frame: [UInt8] = []
+        frame.appendLE(UInt16(att.count))
+        frame.appendLE(UInt16(4))
+        frame += att
+        var packet: [UInt8] = []
+        ACLPacket(handle: 0x0040, boundary: .firstFlushable, data: frame[...]).encode(into: &packet)
+        return packet
+    }
+
+    public static func le(_ handle: UInt16) -> [UInt8] { [UInt8(handle & 0xFF), UInt8(handle >> 8)] }
+
+    /// One request in, its answer out, and the controller's credit back.
+    public func request(_ packet: [UInt8]) {
+        peripheral.hci.receiveACL(packet[...])
+        peripheral.hci.receiveEvent(completed[...])
+    }
+}
