@@ -10,6 +10,7 @@ struct Blemu: ParsableCommand {
             serial:DEVICE[:BAUD]. BLEMU_CONTROLLER in the environment is the default for --controller.
             """,
         version: "blemu 0.1.0",
-        subcommands: [RunCommand.self, DevicesCommand.self, CtlCommand.self, ScanCommand.self, GattCommand.self, ChatCommand.self]
+        subcommands: [RunCommand.self, DevicesCommand.self, CtlCommand.self, ScanCommand.self, GattCommand.self, ChatCommand.self,
+                      BondsCommand.self]
     )
 }

@@ -135,19 +135,7 @@ struct RunCommand: ParsableCommand {
                                         pin: pin, passkey: passkey)
     }
 
-    /// The state directory: --state-dir, else systemd's $STATE_DIRECTORY (its first entry: it
-    /// may list several, colon-separated), else ~/.local/state/blemu (XDG_STATE_HOME's default).
-    private var resolvedStateDirectory: String? {
-        if let stateDirectory { return stateDirectory }
-        if let text = getenv("STATE_DIRECTORY").map({ String(cString: $0) }),
-           let first = text.split(separator: ":").first, !first.isEmpty {
-            return String(first)
-        }
-        if let home = getenv("HOME").map({ String(cString: $0) }), !home.isEmpty {
-            return home + "/.local/state/blemu"
-        }
-        return nil
-    }
+    private var resolvedStateDirectory: String? { stateDirectoryPath(stateDirectory) }
 
     /// A device's pairing options: its passkey and its bond file in the state directory.
     private func securityConfiguration(plan: DevicePlan, device: String, name: String,

@@ -156,25 +156,54 @@ public final class BondStore {
             bytes = data
         }
         do {
-            let file = try JSONDecoder().decode(File.self, from: Data(bytes))
-            guard file.format == Self.format, file.version == Self.version else {
-                throw BondFileError("format \(file.format) version \(file.version), expected \(Self.format) version \(Self.version)")
+            let (fileOwner, loaded) = try Self.parse(bytes)
+            guard fileOwner.device == owner.device, fileOwner.address == owner.address else {
+                throw BondFileError("it belongs to \(fileOwner.device) \(fileOwner.address), not \(owner.device) \(owner.address)")
             }
-            guard file.device == owner.device, BluetoothAddress(file.address) == owner.address else {
-                throw BondFileError("it belongs to \(file.device) \(file.address), not \(owner.device) \(owner.address)")
-            }
-            var loaded: [Bond] = []
-            for (index, entry) in file.bonds.enumerated() {
-                guard let bond = Self.bond(from: entry) else { throw BondFileError("bond \(index) is malformed") }
-                loaded.append(bond)
-            }
-            loaded.sort { $0.sequence < $1.sequence }
             bonds = Array(loaded.suffix(limit))
             nextSequence = (bonds.map(\.sequence).max() ?? 0) + 1
             logger.info("bond store \(path): \(bonds.count) bond(s)")
         } catch {
             let aside = moveAside(path)
             logger.error("bond store \(path) is damaged or foreign (\(error)); \(aside.map { "moved to \($0)" } ?? "could not be moved aside"), starting without its bonds")
+        }
+    }
+
+    /// A bond file's owner and bonds, oldest first; what is wrong with it otherwise.
+    static func parse(_ bytes: [UInt8]) throws -> (BondOwner, [Bond]) {
+        let file = try JSONDecoder().decode(File.self, from: Data(bytes))
+        guard file.format == Self.format, file.version == Self.version else {
+            throw BondFileError("format \(file.format) version \(file.version), expected \(Self.format) version \(Self.version)")
+        }
+        guard let address = BluetoothAddress(file.address) else { throw BondFileError("device address \(file.address)") }
+        var loaded: [Bond] = []
+        for (index, entry) in file.bonds.enumerated() {
+            guard let bond = Self.bond(from: entry) else { throw BondFileError("bond \(index) is malformed") }
+            loaded.append(bond)
+        }
+        loaded.sort { $0.sequence < $1.sequence }
+        return (BondOwner(device: file.device, name: file.name, address: address), loaded)
+    }
+
+    /// What a bond file holds, read without changing anything (`blemu bonds list`).
+    public enum Inspection {
+        case missing
+        case unreadable(String)
+        case damaged(String)
+        case bonds(BondOwner, [Bond])
+    }
+
+    public static func inspect(path: String) -> Inspection {
+        switch readFile(path) {
+        case .missing: return .missing
+        case .failed(let reason): return .unreadable(reason)
+        case .read(let bytes):
+            do {
+                let (owner, bonds) = try parse(bytes)
+                return .bonds(owner, bonds)
+            } catch {
+                return .damaged("\(error)")
+            }
         }
     }
 

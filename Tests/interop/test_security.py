@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import stat
+import subprocess
 
 import pytest
 from bumble import hci
@@ -28,7 +29,7 @@ from bumble_central import (
     collect_indications,
     collect_notifications,
 )
-from harness import BlemuProcess, expect_write_error, run, start_advertising, unique_name
+from harness import BlemuProcess, blemu_binary, expect_write_error, run, start_advertising, unique_name
 
 # Vol 3, Part H, 3.5.5, Table 3.7.
 SMP_CONFIRM_VALUE_FAILED = 0x04
@@ -99,6 +100,7 @@ def test_secure_connections_just_works_bonds_and_survives_a_restart(rootcanal, t
     address = hci.Address.generate_static_address()
     keystore = MemoryKeyStore()
     second: BlemuProcess | None = None
+    ltk_hex_seen: list[str] = []
 
     async def scenario():
         nonlocal second
@@ -125,6 +127,7 @@ def test_secure_connections_just_works_bonds_and_survives_a_restart(rootcanal, t
             keys = await keystore.get(str(first.scan.address))
             assert keys is not None and keys.ltk is not None, "Bumble kept no LTK"
             ltk_hex = keys.ltk.value.hex()
+            ltk_hex_seen.append(ltk_hex)
             stored = bond_file(state_dir)
             assert len(stored["bonds"]) == 1 and stored["bonds"][0]["secureConnections"] is True
             assert stored["bonds"][0].get("cccds"), f"the subscription was not kept: {stored}"
@@ -153,10 +156,26 @@ def test_secure_connections_just_works_bonds_and_survives_a_restart(rootcanal, t
 
     try:
         run(scenario(), timeout=90)
+        stop(second)
+        second = None
+        # `blemu bonds`: the bond is listed (no key material), then forgotten for good.
+        central_address = str(address).replace("/P", "")
+        listed = bonds_cli("list", "--state-dir", str(state_dir))
+        assert listed.returncode == 0 and central_address in listed.stdout, listed.stderr + listed.stdout
+        assert "LE Secure Connections, unauthenticated, 16-octet key" in listed.stdout and "1 subscription(s) kept" in listed.stdout
+        assert ltk_hex_seen[0] not in listed.stdout.lower()
+        forgot = bonds_cli("forget", central_address, "--state-dir", str(state_dir))
+        assert forgot.returncode == 0 and "forgot 1 bond(s)" in forgot.stdout, forgot.stderr + forgot.stdout
+        assert bond_file(state_dir)["bonds"] == []
+        assert ": 0 bond(s)" in bonds_cli("list", "--state-dir", str(state_dir)).stdout
     finally:
         first.kill()
         if second is not None:
             stop(second)
+
+
+def bonds_cli(*arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(blemu_binary()), "bonds", *arguments], capture_output=True, text=True, timeout=30)
 
 
 def test_passkey_entry_with_the_static_passkey(rootcanal, tmp_path):
