@@ -17,6 +17,9 @@ extension Peripheral: ATTServerDelegate {
         statistics.attRequests += 1
         guard let error else { return }
         statistics.attErrors += 1
+        if error == .insufficientAuthentication || error == .insufficientEncryption || error == .encryptionKeySizeTooShort {
+            security.securityNeeded(on: server.peer.connectionHandle)
+        }
         // Kept as values and formatted only when the Diagnostics value is read.
         statistics.lastError = (opcode, handle, error)
         // Attribute Not Found ends every discovery: normal, so it stays at debug level.

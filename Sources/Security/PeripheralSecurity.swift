@@ -108,6 +108,8 @@ public final class PeripheralSecurity {
         /// What the controller was given in the last LTK reply: the security it brings once on.
         var keyInUse: LinkSecurity?
         var security = LinkSecurity.unencrypted
+        /// A Security Request went out on this link (once per link: the central decides).
+        var askedForSecurity = false
         init(handle: UInt16, peer: SMPAddress, responder: SMPResponder) {
             self.handle = handle
             self.peer = peer
@@ -183,6 +185,20 @@ public final class PeripheralSecurity {
     }
 
     // MARK: SMP
+
+    /// A request was refused for want of security (ATT 0x05, 0x0F or 0x0C): the peripheral asks
+    /// the central to pair, or to encrypt with the key of its bond, with a Security Request
+    /// (Vol 3, Part H, 2.4.6 and 3.6.7) carrying the device's requirements. Once per link, and
+    /// not while a pairing runs or after the SMP timeout: the central decides what to do.
+    public func securityNeeded(on handle: UInt16) {
+        guard let link = links[handle], !link.askedForSecurity, !link.responder.isPairing, !link.responder.hasTimedOut else { return }
+        link.askedForSecurity = true
+        sendSMP(handle, link.responder.securityRequest)
+        if let leftOut = peerLog.take(now: scheduler.nowNanoseconds) {
+            logger.info("asked \(link.peer.address) to \(bonds.bond(for: link.peer) != nil ? "encrypt with its bond" : "pair") (Security Request)\(LogBudget.note(leftOut))",
+                        metadata: metadata(link))
+        }
+    }
 
     /// One SMP PDU from the central (CID 0x0006).
     public func receive(_ pdu: ArraySlice<UInt8>, on handle: UInt16) {

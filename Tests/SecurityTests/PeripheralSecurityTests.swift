@@ -191,6 +191,30 @@ private struct LegacyCentral {
         #expect(!bench.recorder.entries.contains { $0.message.contains("123456") })
     }
 
+    /// A refusal for want of security asks the central to pair (Security Request, Vol 3,
+    /// Part H, 3.6.7) with the device's requirements: once per link, never during a pairing.
+    @Test func aSecurityRequestGoesOncePerLinkAndNotDuringAPairing() throws {
+        let bench = Bench(SecurityConfiguration(passkey: 123456))
+        bench.security.securityNeeded(on: handle)
+        bench.security.securityNeeded(on: handle)
+        #expect(bench.sent.count == 1)
+        let request = try SMPSecurityRequest(pdu: (bench.sent.first ?? [])[...])
+        #expect(request.authRequirements.bonding && request.authRequirements.mitm && request.authRequirements.secureConnections)
+        // A new link may be asked again; one in the middle of a pairing is not.
+        bench.security.linkClosed(handle)
+        bench.security.linkOpened(handle, peer: centralAddress)
+        var features = LegacyCentral().features
+        features.ioCapability = .keyboardOnly
+        features.authRequirements = SMPAuthRequirements(bonding: true, mitm: true, secureConnections: false)
+        #expect(bench.receive(SMPPairingRequest(features).encoded).first?.first == SMPCode.pairingResponse.rawValue)
+        let before = bench.sent.count
+        bench.security.securityNeeded(on: handle)
+        #expect(bench.sent.count == before)
+        // An unknown link: nothing.
+        bench.security.securityNeeded(on: 0x0099)
+        #expect(bench.sent.count == before)
+    }
+
     @Test func closingTheLinkEndsThePairingAndItsTimer() {
         let bench = Bench()
         _ = bench.receive(SMPPairingRequest(LegacyCentral().features).encoded)

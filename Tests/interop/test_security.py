@@ -9,6 +9,7 @@ Spec references: Core 5.4, Vol 3, Part H (SMP); Vol 4, Part E (HCI).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -310,7 +311,17 @@ def test_the_locks_control_point_needs_a_link_paired_with_its_passkey(rootcanal,
             await conn.discover_all()
             control_point = conn.characteristic(UUID_LOCK_CONTROL_POINT, UUID_LOCK_SERVICE)
             await conn.subscribe(control_point)
+            requests: list[int] = []
+            conn.connection.on("security_request", lambda auth_req: requests.append(int(auth_req)))
             await expect_write_error(conn, control_point, bytes([OP_UNLOCK]) + b"2468", ATT_INSUFFICIENT_AUTHENTICATION)
+            await expect_write_error(conn, control_point, bytes([OP_UNLOCK]) + b"2468", ATT_INSUFFICIENT_AUTHENTICATION)
+            # The refusal comes with a Security Request (Vol 3, Part H, 2.4.6), once per link,
+            # asking for bonding (0x01), MITM (0x04) and Secure Connections (0x08).
+            deadline = asyncio.get_running_loop().time() + 5
+            while not requests and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.05)
+            assert len(requests) == 1 and requests[0] & 0x0D == 0x0D, requests
+            # A phone pairs when asked: so does this central.
             await conn.connection.pair()
             assert conn.connection.is_encrypted and conn.connection.authenticated
             mark = len(conn.indications)
@@ -358,5 +369,54 @@ def test_a_damaged_bond_file_is_moved_aside_and_reported(rootcanal, tmp_path):
         errors = [entry for entry in blemu.log_entries() if entry.level == "ERROR" and str(path) in entry.message]
         assert len(errors) == 1, blemu.log_tail()
         assert not path.exists() and (tmp_path / f"{path.name}.damaged-1").exists(), os.listdir(tmp_path)
+    finally:
+        stop(blemu)
+
+
+def test_hostile_smp_pdus_get_the_specs_answers_and_the_link_can_still_pair(rootcanal, tmp_path):
+    """Raw SMP PDUs over the air (Vol 3, Part H, 3.5): each attack gets Pairing Failed with the
+    right reason, blemu stays up, and the same link then pairs normally."""
+    blemu = start(rootcanal, "Raw", tmp_path / "state")
+    pairing_request = bytes([0x01, 0x03, 0x00, 0x09, 16, 0x00, 0x01])   # NoInputNoOutput, bonding + SC
+
+    async def scenario():
+        async with central_for(blemu, "raw-smp-central") as central:
+            central.device.pairing_config_factory = pairing(sc=True)
+            conn = await connect(central, blemu)
+            manager = central.device.smp_manager
+            received: asyncio.Queue[bytes] = asyncio.Queue()
+            original = manager.on_smp_pdu
+            manager.on_smp_pdu = lambda _connection, pdu: received.put_nowait(bytes(pdu))
+
+            async def exchange(pdu: bytes) -> bytes:
+                conn.connection.send_l2cap_pdu(0x0006, pdu)
+                return await asyncio.wait_for(received.get(), 5)
+
+            # A Pairing Request one octet short: Invalid Parameters.
+            assert await exchange(pairing_request[:-1]) == bytes([0x05, 0x0A])
+            # Reserved AuthReq bits are ignored (3.5.1): a Pairing Response without them.
+            response = await exchange(bytes([0x01, 0x03, 0x00, 0xC9, 16, 0x00, 0x01]))
+            assert response[0] == 0x02 and response[3] & 0xC0 == 0, response.hex()
+            conn.connection.send_l2cap_pdu(0x0006, bytes([0x05, 0x08]))   # the central gives up
+            # A Pairing Confirm with no pairing under way: Unspecified Reason.
+            assert await exchange(bytes([0x03]) + bytes(16)) == bytes([0x05, 0x08])
+            # A key size below 7 octets: Encryption Key Size.
+            assert await exchange(bytes([0x01, 0x03, 0x00, 0x09, 6, 0x00, 0x01])) == bytes([0x05, 0x06])
+            # A public key that is not on P-256 (CVE-2018-5383): DHKey Check Failed.
+            assert (await exchange(pairing_request))[0] == 0x02
+            off_curve = bytes([0x0C]) + (1).to_bytes(32, "little") + (1).to_bytes(32, "little")
+            assert await exchange(off_curve) == bytes([0x05, 0x0B])
+            assert blemu.exited() is None
+            # The same link pairs afterwards, once the repeated-attempts wait (2 s) is over.
+            manager.on_smp_pdu = original
+            await asyncio.sleep(2.5)
+            await conn.connection.pair()
+            assert conn.connection.is_encrypted
+            await conn.disconnect()
+        refusals = [event.message for event in blemu.events("pairing-failed")]
+        assert any("DHKey" in message or "0x0b" in message.lower() for message in refusals), refusals
+
+    try:
+        run(scenario(), timeout=60)
     finally:
         stop(blemu)
