@@ -43,6 +43,16 @@ public struct Bond: Equatable, Sendable, CustomStringConvertible {
         address == peer || address == identity
     }
 
+    /// Whether `address` is a resolvable private address made from this bond's IRK (Vol 6,
+    /// Part B, 1.3.2.2: prand, the 24 most significant bits, starts 0b01; the 24 least
+    /// significant are ah(IRK, prand)): the bonded central under an address of the moment.
+    public func resolves(_ address: SMPAddress) -> Bool {
+        guard address.isRandom, let irk = identityResolvingKey, irk.count == 16, irk.contains(where: { $0 != 0 }) else { return false }
+        let bytes = address.address.littleEndianBytes
+        guard bytes[5] & 0xC0 == 0x40 else { return false }
+        return SMPCrypto.ah(irk: irk, prand: Array(bytes[3..<6])) == Array(bytes[0..<3])
+    }
+
     /// Whether the key of an LE Long Term Key Request is this bond's: EDIV and Rand zero for
     /// Secure Connections, the distributed EDIV and Rand for legacy (Vol 3, Part H, 2.4.1, 2.4.2).
     public func answers(encryptedDiversifier: UInt16, randomNumber: UInt64) -> Bool {

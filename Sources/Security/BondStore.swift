@@ -68,7 +68,7 @@ public final class BondStore {
 
     /// The bond a link from `address` belongs to, if any.
     public func bond(for address: SMPAddress) -> Bond? {
-        bonds.last { $0.matches(address) }
+        bonds.last { $0.matches(address) } ?? bonds.last { $0.resolves(address) }
     }
 
     /// Keeps `bond` (replacing any bond of the same central), drops the oldest beyond the

@@ -63,6 +63,31 @@ private func bond(_ peer: SMPAddress = central, key: UInt8 = 0xAB, sc: Bool = tr
         #expect(store.bond(for: central)?.longTermKey.key.first == 2)
     }
 
+    /// A bonded central that comes back under a resolvable private address (Vol 6, Part B,
+    /// 1.3.2.2) is found by its IRK: hash = ah(IRK, prand), prand starting 0b01.
+    @Test func aResolvablePrivateAddressIsResolvedWithTheBondsIRK() throws {
+        let store = BondStore(path: nil, owner: owner, logger: LogRecorder().logger)
+        store.save(bond())
+        let irk = [UInt8](repeating: 0x11, count: 16)
+        func address(prand: [UInt8], hash: [UInt8]) throws -> SMPAddress {
+            SMPAddress(try BluetoothAddress(littleEndian: hash + prand), isRandom: true)
+        }
+        let prand: [UInt8] = [0x94, 0x81, 0x70]   // little-endian: 0x708194, top bits 0b01
+        let rpa = try address(prand: prand, hash: SMPCrypto.ah(irk: irk, prand: prand))
+        #expect(store.bond(for: rpa)?.peer == central)
+        // Another hash, a static address, a public one: not this central.
+        var wrong = SMPCrypto.ah(irk: irk, prand: prand)
+        wrong[0] ^= 1
+        #expect(store.bond(for: try address(prand: prand, hash: wrong)) == nil)
+        let staticPrand: [UInt8] = [0x94, 0x81, 0xF0]   // top bits 0b11: a static random address
+        #expect(store.bond(for: try address(prand: staticPrand, hash: SMPCrypto.ah(irk: irk, prand: staticPrand))) == nil)
+        #expect(store.bond(for: SMPAddress(rpa.address, isRandom: false)) == nil)
+        // A bond without an IRK (or the all-zero one some centrals send) resolves nothing.
+        var plain = bond(SMPAddress(BluetoothAddress("D1:00:00:00:00:09")!, isRandom: true), key: 7)
+        plain.identityResolvingKey = [UInt8](repeating: 0, count: 16)
+        #expect(!plain.resolves(rpa))
+    }
+
     @Test func theOldestGoesBeyondTheLimit() {
         let store = BondStore(path: nil, owner: owner, limit: 3, logger: LogRecorder().logger)
         var dropped: [Bond] = []
