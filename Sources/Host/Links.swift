@@ -74,6 +74,8 @@ extension Peripheral {
         defer { host.linkClosed(handle) }
         if let timer = connection.parameterTimer { scheduler.cancel(timer) }
         if let timer = connection.reassemblyTimer { scheduler.cancel(timer) }
+        // What a bonded central knew of the database, for when it comes back (Vol 3, Part G, 7.1).
+        security.databaseHashKnown(database.hash, on: handle)
         security.linkClosed(handle)
         standard.connectionClosed(handle)
         // Indications still outstanding end as `.disconnected`; subscriptions end with the link.

@@ -3,6 +3,7 @@ import BlemuCore
 import BlemuGATT
 import BlemuHCI
 import BlemuL2CAP
+import BlemuSecurity
 import Logging
 
 // MARK: - HCI events
@@ -103,6 +104,24 @@ extension Peripheral {
         }
     }
 
+    /// Vol 3, Part G, 7.1: a bonded client whose database changed while it was disconnected
+    /// gets Service Changed when it comes back (the range unknown here: all of it), if it
+    /// enabled the indication; confirming it makes a robust-caching client change-aware.
+    func tellOfChangesWhileAway(_ bond: Bond, on connection: Connection) {
+        guard let known = bond.databaseHash, known != database.hash,
+              connection.server.isSubscribed(standard.serviceChanged, indications: true) else { return }
+        var value: [UInt8] = []
+        value.appendLE(UInt16(0x0001))
+        value.appendLE(UInt16(0xFFFF))
+        let server = connection.server
+        let outcome = server.indicate(standard.serviceChanged, value: value) { [weak server] _, outcome in
+            if outcome == .confirmed { server?.serviceChangedConfirmed() }
+        }
+        logger.event(.stateChanged, .notice,
+                     "the database changed while \(connection.peer.address) was away: Service Changed 0x0001-0xFFFF \(outcome == .queued ? "indicated" : "not sent (\(outcome))")",
+                     [LogKey.peer: .string(connection.peer.address.description), LogKey.connHandle: .string("\(connection.peer.connectionHandle)")])
+    }
+
     /// The security layer's ways out: SMP PDUs on CID 0x0006, answers to LTK requests.
     func wireSecurity() {
         security.sendSMP = { [weak self] handle, pdu in
@@ -118,6 +137,7 @@ extension Peripheral {
             // Encrypted with a bond's key: the subscriptions it left are back (Vol 3, Part G, 3.3.3.3).
             if state.isEncrypted, state.isBonded, let bond = self.security.bond(on: handle) {
                 if !bond.clientConfigurations.isEmpty { connection.server.restoreClientConfigurations(bond.clientConfigurations) }
+                self.tellOfChangesWhileAway(bond, on: connection)
                 // A new bond keeps the subscriptions made before the pairing finished.
                 self.security.clientConfigurationsChanged(connection.server.clientConfigurationValues, on: handle)
             }

@@ -23,10 +23,15 @@ public struct Bond: Equatable, Sendable, CustomStringConvertible {
     public var sequence: UInt64
     /// The central's CCCD values (value handle's descriptor handle → value), kept across links.
     public var clientConfigurations: [UInt16: UInt16]
+    /// The Database Hash of the database this central knew when its last link closed: a
+    /// different one when it comes back means the database changed while it was away (Vol 3,
+    /// Part G, 7.1: a bonded client then gets Service Changed).
+    public var databaseHash: [UInt8]?
 
     public init(peer: SMPAddress, identity: SMPAddress? = nil, identityResolvingKey: [UInt8]? = nil,
                 longTermKey: SMPLongTermKey, encryptionKeySize: UInt8, secureConnections: Bool, authenticated: Bool,
-                sequence: UInt64 = 0, clientConfigurations: [UInt16: UInt16] = [:]) {
+                sequence: UInt64 = 0, clientConfigurations: [UInt16: UInt16] = [:], databaseHash: [UInt8]? = nil) {
+        self.databaseHash = databaseHash
         self.peer = peer
         self.identity = identity
         self.identityResolvingKey = identityResolvingKey

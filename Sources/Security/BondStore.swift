@@ -93,11 +93,21 @@ public final class BondStore {
     /// `write: false` the file waits for `flush()`. Returns whether anything changed.
     @discardableResult
     public func setClientConfigurations(_ values: [UInt16: UInt16], for address: SMPAddress, write: Bool = true) -> Bool {
-        guard let index = bonds.lastIndex(where: { $0.matches(address) }),
+        guard let index = bonds.lastIndex(where: { $0.matches(address) || $0.resolves(address) }),
               bonds[index].clientConfigurations != values else { return false }
         bonds[index].clientConfigurations = values
         unwritten = true
         if write { flush() }
+        return true
+    }
+
+    /// The Database Hash a bonded central knows now (its link closes, or it was told of a change).
+    @discardableResult
+    public func setDatabaseHash(_ hash: [UInt8], for address: SMPAddress) -> Bool {
+        guard let index = bonds.lastIndex(where: { $0.matches(address) || $0.resolves(address) }),
+              bonds[index].databaseHash != hash else { return false }
+        bonds[index].databaseHash = hash
+        write()
         return true
     }
 
@@ -140,6 +150,7 @@ public final class BondStore {
         var authenticated: Bool
         var sequence: UInt64
         var cccds: [String: Int]?
+        var databaseHash: String?
     }
 
     func load() {
@@ -246,7 +257,8 @@ public final class BondStore {
               keySize: Int(bond.encryptionKeySize), secureConnections: bond.secureConnections,
               authenticated: bond.authenticated, sequence: bond.sequence,
               cccds: bond.clientConfigurations.isEmpty ? nil
-                  : Dictionary(uniqueKeysWithValues: bond.clientConfigurations.map { (String($0.key), Int($0.value)) }))
+                  : Dictionary(uniqueKeysWithValues: bond.clientConfigurations.map { (String($0.key), Int($0.value)) }),
+              databaseHash: bond.databaseHash.map { Hex.bytes($0) })
     }
 
     /// Every value checked: a hand-edited or damaged entry is refused, never trusted.
@@ -265,6 +277,11 @@ public final class BondStore {
             guard let key = Hex.parse(text), key.count == 16 else { return nil }
             irk = key
         }
+        var databaseHash: [UInt8]?
+        if let text = entry.databaseHash {
+            guard let hash = Hex.parse(text), hash.count == 16 else { return nil }
+            databaseHash = hash
+        }
         var cccds: [UInt16: UInt16] = [:]
         for (handle, value) in entry.cccds ?? [:] {
             guard let handle = UInt16(handle), let value = UInt16(exactly: value) else { return nil }
@@ -273,7 +290,8 @@ public final class BondStore {
         return Bond(peer: SMPAddress(peer, isRandom: entry.peerRandom), identity: identity, identityResolvingKey: irk,
                     longTermKey: SMPLongTermKey(key: ltk, encryptedDiversifier: ediv, randomNumber: rand),
                     encryptionKeySize: keySize, secureConnections: entry.secureConnections,
-                    authenticated: entry.authenticated, sequence: entry.sequence, clientConfigurations: cccds)
+                    authenticated: entry.authenticated, sequence: entry.sequence, clientConfigurations: cccds,
+                    databaseHash: databaseHash)
     }
 
     // MARK: Files, with the C library

@@ -177,6 +177,13 @@ public final class PeripheralSecurity {
         }
     }
 
+    /// What a bonded central on `handle` knows of the database now: its Database Hash, kept
+    /// with its bond (written to the file) so a change while it is away is told when it returns.
+    public func databaseHashKnown(_ hash: [UInt8], on handle: UInt16) {
+        guard let link = links[handle], link.security.isBonded else { return }
+        bonds.setDatabaseHash(hash, for: link.peer)
+    }
+
     /// Writes what waits for the bond file now.
     public func flushBonds() {
         if let flushTimer { scheduler.cancel(flushTimer) }

@@ -24,6 +24,8 @@ from bumble.pairing import PairingConfig, PairingDelegate
 
 from bumble_central import (
     UUID_BODY_SENSOR_LOCATION,
+    UUID_GATT_SERVICE,
+    UUID_SERVICE_CHANGED,
     UUID_HEART_RATE_MEASUREMENT,
     UUID_HEART_RATE_SERVICE,
     Central,
@@ -418,5 +420,57 @@ def test_hostile_smp_pdus_get_the_specs_answers_and_the_link_can_still_pair(root
 
     try:
         run(scenario(), timeout=60)
+    finally:
+        stop(blemu)
+
+
+def test_a_bonded_central_hears_of_a_database_change_made_while_it_was_away(rootcanal, tmp_path):
+    """Vol 3, Part G, 7.1: a bonded client whose database changed while it was disconnected gets
+    Service Changed when it comes back and encrypts; an unchanged database sends nothing."""
+    control_path = str(tmp_path / "control.sock")
+    blemu = start(rootcanal, "Away", tmp_path / "state", "--control", control_path)
+    address = hci.Address.generate_static_address()
+    keystore = MemoryKeyStore()
+
+    def ctl(*args: str) -> None:
+        result = subprocess.run([str(blemu_binary()), "ctl", control_path, *args], capture_output=True, text=True, timeout=20)
+        assert result.returncode == 0, result.stderr + result.stdout
+
+    async def come_back(central) -> tuple[object, int]:
+        conn = await connect(central, blemu)
+        await conn.discover_all()
+        service_changed = conn.characteristic(UUID_SERVICE_CHANGED, UUID_GATT_SERVICE)
+        before = len(conn.indications)
+        await conn.connection.encrypt()
+        await asyncio.sleep(1.0)   # anything owed comes right after the encryption
+        return conn, len([i for i in conn.indications[before:] if i.handle == service_changed.handle])
+
+    async def scenario():
+        async with central_for(blemu, "away-central", address) as central:
+            central.device.keystore = keystore
+            central.device.pairing_config_factory = pairing(sc=True)
+            conn = await connect(central, blemu)
+            await conn.connection.pair()
+            await conn.discover_all()
+            await conn.subscribe(conn.characteristic(UUID_SERVICE_CHANGED, UUID_GATT_SERVICE))
+            await conn.disconnect()
+            blemu.wait_for_event("disconnected")
+
+            # Nothing changed: nothing to tell.
+            conn, told = await come_back(central)
+            assert told == 0, "Service Changed without a change"
+            await conn.disconnect()
+            blemu.wait_for_event("disconnected", count=2)
+
+            ctl("service", "heart-rate", "180F", "off")   # the Battery service goes while it is away
+            conn, told = await come_back(central)
+            assert told == 1, "no Service Changed for a change made while away"
+            service_changed = conn.characteristic(UUID_SERVICE_CHANGED, UUID_GATT_SERVICE)
+            [indication] = [i for i in conn.indications if i.handle == service_changed.handle]
+            assert indication.value == bytes([0x01, 0x00, 0xFF, 0xFF]), indication.value.hex()
+            await conn.disconnect()
+
+    try:
+        run(scenario(), timeout=90)
     finally:
         stop(blemu)
