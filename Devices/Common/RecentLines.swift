@@ -31,11 +31,15 @@ public final class RecentLines {
     public var lineCount: Int { lines.count }
 
     /// A read-only characteristic serving the text by offset, so a long read is whole.
-    public func makeCharacteristic(_ uuid: BluetoothUUID, description: String) -> Characteristic {
+    /// `refusal`, asked at every read (each part of a long read too): an ATT error for a
+    /// central that may not read the lines (e.g. Insufficient Authentication), nil to answer.
+    public func makeCharacteristic(_ uuid: BluetoothUUID, description: String,
+                                   refusal: ((ATTPeer) -> ATTError?)? = nil) -> Characteristic {
         Characteristic(uuid, properties: [.read], length: .variable(max: maxBytes),
                        descriptors: [.userDescription(description)],
                        onRead: { [weak self] request in
                            guard let self else { return .failure(.unlikelyError) }
+                           if let error = refusal?(request.peer) { return .failure(error) }
                            return request.answer(self.bytes)
                        })
     }

@@ -90,7 +90,12 @@ public final class LockDevice: Device {
                                       permissions: ControlPointAccess.permissions,
                                       length: .variable(max: 1 + Self.pinLengths.upperBound),
                                       descriptors: [.userDescription("Lock control point")])
-        eventLog = events.makeCharacteristic(Self.eventLogUUID, description: "Event log")
+        // Who came and went is the owner's business: with a passkey, only a paired central reads it.
+        let box = WeakBox<LockDevice>()
+        eventLog = events.makeCharacteristic(Self.eventLogUUID, description: "Event log") { peer in
+            guard let context = box.value?.context, context.pairsWithPasskey else { return nil }
+            return context.securityRefusal(peer, authenticated: true)
+        }
         relockDelay = Characteristic(Self.relockDelayUUID, properties: [.read, .write], length: .fixed(2),
                                      descriptors: [.userDescription("Auto-relock delay, s (0: off)"),
                                                    // uint16 (0x06), seconds (0x2703).
@@ -101,6 +106,7 @@ public final class LockDevice: Device {
         profile = DeviceProfile(defaultName: "blemu Lock", advertisedServices: [Self.serviceUUID, BluetoothUUID(0x180F)],
                                 appearance: 0x0708)
         wireHandlers()
+        box.value = self
     }
 
     public var services: [Service] {

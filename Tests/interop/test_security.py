@@ -17,7 +17,7 @@ import stat
 import subprocess
 
 import pytest
-from bumble import hci
+from bumble import att, hci
 from bumble.core import UUID, ProtocolError
 from bumble.keys import MemoryKeyStore
 from bumble.pairing import PairingConfig, PairingDelegate
@@ -30,6 +30,7 @@ from bumble_central import (
     UUID_HEART_RATE_SERVICE,
     Central,
     collect_indications,
+    error_code_of,
     collect_notifications,
 )
 from harness import BlemuProcess, blemu_binary, expect_write_error, run, start_advertising, unique_name
@@ -294,6 +295,7 @@ def test_encryption_without_a_bond_gets_the_negative_reply(rootcanal, tmp_path):
 # Docs/REFERENCE.md, Lock service.
 UUID_LOCK_SERVICE = UUID("7d3c0200-9a5e-4d1a-8f6e-5c1b2d3e4f50")
 UUID_LOCK_CONTROL_POINT = UUID("7d3c0202-9a5e-4d1a-8f6e-5c1b2d3e4f50")
+UUID_LOCK_EVENT_LOG = UUID("7d3c0203-9a5e-4d1a-8f6e-5c1b2d3e4f50")
 ATT_INSUFFICIENT_AUTHENTICATION = 0x05
 OP_UNLOCK, RESPONSE, SUCCESS = 0x02, 0x80, 0x01
 
@@ -315,9 +317,17 @@ def test_the_locks_control_point_needs_a_link_paired_with_its_passkey(rootcanal,
             await conn.subscribe(control_point)
             requests: list[int] = []
             conn.connection.on("security_request", lambda auth_req: requests.append(int(auth_req)))
+            # Who came and went is the owner's business too: the event log needs the same link.
+            event_log = conn.characteristic(UUID_LOCK_EVENT_LOG, UUID_LOCK_SERVICE)
+            try:
+                await conn.read(event_log)
+            except att.ATT_Error as error:
+                assert error_code_of(error) == ATT_INSUFFICIENT_AUTHENTICATION, error
+            else:
+                raise AssertionError("an unpaired central read the lock's event log")
             await expect_write_error(conn, control_point, bytes([OP_UNLOCK]) + b"2468", ATT_INSUFFICIENT_AUTHENTICATION)
             await expect_write_error(conn, control_point, bytes([OP_UNLOCK]) + b"2468", ATT_INSUFFICIENT_AUTHENTICATION)
-            # The refusal comes with a Security Request (Vol 3, Part H, 2.4.6), once per link,
+            # The refusals come with a Security Request (Vol 3, Part H, 2.4.6), once per link,
             # asking for bonding (0x01), MITM (0x04) and Secure Connections (0x08).
             deadline = asyncio.get_running_loop().time() + 5
             while not requests and asyncio.get_running_loop().time() < deadline:
@@ -326,6 +336,7 @@ def test_the_locks_control_point_needs_a_link_paired_with_its_passkey(rootcanal,
             # A phone pairs when asked: so does this central.
             await conn.connection.pair()
             assert conn.connection.is_encrypted and conn.connection.authenticated
+            assert (await conn.read(event_log)).decode()   # paired: the log reads
             mark = len(conn.indications)
             await conn.write(control_point, bytes([OP_UNLOCK]) + b"2468")
             result = await collect_indications(conn, control_point.handle, 1, 5.0, mark)
