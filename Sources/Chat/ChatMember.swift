@@ -109,7 +109,7 @@ public final class ChatMember {
     }
 
     /// How long each look for other hosts lasts while this node hosts...
-    public static let watchWindow: Duration = .seconds(2)
+    public static let watchWindow: Duration = .seconds(3)
     /// ...and how long between looks: this, plus up to as much again at random.
     public static let watchInterval: Duration = .seconds(10)
 
@@ -128,6 +128,7 @@ public final class ChatMember {
     private func watchCycle(scanning: Bool) {
         guard hostWatcher != nil else { return }
         if scanning {
+            logger.debug("looking for other hosts of the room for \(Self.watchWindow)")
             central.startScanning(active: true)
             watchTimer = scheduler.schedule(after: Self.watchWindow) { [weak self] in
                 self?.central.stopScanning()
@@ -179,6 +180,7 @@ public final class ChatMember {
     private func heard(_ advertisement: Advertisement) {
         guard isRoomHost(advertisement) else { return }
         if let hostWatcher {
+            logger.debug("heard a host of the room while hosting: \(advertisement.address)")
             hostWatcher(advertisement)
             return
         }

@@ -196,8 +196,9 @@ def test_two_autos_started_together_end_in_one_room(rootcanal):
             a = ChatProcess(rootcanal.controller_spec, "--role", "auto", "--room", room, "--name", f"a{attempt}")
             b = ChatProcess(rootcanal.controller_spec, "--role", "auto", "--room", room, "--name", f"b{attempt}")
             pairs.append((attempt, a, b))
-        # Whoever hosts announces the other's joining; then lines go both ways.
-        deadline = time.monotonic() + 60
+        # Whoever hosts announces the other's joining; then lines go both ways. Two hosts of a
+        # room meet within a look (3 s every 10 to 20 s), so a pair may take a while to merge.
+        deadline = time.monotonic() + 90
         waiting = list(pairs)
         while waiting and time.monotonic() < deadline:
             for attempt, a, b in waiting:
