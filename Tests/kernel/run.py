@@ -56,6 +56,11 @@ from bumble_central import (  # noqa: E402
 from bumble.core import UUID  # noqa: E402
 from rootcanal_server import RootCanal  # noqa: E402
 
+# blemu's lock (Docs/REFERENCE.md): the control point takes opcode + PIN, answers by indication.
+UUID_LOCK_SERVICE = UUID("7d3c0200-9a5e-4d1a-8f6e-5c1b2d3e4f50")
+UUID_LOCK_CONTROL_POINT = UUID("7d3c0202-9a5e-4d1a-8f6e-5c1b2d3e4f50")
+LOCK_PASSKEY, LOCK_PIN = 246810, b"1357"
+
 # blemu's thermostat (Docs/REFERENCE.md): Target Temperature, sint16 in 0.01 °C.
 UUID_THERMOSTAT_SERVICE = UUID("7d3c0100-9a5e-4d1a-8f6e-5c1b2d3e4f50")
 UUID_TARGET_TEMPERATURE = UUID("7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50")
@@ -895,6 +900,68 @@ def case_two_devices_one_adapter(session: Session) -> str:
         session.stop_blemu(process)
 
 
+def case_lock_paired_over_hci0(session: Session) -> str:
+    """The lock on hci0 with a passkey: unpaired, its control point answers Insufficient
+    Authentication; a central pairs with Passkey Entry (LE Secure Connections, bonding) through
+    the kernel's user channel, and unlocks."""
+    from bumble.att import ATT_Error
+    from bumble.pairing import PairingConfig, PairingDelegate
+
+    class Keyboard(PairingDelegate):
+        def __init__(self) -> None:
+            super().__init__(io_capability=PairingDelegate.KEYBOARD_INPUT_ONLY)
+
+        async def get_number(self) -> int | None:
+            return LOCK_PASSKEY
+
+    adapter = session.adapter
+    session.wait_powered(adapter, False)
+    state = "/run/blemu-kernel-lock-state"   # writable in both guests (busybox: only /run)
+    process = session.spawn("blemu-lock", [blemu_bin(), "run", "lock", "--controller", adapter, "--name", "Kernel Lock",
+                                           "--passkey", str(LOCK_PASSKEY), "--pin", LOCK_PIN.decode(), "--state-dir", state,
+                                           "--log", "stderr", "--log-level", "debug"])
+    process.wait_for(r"event=advertising-started", EVENT_TIMEOUT, what="event=advertising-started")
+
+    async def scenario() -> str:
+        async with Central(session.central_spec, name="kernel-central-lock") as central:
+            central.device.pairing_config_factory = lambda _connection: PairingConfig(
+                sc=True, mitm=True, bonding=True, delegate=Keyboard())
+            scan, conn = await central.connect_by_name("Kernel Lock", timeout=SCAN_TIMEOUT)
+            await asyncio.wait_for(conn.discover_all(), 60)
+            control_point = conn.characteristic(UUID_LOCK_CONTROL_POINT, UUID_LOCK_SERVICE)
+            await conn.subscribe(control_point)
+            try:
+                await conn.write(control_point, bytes([0x02]) + LOCK_PIN)
+            except ATT_Error as error:
+                if error.error_code != 0x05:
+                    raise Failure(f"unpaired unlock refused with {error}, not Insufficient Authentication (0x05)")
+            else:
+                raise Failure("an unpaired central unlocked the lock")
+            await asyncio.wait_for(conn.connection.pair(), 60)
+            if not (conn.connection.is_encrypted and conn.connection.authenticated):
+                raise Failure("the link is not encrypted with an authenticated key after Passkey Entry")
+            mark = len(conn.indications)
+            await conn.write(control_point, bytes([0x02]) + LOCK_PIN)
+            deadline = time.monotonic() + 10
+            while len(conn.indications) <= mark and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            answers = [i.value for i in conn.indications[mark:] if i.handle == control_point.handle]
+            if not answers or answers[0] != bytes([0x80, 0x02, 0x01]):
+                raise Failure(f"the paired unlock got {[a.hex() for a in answers]}, not success (800201)")
+            await conn.disconnect(timeout=10)
+            return f"{scan.address}: 0x05 unpaired; Passkey Entry (SC, authenticated) through hci0; then unlocked"
+
+    try:
+        result = run_async(scenario(), 150)
+        process.wait_for(r"event=paired\b", EVENT_TIMEOUT, what="event=paired")
+        bonds = session.guest.run(["sh", "-c", f"ls {state}"])["out"].split()
+        if not any(name.startswith("bonds-lock-") for name in bonds):
+            raise Failure(f"no bond file in {state}: {bonds}")
+        return result + "; bonded (bond file written)"
+    finally:
+        session.stop_blemu(process)
+
+
 CASES = [
     ("no-such-adapter", case_no_such_adapter, False),
     ("adapter-up-busy", case_adapter_up_busy, True),
@@ -903,6 +970,7 @@ CASES = [
     ("heart-rate-session", case_heart_rate_session, True),
     ("adapter-unplugged", case_adapter_unplugged, True),
     ("two-devices-one-adapter", case_two_devices_one_adapter, True),
+    ("lock-paired-over-hci0", case_lock_paired_over_hci0, True),
 ]
 # Only where systemd is PID 1 (the qemu guest, unless BLEMU_KERNEL_INIT=busybox).
 SYSTEMD_CASES = [
