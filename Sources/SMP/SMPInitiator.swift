@@ -1,0 +1,629 @@
+import BlemuCore
+
+/// What a central offers and demands when it pairs (the initiator's side of 2.3).
+public struct SMPInitiatorConfiguration: Sendable {
+    public var ioCapability: SMPIOCapability
+    /// Ask for bonding (Bonding_Flags): the keys are meant to be kept.
+    public var bondable: Bool
+    /// Ask for MITM protection; a pairing that ends up Just Works then fails (Authentication Requirements).
+    public var requireMITM: Bool
+    /// Offer LE Secure Connections (used when the peripheral sets SC too).
+    public var secureConnections: Bool
+    /// Refuse LE legacy pairing (Authentication Requirements) and keys shorter than 128 bits.
+    public var secureConnectionsOnly: Bool
+    /// The smallest key size accepted (7...16); less fails with Encryption Key Size.
+    public var minimumEncryptionKeySize: UInt8
+    /// The largest key size offered (7...16).
+    public var maximumEncryptionKeySize: UInt8
+    /// The passkey shown when this central displays one.
+    public var passkey: SMPPasskeySource
+    /// IRK and identity address, distributed when bonding; nil: not distributed.
+    public var identity: SMPIdentity?
+
+    public init(ioCapability: SMPIOCapability = .keyboardDisplay, bondable: Bool = true, requireMITM: Bool = false,
+                secureConnections: Bool = true, secureConnectionsOnly: Bool = false,
+                minimumEncryptionKeySize: UInt8 = 7, maximumEncryptionKeySize: UInt8 = 16,
+                passkey: SMPPasskeySource = .random, identity: SMPIdentity? = nil) {
+        precondition(SMPPairingFeatures.encryptionKeySizes.contains(minimumEncryptionKeySize)
+                     && SMPPairingFeatures.encryptionKeySizes.contains(maximumEncryptionKeySize)
+                     && minimumEncryptionKeySize <= maximumEncryptionKeySize, "key sizes are 7...16, minimum <= maximum")
+        self.ioCapability = ioCapability
+        self.bondable = bondable
+        self.requireMITM = requireMITM
+        self.secureConnections = secureConnections || secureConnectionsOnly
+        self.secureConnectionsOnly = secureConnectionsOnly
+        self.minimumEncryptionKeySize = minimumEncryptionKeySize
+        self.maximumEncryptionKeySize = maximumEncryptionKeySize
+        self.passkey = passkey
+        self.identity = identity
+    }
+}
+
+/// Things the owner of an `SMPInitiator` acts on.
+public enum SMPInitiatorEvent: Equatable, Sendable {
+    /// Show this passkey (six digits, leading zeros); the user types it on the peripheral.
+    case displayPasskey(UInt32)
+    /// Ask the user for the peripheral's passkey (shown on it, or its label); answer with `passkeyEntered`.
+    case passkeyRequested
+    /// Show this six-digit value, ask whether the peripheral shows the same; answer with
+    /// `numericComparisonConfirmed`.
+    case confirmNumericComparison(UInt32)
+    /// Start encryption with this key (LE Enable Encryption with its EDIV and Rand, both zero
+    /// for the STK and a Secure Connections LTK), then call `linkEncrypted` on Encryption Change.
+    case startEncryption(SMPLongTermKey)
+    /// The peripheral asked for security (Security Request, 2.4.6) while no pairing was under
+    /// way: the owner encrypts with a bond that meets these requirements, or calls `start`.
+    case securityRequested(SMPAuthRequirements)
+    /// Pairing and key distribution are done. In the result, `longTermKey` is the key this
+    /// central encrypts with on later links (the Secure Connections LTK, or in LE legacy the LTK,
+    /// EDIV and Rand the peripheral distributed) and `peerIdentity` the peripheral's identity.
+    case paired(SMPPairingResult)
+    case failed(reason: SMPPairingFailedReason?, origin: SMPFailureOrigin)
+}
+
+/// What one input produced: PDUs to send on CID 0x0006, in order; events; the timer.
+public struct SMPInitiatorOutput: Equatable, Sendable {
+    public var pdus: [[UInt8]] = []
+    public var events: [SMPInitiatorEvent] = []
+    public var timer: SMPTimerAction = .unchanged
+    public init() {}
+}
+
+/// The Security Manager of a central, the pairing initiator (Vol 3, Part H, 2.3 and 3), for one
+/// link; `SMPResponder`'s counterpart with the same PDUs and toolbox. Pure: no I/O, no timers.
+///
+/// LE Secure Connections (Just Works, Numeric Comparison, Passkey Entry with its 20 rounds) and
+/// LE legacy (Just Works, Passkey Entry), then key distribution once the link is encrypted (the
+/// responder's keys first, then ours, 3.6.1). Every failure sends Pairing Failed with the
+/// spec's reason; the owner runs the 30 s timer (3.4) as `timer` says.
+public struct SMPInitiator {
+    public let configuration: SMPInitiatorConfiguration
+    public let initiatorAddress: SMPAddress
+    public let responderAddress: SMPAddress
+    private var random: any RandomNumberGenerator
+    private let fixedKeyPair: SMPKeyPair?
+
+    private enum Phase: Equatable {
+        case idle
+        case awaitingResponse
+        /// LE legacy: waiting for the user's passkey before Mconfirm.
+        case legacyAwaitingPasskey
+        case legacyAwaitingConfirm
+        case legacyAwaitingRandom
+        case awaitingPublicKey
+        /// Just Works / Numeric Comparison: waiting for Cb.
+        case awaitingConfirm
+        case awaitingRandom
+        /// Numeric Comparison: waiting for the user before Ea.
+        case awaitingUserConfirmation
+        case passkeyAwaitingPasskey
+        case passkeyAwaitingConfirm(round: Int)
+        case passkeyAwaitingRandom(round: Int)
+        case awaitingDHKeyCheck
+        case awaitingEncryption
+        case awaitingKeys
+        case timedOut
+    }
+
+    private var phase = Phase.idle
+    private var session = Session()
+
+    private struct Session {
+        var preq: [UInt8] = []
+        var pres: [UInt8] = []
+        var request: SMPPairingFeatures?
+        var response: SMPPairingFeatures?
+        var method = SMPPairingMethod.justWorks
+        var secureConnections = false
+        var bonded = false
+        var keySize: UInt8 = 16
+        var temporaryKey: [UInt8]?
+        var passkey: UInt32?
+        var peerConfirm: [UInt8] = []
+        var localRandom: [UInt8] = []
+        var peerRandom: [UInt8] = []
+        var keyPair: SMPKeyPair?
+        var peerPublicKey: SMPPublicKey?
+        var dhKey: [UInt8] = []
+        var macKey: [UInt8] = []
+        var longTermKey: [UInt8] = []
+        var encryptionKey: SMPLongTermKey?
+        var expectedKeys: [SMPCode] = []
+        var result: SMPPairingResult?
+    }
+
+    /// `initiatorAddress` is this central's address on the link, `responderAddress` the
+    /// peripheral's, as LE Connection Complete reported them. `random` must be cryptographically
+    /// secure except in tests.
+    public init(configuration: SMPInitiatorConfiguration, initiatorAddress: SMPAddress, responderAddress: SMPAddress,
+                random: any RandomNumberGenerator = SystemRandomNumberGenerator(), keyPair: SMPKeyPair? = nil) {
+        self.configuration = configuration
+        self.initiatorAddress = initiatorAddress
+        self.responderAddress = responderAddress
+        self.random = random
+        self.fixedKeyPair = keyPair
+    }
+
+    public var isPairing: Bool { phase != .idle && phase != .timedOut }
+    public var hasTimedOut: Bool { phase == .timedOut }
+
+    /// What the pairing under way agreed, once the Pairing Response came; nil otherwise.
+    public var pairingSummary: SMPPairingSummary? {
+        guard isPairing, session.response != nil else { return nil }
+        return SMPPairingSummary(method: session.method, secureConnections: session.secureConnections,
+                                 bonded: session.bonded, encryptionKeySize: session.keySize)
+    }
+
+    // MARK: Inputs
+
+    /// Starts a pairing: sends the Pairing Request (3.5.1). `securityRequest`: the
+    /// requirements of a Security Request being answered; MITM is asked for when it asks
+    /// (2.4.6: the central should honour the peripheral's requirements). Ignored during a pairing.
+    public mutating func start(answering securityRequest: SMPAuthRequirements? = nil) -> SMPInitiatorOutput {
+        var out = SMPInitiatorOutput()
+        guard phase == .idle else { return out }
+        session = Session()
+        var keys: SMPKeyDistribution = configuration.bondable ? [.encryptionKey, .identityKey] : []
+        if configuration.identity == nil { keys.remove(.identityKey) }
+        let features = SMPPairingFeatures(
+            ioCapability: configuration.ioCapability, oobDataPresent: false,
+            authRequirements: SMPAuthRequirements(
+                bonding: configuration.bondable,
+                mitm: configuration.requireMITM || (securityRequest?.mitm ?? false),
+                secureConnections: configuration.secureConnections),
+            maximumEncryptionKeySize: configuration.maximumEncryptionKeySize,
+            // Ours: only the identity (a central encrypts, it is not asked for an LTK); theirs:
+            // the LTK (legacy) and their identity, so we can find them again.
+            initiatorKeyDistribution: keys.subtracting(.encryptionKey),
+            responderKeyDistribution: configuration.bondable ? [.encryptionKey, .identityKey] : [])
+        let pdu = SMPPairingRequest(features).encoded
+        session.preq = pdu
+        session.request = features
+        out.pdus.append(pdu)
+        out.timer = .restart
+        phase = .awaitingResponse
+        return out
+    }
+
+    /// An SMP PDU from the peripheral, code first.
+    public mutating func receive(_ pdu: ArraySlice<UInt8>) -> SMPInitiatorOutput {
+        var out = SMPInitiatorOutput()
+        guard phase != .timedOut else { return out }
+        // 3.3: a reserved code is ignored.
+        guard let rawCode = pdu.first, let code = SMPCode(rawValue: rawCode) else { return out }
+        let command: SMPCommand
+        do {
+            command = try SMPCommand(pdu: pdu)
+        } catch {
+            undecodable(code, pdu, &out)
+            return out
+        }
+
+        switch (command, phase) {
+        case (.pairingFailed(let failed), _):
+            peerFailed(failed.reason, &out)
+        case (.securityRequest(let request), .idle):
+            out.events.append(.securityRequested(request.authRequirements))
+        case (.securityRequest, _):
+            // 2.4.6: a pairing is already under way (or done on this link); nothing more to do.
+            break
+        case (.pairingRequest, _):
+            // A command a peripheral receives: a central does not support it.
+            fail(.commandNotSupported, &out)
+        case (.pairingResponse(let response), .awaitingResponse):
+            pairingResponse(response, raw: Array(pdu), &out)
+        case (.pairingConfirm(let confirm), .legacyAwaitingConfirm):
+            session.peerConfirm = confirm.value
+            out.pdus.append(SMPPairingRandom(value: session.localRandom).encoded)
+            out.timer = .restart
+            phase = .legacyAwaitingRandom
+        case (.pairingRandom(let random), .legacyAwaitingRandom):
+            legacyRandom(random.value, &out)
+        case (.pairingPublicKey(let key), .awaitingPublicKey):
+            publicKey(key.key, &out)
+        case (.pairingConfirm(let confirm), .awaitingConfirm):
+            session.peerConfirm = confirm.value
+            session.localRandom = randomBytes(16)
+            out.pdus.append(SMPPairingRandom(value: session.localRandom).encoded)
+            out.timer = .restart
+            phase = .awaitingRandom
+        case (.pairingRandom(let random), .awaitingRandom):
+            secureConnectionsRandom(random.value, &out)
+        case (.pairingConfirm(let confirm), .passkeyAwaitingConfirm(let round)):
+            session.peerConfirm = confirm.value
+            out.pdus.append(SMPPairingRandom(value: session.localRandom).encoded)
+            out.timer = .restart
+            phase = .passkeyAwaitingRandom(round: round)
+        case (.pairingRandom(let random), .passkeyAwaitingRandom(let round)):
+            passkeyRandom(random.value, round: round, &out)
+        case (.pairingDHKeyCheck(let check), .awaitingDHKeyCheck):
+            dhKeyCheck(check.value, &out)
+        case (.keypressNotification, .passkeyAwaitingPasskey), (.keypressNotification, .passkeyAwaitingConfirm),
+             (.keypressNotification, .legacyAwaitingPasskey), (.keypressNotification, .legacyAwaitingConfirm):
+            // The user typing on the peripheral (3.5.8): nothing to do.
+            break
+        case (.encryptionInformation, .awaitingKeys), (.centralIdentification, .awaitingKeys),
+             (.identityInformation, .awaitingKeys), (.identityAddressInformation, .awaitingKeys),
+             (.signingInformation, .awaitingKeys):
+            peerKey(command, &out)
+        default:
+            // Out of sequence: the pairing ends (as SMPResponder, Zephyr and Bumble: Unspecified Reason).
+            fail(.unspecifiedReason, &out)
+        }
+        return out
+    }
+
+    /// The passkey the user typed (the peripheral shows it, or both type); nil: cancelled
+    /// (Passkey Entry Failed).
+    public mutating func passkeyEntered(_ passkey: UInt32?) -> SMPInitiatorOutput {
+        var out = SMPInitiatorOutput()
+        guard phase == .passkeyAwaitingPasskey || phase == .legacyAwaitingPasskey else { return out }
+        guard let passkey, passkey <= 999_999 else {
+            fail(.passkeyEntryFailed, &out)
+            return out
+        }
+        session.passkey = passkey
+        if phase == .legacyAwaitingPasskey {
+            session.temporaryKey = Self.temporaryKey(passkey)
+            legacySendConfirm(&out)
+        } else {
+            passkeySendConfirm(round: 0, &out)
+        }
+        return out
+    }
+
+    /// The user's answer to `confirmNumericComparison`; no: Numeric Comparison Failed (0x0C).
+    public mutating func numericComparisonConfirmed(_ matches: Bool) -> SMPInitiatorOutput {
+        var out = SMPInitiatorOutput()
+        guard phase == .awaitingUserConfirmation else { return out }
+        guard matches else {
+            fail(.numericComparisonFailed, &out)
+            return out
+        }
+        sendDHKeyCheck(&out)
+        return out
+    }
+
+    /// Encryption Change (enabled) with the key of `startEncryption`: the peripheral
+    /// distributes its keys first, then we send ours (3.6.1). Ignored outside a pairing.
+    public mutating func linkEncrypted() -> SMPInitiatorOutput {
+        var out = SMPInitiatorOutput()
+        guard phase == .awaitingEncryption, let response = session.response else { return out }
+        var expected: [SMPCode] = []
+        let theirs = response.responderKeyDistribution
+        if theirs.contains(.encryptionKey) && !session.secureConnections {
+            expected += [.encryptionInformation, .centralIdentification]
+        }
+        if theirs.contains(.identityKey) { expected += [.identityInformation, .identityAddressInformation] }
+        if theirs.contains(.signingKey) { expected.append(.signingInformation) }
+        session.expectedKeys = expected
+        session.result = SMPPairingResult(
+            secureConnections: session.secureConnections, authenticated: session.method.isAuthenticated,
+            bonded: session.bonded, encryptionKeySize: session.keySize,
+            longTermKey: session.secureConnections ? session.encryptionKey : nil,
+            peerUsedDebugKey: session.peerPublicKey.map { $0.x == SMPPublicKey.debugKeyX } ?? false)
+        phase = .awaitingKeys
+        if !expected.isEmpty { out.timer = .restart }
+        finishIfAllKeysReceived(&out)
+        return out
+    }
+
+    /// The owner's 30 s SMP timer expired (3.4): the pairing fails, SMP is over on this link.
+    public mutating func timerExpired() -> SMPInitiatorOutput {
+        var out = SMPInitiatorOutput()
+        guard isPairing else { return out }
+        session = Session()
+        phase = .timedOut
+        out.events.append(.failed(reason: nil, origin: .timeout))
+        return out
+    }
+
+    /// Ends the pairing under way with Pairing Failed and `reason`.
+    public mutating func abort(_ reason: SMPPairingFailedReason) -> SMPInitiatorOutput {
+        var out = SMPInitiatorOutput()
+        guard isPairing else { return out }
+        fail(reason, &out)
+        return out
+    }
+
+    // MARK: Pairing feature exchange
+
+    private mutating func pairingResponse(_ pairingResponse: SMPPairingResponse, raw: [UInt8], _ out: inout SMPInitiatorOutput) {
+        guard let request = session.request else { return fail(.unspecifiedReason, &out) }
+        let response = pairingResponse.features
+        let secureConnections = configuration.secureConnections && response.authRequirements.secureConnections
+        if configuration.secureConnectionsOnly && !secureConnections {
+            return fail(.authenticationRequirements, &out)
+        }
+        // 2.3.4: the smaller of the two maxima; below our minimum fails with Encryption Key Size.
+        let keySize = min(response.maximumEncryptionKeySize, configuration.maximumEncryptionKeySize)
+        let minimum = configuration.secureConnectionsOnly ? 16 : configuration.minimumEncryptionKeySize
+        guard keySize >= minimum else { return fail(.encryptionKeySize, &out) }
+        // 3.5.2: the responder's key distribution fields are a subset of what we asked for.
+        guard response.initiatorKeyDistribution.isSubset(of: request.initiatorKeyDistribution),
+              response.responderKeyDistribution.isSubset(of: request.responderKeyDistribution) else {
+            return fail(.invalidParameters, &out)
+        }
+        let method = SMPPairingMethod.select(initiator: request, responder: response, secureConnections: secureConnections)
+        if method == .outOfBand { return fail(.oobNotAvailable, &out) }
+        if configuration.requireMITM && !method.isAuthenticated {
+            return fail(.authenticationRequirements, &out)
+        }
+        session.pres = raw
+        session.response = response
+        session.method = method
+        session.secureConnections = secureConnections
+        session.bonded = request.authRequirements.bonding && response.authRequirements.bonding
+        session.keySize = keySize
+
+        if secureConnections {
+            // 2.3.5.6.1: the initiator sends its public key first.
+            let keyPair = fixedKeyPair ?? SMPKeyPair()
+            session.keyPair = keyPair
+            out.pdus.append(SMPPairingPublicKey(key: keyPair.publicKey).encoded)
+            out.timer = .restart
+            phase = .awaitingPublicKey
+            return
+        }
+        // LE legacy (2.3.5.2-2.3.5.5): TK zero for Just Works, the passkey for Passkey Entry.
+        switch method {
+        case .passkeyEntry(.initiatorDisplays):
+            let passkey = newPasskey()
+            session.passkey = passkey
+            session.temporaryKey = Self.temporaryKey(passkey)
+            out.events.append(.displayPasskey(passkey))
+            legacySendConfirm(&out)
+        case .passkeyEntry:
+            phase = .legacyAwaitingPasskey
+            out.events.append(.passkeyRequested)
+            out.timer = .restart
+        default:
+            session.temporaryKey = [UInt8](repeating: 0, count: 16)
+            legacySendConfirm(&out)
+        }
+    }
+
+    // MARK: LE legacy
+
+    /// Mconfirm = c1(TK, Mrand, preq, pres, iat, ia, rat, ra) (2.3.5.5).
+    private mutating func legacySendConfirm(_ out: inout SMPInitiatorOutput) {
+        guard let tk = session.temporaryKey else { return }
+        session.localRandom = randomBytes(16)
+        let confirm = SMPCrypto.c1(k: tk, r: session.localRandom, preq: session.preq, pres: session.pres,
+                                   initiator: initiatorAddress, responder: responderAddress)
+        out.pdus.append(SMPPairingConfirm(value: confirm).encoded)
+        out.timer = .restart
+        phase = .legacyAwaitingConfirm
+    }
+
+    private mutating func legacyRandom(_ srand: [UInt8], _ out: inout SMPInitiatorOutput) {
+        guard let tk = session.temporaryKey else { return fail(.unspecifiedReason, &out) }
+        // 2.3.5.5: "If the Sconfirm value does not match ... the pairing shall fail" (Confirm Value Failed).
+        let expected = SMPCrypto.c1(k: tk, r: srand, preq: session.preq, pres: session.pres,
+                                    initiator: initiatorAddress, responder: responderAddress)
+        guard expected == session.peerConfirm else { return fail(.confirmValueFailed, &out) }
+        // STK = s1(TK, Srand, Mrand), shortened to the negotiated size.
+        let stk = Self.shortened(SMPCrypto.s1(k: tk, r1: srand, r2: session.localRandom), to: session.keySize)
+        session.encryptionKey = SMPLongTermKey(key: stk)
+        out.events.append(.startEncryption(SMPLongTermKey(key: stk)))
+        out.timer = .restart
+        phase = .awaitingEncryption
+    }
+
+    // MARK: LE Secure Connections
+
+    private mutating func publicKey(_ peerKey: SMPPublicKey, _ out: inout SMPInitiatorOutput) {
+        guard let keyPair = session.keyPair else { return fail(.unspecifiedReason, &out) }
+        // Our own X back (a reflection) would let an attacker pass authentication.
+        guard peerKey.x != keyPair.publicKey.x else { return fail(.unspecifiedReason, &out) }
+        session.peerPublicKey = peerKey
+        session.dhKey = keyPair.dhKey(with: peerKey)
+        out.timer = .restart
+        switch session.method {
+        case .passkeyEntry(let roles):
+            // 2.3.5.6.3: the passkey is shown or asked for after the public keys are exchanged.
+            if roles == .initiatorDisplays {
+                let passkey = newPasskey()
+                session.passkey = passkey
+                out.events.append(.displayPasskey(passkey))
+                passkeySendConfirm(round: 0, &out)
+            } else {
+                phase = .passkeyAwaitingPasskey
+                out.events.append(.passkeyRequested)
+            }
+        default:
+            // 2.3.5.6.2: the responder commits first (Cb); we wait for it.
+            phase = .awaitingConfirm
+        }
+    }
+
+    private mutating func secureConnectionsRandom(_ nb: [UInt8], _ out: inout SMPInitiatorOutput) {
+        guard let keyPair = session.keyPair, let peerKey = session.peerPublicKey else { return fail(.unspecifiedReason, &out) }
+        // 2.3.5.6.2: Cb = f4(PKbx, PKax, Nb, 0); a mismatch fails with Confirm Value Failed.
+        let expected = SMPCrypto.f4(u: peerKey.x, v: keyPair.publicKey.x, x: nb, z: 0)
+        guard expected == session.peerConfirm else { return fail(.confirmValueFailed, &out) }
+        session.peerRandom = nb
+        deriveKeys()
+        if session.method == .numericComparison {
+            // Va = g2(PKax, PKbx, Na, Nb): the user compares it with the peripheral's.
+            let value = SMPCrypto.numericComparisonValue(u: keyPair.publicKey.x, v: peerKey.x, x: session.localRandom, y: nb)
+            out.events.append(.confirmNumericComparison(value))
+            out.timer = .restart
+            phase = .awaitingUserConfirmation
+            return
+        }
+        sendDHKeyCheck(&out)
+    }
+
+    /// Round `round` of Passkey Entry: Cai = f4(PKax, PKbx, Nai, rai) (2.3.5.6.3).
+    private mutating func passkeySendConfirm(round: Int, _ out: inout SMPInitiatorOutput) {
+        guard let passkey = session.passkey, let keyPair = session.keyPair, let peerKey = session.peerPublicKey else {
+            return fail(.unspecifiedReason, &out)
+        }
+        session.localRandom = randomBytes(16)
+        let confirm = SMPCrypto.f4(u: keyPair.publicKey.x, v: peerKey.x, x: session.localRandom,
+                                   z: SMPResponder.passkeyBit(passkey, round))
+        out.pdus.append(SMPPairingConfirm(value: confirm).encoded)
+        out.timer = .restart
+        phase = .passkeyAwaitingConfirm(round: round)
+    }
+
+    private mutating func passkeyRandom(_ nbi: [UInt8], round: Int, _ out: inout SMPInitiatorOutput) {
+        guard let passkey = session.passkey, let keyPair = session.keyPair, let peerKey = session.peerPublicKey else {
+            return fail(.unspecifiedReason, &out)
+        }
+        // Cbi = f4(PKbx, PKax, Nbi, rbi); a mismatch (e.g. a passkey typed wrong) is Confirm Value Failed.
+        let expected = SMPCrypto.f4(u: peerKey.x, v: keyPair.publicKey.x, x: nbi, z: SMPResponder.passkeyBit(passkey, round))
+        guard expected == session.peerConfirm else { return fail(.confirmValueFailed, &out) }
+        session.peerRandom = nbi
+        if round < 19 {
+            passkeySendConfirm(round: round + 1, &out)
+        } else {
+            // Na and Nb of the DHKey checks are those of the 20th round.
+            deriveKeys()
+            sendDHKeyCheck(&out)
+        }
+    }
+
+    /// 2.3.5.6.5: MacKey || LTK = f5(DHKey, Na, Nb, A, B).
+    private mutating func deriveKeys() {
+        let (macKey, ltk) = SMPCrypto.f5(w: session.dhKey, n1: session.localRandom, n2: session.peerRandom,
+                                         a1: initiatorAddress, a2: responderAddress)
+        session.macKey = macKey
+        session.longTermKey = ltk
+    }
+
+    /// r of the checks: the passkey for Passkey Entry, zero otherwise (2.3.5.6.5).
+    private var checkR: [UInt8] {
+        if case .passkeyEntry = session.method, let passkey = session.passkey { return Self.temporaryKey(passkey) }
+        return [UInt8](repeating: 0, count: 16)
+    }
+
+    /// Ea = f6(MacKey, Na, Nb, rb, IOcapA, A, B).
+    private mutating func sendDHKeyCheck(_ out: inout SMPInitiatorOutput) {
+        guard let request = session.request else { return fail(.unspecifiedReason, &out) }
+        let ea = SMPCrypto.f6(w: session.macKey, n1: session.localRandom, n2: session.peerRandom, r: checkR,
+                              ioCap: request.ioCapField, a1: initiatorAddress, a2: responderAddress)
+        out.pdus.append(SMPPairingDHKeyCheck(value: ea).encoded)
+        out.timer = .restart
+        phase = .awaitingDHKeyCheck
+    }
+
+    /// Eb = f6(MacKey, Nb, Na, ra, IOcapB, B, A); a mismatch is DHKey Check Failed (2.3.5.6.5).
+    private mutating func dhKeyCheck(_ eb: [UInt8], _ out: inout SMPInitiatorOutput) {
+        guard let response = session.response else { return fail(.unspecifiedReason, &out) }
+        let expected = SMPCrypto.f6(w: session.macKey, n1: session.peerRandom, n2: session.localRandom, r: checkR,
+                                    ioCap: response.ioCapField, a1: responderAddress, a2: initiatorAddress)
+        guard expected == eb else { return fail(.dhKeyCheckFailed, &out) }
+        let key = SMPLongTermKey(key: Self.shortened(session.longTermKey, to: session.keySize))
+        session.encryptionKey = key
+        out.events.append(.startEncryption(key))
+        out.timer = .restart
+        phase = .awaitingEncryption
+    }
+
+    // MARK: Key distribution
+
+    private mutating func peerKey(_ command: SMPCommand, _ out: inout SMPInitiatorOutput) {
+        // 3.6.1: the responder's keys come in a fixed order; anything else is out of sequence.
+        guard session.expectedKeys.first == command.code, var result = session.result else { return fail(.unspecifiedReason, &out) }
+        session.expectedKeys.removeFirst()
+        switch command {
+        case .encryptionInformation(let info):
+            result.longTermKey = SMPLongTermKey(key: info.longTermKey)
+        case .centralIdentification(let identification):
+            result.longTermKey?.encryptedDiversifier = identification.encryptedDiversifier
+            result.longTermKey?.randomNumber = identification.randomNumber
+        case .identityInformation(let info):
+            result.peerIdentity = SMPIdentity(resolvingKey: info.identityResolvingKey, address: responderAddress)
+        case .identityAddressInformation(let info):
+            // An identity address is public or static random, never a private one.
+            guard !info.address.isRandom || info.address.address.bytes.5 & 0xC0 == 0xC0 else {
+                return fail(.invalidParameters, &out)
+            }
+            result.peerIdentity?.address = info.address
+        case .signingInformation(let info):
+            result.peerSignatureKey = info.signatureKey
+        default:
+            break
+        }
+        session.result = result
+        finishIfAllKeysReceived(&out)
+    }
+
+    /// Once the responder's keys are in: ours, then done.
+    private mutating func finishIfAllKeysReceived(_ out: inout SMPInitiatorOutput) {
+        guard phase == .awaitingKeys, session.expectedKeys.isEmpty, let result = session.result,
+              let response = session.response else { return }
+        if response.initiatorKeyDistribution.contains(.identityKey), let identity = configuration.identity {
+            out.pdus.append(SMPIdentityInformation(value: identity.resolvingKey).encoded)
+            out.pdus.append(SMPIdentityAddressInformation(address: identity.address).encoded)
+        }
+        out.events.append(.paired(result))
+        out.timer = .stop
+        session = Session()
+        phase = .idle
+    }
+
+    // MARK: Failure
+
+    private mutating func fail(_ reason: SMPPairingFailedReason, _ out: inout SMPInitiatorOutput) {
+        out.pdus.append(SMPPairingFailed(reason: reason).encoded)
+        out.events.append(.failed(reason: reason, origin: .local))
+        out.timer = .stop
+        session = Session()
+        phase = .idle
+    }
+
+    private mutating func peerFailed(_ reason: SMPPairingFailedReason?, _ out: inout SMPInitiatorOutput) {
+        guard isPairing else { return }
+        out.events.append(.failed(reason: reason, origin: .peer))
+        out.timer = .stop
+        session = Session()
+        phase = .idle
+    }
+
+    /// A known code whose PDU does not decode.
+    private mutating func undecodable(_ code: SMPCode, _ pdu: ArraySlice<UInt8>, _ out: inout SMPInitiatorOutput) {
+        switch code {
+        case .pairingFailed:
+            peerFailed(nil, &out)
+        case .pairingResponse where pdu.count == 7
+            && !SMPPairingFeatures.encryptionKeySizes.contains(pdu[pdu.startIndex + 4]):
+            fail(.encryptionKeySize, &out)
+        case .pairingPublicKey where pdu.count == 65:
+            // Right length, so the point is off the curve (CVE-2018-5383): DHKey Check Failed.
+            fail(.dhKeyCheckFailed, &out)
+        case .securityRequest where !isPairing:
+            // A malformed Security Request outside a pairing: there is nothing to fail.
+            break
+        default:
+            fail(.invalidParameters, &out)
+        }
+    }
+
+    // MARK: Helpers
+
+    private mutating func randomBytes(_ count: Int) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(count + 7)
+        while bytes.count < count {
+            var word = random.next()
+            for _ in 0..<8 {
+                bytes.append(UInt8(truncatingIfNeeded: word))
+                word >>= 8
+            }
+        }
+        return Array(bytes.prefix(count))
+    }
+
+    private mutating func newPasskey() -> UInt32 {
+        switch configuration.passkey {
+        case .fixed(let passkey): return passkey % 1_000_000
+        case .random: return UInt32(random.next() % 1_000_000)
+        }
+    }
+
+    static func temporaryKey(_ passkey: UInt32) -> [UInt8] { SMPResponder.temporaryKey(passkey) }
+    static func shortened(_ key: [UInt8], to size: UInt8) -> [UInt8] { SMPResponder.shortened(key, to: size) }
+}
