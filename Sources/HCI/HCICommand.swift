@@ -24,6 +24,7 @@ public enum HCIOpcode {
     public static let leSetScanEnable: UInt16 = 0x200C
     public static let leCreateConnection: UInt16 = 0x200D
     public static let leConnectionUpdate: UInt16 = 0x2013
+    public static let leEnableEncryption: UInt16 = 0x2019
     public static let leLongTermKeyRequestReply: UInt16 = 0x201A
     public static let leLongTermKeyRequestNegativeReply: UInt16 = 0x201B
     public static let leRemoteConnectionParameterRequestReply: UInt16 = 0x2020
@@ -58,6 +59,7 @@ public enum HCIOpcode {
             leSetAdvertisingEnable: "LE Set Advertising Enable", leSetScanParameters: "LE Set Scan Parameters",
             leSetScanEnable: "LE Set Scan Enable", leCreateConnection: "LE Create Connection",
             leConnectionUpdate: "LE Connection Update",
+            leEnableEncryption: "LE Enable Encryption",
             leLongTermKeyRequestReply: "LE Long Term Key Request Reply",
             leLongTermKeyRequestNegativeReply: "LE Long Term Key Request Negative Reply",
             leRemoteConnectionParameterRequestReply: "LE Remote Connection Parameter Request Reply",
@@ -236,6 +238,20 @@ public struct HCICommand: Equatable, Sendable {
         p.append(contentsOf: key.prefix(16))
         p.append(contentsOf: [UInt8](repeating: 0, count: max(0, 16 - key.count)))
         return HCICommand(opcode: HCIOpcode.leLongTermKeyRequestReply, parameters: p)
+    }
+
+    /// Vol 4, Part E, 7.8.24: the central starts (or refreshes) encryption of a link with a key
+    /// and the Random_Number and Encrypted_Diversifier that name it (zero for an STK or a Secure
+    /// Connections LTK). Command Status first, then Encryption Change (or Key Refresh Complete).
+    public static func leEnableEncryption(handle: UInt16, randomNumber: UInt64, encryptedDiversifier: UInt16,
+                                          key: [UInt8]) -> HCICommand {
+        var p: [UInt8] = []
+        p.appendLE(handle)
+        for index in 0..<8 { p.append(UInt8(truncatingIfNeeded: randomNumber >> (8 * UInt64(index)))) }
+        p.appendLE(encryptedDiversifier)
+        p.append(contentsOf: key.prefix(16))
+        p.append(contentsOf: [UInt8](repeating: 0, count: max(0, 16 - key.count)))
+        return HCICommand(opcode: HCIOpcode.leEnableEncryption, parameters: p)
     }
 
     /// Vol 4, Part E, 7.5.7: the key size the controller encrypts a link with.

@@ -43,6 +43,15 @@ private func encoded(_ command: HCICommand) -> [UInt8] {
         #expect(HCIOpcode.name(HCIOpcode.leLongTermKeyRequestReply) == "LE Long Term Key Request Reply")
     }
 
+    /// 7.8.24: Connection_Handle, Random_Number (8), Encrypted_Diversifier (2), Long_Term_Key (16).
+    @Test func enableEncryption() {
+        let key = (0..<16).map { UInt8($0) }
+        #expect(encoded(.leEnableEncryption(handle: 0x0040, randomNumber: 0x0807_0605_0403_0201, encryptedDiversifier: 0x1234, key: key))
+                == hex("1920 1c 4000 0102030405060708 3412 000102030405060708090a0b0c0d0e0f"))
+        #expect(encoded(.leEnableEncryption(handle: 0x0041, randomNumber: 0, encryptedDiversifier: 0, key: [0xAA])).count == 3 + 28)
+        #expect(HCIOpcode.name(HCIOpcode.leEnableEncryption) == "LE Enable Encryption")
+    }
+
     /// 7.8.26: Connection_Handle.
     @Test func longTermKeyRequestNegativeReply() {
         #expect(encoded(.leLongTermKeyRequestNegativeReply(handle: 0x0041)) == hex("1b20 02 4100"))
