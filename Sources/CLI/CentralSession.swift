@@ -125,12 +125,18 @@ func stopOnSignals(_ loop: RunLoop, isStopping: @escaping () -> Bool, stop: @esc
 
 /// Writes one line to stdout at once (write(2), no buffering), so a pipe sees each update as
 /// it happens.
-func emitLine(_ line: String) {
+func emitLine(_ line: String) { writeLine(line, to: 1) }
+
+/// A line for the person at the terminal (pairing prompts and notes), on stderr, so stdout
+/// keeps only values.
+func emitNote(_ line: String) { writeLine("blemu gatt: " + line, to: 2) }
+
+private func writeLine(_ line: String, to fd: Int32) {
     var text = line + "\n"
     text.withUTF8 { buffer in
         var offset = 0
         while offset < buffer.count {
-            let n = write(1, buffer.baseAddress! + offset, buffer.count - offset)
+            let n = write(fd, buffer.baseAddress! + offset, buffer.count - offset)
             if n < 0 && errno == EINTR { continue }
             if n <= 0 { break }
             offset += n

@@ -1,4 +1,5 @@
 import ArgumentParser
+import BlemuATT
 import BlemuCentral
 import BlemuControl
 import BlemuCore
@@ -7,6 +8,8 @@ import BlemuGATT
 import BlemuGATTClient
 import BlemuHost
 import BlemuProfile
+import BlemuSMP
+import BlemuSecurity
 import Logging
 
 /// `blemu gatt`: find one peripheral, connect, and dump its database, read, write or
@@ -20,6 +23,10 @@ struct GattCommand: ParsableCommand {
             dump --profile writes a GATT profile (JSON) that `blemu run FILE.json` serves: a clone of the peripheral.
             The peripheral: --address, or the first advertiser that matches --name or --service.
             Errors name the ATT error (e.g. Write Not Permitted (0x03)); the exit status is then 1.
+            Security, as a phone does it: a read, write or subscription refused for want of security
+            (0x05, 0x0F, 0x0C) encrypts the link with the bond kept in --state-dir, or pairs, and is tried
+            once more (said on stderr). --pair pairs first. A peripheral that shows a passkey (or has it
+            on a label) needs --passkey; Numeric Comparison values are printed on stderr and accepted.
             """)
 
     @Option(name: .customLong("controller"), help: "Controller spec (default: $BLEMU_CONTROLLER).")
@@ -63,6 +70,23 @@ struct GattCommand: ParsableCommand {
 
     @Option(name: .customLong("log-level"), help: "Log level for stderr (default: warning).")
     var logLevel: Logger.Level = .warning
+
+    @Flag(help: "Pair (or encrypt with the bond) before anything else.")
+    var pair = false
+
+    @Option(help: ArgumentHelp("The passkey to type when the peripheral shows one or is labelled with one (Passkey Entry).", valueName: "DIGITS"))
+    var passkey: String?
+
+    @Option(name: .customLong("io-capability"),
+            help: ArgumentHelp("What this central declares when it pairs: keyboard-display (default), keyboard-only, display-yes-no, display-only, no-input-no-output.", valueName: "CAP"))
+    var ioCapability: String = "keyboard-display"
+
+    @Flag(name: .customLong("reject-comparison"), help: "Numeric Comparison: reject the value (Pairing Failed 0x0C) instead of accepting it.")
+    var rejectComparison = false
+
+    @Option(name: .customLong("state-dir"),
+            help: ArgumentHelp("Where this central keeps its bonds (bonds-central-blemu_central.json; default: $STATE_DIRECTORY, else ~/.local/state/blemu).", valueName: "DIR"))
+    var stateDirectory: String?
 
     /// What to do once connected.
     enum Action {
@@ -118,6 +142,41 @@ struct GattCommand: ParsableCommand {
             guard capture > 0 && capture <= 3600 else { throw ValidationError("--capture must be above 0 seconds (at most an hour)") }
         }
         guard timeout > 0 && timeout <= 3600 else { throw ValidationError("--timeout must be above 0 seconds") }
+        _ = try parsedPasskey()
+        guard SMPIOCapability(cliName: ioCapability) != nil else {
+            throw ValidationError("--io-capability '\(ioCapability)': give keyboard-display, keyboard-only, display-yes-no, display-only or no-input-no-output")
+        }
+        if let stateDirectory, stateDirectory.isEmpty { throw ValidationError("--state-dir needs a directory") }
+    }
+
+    func parsedPasskey() throws -> UInt32? {
+        guard let passkey else { return nil }
+        guard (1...6).contains(passkey.count), passkey.allSatisfy(\.isASCII), let value = UInt32(passkey), value <= 999_999 else {
+            throw ValidationError("--passkey '\(passkey)': give the six digits (0 to 999999)")
+        }
+        return value
+    }
+
+    /// The central's security: its bonds in the state directory, beside the devices' but in a
+    /// file of their own, under a static random address derived from that directory, so a
+    /// peripheral that bonded with this central recognises it on the next run.
+    func makeSecurity(_ host: CentralHost, scheduler: TimerScheduling, logger: Logger) throws -> CentralSecurity {
+        let directory = stateDirectoryPath(stateDirectory)
+        let address = BluetoothAddress.staticRandom(seed: "blemu central " + (directory ?? ""))
+        host.ownRandomAddress = address
+        let configuration = CentralSecurityConfiguration(
+            ioCapability: SMPIOCapability(cliName: ioCapability) ?? .keyboardDisplay, passkey: try parsedPasskey(),
+            acceptNumericComparison: !rejectComparison,
+            bondStorePath: directory.map { $0 + "/" + GattCommand.bondOwner(address).fileName })
+        let security = CentralSecurity(configuration: configuration, owner: GattCommand.bondOwner(address),
+                                       localAddress: SMPAddress(address, isRandom: true), scheduler: scheduler, logger: logger)
+        security.display = { emitNote($0) }
+        host.attach(security: security)
+        return security
+    }
+
+    static func bondOwner(_ address: BluetoothAddress) -> BondOwner {
+        BondOwner(device: "central", name: "blemu central", address: address)
     }
 
     func run() throws {
@@ -126,6 +185,8 @@ struct GattCommand: ParsableCommand {
         let action = try action()
         let session = try CentralSession(controller: controller, logger: Logger(label: "blemu.gatt"))
         let host = session.host
+        let security = try makeSecurity(host, scheduler: session.loop, logger: session.logger)
+        let pairFirst = pair
         let filter = AdvertiserFilter(name: name, service: service.flatMap(ControlRequest.parseUUID),
                                       address: address.flatMap(BluetoothAddress.init))
         var connecting = false
@@ -150,8 +211,9 @@ struct GattCommand: ParsableCommand {
                     link.onDisconnected = { reason in
                         session.finish(failure: "the peripheral disconnected (reason \(Hex.byte(reason)))")
                     }
-                    GattRun(session: session, link: link, action: action, json: json, profile: profile, capture: capture,
-                            noResponse: noResponse, count: count, advertisement: advertisement).start()
+                    let run = GattRun(session: session, link: link, action: action, json: json, profile: profile, capture: capture,
+                                      noResponse: noResponse, count: count, advertisement: advertisement, security: security)
+                    if pairFirst { run.secureThenStart() } else { run.start() }
                 }
             }
         }
@@ -181,10 +243,14 @@ final class GattRun {
     let noResponse: Bool
     let count: Int?
     let advertisement: Advertisement
+    let security: CentralSecurity
     private var received = 0
+    /// A request refused for want of security is retried once, after securing the link.
+    private var retriedAfterSecuring = false
 
     init(session: CentralSession, link: CentralLink, action: GattCommand.Action, json: Bool, profile: Bool, capture: Double?,
-         noResponse: Bool, count: Int?, advertisement: Advertisement) {
+         noResponse: Bool, count: Int?, advertisement: Advertisement, security: CentralSecurity) {
+        self.security = security
         self.profile = profile
         self.capture = capture
         self.session = session
@@ -197,6 +263,45 @@ final class GattRun {
     }
 
     var client: GATTClient { link.client }
+
+    /// `--pair`: encrypt with the bond, or pair, then go on.
+    func secureThenStart() {
+        secure(because: nil) { [self] in start() }
+    }
+
+    /// Secures the link (bond or pairing), says how on stderr, then `then`; a failure ends the run.
+    private func secure(because refusal: ATTError?, then: @escaping () -> Void) {
+        let bonded = security.bonds.bond(for: SMPAddress(link.peer, isRandom: link.peerAddressType & 0x01 == 0x01)) != nil
+        if let refusal {
+            emitNote("refused for want of security (\(refusal)): \(bonded ? "encrypting with our bond" : "pairing"), then trying once more")
+        } else {
+            emitNote(bonded ? "encrypting with our bond" : "pairing")
+        }
+        security.secure(link.handle) { [self] result in
+            switch result {
+            case .failure(let error):
+                fail("securing the link with \(link.peer): \(error)")
+            case .success(let linkSecurity):
+                emitNote("\(security.wasPaired(link.handle) ? "paired" : "encrypted with our bond"): \(linkSecurity.summary)")
+                then()
+            }
+        }
+    }
+
+    /// Runs `request`; when the peripheral refuses it for want of security (0x05, 0x0F or 0x0C;
+    /// Vol 3, Part C, 10.3.2), secures the link and runs it once more, as a phone does.
+    private func retryingOnSecurity<T>(_ request: @escaping (@escaping (Result<T, GATTClientError>) -> Void) -> Void,
+                                       completion: @escaping (Result<T, GATTClientError>) -> Void) {
+        request { [self] result in
+            if case .failure(.att(let error, _)) = result, !retriedAfterSecuring,
+               [ATTError.insufficientAuthentication, .insufficientEncryption, .encryptionKeySizeTooShort].contains(error) {
+                retriedAfterSecuring = true
+                secure(because: error) { request(completion) }
+                return
+            }
+            completion(result)
+        }
+    }
 
     func start() {
         client.exchangeMTU { [self] _ in
@@ -236,7 +341,7 @@ final class GattRun {
             dump(services)
         case .read(let uuid):
             guard let characteristic = find(uuid, in: services) else { return }
-            client.read(characteristic.valueHandle) { [self] result in
+            retryingOnSecurity({ [self] done in client.read(characteristic.valueHandle, completion: done) }) { [self] result in
                 switch result {
                 case .failure(let error): fail("read \(uuid): \(error)")
                 case .success(let value):
@@ -254,11 +359,30 @@ final class GattRun {
                 }
                 return
             }
-            client.write(characteristic.valueHandle, value) { [self] result in
-                switch result {
-                case .failure(let error): fail("write \(uuid): \(error)")
-                case .success: emitLine(json ? #"{"ok":true}"# : "written"); done()
+            let write = { [self] in
+                retryingOnSecurity({ [self] done in client.write(characteristic.valueHandle, value, completion: done) }) { [self] result in
+                    switch result {
+                    case .failure(let error): fail("write \(uuid): \(error)")
+                    case .success:
+                        emitLine(json ? #"{"ok":true}"# : "written")
+                        guard characteristic.properties.contains(.indicate) else { return done() }
+                        // A control point answers with an indication: wait a little for it.
+                        session.loop.schedule(after: .seconds(5)) { [self] in done() }
+                    }
                 }
+            }
+            // A control point (write and indicate, Vol 3, Part G, 4.11) wants its indications
+            // on before a write, as an app subscribes first: the response is printed.
+            guard characteristic.properties.contains(.indicate), characteristic.clientConfigurationHandle != nil else { return write() }
+            client.onIndication = { [self] handle, indicated in
+                guard handle == characteristic.valueHandle else { return }
+                emitLine(json ? GATTValueText.json(uuid: uuid, handle: handle, value: Array(indicated)).encoded
+                              : "indicated: " + GATTValueText.describe(uuid: uuid, value: Array(indicated)))
+                done()
+            }
+            retryingOnSecurity({ [self] done in client.configure(characteristic, notify: false, indicate: true, completion: done) }) { [self] result in
+                if case .failure(let error) = result { return fail("subscribe \(uuid) before writing: \(error)") }
+                write()
             }
         case .subscribe(let uuid):
             guard let characteristic = find(uuid, in: services) else { return }
@@ -283,7 +407,7 @@ final class GattRun {
                     fail("characteristic \(uuid) is gone: the peripheral took it out (Service Changed)")
                 }
             }
-            client.configure(characteristic, notify: notify, indicate: !notify) { [self] result in
+            retryingOnSecurity({ [self] done in client.configure(characteristic, notify: notify, indicate: !notify, completion: done) }) { [self] result in
                 if case .failure(let error) = result { fail("subscribe \(uuid): \(error)") }
             }
         }
@@ -522,4 +646,18 @@ enum GATTValueText {
 
 extension String {
     var replacingNewlines: String { split(separator: "\n", omittingEmptySubsequences: false).joined(separator: "\\n") }
+}
+
+extension SMPIOCapability {
+    /// The `--io-capability` names.
+    init?(cliName: String) {
+        switch cliName {
+        case "display-only": self = .displayOnly
+        case "display-yes-no": self = .displayYesNo
+        case "keyboard-only": self = .keyboardOnly
+        case "no-input-no-output": self = .noInputNoOutput
+        case "keyboard-display": self = .keyboardDisplay
+        default: return nil
+        }
+    }
 }

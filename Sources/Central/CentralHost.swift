@@ -4,6 +4,8 @@ import BlemuGATT
 import BlemuGATTClient
 import BlemuHCI
 import BlemuL2CAP
+import BlemuSMP
+import BlemuSecurity
 import Logging
 
 /// Why a central operation failed.
@@ -53,6 +55,13 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
     public var onAdvertisement: ((Advertisement, AdvertiserTable.Change) -> Void)?
     /// A controller that cannot do what was asked (e.g. the scan parameters refused).
     public var onError: ((String) -> Void)?
+    /// Pairing and encryption of the links (`attach(security:)`); nil: pairing is refused.
+    public private(set) var security: CentralSecurity?
+    /// A static random address this central scans and connects from (set on an owned
+    /// controller when it is ready), so a peripheral that bonded with it knows it next time;
+    /// nil: the controller's public address.
+    public var ownRandomAddress: BluetoothAddress?
+    private var ownAddressType: AddressType { ownRandomAddress != nil && !isSharing ? .randomDevice : .publicDevice }
 
     private var scanWanted: (active: Bool, filterDuplicates: Bool)?
     /// Sharing a controller: whether its owner uses the extended commands (set when it is ready).
@@ -137,8 +146,8 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
         scanning = true
         let extended = usesExtendedCommands
         let parameters: HCICommand = extended
-            ? .leSetExtendedScanParameters(active: active, ownAddressType: .publicDevice)
-            : .leSetScanParameters(active: active, ownAddressType: .publicDevice)
+            ? .leSetExtendedScanParameters(active: active, ownAddressType: ownAddressType)
+            : .leSetScanParameters(active: active, ownAddressType: ownAddressType)
         hci.send(parameters) { [weak self] result in
             guard let self, !result.succeeded, result != .cancelled else { return }
             self.scanning = false
@@ -175,9 +184,9 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
         guard connecting == nil else { return completion(.failure(.busy)) }
         pauseScanning()
         let command: HCICommand = usesExtendedCommands
-            ? .leExtendedCreateConnection(peer: address, peerAddressType: addressType & 0x01, ownAddressType: .publicDevice,
+            ? .leExtendedCreateConnection(peer: address, peerAddressType: addressType & 0x01, ownAddressType: ownAddressType,
                                           parameters: parameters)
-            : .leCreateConnection(peer: address, peerAddressType: addressType & 0x01, ownAddressType: .publicDevice,
+            : .leCreateConnection(peer: address, peerAddressType: addressType & 0x01, ownAddressType: ownAddressType,
                                   parameters: parameters)
         connecting = (address, nil, false, completion)
         logger.info("connecting to \(address)")
@@ -246,6 +255,8 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
     // MARK: HCIHostDelegate
 
     public func hciHostDidBecomeReady(_ host: HCIHost) {
+        if let ownRandomAddress, !isSharing { hci.send(.leSetRandomAddress(ownRandomAddress)) }
+        security?.localAddress = ownSMPAddress
         logger.event(.controllerUp, .info, "controller \(controller) ready for the central role")
         onReady?()
         resumeScanning()
@@ -332,12 +343,20 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
             } else {
                 hci.send(.leRemoteConnectionParameterRequestNegativeReply(handle: handle))
             }
+        case let .encryptionChange(status, handle, enabled):
+            guard links[handle] != nil else { return false }
+            security?.encryptionChanged(on: handle, status: status, enabled: enabled != 0)
+        case let .encryptionChangeV2(status, handle, enabled, keySize):
+            guard links[handle] != nil else { return false }
+            security?.encryptionChanged(on: handle, status: status, enabled: enabled != 0, keySize: keySize)
+        case let .encryptionKeyRefreshComplete(status, handle):
+            guard links[handle] != nil else { return false }
+            security?.encryptionChanged(on: handle, status: status, enabled: true)
         case .leLongTermKeyRequest(let handle, _, _):
             guard links[handle] != nil || !isSharing else { return false }
             // Only a peripheral is asked for a key; refuse whatever asks.
             hci.send(.leLongTermKeyRequestNegativeReply(handle: handle))
-        case let .leDataLengthChange(handle, _, _, _, _), let .lePHYUpdateComplete(_, handle, _, _),
-             let .encryptionChange(_, handle, _):
+        case let .leDataLengthChange(handle, _, _, _, _), let .lePHYUpdateComplete(_, handle, _, _):
             return links[handle] != nil
         default:
             return false
@@ -367,6 +386,34 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
 
     public func hciHost(_ host: HCIHost, transmitQueueHasRoomFor handle: UInt16) {}
 
+    // MARK: Security
+
+    /// The address SMP hashes for this side of a link (Vol 3, Part H, 2.2.5-2.2.8: ia/iat).
+    public var ownSMPAddress: SMPAddress {
+        if let ownRandomAddress, !isSharing { return SMPAddress(ownRandomAddress, isRandom: true) }
+        return SMPAddress(hci.info.address, isRandom: false)
+    }
+
+    /// Pairs and encrypts this central's links with `security`: SMP on CID 0x0006 goes to it,
+    /// it starts encryption through LE Enable Encryption (Vol 4, Part E, 7.8.24) and hears
+    /// Encryption Change.
+    public func attach(security: CentralSecurity) {
+        self.security = security
+        security.localAddress = ownSMPAddress
+        security.sendSMP = { [weak self] handle, pdu in
+            _ = self?.sendFrame(cid: L2CAPChannel.securityManager, payload: pdu[...], on: handle, priority: .required)
+        }
+        security.startEncryption = { [weak self] handle, key in
+            guard let self else { return }
+            self.hci.send(.leEnableEncryption(handle: handle, randomNumber: key.randomNumber,
+                                              encryptedDiversifier: key.encryptedDiversifier, key: key.key)) { [weak self] result in
+                // Command Status with an error: no Encryption Change will come.
+                guard let self, !result.succeeded, result != .cancelled else { return }
+                self.security?.encryptionChanged(on: handle, status: result.status ?? 0xFF, enabled: false)
+            }
+        }
+    }
+
     // MARK: Links
 
     private func connectionCompleted(_ complete: LEConnectionComplete) {
@@ -394,6 +441,7 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
                                parameters: complete.parameters, database: database, host: self)
         links[complete.handle] = link
         hci.openLink(complete.handle)
+        security?.linkOpened(complete.handle, peer: SMPAddress(complete.peerAddress, isRandom: complete.peerAddressType & 0x01 == 0x01))
         logger.event(.connected, .notice, "connected to \(complete.peerAddress) as central", [
             LogKey.peer: .string(complete.peerAddress.description), LogKey.connHandle: .string("\(complete.handle)"),
         ])
@@ -408,6 +456,7 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
     private func linkClosed(_ handle: UInt16, reason: UInt8) {
         guard let link = links.removeValue(forKey: handle) else { return }
         hci.closeLink(handle)
+        security?.linkClosed(handle)
         if let timer = link.reassemblyTimer { scheduler.cancel(timer) }
         logger.event(.disconnected, .notice, "disconnected from \(link.peer)", [
             LogKey.peer: .string(link.peer.description), LogKey.connHandle: .string("\(handle)"),
@@ -430,7 +479,8 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
         case L2CAPChannel.leSignaling:
             signaling(payload, on: link)
         case L2CAPChannel.securityManager:
-            // Pairing is not supported yet: Pairing Failed, as the peripheral side answers.
+            if let security { return security.receive(payload, on: link.handle) }
+            // Without a security layer pairing is refused: Pairing Failed, as the peripheral side answers.
             if let answer = SecurityManager.answer(to: payload) {
                 _ = sendFrame(cid: L2CAPChannel.securityManager, payload: answer[...], on: link.handle, priority: .required)
             }

@@ -1,0 +1,331 @@
+import BlemuCore
+import BlemuSMP
+import Logging
+
+/// What blemu's central offers when it pairs, and where its bonds live.
+public struct CentralSecurityConfiguration: Sendable {
+    /// The IO capability the central declares (default KeyboardDisplay: it can type a passkey
+    /// given with `--passkey` and show one or a comparison value on stderr).
+    public var ioCapability: SMPIOCapability
+    public var bondable: Bool
+    /// The passkey the user types for a peripheral that shows one (or is labelled with one).
+    public var passkey: UInt32?
+    /// Numeric Comparison: accept the value (after showing it). False: reject (0x0C).
+    public var acceptNumericComparison: Bool
+    /// The central's bond file (nil: bonds only in memory).
+    public var bondStorePath: String?
+    public var maximumBonds: Int
+
+    public init(ioCapability: SMPIOCapability = .keyboardDisplay, bondable: Bool = true, passkey: UInt32? = nil,
+                acceptNumericComparison: Bool = true, bondStorePath: String? = nil, maximumBonds: Int = 16) {
+        self.ioCapability = ioCapability
+        self.bondable = bondable
+        self.passkey = passkey
+        self.acceptNumericComparison = acceptNumericComparison
+        self.bondStorePath = bondStorePath
+        self.maximumBonds = maximumBonds
+    }
+
+    var initiatorConfiguration: SMPInitiatorConfiguration {
+        SMPInitiatorConfiguration(ioCapability: ioCapability, bondable: bondable, secureConnections: true)
+    }
+}
+
+/// Why securing a link failed.
+public enum CentralSecurityError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// Pairing Failed: sent by us (`local`), by the peripheral (`peer`), or the SMP timeout.
+    case pairingFailed(reason: SMPPairingFailedReason?, origin: SMPFailureOrigin)
+    /// The controller could not encrypt (Encryption Change with this HCI status).
+    case encryptionFailed(status: UInt8)
+    case linkClosed
+    /// SMP timed out on this link earlier (Vol 3, Part H, 3.4): no pairing until a new link.
+    case smpUnavailable
+
+    public var description: String {
+        switch self {
+        case let .pairingFailed(reason, origin):
+            let text = reason.map { "\(PeripheralSecurity.describe($0)) (\(Hex.byte($0.rawValue)))" } ?? "no reason given"
+            switch origin {
+            case .local: return "pairing failed: \(text), blemu ended it"
+            case .peer: return "pairing failed: the peripheral answered \(text)"
+            case .timeout: return "pairing failed: no answer within 30 s (SMP timeout)"
+            }
+        case .encryptionFailed(let status):
+            return "encryption failed (HCI status \(Hex.byte(status))\(status == 0x06 ? ", PIN or Key Missing: the peripheral has no key for this bond" : ""))"
+        case .linkClosed: return "the link closed"
+        case .smpUnavailable: return "SMP timed out earlier on this link"
+        }
+    }
+}
+
+/// Pairing and bonding on a central's links (blemu's own central, `blemu gatt`): per link an
+/// `SMPInitiator` with the 30 s SMP timer on the scheduler, encryption started with the key of
+/// a pairing or of a bond (LE Enable Encryption is the owner's: `startEncryption`), Encryption
+/// Change, the peripheral's Security Request (Vol 3, Part H, 2.4.6), and the central's own
+/// `BondStore` (a file of its own, so central-side bonds never mix with a device's).
+/// No I/O but the bond file; the owner (`CentralHost`) carries PDUs and HCI.
+public final class CentralSecurity {
+    public let configuration: CentralSecurityConfiguration
+    public let bonds: BondStore
+    /// This central's address on its links (the owner sets it once the controller is known).
+    public var localAddress: SMPAddress
+    public var sendSMP: (_ handle: UInt16, _ pdu: [UInt8]) -> Void = { _, _ in }
+    /// LE Enable Encryption on the link with this key (Vol 4, Part E, 7.8.24).
+    public var startEncryption: (_ handle: UInt16, _ key: SMPLongTermKey) -> Void = { _, _ in }
+    /// Told when the link's security changes (encrypted, paired).
+    public var securityChanged: (_ handle: UInt16, _ security: LinkSecurity) -> Void = { _, _ in }
+    /// What the user sees: the passkey to type on the peripheral, the value to compare.
+    public var display: (_ message: String) -> Void = { _ in }
+
+    private let scheduler: TimerScheduling
+    private let logger: Logger
+    private let makeRandom: () -> any RandomNumberGenerator
+    private var links: [UInt16: Link] = [:]
+
+    private final class Link {
+        let handle: UInt16
+        let peer: SMPAddress
+        var initiator: SMPInitiator
+        var timer: TimerID?
+        /// The security the key given to the controller brings once the link is encrypted.
+        var keyInUse: LinkSecurity?
+        /// Encrypting with this bond's key (a failure then falls back to pairing).
+        var encryptingWithBond = false
+        var security = LinkSecurity.unencrypted
+        var waiting: [(Result<LinkSecurity, CentralSecurityError>) -> Void] = []
+        /// Whether this link was paired (not only encrypted with a bond) while open.
+        var pairedHere = false
+        init(handle: UInt16, peer: SMPAddress, initiator: SMPInitiator) {
+            self.handle = handle
+            self.peer = peer
+            self.initiator = initiator
+        }
+    }
+
+    public init(configuration: CentralSecurityConfiguration, owner: BondOwner, localAddress: SMPAddress,
+                scheduler: TimerScheduling, logger: Logger,
+                random: @escaping () -> any RandomNumberGenerator = { SystemRandomNumberGenerator() }) {
+        self.configuration = configuration
+        self.localAddress = localAddress
+        self.scheduler = scheduler
+        self.logger = logger
+        self.makeRandom = random
+        bonds = BondStore(path: configuration.bondStorePath, owner: owner, limit: configuration.maximumBonds, logger: logger)
+    }
+
+    public func security(of handle: UInt16) -> LinkSecurity { links[handle]?.security ?? .unencrypted }
+    public func isPairing(_ handle: UInt16) -> Bool { links[handle]?.initiator.isPairing ?? false }
+    /// Whether the link was paired while it was open (rather than encrypted with a bond).
+    public func wasPaired(_ handle: UInt16) -> Bool { links[handle]?.pairedHere ?? false }
+
+    // MARK: Links
+
+    /// A link to `peer` (its address as LE Connection Complete gave it) opened.
+    public func linkOpened(_ handle: UInt16, peer: SMPAddress) {
+        if let old = links.removeValue(forKey: handle) { close(old) }
+        let initiator = SMPInitiator(configuration: configuration.initiatorConfiguration, initiatorAddress: localAddress,
+                                     responderAddress: peer, random: makeRandom())
+        links[handle] = Link(handle: handle, peer: peer, initiator: initiator)
+    }
+
+    public func linkClosed(_ handle: UInt16) {
+        guard let link = links.removeValue(forKey: handle) else { return }
+        close(link)
+    }
+
+    private func close(_ link: Link) {
+        if let timer = link.timer { scheduler.cancel(timer) }
+        link.timer = nil
+        finish(link, .failure(.linkClosed))
+    }
+
+    // MARK: Securing a link
+
+    /// Makes the link encrypted, as a phone does when a request fails for want of security:
+    /// with the key of the peripheral's bond when there is one (and `pair` is false), else (or
+    /// when that fails) by pairing. `completion` gets the link's security once encrypted, or why
+    /// not. Calls while one is under way wait for the same outcome.
+    public func secure(_ handle: UInt16, pair forcePairing: Bool = false,
+                       completion: @escaping (Result<LinkSecurity, CentralSecurityError>) -> Void) {
+        guard let link = links[handle] else { return completion(.failure(.linkClosed)) }
+        link.waiting.append(completion)
+        guard link.waiting.count == 1 else { return }
+        // An encrypted link that still is not enough needs a stronger key: a new pairing.
+        if !forcePairing, !link.security.isEncrypted, let bond = bonds.bond(for: link.peer) {
+            encrypt(link, with: bond)
+        } else {
+            pair(link, answering: nil)
+        }
+    }
+
+    private func encrypt(_ link: Link, with bond: Bond) {
+        link.encryptingWithBond = true
+        link.keyInUse = LinkSecurity(isEncrypted: true, isAuthenticated: bond.authenticated,
+                                     isSecureConnections: bond.secureConnections,
+                                     encryptionKeySize: bond.encryptionKeySize, isBonded: true)
+        logger.info("encrypting the link with \(link.peer.address) with the key of our bond (\(bond.strength))",
+                    metadata: metadata(link))
+        startEncryption(link.handle, bond.longTermKey)
+    }
+
+    private func pair(_ link: Link, answering request: SMPAuthRequirements?) {
+        guard !link.initiator.hasTimedOut else { return finish(link, .failure(.smpUnavailable)) }
+        link.encryptingWithBond = false
+        logger.info("pairing with \(link.peer.address)", metadata: metadata(link))
+        apply(link.initiator.start(answering: request), to: link)
+    }
+
+    // MARK: SMP
+
+    /// One SMP PDU from the peripheral (CID 0x0006).
+    public func receive(_ pdu: ArraySlice<UInt8>, on handle: UInt16) {
+        guard let link = links[handle] else { return }
+        apply(link.initiator.receive(pdu), to: link)
+    }
+
+    /// Encryption Change (Vol 4, Part E, 7.7.8) or Encryption Key Refresh Complete (7.7.39).
+    public func encryptionChanged(on handle: UInt16, status: UInt8, enabled: Bool, keySize: UInt8? = nil) {
+        guard let link = links[handle] else { return }
+        guard status == 0 else {
+            link.keyInUse = nil
+            logger.event(.encryptionChanged, .warning, "encrypting the link with \(link.peer.address) failed",
+                         metadata(link).merging([LogKey.hciStatus: .string(Hex.byte(status))]) { $1 })
+            if link.encryptingWithBond {
+                // The peripheral lost our bond (or never had it): pair again, as a phone asks to.
+                link.encryptingWithBond = false
+                logger.notice("\(link.peer.address) has no key for our bond (HCI status \(Hex.byte(status))): pairing again",
+                              metadata: metadata(link))
+                display("the peripheral does not know our bond (HCI status \(Hex.byte(status))): pairing again")
+                pair(link, answering: nil)
+            } else if link.initiator.isPairing {
+                finish(link, .failure(.encryptionFailed(status: status)))
+                apply(link.initiator.abort(.unspecifiedReason), to: link)
+            } else {
+                finish(link, .failure(.encryptionFailed(status: status)))
+            }
+            return
+        }
+        guard enabled else {
+            link.security = .unencrypted
+            securityChanged(handle, link.security)
+            return
+        }
+        var security = link.keyInUse ?? LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: false,
+                                                      encryptionKeySize: 16, isBonded: false)
+        if let keySize { security.encryptionKeySize = keySize }
+        link.security = security
+        logger.event(.encryptionChanged, .info, "link with \(link.peer.address) \(security.summary)", metadata(link))
+        securityChanged(handle, security)
+        if link.initiator.isPairing {
+            // Encrypted with the STK or LTK: the peripheral's keys, then ours (3.6.1).
+            apply(link.initiator.linkEncrypted(), to: link)
+        } else if link.encryptingWithBond {
+            link.encryptingWithBond = false
+            finish(link, .success(security))
+        }
+    }
+
+    // MARK: The initiator's output
+
+    private func apply(_ output: SMPInitiatorOutput, to link: Link) {
+        for pdu in output.pdus { sendSMP(link.handle, pdu) }
+        switch output.timer {
+        case .unchanged: break
+        case .restart:
+            if let timer = link.timer { scheduler.cancel(timer) }
+            link.timer = scheduler.schedule(after: PeripheralSecurity.timeout) { [weak self, weak link] in
+                guard let self, let link, self.links[link.handle] === link else { return }
+                link.timer = nil
+                self.apply(link.initiator.timerExpired(), to: link)
+            }
+        case .stop:
+            if let timer = link.timer { scheduler.cancel(timer) }
+            link.timer = nil
+        }
+        for event in output.events { handle(event, on: link) }
+    }
+
+    private func handle(_ event: SMPInitiatorEvent, on link: Link) {
+        switch event {
+        case .displayPasskey(let passkey):
+            display("type the passkey \(Self.sixDigits(passkey)) on \(link.peer.address)")
+        case .passkeyRequested:
+            if let passkey = configuration.passkey {
+                apply(link.initiator.passkeyEntered(passkey), to: link)
+            } else {
+                display("\(link.peer.address) asks for a passkey (Passkey Entry): give it with --passkey")
+                apply(link.initiator.passkeyEntered(nil), to: link)
+            }
+        case .confirmNumericComparison(let value):
+            let accept = configuration.acceptNumericComparison
+            display("Numeric Comparison with \(link.peer.address): \(Self.sixDigits(value)) (\(accept ? "accepted" : "rejected"))")
+            apply(link.initiator.numericComparisonConfirmed(accept), to: link)
+        case .startEncryption(let key):
+            if let summary = link.initiator.pairingSummary {
+                link.keyInUse = LinkSecurity(isEncrypted: true, isAuthenticated: summary.authenticated,
+                                             isSecureConnections: summary.secureConnections,
+                                             encryptionKeySize: summary.encryptionKeySize, isBonded: false)
+            }
+            startEncryption(link.handle, key)
+        case .securityRequested(let requirements):
+            // 2.4.6: encrypt with the bond when it is strong enough, else pair with these requirements.
+            logger.info("\(link.peer.address) asks for security (Security Request)", metadata: metadata(link))
+            guard link.waiting.isEmpty, !link.security.isEncrypted || (requirements.mitm && !link.security.isAuthenticated) else { return }
+            link.waiting.append { _ in }
+            if let bond = bonds.bond(for: link.peer), bond.authenticated || !requirements.mitm {
+                encrypt(link, with: bond)
+            } else {
+                pair(link, answering: requirements)
+            }
+        case .paired(let result):
+            paired(result, on: link)
+        case let .failed(reason, origin):
+            let error = CentralSecurityError.pairingFailed(reason: reason, origin: origin)
+            logger.event(.pairingFailed, .warning, "pairing with \(link.peer.address) failed: \(error)",
+                         metadata(link, reason: reason))
+            finish(link, .failure(error))
+        }
+    }
+
+    private func paired(_ result: SMPPairingResult, on link: Link) {
+        link.pairedHere = true
+        var note = "; not bonded"
+        if result.bonded, let key = result.longTermKey {
+            let bond = Bond(peer: link.peer, identity: result.peerIdentity?.address,
+                            identityResolvingKey: result.peerIdentity?.resolvingKey, longTermKey: key,
+                            encryptionKeySize: result.encryptionKeySize, secureConnections: result.secureConnections,
+                            authenticated: result.authenticated)
+            for old in bonds.save(bond) {
+                logger.notice("\(old) dropped: the limit is \(bonds.limit) bonds, the oldest goes", metadata: metadata(link))
+            }
+            note = "; bonded"
+        }
+        link.security.isAuthenticated = result.authenticated
+        link.security.isSecureConnections = result.secureConnections
+        link.security.isBonded = note == "; bonded"
+        logger.event(.paired, .notice,
+                     "paired with \(link.peer.address): \(result.secureConnections ? "LE Secure Connections" : "LE legacy"), \(result.authenticated ? "authenticated" : "unauthenticated (Just Works)"), \(result.encryptionKeySize)-octet key\(note)",
+                     metadata(link))
+        securityChanged(link.handle, link.security)
+        finish(link, .success(link.security))
+    }
+
+    private func finish(_ link: Link, _ result: Result<LinkSecurity, CentralSecurityError>) {
+        let waiting = link.waiting
+        link.waiting = []
+        for completion in waiting { completion(result) }
+    }
+
+    private func metadata(_ link: Link, reason: SMPPairingFailedReason? = nil) -> Logger.Metadata {
+        var metadata: Logger.Metadata = [
+            LogKey.peer: .string(link.peer.address.description), LogKey.connHandle: .string("\(link.handle)"),
+        ]
+        if let reason { metadata[LogKey.reason] = .string(Hex.byte(reason.rawValue)) }
+        return metadata
+    }
+
+    static func sixDigits(_ value: UInt32) -> String {
+        let text = String(value % 1_000_000)
+        return String(repeating: "0", count: 6 - text.count) + text
+    }
+}

@@ -1,0 +1,130 @@
+"""blemu's own central pairing (Docs/SECURITY.md, "Pairing from the central"): `blemu gatt`
+against a blemu lock (Passkey Entry with the lock's passkey, then the unlock), against a Bumble
+peripheral that requires encryption (Just Works), a bond kept in --state-dir and reused by the
+next run, and a wrong passkey reported with a non-zero exit.
+
+Spec references: Core 5.4, Vol 3, Part H (SMP), 2.4.6 (Security Request); Vol 3, Part C, 10.3
+(a refusal for want of security, then a retry); Vol 4, Part E, 7.8.24 (LE Enable Encryption).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+from bumble import gatt
+from bumble.device import Device
+from bumble.hci import Address
+from bumble.keys import MemoryKeyStore
+from bumble.pairing import PairingConfig, PairingDelegate
+from bumble.transport import open_transport
+
+from harness import BlemuProcess, run, run_cli, start_advertising, unique_name
+
+PASSKEY = "123456"
+LOCK_CONTROL_POINT = "7d3c0202-9a5e-4d1a-8f6e-5c1b2d3e4f50"
+LOCK_EVENT_LOG = "7d3c0203-9a5e-4d1a-8f6e-5c1b2d3e4f50"
+OP_UNLOCK = 0x02
+
+
+def gatt_cli(rootcanal, *args: str, timeout: float = 60.0):
+    return run_cli(["gatt", "--controller", rootcanal.controller_spec, *args], timeout=timeout)
+
+
+def start_lock(rootcanal, state_dir, *extra: str) -> BlemuProcess:
+    return start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("LK"), device="lock",
+                                          extra_args=["--state-dir", str(state_dir), "--pin", "2468", *extra]), rootcanal)
+
+
+def central_bonds(state_dir) -> list[dict]:
+    path = os.path.join(state_dir, "bonds-central-blemu_central.json")
+    with open(path) as file:
+        return json.load(file)["bonds"]
+
+
+def test_blemu_gatt_pairs_with_the_lock_by_passkey_and_unlocks_it(rootcanal, tmp_path):
+    lock = start_lock(rootcanal, tmp_path / "lock", "--passkey", PASSKEY)
+    try:
+        central_dir = tmp_path / "central"
+        # The event log needs an authenticated link: the read is refused (0x05), blemu gatt
+        # pairs with the passkey (Passkey Entry, the lock being DisplayOnly) and reads again.
+        log = gatt_cli(rootcanal, "--name", lock.name, "--passkey", PASSKEY, "--state-dir", str(central_dir),
+                       "read", LOCK_EVENT_LOG)
+        assert log.returncode == 0, log.describe()
+        assert "Insufficient Authentication" in log.stderr and "pairing" in log.stderr, log.stderr
+        assert "paired: encrypted, authenticated" in log.stderr or "paired:" in log.stderr, log.stderr
+        bonds = central_bonds(central_dir)
+        assert len(bonds) == 1 and bonds[0]["authenticated"] and bonds[0]["secureConnections"], bonds
+
+        # The next run encrypts with the bond: no pairing, no passkey needed; it unlocks
+        # (the control point's indication is printed).
+        unlock = gatt_cli(rootcanal, "--name", lock.name, "--state-dir", str(central_dir),
+                          "write", LOCK_CONTROL_POINT, bytes([OP_UNLOCK]).hex() + b"2468".hex())
+        assert unlock.returncode == 0, unlock.describe()
+        assert "encrypting with our bond" in unlock.stderr and "pairing" not in unlock.stderr.replace("pairing again", "?"), unlock.stderr
+        assert "written" in unlock.stdout and "indicated" in unlock.stdout, unlock.describe()
+        assert "800201" in unlock.stdout.replace(" ", ""), unlock.stdout
+        assert "paired with" not in lock.log_tail() or lock.log_tail().count("paired with") == 1
+    finally:
+        assert lock.stop() == 0, lock.log_tail()
+
+
+def test_a_wrong_passkey_is_reported_and_the_exit_is_non_zero(rootcanal, tmp_path):
+    lock = start_lock(rootcanal, tmp_path / "lock", "--passkey", PASSKEY)
+    try:
+        result = gatt_cli(rootcanal, "--name", lock.name, "--passkey", "654321", "--state-dir", str(tmp_path / "c"),
+                          "--pair", "read", LOCK_EVENT_LOG)
+        assert result.returncode != 0, result.describe()
+        assert "Confirm Value Failed (0x04)" in result.stderr, result.stderr
+        assert not os.path.exists(tmp_path / "c" / "bonds-central-blemu_central.json") or not central_bonds(tmp_path / "c")
+    finally:
+        assert lock.stop() == 0, lock.log_tail()
+
+
+def test_no_passkey_for_a_passkey_device_says_what_to_give(rootcanal, tmp_path):
+    lock = start_lock(rootcanal, tmp_path / "lock", "--passkey", PASSKEY)
+    try:
+        result = gatt_cli(rootcanal, "--name", lock.name, "--state-dir", str(tmp_path / "c"), "read", LOCK_EVENT_LOG)
+        assert result.returncode != 0, result.describe()
+        assert "--passkey" in result.stderr and "Passkey Entry Failed (0x01)" in result.stderr, result.stderr
+    finally:
+        assert lock.stop() == 0, lock.log_tail()
+
+
+SECRET_SERVICE = "3c1a0001-7b6e-4c55-9d0e-0a1b2c3d4e5f"
+SECRET_VALUE = "3c1a0002-7b6e-4c55-9d0e-0a1b2c3d4e5f"
+
+
+def test_blemu_gatt_pairs_with_a_bumble_peripheral_that_requires_encryption(rootcanal, tmp_path):
+    """A Bumble peripheral whose value needs an encrypted link (Just Works is enough): the
+    first read is refused, blemu gatt pairs and reads; the second run reuses the bond."""
+    name = unique_name("BP")
+
+    async def scenario():
+        async with await open_transport(rootcanal.controller_spec.replace("tcp:", "tcp-client:")) as (source, sink):
+            device = Device.with_hci(name, Address("F1:F2:F3:F4:F5:F6"), source, sink)
+            device.keystore = MemoryKeyStore()
+            device.pairing_config_factory = lambda _c: PairingConfig(
+                sc=True, mitm=False, bonding=True, delegate=PairingDelegate(PairingDelegate.NO_OUTPUT_NO_INPUT))
+            paired: list[str] = []
+            device.on("connection", lambda conn: conn.on("pairing", lambda keys: paired.append("paired")))
+            device.add_service(gatt.Service(SECRET_SERVICE, [gatt.Characteristic(
+                SECRET_VALUE, gatt.Characteristic.Properties.READ, gatt.Characteristic.READ_REQUIRES_ENCRYPTION,
+                b"sesame")]))
+            await device.power_on()
+            await device.start_advertising(auto_restart=True)
+            loop = asyncio.get_running_loop()
+            first = await loop.run_in_executor(None, lambda: gatt_cli(
+                rootcanal, "--address", "F1:F2:F3:F4:F5:F6", "--state-dir", str(tmp_path), "read", SECRET_VALUE))
+            assert first.returncode == 0, first.describe()
+            assert '"sesame"' in first.stdout, first.describe()
+            assert "Insufficient" in first.stderr and "paired:" in first.stderr, first.stderr
+            assert paired == ["paired"], paired
+            second = await loop.run_in_executor(None, lambda: gatt_cli(
+                rootcanal, "--address", "F1:F2:F3:F4:F5:F6", "--state-dir", str(tmp_path), "read", SECRET_VALUE))
+            assert second.returncode == 0, second.describe()
+            assert '"sesame"' in second.stdout and "encrypted with our bond" in second.stderr, second.stderr
+            assert paired == ["paired"], "the second run paired again instead of using its bond"
+
+    run(scenario(), timeout=120)
