@@ -28,6 +28,8 @@ public enum LockState: UInt8, Sendable {
 /// (the stack). Five wrong PINs in a row lock the control point out for 60 s.
 public final class LockDevice: Device {
     public static let deviceName = "lock"
+    /// The lock pairs with its static passkey, always (Docs/SECURITY.md).
+    public static let pairsWithStaticPasskey = true
     public static let summary = "door lock: Lock 7d3c0200-…, Device Information 0x180A, Battery 0x180F"
 
     public static let serviceUUID = BluetoothUUID("7d3c0200-9a5e-4d1a-8f6e-5c1b2d3e4f50")!
@@ -90,10 +92,10 @@ public final class LockDevice: Device {
                                       permissions: ControlPointAccess.permissions,
                                       length: .variable(max: 1 + Self.pinLengths.upperBound),
                                       descriptors: [.userDescription("Lock control point")])
-        // Who came and went is the owner's business: with a passkey, only a paired central reads it.
+        // Who came and went is the owner's business: only a central paired with the passkey reads it.
         let box = WeakBox<LockDevice>()
         eventLog = events.makeCharacteristic(Self.eventLogUUID, description: "Event log") { peer in
-            guard let context = box.value?.context, context.pairsWithPasskey else { return nil }
+            guard let context = box.value?.context else { return .insufficientAuthentication }
             return context.securityRefusal(peer, authenticated: true)
         }
         relockDelay = Characteristic(Self.relockDelayUUID, properties: [.read, .write], length: .fixed(2),
@@ -182,18 +184,17 @@ public final class LockDevice: Device {
 
     // MARK: The control point
 
-    /// Who may use the Lock Control Point, decided here and nowhere else. When the lock has a
-    /// passkey (`--passkey`): only a central that paired with it, on a link encrypted with that
-    /// authenticated key (Insufficient Authentication 0x05 otherwise, or Insufficient
-    /// Encryption 0x0F for a bonded central that has not encrypted yet; Vol 3, Part C, 10.3).
-    /// Without a passkey no central can be authenticated, so the PIN alone guards it. And a
-    /// central that has enabled indications, since its results come as indications (0xFD
-    /// otherwise, Supplement Part B, 1.2).
+    /// Who may use the Lock Control Point, decided here and nowhere else: only a central that
+    /// paired with the lock's passkey (`--passkey`, else the generated label), on a link
+    /// encrypted with that authenticated key (Insufficient Authentication 0x05 otherwise, or
+    /// Insufficient Encryption 0x0F for a bonded central that has not encrypted yet; Vol 3,
+    /// Part C, 10.3), and the PIN. And a central that has enabled indications, since its
+    /// results come as indications (0xFD otherwise, Supplement Part B, 1.2).
     enum ControlPointAccess {
         static let permissions: AttributePermissions = [.writeable]
 
         static func refusal(_ peer: ATTPeer, controlPoint: Characteristic, context: DeviceContext) -> ATTError? {
-            if context.pairsWithPasskey, let refusal = context.securityRefusal(peer, authenticated: true) { return refusal }
+            if let refusal = context.securityRefusal(peer, authenticated: true) { return refusal }
             return context.isSubscribed(controlPoint, peer: peer, indications: true) ? nil : .cccdImproperlyConfigured
         }
     }

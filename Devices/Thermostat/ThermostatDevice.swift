@@ -217,11 +217,10 @@ public final class ThermostatDevice: Device {
         ticker.onTick = { [weak self] in self?.publish() }
     }
 
-    /// Who may change the target and the mode: with a passkey (`--passkey`, so centrals pair),
-    /// only a central on an encrypted link (0x05, or 0x0F for a bonded central not yet encrypted;
-    /// Vol 3, Part C, 10.3). Without one, anyone, as before: blemu's own central cannot pair.
+    /// Who may change the target and the mode: only a central on an encrypted link (Just Works
+    /// is enough; 0x05, or 0x0F for a bonded central not yet encrypted; Vol 3, Part C, 10.3).
     private func linkRefusal(_ peer: ATTPeer) -> ATTError? {
-        guard let context, context.pairsWithPasskey else { return nil }
+        guard let context else { return .insufficientAuthentication }
         return context.securityRefusal(peer, authenticated: false)
     }
 

@@ -35,7 +35,7 @@ struct RunCommand: ParsableCommand {
     @Option(help: ArgumentHelp("The lock's PIN, 4 to 8 digits (default: the config file's, else one made up and logged once).", valueName: "DIGITS"))
     var pin: String?
 
-    @Option(help: ArgumentHelp("A 6-digit static pairing passkey, like a label on the box: centrals pair with Passkey Entry and must type it (default: Just Works).", valueName: "DIGITS"))
+    @Option(help: ArgumentHelp("A 6-digit static pairing passkey, like a label on the box: centrals pair with Passkey Entry and must type it. The lock always pairs so (without --passkey it makes one on its first start, keeps it in --state-dir and logs it); other devices use Just Works without it.", valueName: "DIGITS"))
     var passkey: String?
 
     @Option(name: .customLong("state-dir"),
@@ -137,12 +137,27 @@ struct RunCommand: ParsableCommand {
 
     private var resolvedStateDirectory: String? { stateDirectoryPath(stateDirectory) }
 
-    /// A device's pairing options: its passkey and its bond file in the state directory.
-    private func securityConfiguration(plan: DevicePlan, device: String, name: String,
-                                       address: BluetoothAddress?) -> SecurityConfiguration {
-        let address = address ?? BluetoothAddress.staticRandom(seed: "blemu/\(device)/\(name)")
-        let owner = BondOwner(device: device, name: name, address: address)
-        return SecurityConfiguration(passkey: plan.passkey.flatMap { UInt32($0) },
+    /// A device's pairing options: its passkey and its bond file in the state directory. A
+    /// device that pairs with a static passkey and was given none gets the one kept in the
+    /// state directory, made on its first start, and logged (the user reads the "label" there).
+    private func securityConfiguration(plan: DevicePlan, device: Device.Type, name: String,
+                                       address: BluetoothAddress?, logger: Logger) -> SecurityConfiguration {
+        let kind = device.deviceName
+        let address = address ?? BluetoothAddress.staticRandom(seed: "blemu/\(kind)/\(name)")
+        let owner = BondOwner(device: kind, name: name, address: address)
+        var passkey = plan.passkey.flatMap { UInt32($0) }
+        if passkey == nil, device.pairsWithStaticPasskey {
+            let path = resolvedStateDirectory.map { PasskeyLabel.path(directory: $0, owner: owner) }
+            let label = PasskeyLabel.loadOrCreate(path: path)
+            passkey = label.passkey
+            let metadata: Logger.Metadata = [LogKey.device: .string(kind), LogKey.name: .string(name)]
+            if let problem = label.problem { logger.warning("\(kind) '\(name)': passkey file: \(problem)", metadata: metadata) }
+            let kept = path.map { label.problem == nil ? ", kept in \($0)" : "" } ?? " (no state directory: a new one each start)"
+            logger.event(.stateChanged, .notice,
+                         "\(kind) '\(name)': no --passkey given: centrals pair with the passkey \(PasskeyLabel.sixDigits(label.passkey)) (\(label.created ? "generated" : "generated on its first start")\(kept))",
+                         metadata)
+        }
+        return SecurityConfiguration(passkey: passkey,
                                      bondStorePath: resolvedStateDirectory.map { $0 + "/" + owner.fileName })
     }
 
@@ -209,8 +224,8 @@ struct RunCommand: ParsableCommand {
             if copy > 1, plan.name == nil || name != nil { localName += " \(copy)" }
             var configuration = PeripheralConfiguration(name: localName, address: plan.address, controller: spec.description,
                                                         advertisingTiming: plan.advertising, connectionParameters: plan.connection)
-            configuration.security = securityConfiguration(plan: plan, device: type(of: device).deviceName, name: localName,
-                                                           address: configuration.address)
+            configuration.security = securityConfiguration(plan: plan, device: type(of: device), name: localName,
+                                                           address: configuration.address, logger: logger)
             let emulator: Emulator
             if sharesOneController(spec), let existing = shared[spec] {
                 emulator = existing

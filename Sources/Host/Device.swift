@@ -90,6 +90,10 @@ public protocol Device: AnyObject {
     /// The name on the command line (`heart-rate`), Docs/REFERENCE.md "Device names".
     static var deviceName: String { get }
     static var summary: String { get }
+    /// Whether centrals must pair with Passkey Entry and the device's static passkey (a label
+    /// on the box: `--passkey`, else one generated on the first start and kept in the state
+    /// directory). The device is then DisplayOnly with MITM required.
+    static var pairsWithStaticPasskey: Bool { get }
     var profile: DeviceProfile { get }
     /// The device's own services (GAP, GATT and Diagnostics are added by the stack).
     var services: [Service] { get }
@@ -127,6 +131,7 @@ public struct DeviceSetting {
 }
 
 extension Device {
+    public static var pairsWithStaticPasskey: Bool { false }
     public var settings: [DeviceSetting] { [] }
     public func stop() {}
     public func peripheralIsReady() {}

@@ -3,6 +3,9 @@ import BlemuGATT
 import BlemuHost
 import BlemuL2CAP
 import BlemuDevices
+import BlemuSMP
+import BlemuSecurity
+import Testing
 
 /// GATT client steps on the `Bench`, as a central's stack takes them, for device tests.
 extension Bench {
@@ -13,6 +16,26 @@ extension Bench {
         let bench = try logger.map { try Bench(device: device, logger: $0.logger) } ?? Bench(device: device)
         bench.controller.connect(handle: link, peer: bench.central)
         return bench
+    }
+
+    /// A bench whose central has paired as the lock and the thermostat demand (Docs/SECURITY.md):
+    /// bonded with an authenticated Secure Connections key, and the link encrypted with it
+    /// (LE Long Term Key Request answered from the bond, then Encryption Change).
+    static func paired(_ device: Device, logger: LogCapture? = nil) throws -> Bench {
+        let bench = try connected(device, logger: logger)
+        bench.encryptWithBond(link: link, peer: bench.central)
+        return bench
+    }
+
+    /// The central `peer` on `link` is bonded (authenticated, Secure Connections) and encrypts
+    /// the link with that bond, as after pairing with the passkey.
+    func encryptWithBond(link: UInt16, peer: BluetoothAddress) {
+        peripheral.security.bonds.save(Bond(
+            peer: SMPAddress(peer, isRandom: true), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 0x5A, count: 16)),
+            encryptionKeySize: 16, secureConnections: true, authenticated: true))
+        controller.event(0x3E, [0x05] + Self.le(link) + [UInt8](repeating: 0, count: 10))
+        controller.event(0x08, [0x00] + Self.le(link) + [0x01])
+        #expect(peripheral.linkSecurity(of: ATTPeer(connectionHandle: link, address: peer)).isAuthenticated)
     }
 
     /// Read Request: the value, or nil when the answer was an Error Response.

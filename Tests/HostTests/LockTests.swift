@@ -5,7 +5,8 @@ import BlemuHost
 import BlemuDevices
 import Testing
 
-/// The lock through the whole stack: a central with indications on, a clock moved by hand.
+/// The lock through the whole stack: a central paired with the passkey (its control point and
+/// event log need it), with indications on, a clock moved by hand.
 @Suite struct LockTests {
     private let pin = "4821"
 
@@ -13,7 +14,7 @@ import Testing
     /// indications and Lock State's notifications.
     private func ready(pin: String? = "4821", logger: LogCapture? = nil) throws -> (LockDevice, Bench) {
         let device = LockDevice(pin: pin, seed: 9)
-        let bench = try Bench.connected(device, logger: logger)
+        let bench = try Bench.paired(device, logger: logger)
         #expect(bench.subscribe(device.controlPoint, notify: false, indicate: true) == [[0x13]])
         #expect(bench.subscribe(device.lockState) == [[0x13]])
         return (device, bench)
@@ -57,13 +58,14 @@ import Testing
 
     @Test func aWriterWithoutIndicationsGetsFD() throws {
         let device = LockDevice(pin: pin, seed: 1)
-        let bench = try Bench.connected(device)
+        let bench = try Bench.paired(device)
         #expect(bench.writeError(device.controlPoint, command(0x02, pin)) == 0xFD)
         // Notifications are not indications: still 0xFD.
         bench.write(device.controlPoint.clientConfigurationHandle ?? 0, [0x01, 0x00])
         #expect(bench.writeError(device.controlPoint, command(0x02, pin)) == 0xFD)
         // Another central's indications do not count for this one.
         bench.controller.connect(handle: 0x0041, peer: BluetoothAddress("E0:E1:E2:E3:E4:E5")!)
+        bench.encryptWithBond(link: 0x0041, peer: BluetoothAddress("E0:E1:E2:E3:E4:E5")!)
         #expect(bench.subscribe(device.controlPoint, notify: false, indicate: true, link: 0x0041) == [[0x13]])
         #expect(bench.writeError(device.controlPoint, command(0x02, pin)) == 0xFD)
         #expect(bench.writeError(device.controlPoint, command(0x02, pin), link: 0x0041) == nil)

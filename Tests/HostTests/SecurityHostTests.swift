@@ -78,11 +78,18 @@ import Testing
         #expect(bench.writeError(device.controlPoint, unlock, link: 0x0041) == 0x05)
     }
 
-    @Test func withoutAPasskeyTheLockKeepsItsPINRule() throws {
+    @Test func withoutAPasskeyTheLockStillNeedsAnAuthenticatedLink() throws {
+        // The passkey is then the generated label (RunCommand); the rule is the lock's own.
         let device = LockDevice(pin: "4821", seed: 2)
         let bench = try Bench.connected(device)
         #expect(bench.subscribe(device.controlPoint, notify: false, indicate: true) == [[0x13]])
-        #expect(bench.write(device.controlPoint, [0x02] + Array("4821".utf8)).last == [0x13])
+        #expect(bench.writeError(device.controlPoint, [0x02] + Array("4821".utf8)) == 0x05)
+        #expect(bench.read(device.eventLog) == nil, "an unpaired central reads no event log")
+        let lock = LockDevice(pin: "4821", seed: 2)
+        let paired = try Bench.paired(lock)
+        #expect(paired.subscribe(lock.controlPoint, notify: false, indicate: true) == [[0x13]])
+        #expect(paired.write(lock.controlPoint, [0x02] + Array("4821".utf8)).last == [0x13])
+        #expect(paired.read(lock.eventLog) != nil)
     }
 }
 
@@ -107,9 +114,17 @@ extension SecurityHostTests {
         #expect(bench.writeError(device.target, [0x28, 0x23], link: 0x0041) == 0xFF)
     }
 
-    @Test func withoutAPasskeyTheThermostatTakesWritesFromAnyLink() throws {
+    @Test func withoutAPasskeyTheThermostatsWritesStillNeedEncryptionJustWorksIsEnough() throws {
         let device = ThermostatDevice()
         let bench = try Bench.connected(device)
+        #expect(bench.writeError(device.target, [0xD0, 0x07]) == 0x05)
+        #expect(bench.read(device.target) != nil, "reads stay open")
+        // An unauthenticated (Just Works) bond's key is enough.
+        bench.peripheral.security.bonds.save(Bond(
+            peer: SMPAddress(bench.central, isRandom: true), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 4, count: 16)),
+            encryptionKeySize: 16, secureConnections: true, authenticated: false))
+        bench.controller.event(0x3E, [0x05, 0x40, 0x00] + [UInt8](repeating: 0, count: 10))
+        bench.controller.event(0x08, [0x00, 0x40, 0x00, 0x01])
         #expect(bench.write(device.target, [0xD0, 0x07]).last == [0x13])
     }
 }

@@ -183,7 +183,7 @@ import Testing
     /// The device API's write promises, through the whole stack (Vol 3, Part F, 3.4.5.1).
     @Test func writesKeepTheirLengthAndRange() throws {
         let device = ThermostatDevice(seed: 3)
-        let bench = try Bench.connected(device)
+        let bench = try Bench.paired(device)   // writes need an encrypted link
         // Target: exactly 2 bytes (else 0x0D), 500...3500 (else Out of Range 0xFF).
         #expect(bench.writeError(device.target, [0xC4]) == 0x0D)
         #expect(bench.writeError(device.target, [0xC4, 0x09, 0x00]) == 0x0D)
@@ -215,7 +215,7 @@ import Testing
         let device = ThermostatDevice(seed: 4)
         #expect(device.settings.first { $0.key == "mode" }?.apply("off") == nil)
         #expect(device.settings.first { $0.key == "room" }?.apply("18") == nil)
-        let bench = try Bench.connected(device)
+        let bench = try Bench.paired(device)   // writes need an encrypted link
         #expect(bench.read(device.heatingState) == [0])
         bench.subscribe(device.temperature)
         bench.subscribe(device.heatingState)

@@ -400,14 +400,54 @@ def start_advertising(process: BlemuProcess, rootcanal: RootCanal) -> BlemuProce
     return process
 
 
+JUST_WORKS = "just-works"
+
+
+def pairing_config(pair: int | str):
+    """Bumble's pairing for `connected(pair=...)`: JUST_WORKS (no IO, Secure Connections), or a
+    passkey the user types (KeyboardOnly, MITM), as a phone does for a device with a label."""
+    from bumble.pairing import PairingConfig, PairingDelegate
+
+    if pair == JUST_WORKS:
+        delegate = PairingDelegate(PairingDelegate.NO_OUTPUT_NO_INPUT)
+        return lambda _connection: PairingConfig(sc=True, mitm=False, bonding=True, delegate=delegate)
+
+    class Keyboard(PairingDelegate):
+        def __init__(self):
+            super().__init__(io_capability=PairingDelegate.KEYBOARD_INPUT_ONLY)
+
+        async def get_number(self) -> int | None:
+            return int(pair)
+
+    keyboard = Keyboard()
+    return lambda _connection: PairingConfig(sc=True, mitm=True, bonding=True, delegate=keyboard)
+
+
+def passkey_of(process: "BlemuProcess", timeout: float = 10.0) -> int:
+    """The passkey a lock without --passkey generated on its first start: logged at start."""
+    import re
+
+    entries = process.wait_for_event("state-changed", timeout=timeout)
+    found = [int(m.group(1)) for e in entries if (m := re.search(r"pair with the passkey (\d{6})\b", e.message))]
+    assert found, f"no generated passkey logged; state-changed lines: {[e.line for e in entries]}"
+    return found[-1]
+
+
 @contextlib.asynccontextmanager
-async def connected(blemu: BlemuProcess, label: str = "central", discover: bool = False):
+async def connected(blemu: BlemuProcess, label: str = "central", discover: bool = False, pair: int | str | None = None):
     """A new Bumble central on blemu's radio, connected at its advertised address (and its
-    database discovered with `discover`); disconnected after, and blemu checked still running."""
+    database discovered with `discover`); disconnected after, and blemu checked still running.
+    `pair`: pair first (JUST_WORKS, or the passkey to type), as the lock's control point and
+    event log and the thermostat's writes need (Docs/SECURITY.md)."""
     assert blemu.scan is not None
     async with Central(blemu.controller, name=label) as central:
+        if pair is not None:
+            central.device.pairing_config_factory = pairing_config(pair)
         conn = await central.connect(blemu.scan.address)
         try:
+            if pair is not None:
+                await conn.connection.pair()
+                assert conn.connection.is_encrypted, "pairing left the link unencrypted"
             if discover:
                 await conn.discover_all()
             yield conn

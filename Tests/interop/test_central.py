@@ -23,7 +23,7 @@ from bumble.device import Device
 from bumble.transport import open_transport
 
 from bumble_central import bumble_transport_spec
-from harness import BlemuProcess, blemu_binary, run_cli, start_advertising, unique_name
+from harness import BlemuProcess, blemu_binary, passkey_of, run_cli, start_advertising, unique_name
 
 THERMOSTAT_TARGET = "7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50"
 
@@ -142,16 +142,21 @@ def test_gatt_read_and_errors_by_spec_name(rootcanal, heart_rate):
     assert nobody.returncode == 1 and "no advertiser matching" in nobody.stderr, nobody.describe()
 
 
-def test_gatt_write_then_read_back_on_the_thermostat(rootcanal, thermostat):
+def test_gatt_write_then_read_back_on_the_thermostat(rootcanal, thermostat, tmp_path):
     value = struct.pack("<h", 2150).hex()
-    write = blemu_cli(rootcanal, "gatt", "--name", thermostat.name, "write", THERMOSTAT_TARGET, value)
+    state = ["--state-dir", str(tmp_path)]
+    # The thermostat's writes need an encrypted link: refused (0x05), blemu gatt pairs (Just
+    # Works) and writes again, as a phone does.
+    write = blemu_cli(rootcanal, "gatt", "--name", thermostat.name, *state, "write", THERMOSTAT_TARGET, value)
     assert write.returncode == 0, write.describe()
-    read = blemu_cli(rootcanal, "gatt", "--name", thermostat.name, "read", THERMOSTAT_TARGET, "--json")
+    assert "Insufficient Authentication" in write.stderr and "paired:" in write.stderr, write.describe()
+    read = blemu_cli(rootcanal, "gatt", "--name", thermostat.name, *state, "read", THERMOSTAT_TARGET, "--json")
     assert read.returncode == 0, read.describe()
     assert json_lines(read)[0]["value"] == value
-    # Out of range: the thermostat's rule, 0xFF, by its name.
-    bad = blemu_cli(rootcanal, "gatt", "--name", thermostat.name, "write", THERMOSTAT_TARGET, struct.pack("<h", 9000).hex())
+    # Out of range: the thermostat's rule, 0xFF, by its name (after encrypting with the bond).
+    bad = blemu_cli(rootcanal, "gatt", "--name", thermostat.name, *state, "write", THERMOSTAT_TARGET, struct.pack("<h", 9000).hex())
     assert bad.returncode == 1 and "(0xff)" in bad.stderr.lower(), bad.describe()
+    assert "encrypted with our bond" in bad.stderr, bad.describe()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,10 +317,12 @@ def test_a_malformed_profile_is_refused_before_anything_starts(tmp_path):
     assert f"{path}: services[0].characteristics[0].properties[1]: 'teleport' is not one of" in result.stderr, result.describe()
 
 
-def test_the_lock_dumps_with_its_services(rootcanal):
+def test_the_lock_dumps_with_its_services(rootcanal, tmp_path):
     lock = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("LK"), device="lock"), rootcanal)
     try:
-        result = blemu_cli(rootcanal, "gatt", "--name", lock.name, "dump", "--json")
+        # The event log needs a link paired with the lock's (generated, logged) passkey: --pair.
+        result = blemu_cli(rootcanal, "gatt", "--name", lock.name, "--pair", "--passkey", f"{passkey_of(lock):06d}",
+                           "--state-dir", str(tmp_path), "dump", "--json")
         assert result.returncode == 0, result.describe()
         services = {service["uuid"]: service for service in json_lines(result)[0]["services"]}
         lock_service = services["7d3c0200-9a5e-4d1a-8f6e-5c1b2d3e4f50"]

@@ -7,7 +7,7 @@ import asyncio
 
 from bumble_central import Central, UUID_DEVICE_NAME, UUID_GAP_SERVICE, UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE, decode_heart_rate_measurement
 from fake_controller import FakeController
-from harness import log_dir, run, run_cli, unique_name
+from harness import log_dir, pairing_config, passkey_of, run, run_cli, unique_name
 from test_lock import UUID_CONTROL_POINT, UUID_LOCK_SERVICE, UUID_LOCK_STATE, operate
 
 
@@ -29,6 +29,7 @@ devices:
   - device: lock
     name: {lock_name}
     pin: "024680"
+    passkey: "135790"
 """)
     blemu = blemu_factory.start(None, wait_advertising=False, devices=[], extra_args=["--config", path, "--share-controller"])
 
@@ -46,7 +47,10 @@ devices:
             await conn.disconnect()
 
             lock = await central.scan_for(lock_name, timeout=20.0, alive=blemu.exited)
+            # The lock's control point needs a link paired with its passkey: the file's.
+            central.device.pairing_config_factory = pairing_config(135790)
             conn = await central.connect(lock.address)
+            await conn.connection.pair()
             await conn.discover_all()
             await conn.subscribe(conn.characteristic(UUID_CONTROL_POINT, UUID_LOCK_SERVICE))
             await conn.subscribe(conn.characteristic(UUID_LOCK_STATE, UUID_LOCK_SERVICE))
@@ -81,7 +85,9 @@ def test_pin_on_the_command_line(rootcanal, blemu_factory):
 
     async def scenario():
         async with Central(rootcanal.controller_spec, name="pin-central") as central:
+            central.device.pairing_config_factory = pairing_config(passkey_of(blemu))
             conn = await central.connect(blemu.scan.address)
+            await conn.connection.pair()
             await conn.discover_all()
             await conn.subscribe(conn.characteristic(UUID_CONTROL_POINT, UUID_LOCK_SERVICE))
             await conn.subscribe(conn.characteristic(UUID_LOCK_STATE, UUID_LOCK_SERVICE))

@@ -1,7 +1,9 @@
 """blemu's lock, checked from the outside by Bumble as an independent central.
 
 One `blemu run lock` serves most tests; the lockout test starts its own, so its 60 s lockout
-touches nobody else. The PIN is the one the lock made up and logged at start (no --pin given).
+touches nobody else. The PIN is the one the lock made up and logged at start (no --pin given),
+and so is the passkey every central pairs with first (no --passkey given): the control point
+and the event log need a link paired with it (Docs/SECURITY.md).
 Spec references: Core 5.4 (Vol/Part/section), Core Specification Supplement (Supplement) Part
 B for the common profile error codes, Docs/REFERENCE.md for blemu's Lock service.
 """
@@ -21,8 +23,9 @@ from bumble_central import (
     ATT_DEFAULT_MTU,
     collect_indications,
     collect_notifications,
+    error_code_of,
 )
-from harness import BlemuProcess, expect_write_error, run, start_advertising, unique_name
+from harness import BlemuProcess, expect_write_error, passkey_of, run, start_advertising, unique_name
 from harness import connected as central_on
 
 UUID_LOCK_SERVICE = UUID("7d3c0200-9a5e-4d1a-8f6e-5c1b2d3e4f50")
@@ -65,9 +68,9 @@ def lock(rootcanal):
 
 @contextlib.asynccontextmanager
 async def connected(blemu: BlemuProcess, label: str = "lock-central", indications: bool = True):
-    """A central on the lock, with Lock State notifications and (by default) the control
-    point's indications on."""
-    async with central_on(blemu, label, discover=True) as conn:
+    """A central paired with the lock's generated passkey (Passkey Entry), with Lock State
+    notifications and (by default) the control point's indications on."""
+    async with central_on(blemu, label, discover=True, pair=passkey_of(blemu)) as conn:
         if indications:
             await conn.subscribe(conn.characteristic(UUID_CONTROL_POINT, UUID_LOCK_SERVICE))
             await conn.subscribe(conn.characteristic(UUID_LOCK_STATE, UUID_LOCK_SERVICE))
@@ -86,6 +89,50 @@ async def operate(conn, opcode: int, pin: str, timeout: float = 5.0) -> bytes:
 def test_the_pin_is_made_up_and_logged_once(lock):
     pin = pin_of(lock)
     assert 4 <= len(pin) <= 8
+
+
+ATT_INSUFFICIENT_AUTHENTICATION = 0x05
+
+
+def test_without_pairing_the_control_point_and_the_event_log_refuse(lock):
+    """No --passkey: the lock still needs an authenticated link, with the passkey it generated
+    and logged (the label on the box): an unpaired central gets 0x05 for both."""
+
+    async def scenario():
+        async with central_on(lock, "unpaired-lock-central", discover=True) as conn:
+            control_point = conn.characteristic(UUID_CONTROL_POINT, UUID_LOCK_SERVICE)
+            await conn.subscribe(control_point)
+            await expect_write_error(conn, control_point, bytes([OP_UNLOCK]) + pin_of(lock).encode(),
+                                     ATT_INSUFFICIENT_AUTHENTICATION)
+            try:
+                await conn.read(conn.characteristic(UUID_EVENT_LOG, UUID_LOCK_SERVICE))
+            except att.ATT_Error as error:
+                assert error_code_of(error) == ATT_INSUFFICIENT_AUTHENTICATION, error
+            else:
+                raise AssertionError("an unpaired central read the lock's event log")
+            state = await conn.read(conn.characteristic(UUID_LOCK_STATE, UUID_LOCK_SERVICE))
+            assert state == bytes([LOCKED]), f"the refused command moved the bolt: Lock State {state.hex()}"
+
+    run(scenario())
+
+
+def test_the_generated_passkey_is_kept_across_restarts(rootcanal, tmp_path):
+    """The passkey made on the first start is the label: kept in --state-dir, the same after a restart."""
+    name = unique_name("PK")
+    first = start_advertising(BlemuProcess(rootcanal.controller_spec, name, device="lock",
+                                           extra_args=["--state-dir", str(tmp_path)]), rootcanal)
+    passkey = passkey_of(first)
+    assert first.stop() == 0, first.log_tail()
+    files = [p.name for p in tmp_path.iterdir() if p.name.startswith("passkey-")]
+    assert files == [f"passkey-lock-{name}.txt"], files
+    assert (tmp_path / files[0]).read_text().strip() == f"{passkey:06d}"
+    assert oct((tmp_path / files[0]).stat().st_mode & 0o777) == oct(0o600)
+    second = start_advertising(BlemuProcess(rootcanal.controller_spec, name, device="lock",
+                                            extra_args=["--state-dir", str(tmp_path)]), rootcanal)
+    try:
+        assert passkey_of(second) == passkey
+    finally:
+        assert second.stop() == 0, second.log_tail()
 
 
 def test_a_writer_without_indications_gets_fd(lock):

@@ -22,7 +22,7 @@ from bumble_central import (
     UUID_DIAGNOSTICS_SERVICE,
     collect_notifications,
 )
-from harness import BlemuProcess, expect_write_error, run, start_advertising, unique_name
+from harness import JUST_WORKS, BlemuProcess, expect_write_error, run, start_advertising, unique_name
 from harness import connected as central_on
 
 UUID_ESS = UUID.from_16_bits(0x181A)
@@ -65,8 +65,9 @@ def thermostat(rootcanal):
     assert process.stop() == 0, f"blemu did not stop cleanly:\n{process.log_tail()}"
 
 
-def connected(blemu: BlemuProcess, label: str = "thermostat-central"):
-    return central_on(blemu, label, discover=True)
+def connected(blemu: BlemuProcess, label: str = "thermostat-central", pair: bool = False):
+    """A central on the thermostat; `pair`: Just Works first, as its writes need an encrypted link."""
+    return central_on(blemu, label, discover=True, pair=JUST_WORKS if pair else None)
 
 
 def test_advertises_environmental_sensing_and_the_thermostat_appearance(thermostat):
@@ -142,12 +143,32 @@ def test_reads_decode_to_a_plausible_room(thermostat):
     run(scenario())
 
 
+ATT_INSUFFICIENT_AUTHENTICATION = 0x05
+
+
+def test_writes_need_an_encrypted_link_reads_do_not(thermostat):
+    """The thermostat's Target and Mode writes need encryption, unconditionally (Just Works is
+    enough): an unpaired central gets Insufficient Authentication (Vol 3, Part C, 10.3) and
+    the value stays; it still reads everything."""
+
+    async def scenario():
+        async with connected(thermostat, "unpaired-central") as conn:
+            target = conn.characteristic(UUID_TARGET, UUID_THERMOSTAT_SERVICE)
+            before = await conn.read(target)
+            await expect_write_error(conn, target, struct.pack("<h", 2100), ATT_INSUFFICIENT_AUTHENTICATION)
+            await expect_write_error(conn, conn.characteristic(UUID_MODE, UUID_THERMOSTAT_SERVICE), bytes([MODE_OFF]),
+                                     ATT_INSUFFICIENT_AUTHENTICATION)
+            assert await conn.read(target) == before, "a refused write changed the target"
+
+    run(scenario())
+
+
 def test_writes_are_checked_for_length_and_range(thermostat):
     """Vol 3, Part F, 3.4.5.1: a value of the wrong size is Invalid Attribute Value Length
     (0x0D); a value outside what the characteristic accepts is Out of Range (0xFF)."""
 
     async def scenario():
-        async with connected(thermostat) as conn:
+        async with connected(thermostat, pair=True) as conn:
             target = conn.characteristic(UUID_TARGET, UUID_THERMOSTAT_SERVICE)
             mode = conn.characteristic(UUID_MODE, UUID_THERMOSTAT_SERVICE)
             before = await conn.read(target)
@@ -173,7 +194,7 @@ def test_a_higher_target_starts_the_heating_and_the_room_notifies_its_steps(ther
     every 40 s at the device's heating rate, not on every 5 s tick."""
 
     async def scenario():
-        async with connected(thermostat) as conn:
+        async with connected(thermostat, pair=True) as conn:
             temperature_char = conn.characteristic(UUID_TEMPERATURE, UUID_ESS)
             state_char = conn.characteristic(UUID_HEATING_STATE, UUID_THERMOSTAT_SERVICE)
             target = conn.characteristic(UUID_TARGET, UUID_THERMOSTAT_SERVICE)
