@@ -9,6 +9,7 @@ import BlemuHost
 import BlemuProfile
 import BlemuRunLoop
 import BlemuSecurity
+import BlemuSMP
 import BlemuService
 import BlemuTransport
 import Logging
@@ -37,6 +38,14 @@ struct RunCommand: ParsableCommand {
 
     @Option(help: ArgumentHelp("A 6-digit static pairing passkey, like a label on the box: centrals pair with Passkey Entry and must type it. The lock always pairs so (without --passkey it makes one on its first start, keeps it in --state-dir and logs it); other devices use Just Works without it.", valueName: "DIGITS"))
     var passkey: String?
+
+    @Option(name: .customLong("io-capability"),
+            help: ArgumentHelp("The IO capability the devices declare when a central pairs: display-only, display-yes-no, keyboard-only, keyboard-display, no-input-no-output (default: display-only with a passkey, else no-input-no-output). With a display, Numeric Comparison values and per-pairing passkeys are shown in the log.", valueName: "CAP"))
+    var ioCapability: String?
+
+    @Option(name: .customLong("numeric-comparison"),
+            help: ArgumentHelp("The devices' answer to Numeric Comparison: accept (default) or reject (Pairing Failed 0x0C).", valueName: "accept|reject"))
+    var numericComparison: String = "accept"
 
     @Option(name: .customLong("state-dir"),
             help: ArgumentHelp("Where bonds are kept across restarts, one file per device (default: $STATE_DIRECTORY, else ~/.local/state/blemu).",
@@ -103,6 +112,12 @@ struct RunCommand: ParsableCommand {
         }
         if let btsnoopPath, btsnoopPath.isEmpty { throw ValidationError("--btsnoop needs a file path") }
         if let stateDirectory, stateDirectory.isEmpty { throw ValidationError("--state-dir needs a directory") }
+        if let ioCapability, SMPIOCapability(cliName: ioCapability) == nil {
+            throw ValidationError("--io-capability '\(ioCapability)': give display-only, display-yes-no, keyboard-only, keyboard-display or no-input-no-output")
+        }
+        guard ["accept", "reject"].contains(numericComparison) else {
+            throw ValidationError("--numeric-comparison is accept or reject, not '\(numericComparison)'")
+        }
         if btsnoopMax != nil {
             guard btsnoopPath != nil else { throw ValidationError("--btsnoop-max needs --btsnoop PATH") }
             _ = try parsedBtsnoopMax()
@@ -157,7 +172,8 @@ struct RunCommand: ParsableCommand {
                          "\(kind) '\(name)': no --passkey given: centrals pair with the passkey \(PasskeyLabel.sixDigits(label.passkey)) (\(label.created ? "generated" : "generated on its first start")\(kept))",
                          metadata)
         }
-        return SecurityConfiguration(passkey: passkey,
+        return SecurityConfiguration(passkey: passkey, ioCapability: ioCapability.flatMap(SMPIOCapability.init(cliName:)),
+                                     acceptNumericComparison: numericComparison == "accept",
                                      bondStorePath: resolvedStateDirectory.map { $0 + "/" + owner.fileName })
     }
 

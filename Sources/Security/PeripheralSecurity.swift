@@ -7,6 +7,13 @@ public struct SecurityConfiguration: Sendable {
     /// A static six-digit passkey (a label on the box): the device is DisplayOnly, demands MITM
     /// protection, and a central types this passkey (Passkey Entry). Nil: NoInputNoOutput, Just Works.
     public var passkey: UInt32?
+    /// The IO capability the device declares (`--io-capability`), instead of the one the
+    /// passkey implies. DisplayYesNo (or KeyboardDisplay) shows a Numeric Comparison value in
+    /// the log when a central with a display pairs with MITM.
+    public var ioCapability: SMPIOCapability?
+    /// The user's answer to every Numeric Comparison (`--numeric-comparison accept|reject`):
+    /// rejecting fails the pairing with Numeric Comparison Failed (0x0C).
+    public var acceptNumericComparison: Bool
     /// Whether centrals may bond (keys kept across links).
     public var bondable: Bool
     /// Secure Connections Only mode (Vol 3, Part C, 10.2.4): LE legacy pairing is refused.
@@ -16,9 +23,12 @@ public struct SecurityConfiguration: Sendable {
     /// Bonds kept per device; a new one beyond this replaces the oldest.
     public var maximumBonds: Int
 
-    public init(passkey: UInt32? = nil, bondable: Bool = true, secureConnectionsOnly: Bool = false,
+    public init(passkey: UInt32? = nil, ioCapability: SMPIOCapability? = nil, acceptNumericComparison: Bool = true,
+                bondable: Bool = true, secureConnectionsOnly: Bool = false,
                 bondStorePath: String? = nil, maximumBonds: Int = 16) {
         self.passkey = passkey
+        self.ioCapability = ioCapability
+        self.acceptNumericComparison = acceptNumericComparison
         self.bondable = bondable
         self.secureConnectionsOnly = secureConnectionsOnly
         self.bondStorePath = bondStorePath
@@ -28,7 +38,7 @@ public struct SecurityConfiguration: Sendable {
     /// The SMP responder's configuration these choices make.
     public var responderConfiguration: SMPResponderConfiguration {
         SMPResponderConfiguration(
-            ioCapability: passkey == nil ? .noInputNoOutput : .displayOnly, bondable: bondable,
+            ioCapability: ioCapability ?? (passkey == nil ? .noInputNoOutput : .displayOnly), bondable: bondable,
             requireMITM: passkey != nil, secureConnections: true, secureConnectionsOnly: secureConnectionsOnly,
             passkey: passkey.map { .fixed($0) } ?? .random)
     }
@@ -345,16 +355,26 @@ public final class PeripheralSecurity {
 
     private func handle(_ event: SMPResponderEvent, on link: Link) {
         switch event {
-        case .displayPasskey:
-            // The passkey is the static one of the configuration (a label): not repeated in the log.
-            logger.notice("pairing with \(link.peer.address): Passkey Entry, the central types the device's passkey (--passkey)",
-                          metadata: metadata(link))
+        case .displayPasskey(let passkey):
+            if configuration.passkey != nil {
+                // The passkey is the static one of the configuration (a label): not repeated in the log.
+                logger.notice("pairing with \(link.peer.address): Passkey Entry, the central types the device's passkey (--passkey)",
+                              metadata: metadata(link))
+            } else {
+                // A new passkey for this pairing only (2.3.5.6.3): the device's "display" is the log.
+                logger.notice("pairing with \(link.peer.address): Passkey Entry, the central types \(PasskeyLabel.sixDigits(passkey))",
+                              metadata: metadata(link))
+            }
         case .passkeyRequested:
             // blemu never asks for a passkey (it is DisplayOnly or NoInputNoOutput): refuse.
             apply(link.responder.passkeyEntered(nil), to: link)
-        case .confirmNumericComparison:
-            // Unreachable without DisplayYesNo; never confirm a value nobody compared.
-            apply(link.responder.numericComparisonConfirmed(false), to: link)
+        case .confirmNumericComparison(let value):
+            // The device's "display" is the log (Vol 3, Part H, 2.3.5.6.2: both users compare the
+            // six digits); its user's answer is --numeric-comparison.
+            let accept = configuration.acceptNumericComparison
+            logger.notice("pairing with \(link.peer.address): Numeric Comparison \(PasskeyLabel.sixDigits(value)) \(accept ? "accepted" : "rejected (--numeric-comparison reject)")",
+                          metadata: metadata(link))
+            apply(link.responder.numericComparisonConfirmed(accept), to: link)
         case .encryptionKeyReady(let key):
             link.pairingKey = key
         case .paired(let result):

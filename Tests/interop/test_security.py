@@ -485,3 +485,72 @@ def test_a_bonded_central_hears_of_a_database_change_made_while_it_was_away(root
         run(scenario(), timeout=90)
     finally:
         stop(blemu)
+
+
+class YesNoDisplay(PairingDelegate):
+    """A central with a display and yes/no buttons (DisplayYesNo) whose user compares the six
+    digits and answers `accept`; the numbers it was shown are kept."""
+
+    def __init__(self, accept: bool = True):
+        super().__init__(io_capability=PairingDelegate.DISPLAY_OUTPUT_AND_YES_NO_INPUT)
+        self.accept = accept
+        self.shown: list[int] = []
+
+    async def compare_numbers(self, number: int, digits: int) -> bool:
+        self.shown.append(number)
+        return self.accept
+
+
+SMP_NUMERIC_COMPARISON_FAILED = 0x0C
+
+
+def test_numeric_comparison_over_the_air_both_sides_see_the_same_number(rootcanal, tmp_path):
+    """--io-capability display-yes-no: a DisplayYesNo central asking for MITM pairs with
+    Numeric Comparison (Vol 3, Part H, 2.3.5.6.2); blemu logs the six digits the central shows."""
+    blemu = start(rootcanal, "NC", tmp_path, "--io-capability", "display-yes-no")
+    user = YesNoDisplay()
+
+    async def scenario():
+        async with central_for(blemu, "yes-no-central") as central:
+            central.device.pairing_config_factory = pairing(sc=True, mitm=True, delegate=user)
+            conn = await connect(central, blemu)
+            await conn.connection.pair()
+            assert conn.connection.is_encrypted and conn.connection.authenticated
+            await conn.disconnect()
+
+    try:
+        run(scenario(), timeout=60)
+        assert len(user.shown) == 1, user.shown
+        logged = [line for line in blemu.log_tail().splitlines() if "Numeric Comparison" in line]
+        assert any(f"Numeric Comparison {user.shown[0]:06d} accepted" in line for line in logged), logged
+    finally:
+        stop(blemu)
+
+
+def test_numeric_comparison_rejected_fails_with_0x0C(rootcanal, tmp_path):
+    """--numeric-comparison reject: the device's user says the numbers differ; the pairing
+    fails with Numeric Comparison Failed (0x0C) and the link stays unencrypted."""
+    blemu = start(rootcanal, "NR", tmp_path, "--io-capability", "display-yes-no", "--numeric-comparison", "reject")
+    user = YesNoDisplay()
+
+    async def scenario():
+        async with central_for(blemu, "yes-no-rejected") as central:
+            central.device.pairing_config_factory = pairing(sc=True, mitm=True, delegate=user)
+            conn = await connect(central, blemu)
+            try:
+                await conn.connection.pair()
+            except Exception as error:   # Bumble: ProtocolError with the SMP reason
+                assert getattr(error, "error_code", None) == SMP_NUMERIC_COMPARISON_FAILED, repr(error)
+            else:
+                raise AssertionError("a rejected Numeric Comparison paired")
+            assert not conn.connection.is_encrypted
+            await conn.disconnect()
+
+    try:
+        run(scenario(), timeout=60)
+        logged = [line for line in blemu.log_tail().splitlines() if "Numeric Comparison" in line]
+        assert any("rejected" in line for line in logged), logged
+        assert any("Numeric Comparison Failed (0x0c)" in line and "event=pairing-failed" in line
+                   for line in blemu.log_tail().splitlines()), blemu.log_tail()
+    finally:
+        stop(blemu)
