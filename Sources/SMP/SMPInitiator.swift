@@ -5,8 +5,11 @@ public struct SMPInitiatorConfiguration: Sendable {
     public var ioCapability: SMPIOCapability
     /// Ask for bonding (Bonding_Flags): the keys are meant to be kept.
     public var bondable: Bool
-    /// Ask for MITM protection; a pairing that ends up Just Works then fails (Authentication Requirements).
+    /// Demand MITM protection; a pairing that ends up Just Works then fails (Authentication Requirements).
     public var requireMITM: Bool
+    /// Ask for MITM protection (the MITM flag) without demanding it, as phones do when they
+    /// have a display or a keyboard: the method then follows the IO capabilities (2.3.5.1).
+    public var requestMITM: Bool
     /// Offer LE Secure Connections (used when the peripheral sets SC too).
     public var secureConnections: Bool
     /// Refuse LE legacy pairing (Authentication Requirements) and keys shorter than 128 bits.
@@ -21,7 +24,7 @@ public struct SMPInitiatorConfiguration: Sendable {
     public var identity: SMPIdentity?
 
     public init(ioCapability: SMPIOCapability = .keyboardDisplay, bondable: Bool = true, requireMITM: Bool = false,
-                secureConnections: Bool = true, secureConnectionsOnly: Bool = false,
+                requestMITM: Bool = false, secureConnections: Bool = true, secureConnectionsOnly: Bool = false,
                 minimumEncryptionKeySize: UInt8 = 7, maximumEncryptionKeySize: UInt8 = 16,
                 passkey: SMPPasskeySource = .random, identity: SMPIdentity? = nil) {
         precondition(SMPPairingFeatures.encryptionKeySizes.contains(minimumEncryptionKeySize)
@@ -30,6 +33,7 @@ public struct SMPInitiatorConfiguration: Sendable {
         self.ioCapability = ioCapability
         self.bondable = bondable
         self.requireMITM = requireMITM
+        self.requestMITM = requestMITM
         self.secureConnections = secureConnections || secureConnectionsOnly
         self.secureConnectionsOnly = secureConnectionsOnly
         self.minimumEncryptionKeySize = minimumEncryptionKeySize
@@ -169,7 +173,7 @@ public struct SMPInitiator {
             ioCapability: configuration.ioCapability, oobDataPresent: false,
             authRequirements: SMPAuthRequirements(
                 bonding: configuration.bondable,
-                mitm: configuration.requireMITM || (securityRequest?.mitm ?? false),
+                mitm: configuration.requireMITM || configuration.requestMITM || (securityRequest?.mitm ?? false),
                 secureConnections: configuration.secureConnections),
             maximumEncryptionKeySize: configuration.maximumEncryptionKeySize,
             // Ours: only the identity (a central encrypts, it is not asked for an LTK); theirs:

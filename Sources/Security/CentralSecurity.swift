@@ -27,7 +27,10 @@ public struct CentralSecurityConfiguration: Sendable {
     }
 
     var initiatorConfiguration: SMPInitiatorConfiguration {
-        SMPInitiatorConfiguration(ioCapability: ioCapability, bondable: bondable, secureConnections: true)
+        // The MITM flag whenever the user can compare or type (as Android does): the IO
+        // capabilities then choose Numeric Comparison or Passkey Entry over Just Works.
+        SMPInitiatorConfiguration(ioCapability: ioCapability, bondable: bondable,
+                                  requestMITM: ioCapability != .noInputNoOutput, secureConnections: true)
     }
 }
 

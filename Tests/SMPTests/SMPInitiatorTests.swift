@@ -178,6 +178,20 @@ private let centralIdentity = SMPIdentity(resolvingKey: [UInt8](0x50..<0x60),
         #expect(central.longTermKey == bench.responderPaired?.longTermKey)
     }
 
+    @Test func askingForMITMWithoutDemandingItGivesNumericComparisonOrJustWorks() throws {
+        // Both display: the MITM flag alone selects Numeric Comparison (Table 2.8).
+        var both = PairingBench(SMPInitiatorConfiguration(ioCapability: .keyboardDisplay, requestMITM: true),
+                                SMPResponderConfiguration(ioCapability: .displayYesNo))
+        both.run()
+        #expect(both.comparedByInitiator != nil && both.comparedByInitiator == both.comparedByResponder)
+        #expect(try #require(both.initiatorPaired).authenticated)
+        // A peripheral without IO: Just Works, and that is accepted (only asked for).
+        var plain = PairingBench(SMPInitiatorConfiguration(ioCapability: .keyboardDisplay, requestMITM: true),
+                                 SMPResponderConfiguration())
+        plain.run()
+        #expect(try #require(plain.initiatorPaired).authenticated == false)
+    }
+
     @Test(arguments: [true, false])
     func numericComparisonRejectedFailsWith0x0C(rejectedByCentral: Bool) throws {
         var bench = PairingBench(SMPInitiatorConfiguration(ioCapability: .displayYesNo),

@@ -53,7 +53,7 @@ def test_blemu_gatt_pairs_with_the_lock_by_passkey_and_unlocks_it(rootcanal, tmp
                        "read", LOCK_EVENT_LOG)
         assert log.returncode == 0, log.describe()
         assert "Insufficient Authentication" in log.stderr and "pairing" in log.stderr, log.stderr
-        assert "paired: encrypted, authenticated" in log.stderr or "paired:" in log.stderr, log.stderr
+        assert "paired: encrypted (LE Secure Connections, authenticated, 16-octet key, bonded)" in log.stderr, log.stderr
         bonds = central_bonds(central_dir)
         assert len(bonds) == 1 and bonds[0]["authenticated"] and bonds[0]["secureConnections"], bonds
 
@@ -128,3 +128,21 @@ def test_blemu_gatt_pairs_with_a_bumble_peripheral_that_requires_encryption(root
             assert paired == ["paired"], "the second run paired again instead of using its bond"
 
     run(scenario(), timeout=120)
+
+
+def test_blemu_gatt_numeric_comparison_with_a_display_yes_no_device(rootcanal, tmp_path):
+    """Both sides can display: blemu gatt (KeyboardDisplay, asking for MITM) and a device run
+    with --io-capability display-yes-no pair with Numeric Comparison; both print the same six
+    digits (gatt on stderr, the device in its log) and accept."""
+    device = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("NC"),
+                                            extra_args=["--state-dir", str(tmp_path / "dev"),
+                                                        "--io-capability", "display-yes-no"]), rootcanal)
+    try:
+        result = gatt_cli(rootcanal, "--name", device.name, "--state-dir", str(tmp_path / "c"), "--pair", "read", "2A38")
+        assert result.returncode == 0, result.describe()
+        shown = [line.split(": ")[-1].split(" ")[0] for line in result.stderr.splitlines() if "Numeric Comparison with" in line]
+        assert len(shown) == 1 and len(shown[0]) == 6 and shown[0].isdigit(), result.stderr
+        assert f"Numeric Comparison {shown[0]} accepted" in device.log_tail(), device.log_tail()
+        assert "LE Secure Connections, authenticated" in result.stderr, result.stderr
+    finally:
+        assert device.stop() == 0, device.log_tail()
