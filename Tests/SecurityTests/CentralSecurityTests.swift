@@ -1,0 +1,197 @@
+import Testing
+import BlemuCore
+import BlemuSMP
+@testable import BlemuSecurity
+
+private let peripheralOwner = BondOwner(device: "lock", name: "Lock", address: BluetoothAddress("C4:11:22:33:44:55")!)
+private let centralOwner = BondOwner(device: "central", name: "blemu central", address: BluetoothAddress("D1:22:33:44:55:66")!)
+private let peripheralAddress = SMPAddress(peripheralOwner.address, isRandom: true)
+private let centralAddress = SMPAddress(centralOwner.address, isRandom: true)
+private let handle: UInt16 = 0x0040
+
+/// blemu's central security against blemu's peripheral security over a simulated link and
+/// controller: SMP PDUs queued both ways, LE Enable Encryption answered through the peripheral's
+/// LE Long Term Key Request, Encryption Change to both when the keys match (else PIN or Key
+/// Missing, 0x06, to the central).
+private final class Link {
+    let scheduler = ManualScheduler()
+    let recorder = LogRecorder()
+    let central: CentralSecurity
+    var peripheral: PeripheralSecurity
+    var pending: [() -> Void] = []
+    var shown: [String] = []
+    var pdusToPeripheral = 0
+    var encryptions = 0
+
+    init(central configuration: CentralSecurityConfiguration, peripheral peripheralConfiguration: SecurityConfiguration,
+         centralStore: String? = nil) {
+        var seed: UInt64 = 10
+        central = CentralSecurity(configuration: configuration, owner: centralOwner, localAddress: centralAddress,
+                                  scheduler: scheduler, logger: recorder.logger) {
+            seed += 1
+            return SeededRandom(seed: seed)
+        }
+        peripheral = Self.makePeripheral(peripheralConfiguration, scheduler: scheduler, recorder: recorder)
+        wire()
+    }
+
+    static func makePeripheral(_ configuration: SecurityConfiguration, scheduler: ManualScheduler, recorder: LogRecorder) -> PeripheralSecurity {
+        var seed: UInt64 = 100
+        return PeripheralSecurity(configuration: configuration, owner: peripheralOwner, localAddress: peripheralAddress,
+                                  scheduler: scheduler, logger: recorder.logger) {
+            seed += 1
+            return SeededRandom(seed: seed)
+        }
+    }
+
+    func wire() {
+        central.display = { [unowned self] in shown.append($0) }
+        central.sendSMP = { [unowned self] _, pdu in
+            pdusToPeripheral += 1
+            pending.append { [unowned self] in peripheral.receive(pdu[...], on: handle) }
+        }
+        peripheral.sendSMP = { [unowned self] _, pdu in
+            pending.append { [unowned self] in central.receive(pdu[...], on: handle) }
+        }
+        central.startEncryption = { [unowned self] _, key in
+            encryptions += 1
+            pending.append { [unowned self] in
+                peripheral.answerKeyRequest = { [unowned self] _, answer in
+                    pending.append { [unowned self] in
+                        if answer == key.key {
+                            peripheral.encryptionChanged(on: handle, status: 0, enabled: true)
+                            central.encryptionChanged(on: handle, status: 0, enabled: true)
+                        } else {
+                            central.encryptionChanged(on: handle, status: 0x06, enabled: false)
+                        }
+                    }
+                }
+                peripheral.longTermKeyRequested(on: handle, randomNumber: key.randomNumber,
+                                                encryptedDiversifier: key.encryptedDiversifier)
+            }
+        }
+    }
+
+    func open() {
+        central.linkOpened(handle, peer: peripheralAddress)
+        peripheral.linkOpened(handle, peer: centralAddress)
+    }
+
+    func close() {
+        central.linkClosed(handle)
+        peripheral.linkClosed(handle)
+    }
+
+    /// Secures the link and runs everything until quiet.
+    func secure(pair: Bool = false) -> Result<LinkSecurity, CentralSecurityError>? {
+        var outcome: Result<LinkSecurity, CentralSecurityError>?
+        central.secure(handle, pair: pair) { outcome = $0 }
+        pump()
+        return outcome
+    }
+
+    func pump() {
+        var steps = 0
+        while !pending.isEmpty && steps < 1000 {
+            steps += 1
+            pending.removeFirst()()
+        }
+    }
+}
+
+@Suite struct CentralSecurityTests {
+    @Test func justWorksBondsBothSidesThenTheNextLinkEncryptsWithoutPairing() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path + "/" + centralOwner.fileName
+        let link = Link(central: CentralSecurityConfiguration(bondStorePath: path), peripheral: SecurityConfiguration())
+        link.open()
+        let first = try #require(link.secure()).get()
+        #expect(first.isEncrypted && first.isSecureConnections && !first.isAuthenticated && first.isBonded)
+        #expect(link.central.wasPaired(handle))
+        let bond = try #require(link.central.bonds.bond(for: peripheralAddress))
+        #expect(bond.longTermKey == link.peripheral.bonds.bond(for: centralAddress)?.longTermKey)
+        #expect(directory.files().contains(centralOwner.fileName), "the central's bond is in its own file")
+
+        // A new link: LE Enable Encryption with the bond's key, no SMP at all.
+        link.close()
+        link.open()
+        let before = link.pdusToPeripheral
+        let second = try #require(link.secure()).get()
+        #expect(second.isEncrypted && second.isBonded && !link.central.wasPaired(handle))
+        #expect(link.pdusToPeripheral == before, "re-encrypting with a bond sends no SMP")
+
+        // A restarted central reads its bond back from the file.
+        let reloaded = BondStore(path: path, owner: centralOwner, logger: link.recorder.logger)
+        #expect(reloaded.bond(for: peripheralAddress)?.longTermKey == bond.longTermKey)
+    }
+
+    @Test func passkeyEntryWithTheLocksPasskey() throws {
+        let link = Link(central: CentralSecurityConfiguration(passkey: 123_456), peripheral: SecurityConfiguration(passkey: 123_456))
+        link.open()
+        let security = try #require(link.secure()).get()
+        #expect(security.isAuthenticated && security.isSecureConnections)
+        #expect(link.peripheral.security(of: handle).isAuthenticated)
+    }
+
+    @Test func aWrongPasskeyFailsWithConfirmValueFailed() {
+        let link = Link(central: CentralSecurityConfiguration(passkey: 123_457), peripheral: SecurityConfiguration(passkey: 123_456))
+        link.open()
+        let outcome = link.secure()
+        guard case .failure(.pairingFailed(let reason, _))? = outcome else {
+            Issue.record("expected a pairing failure, got \(String(describing: outcome))")
+            return
+        }
+        #expect(reason == .confirmValueFailed)
+        #expect(link.central.bonds.bonds.isEmpty && !link.central.security(of: handle).isEncrypted)
+        #expect("\(CentralSecurityError.pairingFailed(reason: .confirmValueFailed, origin: .peer))".contains("Confirm Value Failed (0x04)"))
+    }
+
+    @Test func noPasskeyGivenCancelsWithPasskeyEntryFailedAndSaysWhatToGive() {
+        let link = Link(central: CentralSecurityConfiguration(), peripheral: SecurityConfiguration(passkey: 123_456))
+        link.open()
+        guard case .failure(.pairingFailed(.passkeyEntryFailed, .local))? = link.secure() else {
+            Issue.record("expected Passkey Entry Failed")
+            return
+        }
+        #expect(link.shown.contains { $0.contains("--passkey") })
+    }
+
+    @Test func aPeripheralThatLostTheBondIsPairedAgain() throws {
+        let link = Link(central: CentralSecurityConfiguration(), peripheral: SecurityConfiguration())
+        link.open()
+        _ = try #require(link.secure()).get()
+        link.close()
+        // The peripheral forgets us (a new one with no bonds on the same link).
+        link.peripheral = Link.makePeripheral(SecurityConfiguration(), scheduler: link.scheduler, recorder: link.recorder)
+        link.wire()
+        link.open()
+        let again = try #require(link.secure()).get()
+        #expect(again.isEncrypted && link.central.wasPaired(handle))
+        #expect(link.encryptions == 3, "bond key refused (0x06), then the new pairing's key")
+        #expect(link.shown.contains { $0.contains("pairing again") })
+    }
+
+    @Test func aSecurityRequestMakesTheCentralPairOnItsOwn() {
+        let link = Link(central: CentralSecurityConfiguration(), peripheral: SecurityConfiguration())
+        link.open()
+        link.peripheral.securityNeeded(on: handle)
+        link.pump()
+        #expect(link.central.security(of: handle).isEncrypted && link.central.wasPaired(handle))
+    }
+
+    @Test func theSMPTimerEndsAPairingThePeripheralNeverAnswers() {
+        let link = Link(central: CentralSecurityConfiguration(), peripheral: SecurityConfiguration())
+        link.open()
+        link.central.sendSMP = { _, _ in }   // the peripheral hears nothing
+        var outcome: Result<LinkSecurity, CentralSecurityError>?
+        link.central.secure(handle) { outcome = $0 }
+        link.scheduler.advance(by: .seconds(29))
+        #expect(outcome == nil)
+        link.scheduler.advance(by: .seconds(2))
+        #expect(outcome == .failure(.pairingFailed(reason: nil, origin: .timeout)))
+        // SMP is over on this link (Vol 3, Part H, 3.4).
+        link.central.secure(handle) { outcome = $0 }
+        #expect(outcome == .failure(.smpUnavailable))
+    }
+}
