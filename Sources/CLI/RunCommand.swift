@@ -172,7 +172,7 @@ struct RunCommand: ParsableCommand {
                          "\(kind) '\(name)': no --passkey given: centrals pair with the passkey \(PasskeyLabel.sixDigits(label.passkey)) (\(label.created ? "generated" : "generated on its first start")\(kept))",
                          metadata)
         }
-        return SecurityConfiguration(passkey: passkey, ioCapability: ioCapability.flatMap(SMPIOCapability.init(cliName:)),
+        return SecurityConfiguration(passkey: passkey, ioCapability: (ioCapability ?? plan.ioCapability).flatMap(SMPIOCapability.init(cliName:)),
                                      acceptNumericComparison: numericComparison == "accept",
                                      bondStorePath: resolvedStateDirectory.map { $0 + "/" + owner.fileName })
     }

@@ -46,6 +46,10 @@ public struct DeviceConfiguration: Sendable, Equatable {
     public var pin: String?
     /// A static pairing passkey: 6 digits.
     public var passkey: String?
+    /// The IO capability the device declares when a central pairs (`--io-capability`'s names).
+    public var ioCapability: String?
+    /// `--io-capability`'s names.
+    public static let ioCapabilityNames = ["display-only", "display-yes-no", "keyboard-only", "keyboard-display", "no-input-no-output"]
     public var advertising: AdvertisingTiming?
     public var connection: ConnectionParameters?
     /// Where the entry starts in the file, for errors found later (an unknown setting key).
@@ -216,7 +220,7 @@ private struct Reader {
     }
 
     func device(_ node: Node, at path: String) throws(ConfigurationError) -> DeviceConfiguration {
-        let keys = ["device", "name", "address", "controller", "settings", "pin", "passkey", "advertising", "connection"]
+        let keys = ["device", "name", "address", "controller", "settings", "pin", "passkey", "io-capability", "advertising", "connection"]
         let entries = try mapping(node, at: path)
         try allowOnly(keys, in: entries, at: path)
         guard let name = entries["device"] else { throw fail(node, path, "`device:` is missing (the device to run, e.g. heart-rate)") }
@@ -237,6 +241,13 @@ private struct Reader {
         if let entry = entries["controller"] { device.controller = try controller(entry.value, at: "\(path).controller") }
         if let entry = entries["pin"] { device.pin = try digits(entry.value, at: "\(path).pin", 4...8, what: "a PIN") }
         if let entry = entries["passkey"] { device.passkey = try digits(entry.value, at: "\(path).passkey", 6...6, what: "a passkey") }
+        if let entry = entries["io-capability"] {
+            let text = try scalar(entry.value, at: "\(path).io-capability")
+            guard DeviceConfiguration.ioCapabilityNames.contains(text) else {
+                throw fail(entry.value, "\(path).io-capability", "`\(text)` is not an IO capability: \(DeviceConfiguration.ioCapabilityNames.joined(separator: ", "))")
+            }
+            device.ioCapability = text
+        }
         if let entry = entries["settings"] {
             let settings = try mapping(entry.value, at: "\(path).settings")
             // In file order, so a later setting may build on an earlier one.
