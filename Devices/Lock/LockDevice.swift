@@ -96,7 +96,7 @@ public final class LockDevice: Device {
         let box = WeakBox<LockDevice>()
         eventLog = events.makeCharacteristic(Self.eventLogUUID, description: "Event log") { peer in
             guard let context = box.value?.context else { return .insufficientAuthentication }
-            return context.securityRefusal(peer, authenticated: true)
+            return context.securityRefusal(peer, authenticated: true, secureConnections: true)
         }
         relockDelay = Characteristic(Self.relockDelayUUID, properties: [.read, .write], length: .fixed(2),
                                      descriptors: [.userDescription("Auto-relock delay, s (0: off)"),
@@ -185,8 +185,8 @@ public final class LockDevice: Device {
     // MARK: The control point
 
     /// Who may use the Lock Control Point, decided here and nowhere else: only a central that
-    /// paired with the lock's passkey (`--passkey`, else the generated label), on a link
-    /// encrypted with that authenticated key (Insufficient Authentication 0x05 otherwise, or
+    /// paired with the lock's passkey (`--passkey`, else the generated label) with LE Secure
+    /// Connections, on a link encrypted with that authenticated key (Insufficient Authentication 0x05 otherwise, or
     /// Insufficient Encryption 0x0F for a bonded central that has not encrypted yet; Vol 3,
     /// Part C, 10.3), and the PIN. And a central that has enabled indications, since its
     /// results come as indications (0xFD otherwise, Supplement Part B, 1.2).
@@ -194,7 +194,7 @@ public final class LockDevice: Device {
         static let permissions: AttributePermissions = [.writeable]
 
         static func refusal(_ peer: ATTPeer, controlPoint: Characteristic, context: DeviceContext) -> ATTError? {
-            if let refusal = context.securityRefusal(peer, authenticated: true) { return refusal }
+            if let refusal = context.securityRefusal(peer, authenticated: true, secureConnections: true) { return refusal }
             return context.isSubscribed(controlPoint, peer: peer, indications: true) ? nil : .cccdImproperlyConfigured
         }
     }

@@ -43,14 +43,16 @@ extension DeviceContext {
         notify(characteristic, value: value, to: nil)
     }
 
-    /// Nil when `peer`'s link is encrypted (with an authenticated key, when `authenticated`);
-    /// otherwise the ATT error that tells the central what to do (Vol 3, Part C, 10.3):
-    /// Insufficient Authentication (pair, or pair with MITM protection), or Insufficient
-    /// Encryption for a bonded central that has not encrypted yet.
-    public func securityRefusal(_ peer: ATTPeer, authenticated: Bool) -> ATTError? {
+    /// Nil when `peer`'s link is encrypted (with an authenticated key, when `authenticated`; from
+    /// LE Secure Connections, when `secureConnections`); otherwise the ATT error that tells the
+    /// central what to do (Vol 3, Part C, 10.3): Insufficient Authentication (pair, or pair with
+    /// MITM protection, or with Secure Connections), or Insufficient Encryption for a bonded
+    /// central that has not encrypted yet.
+    public func securityRefusal(_ peer: ATTPeer, authenticated: Bool, secureConnections: Bool = false) -> ATTError? {
         let link = linkSecurity(of: peer)
         guard link.isEncrypted else { return link.hasLongTermKey ? .insufficientEncryption : .insufficientAuthentication }
-        return authenticated && !link.isAuthenticated ? .insufficientAuthentication : nil
+        if authenticated && !link.isAuthenticated { return .insufficientAuthentication }
+        return secureConnections && !link.isSecureConnections ? .insufficientAuthentication : nil
     }
 
     /// Indicates without waiting to hear how each indication ended.

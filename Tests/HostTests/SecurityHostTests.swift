@@ -90,6 +90,18 @@ import Testing
         #expect(paired.subscribe(lock.controlPoint, notify: false, indicate: true) == [[0x13]])
         #expect(paired.write(lock.controlPoint, [0x02] + Array("4821".utf8)).last == [0x13])
         #expect(paired.read(lock.eventLog) != nil)
+        // An authenticated key from LE legacy Passkey Entry is not enough: Secure Connections.
+        let legacyLock = LockDevice(pin: "4821", seed: 2)
+        let legacy = try Bench.connected(legacyLock)
+        legacy.peripheral.security.bonds.save(Bond(
+            peer: SMPAddress(legacy.central, isRandom: true), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 7, count: 16)),
+            encryptionKeySize: 16, secureConnections: false, authenticated: true))
+        legacy.controller.event(0x3E, [0x05, 0x40, 0x00] + [UInt8](repeating: 0, count: 10))
+        legacy.controller.event(0x08, [0x00, 0x40, 0x00, 0x01])
+        #expect(legacy.peripheral.linkSecurity(of: ATTPeer(connectionHandle: Bench.link, address: legacy.central)).isAuthenticated)
+        #expect(legacy.read(legacyLock.eventLog) == nil)
+        #expect(legacy.subscribe(legacyLock.controlPoint, notify: false, indicate: true) == [[0x13]])
+        #expect(legacy.writeError(legacyLock.controlPoint, [0x02] + Array("4821".utf8)) == 0x05)
     }
 }
 
