@@ -44,7 +44,7 @@ struct RunCommand: ParsableCommand {
     var ioCapability: String?
 
     @Option(name: .customLong("numeric-comparison"),
-            help: ArgumentHelp("The devices' answer to Numeric Comparison: accept (default) or reject (Pairing Failed 0x0C).", valueName: "accept|reject"))
+            help: ArgumentHelp("The devices' answer to Numeric Comparison: accept (default), reject (Pairing Failed 0x0C), or ask: wait for `blemu ctl PATH pairing DEVICE confirm|reject` (within the 30 s SMP timer).", valueName: "accept|reject|ask"))
     var numericComparison: String = "accept"
 
     @Option(name: .customLong("state-dir"),
@@ -115,8 +115,11 @@ struct RunCommand: ParsableCommand {
         if let ioCapability, SMPIOCapability(cliName: ioCapability) == nil {
             throw ValidationError("--io-capability '\(ioCapability)': give display-only, display-yes-no, keyboard-only, keyboard-display or no-input-no-output")
         }
-        guard ["accept", "reject"].contains(numericComparison) else {
-            throw ValidationError("--numeric-comparison is accept or reject, not '\(numericComparison)'")
+        guard ["accept", "reject", "ask"].contains(numericComparison) else {
+            throw ValidationError("--numeric-comparison is accept, reject or ask, not '\(numericComparison)'")
+        }
+        if numericComparison == "ask" && controlPath == nil {
+            throw ValidationError("--numeric-comparison ask needs --control PATH: the answer comes from `blemu ctl PATH pairing DEVICE confirm|reject`")
         }
         if btsnoopMax != nil {
             guard btsnoopPath != nil else { throw ValidationError("--btsnoop-max needs --btsnoop PATH") }
@@ -174,6 +177,7 @@ struct RunCommand: ParsableCommand {
         }
         return SecurityConfiguration(passkey: passkey, ioCapability: (ioCapability ?? plan.ioCapability).flatMap(SMPIOCapability.init(cliName:)),
                                      acceptNumericComparison: numericComparison == "accept",
+                                     askNumericComparison: numericComparison == "ask",
                                      bondStorePath: resolvedStateDirectory.map { $0 + "/" + owner.fileName })
     }
 

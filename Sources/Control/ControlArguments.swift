@@ -22,6 +22,7 @@ extension ControlCommand {
         fault DEVICE UUID delay MS [--count N]
         fault DEVICE UUID drop [--count N]
         fault clear [DEVICE]
+        pairing DEVICE confirm|reject
         """
 
     /// Parses the words after `blemu ctl PATH` (`set heart-rate bpm 120`), checking every value
@@ -94,6 +95,15 @@ extension ControlCommand {
                 reason = code
             }
             self = .disconnect(device: words[0], reason: reason)
+        case "pairing":
+            let form = "pairing DEVICE confirm|reject"
+            try expect(2...2, form)
+            try refuseOptions(except: nil, form)
+            switch words[1] {
+            case "confirm": self = .pairing(device: words[0], confirm: true)
+            case "reject": self = .pairing(device: words[0], confirm: false)
+            default: throw ControlUsageError("pairing takes confirm or reject, not \(quoted(words[1]))")
+            }
         case "advertise":
             let form = "advertise DEVICE on|off"
             try expect(2...2, form)

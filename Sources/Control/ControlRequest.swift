@@ -23,6 +23,8 @@ public enum ControlCommand: Equatable, Sendable {
     case fault(device: String, characteristic: BluetoothUUID, action: FaultPlan.Action, count: Int?)
     /// Every planned fault of one device, or of all of them (nil).
     case clearFaults(device: String?)
+    /// The user's answer to the Numeric Comparison the device waits for (`--numeric-comparison ask`).
+    case pairing(device: String, confirm: Bool)
 
     /// The `cmd` of its request.
     public var name: String {
@@ -33,6 +35,7 @@ public enum ControlCommand: Equatable, Sendable {
         case .advertise: return "advertise"
         case .service: return "service"
         case .fault, .clearFaults: return "fault"
+        case .pairing: return "pairing"
         }
     }
 
@@ -44,7 +47,7 @@ public enum ControlCommand: Equatable, Sendable {
         switch self {
         case .list: return nil
         case .set(let device, _, _), .disconnect(let device, _), .advertise(let device, _), .fault(let device, _, _, _),
-             .service(let device, _, _):
+             .service(let device, _, _), .pairing(let device, _):
             return device
         case .clearFaults(let device): return device
         }
@@ -84,7 +87,7 @@ public struct ControlRequest: Equatable, Sendable {
     /// The longest string field (device, key, value, uuid, action), in UTF-8 bytes.
     public static let maxStringLength = 256
     /// What an unknown command, and `blemu ctl` usage, lists.
-    public static let commandNames = ["list", "set", "disconnect", "advertise", "service", "fault"]
+    public static let commandNames = ["list", "set", "disconnect", "advertise", "service", "fault", "pairing"]
 
     // MARK: Decoding
 
@@ -156,6 +159,8 @@ public struct ControlRequest: Equatable, Sendable {
         case .clearFaults(let device):
             members.append(("action", "clear"))
             if let device { members.append(("device", .string(device))) }
+        case .pairing(let device, let confirm):
+            members += [("device", .string(device)), ("answer", .string(confirm ? "confirm" : "reject"))]
         }
         return .object(members)
     }
@@ -217,6 +222,13 @@ private struct FieldReader {
             command = .service(device: device, service: uuid, present: try bool("on"))
         case "fault":
             command = try fault()
+        case "pairing":
+            let device = try string("device")
+            switch try string("answer") {
+            case "confirm": command = .pairing(device: device, confirm: true)
+            case "reject": command = .pairing(device: device, confirm: false)
+            case let other: throw fail("\"answer\" \(quoted(other)) is not confirm or reject")
+            }
         default:
             throw fail("unknown command \(quoted(cmd)); commands: \(ControlRequest.commandNames.joined(separator: ", "))")
         }

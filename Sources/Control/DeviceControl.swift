@@ -83,6 +83,19 @@ public final class DeviceControl {
                             [("device", .string(ref)), ("reason", .string(Hex.byte(reason))), ("links", .integer(Int64(links)))])
             }
 
+        case .pairing(let name, let confirm):
+            switch target(name) {
+            case .failure(let error): return refuse(error.message)
+            case .success(let (peripheral, ref)):
+                let answered = peripheral.answerPairing(confirm: confirm)
+                guard answered > 0 else {
+                    return refuse("no Numeric Comparison is waiting for an answer (the device needs --numeric-comparison ask and a central pairing)", peripheral)
+                }
+                return done(peripheral, "Numeric Comparison \(confirm ? "confirmed" : "rejected")",
+                            [("device", .string(ref)), ("answer", .string(confirm ? "confirm" : "reject")),
+                             ("answered", .integer(Int64(answered)))])
+            }
+
         case .advertise(let name, let on):
             switch target(name) {
             case .failure(let error): return refuse(error.message)
@@ -204,6 +217,7 @@ public final class DeviceControl {
         case .set(let device, let key, let value): return "set \(printable(device)) \(printable(key)) \(printable(value))"
         case .disconnect(let device, let reason): return "disconnect \(printable(device)) --reason \(Hex.byte(reason))"
         case .advertise(let device, let on): return "advertise \(printable(device)) \(on ? "on" : "off")"
+        case .pairing(let device, let confirm): return "pairing \(printable(device)) \(confirm ? "confirm" : "reject")"
         case .service(let device, let uuid, let present): return "service \(printable(device)) \(uuid) \(present ? "on" : "off")"
         case .fault(let device, let uuid, let action, let count):
             let what: String

@@ -56,6 +56,12 @@ extension Peripheral {
     }
 
     /// Turns advertising on or off; off stays off, also after disconnections, until on.
+    /// The answer to the Numeric Comparisons this device waits for (`--numeric-comparison ask`):
+    /// how many were answered (0: none was waiting).
+    public func answerPairing(confirm: Bool) -> Int {
+        security.answerNumericComparison(confirm)
+    }
+
     public func setAdvertisingAllowed(_ allowed: Bool) {
         advertisingAllowed = allowed
         if allowed {

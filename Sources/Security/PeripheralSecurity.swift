@@ -14,6 +14,9 @@ public struct SecurityConfiguration: Sendable {
     /// The user's answer to every Numeric Comparison (`--numeric-comparison accept|reject`):
     /// rejecting fails the pairing with Numeric Comparison Failed (0x0C).
     public var acceptNumericComparison: Bool
+    /// Wait for the answer instead (`--numeric-comparison ask`): `answerNumericComparison`,
+    /// from the control socket's `pairing DEVICE confirm|reject`, within the 30 s SMP timer.
+    public var askNumericComparison: Bool
     /// Whether centrals may bond (keys kept across links).
     public var bondable: Bool
     /// Secure Connections Only mode (Vol 3, Part C, 10.2.4): LE legacy pairing is refused.
@@ -24,11 +27,12 @@ public struct SecurityConfiguration: Sendable {
     public var maximumBonds: Int
 
     public init(passkey: UInt32? = nil, ioCapability: SMPIOCapability? = nil, acceptNumericComparison: Bool = true,
-                bondable: Bool = true, secureConnectionsOnly: Bool = false,
+                askNumericComparison: Bool = false, bondable: Bool = true, secureConnectionsOnly: Bool = false,
                 bondStorePath: String? = nil, maximumBonds: Int = 16) {
         self.passkey = passkey
         self.ioCapability = ioCapability
         self.acceptNumericComparison = acceptNumericComparison
+        self.askNumericComparison = askNumericComparison
         self.bondable = bondable
         self.secureConnectionsOnly = secureConnectionsOnly
         self.bondStorePath = bondStorePath
@@ -120,6 +124,8 @@ public final class PeripheralSecurity {
         var security = LinkSecurity.unencrypted
         /// A Security Request went out on this link (once per link: the central decides).
         var askedForSecurity = false
+        /// A Numeric Comparison value waiting for the user's answer (`askNumericComparison`).
+        var comparison: UInt32?
         init(handle: UInt16, peer: SMPAddress, responder: SMPResponder) {
             self.handle = handle
             self.peer = peer
@@ -324,6 +330,26 @@ public final class PeripheralSecurity {
         }
     }
 
+    /// Numeric Comparison values waiting for the user's answer, one per link pairing now.
+    public var waitingComparisons: [UInt32] { links.values.compactMap(\.comparison) }
+
+    /// The user's answer to the Numeric Comparisons waiting (`askNumericComparison`): confirm
+    /// goes on with the pairing, reject fails it with Numeric Comparison Failed (0x0C). Returns
+    /// how many were answered.
+    @discardableResult
+    public func answerNumericComparison(_ confirm: Bool) -> Int {
+        var answered = 0
+        for link in links.values.sorted(by: { $0.handle < $1.handle }) {
+            guard let value = link.comparison else { continue }
+            link.comparison = nil
+            answered += 1
+            logger.notice("pairing with \(link.peer.address): Numeric Comparison \(PasskeyLabel.sixDigits(value)) \(confirm ? "confirmed" : "rejected")",
+                          metadata: metadata(link))
+            apply(link.responder.numericComparisonConfirmed(confirm), to: link)
+        }
+        return answered
+    }
+
     /// The controller's key size for a link (Read Encryption Key Size, Vol 4, Part E, 7.5.7).
     public func keySizeRead(on handle: UInt16, keySize: UInt8) {
         guard let link = links[handle], link.security.isEncrypted, link.security.encryptionKeySize != keySize else { return }
@@ -371,6 +397,12 @@ public final class PeripheralSecurity {
         case .confirmNumericComparison(let value):
             // The device's "display" is the log (Vol 3, Part H, 2.3.5.6.2: both users compare the
             // six digits); its user's answer is --numeric-comparison.
+            if configuration.askNumericComparison {
+                link.comparison = value
+                logger.notice("pairing with \(link.peer.address): Numeric Comparison \(PasskeyLabel.sixDigits(value)): waiting for the answer (control socket: pairing DEVICE confirm|reject)",
+                              metadata: metadata(link))
+                return
+            }
             let accept = configuration.acceptNumericComparison
             logger.notice("pairing with \(link.peer.address): Numeric Comparison \(PasskeyLabel.sixDigits(value)) \(accept ? "accepted" : "rejected (--numeric-comparison reject)")",
                           metadata: metadata(link))
@@ -381,6 +413,7 @@ public final class PeripheralSecurity {
             paired(result, on: link)
         case let .failed(reason, origin):
             link.pairingKey = nil
+            link.comparison = nil
             failed(reason: reason, origin: origin, on: link)
         }
     }

@@ -34,6 +34,9 @@ import Testing
                 == .fault(device: "hr", characteristic: BluetoothUUID(0x2A19), action: .delay(.milliseconds(750)), count: nil))
         #expect(try parse("fault", "hr", "2A37", "drop", "--count=3")
                 == .fault(device: "hr", characteristic: BluetoothUUID(0x2A37), action: .drop, count: 3))
+        #expect(try parse("pairing", "heart-rate", "confirm") == .pairing(device: "heart-rate", confirm: true))
+        #expect(try parse("pairing", "heart-rate", "reject") == .pairing(device: "heart-rate", confirm: false))
+        #expect(throws: ControlUsageError.self) { try parse("pairing", "heart-rate", "maybe") }
         #expect(try parse("fault", "clear") == .clearFaults(device: nil))
         #expect(try parse("fault", "clear", "hr") == .clearFaults(device: "hr"))
         // A device whose local name is "clear" can still be given a fault: three words or more.

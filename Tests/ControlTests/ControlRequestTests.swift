@@ -70,6 +70,14 @@ import Testing
         #expect(ControlRequest.decode(line: Array(request.json.encoded.utf8)) == .success(request))
     }
 
+    @Test func pairing() {
+        #expect(command(#"{"id":1,"cmd":"pairing","device":"heart-rate","answer":"confirm"}"#) == .pairing(device: "heart-rate", confirm: true))
+        #expect(command(#"{"id":1,"cmd":"pairing","device":"lock","answer":"reject"}"#) == .pairing(device: "lock", confirm: false))
+        #expect(error(#"{"id":1,"cmd":"pairing","device":"lock"}"#).contains("missing \"answer\""))
+        #expect(error(#"{"id":1,"cmd":"pairing","device":"lock","answer":"yes"}"#).contains("not confirm or reject"))
+        #expect(error(#"{"id":1,"cmd":"pairing","device":"lock","answer":"confirm","value":123456}"#).contains("takes no"))
+    }
+
     @Test func advertise() {
         #expect(command(#"{"id":1,"cmd":"advertise","device":"heart-rate","on":false}"#) == .advertise(device: "heart-rate", on: false))
         #expect(command(#"{"id":1,"cmd":"advertise","device":"heart-rate","on":true}"#) == .advertise(device: "heart-rate", on: true))
@@ -230,6 +238,8 @@ import Testing
             .fault(device: "hr", characteristic: BluetoothUUID("7d3c0002-9a5e-4d1a-8f6e-5c1b2d3e4f50")!, action: .drop, count: 1),
             .clearFaults(device: nil),
             .clearFaults(device: "hr"),
+            .pairing(device: "heart-rate", confirm: true),
+            .pairing(device: "lock#2", confirm: false),
         ]
         for (index, command) in commands.enumerated() {
             let request = ControlRequest(id: Int64(index), command: command)

@@ -554,3 +554,54 @@ def test_numeric_comparison_rejected_fails_with_0x0C(rootcanal, tmp_path):
                    for line in blemu.log_tail().splitlines()), blemu.log_tail()
     finally:
         stop(blemu)
+
+
+@pytest.mark.parametrize("answer", ["confirm", "reject"])
+def test_numeric_comparison_answered_from_the_control_socket(rootcanal, tmp_path, answer):
+    """--numeric-comparison ask: the device waits for its user; `blemu ctl PATH pairing DEVICE
+    confirm|reject` answers (an app's pairing dialog tested both ways). Confirm pairs; reject is
+    Numeric Comparison Failed (0x0C). With nothing waiting, the command is refused."""
+    import tempfile
+
+    path = os.path.join(tempfile.mkdtemp(prefix="blemu-nc-", dir="/tmp"), "control.sock")
+    blemu = start(rootcanal, "NA", tmp_path, "--io-capability", "display-yes-no", "--numeric-comparison", "ask",
+                  "--control", path)
+    user = YesNoDisplay()
+
+    def ctl(*args: str):
+        from harness import run_cli
+
+        return run_cli(["ctl", path, *args], timeout=10.0)
+
+    async def scenario():
+        idle = await asyncio.get_running_loop().run_in_executor(None, lambda: ctl("pairing", "heart-rate", "confirm"))
+        assert idle.returncode != 0 and "no Numeric Comparison is waiting" in idle.stdout, idle.describe()
+        async with central_for(blemu, "yes-no-asked") as central:
+            central.device.pairing_config_factory = pairing(sc=True, mitm=True, delegate=user)
+            conn = await connect(central, blemu)
+            pairing_task = asyncio.ensure_future(conn.connection.pair())
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 10
+            while "waiting for the answer" not in blemu.log_tail() and loop.time() < deadline:
+                await asyncio.sleep(0.1)
+            assert "waiting for the answer" in blemu.log_tail(), blemu.log_tail()
+            reply = await loop.run_in_executor(None, lambda: ctl("pairing", "heart-rate", answer))
+            assert reply.returncode == 0 and json.loads(reply.stdout)["answered"] == 1, reply.describe()
+            if answer == "confirm":
+                await pairing_task
+                assert conn.connection.is_encrypted and conn.connection.authenticated
+            else:
+                try:
+                    await pairing_task
+                except Exception as error:
+                    assert getattr(error, "error_code", None) == SMP_NUMERIC_COMPARISON_FAILED, repr(error)
+                else:
+                    raise AssertionError("a rejected Numeric Comparison paired")
+            await conn.disconnect()
+
+    try:
+        run(scenario(), timeout=60)
+        assert len(user.shown) == 1
+        assert f"Numeric Comparison {user.shown[0]:06d} {'confirmed' if answer == 'confirm' else 'rejected'}" in blemu.log_tail()
+    finally:
+        stop(blemu)
