@@ -16,7 +16,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
-        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+        // 4.x imports FoundationEssentials only (3.x linked Foundation with ICU): see Docs/PERFORMANCE.md, Footprint.
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
         // The --config file parser (YAML).
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
     ],
