@@ -16,9 +16,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
-        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
-        // The --config file parser (YAML).
-        .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
+        // 4.x imports FoundationEssentials only (3.x linked Foundation with ICU): see Docs/PERFORMANCE.md, Footprint.
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
     ],
     targets: [
         // C: what Glibc's Swift module lacks (epoll, timerfd, signalfd, termios flags).
@@ -29,6 +28,9 @@ let package = Package(
         // libsystemd-dev: the journal backend.
         .systemLibrary(name: "CSystemd", path: "Sources/CSystemd", pkgConfig: "libsystemd",
                        providers: [.apt(["libsystemd-dev"])]),
+        // libyaml-dev: the --config file parser (YAML events; Sources/Config/YAMLTree.swift makes the tree).
+        .systemLibrary(name: "CYAML", path: "Sources/CYAML", pkgConfig: "yaml-0.1",
+                       providers: [.apt(["libyaml-dev"])]),
 
         .target(name: "BlemuCore", dependencies: [
             .product(name: "Logging", package: "swift-log"),
@@ -86,8 +88,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Profile"),
         .target(name: "BlemuConfig", dependencies: [
-            "BlemuCore", "BlemuHCI", "BlemuTransport",
-            .product(name: "Yams", package: "Yams"),
+            "BlemuCore", "BlemuHCI", "BlemuTransport", "CYAML",
         ], path: "Sources/Config"),
         // The control socket (`blemu run --control PATH`): above Host, below the CLI.
         .target(name: "BlemuControl", dependencies: [

@@ -252,7 +252,7 @@ public final class ChatMember {
         if !target.framed {
             // The host relays "NAME: text"; its announcements start with "* ".
             let text = String(decoding: value, as: UTF8.self)
-            if let colon = text.range(of: ": "), !text.hasPrefix("* ") {
+            if let colon = text.firstRange(of: ": "), !text.hasPrefix("* ") {
                 plainNumber &+= 1
                 let id = ChatMessageID(sender: String(text[..<colon.lowerBound]), number: plainNumber)
                 // A plain host's lines carry no hop count: a bridge may pass them on, once less than its own.

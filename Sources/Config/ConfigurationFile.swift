@@ -1,7 +1,6 @@
 import BlemuCore
 import BlemuHCI
 import BlemuTransport
-import Yams
 
 #if canImport(Glibc)
 import Glibc
@@ -98,11 +97,11 @@ public enum ConfigurationFile {
 
     /// Checks a configuration given as text; `file` names it in errors.
     public static func parse(_ text: String, file: String) throws(ConfigurationError) -> RunConfiguration {
-        let root: Node?
+        let root: YAMLNode?
         do {
-            root = try Yams.compose(yaml: text)
+            root = try YAMLTree.compose(text)
         } catch {
-            throw ConfigurationError("\(file): not valid YAML: \(String(describing: error).split(separator: "\n").first ?? "")")
+            throw ConfigurationError("\(file): not valid YAML: \(error.message)")
         }
         guard let root else { throw ConfigurationError("\(file): the file is empty; it needs a `devices:` list") }
         let reader = Reader(file: file)
@@ -152,26 +151,25 @@ public enum ConfigurationFile {
 private struct Reader {
     let file: String
 
-    typealias Entry = (key: String, value: Node, keyNode: Node)
+    typealias Entry = (key: String, value: YAMLNode, keyNode: YAMLNode)
 
-    func at(_ node: Node) -> String {
-        guard let mark = node.mark else { return file }
-        return "\(file):\(mark.line)"
+    func at(_ node: YAMLNode) -> String {
+        "\(file):\(node.line)"
     }
 
-    func fail(_ node: Node, _ path: String, _ message: String) -> ConfigurationError {
+    func fail(_ node: YAMLNode, _ path: String, _ message: String) -> ConfigurationError {
         ConfigurationError("\(at(node)): \(path.isEmpty ? "" : "\(path): ")\(message)")
     }
 
-    func mapping(_ node: Node, at path: String) throws(ConfigurationError) -> [String: Entry] {
-        guard case .mapping(let mapping) = node else {
+    func mapping(_ node: YAMLNode, at path: String) throws(ConfigurationError) -> [String: Entry] {
+        guard case .mapping(let mapping) = node.kind else {
             throw fail(node, path, "expected a mapping of `key: value` lines")
         }
         var out: [String: Entry] = [:]
         for (key, value) in mapping {
-            guard case .scalar(let scalar) = key else { throw fail(key, path, "a key must be a plain word") }
-            guard out[scalar.string] == nil else { throw fail(key, path, "`\(scalar.string)` is given twice") }
-            out[scalar.string] = (scalar.string, value, key)
+            guard let name = key.scalar else { throw fail(key, path, "a key must be a plain word") }
+            guard out[name] == nil else { throw fail(key, path, "`\(name)` is given twice") }
+            out[name] = (name, value, key)
         }
         return out
     }
@@ -182,17 +180,17 @@ private struct Reader {
         }
     }
 
-    func sequence(_ node: Node, at path: String) throws(ConfigurationError) -> [Node] {
-        guard case .sequence(let sequence) = node else { throw fail(node, path, "expected a list (lines starting with `- `)") }
-        return Array(sequence)
+    func sequence(_ node: YAMLNode, at path: String) throws(ConfigurationError) -> [YAMLNode] {
+        guard case .sequence(let sequence) = node.kind else { throw fail(node, path, "expected a list (lines starting with `- `)") }
+        return sequence
     }
 
-    func scalar(_ node: Node, at path: String) throws(ConfigurationError) -> String {
-        guard case .scalar(let scalar) = node else { throw fail(node, path, "expected a single value") }
-        return scalar.string
+    func scalar(_ node: YAMLNode, at path: String) throws(ConfigurationError) -> String {
+        guard let text = node.scalar else { throw fail(node, path, "expected a single value") }
+        return text
     }
 
-    func number(_ node: Node, at path: String, _ range: ClosedRange<Double>, unit: String) throws(ConfigurationError) -> Double {
+    func number(_ node: YAMLNode, at path: String, _ range: ClosedRange<Double>, unit: String) throws(ConfigurationError) -> Double {
         let text = try scalar(node, at: path)
         guard let value = Double(text), value.isFinite else { throw fail(node, path, "`\(text)` is not a number (\(unit))") }
         guard range.contains(value) else {
@@ -201,7 +199,7 @@ private struct Reader {
         return value
     }
 
-    func digits(_ node: Node, at path: String, _ counts: ClosedRange<Int>, what: String) throws(ConfigurationError) -> String {
+    func digits(_ node: YAMLNode, at path: String, _ counts: ClosedRange<Int>, what: String) throws(ConfigurationError) -> String {
         let text = try scalar(node, at: path)
         guard counts.contains(text.count), text.allSatisfy({ $0.isASCII && $0.isNumber }) else {
             let count = counts.count == 1 ? "\(counts.lowerBound)" : "\(counts.lowerBound) to \(counts.upperBound)"
@@ -210,7 +208,7 @@ private struct Reader {
         return text
     }
 
-    func controller(_ node: Node, at path: String) throws(ConfigurationError) -> ControllerSpec {
+    func controller(_ node: YAMLNode, at path: String) throws(ConfigurationError) -> ControllerSpec {
         let text = try scalar(node, at: path)
         do {
             return try ControllerSpec(parsing: text)
@@ -219,7 +217,7 @@ private struct Reader {
         }
     }
 
-    func device(_ node: Node, at path: String) throws(ConfigurationError) -> DeviceConfiguration {
+    func device(_ node: YAMLNode, at path: String) throws(ConfigurationError) -> DeviceConfiguration {
         let keys = ["device", "name", "address", "controller", "settings", "pin", "passkey", "io-capability", "advertising", "connection"]
         let entries = try mapping(node, at: path)
         try allowOnly(keys, in: entries, at: path)
@@ -251,9 +249,9 @@ private struct Reader {
         if let entry = entries["settings"] {
             let settings = try mapping(entry.value, at: "\(path).settings")
             // In file order, so a later setting may build on an earlier one.
-            guard case .mapping(let ordered) = entry.value else { return device }
+            guard case .mapping(let ordered) = entry.value.kind else { return device }
             for (key, _) in ordered {
-                guard let name = key.scalar?.string, let setting = settings[name] else { continue }
+                guard let name = key.scalar, let setting = settings[name] else { continue }
                 device.settings.append(.init(key: name, value: try scalar(setting.value, at: "\(path).settings.\(name)"),
                                              location: "\(at(setting.value)): \(path).settings.\(name)"))
             }
@@ -263,7 +261,7 @@ private struct Reader {
         return device
     }
 
-    func advertising(_ node: Node, at path: String) throws(ConfigurationError) -> AdvertisingTiming {
+    func advertising(_ node: YAMLNode, at path: String) throws(ConfigurationError) -> AdvertisingTiming {
         let entries = try mapping(node, at: path)
         try allowOnly(["fast_interval_ms", "fast_duration_s", "slow_interval_ms"], in: entries, at: path)
         var timing = AdvertisingTiming()
@@ -288,7 +286,7 @@ private struct Reader {
         return timing
     }
 
-    func connection(_ node: Node, at path: String) throws(ConfigurationError) -> ConnectionParameters {
+    func connection(_ node: YAMLNode, at path: String) throws(ConfigurationError) -> ConnectionParameters {
         let entries = try mapping(node, at: path)
         let keys = ["interval_min_ms", "interval_max_ms", "latency", "timeout_ms"]
         try allowOnly(keys, in: entries, at: path)

@@ -60,7 +60,17 @@ import Testing
         ("", "f.yaml: the file is empty; it needs a `devices:` list"),
         ("devices: [", "f.yaml: not valid YAML"),
         ("- a\n- b", "f.yaml:1: expected a mapping of `key: value` lines"),
-        ("devices:\n  - device: x\n    name: A\n    name: B", "f.yaml: not valid YAML: Parser: expected all keys to be unique"),
+        ("devices:\n  - device: x\n    name: A\n    name: B", "f.yaml:4: devices[0]: `name` is given twice"),
+        ("devices: [\n  - device: x", "f.yaml: not valid YAML: line 2, column 3: "),
+        ("devices:\n  - device: x\n---\ndevices: []", "f.yaml: not valid YAML: line 3: a second document (`---`); a configuration is one"),
+        ("devices:\n  - device: x\n    name: *nothing", "f.yaml: not valid YAML: line 3: `*nothing` names no anchor before it"),
+        ("defaults: &hr { bpm: 72 }\ndevices:\n  - device: x\n    settings: *hr", "f.yaml:1: unknown key `defaults` (allowed: controller, devices)"),
+        ("devices:\n  - device: x\n    settings: [1, 2]", "f.yaml:3: devices[0].settings: expected a mapping of `key: value` lines"),
+        ("devices:\n  - device: x\n    name: [A]", "f.yaml:3: devices[0].name: expected a single value"),
+        ("devices:\n  - device: x\n    ? [a]\n    : b", "f.yaml:3: devices[0]: a key must be a plain word"),
+        ("devices:\n  - device: x\n    name:", "f.yaml:3: devices[0].name: must be 1 to 248 bytes of UTF-8"),
+        ("devices:\n  - device: x\n\u{7}", "f.yaml: not valid YAML: line 3, column 1: control characters are not allowed"),
+        ("devices: " + String(repeating: "[", count: 100_000), "f.yaml: not valid YAML: line 1: nested deeper than 64 levels"),
     ])
     func badValuesAreNamed(_ text: String, _ expected: String) {
         do {
@@ -68,6 +78,39 @@ import Testing
             Issue.record("accepted: \(text)")
         } catch {
             #expect(error.description.hasPrefix(expected), "\(error.description)")
+        }
+    }
+
+    @Test func anchorsAliasesTagsAndQuotesKeepTheTextAsWritten() throws {
+        let text = """
+        devices:
+          - device: heart-rate
+            name: !!str 'Bench ''HR'' 1'
+            pin: "0123"
+            settings: &hr { bpm: 72 }
+          - device: lock
+            pin: 0123
+            settings: *hr
+        """
+        let configuration = try ConfigurationFile.parse(text, file: "f.yaml")
+        #expect(configuration.devices[0].name == "Bench 'HR' 1")
+        #expect(configuration.devices[0].pin == "0123")
+        #expect(configuration.devices[1].pin == "0123")
+        #expect(configuration.devices[0].settings.first?.location == "f.yaml:5: devices[0].settings.bpm")
+        // An alias is its anchor's node, found at the alias's line.
+        #expect(configuration.devices[1].settings.first?.location == "f.yaml:5: devices[1].settings.bpm")
+    }
+
+    @Test func aliasesCannotNestDeeperThanTheLimit() {
+        // Each anchor holds the one before it 30 levels down: depth grows with every alias.
+        let open = String(repeating: "[", count: 30), close = String(repeating: "]", count: 30)
+        var text = "a0: &a0 \(open)x\(close)\n"
+        for n in 1...5 { text += "a\(n): &a\(n) \(open)*a\(n - 1)\(close)\n" }
+        do {
+            _ = try ConfigurationFile.parse(text, file: "f.yaml")
+            Issue.record("accepted")
+        } catch {
+            #expect(error.description.contains("nested deeper than 64 levels"), "\(error.description)")
         }
     }
 

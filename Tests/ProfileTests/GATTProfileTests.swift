@@ -41,7 +41,7 @@ import Testing
         #expect(refusal("{") .hasPrefix("p.json: not JSON"))
         #expect(refusal(#"{"format":"blemu-gatt-profile","version":1,"name":"x"}"#) == #"p.json: missing "services""#)
         let base = #"{"format":"blemu-gatt-profile","version":1,"name":"x","services":[{"uuid":"180D","characteristics":[CHAR]}]}"#
-        func with(_ characteristic: String) -> String { base.replacingOccurrences(of: "CHAR", with: characteristic) }
+        func with(_ characteristic: String) -> String { base.replacing("CHAR", with: characteristic) }
         #expect(refusal(with(#"{"properties":["read"]}"#)) == #"p.json: services[0].characteristics[0]: missing "uuid""#)
         #expect(refusal(with(#"{"uuid":"nope","properties":["read"]}"#)).hasPrefix("p.json: services[0].characteristics[0].uuid: 'nope' is not a UUID"))
         #expect(refusal(with(#"{"uuid":"2A37","properties":["read","fly"]}"#)).hasPrefix("p.json: services[0].characteristics[0].properties[1]: 'fly' is not one of"))
@@ -49,7 +49,7 @@ import Testing
         #expect(refusal(with(#"{"uuid":"2A37","properties":["read"],"value":"\#(String(repeating: "00", count: 513))"}"#))
                 .hasSuffix("513 bytes; an attribute value holds at most 512"))
         #expect(refusal(with(#"{"uuid":2,"properties":[]}"#)) == "p.json: services[0].characteristics[0].uuid: expected a string")
-        #expect(refusal(base.replacingOccurrences(of: "\"180D\",", with: "\"180D\",\"includes\":[\"180F\"],").replacingOccurrences(of: "CHAR", with: ""))
+        #expect(refusal(base.replacing("\"180D\",", with: "\"180D\",\"includes\":[\"180F\"],").replacing("CHAR", with: ""))
                 .hasPrefix("p.json: services[0].includes[0]: '180F' is not the UUID of a service of this profile"))
         #expect(refusal(#"{"format":"other","version":1,"name":"x","services":[]}"#).hasPrefix("p.json: format:"))
         #expect(refusal(#"{"format":"blemu-gatt-profile","version":2,"name":"x","services":[]}"#).hasPrefix("p.json: version:"))
