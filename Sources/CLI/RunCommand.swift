@@ -43,6 +43,13 @@ struct RunCommand: ParsableCommand {
                                valueName: "DIR"))
     var stateDirectory: String?
 
+    @Flag(help: "Privacy: advertise from a resolvable private address made from the device's IRK (kept in --state-dir), a new one every --rpa-timeout; bonded centrals resolve it (Docs/SECURITY.md). Default: the static identity address.")
+    var privacy = false
+
+    @Option(name: .customLong("rpa-timeout"),
+            help: ArgumentHelp("With --privacy, seconds one private address lasts (default 900, 15 minutes; at least 1).", valueName: "SECONDS"))
+    var rpaTimeout: Int?
+
     @Option(name: .customLong("controller"), help: "Controller spec: hciN, tcp:HOST:PORT, unix:PATH, serial:DEVICE[:BAUD]. Default: $BLEMU_CONTROLLER.")
     var controllers: [String] = []
 
@@ -102,6 +109,12 @@ struct RunCommand: ParsableCommand {
             _ = try parsedControlMode()
         }
         if let btsnoopPath, btsnoopPath.isEmpty { throw ValidationError("--btsnoop needs a file path") }
+        if let rpaTimeout {
+            guard privacy else { throw ValidationError("--rpa-timeout needs --privacy") }
+            // Vol 3, Part C, Appendix A: TGAP(private_addr_int), 15 minutes recommended; the
+            // controller's own timeout accepts 1 s to about 11.5 hours (Vol 4, Part E, 7.8.45).
+            guard (1...41_400).contains(rpaTimeout) else { throw ValidationError("--rpa-timeout must be 1 to 41400 seconds, not \(rpaTimeout)") }
+        }
         if let stateDirectory, stateDirectory.isEmpty { throw ValidationError("--state-dir needs a directory") }
         if btsnoopMax != nil {
             guard btsnoopPath != nil else { throw ValidationError("--btsnoop-max needs --btsnoop PATH") }
@@ -143,7 +156,8 @@ struct RunCommand: ParsableCommand {
         let address = address ?? BluetoothAddress.staticRandom(seed: "blemu/\(device)/\(name)")
         let owner = BondOwner(device: device, name: name, address: address)
         return SecurityConfiguration(passkey: plan.passkey.flatMap { UInt32($0) },
-                                     bondStorePath: resolvedStateDirectory.map { $0 + "/" + owner.fileName })
+                                     bondStorePath: resolvedStateDirectory.map { $0 + "/" + owner.fileName },
+                                     identityPath: resolvedStateDirectory.map { $0 + "/" + owner.identityFileName })
     }
 
     /// --control-mode as permission bits: octal, 0 to 0777.
@@ -209,6 +223,8 @@ struct RunCommand: ParsableCommand {
             if copy > 1, plan.name == nil || name != nil { localName += " \(copy)" }
             var configuration = PeripheralConfiguration(name: localName, address: plan.address, controller: spec.description,
                                                         advertisingTiming: plan.advertising, connectionParameters: plan.connection)
+            configuration.privacy = privacy
+            if let rpaTimeout { configuration.privateAddressTimeout = .seconds(rpaTimeout) }
             configuration.security = securityConfiguration(plan: plan, device: type(of: device).deviceName, name: localName,
                                                            address: configuration.address)
             let emulator: Emulator

@@ -58,6 +58,16 @@ final class StandardServices {
         }
     }
 
+    /// A bonded client's Client Supported Features, kept with its bond (Vol 3, Part G, 2.5.2.1):
+    /// the bits it set before stay set, and cannot be cleared (7.2).
+    func restoreFeatures(_ features: UInt8, on handle: UInt16) {
+        clientFeatures[handle] = features & 0x07
+    }
+
+    func features(on handle: UInt16) -> UInt8 {
+        clientFeatures[handle] ?? 0
+    }
+
     func connectionClosed(_ handle: UInt16) {
         clientFeatures[handle] = nil
     }
