@@ -17,6 +17,8 @@ struct DevicePlan {
     /// Initial values, in order: the file's settings, then the PIN.
     var settings: [DeviceConfiguration.Setting] = []
     var passkey: String?
+    var privacy = false
+    var privateAddressTimeout: Int?
     var advertising: AdvertisingTiming?
     var connection: ConnectionParameters?
     /// A DEVICE that names a `.json` file: the GATT profile it holds.
@@ -74,6 +76,8 @@ enum DevicePlanning {
             plan.address = entry?.address
             plan.settings = entry?.settings ?? []
             plan.passkey = passkey ?? entry?.passkey
+            plan.privacy = entry?.privacy ?? false
+            plan.privateAddressTimeout = entry?.privateAddressTimeout
             plan.advertising = entry?.advertising
             plan.connection = entry?.connection
             if let pinText = pin ?? entry?.pin {

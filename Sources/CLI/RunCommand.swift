@@ -223,8 +223,9 @@ struct RunCommand: ParsableCommand {
             if copy > 1, plan.name == nil || name != nil { localName += " \(copy)" }
             var configuration = PeripheralConfiguration(name: localName, address: plan.address, controller: spec.description,
                                                         advertisingTiming: plan.advertising, connectionParameters: plan.connection)
-            configuration.privacy = privacy
-            if let rpaTimeout { configuration.privateAddressTimeout = .seconds(rpaTimeout) }
+            // The command line's --privacy is for every device; a config file's per device.
+            configuration.privacy = privacy || plan.privacy
+            if let seconds = rpaTimeout ?? plan.privateAddressTimeout { configuration.privateAddressTimeout = .seconds(seconds) }
             configuration.security = securityConfiguration(plan: plan, device: type(of: device).deviceName, name: localName,
                                                            address: configuration.address)
             let emulator: Emulator

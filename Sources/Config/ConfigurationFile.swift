@@ -46,6 +46,10 @@ public struct DeviceConfiguration: Sendable, Equatable {
     public var pin: String?
     /// A static pairing passkey: 6 digits.
     public var passkey: String?
+    /// Privacy: advertise from resolvable private addresses (Docs/SECURITY.md).
+    public var privacy: Bool?
+    /// Seconds one private address lasts (1...41400).
+    public var privateAddressTimeout: Int?
     public var advertising: AdvertisingTiming?
     public var connection: ConnectionParameters?
     /// Where the entry starts in the file, for errors found later (an unknown setting key).
@@ -216,7 +220,8 @@ private struct Reader {
     }
 
     func device(_ node: Node, at path: String) throws(ConfigurationError) -> DeviceConfiguration {
-        let keys = ["device", "name", "address", "controller", "settings", "pin", "passkey", "advertising", "connection"]
+        let keys = ["device", "name", "address", "controller", "settings", "pin", "passkey", "advertising", "connection",
+                    "privacy", "rpa_timeout_s"]
         let entries = try mapping(node, at: path)
         try allowOnly(keys, in: entries, at: path)
         guard let name = entries["device"] else { throw fail(node, path, "`device:` is missing (the device to run, e.g. heart-rate)") }
@@ -237,6 +242,22 @@ private struct Reader {
         if let entry = entries["controller"] { device.controller = try controller(entry.value, at: "\(path).controller") }
         if let entry = entries["pin"] { device.pin = try digits(entry.value, at: "\(path).pin", 4...8, what: "a PIN") }
         if let entry = entries["passkey"] { device.passkey = try digits(entry.value, at: "\(path).passkey", 6...6, what: "a passkey") }
+        if let entry = entries["privacy"] {
+            switch try scalar(entry.value, at: "\(path).privacy") {
+            case "true": device.privacy = true
+            case "false": device.privacy = false
+            case let text: throw fail(entry.value, "\(path).privacy", "takes true or false, not `\(text)`")
+            }
+        }
+        if let entry = entries["rpa_timeout_s"] {
+            // Vol 3, Part C, Appendix A: TGAP(private_addr_int); the range of Vol 4, Part E, 7.8.45.
+            let text = try scalar(entry.value, at: "\(path).rpa_timeout_s")
+            guard let seconds = Int(text), (1...41_400).contains(seconds) else {
+                throw fail(entry.value, "\(path).rpa_timeout_s", "takes whole seconds from 1 to 41400, not `\(text)`")
+            }
+            guard device.privacy == true else { throw fail(entry.value, "\(path).rpa_timeout_s", "needs `privacy: true`") }
+            device.privateAddressTimeout = seconds
+        }
         if let entry = entries["settings"] {
             let settings = try mapping(entry.value, at: "\(path).settings")
             // In file order, so a later setting may build on an earlier one.

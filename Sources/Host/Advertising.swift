@@ -89,7 +89,7 @@ extension Peripheral {
             self.renewPrivateAddress()
         }
         logger.event(.addressChanged, .debug,
-                     "resolvable private address now \(advertisingAddress) (was \(old)); the next in \(configuration.privateAddressTimeout)",
+                     "resolvable private address now \(advertisingAddress) (\(old == address ? "instead of the identity address" : "was \(old)")); the next in \(configuration.privateAddressTimeout)",
                      ["address": .string(advertisingAddress.description)])
         if isAdvertising || advertisingRequested {
             startAdvertising(fast: advertisingInterval == profile.advertisingTiming.fastInterval)

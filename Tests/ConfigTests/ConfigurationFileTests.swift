@@ -20,6 +20,8 @@ import Testing
             controller: hci1
             pin: 0123
             passkey: "004321"
+            privacy: true
+            rpa_timeout_s: 60
         """
         let configuration = try ConfigurationFile.parse(text, file: "bench.yaml")
         #expect(configuration.controller == .tcp(host: "127.0.0.1", port: 6402))
@@ -38,13 +40,18 @@ import Testing
         // An unquoted PIN keeps its leading zero: the text is read, not a number.
         #expect(lock.pin == "0123")
         #expect(lock.passkey == "004321")
+        #expect(lock.privacy == true && lock.privateAddressTimeout == 60)
+        #expect(hr.privacy == nil && hr.privateAddressTimeout == nil)
     }
 
     /// Each bad value is one error naming the file, the line, the key and what is allowed.
     @Test(arguments: [
         ("devices:\n  - device: lock\n    pin: 12", "f.yaml:3: devices[0].pin: a PIN must be 4 to 8 digits, got `12`"),
         ("devices:\n  - device: lock\n    passkey: 12345a", "f.yaml:3: devices[0].passkey: a passkey must be 6 digits, got `12345a`"),
-        ("devices:\n  - device: x\n    colour: red", "f.yaml:3: devices[0]: unknown key `colour` (allowed: device, name, address, controller, settings, pin, passkey, advertising, connection)"),
+        ("devices:\n  - device: x\n    colour: red", "f.yaml:3: devices[0]: unknown key `colour` (allowed: device, name, address, controller, settings, pin, passkey, advertising, connection, privacy, rpa_timeout_s)"),
+        ("devices:\n  - device: x\n    privacy: yes please", "f.yaml:3: devices[0].privacy: takes true or false, not `yes please`"),
+        ("devices:\n  - device: x\n    privacy: true\n    rpa_timeout_s: 0", "f.yaml:4: devices[0].rpa_timeout_s: takes whole seconds from 1 to 41400, not `0`"),
+        ("devices:\n  - device: x\n    rpa_timeout_s: 60", "f.yaml:3: devices[0].rpa_timeout_s: needs `privacy: true`"),
         ("devices:\n  - name: A", "f.yaml:2: devices[0]: `device:` is missing (the device to run, e.g. heart-rate)"),
         ("devices:\n  - device: x\n    address: 00:11:22:33:44:55", "f.yaml:3: devices[0].address: `00:11:22:33:44:55` is not a static random address like C4:12:34:56:78:9A (first byte C0-FF)"),
         ("devices:\n  - device: x\n    advertising: { fast_interval_ms: 5 }", "f.yaml:3: devices[0].advertising.fast_interval_ms: 5 is outside 20...10240 ms"),
