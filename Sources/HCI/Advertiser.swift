@@ -112,7 +112,11 @@ public final class Advertiser {
             // Disallowed, 7.8.4), so a new address (privacy) goes in after the stop.
             if request.address != legacyAddress {
                 legacyAddress = request.address
-                hci.send(.leSetRandomAddress(request.address))
+                hci.send(.leSetRandomAddress(request.address)) { [weak self] result in
+                    // Refused (e.g. Command Disallowed while the controller scans or initiates
+                    // for a central sharing it): the next start sends the address again.
+                    if !result.succeeded, self?.legacyAddress == request.address { self?.legacyAddress = nil }
+                }
             }
             hci.send(.leSetAdvertisingParameters(intervalMin: request.interval, intervalMax: request.interval,
                                                  ownAddressType: .randomDevice))

@@ -45,6 +45,25 @@ import Testing
         #expect(p.isAdvertising)
     }
 
+    @Test func aRefusedAddressIsSentAgainAtTheNextStart() throws {
+        let bench = try Bench(device: HeartRateDevice(seed: 1), privacy: true)
+        let c = bench.controller
+        bench.scheduler.advance(by: .seconds(31))
+        // The controller refuses the next address (Command Disallowed, Vol 4, Part E, 7.8.4).
+        c.failures[HCIOpcode.leSetRandomAddress] = 0x0C
+        bench.scheduler.advance(by: .seconds(30))
+        let refused = try #require(c.commands(HCIOpcode.leSetRandomAddress).last).parameters
+        c.failures = [:]
+        let count = c.commands(HCIOpcode.leSetRandomAddress).count
+        // A central comes and goes: advertising starts again, with the address sent again.
+        c.connect(handle: 0x0040, peer: bench.central)
+        c.disconnect(handle: 0x0040)
+        let commands = c.commands(HCIOpcode.leSetRandomAddress)
+        #expect(commands.count == count + 1)
+        #expect(commands.last?.parameters == refused)
+        #expect(bench.peripheral.isAdvertising)
+    }
+
     @Test func eachExtendedSetGetsItsOwnPrivateAddress() throws {
         let bench = try SharedBench(devices: [HeartRateDevice(seed: 1), HeartRateDevice(seed: 2)], privacy: true)
         let first = bench.controller.setAddresses()
