@@ -71,6 +71,12 @@ public enum DeviceIdentityStore {
         return identity
     }
 
+    /// Whether an identity file (or anything else) is at `path`.
+    public static func exists(_ path: String) -> Bool {
+        if case .missing = BondStore.readFile(path) { return false }
+        return true
+    }
+
     /// Every value checked: a hand-edited file is refused, never trusted.
     static func parse(_ bytes: [UInt8], owner: BondOwner) throws -> SMPIdentity {
         let file = try JSONDecoder().decode(File.self, from: Data(bytes))

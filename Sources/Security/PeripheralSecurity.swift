@@ -80,7 +80,18 @@ public final class PeripheralSecurity {
     public let localAddress: SMPAddress
     /// The device's IRK and identity address (Vol 3, Part H, 2.4.2.1): distributed to a bonding
     /// central that asks for IdKey, and the key of the device's resolvable private addresses.
-    public let identity: SMPIdentity
+    /// Read from the identity file at start when there is one; otherwise made (and written) when
+    /// first needed — privacy, or a central asking to pair — so a device nobody pairs with
+    /// writes nothing to the state directory.
+    public var identity: SMPIdentity {
+        if let loadedIdentity { return loadedIdentity }
+        var random = makeRandom()
+        let made = DeviceIdentityStore.loadOrCreate(path: configuration.identityPath, owner: owner, logger: logger, random: &random)
+        loadedIdentity = made
+        return made
+    }
+    private var loadedIdentity: SMPIdentity?
+    private let owner: BondOwner
     /// Sends one SMP PDU on a link's CID 0x0006.
     public var sendSMP: (_ handle: UInt16, _ pdu: [UInt8]) -> Void = { _, _ in }
     /// Answers LE Long Term Key Request: the key (Reply, Vol 4, Part E, 7.8.25) or nil (Negative Reply, 7.8.26).
@@ -108,6 +119,8 @@ public final class PeripheralSecurity {
     private final class Link {
         let handle: UInt16
         let peer: SMPAddress
+        /// The address the central connected to (the responder's in confirm and check values).
+        let local: SMPAddress
         var responder: SMPResponder
         var timer: TimerID?
         /// The STK or LTK the pairing under way made (encryptionKeyReady).
@@ -117,9 +130,10 @@ public final class PeripheralSecurity {
         var security = LinkSecurity.unencrypted
         /// A Security Request went out on this link (once per link: the central decides).
         var askedForSecurity = false
-        init(handle: UInt16, peer: SMPAddress, responder: SMPResponder) {
+        init(handle: UInt16, peer: SMPAddress, local: SMPAddress, responder: SMPResponder) {
             self.handle = handle
             self.peer = peer
+            self.local = local
             self.responder = responder
         }
     }
@@ -135,8 +149,8 @@ public final class PeripheralSecurity {
         self.logger = logger
         self.makeRandom = random
         bonds = BondStore(path: configuration.bondStorePath, owner: owner, limit: configuration.maximumBonds, logger: logger)
-        var random = random()
-        identity = DeviceIdentityStore.loadOrCreate(path: configuration.identityPath, owner: owner, logger: logger, random: &random)
+        self.owner = owner
+        if let path = configuration.identityPath, DeviceIdentityStore.exists(path) { _ = identity }
     }
 
     /// The security of a link (unencrypted for an unknown handle).
@@ -157,14 +171,18 @@ public final class PeripheralSecurity {
     /// addresses of the connection (Vol 3, Part H, 2.2.3, 2.2.7).
     public func linkOpened(_ handle: UInt16, peer: SMPAddress, local: BluetoothAddress? = nil) {
         if let old = links.removeValue(forKey: handle), let timer = old.timer { scheduler.cancel(timer) }
+        let responderAddress = local.map { SMPAddress($0, isRandom: true) } ?? localAddress
+        links[handle] = Link(handle: handle, peer: peer, local: responderAddress,
+                             responder: makeResponder(peer: peer, local: responderAddress, identity: loadedIdentity))
+    }
+
+    /// Our IRK and identity address go to a bonding central that asks (IdKey, 3.6.1), so it can
+    /// resolve the addresses we advertise from with privacy on.
+    private func makeResponder(peer: SMPAddress, local: SMPAddress, identity: SMPIdentity?) -> SMPResponder {
         var responderConfiguration = configuration.responderConfiguration
-        // Our IRK and identity address go to a bonding central that asks (IdKey, 3.6.1), so it
-        // can resolve the addresses we advertise from with privacy on.
         responderConfiguration.identity = identity
-        let responder = SMPResponder(configuration: responderConfiguration, initiatorAddress: peer,
-                                     responderAddress: local.map { SMPAddress($0, isRandom: true) } ?? localAddress,
-                                     random: makeRandom())
-        links[handle] = Link(handle: handle, peer: peer, responder: responder)
+        return SMPResponder(configuration: responderConfiguration, initiatorAddress: peer, responderAddress: local,
+                            random: makeRandom())
     }
 
     public func linkClosed(_ handle: UInt16) {
@@ -256,6 +274,11 @@ public final class PeripheralSecurity {
                                  metadata(link, reason: .repeatedAttempts))
                 }
                 return
+            }
+            if configuration.bondable && loadedIdentity == nil {
+                // The first pairing of a device without an identity file: make the identity now,
+                // and a responder that can distribute it (the idle one holds nothing else).
+                link.responder = makeResponder(peer: link.peer, local: link.local, identity: identity)
             }
             if let leftOut = peerLog.take(now: now) {
                 let known = bonds.bond(for: link.peer) != nil ? " (it is bonded: a new pairing replaces the bond)" : ""

@@ -91,3 +91,31 @@ private extension String {
         return stride(from: 0, to: chars.count, by: 2).map { UInt8(String(chars[$0..<$0 + 2]), radix: 16)! }.reversed()
     }
 }
+
+@Suite struct IdentityDistributionTests {
+    /// The identity file is written when a central first asks to pair, not at start: a device
+    /// nobody pairs with leaves the state directory alone. The Pairing Response then offers
+    /// IdKey (Vol 3, Part H, 3.5.2, 3.6.1).
+    @Test func theIdentityIsMadeAtTheFirstPairingRequestAndOffered() {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        var sent: [[UInt8]] = []
+        let security = PeripheralSecurity(configuration: SecurityConfiguration(identityPath: dir.path + "/" + owner.identityFileName),
+                                          owner: owner, localAddress: SMPAddress(owner.address, isRandom: true),
+                                          scheduler: ManualScheduler(), logger: LogRecorder().logger)
+        security.sendSMP = { _, pdu in sent.append(pdu) }
+        let central = SMPAddress(BluetoothAddress("D1:22:33:44:55:66")!, isRandom: true)
+        security.linkOpened(0x40, peer: central)
+        #expect(dir.files().isEmpty)
+        // Pairing Request: NoInputNoOutput, bonding + SC, 16 octets, keys EncKey|IdKey|SignKey both ways.
+        security.receive([0x01, 0x03, 0x00, 0x09, 0x10, 0x07, 0x07][...], on: 0x40)
+        #expect(dir.files() == [owner.identityFileName])
+        // Pairing Response: ours IdKey (EncKey is ignored in Secure Connections), the central's IdKey|SignKey.
+        #expect(sent.first == [0x02, 0x03, 0x00, 0x09, 0x10, 0x06, 0x02])
+        // The next start reads the same identity.
+        let again = PeripheralSecurity(configuration: SecurityConfiguration(identityPath: dir.path + "/" + owner.identityFileName),
+                                       owner: owner, localAddress: SMPAddress(owner.address, isRandom: true),
+                                       scheduler: ManualScheduler(), logger: LogRecorder().logger)
+        #expect(again.identity == security.identity)
+    }
+}
