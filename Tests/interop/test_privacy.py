@@ -326,3 +326,33 @@ def test_a_bonded_robust_caching_client_is_out_of_sync_after_a_change_while_away
         run(after_restart(again), timeout=60)
     finally:
         stop(again)
+
+
+def test_devices_sharing_a_controller_each_advertise_from_their_own_private_addresses(rootcanal, blemu_factory, tmp_path):
+    """Two devices on one controller, each in its own extended advertising set: each set gets
+    its own resolvable private address (LE Set Advertising Set Random Address, Vol 4, Part E,
+    7.8.52), made from its own device's IRK."""
+    base = unique_name("SP")
+    state_dir = tmp_path / "state"
+    blemu = blemu_factory.start(None, wait_advertising=False, devices=["heart-rate", "thermostat"],
+                                extra_args=["--share-controller", "--name", base, "--privacy", "--state-dir", str(state_dir)])
+    names = [f"{base} heart-rate", f"{base} thermostat"]
+
+    async def scenario():
+        async with Central(rootcanal.controller_spec, name="shared-privacy-scanner") as scanner:
+            return [await scanner.scan_for(name, timeout=20.0, alive=blemu.exited) for name in names]
+
+    seen = run(scenario(), timeout=60)
+    irks = {}
+    for name in os.listdir(state_dir):
+        if name.startswith("identity-"):
+            with open(state_dir / name) as file:
+                irks[name] = bytes.fromhex(json.load(file)["irk"])
+    assert len(irks) == 2, f"one identity per device: {os.listdir(state_dir)}"
+    hr_irk = next(irk for name, irk in irks.items() if "heart-rate" in name)
+    th_irk = next(irk for name, irk in irks.items() if "thermostat" in name)
+    assert hr_irk != th_irk
+    heart_rate, thermostat = seen
+    assert heart_rate.address != thermostat.address
+    assert resolves(heart_rate.address, hr_irk) and not resolves(heart_rate.address, th_irk)
+    assert resolves(thermostat.address, th_irk) and not resolves(thermostat.address, hr_irk)
