@@ -174,7 +174,9 @@ extension Peripheral {
         let changedWhileAway = bond.databaseHash.map { $0 != database.hash } ?? false
         if server.clientSupportsRobustCaching && (!bond.changeAware || changedWhileAway) {
             server.becomeChangeUnaware()
-            logger.info("\(connection.peer.address) is a bonded robust-caching client \(changedWhileAway ? "whose database changed while it was away" : "that left change-unaware"): Database Out Of Sync until it reads the Database Hash or confirms Service Changed",
+            // A central sets the pace of its connections: budgeted.
+            guard let leftOut = linkLog.take(now: scheduler.nowNanoseconds) else { return }
+            logger.info("\(connection.peer.address) is a bonded robust-caching client \(changedWhileAway ? "whose database changed while it was away" : "that left change-unaware"): Database Out Of Sync until it reads the Database Hash or confirms Service Changed\(LogBudget.note(leftOut))",
                         metadata: [LogKey.peer: .string(connection.peer.address.description), LogKey.connHandle: .string("\(connection.handle)")])
         }
     }
