@@ -18,7 +18,9 @@ extension Peripheral {
 
     /// Starts (or restarts) advertising, fast for the first phase, when the device can take
     /// another link.
-    func startAdvertising(fast: Bool) {
+    /// `fastFor`: what is left of a fast phase that runs (a new private address restarts
+    /// advertising without starting the fast phase over).
+    func startAdvertising(fast: Bool, fastFor: Duration? = nil) {
         guard hci.isReady, !isStopping, advertisingAllowed, let set = advertisingSet,
               connections.count < configuration.maxConnections else { return }
         let timing = profile.advertisingTiming
@@ -59,12 +61,13 @@ extension Peripheral {
                 self.logger.event(.advertisingStarted, .info,
                                   "advertising as \"\(self.configuration.name)\" (\(request.address)\(kind)) every \(ms) ms")
             }
-            if fast { self.scheduleSlowPhase(after: timing.fastDuration) }
+            if fast { self.scheduleSlowPhase(after: fastFor ?? timing.fastDuration) }
         }
     }
 
     private func scheduleSlowPhase(after delay: Duration) {
         if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
+        fastPhaseEnds = scheduler.nowNanoseconds + UInt64(max(0, delay / .nanoseconds(1)))
         advertisingPhaseTimer = scheduler.schedule(after: delay) { [weak self] in
             self?.advertisingPhaseTimer = nil
             if self?.isAdvertising == true { self?.startAdvertising(fast: false) }
@@ -92,7 +95,14 @@ extension Peripheral {
                      "resolvable private address now \(advertisingAddress) (\(old == address ? "instead of the identity address" : "was \(old)")); the next in \(configuration.privateAddressTimeout)",
                      ["address": .string(advertisingAddress.description)])
         if isAdvertising || advertisingRequested {
-            startAdvertising(fast: advertisingInterval == profile.advertisingTiming.fastInterval)
+            // In the fast phase, only what is left of it: a short --rpa-timeout must not keep
+            // the device advertising fast for good.
+            let now = scheduler.nowNanoseconds
+            if advertisingPhaseTimer != nil, advertisingInterval == profile.advertisingTiming.fastInterval, fastPhaseEnds > now {
+                startAdvertising(fast: true, fastFor: .nanoseconds(Int64(fastPhaseEnds - now)))
+            } else {
+                startAdvertising(fast: false)
+            }
         }
     }
 

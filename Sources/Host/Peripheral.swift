@@ -51,6 +51,8 @@ public final class Peripheral {
     var advertisingPayload: AdvertisingPayload
     var advertisingRequested = false
     var advertisingPhaseTimer: TimerID?
+    /// When the fast phase under way ends (the run loop's clock, nanoseconds).
+    var fastPhaseEnds: UInt64 = 0
     var deviceStarted = false
     var deviceWaitingForRoom = false
     var frame: [UInt8] = []

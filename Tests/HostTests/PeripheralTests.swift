@@ -41,14 +41,14 @@ final class Bench {
 
     init(device: Device, name: String = "Test HR", maxConnections: Int = 32,
          logger: Logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
-         security: SecurityConfiguration = SecurityConfiguration(), privacy: Bool = false,
+         security: SecurityConfiguration = SecurityConfiguration(), privacy: Bool = false, rpaTimeout: Duration = .seconds(60),
          configure: (ScriptedController) -> Void = { _ in }) throws {
         configure(controller)
         let controller = self.controller
         peripheral = try Peripheral(device: device,
                                     configuration: PeripheralConfiguration(name: name, controller: "scripted",
                                                                            maxConnections: maxConnections, security: security,
-                                                                           privacy: privacy, privateAddressTimeout: .seconds(60)),
+                                                                           privacy: privacy, privateAddressTimeout: rpaTimeout),
                                     scheduler: scheduler, logger: logger,
                                     output: { controller.output($0, $1) })
         controller.host = peripheral.hci

@@ -64,6 +64,19 @@ import Testing
         #expect(bench.peripheral.isAdvertising)
     }
 
+    @Test func aNewAddressDoesNotStartTheFastPhaseOver() throws {
+        let bench = try Bench(device: HeartRateDevice(seed: 1), privacy: true, rpaTimeout: .seconds(10))
+        let c = bench.controller
+        bench.scheduler.advance(by: .seconds(11))
+        // Restarted for the new address, still fast (20 ms = 32 units).
+        #expect(c.commands(HCIOpcode.leSetRandomAddress).count == 2)
+        #expect(c.commands(HCIOpcode.leSetAdvertisingParameters).last?.parameters.first == 32)
+        // Slow at 30 s after the start, as without privacy (two more addresses on the way).
+        bench.scheduler.advance(by: .seconds(20))
+        #expect(c.commands(HCIOpcode.leSetAdvertisingParameters).last?.parameters.first == 244)
+        #expect(bench.peripheral.advertisingInterval == 244)
+    }
+
     @Test func eachExtendedSetGetsItsOwnPrivateAddress() throws {
         let bench = try SharedBench(devices: [HeartRateDevice(seed: 1), HeartRateDevice(seed: 2)], privacy: true)
         let first = bench.controller.setAddresses()
