@@ -251,6 +251,15 @@ def test_signed_writes_from_a_bonded_central_are_verified(rootcanal, tmp_path):
         assert state_file(state_dir, "bonds-")["bonds"][0]["signCounter"] == 3
     finally:
         stop(blemu)
+    listed = subprocess.run([str(blemu_binary()), "bonds", "list", "--state-dir", str(state_dir)],
+                            capture_output=True, text=True, timeout=20)
+    assert "signs writes (SignCounter 3)" in listed.stdout, listed.stdout + listed.stderr
+    assert csrk_hex_absent(listed.stdout, state_dir), "a key in `blemu bonds list`"
+
+
+def csrk_hex_absent(text: str, state_dir) -> bool:
+    bond = state_file(state_dir, "bonds-")["bonds"][0]
+    return all(bond[key] not in text for key in ("csrk", "ltk") if bond.get(key))
 
 
 def test_a_bonded_robust_caching_client_is_out_of_sync_after_a_change_while_away(rootcanal, tmp_path):
