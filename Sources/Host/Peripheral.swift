@@ -90,7 +90,8 @@ public final class Peripheral {
         if let parameters = configuration.connectionParameters { profile.connectionParameters = parameters }
         self.profile = profile
         let usable = profile.connectionParameters.coreViolations.isEmpty ? profile.connectionParameters : .recommended
-        standard = StandardServices(name: configuration.name, appearance: profile.appearance, parameters: usable)
+        standard = StandardServices(name: configuration.name, appearance: profile.appearance, parameters: usable,
+                                    privacy: configuration.privacy)
         let diagnostics = DiagnosticsService()
         database = try GATTDatabase(services: [standard.gap, standard.gatt] + device.services + [diagnostics.service])
         advertisingPayload = Self.payload(configuration: configuration, profile: profile, txPower: profile.txPowerLevel)

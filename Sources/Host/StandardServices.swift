@@ -14,7 +14,10 @@ final class StandardServices {
     /// Told each accepted write of Client Supported Features: connection handle, the bits now set.
     var featuresChanged: ((UInt16, UInt8) -> Void)?
 
-    init(name: String, appearance: UInt16, parameters: ConnectionParameters) {
+    /// Resolvable Private Address Only (Vol 3, Part C, 12.5; Assigned Numbers 0x2AC9).
+    static let resolvablePrivateAddressOnly = BluetoothUUID(0x2AC9)
+
+    init(name: String, appearance: UInt16, parameters: ConnectionParameters, privacy: Bool = false) {
         var appearanceBytes: [UInt8] = []
         appearanceBytes.appendLE(appearance)
         gap = Service(GATTType.gapService) {
@@ -23,6 +26,12 @@ final class StandardServices {
             // Vol 3, Part C, 12.3: interval min, max, latency, timeout.
             Characteristic(GATTType.peripheralPreferredConnectionParameters, properties: [.read],
                            cachedValue: parameters.encoded)
+            // With privacy the device uses only resolvable private addresses as its own (value 0,
+            // 12.5), which tells a bonded central it may resolve it in its controller's
+            // resolving list with network privacy.
+            if privacy {
+                Characteristic(StandardServices.resolvablePrivateAddressOnly, properties: [.read], cachedValue: [0x00])
+            }
         }
         let serviceChanged = Characteristic(GATTType.serviceChanged, properties: [.indicate], length: .fixed(4))
         self.serviceChanged = serviceChanged

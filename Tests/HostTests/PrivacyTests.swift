@@ -64,6 +64,17 @@ import Testing
         #expect(bench.peripheral.isAdvertising)
     }
 
+    /// Vol 3, Part C, 12.5: Resolvable Private Address Only, 0, in GAP with privacy only.
+    @Test func gapSaysResolvablePrivateAddressesOnlyWithPrivacy() throws {
+        let rpaOnly = BluetoothUUID(0x2AC9)
+        let bench = try Bench(device: HeartRateDevice(seed: 1), privacy: true)
+        let handle = try #require(bench.peripheral.database.characteristic(rpaOnly)?.valueHandle)
+        bench.controller.connect(handle: Bench.link, peer: bench.central)
+        #expect(bench.read(handle) == [0x00])
+        let plain = try Bench(device: HeartRateDevice(seed: 1))
+        #expect(plain.peripheral.database.characteristic(rpaOnly) == nil)
+    }
+
     @Test func aNewAddressDoesNotStartTheFastPhaseOver() throws {
         let bench = try Bench(device: HeartRateDevice(seed: 1), privacy: true, rpaTimeout: .seconds(10))
         let c = bench.controller
