@@ -102,6 +102,23 @@ import Testing
         #expect(bench.values.isEmpty)
     }
 
+    /// Hostile bytes: random Signed Write Commands never trap, and none reaches the device.
+    @Test func randomSignedWritesNeverReachTheDevice() throws {
+        let bench = try Bench()
+        bench.server.signing = ATTSigningState(signatureKey: Bench.csrk, lastCounter: nil)
+        var random = SeededRandom(seed: 10)
+        for _ in 0..<3000 {
+            let length = Int(random.next() % 23)
+            var pdu: [UInt8] = [0xD2]
+            for _ in 0..<length { pdu.append(UInt8(truncatingIfNeeded: random.next())) }
+            if length >= 2, random.next() % 2 == 0 { pdu[1] = 0x03; pdu[2] = 0x00 }   // often the signed value
+            bench.server.receive(pdu[...])
+        }
+        #expect(bench.values.isEmpty)
+        #expect(bench.delegate.acceptedCounters.isEmpty)
+        #expect(bench.delegate.sent.isEmpty, "a command is never answered")
+    }
+
     @Test func onAnEncryptedLinkTheEncryptionIsTheProtection() throws {
         let bench = try Bench()
         bench.server.linkSecurity = ATTLinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true,
