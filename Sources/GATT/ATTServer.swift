@@ -494,6 +494,9 @@ public final class ATTServer {
             out.appendLE(handle)
             a.type.appendATT(to: &out)
         }
+        // Every handle of the range in a service taken out: nothing to return is Attribute Not
+        // Found (Vol 3, Part F, 3.4.3.1), never a response without a format.
+        guard format != 0 else { throw ATTFailure(.attributeNotFound, request.startHandle) }
         respond(pdu[pdu.startIndex])
     }
 
