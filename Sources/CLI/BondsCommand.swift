@@ -83,7 +83,10 @@ struct BondsCommand: ParsableCommand {
             let peer = "\(bond.peer.address) (\(bond.peer.isRandom ? "random" : "public"))"
             let identity = bond.identity.map { " identity \($0.address) (\($0.isRandom ? "random" : "public"))" } ?? ""
             let subscriptions = bond.clientConfigurations.isEmpty ? "" : ", \(bond.clientConfigurations.count) subscription(s) kept"
-            return "\(peer)\(identity): \(bond.strength)\(subscriptions)"
+            // What the central gave and set, never a key.
+            let signing = bond.signatureKey == nil ? "" : ", signs writes (SignCounter \(bond.signCounter.map(String.init) ?? "none yet"))"
+            let caching = bond.clientSupportedFeatures & 0x01 == 0 ? "" : ", robust caching\(bond.changeAware ? "" : " (change-unaware)")"
+            return "\(peer)\(identity): \(bond.strength)\(subscriptions)\(signing)\(caching)"
         }
     }
 

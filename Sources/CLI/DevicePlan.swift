@@ -19,6 +19,8 @@ struct DevicePlan {
     var passkey: String?
     /// The config file's io-capability (`--io-capability` overrides it).
     var ioCapability: String?
+    var privacy = false
+    var privateAddressTimeout: Int?
     var advertising: AdvertisingTiming?
     var connection: ConnectionParameters?
     /// A DEVICE that names a `.json` file: the GATT profile it holds.
@@ -77,6 +79,8 @@ enum DevicePlanning {
             plan.settings = entry?.settings ?? []
             plan.passkey = passkey ?? entry?.passkey
             plan.ioCapability = entry?.ioCapability
+            plan.privacy = entry?.privacy ?? false
+            plan.privateAddressTimeout = entry?.privateAddressTimeout
             plan.advertising = entry?.advertising
             plan.connection = entry?.connection
             if let pinText = pin ?? entry?.pin {

@@ -52,6 +52,13 @@ struct RunCommand: ParsableCommand {
                                valueName: "DIR"))
     var stateDirectory: String?
 
+    @Flag(help: "Privacy: advertise from a resolvable private address made from the device's IRK (kept in --state-dir), a new one every --rpa-timeout; bonded centrals resolve it (Docs/SECURITY.md). Default: the static identity address.")
+    var privacy = false
+
+    @Option(name: .customLong("rpa-timeout"),
+            help: ArgumentHelp("With --privacy, seconds one private address lasts (default 900, 15 minutes; at least 1).", valueName: "SECONDS"))
+    var rpaTimeout: Int?
+
     @Option(name: .customLong("controller"), help: "Controller spec: hciN, tcp:HOST:PORT, unix:PATH, serial:DEVICE[:BAUD]. Default: $BLEMU_CONTROLLER.")
     var controllers: [String] = []
 
@@ -111,6 +118,12 @@ struct RunCommand: ParsableCommand {
             _ = try parsedControlMode()
         }
         if let btsnoopPath, btsnoopPath.isEmpty { throw ValidationError("--btsnoop needs a file path") }
+        if let rpaTimeout {
+            guard privacy else { throw ValidationError("--rpa-timeout needs --privacy") }
+            // Vol 3, Part C, Appendix A: TGAP(private_addr_int), 15 minutes recommended; the
+            // controller's own timeout accepts 1 s to about 11.5 hours (Vol 4, Part E, 7.8.45).
+            guard (1...41_400).contains(rpaTimeout) else { throw ValidationError("--rpa-timeout must be 1 to 41400 seconds, not \(rpaTimeout)") }
+        }
         if let stateDirectory, stateDirectory.isEmpty { throw ValidationError("--state-dir needs a directory") }
         if let ioCapability, SMPIOCapability(cliName: ioCapability) == nil {
             throw ValidationError("--io-capability '\(ioCapability)': give display-only, display-yes-no, keyboard-only, keyboard-display or no-input-no-output")
@@ -178,7 +191,8 @@ struct RunCommand: ParsableCommand {
         return SecurityConfiguration(passkey: passkey, ioCapability: (ioCapability ?? plan.ioCapability).flatMap(SMPIOCapability.init(cliName:)),
                                      acceptNumericComparison: numericComparison == "accept",
                                      askNumericComparison: numericComparison == "ask",
-                                     bondStorePath: resolvedStateDirectory.map { $0 + "/" + owner.fileName })
+                                     bondStorePath: resolvedStateDirectory.map { $0 + "/" + owner.fileName },
+                                     identityPath: resolvedStateDirectory.map { $0 + "/" + owner.identityFileName })
     }
 
     /// --control-mode as permission bits: octal, 0 to 0777.
@@ -244,6 +258,9 @@ struct RunCommand: ParsableCommand {
             if copy > 1, plan.name == nil || name != nil { localName += " \(copy)" }
             var configuration = PeripheralConfiguration(name: localName, address: plan.address, controller: spec.description,
                                                         advertisingTiming: plan.advertising, connectionParameters: plan.connection)
+            // The command line's --privacy is for every device; a config file's per device.
+            configuration.privacy = privacy || plan.privacy
+            if let seconds = rpaTimeout ?? plan.privateAddressTimeout { configuration.privateAddressTimeout = .seconds(seconds) }
             configuration.security = securityConfiguration(plan: plan, device: type(of: device), name: localName,
                                                            address: configuration.address, logger: logger)
             let emulator: Emulator

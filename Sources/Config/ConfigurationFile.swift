@@ -49,6 +49,10 @@ public struct DeviceConfiguration: Sendable, Equatable {
     public var ioCapability: String?
     /// `--io-capability`'s names.
     public static let ioCapabilityNames = ["display-only", "display-yes-no", "keyboard-only", "keyboard-display", "no-input-no-output"]
+    /// Privacy: advertise from resolvable private addresses (Docs/SECURITY.md).
+    public var privacy: Bool?
+    /// Seconds one private address lasts (1...41400).
+    public var privateAddressTimeout: Int?
     public var advertising: AdvertisingTiming?
     public var connection: ConnectionParameters?
     /// Where the entry starts in the file, for errors found later (an unknown setting key).
@@ -218,7 +222,8 @@ private struct Reader {
     }
 
     func device(_ node: YAMLNode, at path: String) throws(ConfigurationError) -> DeviceConfiguration {
-        let keys = ["device", "name", "address", "controller", "settings", "pin", "passkey", "io-capability", "advertising", "connection"]
+        let keys = ["device", "name", "address", "controller", "settings", "pin", "passkey", "io_capability", "advertising", "connection",
+                    "privacy", "rpa_timeout_s"]
         let entries = try mapping(node, at: path)
         try allowOnly(keys, in: entries, at: path)
         guard let name = entries["device"] else { throw fail(node, path, "`device:` is missing (the device to run, e.g. heart-rate)") }
@@ -239,12 +244,28 @@ private struct Reader {
         if let entry = entries["controller"] { device.controller = try controller(entry.value, at: "\(path).controller") }
         if let entry = entries["pin"] { device.pin = try digits(entry.value, at: "\(path).pin", 4...8, what: "a PIN") }
         if let entry = entries["passkey"] { device.passkey = try digits(entry.value, at: "\(path).passkey", 6...6, what: "a passkey") }
-        if let entry = entries["io-capability"] {
-            let text = try scalar(entry.value, at: "\(path).io-capability")
+        if let entry = entries["io_capability"] {
+            let text = try scalar(entry.value, at: "\(path).io_capability")
             guard DeviceConfiguration.ioCapabilityNames.contains(text) else {
-                throw fail(entry.value, "\(path).io-capability", "`\(text)` is not an IO capability: \(DeviceConfiguration.ioCapabilityNames.joined(separator: ", "))")
+                throw fail(entry.value, "\(path).io_capability", "`\(text)` is not an IO capability: \(DeviceConfiguration.ioCapabilityNames.joined(separator: ", "))")
             }
             device.ioCapability = text
+        }
+        if let entry = entries["privacy"] {
+            switch try scalar(entry.value, at: "\(path).privacy") {
+            case "true": device.privacy = true
+            case "false": device.privacy = false
+            case let text: throw fail(entry.value, "\(path).privacy", "takes true or false, not `\(text)`")
+            }
+        }
+        if let entry = entries["rpa_timeout_s"] {
+            // Vol 3, Part C, Appendix A: TGAP(private_addr_int); the range of Vol 4, Part E, 7.8.45.
+            let text = try scalar(entry.value, at: "\(path).rpa_timeout_s")
+            guard let seconds = Int(text), (1...41_400).contains(seconds) else {
+                throw fail(entry.value, "\(path).rpa_timeout_s", "takes whole seconds from 1 to 41400, not `\(text)`")
+            }
+            guard device.privacy == true else { throw fail(entry.value, "\(path).rpa_timeout_s", "needs `privacy: true`") }
+            device.privateAddressTimeout = seconds
         }
         if let entry = entries["settings"] {
             let settings = try mapping(entry.value, at: "\(path).settings")

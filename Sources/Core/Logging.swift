@@ -28,6 +28,7 @@ public enum BlemuEvent: String, Sendable, CaseIterable {
     case attError = "att-error", write, stateChanged = "state-changed", faultInjected = "fault-injected"
     case controlCommand = "control-command", stopping
     case paired, pairingFailed = "pairing-failed", encryptionChanged = "encryption-changed", keyMissing = "key-missing"
+    case addressChanged = "address-changed"
 }
 
 extension Logger.Metadata {

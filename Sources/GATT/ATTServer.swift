@@ -31,6 +31,11 @@ public protocol ATTServerDelegate: AnyObject {
     /// A device's `onWrite` refused a value during Execute Write after `written` values had
     /// been applied: the write was not atomic because the device checked too late.
     func attServer(_ server: ATTServer, executeWriteRefusedAfter written: Int, error: ATTError, handle: UInt16)
+    /// A signed write was verified: its SignCounter is the client's last from now on (to keep
+    /// with its bond, so a replay after a restart is refused too).
+    func attServer(_ server: ATTServer, acceptedSignCounter counter: UInt32)
+    /// A Signed Write Command was dropped before the device heard of it.
+    func attServer(_ server: ATTServer, droppedSignedWrite reason: SignedWriteDrop, handle: UInt16)
 }
 
 /// What a delegate that only carries PDUs (a test, a fuzz target, the central's own small
@@ -43,6 +48,8 @@ extension ATTServerDelegate {
     public func attServer(_ server: ATTServer, injected fault: FaultPlan.Action, handle: UInt16, opcode: UInt8) {}
     public func attServerIndicationQueueHasRoom(_ server: ATTServer) {}
     public func attServer(_ server: ATTServer, executeWriteRefusedAfter written: Int, error: ATTError, handle: UInt16) {}
+    public func attServer(_ server: ATTServer, acceptedSignCounter counter: UInt32) {}
+    public func attServer(_ server: ATTServer, droppedSignedWrite reason: SignedWriteDrop, handle: UInt16) {}
 }
 
 /// Why a request failed, and the handle its Error Response names.
@@ -104,6 +111,9 @@ public final class ATTServer {
     private var clientConfigurations: [UInt16: UInt16] = [:]
     /// How the link is protected now; the stack's security layer keeps it current.
     public var linkSecurity = ATTLinkSecurity()
+    /// The client's CSRK and last SignCounter, when it is bonded and distributed a CSRK: what
+    /// its Signed Write Commands are verified with (nil: they are dropped).
+    public var signing: ATTSigningState?
     private var indicationTimer: TimerID?
     private var inFlight: PendingIndication?
     private var pendingIndications: Deque<PendingIndication> = []
@@ -251,10 +261,7 @@ public final class ATTServer {
         put(.readByGroupTypeRequest, 7, { s, p throws(ATTFailure) in try s.readByGroupType(p) })
         put(.writeRequest, 3, { s, p throws(ATTFailure) in try s.writeRequest(p) })
         put(.writeCommand, 3, { s, p throws(ATTFailure) in try s.writeCommand(p) })
-        put(.signedWriteCommand, 15, { _, _ throws(ATTFailure) in
-            // Signing needs a CSRK from pairing, which blemu does not do yet: the command is
-            // ignored, as Vol 3, Part F, 3.4.5.4 allows for a signature that cannot be verified.
-        })
+        put(.signedWriteCommand, 15, { s, p throws(ATTFailure) in try s.signedWriteCommand(p) })
         put(.prepareWriteRequest, 5, { s, p throws(ATTFailure) in try s.prepareWrite(p) })
         put(.executeWriteRequest, 2, { s, p throws(ATTFailure) in try s.executeWrite(p) })
         return t
@@ -288,6 +295,16 @@ public final class ATTServer {
             outOfSyncSent = false
         }
         return ended
+    }
+
+    /// A bonded robust-caching client comes back change-unaware: the database changed while it
+    /// was away, or it left before it was in sync again. For a client with a bond "the
+    /// change-aware state ... shall be persistent across connections" (Vol 3, Part G, 2.5.2.1).
+    public func becomeChangeUnaware() {
+        guard clientSupportsRobustCaching, !isClosed else { return }
+        isChangeAware = false
+        databaseHashReadWhileUnaware = false
+        outOfSyncSent = false
     }
 
     /// The client confirmed a Service Changed indication: it is change-aware (2.5.2.1).
@@ -477,6 +494,9 @@ public final class ATTServer {
             out.appendLE(handle)
             a.type.appendATT(to: &out)
         }
+        // Every handle of the range in a service taken out: nothing to return is Attribute Not
+        // Found (Vol 3, Part F, 3.4.3.1), never a response without a format.
+        guard format != 0 else { throw ATTFailure(.attributeNotFound, request.startHandle) }
         respond(pdu[pdu.startIndex])
     }
 
@@ -743,6 +763,46 @@ public final class ATTServer {
         if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.writeWithoutResponse) {
             throw ATTFailure(.writeNotPermitted, a.handle)
         }
+        try write(a, value: command.value, withResponse: false)
+    }
+
+    /// Signed Write Command (Vol 3, Part F, 3.4.5.4; Part G, 4.9.2). On an unencrypted link the
+    /// signature is what authenticates the value: it must verify with the CSRK of the client's
+    /// bond and name a SignCounter larger than the last one accepted (Vol 3, Part C, 10.4.2),
+    /// else the command is ignored (3.4.5.4: a failed verification is ignored, no response
+    /// exists) and the delegate hears why. On an encrypted link the encryption already gives
+    /// the data signing's protection (Vol 3, Part C, 10.2.3, mixed security modes; a client
+    /// "shall" use Write Without Response there, Part G, 4.9.2), so the value is taken as a
+    /// Write Command would be, signature unchecked. Either way the characteristic must have the
+    /// Authenticated Signed Writes property, and its own permissions still apply.
+    private func signedWriteCommand(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
+        let command = try decode(ATTSignedWriteCommand.self, pdu)
+        let a = try lookup(command.handle)
+        guard a.writable, let c = a.characteristic, c.properties.contains(.authenticatedSignedWrites),
+              case .dynamic = a.content else {
+            throw ATTFailure(.writeNotPermitted, a.handle)
+        }
+        if !linkSecurity.isEncrypted {
+            guard var state = signing else {
+                delegate?.attServer(self, droppedSignedWrite: .noKey, handle: command.handle)
+                return
+            }
+            let counter = ATTSignature.counter(of: command.signature) ?? 0
+            if let last = state.lastCounter, counter <= last {
+                delegate?.attServer(self, droppedSignedWrite: .replayed(counter: counter, last: last), handle: command.handle)
+                return
+            }
+            let message = pdu.prefix(pdu.count - ATTSignature.length)
+            guard ATTSignature.verify(message, signature: command.signature, csrk: state.signatureKey) else {
+                delegate?.attServer(self, droppedSignedWrite: .badSignature, handle: command.handle)
+                return
+            }
+            // Verified: this counter is spent whatever the device says of the value.
+            state.lastCounter = counter
+            signing = state
+            delegate?.attServer(self, acceptedSignCounter: counter)
+        }
+        try checkWritable(a)
         try write(a, value: command.value, withResponse: false)
     }
 

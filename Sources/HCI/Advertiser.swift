@@ -35,6 +35,8 @@ public final class Advertiser {
     public private(set) var mode: Mode = .legacy
     /// Set handles in use, by whoever took them.
     private var taken: Set<UInt8> = []
+    /// The random address last given to a legacy controller (LE Set Random Address).
+    private var legacyAddress: BluetoothAddress?
 
     public init(hci: HCIHost) {
         self.hci = hci
@@ -45,6 +47,7 @@ public final class Advertiser {
     /// legacy commands every controller has.
     public func configure(setsWanted: Int) {
         taken.removeAll()
+        legacyAddress = nil
         if setsWanted > 1, hci.info.supportsExtendedAdvertising, hci.info.advertisingSets > 0 {
             mode = .extended(sets: hci.info.advertisingSets)
         } else {
@@ -74,6 +77,7 @@ public final class Advertiser {
             completion?(.complete([HCIStatus.success]))
             return
         }
+        legacyAddress = address
         hci.send(.leSetRandomAddress(address), completion: completion)
     }
 
@@ -104,6 +108,16 @@ public final class Advertiser {
         switch mode {
         case .legacy:
             if wasOn { hci.send(.leSetAdvertisingEnable(false)) }
+            // LE Set Random Address is refused while legacy advertising is on (Command
+            // Disallowed, 7.8.4), so a new address (privacy) goes in after the stop.
+            if request.address != legacyAddress {
+                legacyAddress = request.address
+                hci.send(.leSetRandomAddress(request.address)) { [weak self] result in
+                    // Refused (e.g. Command Disallowed while the controller scans or initiates
+                    // for a central sharing it): the next start sends the address again.
+                    if !result.succeeded, self?.legacyAddress == request.address { self?.legacyAddress = nil }
+                }
+            }
             hci.send(.leSetAdvertisingParameters(intervalMin: request.interval, intervalMax: request.interval,
                                                  ownAddressType: .randomDevice))
             hci.send(.leSetAdvertisingData(request.advertisingData))

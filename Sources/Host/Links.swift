@@ -48,9 +48,13 @@ extension Peripheral {
         hci.openLink(event.handle)
         host.linkOpened(event.handle, by: self)
         // Peer_Address_Type: 0x01 random, 0x03 random identity (Vol 4, Part E, 7.7.65.10).
-        security.linkOpened(event.handle, peer: SMPAddress(event.peerAddress, isRandom: event.peerAddressType & 0x01 != 0))
+        security.linkOpened(event.handle, peer: SMPAddress(event.peerAddress, isRandom: event.peerAddressType & 0x01 != 0),
+                            local: advertisedAddress ?? advertisingAddress)
         // A bonded central reading a protected value is told to encrypt, not to pair (Vol 3, Part C, 10.3.1).
         server.linkSecurity.hasLongTermKey = security.bond(on: event.handle) != nil
+        // A bonded central may sign writes on a link it does not encrypt (Vol 3, Part C, 10.4).
+        server.signing = signingState(on: event.handle)
+        restoreCachingState(on: connection)
         statistics.connectionsTotal += 1
         logger.event(.connected, .notice, "connected to \(event.peerAddress): \(Self.describe(event.parameters))", [
             LogKey.peer: .string(event.peerAddress.description), LogKey.connHandle: .string("\(event.handle)"),
@@ -76,6 +80,7 @@ extension Peripheral {
         if let timer = connection.reassemblyTimer { scheduler.cancel(timer) }
         // What a bonded central knew of the database, for when it comes back (Vol 3, Part G, 7.1).
         security.databaseHashKnown(database.hash, on: handle)
+        security.cachingStateKnown(features: standard.features(on: handle), changeAware: connection.server.isChangeAware, on: handle)
         security.linkClosed(handle)
         standard.connectionClosed(handle)
         // Indications still outstanding end as `.disconnected`; subscriptions end with the link.

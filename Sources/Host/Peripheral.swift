@@ -22,7 +22,15 @@ public final class Peripheral {
     /// when it had none left).
     public internal(set) var advertisingSet: UInt8?
     public let database: GATTDatabase
+    /// The identity address (static random): what centrals bond with.
     public let address: BluetoothAddress
+    /// The address advertising uses: the identity address, or with privacy the resolvable
+    /// private address of the moment (Vol 6, Part B, 1.3.2.2).
+    public internal(set) var advertisingAddress: BluetoothAddress
+    /// The address the last successful advertising start used (a changed one needs a restart).
+    var advertisedAddress: BluetoothAddress?
+    var privateAddressTimer: TimerID?
+    var privateAddressRandom = SystemRandomNumberGenerator()
     public internal(set) var statistics = PeripheralStatistics()
     public internal(set) var isAdvertising = false
     /// Faults a test asked for, applied by every link's ATT server.
@@ -43,6 +51,8 @@ public final class Peripheral {
     var advertisingPayload: AdvertisingPayload
     var advertisingRequested = false
     var advertisingPhaseTimer: TimerID?
+    /// When the fast phase under way ends (the run loop's clock, nanoseconds).
+    var fastPhaseEnds: UInt64 = 0
     var deviceStarted = false
     var deviceWaitingForRoom = false
     var frame: [UInt8] = []
@@ -74,12 +84,14 @@ public final class Peripheral {
         self.logger = logger
         address = configuration.address
             ?? BluetoothAddress.staticRandom(seed: "blemu/\(type(of: device).deviceName)/\(configuration.name)")
+        advertisingAddress = address
         var profile = device.profile
         if let timing = configuration.advertisingTiming { profile.advertisingTiming = timing }
         if let parameters = configuration.connectionParameters { profile.connectionParameters = parameters }
         self.profile = profile
         let usable = profile.connectionParameters.coreViolations.isEmpty ? profile.connectionParameters : .recommended
-        standard = StandardServices(name: configuration.name, appearance: profile.appearance, parameters: usable)
+        standard = StandardServices(name: configuration.name, appearance: profile.appearance, parameters: usable,
+                                    privacy: configuration.privacy)
         let diagnostics = DiagnosticsService()
         database = try GATTDatabase(services: [standard.gap, standard.gatt] + device.services + [diagnostics.service])
         advertisingPayload = Self.payload(configuration: configuration, profile: profile, txPower: profile.txPowerLevel)
@@ -91,8 +103,11 @@ public final class Peripheral {
             localAddress: SMPAddress(address, isRandom: true), scheduler: host.scheduler, logger: logger)
         standard.database = database
         standard.featuresChanged = { [weak self] handle, features in
+            guard let self, let server = self.connections[handle]?.server else { return }
             // Vol 3, Part G, 7.2: bit 0 is Robust Caching.
-            self?.connections[handle]?.server.clientSupportsRobustCaching = features & 0x01 != 0
+            server.clientSupportsRobustCaching = features & 0x01 != 0
+            // A bonded client's features outlive the link (2.5.2.1).
+            self.security.cachingStateKnown(features: features, changeAware: server.isChangeAware, on: handle)
         }
         diagnostics.characteristic.onRead = { [weak self] request in
             guard let self else { return .failure(.unlikelyError) }
@@ -115,6 +130,7 @@ public final class Peripheral {
             logger.warning("advertising: \(line) does not fit in 31 + 31 bytes and is left out")
         }
         wireSecurity()
+        if configuration.privacy { renewPrivateAddress() }
         host.join(self)
     }
 
@@ -189,6 +205,8 @@ public final class Peripheral {
         security.flushBonds()
         if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
         advertisingPhaseTimer = nil
+        if let timer = privateAddressTimer { scheduler.cancel(timer) }
+        privateAddressTimer = nil
     }
 
     /// Advertising off, every link disconnected with Remote User Terminated (0x13).

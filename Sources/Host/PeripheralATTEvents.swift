@@ -105,6 +105,27 @@ extension Peripheral: ATTServerDelegate {
                      metadata: [LogKey.connHandle: "\(server.peer.connectionHandle)"])
     }
 
+    public func attServer(_ server: ATTServer, acceptedSignCounter counter: UInt32) {
+        security.signCounterAccepted(counter, on: server.peer.connectionHandle)
+    }
+
+    public func attServer(_ server: ATTServer, droppedSignedWrite reason: SignedWriteDrop, handle: UInt16) {
+        statistics.attErrors += 1
+        let why: String
+        switch reason {
+        case .noKey: why = "no CSRK for this central (not bonded, or it gave none when it paired)"
+        case let .replayed(counter, last): why = "SignCounter \(counter) is not above the last one accepted, \(last) (a replay)"
+        case .badSignature: why = "the signature does not verify with the central's CSRK"
+        }
+        // A central sets the pace: budgeted like the other per-request lines.
+        guard logger.logLevel <= .notice, let leftOut = requestLog.take(now: scheduler.nowNanoseconds) else { return }
+        logger.notice("signed write to handle \(Hex.word(handle)) ignored: \(why) (Vol 3, Part C, 10.4.2)\(LogBudget.note(leftOut))", metadata: [
+            LogKey.peer: .string(server.peer.address.description),
+            LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
+            LogKey.attOpcode: .string(Hex.byte(ATTOpcode.signedWriteCommand.rawValue)), LogKey.attHandle: .string(Hex.word(handle)),
+        ])
+    }
+
     public func attServerTransactionTimedOut(_ server: ATTServer) {
         logger.error("indication not confirmed within 30 s: the ATT bearer is dead, disconnecting (Vol 3, Part F, 3.3.3)",
                      metadata: [LogKey.connHandle: "\(server.peer.connectionHandle)"])

@@ -25,12 +25,20 @@ public struct PeripheralConfiguration: Sendable {
     public var connectionParameters: ConnectionParameters?
     /// Pairing: the static passkey, bonding, where bonds are kept (Docs/SECURITY.md).
     public var security: SecurityConfiguration
+    /// Privacy (Vol 3, Part C, 10.7): advertise from a resolvable private address made from the
+    /// device's IRK, a new one every `privateAddressTimeout`, instead of the identity address.
+    public var privacy: Bool
+    /// How long one resolvable private address lasts (Vol 3, Part C, Appendix A: TGAP(private_addr_int), 15 minutes).
+    public var privateAddressTimeout: Duration
 
     public init(name: String, address: BluetoothAddress? = nil, controller: String, firmware: String = blemuVersion,
                 maxConnections: Int = 32, parameterUpdateDelay: Duration = .seconds(1),
                 advertisingTiming: AdvertisingTiming? = nil, connectionParameters: ConnectionParameters? = nil,
-                security: SecurityConfiguration = SecurityConfiguration()) {
+                security: SecurityConfiguration = SecurityConfiguration(),
+                privacy: Bool = false, privateAddressTimeout: Duration = .seconds(15 * 60)) {
         self.security = security
+        self.privacy = privacy
+        self.privateAddressTimeout = privateAddressTimeout
         self.name = name
         self.address = address
         self.controller = controller

@@ -19,9 +19,11 @@ extension Peripheral {
             device.start(context: self)
         }
         guard let set else { return }
-        host.advertiser.setAddress(address) { [weak self] result in
+        // The identity address, or with privacy the private address of the moment.
+        let own = advertisingAddress
+        host.advertiser.setAddress(own) { [weak self] result in
             guard let self, !result.succeeded, result != .cancelled else { return }
-            self.logger.error("controller refused the random address \(self.address)",
+            self.logger.error("controller refused the random address \(own)",
                               metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
         }
         // TX Power Level in the advertisement is the controller's advertising power
@@ -134,6 +136,13 @@ extension Peripheral {
                 isEncrypted: state.isEncrypted, isAuthenticated: state.isAuthenticated,
                 isSecureConnections: state.isSecureConnections, encryptionKeySize: state.encryptionKeySize,
                 hasLongTermKey: state.isBonded || self.security.bond(on: handle) != nil)
+            // Bonded now (paired, or encrypted with its bond): its caching state is kept with the bond.
+            if state.isBonded {
+                self.security.cachingStateKnown(features: self.standard.features(on: handle),
+                                                changeAware: connection.server.isChangeAware, on: handle)
+            }
+            // A pairing that just made a bond with the central's CSRK: its signed writes verify from now on.
+            if connection.server.signing == nil { connection.server.signing = self.signingState(on: handle) }
             // Encrypted with a bond's key: the subscriptions it left are back (Vol 3, Part G, 3.3.3.3).
             if state.isEncrypted, state.isBonded, let bond = self.security.bond(on: handle) {
                 if !bond.clientConfigurations.isEmpty { connection.server.restoreClientConfigurations(bond.clientConfigurations) }
@@ -150,6 +159,32 @@ extension Peripheral {
                 self.hci.send(.leLongTermKeyRequestNegativeReply(handle: handle))
             }
         }
+    }
+
+    /// A bonded central's Client Supported Features and change-awareness are back when its link
+    /// opens (Vol 3, Part G, 2.5.2.1): a robust-caching client that was change-unaware when it
+    /// left, or whose database changed while it was away (another Database Hash), gets Database
+    /// Out Of Sync until it reads the hash or confirms Service Changed. Done at once, before
+    /// encryption, so the client's first request already sees it.
+    func restoreCachingState(on connection: Connection) {
+        guard let bond = security.bond(on: connection.handle), bond.clientSupportedFeatures != 0 else { return }
+        standard.restoreFeatures(bond.clientSupportedFeatures, on: connection.handle)
+        let server = connection.server
+        server.clientSupportsRobustCaching = bond.clientSupportedFeatures & 0x01 != 0
+        let changedWhileAway = bond.databaseHash.map { $0 != database.hash } ?? false
+        if server.clientSupportsRobustCaching && (!bond.changeAware || changedWhileAway) {
+            server.becomeChangeUnaware()
+            // A central sets the pace of its connections: budgeted.
+            guard let leftOut = linkLog.take(now: scheduler.nowNanoseconds) else { return }
+            logger.info("\(connection.peer.address) is a bonded robust-caching client \(changedWhileAway ? "whose database changed while it was away" : "that left change-unaware"): Database Out Of Sync until it reads the Database Hash or confirms Service Changed\(LogBudget.note(leftOut))",
+                        metadata: [LogKey.peer: .string(connection.peer.address.description), LogKey.connHandle: .string("\(connection.handle)")])
+        }
+    }
+
+    /// The CSRK and last SignCounter of the bond of the central on `handle`, if it gave a CSRK.
+    func signingState(on handle: UInt16) -> ATTSigningState? {
+        guard let bond = security.bond(on: handle), let key = bond.signatureKey else { return nil }
+        return ATTSigningState(signatureKey: key, lastCounter: bond.signCounter)
     }
 
     /// Room freed somewhere: a device that was told "queue full" hears `peripheralIsReady`, once.

@@ -14,7 +14,10 @@ final class StandardServices {
     /// Told each accepted write of Client Supported Features: connection handle, the bits now set.
     var featuresChanged: ((UInt16, UInt8) -> Void)?
 
-    init(name: String, appearance: UInt16, parameters: ConnectionParameters) {
+    /// Resolvable Private Address Only (Vol 3, Part C, 12.5; Assigned Numbers 0x2AC9).
+    static let resolvablePrivateAddressOnly = BluetoothUUID(0x2AC9)
+
+    init(name: String, appearance: UInt16, parameters: ConnectionParameters, privacy: Bool = false) {
         var appearanceBytes: [UInt8] = []
         appearanceBytes.appendLE(appearance)
         gap = Service(GATTType.gapService) {
@@ -23,6 +26,12 @@ final class StandardServices {
             // Vol 3, Part C, 12.3: interval min, max, latency, timeout.
             Characteristic(GATTType.peripheralPreferredConnectionParameters, properties: [.read],
                            cachedValue: parameters.encoded)
+            // With privacy the device uses only resolvable private addresses as its own (value 0,
+            // 12.5), which tells a bonded central it may resolve it in its controller's
+            // resolving list with network privacy.
+            if privacy {
+                Characteristic(StandardServices.resolvablePrivateAddressOnly, properties: [.read], cachedValue: [0x00])
+            }
         }
         let serviceChanged = Characteristic(GATTType.serviceChanged, properties: [.indicate], length: .fixed(4))
         self.serviceChanged = serviceChanged
@@ -56,6 +65,16 @@ final class StandardServices {
             guard let hash = self?.database?.hash else { return .failure(.unlikelyError) }
             return request.answer(hash)
         }
+    }
+
+    /// A bonded client's Client Supported Features, kept with its bond (Vol 3, Part G, 2.5.2.1):
+    /// the bits it set before stay set, and cannot be cleared (7.2).
+    func restoreFeatures(_ features: UInt8, on handle: UInt16) {
+        clientFeatures[handle] = features & 0x07
+    }
+
+    func features(on handle: UInt16) -> UInt8 {
+        clientFeatures[handle] ?? 0
     }
 
     func connectionClosed(_ handle: UInt16) {

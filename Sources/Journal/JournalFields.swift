@@ -76,6 +76,7 @@ public enum JournalFields {
         case .pairingFailed: return "bf173841173e4813812717c3426a9632"
         case .encryptionChanged: return "c6df45e93aae4bffa8cfa154e110c166"
         case .keyMissing: return "3124b8b07ea44bb3b66ef572e4fbe76c"
+        case .addressChanged: return "c3099ab9bfff4606bcda38131824d522"
         }
     }
 }

@@ -66,8 +66,9 @@ public final class ProfileDevice: Device {
             if let bit = GATTProfile.propertyNames.first(where: { $0.0 == name })?.1 { properties.insert(bit) }
         }
         // What the stack does not serve is dropped, and said so.
-        for (bit, why) in [(CharacteristicProperties.broadcast, "broadcast (no Server Characteristic Configuration descriptor)"),
-                           (.authenticatedSignedWrites, "signed writes (no pairing yet)")] where properties.contains(bit) {
+        // Signed writes are served: verified with a bonded client's CSRK (Docs/SECURITY.md).
+        for (bit, why) in [(CharacteristicProperties.broadcast, "broadcast (no Server Characteristic Configuration descriptor)")]
+            where properties.contains(bit) {
             properties.remove(bit)
             adjustments.append("\(service)/\(uuid): \(why) left out")
         }

@@ -27,10 +27,28 @@ public struct Bond: Equatable, Sendable, CustomStringConvertible {
     /// different one when it comes back means the database changed while it was away (Vol 3,
     /// Part G, 7.1: a bonded client then gets Service Changed).
     public var databaseHash: [UInt8]?
+    /// The central's CSRK (Signing Information, Vol 3, Part H, 3.6.6), which its Signed Write
+    /// Commands are verified with (2.4.5).
+    public var signatureKey: [UInt8]?
+    /// The SignCounter of the last signed write accepted from the central: the next must be
+    /// larger (Vol 3, Part C, 10.4.2). Nil before the first.
+    public var signCounter: UInt32?
+    /// The central's Client Supported Features (Vol 3, Part G, 7.2), kept for a bonded client
+    /// across connections (2.5.2.1).
+    public var clientSupportedFeatures: UInt8
+    /// False while the bonded client is change-unaware of a database change (Vol 3, Part G,
+    /// 2.5.2.1): it gets Database Out Of Sync until it reads the hash or confirms Service Changed.
+    public var changeAware: Bool
 
     public init(peer: SMPAddress, identity: SMPAddress? = nil, identityResolvingKey: [UInt8]? = nil,
                 longTermKey: SMPLongTermKey, encryptionKeySize: UInt8, secureConnections: Bool, authenticated: Bool,
-                sequence: UInt64 = 0, clientConfigurations: [UInt16: UInt16] = [:], databaseHash: [UInt8]? = nil) {
+                sequence: UInt64 = 0, clientConfigurations: [UInt16: UInt16] = [:], databaseHash: [UInt8]? = nil,
+                signatureKey: [UInt8]? = nil, signCounter: UInt32? = nil, clientSupportedFeatures: UInt8 = 0,
+                changeAware: Bool = true) {
+        self.signatureKey = signatureKey
+        self.signCounter = signCounter
+        self.clientSupportedFeatures = clientSupportedFeatures
+        self.changeAware = changeAware
         self.databaseHash = databaseHash
         self.peer = peer
         self.identity = identity

@@ -32,6 +32,11 @@ public struct BondOwner: Equatable, Sendable {
         }.prefix(120))
         return "bonds-\(safe).json"
     }
+
+    /// The device's identity file (IRK) in the state directory: `identity-DEVICE-NAME.json`.
+    public var identityFileName: String {
+        "identity-" + fileName.dropFirst("bonds-".count)
+    }
 }
 
 /// One device's bonds, in memory and (with a path) in a file that survives restarts.
@@ -111,6 +116,27 @@ public final class BondStore {
         return true
     }
 
+    /// The SignCounter of a signed write just accepted from `address` (Vol 3, Part C, 10.4.2);
+    /// the file waits for `flush()` (a write per command would be an fsync per command).
+    @discardableResult
+    public func setSignCounter(_ counter: UInt32, for address: SMPAddress) -> Bool {
+        guard let index = bonds.lastIndex(where: { $0.matches(address) || $0.resolves(address) }) else { return false }
+        bonds[index].signCounter = counter
+        unwritten = true
+        return true
+    }
+
+    /// A bonded client's Client Supported Features and change-awareness (Vol 3, Part G, 2.5.2.1, 7.2).
+    @discardableResult
+    public func setCachingState(features: UInt8, changeAware: Bool, for address: SMPAddress) -> Bool {
+        guard let index = bonds.lastIndex(where: { $0.matches(address) || $0.resolves(address) }),
+              bonds[index].clientSupportedFeatures != features || bonds[index].changeAware != changeAware else { return false }
+        bonds[index].clientSupportedFeatures = features
+        bonds[index].changeAware = changeAware
+        write()
+        return true
+    }
+
     /// Writes the file if a change waits for it.
     public func flush() {
         guard unwritten else { return }
@@ -151,6 +177,10 @@ public final class BondStore {
         var sequence: UInt64
         var cccds: [String: Int]?
         var databaseHash: String?
+        var csrk: String?
+        var signCounter: UInt32?
+        var clientFeatures: Int?
+        var changeAware: Bool?
     }
 
     func load() {
@@ -258,7 +288,10 @@ public final class BondStore {
               authenticated: bond.authenticated, sequence: bond.sequence,
               cccds: bond.clientConfigurations.isEmpty ? nil
                   : Dictionary(uniqueKeysWithValues: bond.clientConfigurations.map { (String($0.key), Int($0.value)) }),
-              databaseHash: bond.databaseHash.map { Hex.bytes($0) })
+              databaseHash: bond.databaseHash.map { Hex.bytes($0) },
+              csrk: bond.signatureKey.map { Hex.bytes($0) }, signCounter: bond.signCounter,
+              clientFeatures: bond.clientSupportedFeatures == 0 ? nil : Int(bond.clientSupportedFeatures),
+              changeAware: bond.changeAware ? nil : false)
     }
 
     /// Every value checked: a hand-edited or damaged entry is refused, never trusted.
@@ -282,6 +315,16 @@ public final class BondStore {
             guard let hash = Hex.parse(text), hash.count == 16 else { return nil }
             databaseHash = hash
         }
+        var csrk: [UInt8]?
+        if let text = entry.csrk {
+            guard let key = Hex.parse(text), key.count == 16 else { return nil }
+            csrk = key
+        }
+        var features: UInt8 = 0
+        if let value = entry.clientFeatures {
+            guard let octet = UInt8(exactly: value) else { return nil }
+            features = octet
+        }
         var cccds: [UInt16: UInt16] = [:]
         for (handle, value) in entry.cccds ?? [:] {
             guard let handle = UInt16(handle), let value = UInt16(exactly: value) else { return nil }
@@ -291,7 +334,8 @@ public final class BondStore {
                     longTermKey: SMPLongTermKey(key: ltk, encryptedDiversifier: ediv, randomNumber: rand),
                     encryptionKeySize: keySize, secureConnections: entry.secureConnections,
                     authenticated: entry.authenticated, sequence: entry.sequence, clientConfigurations: cccds,
-                    databaseHash: databaseHash)
+                    databaseHash: databaseHash, signatureKey: csrk, signCounter: entry.signCounter,
+                    clientSupportedFeatures: features, changeAware: entry.changeAware ?? true)
     }
 
     // MARK: Files, with the C library

@@ -25,10 +25,13 @@ public struct SecurityConfiguration: Sendable {
     public var bondStorePath: String?
     /// Bonds kept per device; a new one beyond this replaces the oldest.
     public var maximumBonds: Int
+    /// The identity file, which keeps the device's IRK (nil: a new IRK each run).
+    public var identityPath: String?
 
     public init(passkey: UInt32? = nil, ioCapability: SMPIOCapability? = nil, acceptNumericComparison: Bool = true,
                 askNumericComparison: Bool = false, bondable: Bool = true, secureConnectionsOnly: Bool = false,
-                bondStorePath: String? = nil, maximumBonds: Int = 16) {
+                bondStorePath: String? = nil, maximumBonds: Int = 16, identityPath: String? = nil) {
+        self.identityPath = identityPath
         self.passkey = passkey
         self.ioCapability = ioCapability
         self.acceptNumericComparison = acceptNumericComparison
@@ -86,8 +89,23 @@ public struct LinkSecurity: Equatable, Sendable {
 public final class PeripheralSecurity {
     public let configuration: SecurityConfiguration
     public let bonds: BondStore
-    /// The device's own address, the responder's in every confirm and check value.
+    /// The device's identity address, and the responder's address in confirm and check values
+    /// of links made while it advertised from it.
     public let localAddress: SMPAddress
+    /// The device's IRK and identity address (Vol 3, Part H, 2.4.2.1): distributed to a bonding
+    /// central that asks for IdKey, and the key of the device's resolvable private addresses.
+    /// Read from the identity file at start when there is one; otherwise made (and written) when
+    /// first needed — privacy, or a central asking to pair — so a device nobody pairs with
+    /// writes nothing to the state directory.
+    public var identity: SMPIdentity {
+        if let loadedIdentity { return loadedIdentity }
+        var random = makeRandom()
+        let made = DeviceIdentityStore.loadOrCreate(path: configuration.identityPath, owner: owner, logger: logger, random: &random)
+        loadedIdentity = made
+        return made
+    }
+    private var loadedIdentity: SMPIdentity?
+    private let owner: BondOwner
     /// Sends one SMP PDU on a link's CID 0x0006.
     public var sendSMP: (_ handle: UInt16, _ pdu: [UInt8]) -> Void = { _, _ in }
     /// Answers LE Long Term Key Request: the key (Reply, Vol 4, Part E, 7.8.25) or nil (Negative Reply, 7.8.26).
@@ -115,6 +133,8 @@ public final class PeripheralSecurity {
     private final class Link {
         let handle: UInt16
         let peer: SMPAddress
+        /// The address the central connected to (the responder's in confirm and check values).
+        let local: SMPAddress
         var responder: SMPResponder
         var timer: TimerID?
         /// The STK or LTK the pairing under way made (encryptionKeyReady).
@@ -126,9 +146,10 @@ public final class PeripheralSecurity {
         var askedForSecurity = false
         /// A Numeric Comparison value waiting for the user's answer (`askNumericComparison`).
         var comparison: UInt32?
-        init(handle: UInt16, peer: SMPAddress, responder: SMPResponder) {
+        init(handle: UInt16, peer: SMPAddress, local: SMPAddress, responder: SMPResponder) {
             self.handle = handle
             self.peer = peer
+            self.local = local
             self.responder = responder
         }
     }
@@ -144,6 +165,8 @@ public final class PeripheralSecurity {
         self.logger = logger
         self.makeRandom = random
         bonds = BondStore(path: configuration.bondStorePath, owner: owner, limit: configuration.maximumBonds, logger: logger)
+        self.owner = owner
+        if let path = configuration.identityPath, DeviceIdentityStore.exists(path) { _ = identity }
     }
 
     /// The security of a link (unencrypted for an unknown handle).
@@ -158,12 +181,24 @@ public final class PeripheralSecurity {
 
     // MARK: Links
 
-    /// A central connected from `peer` (the address of LE Connection Complete, with its type).
-    public func linkOpened(_ handle: UInt16, peer: SMPAddress) {
+    /// A central connected from `peer` (the address of LE Connection Complete, with its type) to
+    /// `local`, the address the device advertised from (a resolvable private address with
+    /// privacy; the identity address when nil). The pairing's confirm and check values use the
+    /// addresses of the connection (Vol 3, Part H, 2.2.3, 2.2.7).
+    public func linkOpened(_ handle: UInt16, peer: SMPAddress, local: BluetoothAddress? = nil) {
         if let old = links.removeValue(forKey: handle), let timer = old.timer { scheduler.cancel(timer) }
-        let responder = SMPResponder(configuration: configuration.responderConfiguration, initiatorAddress: peer,
-                                     responderAddress: localAddress, random: makeRandom())
-        links[handle] = Link(handle: handle, peer: peer, responder: responder)
+        let responderAddress = local.map { SMPAddress($0, isRandom: true) } ?? localAddress
+        links[handle] = Link(handle: handle, peer: peer, local: responderAddress,
+                             responder: makeResponder(peer: peer, local: responderAddress, identity: loadedIdentity))
+    }
+
+    /// Our IRK and identity address go to a bonding central that asks (IdKey, 3.6.1), so it can
+    /// resolve the addresses we advertise from with privacy on.
+    private func makeResponder(peer: SMPAddress, local: SMPAddress, identity: SMPIdentity?) -> SMPResponder {
+        var responderConfiguration = configuration.responderConfiguration
+        responderConfiguration.identity = identity
+        return SMPResponder(configuration: responderConfiguration, initiatorAddress: peer, responderAddress: local,
+                            random: makeRandom())
     }
 
     public func linkClosed(_ handle: UInt16) {
@@ -191,6 +226,24 @@ public final class PeripheralSecurity {
             self?.flushTimer = nil
             self?.bonds.flush()
         }
+    }
+
+    /// A signed write from the central on `handle` was verified with its bond's CSRK: its
+    /// SignCounter is kept with the bond (written within `bondWriteDelay`, and when the link
+    /// closes), so neither a replay nor an older counter is taken later, also after a restart.
+    public func signCounterAccepted(_ counter: UInt32, on handle: UInt16) {
+        guard let link = links[handle], bonds.setSignCounter(counter, for: link.peer), flushTimer == nil else { return }
+        flushTimer = scheduler.schedule(after: Self.bondWriteDelay) { [weak self] in
+            self?.flushTimer = nil
+            self?.bonds.flush()
+        }
+    }
+
+    /// A bonded central's Client Supported Features and whether it is change-aware (Vol 3,
+    /// Part G, 2.5.2.1: persistent across connections for a bonded client), kept with its bond.
+    public func cachingStateKnown(features: UInt8, changeAware: Bool, on handle: UInt16) {
+        guard let link = links[handle], link.security.isBonded else { return }
+        bonds.setCachingState(features: features, changeAware: changeAware, for: link.peer)
     }
 
     /// What a bonded central on `handle` knows of the database now: its Database Hash, kept
@@ -237,6 +290,11 @@ public final class PeripheralSecurity {
                                  metadata(link, reason: .repeatedAttempts))
                 }
                 return
+            }
+            if configuration.bondable && loadedIdentity == nil {
+                // The first pairing of a device without an identity file: make the identity now,
+                // and a responder that can distribute it (the idle one holds nothing else).
+                link.responder = makeResponder(peer: link.peer, local: link.local, identity: identity)
             }
             if let leftOut = peerLog.take(now: now) {
                 let known = bonds.bond(for: link.peer) != nil ? " (it is bonded: a new pairing replaces the bond)" : ""
@@ -431,7 +489,7 @@ public final class PeripheralSecurity {
                 let bond = Bond(peer: link.peer, identity: result.peerIdentity?.address,
                                 identityResolvingKey: result.peerIdentity?.resolvingKey, longTermKey: key,
                                 encryptionKeySize: result.encryptionKeySize, secureConnections: result.secureConnections,
-                                authenticated: result.authenticated)
+                                authenticated: result.authenticated, signatureKey: result.peerSignatureKey)
                 let dropped = bonds.save(bond)
                 bonded = true
                 note = "; bonded"

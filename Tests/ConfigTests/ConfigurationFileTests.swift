@@ -20,7 +20,9 @@ import Testing
             controller: hci1
             pin: 0123
             passkey: "004321"
-            io-capability: display-yes-no
+            io_capability: display-yes-no
+            privacy: true
+            rpa_timeout_s: 60
         """
         let configuration = try ConfigurationFile.parse(text, file: "bench.yaml")
         #expect(configuration.controller == .tcp(host: "127.0.0.1", port: 6402))
@@ -40,14 +42,19 @@ import Testing
         #expect(lock.pin == "0123")
         #expect(lock.passkey == "004321")
         #expect(lock.ioCapability == "display-yes-no")
+        #expect(lock.privacy == true && lock.privateAddressTimeout == 60)
+        #expect(hr.privacy == nil && hr.privateAddressTimeout == nil)
     }
 
     /// Each bad value is one error naming the file, the line, the key and what is allowed.
     @Test(arguments: [
         ("devices:\n  - device: lock\n    pin: 12", "f.yaml:3: devices[0].pin: a PIN must be 4 to 8 digits, got `12`"),
         ("devices:\n  - device: lock\n    passkey: 12345a", "f.yaml:3: devices[0].passkey: a passkey must be 6 digits, got `12345a`"),
-        ("devices:\n  - device: x\n    colour: red", "f.yaml:3: devices[0]: unknown key `colour` (allowed: device, name, address, controller, settings, pin, passkey, io-capability, advertising, connection)"),
-        ("devices:\n  - device: x\n    io-capability: telepathy", "f.yaml:3: devices[0].io-capability: `telepathy` is not an IO capability: display-only, display-yes-no, keyboard-only, keyboard-display, no-input-no-output"),
+        ("devices:\n  - device: x\n    colour: red", "f.yaml:3: devices[0]: unknown key `colour` (allowed: device, name, address, controller, settings, pin, passkey, io_capability, advertising, connection, privacy, rpa_timeout_s)"),
+        ("devices:\n  - device: x\n    io_capability: telepathy", "f.yaml:3: devices[0].io_capability: `telepathy` is not an IO capability: display-only, display-yes-no, keyboard-only, keyboard-display, no-input-no-output"),
+        ("devices:\n  - device: x\n    privacy: yes please", "f.yaml:3: devices[0].privacy: takes true or false, not `yes please`"),
+        ("devices:\n  - device: x\n    privacy: true\n    rpa_timeout_s: 0", "f.yaml:4: devices[0].rpa_timeout_s: takes whole seconds from 1 to 41400, not `0`"),
+        ("devices:\n  - device: x\n    rpa_timeout_s: 60", "f.yaml:3: devices[0].rpa_timeout_s: needs `privacy: true`"),
         ("devices:\n  - name: A", "f.yaml:2: devices[0]: `device:` is missing (the device to run, e.g. heart-rate)"),
         ("devices:\n  - device: x\n    address: 00:11:22:33:44:55", "f.yaml:3: devices[0].address: `00:11:22:33:44:55` is not a static random address like C4:12:34:56:78:9A (first byte C0-FF)"),
         ("devices:\n  - device: x\n    advertising: { fast_interval_ms: 5 }", "f.yaml:3: devices[0].advertising.fast_interval_ms: 5 is outside 20...10240 ms"),

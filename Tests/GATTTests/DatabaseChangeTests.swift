@@ -16,6 +16,9 @@ import Testing
         #expect(f.request("10 0100 FFFF 0028") == [bytes("11 06 0100 0300 0018 0700 1600 0D18 1C00 1E00 0A18")])
         #expect(f.request("04 1600 1E00") == [bytes("05 01 1600 0429 1C00 0028 1D00 0328 1E00 292A")])
         #expect(f.database.absent.map(\.uuid) == [longService])
+        // Find Information over the gap alone: nothing to return is Attribute Not Found (Vol 3,
+        // Part F, 3.4.3.1), not a response without a format (found by the att-server fuzzer).
+        #expect(f.request("04 1700 1B00") == errorResponse(0x04, 0x0017, .attributeNotFound))
         // Already out: nothing changes.
         #expect(try f.database.setService(f.custom, present: false) == nil)
         #expect(try f.database.setService(f.custom, present: true) == 23...27)

@@ -53,6 +53,12 @@ final class RecordingDelegate: ATTServerDelegate {
     var configured: [(characteristic: Characteristic, old: UInt16, new: UInt16)] = []
     var wrote: [(characteristic: Characteristic, count: Int, withResponse: Bool)] = []
     var timeouts = 0
+    var acceptedCounters: [UInt32] = []
+    var droppedSignedWrites: [SignedWriteDrop] = []
+    func attServer(_ server: ATTServer, acceptedSignCounter counter: UInt32) { acceptedCounters.append(counter) }
+    func attServer(_ server: ATTServer, droppedSignedWrite reason: SignedWriteDrop, handle: UInt16) {
+        droppedSignedWrites.append(reason)
+    }
 
     func attServer(_ server: ATTServer, send pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool {
         sent.append(Sent(pdu: Array(pdu), kind: kind, mtu: server.mtu))

@@ -41,13 +41,14 @@ final class Bench {
 
     init(device: Device, name: String = "Test HR", maxConnections: Int = 32,
          logger: Logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
-         security: SecurityConfiguration = SecurityConfiguration(),
+         security: SecurityConfiguration = SecurityConfiguration(), privacy: Bool = false, rpaTimeout: Duration = .seconds(60),
          configure: (ScriptedController) -> Void = { _ in }) throws {
         configure(controller)
         let controller = self.controller
         peripheral = try Peripheral(device: device,
                                     configuration: PeripheralConfiguration(name: name, controller: "scripted",
-                                                                           maxConnections: maxConnections, security: security),
+                                                                           maxConnections: maxConnections, security: security,
+                                                                           privacy: privacy, privateAddressTimeout: rpaTimeout),
                                     scheduler: scheduler, logger: logger,
                                     output: { controller.output($0, $1) })
         controller.host = peripheral.hci
@@ -347,9 +348,10 @@ final class Bench {
         #expect(refusal[0] == 0x15 && refusal[1] == 0x09 && Array(refusal.suffix(2)) == [0x02, 0x00])
         // Pairing Request (legacy, bonding): the Security Manager answers with its Pairing Response
         // (Vol 3, Part H, 3.5.2): NoInputNoOutput, no OOB, Bonding and SC, 16 octets, the
-        // central's keys (EncKey, IdKey, SignKey) and ours (EncKey: no IRK or CSRK to give).
+        // central's keys (EncKey, IdKey, SignKey) and ours (EncKey, IdKey: the device's IRK and
+        // identity address; no CSRK, blemu never signs).
         c.sendL2CAP(handle: 0x0040, cid: L2CAPChannel.securityManager, [0x01, 0x03, 0x00, 0x01, 0x10, 0x07, 0x07])
-        #expect(c.takeL2CAP(handle: 0x0040, cid: L2CAPChannel.securityManager) == [[0x02, 0x03, 0x00, 0x09, 0x10, 0x07, 0x01]])
+        #expect(c.takeL2CAP(handle: 0x0040, cid: L2CAPChannel.securityManager) == [[0x02, 0x03, 0x00, 0x09, 0x10, 0x07, 0x03]])
         // An unknown CID and an unknown connection handle are dropped, not answered.
         c.sendL2CAP(handle: 0x0040, cid: 0x0099, [1, 2, 3])
         c.sendL2CAP(handle: 0x0777, cid: L2CAPChannel.att, [0x0A, 0x01, 0x00])

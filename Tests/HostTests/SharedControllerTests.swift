@@ -18,7 +18,7 @@ final class SharedBench {
     let peripherals: [Peripheral]
     var fatal: [String] = []
 
-    init(devices: [Device], sets: UInt8 = 16) throws {
+    init(devices: [Device], sets: UInt8 = 16, privacy: Bool = false) throws {
         controller.extendedAdvertisingSets = sets
         let controller = self.controller
         host = PeripheralHost(controller: "scripted", scheduler: scheduler,
@@ -26,7 +26,8 @@ final class SharedBench {
                               output: { controller.output($0, $1) })
         var made: [Peripheral] = []
         for (index, device) in devices.enumerated() {
-            made.append(try Peripheral(device: device, configuration: PeripheralConfiguration(name: "Shared \(index)", controller: "scripted"),
+            made.append(try Peripheral(device: device, configuration: PeripheralConfiguration(name: "Shared \(index)", controller: "scripted",
+                                                                                             privacy: privacy, privateAddressTimeout: .seconds(60)),
                                        host: host, logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })))
         }
         peripherals = made

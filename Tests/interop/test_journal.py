@@ -104,7 +104,7 @@ def journal_entries(process: BlemuProcess, *extra: str) -> list[dict[str, str]]:
 
 def code_message_ids() -> set[str]:
     ids = set(re.findall(r'return "([0-9a-f]{32})"', MESSAGE_ID_SOURCE.read_text()))
-    assert len(ids) == 20, f"{len(ids)} MESSAGE_IDs in {MESSAGE_ID_SOURCE}; BLEMU_EVENT has 20 values"
+    assert len(ids) == 21, f"{len(ids)} MESSAGE_IDs in {MESSAGE_ID_SOURCE}; BLEMU_EVENT has 21 values"
     return ids
 
 
