@@ -132,6 +132,11 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/PerfGate"),
 
+        // Counts the heap allocations of a hot path (Tests/AllocationTests): zero per request.
+        .target(name: "CAllocationCounter", path: "Tests/Support/CAllocationCounter"),
+        .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuBenchRig", "BlemuHost", "BlemuDevices",
+                                                         "BlemuGATT", "BlemuHCI"],
+                    path: "Tests/AllocationTests"),
         .testTarget(name: "ChatTests", dependencies: ["BlemuChat", "BlemuDevices"], path: "Tests/ChatTests"),
         .testTarget(name: "CoreTests", dependencies: ["BlemuCore"], path: "Tests/CoreTests"),
         .testTarget(name: "JournalTests", dependencies: ["BlemuJournal", "BlemuCore", .product(name: "Logging", package: "swift-log")],

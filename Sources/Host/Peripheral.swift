@@ -46,6 +46,8 @@ public final class Peripheral {
     var deviceStarted = false
     var deviceWaitingForRoom = false
     var frame: [UInt8] = []
+    /// What a device's `notify` encodes into, reused for every notification.
+    var notificationValue = ValueBuffer()
     /// Lines whose rate a peer or the controller controls (Docs/DIAGNOSTICS.md).
     var peerLog = LogBudget()
     var linkLog = LogBudget()
@@ -94,10 +96,11 @@ public final class Peripheral {
             // Vol 3, Part G, 7.2: bit 0 is Robust Caching.
             self?.connections[handle]?.server.clientSupportsRobustCaching = features & 0x01 != 0
         }
-        diagnostics.characteristic.onRead = { [weak self] request in
-            guard let self else { return .failure(.unlikelyError) }
+        diagnostics.characteristic.onRead = { [weak self] request, value in
+            guard let self else { return .unlikelyError }
             if request.offset == 0 { self.statistics.diagnosticsReads += 1 }
-            return request.answer(self.diagnosticsValue())
+            value.append(contentsOf: self.diagnosticsValue())
+            return nil
         }
         // A device may misbehave on purpose, so Apple's rules only warn; the Core's rules are
         // what a controller accepts at all, so parameters that break them are replaced.

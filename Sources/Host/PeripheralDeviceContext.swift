@@ -11,10 +11,14 @@ extension Peripheral: DeviceContext {
     public var peers: [ATTPeer] { connections.values.map(\.peer).sorted { $0.connectionHandle < $1.connectionHandle } }
 
     @discardableResult
-    public func notify(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?) -> Bool {
+    public func notify(_ characteristic: Characteristic, to peer: ATTPeer?, encode: (inout ValueBuffer) -> Void) -> Bool {
+        // One buffer for the peripheral: the device encodes once, each link copies what its
+        // ATT_MTU allows into its own update buffer, and nothing is allocated.
+        notificationValue.reset()
+        encode(&notificationValue)
         var all = true
         for connection in connections.values where peer == nil || connection.peer == peer {
-            if connection.server.notify(characteristic, value: value) == .queueFull { all = false }
+            if connection.server.notify(characteristic, value: notificationValue.bytes) == .queueFull { all = false }
         }
         if !all { deviceWaitingForRoom = true }
         return all
