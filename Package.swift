@@ -128,7 +128,7 @@ let package = Package(
         ], path: "Sources/BenchRig"),
         // The hot paths for the performance gate (scripts/perf-gate): counted by callgrind.
         .executableTarget(name: "blemu-perf-gate", dependencies: [
-            "BlemuBenchRig", "BlemuCore", "BlemuHCI", "BlemuGATT", "BlemuHost", "BlemuDevices",
+            "BlemuBenchRig", "BlemuCore", "BlemuHCI", "BlemuGATT", "BlemuHost", "BlemuDevices", "CLinux",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/PerfGate"),
 

@@ -19,6 +19,8 @@ public protocol DeviceContext: AnyObject {
     /// it must not notify itself.
     @discardableResult func notify(_ characteristic: Characteristic, to peer: ATTPeer?,
                                    encode: (inout ValueBuffer) -> Void) -> Bool
+    /// The same with bytes already at hand (a value kept to compare with the next).
+    @discardableResult func notify(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?) -> Bool
     /// Indicates to every central that enabled indications (or only `peer`). False when a queue
     /// was full for at least one of them: the device hears `peripheralIsReady` when there is
     /// room again. `completion` is called once for each central the indication was queued
@@ -42,8 +44,14 @@ public protocol DeviceContext: AnyObject {
 extension DeviceContext {
     /// Notifies every central that enabled notifications (or only `peer`) with bytes at hand.
     @discardableResult
-    public func notify(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer? = nil) -> Bool {
+    public func notify(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?) -> Bool {
         notify(characteristic, to: peer) { $0.append(contentsOf: value) }
+    }
+
+    /// Notifies every central that enabled notifications with bytes at hand.
+    @discardableResult
+    public func notify(_ characteristic: Characteristic, value: [UInt8]) -> Bool {
+        notify(characteristic, value: value, to: nil)
     }
 
     /// Notifies every central that enabled notifications, the value written by `encode`.

@@ -16,9 +16,18 @@ extension Peripheral: DeviceContext {
         // ATT_MTU allows into its own update buffer, and nothing is allocated.
         notificationValue.reset()
         encode(&notificationValue)
+        return send(characteristic, notificationValue.bytes, to: peer)
+    }
+
+    @discardableResult
+    public func notify(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?) -> Bool {
+        send(characteristic, value[...], to: peer)
+    }
+
+    private func send(_ characteristic: Characteristic, _ value: ArraySlice<UInt8>, to peer: ATTPeer?) -> Bool {
         var all = true
         for connection in connections.values where peer == nil || connection.peer == peer {
-            if connection.server.notify(characteristic, value: notificationValue.bytes) == .queueFull { all = false }
+            if connection.server.notify(characteristic, value: value) == .queueFull { all = false }
         }
         if !all { deviceWaitingForRoom = true }
         return all
