@@ -131,7 +131,7 @@ public final class HCIHost {
         let handle: UInt16
         let serial: UInt64
     }
-    private var links: [UInt16: LinkTransmit] = [:]
+    private var links = HandleTable<LinkTransmit>()
     private var nextLinkSerial: UInt64 = 0
     /// The links with fragments queued, in round-robin order: each at most once, so a credit
     /// costs the same with 1 link or 3000 (no walk over idle links).
@@ -449,10 +449,11 @@ public final class HCIHost {
 
     private func packetsCompleted(handle: UInt16, count: UInt16) {
         // Credits for links already gone were returned at disconnection (Vol 4, Part E, 4.3).
-        guard var link = links[handle] else { return }
-        let returned = min(Int(count), link.inFlight)
-        link.inFlight -= returned
-        links[handle] = link
+        guard let returned = links.modify(handle, { link in
+            let returned = min(Int(count), link.inFlight)
+            link.inFlight -= returned
+            return returned
+        }) else { return }
         aclCredits = min(aclCredits + returned, info.aclTotalPackets)
     }
 
@@ -478,49 +479,51 @@ public final class HCIHost {
 
     /// Sends an L2CAP PDU (basic header included) on a link, fragmented to the controller's
     /// ACL size, against its credits. Returns false when the PDU was refused (best-effort
-    /// queue full, unknown link, or the hard cap reached).
+    /// queue full, unknown link, or the hard cap reached). The link's entry is changed where it
+    /// lies in the table (`modify`), never copied out and back.
     public func sendL2CAP(handle: UInt16, pdu: ArraySlice<UInt8>, priority: TransmitPriority) -> Bool {
-        guard var link = links[handle] else { return false }
-        if priority == .bestEffort && link.bestEffortQueued >= Self.notificationQueueLimit {
-            markRefused(handle, &link)
-            links[handle] = link
-            return false
-        }
-        if link.queue.isEmpty {
+        guard let idle = links.modify(handle, { link -> Bool? in
+            if priority == .bestEffort && link.bestEffortQueued >= Self.notificationQueueLimit {
+                markRefused(handle, &link)
+                return nil
+            }
+            return link.queue.isEmpty
+        }) else { return false }
+        guard let idle else { return false }
+        var sent = 0
+        if idle {
             // Fast path: nothing waits, so send what credits allow straight from the caller's
             // buffer, and queue only the rest. The link's state is stored before each packet goes
             // out: a controller may answer inside `output` (in-process ones do), and its Number Of
             // Completed Packets must find the count it completes.
-            var sent = 0
             while sent < pdu.count, aclCredits > 0 {
                 let chunk = min(info.aclMaxLength, pdu.count - sent)
-                links[handle]?.inFlight += 1
+                links.modify(handle) { $0.inFlight += 1 }
                 transmitFragment(handle: handle, first: sent == 0, pdu[(pdu.startIndex + sent)..<(pdu.startIndex + sent + chunk)])
                 sent += chunk
             }
             if sent == pdu.count { return true }
-            guard let current = links[handle] else { return false }   // closed meanwhile
-            link = current
-            link.queue.append(QueuedPDU(bytes: Array(pdu), sent: sent, priority: priority))
-        } else {
-            guard link.queue.count < Self.linkQueueLimit else {
+        }
+        let queued = links.modify(handle) { link -> Bool in
+            guard idle || link.queue.count < Self.linkQueueLimit else {
                 markRefused(handle, &link)
-                links[handle] = link
-                if let leftOut = transmitLog.take(now: scheduler.nowNanoseconds) {
-                    logger.error("link transmit queue full (\(Self.linkQueueLimit) PDUs): PDU refused\(LogBudget.note(leftOut))",
-                                 metadata: [LogKey.connHandle: "\(handle)"])
-                }
                 return false
             }
-            link.queue.append(QueuedPDU(bytes: Array(pdu), sent: 0, priority: priority))
+            link.queue.append(QueuedPDU(bytes: Array(pdu), sent: sent, priority: priority))
+            if priority == .bestEffort { link.bestEffortQueued += 1 }
+            if !link.isWaiting {
+                link.isWaiting = true
+                waiting.append(LinkReference(handle: handle, serial: link.serial))
+            }
+            return true
         }
-        if priority == .bestEffort { link.bestEffortQueued += 1 }
-        if !link.isWaiting {
-            link.isWaiting = true
-            waiting.append(LinkReference(handle: handle, serial: link.serial))
+        // Nil: the link closed meanwhile (a controller answering inside `output`).
+        guard let queued else { return false }
+        if !queued, let leftOut = transmitLog.take(now: scheduler.nowNanoseconds) {
+            logger.error("link transmit queue full (\(Self.linkQueueLimit) PDUs): PDU refused\(LogBudget.note(leftOut))",
+                         metadata: [LogKey.connHandle: "\(handle)"])
         }
-        links[handle] = link
-        return true
+        return queued
     }
 
     private func transmitFragment(handle: UInt16, first: Bool, _ data: ArraySlice<UInt8>) {
@@ -577,7 +580,7 @@ public final class HCIHost {
                 refusedLinks.append(reference)
                 continue
             }
-            links[reference.handle]?.refused = false
+            links.modify(reference.handle) { $0.refused = false }
             delegate?.hciHost(self, transmitQueueHasRoomFor: reference.handle)
         }
         refusedScratch.removeAll(keepingCapacity: true)
@@ -589,7 +592,7 @@ public final class HCIHost {
     private func waitingHead(_ reference: LinkReference) -> QueuedPDU? {
         guard let link = links[reference.handle], link.serial == reference.serial, link.isWaiting else { return nil }
         if let head = link.queue.first { return head }
-        links[reference.handle]?.isWaiting = false
+        links.modify(reference.handle) { $0.isWaiting = false }
         return nil
     }
 
@@ -601,8 +604,7 @@ public final class HCIHost {
 
     /// Changes a link's entry where it lies in the table, so its queue is not copied.
     private func modifyLink(_ handle: UInt16, _ change: (inout LinkTransmit) -> Void) {
-        guard let index = links.index(forKey: handle) else { return }
-        change(&links.values[index])
+        links.modify(handle, change)
     }
 }
 
