@@ -113,8 +113,29 @@ public struct HandleTable<Value> {
     /// The keys, in no particular order.
     public var keys: [UInt16] { compactMap { $0.key } }
 
-    /// The values, in no particular order, without a copy.
-    public var values: LazyMapSequence<HandleTable<Value>, Value> { lazy.map(\.value) }
+    /// The values, in no particular order, without a copy (a view of their own, not a lazy
+    /// `map`, whose closure a debug build allocates a context for).
+    public var values: Values { Values(slots: slots) }
+
+    public struct Values: Sequence {
+        @usableFromInline let slots: [Slot]
+        @inlinable init(slots: [Slot]) { self.slots = slots }
+
+        public struct Iterator: IteratorProtocol {
+            @usableFromInline let slots: [Slot]
+            @usableFromInline var index = 0
+            @inlinable init(slots: [Slot]) { self.slots = slots }
+            @inlinable public mutating func next() -> Value? {
+                while index < slots.count {
+                    defer { index += 1 }
+                    if slots[index].used { return slots[index].value }
+                }
+                return nil
+            }
+        }
+
+        @inlinable public func makeIterator() -> Iterator { Iterator(slots: slots) }
+    }
 }
 
 extension HandleTable: Sequence {

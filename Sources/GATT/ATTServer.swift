@@ -427,8 +427,10 @@ public final class ATTServer {
     }
 
     private func respond(_ requestOpcode: UInt8) {
-        _ = delegate?.attServer(self, send: out[...], kind: .response)
-        delegate?.attServer(self, answered: requestOpcode, handle: 0, error: nil)
+        // One load of the weak reference for both calls: each load is an atomic operation.
+        guard let delegate else { return }
+        _ = delegate.attServer(self, send: out[...], kind: .response)
+        delegate.attServer(self, answered: requestOpcode, handle: 0, error: nil)
     }
 
     private func sendError(_ requestOpcode: UInt8, _ handle: UInt16, _ error: ATTError) {

@@ -39,7 +39,8 @@ public final class Peripheral {
     public let security: PeripheralSecurity
     let standard: StandardServices
     let diagnostics: DiagnosticsService
-    var connections: [UInt16: Connection] = [:]
+    /// The open links, by connection handle (looked up on every packet: a `HandleTable`, not a Dictionary).
+    var connections = HandleTable<Connection>()
     var advertisingPayload: AdvertisingPayload
     var advertisingRequested = false
     var advertisingPhaseTimer: TimerID?

@@ -11,14 +11,14 @@ import CLinux
 import Glibc
 #endif
 
-/// `blemu-perf-gate scale [REQUESTS]`: the cost of one request (wall clock, best of 5 runs) and
+/// `blemu-perf-gate scale [REQUESTS]`: the cost of one request in ns (wall clock, best of 5 runs) and
 /// the heap each device and each link holds, at 1 and 100 devices by 1 and 32 links, in process
 /// (`ScaleRig`). Requests are spread over every link of every device in turn, so a walk over
 /// devices or links per request would show as a slope. Measure a release build.
 func runScaleMeasurements(_ arguments: [String]) {
     let requests = arguments.first.flatMap { Int($0) } ?? 200_000
-    print("| devices × links | cached read ns/request | dynamic read ns/request | write ns/request | heap KiB/device | heap KiB/link |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| devices × links | cached read, one link | cached read, every link in turn | dynamic read, every link | write, every link | heap KiB/device | heap KiB/link |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for (devices, links) in [(1, 1), (1, 32), (100, 1), (100, 32)] {
         // One link each first, then the rig measured: the heap a device holds (with one
         // link), and what each further link adds.
@@ -29,7 +29,7 @@ func runScaleMeasurements(_ arguments: [String]) {
         let withAll = heapInUse()
         let perDevice = Double(withOne - before) / Double(devices) / 1024
         let perLink = links == 1 ? nil : Double(withAll - withOne - (withOne - before)) / Double(devices * (links - 1)) / 1024
-        func cost(_ packetFor: (HeartRateDevice) -> [UInt8]) -> Double {
+        func cost(oneLink: Bool = false, _ packetFor: (HeartRateDevice) -> [UInt8]) -> Double {
             var targets: [(packet: [UInt8], handle: UInt16)] = []
             for (device, handles) in zip(full.devices, full.links) {
                 for handle in handles {
@@ -40,6 +40,7 @@ func runScaleMeasurements(_ arguments: [String]) {
                     targets.append((packet, handle))
                 }
             }
+            if oneLink { targets = [targets[targets.count - 1]] }
             for target in targets { full.request(target.packet, handle: target.handle) }
             var best = Double.infinity
             for _ in 0..<5 {
@@ -55,10 +56,11 @@ func runScaleMeasurements(_ arguments: [String]) {
             }
             return best
         }
+        let one = cost(oneLink: true) { ScaleRig.acl([0x0A] + Rig.le($0.bodySensorLocation.valueHandle), handle: 0) }
         let cached = cost { ScaleRig.acl([0x0A] + Rig.le($0.bodySensorLocation.valueHandle), handle: 0) }
         let dynamic = cost { ScaleRig.acl([0x0A] + Rig.le($0.battery.level.valueHandle), handle: 0) }
         let write = cost { ScaleRig.acl([0x12] + Rig.le($0.controlPoint.valueHandle) + [0x01], handle: 0) }
-        print("| \(devices) × \(links) | \(format(cached)) | \(format(dynamic)) | \(format(write)) | \(format(perDevice)) | \(perLink.map(format) ?? "") |")
+        print("| \(devices) × \(links) | \(format(one)) | \(format(cached)) | \(format(dynamic)) | \(format(write)) | \(format(perDevice)) | \(perLink.map(format) ?? "") |")
         withExtendedLifetime(single) {}
     }
 }
