@@ -129,10 +129,15 @@ let package = Package(
         ], path: "Sources/BenchRig"),
         // The hot paths for the performance gate (scripts/perf-gate): counted by callgrind.
         .executableTarget(name: "blemu-perf-gate", dependencies: [
-            "BlemuBenchRig", "BlemuCore", "BlemuHCI", "BlemuGATT", "BlemuHost", "BlemuDevices",
+            "BlemuBenchRig", "BlemuCore", "BlemuHCI", "BlemuGATT", "BlemuHost", "BlemuDevices", "CLinux",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/PerfGate"),
 
+        // Counts the heap allocations of a hot path (Tests/AllocationTests): zero per request.
+        .target(name: "CAllocationCounter", path: "Tests/Support/CAllocationCounter"),
+        .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuBenchRig", "BlemuHost", "BlemuDevices",
+                                                         "BlemuGATT", "BlemuHCI"],
+                    path: "Tests/AllocationTests"),
         .testTarget(name: "ChatTests", dependencies: ["BlemuChat", "BlemuDevices"], path: "Tests/ChatTests"),
         .testTarget(name: "CoreTests", dependencies: ["BlemuCore"], path: "Tests/CoreTests"),
         .testTarget(name: "JournalTests", dependencies: ["BlemuJournal", "BlemuCore", .product(name: "Logging", package: "swift-log")],
@@ -162,3 +167,12 @@ let package = Package(
                     path: "Tests/HostTests"),
     ]
 )
+
+// Release builds leave out the run-time exclusivity checks of Swift's own targets: on the request
+// path they were a third of the instructions (each access of a class's stored property checked
+// against every access in progress, Docs/PERFORMANCE.md). Debug builds, which every test runs,
+// keep them, so an overlapping access still traps there.
+for target in package.targets where target.name.hasPrefix("Blemu") || target.name.hasPrefix("blemu") {
+    target.swiftSettings = (target.swiftSettings ?? [])
+        + [.unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))]
+}

@@ -115,7 +115,7 @@ public final class ChatDevice: Device {
                                      })
         let frames = Characteristic(Self.framesUUID, properties: [.write, .notify],
                                     validateWrite: { request in
-                                        (try? ChatFrame(decoding: request.value[...])) == nil ? .valueNotAllowed : nil
+                                        (try? ChatFrame(decoding: request.value.slice)) == nil ? .valueNotAllowed : nil
                                     },
                                     onWrite: { request in
                                         box.value?.receivedFrame(request)
@@ -235,7 +235,7 @@ public final class ChatDevice: Device {
 
     /// A blemu node's frame: a piece of a message, or an acknowledgement (which a host has no use for).
     private func receivedFrame(_ request: WriteRequest) {
-        guard let frame = try? ChatFrame(decoding: request.value[...]) else { return }
+        guard let frame = try? ChatFrame(decoding: request.value.slice) else { return }
         let handle = request.peer.connectionHandle
         if case let .resume(number, sender) = frame {
             // Before it subscribes (Docs/CHAT.md): kept until then.

@@ -33,9 +33,10 @@ public final class BatteryService {
         service = Service(0x180F) { level }
         ticker = TickWhileSubscribed(every: .seconds(60), watching: [level])
         notified = SteppedValue(level, step: 1) { [UInt8($0)] }
-        level.onRead = { [weak self] request in
-            guard let self else { return .failure(.unlikelyError) }
-            return request.answer([self.currentLevel])
+        level.onRead = { [weak self] _, value in
+            guard let self else { return .unlikelyError }
+            value.append(self.currentLevel)
+            return nil
         }
         // A new listener hears the level at once, then each whole percent it loses.
         ticker.onStart = { [weak self] in

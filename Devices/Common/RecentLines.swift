@@ -37,10 +37,11 @@ public final class RecentLines {
                                    refusal: ((ATTPeer) -> ATTError?)? = nil) -> Characteristic {
         Characteristic(uuid, properties: [.read], length: .variable(max: maxBytes),
                        descriptors: [.userDescription(description)],
-                       onRead: { [weak self] request in
-                           guard let self else { return .failure(.unlikelyError) }
-                           if let error = refusal?(request.peer) { return .failure(error) }
-                           return request.answer(self.bytes)
+                       onRead: { [weak self] request, value in
+                           guard let self else { return .unlikelyError }
+                           if let error = refusal?(request.peer) { return error }
+                           value.append(contentsOf: self.text.utf8)
+                           return nil
                        })
     }
 

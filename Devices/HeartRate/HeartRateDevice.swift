@@ -45,7 +45,7 @@ public final class HeartRateDevice: Device {
                                 appearance: 0x0341)
         controlPoint.onWrite = { [weak self] request in
             guard let self else { return .unlikelyError }
-            guard request.value == [Self.resetEnergyExpended] else { return Self.controlPointNotSupported }
+            guard request.value.count == 1, request.value[0] == Self.resetEnergyExpended else { return Self.controlPointNotSupported }
             self.heart.resetEnergy()
             self.context?.log(.stateChanged, .info, "energy expended reset by \(request.peer.address)",
                               [LogKey.peer: .string(request.peer.address.description)])
@@ -126,10 +126,10 @@ public final class HeartRateDevice: Device {
 
     private func measure() {
         guard let context else { return }
-        let value = nextMeasurement(seconds: elapsedSinceLastTick()).encode(maxLength: 20)
+        let next = nextMeasurement(seconds: elapsedSinceLastTick())
         // A full queue is reported through peripheralIsReady; a heart rate sensor sends the
         // freshest value on the next tick rather than a backlog of old ones.
-        context.notify(measurement, value: value)
+        context.notify(measurement) { next.encode(into: &$0, maxLength: 20) }
     }
 
     private func logSetting(_ message: String) {

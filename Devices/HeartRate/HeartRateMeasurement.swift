@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuGATT
 
 /// The Heart Rate Measurement characteristic value (HRS 1.0, 3.1.1; GSS "Heart Rate Measurement").
 ///
@@ -33,6 +34,13 @@ public struct HeartRateMeasurement: Equatable, Sendable {
     /// Encodes at most `maxLength` octets (ATT_MTU - 3 for a notification). RR intervals that do
     /// not fit are dropped oldest first, as HRS 3.1.1.5 describes.
     public func encode(maxLength: Int = 20) -> [UInt8] {
+        var buffer = ValueBuffer(capacity: maxLength + 1)
+        encode(into: &buffer, maxLength: maxLength)
+        return Array(buffer.bytes)
+    }
+
+    /// Encodes into a buffer the stack reuses (`DeviceContext.notify(_:encode:)`): no allocation.
+    public func encode(into out: inout ValueBuffer, maxLength: Int = 20) {
         var flags: UInt8 = usesUInt16 ? 0x01 : 0x00
         flags |= sensorContact.rawValue << 1
         if energyExpended != nil { flags |= 0x08 }
@@ -40,11 +48,10 @@ public struct HeartRateMeasurement: Equatable, Sendable {
         let room = max(0, (maxLength - fixed) / 2)
         let rr = rrIntervals.suffix(room)
         if !rr.isEmpty { flags |= 0x10 }
-        var out: [UInt8] = [flags]
+        out.append(flags)
         if usesUInt16 { out.appendLE(heartRate) } else { out.append(UInt8(heartRate)) }
         if let energyExpended { out.appendLE(energyExpended) }
         for interval in rr { out.appendLE(interval) }
-        return out
     }
 
     /// Decodes a measurement (used by tests and by blemu's own central).

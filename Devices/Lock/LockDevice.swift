@@ -200,9 +200,10 @@ public final class LockDevice: Device {
     }
 
     private func wireHandlers() {
-        lockState.onRead = { [weak self] request in
-            guard let self else { return .failure(.unlikelyError) }
-            return request.answer([self.state.rawValue])
+        lockState.onRead = { [weak self] _, value in
+            guard let self else { return .unlikelyError }
+            value.append(self.state.rawValue)
+            return nil
         }
         // validateWrite has no side effects (Execute Write asks it before applying anything).
         controlPoint.validateWrite = { [weak self] request in
@@ -216,21 +217,22 @@ public final class LockDevice: Device {
         }
         controlPoint.onWrite = { [weak self] request in
             guard let self, let context = self.context else { return .unlikelyError }
-            // The outcome is indicated after the Write Response, as the SIG's control points do.
+            // The outcome is indicated after the Write Response, as the SIG's control points do;
+            // the command outlives the handler, so it is copied out of the PDU.
+            let command = Array(request.value)
             self.busyTimer = context.scheduler.schedule(after: Self.processingTime) { [weak self] in
-                self?.execute(request.value, from: request.peer)
+                self?.execute(command, from: request.peer)
             }
             return nil
         }
-        relockDelay.onRead = { [weak self] request in
-            guard let self else { return .failure(.unlikelyError) }
-            var bytes: [UInt8] = []
-            bytes.appendLE(self.relockDelaySeconds)
-            return request.answer(bytes)
+        relockDelay.onRead = { [weak self] _, value in
+            guard let self else { return .unlikelyError }
+            value.appendLE(self.relockDelaySeconds)
+            return nil
         }
         relockDelay.onWrite = { [weak self] request in
             guard let self else { return .unlikelyError }
-            self.relockDelaySeconds = UInt16(request.value[0]) | UInt16(request.value[1]) << 8
+            self.relockDelaySeconds = request.value.uint16LE(at: 0)
             self.record(self.relockDelaySeconds == 0 ? "auto-relock off" : "auto-relock after \(self.relockDelaySeconds) s",
                         peer: request.peer)
             // The countdown restarts with the new delay (or stops, at 0).

@@ -180,10 +180,11 @@ public final class ThermostatDevice: Device {
 
     private func wireHandlers() {
         func reader(_ bytes: @escaping (ThermostatDevice) -> [UInt8]) -> ReadHandler {
-            { [weak self] request in
-                guard let self else { return .failure(.unlikelyError) }
+            { [weak self] _, value in
+                guard let self else { return .unlikelyError }
                 self.catchUp()
-                return request.answer(bytes(self))
+                value.append(contentsOf: bytes(self))
+                return nil
             }
         }
         temperature.onRead = reader(\.temperatureBytes)
@@ -256,7 +257,7 @@ public final class ThermostatDevice: Device {
 
     // MARK: Formats
 
-    static func int16(_ bytes: [UInt8]) -> Int16 { Int16(bitPattern: UInt16(bytes[0]) | UInt16(bytes[1]) << 8) }
+    static func int16(_ bytes: ValueBytes) -> Int16 { Int16(bitPattern: bytes.uint16LE(at: 0)) }
 
     static func int16Bytes(_ value: Int16) -> [UInt8] {
         var out: [UInt8] = []

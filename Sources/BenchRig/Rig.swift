@@ -13,6 +13,8 @@ import Logging
 public final class Rig {
     public let scheduler = ManualScheduler()
     public let peripheral: Peripheral
+    /// The peripheral's HCI host, held here so a request does not fetch it through the peripheral.
+    private let hci: HCIHost
     public let device = HeartRateDevice(seed: 42)
     /// Number Of Completed Packets for one packet on handle 0x0040.
     public let completed: [UInt8] = [0x13, 0x05, 0x01, 0x40, 0x00, 0x01, 0x00]
@@ -27,6 +29,7 @@ public final class Rig {
                 return true
             })
         host = peripheral.hci
+        hci = peripheral.hci
         peripheral.controllerUp()
         // LE Connection Complete, handle 0x0040, peripheral role.
         peripheral.hci.receiveEvent([0x3E, 0x13, 0x01, 0x00, 0x40, 0x00, 0x01, 0x01, 0xF5, 0xF4, 0xF3, 0xF2, 0xF1, 0xF0,
@@ -63,7 +66,7 @@ public final class Rig {
 
     /// One request in, its answer out, and the controller's credit back.
     public func request(_ packet: [UInt8]) {
-        peripheral.hci.receiveACL(packet[...])
-        peripheral.hci.receiveEvent(completed[...])
+        hci.receiveACL(packet[...])
+        hci.receiveEvent(completed[...])
     }
 }

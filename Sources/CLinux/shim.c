@@ -159,3 +159,10 @@ int clinux_serial_configure(int fd, int baud) {
     tcflush(fd, TCIOFLUSH);               // drop whatever a previous user left in the buffers
     return 0;
 }
+
+#include <malloc.h>
+
+uint64_t clinux_heap_in_use(void) {
+    struct mallinfo2 info = mallinfo2();
+    return info.uordblks + info.hblkhd;
+}

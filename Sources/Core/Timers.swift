@@ -25,7 +25,10 @@ extension Duration {
     }
 }
 
-/// A scheduler whose clock moves only when told: for tests and benchmarks.
+/// A scheduler whose clock moves only when told: for tests and benchmarks. Scheduling and
+/// cancelling cost the same with 3 timers or 30 000 (a rig with thousands of links has a
+/// timer or two each): a cancelled timer stays behind as a tombstone, skipped when the clock
+/// moves and swept once tombstones outnumber live timers.
 public final class ManualScheduler: TimerScheduling {
     private struct Entry {
         let id: TimerID
@@ -33,31 +36,39 @@ public final class ManualScheduler: TimerScheduling {
         let action: () -> Void
     }
     private var entries: [Entry] = []
+    /// The ids of the timers scheduled that have neither fired nor been cancelled.
+    private var live = Set<UInt64>()
     private var nextID: UInt64 = 1
     public private(set) var nowNanoseconds: UInt64 = 1_000_000_000
 
     public init() {}
 
-    public var pendingCount: Int { entries.count }
+    public var pendingCount: Int { live.count }
 
     @discardableResult
     public func schedule(after delay: Duration, _ action: @escaping () -> Void) -> TimerID {
         let id = TimerID(raw: nextID)
         nextID += 1
         entries.append(Entry(id: id, deadline: nowNanoseconds + delay.nanoseconds, action: action))
+        live.insert(id.raw)
         return id
     }
 
     public func cancel(_ id: TimerID) {
-        entries.removeAll { $0.id == id }
+        guard live.remove(id.raw) != nil else { return }
+        if entries.count > 2 * live.count + 16 { entries.removeAll { !live.contains($0.id.raw) } }
     }
 
-    /// Moves the clock forward, firing every timer that falls due, in deadline order.
+    /// Moves the clock forward, firing every timer that falls due, in deadline order (and in
+    /// the order scheduled for equal deadlines).
     public func advance(by delay: Duration) {
         let target = nowNanoseconds + delay.nanoseconds
-        while let index = entries.indices.min(by: { entries[$0].deadline < entries[$1].deadline }),
+        entries.removeAll { !live.contains($0.id.raw) }
+        while let index = entries.indices.min(by: { (entries[$0].deadline, entries[$0].id.raw) < (entries[$1].deadline, entries[$1].id.raw) }),
               entries[index].deadline <= target {
             let entry = entries.remove(at: index)
+            // A timer cancelled by an action that fired before it is skipped.
+            guard live.remove(entry.id.raw) != nil else { continue }
             nowNanoseconds = max(nowNanoseconds, entry.deadline)
             entry.action()
         }

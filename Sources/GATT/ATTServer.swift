@@ -100,8 +100,10 @@ public final class ATTServer {
     private var mtuExchanged = false
     public let serverRxMTU: Int
 
-    /// Vol 3, Part G, 4.8.3 read consistency: the value taken at offset 0 of a long read.
-    private var longRead: (handle: UInt16, value: [UInt8])?
+    /// Vol 3, Part G, 4.8.3 read consistency: the handle of the long read in progress, and
+    /// its value as taken at offset 0 (a buffer reused from one long read to the next).
+    private var longReadHandle: UInt16?
+    private var longReadValue: [UInt8]
     private struct PreparedWrite {
         let handle: UInt16
         let offset: Int
@@ -127,6 +129,8 @@ public final class ATTServer {
     /// Reused for notifications and indications: a device may notify from inside a read or
     /// write handler, while a response is being built in `out`.
     private var update: [UInt8]
+    /// Reused for every value a read takes from a device's `onRead` or a CCCD.
+    private var readValue = ValueBuffer()
 
     public init(database: GATTDatabase, peer: ATTPeer, scheduler: TimerScheduling,
                 serverRxMTU: Int = ATTServer.maximumMTU) {
@@ -138,6 +142,8 @@ public final class ATTServer {
         out.reserveCapacity(Self.maximumMTU + 8)
         update = []
         update.reserveCapacity(Self.maximumMTU + 8)
+        longReadValue = []
+        longReadValue.reserveCapacity(ValueLength.attributeMaximum)
     }
 
     deinit {
@@ -182,7 +188,7 @@ public final class ATTServer {
         delegate?.attServer(self, injected: action, handle: handle, opcode: opcode)
         switch action {
         case .error(let error):
-            if opcode != ATTOpcode.readBlobRequest.rawValue { longRead = nil }
+            if opcode != ATTOpcode.readBlobRequest.rawValue { longReadHandle = nil }
             // A command has no response: the fault makes it vanish, as a failed write would.
             if ATTOpcode.isRequestForm(opcode) { sendError(opcode, handle, error) }
         case .delay(let duration):
@@ -206,7 +212,7 @@ public final class ATTServer {
     private func handle(_ pdu: ArraySlice<UInt8>, opcode: UInt8) {
         // A long read is continued only by Read Blob requests for its handle; anything else
         // ends it (the Read Blob handler checks the handle).
-        if opcode != ATTOpcode.readBlobRequest.rawValue { longRead = nil }
+        if opcode != ATTOpcode.readBlobRequest.rawValue { longReadHandle = nil }
 
         let isCommand = ATTOpcode.isCommand(opcode)
         // Vol 3, Part F, 3.2.8: no PDU is longer than ATT_MTU. A longer request is invalid
@@ -281,7 +287,7 @@ public final class ATTServer {
     /// (returned, to be ended like a closing link's), a long read, prepared writes — and a
     /// robust-caching client becomes change-unaware.
     public func databaseChanged(_ range: ClosedRange<UInt16>) -> [(characteristic: Characteristic, configuration: UInt16)] {
-        if let long = longRead, range.contains(long.handle) { longRead = nil }
+        if let handle = longReadHandle, range.contains(handle) { longReadHandle = nil }
         preparedWrites.removeAll { range.contains($0.handle) }
         var ended: [(characteristic: Characteristic, configuration: UInt16)] = []
         for characteristic in database.characteristics where range.contains(characteristic.valueHandle) {
@@ -415,20 +421,20 @@ public final class ATTServer {
             guard offset <= bytes.count else { throw ATTFailure(.invalidOffset, a.handle) }
             return bytes[offset...]
         case .clientConfiguration(let c):
-            let v = clientConfigurations[c.valueHandle] ?? 0
-            let bytes: [UInt8] = [UInt8(truncatingIfNeeded: v), UInt8(truncatingIfNeeded: v >> 8)]
             guard offset <= 2 else { throw ATTFailure(.invalidOffset, a.handle) }
-            return bytes[offset...]
+            readValue.reset(skipping: offset)
+            readValue.appendLE(clientConfigurations[c.valueHandle] ?? 0)
+            return readValue.bytes
         case .dynamic(let c):
             guard let onRead = c.onRead else { throw ATTFailure(.readNotPermitted, a.handle) }
             // No offset past the longest value the declaration allows reaches the device.
             guard offset <= c.length.maximum else { throw ATTFailure(.invalidOffset, a.handle) }
-            switch onRead(ReadRequest(peer: peer, offset: offset)) {
-            case .success(let bytes):
-                return bytes.count > ValueLength.attributeMaximum ? bytes[..<ValueLength.attributeMaximum] : bytes[...]
-            case .failure(let error):
-                throw ATTFailure(error, a.handle)
-            }
+            // The device writes its whole value into a buffer this server reuses: the read
+            // allocates nothing, and the buffer drops what lies before the offset.
+            readValue.reset(skipping: offset)
+            if let error = onRead(ReadRequest(peer: peer, offset: offset), &readValue) { throw ATTFailure(error, a.handle) }
+            guard readValue.count >= offset else { throw ATTFailure(.invalidOffset, a.handle) }
+            return readValue.bytes
         }
     }
 
@@ -438,8 +444,10 @@ public final class ATTServer {
     }
 
     private func respond(_ requestOpcode: UInt8) {
-        _ = delegate?.attServer(self, send: out[...], kind: .response)
-        delegate?.attServer(self, answered: requestOpcode, handle: 0, error: nil)
+        // One load of the weak reference for both calls: each load is an atomic operation.
+        guard let delegate else { return }
+        _ = delegate.attServer(self, send: out[...], kind: .response)
+        delegate.attServer(self, answered: requestOpcode, handle: 0, error: nil)
     }
 
     private func sendError(_ requestOpcode: UInt8, _ handle: UInt16, _ error: ATTError) {
@@ -568,7 +576,7 @@ public final class ATTServer {
                 if first, value.count >= maxValue, case .dynamic = a.content {
                     // Read Using Characteristic UUID may be continued with Read Blob (Vol 3,
                     // Part G, 4.8.2): keep the value so the continuation is consistent.
-                    longRead = (handle, Array(value))
+                    keepLongRead(handle, value)
                 }
             }
         }
@@ -618,7 +626,7 @@ public final class ATTServer {
         let value = try self.value(of: a, offset: 0)
         let limit = mtu - 1
         if value.count >= limit, case .dynamic = a.content {
-            longRead = (request.handle, Array(value))
+            keepLongRead(request.handle, value)
         }
         begin(.readResponse)
         out.append(contentsOf: value.prefix(limit))
@@ -632,11 +640,11 @@ public final class ATTServer {
         let offset = Int(request.offset)
         let limit = mtu - 1
         let tail: ArraySlice<UInt8>
-        if let long = longRead, long.handle == request.handle {
-            guard offset <= long.value.count else { throw ATTFailure(.invalidOffset, a.handle) }
-            tail = long.value[offset...]
+        if longReadHandle == request.handle {
+            guard offset <= longReadValue.count else { throw ATTFailure(.invalidOffset, a.handle) }
+            tail = longReadValue[offset...]
         } else {
-            longRead = nil
+            longReadHandle = nil
             if a.isFixedLength {
                 let length: Int
                 switch a.content {
@@ -651,12 +659,19 @@ public final class ATTServer {
             }
             tail = try value(of: a, offset: offset)
             if offset == 0, tail.count >= limit, case .dynamic = a.content {
-                longRead = (request.handle, Array(tail))
+                keepLongRead(request.handle, tail)
             }
         }
         begin(.readBlobResponse)
         out.append(contentsOf: tail.prefix(limit))
         respond(pdu[pdu.startIndex])
+    }
+
+    /// Keeps a dynamic value taken at offset 0 for the Read Blob requests that continue it.
+    private func keepLongRead(_ handle: UInt16, _ value: ArraySlice<UInt8>) {
+        longReadValue.removeAll(keepingCapacity: true)
+        longReadValue.append(contentsOf: value)
+        longReadHandle = handle
     }
 
     private func readMultiple(_ pdu: ArraySlice<UInt8>, variable: Bool) throws(ATTFailure) {
@@ -715,11 +730,13 @@ public final class ATTServer {
         case .fixed:
             throw ATTFailure(.writeNotPermitted, a.handle)
         case .dynamic(let c):
-            guard c.onWrite != nil else { throw ATTFailure(.writeNotPermitted, a.handle) }
+            // A pattern, not `!= nil`: comparing a closure through the generic operator wraps it
+            // in a thunk, an allocation per write in a debug build.
+            guard case .some = c.onWrite else { throw ATTFailure(.writeNotPermitted, a.handle) }
             // The device's length rule holds whatever the offsets: its handler never sees a
             // value its declaration rules out.
             if let error = c.length.refusal(offset: offset, count: value.count) { throw ATTFailure(error, a.handle) }
-            let request = WriteRequest(peer: peer, offset: offset, value: Array(value), withResponse: withResponse)
+            let request = WriteRequest(peer: peer, offset: offset, value: ValueBytes(value), withResponse: withResponse)
             if let error = c.validateWrite?(request) { throw ATTFailure(error, a.handle) }
             return .device(c, request)
         }
@@ -897,7 +914,11 @@ public final class ATTServer {
     }
 
     /// Sends a notification if this peer enabled it; the value is cut to ATT_MTU - 3.
-    public func notify(_ c: Characteristic, value: [UInt8]) -> UpdateOutcome {
+    public func notify(_ c: Characteristic, value: [UInt8]) -> UpdateOutcome { notify(c, value: value[...]) }
+
+    /// Sends a notification if this peer enabled it; the value is cut to ATT_MTU - 3. The
+    /// bytes are copied into a buffer this server reuses: nothing is allocated.
+    public func notify(_ c: Characteristic, value: ArraySlice<UInt8>) -> UpdateOutcome {
         guard !isTimedOut, !isClosed, isSubscribed(c, indications: false) else { return .notSubscribed }
         if let faults, !faults.isEmpty, faults.takeDrop(c.valueHandle) {
             delegate?.attServer(self, injected: .drop, handle: c.valueHandle, opcode: ATTOpcode.handleValueNotification.rawValue)
@@ -995,7 +1016,7 @@ public final class ATTServer {
         heldTimer = nil
         heldRequests.removeAll()
         failIndications(.disconnected)
-        longRead = nil
+        longReadHandle = nil
         preparedWrites.removeAll()
         let held = clientConfigurations.filter { $0.value != 0 }.sorted { $0.key < $1.key }
         clientConfigurations.removeAll()

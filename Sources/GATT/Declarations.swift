@@ -58,11 +58,15 @@ public struct ATTPeer: Sendable, Hashable {
     }
 }
 
-/// A read of a dynamic value, like Core Bluetooth's CBATTRequest: the device answers with the
-/// value *from `offset` on*. A read at offset 0 starts a long read; the stack keeps that value
-/// for the Read Blob requests that continue it, so the device is asked once per long read.
+/// A read of a dynamic value, like Core Bluetooth's CBATTRequest. The device writes its whole
+/// value into the `ValueBuffer` it is handed; the stack keeps the bytes from `offset` on and
+/// answers Invalid Offset when the value is shorter than `offset` (Vol 3, Part F, 3.4.4.6), so
+/// no offset a central sends can make a handler trap. A read at offset 0 starts a long read;
+/// the stack keeps that value for the Read Blob requests that continue it, so the device is
+/// asked once per long read.
 public struct ReadRequest: Sendable {
     public let peer: ATTPeer
+    /// Where the answer starts in the value: for information only, as the stack skips it.
     public let offset: Int
     public init(peer: ATTPeer, offset: Int) {
         self.peer = peer
@@ -70,15 +74,111 @@ public struct ReadRequest: Sendable {
     }
 }
 
+/// A value's bytes, indexed from 0, borrowed from the buffer the PDU arrived in: handing one
+/// to a device copies nothing. Keep `Array(value)` if the bytes must outlive the handler (a
+/// kept `ValueBytes` stays valid, but pins the receive buffer until it is dropped).
+public struct ValueBytes: RandomAccessCollection, Hashable, ExpressibleByArrayLiteral, Sendable, CustomStringConvertible {
+    /// The bytes as they lie in the PDU (indices are the PDU's, not from 0).
+    public let slice: ArraySlice<UInt8>
+
+    @inlinable public init(_ slice: ArraySlice<UInt8>) { self.slice = slice }
+    @inlinable public init(_ bytes: [UInt8]) { slice = bytes[...] }
+    public init(arrayLiteral elements: UInt8...) { slice = elements[...] }
+
+    @inlinable public var startIndex: Int { 0 }
+    @inlinable public var endIndex: Int { slice.count }
+    @inlinable public subscript(position: Int) -> UInt8 {
+        precondition(position >= 0 && position < slice.count, "ValueBytes index out of range")
+        return slice[slice.startIndex &+ position]
+    }
+    @inlinable public func index(after i: Int) -> Int { i &+ 1 }
+    @inlinable public func index(before i: Int) -> Int { i &- 1 }
+
+    /// A little-endian 16-bit field at `offset` (the caller knows the value is long enough).
+    @inlinable public func uint16LE(at offset: Int) -> UInt16 { UInt16(self[offset]) | UInt16(self[offset + 1]) << 8 }
+
+    public static func == (lhs: ValueBytes, rhs: ValueBytes) -> Bool { lhs.slice.elementsEqual(rhs.slice) }
+    public static func == (lhs: ValueBytes, rhs: [UInt8]) -> Bool { lhs.slice.elementsEqual(rhs) }
+    public func hash(into hasher: inout Hasher) {
+        for byte in slice { hasher.combine(byte) }
+    }
+    public var description: String { Array(slice).description }
+}
+
+/// Where a device writes a value the stack sends: an `onRead` handler's answer, or a
+/// notification's value (`DeviceContext.notify(_:to:encode:)`). The stack owns one per link or
+/// peripheral and reuses it, so writing a value allocates nothing.
+///
+/// Write the *whole* value from its first byte: for a read at an offset the buffer drops the
+/// bytes before it, and it keeps no more than the 512-byte attribute maximum (Vol 3, Part F,
+/// 3.2.9).
+public struct ValueBuffer {
+    @usableFromInline var storage: [UInt8]
+    /// Bytes at the start of the value that are not kept (the read's offset).
+    @usableFromInline var skipped: Int
+    /// How many bytes of the whole value are kept, at most.
+    @usableFromInline var limit: Int
+    @usableFromInline var written: Int
+    /// How many bytes the device wrote: the whole value's length, kept or not.
+    public var count: Int { written }
+
+    public init(capacity: Int = ValueLength.attributeMaximum) {
+        storage = []
+        storage.reserveCapacity(capacity)
+        skipped = 0
+        limit = capacity
+        written = 0
+    }
+
+    /// Empties the buffer for a new value whose first `skipping` bytes are dropped.
+    public mutating func reset(skipping offset: Int = 0, limit: Int = ValueLength.attributeMaximum) {
+        storage.removeAll(keepingCapacity: true)
+        skipped = offset
+        self.limit = limit
+        written = 0
+    }
+
+    /// The bytes kept: the value from the offset on, at most the limit.
+    public var bytes: ArraySlice<UInt8> { storage[...] }
+
+    @inlinable public mutating func append(_ byte: UInt8) {
+        if written >= skipped && written < limit { storage.append(byte) }
+        written &+= 1
+    }
+
+    @inlinable public mutating func append(contentsOf bytes: ArraySlice<UInt8>) {
+        let start = max(0, skipped - written), end = min(bytes.count, limit - written)
+        if start < end { storage.append(contentsOf: bytes[(bytes.startIndex + start)..<(bytes.startIndex + end)]) }
+        written &+= bytes.count
+    }
+
+    @inlinable public mutating func append(contentsOf bytes: [UInt8]) { append(contentsOf: bytes[...]) }
+
+    @inlinable public mutating func append<S: Sequence>(contentsOf bytes: S) where S.Element == UInt8 {
+        for byte in bytes { append(byte) }
+    }
+
+    /// Little-endian, as every multi-octet field on the air (Vol 3, Part F, 3.3).
+    @inlinable public mutating func appendLE(_ value: UInt16) {
+        append(UInt8(truncatingIfNeeded: value))
+        append(UInt8(truncatingIfNeeded: value >> 8))
+    }
+
+    @inlinable public mutating func appendLE(_ value: UInt32) {
+        appendLE(UInt16(truncatingIfNeeded: value))
+        appendLE(UInt16(truncatingIfNeeded: value >> 16))
+    }
+}
+
 /// A write to a dynamic value; `value` is the whole value for a Write Request, or the assembled
-/// value of a long write starting at `offset`.
+/// value of a long write starting at `offset`. The value is borrowed from the PDU (no copy).
 public struct WriteRequest: Sendable {
     public let peer: ATTPeer
     public let offset: Int
-    public let value: [UInt8]
+    public let value: ValueBytes
     /// False for Write Command (no response will be sent, so errors are only logged).
     public let withResponse: Bool
-    public init(peer: ATTPeer, offset: Int, value: [UInt8], withResponse: Bool) {
+    public init(peer: ATTPeer, offset: Int, value: ValueBytes, withResponse: Bool) {
         self.peer = peer
         self.offset = offset
         self.value = value
@@ -86,16 +186,9 @@ public struct WriteRequest: Sendable {
     }
 }
 
-extension ReadRequest {
-    /// The part of a whole value this read asks for: from `offset` on, or Invalid Offset past
-    /// its end (Vol 3, Part F, 3.4.4.6). An `onRead` that has its whole value at hand answers
-    /// `request.answer(value)`, so no offset a central sends can make it trap.
-    public func answer(_ value: [UInt8]) -> Result<[UInt8], ATTError> {
-        offset <= value.count ? .success(Array(value[offset...])) : .failure(.invalidOffset)
-    }
-}
-
-public typealias ReadHandler = (ReadRequest) -> Result<[UInt8], ATTError>
+/// Writes the whole value into `value` (from its first byte: the stack skips to the request's
+/// offset) and returns nil, or returns the ATT error to answer with.
+public typealias ReadHandler = (_ request: ReadRequest, _ value: inout ValueBuffer) -> ATTError?
 /// Applies a write; returns nil on success or the ATT error to answer with.
 public typealias WriteHandler = (WriteRequest) -> ATTError?
 /// Checks a write without applying it: nil to accept, or the ATT error to answer with. It must

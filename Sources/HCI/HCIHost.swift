@@ -115,14 +115,30 @@ public final class HCIHost {
         let priority: TransmitPriority
     }
     private struct LinkTransmit {
+        /// Tells this link from an earlier one with the same handle, for the entries that
+        /// `waiting` and `refusedLinks` may still hold for a closed link.
+        let serial: UInt64
         var queue: Deque<QueuedPDU> = []
         var inFlight = 0
         var bestEffortQueued = 0
-        /// A PDU was refused: the delegate hears when there is room again.
+        /// In `waiting`: it has fragments to send.
+        var isWaiting = false
+        /// A PDU was refused (in `refusedLinks`): the delegate hears when there is room again.
         var refused = false
     }
-    private var links: [UInt16: LinkTransmit] = [:]
-    private var roundRobin: [UInt16] = []
+    /// A link's entry in `waiting` or `refusedLinks`.
+    private struct LinkReference {
+        let handle: UInt16
+        let serial: UInt64
+    }
+    private var links = HandleTable<LinkTransmit>()
+    private var nextLinkSerial: UInt64 = 0
+    /// The links with fragments queued, in round-robin order: each at most once, so a credit
+    /// costs the same with 1 link or 3000 (no walk over idle links).
+    private var waiting: Deque<LinkReference> = []
+    /// The links told "refused" that wait to hear there is room again, each at most once.
+    private var refusedLinks: [LinkReference] = []
+    private var refusedScratch: [LinkReference] = []
     private var aclCredits = 0
     private var draining = false
     private var packetScratch: [UInt8] = []
@@ -259,7 +275,8 @@ public final class HCIHost {
         commandQueue.removeAll()
         commandCredits = 1
         links.removeAll()
-        roundRobin.removeAll()
+        waiting.removeAll()
+        refusedLinks.removeAll()
         aclCredits = 0
         for pending in cancelled { pending.completion?(.cancelled) }
     }
@@ -432,26 +449,28 @@ public final class HCIHost {
 
     private func packetsCompleted(handle: UInt16, count: UInt16) {
         // Credits for links already gone were returned at disconnection (Vol 4, Part E, 4.3).
-        guard var link = links[handle] else { return }
-        let returned = min(Int(count), link.inFlight)
-        link.inFlight -= returned
-        links[handle] = link
+        guard let returned = links.modify(handle, { link in
+            let returned = min(Int(count), link.inFlight)
+            link.inFlight -= returned
+            return returned
+        }) else { return }
         aclCredits = min(aclCredits + returned, info.aclTotalPackets)
     }
 
     /// Starts accounting for a new connection handle.
     public func openLink(_ handle: UInt16) {
         if links[handle] == nil {
-            links[handle] = LinkTransmit()
-            roundRobin.append(handle)
+            nextLinkSerial += 1
+            links[handle] = LinkTransmit(serial: nextLinkSerial)
         }
     }
 
     /// A link is gone: its queue is dropped, and the packets the controller had not yet
     /// completed count as completed (Vol 4, Part E, 4.3).
     public func closeLink(_ handle: UInt16) {
+        // Its entries in `waiting` and `refusedLinks` are dropped when they come up (the serial no
+        // longer matches), so closing costs the same however many links are open.
         guard let link = links.removeValue(forKey: handle) else { return }
-        roundRobin.removeAll { $0 == handle }
         aclCredits = min(aclCredits + link.inFlight, info.aclTotalPackets)
         drainACL()
     }
@@ -460,45 +479,51 @@ public final class HCIHost {
 
     /// Sends an L2CAP PDU (basic header included) on a link, fragmented to the controller's
     /// ACL size, against its credits. Returns false when the PDU was refused (best-effort
-    /// queue full, unknown link, or the hard cap reached).
+    /// queue full, unknown link, or the hard cap reached). The link's entry is changed where it
+    /// lies in the table (`modify`), never copied out and back.
     public func sendL2CAP(handle: UInt16, pdu: ArraySlice<UInt8>, priority: TransmitPriority) -> Bool {
-        guard var link = links[handle] else { return false }
-        if priority == .bestEffort && link.bestEffortQueued >= Self.notificationQueueLimit {
-            link.refused = true
-            links[handle] = link
-            return false
-        }
-        if link.queue.isEmpty {
+        guard let idle = links.modify(handle, { link -> Bool? in
+            if priority == .bestEffort && link.bestEffortQueued >= Self.notificationQueueLimit {
+                markRefused(handle, &link)
+                return nil
+            }
+            return link.queue.isEmpty
+        }) else { return false }
+        guard let idle else { return false }
+        var sent = 0
+        if idle {
             // Fast path: nothing waits, so send what credits allow straight from the caller's
             // buffer, and queue only the rest. The link's state is stored before each packet goes
             // out: a controller may answer inside `output` (in-process ones do), and its Number Of
             // Completed Packets must find the count it completes.
-            var sent = 0
             while sent < pdu.count, aclCredits > 0 {
                 let chunk = min(info.aclMaxLength, pdu.count - sent)
-                links[handle]?.inFlight += 1
+                links.modify(handle) { $0.inFlight += 1 }
                 transmitFragment(handle: handle, first: sent == 0, pdu[(pdu.startIndex + sent)..<(pdu.startIndex + sent + chunk)])
                 sent += chunk
             }
             if sent == pdu.count { return true }
-            guard let current = links[handle] else { return false }   // closed meanwhile
-            link = current
-            link.queue.append(QueuedPDU(bytes: Array(pdu), sent: sent, priority: priority))
-        } else {
-            guard link.queue.count < Self.linkQueueLimit else {
-                link.refused = true
-                links[handle] = link
-                if let leftOut = transmitLog.take(now: scheduler.nowNanoseconds) {
-                    logger.error("link transmit queue full (\(Self.linkQueueLimit) PDUs): PDU refused\(LogBudget.note(leftOut))",
-                                 metadata: [LogKey.connHandle: "\(handle)"])
-                }
+        }
+        let queued = links.modify(handle) { link -> Bool in
+            guard idle || link.queue.count < Self.linkQueueLimit else {
+                markRefused(handle, &link)
                 return false
             }
-            link.queue.append(QueuedPDU(bytes: Array(pdu), sent: 0, priority: priority))
+            link.queue.append(QueuedPDU(bytes: Array(pdu), sent: sent, priority: priority))
+            if priority == .bestEffort { link.bestEffortQueued += 1 }
+            if !link.isWaiting {
+                link.isWaiting = true
+                waiting.append(LinkReference(handle: handle, serial: link.serial))
+            }
+            return true
         }
-        if priority == .bestEffort { link.bestEffortQueued += 1 }
-        links[handle] = link
-        return true
+        // Nil: the link closed meanwhile (a controller answering inside `output`).
+        guard let queued else { return false }
+        if !queued, let leftOut = transmitLog.take(now: scheduler.nowNanoseconds) {
+            logger.error("link transmit queue full (\(Self.linkQueueLimit) PDUs): PDU refused\(LogBudget.note(leftOut))",
+                         metadata: [LogKey.connHandle: "\(handle)"])
+        }
+        return queued
     }
 
     private func transmitFragment(handle: UInt16, first: Bool, _ data: ArraySlice<UInt8>) {
@@ -519,38 +544,67 @@ public final class HCIHost {
         guard !draining else { return }
         draining = true
         defer { draining = false }
-        var progress = true
-        while aclCredits > 0 && progress {
-            progress = false
-            for handle in roundRobin where aclCredits > 0 {
-                guard var link = links[handle], var head = link.queue.first else { continue }
-                let chunk = min(info.aclMaxLength, head.bytes.count - head.sent)
-                let first = head.sent == 0
-                let fragment = head.bytes[head.sent..<(head.sent + chunk)]
+        // Round robin over the links that have something to send: the link served goes to the
+        // back, so buffers freed one at a time take turns.
+        while aclCredits > 0, let next = waiting.popFirst() {
+            guard var head = waitingHead(next) else { continue }
+            let chunk = min(info.aclMaxLength, head.bytes.count - head.sent)
+            let first = head.sent == 0
+            let fragment = head.bytes[head.sent..<(head.sent + chunk)]
+            head.sent += chunk
+            // Changed in place in the table (no copy of the queue), and stored before the packet
+            // goes out, for the same reason as in `sendL2CAP`.
+            modifyLink(next.handle) { link in
                 link.inFlight += 1
-                head.sent += chunk
                 if head.sent >= head.bytes.count {
                     link.queue.removeFirst()
                     if head.priority == .bestEffort { link.bestEffortQueued -= 1 }
                 } else {
-                    link.queue[0] = head
+                    link.queue[0].sent = head.sent
                 }
-                // Stored before the packet goes out, for the same reason as in `sendL2CAP`.
-                links[handle] = link
-                // The link served goes to the back, so buffers freed one at a time take turns.
-                roundRobin.removeAll { $0 == handle }
-                roundRobin.append(handle)
-                transmitFragment(handle: handle, first: first, fragment)
-                progress = true
+                if link.queue.isEmpty {
+                    link.isWaiting = false
+                } else {
+                    waiting.append(next)
+                }
             }
+            transmitFragment(handle: next.handle, first: first, fragment)
         }
-        for handle in roundRobin {
-            guard var link = links[handle], link.refused, link.bestEffortQueued < Self.notificationQueueLimit,
-                  link.queue.count < Self.linkQueueLimit else { continue }
-            link.refused = false
-            links[handle] = link
-            delegate?.hciHost(self, transmitQueueHasRoomFor: handle)
+        guard !refusedLinks.isEmpty else { return }
+        // The delegate may send (and be refused again) from inside its callback: the list is
+        // swapped out first, and what is refused meanwhile lands in the fresh one.
+        swap(&refusedLinks, &refusedScratch)
+        for reference in refusedScratch {
+            guard let link = links[reference.handle], link.serial == reference.serial, link.refused else { continue }
+            guard link.bestEffortQueued < Self.notificationQueueLimit, link.queue.count < Self.linkQueueLimit else {
+                refusedLinks.append(reference)
+                continue
+            }
+            links.modify(reference.handle) { $0.refused = false }
+            delegate?.hciHost(self, transmitQueueHasRoomFor: reference.handle)
         }
+        refusedScratch.removeAll(keepingCapacity: true)
+    }
+
+    /// The PDU a link in `waiting` sends from next, or nil for an entry left by a closed link
+    /// (or a link with nothing queued). A function of its own, so no copy of the link's entry
+    /// outlives it: the queue is then changed in place, without being copied.
+    private func waitingHead(_ reference: LinkReference) -> QueuedPDU? {
+        guard let link = links[reference.handle], link.serial == reference.serial, link.isWaiting else { return nil }
+        if let head = link.queue.first { return head }
+        links.modify(reference.handle) { $0.isWaiting = false }
+        return nil
+    }
+
+    private func markRefused(_ handle: UInt16, _ link: inout LinkTransmit) {
+        guard !link.refused else { return }
+        link.refused = true
+        refusedLinks.append(LinkReference(handle: handle, serial: link.serial))
+    }
+
+    /// Changes a link's entry where it lies in the table, so its queue is not copied.
+    private func modifyLink(_ handle: UInt16, _ change: (inout LinkTransmit) -> Void) {
+        links.modify(handle, change)
     }
 }
 

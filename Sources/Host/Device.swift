@@ -15,6 +15,11 @@ public protocol DeviceContext: AnyObject {
     /// transmit queue was full for at least one of them: the device hears `peripheralIsReady`
     /// when there is room again, like Core Bluetooth's updateValue /
     /// peripheralManagerIsReady(toUpdateSubscribers:).
+    /// `encode` writes the value into a buffer the stack reuses, so notifying allocates nothing;
+    /// it must not notify itself.
+    @discardableResult func notify(_ characteristic: Characteristic, to peer: ATTPeer?,
+                                   encode: (inout ValueBuffer) -> Void) -> Bool
+    /// The same with bytes already at hand (a value kept to compare with the next).
     @discardableResult func notify(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?) -> Bool
     /// Indicates to every central that enabled indications (or only `peer`). False when a queue
     /// was full for at least one of them: the device hears `peripheralIsReady` when there is
@@ -37,10 +42,22 @@ public protocol DeviceContext: AnyObject {
 }
 
 extension DeviceContext {
-    /// Notifies every central that enabled notifications.
+    /// Notifies every central that enabled notifications (or only `peer`) with bytes at hand.
+    @discardableResult
+    public func notify(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?) -> Bool {
+        notify(characteristic, to: peer) { $0.append(contentsOf: value) }
+    }
+
+    /// Notifies every central that enabled notifications with bytes at hand.
     @discardableResult
     public func notify(_ characteristic: Characteristic, value: [UInt8]) -> Bool {
         notify(characteristic, value: value, to: nil)
+    }
+
+    /// Notifies every central that enabled notifications, the value written by `encode`.
+    @discardableResult
+    public func notify(_ characteristic: Characteristic, encode: (inout ValueBuffer) -> Void) -> Bool {
+        notify(characteristic, to: nil, encode: encode)
     }
 
     /// Nil when `peer`'s link is encrypted (with an authenticated key, when `authenticated`; from

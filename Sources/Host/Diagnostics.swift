@@ -30,7 +30,7 @@ final class DiagnosticsService {
     init() {
         let characteristic = Characteristic(Self.characteristicUUID, properties: [.read],
                                             descriptors: [.userDescription("blemu diagnostics (JSON)")],
-                                            onRead: { _ in .failure(.unlikelyError) })
+                                            onRead: { _, _ in .unlikelyError })
         self.characteristic = characteristic
         service = Service(Self.serviceUUID) { characteristic }
     }

@@ -47,7 +47,8 @@ public final class Peripheral {
     public let security: PeripheralSecurity
     let standard: StandardServices
     let diagnostics: DiagnosticsService
-    var connections: [UInt16: Connection] = [:]
+    /// The open links, by connection handle (looked up on every packet: a `HandleTable`, not a Dictionary).
+    var connections = HandleTable<Connection>()
     var advertisingPayload: AdvertisingPayload
     var advertisingRequested = false
     var advertisingPhaseTimer: TimerID?
@@ -56,6 +57,8 @@ public final class Peripheral {
     var deviceStarted = false
     var deviceWaitingForRoom = false
     var frame: [UInt8] = []
+    /// What a device's `notify` encodes into, reused for every notification.
+    var notificationValue = ValueBuffer()
     /// Lines whose rate a peer or the controller controls (Docs/DIAGNOSTICS.md).
     var peerLog = LogBudget()
     var linkLog = LogBudget()
@@ -109,10 +112,11 @@ public final class Peripheral {
             // A bonded client's features outlive the link (2.5.2.1).
             self.security.cachingStateKnown(features: features, changeAware: server.isChangeAware, on: handle)
         }
-        diagnostics.characteristic.onRead = { [weak self] request in
-            guard let self else { return .failure(.unlikelyError) }
+        diagnostics.characteristic.onRead = { [weak self] request, value in
+            guard let self else { return .unlikelyError }
             if request.offset == 0 { self.statistics.diagnosticsReads += 1 }
-            return request.answer(self.diagnosticsValue())
+            value.append(contentsOf: self.diagnosticsValue())
+            return nil
         }
         // A device may misbehave on purpose, so Apple's rules only warn; the Core's rules are
         // what a controller accepts at all, so parameters that break them are replaced.

@@ -11,7 +11,20 @@ extension Peripheral: DeviceContext {
     public var peers: [ATTPeer] { connections.values.map(\.peer).sorted { $0.connectionHandle < $1.connectionHandle } }
 
     @discardableResult
+    public func notify(_ characteristic: Characteristic, to peer: ATTPeer?, encode: (inout ValueBuffer) -> Void) -> Bool {
+        // One buffer for the peripheral: the device encodes once, each link copies what its
+        // ATT_MTU allows into its own update buffer, and nothing is allocated.
+        notificationValue.reset()
+        encode(&notificationValue)
+        return send(characteristic, notificationValue.bytes, to: peer)
+    }
+
+    @discardableResult
     public func notify(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?) -> Bool {
+        send(characteristic, value[...], to: peer)
+    }
+
+    private func send(_ characteristic: Characteristic, _ value: ArraySlice<UInt8>, to peer: ATTPeer?) -> Bool {
         var all = true
         for connection in connections.values where peer == nil || connection.peer == peer {
             if connection.server.notify(characteristic, value: value) == .queueFull { all = false }

@@ -28,7 +28,7 @@ public final class PeripheralHost {
         unowned let peripheral: Peripheral
     }
     /// Which device each open link belongs to.
-    var linkOwners: [UInt16: Peripheral] = [:]
+    var linkOwners = HandleTable<Peripheral>()
     /// Links whose LE Connection Complete came but whose advertising set is not known yet.
     private var pendingLinks: [UInt16: PendingLink] = [:]
     private struct PendingLink {

@@ -46,8 +46,9 @@ final class StandardServices {
             hash
             serverFeatures
         }
-        features.onRead = { [weak self] request in
-            request.answer([self?.clientFeatures[request.peer.connectionHandle] ?? 0])
+        features.onRead = { [weak self] request, value in
+            value.append(self?.clientFeatures[request.peer.connectionHandle] ?? 0)
+            return nil
         }
         features.onWrite = { [weak self] request in
             guard let self else { return .unlikelyError }
@@ -61,9 +62,10 @@ final class StandardServices {
             self.featuresChanged?(request.peer.connectionHandle, features)
             return nil
         }
-        hash.onRead = { [weak self] request in
-            guard let hash = self?.database?.hash else { return .failure(.unlikelyError) }
-            return request.answer(hash)
+        hash.onRead = { [weak self] _, value in
+            guard let hash = self?.database?.hash else { return .unlikelyError }
+            value.append(contentsOf: hash)
+            return nil
         }
     }
 

@@ -41,15 +41,29 @@ import Glibc
     }
 }
 
+/// A cached read on the last link of the last device, with 100 devices of 32 links each on the
+/// controller: it must cost what `gateCachedRead` costs with one (nothing per request walks the
+/// devices or the links).
+@inline(never) func gateScaledRead(_ rig: ScaleRig, _ iterations: Int) {
+    let handle = rig.links.last?.last ?? 0
+    let packet = ScaleRig.acl([0x0A] + Rig.le(rig.devices[rig.devices.count - 1].bodySensorLocation.valueHandle), handle: handle)
+    for _ in 0..<iterations { rig.request(packet, handle: handle) }
+}
+
 let operations: [(name: String, run: (Rig, Int) -> Void)] = [
     ("cached-read", gateCachedRead), ("dynamic-read", gateDynamicRead), ("write", gateWrite),
     ("discovery", gateDiscovery), ("notification", gateNotification),
 ]
 
 let arguments = CommandLine.arguments.dropFirst()
+if arguments.first == "scale" {
+    // Not for the gate: wall-clock figures of a release build (Docs/PERFORMANCE.md).
+    runScaleMeasurements(Array(arguments.dropFirst()))
+    exit(0)
+}
 let iterations = arguments.first.flatMap { Int($0) } ?? 1000
 guard iterations > 0 else {
-    print("usage: blemu-perf-gate [ITERATIONS]")
+    print("usage: blemu-perf-gate [ITERATIONS] | blemu-perf-gate scale [REQUESTS]")
     exit(64)
 }
 do {
@@ -64,6 +78,14 @@ do {
         operation.run(rig, iterations)
         print("\(operation.name) done")
     }
+    let scaled = try ScaleRig(devices: 100, linksPerDevice: 32)
+    guard scaled.linkCount == 3200 else {
+        print("blemu-perf-gate: the scaled rig has \(scaled.linkCount) links, not 3200")
+        exit(1)
+    }
+    gateScaledRead(scaled, 1)
+    gateScaledRead(scaled, iterations)
+    print("scaled-read done")
 } catch {
     print("blemu-perf-gate: \(error)")
     exit(1)

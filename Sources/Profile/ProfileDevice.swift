@@ -94,10 +94,10 @@ public final class ProfileDevice: Device {
         let writable = !properties.isDisjoint(with: [.write, .writeWithoutResponse, .authenticatedSignedWrites])
         let characteristic = Characteristic(
             uuid, properties: properties, descriptors: descriptors,
-            onRead: properties.contains(.read) ? { request in request.answer(box.bytes) } : nil,
+            onRead: properties.contains(.read) ? { _, value in value.append(contentsOf: box.bytes); return nil } : nil,
             onWrite: writable ? { request in
                 // Prepared writes come with offsets; the value grows to hold them.
-                if request.offset == 0 { box.bytes = request.value } else {
+                if request.offset == 0 { box.bytes = Array(request.value) } else {
                     if box.bytes.count < request.offset { box.bytes += [UInt8](repeating: 0, count: request.offset - box.bytes.count) }
                     box.bytes = Array(box.bytes.prefix(request.offset)) + request.value
                 }

@@ -38,10 +38,11 @@ final class Bearer: ATTServerDelegate {
     init(serverRxMTU: Int = ATTServer.maximumMTU) throws {
         var box: Bearer!
         sensor = Characteristic(0x2A37, properties: [.notify, .indicate, .read], descriptors: [.userDescription("Sensor")],
-                                onRead: { _ in .success([0x06, 72]) })
-        long = Characteristic(longCharacteristicUUID, properties: [.read], onRead: { request in request.answer(box.longValue) })
+                                onRead: { _, value in value.append(contentsOf: [0x06, 72]); return nil })
+        long = Characteristic(longCharacteristicUUID, properties: [.read],
+                              onRead: { _, value in value.append(contentsOf: box.longValue); return nil })
         writable = Characteristic(0x2A39, properties: [.write, .writeWithoutResponse], onWrite: { request in
-            box.written.append((request.offset == 0 ? 0x2A39 : 0, request.value))
+            box.written.append((request.offset == 0 ? 0x2A39 : 0, Array(request.value)))
             return nil
         })
         let serviceChanged = self.serviceChanged

@@ -56,7 +56,7 @@ import Testing
     }
 
     @Test func applicationErrorFromOnReadIsPassedThrough() throws {
-        let failing = Characteristic(0x2A19, properties: [.read], onRead: { _ in .failure(.application(0x01)) })
+        let failing = Characteristic(0x2A19, properties: [.read], onRead: { _, _ in .application(0x01) })
         let database = try GATTDatabase(services: [Service(0x180F) { failing }])
         let delegate = RecordingDelegate()
         let server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
@@ -70,7 +70,7 @@ import Testing
 
     @Test func encryptionRequiredIsInsufficientAuthentication() throws {
         let secret = Characteristic(0x2A19, properties: [.read], permissions: [.readEncryptionRequired],
-                                    onRead: { _ in .success([1]) })
+                                    onRead: { _, value in value.append(1); return nil })
         let database = try GATTDatabase(services: [Service(0x180F) { secret }])
         let delegate = RecordingDelegate()
         let server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
@@ -158,11 +158,11 @@ import Testing
     /// at offset ATT_MTU - 1 must continue the same value (an empty part), not ask the device again.
     @Test func valueOfExactlyMTUMinusOneIsOneLongRead() throws {
         var calls = 0
-        let c = Characteristic(0x2A3D, properties: [.read], onRead: { request in
+        let c = Characteristic(0x2A3D, properties: [.read], onRead: { _, value in
             calls += 1
             // The device's value grows between calls: 22 octets, then 30.
-            let value = [UInt8](repeating: calls == 1 ? 0xA1 : 0xB2, count: calls == 1 ? 22 : 30)
-            return .success(Array(value.dropFirst(request.offset)))
+            value.append(contentsOf: [UInt8](repeating: calls == 1 ? 0xA1 : 0xB2, count: calls == 1 ? 22 : 30))
+            return nil
         })
         let database = try GATTDatabase(services: [Service(0x1800) { c }])
         let delegate = RecordingDelegate()
@@ -273,14 +273,16 @@ import Testing
 }
 
 /// No offset a central sends can make a read handler trap: past the declared maximum the
-/// stack answers itself, and `ReadRequest.answer` slices a whole value safely.
+/// stack answers itself, and the `ValueBuffer` a device writes its whole value into keeps the
+/// part from the offset on, or says Invalid Offset.
 @Suite struct ReadPromiseTests {
     @Test func offsetsPastTheDeclaredMaximumNeverReachTheDevice() throws {
         var offsets: [Int] = []
         let value: [UInt8] = Array(repeating: 0x41, count: 30)
-        let c = Characteristic(0xFF10, properties: [.read], length: .variable(max: 40), onRead: { request in
+        let c = Characteristic(0xFF10, properties: [.read], length: .variable(max: 40), onRead: { request, buffer in
             offsets.append(request.offset)
-            return request.answer(value)
+            buffer.append(contentsOf: value)
+            return nil
         })
         let database = try GATTDatabase(services: [Service(0xFFF0) { c }])
         let server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
@@ -295,18 +297,43 @@ import Testing
         #expect(blob(41) == errorResponse(0x0C, h, .invalidOffset).first)
         #expect(blob(0xFFFF) == errorResponse(0x0C, h, .invalidOffset).first)
         #expect(offsets.isEmpty)
-        // Within the maximum the device answers; past its own value, `answer` says Invalid Offset.
+        // Within the maximum the device answers; past its own value, the stack says Invalid Offset.
         #expect(blob(35) == errorResponse(0x0C, h, .invalidOffset).first)
         #expect(blob(30) == [0x0D])
         #expect(blob(25) == [0x0D] + Array(repeating: 0x41, count: 5))
         #expect(offsets == [35, 30, 25])
     }
 
-    @Test func answerSlicesAWholeValue() {
-        let peer = ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1))
-        #expect(ReadRequest(peer: peer, offset: 0).answer([1, 2, 3]) == .success([1, 2, 3]))
-        #expect(ReadRequest(peer: peer, offset: 2).answer([1, 2, 3]) == .success([3]))
-        #expect(ReadRequest(peer: peer, offset: 3).answer([1, 2, 3]) == .success([]))
-        #expect(ReadRequest(peer: peer, offset: 4).answer([1, 2, 3]) == .failure(.invalidOffset))
+    @Test func valueBufferKeepsTheValueFromTheOffsetOn() {
+        func kept(skipping offset: Int, limit: Int = 512, _ write: (inout ValueBuffer) -> Void) -> ([UInt8], Int) {
+            var buffer = ValueBuffer()
+            buffer.reset(skipping: offset, limit: limit)
+            write(&buffer)
+            return (Array(buffer.bytes), buffer.count)
+        }
+        #expect(kept(skipping: 0) { $0.append(contentsOf: [1, 2, 3]) } == ([1, 2, 3], 3))
+        #expect(kept(skipping: 2) { $0.append(contentsOf: [1, 2, 3]) } == ([3], 3))
+        #expect(kept(skipping: 3) { $0.append(contentsOf: [1, 2, 3]) } == ([], 3))
+        #expect(kept(skipping: 4) { $0.append(contentsOf: [1, 2, 3]) } == ([], 3))
+        // Byte by byte, in pieces, as sequences: the same rule.
+        #expect(kept(skipping: 1) { $0.append(1); $0.appendLE(UInt16(0x0302)); $0.append(contentsOf: [4, 5][...]) } == ([2, 3, 4, 5], 5))
+        #expect(kept(skipping: 3) { $0.append(contentsOf: "abcdef".utf8) } == (Array("def".utf8), 6))
+        // Never more than the limit of the whole value.
+        #expect(kept(skipping: 1, limit: 3) { $0.append(contentsOf: [1, 2, 3, 4, 5]) } == ([2, 3], 5))
+        #expect(kept(skipping: 0, limit: 2) { $0.appendLE(UInt32(0x04030201)) } == ([1, 2], 4))
+    }
+
+    @Test func aValueLongerThanTheAttributeMaximumIsCut() throws {
+        let c = Characteristic(0xFF11, properties: [.read], onRead: { _, value in
+            value.append(contentsOf: [UInt8](repeating: 0x42, count: 600))
+            return nil
+        })
+        let database = try GATTDatabase(services: [Service(0xFFF0) { c }])
+        let server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
+                               scheduler: ManualScheduler())
+        let delegate = RecordingDelegate()
+        server.delegate = delegate
+        server.receive(ATTReadBlobRequest(handle: c.valueHandle, offset: 500).encoded[...])
+        #expect(delegate.sent.last?.pdu == [0x0D] + Array(repeating: 0x42, count: 12))
     }
 }

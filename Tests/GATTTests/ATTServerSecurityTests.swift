@@ -13,14 +13,14 @@ import Testing
 
         init() throws {
             let encrypted = Characteristic(0x2A19, properties: [.read], permissions: [.readEncryptionRequired],
-                                           onRead: { _ in .success([1]) })
+                                           onRead: { _, value in value.append(1); return nil })
             let authenticated = Characteristic(0x2A1A, properties: [.write], permissions: [.writeAuthenticationRequired],
                                                onWrite: { _ in nil })
             let secureConnections = Characteristic(0x2A1B, properties: [.read],
                                                    permissions: [.readEncryptionRequired, .secureConnectionsRequired],
-                                                   onRead: { _ in .success([3]) })
+                                                   onRead: { _, value in value.append(3); return nil })
             let longKey = Characteristic(0x2A1C, properties: [.read], permissions: [.readEncryptionRequired],
-                                         onRead: { _ in .success([4]) })
+                                         onRead: { _, value in value.append(4); return nil })
             longKey.minimumEncryptionKeySize = 16
             let database = try GATTDatabase(services: [Service(0x180F) { encrypted; authenticated; secureConnections; longKey }])
             server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),

@@ -209,7 +209,7 @@ import Testing
         #expect(f.log.writes.isEmpty)
         #expect(f.request("18 01") == [bytes("19")])
         #expect(f.log.writes.count == 1)
-        #expect(f.log.writes.first?.request.value == value)
+        #expect(f.log.writes.first.map { Array($0.request.value) } == value)
         #expect(f.log.writes.first?.request.offset == 0)
         #expect(f.log.writes.first?.request.withResponse == true)
         // The queue is empty afterwards.
@@ -350,7 +350,7 @@ import Testing
             })
             upToFour = Characteristic(0xFF03, properties: [.write], length: .variable(max: 4), onWrite: { request in
                 precondition(request.offset + request.value.count <= 4)
-                me?.applied.append((0xFF03, request.value, request.offset))
+                me?.applied.append((0xFF03, Array(request.value), request.offset))
                 return nil
             })
             limited = Characteristic(0xFF04, properties: [.write], length: .fixed(1),
@@ -359,7 +359,7 @@ import Testing
                                          return request.value[0] > (me?.refuseLimitedOver ?? 0xFF) ? .outOfRange : nil
                                      },
                                      onWrite: { request in
-                                         me?.applied.append((0xFF04, request.value, request.offset))
+                                         me?.applied.append((0xFF04, Array(request.value), request.offset))
                                          return me?.onWriteError
                                      })
             let (a, b, c, d) = (oneByte, fourBytes, upToFour, limited)
@@ -477,7 +477,7 @@ import Testing
         #expect(throws: GATTDatabaseError.self) { try GATTDatabase(services: [Service(0xFFF0) { negative }]) }
         let huge = Characteristic(0xFF09, properties: [.write], length: .fixed(513), onWrite: { _ in nil })
         #expect(throws: GATTDatabaseError.self) { try GATTDatabase(services: [Service(0xFFF0) { huge }]) }
-        let validatorOnly = Characteristic(0xFF09, properties: [.read], onRead: { _ in .success([]) },
+        let validatorOnly = Characteristic(0xFF09, properties: [.read], onRead: { _, _ in nil },
                                            validateWrite: { _ in nil })
         #expect(throws: GATTDatabaseError.self) { try GATTDatabase(services: [Service(0xFFF0) { validatorOnly }]) }
     }

@@ -126,8 +126,9 @@ import Testing
 
     @Test func readingTheDatabaseHashThenAnyRequestMakesItAware() throws {
         let f = try unawareClient()
-        let hashCharacteristic = Characteristic(GATTType.databaseHash, properties: [.read], length: .fixed(16)) { request in
-            request.answer([UInt8](repeating: 0xAB, count: 16))
+        let hashCharacteristic = Characteristic(GATTType.databaseHash, properties: [.read], length: .fixed(16)) { _, value in
+            value.append(contentsOf: [UInt8](repeating: 0xAB, count: 16))
+            return nil
         }
         let database = try GATTDatabase(services: [Service(0x1801) { hashCharacteristic }])
         let server = ATTServer(database: database, peer: f.peer, scheduler: f.scheduler)

@@ -154,7 +154,7 @@ import Testing
     }
 
     @Test func cachedValueWithHandlersIsRefused() {
-        let c = Characteristic(0x2A00, properties: [.read], cachedValue: [1], onRead: { _ in .success([2]) })
+        let c = Characteristic(0x2A00, properties: [.read], cachedValue: [1], onRead: { _, value in value.append(2); return nil })
         expectBuildError(containing: "cached", [Service(0x1800) { c }])
     }
 

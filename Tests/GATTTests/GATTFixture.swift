@@ -122,10 +122,11 @@ final class Fixture {
         let log = self.log
         nameCharacteristic = Characteristic(0x2A00, properties: [.read], cachedValue: deviceName)
         batteryLevel = Characteristic(0x2A19, properties: [.read], cachedValue: [0x64])
-        dynamicRead = Characteristic(0x2A38, properties: [.read], onRead: { _ in
+        dynamicRead = Characteristic(0x2A38, properties: [.read], onRead: { _, value in
             log.dynamicReads += 1
             log.duringRead?()
-            return .success([0x01])
+            value.append(0x01)
+            return nil
         })
         notifyIndicate = Characteristic(0x2A37, properties: [.notify, .indicate])
         writable = Characteristic(0x2A39, properties: [.write, .writeWithoutResponse], onWrite: { request in
@@ -133,7 +134,7 @@ final class Fixture {
             return log.writeError
         })
         fixedLength = Characteristic(0x2A6E, properties: [.read, .write], length: .fixed(2),
-                                     onRead: { _ in .success([0x34, 0x12]) },
+                                     onRead: { _, value in value.appendLE(UInt16(0x1234)); return nil },
                                      onWrite: { request in
                                          log.writes.append((0x11, request))
                                          return nil
@@ -144,11 +145,10 @@ final class Fixture {
         ])
         long = Characteristic(longCharacteristic, properties: [.read],
                               descriptors: [Descriptor(uuid: customDescriptor, value: [1, 2, 3]), .userDescription("Long")],
-                              onRead: { request in
+                              onRead: { request, value in
                                   log.longReadOffsets.append(request.offset)
-                                  let value = DeviceLog.longValue(version: log.longReadOffsets.count)
-                                  guard request.offset <= value.count else { return .failure(.invalidOffset) }
-                                  return .success(Array(value[request.offset...]))
+                                  value.append(contentsOf: DeviceLog.longValue(version: log.longReadOffsets.count))
+                                  return nil
                               })
         manufacturer = Characteristic(0x2A29, properties: [.read], cachedValue: Array("blemu".utf8))
         let (name, level, dynamic, both, writable, fixed, notifyOnly, long, manufacturer) =

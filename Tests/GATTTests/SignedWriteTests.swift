@@ -34,7 +34,7 @@ import Testing
 
         init() throws {
             let signed = Characteristic(0x2A1A, properties: [.read, .authenticatedSignedWrites],
-                                        onRead: { _ in .success([0]) }, onWrite: { _ in nil })
+                                        onRead: { _, value in value.append(0); return nil }, onWrite: { _ in nil })
             let plain = Characteristic(0x2A1B, properties: [.writeWithoutResponse], onWrite: { _ in nil })
             let encrypted = Characteristic(0x2A1C, properties: [.authenticatedSignedWrites], permissions: [.writeEncryptionRequired],
                                            onWrite: { _ in nil })

@@ -25,7 +25,7 @@ import Testing
     }
 
     @Test func aSteppedValueNotifiesOnlyOnANewStep() throws {
-        let characteristic = Characteristic(0x2A6E, properties: [.read, .notify], onRead: { _ in .success([]) })
+        let characteristic = Characteristic(0x2A6E, properties: [.read, .notify], onRead: { _, _ in nil })
         let stepped = SteppedValue(characteristic, step: 0.1, encode: EnvironmentalSensing.temperatureBytes)
         #expect(stepped.bytes(21.04) == EnvironmentalSensing.temperatureBytes(celsius: 21.0))
         #expect(stepped.bytes(21.06) == EnvironmentalSensing.temperatureBytes(celsius: 21.1))

@@ -64,4 +64,46 @@ let benchmarks: @Sendable () -> Void = {
             rig.peripheral.hci.receiveEvent(rig.completed[...])
         }
     }
+
+    Benchmark("Notification, encoded by the device into the stack's buffer (Heart Rate Measurement)") { benchmark in
+        let rig = try! Rig()
+        let cccd = rig.device.measurement.clientConfigurationHandle ?? 0
+        rig.request(Rig.acl([0x12, UInt8(cccd & 0xFF), UInt8(cccd >> 8), 0x01, 0x00]))
+        let measurement = HeartRateMeasurement(heartRate: 72, energyExpended: 10, rrIntervals: [800, 810])
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            rig.peripheral.notify(rig.device.measurement, encode: { measurement.encode(into: &$0) })
+            rig.peripheral.hci.receiveEvent(rig.completed[...])
+        }
+    }
+
+    // Many devices and links (Docs/PERFORMANCE.md, "Many devices and links"): the same cached
+    // read with 1 device of 1 link and 100 devices of 32 links on the controller, on one link
+    // and spread over all 3200 in turn.
+    for (devices, links) in [(1, 1), (100, 32)] {
+        Benchmark("Read Request, cached value, \(devices) device(s) × \(links) link(s), one link") { benchmark in
+            let rig = try! ScaleRig(devices: devices, linksPerDevice: links)
+            let handle = rig.links.last?.last ?? 0
+            let value = rig.devices[rig.devices.count - 1].bodySensorLocation.valueHandle
+            let packet = ScaleRig.acl([0x0A, UInt8(value & 0xFF), UInt8(value >> 8)], handle: handle)
+            benchmark.startMeasurement()
+            for _ in benchmark.scaledIterations { rig.request(packet, handle: handle) }
+        }
+        Benchmark("Read Request, cached value, \(devices) device(s) × \(links) link(s), every link in turn") { benchmark in
+            let rig = try! ScaleRig(devices: devices, linksPerDevice: links)
+            var targets: [(packet: [UInt8], handle: UInt16)] = []
+            for (device, handles) in zip(rig.devices, rig.links) {
+                let value = device.bodySensorLocation.valueHandle
+                for handle in handles {
+                    targets.append((ScaleRig.acl([0x0A, UInt8(value & 0xFF), UInt8(value >> 8)], handle: handle), handle))
+                }
+            }
+            var index = 0
+            benchmark.startMeasurement()
+            for _ in benchmark.scaledIterations {
+                rig.request(targets[index].packet, handle: targets[index].handle)
+                index = index + 1 == targets.count ? 0 : index + 1
+            }
+        }
+    }
 }

@@ -62,7 +62,7 @@ public final class LengthRulesDevice: Device {
     public init() {
         let s = storage
         one = Characteristic(Self.uuid(1), properties: [.read, .write, .writeWithoutResponse], length: .fixed(1),
-                             onRead: { request in .success(Array(s.one[request.offset...])) },
+                             onRead: { _, value in value.append(contentsOf: s.one); return nil },
                              onWrite: { request in
                                  // A one-byte value: the byte is the value.
                                  s.one[0] = request.value[0]
@@ -72,10 +72,10 @@ public final class LengthRulesDevice: Device {
         four = Characteristic(Self.uuid(4), properties: [.read, .write, .writeWithoutResponse, .notify, .indicate],
                               length: .fixed(4), descriptors: [.userDescription("four bytes"),
                                                                 .presentationFormat(format: 0x08, unit: 0x2700)],
-                              onRead: { request in .success(Array(s.four[request.offset...])) },
+                              onRead: { _, value in value.append(contentsOf: s.four); return nil },
                               onWrite: nil)
         forty = Characteristic(Self.uuid(40), properties: [.read, .write], length: .fixed(40),
-                               onRead: { request in .success(Array(s.forty[request.offset...])) },
+                               onRead: { _, value in value.append(contentsOf: s.forty); return nil },
                                onWrite: { request in
                                    fuzzCheck(request.withResponse, "a Write Command reached a characteristic without writeWithoutResponse")
                                    _ = request.value[39]
@@ -84,15 +84,15 @@ public final class LengthRulesDevice: Device {
                                    return nil
                                })
         zero = Characteristic(Self.uuid(0x30), properties: [.read, .write], length: .fixed(0),
-                              onRead: { request in .success(Array(s.zero[request.offset...])) },
+                              onRead: { _, value in value.append(contentsOf: s.zero); return nil },
                               onWrite: { request in
                                   for (i, byte) in request.value.enumerated() { s.zero[request.offset + i] = byte }
                                   return nil
                               })
         twenty = Characteristic(Self.uuid(20), properties: [.read, .write, .writeWithoutResponse], length: .variable(max: 20),
-                                onRead: { request in
-                                    guard request.offset <= s.twentyCount else { return .failure(.invalidOffset) }
-                                    return .success(Array(s.twenty[request.offset..<s.twentyCount]))
+                                onRead: { _, value in
+                                    value.append(contentsOf: s.twenty[0..<s.twentyCount])
+                                    return nil
                                 },
                                 onWrite: { request in
                                     // The value goes in at its offset, in the 20-byte buffer the declaration allows.
@@ -104,9 +104,9 @@ public final class LengthRulesDevice: Device {
                                     return nil
                                 })
         big = Characteristic(Self.uuid(0x51), properties: [.read, .write, .notify],
-                             onRead: { request in
-                                 guard request.offset <= s.bigCount else { return .failure(.invalidOffset) }
-                                 return .success(Array(s.big[request.offset..<s.bigCount]))
+                             onRead: { _, value in
+                                 value.append(contentsOf: s.big[0..<s.bigCount])
+                                 return nil
                              },
                              onWrite: { request in
                                  for (i, byte) in request.value.enumerated() { s.big[request.offset + i] = byte }
@@ -116,14 +116,18 @@ public final class LengthRulesDevice: Device {
                              })
         // A device that refuses some values itself (application errors 0x80 and 0x81).
         refusing = Characteristic(Self.uuid(0x80), properties: [.read, .write], length: .variable(max: 8),
-                                  onRead: { _ in s.writes % 3 == 2 ? .failure(.application(0x01)) : .success([UInt8(s.writes & 0xFF)]) },
+                                  onRead: { _, value in
+                                      if s.writes % 3 == 2 { return .application(0x01) }
+                                      value.append(UInt8(s.writes & 0xFF))
+                                      return nil
+                                  },
                                   onWrite: { request in
                                       request.value.first == 0xEE ? .application(0x00) : nil
                                   })
         // No link is ever encrypted (no pairing yet): these handlers must never run.
         encrypted = Characteristic(Self.uuid(0xE0), properties: [.read, .write],
                                    permissions: [.readEncryptionRequired, .writeEncryptionRequired],
-                                   onRead: { _ in fuzzFailure("an encryption-required value was read on an unencrypted link") },
+                                   onRead: { _, _ in fuzzFailure("an encryption-required value was read on an unencrypted link") },
                                    onWrite: { _ in fuzzFailure("an encryption-required value was written on an unencrypted link") })
         cached = Characteristic(0x2A29, properties: [.read], cachedValue: Array("a cached value longer than one MTU".utf8))
         notifyOnly = Characteristic(0x2A19, properties: [.notify])

@@ -71,3 +71,9 @@ extern const int CLINUX_SOCK_STREAM_NONBLOCK;
 extern const int CLINUX_SOCK_RAW_NONBLOCK;
 /// MSG_NOSIGNAL: a write to a closed peer returns EPIPE instead of killing the process.
 extern const int CLINUX_MSG_NOSIGNAL;
+
+// MARK: heap
+
+/// Bytes of heap in use (glibc's mallinfo2: chunks allocated in the arenas and mmapped), for
+/// the footprint figures of blemu-perf-gate's `scale` mode: Glibc's Swift module lacks malloc.h.
+uint64_t clinux_heap_in_use(void);
