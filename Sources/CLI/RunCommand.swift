@@ -356,7 +356,14 @@ struct RunCommand: ParsableCommand {
         var advertised = Set<ObjectIdentifier>()
         let allPeripherals = emulators.flatMap(\.peripherals)
         var lastSignature: Int?
+        var startupCodeReleased = false
         func refreshService() {
+            // Once every device advertises, start-up is over: its code pages go back (a board's RSS).
+            if !startupCodeReleased, allPeripherals.allSatisfy(\.isAdvertising) {
+                startupCodeReleased = true
+                let advised = ProcessMemory.releaseStartupCode()
+                logger.debug("start-up over: \(advised / 1024) KiB of code and read-only data advised back to the kernel")
+            }
             guard service.isEnabled, !stopping else { return }
             // Called after every HCI event: the line is built only when something in it changed.
             var hasher = Hasher()
@@ -410,11 +417,9 @@ struct RunCommand: ParsableCommand {
                 service.update(status: "failed: \(message)")
                 stopAll()
             }
-            if service.isEnabled {
-                emulator.onStateMayChange = { error in
-                    if let error { lastError = error }
-                    refreshService()
-                }
+            emulator.onStateMayChange = { error in
+                if let error { lastError = error }
+                refreshService()
             }
             emulator.onFirstUp = {
                 waitingForFirstUp -= 1

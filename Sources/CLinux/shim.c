@@ -166,3 +166,34 @@ uint64_t clinux_heap_in_use(void) {
     struct mallinfo2 info = mallinfo2();
     return info.uordblks + info.hblkhd;
 }
+
+#include <link.h>
+#include <sys/mman.h>
+
+#ifndef MADV_PAGEOUT
+#define MADV_PAGEOUT 21
+#endif
+
+static int advise_program_segments(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t *advised = data;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *segment = &info->dlpi_phdr[i];
+        // Code and read-only data only: writable segments hold the program's state.
+        if (segment->p_type != PT_LOAD || (segment->p_flags & PF_W)) continue;
+        uintptr_t start = (info->dlpi_addr + segment->p_vaddr) & ~(uintptr_t)(page - 1);
+        uintptr_t end = (info->dlpi_addr + segment->p_vaddr + segment->p_memsz + page - 1) & ~(uintptr_t)(page - 1);
+        // MADV_RANDOM: no read-around when a page comes back; MADV_PAGEOUT (Linux 5.4): give back
+        // the pages only start-up used. Older kernels refuse the second: nothing lost.
+        if (madvise((void *)start, end - start, MADV_RANDOM) == 0) *advised += end - start;
+        (void)madvise((void *)start, end - start, MADV_PAGEOUT);
+    }
+    return 1; // the first object is the program itself; the shared libraries are other processes' too
+}
+
+uint64_t clinux_release_startup_code(void) {
+    uint64_t advised = 0;
+    dl_iterate_phdr(advise_program_segments, &advised);
+    return advised;
+}
