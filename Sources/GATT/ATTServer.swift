@@ -129,8 +129,9 @@ public final class ATTServer {
     /// Reused for notifications and indications: a device may notify from inside a read or
     /// write handler, while a response is being built in `out`.
     private var update: [UInt8]
-    /// Reused for every value a read takes from a device's `onRead` or a CCCD.
-    private var readValue = ValueBuffer()
+    /// Reused for every value a read takes from a device's `onRead` or a CCCD; its room is
+    /// taken at the link's first such read (a link that never makes one costs no more).
+    private var readValue = ValueBuffer(capacity: 0)
 
     public init(database: GATTDatabase, peer: ATTPeer, scheduler: TimerScheduling,
                 serverRxMTU: Int = ATTServer.maximumMTU) {
@@ -142,8 +143,8 @@ public final class ATTServer {
         out.reserveCapacity(Self.maximumMTU + 8)
         update = []
         update.reserveCapacity(Self.maximumMTU + 8)
+        // Room is taken at the link's first long read.
         longReadValue = []
-        longReadValue.reserveCapacity(ValueLength.attributeMaximum)
     }
 
     deinit {
@@ -670,6 +671,7 @@ public final class ATTServer {
     /// Keeps a dynamic value taken at offset 0 for the Read Blob requests that continue it.
     private func keepLongRead(_ handle: UInt16, _ value: ArraySlice<UInt8>) {
         longReadValue.removeAll(keepingCapacity: true)
+        if longReadValue.capacity < ValueLength.attributeMaximum { longReadValue.reserveCapacity(ValueLength.attributeMaximum) }
         longReadValue.append(contentsOf: value)
         longReadHandle = handle
     }

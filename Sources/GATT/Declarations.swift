@@ -130,9 +130,11 @@ public struct ValueBuffer {
         written = 0
     }
 
-    /// Empties the buffer for a new value whose first `skipping` bytes are dropped.
+    /// Empties the buffer for a new value whose first `skipping` bytes are dropped. A buffer made
+    /// with no capacity gets room for `limit` bytes the first time, and keeps it.
     public mutating func reset(skipping offset: Int = 0, limit: Int = ValueLength.attributeMaximum) {
         storage.removeAll(keepingCapacity: true)
+        if storage.capacity < limit { storage.reserveCapacity(limit) }
         skipped = offset
         self.limit = limit
         written = 0
