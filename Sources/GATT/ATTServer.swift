@@ -36,6 +36,9 @@ public protocol ATTServerDelegate: AnyObject {
     func attServer(_ server: ATTServer, acceptedSignCounter counter: UInt32)
     /// A Signed Write Command was dropped before the device heard of it.
     func attServer(_ server: ATTServer, droppedSignedWrite reason: SignedWriteDrop, handle: UInt16)
+    /// Whether to authorize a request for a value whose permissions require authorization and
+    /// whose characteristic has no `authorize` of its own (Vol 3, Part C, 10.5).
+    func attServer(_ server: ATTServer, authorize characteristic: Characteristic, access: AttributeAccess) -> Bool
 }
 
 /// What a delegate that only carries PDUs (a test, a fuzz target, the central's own small
@@ -50,6 +53,8 @@ extension ATTServerDelegate {
     public func attServer(_ server: ATTServer, executeWriteRefusedAfter written: Int, error: ATTError, handle: UInt16) {}
     public func attServer(_ server: ATTServer, acceptedSignCounter counter: UInt32) {}
     public func attServer(_ server: ATTServer, droppedSignedWrite reason: SignedWriteDrop, handle: UInt16) {}
+    /// Nobody to ask: a value that requires authorization is refused.
+    public func attServer(_ server: ATTServer, authorize characteristic: Characteristic, access: AttributeAccess) -> Bool { false }
 }
 
 /// Why a request failed, and the handle its Error Response names.
@@ -386,6 +391,7 @@ public final class ATTServer {
         if a.encryptionRequiredToRead {
             try checkSecurity(a, authentication: a.characteristic?.permissions.contains(.readAuthenticationRequired) ?? false)
         }
+        try checkAuthorization(a, .read)
     }
 
     private func checkWritable(_ a: Attribute) throws(ATTFailure) {
@@ -393,6 +399,22 @@ public final class ATTServer {
         if a.encryptionRequiredToWrite {
             try checkSecurity(a, authentication: a.characteristic?.permissions.contains(.writeAuthenticationRequired) ?? false)
         }
+        try checkAuthorization(a, .write)
+    }
+
+    /// Authorization (Vol 3, Part C, 10.5; Vol 3, Part F, 3.2.5: "Authorization permissions
+    /// determine whether a client needs to be authorized before an attribute can be accessed").
+    /// It is asked last, once the link's security is enough, so a client is told first what it
+    /// can fix itself (pair, encrypt: 0x05, 0x0F, 0x0C) and the device is only asked about a
+    /// request it would otherwise serve; a refusal is Insufficient Authorization (0x08, Vol 3,
+    /// Part F, 3.4.1.1 Table 3.4). Only the value attribute carries the characteristic's
+    /// permissions: its CCCD and descriptors are not authorized.
+    private func checkAuthorization(_ a: Attribute, _ access: AttributeAccess) throws(ATTFailure) {
+        guard let c = a.characteristic, a.handle == c.valueHandle else { return }
+        let required: AttributePermissions = access == .read ? .readAuthorizationRequired : .writeAuthorizationRequired
+        guard c.permissions.contains(required) else { return }
+        let authorized = c.authorize.map { $0(peer, access) } ?? (delegate?.attServer(self, authorize: c, access: access) ?? false)
+        guard authorized else { throw ATTFailure(.insufficientAuthorization, a.handle) }
     }
 
     /// The link's security against an attribute that requires encryption (Vol 3, Part C,
@@ -826,6 +848,9 @@ public final class ATTServer {
     private func prepareWrite(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
         let request = try decode(ATTPrepareWriteRequest.self, pdu)
         let a = try lookup(request.handle)
+        // 3.4.6.1: permissions are checked on the Prepare Write Request itself — write access,
+        // encryption, authentication, key size and authorization — so a refused part never
+        // enters the queue and the Execute Write Request only checks offsets and values.
         try checkWritable(a)
         if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.write) {
             throw ATTFailure(.writeNotPermitted, a.handle)
