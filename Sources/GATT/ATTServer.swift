@@ -399,7 +399,8 @@ public final class ATTServer {
         if a.encryptionRequiredToWrite {
             try checkSecurity(a, authentication: a.characteristic?.permissions.contains(.writeAuthenticationRequired) ?? false)
         }
-        try checkAuthorization(a, .write)
+        // Authorization comes after each write's own Write Not Permitted checks (the property
+        // its opcode needs): the writes call `checkAuthorization` themselves.
     }
 
     /// Authorization (Vol 3, Part C, 10.5; Vol 3, Part F, 3.2.5: "Authorization permissions
@@ -790,6 +791,7 @@ public final class ATTServer {
         if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.write) {
             throw ATTFailure(.writeNotPermitted, a.handle)
         }
+        try checkAuthorization(a, .write)
         try write(a, value: request.value, withResponse: true)
         begin(.writeResponse)
         respond(pdu[pdu.startIndex])
@@ -802,6 +804,7 @@ public final class ATTServer {
         if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.writeWithoutResponse) {
             throw ATTFailure(.writeNotPermitted, a.handle)
         }
+        try checkAuthorization(a, .write)
         try write(a, value: command.value, withResponse: false)
     }
 
@@ -842,6 +845,7 @@ public final class ATTServer {
             delegate?.attServer(self, acceptedSignCounter: counter)
         }
         try checkWritable(a)
+        try checkAuthorization(a, .write)
         try write(a, value: command.value, withResponse: false)
     }
 
@@ -855,6 +859,7 @@ public final class ATTServer {
         if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.write) {
             throw ATTFailure(.writeNotPermitted, a.handle)
         }
+        try checkAuthorization(a, .write)
         guard preparedWrites.count < Self.maxPreparedWrites else { throw ATTFailure(.prepareQueueFull, a.handle) }
         // 3.4.6.1: offsets and lengths are not checked now but at Execute Write.
         preparedWrites.append(PreparedWrite(handle: request.handle, offset: Int(request.offset), value: Array(request.value)))

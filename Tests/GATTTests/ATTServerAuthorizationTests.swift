@@ -26,7 +26,8 @@ import Testing
     }
 
     /// 0x0003 read needs authorization; 0x0005 write needs it; 0x0007 read needs encryption
-    /// and authorization; 0x0009 read decides itself (only the central at address 1).
+    /// and authorization; 0x0009 read decides itself (only the central at address 1); 0x000B
+    /// takes Write Commands only, with authorization.
     final class Bench {
         let server: ATTServer
         let delegate = AuthorizingDelegate()
@@ -56,8 +57,10 @@ import Testing
             let deciding = Characteristic(0x2A23, properties: [.read], permissions: [.readAuthorizationRequired],
                                           onRead: { _, value in handled.reads += 1; value.append(4); return nil })
             deciding.authorize = { peer, access in peer.address == BluetoothAddress(value: 1) && access == .read }
+            let commandOnly = Characteristic(0x2A24, properties: [.writeWithoutResponse], permissions: [.writeAuthorizationRequired],
+                                             onWrite: { request in handled.written.append(Array(request.value)); return nil })
             let database = try GATTDatabase(services: [Service(0x180F) {
-                readAuthorized; writeAuthorized; encryptedAndAuthorized; deciding
+                readAuthorized; writeAuthorized; encryptedAndAuthorized; deciding; commandOnly
             }])
             server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: peer)),
                                scheduler: ManualScheduler())
@@ -128,6 +131,18 @@ import Testing
         bench.delegate.allow = true
         #expect(bench.error("0A 0700") == nil)
         #expect(bench.reads == 1)
+    }
+
+    /// Access comes first: a Write Request or Prepare Write Request to a value that takes Write
+    /// Commands only is Write Not Permitted (0x03), and the device is not asked.
+    @Test func writeNotPermittedIsAnsweredBeforeAuthorization() throws {
+        let bench = try Bench()
+        bench.delegate.allow = true
+        #expect(bench.error("12 0B00 01") == .writeNotPermitted)
+        #expect(bench.error("16 0B00 0000 01") == .writeNotPermitted)
+        #expect(bench.delegate.asked.isEmpty)
+        bench.server.receive(bytes("52 0B00 02")[...])
+        #expect(bench.delegate.asked.count == 1 && bench.written == [[0x02]])
     }
 
     @Test func aCharacteristicThatDecidesItselfIsNotLeftToTheDelegate() throws {
