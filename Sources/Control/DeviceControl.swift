@@ -207,6 +207,8 @@ public final class DeviceControl {
                 ("settings", .array(settings)),
                 ("faults", .array(faults)),
                 ("services_out", .array(peripheral.absentServices.map { .string($0.description) })),
+                ("authorized", .array(characteristics.filter { peripheral.authorizations[$0.valueHandle] == true }
+                                        .map { .string($0.uuid.description) })),
             ])
         })
     }

@@ -664,6 +664,8 @@ def test_authorization_is_asked_of_the_control_socket(rootcanal, tmp_path):
             assert allowed.returncode == 0 and json.loads(allowed.stdout)["answer"] == "allow", allowed.describe()
             assert await conn.read(readable) == b"\x2a"
             await expect_write_error(conn, writable, b"\x07", ATT_INSUFFICIENT_AUTHORIZATION)
+            listing = await loop.run_in_executor(None, lambda: ctl("list"))
+            assert json.loads(listing.stdout)["devices"][0]["authorized"] == [AUTHORIZED_READ], listing.stdout
 
             allowed = await loop.run_in_executor(None, lambda: ctl("authorize", "profile", AUTHORIZED_WRITE, "allow"))
             assert allowed.returncode == 0, allowed.describe()
