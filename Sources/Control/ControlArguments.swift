@@ -23,6 +23,7 @@ extension ControlCommand {
         fault DEVICE UUID drop [--count N]
         fault clear [DEVICE]
         pairing DEVICE confirm|reject
+        authorize DEVICE UUID allow|deny
         """
 
     /// Parses the words after `blemu ctl PATH` (`set heart-rate bpm 120`), checking every value
@@ -103,6 +104,18 @@ extension ControlCommand {
             case "confirm": self = .pairing(device: words[0], confirm: true)
             case "reject": self = .pairing(device: words[0], confirm: false)
             default: throw ControlUsageError("pairing takes confirm or reject, not \(quoted(words[1]))")
+            }
+        case "authorize":
+            let form = "authorize DEVICE UUID allow|deny"
+            try expect(3...3, form)
+            try refuseOptions(except: nil, form)
+            guard let uuid = ControlRequest.parseUUID(words[1]) else {
+                throw ControlUsageError("\(quoted(words[1])) is not a UUID: give 2A37, 0x2A37 or the 128-bit form")
+            }
+            switch words[2] {
+            case "allow": self = .authorize(device: words[0], characteristic: uuid, allow: true)
+            case "deny": self = .authorize(device: words[0], characteristic: uuid, allow: false)
+            default: throw ControlUsageError("authorize takes allow or deny, not \(quoted(words[2]))")
             }
         case "advertise":
             let form = "advertise DEVICE on|off"

@@ -25,6 +25,9 @@ public enum ControlCommand: Equatable, Sendable {
     case clearFaults(device: String?)
     /// The user's answer to the Numeric Comparison the device waits for (`--numeric-comparison ask`).
     case pairing(device: String, confirm: Bool)
+    /// Whether requests for a value that requires authorization are authorized
+    /// (`Peripheral.setAuthorization`; refused until allowed).
+    case authorize(device: String, characteristic: BluetoothUUID, allow: Bool)
 
     /// The `cmd` of its request.
     public var name: String {
@@ -36,6 +39,7 @@ public enum ControlCommand: Equatable, Sendable {
         case .service: return "service"
         case .fault, .clearFaults: return "fault"
         case .pairing: return "pairing"
+        case .authorize: return "authorize"
         }
     }
 
@@ -47,7 +51,7 @@ public enum ControlCommand: Equatable, Sendable {
         switch self {
         case .list: return nil
         case .set(let device, _, _), .disconnect(let device, _), .advertise(let device, _), .fault(let device, _, _, _),
-             .service(let device, _, _), .pairing(let device, _):
+             .service(let device, _, _), .pairing(let device, _), .authorize(let device, _, _):
             return device
         case .clearFaults(let device): return device
         }
@@ -87,7 +91,7 @@ public struct ControlRequest: Equatable, Sendable {
     /// The longest string field (device, key, value, uuid, action), in UTF-8 bytes.
     public static let maxStringLength = 256
     /// What an unknown command, and `blemu ctl` usage, lists.
-    public static let commandNames = ["list", "set", "disconnect", "advertise", "service", "fault", "pairing"]
+    public static let commandNames = ["list", "set", "disconnect", "advertise", "service", "fault", "pairing", "authorize"]
 
     // MARK: Decoding
 
@@ -161,6 +165,9 @@ public struct ControlRequest: Equatable, Sendable {
             if let device { members.append(("device", .string(device))) }
         case .pairing(let device, let confirm):
             members += [("device", .string(device)), ("answer", .string(confirm ? "confirm" : "reject"))]
+        case .authorize(let device, let characteristic, let allow):
+            members += [("device", .string(device)), ("uuid", .string(characteristic.description)),
+                        ("answer", .string(allow ? "allow" : "deny"))]
         }
         return .object(members)
     }
@@ -228,6 +235,17 @@ private struct FieldReader {
             case "confirm": command = .pairing(device: device, confirm: true)
             case "reject": command = .pairing(device: device, confirm: false)
             case let other: throw fail("\"answer\" \(quoted(other)) is not confirm or reject")
+            }
+        case "authorize":
+            let device = try string("device")
+            let uuidText = try string("uuid")
+            guard let uuid = ControlRequest.parseUUID(uuidText) else {
+                throw fail("\"uuid\" \(quoted(uuidText)) is not a UUID: give 2A37, 0x2A37 or the 128-bit form 00002a37-0000-1000-8000-00805f9b34fb")
+            }
+            switch try string("answer") {
+            case "allow": command = .authorize(device: device, characteristic: uuid, allow: true)
+            case "deny": command = .authorize(device: device, characteristic: uuid, allow: false)
+            case let other: throw fail("\"answer\" \(quoted(other)) is not allow or deny")
             }
         default:
             throw fail("unknown command \(quoted(cmd)); commands: \(ControlRequest.commandNames.joined(separator: ", "))")

@@ -96,6 +96,16 @@ public final class DeviceControl {
                              ("answered", .integer(Int64(answered)))])
             }
 
+        case .authorize(let name, let uuid, let allow):
+            switch target(name) {
+            case .failure(let error): return refuse(error.message)
+            case .success(let (peripheral, ref)):
+                if let refusal = peripheral.setAuthorization(allow, characteristic: uuid) { return refuse(refusal, peripheral) }
+                return done(peripheral, allow ? "requests authorized" : "requests refused with Insufficient Authorization (0x08)",
+                            [("device", .string(ref)), ("uuid", .string(uuid.description)),
+                             ("answer", .string(allow ? "allow" : "deny"))])
+            }
+
         case .advertise(let name, let on):
             switch target(name) {
             case .failure(let error): return refuse(error.message)
@@ -197,6 +207,8 @@ public final class DeviceControl {
                 ("settings", .array(settings)),
                 ("faults", .array(faults)),
                 ("services_out", .array(peripheral.absentServices.map { .string($0.description) })),
+                ("authorized", .array(characteristics.filter { peripheral.authorizations[$0.valueHandle] == true }
+                                        .map { .string($0.uuid.description) })),
             ])
         })
     }
@@ -218,6 +230,7 @@ public final class DeviceControl {
         case .disconnect(let device, let reason): return "disconnect \(printable(device)) --reason \(Hex.byte(reason))"
         case .advertise(let device, let on): return "advertise \(printable(device)) \(on ? "on" : "off")"
         case .pairing(let device, let confirm): return "pairing \(printable(device)) \(confirm ? "confirm" : "reject")"
+        case .authorize(let device, let uuid, let allow): return "authorize \(printable(device)) \(uuid) \(allow ? "allow" : "deny")"
         case .service(let device, let uuid, let present): return "service \(printable(device)) \(uuid) \(present ? "on" : "off")"
         case .fault(let device, let uuid, let action, let count):
             let what: String

@@ -36,6 +36,9 @@ public protocol ATTServerDelegate: AnyObject {
     func attServer(_ server: ATTServer, acceptedSignCounter counter: UInt32)
     /// A Signed Write Command was dropped before the device heard of it.
     func attServer(_ server: ATTServer, droppedSignedWrite reason: SignedWriteDrop, handle: UInt16)
+    /// Whether to authorize a request for a value whose permissions require authorization and
+    /// whose characteristic has no `authorize` of its own (Vol 3, Part C, 10.5).
+    func attServer(_ server: ATTServer, authorize characteristic: Characteristic, access: AttributeAccess) -> Bool
 }
 
 /// What a delegate that only carries PDUs (a test, a fuzz target, the central's own small
@@ -50,6 +53,8 @@ extension ATTServerDelegate {
     public func attServer(_ server: ATTServer, executeWriteRefusedAfter written: Int, error: ATTError, handle: UInt16) {}
     public func attServer(_ server: ATTServer, acceptedSignCounter counter: UInt32) {}
     public func attServer(_ server: ATTServer, droppedSignedWrite reason: SignedWriteDrop, handle: UInt16) {}
+    /// Nobody to ask: a value that requires authorization is refused.
+    public func attServer(_ server: ATTServer, authorize characteristic: Characteristic, access: AttributeAccess) -> Bool { false }
 }
 
 /// Why a request failed, and the handle its Error Response names.
@@ -387,6 +392,7 @@ public final class ATTServer {
         if a.encryptionRequiredToRead {
             try checkSecurity(a, authentication: a.characteristic?.permissions.contains(.readAuthenticationRequired) ?? false)
         }
+        try checkAuthorization(a, .read)
     }
 
     private func checkWritable(_ a: Attribute) throws(ATTFailure) {
@@ -394,6 +400,23 @@ public final class ATTServer {
         if a.encryptionRequiredToWrite {
             try checkSecurity(a, authentication: a.characteristic?.permissions.contains(.writeAuthenticationRequired) ?? false)
         }
+        // Authorization comes after each write's own Write Not Permitted checks (the property
+        // its opcode needs): the writes call `checkAuthorization` themselves.
+    }
+
+    /// Authorization (Vol 3, Part C, 10.5; Vol 3, Part F, 3.2.5: "Authorization permissions
+    /// determine whether a client needs to be authorized before an attribute can be accessed").
+    /// It is asked last, once the link's security is enough, so a client is told first what it
+    /// can fix itself (pair, encrypt: 0x05, 0x0F, 0x0C) and the device is only asked about a
+    /// request it would otherwise serve; a refusal is Insufficient Authorization (0x08, Vol 3,
+    /// Part F, 3.4.1.1 Table 3.4). Only the value attribute carries the characteristic's
+    /// permissions: its CCCD and descriptors are not authorized.
+    private func checkAuthorization(_ a: Attribute, _ access: AttributeAccess) throws(ATTFailure) {
+        guard let c = a.characteristic, a.handle == c.valueHandle else { return }
+        let required: AttributePermissions = access == .read ? .readAuthorizationRequired : .writeAuthorizationRequired
+        guard c.permissions.contains(required) else { return }
+        let authorized = c.authorize.map { $0(peer, access) } ?? (delegate?.attServer(self, authorize: c, access: access) ?? false)
+        guard authorized else { throw ATTFailure(.insufficientAuthorization, a.handle) }
     }
 
     /// The link's security against an attribute that requires encryption (Vol 3, Part C,
@@ -770,6 +793,7 @@ public final class ATTServer {
         if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.write) {
             throw ATTFailure(.writeNotPermitted, a.handle)
         }
+        try checkAuthorization(a, .write)
         try write(a, value: request.value, withResponse: true)
         begin(.writeResponse)
         respond(pdu[pdu.startIndex])
@@ -782,6 +806,7 @@ public final class ATTServer {
         if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.writeWithoutResponse) {
             throw ATTFailure(.writeNotPermitted, a.handle)
         }
+        try checkAuthorization(a, .write)
         try write(a, value: command.value, withResponse: false)
     }
 
@@ -822,16 +847,21 @@ public final class ATTServer {
             delegate?.attServer(self, acceptedSignCounter: counter)
         }
         try checkWritable(a)
+        try checkAuthorization(a, .write)
         try write(a, value: command.value, withResponse: false)
     }
 
     private func prepareWrite(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
         let request = try decode(ATTPrepareWriteRequest.self, pdu)
         let a = try lookup(request.handle)
+        // 3.4.6.1: permissions are checked on the Prepare Write Request itself — write access,
+        // encryption, authentication, key size and authorization — so a refused part never
+        // enters the queue and the Execute Write Request only checks offsets and values.
         try checkWritable(a)
         if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.write) {
             throw ATTFailure(.writeNotPermitted, a.handle)
         }
+        try checkAuthorization(a, .write)
         guard preparedWrites.count < Self.maxPreparedWrites else { throw ATTFailure(.prepareQueueFull, a.handle) }
         // 3.4.6.1: offsets and lengths are not checked now but at Execute Write.
         preparedWrites.append(PreparedWrite(handle: request.handle, offset: Int(request.offset), value: Array(request.value)))

@@ -109,8 +109,8 @@ public final class GATTDatabase {
                 pending.append(Attribute(
                     handle: valueHandle, type: characteristic.uuid,
                     content: characteristic.cachedValue.map { .fixed($0) } ?? .dynamic(characteristic),
-                    readable: characteristic.permissions.contains(.readable) || characteristic.permissions.readNeedsEncryption,
-                    writable: characteristic.permissions.contains(.writeable) || characteristic.permissions.writeNeedsEncryption,
+                    readable: characteristic.permissions.allowsReading,
+                    writable: characteristic.permissions.allowsWriting,
                     encryptionRequiredToRead: characteristic.permissions.readNeedsEncryption,
                     encryptionRequiredToWrite: characteristic.permissions.writeNeedsEncryption,
                     groupEnd: 0, isFixedLength: isFixed || characteristic.cachedValue != nil,

@@ -25,9 +25,12 @@ public struct CharacteristicProperties: OptionSet, Sendable, Hashable {
 /// when the device holds a key for the central; an encrypted link whose key is too weak gets
 /// Insufficient Authentication (not MITM-protected, or not Secure Connections when that is
 /// required) or Encryption Key Size Too Short (0x0C, `Characteristic.minimumEncryptionKeySize`).
+/// Authorization comes last, on a link whose security is enough: the device (its
+/// characteristic's `authorize`, else whoever drives it, the control socket's `authorize`)
+/// decides per request, and a refusal is Insufficient Authorization (0x08).
 public struct AttributePermissions: OptionSet, Sendable, Hashable {
-    public let rawValue: UInt8
-    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    public let rawValue: UInt16
+    public init(rawValue: UInt16) { self.rawValue = rawValue }
     public static let readable = AttributePermissions(rawValue: 0x01)
     public static let writeable = AttributePermissions(rawValue: 0x02)
     /// Readable on an encrypted link only (implies readable).
@@ -41,12 +44,37 @@ public struct AttributePermissions: OptionSet, Sendable, Hashable {
     public static let writeAuthenticationRequired = AttributePermissions(rawValue: 0x20)
     /// Where encryption is required, the key must come from LE Secure Connections pairing.
     public static let secureConnectionsRequired = AttributePermissions(rawValue: 0x40)
+    /// Readable only when the device authorizes the request (Vol 3, Part F, 3.2.5 "authorization
+    /// permissions"; Vol 3, Part C, 10.5), else Insufficient Authorization (0x08). Implies readable.
+    public static let readAuthorizationRequired = AttributePermissions(rawValue: 0x80)
+    /// Writeable only when the device authorizes the request, else 0x08. Implies writeable.
+    public static let writeAuthorizationRequired = AttributePermissions(rawValue: 0x100)
 
     /// Whether reading needs an encrypted link.
     public var readNeedsEncryption: Bool { !isDisjoint(with: [.readEncryptionRequired, .readAuthenticationRequired]) }
     /// Whether writing needs an encrypted link.
     public var writeNeedsEncryption: Bool { !isDisjoint(with: [.writeEncryptionRequired, .writeAuthenticationRequired]) }
+    /// Whether reading is allowed at all, with whatever security and authorization it needs.
+    public var allowsReading: Bool {
+        !isDisjoint(with: [.readable, .readEncryptionRequired, .readAuthenticationRequired, .readAuthorizationRequired])
+    }
+    /// Whether writing is allowed at all, with whatever security and authorization it needs.
+    public var allowsWriting: Bool {
+        !isDisjoint(with: [.writeable, .writeEncryptionRequired, .writeAuthenticationRequired, .writeAuthorizationRequired])
+    }
 }
+
+/// What a request does to a value, as an authorization decision sees it.
+public enum AttributeAccess: String, Sendable, Hashable {
+    case read
+    /// Write Request, Write Command, Signed Write Command, Prepare Write Request.
+    case write
+}
+
+/// A device's decision on one request for a value that requires authorization (Vol 3, Part C,
+/// 10.5): true lets the request go on to the handlers; false answers Insufficient Authorization
+/// (0x08) and the handlers never hear of it.
+public typealias AuthorizationHandler = (_ peer: ATTPeer, _ access: AttributeAccess) -> Bool
 
 /// The connection a request comes from, as a device sees it.
 public struct ATTPeer: Sendable, Hashable {
@@ -303,6 +331,9 @@ public final class Characteristic {
     /// Where the permissions require encryption: the smallest key size (octets, 7...16) the
     /// link's key must have, else Encryption Key Size Too Short (0x0C).
     public var minimumEncryptionKeySize: UInt8 = 7
+    /// Where the permissions require authorization: the device's decision per request. Nil:
+    /// the server asks its delegate (the control socket's `authorize`, deny until allowed).
+    public var authorize: AuthorizationHandler?
 
     public internal(set) var declarationHandle: UInt16 = 0
     public internal(set) var valueHandle: UInt16 = 0

@@ -35,6 +35,9 @@ public final class Peripheral {
     public internal(set) var isAdvertising = false
     /// Faults a test asked for, applied by every link's ATT server.
     public let faults = FaultPlan()
+    /// The control socket's answers for values that require authorization and whose device
+    /// does not decide itself, by value handle: absent or false refuses (0x08), true allows.
+    public internal(set) var authorizations: [UInt16: Bool] = [:]
     /// False after `advertise off` from the control socket: advertising stays off, also after
     /// disconnections, until turned on again.
     public internal(set) var advertisingAllowed = true

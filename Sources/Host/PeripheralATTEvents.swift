@@ -126,6 +126,12 @@ extension Peripheral: ATTServerDelegate {
         ])
     }
 
+    /// A value that requires authorization and whose device does not decide: the control
+    /// socket's answer (`authorize DEVICE UUID allow|deny`), refused until it allows.
+    public func attServer(_ server: ATTServer, authorize characteristic: Characteristic, access: AttributeAccess) -> Bool {
+        authorizations[characteristic.valueHandle] ?? false
+    }
+
     public func attServerTransactionTimedOut(_ server: ATTServer) {
         logger.error("indication not confirmed within 30 s: the ATT bearer is dead, disconnecting (Vol 3, Part F, 3.3.3)",
                      metadata: [LogKey.connHandle: "\(server.peer.connectionHandle)"])

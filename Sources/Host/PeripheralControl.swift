@@ -50,6 +50,25 @@ extension Peripheral {
         return nil
     }
 
+    /// The answer to requests for the value of the characteristic with `uuid` when it requires
+    /// authorization (`AttributePermissions.readAuthorizationRequired`, `.writeAuthorizationRequired`)
+    /// and the device does not decide itself: allowed from now on, or refused with Insufficient
+    /// Authorization (0x08) as before. Every link, until changed or blemu stops.
+    public func setAuthorization(_ allowed: Bool, characteristic uuid: BluetoothUUID) -> String? {
+        let matching = database.characteristics.filter { $0.uuid == uuid }
+        guard !matching.isEmpty else { return "\(deviceName) has no characteristic \(uuid)" }
+        let asking = matching.filter {
+            $0.authorize == nil && !$0.permissions.isDisjoint(with: [.readAuthorizationRequired, .writeAuthorizationRequired])
+        }
+        guard !asking.isEmpty else {
+            return matching.contains(where: { $0.authorize != nil })
+                ? "\(deviceName) decides the authorization of \(uuid) itself"
+                : "characteristic \(uuid) requires no authorization (its permissions: read-authorized or write-authorized)"
+        }
+        for characteristic in asking { authorizations[characteristic.valueHandle] = allowed }
+        return nil
+    }
+
     public func clearFaults() {
         faults.clear()
         logger.event(.faultInjected, .notice, "faults cleared")

@@ -50,14 +50,18 @@ public struct GATTProfile: Codable, Equatable, Sendable {
         /// Values to notify or indicate in turn, once a second while subscribed (default: `value`).
         public var notifications: [String]?
         public var descriptors: [Descriptor]?
+        /// What the value needs beyond its properties (`GATTProfile.permissionNames`): encryption,
+        /// authentication, Secure Connections, authorization. Absent: open.
+        public var permissions: [String]?
 
         public init(uuid: String, properties: [String], value: String? = nil, notifications: [String]? = nil,
-                    descriptors: [Descriptor]? = nil) {
+                    descriptors: [Descriptor]? = nil, permissions: [String]? = nil) {
             self.uuid = uuid
             self.properties = properties
             self.value = value
             self.notifications = notifications
             self.descriptors = descriptors
+            self.permissions = permissions
         }
     }
 
@@ -85,6 +89,15 @@ public struct GATTProfile: Codable, Equatable, Sendable {
         ("broadcast", .broadcast), ("read", .read), ("write-without-response", .writeWithoutResponse), ("write", .write),
         ("notify", .notify), ("indicate", .indicate), ("signed-write", .authenticatedSignedWrites),
         ("extended-properties", .extendedProperties),
+    ]
+
+    /// The permission names a profile may give a characteristic, and their bits (Vol 3, Part F,
+    /// 3.2.5; Vol 3, Part C, 10.3, 10.5). Access itself follows the properties.
+    public static let permissionNames: [(String, AttributePermissions)] = [
+        ("read-encrypted", .readEncryptionRequired), ("write-encrypted", .writeEncryptionRequired),
+        ("read-authenticated", .readAuthenticationRequired), ("write-authenticated", .writeAuthenticationRequired),
+        ("secure-connections", .secureConnectionsRequired),
+        ("read-authorized", .readAuthorizationRequired), ("write-authorized", .writeAuthorizationRequired),
     ]
 
     public static func propertyNames(_ properties: CharacteristicProperties) -> [String] {
@@ -209,6 +222,10 @@ public struct GATTProfile: Codable, Equatable, Sendable {
                 }
                 for (p, property) in characteristic.properties.enumerated() where !Self.propertyNames.contains(where: { $0.0 == property }) {
                     throw fail("\(at).properties[\(p)]", "'\(property)' is not one of \(Self.propertyNames.map(\.0).joined(separator: ", "))")
+                }
+                for (p, permission) in (characteristic.permissions ?? []).enumerated()
+                    where !Self.permissionNames.contains(where: { $0.0 == permission }) {
+                    throw fail("\(at).permissions[\(p)]", "'\(permission)' is not one of \(Self.permissionNames.map(\.0).joined(separator: ", "))")
                 }
                 if let value = characteristic.value { try checkValue(value, "\(at).value", fail) }
                 for (n, value) in (characteristic.notifications ?? []).enumerated() { try checkValue(value, "\(at).notifications[\(n)]", fail) }

@@ -85,15 +85,22 @@ public final class ProfileDevice: Device {
             adjustments.append("\(service)/\(uuid): extended-properties without its 0x2900 descriptor left out")
         }
         let value = spec.value.flatMap(GATTProfile.bytes)
+        // Access follows the properties; what the profile adds is the security it asks for.
+        var permissions = AttributePermissions()
+        if properties.contains(.read) { permissions.insert(.readable) }
+        if !properties.isDisjoint(with: [.write, .writeWithoutResponse, .authenticatedSignedWrites]) { permissions.insert(.writeable) }
+        for name in spec.permissions ?? [] {
+            if let bit = GATTProfile.permissionNames.first(where: { $0.0 == name })?.1 { permissions.insert(bit) }
+        }
         let mutating = !properties.isDisjoint(with: CharacteristicProperties.mutating)
         if !mutating, properties.contains(.read), let value {
-            return Characteristic(uuid, properties: properties, cachedValue: value, descriptors: descriptors)
+            return Characteristic(uuid, properties: properties, permissions: permissions, cachedValue: value, descriptors: descriptors)
         }
         // A value that changes lives here, as long as the attribute allows.
         let box = ValueBox(value ?? [])
         let writable = !properties.isDisjoint(with: [.write, .writeWithoutResponse, .authenticatedSignedWrites])
         let characteristic = Characteristic(
-            uuid, properties: properties, descriptors: descriptors,
+            uuid, properties: properties, permissions: permissions, descriptors: descriptors,
             onRead: properties.contains(.read) ? { _, value in value.append(contentsOf: box.bytes); return nil } : nil,
             onWrite: writable ? { request in
                 // Prepared writes come with offsets; the value grows to hold them.

@@ -37,6 +37,12 @@ import Testing
         #expect(try parse("pairing", "heart-rate", "confirm") == .pairing(device: "heart-rate", confirm: true))
         #expect(try parse("pairing", "heart-rate", "reject") == .pairing(device: "heart-rate", confirm: false))
         #expect(throws: ControlUsageError.self) { try parse("pairing", "heart-rate", "maybe") }
+        #expect(try parse("authorize", "lock", "2A20", "allow") == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: true))
+        #expect(try parse("authorize", "lock", "0x2a20", "deny") == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: false))
+        #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "maybe") }
+        #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "not-a-uuid", "allow") }
+        #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "allow") }
+        #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "allow", "--count", "2") }
         #expect(try parse("fault", "clear") == .clearFaults(device: nil))
         #expect(try parse("fault", "clear", "hr") == .clearFaults(device: "hr"))
         // A device whose local name is "clear" can still be given a fault: three words or more.

@@ -78,6 +78,19 @@ import Testing
         #expect(error(#"{"id":1,"cmd":"pairing","device":"lock","answer":"confirm","value":123456}"#).contains("takes no"))
     }
 
+    @Test func authorize() {
+        #expect(command(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow"}"#)
+                == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: true))
+        #expect(command(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"0x2a20","answer":"deny"}"#)
+                == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: false))
+        #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20"}"#).contains("missing \"answer\""))
+        #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","answer":"allow"}"#).contains("missing \"uuid\""))
+        #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"yes"}"#).contains("not allow or deny"))
+        #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A2","answer":"allow"}"#).contains("not a UUID"))
+        #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":true}"#).contains("must be a string"))
+        #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow","count":1}"#).contains("takes no"))
+    }
+
     @Test func advertise() {
         #expect(command(#"{"id":1,"cmd":"advertise","device":"heart-rate","on":false}"#) == .advertise(device: "heart-rate", on: false))
         #expect(command(#"{"id":1,"cmd":"advertise","device":"heart-rate","on":true}"#) == .advertise(device: "heart-rate", on: true))
@@ -240,6 +253,8 @@ import Testing
             .clearFaults(device: "hr"),
             .pairing(device: "heart-rate", confirm: true),
             .pairing(device: "lock#2", confirm: false),
+            .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: true),
+            .authorize(device: "thermostat#2", characteristic: BluetoothUUID("7d3c0002-9a5e-4d1a-8f6e-5c1b2d3e4f50")!, allow: false),
         ]
         for (index, command) in commands.enumerated() {
             let request = ControlRequest(id: Int64(index), command: command)

@@ -51,6 +51,8 @@ import Testing
         #expect(refusal(with(#"{"uuid":2,"properties":[]}"#)) == "p.json: services[0].characteristics[0].uuid: expected a string")
         #expect(refusal(base.replacing("\"180D\",", with: "\"180D\",\"includes\":[\"180F\"],").replacing("CHAR", with: ""))
                 .hasPrefix("p.json: services[0].includes[0]: '180F' is not the UUID of a service of this profile"))
+        #expect(refusal(with(#"{"uuid":"2A37","properties":["read"],"permissions":["read-authorized","sometimes"]}"#))
+                .hasPrefix("p.json: services[0].characteristics[0].permissions[1]: 'sometimes' is not one of read-encrypted"))
         #expect(refusal(#"{"format":"other","version":1,"name":"x","services":[]}"#).hasPrefix("p.json: format:"))
         #expect(refusal(#"{"format":"blemu-gatt-profile","version":2,"name":"x","services":[]}"#).hasPrefix("p.json: version:"))
     }
@@ -91,5 +93,21 @@ import Testing
         var read = ValueBuffer()
         #expect(chars[2].onRead?(ReadRequest(peer: peer, offset: 0), &read) == nil)
         #expect(Array(read.bytes) == [7, 9])
+    }
+
+    /// Permissions a profile declares are the characteristic's, beside the access its
+    /// properties give, for cached and dynamic values alike.
+    @Test func permissionsAreServed() throws {
+        let profile = try parse(#"""
+            {"format":"blemu-gatt-profile","version":1,"name":"Door","services":[{"uuid":"180D","characteristics":[
+              {"uuid":"2A20","properties":["read"],"value":"01","permissions":["read-authorized"]},
+              {"uuid":"2A21","properties":["read","write"],"value":"02","permissions":["read-encrypted","write-authorized","secure-connections"]},
+              {"uuid":"2A22","properties":["read"],"value":"03"}]}]}
+            """#)
+        #expect(try parse(profile.encoded()) == profile)
+        let chars = ProfileDevice(profile).services[0].characteristics
+        #expect(chars[0].cachedValue == [0x01] && chars[0].permissions == [.readable, .readAuthorizationRequired])
+        #expect(chars[1].permissions == [.readable, .writeable, .readEncryptionRequired, .writeAuthorizationRequired, .secureConnectionsRequired])
+        #expect(chars[2].permissions == [.readable])
     }
 }

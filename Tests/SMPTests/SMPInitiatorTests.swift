@@ -396,6 +396,19 @@ private let centralIdentity = SMPIdentity(resolvingKey: [UInt8](0x50..<0x60),
         #expect(during.events.isEmpty && during.pdus.isEmpty && initiator.isPairing)
     }
 
+    /// A bonding central asks for the peripheral's IdKey (Vol 3, Part H, 3.6.1): with its IRK and
+    /// identity address it recognises the peripheral under its next resolvable private address.
+    /// Without bonding it asks for no keys.
+    @Test func aBondingPairingRequestAsksForThePeripheralsIdentity() throws {
+        for bondable in [true, false] {
+            var initiator = SMPInitiator(configuration: SMPInitiatorConfiguration(bondable: bondable),
+                                         initiatorAddress: TestCentral.centralAddress,
+                                         responderAddress: TestCentral.peripheralAddress, random: SeededRandom(seed: 1))
+            let request = try SMPPairingRequest(pdu: initiator.start().pdus[0][...])
+            #expect(request.features.responderKeyDistribution == (bondable ? [.encryptionKey, .identityKey] : []))
+        }
+    }
+
     @Test func timerExpiryEndsSMPOnTheLink() {
         var initiator = SMPInitiator(configuration: SMPInitiatorConfiguration(), initiatorAddress: TestCentral.centralAddress,
                                      responderAddress: TestCentral.peripheralAddress, random: SeededRandom(seed: 1))

@@ -72,9 +72,11 @@ private final class Link {
         }
     }
 
-    func open() {
-        central.linkOpened(handle, peer: peripheralAddress)
-        peripheral.linkOpened(handle, peer: centralAddress)
+    /// A link; `privateAddress`: the peripheral advertised from (and connects as) this
+    /// resolvable private address instead of its identity address.
+    func open(privateAddress: BluetoothAddress? = nil) {
+        central.linkOpened(handle, peer: privateAddress.map { SMPAddress($0, isRandom: true) } ?? peripheralAddress)
+        peripheral.linkOpened(handle, peer: centralAddress, local: privateAddress)
     }
 
     func close() {
@@ -124,6 +126,38 @@ private final class Link {
         // A restarted central reads its bond back from the file.
         let reloaded = BondStore(path: path, owner: centralOwner, logger: link.recorder.logger)
         #expect(reloaded.bond(for: peripheralAddress)?.longTermKey == bond.longTermKey)
+    }
+
+    /// A peripheral with privacy (Vol 6, Part B, 1.3.2.2) bonds from one resolvable private
+    /// address and comes back from another: the central asked for its IRK and identity (IdKey,
+    /// Vol 3, Part H, 3.6.1), keeps them with the bond, resolves the new address with the IRK
+    /// (ah, 2.2.2) and encrypts with the bond, no SMP.
+    @Test func aPeripheralBackUnderANewPrivateAddressIsRecognisedByItsIRK() throws {
+        let link = Link(central: CentralSecurityConfiguration(), peripheral: SecurityConfiguration())
+        var random = SeededRandom(seed: 7)
+        let irk = link.peripheral.identity.resolvingKey
+        let before = ResolvablePrivateAddress.make(irk: irk, random: &random)
+        let after = ResolvablePrivateAddress.make(irk: irk, random: &random)
+        #expect(before != after)
+        link.open(privateAddress: before)
+        _ = try #require(link.secure()).get()
+        let bond = try #require(link.central.bonds.bond(for: SMPAddress(before, isRandom: true)))
+        #expect(bond.identity == peripheralAddress, "the identity address the peripheral distributed")
+        #expect(bond.identityResolvingKey == irk)
+
+        link.close()
+        link.open(privateAddress: after)
+        let pdus = link.pdusToPeripheral
+        let second = try #require(link.secure()).get()
+        #expect(second.isEncrypted && second.isBonded && !link.central.wasPaired(handle))
+        #expect(link.pdusToPeripheral == pdus, "re-encrypting with the bond sends no SMP")
+        #expect(link.recorder.entries.contains { $0.message.contains("with the key of our bond") })
+
+        // An address from another IRK is a stranger: it pairs.
+        link.close()
+        var other = SeededRandom(seed: 8)
+        let stranger = ResolvablePrivateAddress.make(irk: [UInt8](repeating: 0x5A, count: 16), random: &other)
+        #expect(link.central.bonds.bond(for: SMPAddress(stranger, isRandom: true)) == nil)
     }
 
     @Test func passkeyEntryWithTheLocksPasskey() throws {

@@ -146,3 +146,46 @@ def test_blemu_gatt_numeric_comparison_with_a_display_yes_no_device(rootcanal, t
         assert "LE Secure Connections, authenticated" in result.stderr, result.stderr
     finally:
         assert device.stop() == 0, device.log_tail()
+
+
+def test_blemu_gatt_recognises_a_bonded_peripheral_under_a_new_private_address(rootcanal, tmp_path):
+    """A thermostat with --privacy --rpa-timeout 2 (Vol 6, Part B, 1.3.2.2): `blemu gatt --pair`
+    bonds with it from one resolvable private address and keeps its IRK and identity address
+    (it asked for IdKey, Vol 3, Part H, 3.6.1); after the address changed, a second run resolves
+    the new one with the IRK (ah, 2.2.2) and encrypts with the bond: no pairing."""
+    import time
+
+    thermostat = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("PT"), device="thermostat",
+                                                extra_args=["--state-dir", str(tmp_path / "thermostat"), "--privacy",
+                                                            "--rpa-timeout", "2"]), rootcanal)
+    try:
+        central_dir = tmp_path / "central"
+        first = gatt_cli(rootcanal, "--name", thermostat.name, "--pair", "--state-dir", str(central_dir), "read", "2A00")
+        assert first.returncode == 0, first.describe()
+        assert "paired: encrypted" in first.stderr, first.stderr
+        bonds = central_bonds(central_dir)
+        assert len(bonds) == 1, bonds
+        bond = bonds[0]
+        assert bond.get("irk") and bond.get("identity"), bond
+        bonded_from = bond["peer"]
+        assert bond["identity"] != bonded_from, "the bond was made under a private address, not the identity"
+
+        # Wait for the advertising address to change (a new one every 2 s while advertising).
+        changes = thermostat.log_tail().count("resolvable private address now")
+        deadline = time.monotonic() + 10
+        while thermostat.log_tail().count("resolvable private address now") < changes + 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert thermostat.log_tail().count("resolvable private address now") >= changes + 2, thermostat.log_tail()
+
+        import re
+
+        current = re.findall(r"resolvable private address now ([0-9A-Fa-f:]{17})", thermostat.log_tail())[-1]
+        assert current.upper() != bonded_from.split("/")[0].upper(), (current, bonded_from)
+        second = gatt_cli(rootcanal, "--name", thermostat.name, "--pair", "--state-dir", str(central_dir), "read", "2A00")
+        assert second.returncode == 0, second.describe()
+        assert "encrypting with our bond" in second.stderr and "encrypted with our bond" in second.stderr, second.stderr
+        assert "paired:" not in second.stderr, second.stderr
+        assert thermostat.log_tail().count("paired with") == 1, thermostat.log_tail()
+        assert len(central_bonds(central_dir)) == 1
+    finally:
+        assert thermostat.stop() == 0, thermostat.log_tail()

@@ -605,3 +605,229 @@ def test_numeric_comparison_answered_from_the_control_socket(rootcanal, tmp_path
         assert f"Numeric Comparison {user.shown[0]:06d} {'confirmed' if answer == 'confirm' else 'rejected'}" in blemu.log_tail()
     finally:
         stop(blemu)
+
+
+# Authorization (Vol 3, Part C, 10.5; Vol 3, Part F, 3.2.5): a profile's values that require
+# it are refused with Insufficient Authorization (0x08) until `blemu ctl PATH authorize DEVICE
+# UUID allow`; `deny` refuses again.
+ATT_INSUFFICIENT_AUTHORIZATION = 0x08
+AUTHORIZED_SERVICE = "6e400020-b5a3-f393-e0a9-e50e24dcca9e"
+AUTHORIZED_READ = "6e400021-b5a3-f393-e0a9-e50e24dcca9e"
+AUTHORIZED_WRITE = "6e400022-b5a3-f393-e0a9-e50e24dcca9e"
+
+
+def test_authorization_is_asked_of_the_control_socket(rootcanal, tmp_path):
+    """A Bumble central reads a read-authorized value and writes a write-authorized one: 0x08
+    until `authorize ... allow`, then served; `deny` refuses again. A characteristic that needs
+    no authorization is refused by the control command."""
+    import tempfile
+
+    from harness import run_cli
+
+    name = unique_name("AZ")
+    profile = {
+        "format": "blemu-gatt-profile", "version": 1, "name": name,
+        "services": [{"uuid": AUTHORIZED_SERVICE, "characteristics": [
+            {"uuid": AUTHORIZED_READ, "properties": ["read"], "value": "2a", "permissions": ["read-authorized"]},
+            {"uuid": AUTHORIZED_WRITE, "properties": ["read", "write"], "value": "00", "permissions": ["write-authorized"]},
+        ]}],
+    }
+    profile_path = tmp_path / "authorized.json"
+    profile_path.write_text(json.dumps(profile))
+    path = os.path.join(tempfile.mkdtemp(prefix="blemu-az-", dir="/tmp"), "control.sock")
+    blemu = start_advertising(BlemuProcess(rootcanal.controller_spec, name, device=str(profile_path),
+                                           extra_args=["--state-dir", str(tmp_path / "state"), "--control", path]), rootcanal)
+
+    def ctl(*args: str):
+        return run_cli(["ctl", path, *args], timeout=10.0)
+
+    async def expect_read_error(conn, characteristic, code: int) -> None:
+        try:
+            value = await conn.read(characteristic)
+        except Exception as error:
+            assert error_code_of(error) == code, f"reading {characteristic.uuid}: {error!r}, expected 0x{code:02x}"
+        else:
+            raise AssertionError(f"reading {characteristic.uuid} gave {value.hex()}; expected ATT error 0x{code:02x}")
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        async with central_for(blemu, "authorizing") as central:
+            conn = await connect(central, blemu)
+            await conn.discover_all()
+            readable = conn.characteristic(UUID(AUTHORIZED_READ), UUID(AUTHORIZED_SERVICE))
+            writable = conn.characteristic(UUID(AUTHORIZED_WRITE), UUID(AUTHORIZED_SERVICE))
+            await expect_read_error(conn, readable, ATT_INSUFFICIENT_AUTHORIZATION)
+            await expect_write_error(conn, writable, b"\x07", ATT_INSUFFICIENT_AUTHORIZATION)
+            assert await conn.read(writable) == b"\x00", "a refused write changed the value"
+
+            allowed = await loop.run_in_executor(None, lambda: ctl("authorize", "profile", AUTHORIZED_READ, "allow"))
+            assert allowed.returncode == 0 and json.loads(allowed.stdout)["answer"] == "allow", allowed.describe()
+            assert await conn.read(readable) == b"\x2a"
+            await expect_write_error(conn, writable, b"\x07", ATT_INSUFFICIENT_AUTHORIZATION)
+            listing = await loop.run_in_executor(None, lambda: ctl("list"))
+            assert json.loads(listing.stdout)["devices"][0]["authorized"] == [AUTHORIZED_READ], listing.stdout
+
+            allowed = await loop.run_in_executor(None, lambda: ctl("authorize", "profile", AUTHORIZED_WRITE, "allow"))
+            assert allowed.returncode == 0, allowed.describe()
+            await conn.write(writable, b"\x07")
+            assert await conn.read(writable) == b"\x07"
+
+            denied = await loop.run_in_executor(None, lambda: ctl("authorize", "profile", AUTHORIZED_READ, "deny"))
+            assert denied.returncode == 0, denied.describe()
+            await expect_read_error(conn, readable, ATT_INSUFFICIENT_AUTHORIZATION)
+
+            # The Device Name needs no authorization: nothing to answer for it.
+            refused = await loop.run_in_executor(None, lambda: ctl("authorize", "profile", "2A00", "allow"))
+            assert refused.returncode != 0 and "requires no authorization" in refused.stdout, refused.describe()
+            await conn.disconnect()
+
+    try:
+        run(scenario(), timeout=60)
+        assert "authorize profile" in blemu.log_tail()
+    finally:
+        stop(blemu)
+
+
+def p256_public_key() -> bytes:
+    """A fresh valid P-256 public key as SMP carries it: X then Y, each least significant octet first."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    numbers = ec.generate_private_key(ec.SECP256R1()).public_key().public_numbers()
+    return numbers.x.to_bytes(32, "little") + numbers.y.to_bytes(32, "little")
+
+
+@contextlib.asynccontextmanager
+async def raw_smp(blemu: BlemuProcess, label: str):
+    """A Bumble central connected to blemu whose SMP is taken over: `exchange(pdu)` sends one
+    raw PDU on CID 0x0006 and returns the next one blemu sends; `next_pdu(timeout)` waits for one
+    (None when blemu stays silent); `restore()` gives SMP back to Bumble for a normal pairing."""
+    async with central_for(blemu, label) as central:
+        central.device.pairing_config_factory = pairing(sc=True)
+        conn = await connect(central, blemu)
+        manager = central.device.smp_manager
+        received: asyncio.Queue[bytes] = asyncio.Queue()
+        original = manager.on_smp_pdu
+        manager.on_smp_pdu = lambda _connection, pdu: received.put_nowait(bytes(pdu))
+
+        class Raw:
+            def send(self, pdu: bytes) -> None:
+                conn.connection.send_l2cap_pdu(0x0006, pdu)
+
+            async def next_pdu(self, timeout: float = 5.0) -> bytes | None:
+                try:
+                    return await asyncio.wait_for(received.get(), timeout)
+                except asyncio.TimeoutError:
+                    return None
+
+            async def exchange(self, pdu: bytes) -> bytes | None:
+                self.send(pdu)
+                return await self.next_pdu()
+
+            def restore(self) -> None:
+                manager.on_smp_pdu = original
+
+        raw = Raw()
+        raw.conn = conn
+        yield raw
+
+
+# Vol 3, Part H, 3.5.1: NoInputNoOutput, no OOB, bonding + Secure Connections, 16 octets, keys
+# EncKey|IdKey both ways.
+SC_PAIRING_REQUEST = bytes([0x01, 0x03, 0x00, 0x09, 16, 0x03, 0x03])
+
+
+def test_over_the_air_key_distribution_out_of_phase_and_a_reflected_public_key(rootcanal, tmp_path):
+    """Raw SMP from a Bumble central (issue item 7), each answered as the spec has it and none
+    stopping blemu or the link from pairing afterwards:
+
+    - key distribution PDUs (Encryption Information, Identity Information, Signing Information;
+      Vol 3, Part H, 3.6.2, 3.6.4, 3.6.6) on an unencrypted link, idle or in the middle of
+      phase 2: keys are distributed in phase 3, on the encrypted link only (3.6.1), so each is
+      out of sequence, answered Pairing Failed with Unspecified Reason (0x08), and nothing is kept;
+    - blemu's own public key reflected (2.3.5.6.1): blemu makes its key pair when the central's
+      key arrives, so a central can only reflect one from an earlier pairing; blemu answers with a
+      new key (another X) and the reflecting central, without the private key, cannot make the
+      DHKey check: DHKey Check Failed (0x0B). (A key equal to the one blemu uses is refused with
+      0x08: SMPResponderTests, since over the air it cannot be known in time.)
+    """
+    blemu = start(rootcanal, "Keys", tmp_path / "state")
+
+    async def scenario():
+        async with raw_smp(blemu, "raw-keys-central") as raw:
+            # Idle link: each key distribution PDU is out of sequence.
+            assert await raw.exchange(bytes([0x06]) + bytes(range(16))) == bytes([0x05, 0x08])    # Encryption Information
+            assert await raw.exchange(bytes([0x08]) + bytes(range(16))) == bytes([0x05, 0x08])    # Identity Information
+            assert await raw.exchange(bytes([0x0A]) + bytes(range(16))) == bytes([0x05, 0x08])    # Signing Information
+            # During phase 2, before any encryption: the pairing ends with 0x08.
+            assert (await raw.exchange(SC_PAIRING_REQUEST))[0] == 0x02
+            assert await raw.exchange(bytes([0x08]) + bytes(16)) == bytes([0x05, 0x08])
+            # ... and the responder is idle again: a Public Key now is out of sequence too.
+            assert await raw.exchange(bytes([0x0C]) + p256_public_key()) == bytes([0x05, 0x08])
+
+            # Reflection: learn the public key blemu uses in one pairing, abandon it ...
+            assert (await raw.exchange(SC_PAIRING_REQUEST))[0] == 0x02
+            first_key = await raw.exchange(bytes([0x0C]) + p256_public_key())
+            assert first_key is not None and first_key[0] == 0x0C and len(first_key) == 65, first_key
+            confirm = await raw.next_pdu()
+            assert confirm is not None and confirm[0] == 0x03, confirm   # Cb (Just Works, 2.3.5.6.2)
+            raw.send(bytes([0x05, 0x08]))
+            # ... then send it back as the central's own in the next one.
+            assert (await raw.exchange(SC_PAIRING_REQUEST))[0] == 0x02
+            second_key = await raw.exchange(first_key)
+            assert second_key is not None and second_key[0] == 0x0C, second_key
+            assert second_key[1:33] != first_key[1:33], "blemu reused its key pair: a reflection could match it"
+            assert (await raw.next_pdu())[0] == 0x03
+            nb = await raw.exchange(bytes([0x04]) + bytes(16))                # Pairing Random Na
+            assert nb is not None and nb[0] == 0x04, nb
+            # Without the private key of `first_key`, no DHKey: any Ea is wrong.
+            assert await raw.exchange(bytes([0x0D]) + bytes(16)) == bytes([0x05, 0x0B])
+            assert blemu.exited() is None
+
+            # Nothing was kept, and the link still pairs (after the 2 s repeated-attempts wait
+            # the DHKey Check failure started, 2.3.6).
+            assert not any("paired with" in entry.message for entry in blemu.events("paired"))
+            raw.restore()
+            await asyncio.sleep(2.5)
+            await raw.conn.connection.pair()
+            assert raw.conn.connection.is_encrypted
+            await raw.conn.disconnect()
+
+    try:
+        run(scenario(), timeout=60)
+    finally:
+        stop(blemu)
+
+
+@pytest.mark.slow
+def test_smp_timeout_ends_smp_on_the_link_and_a_new_link_pairs(rootcanal, tmp_path):
+    """SLOW (about 32 s: the spec's timer). A central that starts pairing and then never
+    answers: after 30 s the SMP timeout ends SMP on that link (Vol 3, Part H, 3.4: "No further
+    SMP commands shall be sent over the L2CAP Security Manager Channel. A new Pairing process
+    shall only be performed when a new physical link has been established"), so a Pairing
+    Request on it gets no answer; blemu stays up and a new link pairs normally."""
+    blemu = start(rootcanal, "Slow", tmp_path / "state")
+
+    async def scenario():
+        async with raw_smp(blemu, "raw-silent-central") as raw:
+            assert (await raw.exchange(SC_PAIRING_REQUEST))[0] == 0x02
+            # The central never sends its public key. blemu's timer runs out at 30 s.
+            assert await raw.next_pdu(timeout=33) is None, "blemu sent SMP after the pairing stalled"
+            assert any("30 s" in entry.message or "timeout" in entry.message.lower()
+                       for entry in blemu.events("pairing-failed")), blemu.log_tail()
+            # SMP is over on this link: a new Pairing Request is not answered.
+            raw.send(SC_PAIRING_REQUEST)
+            assert await raw.next_pdu(timeout=3) is None, "SMP answered after its timeout on the same link"
+            assert blemu.exited() is None
+            await raw.conn.disconnect()
+        # A new link pairs normally.
+        async with central_for(blemu, "after-timeout") as central:
+            central.device.pairing_config_factory = pairing(sc=True)
+            conn = await connect(central, blemu)
+            await conn.connection.pair()
+            assert conn.connection.is_encrypted
+            await conn.disconnect()
+
+    try:
+        run(scenario(), timeout=90)
+    finally:
+        stop(blemu)

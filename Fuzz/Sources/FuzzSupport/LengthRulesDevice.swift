@@ -51,6 +51,7 @@ public final class LengthRulesDevice: Device {
     public let encrypted: Characteristic
     public let cached: Characteristic
     public let notifyOnly: Characteristic
+    public let authorized: Characteristic
     public let included: Service
 
     public var profile: DeviceProfile {
@@ -131,6 +132,13 @@ public final class LengthRulesDevice: Device {
                                    onWrite: { _ in fuzzFailure("an encryption-required value was written on an unencrypted link") })
         cached = Characteristic(0x2A29, properties: [.read], cachedValue: Array("a cached value longer than one MTU".utf8))
         notifyOnly = Characteristic(0x2A19, properties: [.notify])
+        // Authorization is never given (no `authorize`, nobody answers yes): these handlers must
+        // never run. Last in the database, so the handles of the rest stay as the seeds know them.
+        authorized = Characteristic(Self.uuid(0xA0), properties: [.read, .write, .writeWithoutResponse],
+                                    permissions: [.readAuthorizationRequired, .writeAuthorizationRequired],
+                                    onRead: { _, _ in fuzzFailure("an authorization-required value was read without authorization") },
+                                    validateWrite: { _ in fuzzFailure("an authorization-required value was checked without authorization") },
+                                    onWrite: { _ in fuzzFailure("an authorization-required value was written without authorization") })
         included = Service(Self.uuid(0x90), primary: false) {
             Characteristic(0x2A24, properties: [.read], cachedValue: Array("secondary".utf8))
         }
@@ -163,6 +171,7 @@ public final class LengthRulesDevice: Device {
             Service(0x180F) {
                 cached
                 notifyOnly
+                authorized
             },
         ]
     }
