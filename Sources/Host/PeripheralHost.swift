@@ -89,8 +89,9 @@ public final class PeripheralHost {
 
     /// The controller transport is gone: every link with it.
     public func controllerDown(reason: String) {
-        hci.halt()
+        // First: the completions `halt` cancels must find their generation gone.
         resolvingListReset()
+        hci.halt()
         dropPendingLinks()
         sharedRole?.sharedControllerReset(reason: reason)
         if isStopping {

@@ -90,7 +90,8 @@ extension PeripheralHost {
         }
         let generation = resolvingList.generation
         hci.send(.leReadResolvingListSize) { [weak self] result in
-            guard let self, self.resolvingList.generation == generation else { return }
+            // Cancelled: the controller went away or the host stops; that path goes on by itself.
+            guard let self, self.resolvingList.generation == generation, result != .cancelled else { return }
             guard case .complete(let parameters) = result,
                   let size = try? ResolvingListSizeReturn(returnParameters: parameters), size.status == HCIStatus.success else {
                 self.logger.warning("controller did not give its resolving list size: centrals' private addresses are resolved by the host (ah)",
@@ -109,7 +110,7 @@ extension PeripheralHost {
         hci.send(.leClearResolvingList)
         for entry in fits { addResolvingEntry(entry, generation: generation) }
         hci.send(.leSetAddressResolutionEnable(true)) { [weak self] result in
-            guard let self, self.resolvingList.generation == generation else { return }
+            guard let self, self.resolvingList.generation == generation, result != .cancelled else { return }
             self.resolvingList.enabled = result.succeeded
             if !result.succeeded {
                 self.logger.warning("controller refused address resolution: centrals' private addresses are resolved by the host (ah)",

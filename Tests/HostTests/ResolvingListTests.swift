@@ -160,4 +160,49 @@ import Testing
         }
         #expect(status == HCIStatus.commandDisallowed)
     }
+
+    /// Two devices on one controller share its one list: one entry per central identity, with
+    /// the local IRK of the first device that bonded with it; each device finds its own bond.
+    @Test func devicesSharingAControllerShareOneList() throws {
+        let bench = try SharedBench(devices: [HeartRateDevice(seed: 1), HeartRateDevice(seed: 2)], sets: 4)
+        let c = bench.controller
+        c.supportsLLPrivacy = true
+        let (first, second) = (bench.peripherals[0], bench.peripherals[1])
+        let secondKey = [UInt8](repeating: 0x66, count: 16)
+        let laptop = BluetoothAddress("C4:22:33:44:55:88")!
+        first.security.bonds.save(Self.bond(Self.phone, irk: Self.phoneIRK, key: Self.phoneKey))
+        second.security.bonds.save(Self.bond(Self.phone, irk: Self.phoneIRK, key: secondKey))
+        second.security.bonds.save(Self.bond(laptop, irk: [UInt8](repeating: 0x99, count: 16), key: Self.tabletKey))
+        let (firstIRK, secondIRK) = (first.security.identity.resolvingKey, second.security.identity.resolvingKey)
+        bench.host.controllerDown(reason: "test")
+        c.commands = []
+        bench.host.controllerUp()
+        #expect(c.resolvingList == [[0x01] + Self.phone.littleEndianBytes, [0x01] + laptop.littleEndianBytes])
+        let adds = c.commands(HCIOpcode.leAddDeviceToResolvingList).map(\.parameters)
+        #expect(adds.count == 2 && Array(adds[0][23...]) == firstIRK && Array(adds[1][23...]) == secondIRK)
+        #expect(first.isAdvertising && second.isAdvertising)
+        // The phone connects to the second device: resolved by the controller, its bond there.
+        let set = try #require(second.advertisingSet)
+        c.connectEnhanced(handle: Bench.link, peerType: 0x03, peer: Self.phone, rpa: Self.privateAddress(Self.phoneIRK, seed: 7))
+        c.setTerminated(set: set, handle: Bench.link)
+        #expect(keyAnswered(c, handle: Bench.link) == secondKey)
+
+        // A new bond of the first device: every set off for the Add, back on after it.
+        let tablet = Self.bond(Self.tablet, irk: Self.tabletIRK, key: Self.tabletKey)
+        first.security.bonds.save(tablet)
+        let before = c.commands.count
+        first.security.bondSaved(tablet)
+        let after = Array(c.commands[before...])
+        let addIndex = try #require(after.firstIndex { $0.opcode == HCIOpcode.leAddDeviceToResolvingList })
+        let offs = after[..<addIndex].filter { $0.opcode == HCIOpcode.leSetExtendedAdvertisingEnable && $0.parameters.first == 0 }
+        #expect(!offs.isEmpty)
+        #expect(c.resolvingList.count == 3)
+        #expect(c.enabledSets.contains(try #require(first.advertisingSet)) && first.isAdvertising)
+    }
+
+    private func keyAnswered(_ c: ScriptedController, handle: UInt16) -> [UInt8]? {
+        let before = c.commands.count
+        c.requestLongTermKey(handle: handle)
+        return c.commands[before...].first { $0.opcode == HCIOpcode.leLongTermKeyRequestReply }.map { Array($0.parameters.dropFirst(2)) }
+    }
 }
