@@ -130,6 +130,33 @@ import Testing
         #expect(c.isAdvertising && bench.peripheral.isAdvertising)
     }
 
+    /// A link that closes while the Add waits does not start advertising between the commands
+    /// (the controller would refuse the Add): advertising starts once, after it.
+    @Test func noDeviceStartsAdvertisingWhileTheListChanges() throws {
+        let bench = try bench(llPrivacy: true)
+        let c = bench.controller
+        let p = bench.peripheral
+        c.connect(handle: Bench.link, peer: bench.central)
+        let laptop = BluetoothAddress("C4:22:33:44:55:88")!
+        let bond = Self.bond(laptop, irk: [UInt8](repeating: 0x99, count: 16), key: Self.phoneKey)
+        p.security.bonds.save(bond)
+        let before = c.commands.count
+        // The controller takes the advertising stop, then no command for a while.
+        c.commandCredits = 0
+        p.security.bondSaved(bond)
+        c.disconnect(handle: Bench.link)
+        #expect(!p.isAdvertising, "advertising waits for the Add")
+        c.commandCredits = 1
+        bench.scheduler.advance(by: .seconds(3))
+        let after = c.commands[before...].map(\.opcode).filter {
+            [HCIOpcode.leAddDeviceToResolvingList, HCIOpcode.leSetPrivacyMode, HCIOpcode.leSetAdvertisingEnable].contains($0)
+        }
+        #expect(after == [HCIOpcode.leSetAdvertisingEnable, HCIOpcode.leAddDeviceToResolvingList, HCIOpcode.leSetPrivacyMode,
+                          HCIOpcode.leSetAdvertisingEnable])
+        #expect(c.resolvingList.last == [0x01] + laptop.littleEndianBytes)
+        #expect(c.isAdvertising && p.isAdvertising)
+    }
+
     @Test func aRefusedAddLeavesTheCentralToTheHost() throws {
         let log = LogCapture()
         let bench = try bench(llPrivacy: true, logger: log)
