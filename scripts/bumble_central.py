@@ -524,9 +524,13 @@ class CentralConnection:
 class Central:
     """A Bumble device on a controller, used as a central. `async with Central(spec) as c:`."""
 
-    def __init__(self, controller: str, name: str = "blemu-test-central", address: hci.Address | None = None):
+    def __init__(self, controller: str, name: str = "blemu-test-central", address: hci.Address | None = None,
+                 privacy_irk: bytes | None = None):
         self.controller = controller
         self.name = name
+        # With an IRK the central connects from a resolvable private address made from it (a new
+        # one each time the central opens); `address` stays its identity (static random) address.
+        self.privacy_irk = privacy_irk
         # A fixed address lets a central reconnect as the same peer (bonds are kept by address).
         self.address = address
         self.transport: Any = None
@@ -543,6 +547,10 @@ class Central:
         self.device = Device.with_hci(
             self.name, self.address or hci.Address.generate_static_address(), self.transport.source, self.transport.sink
         )
+        if self.privacy_irk is not None:
+            self.device.irk = self.privacy_irk
+            self.device.le_privacy_enabled = True
+            self.device.le_rpa_timeout = 0
         await asyncio.wait_for(self.device.power_on(), timeout)
         self.device.host.on("advertising_report", self._on_advertising_report)
         return self

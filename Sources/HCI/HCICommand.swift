@@ -45,6 +45,11 @@ public enum HCIOpcode {
     public static let leSetExtendedScanParameters: UInt16 = 0x2041
     public static let leSetExtendedScanEnable: UInt16 = 0x2042
     public static let leExtendedCreateConnection: UInt16 = 0x2043
+    public static let leAddDeviceToResolvingList: UInt16 = 0x2027
+    public static let leClearResolvingList: UInt16 = 0x2029
+    public static let leReadResolvingListSize: UInt16 = 0x202A
+    public static let leSetAddressResolutionEnable: UInt16 = 0x202D
+    public static let leSetPrivacyMode: UInt16 = 0x204E
 
     public static func name(_ opcode: UInt16) -> String {
         let names: [UInt16: String] = [
@@ -77,6 +82,9 @@ public enum HCIOpcode {
             leSetExtendedScanParameters: "LE Set Extended Scan Parameters",
             leSetExtendedScanEnable: "LE Set Extended Scan Enable",
             leExtendedCreateConnection: "LE Extended Create Connection",
+            leAddDeviceToResolvingList: "LE Add Device To Resolving List", leClearResolvingList: "LE Clear Resolving List",
+            leReadResolvingListSize: "LE Read Resolving List Size",
+            leSetAddressResolutionEnable: "LE Set Address Resolution Enable", leSetPrivacyMode: "LE Set Privacy Mode",
         ]
         return names[opcode] ?? "command \(Hex.word(opcode))"
     }
@@ -372,6 +380,41 @@ public struct HCICommand: Equatable, Sendable {
     /// Vol 4, Part E, 7.8.13.
     public static let leCreateConnectionCancel = HCICommand(opcode: HCIOpcode.leCreateConnectionCancel)
 
+    // MARK: The resolving list (Vol 4, Part E, 7.8.38 – 7.8.44, 7.8.77)
+
+    /// 7.8.38: a peer's identity address (type 0x00 public, 0x01 random) with its IRK, and the
+    /// local IRK the controller would make our own resolvable private addresses with. Keys
+    /// least significant octet first, as the bond file and SMP keep them; a key of another size
+    /// is padded or cut to 16 octets, never sent as a malformed command.
+    public static func leAddDeviceToResolvingList(peerIdentityAddressType: UInt8, peerIdentityAddress: BluetoothAddress,
+                                                  peerIRK: [UInt8], localIRK: [UInt8]) -> HCICommand {
+        var p: [UInt8] = [peerIdentityAddressType]
+        p.append(contentsOf: peerIdentityAddress.littleEndianBytes)
+        for key in [peerIRK, localIRK] {
+            p.append(contentsOf: key.prefix(16))
+            p.append(contentsOf: [UInt8](repeating: 0, count: max(0, 16 - key.count)))
+        }
+        return HCICommand(opcode: HCIOpcode.leAddDeviceToResolvingList, parameters: p)
+    }
+
+    /// 7.8.40.
+    public static let leClearResolvingList = HCICommand(opcode: HCIOpcode.leClearResolvingList)
+    /// 7.8.41.
+    public static let leReadResolvingListSize = HCICommand(opcode: HCIOpcode.leReadResolvingListSize)
+
+    /// 7.8.44: address resolution in the controller on or off.
+    public static func leSetAddressResolutionEnable(_ enable: Bool) -> HCICommand {
+        HCICommand(opcode: HCIOpcode.leSetAddressResolutionEnable, parameters: [enable ? 1 : 0])
+    }
+
+    /// 7.8.77: Privacy_Mode 0x00 Network, 0x01 Device (a peer in the list that shows its
+    /// identity address instead of a resolvable private address is still accepted).
+    public static func leSetPrivacyMode(peerIdentityAddressType: UInt8, peerIdentityAddress: BluetoothAddress,
+                                        deviceMode: Bool) -> HCICommand {
+        HCICommand(opcode: HCIOpcode.leSetPrivacyMode,
+                   parameters: [peerIdentityAddressType] + peerIdentityAddress.littleEndianBytes + [deviceMode ? 0x01 : 0x00])
+    }
+
     /// Vol 4, Part E, 7.8.18: the central changes a link's parameters.
     public static func leConnectionUpdate(handle: UInt16, intervalMin: UInt16, intervalMax: UInt16, latency: UInt16,
                                           timeout: UInt16) -> HCICommand {
@@ -426,6 +469,47 @@ public enum HCIStatus {
     public static let unsupportedRemoteFeature: UInt8 = 0x1A
     public static let unspecifiedError: UInt8 = 0x1F
     public static let unacceptableConnectionParameters: UInt8 = 0x3B
+    public static let memoryCapacityExceeded: UInt8 = 0x07
+    public static let invalidParameters: UInt8 = 0x12
+}
+
+/// The return parameters of a command that returns its Status alone (Vol 4, Part E: LE Add
+/// Device To Resolving List 7.8.38, LE Clear Resolving List 7.8.40, LE Set Address Resolution
+/// Enable 7.8.44, LE Set Privacy Mode 7.8.77). Total: anything else throws.
+public struct StatusReturn: Equatable, Sendable {
+    public var status: UInt8
+
+    public init(status: UInt8) { self.status = status }
+
+    public init(returnParameters: some Collection<UInt8>, command: String) throws(DecodeError) {
+        var r = ByteReader(Array(returnParameters)[...])
+        status = try r.u8()
+        try r.expectEnd(command)
+    }
+}
+
+/// The return parameters of LE Read Resolving List Size (Vol 4, Part E, 7.8.41): Status,
+/// Resolving_List_Size (entries). Total: anything else throws.
+public struct ResolvingListSizeReturn: Equatable, Sendable {
+    public var status: UInt8
+    public var size: UInt8
+
+    public init(status: UInt8, size: UInt8) {
+        self.status = status
+        self.size = size
+    }
+
+    public init(returnParameters: some Collection<UInt8>) throws(DecodeError) {
+        var r = ByteReader(Array(returnParameters)[...])
+        status = try r.u8()
+        guard status == HCIStatus.success else {
+            // A failed command may return the status alone.
+            size = 0
+            return
+        }
+        size = try r.u8()
+        try r.expectEnd("LE Read Resolving List Size")
+    }
 }
 
 

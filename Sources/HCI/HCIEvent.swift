@@ -19,9 +19,24 @@ public struct LEConnectionComplete: Equatable, Sendable {
     public var handle: UInt16
     /// 0x00 central, 0x01 peripheral (our role).
     public var role: UInt8
+    /// 0x00 public, 0x01 random; in the enhanced event also 0x02 public identity and 0x03
+    /// random identity: the controller resolved the peer's private address with its resolving
+    /// list, and `peerAddress` is the identity address.
     public var peerAddressType: UInt8
     public var peerAddress: BluetoothAddress
     public var parameters: LinkParameters
+    /// The enhanced event's Peer_Resolvable_Private_Address: the address the peer used over the
+    /// air when the controller resolved it (nil when all zero, or from the legacy event).
+    public var peerResolvablePrivateAddress: BluetoothAddress? = nil
+
+    /// The controller resolved the peer: Peer_Address_Type 0x02 or 0x03 (7.7.65.10), or a
+    /// Peer_Resolvable_Private_Address that is not all zero, which the spec allows only with
+    /// those types: rootcanal 1.10 reports a resolved peer as 0x00/0x01 with the identity address
+    /// and the private address it used. Either way `peerAddress` is the identity, whose type is
+    /// bit 0 of Peer_Address_Type.
+    public var peerIdentityResolved: Bool {
+        peerAddressType == 0x02 || peerAddressType == 0x03 || peerResolvablePrivateAddress != nil
+    }
 }
 
 /// An HCI event, decoded (Vol 4, Part E, 7.7). Decoding is total: unknown events and LE
@@ -160,14 +175,20 @@ public enum HCIEvent: Equatable, Sendable {
             let role = try r.u8()
             let peerType = try r.u8()
             let peer = try BluetoothAddress(littleEndian: try r.bytes(6))
-            if subevent == 0x0A { try r.skip(12) }
+            var peerPrivate: BluetoothAddress?
+            if subevent == 0x0A {
+                try r.skip(6) // Local_Resolvable_Private_Address
+                let rpa = try r.bytes(6)
+                if rpa.contains(where: { $0 != 0 }) { peerPrivate = try BluetoothAddress(littleEndian: rpa) }
+            }
             let interval = try r.u16()
             let latency = try r.u16()
             let timeout = try r.u16()
             _ = try r.u8() // central clock accuracy
             return .leConnectionComplete(LEConnectionComplete(
                 status: status, handle: handle, role: role, peerAddressType: peerType, peerAddress: peer,
-                parameters: LinkParameters(interval: interval, latency: latency, supervisionTimeout: timeout)))
+                parameters: LinkParameters(interval: interval, latency: latency, supervisionTimeout: timeout),
+                peerResolvablePrivateAddress: peerPrivate))
         case 0x02:
             let count = Int(try r.u8())
             var reports: [AdvertisingReport] = []

@@ -25,6 +25,16 @@ public struct ControllerInfo: Sendable, Equatable {
     public var supportsDataLengthExtension: Bool { leFeatures & (1 << 5) != 0 }
     /// Vol 6, Part B, 4.6 (bit 12): LE Extended Advertising.
     public var supportsExtendedAdvertising: Bool { leFeatures & (1 << 12) != 0 }
+    /// LL Privacy (Vol 6, Part B, 4.6, bit 6) with the commands that load and enable the resolving
+    /// list in Supported Commands (Vol 4, Part E, 6.27): LE Add Device To Resolving List (octet 34
+    /// bit 3), LE Clear Resolving List (34, 5), LE Read Resolving List Size (34, 6), LE Set Address
+    /// Resolution Enable (35, 1).
+    public var supportsLLPrivacy: Bool {
+        leFeatures & (1 << 6) != 0 && supports(octet: 34, bit: 3) && supports(octet: 34, bit: 5)
+            && supports(octet: 34, bit: 6) && supports(octet: 35, bit: 1)
+    }
+    /// LE Set Privacy Mode (octet 39 bit 2).
+    public var supportsPrivacyMode: Bool { supports(octet: 39, bit: 2) }
     /// LE 2M PHY (Vol 6, Part B, 4.6, bit 8).
     public var supports2MPHY: Bool { leFeatures & (1 << 8) != 0 }
 }

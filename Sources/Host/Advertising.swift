@@ -21,7 +21,7 @@ extension Peripheral {
     /// `fastFor`: what is left of a fast phase that runs (a new private address restarts
     /// advertising without starting the fast phase over).
     func startAdvertising(fast: Bool, fastFor: Duration? = nil) {
-        guard hci.isReady, !isStopping, advertisingAllowed, let set = advertisingSet,
+        guard hci.isReady, !isStopping, advertisingAllowed, !host.resolvingList.changing, let set = advertisingSet,
               connections.count < configuration.maxConnections else { return }
         let timing = profile.advertisingTiming
         let interval = fast ? timing.fastInterval : timing.slowInterval

@@ -47,9 +47,20 @@ extension Peripheral {
         connections[event.handle] = connection
         hci.openLink(event.handle)
         host.linkOpened(event.handle, by: self)
-        // Peer_Address_Type: 0x01 random, 0x03 random identity (Vol 4, Part E, 7.7.65.10).
-        security.linkOpened(event.handle, peer: SMPAddress(event.peerAddress, isRandom: event.peerAddressType & 0x01 != 0),
-                            local: advertisedAddress ?? advertisingAddress)
+        // Peer_Address_Type: 0x01 random, 0x03 random identity (Vol 4, Part E, 7.7.65.10). With
+        // 0x02/0x03 the controller resolved the central's private address with the resolving
+        // list: the bond is looked up by the identity; pairing uses the address of the
+        // connection (the private one, Vol 3, Part H, 2.2.3). Else the host resolves with ah().
+        let peerAddress = SMPAddress(event.peerAddress, isRandom: event.peerAddressType & 0x01 != 0)
+        if event.peerIdentityResolved {
+            let overTheAir = event.peerResolvablePrivateAddress.map { SMPAddress($0, isRandom: true) } ?? peerAddress
+            security.linkOpened(event.handle, peer: overTheAir, local: advertisedAddress ?? advertisingAddress,
+                                resolvedIdentity: peerAddress)
+            logger.info("controller resolved \(overTheAir.address) to identity \(event.peerAddress) (resolving list)",
+                        metadata: [LogKey.connHandle: .string("\(event.handle)")])
+        } else {
+            security.linkOpened(event.handle, peer: peerAddress, local: advertisedAddress ?? advertisingAddress)
+        }
         // A bonded central reading a protected value is told to encrypt, not to pair (Vol 3, Part C, 10.3.1).
         server.linkSecurity.hasLongTermKey = security.bond(on: event.handle) != nil
         // A bonded central may sign writes on a link it does not encrypt (Vol 3, Part C, 10.4).

@@ -151,6 +151,10 @@ extension Peripheral {
                 self.security.clientConfigurationsChanged(connection.server.clientConfigurationValues, on: handle)
             }
         }
+        security.bondSaved = { [weak self] bond in
+            guard let self else { return }
+            self.host.bondSaved(bond, by: self)
+        }
         security.answerKeyRequest = { [weak self] handle, key in
             guard let self else { return }
             if let key {

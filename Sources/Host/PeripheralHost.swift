@@ -42,6 +42,9 @@ public final class PeripheralHost {
     /// ACL packets kept for a link while it waits for its device.
     static let pendingPacketLimit = 8
 
+    /// The controller's resolving list, as the host loaded it (ResolvingList.swift).
+    var resolvingList = ResolvingListState()
+
     var stopCompletion: (() -> Void)?
     private var stopFinished = false
     var stopTimer: TimerID?
@@ -86,6 +89,8 @@ public final class PeripheralHost {
 
     /// The controller transport is gone: every link with it.
     public func controllerDown(reason: String) {
+        // First: the completions `halt` cancels must find their generation gone.
+        resolvingListReset()
         hci.halt()
         dropPendingLinks()
         sharedRole?.sharedControllerReset(reason: reason)
@@ -274,14 +279,20 @@ extension PeripheralHost: HCIHostDelegate {
             logger.error("\(why); give the other devices their own --controller")
             onFatal?("\(members.count) devices on one controller: \(why); give each device its own --controller (e.g. one tcp: connection each)")
         }
-        for member in members {
-            let set = advertiser.takeSet()
-            member.peripheral.hostReady(advertisingSet: set)
+        // The resolving list is loaded before anything advertises: the controller refuses
+        // changes to it while advertising with address resolution on (Vol 4, Part E, 7.8.38).
+        loadResolvingList { [weak self] in
+            guard let self, !self.isStopping else { return }
+            for member in self.members {
+                let set = self.advertiser.takeSet()
+                member.peripheral.hostReady(advertisingSet: set)
+            }
+            self.sharedRole?.sharedControllerReady(extendedCommands: self.advertiser.mode != .legacy)
         }
-        sharedRole?.sharedControllerReady(extendedCommands: advertiser.mode != .legacy)
     }
 
     public func hciHostDidReset(_ host: HCIHost, reason: String) {
+        resolvingListReset()
         dropPendingLinks()
         for member in members { member.peripheral.hostReset(reason: reason) }
         linkOwners.removeAll()

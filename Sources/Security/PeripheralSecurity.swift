@@ -105,6 +105,9 @@ public final class PeripheralSecurity {
         return made
     }
     private var loadedIdentity: SMPIdentity?
+    /// The identity if it exists already (read from the identity file, or made by a pairing):
+    /// unlike `identity`, never makes one.
+    public var existingIdentity: SMPIdentity? { loadedIdentity }
     private let owner: BondOwner
     /// Sends one SMP PDU on a link's CID 0x0006.
     public var sendSMP: (_ handle: UInt16, _ pdu: [UInt8]) -> Void = { _, _ in }
@@ -112,6 +115,9 @@ public final class PeripheralSecurity {
     public var answerKeyRequest: (_ handle: UInt16, _ key: [UInt8]?) -> Void = { _, _ in }
     /// A link's security changed (encrypted, or its pairing finished).
     public var securityChanged: (_ handle: UInt16, _ security: LinkSecurity) -> Void = { _, _ in }
+    /// A pairing made a bond and it was saved (the host loads a new IRK into the controller's
+    /// resolving list).
+    public var bondSaved: (_ bond: Bond) -> Void = { _ in }
 
     /// The SMP timeout (Vol 3, Part H, 3.4).
     public static let timeout: Duration = .seconds(30)
@@ -133,6 +139,9 @@ public final class PeripheralSecurity {
     private final class Link {
         let handle: UInt16
         let peer: SMPAddress
+        /// The address bonds are looked up by: the central's identity address when the
+        /// controller resolved its private address, else `peer` (matched, or resolved with ah).
+        let bondAddress: SMPAddress
         /// The address the central connected to (the responder's in confirm and check values).
         let local: SMPAddress
         var responder: SMPResponder
@@ -146,9 +155,10 @@ public final class PeripheralSecurity {
         var askedForSecurity = false
         /// A Numeric Comparison value waiting for the user's answer (`askNumericComparison`).
         var comparison: UInt32?
-        init(handle: UInt16, peer: SMPAddress, local: SMPAddress, responder: SMPResponder) {
+        init(handle: UInt16, peer: SMPAddress, bondAddress: SMPAddress, local: SMPAddress, responder: SMPResponder) {
             self.handle = handle
             self.peer = peer
+            self.bondAddress = bondAddress
             self.local = local
             self.responder = responder
         }
@@ -184,11 +194,14 @@ public final class PeripheralSecurity {
     /// A central connected from `peer` (the address of LE Connection Complete, with its type) to
     /// `local`, the address the device advertised from (a resolvable private address with
     /// privacy; the identity address when nil). The pairing's confirm and check values use the
-    /// addresses of the connection (Vol 3, Part H, 2.2.3, 2.2.7).
-    public func linkOpened(_ handle: UInt16, peer: SMPAddress, local: BluetoothAddress? = nil) {
+    /// addresses of the connection (Vol 3, Part H, 2.2.3, 2.2.7). `resolvedIdentity`: the
+    /// central's identity address when the controller resolved its private address with the
+    /// resolving list (LE Enhanced Connection Complete, Peer_Address_Type 0x02/0x03): its bond is
+    /// looked up by it directly; without it, by `peer` (the host's ah() for a private address).
+    public func linkOpened(_ handle: UInt16, peer: SMPAddress, local: BluetoothAddress? = nil, resolvedIdentity: SMPAddress? = nil) {
         if let old = links.removeValue(forKey: handle), let timer = old.timer { scheduler.cancel(timer) }
         let responderAddress = local.map { SMPAddress($0, isRandom: true) } ?? localAddress
-        links[handle] = Link(handle: handle, peer: peer, local: responderAddress,
+        links[handle] = Link(handle: handle, peer: peer, bondAddress: resolvedIdentity ?? peer, local: responderAddress,
                              responder: makeResponder(peer: peer, local: responderAddress, identity: loadedIdentity))
     }
 
@@ -215,13 +228,13 @@ public final class PeripheralSecurity {
     /// The bond of the central on a link, if it has one.
     public func bond(on handle: UInt16) -> Bond? {
         guard let link = links[handle] else { return nil }
-        return bonds.bond(for: link.peer)
+        return bonds.bond(for: link.bondAddress)
     }
 
     /// A bonded central's CCCD values changed: kept with its bond, written to the bond file.
     public func clientConfigurationsChanged(_ values: [UInt16: UInt16], on handle: UInt16) {
         guard let link = links[handle], link.security.isBonded,
-              bonds.setClientConfigurations(values, for: link.peer, write: false), flushTimer == nil else { return }
+              bonds.setClientConfigurations(values, for: link.bondAddress, write: false), flushTimer == nil else { return }
         flushTimer = scheduler.schedule(after: Self.bondWriteDelay) { [weak self] in
             self?.flushTimer = nil
             self?.bonds.flush()
@@ -232,7 +245,7 @@ public final class PeripheralSecurity {
     /// SignCounter is kept with the bond (written within `bondWriteDelay`, and when the link
     /// closes), so neither a replay nor an older counter is taken later, also after a restart.
     public func signCounterAccepted(_ counter: UInt32, on handle: UInt16) {
-        guard let link = links[handle], bonds.setSignCounter(counter, for: link.peer), flushTimer == nil else { return }
+        guard let link = links[handle], bonds.setSignCounter(counter, for: link.bondAddress), flushTimer == nil else { return }
         flushTimer = scheduler.schedule(after: Self.bondWriteDelay) { [weak self] in
             self?.flushTimer = nil
             self?.bonds.flush()
@@ -243,14 +256,14 @@ public final class PeripheralSecurity {
     /// Part G, 2.5.2.1: persistent across connections for a bonded client), kept with its bond.
     public func cachingStateKnown(features: UInt8, changeAware: Bool, on handle: UInt16) {
         guard let link = links[handle], link.security.isBonded else { return }
-        bonds.setCachingState(features: features, changeAware: changeAware, for: link.peer)
+        bonds.setCachingState(features: features, changeAware: changeAware, for: link.bondAddress)
     }
 
     /// What a bonded central on `handle` knows of the database now: its Database Hash, kept
     /// with its bond (written to the file) so a change while it is away is told when it returns.
     public func databaseHashKnown(_ hash: [UInt8], on handle: UInt16) {
         guard let link = links[handle], link.security.isBonded else { return }
-        bonds.setDatabaseHash(hash, for: link.peer)
+        bonds.setDatabaseHash(hash, for: link.bondAddress)
     }
 
     /// Writes what waits for the bond file now.
@@ -271,7 +284,7 @@ public final class PeripheralSecurity {
         link.askedForSecurity = true
         sendSMP(handle, link.responder.securityRequest)
         if let leftOut = peerLog.take(now: scheduler.nowNanoseconds) {
-            logger.info("asked \(link.peer.address) to \(bonds.bond(for: link.peer) != nil ? "encrypt with its bond" : "pair") (Security Request)\(LogBudget.note(leftOut))",
+            logger.info("asked \(link.peer.address) to \(bonds.bond(for: link.bondAddress) != nil ? "encrypt with its bond" : "pair") (Security Request)\(LogBudget.note(leftOut))",
                         metadata: metadata(link))
         }
     }
@@ -297,7 +310,7 @@ public final class PeripheralSecurity {
                 link.responder = makeResponder(peer: link.peer, local: link.local, identity: identity)
             }
             if let leftOut = peerLog.take(now: now) {
-                let known = bonds.bond(for: link.peer) != nil ? " (it is bonded: a new pairing replaces the bond)" : ""
+                let known = bonds.bond(for: link.bondAddress) != nil ? " (it is bonded: a new pairing replaces the bond)" : ""
                 logger.info("\(link.peer.address) asks to pair\(known)\(LogBudget.note(leftOut))", metadata: metadata(link))
             }
         }
@@ -321,7 +334,7 @@ public final class PeripheralSecurity {
             answerKeyRequest(handle, key.key)
             return
         }
-        guard let bond = bonds.bond(for: link.peer) else {
+        guard let bond = bonds.bond(for: link.bondAddress) else {
             refuseKey(link, "no bond with it")
             return
         }
@@ -491,6 +504,7 @@ public final class PeripheralSecurity {
                                 encryptionKeySize: result.encryptionKeySize, secureConnections: result.secureConnections,
                                 authenticated: result.authenticated, signatureKey: result.peerSignatureKey)
                 let dropped = bonds.save(bond)
+                bondSaved(bond)
                 bonded = true
                 note = "; bonded"
                 for old in dropped {

@@ -278,7 +278,8 @@ private let peerAddress = BluetoothAddress("C0:11:22:33:44:55")!
         let decoded = try event("3e1f 0a 00 4100 01 00" + peerAddressLE + localRPA + peerRPA + "2800 0200 9001 05")
         #expect(decoded == .leConnectionComplete(LEConnectionComplete(
             status: 0, handle: 0x0041, role: 0x01, peerAddressType: 0x00, peerAddress: peerAddress,
-            parameters: LinkParameters(interval: 40, latency: 2, supervisionTimeout: 400))))
+            parameters: LinkParameters(interval: 40, latency: 2, supervisionTimeout: 400),
+            peerResolvablePrivateAddress: BluetoothAddress("4F:0E:0D:0C:0B:0A"))))
     }
 
     @Test func failedLEConnectionCompleteKeepsItsStatus() throws {

@@ -15,6 +15,14 @@ final class ScriptedController {
     /// LE Extended Advertising with this many sets (0: a legacy-only controller).
     var extendedAdvertisingSets: UInt8 = 0
     var advertisingTxPower: Int8 = -4
+    /// LL Privacy (LE feature bit 6): a resolving list of `resolvingListSize` entries, which
+    /// refuses changes while advertising with address resolution on (Vol 4, Part E, 7.8.38).
+    var supportsLLPrivacy = false
+    var resolvingListSize: UInt8 = 4
+    /// The resolving list's entries: Peer_Identity_Address_Type and Peer_Identity_Address.
+    private(set) var resolvingList: [[UInt8]] = []
+    private(set) var addressResolution = false
+    private var legacyAdvertising = false
     /// Opcodes to answer with this status instead of success.
     var failures: [UInt16: UInt8] = [:]
     /// When false, ACL packets are taken but not completed until `completePackets`.
@@ -83,9 +91,11 @@ final class ScriptedController {
 
     private func answer(_ command: HCICommand) {
         guard !silent else { return }
-        let status = failures[command.opcode] ?? 0
+        let status = failures[command.opcode] ?? resolvingListStatus(command)
         var returned: [UInt8] = [status]
         switch command.opcode {
+        case HCIOpcode.leReadResolvingListSize:
+            returned.append(resolvingListSize)
         case HCIOpcode.readLocalVersion:
             returned += [0x0D, 0x00, 0x00, 0x0D, 0xFF, 0xFF, 0x00, 0x00]
         case HCIOpcode.readBDAddr:
@@ -97,7 +107,7 @@ final class ScriptedController {
         case HCIOpcode.readLocalSupportedFeatures:
             returned += [UInt8](repeating: 0, count: 8)
         case HCIOpcode.leReadLocalSupportedFeatures:
-            returned += [supportsDataLengthExtension ? 0x20 : 0x00,
+            returned += [(supportsDataLengthExtension ? 0x20 : 0x00) | (supportsLLPrivacy ? 0x40 : 0x00),
                          (extendedAdvertisingSets > 0 ? 0x10 : 0x00) | (supports2MPHY ? 0x01 : 0x00), 0, 0, 0, 0, 0, 0]
         case HCIOpcode.leReadNumberOfSupportedAdvertisingSets:
             returned.append(extendedAdvertisingSets)
@@ -120,6 +130,63 @@ final class ScriptedController {
     }
 
     private func le(_ v: UInt16) -> [UInt8] { [UInt8(v & 0xFF), UInt8(v >> 8)] }
+
+    var isAdvertising: Bool { legacyAdvertising || !enabledSets.isEmpty }
+
+    /// The resolving list's rules (Vol 4, Part E, 7.8.38 – 7.8.44, 7.8.77), and advertising's
+    /// state, which they depend on. Success for every other command.
+    private func resolvingListStatus(_ command: HCICommand) -> UInt8 {
+        let p = command.parameters
+        let locked = isAdvertising && addressResolution
+        switch command.opcode {
+        case HCIOpcode.reset:
+            resolvingList = []
+            addressResolution = false
+            legacyAdvertising = false
+        case HCIOpcode.leSetAdvertisingEnable:
+            legacyAdvertising = p.first == 1
+        case HCIOpcode.leReadResolvingListSize, HCIOpcode.leClearResolvingList, HCIOpcode.leAddDeviceToResolvingList,
+             HCIOpcode.leSetAddressResolutionEnable, HCIOpcode.leSetPrivacyMode:
+            guard supportsLLPrivacy else { return 0x01 } // Unknown HCI Command
+            switch command.opcode {
+            case HCIOpcode.leClearResolvingList:
+                if locked { return HCIStatus.commandDisallowed }
+                resolvingList = []
+            case HCIOpcode.leAddDeviceToResolvingList:
+                if locked { return HCIStatus.commandDisallowed }
+                let key = Array(p.prefix(7))
+                if resolvingList.contains(key) { return HCIStatus.invalidParameters }
+                if resolvingList.count >= Int(resolvingListSize) { return HCIStatus.memoryCapacityExceeded }
+                resolvingList.append(key)
+            case HCIOpcode.leSetAddressResolutionEnable:
+                if isAdvertising { return HCIStatus.commandDisallowed }
+                addressResolution = p.first == 1
+            case HCIOpcode.leSetPrivacyMode:
+                if locked { return HCIStatus.commandDisallowed }
+                if !resolvingList.contains(Array(p.prefix(7))) { return HCIStatus.unknownConnectionIdentifier }
+            default:
+                break
+            }
+        default:
+            break
+        }
+        return HCIStatus.success
+    }
+
+    /// LE Enhanced Connection Complete (Vol 4, Part E, 7.7.65.10) as a controller with address
+    /// resolution sends it: `peerType` 0x02/0x03 when it resolved `rpa` to the identity `peer`.
+    func connectEnhanced(handle: UInt16, peerType: UInt8, peer: BluetoothAddress, rpa: BluetoothAddress?) {
+        var p: [UInt8] = [0x0A, 0x00]
+        p.appendLE(handle)
+        p += [0x01, peerType] + peer.littleEndianBytes
+        p += [UInt8](repeating: 0, count: 6)
+        p += rpa?.littleEndianBytes ?? [UInt8](repeating: 0, count: 6)
+        p.appendLE(UInt16(24))
+        p.appendLE(UInt16(0))
+        p.appendLE(UInt16(400))
+        p.append(0x00)
+        event(0x3E, p)
+    }
 
     // MARK: Scripted central
 

@@ -365,3 +365,52 @@ def test_devices_sharing_a_controller_each_advertise_from_their_own_private_addr
     assert heart_rate.address != thermostat.address
     assert resolves(heart_rate.address, hr_irk) and not resolves(heart_rate.address, th_irk)
     assert resolves(thermostat.address, th_irk) and not resolves(thermostat.address, hr_irk)
+
+
+def test_a_central_with_private_addresses_is_recognised_through_the_controllers_resolving_list(rootcanal, tmp_path):
+    """rootcanal has LL Privacy (LE feature bit 6, a resolving list of 16): the central's IRK goes
+    into it when it bonds, and the next link, from a new private address, comes with the
+    central's identity (LE Enhanced Connection Complete, Peer_Address_Type 0x03)."""
+    state_dir = tmp_path / "state"
+    blemu = start(rootcanal, "RL", state_dir)
+    identity = hci.Address.generate_static_address()
+    irk = os.urandom(16)
+    keystore = MemoryKeyStore()
+
+    async def visit(first: bool) -> str:
+        async with Central(blemu.controller, name="rl-central", address=identity, privacy_irk=irk) as central:
+            central.device.keystore = keystore
+            central.device.pairing_config_factory = pairing
+            shown = central.device.random_address
+            assert shown.is_random and shown.is_resolvable, f"{shown} is not a resolvable private address"
+            conn = await central.connect(blemu.scan.address)
+            if first:
+                await conn.connection.pair()
+            else:
+                await conn.connection.encrypt()
+            assert conn.connection.is_encrypted
+            await conn.disconnect()
+            return str(shown).replace("/P", "").upper()
+
+    def messages() -> list[str]:
+        return [entry.line for entry in blemu.log_entries()]
+
+    try:
+        first = run(visit(True), timeout=60)
+        blemu.wait_for_event("disconnected")
+        # The identity the central distributed (Bumble's: its controller's public address).
+        paired = blemu.events("paired")
+        assert len(paired) == 1, blemu.log_tail()
+        identity_text = paired[0].message.split("paired with ", 1)[1][:17].upper()
+        assert any("resolving list" in line and identity_text in line.upper() and "added" in line for line in messages()), \
+            blemu.log_tail()
+        second = run(visit(False), timeout=60)
+        blemu.wait_for_event("disconnected", count=2)
+        assert first != second, "the central showed the same private address twice"
+        resolved = [line for line in messages() if "controller resolved" in line]
+        assert any(second in line.upper() and identity_text in line.upper() for line in resolved), blemu.log_tail()
+        assert len(blemu.events("paired")) == 1, "the reconnection paired again"
+        changes = blemu.events("encryption-changed")
+        assert any("bonded" in e.message for e in changes), [e.line for e in changes]
+    finally:
+        stop(blemu)

@@ -1,0 +1,182 @@
+import BlemuCore
+import BlemuHCI
+import BlemuSMP
+import BlemuSecurity
+import Logging
+
+/// One entry of the controller's resolving list (Vol 6, Part B, 4.7): a bonded central's
+/// identity address and IRK, and the local IRK of the device it bonded with.
+struct ResolvingEntry: Equatable {
+    /// 0x00 public, 0x01 random (Peer_Identity_Address_Type, Vol 4, Part E, 7.8.38).
+    let type: UInt8
+    let address: BluetoothAddress
+    let peerIRK: [UInt8]
+    let localIRK: [UInt8]
+
+    /// The entry a bond makes: a central that gave its identity address and a non-zero IRK.
+    init?(bond: Bond, localIRK: [UInt8]?) {
+        guard let identity = bond.identity, let irk = bond.identityResolvingKey, irk.count == 16,
+              irk.contains(where: { $0 != 0 }) else { return nil }
+        type = identity.isRandom ? 0x01 : 0x00
+        address = identity.address
+        peerIRK = irk
+        self.localIRK = localIRK ?? [UInt8](repeating: 0, count: 16)
+    }
+
+    /// The list holds one entry per peer identity address (7.8.38: the same identity twice is
+    /// Invalid HCI Command Parameters).
+    func sameIdentity(_ other: ResolvingEntry) -> Bool { type == other.type && address == other.address }
+
+    var addCommand: HCICommand {
+        .leAddDeviceToResolvingList(peerIdentityAddressType: type, peerIdentityAddress: address, peerIRK: peerIRK, localIRK: localIRK)
+    }
+}
+
+/// What the host loaded into the controller's resolving list.
+struct ResolvingListState {
+    /// LE Read Resolving List Size (7.8.41).
+    var capacity = 0
+    /// Address resolution is on in the controller (7.8.44): links from listed centrals come
+    /// with their identity (LE Enhanced Connection Complete, Peer_Address_Type 0x02/0x03).
+    var enabled = false
+    /// The entries the controller took, in order.
+    var loaded: [ResolvingEntry] = []
+    /// Tells completions of an earlier controller (or initialization) from the current one's.
+    var generation = 0
+    /// A change is under way with advertising stopped: no device starts advertising until it
+    /// is done (a link closing meanwhile would otherwise start it between the commands).
+    var changing = false
+}
+
+/// The controller's resolving list (Vol 6, Part B, 4.7; Vol 4, Part E, 7.8.38 – 7.8.44): on a
+/// controller with LL Privacy the bonded centrals' IRKs are loaded into it at start, so the
+/// controller resolves a central's private address itself and reports its identity. What the
+/// list cannot hold (it is full, the controller refused a change, or has no LL Privacy) is
+/// resolved by the host with ah() as before (`BondStore.bond(for:)`).
+///
+/// Several devices share one controller and so one list: an entry per central identity, with
+/// the local IRK of the first device that bonded with it (blemu never has the controller make
+/// its own addresses, so the local IRK only fills the field). A central bonded with two devices
+/// is resolved once; each device then looks its bond up by the identity.
+extension PeripheralHost {
+    /// The entries every device's bonds make, one per central identity, oldest device first.
+    func wantedResolvingEntries() -> [ResolvingEntry] {
+        var entries: [ResolvingEntry] = []
+        for peripheral in peripherals {
+            let localIRK = peripheral.security.existingIdentity?.resolvingKey
+            for bond in peripheral.security.bonds.bonds {
+                guard let entry = ResolvingEntry(bond: bond, localIRK: localIRK),
+                      !entries.contains(where: { $0.sameIdentity(entry) }) else { continue }
+                entries.append(entry)
+            }
+        }
+        return entries
+    }
+
+    func resolvingListReset() {
+        resolvingList = ResolvingListState(generation: resolvingList.generation + 1)
+    }
+
+    /// At start, before anything advertises (after Reset the list is empty and resolution
+    /// off): Read Resolving List Size, Clear, one Add per central (Set Privacy Mode to Device
+    /// Privacy for each where the controller has it), then address resolution on. `then` runs
+    /// whatever the controller answers: a failure leaves the host's ah() to do the work.
+    func loadResolvingList(then: @escaping () -> Void) {
+        resolvingListReset()
+        guard hci.info.supportsLLPrivacy else {
+            logger.debug("controller has no LL Privacy: centrals' private addresses are resolved by the host (ah)")
+            then()
+            return
+        }
+        let generation = resolvingList.generation
+        hci.send(.leReadResolvingListSize) { [weak self] result in
+            // Cancelled: the controller went away or the host stops; that path goes on by itself.
+            guard let self, self.resolvingList.generation == generation, result != .cancelled else { return }
+            guard case .complete(let parameters) = result,
+                  let size = try? ResolvingListSizeReturn(returnParameters: parameters), size.status == HCIStatus.success else {
+                self.logger.warning("controller did not give its resolving list size: centrals' private addresses are resolved by the host (ah)",
+                                    metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
+                then()
+                return
+            }
+            self.resolvingList.capacity = Int(size.size)
+            self.fillResolvingList(generation: generation, then: then)
+        }
+    }
+
+    private func fillResolvingList(generation: Int, then: @escaping () -> Void) {
+        let wanted = wantedResolvingEntries()
+        let fits = Array(wanted.prefix(resolvingList.capacity))
+        hci.send(.leClearResolvingList)
+        for entry in fits { addResolvingEntry(entry, generation: generation) }
+        hci.send(.leSetAddressResolutionEnable(true)) { [weak self] result in
+            guard let self, self.resolvingList.generation == generation, result != .cancelled else { return }
+            self.resolvingList.enabled = result.succeeded
+            if !result.succeeded {
+                self.logger.warning("controller refused address resolution: centrals' private addresses are resolved by the host (ah)",
+                                    metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
+            } else {
+                let rest = wanted.count - self.resolvingList.loaded.count
+                let restNote = rest > 0 ? "; \(rest) more resolved by the host (ah)" : ""
+                self.logger.info("controller resolving list: \(self.resolvingList.loaded.count) bonded central(s) loaded, room for \(self.resolvingList.capacity)\(restNote)")
+            }
+            then()
+        }
+    }
+
+    /// LE Add Device To Resolving List, then Device Privacy Mode for it (7.8.77) where the
+    /// controller has LE Set Privacy Mode, so a listed central that shows its identity address
+    /// is still accepted. `completion`: whether the controller took it.
+    private func addResolvingEntry(_ entry: ResolvingEntry, generation: Int, completion: ((UInt8?) -> Void)? = nil) {
+        hci.send(entry.addCommand) { [weak self] result in
+            guard let self, self.resolvingList.generation == generation else { return }
+            if result.succeeded {
+                if !self.resolvingList.loaded.contains(where: { $0.sameIdentity(entry) }) { self.resolvingList.loaded.append(entry) }
+                if self.hci.info.supportsPrivacyMode {
+                    self.hci.send(.leSetPrivacyMode(peerIdentityAddressType: entry.type, peerIdentityAddress: entry.address, deviceMode: true))
+                }
+            }
+            completion?(result.status)
+        }
+    }
+
+    /// A pairing made a bond: its central's IRK goes into the list when there is room. The
+    /// controller refuses changes while advertising with resolution on (7.8.38), so the devices
+    /// that advertise stop for the time of the Add and start again after it; a refusal anyway
+    /// (the shared central scans or connects) leaves the central to the host's ah() until the
+    /// next start loads it.
+    func bondSaved(_ bond: Bond, by peripheral: Peripheral) {
+        guard hci.isReady, !isStopping, resolvingList.enabled,
+              let entry = ResolvingEntry(bond: bond, localIRK: peripheral.security.existingIdentity?.resolvingKey) else { return }
+        if let listed = resolvingList.loaded.first(where: { $0.sameIdentity(entry) }) {
+            if listed.peerIRK != entry.peerIRK {
+                peripheral.logger.info("\(entry.address) bonded again with a new IRK: the host resolves it (ah) until the next start reloads the resolving list")
+            }
+            return
+        }
+        guard resolvingList.loaded.count < resolvingList.capacity else {
+            peripheral.logger.info("controller resolving list full (\(resolvingList.capacity)): \(entry.address) is resolved by the host (ah)")
+            return
+        }
+        for member in peripherals where member.advertisingSet != nil && (member.isAdvertising || member.advertisingRequested) {
+            if let set = member.advertisingSet { advertiser.stop(set: set) }
+            member.setAdvertising(false, log: false)
+        }
+        resolvingList.changing = true
+        let generation = resolvingList.generation
+        addResolvingEntry(entry, generation: generation) { [weak self, weak peripheral] status in
+            guard let self else { return }
+            // After the Add (and its Set Privacy Mode, queued first): every device that may
+            // advertise starts again (each checks for itself that it can take a link).
+            self.resolvingList.changing = false
+            if status == HCIStatus.success {
+                peripheral?.logger.info("controller resolving list: \(entry.address) added (\(self.resolvingList.loaded.count) of \(self.resolvingList.capacity))")
+            } else {
+                let why = status == HCIStatus.commandDisallowed ? "refused while advertising, scanning or connecting" : "refused"
+                peripheral?.logger.notice("controller resolving list: \(entry.address) \(why); the host resolves it (ah) until the next start",
+                                          metadata: [LogKey.hciStatus: .string(status.map(Hex.byte) ?? "timeout")])
+            }
+            for member in self.peripherals where !self.isStopping { member.startAdvertising(fast: true) }
+        }
+    }
+}
