@@ -291,24 +291,15 @@ public struct SMPInitiator {
     private mutating func pairingResponse(_ pairingResponse: SMPPairingResponse, raw: [UInt8], _ out: inout SMPInitiatorOutput) {
         guard let request = session.request else { return fail(.unspecifiedReason, &out) }
         let response = pairingResponse.features
-        let secureConnections = configuration.secureConnections && response.authRequirements.secureConnections
-        if configuration.secureConnectionsOnly && !secureConnections {
-            return fail(.authenticationRequirements, &out)
-        }
-        // 2.3.4: the smaller of the two maxima; below our minimum fails with Encryption Key Size.
-        let keySize = min(response.maximumEncryptionKeySize, configuration.maximumEncryptionKeySize)
-        let minimum = configuration.secureConnectionsOnly ? 16 : configuration.minimumEncryptionKeySize
-        guard keySize >= minimum else { return fail(.encryptionKeySize, &out) }
+        let secureConnections: Bool, keySize: UInt8
+        do { (secureConnections, keySize) = try configuration.negotiate(with: response) } catch { return fail(error, &out) }
         // 3.5.2: the responder's key distribution fields are a subset of what we asked for.
         guard response.initiatorKeyDistribution.isSubset(of: request.initiatorKeyDistribution),
               response.responderKeyDistribution.isSubset(of: request.responderKeyDistribution) else {
             return fail(.invalidParameters, &out)
         }
         let method = SMPPairingMethod.select(initiator: request, responder: response, secureConnections: secureConnections)
-        if method == .outOfBand { return fail(.oobNotAvailable, &out) }
-        if configuration.requireMITM && !method.isAuthenticated {
-            return fail(.authenticationRequirements, &out)
-        }
+        if let reason = configuration.refusal(of: method) { return fail(reason, &out) }
         session.pres = raw
         session.response = response
         session.method = method

@@ -36,6 +36,40 @@ extension SMPOutput where Event: SMPPairingEvent {
     }
 }
 
+/// The demands both roles' configurations make of a pairing.
+protocol SMPPairingPolicy {
+    var secureConnections: Bool { get }
+    var secureConnectionsOnly: Bool { get }
+    var requireMITM: Bool { get }
+    var minimumEncryptionKeySize: UInt8 { get }
+    var maximumEncryptionKeySize: UInt8 { get }
+}
+
+extension SMPInitiatorConfiguration: SMPPairingPolicy {}
+extension SMPResponderConfiguration: SMPPairingPolicy {}
+
+extension SMPPairingPolicy {
+    /// Whether LE Secure Connections is used with a peer offering `peer`, and the key size; or
+    /// the reason to refuse.
+    func negotiate(with peer: SMPPairingFeatures) throws(SMPPairingFailedReason)
+        -> (secureConnections: Bool, keySize: UInt8) {
+        let secureConnections = self.secureConnections && peer.authRequirements.secureConnections
+        if secureConnectionsOnly && !secureConnections { throw .authenticationRequirements }
+        // 2.3.4: the smaller of the two maxima; below our minimum fails with Encryption Key Size.
+        let keySize = min(peer.maximumEncryptionKeySize, maximumEncryptionKeySize)
+        let minimum = secureConnectionsOnly ? 16 : minimumEncryptionKeySize
+        guard keySize >= minimum else { throw .encryptionKeySize }
+        return (secureConnections, keySize)
+    }
+
+    /// Why the selected method is refused, or nil: no OOB data here, and MITM when demanded.
+    func refusal(of method: SMPPairingMethod) -> SMPPairingFailedReason? {
+        if method == .outOfBand { return .oobNotAvailable }
+        if requireMITM && !method.isAuthenticated { return .authenticationRequirements }
+        return nil
+    }
+}
+
 /// What a known SMP code whose PDU does not decode means, for either role.
 enum SMPUndecodablePDU: Equatable {
     /// A Pairing Failed of the wrong length or with a reserved reason: the peer still ended the pairing.

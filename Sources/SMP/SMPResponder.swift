@@ -358,14 +358,8 @@ public struct SMPResponder {
     private mutating func pairingRequest(_ request: SMPPairingRequest, raw: [UInt8], _ out: inout SMPResponderOutput) {
         session = SMPPairingSession()
         let features = request.features
-        let secureConnections = configuration.secureConnections && features.authRequirements.secureConnections
-        if configuration.secureConnectionsOnly && !secureConnections {
-            return fail(.authenticationRequirements, &out)
-        }
-        // 2.3.4: the smaller of the two maxima; below our minimum fails with Encryption Key Size.
-        let keySize = min(features.maximumEncryptionKeySize, configuration.maximumEncryptionKeySize)
-        let minimum = configuration.secureConnectionsOnly ? 16 : configuration.minimumEncryptionKeySize
-        guard keySize >= minimum else { return fail(.encryptionKeySize, &out) }
+        let secureConnections: Bool, keySize: UInt8
+        do { (secureConnections, keySize) = try configuration.negotiate(with: features) } catch { return fail(error, &out) }
 
         let bonded = configuration.bondable && features.authRequirements.bonding
         // Keys only when both bond. LinkKey (cross-transport derivation) is not offered; in Secure
@@ -384,8 +378,7 @@ public struct SMPResponder {
             initiatorKeyDistribution: initiatorKeys, responderKeyDistribution: responderKeys)
 
         let method = SMPPairingMethod.select(initiator: features, responder: response, secureConnections: secureConnections)
-        if method == .outOfBand { return fail(.oobNotAvailable, &out) }
-        if configuration.requireMITM && !method.isAuthenticated { return fail(.authenticationRequirements, &out) }
+        if let reason = configuration.refusal(of: method) { return fail(reason, &out) }
 
         let responsePDU = SMPPairingResponse(response).encoded
         session.preq = raw
