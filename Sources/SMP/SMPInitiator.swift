@@ -65,14 +65,6 @@ public enum SMPInitiatorEvent: Equatable, Sendable {
     case failed(reason: SMPPairingFailedReason?, origin: SMPFailureOrigin)
 }
 
-/// What one input produced: PDUs to send on CID 0x0006, in order; events; the timer.
-public struct SMPInitiatorOutput: Equatable, Sendable {
-    public var pdus: [[UInt8]] = []
-    public var events: [SMPInitiatorEvent] = []
-    public var timer: SMPTimerAction = .unchanged
-    public init() {}
-}
-
 /// The Security Manager of a central, the pairing initiator (Vol 3, Part H, 2.3 and 3), for one
 /// link; `SMPResponder`'s counterpart with the same PDUs and toolbox. Pure: no I/O, no timers.
 ///
@@ -110,31 +102,7 @@ public struct SMPInitiator {
     }
 
     private var phase = Phase.idle
-    private var session = Session()
-
-    private struct Session {
-        var preq: [UInt8] = []
-        var pres: [UInt8] = []
-        var request: SMPPairingFeatures?
-        var response: SMPPairingFeatures?
-        var method = SMPPairingMethod.justWorks
-        var secureConnections = false
-        var bonded = false
-        var keySize: UInt8 = 16
-        var temporaryKey: [UInt8]?
-        var passkey: UInt32?
-        var peerConfirm: [UInt8] = []
-        var localRandom: [UInt8] = []
-        var peerRandom: [UInt8] = []
-        var keyPair: SMPKeyPair?
-        var peerPublicKey: SMPPublicKey?
-        var dhKey: [UInt8] = []
-        var macKey: [UInt8] = []
-        var longTermKey: [UInt8] = []
-        var encryptionKey: SMPLongTermKey?
-        var expectedKeys: [SMPCode] = []
-        var result: SMPPairingResult?
-    }
+    private var session = SMPPairingSession()
 
     /// `initiatorAddress` is this central's address on the link, `responderAddress` the
     /// peripheral's, as LE Connection Complete reported them. `random` must be cryptographically
@@ -153,9 +121,7 @@ public struct SMPInitiator {
 
     /// What the pairing under way agreed, once the Pairing Response came; nil otherwise.
     public var pairingSummary: SMPPairingSummary? {
-        guard isPairing, session.response != nil else { return nil }
-        return SMPPairingSummary(method: session.method, secureConnections: session.secureConnections,
-                                 bonded: session.bonded, encryptionKeySize: session.keySize)
+        isPairing ? session.summary : nil
     }
 
     // MARK: Inputs
@@ -166,7 +132,7 @@ public struct SMPInitiator {
     public mutating func start(answering securityRequest: SMPAuthRequirements? = nil) -> SMPInitiatorOutput {
         var out = SMPInitiatorOutput()
         guard phase == .idle else { return out }
-        session = Session()
+        session = SMPPairingSession()
         var keys: SMPKeyDistribution = configuration.bondable ? [.encryptionKey, .identityKey] : []
         if configuration.identity == nil { keys.remove(.identityKey) }
         let features = SMPPairingFeatures(
@@ -227,7 +193,7 @@ public struct SMPInitiator {
             publicKey(key.key, &out)
         case (.pairingConfirm(let confirm), .awaitingConfirm):
             session.peerConfirm = confirm.value
-            session.localRandom = randomBytes(16)
+            session.localRandom = random.bytes(16)
             out.pdus.append(SMPPairingRandom(value: session.localRandom).encoded)
             out.timer = .restart
             phase = .awaitingRandom
@@ -268,7 +234,7 @@ public struct SMPInitiator {
         }
         session.passkey = passkey
         if phase == .legacyAwaitingPasskey {
-            session.temporaryKey = Self.temporaryKey(passkey)
+            session.temporaryKey = SMPCrypto.temporaryKey(passkey)
             legacySendConfirm(&out)
         } else {
             passkeySendConfirm(round: 0, &out)
@@ -293,21 +259,11 @@ public struct SMPInitiator {
     public mutating func linkEncrypted() -> SMPInitiatorOutput {
         var out = SMPInitiatorOutput()
         guard phase == .awaitingEncryption, let response = session.response else { return out }
-        var expected: [SMPCode] = []
-        let theirs = response.responderKeyDistribution
-        if theirs.contains(.encryptionKey) && !session.secureConnections {
-            expected += [.encryptionInformation, .centralIdentification]
-        }
-        if theirs.contains(.identityKey) { expected += [.identityInformation, .identityAddressInformation] }
-        if theirs.contains(.signingKey) { expected.append(.signingInformation) }
-        session.expectedKeys = expected
-        session.result = SMPPairingResult(
-            secureConnections: session.secureConnections, authenticated: session.method.isAuthenticated,
-            bonded: session.bonded, encryptionKeySize: session.keySize,
-            longTermKey: session.secureConnections ? session.encryptionKey : nil,
-            peerUsedDebugKey: session.peerPublicKey.map { $0.x == SMPPublicKey.debugKeyX } ?? false)
+        // In LE legacy the LTK we encrypt with later is the one the peripheral distributes.
+        session.startKeyDistribution(peerKeys: response.responderKeyDistribution,
+                                     longTermKey: session.secureConnections ? session.encryptionKey : nil)
         phase = .awaitingKeys
-        if !expected.isEmpty { out.timer = .restart }
+        if !session.expectedKeys.isEmpty { out.timer = .restart }
         finishIfAllKeysReceived(&out)
         return out
     }
@@ -316,7 +272,7 @@ public struct SMPInitiator {
     public mutating func timerExpired() -> SMPInitiatorOutput {
         var out = SMPInitiatorOutput()
         guard isPairing else { return out }
-        session = Session()
+        session = SMPPairingSession()
         phase = .timedOut
         out.events.append(.failed(reason: nil, origin: .timeout))
         return out
@@ -335,24 +291,15 @@ public struct SMPInitiator {
     private mutating func pairingResponse(_ pairingResponse: SMPPairingResponse, raw: [UInt8], _ out: inout SMPInitiatorOutput) {
         guard let request = session.request else { return fail(.unspecifiedReason, &out) }
         let response = pairingResponse.features
-        let secureConnections = configuration.secureConnections && response.authRequirements.secureConnections
-        if configuration.secureConnectionsOnly && !secureConnections {
-            return fail(.authenticationRequirements, &out)
-        }
-        // 2.3.4: the smaller of the two maxima; below our minimum fails with Encryption Key Size.
-        let keySize = min(response.maximumEncryptionKeySize, configuration.maximumEncryptionKeySize)
-        let minimum = configuration.secureConnectionsOnly ? 16 : configuration.minimumEncryptionKeySize
-        guard keySize >= minimum else { return fail(.encryptionKeySize, &out) }
+        let secureConnections: Bool, keySize: UInt8
+        do { (secureConnections, keySize) = try configuration.negotiate(with: response) } catch { return fail(error, &out) }
         // 3.5.2: the responder's key distribution fields are a subset of what we asked for.
         guard response.initiatorKeyDistribution.isSubset(of: request.initiatorKeyDistribution),
               response.responderKeyDistribution.isSubset(of: request.responderKeyDistribution) else {
             return fail(.invalidParameters, &out)
         }
         let method = SMPPairingMethod.select(initiator: request, responder: response, secureConnections: secureConnections)
-        if method == .outOfBand { return fail(.oobNotAvailable, &out) }
-        if configuration.requireMITM && !method.isAuthenticated {
-            return fail(.authenticationRequirements, &out)
-        }
+        if let reason = configuration.refusal(of: method) { return fail(reason, &out) }
         session.pres = raw
         session.response = response
         session.method = method
@@ -372,9 +319,9 @@ public struct SMPInitiator {
         // LE legacy (2.3.5.2-2.3.5.5): TK zero for Just Works, the passkey for Passkey Entry.
         switch method {
         case .passkeyEntry(.initiatorDisplays):
-            let passkey = newPasskey()
+            let passkey = random.passkey(from: configuration.passkey)
             session.passkey = passkey
-            session.temporaryKey = Self.temporaryKey(passkey)
+            session.temporaryKey = SMPCrypto.temporaryKey(passkey)
             out.events.append(.displayPasskey(passkey))
             legacySendConfirm(&out)
         case .passkeyEntry:
@@ -392,9 +339,9 @@ public struct SMPInitiator {
     /// Mconfirm = c1(TK, Mrand, preq, pres, iat, ia, rat, ra) (2.3.5.5).
     private mutating func legacySendConfirm(_ out: inout SMPInitiatorOutput) {
         guard let tk = session.temporaryKey else { return }
-        session.localRandom = randomBytes(16)
-        let confirm = SMPCrypto.c1(k: tk, r: session.localRandom, preq: session.preq, pres: session.pres,
-                                   initiator: initiatorAddress, responder: responderAddress)
+        session.localRandom = random.bytes(16)
+        let confirm = session.legacyConfirm(tk: tk, random: session.localRandom,
+                                            initiator: initiatorAddress, responder: responderAddress)
         out.pdus.append(SMPPairingConfirm(value: confirm).encoded)
         out.timer = .restart
         phase = .legacyAwaitingConfirm
@@ -403,13 +350,12 @@ public struct SMPInitiator {
     private mutating func legacyRandom(_ srand: [UInt8], _ out: inout SMPInitiatorOutput) {
         guard let tk = session.temporaryKey else { return fail(.unspecifiedReason, &out) }
         // 2.3.5.5: "If the Sconfirm value does not match ... the pairing shall fail" (Confirm Value Failed).
-        let expected = SMPCrypto.c1(k: tk, r: srand, preq: session.preq, pres: session.pres,
-                                    initiator: initiatorAddress, responder: responderAddress)
+        let expected = session.legacyConfirm(tk: tk, random: srand, initiator: initiatorAddress, responder: responderAddress)
         guard expected == session.peerConfirm else { return fail(.confirmValueFailed, &out) }
         // STK = s1(TK, Srand, Mrand), shortened to the negotiated size.
-        let stk = Self.shortened(SMPCrypto.s1(k: tk, r1: srand, r2: session.localRandom), to: session.keySize)
-        session.encryptionKey = SMPLongTermKey(key: stk)
-        out.events.append(.startEncryption(SMPLongTermKey(key: stk)))
+        let stk = session.shortenedKey(SMPCrypto.s1(k: tk, r1: srand, r2: session.localRandom))
+        session.encryptionKey = stk
+        out.events.append(.startEncryption(stk))
         out.timer = .restart
         phase = .awaitingEncryption
     }
@@ -427,7 +373,7 @@ public struct SMPInitiator {
         case .passkeyEntry(let roles):
             // 2.3.5.6.3: the passkey is shown or asked for after the public keys are exchanged.
             if roles == .initiatorDisplays {
-                let passkey = newPasskey()
+                let passkey = random.passkey(from: configuration.passkey)
                 session.passkey = passkey
                 out.events.append(.displayPasskey(passkey))
                 passkeySendConfirm(round: 0, &out)
@@ -464,9 +410,9 @@ public struct SMPInitiator {
         guard let passkey = session.passkey, let keyPair = session.keyPair, let peerKey = session.peerPublicKey else {
             return fail(.unspecifiedReason, &out)
         }
-        session.localRandom = randomBytes(16)
+        session.localRandom = random.bytes(16)
         let confirm = SMPCrypto.f4(u: keyPair.publicKey.x, v: peerKey.x, x: session.localRandom,
-                                   z: SMPResponder.passkeyBit(passkey, round))
+                                   z: SMPCrypto.passkeyBit(passkey, round))
         out.pdus.append(SMPPairingConfirm(value: confirm).encoded)
         out.timer = .restart
         phase = .passkeyAwaitingConfirm(round: round)
@@ -477,7 +423,7 @@ public struct SMPInitiator {
             return fail(.unspecifiedReason, &out)
         }
         // Cbi = f4(PKbx, PKax, Nbi, rbi); a mismatch (e.g. a passkey typed wrong) is Confirm Value Failed.
-        let expected = SMPCrypto.f4(u: peerKey.x, v: keyPair.publicKey.x, x: nbi, z: SMPResponder.passkeyBit(passkey, round))
+        let expected = SMPCrypto.f4(u: peerKey.x, v: keyPair.publicKey.x, x: nbi, z: SMPCrypto.passkeyBit(passkey, round))
         guard expected == session.peerConfirm else { return fail(.confirmValueFailed, &out) }
         session.peerRandom = nbi
         if round < 19 {
@@ -489,25 +435,17 @@ public struct SMPInitiator {
         }
     }
 
-    /// 2.3.5.6.5: MacKey || LTK = f5(DHKey, Na, Nb, A, B).
+    /// 2.3.5.6.5: MacKey || LTK = f5(DHKey, Na, Nb, A, B); we are A, Na is ours.
     private mutating func deriveKeys() {
-        let (macKey, ltk) = SMPCrypto.f5(w: session.dhKey, n1: session.localRandom, n2: session.peerRandom,
-                                         a1: initiatorAddress, a2: responderAddress)
-        session.macKey = macKey
-        session.longTermKey = ltk
-    }
-
-    /// r of the checks: the passkey for Passkey Entry, zero otherwise (2.3.5.6.5).
-    private var checkR: [UInt8] {
-        if case .passkeyEntry = session.method, let passkey = session.passkey { return Self.temporaryKey(passkey) }
-        return [UInt8](repeating: 0, count: 16)
+        session.deriveKeys(na: session.localRandom, nb: session.peerRandom, a: initiatorAddress, b: responderAddress)
     }
 
     /// Ea = f6(MacKey, Na, Nb, rb, IOcapA, A, B).
     private mutating func sendDHKeyCheck(_ out: inout SMPInitiatorOutput) {
-        guard let request = session.request else { return fail(.unspecifiedReason, &out) }
-        let ea = SMPCrypto.f6(w: session.macKey, n1: session.localRandom, n2: session.peerRandom, r: checkR,
-                              ioCap: request.ioCapField, a1: initiatorAddress, a2: responderAddress)
+        guard let ea = session.initiatorCheck(na: session.localRandom, nb: session.peerRandom,
+                                              a: initiatorAddress, b: responderAddress) else {
+            return fail(.unspecifiedReason, &out)
+        }
         out.pdus.append(SMPPairingDHKeyCheck(value: ea).encoded)
         out.timer = .restart
         phase = .awaitingDHKeyCheck
@@ -515,11 +453,12 @@ public struct SMPInitiator {
 
     /// Eb = f6(MacKey, Nb, Na, ra, IOcapB, B, A); a mismatch is DHKey Check Failed (2.3.5.6.5).
     private mutating func dhKeyCheck(_ eb: [UInt8], _ out: inout SMPInitiatorOutput) {
-        guard let response = session.response else { return fail(.unspecifiedReason, &out) }
-        let expected = SMPCrypto.f6(w: session.macKey, n1: session.peerRandom, n2: session.localRandom, r: checkR,
-                                    ioCap: response.ioCapField, a1: responderAddress, a2: initiatorAddress)
+        guard let expected = session.responderCheck(na: session.localRandom, nb: session.peerRandom,
+                                                    a: initiatorAddress, b: responderAddress) else {
+            return fail(.unspecifiedReason, &out)
+        }
         guard expected == eb else { return fail(.dhKeyCheckFailed, &out) }
-        let key = SMPLongTermKey(key: Self.shortened(session.longTermKey, to: session.keySize))
+        let key = session.shortenedKey(session.longTermKey)
         session.encryptionKey = key
         out.events.append(.startEncryption(key))
         out.timer = .restart
@@ -529,105 +468,50 @@ public struct SMPInitiator {
     // MARK: Key distribution
 
     private mutating func peerKey(_ command: SMPCommand, _ out: inout SMPInitiatorOutput) {
-        // 3.6.1: the responder's keys come in a fixed order; anything else is out of sequence.
-        guard session.expectedKeys.first == command.code, var result = session.result else { return fail(.unspecifiedReason, &out) }
-        session.expectedKeys.removeFirst()
-        switch command {
-        case .encryptionInformation(let info):
-            result.longTermKey = SMPLongTermKey(key: info.longTermKey)
-        case .centralIdentification(let identification):
-            result.longTermKey?.encryptedDiversifier = identification.encryptedDiversifier
-            result.longTermKey?.randomNumber = identification.randomNumber
-        case .identityInformation(let info):
-            result.peerIdentity = SMPIdentity(resolvingKey: info.identityResolvingKey, address: responderAddress)
-        case .identityAddressInformation(let info):
-            // An identity address is public or static random, never a private one.
-            guard !info.address.isRandom || info.address.address.bytes.5 & 0xC0 == 0xC0 else {
-                return fail(.invalidParameters, &out)
-            }
-            result.peerIdentity?.address = info.address
-        case .signingInformation(let info):
-            result.peerSignatureKey = info.signatureKey
-        default:
-            break
+        // The responder's LTK (legacy) is the one we encrypt with later.
+        if let reason = session.receiveKey(command, peerAddress: responderAddress, peerLTK: \.longTermKey) {
+            return fail(reason, &out)
         }
-        session.result = result
         finishIfAllKeysReceived(&out)
     }
 
     /// Once the responder's keys are in: ours, then done.
     private mutating func finishIfAllKeysReceived(_ out: inout SMPInitiatorOutput) {
-        guard phase == .awaitingKeys, session.expectedKeys.isEmpty, let result = session.result,
-              let response = session.response else { return }
+        guard phase == .awaitingKeys, let result = session.completedResult, let response = session.response else { return }
         if response.initiatorKeyDistribution.contains(.identityKey), let identity = configuration.identity {
             out.pdus.append(SMPIdentityInformation(value: identity.resolvingKey).encoded)
             out.pdus.append(SMPIdentityAddressInformation(address: identity.address).encoded)
         }
         out.events.append(.paired(result))
         out.timer = .stop
-        session = Session()
-        phase = .idle
+        endPairing()
     }
 
     // MARK: Failure
 
     private mutating func fail(_ reason: SMPPairingFailedReason, _ out: inout SMPInitiatorOutput) {
-        out.pdus.append(SMPPairingFailed(reason: reason).encoded)
-        out.events.append(.failed(reason: reason, origin: .local))
-        out.timer = .stop
-        session = Session()
-        phase = .idle
+        out.failLocally(reason)
+        endPairing()
     }
 
     private mutating func peerFailed(_ reason: SMPPairingFailedReason?, _ out: inout SMPInitiatorOutput) {
         guard isPairing else { return }
-        out.events.append(.failed(reason: reason, origin: .peer))
-        out.timer = .stop
-        session = Session()
+        out.failedByPeer(reason)
+        endPairing()
+    }
+
+    private mutating func endPairing() {
+        session = SMPPairingSession()
         phase = .idle
     }
 
     /// A known code whose PDU does not decode.
     private mutating func undecodable(_ code: SMPCode, _ pdu: ArraySlice<UInt8>, _ out: inout SMPInitiatorOutput) {
-        switch code {
-        case .pairingFailed:
-            peerFailed(nil, &out)
-        case .pairingResponse where pdu.count == 7
-            && !SMPPairingFeatures.encryptionKeySizes.contains(pdu[pdu.startIndex + 4]):
-            fail(.encryptionKeySize, &out)
-        case .pairingPublicKey where pdu.count == 65:
-            // Right length, so the point is off the curve (CVE-2018-5383): DHKey Check Failed.
-            fail(.dhKeyCheckFailed, &out)
-        case .securityRequest where !isPairing:
-            // A malformed Security Request outside a pairing: there is nothing to fail.
-            break
-        default:
-            fail(.invalidParameters, &out)
+        // A malformed Security Request outside a pairing: there is nothing to fail.
+        if code == .securityRequest && !isPairing { return }
+        switch SMPUndecodablePDU(code: code, pdu: pdu, featuresCode: .pairingResponse) {
+        case .peerFailed: peerFailed(nil, &out)
+        case .fail(let reason): fail(reason, &out)
         }
     }
-
-    // MARK: Helpers
-
-    private mutating func randomBytes(_ count: Int) -> [UInt8] {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(count + 7)
-        while bytes.count < count {
-            var word = random.next()
-            for _ in 0..<8 {
-                bytes.append(UInt8(truncatingIfNeeded: word))
-                word >>= 8
-            }
-        }
-        return Array(bytes.prefix(count))
-    }
-
-    private mutating func newPasskey() -> UInt32 {
-        switch configuration.passkey {
-        case .fixed(let passkey): return passkey % 1_000_000
-        case .random: return UInt32(random.next() % 1_000_000)
-        }
-    }
-
-    static func temporaryKey(_ passkey: UInt32) -> [UInt8] { SMPResponder.temporaryKey(passkey) }
-    static func shortened(_ key: [UInt8], to size: UInt8) -> [UInt8] { SMPResponder.shortened(key, to: size) }
 }

@@ -144,15 +144,6 @@ public enum SMPTimerAction: Equatable, Sendable {
     case stop
 }
 
-/// What one input produced: PDUs to send on the SMP channel (CID 0x0006), in order; events; and
-/// what to do with the timer.
-public struct SMPResponderOutput: Equatable, Sendable {
-    public var pdus: [[UInt8]] = []
-    public var events: [SMPResponderEvent] = []
-    public var timer: SMPTimerAction = .unchanged
-    public init() {}
-}
-
 /// The Security Manager of a peripheral, the pairing responder (Vol 3, Part H, 2.3 and 3),
 /// for one link. Pure: no I/O and no timers; every input returns what to send and what happened.
 ///
@@ -186,42 +177,7 @@ public struct SMPResponder {
 
     private var phase = Phase.idle
     /// The state of one pairing; reset between pairings so no secret outlives one.
-    private var session = Session()
-
-    private struct Session {
-        var preq: [UInt8] = []
-        var pres: [UInt8] = []
-        var request: SMPPairingFeatures?
-        var response: SMPPairingFeatures?
-        var method = SMPPairingMethod.justWorks
-        var secureConnections = false
-        var bonded = false
-        var keySize: UInt8 = 16
-        /// Legacy: TK. Nil while the user has not typed the passkey.
-        var temporaryKey: [UInt8]?
-        /// The passkey, once known (shown or typed).
-        var passkey: UInt32?
-        /// A confirm received before the passkey was typed.
-        var pendingConfirm: [UInt8]?
-        var peerConfirm: [UInt8] = []
-        /// Our random (Srand, Nb, Nbi).
-        var localRandom: [UInt8] = []
-        var peerRandom: [UInt8] = []
-        var keyPair: SMPKeyPair?
-        var peerPublicKey: SMPPublicKey?
-        var dhKey: [UInt8] = []
-        var macKey: [UInt8] = []
-        var longTermKey: [UInt8] = []
-        /// Numeric Comparison: the user's answer (true for the other methods).
-        var userConfirmed = true
-        /// Ea received before the user confirmed the numeric value.
-        var pendingDHKeyCheck: [UInt8]?
-        var encryptionKey: SMPLongTermKey?
-        var distributedLongTermKey: SMPLongTermKey?
-        /// The key PDUs the central still has to send, in order (3.6.1).
-        var expectedKeys: [SMPCode] = []
-        var result: SMPPairingResult?
-    }
+    private var session = SMPPairingSession()
 
     /// `initiatorAddress`/`responderAddress`: the addresses of this link as the controller
     /// reported them (LE Connection Complete), which the confirm and check values hash.
@@ -244,9 +200,7 @@ public struct SMPResponder {
     /// What the pairing under way agreed (after the Pairing Response), for the caller's view of
     /// the link once it is encrypted with the STK or LTK; nil outside a pairing.
     public var pairingSummary: SMPPairingSummary? {
-        guard isPairing, session.response != nil else { return nil }
-        return SMPPairingSummary(method: session.method, secureConnections: session.secureConnections,
-                                 bonded: session.bonded, encryptionKeySize: session.keySize)
+        isPairing ? session.summary : nil
     }
 
     /// A Security Request (3.6.7) asking the central to pair with our requirements.
@@ -327,7 +281,7 @@ public struct SMPResponder {
         if session.secureConnections {
             passkeySendConfirmIfReady(&out)
         } else {
-            session.temporaryKey = Self.temporaryKey(passkey)
+            session.temporaryKey = SMPCrypto.temporaryKey(passkey)
             legacySendConfirmIfReady(&out)
         }
         return out
@@ -354,11 +308,12 @@ public struct SMPResponder {
         var out = SMPResponderOutput()
         guard phase == .awaitingEncryption, let response = session.response else { return out }
         let send = response.responderKeyDistribution
+        var distributedLongTermKey: SMPLongTermKey?
         if send.contains(.encryptionKey) && !session.secureConnections {
-            let key = SMPLongTermKey(key: Self.shortened(randomBytes(16), to: session.keySize),
-                                     encryptedDiversifier: UInt16(truncatingIfNeeded: random.next()),
-                                     randomNumber: random.next())
-            session.distributedLongTermKey = key
+            var key = session.shortenedKey(random.bytes(16))
+            key.encryptedDiversifier = UInt16(truncatingIfNeeded: random.next())
+            key.randomNumber = random.next()
+            distributedLongTermKey = key
             out.pdus.append(SMPEncryptionInformation(value: key.key).encoded)
             out.pdus.append(SMPCentralIdentification(encryptedDiversifier: key.encryptedDiversifier,
                                                      randomNumber: key.randomNumber).encoded)
@@ -372,19 +327,8 @@ public struct SMPResponder {
         }
         if !out.pdus.isEmpty { out.timer = .restart }
 
-        var expected: [SMPCode] = []
-        let receive = response.initiatorKeyDistribution
-        if receive.contains(.encryptionKey) && !session.secureConnections {
-            expected += [.encryptionInformation, .centralIdentification]
-        }
-        if receive.contains(.identityKey) { expected += [.identityInformation, .identityAddressInformation] }
-        if receive.contains(.signingKey) { expected.append(.signingInformation) }
-        session.expectedKeys = expected
-        session.result = SMPPairingResult(
-            secureConnections: session.secureConnections, authenticated: session.method.isAuthenticated,
-            bonded: session.bonded, encryptionKeySize: session.keySize,
-            longTermKey: session.secureConnections ? session.encryptionKey : session.distributedLongTermKey,
-            peerUsedDebugKey: session.peerPublicKey.map { $0.x == SMPPublicKey.debugKeyX } ?? false)
+        session.startKeyDistribution(peerKeys: response.initiatorKeyDistribution,
+                                     longTermKey: session.secureConnections ? session.encryptionKey : distributedLongTermKey)
         phase = .awaitingKeys
         finishIfAllKeysReceived(&out)
         return out
@@ -394,7 +338,7 @@ public struct SMPResponder {
     public mutating func timerExpired() -> SMPResponderOutput {
         var out = SMPResponderOutput()
         guard isPairing else { return out }
-        session = Session()
+        session = SMPPairingSession()
         phase = .timedOut
         out.events.append(.failed(reason: nil, origin: .timeout))
         return out
@@ -412,16 +356,10 @@ public struct SMPResponder {
     // MARK: Pairing feature exchange
 
     private mutating func pairingRequest(_ request: SMPPairingRequest, raw: [UInt8], _ out: inout SMPResponderOutput) {
-        session = Session()
+        session = SMPPairingSession()
         let features = request.features
-        let secureConnections = configuration.secureConnections && features.authRequirements.secureConnections
-        if configuration.secureConnectionsOnly && !secureConnections {
-            return fail(.authenticationRequirements, &out)
-        }
-        // 2.3.4: the smaller of the two maxima; below our minimum fails with Encryption Key Size.
-        let keySize = min(features.maximumEncryptionKeySize, configuration.maximumEncryptionKeySize)
-        let minimum = configuration.secureConnectionsOnly ? 16 : configuration.minimumEncryptionKeySize
-        guard keySize >= minimum else { return fail(.encryptionKeySize, &out) }
+        let secureConnections: Bool, keySize: UInt8
+        do { (secureConnections, keySize) = try configuration.negotiate(with: features) } catch { return fail(error, &out) }
 
         let bonded = configuration.bondable && features.authRequirements.bonding
         // Keys only when both bond. LinkKey (cross-transport derivation) is not offered; in Secure
@@ -440,8 +378,7 @@ public struct SMPResponder {
             initiatorKeyDistribution: initiatorKeys, responderKeyDistribution: responderKeys)
 
         let method = SMPPairingMethod.select(initiator: features, responder: response, secureConnections: secureConnections)
-        if method == .outOfBand { return fail(.oobNotAvailable, &out) }
-        if configuration.requireMITM && !method.isAuthenticated { return fail(.authenticationRequirements, &out) }
+        if let reason = configuration.refusal(of: method) { return fail(reason, &out) }
 
         let responsePDU = SMPPairingResponse(response).encoded
         session.preq = raw
@@ -461,12 +398,12 @@ public struct SMPResponder {
         }
         // LE legacy (2.3.5.2-2.3.5.5): TK is zero for Just Works, the passkey for Passkey Entry.
         phase = .legacyAwaitingConfirm
-        session.localRandom = randomBytes(16)
+        session.localRandom = random.bytes(16)
         switch method {
         case .passkeyEntry(let roles) where roles.responderDisplays:
-            let passkey = newPasskey()
+            let passkey = random.passkey(from: configuration.passkey)
             session.passkey = passkey
-            session.temporaryKey = Self.temporaryKey(passkey)
+            session.temporaryKey = SMPCrypto.temporaryKey(passkey)
             out.events.append(.displayPasskey(passkey))
         case .passkeyEntry:
             out.events.append(.passkeyRequested)
@@ -482,8 +419,8 @@ public struct SMPResponder {
         guard phase == .legacyAwaitingConfirm, let tk = session.temporaryKey, let confirm = session.pendingConfirm else { return }
         session.peerConfirm = confirm
         session.pendingConfirm = nil
-        let ours = SMPCrypto.c1(k: tk, r: session.localRandom, preq: session.preq, pres: session.pres,
-                                initiator: initiatorAddress, responder: responderAddress)
+        let ours = session.legacyConfirm(tk: tk, random: session.localRandom,
+                                         initiator: initiatorAddress, responder: responderAddress)
         out.pdus.append(SMPPairingConfirm(value: ours).encoded)
         out.timer = .restart
         phase = .legacyAwaitingRandom
@@ -491,15 +428,14 @@ public struct SMPResponder {
 
     private mutating func legacyRandom(_ mrand: [UInt8], _ out: inout SMPResponderOutput) {
         guard let tk = session.temporaryKey else { return fail(.unspecifiedReason, &out) }
-        let expected = SMPCrypto.c1(k: tk, r: mrand, preq: session.preq, pres: session.pres,
-                                    initiator: initiatorAddress, responder: responderAddress)
+        let expected = session.legacyConfirm(tk: tk, random: mrand, initiator: initiatorAddress, responder: responderAddress)
         guard expected == session.peerConfirm else { return fail(.confirmValueFailed, &out) }
         out.pdus.append(SMPPairingRandom(value: session.localRandom).encoded)
         out.timer = .restart
         // 2.3.5.5: STK = s1(TK, Srand, Mrand), shortened to the negotiated key size.
-        let stk = Self.shortened(SMPCrypto.s1(k: tk, r1: session.localRandom, r2: mrand), to: session.keySize)
-        session.encryptionKey = SMPLongTermKey(key: stk)
-        out.events.append(.encryptionKeyReady(SMPLongTermKey(key: stk)))
+        let stk = session.shortenedKey(SMPCrypto.s1(k: tk, r1: session.localRandom, r2: mrand))
+        session.encryptionKey = stk
+        out.events.append(.encryptionKeyReady(stk))
         phase = .awaitingEncryption
     }
 
@@ -521,7 +457,7 @@ public struct SMPResponder {
             // 2.3.5.6.3: the passkey is shown or asked for after the public keys are exchanged.
             phase = .passkeyAwaitingConfirm(round: 0)
             if roles.responderDisplays {
-                let passkey = newPasskey()
+                let passkey = random.passkey(from: configuration.passkey)
                 session.passkey = passkey
                 out.events.append(.displayPasskey(passkey))
             } else {
@@ -529,7 +465,7 @@ public struct SMPResponder {
             }
         default:
             // 2.3.5.6.2: the responder commits first: Cb = f4(PKbx, PKax, Nb, 0).
-            session.localRandom = randomBytes(16)
+            session.localRandom = random.bytes(16)
             let cb = SMPCrypto.f4(u: keyPair.publicKey.x, v: peerKey.x, x: session.localRandom, z: 0)
             out.pdus.append(SMPPairingConfirm(value: cb).encoded)
             session.userConfirmed = session.method != .numericComparison
@@ -558,8 +494,8 @@ public struct SMPResponder {
         else { return }
         session.peerConfirm = confirm
         session.pendingConfirm = nil
-        session.localRandom = randomBytes(16)
-        let cb = SMPCrypto.f4(u: keyPair.publicKey.x, v: peerKey.x, x: session.localRandom, z: Self.passkeyBit(passkey, round))
+        session.localRandom = random.bytes(16)
+        let cb = SMPCrypto.f4(u: keyPair.publicKey.x, v: peerKey.x, x: session.localRandom, z: SMPCrypto.passkeyBit(passkey, round))
         out.pdus.append(SMPPairingConfirm(value: cb).encoded)
         out.timer = .restart
         phase = .passkeyAwaitingRandom(round: round)
@@ -569,7 +505,7 @@ public struct SMPResponder {
         guard let passkey = session.passkey, let keyPair = session.keyPair, let peerKey = session.peerPublicKey else {
             return fail(.unspecifiedReason, &out)
         }
-        let expected = SMPCrypto.f4(u: peerKey.x, v: keyPair.publicKey.x, x: nai, z: Self.passkeyBit(passkey, round))
+        let expected = SMPCrypto.f4(u: peerKey.x, v: keyPair.publicKey.x, x: nai, z: SMPCrypto.passkeyBit(passkey, round))
         guard expected == session.peerConfirm else { return fail(.confirmValueFailed, &out) }
         session.peerRandom = nai
         out.pdus.append(SMPPairingRandom(value: session.localRandom).encoded)
@@ -583,31 +519,24 @@ public struct SMPResponder {
         }
     }
 
-    /// 2.3.5.6.5: MacKey || LTK = f5(DHKey, Na, Nb, A, B).
+    /// 2.3.5.6.5: MacKey || LTK = f5(DHKey, Na, Nb, A, B); we are B, Nb is ours.
     private mutating func deriveKeys() {
-        let (macKey, ltk) = SMPCrypto.f5(w: session.dhKey, n1: session.peerRandom, n2: session.localRandom,
-                                         a1: initiatorAddress, a2: responderAddress)
-        session.macKey = macKey
-        session.longTermKey = ltk
+        session.deriveKeys(na: session.peerRandom, nb: session.localRandom, a: initiatorAddress, b: responderAddress)
     }
 
     /// Checks Ea = f6(MacKey, Na, Nb, rb, IOcapA, A, B) and answers Eb = f6(MacKey, Nb, Na, ra,
     /// IOcapB, B, A), once Ea is here and (Numeric Comparison) the user said the values match.
     private mutating func checkDHKeyIfReady(_ out: inout SMPResponderOutput) {
         guard session.userConfirmed, let ea = session.pendingDHKeyCheck,
-              let request = session.request, let response = session.response else { return }
+              let expected = session.initiatorCheck(na: session.peerRandom, nb: session.localRandom,
+                                                    a: initiatorAddress, b: responderAddress),
+              let eb = session.responderCheck(na: session.peerRandom, nb: session.localRandom,
+                                              a: initiatorAddress, b: responderAddress) else { return }
         session.pendingDHKeyCheck = nil
-        // r is the passkey for Passkey Entry, zero for Just Works and Numeric Comparison.
-        var r = [UInt8](repeating: 0, count: 16)
-        if case .passkeyEntry = session.method, let passkey = session.passkey { r = Self.temporaryKey(passkey) }
-        let expected = SMPCrypto.f6(w: session.macKey, n1: session.peerRandom, n2: session.localRandom, r: r,
-                                    ioCap: request.ioCapField, a1: initiatorAddress, a2: responderAddress)
         guard expected == ea else { return fail(.dhKeyCheckFailed, &out) }
-        let eb = SMPCrypto.f6(w: session.macKey, n1: session.localRandom, n2: session.peerRandom, r: r,
-                              ioCap: response.ioCapField, a1: responderAddress, a2: initiatorAddress)
         out.pdus.append(SMPPairingDHKeyCheck(value: eb).encoded)
         out.timer = .restart
-        let key = SMPLongTermKey(key: Self.shortened(session.longTermKey, to: session.keySize))
+        let key = session.shortenedKey(session.longTermKey)
         session.encryptionKey = key
         out.events.append(.encryptionKeyReady(key))
         phase = .awaitingEncryption
@@ -616,118 +545,44 @@ public struct SMPResponder {
     // MARK: Key distribution
 
     private mutating func peerKey(_ command: SMPCommand, _ out: inout SMPResponderOutput) {
-        // 3.6.1: the initiator's keys come in a fixed order; anything else is out of sequence.
-        guard session.expectedKeys.first == command.code, session.result != nil else { return fail(.unspecifiedReason, &out) }
-        session.expectedKeys.removeFirst()
-        guard var result = session.result else { return }
-        switch command {
-        case .encryptionInformation(let info):
-            result.peerLongTermKey = SMPLongTermKey(key: info.longTermKey)
-        case .centralIdentification(let identification):
-            result.peerLongTermKey?.encryptedDiversifier = identification.encryptedDiversifier
-            result.peerLongTermKey?.randomNumber = identification.randomNumber
-        case .identityInformation(let info):
-            // The address follows in Identity Address Information.
-            result.peerIdentity = SMPIdentity(resolvingKey: info.identityResolvingKey, address: initiatorAddress)
-        case .identityAddressInformation(let info):
-            // An identity address is public or static random (two most significant bits 1), never
-            // a private one (Zephyr refuses those with Invalid Parameters too).
-            guard !info.address.isRandom || info.address.address.bytes.5 & 0xC0 == 0xC0 else {
-                return fail(.invalidParameters, &out)
-            }
-            result.peerIdentity?.address = info.address
-        case .signingInformation(let info):
-            result.peerSignatureKey = info.signatureKey
-        default:
-            break
+        // The central's own LTK (legacy) is kept for links where the roles are swapped.
+        if let reason = session.receiveKey(command, peerAddress: initiatorAddress, peerLTK: \.peerLongTermKey) {
+            return fail(reason, &out)
         }
-        session.result = result
         finishIfAllKeysReceived(&out)
     }
 
     private mutating func finishIfAllKeysReceived(_ out: inout SMPResponderOutput) {
-        guard phase == .awaitingKeys, session.expectedKeys.isEmpty, let result = session.result else { return }
+        guard phase == .awaitingKeys, let result = session.completedResult else { return }
         out.events.append(.paired(result))
         out.timer = .stop
-        session = Session()
-        phase = .idle
+        endPairing()
     }
 
     // MARK: Failure
 
     private mutating func fail(_ reason: SMPPairingFailedReason, _ out: inout SMPResponderOutput) {
-        out.pdus.append(SMPPairingFailed(reason: reason).encoded)
-        out.events.append(.failed(reason: reason, origin: .local))
-        out.timer = .stop
-        session = Session()
-        phase = .idle
+        out.failLocally(reason)
+        endPairing()
     }
 
     private mutating func peerFailed(_ reason: SMPPairingFailedReason?, _ out: inout SMPResponderOutput) {
         // Never answer a Pairing Failed; outside a pairing it means nothing.
         guard isPairing else { return }
-        out.events.append(.failed(reason: reason, origin: .peer))
-        out.timer = .stop
-        session = Session()
+        out.failedByPeer(reason)
+        endPairing()
+    }
+
+    private mutating func endPairing() {
+        session = SMPPairingSession()
         phase = .idle
     }
 
     /// A known code whose PDU does not decode.
     private mutating func undecodable(_ code: SMPCode, _ pdu: ArraySlice<UInt8>, _ out: inout SMPResponderOutput) {
-        switch code {
-        case .pairingFailed:
-            // Wrong length or a reserved reason: the central still ended the pairing.
-            peerFailed(nil, &out)
-        case .pairingRequest where pdu.count == 7
-            && !SMPPairingFeatures.encryptionKeySizes.contains(pdu[pdu.startIndex + 4]):
-            fail(.encryptionKeySize, &out)
-        case .pairingPublicKey where pdu.count == 65:
-            // The right length, so the point is off the curve (CVE-2018-5383): no DHKey can be
-            // agreed, which the spec reports as DHKey Check Failed.
-            fail(.dhKeyCheckFailed, &out)
-        default:
-            fail(.invalidParameters, &out)
+        switch SMPUndecodablePDU(code: code, pdu: pdu, featuresCode: .pairingRequest) {
+        case .peerFailed: peerFailed(nil, &out)
+        case .fail(let reason): fail(reason, &out)
         }
-    }
-
-    // MARK: Helpers
-
-    private mutating func randomBytes(_ count: Int) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(count + 7)
-        while out.count < count {
-            var word = random.next()
-            for _ in 0..<8 {
-                out.append(UInt8(truncatingIfNeeded: word))
-                word >>= 8
-            }
-        }
-        return Array(out.prefix(count))
-    }
-
-    private mutating func newPasskey() -> UInt32 {
-        switch configuration.passkey {
-        case .fixed(let passkey): return passkey % 1_000_000
-        case .random: return UInt32(random.next() % 1_000_000)
-        }
-    }
-
-    /// The passkey as a 128-bit little-endian value: TK in legacy pairing, ra/rb in Secure Connections.
-    static func temporaryKey(_ passkey: UInt32) -> [UInt8] {
-        var key = [UInt8](repeating: 0, count: 16)
-        for index in 0..<4 { key[index] = UInt8(truncatingIfNeeded: passkey >> (8 * UInt32(index))) }
-        return key
-    }
-
-    /// Z of round i in Passkey Entry: 0x80 | bit i of the passkey (2.3.5.6.3).
-    static func passkeyBit(_ passkey: UInt32, _ round: Int) -> UInt8 {
-        0x80 | UInt8((passkey >> UInt32(round)) & 1)
-    }
-
-    /// 2.3.4: a key shorter than 16 octets has its most significant octets set to zero.
-    static func shortened(_ key: [UInt8], to size: UInt8) -> [UInt8] {
-        var key = key
-        for index in Int(size)..<16 { key[index] = 0 }
-        return key
     }
 }

@@ -105,7 +105,7 @@ struct TestCentral {
         -> (SMPResponderOutput, ltk: [UInt8]) {
         let a = Self.centralAddress, b = Self.peripheralAddress
         let (macKey, ltk) = SMPCrypto.f5(w: dhKey, n1: localRandom, n2: peerRandom, a1: a, a2: b)
-        let r = passkey.map { SMPResponder.temporaryKey($0) } ?? [UInt8](repeating: 0, count: 16)
+        let r = passkey.map { SMPCrypto.temporaryKey($0) } ?? [UInt8](repeating: 0, count: 16)
         var ea = SMPCrypto.f6(w: macKey, n1: localRandom, n2: peerRandom, r: r, ioCap: features.ioCapField, a1: a, a2: b)
         if corrupt { ea[3] ^= 0x40 }
         let out = responder.receive(SMPPairingDHKeyCheck(value: ea).encoded[...])

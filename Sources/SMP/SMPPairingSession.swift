@@ -1,0 +1,278 @@
+import BlemuCore
+
+/// What one input to `SMPInitiator` or `SMPResponder` produced: PDUs to send on the SMP channel
+/// (CID 0x0006), in order; events; and what to do with the timer. One shape for both roles;
+/// only the events differ.
+public struct SMPOutput<Event: Equatable & Sendable>: Equatable, Sendable {
+    public var pdus: [[UInt8]] = []
+    public var events: [Event] = []
+    public var timer: SMPTimerAction = .unchanged
+    public init() {}
+}
+
+public typealias SMPInitiatorOutput = SMPOutput<SMPInitiatorEvent>
+public typealias SMPResponderOutput = SMPOutput<SMPResponderEvent>
+
+/// The failure event both roles report, so the failure bookkeeping below is written once.
+protocol SMPPairingEvent: Equatable, Sendable {
+    static func failed(reason: SMPPairingFailedReason?, origin: SMPFailureOrigin) -> Self
+}
+
+extension SMPInitiatorEvent: SMPPairingEvent {}
+extension SMPResponderEvent: SMPPairingEvent {}
+
+extension SMPOutput where Event: SMPPairingEvent {
+    /// Pairing Failed with `reason` sent and reported; the caller forgets its pairing.
+    mutating func failLocally(_ reason: SMPPairingFailedReason) {
+        pdus.append(SMPPairingFailed(reason: reason).encoded)
+        events.append(.failed(reason: reason, origin: .local))
+        timer = .stop
+    }
+
+    /// The peer sent Pairing Failed; it is never answered.
+    mutating func failedByPeer(_ reason: SMPPairingFailedReason?) {
+        events.append(.failed(reason: reason, origin: .peer))
+        timer = .stop
+    }
+}
+
+/// The demands both roles' configurations make of a pairing.
+protocol SMPPairingPolicy {
+    var secureConnections: Bool { get }
+    var secureConnectionsOnly: Bool { get }
+    var requireMITM: Bool { get }
+    var minimumEncryptionKeySize: UInt8 { get }
+    var maximumEncryptionKeySize: UInt8 { get }
+}
+
+extension SMPInitiatorConfiguration: SMPPairingPolicy {}
+extension SMPResponderConfiguration: SMPPairingPolicy {}
+
+extension SMPPairingPolicy {
+    /// Whether LE Secure Connections is used with a peer offering `peer`, and the key size; or
+    /// the reason to refuse.
+    func negotiate(with peer: SMPPairingFeatures) throws(SMPPairingFailedReason)
+        -> (secureConnections: Bool, keySize: UInt8) {
+        let secureConnections = self.secureConnections && peer.authRequirements.secureConnections
+        if secureConnectionsOnly && !secureConnections { throw .authenticationRequirements }
+        // 2.3.4: the smaller of the two maxima; below our minimum fails with Encryption Key Size.
+        let keySize = min(peer.maximumEncryptionKeySize, maximumEncryptionKeySize)
+        let minimum = secureConnectionsOnly ? 16 : minimumEncryptionKeySize
+        guard keySize >= minimum else { throw .encryptionKeySize }
+        return (secureConnections, keySize)
+    }
+
+    /// Why the selected method is refused, or nil: no OOB data here, and MITM when demanded.
+    func refusal(of method: SMPPairingMethod) -> SMPPairingFailedReason? {
+        if method == .outOfBand { return .oobNotAvailable }
+        if requireMITM && !method.isAuthenticated { return .authenticationRequirements }
+        return nil
+    }
+}
+
+/// What a known SMP code whose PDU does not decode means, for either role.
+enum SMPUndecodablePDU: Equatable {
+    /// A Pairing Failed of the wrong length or with a reserved reason: the peer still ended the pairing.
+    case peerFailed
+    case fail(SMPPairingFailedReason)
+
+    /// `featuresCode`: the pairing features PDU this role receives (Pairing Request for the
+    /// responder, Pairing Response for the initiator).
+    init(code: SMPCode, pdu: ArraySlice<UInt8>, featuresCode: SMPCode) {
+        switch code {
+        case .pairingFailed:
+            self = .peerFailed
+        case featuresCode where pdu.count == 7
+            && !SMPPairingFeatures.encryptionKeySizes.contains(pdu[pdu.startIndex + 4]):
+            self = .fail(.encryptionKeySize)
+        case .pairingPublicKey where pdu.count == 65:
+            // The right length, so the point is off the curve (CVE-2018-5383): no DHKey can be
+            // agreed, which the spec reports as DHKey Check Failed.
+            self = .fail(.dhKeyCheckFailed)
+        default:
+            self = .fail(.invalidParameters)
+        }
+    }
+}
+
+/// The state of one pairing, the same for both roles; reset between pairings so no secret
+/// outlives one. "Local" and "peer" are this side and the other; Na/Nb, A/B are the spec's.
+struct SMPPairingSession {
+    var preq: [UInt8] = []
+    var pres: [UInt8] = []
+    var request: SMPPairingFeatures?
+    var response: SMPPairingFeatures?
+    var method = SMPPairingMethod.justWorks
+    var secureConnections = false
+    var bonded = false
+    var keySize: UInt8 = 16
+    /// Legacy: TK. Nil while the user has not typed the passkey.
+    var temporaryKey: [UInt8]?
+    /// The passkey, once known (shown or typed).
+    var passkey: UInt32?
+    var peerConfirm: [UInt8] = []
+    /// Our random (Mrand/Srand, Na/Nb, Nai/Nbi).
+    var localRandom: [UInt8] = []
+    var peerRandom: [UInt8] = []
+    var keyPair: SMPKeyPair?
+    var peerPublicKey: SMPPublicKey?
+    var dhKey: [UInt8] = []
+    var macKey: [UInt8] = []
+    var longTermKey: [UInt8] = []
+    var encryptionKey: SMPLongTermKey?
+    /// The key PDUs the peer still has to send, in order (3.6.1).
+    var expectedKeys: [SMPCode] = []
+    var result: SMPPairingResult?
+
+    // The responder's only: inputs that may arrive before the user has answered.
+    /// A confirm received before the passkey was typed.
+    var pendingConfirm: [UInt8]?
+    /// Numeric Comparison: the user's answer (true for the other methods).
+    var userConfirmed = true
+    /// Ea received before the user confirmed the numeric value.
+    var pendingDHKeyCheck: [UInt8]?
+
+    /// The agreed terms, once the feature exchange is done.
+    var summary: SMPPairingSummary? {
+        guard response != nil else { return nil }
+        return SMPPairingSummary(method: method, secureConnections: secureConnections,
+                                 bonded: bonded, encryptionKeySize: keySize)
+    }
+
+    // MARK: Crypto steps
+
+    /// Mconfirm or Sconfirm = c1(TK, rand, preq, pres, iat, ia, rat, ra) (2.3.5.5).
+    func legacyConfirm(tk: [UInt8], random: [UInt8], initiator: SMPAddress, responder: SMPAddress) -> [UInt8] {
+        SMPCrypto.c1(k: tk, r: random, preq: preq, pres: pres, initiator: initiator, responder: responder)
+    }
+
+    /// 2.3.5.6.5: MacKey || LTK = f5(DHKey, Na, Nb, A, B).
+    mutating func deriveKeys(na: [UInt8], nb: [UInt8], a: SMPAddress, b: SMPAddress) {
+        (macKey, longTermKey) = SMPCrypto.f5(w: dhKey, n1: na, n2: nb, a1: a, a2: b)
+    }
+
+    /// r of the DHKey checks: the passkey for Passkey Entry, zero otherwise (2.3.5.6.5).
+    var checkR: [UInt8] {
+        if case .passkeyEntry = method, let passkey { return SMPCrypto.temporaryKey(passkey) }
+        return [UInt8](repeating: 0, count: 16)
+    }
+
+    /// Ea = f6(MacKey, Na, Nb, rb, IOcapA, A, B) (2.3.5.6.5).
+    func initiatorCheck(na: [UInt8], nb: [UInt8], a: SMPAddress, b: SMPAddress) -> [UInt8]? {
+        guard let request else { return nil }
+        return SMPCrypto.f6(w: macKey, n1: na, n2: nb, r: checkR, ioCap: request.ioCapField, a1: a, a2: b)
+    }
+
+    /// Eb = f6(MacKey, Nb, Na, ra, IOcapB, B, A) (2.3.5.6.5).
+    func responderCheck(na: [UInt8], nb: [UInt8], a: SMPAddress, b: SMPAddress) -> [UInt8]? {
+        guard let response else { return nil }
+        return SMPCrypto.f6(w: macKey, n1: nb, n2: na, r: checkR, ioCap: response.ioCapField, a1: b, a2: a)
+    }
+
+    /// The negotiated key, its most significant octets zeroed beyond the key size (2.3.4).
+    func shortenedKey(_ key: [UInt8]) -> SMPLongTermKey {
+        SMPLongTermKey(key: SMPCrypto.shortened(key, to: keySize))
+    }
+
+    // MARK: Key distribution
+
+    /// Once the link is encrypted: the peer's keys to wait for (`peerKeys`), and the result
+    /// they complete. `longTermKey`: the key this side encrypts or answers with later, when it is
+    /// known already.
+    mutating func startKeyDistribution(peerKeys: SMPKeyDistribution, longTermKey: SMPLongTermKey?) {
+        // 3.6.1: the keys come in this order; in Secure Connections EncKey is ignored.
+        var expected: [SMPCode] = []
+        if peerKeys.contains(.encryptionKey) && !secureConnections {
+            expected += [.encryptionInformation, .centralIdentification]
+        }
+        if peerKeys.contains(.identityKey) { expected += [.identityInformation, .identityAddressInformation] }
+        if peerKeys.contains(.signingKey) { expected.append(.signingInformation) }
+        expectedKeys = expected
+        result = SMPPairingResult(
+            secureConnections: secureConnections, authenticated: method.isAuthenticated,
+            bonded: bonded, encryptionKeySize: keySize, longTermKey: longTermKey,
+            peerUsedDebugKey: peerPublicKey.map { $0.x == SMPPublicKey.debugKeyX } ?? false)
+    }
+
+    /// A key PDU from the peer into the result; the reason to fail when it is not acceptable.
+    /// `peerAddress`: the peer's address on this link, until its identity address comes;
+    /// `peerLTK`: where the peer's legacy LTK goes (the initiator encrypts with it later; the
+    /// responder keeps it for links with the roles swapped).
+    mutating func receiveKey(_ command: SMPCommand, peerAddress: SMPAddress,
+                             peerLTK: WritableKeyPath<SMPPairingResult, SMPLongTermKey?>) -> SMPPairingFailedReason? {
+        // 3.6.1: the peer's keys come in a fixed order; anything else is out of sequence.
+        guard expectedKeys.first == command.code, var result else { return .unspecifiedReason }
+        expectedKeys.removeFirst()
+        switch command {
+        case .encryptionInformation(let info):
+            result[keyPath: peerLTK] = SMPLongTermKey(key: info.longTermKey)
+        case .centralIdentification(let identification):
+            result[keyPath: peerLTK]?.encryptedDiversifier = identification.encryptedDiversifier
+            result[keyPath: peerLTK]?.randomNumber = identification.randomNumber
+        case .identityInformation(let info):
+            // The address follows in Identity Address Information.
+            result.peerIdentity = SMPIdentity(resolvingKey: info.identityResolvingKey, address: peerAddress)
+        case .identityAddressInformation(let info):
+            // An identity address is public or static random (two most significant bits 1), never
+            // a private one (Zephyr refuses those with Invalid Parameters too).
+            guard !info.address.isRandom || info.address.address.bytes.5 & 0xC0 == 0xC0 else {
+                return .invalidParameters
+            }
+            result.peerIdentity?.address = info.address
+        case .signingInformation(let info):
+            result.peerSignatureKey = info.signatureKey
+        default:
+            break
+        }
+        self.result = result
+        return nil
+    }
+
+    /// The result, once every key the peer owes is in.
+    var completedResult: SMPPairingResult? { expectedKeys.isEmpty ? result : nil }
+}
+
+extension SMPCrypto {
+    /// The passkey as a 128-bit little-endian value: TK in legacy pairing, ra/rb in Secure Connections.
+    static func temporaryKey(_ passkey: UInt32) -> [UInt8] {
+        var key = [UInt8](repeating: 0, count: 16)
+        for index in 0..<4 { key[index] = UInt8(truncatingIfNeeded: passkey >> (8 * UInt32(index))) }
+        return key
+    }
+
+    /// Z of round i in Passkey Entry: 0x80 | bit i of the passkey (2.3.5.6.3).
+    static func passkeyBit(_ passkey: UInt32, _ round: Int) -> UInt8 {
+        0x80 | UInt8((passkey >> UInt32(round)) & 1)
+    }
+
+    /// 2.3.4: a key shorter than 16 octets has its most significant octets set to zero.
+    static func shortened(_ key: [UInt8], to size: UInt8) -> [UInt8] {
+        var key = key
+        for index in Int(size)..<16 { key[index] = 0 }
+        return key
+    }
+}
+
+extension RandomNumberGenerator {
+    /// `count` random octets (nonces, distributed keys).
+    mutating func bytes(_ count: Int) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(count + 7)
+        while bytes.count < count {
+            var word = next()
+            for _ in 0..<8 {
+                bytes.append(UInt8(truncatingIfNeeded: word))
+                word >>= 8
+            }
+        }
+        return Array(bytes.prefix(count))
+    }
+
+    /// A passkey to display, 0...999999.
+    mutating func passkey(from source: SMPPasskeySource) -> UInt32 {
+        switch source {
+        case .fixed(let passkey): return passkey % 1_000_000
+        case .random: return UInt32(next() % 1_000_000)
+        }
+    }
+}
