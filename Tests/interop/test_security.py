@@ -2,7 +2,7 @@
 centrals on rootcanal's radio: LE Secure Connections Just Works with bonding, a restart of
 blemu with the same --state-dir and a reconnection that encrypts without pairing again,
 Passkey Entry with the device's static passkey (right and wrong), the repeated-attempts rule,
-and LE legacy Just Works.
+LE legacy Just Works and Passkey Entry, and no CCCD kept for a central that did not bond.
 
 Spec references: Core 5.4, Vol 3, Part H (SMP); Vol 4, Part E (HCI).
 """
@@ -829,5 +829,75 @@ def test_smp_timeout_ends_smp_on_the_link_and_a_new_link_pairs(rootcanal, tmp_pa
 
     try:
         run(scenario(), timeout=90)
+    finally:
+        stop(blemu)
+
+
+def test_legacy_passkey_entry_with_the_static_passkey(rootcanal, tmp_path):
+    """An old central (LE legacy pairing, Bumble with sc=False) types the device's static
+    passkey: legacy Passkey Entry (Vol 3, Part H, 2.3.5.3), the TK is the passkey, c1 and s1
+    make an authenticated STK, and the LTK the device distributes is authenticated too."""
+    blemu = start(rootcanal, "LP", tmp_path, "--passkey", str(PASSKEY))
+    delegate = Keyboard(PASSKEY)
+
+    async def scenario():
+        async with central_for(blemu, "legacy-passkey-central") as central:
+            central.device.keystore = MemoryKeyStore()
+            central.device.pairing_config_factory = pairing(sc=False, mitm=True, delegate=delegate)
+            conn = await connect(central, blemu)
+            await conn.connection.pair()
+            assert conn.connection.is_encrypted
+            assert conn.connection.authenticated, "a typed passkey gives an authenticated key"
+            assert delegate.asked == 1
+            await conn.disconnect()
+        paired = blemu.wait_for_event("paired")
+        message = paired[0].message
+        assert "LE legacy" in message and "authenticated" in message and "unauthenticated" not in message, paired[0].line
+        assert bond_file(tmp_path)["bonds"][0]["secureConnections"] is False
+
+    try:
+        run(scenario(), timeout=60)
+    finally:
+        stop(blemu)
+
+
+def test_a_central_that_did_not_bond_subscribes_again_on_each_link(rootcanal, tmp_path):
+    """CCCDs are kept only for bonded centrals (Vol 3, Part G, 3.3.3.3): a central that paired
+    without bonding and comes back gets no notifications until it subscribes again, and no
+    bond is written."""
+    blemu = start(rootcanal, "NB", tmp_path)
+    address = hci.Address.generate_static_address()
+
+    async def scenario():
+        async with central_for(blemu, "unbonded-central", address) as central:
+            central.device.keystore = MemoryKeyStore()
+            central.device.pairing_config_factory = lambda _connection: PairingConfig(
+                sc=True, mitm=False, bonding=False, delegate=PairingDelegate(PairingDelegate.NO_OUTPUT_NO_INPUT))
+            conn = await connect(central, blemu)
+            await conn.connection.pair()
+            assert conn.connection.is_encrypted
+            await conn.discover_all()
+            measurement = conn.characteristic(UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE)
+            await conn.subscribe(measurement)
+            await collect_notifications(conn, measurement.handle, 1, 5.0)
+            await conn.disconnect()
+            paired = blemu.wait_for_event("paired")
+            assert "not bonded (the central did not ask to bond)" in paired[0].message, paired[0].line
+            blemu.wait_for_event("disconnected")
+
+            conn = await connect(central, blemu)
+            await conn.discover_all()
+            measurement = conn.characteristic(UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE)
+            await asyncio.sleep(3.5)  # the sensor notifies every second to a subscriber
+            assert not [n for n in conn.notifications if n.handle == measurement.handle], \
+                "notifications without subscribing again: the CCCD of a central that did not bond was kept"
+            await conn.subscribe(measurement)
+            await collect_notifications(conn, measurement.handle, 1, 5.0)
+            await conn.disconnect()
+        bonds = [name for name in os.listdir(tmp_path) if name.startswith("bonds-")]
+        assert not bonds or bond_file(tmp_path)["bonds"] == [], f"a bond was written: {bonds}"
+
+    try:
+        run(scenario(), timeout=60)
     finally:
         stop(blemu)
