@@ -167,6 +167,7 @@ uint64_t clinux_heap_in_use(void) {
     return info.uordblks + info.hblkhd;
 }
 
+#include <fcntl.h>
 #include <link.h>
 #include <sys/mman.h>
 
@@ -180,8 +181,10 @@ static int advise_program_segments(struct dl_phdr_info *info, size_t size, void 
     uint64_t *advised = data;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *segment = &info->dlpi_phdr[i];
-        // Code and read-only data only: writable segments hold the program's state.
-        if (segment->p_type != PT_LOAD || (segment->p_flags & PF_W)) continue;
+        // Code, read-only data, and the data segment: most of a Swift program's data segment is
+        // type metadata read at start and never written (clean file pages, dropped); a page written
+        // is anonymous memory and stays, unless the board has swap, which takes it like any idle page.
+        if (segment->p_type != PT_LOAD) continue;
         uintptr_t start = (info->dlpi_addr + segment->p_vaddr) & ~(uintptr_t)(page - 1);
         uintptr_t end = (info->dlpi_addr + segment->p_vaddr + segment->p_memsz + page - 1) & ~(uintptr_t)(page - 1);
         // MADV_RANDOM: no read-around when a page comes back; MADV_PAGEOUT (Linux 5.4): give back
@@ -195,5 +198,14 @@ static int advise_program_segments(struct dl_phdr_info *info, size_t size, void 
 uint64_t clinux_release_startup_code(void) {
     uint64_t advised = 0;
     dl_iterate_phdr(advise_program_segments, &advised);
+    // The page cache still holds the file's pages nobody maps (read-around at start, or the whole
+    // file just after it was copied in), and fault-around would map up to 64 KiB of them with
+    // every later fault: drop them, so a fault brings the page it needs. Pages another process
+    // maps (a second blemu) stay.
+    int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(fd);
+    }
     return advised;
 }
