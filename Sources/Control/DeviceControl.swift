@@ -177,12 +177,22 @@ public final class DeviceControl {
         .object([("id", id.map { .integer($0) } ?? .null), ("ok", false), ("error", .string(message))])
     }
 
+    /// Six digits with leading zeros, as a passkey or comparison value is shown to a user.
+    static func sixDigits(_ value: UInt32) -> String {
+        let digits = String(value)
+        return String(repeating: "0", count: max(0, 6 - digits.count)) + digits
+    }
+
     /// `list`: one object per device, in command-line order.
     static func listing(_ peripherals: [Peripheral], names: DeviceNames) -> JSONValue {
         .array(peripherals.enumerated().map { index, peripheral in
             let links: [JSONValue] = peripheral.linkSummaries.map { link in
-                .object([("peer", .string(link.peer.description)), ("handle", .integer(Int64(link.handle))),
-                         ("mtu", .integer(Int64(link.mtu))), ("encrypted", .bool(link.encrypted))])
+                // A pairing's "display" (six digits, as the user reads them), only while it waits.
+                let shown: [(String, JSONValue)] =
+                    (link.pairingPasskey.map { [("pairing_passkey", JSONValue.string(sixDigits($0)))] } ?? [])
+                    + (link.pairingComparison.map { [("numeric_comparison", JSONValue.string(sixDigits($0)))] } ?? [])
+                return .object([("peer", .string(link.peer.description)), ("handle", .integer(Int64(link.handle))),
+                                ("mtu", .integer(Int64(link.mtu))), ("encrypted", .bool(link.encrypted))] + shown)
             }
             let settings: [JSONValue] = peripheral.device.settings.map { setting in
                 .object([("key", .string(setting.key)), ("summary", .string(setting.summary))])

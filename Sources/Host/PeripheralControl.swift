@@ -11,6 +11,10 @@ public struct LinkSummary: Sendable, Equatable {
     public let mtu: Int
     /// Whether the link is encrypted (Encryption Change, Docs/SECURITY.md).
     public let encrypted: Bool
+    /// The pairing under way shows this passkey (made for it only) for the central's user to type.
+    public let pairingPasskey: UInt32?
+    /// The pairing under way waits for the answer to this Numeric Comparison value.
+    public let pairingComparison: UInt32?
 }
 
 /// What a test script may do to a running device from outside (the control socket): set its
@@ -21,7 +25,9 @@ extension Peripheral {
 
     public var linkSummaries: [LinkSummary] {
         connections.values.sorted { $0.handle < $1.handle }.map {
-            LinkSummary(handle: $0.handle, peer: $0.peer.address, mtu: $0.server.mtu, encrypted: $0.server.linkSecurity.isEncrypted)
+            let display = security.pairingDisplay(on: $0.handle)
+            return LinkSummary(handle: $0.handle, peer: $0.peer.address, mtu: $0.server.mtu, encrypted: $0.server.linkSecurity.isEncrypted,
+                               pairingPasskey: display.passkey, pairingComparison: display.comparison)
         }
     }
 

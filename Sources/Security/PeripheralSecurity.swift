@@ -155,6 +155,8 @@ public final class PeripheralSecurity {
         var askedForSecurity = false
         /// A Numeric Comparison value waiting for the user's answer (`askNumericComparison`).
         var comparison: UInt32?
+        /// A passkey made for the pairing under way (no static one), shown until it ends.
+        var shownPasskey: UInt32?
         init(handle: UInt16, peer: SMPAddress, bondAddress: SMPAddress, local: SMPAddress, responder: SMPResponder) {
             self.handle = handle
             self.peer = peer
@@ -401,6 +403,15 @@ public final class PeripheralSecurity {
         }
     }
 
+    /// What the device "displays" for the pairing under way on a link (Vol 3, Part H, 2.3.5.6):
+    /// a passkey made for this pairing only, which the central's user types, or a Numeric
+    /// Comparison value waiting for `answerNumericComparison`. The control socket's `list` shows
+    /// them, so a test script can compare them with what the app shows.
+    public func pairingDisplay(on handle: UInt16) -> (passkey: UInt32?, comparison: UInt32?) {
+        guard let link = links[handle] else { return (nil, nil) }
+        return (link.shownPasskey, link.comparison)
+    }
+
     /// Numeric Comparison values waiting for the user's answer, one per link pairing now.
     public var waitingComparisons: [UInt32] { links.values.compactMap(\.comparison) }
 
@@ -458,7 +469,9 @@ public final class PeripheralSecurity {
                 logger.notice("pairing with \(link.peer.address): Passkey Entry, the central types the device's passkey (--passkey)",
                               metadata: metadata(link))
             } else {
-                // A new passkey for this pairing only (2.3.5.6.3): the device's "display" is the log.
+                // A new passkey for this pairing only (2.3.5.6.3): the device's "display" is the log
+                // (and the control socket's `list`).
+                link.shownPasskey = passkey
                 logger.notice("pairing with \(link.peer.address): Passkey Entry, the central types \(PasskeyLabel.sixDigits(passkey))",
                               metadata: metadata(link))
             }
@@ -481,10 +494,12 @@ public final class PeripheralSecurity {
         case .encryptionKeyReady(let key):
             link.pairingKey = key
         case .paired(let result):
+            link.shownPasskey = nil
             paired(result, on: link)
         case let .failed(reason, origin):
             link.pairingKey = nil
             link.comparison = nil
+            link.shownPasskey = nil
             failed(reason: reason, origin: origin, on: link)
         }
     }

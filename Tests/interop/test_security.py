@@ -585,6 +585,14 @@ def test_numeric_comparison_answered_from_the_control_socket(rootcanal, tmp_path
             while "waiting for the answer" not in blemu.log_tail() and loop.time() < deadline:
                 await asyncio.sleep(0.1)
             assert "waiting for the answer" in blemu.log_tail(), blemu.log_tail()
+            # The device's "display" is on the control socket too, for the script to compare.
+            while not user.shown and loop.time() < deadline:
+                await asyncio.sleep(0.05)
+            listed = await loop.run_in_executor(None, lambda: ctl("list"))
+            assert listed.returncode == 0, listed.describe()
+            shown_on_socket = [link.get("numeric_comparison") for device in json.loads(listed.stdout)["devices"]
+                               for link in device["connections"]]
+            assert user.shown and shown_on_socket == [f"{user.shown[0]:06d}"], (shown_on_socket, user.shown, listed.stdout)
             reply = await loop.run_in_executor(None, lambda: ctl("pairing", "heart-rate", answer))
             assert reply.returncode == 0 and json.loads(reply.stdout)["answered"] == 1, reply.describe()
             if answer == "confirm":
