@@ -653,6 +653,7 @@ class Central:
         await asyncio.wait_for(self.device.start_scanning(active=True, filter_duplicates=False), 5.0)
         try:
             deadline = time.monotonic() + timeout
+            restart_at = time.monotonic() + timeout / 2
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -662,6 +663,14 @@ class Central:
                     return found.result()
                 if alive is not None and (reason := alive()) is not None:
                     raise AssertionError(f"stopped scanning for {description}: {reason}")
+                # The advertiser is seen but its scan response is not: start the scan again, as
+                # a phone's app would. rootcanal's scanner has been seen to stop sending scan
+                # requests to one of several sets of a controller for the rest of a scan.
+                if want_scan_response and time.monotonic() >= restart_at:
+                    restart_at = float("inf")
+                    if any(r.adv_data is not None and predicate(r) for r in self._results.values()):
+                        await asyncio.wait_for(self.device.stop_scanning(), 5.0)
+                        await asyncio.wait_for(self.device.start_scanning(active=True, filter_duplicates=False), 5.0)
             # Time is up: a match without its scan response still tells something.
             partial = [r for r in self._results.values() if r.adv_data is not None and predicate(r)]
             if partial and not want_scan_response:
