@@ -361,8 +361,8 @@ struct RunCommand: ParsableCommand {
             // Once every device advertises, start-up is over: its code pages go back (a board's RSS).
             if !startupCodeReleased, allPeripherals.allSatisfy(\.isAdvertising) {
                 startupCodeReleased = true
-                let advised = ProcessMemory.releaseStartupCode()
-                logger.debug("start-up over: \(advised / 1024) KiB of code and read-only data advised back to the kernel")
+                let release = ProcessMemory.releaseStartupCode()
+                logger.debug("start-up over: \(release.advised / 1024) KiB of code and data given back, \(release.singlePageFaults / 1024) KiB of it faults back a page at a time")
             }
             guard service.isEnabled, !stopping else { return }
             // Called after every HCI event: the line is built only when something in it changed.

@@ -171,41 +171,121 @@ uint64_t clinux_heap_in_use(void) {
 #include <link.h>
 #include <sys/mman.h>
 
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+
 #ifndef MADV_PAGEOUT
 #define MADV_PAGEOUT 21
 #endif
+#ifndef UFFD_USER_MODE_ONLY
+#define UFFD_USER_MODE_ONLY 1
+#endif
+#ifndef UFFD_FEATURE_WP_ASYNC
+#define UFFD_FEATURE_WP_ASYNC (1 << 15)
+#endif
 
-static int advise_program_segments(struct dl_phdr_info *info, size_t size, void *data) {
-    (void)size;
-    long page = sysconf(_SC_PAGESIZE);
-    uint64_t *advised = data;
+/// A userfaultfd whose only use is to switch fault-around off on the ranges registered with it
+/// (Linux 6.7+): the kernel maps no neighbours on a fault in a range registered for write
+/// protection. Asynchronous write protection (resolved by the kernel, never reported) on code
+/// that is never written changes nothing else. Kept open for the process's life: closing it
+/// would unregister the ranges. -1 where the kernel has no such feature: nothing lost.
+static int fault_around_off_fd = -2;
+
+static int fault_around_off(void) {
+    if (fault_around_off_fd != -2) return fault_around_off_fd;
+    fault_around_off_fd = -1;
+    // UFFD_USER_MODE_ONLY: allowed without privilege whatever vm.unprivileged_userfaultfd says.
+    int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+    if (fd < 0) return -1;
+    struct uffdio_api api = {.api = UFFD_API, .features = UFFD_FEATURE_WP_ASYNC};
+    if (ioctl(fd, UFFDIO_API, &api) != 0) {
+        close(fd);
+        return -1;
+    }
+    fault_around_off_fd = fd;
+    return fd;
+}
+
+static int register_single_page_faults(uintptr_t start, uintptr_t end) {
+    int fd = fault_around_off();
+    if (fd < 0) return 0;
+    struct uffdio_register range = {.range = {.start = start, .len = end - start}, .mode = UFFDIO_REGISTER_MODE_WP};
+    return ioctl(fd, UFFDIO_REGISTER, &range) == 0;
+}
+
+/// True when an object's code was written at load (DT_TEXTREL): its "read-only" pages are then
+/// private copies, and dropping them would lose the relocations.
+static int has_text_relocations(const struct dl_phdr_info *info) {
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *segment = &info->dlpi_phdr[i];
-        // Code, read-only data, and the data segment: most of a Swift program's data segment is
-        // type metadata read at start and never written (clean file pages, dropped); a page written
-        // is anonymous memory and stays, unless the board has swap, which takes it like any idle page.
+        if (segment->p_type != PT_DYNAMIC) continue;
+        for (const ElfW(Dyn) *entry = (const ElfW(Dyn) *)(info->dlpi_addr + segment->p_vaddr);
+             entry->d_tag != DT_NULL; entry++) {
+            if (entry->d_tag == DT_TEXTREL) return 1;
+            if (entry->d_tag == DT_FLAGS && (entry->d_un.d_val & DF_TEXTREL)) return 1;
+        }
+    }
+    return 0;
+}
+
+struct release_totals {
+    uint64_t advised;
+    uint64_t single_page;
+    int is_program; // the first object dl_iterate_phdr reports is the program itself
+};
+
+static int release_object_pages(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    struct release_totals *totals = data;
+    int is_program = totals->is_program;
+    totals->is_program = 0;
+    // The vDSO is the kernel's, not a file: nothing to give back.
+    if (!is_program && (info->dlpi_name == NULL || info->dlpi_name[0] == '\0' || strstr(info->dlpi_name, "vdso") != NULL))
+        return 0;
+    int text_written = has_text_relocations(info);
+    long page = sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *segment = &info->dlpi_phdr[i];
         if (segment->p_type != PT_LOAD) continue;
         uintptr_t start = (info->dlpi_addr + segment->p_vaddr) & ~(uintptr_t)(page - 1);
         uintptr_t end = (info->dlpi_addr + segment->p_vaddr + segment->p_memsz + page - 1) & ~(uintptr_t)(page - 1);
-        // MADV_RANDOM: no read-around when a page comes back; MADV_PAGEOUT (Linux 5.4): give back
-        // the pages only start-up used. Older kernels refuse the second: nothing lost.
-        if (madvise((void *)start, end - start, MADV_RANDOM) == 0) *advised += end - start;
-        (void)madvise((void *)start, end - start, MADV_PAGEOUT);
+        if (!(segment->p_flags & PF_W)) {
+            if (text_written) continue;
+            // Code and read-only data: clean file pages, never written. MADV_DONTNEED unmaps them
+            // from this process only (a shared library's pages stay for the processes that use
+            // them); the next use maps the page again from the page cache or the file.
+            if (madvise((void *)start, end - start, MADV_DONTNEED) == 0) totals->advised += end - start;
+            // Then each fault maps the one page it needs. Without this the kernel maps up to
+            // 64 KiB of cached neighbours around every fault (fault-around), and the page cache
+            // holds all of the code: Linux reads ahead around a fault in executable pages whatever
+            // MADV_RANDOM says (6.16+), up to the disk's read_ahead_kb.
+            if (register_single_page_faults(start, end)) totals->single_page += end - start;
+        } else if (is_program) {
+            // The data segment: most of a Swift program's is type metadata read at start and never
+            // written (clean file pages, dropped); a page written is anonymous memory and stays,
+            // unless the board has swap. MADV_PAGEOUT (Linux 5.4) never loses a written page; older
+            // kernels refuse it: nothing lost.
+            if (madvise((void *)start, end - start, MADV_RANDOM) == 0 &&
+                madvise((void *)start, end - start, MADV_PAGEOUT) == 0)
+                totals->advised += end - start;
+        }
     }
-    return 1; // the first object is the program itself; the shared libraries are other processes' too
+    return 0;
 }
 
-uint64_t clinux_release_startup_code(void) {
-    uint64_t advised = 0;
-    dl_iterate_phdr(advise_program_segments, &advised);
-    // The page cache still holds the file's pages nobody maps (read-around at start, or the whole
-    // file just after it was copied in), and fault-around would map up to 64 KiB of them with
-    // every later fault: drop them, so a fault brings the page it needs. Pages another process
-    // maps (a second blemu) stay.
+uint64_t clinux_release_startup_code(uint64_t *single_page_bytes) {
+    struct release_totals totals = {0, 0, 1};
+    dl_iterate_phdr(release_object_pages, &totals);
+    // With nothing of the program's file mapped, the page cache can drop all of it (read-around
+    // at start, or the whole file just after it was copied in): later faults then read the single
+    // page they need, and fault-around finds no neighbours to map. Pages another process maps (a
+    // second blemu) stay.
     int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
         (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
         close(fd);
     }
-    return advised;
+    if (single_page_bytes != NULL) *single_page_bytes = totals.single_page;
+    return totals.advised;
 }

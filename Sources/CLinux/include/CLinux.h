@@ -77,6 +77,8 @@ extern const int CLINUX_MSG_NOSIGNAL;
 /// Bytes of heap in use (glibc's mallinfo2: chunks allocated in the arenas and mmapped), for
 /// the footprint figures of blemu-perf-gate's `scale` mode: Glibc's Swift module lacks malloc.h.
 uint64_t clinux_heap_in_use(void);
-/// After start-up: the program's code pages only start-up touched are given back (MADV_PAGEOUT), and
-/// later faults bring single pages (MADV_RANDOM). Returns the bytes of code and read-only data advised.
-uint64_t clinux_release_startup_code(void);
+/// After start-up: the code and read-only pages of the program and its libraries are unmapped
+/// (MADV_DONTNEED; the program's data segment MADV_PAGEOUT), so only what runs later comes back,
+/// a single page per fault where the kernel allows (`single_page_bytes`: a userfaultfd turns
+/// fault-around off, Linux 6.7+). Returns the bytes advised.
+uint64_t clinux_release_startup_code(uint64_t *single_page_bytes);
