@@ -37,6 +37,15 @@ public struct ControllerInfo: Sendable, Equatable {
     public var supportsPrivacyMode: Bool { supports(octet: 39, bit: 2) }
     /// LE 2M PHY (Vol 6, Part B, 4.6, bit 8).
     public var supports2MPHY: Bool { leFeatures & (1 << 8) != 0 }
+
+    /// The HCI version (Assigned Numbers 2.1: 0x06 is 4.0 ... 0x0E is 6.0) and the company
+    /// identifier, for the log a field engineer reads.
+    public var versionDescription: String {
+        let versions = ["4.0", "4.1", "4.2", "5.0", "5.1", "5.2", "5.3", "5.4", "6.0", "6.1"]
+        let index = Int(hciVersion) - 6
+        let version = versions.indices.contains(index) ? "Bluetooth \(versions[index])" : "HCI version \(Hex.byte(hciVersion))"
+        return "\(version), manufacturer \(Hex.word(manufacturer))"
+    }
 }
 
 /// The outcome of one HCI command.
@@ -293,7 +302,9 @@ public final class HCIHost {
 
     /// The initialization sequence, one command per stage, in order.
     private enum InitStage: Int {
-        case reset, readLocalVersion, readBDAddr, readSupportedCommands, readSupportedFeatures, leReadFeatures
+        // No Read Local Supported Features: nothing of BR/EDR's LMP features is used, and on a
+        // controller that answers one command per tick each command delays advertising.
+        case reset, readLocalVersion, readBDAddr, readSupportedCommands, leReadFeatures
         case setEventMask, leSetEventMask, leReadBufferSize, readBufferSize, suggestDataLength, readAdvertisingSets, done
     }
 
@@ -316,7 +327,6 @@ public final class HCIHost {
         case .readLocalVersion: return (.readLocalVersion, false)
         case .readBDAddr: return (.readBDAddr, true)
         case .readSupportedCommands: return (.readLocalSupportedCommands, false)
-        case .readSupportedFeatures: return (.readLocalSupportedFeatures, false)
         case .leReadFeatures: return (.leReadLocalSupportedFeatures, true)
         case .setEventMask: return (.setEventMask(Self.eventMask), true)
         case .leSetEventMask: return (.leSetEventMask(Self.leEventMask), true)
@@ -392,7 +402,7 @@ public final class HCIHost {
         info.aclTotalPackets = max(info.aclTotalPackets, 1)
         aclCredits = info.aclTotalPackets
         isReady = true
-        logger.info("controller ready: \(info.address), ACL \(info.aclTotalPackets) x \(info.aclMaxLength) bytes")
+        logger.info("controller ready: \(info.address), \(info.versionDescription), ACL \(info.aclTotalPackets) x \(info.aclMaxLength) bytes")
         delegate?.hciHostDidBecomeReady(self)
     }
 

@@ -281,7 +281,7 @@ extension PeripheralHost: HCIHostDelegate {
         }
         // The resolving list is loaded before anything advertises: the controller refuses
         // changes to it while advertising with address resolution on (Vol 4, Part E, 7.8.38).
-        loadResolvingList { [weak self] in
+        loadResolvingList(startingUp: true) { [weak self] in
             guard let self, !self.isStopping else { return }
             for member in self.members {
                 let set = self.advertiser.takeSet()

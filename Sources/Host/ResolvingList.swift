@@ -46,6 +46,10 @@ struct ResolvingListState {
     /// A change is under way with advertising stopped: no device starts advertising until it
     /// is done (a link closing meanwhile would otherwise start it between the commands).
     var changing = false
+    /// No bonded central had an IRK at start, so nothing was sent: the list is loaded when the
+    /// first one bonds. After Reset the controller's list is empty and resolution off (Vol 4,
+    /// Part E, 7.3.2), which is what the host wants meanwhile.
+    var deferred = false
 }
 
 /// The controller's resolving list (Vol 6, Part B, 4.7; Vol 4, Part E, 7.8.38 – 7.8.44): on a
@@ -79,15 +83,25 @@ extension PeripheralHost {
 
     /// At start, before anything advertises (after Reset the list is empty and resolution
     /// off): Read Resolving List Size, Clear, one Add per central (Set Privacy Mode to Device
-    /// Privacy for each where the controller has it), then address resolution on. `then` runs
-    /// whatever the controller answers: a failure leaves the host's ah() to do the work.
-    func loadResolvingList(then: @escaping () -> Void) {
+    /// Privacy for each where the controller has it), then address resolution on. With no
+    /// bonded central to load, nothing is sent (`startingUp`): three commands fewer before the
+    /// first advertisement, and the first bond loads the list. `then` runs whatever the
+    /// controller answers: a failure leaves the host's ah() to do the work.
+    func loadResolvingList(startingUp: Bool, then: @escaping () -> Void) {
         resolvingListReset()
         guard hci.info.supportsLLPrivacy else {
             logger.debug("controller has no LL Privacy: centrals' private addresses are resolved by the host (ah)")
             then()
             return
         }
+        if startingUp && wantedResolvingEntries().isEmpty {
+            resolvingList.deferred = true
+            logger.debug("no bonded central with an IRK: the controller's resolving list is loaded at the first bond")
+            then()
+            return
+        }
+        // A load for a new bond runs with advertising stopped, as a change does.
+        resolvingList.changing = !startingUp
         let generation = resolvingList.generation
         hci.send(.leReadResolvingListSize) { [weak self] result in
             // Cancelled: the controller went away or the host stops; that path goes on by itself.
@@ -146,8 +160,21 @@ extension PeripheralHost {
     /// (the shared central scans or connects) leaves the central to the host's ah() until the
     /// next start loads it.
     func bondSaved(_ bond: Bond, by peripheral: Peripheral) {
-        guard hci.isReady, !isStopping, resolvingList.enabled,
+        guard hci.isReady, !isStopping, resolvingList.enabled || resolvingList.deferred,
               let entry = ResolvingEntry(bond: bond, localIRK: peripheral.security.existingIdentity?.resolvingKey) else { return }
+        if resolvingList.deferred {
+            // The first central with an IRK: the whole load, with advertising stopped for it.
+            stopAdvertisingForResolvingListChange()
+            loadResolvingList(startingUp: false) { [weak self, weak peripheral] in
+                guard let self else { return }
+                self.resolvingList.changing = false
+                if self.resolvingList.loaded.contains(where: { $0.sameIdentity(entry) }) {
+                    peripheral?.logger.info("controller resolving list: \(entry.address) added (\(self.resolvingList.loaded.count) of \(self.resolvingList.capacity))")
+                }
+                for member in self.peripherals where !self.isStopping { member.startAdvertising(fast: true) }
+            }
+            return
+        }
         if let listed = resolvingList.loaded.first(where: { $0.sameIdentity(entry) }) {
             if listed.peerIRK != entry.peerIRK {
                 peripheral.logger.info("\(entry.address) bonded again with a new IRK: the host resolves it (ah) until the next start reloads the resolving list")
@@ -158,10 +185,7 @@ extension PeripheralHost {
             peripheral.logger.info("controller resolving list full (\(resolvingList.capacity)): \(entry.address) is resolved by the host (ah)")
             return
         }
-        for member in peripherals where member.advertisingSet != nil && (member.isAdvertising || member.advertisingRequested) {
-            if let set = member.advertisingSet { advertiser.stop(set: set) }
-            member.setAdvertising(false, log: false)
-        }
+        stopAdvertisingForResolvingListChange()
         resolvingList.changing = true
         let generation = resolvingList.generation
         addResolvingEntry(entry, generation: generation) { [weak self, weak peripheral] status in
@@ -177,6 +201,15 @@ extension PeripheralHost {
                                           metadata: [LogKey.hciStatus: .string(status.map(Hex.byte) ?? "timeout")])
             }
             for member in self.peripherals where !self.isStopping { member.startAdvertising(fast: true) }
+        }
+    }
+
+    /// The controller refuses resolving list changes while advertising with resolution on
+    /// (7.8.38): every device that advertises stops until the change is done.
+    private func stopAdvertisingForResolvingListChange() {
+        for member in peripherals where member.advertisingSet != nil && (member.isAdvertising || member.advertisingRequested) {
+            if let set = member.advertisingSet { advertiser.stop(set: set) }
+            member.setAdvertising(false, log: false)
         }
     }
 }

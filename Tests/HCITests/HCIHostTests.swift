@@ -188,8 +188,7 @@ private final class Rig {
 
 private let initSequenceV1: [UInt16] = [
     HCIOpcode.reset, HCIOpcode.readLocalVersion, HCIOpcode.readBDAddr, HCIOpcode.readLocalSupportedCommands,
-    HCIOpcode.readLocalSupportedFeatures, HCIOpcode.leReadLocalSupportedFeatures, HCIOpcode.setEventMask,
-    HCIOpcode.leSetEventMask, HCIOpcode.leReadBufferSize,
+    HCIOpcode.leReadLocalSupportedFeatures, HCIOpcode.setEventMask, HCIOpcode.leSetEventMask, HCIOpcode.leReadBufferSize,
 ]
 
 @Suite struct HCIHostInitializationTests {
@@ -219,6 +218,10 @@ private let initSequenceV1: [UInt16] = [
         #expect(info.address == rig.profile.address)
         #expect(info.hciVersion == 0x0D)
         #expect(info.manufacturer == 0x005F)
+        #expect(info.versionDescription == "Bluetooth 5.4, manufacturer 0x005f")
+        var older = ControllerInfo()
+        older.hciVersion = 0x05
+        #expect(older.versionDescription == "HCI version 0x05, manufacturer 0x0000")
         #expect(info.aclMaxLength == 251)
         #expect(info.aclTotalPackets == 4)
         #expect(!info.supports(octet: 41, bit: 5))
@@ -282,8 +285,8 @@ private let initSequenceV1: [UInt16] = [
         rig.bringUp()
         #expect(rig.commands == [
             HCIOpcode.reset, HCIOpcode.readLocalVersion, HCIOpcode.readBDAddr, HCIOpcode.readLocalSupportedCommands,
-            HCIOpcode.readLocalSupportedFeatures, HCIOpcode.leReadLocalSupportedFeatures, HCIOpcode.setEventMask,
-            HCIOpcode.leSetEventMask, HCIOpcode.leReadBufferSizeV2, HCIOpcode.readBufferSize,
+            HCIOpcode.leReadLocalSupportedFeatures, HCIOpcode.setEventMask, HCIOpcode.leSetEventMask,
+            HCIOpcode.leReadBufferSizeV2, HCIOpcode.readBufferSize,
             HCIOpcode.leWriteSuggestedDefaultDataLength,
         ])
     }
@@ -321,7 +324,6 @@ private let initSequenceV1: [UInt16] = [
         rig.answer()                                                        // Read Local Version
         rig.answer()                                                        // Read BD_ADDR
         rig.answer()                                                        // Read Local Supported Commands
-        rig.answer()                                                        // Read Local Supported Features
         #expect(rig.unansweredCommand == HCIOpcode.leReadLocalSupportedFeatures)
         rig.scheduler.advance(by: HCIHost.commandTimeout)
         #expect(rig.commands.last == HCIOpcode.leReadLocalSupportedFeatures, "timed out, retry not yet due")

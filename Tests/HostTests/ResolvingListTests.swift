@@ -73,6 +73,44 @@ import Testing
         #expect(c.commands(HCIOpcode.leSetAddressResolutionEnable).map(\.parameters) == [[0x01]])
     }
 
+    /// With no bonded central to load, start-up sends nothing for the list (three commands
+    /// fewer before advertising); the first bond with an IRK loads it, advertising stopped for it.
+    @Test func withNoBondsTheListIsLoadedAtTheFirstBond() throws {
+        let bench = try Bench(device: HeartRateDevice(seed: 1), configure: { $0.supportsLLPrivacy = true; $0.resolvingListSize = 4 })
+        let c = bench.controller
+        let listCommands = [HCIOpcode.leReadResolvingListSize, HCIOpcode.leClearResolvingList, HCIOpcode.leAddDeviceToResolvingList,
+                            HCIOpcode.leSetPrivacyMode, HCIOpcode.leSetAddressResolutionEnable]
+        #expect(bench.peripheral.isAdvertising)
+        #expect(!c.commands.contains { listCommands.contains($0.opcode) })
+        // A central without an IRK changes nothing.
+        let noIRK = Self.bond(BluetoothAddress("C3:00:00:00:00:01")!, irk: nil, key: Self.tabletKey)
+        bench.peripheral.security.bonds.save(noIRK)
+        bench.peripheral.security.bondSaved(noIRK)
+        #expect(!c.commands.contains { listCommands.contains($0.opcode) })
+        let phone = Self.bond(Self.phone, irk: Self.phoneIRK, key: Self.phoneKey)
+        bench.peripheral.security.bonds.save(phone)
+        let before = c.commands.count
+        bench.peripheral.security.bondSaved(phone)
+        let after = c.commands[before...].map(\.opcode).filter { listCommands.contains($0) || $0 == HCIOpcode.leSetAdvertisingEnable }
+        #expect(after == [HCIOpcode.leSetAdvertisingEnable, HCIOpcode.leReadResolvingListSize, HCIOpcode.leClearResolvingList,
+                          HCIOpcode.leAddDeviceToResolvingList, HCIOpcode.leSetPrivacyMode, HCIOpcode.leSetAddressResolutionEnable,
+                          HCIOpcode.leSetAdvertisingEnable])
+        #expect(c.commands(HCIOpcode.leSetAdvertisingEnable).suffix(2).map(\.parameters) == [[0x00], [0x01]])
+        #expect(c.resolvingList == [[0x01] + Self.phone.littleEndianBytes])
+        #expect(c.addressResolution && c.isAdvertising && bench.peripheral.isAdvertising)
+        // From then on the list is loaded: the next central is one Add.
+        let tablet = Self.bond(Self.tablet, irk: Self.tabletIRK, key: Self.tabletKey)
+        bench.peripheral.security.bonds.save(tablet)
+        let beforeTablet = c.commands.count
+        bench.peripheral.security.bondSaved(tablet)
+        #expect(c.commands[beforeTablet...].filter { $0.opcode == HCIOpcode.leReadResolvingListSize }.isEmpty)
+        #expect(c.resolvingList.count == 2)
+        // And a central that comes back under a private address is named by the controller.
+        bench.controller.connectEnhanced(handle: Bench.link, peerType: 0x03, peer: Self.phone,
+                                         rpa: Self.privateAddress(Self.phoneIRK, seed: 11))
+        #expect(keyAnswered(bench) == Self.phoneKey)
+    }
+
     @Test func theIdentityOfTheEnhancedEventFindsTheBond() throws {
         let bench = try bench(llPrivacy: true)
         // The private address is not one ah() resolves with the bond's IRK: only the
