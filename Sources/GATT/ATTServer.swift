@@ -137,7 +137,13 @@ public final class ATTServer {
     public var linkSecurity = ATTLinkSecurity()
     /// The client's CSRK and last SignCounter, when it is bonded and distributed a CSRK: what
     /// its Signed Write Commands are verified with (nil: they are dropped).
-    public var signing: ATTSigningState?
+    public var signing: ATTSigningState? {
+        didSet {
+            if signing?.signatureKey != oldValue?.signatureKey { signatureKey = signing.flatMap { ATTSignatureKey(csrk: $0.signatureKey) } }
+        }
+    }
+    /// The CSRK of `signing`, made ready once per key.
+    private var signatureKey: ATTSignatureKey?
     private var indicationTimer: TimerID?
     /// Made once, so an indication's 30 s timer allocates no closure of its own.
     private lazy var indicationTimedOut: () -> Void = { [weak self] in
@@ -861,7 +867,7 @@ public final class ATTServer {
                 return
             }
             let message = pdu.prefix(pdu.count - ATTSignature.length)
-            guard ATTSignature.verify(message, signature: command.signature, csrk: state.signatureKey) else {
+            guard signatureKey?.verify(message, signature: command.signature) == true else {
                 delegate?.attServer(self, droppedSignedWrite: .badSignature, handle: command.handle)
                 return
             }

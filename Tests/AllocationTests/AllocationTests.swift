@@ -164,6 +164,28 @@ import Testing
         #expect(rig.device.value == [1, 2, 3])
     }
 
+    @Test func signedWriteCommand() throws {
+        let rig = try DeviceRig(device: LongValueDevice())
+        // The bonded central's CSRK, as the security layer hands it to the link's server.
+        let csrk = (0..<16).map { UInt8($0 * 3) }
+        let server = try #require(rig.peripheral.connections[0x0040]?.server)
+        server.signing = ATTSigningState(signatureKey: csrk, lastCounter: nil)
+        // Each signed with the next SignCounter (Vol 3, Part C, 10.4.2: a replay is dropped).
+        let packets = (1...UInt32(Self.iterations + 1)).map { counter in
+            let message = [0xD2] + Rig.le(rig.device.writable.valueHandle) + [9, 8, 7]
+            return Rig.acl(message + ATTSignature.sign(message, counter: counter, csrk: csrk))
+        }
+        var next = 0
+        let count = allocations {
+            rig.request(packets[next])
+            next += 1
+        }
+        #expect(count == 0)
+        #expect(rig.device.writes == Self.iterations + 1)
+        #expect(rig.device.value == [9, 8, 7])
+        #expect(server.signing?.lastCounter == UInt32(Self.iterations + 1))
+    }
+
     @Test func longWriteExecuted() throws {
         let rig = try DeviceRig(device: LongValueDevice(), recordsOutput: true)
         let output = try #require(rig.output)
