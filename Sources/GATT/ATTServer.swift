@@ -109,27 +109,23 @@ public final class ATTServer {
     /// its value as taken at offset 0 (a buffer reused from one long read to the next).
     private var longReadHandle: UInt16?
     private var longReadValue: [UInt8]
-    /// A prepared part (Vol 3, Part F, 3.4.6.1); its value is `preparedBytes[start..<start + count]`.
-    private struct PreparedWrite {
+    /// A value in one of a long write's buffers: `count` bytes from `start`, to be written at
+    /// `offset` of `handle`'s value. A prepared part (Vol 3, Part F, 3.4.6.1), or an attribute's
+    /// value assembled from its parts.
+    private struct PlacedValue {
         let handle: UInt16
-        let offset: Int
-        let start: Int
-        let count: Int
-    }
-    /// The prepare queue, in buffers whose room is taken at the link's first Prepare Write and
-    /// reused by every long write after it: at most `maxPreparedWrites` parts of at most
-    /// ATT_MTU - 5 bytes each.
-    private var preparedWrites: [PreparedWrite] = []
-    private var preparedBytes: [UInt8] = []
-    /// Execute Write's working space, reused too: each attribute's value, assembled from its
-    /// parts, is `assembledBytes[start..<start + count]`, and the writes checked before any applies.
-    private struct AssembledWrite {
-        let attribute: Attribute
         let offset: Int
         var start: Int
         var count: Int
     }
-    private var assembledWrites: [AssembledWrite] = []
+    /// The prepare queue, in buffers whose room is taken at the link's first Prepare Write and
+    /// reused by every long write after it: at most `maxPreparedWrites` parts of at most
+    /// ATT_MTU - 5 bytes each.
+    private var preparedWrites: [PlacedValue] = []
+    private var preparedBytes: [UInt8] = []
+    /// Execute Write's working space, reused too: each attribute's value assembled in
+    /// `assembledBytes`, and the writes checked before any applies.
+    private var assembledWrites: [PlacedValue] = []
     private var assembledBytes: [UInt8] = []
     private var checkedWrites: [CheckedWrite] = []
     private var clientConfigurations: [UInt16: UInt16] = [:]
@@ -895,8 +891,8 @@ public final class ATTServer {
         guard preparedWrites.count < Self.maxPreparedWrites else { throw ATTFailure(.prepareQueueFull, a.handle) }
         if preparedWrites.capacity < Self.maxPreparedWrites { reservePreparedWrites() }
         // 3.4.6.1: offsets and lengths are not checked now but at Execute Write.
-        preparedWrites.append(PreparedWrite(handle: request.handle, offset: Int(request.offset),
-                                            start: preparedBytes.count, count: request.value.count))
+        preparedWrites.append(PlacedValue(handle: request.handle, offset: Int(request.offset),
+                                          start: preparedBytes.count, count: request.value.count))
         preparedBytes.append(contentsOf: request.value)
         // 3.4.6.2: the response echoes the request, so the client can check it (reliable writes).
         out.removeAll(keepingCapacity: true)
@@ -915,7 +911,7 @@ public final class ATTServer {
             // any is written, so a refusal leaves every attribute unchanged.
             for entry in assembledWrites {
                 let value = assembledBytes[entry.start..<(entry.start + entry.count)]
-                checkedWrites.append(try check(entry.attribute, offset: entry.offset, value: value, withResponse: true))
+                checkedWrites.append(try check(lookup(entry.handle), offset: entry.offset, value: value, withResponse: true))
             }
             for index in checkedWrites.indices {
                 do {
@@ -938,14 +934,16 @@ public final class ATTServer {
     private func assemblePreparedWrites() throws(ATTFailure) {
         // First where each value starts and how long it is.
         for part in preparedWrites {
-            if let index = assembledWrites.firstIndex(where: { $0.attribute.handle == part.handle }) {
+            if let index = assembledWrites.firstIndex(where: { $0.handle == part.handle }) {
                 let relative = part.offset - assembledWrites[index].offset
                 guard relative >= 0, relative <= assembledWrites[index].count else {
                     throw ATTFailure(.invalidOffset, part.handle)
                 }
                 assembledWrites[index].count = max(assembledWrites[index].count, relative + part.count)
             } else {
-                assembledWrites.append(AssembledWrite(attribute: try lookup(part.handle), offset: part.offset, start: 0, count: part.count))
+                // An attribute gone since its Prepare Write is Invalid Handle.
+                _ = try lookup(part.handle)
+                assembledWrites.append(PlacedValue(handle: part.handle, offset: part.offset, start: 0, count: part.count))
             }
         }
         // Then the bytes: each value's parts laid over one another, later parts last.
@@ -954,7 +952,7 @@ public final class ATTServer {
             let start = assembledBytes.count
             assembledWrites[index].start = start
             assembledBytes.append(contentsOf: repeatElement(0, count: entry.count))
-            for part in preparedWrites where part.handle == entry.attribute.handle {
+            for part in preparedWrites where part.handle == entry.handle {
                 let at = start + part.offset - entry.offset
                 for i in 0..<part.count { assembledBytes[at + i] = preparedBytes[part.start + i] }
             }
@@ -988,7 +986,7 @@ public final class ATTServer {
             let part = preparedWrites[index]
             guard !range.contains(part.handle) else { continue }
             for i in 0..<part.count { preparedBytes[bytes + i] = preparedBytes[part.start + i] }
-            preparedWrites[kept] = PreparedWrite(handle: part.handle, offset: part.offset, start: bytes, count: part.count)
+            preparedWrites[kept] = PlacedValue(handle: part.handle, offset: part.offset, start: bytes, count: part.count)
             kept += 1
             bytes += part.count
         }

@@ -3,6 +3,7 @@ import BlemuBenchRig
 import BlemuCore
 import BlemuDevices
 import BlemuGATT
+import BlemuHCI
 @testable import BlemuHost
 import CAllocationCounter
 import Testing
@@ -164,6 +165,24 @@ import Testing
         #expect(rig.device.value == [1, 2, 3])
     }
 
+    @Test func fragmentedRequest() throws {
+        let rig = try DeviceRig(device: LongValueDevice())
+        // A Write Request in two ACL packets (a controller's buffers may be as small as 27
+        // bytes, Vol 6, Part B, 2.4.2.21): gathered by L2CAP, with a timer for the last fragment.
+        var frame: [UInt8] = [0x08, 0x00, 0x04, 0x00, 0x12] + Rig.le(rig.device.writable.valueHandle) + [1, 2, 3, 4, 5]
+        frame[0] = UInt8(frame.count - 4)
+        var first: [UInt8] = [], second: [UInt8] = []
+        ACLPacket(handle: 0x0040, boundary: .firstFlushable, data: frame[..<6]).encode(into: &first)
+        ACLPacket(handle: 0x0040, boundary: .continuing, data: frame[6...]).encode(into: &second)
+        let count = allocations {
+            rig.peripheral.hci.receiveACL(first[...])
+            rig.request(second)
+        }
+        #expect(count == 0)
+        #expect(rig.device.writes == Self.iterations + 1)
+        #expect(rig.device.value == [1, 2, 3, 4, 5])
+    }
+
     @Test func signedWriteCommand() throws {
         let rig = try DeviceRig(device: LongValueDevice())
         // The bonded central's CSRK, as the security layer hands it to the link's server.
@@ -186,21 +205,25 @@ import Testing
         #expect(server.signing?.lastCounter == UInt32(Self.iterations + 1))
     }
 
+    /// Allocations of `iterations` long writes to the writable value: `parts` (offset, bytes)
+    /// prepared, then Execute Write with `flags` (0x01 write, 0x00 cancel).
+    func longWrites(_ rig: DeviceRig<LongValueDevice>, _ parts: [(offset: Int, bytes: ArraySlice<UInt8>)], flags: UInt8) -> Int {
+        let handle = rig.device.writable.valueHandle
+        let prepared = parts.map { Rig.acl([0x16] + Rig.le(handle) + Rig.le(UInt16($0.offset)) + $0.bytes) }
+        let execute = Rig.acl([0x18, flags])
+        return allocations {
+            for packet in prepared { rig.request(packet) }
+            rig.request(execute)
+        }
+    }
+
     @Test func longWriteExecuted() throws {
         let rig = try DeviceRig(device: LongValueDevice(), recordsOutput: true)
         let output = try #require(rig.output)
-        let handle = rig.device.writable.valueHandle
         let value = (0..<60).map { UInt8($0 + 1) }
         // Parts of ATT_MTU - 5 = 18 bytes (Vol 3, Part G, 4.9.4), then Execute Write with flags 0x01.
-        let parts = stride(from: 0, to: value.count, by: 18).map { offset in
-            Rig.acl([0x16] + Rig.le(handle) + Rig.le(UInt16(offset)) + value[offset..<min(offset + 18, value.count)])
-        }
-        let execute = Rig.acl([0x18, 0x01])
-        let count = allocations {
-            for part in parts { rig.request(part) }
-            rig.request(execute)
-        }
-        #expect(count == 0)
+        let parts = stride(from: 0, to: value.count, by: 18).map { ($0, value[$0..<min($0 + 18, value.count)]) }
+        #expect(longWrites(rig, parts, flags: 0x01) == 0)
         #expect(output.count(0x17) == (Self.iterations + 1) * parts.count)
         #expect(output.count(0x19) == Self.iterations + 1)
         #expect(output.count(0x01) == 0)
@@ -212,14 +235,8 @@ import Testing
     @Test func longWriteCancelled() throws {
         let rig = try DeviceRig(device: LongValueDevice(), recordsOutput: true)
         let output = try #require(rig.output)
-        let handle = rig.device.writable.valueHandle
-        let parts = [0, 18].map { Rig.acl([0x16] + Rig.le(handle) + Rig.le(UInt16($0)) + [UInt8](repeating: 7, count: 18)) }
-        let cancel = Rig.acl([0x18, 0x00])
-        let count = allocations {
-            for part in parts { rig.request(part) }
-            rig.request(cancel)
-        }
-        #expect(count == 0)
+        let bytes = [UInt8](repeating: 7, count: 18)[...]
+        #expect(longWrites(rig, [(0, bytes), (18, bytes)], flags: 0x00) == 0)
         #expect(output.count(0x19) == Self.iterations + 1)
         #expect(rig.device.writes == 0)
     }
@@ -227,32 +244,39 @@ import Testing
     @Test func longWriteRefusedAtExecute() throws {
         let rig = try DeviceRig(device: LongValueDevice(), recordsOutput: true)
         let output = try #require(rig.output)
-        let handle = rig.device.writable.valueHandle
+        let bytes = [UInt8](repeating: 7, count: 18)[...]
         // A second part that starts past the end of the first: Invalid Offset at Execute (3.4.6.3).
-        let parts = [0, 40].map { Rig.acl([0x16] + Rig.le(handle) + Rig.le(UInt16($0)) + [UInt8](repeating: 7, count: 18)) }
-        let execute = Rig.acl([0x18, 0x01])
-        let count = allocations {
-            for part in parts { rig.request(part) }
-            rig.request(execute)
-        }
-        #expect(count == 0)
-        #expect(Array(output.last.suffix(5)) == [0x01, 0x18] + Rig.le(handle) + [0x07])
+        #expect(longWrites(rig, [(0, bytes), (40, bytes)], flags: 0x01) == 0)
+        #expect(Array(output.last.suffix(5)) == [0x01, 0x18] + Rig.le(rig.device.writable.valueHandle) + [0x07])
         #expect(rig.device.writes == 0)
     }
 
-    @Test func deviceIndicationAndConfirmation() throws {
+    /// A rig with the test device whose central enabled `flags` (0x01 notifications, 0x02
+    /// indications) in the CCCD of `characteristic` (the device's `updated` when nil).
+    func subscribedRig(_ flags: UInt8, _ characteristic: ((DeviceRig<LongValueDevice>) -> Characteristic)? = nil) throws
+        -> (rig: DeviceRig<LongValueDevice>, output: OutputRecorder, c: Characteristic) {
         let rig = try DeviceRig(device: LongValueDevice(), recordsOutput: true)
-        let output = try #require(rig.output)
-        let c = rig.device.updated
-        rig.request(Rig.acl([0x12] + Rig.le(c.clientConfigurationHandle ?? 0) + [0x02, 0x00]))
+        let c = characteristic?(rig) ?? rig.device.updated
+        rig.request(Rig.acl([0x12] + Rig.le(c.clientConfigurationHandle ?? 0) + [flags, 0x00]))
+        return (rig, try #require(rig.output), c)
+    }
+
+    static let confirmation = Rig.acl([0x1E])
+
+    /// The controller completes the indication sent, and the central confirms it.
+    func confirm(_ rig: DeviceRig<LongValueDevice>) {
+        rig.peripheral.hci.receiveEvent(rig.completed[...])
+        rig.peripheral.hci.receiveACL(Self.confirmation[...])
+    }
+
+    @Test func deviceIndicationAndConfirmation() throws {
+        let (rig, output, c) = try subscribedRig(0x02)
         var confirmed = 0
         let completion: IndicationCompletion = { _, outcome in if outcome == .confirmed { confirmed += 1 } }
-        let confirmation = Rig.acl([0x1E])
         var taken = 0
         let count = allocations {
             if rig.peripheral.indicate(c, to: nil, completion: completion, encode: { $0.appendLE(UInt32(0xA1B2_C3D4)) }) { taken += 1 }
-            rig.peripheral.hci.receiveEvent(rig.completed[...])
-            rig.peripheral.hci.receiveACL(confirmation[...])
+            confirm(rig)
         }
         #expect(count == 0)
         #expect(taken == Self.iterations + 1)
@@ -263,19 +287,12 @@ import Testing
     }
 
     @Test func indicationsWaitingForConfirmation() throws {
-        let rig = try DeviceRig(device: LongValueDevice(), recordsOutput: true)
-        let output = try #require(rig.output)
-        let c = rig.device.updated
-        rig.request(Rig.acl([0x12] + Rig.le(c.clientConfigurationHandle ?? 0) + [0x02, 0x00]))
-        let confirmation = Rig.acl([0x1E])
+        let (rig, output, c) = try subscribedRig(0x02)
         // Four at once: one in flight, three waiting; each confirmation sends the next.
         var taken = 0
         let count = allocations {
             for byte in 0..<4 as Range<UInt8> where rig.peripheral.indicate(c, encode: { $0.append(byte) }) { taken += 1 }
-            for _ in 0..<4 {
-                rig.peripheral.hci.receiveEvent(rig.completed[...])
-                rig.peripheral.hci.receiveACL(confirmation[...])
-            }
+            for _ in 0..<4 { confirm(rig) }
         }
         #expect(count == 0)
         #expect(taken == 4 * (Self.iterations + 1))
@@ -284,17 +301,12 @@ import Testing
     }
 
     @Test func serviceChangedIndication() throws {
-        let rig = try DeviceRig(device: LongValueDevice(), recordsOutput: true)
-        let output = try #require(rig.output)
-        let serviceChanged = rig.peripheral.standard.serviceChanged
-        rig.request(Rig.acl([0x12] + Rig.le(serviceChanged.clientConfigurationHandle ?? 0) + [0x02, 0x00]))
+        let (rig, output, serviceChanged) = try subscribedRig(0x02) { $0.peripheral.standard.serviceChanged }
         let server = try #require(rig.peripheral.connections[0x0040]?.server)
-        let confirmation = Rig.acl([0x1E])
         var taken = 0
         let count = allocations {
             if server.indicateServiceChanged(serviceChanged, range: 0x0010...0x0020) == .queued { taken += 1 }
-            rig.peripheral.hci.receiveEvent(rig.completed[...])
-            rig.peripheral.hci.receiveACL(confirmation[...])
+            confirm(rig)
         }
         #expect(count == 0)
         #expect(taken == Self.iterations + 1)
@@ -303,10 +315,7 @@ import Testing
     }
 
     @Test func notificationsBeyondControllerCredits() throws {
-        let rig = try DeviceRig(device: LongValueDevice(), recordsOutput: true)
-        let output = try #require(rig.output)
-        let c = rig.device.updated
-        rig.request(Rig.acl([0x12] + Rig.le(c.clientConfigurationHandle ?? 0) + [0x01, 0x00]))
+        let (rig, output, c) = try subscribedRig(0x01)
         let value = [UInt8](repeating: 0x5A, count: 20)
         // The controller has 8 ACL buffers (Rig.answer): 12 notifications send 8 and queue 4;
         // completing the 8 sends the 4, completing those empties the link.
@@ -323,10 +332,7 @@ import Testing
     }
 
     @Test func notificationsRefusedWhenTheQueueIsFull() throws {
-        let rig = try DeviceRig(device: LongValueDevice(), recordsOutput: true)
-        let output = try #require(rig.output)
-        let c = rig.device.updated
-        rig.request(Rig.acl([0x12] + Rig.le(c.clientConfigurationHandle ?? 0) + [0x01, 0x00]))
+        let (rig, output, c) = try subscribedRig(0x01)
         let completed = [0x13, 0x05, 0x01, 0x40, 0x00, 0x10, 0x00] as [UInt8]
         // 8 go out, 8 wait (HCIHost.notificationQueueLimit), the 17th is refused, not dropped:
         // `notify` says so and the device hears it is ready once room frees.
