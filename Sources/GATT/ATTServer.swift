@@ -909,13 +909,16 @@ public final class ATTServer {
             try assemblePreparedWrites()
             // 3.4.6.3: every value is checked — offsets, lengths, the device's own rules — before
             // any is written, so a refusal leaves every attribute unchanged.
+            // Iterated through references of their own (no copy): a device's handler that ends
+            // the link, and so empties them, cannot pull the ground from under these loops.
+            let bytes = assembledBytes
             for entry in assembledWrites {
-                let value = assembledBytes[entry.start..<(entry.start + entry.count)]
+                let value = bytes[entry.start..<(entry.start + entry.count)]
                 checkedWrites.append(try check(lookup(entry.handle), offset: entry.offset, value: value, withResponse: true))
             }
-            for index in checkedWrites.indices {
+            for (index, write) in checkedWrites.enumerated() {
                 do {
-                    try apply(checkedWrites[index])
+                    try apply(write)
                 } catch {
                     // Only an onWrite that refuses what its validateWrite accepted gets here:
                     // the values before it are written already.

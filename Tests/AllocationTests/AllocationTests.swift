@@ -303,6 +303,11 @@ import Testing
     @Test func serviceChangedIndication() throws {
         let (rig, output, serviceChanged) = try subscribedRig(0x02) { $0.peripheral.standard.serviceChanged }
         let server = try #require(rig.peripheral.connections[0x0040]?.server)
+        // A robust-caching client the database changed for: confirming makes it change-aware
+        // (Vol 3, Part G, 2.5.2.1).
+        server.clientSupportsRobustCaching = true
+        server.becomeChangeUnaware()
+        #expect(!server.isChangeAware)
         var taken = 0
         let count = allocations {
             if server.indicateServiceChanged(serviceChanged, range: 0x0010...0x0020) == .queued { taken += 1 }
@@ -312,6 +317,7 @@ import Testing
         #expect(taken == Self.iterations + 1)
         #expect(output.count(0x1D) == Self.iterations + 1)
         #expect(Array(output.last.suffix(7)) == [0x1D] + Rig.le(serviceChanged.valueHandle) + [0x10, 0x00, 0x20, 0x00])
+        #expect(server.isChangeAware)
     }
 
     @Test func notificationsBeyondControllerCredits() throws {
