@@ -25,8 +25,8 @@ public protocol DeviceContext: AnyObject {
     /// was full for at least one of them: the device hears `peripheralIsReady` when there is
     /// room again. `completion` is called once for each central the indication was queued
     /// for, when it is confirmed, times out (30 s) or its link closes first.
-    /// `encode` writes the value into a buffer the stack reuses, as for `notify`; it must not
-    /// indicate itself.
+    /// `encode` writes the value into the buffer `notify` uses; it must not notify or indicate
+    /// itself.
     @discardableResult func indicate(_ characteristic: Characteristic, to peer: ATTPeer?, completion: IndicationCompletion?,
                                      encode: (inout ValueBuffer) -> Void) -> Bool
     /// The ATT_MTU of `peer`'s link (23 when it is not connected): a notification carries ATT_MTU - 3 bytes.
