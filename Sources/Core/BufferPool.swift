@@ -14,9 +14,6 @@ public struct BufferPool {
         self.bufferCapacity = bufferCapacity
     }
 
-    /// Spare buffers held now.
-    public var spareCount: Int { spare.count }
-
     /// An empty buffer with room for `bufferCapacity` bytes: a spare one when there is one.
     public mutating func take() -> [UInt8] {
         guard var buffer = spare.popLast() else {
@@ -42,7 +39,4 @@ public struct BufferPool {
         if spare.capacity < limit { spare.reserveCapacity(limit) }
         spare.append(buffer)
     }
-
-    /// Frees every spare buffer.
-    public mutating func removeAll() { spare = [] }
 }
