@@ -313,7 +313,11 @@ public final class LockDevice: Device {
     }
 
     private func answer(_ peer: ATTPeer, _ code: UInt8, _ result: Result) {
-        context?.indicate(controlPoint, value: [Self.responseCode, code, result.rawValue], to: peer)
+        context?.indicate(controlPoint, to: peer) {
+            $0.append(Self.responseCode)
+            $0.append(code)
+            $0.append(result.rawValue)
+        }
     }
 
     /// Adds a line to the Event Log and logs it as a state change.

@@ -437,6 +437,8 @@ public struct ATTHandleListPDU<Tag: ATTOpcodeTag>: ATTPDU, Equatable {
             throw DecodeError(.lengthMismatch, "\(Self.opcode) needs two or more handles")
         }
     }
+    /// Handles decoded already (by the other PDU of this shape).
+    public init(checkedHandles: ArraySlice<UInt8>) { handles = checkedHandles }
     public var handleCount: Int { handles.count / 2 }
     public func handle(at index: Int) -> UInt16 {
         let base = handles.startIndex + 2 * index

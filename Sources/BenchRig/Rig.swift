@@ -6,26 +6,40 @@ import BlemuHost
 import Logging
 
 /// One heart-rate sensor connected on handle 0x0040, in process, for the benchmarks
-/// (Benchmarks/) and the performance gate (Sources/PerfGate): an ACL packet in, through HCI,
-/// L2CAP, the ATT server and the database, the answer out as an ACL packet to a controller
-/// that answers every command and completes every packet at once. Nothing is mocked above the
+/// (Benchmarks/) and the performance gate (Sources/PerfGate).
+public typealias Rig = DeviceRig<HeartRateDevice>
+
+extension DeviceRig where D == HeartRateDevice {
+    public convenience init() throws { try self.init(device: HeartRateDevice(seed: 42)) }
+}
+
+/// One device connected on handle 0x0040, in process: an ACL packet in, through HCI, L2CAP,
+/// the ATT server and the database, the answer out as an ACL packet to a controller that
+/// answers every command and completes every packet at once. Nothing is mocked above the
 /// controller.
-public final class Rig {
+public final class DeviceRig<D: Device> {
     public let scheduler = ManualScheduler()
     public let peripheral: Peripheral
     /// The peripheral's HCI host, held here so a request does not fetch it through the peripheral.
     private let hci: HCIHost
-    public let device = HeartRateDevice(seed: 42)
+    public let device: D
     /// Number Of Completed Packets for one packet on handle 0x0040.
     public let completed: [UInt8] = [0x13, 0x05, 0x01, 0x40, 0x00, 0x01, 0x00]
 
-    public init() throws {
+    /// What the peripheral sent, when asked for (`recordsOutput`).
+    public let output: OutputRecorder?
+
+    public init(device: D, recordsOutput: Bool = false) throws {
+        self.device = device
+        let recorder = recordsOutput ? OutputRecorder() : nil
+        output = recorder
         var host: HCIHost?
         peripheral = try Peripheral(
             device: device, configuration: PeripheralConfiguration(name: "Gate", controller: "gate"),
             scheduler: scheduler, logger: Logger(label: "gate", factory: { _ in SwiftLogNoOpLogHandler() }),
             output: { type, packet in
-                if type == 0x01, let event = Rig.answer(packet) { host?.receiveEvent(event[...]) }
+                if type == 0x01, let event = DeviceRig.answer(packet) { host?.receiveEvent(event[...]) }
+                if type == 0x02 { recorder?.record(packet) }
                 return true
             })
         host = peripheral.hci
@@ -68,5 +82,27 @@ public final class Rig {
     public func request(_ packet: [UInt8]) {
         hci.receiveACL(packet[...])
         hci.receiveEvent(completed[...])
+    }
+}
+
+/// The ACL packets a rig's peripheral sent, kept without allocating: how many, how many began
+/// an ATT PDU of each opcode, and the last one's bytes.
+public final class OutputRecorder {
+    public private(set) var packets = 0
+    private var opcodes = [Int](repeating: 0, count: 256)
+    public private(set) var last: [UInt8] = []
+
+    init() { last.reserveCapacity(4 + 251) }
+
+    /// First fragments on the ATT channel (CID 4) that began with `opcode`.
+    public func count(_ opcode: UInt8) -> Int { opcodes[Int(opcode)] }
+
+    func record(_ packet: ArraySlice<UInt8>) {
+        packets += 1
+        last.removeAll(keepingCapacity: true)
+        last.append(contentsOf: packet)
+        // ACL header (4), then on a first fragment the L2CAP header (length, CID 4) and the PDU.
+        guard last.count > 8, last[1] & 0x30 != 0x10, last[6] == 0x04, last[7] == 0x00 else { return }
+        opcodes[Int(last[8])] += 1
     }
 }

@@ -109,20 +109,51 @@ public final class ATTServer {
     /// its value as taken at offset 0 (a buffer reused from one long read to the next).
     private var longReadHandle: UInt16?
     private var longReadValue: [UInt8]
-    private struct PreparedWrite {
+    /// A value in one of a long write's buffers: `count` bytes from `start`, to be written at
+    /// `offset` of `handle`'s value. A prepared part (Vol 3, Part F, 3.4.6.1), or an attribute's
+    /// value assembled from its parts.
+    private struct PlacedValue {
         let handle: UInt16
         let offset: Int
-        let value: [UInt8]
+        var start: Int
+        var count: Int
     }
-    private var preparedWrites: [PreparedWrite] = []
+    /// The prepare queue, in buffers whose room is taken at the link's first Prepare Write and
+    /// reused by every long write after it: at most `maxPreparedWrites` parts of at most
+    /// ATT_MTU - 5 bytes each.
+    private var preparedWrites: [PlacedValue] = []
+    private var preparedBytes: [UInt8] = []
+    /// Execute Write's working space, reused too: each attribute's value assembled in
+    /// `assembledBytes`, and the writes checked before any applies.
+    private var assembledWrites: [PlacedValue] = []
+    private var assembledBytes: [UInt8] = []
+    private var checkedWrites: [CheckedWrite] = []
     private var clientConfigurations: [UInt16: UInt16] = [:]
     /// How the link is protected now; the stack's security layer keeps it current.
     public var linkSecurity = ATTLinkSecurity()
     /// The client's CSRK and last SignCounter, when it is bonded and distributed a CSRK: what
     /// its Signed Write Commands are verified with (nil: they are dropped).
-    public var signing: ATTSigningState?
+    public var signing: ATTSigningState? {
+        didSet {
+            if signing?.signatureKey != oldValue?.signatureKey { signatureKey = signing.flatMap { ATTSignatureKey(csrk: $0.signatureKey) } }
+        }
+    }
+    /// The CSRK of `signing`, made ready once per key.
+    private var signatureKey: ATTSignatureKey?
     private var indicationTimer: TimerID?
+    /// Made once, so an indication's 30 s timer allocates no closure of its own.
+    private lazy var indicationTimedOut: () -> Void = { [weak self] in
+        guard let self else { return }
+        self.indicationTimer = nil
+        self.isTimedOut = true
+        self.failIndications(.timedOut)
+        self.delegate?.attServerTransactionTimedOut(self)
+    }
     private var inFlight: PendingIndication?
+    /// The values of the indication in flight and of those waiting, in buffers reused from one
+    /// indication to the next; a value longer than the largest ATT_MTU carries is cut.
+    private var indicationBuffers = BufferPool(limit: ATTServer.maxPendingIndications + 1,
+                                               bufferCapacity: ATTServer.maximumMTU - 3)
     private var pendingIndications: Deque<PendingIndication> = []
     /// An indication was refused for want of room: the delegate hears when there is room again.
     private var refusedIndication = false
@@ -294,7 +325,7 @@ public final class ATTServer {
     /// robust-caching client becomes change-unaware.
     public func databaseChanged(_ range: ClosedRange<UInt16>) -> [(characteristic: Characteristic, configuration: UInt16)] {
         if let handle = longReadHandle, range.contains(handle) { longReadHandle = nil }
-        preparedWrites.removeAll { range.contains($0.handle) }
+        dropPreparedWrites(in: range)
         var ended: [(characteristic: Characteristic, configuration: UInt16)] = []
         for characteristic in database.characteristics where range.contains(characteristic.valueHandle) {
             if let value = clientConfigurations.removeValue(forKey: characteristic.valueHandle), value != 0 {
@@ -700,19 +731,14 @@ public final class ATTServer {
     }
 
     private func readMultiple(_ pdu: ArraySlice<UInt8>, variable: Bool) throws(ATTFailure) {
-        let handleCount: Int
-        let handleAt: (Int) -> UInt16
-        if variable {
-            let request = try decode(ATTReadMultipleVariableRequest.self, pdu)
-            (handleCount, handleAt) = (request.handleCount, request.handle(at:))
-        } else {
-            let request = try decode(ATTReadMultipleRequest.self, pdu)
-            (handleCount, handleAt) = (request.handleCount, request.handle(at:))
-        }
+        // Both are one list of handles (3.4.4.7, 3.4.4.11), read here as the first: a method
+        // taken as a closure (`request.handle(at:)`) would allocate its context per request.
+        let request = variable ? ATTReadMultipleRequest(checkedHandles: try decode(ATTReadMultipleVariableRequest.self, pdu).handles)
+                               : try decode(ATTReadMultipleRequest.self, pdu)
         begin(variable ? .readMultipleVariableResponse : .readMultipleResponse)
         let limit = mtu
-        for index in 0..<handleCount {
-            let handle = handleAt(index)
+        for index in 0..<request.handleCount {
+            let handle = request.handle(at: index)
             let a = try lookup(handle)
             try checkReadable(a)
             let value = try self.value(of: a, offset: 0)
@@ -837,7 +863,7 @@ public final class ATTServer {
                 return
             }
             let message = pdu.prefix(pdu.count - ATTSignature.length)
-            guard ATTSignature.verify(message, signature: command.signature, csrk: state.signatureKey) else {
+            guard signatureKey?.verify(message, signature: command.signature) == true else {
                 delegate?.attServer(self, droppedSignedWrite: .badSignature, handle: command.handle)
                 return
             }
@@ -863,8 +889,11 @@ public final class ATTServer {
         }
         try checkAuthorization(a, .write)
         guard preparedWrites.count < Self.maxPreparedWrites else { throw ATTFailure(.prepareQueueFull, a.handle) }
+        if preparedWrites.capacity < Self.maxPreparedWrites { reservePreparedWrites() }
         // 3.4.6.1: offsets and lengths are not checked now but at Execute Write.
-        preparedWrites.append(PreparedWrite(handle: request.handle, offset: Int(request.offset), value: Array(request.value)))
+        preparedWrites.append(PlacedValue(handle: request.handle, offset: Int(request.offset),
+                                          start: preparedBytes.count, count: request.value.count))
+        preparedBytes.append(contentsOf: request.value)
         // 3.4.6.2: the response echoes the request, so the client can check it (reliable writes).
         out.removeAll(keepingCapacity: true)
         out.append(ATTOpcode.prepareWriteResponse.rawValue)
@@ -875,32 +904,19 @@ public final class ATTServer {
     private func executeWrite(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
         let request = try decode(ATTExecuteWriteRequest.self, pdu)
         // 3.4.6.3: whatever happens next, the queue is cleared.
-        let queue = preparedWrites
-        preparedWrites.removeAll()
+        defer { clearPreparedWrites() }
         if request.flags == .write {
-            // The prepared parts of each attribute, joined in the order they came.
-            var assembled: [(attribute: Attribute, offset: Int, value: [UInt8])] = []
-            for part in queue {
-                if let index = assembled.firstIndex(where: { $0.attribute.handle == part.handle }) {
-                    let start = assembled[index].offset
-                    let relative = part.offset - start
-                    guard part.offset >= start, relative <= assembled[index].value.count else {
-                        throw ATTFailure(.invalidOffset, part.handle)
-                    }
-                    let end = min(assembled[index].value.count, relative + part.value.count)
-                    assembled[index].value.replaceSubrange(relative..<end, with: part.value)
-                } else {
-                    assembled.append((try lookup(part.handle), part.offset, part.value))
-                }
-            }
+            try assemblePreparedWrites()
             // 3.4.6.3: every value is checked — offsets, lengths, the device's own rules — before
             // any is written, so a refusal leaves every attribute unchanged.
-            var checked: [CheckedWrite] = []
-            checked.reserveCapacity(assembled.count)
-            for entry in assembled {
-                checked.append(try check(entry.attribute, offset: entry.offset, value: entry.value[...], withResponse: true))
+            // Iterated through references of their own (no copy): a device's handler that ends
+            // the link, and so empties them, cannot pull the ground from under these loops.
+            let bytes = assembledBytes
+            for entry in assembledWrites {
+                let value = bytes[entry.start..<(entry.start + entry.count)]
+                checkedWrites.append(try check(lookup(entry.handle), offset: entry.offset, value: value, withResponse: true))
             }
-            for (index, write) in checked.enumerated() {
+            for (index, write) in checkedWrites.enumerated() {
                 do {
                     try apply(write)
                 } catch {
@@ -913,6 +929,72 @@ public final class ATTServer {
         }
         begin(.executeWriteResponse)
         respond(pdu[pdu.startIndex])
+    }
+
+    /// Joins the prepared parts of each attribute in the order they came, into `assembledWrites`
+    /// and `assembledBytes`. A part must start within what its attribute's earlier parts cover
+    /// (else Invalid Offset); the errors come in the order of the parts.
+    private func assemblePreparedWrites() throws(ATTFailure) {
+        // First where each value starts and how long it is.
+        for part in preparedWrites {
+            if let index = assembledWrites.firstIndex(where: { $0.handle == part.handle }) {
+                let relative = part.offset - assembledWrites[index].offset
+                guard relative >= 0, relative <= assembledWrites[index].count else {
+                    throw ATTFailure(.invalidOffset, part.handle)
+                }
+                assembledWrites[index].count = max(assembledWrites[index].count, relative + part.count)
+            } else {
+                // An attribute gone since its Prepare Write is Invalid Handle.
+                _ = try lookup(part.handle)
+                assembledWrites.append(PlacedValue(handle: part.handle, offset: part.offset, start: 0, count: part.count))
+            }
+        }
+        // Then the bytes: each value's parts laid over one another, later parts last.
+        for index in assembledWrites.indices {
+            let entry = assembledWrites[index]
+            let start = assembledBytes.count
+            assembledWrites[index].start = start
+            assembledBytes.append(contentsOf: repeatElement(0, count: entry.count))
+            for part in preparedWrites where part.handle == entry.handle {
+                let at = start + part.offset - entry.offset
+                for i in 0..<part.count { assembledBytes[at + i] = preparedBytes[part.start + i] }
+            }
+        }
+    }
+
+    /// Room for a full prepare queue's parts, and for a 512-byte value's bytes (more is taken
+    /// when a client sends more, and kept).
+    private func reservePreparedWrites() {
+        preparedWrites.reserveCapacity(Self.maxPreparedWrites)
+        preparedBytes.reserveCapacity(ValueLength.attributeMaximum)
+        assembledWrites.reserveCapacity(Self.maxPreparedWrites)
+        assembledBytes.reserveCapacity(ValueLength.attributeMaximum)
+        checkedWrites.reserveCapacity(Self.maxPreparedWrites)
+    }
+
+    /// Empties the prepare queue and Execute Write's working space, keeping their room.
+    private func clearPreparedWrites() {
+        // The checked writes hold views of `assembledBytes`: they go first, so it is emptied in place.
+        checkedWrites.removeAll(keepingCapacity: true)
+        assembledWrites.removeAll(keepingCapacity: true)
+        assembledBytes.removeAll(keepingCapacity: true)
+        preparedWrites.removeAll(keepingCapacity: true)
+        preparedBytes.removeAll(keepingCapacity: true)
+    }
+
+    /// Drops the prepared parts for handles in `range`; the bytes of the others move down.
+    private func dropPreparedWrites(in range: ClosedRange<UInt16>) {
+        var kept = 0, bytes = 0
+        for index in preparedWrites.indices {
+            let part = preparedWrites[index]
+            guard !range.contains(part.handle) else { continue }
+            for i in 0..<part.count { preparedBytes[bytes + i] = preparedBytes[part.start + i] }
+            preparedWrites[kept] = PlacedValue(handle: part.handle, offset: part.offset, start: bytes, count: part.count)
+            kept += 1
+            bytes += part.count
+        }
+        preparedWrites.removeLast(preparedWrites.count - kept)
+        preparedBytes.removeLast(preparedBytes.count - bytes)
     }
 
     // MARK: Server-initiated updates (Vol 3, Part F, 3.4.7)
@@ -968,22 +1050,46 @@ public final class ATTServer {
     /// taken (`.queued`) ended: confirmed, timed out, or its link closed first (Zephyr's
     /// `bt_gatt_indicate_params.func`).
     public func indicate(_ c: Characteristic, value: [UInt8], completion: IndicationCompletion? = nil) -> UpdateOutcome {
+        indicate(c, value: value[...], completion: completion)
+    }
+
+    /// The same with bytes in any buffer: they are copied into one this server reuses until
+    /// the confirmation, so nothing is allocated once the link has indicated before.
+    public func indicate(_ c: Characteristic, value: ArraySlice<UInt8>, completion: IndicationCompletion? = nil) -> UpdateOutcome {
+        indicate(c, completion: completion) { $0.append(contentsOf: value.prefix(Self.maximumMTU - 3)) }
+    }
+
+    /// Service Changed for `range` (Vol 3, Part G, 7.1): the Affected Attribute Handle Range.
+    /// A client that confirms it is change-aware (2.5.2.1).
+    public func indicateServiceChanged(_ c: Characteristic, range: ClosedRange<UInt16>) -> UpdateOutcome {
+        indicate(c, completion: nil) {
+            $0.appendLE(range.lowerBound)
+            $0.appendLE(range.upperBound)
+        }
+    }
+
+    private func indicate(_ c: Characteristic, completion: IndicationCompletion?, value fill: (inout [UInt8]) -> Void) -> UpdateOutcome {
         guard !isTimedOut, !isClosed, isSubscribed(c, indications: true) else { return .notSubscribed }
         if let faults, !faults.isEmpty, faults.takeDrop(c.valueHandle) {
             delegate?.attServer(self, injected: .drop, handle: c.valueHandle, opcode: ATTOpcode.handleValueIndication.rawValue)
             completion?(peer, .notSent)
             return .queued
         }
-        let indication = PendingIndication(handle: c.valueHandle, value: value, completion: completion)
-        if inFlight != nil || !pendingIndications.isEmpty {
-            guard pendingIndications.count < Self.maxPendingIndications else {
-                refusedIndication = true
-                return .queueFull
-            }
+        let waits = inFlight != nil || !pendingIndications.isEmpty
+        if waits && pendingIndications.count >= Self.maxPendingIndications {
+            refusedIndication = true
+            return .queueFull
+        }
+        var value = indicationBuffers.take()
+        fill(&value)
+        let indication = PendingIndication(handle: c.valueHandle, value: value, completion: completion,
+                                           isServiceChanged: c.uuid == GATTType.serviceChanged)
+        if waits {
             pendingIndications.append(indication)
             return .queued
         }
         guard sendIndication(indication) else {
+            indicationBuffers.give(indication.value)
             refusedIndication = true
             return .queueFull
         }
@@ -1000,13 +1106,7 @@ public final class ATTServer {
         update.append(contentsOf: indication.value.prefix(mtu - 3))
         guard delegate?.attServer(self, send: update[...], kind: .indication) == true else { return false }
         inFlight = indication
-        indicationTimer = scheduler.schedule(after: Self.transactionTimeout) { [weak self] in
-            guard let self else { return }
-            self.indicationTimer = nil
-            self.isTimedOut = true
-            self.failIndications(.timedOut)
-            self.delegate?.attServerTransactionTimedOut(self)
-        }
+        indicationTimer = scheduler.schedule(after: Self.transactionTimeout, indicationTimedOut)
         return true
     }
 
@@ -1016,10 +1116,14 @@ public final class ATTServer {
         scheduler.cancel(timer)
         indicationTimer = nil
         inFlight = nil
+        indicationBuffers.give(confirmed.value)
+        // Vol 3, Part G, 2.5.2.1: a client that confirms Service Changed is change-aware.
+        if confirmed.isServiceChanged { serviceChangedConfirmed() }
         confirmed.completion?(peer, .confirmed)
         // The next waiting indication goes out; one the link refuses ends as not sent.
         while let next = pendingIndications.popFirst() {
             if sendIndication(next) { break }
+            indicationBuffers.give(next.value)
             next.completion?(peer, .notSent)
         }
         if refusedIndication && pendingIndications.count < Self.maxPendingIndications {
@@ -1049,7 +1153,7 @@ public final class ATTServer {
         heldRequests.removeAll()
         failIndications(.disconnected)
         longReadHandle = nil
-        preparedWrites.removeAll()
+        clearPreparedWrites()
         let held = clientConfigurations.filter { $0.value != 0 }.sorted { $0.key < $1.key }
         clientConfigurations.removeAll()
         return held.compactMap { handle, value in
@@ -1074,8 +1178,10 @@ public typealias IndicationCompletion = (ATTPeer, IndicationOutcome) -> Void
 
 struct PendingIndication {
     let handle: UInt16
+    /// A buffer of the server's `indicationBuffers`, given back when the indication ends.
     let value: [UInt8]
     let completion: IndicationCompletion?
+    let isServiceChanged: Bool
 }
 
 

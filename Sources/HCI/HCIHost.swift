@@ -161,12 +161,21 @@ public final class HCIHost {
     private var aclCredits = 0
     private var draining = false
     private var packetScratch: [UInt8] = []
+    /// The buffers a PDU waiting for credits is copied into, shared by every link: a burst
+    /// beyond the controller's credits reuses them (no allocation once warm), and the memory
+    /// kept stays bounded however many links are open. A buffer fits an L2CAP header and the
+    /// largest ATT PDU (ATT_MTU 517).
+    private var pduBuffers = BufferPool(limit: 2 * HCIHost.notificationQueueLimit, bufferCapacity: 4 + 517)
 
     public init(scheduler: TimerScheduling, logger: Logger, output: @escaping (UInt8, ArraySlice<UInt8>) -> Bool) {
         self.scheduler = scheduler
         self.logger = logger
         self.output = output
         packetScratch.reserveCapacity(4 + 251)
+        // The two lists take turns (`drainACL` swaps them): both get room now, so the first
+        // refusals after a swap do not allocate.
+        refusedLinks.reserveCapacity(8)
+        refusedScratch.reserveCapacity(8)
     }
 
     // MARK: Commands
@@ -491,6 +500,7 @@ public final class HCIHost {
         // Its entries in `waiting` and `refusedLinks` are dropped when they come up (the serial no
         // longer matches), so closing costs the same however many links are open.
         guard let link = links.removeValue(forKey: handle) else { return }
+        for pdu in link.queue { pduBuffers.give(pdu.bytes) }
         aclCredits = min(aclCredits + link.inFlight, info.aclTotalPackets)
         drainACL()
     }
@@ -529,7 +539,7 @@ public final class HCIHost {
                 markRefused(handle, &link)
                 return false
             }
-            link.queue.append(QueuedPDU(bytes: Array(pdu), sent: sent, priority: priority))
+            link.queue.append(QueuedPDU(bytes: pduBuffers.take(pdu), sent: sent, priority: priority))
             if priority == .bestEffort { link.bestEffortQueued += 1 }
             if !link.isWaiting {
                 link.isWaiting = true
@@ -572,11 +582,12 @@ public final class HCIHost {
             let first = head.sent == 0
             let fragment = head.bytes[head.sent..<(head.sent + chunk)]
             head.sent += chunk
+            let finished = head.sent >= head.bytes.count
             // Changed in place in the table (no copy of the queue), and stored before the packet
             // goes out, for the same reason as in `sendL2CAP`.
             modifyLink(next.handle) { link in
                 link.inFlight += 1
-                if head.sent >= head.bytes.count {
+                if finished {
                     link.queue.removeFirst()
                     if head.priority == .bestEffort { link.bestEffortQueued -= 1 }
                 } else {
@@ -589,6 +600,9 @@ public final class HCIHost {
                 }
             }
             transmitFragment(handle: next.handle, first: first, fragment)
+            // Given back once sent: a PDU the delegate queues from inside `output` must not
+            // get this buffer while the fragment still points into it.
+            if finished { pduBuffers.give(head.bytes) }
         }
         guard !refusedLinks.isEmpty else { return }
         // The delegate may send (and be refused again) from inside its callback: the list is

@@ -25,8 +25,10 @@ public protocol DeviceContext: AnyObject {
     /// was full for at least one of them: the device hears `peripheralIsReady` when there is
     /// room again. `completion` is called once for each central the indication was queued
     /// for, when it is confirmed, times out (30 s) or its link closes first.
-    @discardableResult func indicate(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?,
-                                     completion: IndicationCompletion?) -> Bool
+    /// `encode` writes the value into the buffer `notify` uses; it must not notify or indicate
+    /// itself.
+    @discardableResult func indicate(_ characteristic: Characteristic, to peer: ATTPeer?, completion: IndicationCompletion?,
+                                     encode: (inout ValueBuffer) -> Void) -> Bool
     /// The ATT_MTU of `peer`'s link (23 when it is not connected): a notification carries ATT_MTU - 3 bytes.
     func attMTU(of peer: ATTPeer) -> Int
     /// Whether `peer` (or any central, when nil) enabled notifications or indications.
@@ -72,10 +74,23 @@ extension DeviceContext {
         return secureConnections && !link.isSecureConnections ? .insufficientAuthentication : nil
     }
 
+    /// Indicates with bytes at hand.
+    @discardableResult
+    public func indicate(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?,
+                         completion: IndicationCompletion?) -> Bool {
+        indicate(characteristic, to: peer, completion: completion) { $0.append(contentsOf: value) }
+    }
+
     /// Indicates without waiting to hear how each indication ended.
     @discardableResult
     public func indicate(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer? = nil) -> Bool {
         indicate(characteristic, value: value, to: peer, completion: nil)
+    }
+
+    /// Indicates the value written by `encode`, without waiting to hear how it ended.
+    @discardableResult
+    public func indicate(_ characteristic: Characteristic, to peer: ATTPeer? = nil, encode: (inout ValueBuffer) -> Void) -> Bool {
+        indicate(characteristic, to: peer, completion: nil, encode: encode)
     }
 }
 

@@ -38,19 +38,28 @@ extension Peripheral {
         // A PDU left half-gathered is dropped after a while rather than kept forever.
         if connection.reassembler.isIncomplete {
             if connection.reassemblyTimer == nil {
-                connection.reassemblyTimer = scheduler.schedule(after: Self.reassemblyTimeout) { [weak self, weak connection] in
-                    guard let self, let connection else { return }
-                    connection.reassemblyTimer = nil
-                    guard connection.reassembler.isIncomplete else { return }
-                    connection.reassembler.reset()
-                    self.logger.warning("L2CAP: incomplete PDU dropped after \(Self.reassemblyTimeout) without its last fragment",
-                                        metadata: [LogKey.connHandle: "\(connection.handle)"])
-                }
+                connection.reassemblyTimer = scheduler.schedule(after: Self.reassemblyTimeout, reassemblyExpired(connection))
             }
         } else if let timer = connection.reassemblyTimer {
             scheduler.cancel(timer)
             connection.reassemblyTimer = nil
         }
+    }
+
+    /// The action of `connection`'s reassembly timer, made once per link: a closure made per
+    /// fragmented PDU would be an allocation per request.
+    private func reassemblyExpired(_ connection: Connection) -> () -> Void {
+        if let action = connection.reassemblyExpired { return action }
+        let action = { [weak self, weak connection] in
+            guard let self, let connection else { return }
+            connection.reassemblyTimer = nil
+            guard connection.reassembler.isIncomplete else { return }
+            connection.reassembler.reset()
+            self.logger.warning("L2CAP: incomplete PDU dropped after \(Self.reassemblyTimeout) without its last fragment",
+                                metadata: [LogKey.connHandle: "\(connection.handle)"])
+        }
+        connection.reassemblyExpired = action
+        return action
     }
 
     func deliver(cid: UInt16, payload: ArraySlice<UInt8>, on connection: Connection) {

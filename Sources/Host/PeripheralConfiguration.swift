@@ -63,6 +63,8 @@ final class Connection {
     var pendingParameterUpdate: UInt8?
     var parameterTimer: TimerID?
     var reassemblyTimer: TimerID?
+    /// The reassembly timer's action, made at the link's first fragmented PDU and kept.
+    var reassemblyExpired: (() -> Void)?
 
     init(handle: UInt16, peer: ATTPeer, server: ATTServer, parameters: LinkParameters) {
         self.handle = handle

@@ -163,9 +163,6 @@ extension Peripheral {
         }
         var indicated = 0
         var changeUnaware = 0
-        var value: [UInt8] = []
-        value.appendLE(range.lowerBound)
-        value.appendLE(range.upperBound)
         for handle in connections.keys.sorted() {
             guard let connection = connections[handle] else { continue }
             let server = connection.server
@@ -173,10 +170,8 @@ extension Peripheral {
             subscriptionsEnded(ended, peer: connection.peer, because: "service \(uuid) changed")
             if !server.isChangeAware { changeUnaware += 1 }
             guard server.isSubscribed(standard.serviceChanged, indications: true) else { continue }
-            let outcome = server.indicate(standard.serviceChanged, value: value) { [weak server] _, outcome in
-                // Vol 3, Part G, 2.5.2.1: a client that confirms Service Changed is change-aware.
-                if outcome == .confirmed { server?.serviceChangedConfirmed() }
-            }
+            // Vol 3, Part G, 2.5.2.1: the server makes a client that confirms it change-aware.
+            let outcome = server.indicateServiceChanged(standard.serviceChanged, range: range)
             if outcome == .queued {
                 indicated += 1
             } else {

@@ -34,11 +34,17 @@ extension Peripheral: DeviceContext {
     }
 
     @discardableResult
-    public func indicate(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?,
-                         completion: IndicationCompletion?) -> Bool {
+    public func indicate(_ characteristic: Characteristic, to peer: ATTPeer?, completion: IndicationCompletion?,
+                         encode: (inout ValueBuffer) -> Void) -> Bool {
+        // As for notify: encoded once into the peripheral's buffer; each link keeps a copy in
+        // a buffer of its own, reused, until the indication is confirmed.
+        notificationValue.reset()
+        encode(&notificationValue)
         var all = true
         for connection in connections.values where peer == nil || connection.peer == peer {
-            if connection.server.indicate(characteristic, value: value, completion: completion) == .queueFull { all = false }
+            if connection.server.indicate(characteristic, value: notificationValue.bytes, completion: completion) == .queueFull {
+                all = false
+            }
         }
         if !all { deviceWaitingForRoom = true }
         return all

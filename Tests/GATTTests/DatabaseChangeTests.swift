@@ -145,6 +145,18 @@ import Testing
         _ = f
     }
 
+    /// Prepared parts outside the range stay, with their bytes, and are written at Execute.
+    @Test func preparedPartsOutsideTheRangeStay() throws {
+        let f = try Fixture()
+        #expect(f.request("16 1100 0000 AABB").count == 1)   // handle 0x11, in the range
+        #expect(f.request("16 0F00 0000 3412").count == 1)   // handle 0x0F, outside it
+        #expect(f.request("16 0F00 0200 5678").count == 1)
+        _ = f.server.databaseChanged(16...17)
+        #expect(f.request("18 01") == [[0x19]])
+        #expect(f.log.writes.map(\.handle) == [0x0F])
+        #expect(f.log.writes.first?.request.value == [0x34, 0x12, 0x56, 0x78])
+    }
+
     @Test func confirmingServiceChangedMakesItAware() throws {
         let f = try unawareClient()
         f.server.serviceChangedConfirmed()
