@@ -136,7 +136,7 @@ let package = Package(
         // Counts the heap allocations of a hot path (Tests/AllocationTests): zero per request.
         .target(name: "CAllocationCounter", path: "Tests/Support/CAllocationCounter"),
         .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuBenchRig", "BlemuHost", "BlemuDevices",
-                                                         "BlemuGATT", "BlemuHCI"],
+                                                         "BlemuGATT", "BlemuHCI", "BlemuRunLoop"],
                     path: "Tests/AllocationTests"),
         .testTarget(name: "ChatTests", dependencies: ["BlemuChat", "BlemuDevices"], path: "Tests/ChatTests"),
         .testTarget(name: "CoreTests", dependencies: ["BlemuCore"], path: "Tests/CoreTests"),

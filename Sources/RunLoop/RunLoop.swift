@@ -95,7 +95,10 @@ public final class RunLoop: TimerScheduling {
     private var registrationsByToken: [UInt64: Registration] = [:]
 
     private var timerHeap = TimerHeap()
-    private var timerActions: [UInt64: () -> Void] = [:]
+    /// A closure kept in a struct: stored in a Dictionary as it is, where a bare function type
+    /// would be wrapped in a new reabstraction thunk (a heap allocation) at every schedule.
+    private struct TimerAction { let run: () -> Void }
+    private var timerActions: [UInt64: TimerAction] = [:]
     private var nextTimerID: UInt64 = 1
     /// The deadline the timerfd is armed to, 0 when disarmed.
     private var armedDeadline: UInt64 = 0
@@ -184,7 +187,7 @@ public final class RunLoop: TimerScheduling {
         let now = nowNanoseconds
         let (sum, overflow) = now.addingReportingOverflow(delay.nanoseconds)
         timerHeap.push(TimerHeap.Entry(deadline: overflow ? UInt64.max : sum, id: id))
-        timerActions[id] = action
+        timerActions[id] = TimerAction(run: action)
         return TimerID(raw: id)
     }
 
@@ -294,7 +297,7 @@ public final class RunLoop: TimerScheduling {
             if top.id >= firstLaterID { break }
             _ = timerHeap.pop()
             guard let action = timerActions.removeValue(forKey: top.id) else { continue }
-            action()
+            action.run()
             fired += 1
         }
         return fired
