@@ -176,6 +176,26 @@ public final class RunLoop: TimerScheduling {
     /// How many descriptors are registered (the loop's own not counted).
     public var registeredCount: Int { registrationsByFD.count }
 
+    // MARK: Reading
+
+    /// The buffer every descriptor of this loop reads into (Sources/Transport): reads happen one
+    /// at a time on the loop's thread and what a read brought is consumed (framed, copied)
+    /// before the next, so one buffer serves every controller instead of one each (16 KiB a
+    /// device on a board). A reader that keeps a slice of it gets a copy on the next read
+    /// (copy-on-write): nothing is ever overwritten under it.
+    public final class ReadBuffer {
+        public var bytes: [UInt8] = []
+    }
+    private let sharedReadBuffer = ReadBuffer()
+
+    /// The loop's read buffer, grown to at least `count` bytes (it never shrinks).
+    public func readBuffer(atLeast count: Int) -> ReadBuffer {
+        if sharedReadBuffer.bytes.count < count {
+            sharedReadBuffer.bytes = [UInt8](repeating: 0, count: count)
+        }
+        return sharedReadBuffer
+    }
+
     // MARK: Timers
 
     public var nowNanoseconds: UInt64 { clinux_monotonic_ns() }

@@ -54,7 +54,9 @@ final class FileDescriptorChannel {
 
     private let loop: RunLoop
     private var fd: Int32
-    private var readBuffer: [UInt8]
+    /// The run loop's one read buffer (`RunLoop.readBuffer`), of which a read uses `readSize` bytes.
+    private let readBuffer: RunLoop.ReadBuffer
+    private let readSize: Int
     private let readsPerWakeup: Int
     private var watchingWritable = false
     private var pendingFailure: TimerID?
@@ -69,7 +71,8 @@ final class FileDescriptorChannel {
         self.spec = spec
         self.medium = medium
         self.loop = loop
-        self.readBuffer = [UInt8](repeating: 0, count: max(readBufferSize, 1))
+        self.readSize = max(readBufferSize, 1)
+        self.readBuffer = loop.readBuffer(atLeast: readSize)
         self.readsPerWakeup = max(readsPerWakeup, 1)
         self.isTCP = medium == .streamSocket && Self.isTCPSocket(fd)
         let flags = fcntl(fd, F_GETFL)
@@ -177,12 +180,12 @@ final class FileDescriptorChannel {
         // A few reads per wakeup: enough to drain a burst, bounded so one busy link cannot
         // starve the rest of the loop (epoll is level-triggered; the rest comes next turn).
         for _ in 0..<readsPerWakeup {
-            let count = readBuffer.withUnsafeMutableBytes { raw in read(fd, raw.baseAddress, raw.count) }
+            let count = readBuffer.bytes.withUnsafeMutableBytes { raw in read(fd, raw.baseAddress, readSize) }
             if count > 0 {
                 if isTCP { requestQuickAcknowledgements() }
-                owner?.channelReceived(readBuffer[0..<count])
+                owner?.channelReceived(readBuffer.bytes[0..<count])
                 guard isOpen else { return }
-                if medium.shortReadDrains && count < readBuffer.count { return }
+                if medium.shortReadDrains && count < readSize { return }
                 continue
             }
             if count == 0 {

@@ -224,6 +224,40 @@ import Glibc
         #expect(runUntil(loop) { received == 80 }, "the rest on the next turns")
     }
 
+    /// Every transport of a loop reads into the loop's one buffer: packets arriving on two
+    /// controllers at once, split at odd places, each reach their own transport intact, and a
+    /// handler that keeps a slice of what it was given keeps its bytes after later reads.
+    @Test func transportsOfOneLoopShareItsReadBufferWithoutMixingBytes() throws {
+        let loop = try RunLoop()
+        let (first, firstPeer) = try streamTransportOverSocketPair(on: loop)
+        let (second, secondPeer) = try streamTransportOverSocketPair(on: loop)
+        defer { close(firstPeer); close(secondPeer) }
+        defer { first.close(); second.close() }
+        #expect(loop.readBuffer(atLeast: 1) === loop.readBuffer(atLeast: 16 * 1024))
+        var firstReceived: [[UInt8]] = []
+        var secondReceived: [[UInt8]] = []
+        var keptSlices: [ArraySlice<UInt8>] = []
+        first.onPacket = { _, body in firstReceived.append(Array(body)) }
+        second.onPacket = { _, body in
+            keptSlices.append(body)
+            secondReceived.append(Array(body))
+        }
+        let firstPackets = (0..<20).map { h4Packet(.acl, payload: Array(repeating: UInt8($0), count: 100 + $0)) }
+        let secondPackets = (0..<20).map { h4Packet(.acl, payload: Array(repeating: UInt8(0x80 + $0), count: 300 - $0)) }
+        for (a, b) in zip(firstPackets, secondPackets) {
+            writeAll(firstPeer, Array(a.prefix(7)))
+            writeAll(secondPeer, Array(b.prefix(50)))
+            loop.runOnce(timeout: .milliseconds(10))
+            writeAll(firstPeer, Array(a.dropFirst(7)))
+            writeAll(secondPeer, Array(b.dropFirst(50)))
+            loop.runOnce(timeout: .milliseconds(10))
+        }
+        #expect(runUntil(loop) { firstReceived.count == 20 && secondReceived.count == 20 })
+        #expect(firstReceived == firstPackets.map { Array($0.dropFirst()) })
+        #expect(secondReceived == secondPackets.map { Array($0.dropFirst()) })
+        #expect(keptSlices.map { Array($0) } == secondReceived, "a slice kept by a handler still holds its bytes")
+    }
+
     @Test func packetHandlerMayCloseTheTransport() throws {
         let loop = try RunLoop()
         let (transport, peer) = try streamTransportOverSocketPair(on: loop)
