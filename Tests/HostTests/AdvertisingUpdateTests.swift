@@ -18,10 +18,18 @@ import Testing
     /// The scripted controller's advertising power, -4 dBm.
     static let txPower = ad(0x0A, [0xFC])
 
-    /// A heart-rate device named "Test HR" alone on a legacy controller.
-    static func heartRateData(uuids: [UInt16]) -> [UInt8] {
+    /// The advertising data of a heart-rate device named `name` (short enough to fit) listing `uuids`.
+    static func heartRateData(uuids: [UInt16], name: String = "Test HR") -> [UInt8] {
         let list = uuids.isEmpty ? [] : ad(0x03, uuids.flatMap { [UInt8($0 & 0xFF), UInt8($0 >> 8)] })
-        return flags + list + appearanceHR + txPower + ad(0x09, Array("Test HR".utf8))
+        return flags + list + appearanceHR + txPower + ad(0x09, Array(name.utf8))
+    }
+
+    /// Two heart-rate devices sharing an extended-advertising controller ("Shared 0", "Shared 1"),
+    /// the one at `index`, and its set.
+    static func sharedHeartRates(_ index: Int) throws -> (SharedBench, Peripheral, UInt8) {
+        let bench = try SharedBench(devices: [HeartRateDevice(seed: 1), HeartRateDevice(seed: 2)])
+        let peripheral = bench.peripherals[index]
+        return (bench, peripheral, try #require(peripheral.advertisingSet))
     }
 
     /// LE Set Advertising Data / Scan Response Data: length, then 31 octets zero-padded (7.8.7).
@@ -156,14 +164,9 @@ import Testing
     /// Devices sharing a controller, each in an extended set of legacy PDUs: the set's data is
     /// replaced with Operation 0x03 while it stays enabled, and only that device's set changes.
     @Test func anExtendedSetGetsItsNewDataWhileEnabled() throws {
-        let bench = try SharedBench(devices: [HeartRateDevice(seed: 1), HeartRateDevice(seed: 2)])
+        let (bench, second, set) = try Self.sharedHeartRates(1)
         let c = bench.controller
-        let second = bench.peripherals[1]
-        let set = try #require(second.advertisingSet)
-        func data(_ uuids: [UInt16]) -> [UInt8] {
-            let list = Self.ad(0x03, uuids.flatMap { [UInt8($0 & 0xFF), UInt8($0 >> 8)] })
-            return Self.flags + list + Self.appearanceHR + Self.txPower + Self.ad(0x09, Array("Shared 1".utf8))
-        }
+        func data(_ uuids: [UInt16]) -> [UInt8] { Self.heartRateData(uuids: uuids, name: "Shared 1") }
         #expect(c.commands(HCIOpcode.leSetExtendedAdvertisingData).last(where: { $0.parameters.first == set })?.parameters
                 == Self.extendedParameters(set: set, data([0x180D, 0x180F])))
         #expect(c.enabledSets == [0, 1])
@@ -183,10 +186,8 @@ import Testing
 
     /// A set turned off is not written to; its next start carries the new data.
     @Test func aStoppedExtendedSetGetsItsDataAtItsNextStart() throws {
-        let bench = try SharedBench(devices: [HeartRateDevice(seed: 1), HeartRateDevice(seed: 2)])
+        let (bench, first, set) = try Self.sharedHeartRates(0)
         let c = bench.controller
-        let first = bench.peripherals[0]
-        let set = try #require(first.advertisingSet)
         first.setAdvertisingAllowed(false)
         var before = c.commands.count
         #expect(try first.setService(BluetoothUUID(0x180F), present: false).advertisingChanged)
@@ -194,8 +195,6 @@ import Testing
         before = c.commands.count
         first.setAdvertisingAllowed(true)
         let written = Self.sent(c, since: before).filter { $0.opcode == HCIOpcode.leSetExtendedAdvertisingData }
-        let list = Self.ad(0x03, [0x0D, 0x18])
-        #expect(written.map(\.parameters) == [Self.extendedParameters(
-            set: set, Self.flags + list + Self.appearanceHR + Self.txPower + Self.ad(0x09, Array("Shared 0".utf8)))])
+        #expect(written.map(\.parameters) == [Self.extendedParameters(set: set, Self.heartRateData(uuids: [0x180D], name: "Shared 0"))])
     }
 }
