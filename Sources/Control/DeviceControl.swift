@@ -133,7 +133,8 @@ public final class DeviceControl {
                              ("changed", .bool(change.range != nil)), ("range", range),
                              ("database_hash", .string(Hex.bytes(change.hash))),
                              ("indicated", .integer(Int64(change.indicated))),
-                             ("change_unaware", .integer(Int64(change.changeUnaware)))])
+                             ("change_unaware", .integer(Int64(change.changeUnaware))),
+                             ("advertising_changed", .bool(change.advertisingChanged))])
             }
 
         case .fault(let name, let uuid, let action, let count):

@@ -120,17 +120,44 @@ public final class Advertiser {
             }
             hci.send(.leSetAdvertisingParameters(intervalMin: request.interval, intervalMax: request.interval,
                                                  ownAddressType: .randomDevice))
-            hci.send(.leSetAdvertisingData(request.advertisingData))
-            hci.send(.leSetScanResponseData(request.scanResponseData))
+            sendPayloads(set: set, advertisingData: request.advertisingData, scanResponseData: request.scanResponseData)
             hci.send(.leSetAdvertisingEnable(true), completion: completion)
         case .extended:
             if wasOn { hci.send(.leSetExtendedAdvertisingEnable(false, set: set)) }
             hci.send(.leSetExtendedAdvertisingParameters(set: set, intervalMin: request.interval, intervalMax: request.interval,
                                                          ownAddressType: .randomDevice))
             hci.send(.leSetAdvertisingSetRandomAddress(set: set, request.address))
-            hci.send(.leSetExtendedAdvertisingData(set: set, request.advertisingData))
-            hci.send(.leSetExtendedScanResponseData(set: set, request.scanResponseData))
+            sendPayloads(set: set, advertisingData: request.advertisingData, scanResponseData: request.scanResponseData)
             hci.send(.leSetExtendedAdvertisingEnable(true, set: set), completion: completion)
+        }
+    }
+
+    /// New payloads for a set that advertises (or is being started), without stopping it; nil
+    /// leaves that payload as it is. Legacy: LE Set Advertising Data and LE Set Scan Response
+    /// Data are allowed while advertising is enabled, "the Controller shall use the new data in
+    /// subsequent advertising events" (Vol 4, Part E, 7.8.7, 7.8.8). Extended: the sets use
+    /// legacy PDUs (`leSetExtendedAdvertisingParameters`), whose data goes in one command with
+    /// Operation 0x03 (complete data) of at most 31 octets, the one operation a set that is
+    /// enabled accepts for its scan response and one of the two for its advertising data
+    /// (7.8.54, 7.8.55; any other is Command Disallowed). `completion` hears each command sent.
+    public func update(set: UInt8, advertisingData: [UInt8]?, scanResponseData: [UInt8]?,
+                       completion: @escaping (HCICommand, CommandResult) -> Void) {
+        sendPayloads(set: set, advertisingData: advertisingData, scanResponseData: scanResponseData, completion: completion)
+    }
+
+    /// The payload commands of the mode, for what is not nil.
+    private func sendPayloads(set: UInt8, advertisingData: [UInt8]?, scanResponseData: [UInt8]?,
+                              completion: ((HCICommand, CommandResult) -> Void)? = nil) {
+        let extended = mode != .legacy
+        var commands: [HCICommand] = []
+        if let advertisingData {
+            commands.append(extended ? .leSetExtendedAdvertisingData(set: set, advertisingData) : .leSetAdvertisingData(advertisingData))
+        }
+        if let scanResponseData {
+            commands.append(extended ? .leSetExtendedScanResponseData(set: set, scanResponseData) : .leSetScanResponseData(scanResponseData))
+        }
+        for command in commands {
+            hci.send(command, completion: completion.map { completion in { completion(command, $0) } })
         }
     }
 

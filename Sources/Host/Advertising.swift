@@ -65,6 +65,44 @@ extension Peripheral {
         }
     }
 
+    // MARK: What is advertised
+
+    /// The service UUIDs the payload lists: the profile's, less those whose service is taken out
+    /// of the database (`service DEVICE UUID off`), so that a scanner filtering by service (as
+    /// apps do) is not sent to a service a central would not find. A UUID the database has no
+    /// service of is listed as the profile says.
+    var advertisedServiceUUIDs: [BluetoothUUID] {
+        let absent = database.absent
+        guard !absent.isEmpty else { return profile.advertisedServices }
+        return profile.advertisedServices.filter { uuid in
+            !absent.contains { $0.uuid == uuid }
+                || database.services.contains { $0.uuid == uuid && database.isPresent($0) }
+        }
+    }
+
+    /// What the payload is made of changed (a service taken out or put back): it is laid out
+    /// again and, when advertising is on or starting, only the payloads that changed are sent to
+    /// the controller without stopping it (`Advertiser.update`); otherwise the next start carries
+    /// them. Returns whether either payload changed.
+    @discardableResult
+    func advertisingContentChanged() -> Bool {
+        let old = advertisingPayload
+        rebuildAdvertisingPayload()
+        let new = advertisingPayload
+        let advertisingData = new.advertisingData != old.advertisingData ? new.advertisingData : nil
+        let scanResponseData = new.scanResponseData != old.scanResponseData ? new.scanResponseData : nil
+        guard advertisingData != nil || scanResponseData != nil else { return false }
+        logger.debug("advertising data now \(Hex.bytes(new.advertisingData)), scan response \(Hex.bytes(new.scanResponseData))")
+        guard hci.isReady, !isStopping, let set = advertisingSet, isAdvertising || advertisingRequested else { return true }
+        host.advertiser.update(set: set, advertisingData: advertisingData, scanResponseData: scanResponseData) { [weak self] command, result in
+            // Refused: the controller keeps the old data until the next start, which sends it all.
+            guard let self, !result.succeeded, result != .cancelled else { return }
+            self.logger.warning("controller refused \(command.name) for the new advertising data; the next advertising start sends it",
+                                metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
+        }
+        return true
+    }
+
     private func scheduleSlowPhase(after delay: Duration) {
         if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
         fastPhaseEnds = scheduler.nowNanoseconds + UInt64(max(0, delay / .nanoseconds(1)))

@@ -53,6 +53,8 @@ public final class Peripheral {
     /// The open links, by connection handle (looked up on every packet: a `HandleTable`, not a Dictionary).
     var connections = HandleTable<Connection>()
     var advertisingPayload: AdvertisingPayload
+    /// The TX Power Level the payload carries: the profile's, then the controller's once read.
+    var advertisedTxPower: Int8?
     var advertisingRequested = false
     var advertisingPhaseTimer: TimerID?
     /// When the fast phase under way ends (the run loop's clock, nanoseconds).
@@ -100,7 +102,9 @@ public final class Peripheral {
                                     privacy: configuration.privacy)
         let diagnostics = DiagnosticsService()
         database = try GATTDatabase(services: [standard.gap, standard.gatt] + device.services + [diagnostics.service])
-        advertisingPayload = Self.payload(configuration: configuration, profile: profile, txPower: profile.txPowerLevel)
+        advertisedTxPower = profile.txPowerLevel
+        advertisingPayload = Self.payload(configuration: configuration, profile: profile,
+                                          serviceUUIDs: profile.advertisedServices, txPower: profile.txPowerLevel)
         frame.reserveCapacity(ATTServer.maximumMTU + 8)
         self.diagnostics = diagnostics
         security = PeripheralSecurity(
@@ -141,14 +145,19 @@ public final class Peripheral {
         host.join(self)
     }
 
-    static func payload(configuration: PeripheralConfiguration, profile: DeviceProfile, txPower: Int8?) -> AdvertisingPayload {
+    static func payload(configuration: PeripheralConfiguration, profile: DeviceProfile, serviceUUIDs: [BluetoothUUID],
+                        txPower: Int8?) -> AdvertisingPayload {
         AdvertisingPayload.build(AdvertisingContent(
-            name: configuration.name, serviceUUIDs: profile.advertisedServices, appearance: profile.appearance,
+            name: configuration.name, serviceUUIDs: serviceUUIDs, appearance: profile.appearance,
             txPowerLevel: txPower))
     }
 
-    func rebuildAdvertisingPayload(txPower: Int8) {
-        advertisingPayload = Self.payload(configuration: configuration, profile: profile, txPower: txPower)
+    /// Lays the advertising data and scan response out again from what is true now: the TX
+    /// power (the controller's, once read) and the services the database serves
+    /// (`advertisedServiceUUIDs`). The one builder decides what fits.
+    func rebuildAdvertisingPayload() {
+        advertisingPayload = Self.payload(configuration: configuration, profile: profile,
+                                          serviceUUIDs: advertisedServiceUUIDs, txPower: advertisedTxPower)
     }
 
     // MARK: The controller, through the host

@@ -132,6 +132,9 @@ public struct DatabaseChange: Equatable {
     public let indicated: Int
     /// Links whose robust-caching client is now change-unaware (Vol 3, Part G, 2.5.2.1).
     public let changeUnaware: Int
+    /// Whether the advertising data or scan response changed: the service's UUID is one the
+    /// device advertises (`Peripheral.advertisedServiceUUIDs`).
+    public let advertisingChanged: Bool
 }
 
 extension Peripheral {
@@ -159,8 +162,12 @@ extension Peripheral {
             throw ControlRefusal(error.description)
         }
         guard let range else {
-            return DatabaseChange(service: uuid, present: present, range: nil, hash: database.hash, indicated: 0, changeUnaware: 0)
+            return DatabaseChange(service: uuid, present: present, range: nil, hash: database.hash, indicated: 0, changeUnaware: 0,
+                                  advertisingChanged: false)
         }
+        // What a scanner sees follows the database: a service taken out leaves the advertised
+        // service UUIDs, put back it returns. Links are not touched by it.
+        let advertisingChanged = advertisingContentChanged()
         var indicated = 0
         var changeUnaware = 0
         for handle in connections.keys.sorted() {
@@ -181,8 +188,8 @@ extension Peripheral {
         }
         let hash = database.hash
         logger.event(.stateChanged, .notice,
-                     "database changed: service \(uuid) \(present ? "put back" : "taken out") (handles \(Hex.word(range.lowerBound))-\(Hex.word(range.upperBound))); Database Hash now \(Hex.bytes(hash)); Service Changed indicated on \(indicated) link(s)")
+                     "database changed: service \(uuid) \(present ? "put back" : "taken out") (handles \(Hex.word(range.lowerBound))-\(Hex.word(range.upperBound))); Database Hash now \(Hex.bytes(hash)); Service Changed indicated on \(indicated) link(s)\(advertisingChanged ? "; advertising data updated" : "")")
         return DatabaseChange(service: uuid, present: present, range: range, hash: hash, indicated: indicated,
-                              changeUnaware: changeUnaware)
+                              changeUnaware: changeUnaware, advertisingChanged: advertisingChanged)
     }
 }

@@ -31,7 +31,10 @@ extension Peripheral {
         if profile.txPowerLevel != nil {
             host.advertiser.readTxPower(set: set, interval: profile.advertisingTiming.fastInterval) { [weak self] power in
                 guard let self else { return }
-                if let power { self.rebuildAdvertisingPayload(txPower: power) }
+                if let power {
+                    self.advertisedTxPower = power
+                    self.rebuildAdvertisingPayload()
+                }
                 self.startAdvertising(fast: true)
             }
         } else {

@@ -26,6 +26,8 @@ from bumble import att
 from bumble.core import UUID
 
 from bumble_central import (
+    AD_COMPLETE_16BIT_UUIDS,
+    AD_INCOMPLETE_16BIT_UUIDS,
     ATT_INVALID_HANDLE,
     HCI_REMOTE_DEVICE_TERMINATED_CONNECTION_DUE_TO_POWER_OFF,
     HCI_REMOTE_USER_TERMINATED_CONNECTION,
@@ -686,6 +688,55 @@ def test_service_off_and_on_is_announced_by_service_changed_with_a_new_hash(cont
             assert (await control.ok("list"))["devices"][0]["services_out"] == []
 
     run(scenario())
+
+
+def test_service_off_and_on_is_what_a_scanner_sees(controlled):
+    """The advertising data follows the database: with Heart Rate 0x180D taken out, a new scan
+    shows only Battery 0x180F in the Complete List of 16-bit Service UUIDs (Core Supplement,
+    Part A, 1.1), the other AD structures as before; put back, 0x180D is listed again. Reports
+    from before the change may still arrive, so each step waits for a report that shows it."""
+    address = str(controlled.scan.address)
+    hr, battery = 0x180D, 0x180F
+
+    def uuid_list(result) -> list[tuple[int, bytes]]:
+        return [(t, d) for t, d in result.adv_structures if t in (AD_INCOMPLETE_16BIT_UUIDS, AD_COMPLETE_16BIT_UUIDS)]
+
+    def others(result) -> list[tuple[int, bytes]]:
+        return [(t, d) for t, d in result.adv_structures if t not in (AD_INCOMPLETE_16BIT_UUIDS, AD_COMPLETE_16BIT_UUIDS)]
+
+    def advertising(uuids: list[int]):
+        wanted = [(AD_COMPLETE_16BIT_UUIDS, b"".join(struct.pack("<H", u) for u in uuids))]
+        return lambda result: str(result.address) == address and uuid_list(result) == wanted
+
+    async def scenario():
+        async with AsyncControl(controlled.control_path) as control, Central(controlled.controller, name="svc-watch") as central:
+            before = await central.scan_until(advertising([hr, battery]), "0x180D and 0x180F advertised",
+                                              timeout=20.0, want_scan_response=False, alive=controlled.exited)
+            try:
+                reply = await control.ok("service", device="heart-rate", uuid="180D", on=False)
+                assert reply["changed"] is True and reply["advertising_changed"] is True, reply
+                without = await central.scan_until(advertising([battery]), "only 0x180F advertised",
+                                                   timeout=30.0, want_scan_response=False, alive=controlled.exited)
+                assert others(without) == others(before), (without.adv_structures, before.adv_structures)
+                assert without.matches_name(controlled.name) and without.connectable, without
+                # Advertising went on: the device is still listed as advertising.
+                assert (await control.ok("list"))["devices"][0]["advertising"] is True
+
+                reply = await control.ok("service", device="heart-rate", uuid="180D", on=True)
+                assert reply["changed"] is True and reply["advertising_changed"] is True, reply
+                back = await central.scan_until(advertising([hr, battery]), "0x180D advertised again",
+                                                timeout=30.0, want_scan_response=False, alive=controlled.exited)
+                assert back.adv_data == before.adv_data, (back.adv_data.hex(), before.adv_data.hex())
+            finally:
+                await control.request("service", device="heart-rate", uuid="180D", on=True)
+
+            # A service that is not advertised: the advertising data is left alone.
+            reply = await control.ok("service", device="heart-rate", uuid="180A", on=False)
+            assert reply["changed"] is True and reply["advertising_changed"] is False, reply
+            reply = await control.ok("service", device="heart-rate", uuid="180A", on=True)
+            assert reply["advertising_changed"] is False, reply
+
+    run(scenario(), timeout=120)
 
 
 def test_service_refusals_change_nothing(controlled):

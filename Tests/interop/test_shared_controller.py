@@ -8,10 +8,15 @@ centrals on two devices work at once.
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
+import struct
+import tempfile
+from pathlib import Path
 
 from bumble.core import UUID
 
-from bumble_central import AD_COMPLETE_LOCAL_NAME, Central, UUID_DEVICE_NAME, UUID_GAP_SERVICE, UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE
+from bumble_central import AD_COMPLETE_16BIT_UUIDS, AD_COMPLETE_LOCAL_NAME, Central, UUID_DEVICE_NAME, UUID_GAP_SERVICE, UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE
 from fake_controller import FakeController
 from harness import run, run_cli, unique_name
 
@@ -119,3 +124,51 @@ def test_heart_rate_thermostat_and_lock_on_one_controller(rootcanal, blemu_facto
 
     run(scenario(), timeout=90)
     assert blemu.stop() == 0, blemu.log_tail()
+
+
+def test_a_service_taken_out_leaves_only_its_own_sets_advertising_data(rootcanal, blemu_factory):
+    """Two heart-rate devices, each in an extended set of legacy PDUs: `service heart-rate#2
+    180D off` replaces that set's advertising data while it stays enabled (Operation 0x03,
+    Vol 4, Part E, 7.8.54), so a new scan shows the second device without 0x180D and the first
+    as before; `on` lists it again."""
+    base = unique_name("V")
+    folder = tempfile.mkdtemp(prefix="blemu-adv-", dir="/tmp")
+    path = str(Path(folder) / "control.sock")
+    blemu = blemu_factory.start(None, wait_advertising=False, devices=["heart-rate", "heart-rate"],
+                                extra_args=["--share-controller", "--name", base, "--control", path])
+    names = names_of(base)[:2]
+
+    def ctl(*args: str) -> dict:
+        result = run_cli(["ctl", path, *args])
+        assert result.returncode == 0, result.describe()
+        return json.loads(result.stdout.splitlines()[0])
+
+    def listing(address: str, uuids: list[int]):
+        wanted = [(AD_COMPLETE_16BIT_UUIDS, b"".join(struct.pack("<H", u) for u in uuids))]
+        return lambda result: (str(result.address) == address
+                               and [(t, d) for t, d in result.adv_structures if t in (0x02, 0x03)] == wanted)
+
+    async def scenario():
+        async with Central(rootcanal.controller_spec, name="shared-svc-scanner") as scanner:
+            seen = [await scanner.scan_until(has_complete_name(name), name, timeout=20.0, alive=blemu.exited)
+                    for name in names]
+            first, second = (str(result.address) for result in seen)
+            assert all({0x180D, 0x180F} <= result.service_uuids_16() for result in seen), seen
+
+            reply = await asyncio.to_thread(ctl, "service", "heart-rate#2", "180D", "off")
+            assert reply["ok"] and reply["changed"] and reply["advertising_changed"], reply
+            await scanner.scan_until(listing(second, [0x180F]), "the second device without 0x180D",
+                                     timeout=30.0, want_scan_response=False, alive=blemu.exited)
+            await scanner.scan_until(listing(first, [0x180D, 0x180F]), "the first device as before",
+                                     timeout=15.0, want_scan_response=False, alive=blemu.exited)
+
+            reply = await asyncio.to_thread(ctl, "service", "heart-rate#2", "180D", "on")
+            assert reply["ok"] and reply["advertising_changed"], reply
+            await scanner.scan_until(listing(second, [0x180D, 0x180F]), "the second device with 0x180D again",
+                                     timeout=30.0, want_scan_response=False, alive=blemu.exited)
+
+    try:
+        run(scenario(), timeout=120)
+        assert blemu.stop() == 0, blemu.log_tail()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
