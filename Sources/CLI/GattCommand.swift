@@ -23,7 +23,8 @@ struct GattCommand: ParsableCommand {
             dump --profile writes a GATT profile (JSON) that `blemu run FILE.json` serves: a clone of the peripheral,
             with the read permissions its refusals showed (0x05, 0x0F, 0x0C, 0x08); writes are not tried. With --pair
             it reads everything first as a stranger, then pairs and reads again what was refused for want of security.
-            The peripheral: --address, or the first advertiser that matches --name or --service.
+            The peripheral: --address, or the one advertiser that matches --name or --service: the scan lasts at
+            least 1.5 s, and when several match it ends listing them (name, address, RSSI): give --address.
             Errors name the ATT error (e.g. Write Not Permitted (0x03)); the exit status is then 1.
             Security, as a phone does it: a read, write or subscription refused for want of security
             (0x05, 0x0F, 0x0C) encrypts the link with the bond kept in --state-dir, or pairs, and is tried
@@ -37,10 +38,10 @@ struct GattCommand: ParsableCommand {
     @Option(help: ArgumentHelp("The peripheral's address.", valueName: "A"))
     var address: String?
 
-    @Option(help: ArgumentHelp("The first advertiser whose name contains this.", valueName: "N"))
+    @Option(help: ArgumentHelp("The advertiser whose name contains this (several: an error listing them).", valueName: "N"))
     var name: String?
 
-    @Option(help: ArgumentHelp("The first advertiser that lists this service.", valueName: "UUID"))
+    @Option(help: ArgumentHelp("The advertiser that lists this service (several: an error listing them).", valueName: "UUID"))
     var service: String?
 
     @Argument(help: "dump, read, write or subscribe")
@@ -192,18 +193,18 @@ struct GattCommand: ParsableCommand {
         let filter = AdvertiserFilter(name: name, service: service.flatMap(ControlRequest.parseUUID),
                                       address: address.flatMap(BluetoothAddress.init))
         var connecting = false
-        let deadline = session.loop.schedule(after: .milliseconds(Int64(timeout * 1000))) {
-            guard !connecting else { return }
-            session.finish(failure: "no advertiser matching \(filter.describe) within \(timeout) s")
-        }
-        host.onError = { message in session.finish(failure: message) }
-        host.onReady = { host.startScanning(active: true) }
-        host.onAdvertisement = { advertisement, _ in
-            // A name may come in the scan response: wait for the advertiser that matches whole.
-            guard !connecting, advertisement.isConnectable, filter.matches(advertisement) else { return }
+        // An address names one peripheral; a name or a service may fit several (AdvertiserChoice).
+        var choice = AdvertiserChoice(startedAt: 0)
+        var windowTimer: TimerID?
+        var deadline: TimerID?
+        /// The choice is made: no more scanning, no more timers of the search.
+        func chosen() {
             connecting = true
             host.stopScanning()
-            session.loop.cancel(deadline)
+            for timer in [deadline, windowTimer].compactMap({ $0 }) { session.loop.cancel(timer) }
+        }
+        func connect(_ advertisement: Advertisement) {
+            chosen()
             host.connect(to: advertisement.address, addressType: advertisement.addressType,
                          timeout: .milliseconds(Int64(timeout * 1000))) { result in
                 switch result {
@@ -220,6 +221,43 @@ struct GattCommand: ParsableCommand {
                     if pairFirst && !run.pairsAfterDump { run.secureThenStart() } else { run.start() }
                 }
             }
+        }
+        /// What the choice says; true when it is final (connecting, or failed).
+        @discardableResult
+        func act(_ decision: AdvertiserChoice.Decision) -> Bool {
+            switch decision {
+            case .keepScanning:
+                return false
+            case .waitUntil(let end):
+                guard windowTimer == nil else { return false }
+                let now = session.loop.nowNanoseconds
+                windowTimer = session.loop.schedule(after: .nanoseconds(Int64(clamping: end &- min(end, now)))) {
+                    if !connecting { act(choice.windowEnded()) }
+                }
+                return false
+            case .connect(let advertisement):
+                connect(advertisement)
+                return true
+            case .ambiguous(let matches):
+                chosen()
+                session.finish(failure: AdvertiserChoice.ambiguity(matches, matching: filter.describe))
+                return true
+            }
+        }
+        deadline = session.loop.schedule(after: .milliseconds(Int64(timeout * 1000))) {
+            // A --timeout shorter than the window: the choice as it stands.
+            guard !connecting, !act(choice.windowEnded()) else { return }
+            session.finish(failure: "no advertiser matching \(filter.describe) within \(timeout) s")
+        }
+        host.onError = { message in session.finish(failure: message) }
+        host.onReady = {
+            choice = AdvertiserChoice(startedAt: session.loop.nowNanoseconds, window: filter.address != nil ? .zero : AdvertiserChoice.defaultWindow)
+            host.startScanning(active: true)
+        }
+        host.onAdvertisement = { advertisement, _ in
+            // A name may come in the scan response: wait for the advertiser that matches whole.
+            guard !connecting, advertisement.isConnectable, filter.matches(advertisement) else { return }
+            act(choice.heard(advertisement, now: session.loop.nowNanoseconds))
         }
         try session.run()
     }

@@ -130,6 +130,34 @@ def test_gatt_subscribe_prints_heart_rates(rootcanal, heart_rate):
         assert (raw[1] if raw[0] & 0x01 == 0 else raw[1] | raw[2] << 8) == int(bpm), value
 
 
+def test_two_advertisers_of_one_name_are_listed_not_guessed(rootcanal):
+    """Two heart-rate sensors under one name: `blemu gatt --name` names neither, it lists both
+    (name, address, RSSI) and asks for --address; --address then reads from the one chosen."""
+    name = unique_name("TW")
+    first = start_advertising(BlemuProcess(rootcanal.controller_spec, name, extra_args=["--address", "C4:00:00:00:00:01"]), rootcanal)
+    second = start_advertising(BlemuProcess(rootcanal.controller_spec, name, extra_args=["--address", "C4:00:00:00:00:02"]), rootcanal)
+    try:
+        result = blemu_cli(rootcanal, "gatt", "--name", name, "read", "2A19")
+        assert result.returncode == 1, result.describe()
+        [line] = [line for line in result.stderr.splitlines() if "advertisers match" in line]
+        assert f"2 advertisers match name '{name}': " in line and "give --address to choose one" in line, line
+        assert "C4:00:00:00:00:01" in line and "C4:00:00:00:00:02" in line and line.count(f'"{name}"') == 2, line
+        assert "dBm" in line or "RSSI unknown" in line, line
+        # Decided once the window is over, not at the timeout.
+        assert result.elapsed < 6, result.describe()
+        chosen = blemu_cli(rootcanal, "gatt", "--address", "C4:00:00:00:00:02", "read", "2A19")
+        assert chosen.returncode == 0 and chosen.stdout.startswith("100 %"), chosen.describe()
+    finally:
+        assert second.stop() == 0, second.log_tail()
+    # The other one gone, the name is unique again: read at once (the window, not the timeout).
+    try:
+        alone = blemu_cli(rootcanal, "gatt", "--name", name, "read", "2A19", "--json")
+        assert alone.returncode == 0 and json_lines(alone)[0]["value"] == "64", alone.describe()
+        assert alone.elapsed < 6, alone.describe()
+    finally:
+        assert first.stop() == 0, first.log_tail()
+
+
 def test_gatt_read_and_errors_by_spec_name(rootcanal, heart_rate):
     read = blemu_cli(rootcanal, "gatt", "--name", heart_rate.name, "read", "2A19")
     assert read.returncode == 0 and read.stdout.strip().startswith("100 %"), read.describe()
