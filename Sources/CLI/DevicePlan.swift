@@ -27,7 +27,7 @@ struct DevicePlan {
     var profile: GATTProfile?
 
     /// Whether a DEVICE argument names a GATT profile file rather than a device module.
-    static func isProfilePath(_ device: String) -> Bool { device.hasSuffix(".json") }
+    static func isProfilePath(_ device: String) -> Bool { DeviceConfiguration.isProfilePath(device) }
 }
 
 enum DevicePlanning {
@@ -56,7 +56,9 @@ enum DevicePlanning {
             let entry = entries[index]
             var profile: GATTProfile?
             if DevicePlan.isProfilePath(device) {
-                do { profile = try GATTProfile.load(path: device) } catch { throw ValidationError(error.description) }
+                do { profile = try GATTProfile.load(path: device) } catch {
+                    throw ValidationError((entry.map { "\($0.location): devices[\(index)].device: " } ?? "") + error.description)
+                }
             } else if DeviceRegistry.entry(named: device) == nil {
                 let known = DeviceRegistry.all.map(\.name).joined(separator: ", ")
                 if let entry { throw ValidationError("\(entry.location): devices[\(index)].device: unknown device '\(device)'; known devices: \(known)") }

@@ -20,8 +20,11 @@ struct GattCommand: ParsableCommand {
         abstract: "Central: connect to a peripheral and dump its database, read, write or subscribe.",
         discussion: """
             Commands: dump [--profile] | read UUID | write UUID HEX (or --text TEXT) [--no-response] | subscribe UUID [--count N].
-            dump --profile writes a GATT profile (JSON) that `blemu run FILE.json` serves: a clone of the peripheral.
-            The peripheral: --address, or the first advertiser that matches --name or --service.
+            dump --profile writes a GATT profile (JSON) that `blemu run FILE.json` serves: a clone of the peripheral,
+            with the read permissions its refusals showed (0x05, 0x0F, 0x0C, 0x08); writes are not tried. With --pair
+            it reads everything first as a stranger, then pairs and reads again what was refused for want of security.
+            The peripheral: --address, or the one advertiser that matches --name or --service: the scan lasts at
+            least 1.5 s, and when several match it ends listing them (name, address, RSSI): give --address.
             Errors name the ATT error (e.g. Write Not Permitted (0x03)); the exit status is then 1.
             Security, as a phone does it: a read, write or subscription refused for want of security
             (0x05, 0x0F, 0x0C) encrypts the link with the bond kept in --state-dir, or pairs, and is tried
@@ -35,10 +38,10 @@ struct GattCommand: ParsableCommand {
     @Option(help: ArgumentHelp("The peripheral's address.", valueName: "A"))
     var address: String?
 
-    @Option(help: ArgumentHelp("The first advertiser whose name contains this.", valueName: "N"))
+    @Option(help: ArgumentHelp("The advertiser whose name contains this (several: an error listing them).", valueName: "N"))
     var name: String?
 
-    @Option(help: ArgumentHelp("The first advertiser that lists this service.", valueName: "UUID"))
+    @Option(help: ArgumentHelp("The advertiser that lists this service (several: an error listing them).", valueName: "UUID"))
     var service: String?
 
     @Argument(help: "dump, read, write or subscribe")
@@ -190,18 +193,18 @@ struct GattCommand: ParsableCommand {
         let filter = AdvertiserFilter(name: name, service: service.flatMap(ControlRequest.parseUUID),
                                       address: address.flatMap(BluetoothAddress.init))
         var connecting = false
-        let deadline = session.loop.schedule(after: .milliseconds(Int64(timeout * 1000))) {
-            guard !connecting else { return }
-            session.finish(failure: "no advertiser matching \(filter.describe) within \(timeout) s")
-        }
-        host.onError = { message in session.finish(failure: message) }
-        host.onReady = { host.startScanning(active: true) }
-        host.onAdvertisement = { advertisement, _ in
-            // A name may come in the scan response: wait for the advertiser that matches whole.
-            guard !connecting, advertisement.isConnectable, filter.matches(advertisement) else { return }
+        // An address names one peripheral; a name or a service may fit several (AdvertiserChoice).
+        var choice = AdvertiserChoice(startedAt: 0)
+        var windowTimer: TimerID?
+        var deadline: TimerID?
+        /// The choice is made: no more scanning, no more timers of the search.
+        func chosen() {
             connecting = true
             host.stopScanning()
-            session.loop.cancel(deadline)
+            for timer in [deadline, windowTimer].compactMap({ $0 }) { session.loop.cancel(timer) }
+        }
+        func connect(_ advertisement: Advertisement) {
+            chosen()
             host.connect(to: advertisement.address, addressType: advertisement.addressType,
                          timeout: .milliseconds(Int64(timeout * 1000))) { result in
                 switch result {
@@ -212,10 +215,49 @@ struct GattCommand: ParsableCommand {
                         session.finish(failure: "the peripheral disconnected (reason \(Hex.byte(reason)))")
                     }
                     let run = GattRun(session: session, link: link, action: action, json: json, profile: profile, capture: capture,
-                                      noResponse: noResponse, count: count, advertisement: advertisement, security: security)
-                    if pairFirst { run.secureThenStart() } else { run.start() }
+                                      noResponse: noResponse, count: count, advertisement: advertisement, security: security,
+                                      pairsAfterDump: pairFirst && profile)
+                    // dump --profile reads first as a stranger (to learn what each value needs), then pairs.
+                    if pairFirst && !run.pairsAfterDump { run.secureThenStart() } else { run.start() }
                 }
             }
+        }
+        /// What the choice says; true when it is final (connecting, or failed).
+        @discardableResult
+        func act(_ decision: AdvertiserChoice.Decision) -> Bool {
+            switch decision {
+            case .keepScanning:
+                return false
+            case .waitUntil(let end):
+                guard windowTimer == nil else { return false }
+                let now = session.loop.nowNanoseconds
+                windowTimer = session.loop.schedule(after: .nanoseconds(Int64(clamping: end &- min(end, now)))) {
+                    if !connecting { act(choice.windowEnded()) }
+                }
+                return false
+            case .connect(let advertisement):
+                connect(advertisement)
+                return true
+            case .ambiguous(let matches):
+                chosen()
+                session.finish(failure: AdvertiserChoice.ambiguity(matches, matching: filter.describe))
+                return true
+            }
+        }
+        deadline = session.loop.schedule(after: .milliseconds(Int64(timeout * 1000))) {
+            // A --timeout shorter than the window: the choice as it stands.
+            guard !connecting, !act(choice.windowEnded()) else { return }
+            session.finish(failure: "no advertiser matching \(filter.describe) within \(timeout) s")
+        }
+        host.onError = { message in session.finish(failure: message) }
+        host.onReady = {
+            choice = AdvertiserChoice(startedAt: session.loop.nowNanoseconds, window: filter.address != nil ? .zero : AdvertiserChoice.defaultWindow)
+            host.startScanning(active: true)
+        }
+        host.onAdvertisement = { advertisement, _ in
+            // A name may come in the scan response: wait for the advertiser that matches whole.
+            guard !connecting, advertisement.isConnectable, filter.matches(advertisement) else { return }
+            act(choice.heard(advertisement, now: session.loop.nowNanoseconds))
         }
         try session.run()
     }
@@ -247,10 +289,14 @@ final class GattRun {
     private var received = 0
     /// A request refused for want of security is retried once, after securing the link.
     private var retriedAfterSecuring = false
+    /// `dump --profile --pair`: the first reads go over the link as it is, then the link is
+    /// secured and what was refused for want of security read again.
+    let pairsAfterDump: Bool
 
     init(session: CentralSession, link: CentralLink, action: GattCommand.Action, json: Bool, profile: Bool, capture: Double?,
-         noResponse: Bool, count: Int?, advertisement: Advertisement, security: CentralSecurity) {
+         noResponse: Bool, count: Int?, advertisement: Advertisement, security: CentralSecurity, pairsAfterDump: Bool = false) {
         self.security = security
+        self.pairsAfterDump = pairsAfterDump
         self.profile = profile
         self.capture = capture
         self.session = session
@@ -266,11 +312,11 @@ final class GattRun {
 
     /// `--pair`: encrypt with the bond, or pair, then go on.
     func secureThenStart() {
-        secure(because: nil) { [self] in start() }
+        secure(because: nil) { [self] _ in start() }
     }
 
     /// Secures the link (bond or pairing), says how on stderr, then `then`; a failure ends the run.
-    private func secure(because refusal: ATTError?, then: @escaping () -> Void) {
+    private func secure(because refusal: ATTError?, then: @escaping (LinkSecurity) -> Void) {
         let bonded = security.bonds.bond(for: SMPAddress(link.peer, isRandom: link.peerAddressType & 0x01 == 0x01)) != nil
         if let refusal {
             emitNote("refused for want of security (\(refusal)): \(bonded ? "encrypting with our bond" : "pairing"), then trying once more")
@@ -283,7 +329,7 @@ final class GattRun {
                 fail("securing the link with \(link.peer): \(error)")
             case .success(let linkSecurity):
                 emitNote("\(security.wasPaired(link.handle) ? "paired" : "encrypted with our bond"): \(linkSecurity.summary)")
-                then()
+                then(linkSecurity)
             }
         }
     }
@@ -296,7 +342,7 @@ final class GattRun {
             if case .failure(.att(let error, _)) = result, !retriedAfterSecuring,
                [ATTError.insufficientAuthentication, .insufficientEncryption, .encryptionKeySizeTooShort].contains(error) {
                 retriedAfterSecuring = true
-                secure(because: error) { request(completion) }
+                secure(because: error) { _ in request(completion) }
                 return
             }
             completion(result)
@@ -436,36 +482,64 @@ final class GattRun {
         session.loop.schedule(after: .milliseconds(Int64(seconds * 1000))) { finish() }
     }
 
-    /// Every service, characteristic and descriptor, with the values that can be read.
+    /// Every service, characteristic and descriptor, with the values that can be read, and
+    /// what each refusal showed (`GATTProfile.readPermissions`). Nothing is written: a dump must
+    /// not change the device.
     private func dump(_ services: [RemoteService]) {
-        var pending: [(service: Int, characteristic: Int, descriptor: Int?, handle: UInt16)] = []
-        for (s, service) in services.enumerated() {
-            for (c, characteristic) in service.characteristics.enumerated() {
-                if characteristic.properties.contains(.read) { pending.append((s, c, nil, characteristic.valueHandle)) }
-                for (d, descriptor) in characteristic.descriptors.enumerated() { pending.append((s, c, d, descriptor.handle)) }
+        var handles: [UInt16] = []
+        for service in services {
+            for characteristic in service.characteristics {
+                if characteristic.properties.contains(.read) { handles.append(characteristic.valueHandle) }
+                handles += characteristic.descriptors.map(\.handle)
             }
         }
         var values: [UInt16: Result<[UInt8], GATTClientError>] = [:]
-        func next() {
-            guard let item = pending.first else { return print(services, values) }
-            pending.removeFirst()
-            client.read(item.handle) { result in
-                if case .failure(.timeout) = result { return self.fail("read of handle \(Hex.word(item.handle)) timed out") }
-                values[item.handle] = result
-                next()
+        var refusals: [UInt16: [UInt8]] = [:]
+        func read(_ pending: [UInt16], then finish: @escaping () -> Void) {
+            guard let handle = pending.first else { return finish() }
+            client.read(handle) { result in
+                if case .failure(.timeout) = result { return self.fail("read of handle \(Hex.word(handle)) timed out") }
+                if case .failure(.att(let error, _)) = result { refusals[handle, default: []].append(error.rawValue) }
+                values[handle] = result
+                read(Array(pending.dropFirst()), then: finish)
             }
         }
-        next()
+        read(handles) { [self] in
+            guard pairsAfterDump else { return print(services, values, permissions: permissions(refusals, [:])) }
+            let refused = handles.filter {
+                guard case .failure(.att(let error, _))? = values[$0] else { return false }
+                return [ATTError.insufficientAuthentication, .insufficientEncryption, .encryptionKeySizeTooShort].contains(error)
+            }
+            secure(because: nil) { [self] linkSecurity in
+                read(refused) { [self] in
+                    var readSecured: [UInt16: Bool] = [:]
+                    for handle in refused { if case .success? = values[handle] { readSecured[handle] = linkSecurity.isAuthenticated } }
+                    print(services, values, permissions: permissions(refusals, readSecured))
+                }
+            }
+        }
     }
 
-    private func print(_ services: [RemoteService], _ values: [UInt16: Result<[UInt8], GATTClientError>]) {
+    /// The read permissions of every handle that was refused.
+    private func permissions(_ refusals: [UInt16: [UInt8]], _ readSecured: [UInt16: Bool]) -> [UInt16: [String]] {
+        var permissions: [UInt16: [String]] = [:]
+        for (handle, codes) in refusals {
+            permissions[handle] = GATTProfile.readPermissions(refusals: codes, readOnAuthenticatedLink: readSecured[handle])
+        }
+        return permissions
+    }
+
+    private func print(_ services: [RemoteService], _ values: [UInt16: Result<[UInt8], GATTClientError>],
+                       permissions: [UInt16: [String]]) {
         if profile {
             guard let capture else {
-                emitLine(GATTValueText.profile(advertisement: advertisement, services: services, values: values, captured: [:]).encoded())
+                emitLine(GATTValueText.profile(advertisement: advertisement, services: services, values: values, captured: [:],
+                                                        permissions: permissions).encoded())
                 return done()
             }
             return record(services, for: capture) { [self] in
-                emitLine(GATTValueText.profile(advertisement: advertisement, services: services, values: values, captured: captured).encoded())
+                emitLine(GATTValueText.profile(advertisement: advertisement, services: services, values: values, captured: captured,
+                                                    permissions: permissions).encoded())
                 done()
             }
         } else if json {
@@ -576,7 +650,8 @@ enum GATTValueText {
 
     /// The database and its values as a GATT profile: what `blemu run FILE.json` serves.
     static func profile(advertisement: Advertisement, services: [RemoteService],
-                        values: [UInt16: Result<[UInt8], GATTClientError>], captured: [UInt16: [[UInt8]]]) -> GATTProfile {
+                        values: [UInt16: Result<[UInt8], GATTClientError>], captured: [UInt16: [[UInt8]]],
+                        permissions: [UInt16: [String]]) -> GATTProfile {
         func hex(_ handle: UInt16) -> String? {
             if case .success(let bytes)? = values[handle] { return Hex.bytes(bytes) }
             return nil
@@ -600,8 +675,9 @@ enum GATTValueText {
                             value: hex(characteristic.valueHandle),
                             notifications: captured[characteristic.valueHandle].map { $0.map { Hex.bytes($0) } },
                             descriptors: characteristic.descriptors.isEmpty ? nil : characteristic.descriptors.map {
-                                GATTProfile.Descriptor(uuid: $0.uuid.description, value: hex($0.handle))
-                            })
+                                GATTProfile.Descriptor(uuid: $0.uuid.description, value: hex($0.handle), permissions: permissions[$0.handle])
+                            },
+                            permissions: permissions[characteristic.valueHandle])
                     })
             })
     }

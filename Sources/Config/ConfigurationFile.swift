@@ -35,7 +35,15 @@ public struct RunConfiguration: Sendable, Equatable {
 }
 
 public struct DeviceConfiguration: Sendable, Equatable {
+    /// A device name, or the path of a GATT profile file (`isProfile`), already made relative
+    /// to the configuration file's directory.
     public var device: String
+    /// Whether `device` names a GATT profile file (`device: ./scale.json`, Docs/PROFILES.md).
+    public var isProfile: Bool { Self.isProfilePath(device) }
+    /// A device that ends in `.json` is a GATT profile file.
+    public static func isProfilePath(_ device: String) -> Bool { device.hasSuffix(".json") }
+    /// Keys that only a built-in device understands: a profile is refused them.
+    public static let builtInOnlyKeys = ["settings", "pin"]
     public var name: String?
     public var address: BluetoothAddress?
     public var controller: ControllerSpec?
@@ -228,6 +236,14 @@ private struct Reader {
         try allowOnly(keys, in: entries, at: path)
         guard let name = entries["device"] else { throw fail(node, path, "`device:` is missing (the device to run, e.g. heart-rate)") }
         var device = DeviceConfiguration(device: try scalar(name.value, at: "\(path).device"), location: at(node))
+        if device.isProfile {
+            // A GATT profile: its path is the file's, and a built-in device's keys mean nothing to it.
+            device.device = profilePath(device.device)
+            for key in DeviceConfiguration.builtInOnlyKeys {
+                guard let entry = entries[key] else { continue }
+                throw fail(entry.keyNode, "\(path).\(key)", "a GATT profile (\(device.device)) has no \(key == "pin" ? "PIN" : "settings"): its values are the file's")
+            }
+        }
         if let entry = entries["name"] {
             let text = try scalar(entry.value, at: "\(path).name")
             // Vol 3, Part C, 12.1: a Device Name of at most 248 octets.
@@ -280,6 +296,14 @@ private struct Reader {
         if let entry = entries["advertising"] { device.advertising = try advertising(entry.value, at: "\(path).advertising") }
         if let entry = entries["connection"] { device.connection = try connection(entry.value, at: "\(path).connection") }
         return device
+    }
+
+    /// A profile's path from the file: relative to the configuration file's directory.
+    func profilePath(_ text: String) -> String {
+        guard !text.hasPrefix("/"), let slash = file.lastIndex(of: "/") else { return text }
+        var relative = Substring(text)
+        while relative.hasPrefix("./") { relative = relative.dropFirst(2) }
+        return String(file[...slash]) + relative
     }
 
     func advertising(_ node: YAMLNode, at path: String) throws(ConfigurationError) -> AdvertisingTiming {

@@ -421,7 +421,7 @@ public final class ATTServer {
     private func checkReadable(_ a: Attribute) throws(ATTFailure) {
         guard a.readable else { throw ATTFailure(.readNotPermitted, a.handle) }
         if a.encryptionRequiredToRead {
-            try checkSecurity(a, authentication: a.characteristic?.permissions.contains(.readAuthenticationRequired) ?? false)
+            try checkSecurity(a, authentication: a.authenticationRequiredToRead)
         }
         try checkAuthorization(a, .read)
     }

@@ -30,8 +30,10 @@ public struct Attribute {
     public let groupEnd: UInt16
     /// Fixed-length values may answer Read Blob with Attribute Not Long.
     public let isFixedLength: Bool
-    /// The characteristic a value or CCCD belongs to.
+    /// The characteristic a value, CCCD or descriptor belongs to.
     public let characteristic: Characteristic?
+    /// Reading needs a key from a MITM-protected pairing (with `encryptionRequiredToRead`).
+    public var authenticationRequiredToRead = false
 }
 
 /// A GATT database: the flat attribute table built from service declarations, with handles
@@ -114,7 +116,8 @@ public final class GATTDatabase {
                     encryptionRequiredToRead: characteristic.permissions.readNeedsEncryption,
                     encryptionRequiredToWrite: characteristic.permissions.writeNeedsEncryption,
                     groupEnd: 0, isFixedLength: isFixed || characteristic.cachedValue != nil,
-                    characteristic: characteristic))
+                    characteristic: characteristic,
+                    authenticationRequiredToRead: characteristic.permissions.contains(.readAuthenticationRequired)))
                 if characteristic.notifies {
                     let handle = try take()
                     characteristic.clientConfigurationHandle = handle
@@ -128,9 +131,11 @@ public final class GATTDatabase {
                         throw GATTDatabaseError("characteristic \(characteristic.uuid) declares a CCCD: the stack adds it for notify/indicate")
                     }
                     pending.append(Attribute(handle: try take(), type: descriptor.uuid, content: .fixed(descriptor.value),
-                                             readable: true, writable: false, encryptionRequiredToRead: false,
+                                             readable: true, writable: false,
+                                             encryptionRequiredToRead: descriptor.permissions.readNeedsEncryption,
                                              encryptionRequiredToWrite: false, groupEnd: 0, isFixedLength: true,
-                                             characteristic: characteristic))
+                                             characteristic: characteristic,
+                                             authenticationRequiredToRead: descriptor.permissions.contains(.readAuthenticationRequired)))
                 }
                 characteristics.append(characteristic)
             }

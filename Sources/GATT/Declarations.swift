@@ -284,10 +284,15 @@ public enum ValueLength: Sendable, Equatable {
 public struct Descriptor: Sendable {
     public let uuid: BluetoothUUID
     public let value: [UInt8]
+    /// What reading it needs: `.readEncryptionRequired` or `.readAuthenticationRequired` (the
+    /// link's security, checked as for a value); other bits are ignored. Descriptors are never
+    /// written or authorized.
+    public let permissions: AttributePermissions
 
-    public init(uuid: BluetoothUUID, value: [UInt8]) {
+    public init(uuid: BluetoothUUID, value: [UInt8], permissions: AttributePermissions = []) {
         self.uuid = uuid
         self.value = value
+        self.permissions = permissions
     }
 
     /// Characteristic User Description (Vol 3, Part G, 3.3.3.2): UTF-8 text.

@@ -68,10 +68,13 @@ public struct GATTProfile: Codable, Equatable, Sendable {
     public struct Descriptor: Codable, Equatable, Sendable {
         public var uuid: String
         public var value: String?
+        /// What reading it needs (`GATTProfile.descriptorPermissionNames`). Absent: open.
+        public var permissions: [String]?
 
-        public init(uuid: String, value: String? = nil) {
+        public init(uuid: String, value: String? = nil, permissions: [String]? = nil) {
             self.uuid = uuid
             self.value = value
+            self.permissions = permissions
         }
     }
 
@@ -99,6 +102,40 @@ public struct GATTProfile: Codable, Equatable, Sendable {
         ("secure-connections", .secureConnectionsRequired),
         ("read-authorized", .readAuthorizationRequired), ("write-authorized", .writeAuthorizationRequired),
     ]
+
+    /// The permission names a descriptor may have: descriptors are only read.
+    public static let descriptorPermissionNames = ["read-encrypted", "read-authenticated", "read-authorized"]
+
+    /// The read permission a peripheral's refusal of a read shows (ATT error codes, Vol 3,
+    /// Part F, 3.4.1.1): Insufficient Encryption (0x0F) and Insufficient Encryption Key Size
+    /// (0x0C) `read-encrypted` (the key size is not kept: the clone takes what its stack
+    /// takes), Insufficient Authentication (0x05) `read-authenticated`, Insufficient
+    /// Authorization (0x08) `read-authorized`. Any other error (Read Not Permitted, 0x02, among
+    /// them) shows nothing a permission says.
+    public static func readPermission(refusedWith code: UInt8) -> String? {
+        switch code {
+        case 0x0F, 0x0C: return "read-encrypted"
+        case 0x05: return "read-authenticated"
+        case 0x08: return "read-authorized"
+        default: return nil
+        }
+    }
+
+    /// What reading an attribute needs, from the reads `blemu gatt dump --profile` made of it:
+    /// every refusal, before the link was secured and after, and — when a read worked after
+    /// securing — whether that link's key was authenticated. A server without a key for the
+    /// central answers Insufficient Authentication (0x05) for encryption too (Vol 3, Part C,
+    /// 10.3.2: pairing is what the central must do), so a value then read on an
+    /// unauthenticated (Just Works) link needed encryption only. Names in `permissionNames`
+    /// order; nil when nothing is needed.
+    public static func readPermissions(refusals: [UInt8], readOnAuthenticatedLink: Bool?) -> [String]? {
+        var names = Set(refusals.compactMap(readPermission(refusedWith:)))
+        if readOnAuthenticatedLink == false, names.remove("read-authenticated") != nil { names.insert("read-encrypted") }
+        // Authentication implies encryption.
+        if names.contains("read-authenticated") { names.remove("read-encrypted") }
+        let ordered = permissionNames.map(\.0).filter(names.contains)
+        return ordered.isEmpty ? nil : ordered
+    }
 
     public static func propertyNames(_ properties: CharacteristicProperties) -> [String] {
         propertyNames.filter { properties.contains($0.1) }.map(\.0)
@@ -234,6 +271,10 @@ public struct GATTProfile: Codable, Equatable, Sendable {
                         throw fail("\(at).descriptors[\(d)].uuid", "'\(descriptor.uuid)' is not a UUID (2901 or the 128-bit form)")
                     }
                     if let value = descriptor.value { try checkValue(value, "\(at).descriptors[\(d)].value", fail) }
+                    for (p, permission) in (descriptor.permissions ?? []).enumerated() where !Self.descriptorPermissionNames.contains(permission) {
+                        throw fail("\(at).descriptors[\(d)].permissions[\(p)]",
+                                   "'\(permission)' is not one of \(Self.descriptorPermissionNames.joined(separator: ", "))")
+                    }
                 }
             }
         }

@@ -78,7 +78,15 @@ public final class ProfileDevice: Device {
             // The CCCD is the stack's; Extended Properties goes with its property bit.
             if duuid == GATTType.clientConfiguration { continue }
             if duuid == GATTType.extendedProperties && !properties.contains(.extendedProperties) { continue }
-            descriptors.append(Descriptor(uuid: duuid, value: descriptor.value.flatMap(GATTProfile.bytes) ?? []))
+            var security = AttributePermissions()
+            for name in descriptor.permissions ?? [] {
+                switch name {
+                case "read-encrypted": security.insert(.readEncryptionRequired)
+                case "read-authenticated": security.insert(.readAuthenticationRequired)
+                default: adjustments.append("\(service)/\(uuid): descriptor \(duuid): \(name) left out (the stack authorizes values, not descriptors)")
+                }
+            }
+            descriptors.append(Descriptor(uuid: duuid, value: descriptor.value.flatMap(GATTProfile.bytes) ?? [], permissions: security))
         }
         if properties.contains(.extendedProperties) && !descriptors.contains(where: { $0.uuid == GATTType.extendedProperties }) {
             properties.remove(.extendedProperties)

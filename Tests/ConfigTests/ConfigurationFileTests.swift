@@ -49,6 +49,9 @@ import Testing
     /// Each bad value is one error naming the file, the line, the key and what is allowed.
     @Test(arguments: [
         ("devices:\n  - device: lock\n    pin: 12", "f.yaml:3: devices[0].pin: a PIN must be 4 to 8 digits, got `12`"),
+        // A GATT profile has no settings of a built-in device, nor the lock's PIN.
+        ("devices:\n  - device: ./scale.json\n    name: S\n    settings: { bpm: 72 }", "f.yaml:4: devices[0].settings: a GATT profile (./scale.json) has no settings: its values are the file's"),
+        ("devices:\n  - device: scale.json\n    pin: \"1234\"", "f.yaml:3: devices[0].pin: a GATT profile (scale.json) has no PIN: its values are the file's"),
         ("devices:\n  - device: lock\n    passkey: 12345a", "f.yaml:3: devices[0].passkey: a passkey must be 6 digits, got `12345a`"),
         ("devices:\n  - device: x\n    colour: red", "f.yaml:3: devices[0]: unknown key `colour` (allowed: device, name, address, controller, settings, pin, passkey, io_capability, advertising, connection, privacy, rpa_timeout_s)"),
         ("devices:\n  - device: x\n    io_capability: telepathy", "f.yaml:3: devices[0].io_capability: `telepathy` is not an IO capability: display-only, display-yes-no, keyboard-only, keyboard-display, no-input-no-output"),
@@ -86,6 +89,33 @@ import Testing
         } catch {
             #expect(error.description.hasPrefix(expected), "\(error.description)")
         }
+    }
+
+    /// `device: FILE.json` is a GATT profile, its path relative to the configuration file's
+    /// directory, with the keys that make sense for any device.
+    @Test func aProfileIsADeviceWithThePathOfTheFile() throws {
+        let text = """
+        devices:
+          - device: ./profiles/scale.json
+            name: Clone
+            address: C4:12:34:56:78:9A
+            controller: tcp:127.0.0.1:6402
+            passkey: "123456"
+            advertising: { fast_interval_ms: 20 }
+            connection: { interval_min_ms: 15, interval_max_ms: 30, latency: 0, timeout_ms: 4000 }
+          - device: /srv/lock.json
+          - device: ../other.json
+          - device: heart-rate
+        """
+        let devices = try ConfigurationFile.parse(text, file: "/etc/blemu/run.yaml").devices
+        #expect(devices.map(\.device) == ["/etc/blemu/profiles/scale.json", "/srv/lock.json", "/etc/blemu/../other.json", "heart-rate"])
+        #expect(devices.map(\.isProfile) == [true, true, true, false])
+        let clone = devices[0]
+        #expect(clone.name == "Clone" && clone.address?.description == "C4:12:34:56:78:9A" && clone.passkey == "123456")
+        #expect(clone.controller == (try ControllerSpec(parsing: "tcp:127.0.0.1:6402")))
+        #expect(clone.advertising?.fastInterval == 32 && clone.connection != nil && clone.settings.isEmpty)
+        // A file named without a folder: the paths are the working directory's, as written.
+        #expect(try ConfigurationFile.parse("devices:\n  - device: ./a.json", file: "run.yaml").devices[0].device == "./a.json")
     }
 
     @Test func anchorsAliasesTagsAndQuotesKeepTheTextAsWritten() throws {

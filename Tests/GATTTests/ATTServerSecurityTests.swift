@@ -73,6 +73,34 @@ import Testing
         #expect(bench.error("0A 0900") == nil)
     }
 
+    /// A descriptor's own read permissions (a clone's, from what the original refused): the
+    /// link's security as for a value, the characteristic's own open value untouched.
+    @Test func aDescriptorAsksForItsOwnSecurity() throws {
+        let open = Characteristic(0x2A19, properties: [.read], cachedValue: [1], descriptors: [
+            Descriptor(uuid: GATTType.userDescription, value: [0x41], permissions: [.readEncryptionRequired]),
+            Descriptor(uuid: GATTType.presentationFormat, value: [0x42], permissions: [.readAuthenticationRequired]),
+        ])
+        let server = ATTServer(database: try GATTDatabase(services: [Service(0x180F) { open }]),
+                               peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)), scheduler: ManualScheduler())
+        let delegate = RecordingDelegate()
+        server.delegate = delegate
+        func error(_ hex: String) -> ATTError? {
+            let before = delegate.answered.count
+            server.receive(bytes(hex)[...])
+            return delegate.answered.count > before ? delegate.answered.last?.error : nil
+        }
+        #expect(error("0A 0300") == nil)
+        #expect(error("0A 0400") == .insufficientAuthentication)
+        #expect(error("0A 0500") == .insufficientAuthentication)
+        server.linkSecurity.hasLongTermKey = true
+        #expect(error("0A 0400") == .insufficientEncryption)
+        server.linkSecurity = ATTLinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true, encryptionKeySize: 16)
+        #expect(error("0A 0400") == nil)
+        #expect(error("0A 0500") == .insufficientAuthentication)
+        server.linkSecurity.isAuthenticated = true
+        #expect(error("0A 0500") == nil)
+    }
+
     @Test func aWriteCommandWithoutTheSecurityIsDropped() throws {
         let bench = try Bench()
         let sent = bench.delegate.sent.count

@@ -110,4 +110,57 @@ import Testing
         #expect(chars[1].permissions == [.readable, .writeable, .readEncryptionRequired, .writeAuthorizationRequired, .secureConnectionsRequired])
         #expect(chars[2].permissions == [.readable])
     }
+
+    /// What a peripheral's refusals of reads show (Vol 3, Part F, 3.4.1.1), as the dump records it.
+    @Test func refusalsBecomeReadPermissions() {
+        #expect(GATTProfile.readPermission(refusedWith: 0x0F) == "read-encrypted")
+        #expect(GATTProfile.readPermission(refusedWith: 0x0C) == "read-encrypted")
+        #expect(GATTProfile.readPermission(refusedWith: 0x05) == "read-authenticated")
+        #expect(GATTProfile.readPermission(refusedWith: 0x08) == "read-authorized")
+        // Read Not Permitted and the rest show no permission.
+        for code: UInt8 in [0x00, 0x01, 0x02, 0x03, 0x0A, 0x0E, 0x80, 0xFF] { #expect(GATTProfile.readPermission(refusedWith: code) == nil) }
+        // Every name is one the loader takes.
+        for code in UInt8.min...UInt8.max {
+            if let name = GATTProfile.readPermission(refusedWith: code) {
+                #expect(GATTProfile.permissionNames.contains { $0.0 == name } && GATTProfile.descriptorPermissionNames.contains(name))
+            }
+        }
+        #expect(GATTProfile.readPermissions(refusals: [], readOnAuthenticatedLink: nil) == nil)
+        #expect(GATTProfile.readPermissions(refusals: [0x02], readOnAuthenticatedLink: nil) == nil)
+        // No pairing: what the refusal says.
+        #expect(GATTProfile.readPermissions(refusals: [0x05], readOnAuthenticatedLink: nil) == ["read-authenticated"])
+        #expect(GATTProfile.readPermissions(refusals: [0x0F], readOnAuthenticatedLink: nil) == ["read-encrypted"])
+        // Paired with a passkey and read: the clone asks for the same.
+        #expect(GATTProfile.readPermissions(refusals: [0x05], readOnAuthenticatedLink: true) == ["read-authenticated"])
+        // Read after Just Works: 0x05 only meant "pair"; encryption is what it needs.
+        #expect(GATTProfile.readPermissions(refusals: [0x05], readOnAuthenticatedLink: false) == ["read-encrypted"])
+        // Refused again after Just Works: authentication it is (and encryption goes without saying).
+        #expect(GATTProfile.readPermissions(refusals: [0x0F, 0x05], readOnAuthenticatedLink: nil) == ["read-authenticated"])
+        // Security first, authorization last: both kept.
+        #expect(GATTProfile.readPermissions(refusals: [0x05, 0x08], readOnAuthenticatedLink: nil) == ["read-authenticated", "read-authorized"])
+        #expect(GATTProfile.readPermissions(refusals: [0x08, 0x08], readOnAuthenticatedLink: nil) == ["read-authorized"])
+    }
+
+    /// A dumped profile with permissions on values and descriptors is written, read back and
+    /// served with them; a descriptor's authorization is left out and said.
+    @Test func recordedPermissionsAreWrittenAndServed() throws {
+        var characteristic = GATTProfile.Characteristic(
+            uuid: "2A20", properties: ["read"],
+            descriptors: [GATTProfile.Descriptor(uuid: "2901", value: "41", permissions: ["read-encrypted"]),
+                          GATTProfile.Descriptor(uuid: "2904", permissions: ["read-authenticated", "read-authorized"])],
+            permissions: GATTProfile.readPermissions(refusals: [0x05], readOnAuthenticatedLink: true))
+        characteristic.value = "01"
+        let profile = GATTProfile(name: "Door", services: [GATTProfile.Service(uuid: "180D", characteristics: [characteristic])])
+        let text = profile.encoded()
+        #expect(text.contains(#""permissions" : ["#) && text.contains(#""read-authenticated""#) && text.contains(#""read-encrypted""#))
+        let back = try parse(text)
+        #expect(back == profile)
+        let device = ProfileDevice(back)
+        let served = device.services[0].characteristics[0]
+        #expect(served.permissions == [.readable, .readAuthenticationRequired])
+        #expect(served.descriptors.map(\.permissions) == [[.readEncryptionRequired], [.readAuthenticationRequired]])
+        #expect(device.adjustments == ["180D/2A20: descriptor 2904: read-authorized left out (the stack authorizes values, not descriptors)"])
+        let base = #"{"format":"blemu-gatt-profile","version":1,"name":"x","services":[{"uuid":"180D","characteristics":[{"uuid":"2A37","properties":["read"],"descriptors":[{"uuid":"2901","permissions":["write-encrypted"]}]}]}]}"#
+        #expect(refusal(base) == "p.json: services[0].characteristics[0].descriptors[0].permissions[0]: 'write-encrypted' is not one of read-encrypted, read-authenticated, read-authorized")
+    }
 }

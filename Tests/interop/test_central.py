@@ -130,6 +130,34 @@ def test_gatt_subscribe_prints_heart_rates(rootcanal, heart_rate):
         assert (raw[1] if raw[0] & 0x01 == 0 else raw[1] | raw[2] << 8) == int(bpm), value
 
 
+def test_two_advertisers_of_one_name_are_listed_not_guessed(rootcanal):
+    """Two heart-rate sensors under one name: `blemu gatt --name` names neither, it lists both
+    (name, address, RSSI) and asks for --address; --address then reads from the one chosen."""
+    name = unique_name("TW")
+    first = start_advertising(BlemuProcess(rootcanal.controller_spec, name, extra_args=["--address", "C4:00:00:00:00:01"]), rootcanal)
+    second = start_advertising(BlemuProcess(rootcanal.controller_spec, name, extra_args=["--address", "C4:00:00:00:00:02"]), rootcanal)
+    try:
+        result = blemu_cli(rootcanal, "gatt", "--name", name, "read", "2A19")
+        assert result.returncode == 1, result.describe()
+        [line] = [line for line in result.stderr.splitlines() if "advertisers match" in line]
+        assert f"2 advertisers match name '{name}': " in line and "give --address to choose one" in line, line
+        assert "C4:00:00:00:00:01" in line and "C4:00:00:00:00:02" in line and line.count(f'"{name}"') == 2, line
+        assert "dBm" in line or "RSSI unknown" in line, line
+        # Decided once the window is over, not at the timeout.
+        assert result.elapsed < 6, result.describe()
+        chosen = blemu_cli(rootcanal, "gatt", "--address", "C4:00:00:00:00:02", "read", "2A19")
+        assert chosen.returncode == 0 and chosen.stdout.startswith("100 %"), chosen.describe()
+    finally:
+        assert second.stop() == 0, second.log_tail()
+    # The other one gone, the name is unique again: read at once (the window, not the timeout).
+    try:
+        alone = blemu_cli(rootcanal, "gatt", "--name", name, "read", "2A19", "--json")
+        assert alone.returncode == 0 and json_lines(alone)[0]["value"] == "64", alone.describe()
+        assert alone.elapsed < 6, alone.describe()
+    finally:
+        assert first.stop() == 0, first.log_tail()
+
+
 def test_gatt_read_and_errors_by_spec_name(rootcanal, heart_rate):
     read = blemu_cli(rootcanal, "gatt", "--name", heart_rate.name, "read", "2A19")
     assert read.returncode == 0 and read.stdout.strip().startswith("100 %"), read.describe()
@@ -334,6 +362,74 @@ def test_the_lock_dumps_with_its_services(rootcanal, tmp_path):
         assert log["decoded"].startswith('"') and bytes.fromhex(log["value"]).decode(), log
     finally:
         assert lock.stop() == 0, lock.log_tail()
+
+
+LOCK_SERVICE = "7d3c0200-9a5e-4d1a-8f6e-5c1b2d3e4f50"
+LOCK_STATE = "7d3c0201-9a5e-4d1a-8f6e-5c1b2d3e4f50"
+LOCK_EVENT_LOG = "7d3c0203-9a5e-4d1a-8f6e-5c1b2d3e4f50"
+
+
+def lock_characteristics(profile: dict) -> dict:
+    [service] = [s for s in profile["services"] if s["uuid"] == LOCK_SERVICE]
+    return {c["uuid"]: c for c in service["characteristics"]}
+
+
+def test_a_dumped_profile_asks_for_what_the_original_refused(rootcanal, tmp_path):
+    """The lock's event log needs an authenticated link (Docs/SECURITY.md): a dump as a stranger
+    gets Insufficient Authentication (0x05) and records `read-authenticated`; with --pair it reads
+    first as a stranger, pairs, reads the log and keeps the permission. The clone refuses an
+    unpaired read with the same 0x05 and serves the value to a central that paired with a passkey."""
+    from bumble import att
+    from bumble.core import UUID
+    from bumble_central import error_code_of
+    from harness import connected as central_on
+    from harness import run
+
+    lock = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("LK"), device="lock"), rootcanal)
+    try:
+        stranger = blemu_cli(rootcanal, "gatt", "--name", lock.name, "--state-dir", str(tmp_path / "a"), "dump", "--profile")
+        assert stranger.returncode == 0, stranger.describe()
+        chars = lock_characteristics(json.loads(stranger.stdout))
+        assert chars[LOCK_EVENT_LOG].get("permissions") == ["read-authenticated"] and "value" not in chars[LOCK_EVENT_LOG], chars
+        assert "permissions" not in chars[LOCK_STATE] and chars[LOCK_STATE]["value"] == "01", chars
+        # Without --pair the dump never secures the link itself (the lock's Security Request
+        # may start a pairing that fails without a passkey: that changes nothing read).
+        assert "refused for want of security" not in stranger.stderr, stranger.describe()
+
+        paired = blemu_cli(rootcanal, "gatt", "--name", lock.name, "--pair", "--passkey", f"{passkey_of(lock):06d}",
+                           "--state-dir", str(tmp_path / "b"), "dump", "--profile")
+        assert paired.returncode == 0, paired.describe()
+        assert "paired" in paired.stderr, paired.describe()
+        profile = json.loads(paired.stdout)
+    finally:
+        assert lock.stop() == 0, lock.log_tail()
+    chars = lock_characteristics(profile)
+    log = chars[LOCK_EVENT_LOG]
+    assert log.get("permissions") == ["read-authenticated"] and bytes.fromhex(log["value"]).decode(), log
+    # Writes are not probed: the control point's need for a passkey is not in the file.
+    assert "permissions" not in chars["7d3c0202-9a5e-4d1a-8f6e-5c1b2d3e4f50"], chars
+
+    path = tmp_path / "lock.json"
+    path.write_text(paired.stdout)
+    clone = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("LC"), device=str(path),
+                                           extra_args=["--passkey", "123456"]), rootcanal)
+    try:
+        async def scenario():
+            async with central_on(clone, "unpaired", discover=True) as conn:
+                try:
+                    await conn.read(conn.characteristic(UUID(LOCK_EVENT_LOG), UUID(LOCK_SERVICE)))
+                except att.ATT_Error as error:
+                    assert error_code_of(error) == 0x05, error
+                else:
+                    raise AssertionError("an unpaired central read the clone's event log")
+                assert await conn.read(conn.characteristic(UUID(LOCK_STATE), UUID(LOCK_SERVICE))) == b"\x01"
+            async with central_on(clone, "paired", discover=True, pair=123456) as conn:
+                value = await conn.read(conn.characteristic(UUID(LOCK_EVENT_LOG), UUID(LOCK_SERVICE)))
+                assert value.hex() == log["value"], (value, log)
+
+        run(scenario())
+    finally:
+        assert clone.stop() == 0, clone.log_tail()
 
 
 def test_captured_notifications_are_replayed_by_the_clone(rootcanal, heart_rate, tmp_path):

@@ -62,6 +62,55 @@ devices:
     assert blemu.stop() == 0, blemu.log_tail()
 
 
+def test_a_profile_named_in_the_file_is_served_with_the_entry_s_options(rootcanal, blemu_factory, tmp_path):
+    """`device: ./profiles/x.json`: the path is the config file's folder's, not the working
+    directory's; the entry's name and address apply to the clone; a Bumble central reads its value."""
+    import json
+
+    from bumble.core import UUID
+
+    folder = tmp_path / "conf"
+    (folder / "profiles").mkdir(parents=True)
+    service, value_uuid = "7d3c9000-9a5e-4d1a-8f6e-5c1b2d3e4f50", "7d3c9001-9a5e-4d1a-8f6e-5c1b2d3e4f50"
+    (folder / "profiles" / "clone.json").write_text(json.dumps({
+        "format": "blemu-gatt-profile", "version": 1, "name": "Name In The Profile",
+        "services": [{"uuid": service, "characteristics": [{"uuid": value_uuid, "properties": ["read"], "value": "c0ffee"}]}]}))
+    name = unique_name("CP")
+    config = folder / "run.yaml"
+    config.write_text(f"""
+controller: {rootcanal.controller_spec}
+devices:
+  - device: ./profiles/clone.json
+    name: {name}
+    address: C4:12:34:56:78:9B
+    advertising: {{ fast_interval_ms: 20 }}
+""")
+    blemu = blemu_factory.start(None, wait_advertising=False, devices=[], extra_args=["--config", str(config)])
+
+    async def scenario():
+        async with Central(rootcanal.controller_spec, name="cfg-profile-central") as central:
+            found = await central.scan_for(name, timeout=20.0, alive=blemu.exited)
+            assert str(found.address).upper().startswith("C4:12:34:56:78:9B"), found.address
+            conn = await central.connect(found.address)
+            await conn.discover_all()
+            assert (await conn.read(conn.characteristic(UUID_DEVICE_NAME, UUID_GAP_SERVICE))).decode() == name
+            assert await conn.read(conn.characteristic(UUID(value_uuid), UUID(service))) == bytes.fromhex("c0ffee")
+            await conn.disconnect()
+
+    run(scenario(), timeout=60)
+    assert blemu.stop() == 0, blemu.log_tail()
+
+    # A built-in device's settings make no sense for a profile: one line, file:line:key.
+    config.write_text(f"devices:\n  - device: ./profiles/clone.json\n    settings: {{ bpm: 72 }}\n")
+    result = run_cli(["run", "--config", str(config), "--controller", rootcanal.controller_spec], timeout=10.0)
+    assert result.returncode == 64, result.describe()
+    assert f"{config}:3: devices[0].settings: a GATT profile ({folder}/profiles/clone.json) has no settings" in result.stderr, result.describe()
+    # A profile that is not there names the entry and the path.
+    config.write_text("devices:\n  - device: ./missing.json\n")
+    result = run_cli(["run", "--config", str(config), "--controller", rootcanal.controller_spec], timeout=10.0)
+    assert result.returncode == 64 and f"{config}:2: devices[0].device: {folder}/missing.json: cannot read the profile" in result.stderr, result.describe()
+
+
 def test_a_bad_file_is_one_error_before_anything_starts():
     with FakeController() as controller:
         path = write_config(f"controller: {controller.spec}\ndevices:\n  - device: heart-rate\n    settings: {{ bpm: 900 }}\n")
