@@ -51,11 +51,16 @@ public struct AdvertiserChoice {
     }
 
     /// An advertisement that matches (connectable, name or service as asked), heard at `now`.
+    /// At most this many matches are kept: the air is not ours, and an advertiser that sends
+    /// the name from a new address in every packet must not grow the list without end. Past
+    /// it the choice is ambiguous anyway.
+    public static let maximumMatches = 64
+
     public mutating func heard(_ advertisement: Advertisement, now: UInt64) -> Decision {
         if let index = matches.firstIndex(where: { $0.address == advertisement.address }) {
             matches[index] = advertisement
             heardAt[index].last = now
-        } else {
+        } else if matches.count < Self.maximumMatches {
             matches.append(advertisement)
             heardAt.append((now, now))
         }

@@ -33,6 +33,19 @@ import Testing
         #expect(choice.heard(heard("HR", 1), now: 5) == .connect(heard("HR", 1)))
     }
 
+    /// A flood of new addresses with the name keeps the list bounded, and the choice ambiguous.
+    @Test func aFloodOfAddressesIsBounded() {
+        var choice = AdvertiserChoice(startedAt: 0)
+        for address in 1...1000 { _ = choice.heard(heard("HR", UInt64(address)), now: UInt64(address)) }
+        #expect(choice.matches.count == AdvertiserChoice.maximumMatches)
+        guard case .ambiguous(let listed) = choice.windowEnded() else {
+            Issue.record("a flood of advertisers is not one")
+            return
+        }
+        #expect(listed.count == AdvertiserChoice.maximumMatches)
+        #expect(listed.first == heard("HR", 1))
+    }
+
     @Test func severalMatchesAreAnErrorListingThem() {
         var choice = AdvertiserChoice(startedAt: 0)
         _ = choice.heard(heard("HR A", 1, rssi: -61), now: 1)
