@@ -166,6 +166,19 @@ struct ChatCommand: ParsableCommand {
             stop()
         }
         for emulator in emulators { emulator.onFatal = fail }
+        // A chat on a board runs for days: once every controller is ready and every host side
+        // advertises, the pages only start-up used go back (as `blemu run` does).
+        var startupPages = StartupPages()
+        for emulator in emulators {
+            emulator.onStateMayChange = { _ in
+                guard !stopping else { return }
+                let settled = emulators.indices.allSatisfy { index in
+                    emulators[index].host.hci.isReady
+                        && (roleOf(index) != .peripheral || emulators[index].peripherals.allSatisfy(\.isAdvertising))
+                }
+                startupPages.release(once: settled, logger: logger)
+            }
+        }
         for side in sides { side.onFatal = fail }
         let input = StdinLines(loop: loop, logger: logger) { line in node.say(line) }
         input.holdBack = { node.isBusy }

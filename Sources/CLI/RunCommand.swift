@@ -356,14 +356,10 @@ struct RunCommand: ParsableCommand {
         var advertised = Set<ObjectIdentifier>()
         let allPeripherals = emulators.flatMap(\.peripherals)
         var lastSignature: Int?
-        var startupCodeReleased = false
+        var startupPages = StartupPages()
         func refreshService() {
             // Once every device advertises, start-up is over: its code pages go back (a board's RSS).
-            if !startupCodeReleased, allPeripherals.allSatisfy(\.isAdvertising) {
-                startupCodeReleased = true
-                let release = ProcessMemory.releaseStartupCode()
-                logger.debug("start-up over: \(release.advised / 1024) KiB of code and data given back, \(release.singlePageFaults / 1024) KiB of it faults back a page at a time")
-            }
+            startupPages.release(once: allPeripherals.allSatisfy(\.isAdvertising), logger: logger)
             guard service.isEnabled, !stopping else { return }
             // Called after every HCI event: the line is built only when something in it changed.
             var hasher = Hasher()
@@ -508,4 +504,18 @@ final class Emulator {
 enum CaptureSettings {
     /// Rotated files kept: PATH.1 (the newest) to PATH.3.
     static let generations = 3
+}
+
+/// The pages only start-up used go back to the kernel once the process has settled
+/// (`ProcessMemory.releaseStartupCode`, Docs/PERFORMANCE.md "Footprint"): once, on the first
+/// call where `settled` holds. No timer: an idle process still makes no wakeups.
+struct StartupPages {
+    private(set) var released = false
+
+    mutating func release(once settled: Bool, logger: Logger) {
+        guard !released, settled else { return }
+        released = true
+        let release = ProcessMemory.releaseStartupCode()
+        logger.debug("start-up over: \(release.advised / 1024) KiB of code and data given back, \(release.singlePageFaults / 1024) KiB of it faults back a page at a time")
+    }
 }
