@@ -13,12 +13,9 @@ import Glibc
 /// `bonds DEVICE forget [ADDRESS]`): gone from the store and its file, out of the controller's
 /// resolving list with advertising stopped for the change, and the next key request refused.
 @Suite struct ForgetBondsTests {
-    static let phone = BluetoothAddress("C1:22:33:44:55:66")!
-    static let phoneIRK = [UInt8](0x10..<0x20)
-    static let phoneKey = [UInt8](repeating: 0x42, count: 16)
-    static let tablet = BluetoothAddress("C2:22:33:44:55:77")!
-    static let tabletIRK = [UInt8](0x30..<0x40)
-    static let tabletKey = [UInt8](repeating: 0x24, count: 16)
+    // The centrals of the resolving list's tests.
+    static let (phone, phoneIRK, phoneKey) = (ResolvingListTests.phone, ResolvingListTests.phoneIRK, ResolvingListTests.phoneKey)
+    static let (tablet, tabletIRK, tabletKey) = (ResolvingListTests.tablet, ResolvingListTests.tabletIRK, ResolvingListTests.tabletKey)
     static let listCommands = [HCIOpcode.leRemoveDeviceFromResolvingList, HCIOpcode.leClearResolvingList,
                                HCIOpcode.leAddDeviceToResolvingList, HCIOpcode.leSetAdvertisingEnable,
                                HCIOpcode.leSetExtendedAdvertisingEnable]
