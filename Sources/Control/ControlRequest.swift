@@ -268,7 +268,7 @@ private struct FieldReader {
             let device = try string("device")
             switch try optionalString("action") ?? "list" {
             case "list":
-                if fields["address"] != nil { throw fail("\"address\" goes with \"action\":\"forget\"") }
+                if field("address") != nil { throw fail("\"address\" goes with \"action\":\"forget\"") }
                 command = .bonds(device: device)
             case "forget":
                 var address: BluetoothAddress?

@@ -95,6 +95,7 @@ import Testing
         let phone = try #require(BluetoothAddress("C1:22:33:44:55:66"))
         #expect(command(#"{"id":1,"cmd":"bonds","device":"lock"}"#) == .bonds(device: "lock"))
         #expect(command(#"{"id":1,"cmd":"bonds","device":"lock","action":"list"}"#) == .bonds(device: "lock"))
+        #expect(command(#"{"id":1,"cmd":"bonds","device":"lock","action":"list","address":null}"#) == .bonds(device: "lock"))
         #expect(command(#"{"id":1,"cmd":"bonds","device":"lock","action":"forget"}"#) == .forgetBonds(device: "lock", address: nil))
         #expect(command(#"{"id":1,"cmd":"bonds","device":"lock","action":"forget","address":"C1:22:33:44:55:66"}"#)
                 == .forgetBonds(device: "lock", address: phone))

@@ -167,6 +167,21 @@ import Glibc
         #expect(c.commands(HCIOpcode.leRemoveDeviceFromResolvingList).count == 1 && c.resolvingList.isEmpty)
     }
 
+    /// A Remove the controller refuses (the shared central scans, say) leaves the entry, and
+    /// advertising comes back all the same; the controller's identity names no bond any more.
+    @Test func aRefusedRemoveStillForgetsTheBond() throws {
+        let directory = Self.temporaryDirectory()
+        defer { unlink(directory + "/bonds.json"); rmdir(directory) }
+        let bench = try bench(directory: directory)
+        let c = bench.controller
+        c.failures[HCIOpcode.leRemoveDeviceFromResolvingList] = HCIStatus.commandDisallowed
+        #expect(bench.peripheral.forgetBonds(Self.phone).bonds.count == 1)
+        #expect(c.resolvingList.count == 2 && c.isAdvertising && bench.peripheral.isAdvertising)
+        var random = SeededRandom(seed: 3)
+        c.connectEnhanced(handle: Bench.link, peerType: 0x03, peer: Self.phone, rpa: ResolvablePrivateAddress.make(irk: Self.phoneIRK, random: &random))
+        #expect(keyAnswered(bench, handle: Bench.link) == nil)
+    }
+
     /// Without LL Privacy nothing goes to the controller: the bond is forgotten all the same.
     @Test func withoutLLPrivacyOnlyTheBondGoes() throws {
         let bench = try Bench(device: HeartRateDevice(seed: 1))
