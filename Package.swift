@@ -92,7 +92,7 @@ let package = Package(
         ], path: "Sources/Config"),
         // The control socket (`blemu run --control PATH`): above Host, below the CLI.
         .target(name: "BlemuControl", dependencies: [
-            "BlemuCore", "BlemuRunLoop", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "CLinux",
+            "BlemuCore", "BlemuRunLoop", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuSecurity", "CLinux",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Control"),
         // --btsnoop: the HCI packet capture (btsnoop files, rotation). Beside Transport: it sees packets as bytes.

@@ -74,26 +74,16 @@ struct BondsCommand: ParsableCommand {
                 case .damaged(let reason): print("\(path): damaged or not a bond file (\(reason)); blemu sets it aside when it starts")
                 case let .bonds(owner, bonds):
                     print("\(owner.device) \"\(owner.name)\" (\(owner.address)): \(bonds.count) bond(s)")
-                    for bond in bonds { print("  " + Self.describe(bond)) }
+                    for bond in bonds { print("  " + bond.summary) }
                 }
             }
-        }
-
-        static func describe(_ bond: Bond) -> String {
-            let peer = "\(bond.peer.address) (\(bond.peer.isRandom ? "random" : "public"))"
-            let identity = bond.identity.map { " identity \($0.address) (\($0.isRandom ? "random" : "public"))" } ?? ""
-            let subscriptions = bond.clientConfigurations.isEmpty ? "" : ", \(bond.clientConfigurations.count) subscription(s) kept"
-            // What the central gave and set, never a key.
-            let signing = bond.signatureKey == nil ? "" : ", signs writes (SignCounter \(bond.signCounter.map(String.init) ?? "none yet"))"
-            let caching = bond.clientSupportedFeatures & 0x01 == 0 ? "" : ", robust caching\(bond.changeAware ? "" : " (change-unaware)")"
-            return "\(peer)\(identity): \(bond.strength)\(subscriptions)\(signing)\(caching)"
         }
     }
 
     struct Forget: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Forget the bonds of ADDRESS (the address a central bonded from, or its identity), or every bond.",
-            discussion: "Stop the blemu that uses the state directory first: a running blemu keeps its bonds in memory and writes them back.")
+            discussion: "Stop the blemu that uses the state directory first (a running blemu keeps its bonds in memory and writes them back), or forget them in the running blemu: blemu ctl PATH bonds DEVICE forget [ADDRESS].")
         @OptionGroup var location: Location
         @Argument(help: ArgumentHelp("The central's address; none: every bond.", valueName: "ADDRESS"))
         var address: String?
@@ -109,12 +99,11 @@ struct BondsCommand: ParsableCommand {
             var forgotten = 0
             for path in try location.files() {
                 guard case let .bonds(owner, bonds) = BondStore.inspect(path: path) else { continue }
-                let matching = bonds.filter { bond in target.map { bond.peer.address == $0 || bond.identity?.address == $0 } ?? true }
-                guard !matching.isEmpty else { continue }
                 // The store rewrites the file atomically (temporary file, fsync, rename).
                 let store = BondStore(path: path, owner: owner, limit: max(bonds.count, 1),
                                       logger: Logger(label: "blemu.bonds", factory: { _ in SwiftLogNoOpLogHandler() }))
-                for bond in matching { store.remove(bond.peer) }
+                let matching = store.forget(target)
+                guard !matching.isEmpty else { continue }
                 guard store.bonds.count == bonds.count - matching.count,
                       case let .bonds(_, left) = BondStore.inspect(path: path), left.count == store.bonds.count else {
                     throw RuntimeFailure("\(path): the bonds could not be written back: check the directory's permissions")

@@ -24,6 +24,7 @@ extension ControlCommand {
         fault clear [DEVICE]
         pairing DEVICE confirm|reject
         authorize DEVICE UUID allow|deny
+        bonds DEVICE [forget [ADDRESS]]
         """
 
     /// Parses the words after `blemu ctl PATH` (`set heart-rate bpm 120`), checking every value
@@ -117,6 +118,23 @@ extension ControlCommand {
             case "deny": self = .authorize(device: words[0], characteristic: uuid, allow: false)
             default: throw ControlUsageError("authorize takes allow or deny, not \(quoted(words[2]))")
             }
+        case "bonds":
+            let form = "bonds DEVICE [forget [ADDRESS]]"
+            try expect(1...3, form)
+            try refuseOptions(except: nil, form)
+            guard words.count > 1 else {
+                self = .bonds(device: words[0])
+                return
+            }
+            guard words[1] == "forget" else { throw ControlUsageError("bonds takes forget [ADDRESS], not \(quoted(words[1]))") }
+            var address: BluetoothAddress?
+            if words.count == 3 {
+                guard let parsed = BluetoothAddress(words[2]) else {
+                    throw ControlUsageError("\(quoted(words[2])) is not an address: give AA:BB:CC:DD:EE:FF")
+                }
+                address = parsed
+            }
+            self = .forgetBonds(device: words[0], address: address)
         case "advertise":
             let form = "advertise DEVICE on|off"
             try expect(2...2, form)

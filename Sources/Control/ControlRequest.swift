@@ -28,6 +28,11 @@ public enum ControlCommand: Equatable, Sendable {
     /// Whether requests for a value that requires authorization are authorized
     /// (`Peripheral.setAuthorization`; refused until allowed).
     case authorize(device: String, characteristic: BluetoothUUID, allow: Bool)
+    /// The device's bonds, as `blemu bonds list` shows them (never a key).
+    case bonds(device: String)
+    /// Forgets the bonds of the central at `address` (the address it bonded from or its
+    /// identity), or every bond of the device (nil), in the running device (`Peripheral.forgetBonds`).
+    case forgetBonds(device: String, address: BluetoothAddress?)
 
     /// The `cmd` of its request.
     public var name: String {
@@ -40,18 +45,25 @@ public enum ControlCommand: Equatable, Sendable {
         case .fault, .clearFaults: return "fault"
         case .pairing: return "pairing"
         case .authorize: return "authorize"
+        case .bonds, .forgetBonds: return "bonds"
         }
     }
 
     /// Whether it changes nothing (so its log line may be left out by the budget).
-    public var isReadOnly: Bool { self == .list }
+    public var isReadOnly: Bool {
+        switch self {
+        case .list, .bonds: return true
+        default: return false
+        }
+    }
 
     /// The device it names, if any.
     public var device: String? {
         switch self {
         case .list: return nil
         case .set(let device, _, _), .disconnect(let device, _), .advertise(let device, _), .fault(let device, _, _, _),
-             .service(let device, _, _), .pairing(let device, _), .authorize(let device, _, _):
+             .service(let device, _, _), .pairing(let device, _), .authorize(let device, _, _), .bonds(let device),
+             .forgetBonds(let device, _):
             return device
         case .clearFaults(let device): return device
         }
@@ -91,7 +103,7 @@ public struct ControlRequest: Equatable, Sendable {
     /// The longest string field (device, key, value, uuid, action), in UTF-8 bytes.
     public static let maxStringLength = 256
     /// What an unknown command, and `blemu ctl` usage, lists.
-    public static let commandNames = ["list", "set", "disconnect", "advertise", "service", "fault", "pairing", "authorize"]
+    public static let commandNames = ["list", "set", "disconnect", "advertise", "service", "fault", "pairing", "authorize", "bonds"]
 
     // MARK: Decoding
 
@@ -168,6 +180,11 @@ public struct ControlRequest: Equatable, Sendable {
         case .authorize(let device, let characteristic, let allow):
             members += [("device", .string(device)), ("uuid", .string(characteristic.description)),
                         ("answer", .string(allow ? "allow" : "deny"))]
+        case .bonds(let device):
+            members.append(("device", .string(device)))
+        case .forgetBonds(let device, let address):
+            members += [("device", .string(device)), ("action", "forget")]
+            if let address { members.append(("address", .string(address.description))) }
         }
         return .object(members)
     }
@@ -246,6 +263,23 @@ private struct FieldReader {
             case "allow": command = .authorize(device: device, characteristic: uuid, allow: true)
             case "deny": command = .authorize(device: device, characteristic: uuid, allow: false)
             case let other: throw fail("\"answer\" \(quoted(other)) is not allow or deny")
+            }
+        case "bonds":
+            let device = try string("device")
+            switch try optionalString("action") ?? "list" {
+            case "list":
+                if field("address") != nil { throw fail("\"address\" goes with \"action\":\"forget\"") }
+                command = .bonds(device: device)
+            case "forget":
+                var address: BluetoothAddress?
+                if let text = try optionalString("address") {
+                    guard let parsed = BluetoothAddress(text) else {
+                        throw fail("\"address\" \(quoted(text)) is not an address like AA:BB:CC:DD:EE:FF")
+                    }
+                    address = parsed
+                }
+                command = .forgetBonds(device: device, address: address)
+            case let other: throw fail("\"action\" \(quoted(other)) is not list or forget")
             }
         default:
             throw fail("unknown command \(quoted(cmd)); commands: \(ControlRequest.commandNames.joined(separator: ", "))")

@@ -2,6 +2,7 @@ import BlemuATT
 import BlemuCore
 import BlemuGATT
 import BlemuHost
+import BlemuSecurity
 import Logging
 
 /// Runs control requests against the running devices, through the `Peripheral` control API,
@@ -104,6 +105,36 @@ public final class DeviceControl {
                 return done(peripheral, allow ? "requests authorized" : "requests refused with Insufficient Authorization (0x08)",
                             [("device", .string(ref)), ("uuid", .string(uuid.description)),
                              ("answer", .string(allow ? "allow" : "deny"))])
+            }
+
+        case .bonds(let name):
+            switch target(name) {
+            case .failure(let error): return refuse(error.message)
+            case .success(let (peripheral, ref)):
+                let bonds = peripheral.bonds
+                logBudgeted(.info, "control client \(client): \(summary): \(bonds.count) bond(s)", peripheral)
+                return .object([("id", .integer(request.id)), ("ok", true), ("device", .string(ref)),
+                                ("bonds", .array(bonds.map(Self.describe)))])
+            }
+
+        case .forgetBonds(let name, let address):
+            switch target(name) {
+            case .failure(let error): return refuse(error.message)
+            case .success(let (peripheral, ref)):
+                let outcome = peripheral.forgetBonds(address)
+                if let address, outcome.bonds.isEmpty {
+                    let known = peripheral.bonds.map { ($0.identity ?? $0.peer).address.description }
+                    return refuse("\(ref) has no bond with \(address)"
+                                  + (known.isEmpty ? " (it has no bonds)" : "; its bonded centrals: \(known.joined(separator: ", "))"), peripheral)
+                }
+                let who = outcome.bonds.map { ($0.identity ?? $0.peer).address.description }.joined(separator: ", ")
+                let kept = outcome.linksKept > 0 ? "; \(outcome.linksKept) link(s) stay encrypted with the old key until they close" : ""
+                let listed = outcome.resolvingListEntries > 0 ? "; \(outcome.resolvingListEntries) resolving list entr\(outcome.resolvingListEntries == 1 ? "y" : "ies") removed" : ""
+                return done(peripheral, outcome.bonds.isEmpty ? "no bonds to forget" : "forgot \(outcome.bonds.count) bond(s): \(who)\(kept)\(listed)",
+                            [("device", .string(ref)), ("address", address.map { .string($0.description) } ?? .null),
+                             ("forgotten", .array(outcome.bonds.map(Self.describe))),
+                             ("links_kept", .integer(Int64(outcome.linksKept))),
+                             ("resolving_list_removed", .integer(Int64(outcome.resolvingListEntries)))])
             }
 
         case .advertise(let name, let on):
@@ -233,6 +264,19 @@ public final class DeviceControl {
         }
     }
 
+    /// A bond as the `bonds` reply shows it: who the central is, how strong the bond is, what
+    /// it keeps, and `blemu bonds list`'s line for it; never a key.
+    static func describe(_ bond: Bond) -> JSONValue {
+        .object([("peer", .string(bond.peer.address.description)), ("peer_random", .bool(bond.peer.isRandom)),
+                 ("identity", bond.identity.map { .string($0.address.description) } ?? .null),
+                 ("identity_random", bond.identity.map { .bool($0.isRandom) } ?? .null),
+                 ("irk", .bool(bond.identityResolvingKey != nil)), ("csrk", .bool(bond.signatureKey != nil)),
+                 ("authenticated", .bool(bond.authenticated)), ("secure_connections", .bool(bond.secureConnections)),
+                 ("key_size", .integer(Int64(bond.encryptionKeySize))),
+                 ("subscriptions", .integer(Int64(bond.clientConfigurations.count))),
+                 ("summary", .string(bond.summary))])
+    }
+
     /// The command as `blemu ctl` words, for the log (client text made printable).
     static func summary(of command: ControlCommand) -> String {
         switch command {
@@ -252,6 +296,8 @@ public final class DeviceControl {
             }
             return "fault \(printable(device)) \(uuid) \(what)" + (count.map { " --count \($0)" } ?? "")
         case .clearFaults(let device): return "fault clear" + (device.map { " " + printable($0) } ?? "")
+        case .bonds(let device): return "bonds \(printable(device))"
+        case .forgetBonds(let device, let address): return "bonds \(printable(device)) forget" + (address.map { " \($0)" } ?? "")
         }
     }
 

@@ -46,6 +46,7 @@ public enum HCIOpcode {
     public static let leSetExtendedScanEnable: UInt16 = 0x2042
     public static let leExtendedCreateConnection: UInt16 = 0x2043
     public static let leAddDeviceToResolvingList: UInt16 = 0x2027
+    public static let leRemoveDeviceFromResolvingList: UInt16 = 0x2028
     public static let leClearResolvingList: UInt16 = 0x2029
     public static let leReadResolvingListSize: UInt16 = 0x202A
     public static let leSetAddressResolutionEnable: UInt16 = 0x202D
@@ -82,7 +83,8 @@ public enum HCIOpcode {
             leSetExtendedScanParameters: "LE Set Extended Scan Parameters",
             leSetExtendedScanEnable: "LE Set Extended Scan Enable",
             leExtendedCreateConnection: "LE Extended Create Connection",
-            leAddDeviceToResolvingList: "LE Add Device To Resolving List", leClearResolvingList: "LE Clear Resolving List",
+            leAddDeviceToResolvingList: "LE Add Device To Resolving List",
+            leRemoveDeviceFromResolvingList: "LE Remove Device From Resolving List", leClearResolvingList: "LE Clear Resolving List",
             leReadResolvingListSize: "LE Read Resolving List Size",
             leSetAddressResolutionEnable: "LE Set Address Resolution Enable", leSetPrivacyMode: "LE Set Privacy Mode",
         ]
@@ -395,6 +397,12 @@ public struct HCICommand: Equatable, Sendable {
             p.append(contentsOf: [UInt8](repeating: 0, count: max(0, 16 - key.count)))
         }
         return HCICommand(opcode: HCIOpcode.leAddDeviceToResolvingList, parameters: p)
+    }
+
+    /// 7.8.39: the entry of a peer's identity address (type 0x00 public, 0x01 random).
+    public static func leRemoveDeviceFromResolvingList(peerIdentityAddressType: UInt8, peerIdentityAddress: BluetoothAddress) -> HCICommand {
+        HCICommand(opcode: HCIOpcode.leRemoveDeviceFromResolvingList,
+                   parameters: [peerIdentityAddressType] + peerIdentityAddress.littleEndianBytes)
     }
 
     /// 7.8.40.

@@ -2,6 +2,7 @@ import BlemuATT
 import BlemuCore
 import BlemuGATT
 import BlemuHCI
+import BlemuSecurity
 import Logging
 
 /// A link as a listing shows it.
@@ -111,6 +112,38 @@ extension Peripheral {
 
     /// The reasons HCI Disconnect accepts (Vol 4, Part E, 7.1.6).
     public static let disconnectReasons: Set<UInt8> = [0x05, 0x13, 0x14, 0x15, 0x1A, 0x29, 0x3B]
+}
+
+/// What forgetting bonds in the running device did (`Peripheral.forgetBonds`).
+public struct BondsForgotten {
+    /// The bonds forgotten, oldest first (empty: no bond matched).
+    public let bonds: [Bond]
+    /// Links still encrypted with a forgotten key: they keep their encryption until they close;
+    /// the central's next connection finds no bond.
+    public let linksKept: Int
+    /// Entries taken out of the controller's resolving list (the controller answers later).
+    public let resolvingListEntries: Int
+}
+
+extension Peripheral {
+    /// The device's bonds, oldest first.
+    public var bonds: [Bond] { security.bonds.bonds }
+
+    /// Forgets the bonds of the central at `address` (the address it bonded from, or its
+    /// identity address), or every bond (nil), as a device's "clear pairings" button does: the
+    /// bond file is rewritten, the central's kept CCCDs and robust-caching state go with the bond,
+    /// and its entry leaves the controller's resolving list when no other device on the
+    /// controller is bonded with it. Its next LE Long Term Key Request gets the negative reply.
+    public func forgetBonds(_ address: BluetoothAddress?) -> BondsForgotten {
+        let bonded = connections.keys.compactMap { handle in security.bond(on: handle).map { (handle, $0) } }
+        let forgotten = security.bonds.forget(address)
+        guard !forgotten.isEmpty else { return BondsForgotten(bonds: [], linksKept: 0, resolvingListEntries: 0) }
+        let kept = bonded.filter { handle, bond in
+            security.security(of: handle).isEncrypted && forgotten.contains { $0.peer == bond.peer && $0.sequence == bond.sequence }
+        }
+        let entries = host.bondsForgotten(all: address == nil, by: self)
+        return BondsForgotten(bonds: forgotten, linksKept: kept.count, resolvingListEntries: entries)
+    }
 }
 
 /// Why the control API refused a change; nothing was changed.

@@ -27,6 +27,10 @@ struct ResolvingEntry: Equatable {
     /// Invalid HCI Command Parameters).
     func sameIdentity(_ other: ResolvingEntry) -> Bool { type == other.type && address == other.address }
 
+    var removeCommand: HCICommand {
+        .leRemoveDeviceFromResolvingList(peerIdentityAddressType: type, peerIdentityAddress: address)
+    }
+
     var addCommand: HCICommand {
         .leAddDeviceToResolvingList(peerIdentityAddressType: type, peerIdentityAddress: address, peerIRK: peerIRK, localIRK: localIRK)
     }
@@ -167,11 +171,10 @@ extension PeripheralHost {
             stopAdvertisingForResolvingListChange()
             loadResolvingList(startingUp: false) { [weak self, weak peripheral] in
                 guard let self else { return }
-                self.resolvingList.changing = false
                 if self.resolvingList.loaded.contains(where: { $0.sameIdentity(entry) }) {
                     peripheral?.logger.info("controller resolving list: \(entry.address) added (\(self.resolvingList.loaded.count) of \(self.resolvingList.capacity))")
                 }
-                for member in self.peripherals where !self.isStopping { member.startAdvertising(fast: true) }
+                self.resolvingListChangeDone()
             }
             return
         }
@@ -190,9 +193,7 @@ extension PeripheralHost {
         let generation = resolvingList.generation
         addResolvingEntry(entry, generation: generation) { [weak self, weak peripheral] status in
             guard let self else { return }
-            // After the Add (and its Set Privacy Mode, queued first): every device that may
-            // advertise starts again (each checks for itself that it can take a link).
-            self.resolvingList.changing = false
+            // After the Add (and its Set Privacy Mode, queued first), advertising starts again.
             if status == HCIStatus.success {
                 peripheral?.logger.info("controller resolving list: \(entry.address) added (\(self.resolvingList.loaded.count) of \(self.resolvingList.capacity))")
             } else {
@@ -200,8 +201,49 @@ extension PeripheralHost {
                 peripheral?.logger.notice("controller resolving list: \(entry.address) \(why); the host resolves it (ah) until the next start",
                                           metadata: [LogKey.hciStatus: .string(status.map(Hex.byte) ?? "timeout")])
             }
-            for member in self.peripherals where !self.isStopping { member.startAdvertising(fast: true) }
+            self.resolvingListChangeDone()
         }
+    }
+
+    /// Bonds were forgotten (`Peripheral.forgetBonds`): the entries no device's bond wants any
+    /// more leave the controller's list, with advertising stopped for the change as for an Add
+    /// (7.8.39). Forgetting every bond of a device clears the list (7.8.40) when no other device
+    /// on the controller keeps a listed entry; otherwise each entry is removed by itself, since
+    /// the devices on one controller share its list. Returns how many entries are taken out.
+    /// A refusal leaves the entry: the controller still reports that central by its identity,
+    /// which no longer names a bond, so it gets the negative reply all the same.
+    func bondsForgotten(all: Bool, by peripheral: Peripheral) -> Int {
+        guard hci.isReady, !isStopping, resolvingList.enabled else { return 0 }
+        let wanted = wantedResolvingEntries()
+        let stale = resolvingList.loaded.filter { entry in !wanted.contains(where: { $0.sameIdentity(entry) }) }
+        guard !stale.isEmpty else { return 0 }
+        stopAdvertisingForResolvingListChange()
+        resolvingList.changing = true
+        let generation = resolvingList.generation
+        let clear = all && stale.count == resolvingList.loaded.count
+        let commands = clear ? [(HCICommand.leClearResolvingList, stale)] : stale.map { ($0.removeCommand, [$0]) }
+        for (index, (command, entries)) in commands.enumerated() {
+            hci.send(command) { [weak self, weak peripheral] result in
+                guard let self, self.resolvingList.generation == generation, result != .cancelled else { return }
+                let names = entries.map(\.address.description).joined(separator: ", ")
+                if result.succeeded {
+                    self.resolvingList.loaded.removeAll { loaded in entries.contains { $0.sameIdentity(loaded) } }
+                    peripheral?.logger.info("controller resolving list: \(clear ? "cleared" : "\(names) removed") (bond forgotten; \(self.resolvingList.loaded.count) of \(self.resolvingList.capacity) left)")
+                } else {
+                    peripheral?.logger.notice("controller resolving list: \(names) not removed (refused); it no longer names a bond, so its key requests get the negative reply",
+                                              metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
+                }
+                if index == commands.count - 1 { self.resolvingListChangeDone() }
+            }
+        }
+        return stale.count
+    }
+
+    /// After a change of the list: every device that may advertise starts again (each checks
+    /// for itself that it can take a link).
+    private func resolvingListChangeDone() {
+        resolvingList.changing = false
+        for member in peripherals where !isStopping { member.startAdvertising(fast: true) }
     }
 
     /// The controller refuses resolving list changes while advertising with resolution on

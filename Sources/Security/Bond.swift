@@ -66,6 +66,12 @@ public struct Bond: Equatable, Sendable, CustomStringConvertible {
         address == peer || address == identity
     }
 
+    /// Whether the central at `address`, of either type, made this bond: the address it bonded
+    /// from or its identity address (how `bonds forget ADDRESS` names a central).
+    public func isOf(_ address: BluetoothAddress) -> Bool {
+        peer.address == address || identity?.address == address
+    }
+
     /// Whether `address` is a resolvable private address made from this bond's IRK (Vol 6,
     /// Part B, 1.3.2.2: prand, the 24 most significant bits, starts 0b01; the 24 least
     /// significant are ah(IRK, prand)): the bonded central under an address of the moment.
@@ -85,6 +91,18 @@ public struct Bond: Equatable, Sendable, CustomStringConvertible {
     /// "LE Secure Connections, unauthenticated, 16-octet key" (no key material).
     public var strength: String {
         "\(secureConnections ? "LE Secure Connections" : "LE legacy"), \(authenticated ? "authenticated" : "unauthenticated"), \(encryptionKeySize)-octet key"
+    }
+
+    /// One line as `blemu bonds list` and the control socket's `bonds` show a bond: the
+    /// central's address (and identity), its strength, what it kept; never a key.
+    public var summary: String {
+        let peerText = "\(peer.address) (\(peer.isRandom ? "random" : "public"))"
+        let identityText = identity.map { " identity \($0.address) (\($0.isRandom ? "random" : "public"))" } ?? ""
+        let subscriptions = clientConfigurations.isEmpty ? "" : ", \(clientConfigurations.count) subscription(s) kept"
+        // What the central gave and set, never a key.
+        let signing = signatureKey == nil ? "" : ", signs writes (SignCounter \(signCounter.map(String.init) ?? "none yet"))"
+        let caching = clientSupportedFeatures & 0x01 == 0 ? "" : ", robust caching\(changeAware ? "" : " (change-unaware)")"
+        return "\(peerText)\(identityText): \(strength)\(subscriptions)\(signing)\(caching)"
     }
 
     public var description: String {

@@ -150,6 +150,18 @@ public final class BondStore {
         if bonds.count != before { write() }
     }
 
+    /// Forgets the bonds of the central at `address` (the address it bonded from, or its
+    /// identity address, of either type), or every bond (nil), and writes the file once.
+    /// Returns the bonds forgotten, oldest first.
+    @discardableResult
+    public func forget(_ address: BluetoothAddress?) -> [Bond] {
+        let forgotten = bonds.filter { bond in address.map(bond.isOf) ?? true }
+        guard !forgotten.isEmpty else { return [] }
+        bonds.removeAll { bond in forgotten.contains { $0.peer == bond.peer && $0.sequence == bond.sequence } }
+        write()
+        return forgotten
+    }
+
     // MARK: The file
 
     struct File: Codable {

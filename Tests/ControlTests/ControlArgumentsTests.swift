@@ -51,6 +51,21 @@ import Testing
         #expect(try parse("set", "hr", "note", "--", "--weird") == .set(device: "hr", key: "note", value: "--weird"))
     }
 
+    @Test func bonds() throws {
+        let phone = try #require(BluetoothAddress("C1:22:33:44:55:66"))
+        #expect(try parse("bonds", "lock") == .bonds(device: "lock"))
+        #expect(try parse("bonds", "lock", "forget") == .forgetBonds(device: "lock", address: nil))
+        #expect(try parse("bonds", "lock", "forget", "c1:22:33:44:55:66") == .forgetBonds(device: "lock", address: phone))
+        #expect(refusal("bonds").contains("usage: bonds DEVICE [forget [ADDRESS]]"))
+        #expect(refusal("bonds", "lock", "forget", "C1:22:33:44:55:66", "now").contains("usage: bonds DEVICE [forget [ADDRESS]]"))
+        #expect(refusal("bonds", "lock", "erase").contains("bonds takes forget [ADDRESS], not 'erase'"))
+        #expect(refusal("bonds", "lock", "forget", "C1:22:33:44:55").contains("is not an address"))
+        #expect(refusal("bonds", "lock", "forget", "phone").contains("is not an address"))
+        #expect(refusal("bonds", "lock", "--count", "1").contains("bonds takes no --count"))
+        #expect(ControlCommand.usage.contains("bonds DEVICE [forget [ADDRESS]]"))
+        #expect(refusal("reboot").contains("bonds"), "an unknown command lists it")
+    }
+
     @Test func mistakesAreToldBeforeSending() {
         #expect(refusal().contains("give a command"))
         #expect(refusal("reboot").contains("unknown command 'reboot'"))

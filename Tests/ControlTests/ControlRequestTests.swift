@@ -91,6 +91,23 @@ import Testing
         #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow","count":1}"#).contains("takes no"))
     }
 
+    @Test func bonds() throws {
+        let phone = try #require(BluetoothAddress("C1:22:33:44:55:66"))
+        #expect(command(#"{"id":1,"cmd":"bonds","device":"lock"}"#) == .bonds(device: "lock"))
+        #expect(command(#"{"id":1,"cmd":"bonds","device":"lock","action":"list"}"#) == .bonds(device: "lock"))
+        #expect(command(#"{"id":1,"cmd":"bonds","device":"lock","action":"list","address":null}"#) == .bonds(device: "lock"))
+        #expect(command(#"{"id":1,"cmd":"bonds","device":"lock","action":"forget"}"#) == .forgetBonds(device: "lock", address: nil))
+        #expect(command(#"{"id":1,"cmd":"bonds","device":"lock","action":"forget","address":"C1:22:33:44:55:66"}"#)
+                == .forgetBonds(device: "lock", address: phone))
+        #expect(error(#"{"id":1,"cmd":"bonds"}"#).contains("missing \"device\""))
+        #expect(error(#"{"id":1,"cmd":"bonds","device":"lock","action":"erase"}"#).contains("not list or forget"))
+        #expect(error(#"{"id":1,"cmd":"bonds","device":"lock","action":"forget","address":"C1:22"}"#).contains("not an address"))
+        #expect(error(#"{"id":1,"cmd":"bonds","device":"lock","action":"forget","address":7}"#).contains("must be a string"))
+        #expect(error(#"{"id":1,"cmd":"bonds","device":"lock","address":"C1:22:33:44:55:66"}"#).contains("goes with \"action\":\"forget\""))
+        #expect(error(#"{"id":1,"cmd":"bonds","device":"lock","action":"forget","count":1}"#).contains("takes no"))
+        #expect(ControlCommand.bonds(device: "lock").isReadOnly && !ControlCommand.forgetBonds(device: "lock", address: nil).isReadOnly)
+    }
+
     @Test func advertise() {
         #expect(command(#"{"id":1,"cmd":"advertise","device":"heart-rate","on":false}"#) == .advertise(device: "heart-rate", on: false))
         #expect(command(#"{"id":1,"cmd":"advertise","device":"heart-rate","on":true}"#) == .advertise(device: "heart-rate", on: true))
@@ -255,6 +272,9 @@ import Testing
             .pairing(device: "lock#2", confirm: false),
             .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: true),
             .authorize(device: "thermostat#2", characteristic: BluetoothUUID("7d3c0002-9a5e-4d1a-8f6e-5c1b2d3e4f50")!, allow: false),
+            .bonds(device: "lock"),
+            .forgetBonds(device: "lock#2", address: nil),
+            .forgetBonds(device: "lock", address: BluetoothAddress("C1:22:33:44:55:66")!),
         ]
         for (index, command) in commands.enumerated() {
             let request = ControlRequest(id: Int64(index), command: command)

@@ -39,6 +39,10 @@ private func encoded(_ command: HCICommand) -> [UInt8] {
     /// 7.8.40, 7.8.41, 7.8.44, 7.8.77.
     @Test func theOtherCommands() {
         #expect(encoded(.leClearResolvingList) == hex("2920 00"))
+        // 7.8.39: Peer_Identity_Address_Type, Peer_Identity_Address (OCF 0x0028).
+        #expect(encoded(.leRemoveDeviceFromResolvingList(peerIdentityAddressType: 0x01, peerIdentityAddress: identity))
+                == hex("2820 07 01 6655443322c1"))
+        #expect(HCIOpcode.name(HCIOpcode.leRemoveDeviceFromResolvingList) == "LE Remove Device From Resolving List")
         #expect(encoded(.leReadResolvingListSize) == hex("2a20 00"))
         #expect(encoded(.leSetAddressResolutionEnable(true)) == hex("2d20 01 01"))
         #expect(encoded(.leSetAddressResolutionEnable(false)) == hex("2d20 01 00"))

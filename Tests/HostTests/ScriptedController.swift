@@ -146,7 +146,7 @@ final class ScriptedController {
         case HCIOpcode.leSetAdvertisingEnable:
             legacyAdvertising = p.first == 1
         case HCIOpcode.leReadResolvingListSize, HCIOpcode.leClearResolvingList, HCIOpcode.leAddDeviceToResolvingList,
-             HCIOpcode.leSetAddressResolutionEnable, HCIOpcode.leSetPrivacyMode:
+             HCIOpcode.leRemoveDeviceFromResolvingList, HCIOpcode.leSetAddressResolutionEnable, HCIOpcode.leSetPrivacyMode:
             guard supportsLLPrivacy else { return 0x01 } // Unknown HCI Command
             switch command.opcode {
             case HCIOpcode.leClearResolvingList:
@@ -158,6 +158,11 @@ final class ScriptedController {
                 if resolvingList.contains(key) { return HCIStatus.invalidParameters }
                 if resolvingList.count >= Int(resolvingListSize) { return HCIStatus.memoryCapacityExceeded }
                 resolvingList.append(key)
+            case HCIOpcode.leRemoveDeviceFromResolvingList:
+                if locked { return HCIStatus.commandDisallowed }
+                let key = Array(p.prefix(7))
+                guard resolvingList.contains(key) else { return HCIStatus.unknownConnectionIdentifier }
+                resolvingList.removeAll { $0 == key }
             case HCIOpcode.leSetAddressResolutionEnable:
                 if isAdvertising { return HCIStatus.commandDisallowed }
                 addressResolution = p.first == 1

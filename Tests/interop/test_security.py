@@ -909,3 +909,88 @@ def test_a_central_that_did_not_bond_subscribes_again_on_each_link(rootcanal, tm
         run(scenario(), timeout=60)
     finally:
         stop(blemu)
+
+
+def test_bonds_forgotten_through_the_control_socket_while_running(rootcanal, tmp_path):
+    """`blemu ctl PATH bonds DEVICE` lists the running device's bonds (no key); `bonds DEVICE
+    forget ADDRESS` forgets the central's bond in the running blemu, as a "clear pairings"
+    button: the bond file no longer has it, and the same central, coming back with its old key,
+    gets the negative reply (key missing) and must pair again, which works. The central uses
+    private addresses, so its IRK was in the controller's resolving list: the entry goes too
+    (LE Remove Device From Resolving List, advertising stopped for it)."""
+    import tempfile
+
+    from harness import run_cli
+
+    path = os.path.join(tempfile.mkdtemp(prefix="blemu-bf-", dir="/tmp"), "control.sock")
+    blemu = start(rootcanal, "BF", tmp_path, "--control", path)
+    address = hci.Address.generate_static_address()
+    keystore = MemoryKeyStore()
+
+    def ctl(*args: str):
+        return run_cli(["ctl", path, *args], timeout=10.0)
+
+    async def in_thread(*args: str):
+        return await asyncio.get_running_loop().run_in_executor(None, lambda: ctl(*args))
+
+    async def scenario():
+        async with Central(blemu.controller, name="forgotten-central", address=address, privacy_irk=os.urandom(16)) as central:
+            central.device.keystore = keystore
+            central.device.pairing_config_factory = pairing(sc=True)
+            conn = await connect(central, blemu)
+            await conn.connection.pair()
+            assert conn.connection.is_encrypted
+            keys = await keystore.get(str(blemu.scan.address))
+            ltk_hex = keys.ltk.value.hex()
+            await conn.disconnect()
+            blemu.wait_for_event("disconnected")
+
+            listed = await in_thread("bonds", "heart-rate")
+            assert listed.returncode == 0, listed.describe()
+            bonds = json.loads(listed.stdout)["bonds"]
+            assert len(bonds) == 1 and bonds[0]["irk"] is True and bonds[0]["identity"], listed.stdout
+            # Bumble's identity address: its controller's public address.
+            central_address = bonds[0]["identity"]
+            assert bonds[0]["secure_connections"] is True and bonds[0]["key_size"] == 16
+            assert "LE Secure Connections, unauthenticated, 16-octet key" in bonds[0]["summary"]
+            assert ltk_hex not in listed.stdout.lower()
+
+            forgot = await in_thread("bonds", "heart-rate", "forget", central_address)
+            assert forgot.returncode == 0, forgot.describe()
+            reply = json.loads(forgot.stdout)
+            assert [bond["identity"] for bond in reply["forgotten"]] == [central_address] and reply["links_kept"] == 0, reply
+            assert reply["resolving_list_removed"] == 1, reply
+            assert bond_file(tmp_path)["bonds"] == []
+            assert any("forgot 1 bond(s)" in entry.message for entry in blemu.events("control-command"))
+            again = await in_thread("bonds", "heart-rate", "forget", central_address)
+            assert again.returncode != 0 and "has no bond with" in again.stdout, again.describe()
+            assert json.loads((await in_thread("bonds", "heart-rate")).stdout)["bonds"] == []
+
+            # The central comes back with its old key: refused, the link stays unencrypted.
+            conn = await connect(central, blemu)
+            with pytest.raises(Exception):
+                await conn.connection.encrypt()
+            assert not conn.connection.is_encrypted
+            await conn.disconnect()
+            blemu.wait_for_event("key-missing")
+
+            # Pairing again works, and makes a new bond.
+            conn = await connect(central, blemu)
+            await conn.connection.pair()
+            assert conn.connection.is_encrypted
+            await conn.disconnect()
+            blemu.wait_for_event("disconnected")
+            relisted = json.loads((await in_thread("bonds", "heart-rate")).stdout)["bonds"]
+            assert [bond["identity"] for bond in relisted] == [central_address]
+            assert len(bond_file(tmp_path)["bonds"]) == 1
+
+    def removed() -> bool:
+        return any("resolving list" in entry.line and "removed (bond forgotten" in entry.line for entry in blemu.log_entries())
+
+    try:
+        run(scenario(), timeout=90)
+        assert removed(), blemu.log_tail()
+        # Re-paired: the central's IRK is back in the list.
+        assert sum("resolving list" in entry.line and "added" in entry.line for entry in blemu.log_entries()) == 2, blemu.log_tail()
+    finally:
+        stop(blemu)
