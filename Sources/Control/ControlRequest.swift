@@ -26,8 +26,10 @@ public enum ControlCommand: Equatable, Sendable {
     /// The user's answer to the Numeric Comparison the device waits for (`--numeric-comparison ask`).
     case pairing(device: String, confirm: Bool)
     /// Whether requests for a value that requires authorization are authorized
-    /// (`Peripheral.setAuthorization`; refused until allowed).
-    case authorize(device: String, characteristic: BluetoothUUID, allow: Bool)
+    /// (`Peripheral.setAuthorization`; refused until allowed): for every central, or with
+    /// `peer` for the central with that address (its link's or its bonded identity), overriding
+    /// the answer for every central.
+    case authorize(device: String, characteristic: BluetoothUUID, allow: Bool, peer: BluetoothAddress? = nil)
     /// The device's bonds, as `blemu bonds list` shows them (never a key).
     case bonds(device: String)
     /// Forgets the bonds of the central at `address` (the address it bonded from or its
@@ -62,7 +64,7 @@ public enum ControlCommand: Equatable, Sendable {
         switch self {
         case .list: return nil
         case .set(let device, _, _), .disconnect(let device, _), .advertise(let device, _), .fault(let device, _, _, _),
-             .service(let device, _, _), .pairing(let device, _), .authorize(let device, _, _), .bonds(let device),
+             .service(let device, _, _), .pairing(let device, _), .authorize(let device, _, _, _), .bonds(let device),
              .forgetBonds(let device, _):
             return device
         case .clearFaults(let device): return device
@@ -177,9 +179,10 @@ public struct ControlRequest: Equatable, Sendable {
             if let device { members.append(("device", .string(device))) }
         case .pairing(let device, let confirm):
             members += [("device", .string(device)), ("answer", .string(confirm ? "confirm" : "reject"))]
-        case .authorize(let device, let characteristic, let allow):
+        case .authorize(let device, let characteristic, let allow, let peer):
             members += [("device", .string(device)), ("uuid", .string(characteristic.description)),
                         ("answer", .string(allow ? "allow" : "deny"))]
+            if let peer { members.append(("peer", .string(peer.description))) }
         case .bonds(let device):
             members.append(("device", .string(device)))
         case .forgetBonds(let device, let address):
@@ -259,11 +262,20 @@ private struct FieldReader {
             guard let uuid = ControlRequest.parseUUID(uuidText) else {
                 throw fail("\"uuid\" \(quoted(uuidText)) is not a UUID: give 2A37, 0x2A37 or the 128-bit form 00002a37-0000-1000-8000-00805f9b34fb")
             }
+            let allow: Bool
             switch try string("answer") {
-            case "allow": command = .authorize(device: device, characteristic: uuid, allow: true)
-            case "deny": command = .authorize(device: device, characteristic: uuid, allow: false)
+            case "allow": allow = true
+            case "deny": allow = false
             case let other: throw fail("\"answer\" \(quoted(other)) is not allow or deny")
             }
+            var peer: BluetoothAddress?
+            if let text = try optionalString("peer") {
+                guard let parsed = BluetoothAddress(text) else {
+                    throw fail("\"peer\" \(quoted(text)) is not an address like AA:BB:CC:DD:EE:FF")
+                }
+                peer = parsed
+            }
+            command = .authorize(device: device, characteristic: uuid, allow: allow, peer: peer)
         case "bonds":
             let device = try string("device")
             switch try optionalString("action") ?? "list" {

@@ -97,14 +97,16 @@ public final class DeviceControl {
                              ("answered", .integer(Int64(answered)))])
             }
 
-        case .authorize(let name, let uuid, let allow):
+        case .authorize(let name, let uuid, let allow, let peer):
             switch target(name) {
             case .failure(let error): return refuse(error.message)
             case .success(let (peripheral, ref)):
-                if let refusal = peripheral.setAuthorization(allow, characteristic: uuid) { return refuse(refusal, peripheral) }
-                return done(peripheral, allow ? "requests authorized" : "requests refused with Insufficient Authorization (0x08)",
-                            [("device", .string(ref)), ("uuid", .string(uuid.description)),
-                             ("answer", .string(allow ? "allow" : "deny"))])
+                if let refusal = peripheral.setAuthorization(allow, characteristic: uuid, peer: peer) { return refuse(refusal, peripheral) }
+                var members: [(String, JSONValue)] = [("device", .string(ref)), ("uuid", .string(uuid.description)),
+                                                      ("answer", .string(allow ? "allow" : "deny"))]
+                if let peer { members.append(("peer", .string(peer.description))) }
+                return done(peripheral, (allow ? "requests authorized" : "requests refused with Insufficient Authorization (0x08)")
+                                + (peer.map { " for \($0)" } ?? ""), members)
             }
 
         case .bonds(let name):
@@ -251,6 +253,10 @@ public final class DeviceControl {
                 ("services_out", .array(peripheral.absentServices.map { .string($0.description) })),
                 ("authorized", .array(characteristics.filter { peripheral.authorizations[$0.valueHandle] == true }
                                         .map { .string($0.uuid.description) })),
+                ("authorized_peers", .array(peripheral.peerAuthorizations.map {
+                    .object([("uuid", .string($0.characteristic.description)), ("peer", .string($0.peer.description)),
+                             ("allow", .bool($0.allowed))])
+                })),
             ])
         })
     }
@@ -285,7 +291,8 @@ public final class DeviceControl {
         case .disconnect(let device, let reason): return "disconnect \(printable(device)) --reason \(Hex.byte(reason))"
         case .advertise(let device, let on): return "advertise \(printable(device)) \(on ? "on" : "off")"
         case .pairing(let device, let confirm): return "pairing \(printable(device)) \(confirm ? "confirm" : "reject")"
-        case .authorize(let device, let uuid, let allow): return "authorize \(printable(device)) \(uuid) \(allow ? "allow" : "deny")"
+        case .authorize(let device, let uuid, let allow, let peer):
+            return "authorize \(printable(device)) \(uuid) \(allow ? "allow" : "deny")" + (peer.map { " \($0)" } ?? "")
         case .service(let device, let uuid, let present): return "service \(printable(device)) \(uuid) \(present ? "on" : "off")"
         case .fault(let device, let uuid, let action, let count):
             let what: String

@@ -38,6 +38,10 @@ public final class Peripheral {
     /// The control socket's answers for values that require authorization and whose device
     /// does not decide itself, by value handle: absent or false refuses (0x08), true allows.
     public internal(set) var authorizations: [UInt16: Bool] = [:]
+    /// The control socket's answers for one central (`authorize DEVICE UUID allow|deny PEER`),
+    /// oldest first, overriding `authorizations` for that central; at most
+    /// `maximumPeerAuthorizations`, the oldest forgotten first. Kept while blemu runs.
+    public internal(set) var peerAuthorizations: [PeerAuthorization] = []
     /// False after `advertise off` from the control socket: advertising stays off, also after
     /// disconnections, until turned on again.
     public internal(set) var advertisingAllowed = true

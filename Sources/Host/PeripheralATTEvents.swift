@@ -127,9 +127,9 @@ extension Peripheral: ATTServerDelegate {
     }
 
     /// A value that requires authorization and whose device does not decide: the control
-    /// socket's answer (`authorize DEVICE UUID allow|deny`), refused until it allows.
+    /// socket's answer (`authorize DEVICE UUID allow|deny [PEER]`), refused until it allows.
     public func attServer(_ server: ATTServer, authorize characteristic: Characteristic, access: AttributeAccess) -> Bool {
-        authorizations[characteristic.valueHandle] ?? false
+        authorization(of: characteristic.valueHandle, on: server.peer.connectionHandle, peer: server.peer.address)
     }
 
     public func attServerTransactionTimedOut(_ server: ATTServer) {

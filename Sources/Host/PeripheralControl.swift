@@ -18,6 +18,15 @@ public struct LinkSummary: Sendable, Equatable {
     public let pairingComparison: UInt32?
 }
 
+/// The control socket's answer for one characteristic and one central: its link's address or
+/// its bonded identity address.
+public struct PeerAuthorization: Sendable, Equatable {
+    public let valueHandle: UInt16
+    public let characteristic: BluetoothUUID
+    public let peer: BluetoothAddress
+    public let allowed: Bool
+}
+
 /// What a test script may do to a running device from outside (the control socket): set its
 /// simulated world, break it on purpose, and drive its links and advertising. Each call
 /// returns nil, or one line saying why it was refused; nothing is changed when it refuses.
@@ -60,8 +69,10 @@ extension Peripheral {
     /// The answer to requests for the value of the characteristic with `uuid` when it requires
     /// authorization (`AttributePermissions.readAuthorizationRequired`, `.writeAuthorizationRequired`)
     /// and the device does not decide itself: allowed from now on, or refused with Insufficient
-    /// Authorization (0x08) as before. Every link, until changed or blemu stops.
-    public func setAuthorization(_ allowed: Bool, characteristic uuid: BluetoothUUID) -> String? {
+    /// Authorization (0x08) as before. Every link, until changed or blemu stops; with `peer`, only
+    /// the central with that address (a link's peer address or a bond's identity address),
+    /// overriding the answer for every link.
+    public func setAuthorization(_ allowed: Bool, characteristic uuid: BluetoothUUID, peer: BluetoothAddress? = nil) -> String? {
         let matching = database.characteristics.filter { $0.uuid == uuid }
         guard !matching.isEmpty else { return "\(deviceName) has no characteristic \(uuid)" }
         let asking = matching.filter {
@@ -72,8 +83,39 @@ extension Peripheral {
                 ? "\(deviceName) decides the authorization of \(uuid) itself"
                 : "characteristic \(uuid) requires no authorization (its permissions: read-authorized or write-authorized)"
         }
-        for characteristic in asking { authorizations[characteristic.valueHandle] = allowed }
+        guard let peer else {
+            for characteristic in asking { authorizations[characteristic.valueHandle] = allowed }
+            return nil
+        }
+        for characteristic in asking {
+            peerAuthorizations.removeAll { $0.valueHandle == characteristic.valueHandle && $0.peer == peer }
+            peerAuthorizations.append(PeerAuthorization(valueHandle: characteristic.valueHandle, characteristic: uuid,
+                                                        peer: peer, allowed: allowed))
+        }
+        let excess = peerAuthorizations.count - Self.maximumPeerAuthorizations
+        if excess > 0 {
+            let forgotten = peerAuthorizations.prefix(excess)
+            peerAuthorizations.removeFirst(excess)
+            for old in forgotten {
+                logger.notice("authorization of \(old.characteristic) for \(old.peer) forgotten: at most \(Self.maximumPeerAuthorizations) per-central answers per device are kept")
+            }
+        }
         return nil
+    }
+
+    /// How many per-central authorization answers a device keeps (every input is hostile).
+    public static let maximumPeerAuthorizations = 64
+
+    /// The control socket's answer for a request on `handle`'s link: the newest per-central
+    /// answer for its address or its bond's identity, else the answer for every central.
+    func authorization(of valueHandle: UInt16, on handle: UInt16, peer address: BluetoothAddress) -> Bool {
+        let identity = security.bond(on: handle)?.identity?.address
+        if let answer = peerAuthorizations.last(where: {
+            $0.valueHandle == valueHandle && ($0.peer == address || $0.peer == identity)
+        }) {
+            return answer.allowed
+        }
+        return authorizations[valueHandle] ?? false
     }
 
     public func clearFaults() {

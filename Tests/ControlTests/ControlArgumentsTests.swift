@@ -43,6 +43,16 @@ import Testing
         #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "not-a-uuid", "allow") }
         #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "allow") }
         #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "allow", "--count", "2") }
+        // One central: its address as `list` shows it, or its bonded identity.
+        #expect(try parse("authorize", "lock", "2A20", "allow", "F0:F1:F2:F3:F4:F5")
+                == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: true, peer: BluetoothAddress("F0:F1:F2:F3:F4:F5")!))
+        #expect(try parse("authorize", "lock", "2A20", "deny", "f0:f1:f2:f3:f4:f5")
+                == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: false, peer: BluetoothAddress("F0:F1:F2:F3:F4:F5")!))
+        #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "allow", "phone") }
+        #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "allow", "F0:F1:F2:F3:F4") }
+        #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "allow", "F0:F1:F2:F3:F4:F5:F6") }
+        #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "allow", "") }
+        #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "allow", "F0:F1:F2:F3:F4:F5", "F0:F1:F2:F3:F4:F6") }
         #expect(try parse("fault", "clear") == .clearFaults(device: nil))
         #expect(try parse("fault", "clear", "hr") == .clearFaults(device: "hr"))
         // A device whose local name is "clear" can still be given a fault: three words or more.

@@ -89,6 +89,13 @@ import Testing
         #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A2","answer":"allow"}"#).contains("not a UUID"))
         #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":true}"#).contains("must be a string"))
         #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow","count":1}"#).contains("takes no"))
+        #expect(command(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"deny","peer":"F0:F1:F2:F3:F4:F5"}"#)
+                == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: false, peer: BluetoothAddress("F0:F1:F2:F3:F4:F5")!))
+        #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow","peer":"phone"}"#)
+                    .contains("\"peer\" 'phone' is not an address"))
+        #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow","peer":7}"#).contains("must be a string"))
+        #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow","peer":"F0:F1:F2:F3:F4:F5:F6"}"#)
+                    .contains("not an address"))
     }
 
     @Test func bonds() throws {
@@ -271,6 +278,7 @@ import Testing
             .pairing(device: "heart-rate", confirm: true),
             .pairing(device: "lock#2", confirm: false),
             .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: true),
+            .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: false, peer: BluetoothAddress("C1:11:11:11:11:11")!),
             .authorize(device: "thermostat#2", characteristic: BluetoothUUID("7d3c0002-9a5e-4d1a-8f6e-5c1b2d3e4f50")!, allow: false),
             .bonds(device: "lock"),
             .forgetBonds(device: "lock#2", address: nil),

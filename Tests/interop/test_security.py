@@ -624,15 +624,14 @@ AUTHORIZED_READ = "6e400021-b5a3-f393-e0a9-e50e24dcca9e"
 AUTHORIZED_WRITE = "6e400022-b5a3-f393-e0a9-e50e24dcca9e"
 
 
-def test_authorization_is_asked_of_the_control_socket(rootcanal, tmp_path):
-    """A Bumble central reads a read-authorized value and writes a write-authorized one: 0x08
-    until `authorize ... allow`, then served; `deny` refuses again. A characteristic that needs
-    no authorization is refused by the control command."""
+def start_authorized(rootcanal, tmp_path, label: str):
+    """blemu serving a profile with a read-authorized value (AUTHORIZED_READ) and a
+    write-authorized one (AUTHORIZED_WRITE), with a control socket: (blemu, ctl)."""
     import tempfile
 
     from harness import run_cli
 
-    name = unique_name("AZ")
+    name = unique_name(label)
     profile = {
         "format": "blemu-gatt-profile", "version": 1, "name": name,
         "services": [{"uuid": AUTHORIZED_SERVICE, "characteristics": [
@@ -649,13 +648,23 @@ def test_authorization_is_asked_of_the_control_socket(rootcanal, tmp_path):
     def ctl(*args: str):
         return run_cli(["ctl", path, *args], timeout=10.0)
 
-    async def expect_read_error(conn, characteristic, code: int) -> None:
-        try:
-            value = await conn.read(characteristic)
-        except Exception as error:
-            assert error_code_of(error) == code, f"reading {characteristic.uuid}: {error!r}, expected 0x{code:02x}"
-        else:
-            raise AssertionError(f"reading {characteristic.uuid} gave {value.hex()}; expected ATT error 0x{code:02x}")
+    return blemu, ctl
+
+
+async def expect_read_error(conn, characteristic, code: int) -> None:
+    try:
+        value = await conn.read(characteristic)
+    except Exception as error:
+        assert error_code_of(error) == code, f"reading {characteristic.uuid}: {error!r}, expected 0x{code:02x}"
+    else:
+        raise AssertionError(f"reading {characteristic.uuid} gave {value.hex()}; expected ATT error 0x{code:02x}")
+
+
+def test_authorization_is_asked_of_the_control_socket(rootcanal, tmp_path):
+    """A Bumble central reads a read-authorized value and writes a write-authorized one: 0x08
+    until `authorize ... allow`, then served; `deny` refuses again. A characteristic that needs
+    no authorization is refused by the control command."""
+    blemu, ctl = start_authorized(rootcanal, tmp_path, "AZ")
 
     async def scenario():
         loop = asyncio.get_running_loop()
@@ -688,6 +697,60 @@ def test_authorization_is_asked_of_the_control_socket(rootcanal, tmp_path):
             refused = await loop.run_in_executor(None, lambda: ctl("authorize", "profile", "2A00", "allow"))
             assert refused.returncode != 0 and "requires no authorization" in refused.stdout, refused.describe()
             await conn.disconnect()
+
+    try:
+        run(scenario(), timeout=60)
+        assert "authorize profile" in blemu.log_tail()
+    finally:
+        stop(blemu)
+
+
+def test_authorization_per_central(rootcanal, tmp_path):
+    """Two Bumble centrals on one device: `authorize DEVICE UUID allow PEER_A` lets central A
+    read the read-authorized value while B gets Insufficient Authorization (0x08); `list` shows
+    the answer in `authorized_peers` and leaves `authorized` (every central) empty. A wide
+    `allow` then serves B, and `deny PEER_A` refuses A only."""
+    blemu, ctl = start_authorized(rootcanal, tmp_path, "AP")
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+
+        async def ask(*args: str):
+            result = await loop.run_in_executor(None, lambda: ctl(*args))
+            assert result.returncode == 0, result.describe()
+            return json.loads(result.stdout)
+
+        async with central_for(blemu, "phone-a") as central_a, central_for(blemu, "phone-b") as central_b:
+            conn_a = await connect(central_a, blemu)
+            conn_b = await connect(central_b, blemu)
+            peer_a = conn_a.connection.self_address.to_string(with_type_qualifier=False).upper()
+            peer_b = conn_b.connection.self_address.to_string(with_type_qualifier=False).upper()
+            assert peer_a != peer_b
+            shown = {link["peer"] for link in (await ask("list"))["devices"][0]["connections"]}
+            assert shown == {peer_a, peer_b}, shown
+            for conn in (conn_a, conn_b):
+                await conn.discover_all()
+            readable_a = conn_a.characteristic(UUID(AUTHORIZED_READ), UUID(AUTHORIZED_SERVICE))
+            readable_b = conn_b.characteristic(UUID(AUTHORIZED_READ), UUID(AUTHORIZED_SERVICE))
+
+            reply = await ask("authorize", "profile", AUTHORIZED_READ, "allow", peer_a)
+            assert reply["answer"] == "allow" and reply["peer"] == peer_a, reply
+            assert await conn_a.read(readable_a) == b"\x2a"
+            await expect_read_error(conn_b, readable_b, ATT_INSUFFICIENT_AUTHORIZATION)
+            device = (await ask("list"))["devices"][0]
+            assert device["authorized"] == [], device
+            assert device["authorized_peers"] == [{"uuid": AUTHORIZED_READ, "peer": peer_a, "allow": True}], device
+
+            await ask("authorize", "profile", AUTHORIZED_READ, "allow")
+            assert await conn_b.read(readable_b) == b"\x2a"
+            await ask("authorize", "profile", AUTHORIZED_READ, "deny", peer_a)
+            await expect_read_error(conn_a, readable_a, ATT_INSUFFICIENT_AUTHORIZATION)
+            assert await conn_b.read(readable_b) == b"\x2a"
+
+            refused = await loop.run_in_executor(None, lambda: ctl("authorize", "profile", AUTHORIZED_READ, "allow", "phone"))
+            assert refused.returncode != 0, refused.describe()
+            await conn_a.disconnect()
+            await conn_b.disconnect()
 
     try:
         run(scenario(), timeout=60)

@@ -1,0 +1,99 @@
+import BlemuCore
+import BlemuGATT
+import BlemuHost
+import BlemuSMP
+import BlemuSecurity
+import Testing
+
+/// Authorization per central (`authorize DEVICE UUID allow|deny PEER`, Docs/SECURITY.md): the
+/// answer for one central overrides the answer for every central, for that central only.
+@Suite struct PeerAuthorizationTests {
+    /// A device with one read-authorized value whose handler counts its reads.
+    final class GuardedDevice: Device {
+        static let deviceName = "guarded"
+        static let summary = "test device"
+        var reads = 0
+        lazy var secret = Characteristic(0x2A20, properties: [.read], permissions: [.readAuthorizationRequired],
+                                         onRead: { [unowned self] _, value in reads += 1; value.append(0x2A); return nil })
+        var profile = DeviceProfile(defaultName: "Guarded", advertisedServices: [BluetoothUUID(0x1815)], appearance: 0)
+        var services: [Service] { [Service(BluetoothUUID(0x1815)) { secret }] }
+        func start(context: DeviceContext) {}
+    }
+
+    static let other: UInt16 = 0x0041
+    static let otherCentral = BluetoothAddress("E0:E1:E2:E3:E4:E5")!
+
+    /// Two centrals connected: `bench.central` on `Bench.link`, `otherCentral` on `other`.
+    private func twoLinks() throws -> (Bench, GuardedDevice) {
+        let device = GuardedDevice()
+        let bench = try Bench(device: device)
+        bench.controller.connect(handle: Bench.link, peer: bench.central)
+        bench.controller.connect(handle: Self.other, peer: Self.otherCentral)
+        return (bench, device)
+    }
+
+    /// The ATT error a Read Request got, nil when it was served.
+    private func readError(_ bench: Bench, _ device: GuardedDevice, link: UInt16) -> UInt8? {
+        let answer = bench.att([0x0A] + Bench.le(device.secret.valueHandle), handle: link).last
+        guard let answer, answer.first == 0x01 else { return nil }
+        return answer.last
+    }
+
+    @Test func allowForOneCentralOnly() throws {
+        let (bench, device) = try twoLinks()
+        #expect(bench.peripheral.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: bench.central) == nil)
+        #expect(bench.read(device.secret, link: Bench.link) == [0x2A])
+        #expect(device.reads == 1)
+        #expect(readError(bench, device, link: Self.other) == 0x08)
+        #expect(device.reads == 1, "a refused central's read reached the handler")
+        #expect(bench.peripheral.peerAuthorizations.map(\.peer) == [bench.central])
+        #expect(bench.peripheral.authorizations.isEmpty, "a per-central answer changed the answer for every central")
+    }
+
+    @Test func denyForOneCentralAfterAllowingEvery() throws {
+        let (bench, device) = try twoLinks()
+        #expect(bench.peripheral.setAuthorization(true, characteristic: BluetoothUUID(0x2A20)) == nil)
+        #expect(bench.peripheral.setAuthorization(false, characteristic: BluetoothUUID(0x2A20), peer: Self.otherCentral) == nil)
+        #expect(bench.read(device.secret, link: Bench.link) == [0x2A])
+        #expect(readError(bench, device, link: Self.other) == 0x08)
+        #expect(device.reads == 1)
+        // The newest answer for that central counts.
+        #expect(bench.peripheral.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: Self.otherCentral) == nil)
+        #expect(bench.read(device.secret, link: Self.other) == [0x2A])
+        #expect(bench.peripheral.peerAuthorizations.count == 1)
+    }
+
+    @Test func bondedCentralByItsIdentityAddress() throws {
+        let device = GuardedDevice()
+        let bench = try Bench(device: device)
+        let identity = BluetoothAddress("C1:11:11:11:11:11")!
+        let linkAddress = BluetoothAddress("C9:00:00:00:00:09")!
+        bench.peripheral.security.bonds.save(Bond(
+            peer: SMPAddress(linkAddress, isRandom: true), identity: SMPAddress(identity, isRandom: true),
+            longTermKey: SMPLongTermKey(key: [UInt8](repeating: 0x5A, count: 16)),
+            encryptionKeySize: 16, secureConnections: true, authenticated: false))
+        bench.controller.connect(handle: Bench.link, peer: linkAddress)
+        bench.controller.connect(handle: Self.other, peer: Self.otherCentral)
+        #expect(bench.peripheral.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: identity) == nil)
+        #expect(bench.read(device.secret, link: Bench.link) == [0x2A])
+        #expect(readError(bench, device, link: Self.other) == 0x08)
+        // Across a reconnection: the answer belongs to the identity, not to the link.
+        bench.controller.disconnect(handle: Bench.link)
+        bench.controller.connect(handle: 0x0042, peer: linkAddress)
+        #expect(bench.read(device.secret, link: 0x0042) == [0x2A])
+        #expect(device.reads == 2)
+    }
+
+    @Test func theTableIsBounded() throws {
+        let (bench, device) = try twoLinks()
+        #expect(bench.peripheral.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: bench.central) == nil)
+        for n in 0..<Peripheral.maximumPeerAuthorizations {
+            let address = BluetoothAddress(value: 0xD0_0000_0000 + UInt64(n))
+            #expect(bench.peripheral.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: address) == nil)
+        }
+        #expect(bench.peripheral.peerAuthorizations.count == Peripheral.maximumPeerAuthorizations)
+        // The oldest, the first central's, went out.
+        #expect(!bench.peripheral.peerAuthorizations.contains { $0.peer == bench.central })
+        #expect(readError(bench, device, link: Bench.link) == 0x08)
+    }
+}
