@@ -10,6 +10,9 @@
   restart on the same HCI port (controller recovery tests).
 Helpers for the tests themselves (run, unique_name, BlemuProcess) live in harness.py.
 
+Every test has its own $STATE_DIRECTORY (a temporary directory), so a blemu started without
+--state-dir never writes to ~/.local/state/blemu.
+
 Environment:
   BLEMU_BIN       the blemu executable (default .build/debug/blemu, else .build/release/blemu)
   BLEMU_LOG_ARGS  logging options passed to blemu (default "--log stderr --log-level debug")
@@ -18,9 +21,23 @@ Environment:
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 
 from harness import BlemuFactory, BlemuProcess, RestartableRootCanal, RootCanal, log_dir, start_advertising, unique_name
+
+# No test writes to the user's ~/.local/state/blemu: every blemu the tests start without
+# --state-dir keeps its bonds, identities and passkeys in $STATE_DIRECTORY, a temporary
+# directory; this one for the module fixtures, started before any test's own.
+os.environ["STATE_DIRECTORY"] = tempfile.mkdtemp(prefix="state-", dir=log_dir())
+
+
+@pytest.fixture(autouse=True)
+def own_state_directory(tmp_path_factory, monkeypatch):
+    """Each test's own state directory ($STATE_DIRECTORY), for the blemu processes it starts."""
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path_factory.mktemp("state")))
 
 
 @pytest.fixture(scope="module")
