@@ -183,10 +183,14 @@ import Testing
     }
 
     @Test func deeplyNestedIsRefusedNotOverflowed() {
+        // Refused as a line that is not one JSON object (no id is known), the stack intact.
         let deep = String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000)
-        _ = error(deep, id: nil)
+        #expect(error(deep, id: nil).contains("one JSON object per line"))
         let inside = #"{"id":1,"cmd":"list","x":"# + String(repeating: "{\"a\":", count: 5000) + "1" + String(repeating: "}", count: 5000) + "}"
-        _ = error(inside, id: nil)
+        #expect(error(inside, id: nil).contains("one JSON object per line"))
+        // The same line without the depth is read as JSON (and refused for its field, with its
+        // id): the refusal above was for the depth.
+        #expect(!error(#"{"id":1,"cmd":"list","x":{"a":1}}"#, id: 1).contains("one JSON object per line"))
     }
 
     @Test func missingOrBadID() {

@@ -90,17 +90,30 @@ private func encoded(_ command: HCICommand) -> [UInt8] {
         #expect(throws: DecodeError.self) { try EncryptionKeySizeReturn(returnParameters: []) }
     }
 
-    /// Total: every prefix and every one-byte mutation of these events decodes or throws.
-    @Test func mutatedEncryptionEventsNeverTrap() {
+    /// Total: every prefix and every one-byte mutation of these events decodes or throws, and
+    /// what each gives is right: a cut event is refused, a wrong length octet is refused, and a
+    /// changed parameter value decodes to another event (never the original, never refused).
+    @Test func mutatedEncryptionEventsNeverTrap() throws {
         let samples = ["0804 00 4000 01", "5905 00 4000 01 10", "3003 00 4000", "3e0d 05 4000 0102030405060708 3412"]
         for sample in samples {
             let bytes = hex(sample)
-            for length in 0...bytes.count { _ = try? HCIEvent(packet: bytes.prefix(length)) }
+            let original = try HCIEvent(packet: bytes[...])
+            for length in 0..<bytes.count {
+                #expect(throws: DecodeError.self, "\(sample) cut to \(length) octets") { try HCIEvent(packet: bytes.prefix(length)) }
+            }
+            // Parameters after the code, the length and (LE Meta) the subevent code.
+            let firstValue = bytes[0] == 0x3E ? 3 : 2
             for index in bytes.indices {
-                for value: UInt8 in [0x00, 0x01, 0x7F, 0xFF] {
+                for value: UInt8 in [0x00, 0x01, 0x7F, 0xFF] where value != bytes[index] {
                     var mutated = bytes
                     mutated[index] = value
-                    _ = try? HCIEvent(packet: mutated[...])
+                    let decoded: HCIEvent?
+                    do { decoded = try HCIEvent(packet: mutated[...]) } catch { decoded = nil }
+                    if index == 1 {
+                        #expect(decoded == nil, "\(sample) with length \(value) was accepted")
+                    } else if index >= firstValue {
+                        #expect(decoded != nil && decoded != original, "\(sample) with octet \(index) = \(value)")
+                    }
                 }
             }
         }

@@ -224,7 +224,12 @@ private struct LegacyCentral {
         #expect(bench.recorder.events(.pairingFailed).count == 1)
     }
 
-    @Test func randomBytesOnTheSMPChannelNeverTrap() {
+    /// Total and bounded: 2000 random PDUs (half with a valid code) and stray key requests
+    /// neither trap nor leave the link unusable. Every answer is a well-formed SMP PDU (at most
+    /// 65 octets, Vol 3, Part H, 3.2), at most the one SMP timer runs, and after the link
+    /// closes a new one on the same handle pairs, once the Repeated Attempts wait the storm's
+    /// failures imposed (at most 5 minutes, 2.3.6) is over.
+    @Test func randomBytesOnTheSMPChannelNeverTrap() throws {
         let bench = Bench()
         var random = SeededRandom(seed: 5)
         for _ in 0..<2000 {
@@ -236,7 +241,18 @@ private struct LegacyCentral {
                 bench.security.longTermKeyRequested(on: handle, randomNumber: random.next(), encryptedDiversifier: 0)
                 bench.security.encryptionChanged(on: handle, status: UInt8(random.next() % 2), enabled: true)
             }
+            #expect(bench.scheduler.pendingCount <= 1, "one SMP timer per link at most")
         }
+        #expect(!bench.sent.isEmpty, "the storm was answered (Pairing Failed, Pairing Response)")
+        for pdu in bench.sent {
+            #expect(pdu.count <= 65 && (try? SMPCommand(pdu: pdu[...])) != nil, "sent \(Hex.bytes(pdu))")
+        }
+        bench.security.linkClosed(handle)
+        #expect(bench.scheduler.pendingCount == 0)
+        bench.scheduler.advance(by: .seconds(301))
+        bench.security.linkOpened(handle, peer: centralAddress)
+        var central = LegacyCentral()
+        #expect(central.pair(bench) != nil, "a new link pairs after the storm")
     }
 }
 
