@@ -159,6 +159,11 @@ let package = Package(
         .testTarget(name: "ControlTests", dependencies: ["BlemuControl", "BlemuCore", "BlemuRunLoop", "BlemuGATT", "BlemuATT",
                                                       "CLinux", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/ControlTests"),
+        // The command line itself (`@testable import blemu`): the real argument parser and its
+        // validation, and every blemu command the README and Docs/ show.
+        .testTarget(name: "CLITests", dependencies: ["blemu", "BlemuTransport",
+                                                  .product(name: "ArgumentParser", package: "swift-argument-parser")],
+                    path: "Tests/CLITests"),
         .testTarget(name: "CaptureTests", dependencies: ["BlemuCapture", "BlemuCore"], path: "Tests/CaptureTests"),
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
         .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuGATT", "BlemuATT",

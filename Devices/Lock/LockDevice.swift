@@ -131,7 +131,8 @@ public final class LockDevice: Device {
         if pin == nil {
             let generated = String((0..<6).map { _ in Character(String(random.below(10))) })
             pin = generated
-            context.log(.stateChanged, .notice, "no PIN given: the lock's PIN is \(generated)", [:])
+            // Six digits, like the pairing passkey logged beside it: the label says which is which.
+            context.log(.stateChanged, .notice, "no PIN given: the lock's PIN is \(generated) (\(Self.pinLabel))", [:])
         }
         record("\(state.name) (powered on)")
     }
@@ -167,6 +168,9 @@ public final class LockDevice: Device {
             battery.setting,
         ]
     }
+
+    /// What the PIN is for, said where it is logged, so nobody types it as the pairing passkey.
+    public static let pinLabel = "for the Lock Control Point's lock and unlock, not for pairing"
 
     /// Why `text` cannot be a PIN, or nil when it can: 4 to 8 ASCII digits.
     public static func pinRefusal(_ text: String) -> String? {

@@ -85,11 +85,20 @@ enum DevicePlanning {
             plan.privateAddressTimeout = entry?.privateAddressTimeout
             plan.advertising = entry?.advertising
             plan.connection = entry?.connection
-            if let pinText = pin ?? entry?.pin {
-                let location = pin != nil ? "--pin" : "\(entry?.location ?? fileName ?? "--config"): devices[\(index)].pin"
-                plan.settings.append(.init(key: "pin", value: pinText, location: location))
+            // --pin is for the devices that take a PIN (the lock), so one command line serves a
+            // bench of several devices (and wins over the file's); a file's `pin:` is for its own
+            // entry, refused by a device that takes none.
+            if let pin, takesPIN(plan) {
+                plan.settings.append(.init(key: "pin", value: pin, location: "--pin"))
+            } else if let pinText = entry?.pin {
+                plan.settings.append(.init(key: "pin", value: pinText,
+                                           location: "\(entry?.location ?? fileName ?? "--config"): devices[\(index)].pin"))
             }
             plans.append(plan)
+        }
+        if pin != nil, !plans.contains(where: takesPIN) {
+            let takers = DeviceRegistry.all.filter { $0.make().settings.contains { $0.key == "pin" } }.map(\.name)
+            throw ValidationError("--pin: none of \(plans.map(\.device).joined(separator: ", ")) takes a PIN (\(takers.joined(separator: ", ")) does)")
         }
         if let name {
             for index in plans.indices {
@@ -101,6 +110,26 @@ enum DevicePlanning {
             plans[0].address = address
         }
         return plans
+    }
+
+    /// A new device for the plan: its GATT profile, or the registry's device of that name.
+    static func makeDevice(_ plan: DevicePlan) -> Device? {
+        if let profile = plan.profile { return ProfileDevice(profile) }
+        return DeviceRegistry.entry(named: plan.device)?.make()
+    }
+
+    /// Whether the plan's device has a `pin` setting (the lock).
+    static func takesPIN(_ plan: DevicePlan) -> Bool {
+        makeDevice(plan)?.settings.contains { $0.key == "pin" } ?? false
+    }
+
+    /// Applies every plan's initial values to a throwaway device, so a refusal ends the command
+    /// line's validation (exit status 64) before any file is touched.
+    static func checkSettings(_ plans: [DevicePlan]) throws {
+        for plan in plans {
+            guard let device = makeDevice(plan) else { continue }
+            try applySettings(plan, to: device)
+        }
     }
 
     /// Applies the plan's initial values to a new device before it starts; the first refusal

@@ -139,13 +139,16 @@ struct RunCommand: ParsableCommand {
             _ = try parsedBtsnoopMax()
         }
         let plans = try devicePlans()
+        // Every initial value and PIN is tried on a throwaway device here, before run() writes
+        // anything (a passkey file, the capture, the socket): a refusal is a bad command line.
+        try DevicePlanning.checkSettings(plans)
         guard controllers.count <= plans.count else {
             throw ValidationError("\(controllers.count) controllers for \(plans.count) device(s): give at most one --controller per device")
         }
     }
 
     /// The devices to run with their options, from the command line and --config.
-    private func devicePlans() throws -> [DevicePlan] {
+    func devicePlans() throws -> [DevicePlan] {
         var file: RunConfiguration?
         if let configPath {
             do { file = try ConfigurationFile.load(path: configPath) } catch { throw ValidationError(error.description) }
@@ -177,7 +180,8 @@ struct RunCommand: ParsableCommand {
         let address = address ?? BluetoothAddress.staticRandom(seed: "blemu/\(kind)/\(name)")
         let owner = BondOwner(device: kind, name: name, address: address)
         var passkey = plan.passkey.flatMap { UInt32($0) }
-        if passkey == nil, device.pairsWithStaticPasskey {
+        let passkeyIsGenerated = passkey == nil && device.pairsWithStaticPasskey
+        if passkeyIsGenerated {
             let path = resolvedStateDirectory.map { PasskeyLabel.path(directory: $0, owner: owner) }
             let label = PasskeyLabel.loadOrCreate(path: path)
             passkey = label.passkey
@@ -185,14 +189,16 @@ struct RunCommand: ParsableCommand {
             if let problem = label.problem { logger.warning("\(kind) '\(name)': passkey file: \(problem)", metadata: metadata) }
             let kept = path.map { label.problem == nil ? ", kept in \($0)" : "" } ?? " (no state directory: a new one each start)"
             logger.event(.stateChanged, .notice,
-                         "\(kind) '\(name)': no --passkey given: centrals pair with the passkey \(PasskeyLabel.sixDigits(label.passkey)) (\(label.created ? "generated" : "generated on its first start")\(kept))",
+                         "\(kind) '\(name)': no --passkey given: centrals pair with the passkey \(PasskeyLabel.sixDigits(label.passkey)) (the pairing passkey, typed when a central pairs\(DevicePlanning.takesPIN(plan) ? ", not the PIN" : ""); \(label.created ? "generated" : "generated on its first start")\(kept))",
                          metadata)
         }
-        return SecurityConfiguration(passkey: passkey, ioCapability: (ioCapability ?? plan.ioCapability).flatMap(SMPIOCapability.init(cliName:)),
+        var configuration = SecurityConfiguration(passkey: passkey, ioCapability: (ioCapability ?? plan.ioCapability).flatMap(SMPIOCapability.init(cliName:)),
                                      acceptNumericComparison: numericComparison == "accept",
                                      askNumericComparison: numericComparison == "ask",
                                      bondStorePath: resolvedStateDirectory.map { $0 + "/" + owner.fileName },
                                      identityPath: resolvedStateDirectory.map { $0 + "/" + owner.identityFileName })
+        configuration.passkeyIsGenerated = passkeyIsGenerated
+        return configuration
     }
 
     /// --control-mode as permission bits: octal, 0 to 0777.
@@ -239,15 +245,8 @@ struct RunCommand: ParsableCommand {
         var copies: [String: Int] = [:]
         for plan in plans {
             let deviceName = plan.device, spec = plan.spec
-            let device: Device
-            if let profile = plan.profile {
-                device = ProfileDevice(profile)
-            } else if let entry = DeviceRegistry.entry(named: deviceName) {
-                device = entry.make()
-            } else {
-                continue
-            }
-            // Initial values (and the PIN) before the device starts; a refusal ends the run here.
+            guard let device = DevicePlanning.makeDevice(plan) else { continue }
+            // Initial values (and the PIN) before the device starts; validate() has tried them all.
             do { try DevicePlanning.applySettings(plan, to: device) } catch let error as ValidationError {
                 throw RuntimeFailure(error.message)
             }

@@ -251,6 +251,9 @@ public final class DeviceControl {
                 ("settings", .array(settings)),
                 ("faults", .array(faults)),
                 ("services_out", .array(peripheral.absentServices.map { .string($0.description) })),
+                // The made-up pairing passkey (the lock's label, logged at start too); never one given.
+                ("passkey", peripheral.configuration.security.passkeyIsGenerated
+                    ? peripheral.configuration.security.passkey.map { .string(sixDigits($0)) } ?? .null : .null),
                 ("authorized", .array(characteristics.filter { peripheral.authorizations[$0.valueHandle] == true }
                                         .map { .string($0.uuid.description) })),
                 ("authorized_peers", .array(peripheral.peerAuthorizations.map {

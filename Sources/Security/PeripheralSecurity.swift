@@ -27,6 +27,10 @@ public struct SecurityConfiguration: Sendable {
     public var maximumBonds: Int
     /// The identity file, which keeps the device's IRK (nil: a new IRK each run).
     public var identityPath: String?
+    /// The passkey is the one blemu made up and logged (the lock's label), not one the user gave:
+    /// the control socket's `list` shows it, so a user with a refused pairing can look it up.
+    /// A passkey given is shown nowhere.
+    public var passkeyIsGenerated = false
 
     public init(passkey: UInt32? = nil, ioCapability: SMPIOCapability? = nil, acceptNumericComparison: Bool = true,
                 askNumericComparison: Bool = false, bondable: Bool = true, secureConnectionsOnly: Bool = false,

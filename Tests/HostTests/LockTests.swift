@@ -214,7 +214,8 @@ import Testing
         let generated = try #require(device.pin)
         #expect(LockDevice.pinRefusal(generated) == nil)
         let lines = capture.lines.filter { $0.contains("PIN") }
-        #expect(lines == ["notice no PIN given: the lock's PIN is \(generated)"])
+        // Labelled: the pairing passkey is six digits too.
+        #expect(lines == ["notice no PIN given: the lock's PIN is \(generated) (for the Lock Control Point's lock and unlock, not for pairing)"])
         #expect(operate(bench, device, command(0x02, generated)).result == [0x80, 0x02, 0x01])
         #expect(!String(decoding: device.events.bytes, as: UTF8.self).contains(generated), "the PIN stays out of the Event Log")
         // The same seed makes the same PIN, so a test can replay a run.

@@ -10,12 +10,16 @@ devices on one tcp: spec, and the journal-field metadata of a normal run's log l
 from __future__ import annotations
 
 import errno
+import os
+import shlex
 import socket
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from bumble_central import UUID_DEVICE_NAME, UUID_GAP_SERVICE, Central, ScanResult, is_static_random
-from harness import REPO, CliResult, closed_tcp_port, run, run_cli, unique_name
+from harness import REPO, BlemuProcess, CliResult, closed_tcp_port, passkey_of, run, run_cli, unique_name
 
 # A controller spec nobody answers at: the validation tests give it so that, were the
 # option under test accepted, blemu would fail on the controller instead (and say "refused").
@@ -425,3 +429,87 @@ def test_started_is_logged_once_the_controller_is_up(rootcanal, blemu_factory):
     assert "controller-up" in events[:events.index("started")], (
         f"event=started came before the controller was up: {events}")
     assert blemu.stop() == 0, blemu.log_tail()
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line as the docs give it (Tests/CLITests/DocumentedCommandsTests parses every one)
+
+
+def readme_command(starts_with: str) -> list[str]:
+    """The README's code-block command line that starts (after `.build/release/blemu`) with
+    `starts_with`, as the shell would split it (comments dropped)."""
+    in_block = False
+    for line in (REPO / "README.md").read_text().replace("\\\n", " ").splitlines():
+        if line.strip().startswith("```"):
+            in_block = not in_block
+            continue
+        words = shlex.split(line, comments=True) if in_block else []
+        if words and words[0].endswith("blemu") and " ".join(words[1:]).startswith(starts_with):
+            return words[1:]
+    raise AssertionError(f"README.md has no command `blemu {starts_with}...` in a code block")
+
+
+def replaced(words: list[str], option: str, value: str) -> list[str]:
+    """`words` with OPTION's value replaced by `value` (the option must be there)."""
+    index = words.index(option)
+    return words[:index + 1] + [value] + words[index + 2:]
+
+
+def test_the_readmes_bench_runs_with_its_pin_on_the_lock(restartable_rootcanal, tmp_path):
+    """README's "Running blemu", for real: three devices with --pin (it failed at once:
+    `--pin: heart-rate takes no PIN`), then its `ctl … set thermostat room 18.5`, then its
+    `blemu gatt … write` that unlocks with PIN 2468 (given the lock's own passkey)."""
+    rootcanal = restartable_rootcanal
+    control = str(tmp_path / "blemu.sock")
+    bench = readme_command("run heart-rate thermostat lock")
+    assert "--pin" in bench, bench
+    bench = replaced(replaced(bench, "--controller", rootcanal.controller_spec), "--control", control)
+    process = BlemuProcess(None, None, devices=[], extra_args=bench[1:]).start()
+    try:
+        process.wait_for_event("advertising-started", count=3, timeout=30)
+        assert not any("PIN is" in entry.message for entry in process.log_entries()), "the PIN given was not the lock's"
+        setting = readme_command("ctl /tmp/blemu.sock set thermostat")
+        result = run_cli([setting[0], control, *setting[2:]])
+        assert result.returncode == 0 and '"ok":true' in result.stdout.replace(" ", ""), result.describe()
+
+        unlock = readme_command("gatt ")
+        unlock = replaced(replaced(unlock, "--controller", rootcanal.controller_spec), "--passkey", f"{passkey_of(process):06d}")
+        result = run_cli(unlock + ["--state-dir", str(tmp_path / "central")], timeout=60)
+        assert result.returncode == 0, result.describe()
+        assert "800201" in result.stdout.replace(" ", ""), f"the unlock with PIN 2468 did not succeed:\n{result.describe()}"
+    finally:
+        assert process.stop() == 0, process.log_tail()
+
+
+def test_a_refused_setting_exits_64_before_any_file_is_written(tmp_path):
+    """A config file's `pin:` for the heart-rate sensor (which takes none), after a lock: the run
+    was refused only in run(), exit status 1, after the lock's passkey file had been written. A bad
+    command line is 64, with nothing written: no state file, no capture, no socket."""
+    state = tmp_path / "state"
+    state.mkdir()
+    config = tmp_path / "bench.yaml"
+    config.write_text('devices:\n  - device: lock\n  - device: heart-rate\n    pin: "2468"\n')
+    result = run_cli(["run", "--config", str(config), "--controller", UNREACHABLE, "--state-dir", str(state),
+                      "--btsnoop", str(tmp_path / "hci.btsnoop"), "--control", str(tmp_path / "ctl.sock")])
+    assert result.returncode == 64, result.describe()
+    assert "heart-rate" in only_reason(result), result.describe()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.yaml", "state"], list(tmp_path.iterdir())
+    assert list(state.iterdir()) == [], list(state.iterdir())
+
+
+def test_pin_with_no_device_that_takes_one_exits_64(tmp_path):
+    result = run_cli(["run", "heart-rate", "thermostat", "--pin", "2468", "--controller", UNREACHABLE,
+                      "--state-dir", str(tmp_path)])
+    assert result.returncode == 64, result.describe()
+    assert contains_all(only_reason(result), "--pin", "lock"), result.describe()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_without_state_dir_keeps_its_state_in_the_tests_own_directory(tmp_path):
+    """The tests never write to ~/.local/state/blemu: $STATE_DIRECTORY is a temporary directory
+    of each test's (conftest.py), where the lock's passkey file goes."""
+    state = os.environ.get("STATE_DIRECTORY", "")
+    assert state.startswith(tempfile.gettempdir()) or "pytest" in state, state
+    result = run_cli(["run", "lock", "--name", "Temp Lock", "--controller", UNREACHABLE])
+    assert result.returncode == 1 and "refused" in result.stderr, result.describe()
+    assert [p.name for p in Path(state).iterdir()] == ["passkey-lock-Temp_Lock.txt"], list(Path(state).iterdir())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import struct
 
@@ -25,7 +26,7 @@ from bumble_central import (
     collect_notifications,
     error_code_of,
 )
-from harness import BlemuProcess, expect_write_error, passkey_of, run, start_advertising, unique_name
+from harness import BlemuProcess, expect_write_error, passkey_of, run, run_cli, start_advertising, unique_name
 from harness import connected as central_on
 
 UUID_LOCK_SERVICE = UUID("7d3c0200-9a5e-4d1a-8f6e-5c1b2d3e4f50")
@@ -91,6 +92,16 @@ def test_the_pin_is_made_up_and_logged_once(lock):
     assert 4 <= len(pin) <= 8
 
 
+def test_the_pin_and_the_passkey_are_labelled_apart(lock):
+    """Both are six digits, logged at start: each line says what its number is for."""
+    passkey_of(lock)
+    messages = [e.message for e in lock.events("state-changed")]
+    pin_line = [m for m in messages if "PIN is" in m]
+    passkey_line = [m for m in messages if "pair with the passkey" in m]
+    assert len(pin_line) == 1 and "not for pairing" in pin_line[0], messages
+    assert len(passkey_line) == 1 and "the pairing passkey" in passkey_line[0] and "not the PIN" in passkey_line[0], messages
+
+
 ATT_INSUFFICIENT_AUTHENTICATION = 0x05
 
 
@@ -133,6 +144,28 @@ def test_the_generated_passkey_is_kept_across_restarts(rootcanal, tmp_path):
         assert passkey_of(second) == passkey
     finally:
         assert second.stop() == 0, second.log_tail()
+
+
+def test_ctl_list_shows_the_made_up_passkey_and_never_one_given(rootcanal, tmp_path):
+    """Where to look up the passkey after a refused pairing: `list` gives the lock's made-up
+    passkey (as its log does); a --passkey given is shown nowhere (null)."""
+    control = str(tmp_path / "ctl.sock")
+    # The devices' own names (two devices): ready once both advertise.
+    made_up = BlemuProcess(rootcanal.controller_spec, None, devices=["lock", "heart-rate"],
+                           extra_args=["--control", control]).start()
+    try:
+        made_up.wait_for_event("advertising-started", count=2, timeout=20)
+        listed = json.loads(run_cli(["ctl", control, "list"]).stdout)["devices"]
+        assert [d["passkey"] for d in listed] == [f"{passkey_of(made_up):06d}", None], listed
+    finally:
+        assert made_up.stop() == 0, made_up.log_tail()
+    given = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("LG"), device="lock",
+                                           extra_args=["--control", control, "--passkey", "135790"]), rootcanal)
+    try:
+        listed = json.loads(run_cli(["ctl", control, "list"]).stdout)["devices"]
+        assert listed[0]["passkey"] is None and "135790" not in json.dumps(listed), listed
+    finally:
+        assert given.stop() == 0, given.log_tail()
 
 
 def test_a_writer_without_indications_gets_fd(lock):

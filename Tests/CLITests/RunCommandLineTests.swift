@@ -1,0 +1,69 @@
+import ArgumentParser
+import Foundation
+import Testing
+
+@testable import blemu
+
+/// `blemu run`'s command line through the real parser: what --pin reaches, and that every
+/// refusal is a bad command line (exit status 64) found before run() touches a file.
+@Suite struct RunCommandLineTests {
+    static let controller = ["--controller", "tcp:127.0.0.1:6402"]
+
+    static func parseRun(_ arguments: [String]) throws -> RunCommand {
+        try #require(try Blemu.parseAsRoot(["run"] + arguments) as? RunCommand)
+    }
+
+    /// The exit status blemu ends with for a command line `arguments`, and the message.
+    static func refusal(_ arguments: [String]) -> (status: Int32, message: String)? {
+        do {
+            _ = try Blemu.parseAsRoot(["run"] + arguments)
+            return nil
+        } catch {
+            return (Blemu.exitCode(for: error).rawValue, Blemu.message(for: error))
+        }
+    }
+
+    @Test func pinWithSeveralDevicesReachesTheLockOnly() throws {
+        let command = try Self.parseRun(["heart-rate", "thermostat", "lock", "--pin", "2468"] + Self.controller)
+        let plans = try command.devicePlans()
+        #expect(plans.map(\.device) == ["heart-rate", "thermostat", "lock"])
+        #expect(plans[0].settings.isEmpty && plans[1].settings.isEmpty)
+        #expect(plans[2].settings.map(\.key) == ["pin"])
+        #expect(plans[2].settings.map(\.value) == ["2468"])
+    }
+
+    @Test func pinReachesEveryLock() throws {
+        let plans = try Self.parseRun(["lock", "heart-rate", "lock", "--pin", "13579"] + Self.controller).devicePlans()
+        #expect(plans.map { $0.settings.map(\.value) } == [["13579"], [], ["13579"]])
+    }
+
+    @Test func pinWithNoDeviceThatTakesOneIsABadCommandLine() throws {
+        let refused = try #require(Self.refusal(["heart-rate", "thermostat", "--pin", "2468"] + Self.controller))
+        #expect(refused.status == 64)
+        #expect(refused.message.contains("--pin") && refused.message.contains("lock"), "\(refused.message)")
+    }
+
+    @Test func aBadPINIsABadCommandLine() throws {
+        let refused = try #require(Self.refusal(["lock", "--pin", "24x8"] + Self.controller))
+        #expect(refused.status == 64)
+    }
+
+    /// A file's `pin:` for a device that takes none was refused in run(), after the passkey of a
+    /// lock before it had been written: now validation refuses it (64), and run() never starts.
+    @Test func aSettingRefusedByItsDeviceIsABadCommandLine() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blemu-cli-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let config = directory.appendingPathComponent("bench.yaml").path
+        try """
+            controller: tcp:127.0.0.1:6402
+            devices:
+              - device: lock
+              - device: heart-rate
+                pin: "2468"
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+        let refused = try #require(Self.refusal(["--config", config]))
+        #expect(refused.status == 64)
+        #expect(refused.message.contains("heart-rate"), "\(refused.message)")
+    }
+}
