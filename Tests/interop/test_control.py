@@ -17,6 +17,7 @@ import shutil
 import socket
 import struct
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -48,7 +49,7 @@ from bumble_central import (
     error_code_of,
     raw_request,
 )
-from harness import BlemuProcess, connected, run, run_cli, start_advertising, unique_name
+from harness import REPO, BlemuProcess, blemu_binary, closed_tcp_port, connected, run, run_cli, start_advertising, unique_name
 
 # ---------------------------------------------------------------------------------------------
 # Control clients: plain sockets (sync) and asyncio streams (inside Bumble scenarios).
@@ -748,3 +749,51 @@ def test_service_refusals_change_nothing(controlled):
     result = ctl(controlled, "service", "heart-rate", "180F", "maybe")
     assert result.returncode != 0 and "on or off" in result.stderr, result.describe()
     assert ctl_ok(controlled, "list")["devices"][0]["services_out"] == []
+
+
+# ---------------------------------------------------------------------------------------------
+# CONTROL.md's shell script, as written
+
+
+def control_md_script() -> str:
+    """The code block of CONTROL.md's "From a shell script"."""
+    text = (REPO / "Docs" / "CONTROL.md").read_text()
+    section = text.split("## From a shell script", 1)[1]
+    return section.split("```sh\n", 1)[1].split("```", 1)[0]
+
+
+def blemu_on_path(tmp_path: Path) -> dict[str, str]:
+    """An environment where `blemu` is the blemu under test, as the script expects."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "blemu").symlink_to(blemu_binary())
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_the_shell_scripts_wait_gives_up_when_blemu_has_exited(tmp_path):
+    """The script's wait for the control socket, up to its loop's `done`, with a blemu that exits at
+    once (nothing at its controller): it ends, non-zero, saying so, instead of spinning forever."""
+    lines = control_md_script().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("until blemu ctl"))
+    end = next(i for i in range(start, len(lines)) if lines[i].rstrip().endswith("done"))
+    head = "\n".join(lines[:end + 1]) + "\n"
+    head = head.replace("tcp:127.0.0.1:6402", f"tcp:127.0.0.1:{closed_tcp_port()}")
+    try:
+        result = subprocess.run(["sh", "-c", head], capture_output=True, text=True, env=blemu_on_path(tmp_path),
+                                stdin=subprocess.DEVNULL, timeout=20)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the script's wait still spins 20 s after blemu exited") from None
+    assert result.returncode != 0, result
+    assert "blemu exited" in result.stderr, result.stderr
+
+
+def test_the_shell_script_runs_as_written(rootcanal, tmp_path):
+    """The whole script on the module's radio (its pause shortened): every `blemu ctl` in it is
+    answered ok (`set -e` stops it at the first that is not) and it ends with blemu stopped."""
+    script = control_md_script().replace("tcp:127.0.0.1:6402", rootcanal.controller_spec).replace("sleep 10", "sleep 1")
+    if shutil.which("jq") is None:
+        pytest.fail("jq is needed to run CONTROL.md's script as written: run scripts/setup --tests (apt-get install jq)", pytrace=False)
+    result = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=blemu_on_path(tmp_path),
+                            stdin=subprocess.DEVNULL, timeout=60)
+    assert result.returncode == 0, f"status {result.returncode}\n--- stdout:\n{result.stdout}\n--- stderr:\n{result.stderr[-3000:]}"
+    assert result.stdout.strip().splitlines()[-1] == "0", result.stdout   # connections: none on the bench
