@@ -16,8 +16,11 @@ final class CentralSession {
     let link: ControllerLink
     let host: CentralHost
     let logger: Logger
-    private var failure: String?
-    private var finishing = false
+    /// Why the session failed: the first failure reported before it began to finish. What
+    /// happens during the stop (its own disconnections, reason 0x16) is the stop, not a
+    /// failure: a Ctrl-C ends with exit status 0.
+    private(set) var failure: String?
+    private(set) var finishing = false
     private var wasUp = false
 
     /// `specText` nil: `$BLEMU_CONTROLLER`.
@@ -66,8 +69,8 @@ final class CentralSession {
 
     /// Ends the session: links closed, the controller reset, the loop stopped.
     func finish(failure: String? = nil) {
-        if let failure, self.failure == nil { self.failure = failure }
         guard !finishing else { return }
+        if let failure { self.failure = failure }
         finishing = true
         host.stop { [link, loop] in
             link.stop()

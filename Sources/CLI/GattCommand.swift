@@ -326,7 +326,8 @@ final class GattRun {
         security.secure(link.handle) { [self] result in
             switch result {
             case .failure(let error):
-                fail("securing the link with \(link.peer): \(error)")
+                let hint = PairingHint.forFailure(error, passkeyGiven: security.configuration.passkey != nil).map { ": " + $0 } ?? ""
+                fail("securing the link with \(link.peer): \(error)\(hint)")
             case .success(let linkSecurity):
                 emitNote("\(security.wasPaired(link.handle) ? "paired" : "encrypted with our bond"): \(linkSecurity.summary)")
                 then(linkSecurity)
@@ -735,5 +736,17 @@ extension SMPIOCapability {
         case "keyboard-display": self = .keyboardDisplay
         default: return nil
         }
+    }
+}
+
+/// What to do about a pairing that failed, when the reason says more than its name.
+enum PairingHint {
+    /// Passkey Entry with a passkey typed that is not the peripheral's ends in Confirm Value
+    /// Failed (Vol 3, Part H, 2.3.5.6.3: each bit's confirm value mismatches), from either side.
+    static func forFailure(_ error: CentralSecurityError, passkeyGiven: Bool) -> String? {
+        guard case .pairingFailed(reason: .confirmValueFailed?, _) = error, passkeyGiven else { return nil }
+        return "the --passkey given is probably not the peripheral's passkey: a blemu device logs the one it made up "
+            + "at start (`centrals pair with the passkey NNNNNN`), keeps it in passkey-DEVICE-NAME.txt in its --state-dir "
+            + "and shows it in `blemu ctl PATH list` (\"passkey\"); a real device has it on its label or screen"
     }
 }

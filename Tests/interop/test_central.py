@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import select
+import signal
 import struct
 import subprocess
 import threading
@@ -129,6 +131,27 @@ def test_gatt_subscribe_prints_heart_rates(rootcanal, heart_rate):
         # The decoded text is the measurement's own bytes (HRS 1.0, 3.1): flags, then the rate.
         raw = bytes.fromhex(value["value"])
         assert (raw[1] if raw[0] & 0x01 == 0 else raw[1] | raw[2] << 8) == int(bpm), value
+
+
+def test_ctrl_c_on_subscribe_is_a_clean_stop(rootcanal, heart_rate):
+    """Ctrl-C (SIGINT) on `blemu gatt ... subscribe`, the demo's watcher, after a value came: the
+    stop the user asked for exits 0 and says nothing on stderr (the link's local disconnection,
+    0x16, was reported as `Error: the peripheral disconnected` with status 1)."""
+    watcher = subprocess.Popen([str(blemu_binary()), "gatt", "--controller", rootcanal.controller_spec,
+                                "--name", heart_rate.name, "--log-level", "error", "subscribe", "2A37"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        # A measurement: connected and subscribed (within 30 s, or fail rather than hang).
+        ready, _, _ = select.select([watcher.stdout], [], [], 30)
+        first = watcher.stdout.readline() if ready else b""
+        assert b"bpm" in first, (first, watcher.poll())
+        watcher.send_signal(signal.SIGINT)
+        _, stderr = watcher.communicate(timeout=15)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+    assert watcher.returncode == 0, stderr.decode(errors="replace")
+    assert stderr.decode(errors="replace").strip() == ""
 
 
 def test_two_advertisers_of_one_name_are_listed_not_guessed(rootcanal):

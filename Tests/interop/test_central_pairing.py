@@ -77,6 +77,10 @@ def test_a_wrong_passkey_is_reported_and_the_exit_is_non_zero(rootcanal, tmp_pat
                           "--pair", "read", LOCK_EVENT_LOG)
         assert result.returncode != 0, result.describe()
         assert "Confirm Value Failed (0x04)" in result.stderr, result.stderr
+        # With the hint: the passkey was probably wrong, and where a blemu device's passkey is.
+        reason = [line for line in result.reason_lines if line.startswith("Error: ")]
+        assert len(reason) == 1 and "probably not the peripheral's passkey" in reason[0], result.stderr
+        assert "passkey-DEVICE-NAME.txt" in reason[0] and "ctl PATH list" in reason[0], reason
         assert not os.path.exists(tmp_path / "c" / "bonds-central-blemu_central.json") or not central_bonds(tmp_path / "c")
     finally:
         assert lock.stop() == 0, lock.log_tail()
