@@ -69,7 +69,7 @@ def btmon(path: Path) -> str:
     alone are enough, either direction): that crash is accepted, at exactly such a frame, and
     what btmon printed before it is returned."""
     if shutil.which("btmon") is None:
-        pytest.fail("btmon not found: run scripts/setup (Debian package bluez)", pytrace=False)
+        pytest.fail("btmon not found: run scripts/setup --tests (Debian package bluez)", pytrace=False)
     # Line-buffered, so the lines before a crash are not lost in stdio's buffer.
     result = subprocess.run(["stdbuf", "-oL", "btmon", "-r", str(path)], capture_output=True, text=True, timeout=30)
     if result.returncode == -signal.SIGSEGV or result.returncode == 128 + signal.SIGSEGV:
@@ -85,7 +85,7 @@ def btmon(path: Path) -> str:
 
 def tshark(path: Path) -> str:
     if shutil.which("tshark") is None:
-        pytest.fail("tshark not found: run scripts/setup (Debian package tshark)", pytrace=False)
+        pytest.fail("tshark not found: run scripts/setup --tests (Debian package tshark)", pytrace=False)
     result = subprocess.run(["tshark", "-r", str(path), "-V"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, f"tshark -r {path}: {result.returncode}\n{result.stderr}"
     return result.stdout

@@ -168,5 +168,55 @@ def test_two_quick_sigints_leave_no_process_and_a_free_port(second_sigint):
         busy = port_is_free(demo.port)
         assert busy is None, f"port {demo.port} cannot be listened on after the demo ({busy}):\n{demo.output()}"
         assert "demo: stopped" in demo.output(), f"the demo did not finish its cleanup:\n{demo.output()}"
+        assert status == 0, f"a stop asked for exits 0, not {status}:\n{demo.output()}"
     finally:
         demo.kill_everything()
+
+
+def test_ctrl_c_stops_the_demo_with_status_0_and_no_error():
+    """One Ctrl-C, the way to end the demo: everything stops, status 0, and the watcher (`blemu
+    gatt ... subscribe`) does not call its own stop an error (it said `Error: the peripheral
+    disconnected (reason 0x16)` and the demo exited 1)."""
+    demo = Demo()
+    try:
+        demo.wait_for("heart rate measurement from the watcher", lambda: " bpm" in demo.output(), timeout=60)
+        demo.interrupt()
+        try:
+            status = demo.process.wait(40)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the demo did not exit within 40 s of Ctrl-C; its output:\n{demo.output()}")
+        assert "demo: stopped" in demo.output(), demo.output()
+        assert "Error:" not in demo.output(), demo.output()
+        assert status == 0, f"status {status}:\n{demo.output()}"
+        assert not marked_processes(demo.mark), describe(marked_processes(demo.mark))
+    finally:
+        demo.kill_everything()
+
+
+def fake_packaging(tmp_path: Path) -> dict[str, str]:
+    """A PATH where dpkg-query knows no package and `id -u` is a user's, so scripts/setup names
+    every package it wants and stops there, installing nothing."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir(parents=True)
+    (stubs / "dpkg-query").write_text("#!/bin/sh\nexit 1\n")
+    (stubs / "id").write_text("#!/bin/sh\necho 1000\n")
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    return {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}"}
+
+
+def packages_setup_wants(tmp_path: Path, *args: str) -> set[str]:
+    result = subprocess.run(["bash", str(REPO / "scripts" / "setup"), *args], capture_output=True, text=True,
+                            env=fake_packaging(tmp_path), stdin=subprocess.DEVNULL, timeout=30)
+    assert result.returncode == 1 and "missing Debian packages: " in result.stderr, result.stderr
+    return set(result.stderr.split("missing Debian packages: ", 1)[1].split(";", 1)[0].split())
+
+
+def test_the_demos_setup_installs_only_what_the_demo_runs(tmp_path):
+    """`scripts/setup && scripts/demo`: the build's libraries, nothing of the tests' (qemu,
+    valgrind, busybox, tshark, the kernel package); `scripts/setup --tests`, as scripts/test
+    runs it, adds those."""
+    demo = packages_setup_wants(tmp_path / "demo")
+    assert demo == {"libbluetooth-dev", "libsystemd-dev", "libyaml-dev", "pkg-config"}, demo
+    tests = packages_setup_wants(tmp_path / "tests", "--tests")
+    assert demo | {"qemu-system-x86", "valgrind", "busybox-static", "tshark", "bluez", "systemd", "jq"} == tests, tests

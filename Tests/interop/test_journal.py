@@ -67,7 +67,7 @@ def journald():
         yield None
         return
     if not JOURNALD.exists() or shutil.which("journalctl") is None:
-        pytest.fail(f"{JOURNALD} or journalctl missing: run scripts/setup (Debian package systemd)", pytrace=False)
+        pytest.fail(f"{JOURNALD} or journalctl missing: run scripts/setup --tests (Debian package systemd)", pytrace=False)
     if os.geteuid() != 0:
         pytest.fail("no journald runs and starting one needs root (it owns /run/systemd/journal)", pytrace=False)
     JOURNAL_SOCKET.parent.mkdir(parents=True, exist_ok=True)
@@ -276,7 +276,7 @@ def test_the_catalog_through_journalctl(tmp_path):
     """journalctl's own parser reads Docs/blemu.catalog: --update-catalog into a root of the
     test's own, then --list-catalog names every MESSAGE_ID of the code, once, as blemu's."""
     if shutil.which("journalctl") is None:
-        pytest.fail("journalctl missing: run scripts/setup (Debian package systemd)", pytrace=False)
+        pytest.fail("journalctl missing: run scripts/setup --tests (Debian package systemd)", pytrace=False)
     catalog_dir = tmp_path / "usr" / "lib" / "systemd" / "catalog"
     catalog_dir.mkdir(parents=True)
     shutil.copy(CATALOG, catalog_dir / "blemu.catalog")

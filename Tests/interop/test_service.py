@@ -171,7 +171,7 @@ def test_sighup_is_ignored(rootcanal):
 def systemd_analyze() -> str:
     tool = shutil.which("systemd-analyze")
     if tool is None:
-        pytest.fail("systemd-analyze not found: run scripts/setup (Debian package systemd)", pytrace=False)
+        pytest.fail("systemd-analyze not found: run scripts/setup --tests (Debian package systemd)", pytrace=False)
     return tool
 
 
