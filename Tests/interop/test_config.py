@@ -115,11 +115,12 @@ def test_a_bad_file_is_one_error_before_anything_starts():
     with FakeController() as controller:
         path = write_config(f"controller: {controller.spec}\ndevices:\n  - device: heart-rate\n    settings: {{ bpm: 900 }}\n")
         result = run_cli(["run", "--config", path], timeout=10.0)
-        assert result.returncode != 0, result.describe()
+        # A value its device refuses is a bad command line too: 64, found before anything starts.
+        assert result.returncode == 64, result.describe()
         assert f"{path}:4: devices[0].settings.bpm:" in result.stderr, result.describe()
         path = write_config("devices:\n  - device: lock\n    pin: 12\n")
         result = run_cli(["run", "--config", path, "--controller", controller.spec], timeout=10.0)
-        assert result.returncode != 0
+        assert result.returncode == 64, result.describe()
         assert f"{path}:3: devices[0].pin: a PIN must be 4 to 8 digits" in result.stderr, result.describe()
         path = write_config("devices:\n  - device: toaster\n")
         result = run_cli(["run", "--config", path, "--controller", controller.spec], timeout=10.0)
@@ -144,5 +145,6 @@ def test_pin_on_the_command_line(rootcanal, blemu_factory):
             await conn.disconnect()
 
     run(scenario(), timeout=60)
+    # A run with no device that takes a PIN: a bad command line (64).
     result = run_cli(["run", "heart-rate", "--pin", "1234", "--controller", "tcp:127.0.0.1:1"])
-    assert result.returncode != 0 and "--pin: heart-rate takes no PIN" in result.stderr, result.describe()
+    assert result.returncode == 64 and "--pin: none of heart-rate takes a PIN (lock does)" in result.stderr, result.describe()
