@@ -474,7 +474,8 @@ def test_the_readmes_bench_runs_with_its_pin_on_the_lock(restartable_rootcanal, 
 
         unlock = readme_command("gatt ")
         unlock = replaced(replaced(unlock, "--controller", rootcanal.controller_spec), "--passkey", f"{passkey_of(process):06d}")
-        result = run_cli(unlock + ["--state-dir", str(tmp_path / "central")], timeout=60)
+        # A longer search than the default 10 s: a loaded machine's radio may be slow to show it.
+        result = run_cli(unlock + ["--state-dir", str(tmp_path / "central"), "--timeout", "30"], timeout=90)
         assert result.returncode == 0, result.describe()
         assert "800201" in result.stdout.replace(" ", ""), f"the unlock with PIN 2468 did not succeed:\n{result.describe()}"
     finally:
