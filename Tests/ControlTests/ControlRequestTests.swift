@@ -317,4 +317,17 @@ import Testing
         #expect(error(#"{"id":1,"cmd":"list","x":{"a":1,"a":2}}"#).contains("appears twice") == false)
         #expect(command(#"{"id":1,"cmd":"list"}"#) != nil)
     }
+
+    @Test func theNameScanIsTotalOnAnyBytes() {
+        var random = SeededRandom(seed: 19)
+        let alphabet = Array(#"{}[]":,\\u0dD8Ffx "#.utf8) + [0xC3, 0xA9, 0xFF, 0x00]
+        for _ in 0..<5000 {
+            let count = Int(random.next() % 40)
+            let bytes = (0..<count).map { _ in alphabet[Int(random.next() % UInt64(alphabet.count))] }
+            _ = JSONObjectNames.firstDuplicate(in: bytes)
+            _ = ControlRequest.decode(line: bytes)
+        }
+        #expect(JSONObjectNames.firstDuplicate(in: Array(#"{"a":1,"a":"#.utf8)) == "a", "a line cut short after a name still counts it")
+        #expect(JSONObjectNames.firstDuplicate(in: Array(#"{"\u"#.utf8)) == nil)
+    }
 }
