@@ -51,6 +51,8 @@ enum DevicePlanning {
         guard !names.isEmpty else {
             throw ValidationError("name at least one device (\(DeviceRegistry.all.map(\.name).joined(separator: ", "))) or give --config FILE with a `devices:` list")
         }
+        // Before any profile is read or controller opened: the device limit and the descriptors.
+        if let problem = ProcessLimits.check(devices: names.count) { throw ValidationError(problem) }
         var plans: [DevicePlan] = []
         for (index, device) in names.enumerated() {
             let entry = entries[index]

@@ -284,7 +284,7 @@ struct RunCommand: ParsableCommand {
                 capture = try BtsnoopWriter(path: btsnoopPath, maxFileBytes: try parsedBtsnoopMax(),
                                             generations: CaptureSettings.generations, publishesCursor: true)
             } catch let error as CaptureError {
-                throw RuntimeFailure("\(error): is the directory there and writable?")
+                throw RuntimeFailure(error.reason == nil ? "\(error): is the directory there and writable?" : "\(error): give the path of a regular file")
             }
             let rotation = capture?.maxFileBytes.map { ", rotated at \($0) bytes" } ?? ""
             logger.info("capturing HCI to \(btsnoopPath) (btsnoop, H4)\(rotation)")

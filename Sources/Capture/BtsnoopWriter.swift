@@ -9,6 +9,8 @@ public struct CaptureError: Error, CustomStringConvertible, Equatable, Sendable 
     public var operation: String
     public var path: String
     public var errnoCode: Int32
+    /// What is wrong when it is not an errno (a FIFO at the path).
+    public var reason: String?
 
     public init(_ operation: String, path: String, errnoCode: Int32) {
         self.operation = operation
@@ -16,8 +18,16 @@ public struct CaptureError: Error, CustomStringConvertible, Equatable, Sendable 
         self.errnoCode = errnoCode
     }
 
+    public init(_ operation: String, path: String, reason: String, errnoCode: Int32 = 0) {
+        self.operation = operation
+        self.path = path
+        self.errnoCode = errnoCode
+        self.reason = reason
+    }
+
     public var description: String {
-        "--btsnoop \(path): \(operation) failed: \(String(cString: strerror(errnoCode))) (errno \(errnoCode))"
+        if let reason { return "--btsnoop \(path): \(operation) failed: \(reason)" }
+        return "--btsnoop \(path): \(operation) failed: \(String(cString: strerror(errnoCode))) (errno \(errnoCode))"
     }
 }
 
@@ -60,7 +70,6 @@ public final class BtsnoopWriter {
     private var fileBytes = 0
     /// The number the file's first frame has (or will have).
     private var firstFrameOfFile: UInt64 = 1
-    private var rotates = true
     private var record: [UInt8] = []
     private let unixMicroseconds: () -> Int64
 
@@ -96,7 +105,7 @@ public final class BtsnoopWriter {
         record.removeAll(keepingCapacity: true)
         let length = Btsnoop.appendRecord(to: &record, packetType: packetType, packet: packet, received: received,
                                           unixMicroseconds: unixMicroseconds())
-        if rotates, let maxFileBytes, fileBytes + length > maxFileBytes, fileBytes > Btsnoop.headerLength {
+        if let maxFileBytes, fileBytes + length > maxFileBytes, fileBytes > Btsnoop.headerLength {
             do throws(CaptureError) {
                 Glibc.close(fd)
                 fd = -1
@@ -145,13 +154,15 @@ public final class BtsnoopWriter {
     }
 
     private func openFresh() throws(CaptureError) {
-        let opened = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0o600)
-        guard opened >= 0 else { throw CaptureError("open", path: path, errnoCode: errno) }
+        // Only a regular file, opened without blocking (RegularFile): a FIFO at the path would
+        // hold open(2), and with it the start, until something read it.
+        let opened: Int32
+        switch RegularFile.open(path, flags: O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, mode: 0o600) {
+        case .success(let descriptor): opened = descriptor
+        case .failure(let error): throw CaptureError("open", path: path, reason: error.description, errnoCode: error.errnoCode)
+        }
         fd = opened
         fileBytes = 0
-        var status = stat()
-        // A FIFO or a character device (a pipe to a live decoder) cannot be renamed away.
-        rotates = fstat(opened, &status) == 0 && (status.st_mode & S_IFMT) == S_IFREG
         if let error = writeAll(Btsnoop.fileHeader) {
             Glibc.close(opened)
             fd = -1
@@ -176,7 +187,7 @@ public final class BtsnoopWriter {
             }
             return nil
         }
-        if failure != nil, rotates { _ = ftruncate(fd, off_t(fileBytes)) }
+        if failure != nil { _ = ftruncate(fd, off_t(fileBytes)) }
         return failure
     }
 

@@ -113,6 +113,7 @@ public enum ConfigurationFile {
         do {
             root = try YAMLTree.compose(text)
         } catch {
+            if let line = error.limitLine { throw ConfigurationError("\(file):\(line): \(error.message)") }
             throw ConfigurationError("\(file): not valid YAML: \(error.message)")
         }
         guard let root else { throw ConfigurationError("\(file): the file is empty; it needs a `devices:` list") }
@@ -128,6 +129,9 @@ public enum ConfigurationFile {
         }
         let entries = try reader.sequence(devices.value, at: "devices")
         guard !entries.isEmpty else { throw ConfigurationError("\(reader.at(devices.value)): devices: the list is empty") }
+        guard entries.count <= ProcessLimits.maximumDevices else {
+            throw ConfigurationError("\(reader.at(entries[ProcessLimits.maximumDevices])): devices[\(ProcessLimits.maximumDevices)]: \(entries.count) devices; \(ProcessLimits.deviceLimitAdvice)")
+        }
         for (index, entry) in entries.enumerated() {
             configuration.devices.append(try reader.device(entry, at: "devices[\(index)]"))
         }
@@ -136,20 +140,14 @@ public enum ConfigurationFile {
 
     private static func readFile(_ path: String) throws(ConfigurationError) -> String {
         #if canImport(Glibc)
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw ConfigurationError(String(cString: strerror(errno))) }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw ConfigurationError(String(cString: strerror(errno)))
-            }
-            if n == 0 { break }
-            bytes.append(contentsOf: chunk[..<n])
-            guard bytes.count <= maximumSize else { throw ConfigurationError("larger than \(maximumSize) bytes: not a configuration file") }
+        // Without blocking, and only a regular file: a FIFO or device node named by mistake (or
+        // planted) is refused at once instead of hanging the start (RegularFile).
+        let bytes: [UInt8]
+        switch RegularFile.read(path, maximumBytes: maximumSize, followSymlinks: true) {
+        case .success(let read): bytes = read
+        case .failure(let error) where error.kind == .tooLarge:
+            throw ConfigurationError("larger than \(maximumSize) bytes: not a configuration file")
+        case .failure(let error): throw ConfigurationError(error.description)
         }
         guard let text = String(validating: bytes, as: UTF8.self) else { throw ConfigurationError("not UTF-8 text") }
         return text

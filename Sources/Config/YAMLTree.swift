@@ -17,6 +17,9 @@ struct YAMLNode: Sendable {
     var line: Int
     /// Levels of collections below this node (0 for a scalar): the tree is freed recursively.
     var height: Int
+    /// Nodes in this subtree, itself included, aliases counted as what they stand for: what
+    /// the reader will walk.
+    var size: Int = 1
 
     var scalar: String? {
         if case .scalar(let text) = kind { return text }
@@ -27,11 +30,18 @@ struct YAMLNode: Sendable {
 /// A syntax error from libyaml or a shape this layer does not take, with where it is.
 struct YAMLError: Error, Sendable {
     let message: String
+    /// Set for a limit passed (not a syntax error): the line where it was passed.
+    var limitLine: Int?
 }
 
 enum YAMLTree {
     /// Deeper nesting than a configuration needs is refused: the tree is freed recursively.
     static let maximumDepth = 64
+    /// More nodes than any configuration needs (64 devices of a few dozen nodes each) is
+    /// refused as soon as it is passed: an anchor aliased 100,000 times, or a list of 40,000
+    /// devices, would otherwise be expanded and checked whole (seconds and gigabytes).
+    /// Aliases count as the nodes they stand for.
+    static let maximumNodes = 20_000
 
     /// The single document of `text`, or nil when there is none (empty, comments only).
     static func compose(_ text: String) throws(YAMLError) -> YAMLNode? {
@@ -86,12 +96,16 @@ enum YAMLTree {
             var key: YAMLNode?
             /// The tallest child so far, aliases counted at their own height.
             var height = 0
+            /// Nodes so far, this one included.
+            var size = 1
         }
 
         var stack: [Frame] = []
         var anchors: [String: YAMLNode] = [:]
         var root: YAMLNode?
         var documents = 0
+        /// Nodes so far, aliases expanded (YAMLTree.maximumNodes).
+        var nodes = 0
 
         /// Takes one event; true at the end of the stream.
         mutating func take(_ event: inout yaml_event_t) throws(YAMLError) -> Bool {
@@ -104,25 +118,36 @@ enum YAMLTree {
                 guard documents == 1 else { throw YAMLError(message: "line \(line): a second document (`---`); a configuration is one") }
             case YAML_SCALAR_EVENT:
                 let scalar = event.data.scalar
+                try count(1, line: line)
                 let text = scalar.value.map { String(decoding: UnsafeBufferPointer(start: $0, count: scalar.length), as: UTF8.self) } ?? ""
                 try add(YAMLNode(kind: .scalar(text), line: line, height: 0), anchor: Self.string(scalar.anchor))
             case YAML_ALIAS_EVENT:
                 let name = Self.string(event.data.alias.anchor) ?? ""
                 guard var node = anchors[name] else { throw YAMLError(message: "line \(line): `*\(name)` names no anchor before it") }
                 node.line = line
+                try count(node.size, line: line)
                 try add(node, anchor: nil)
             case YAML_SEQUENCE_START_EVENT:
+                try count(1, line: line)
                 try push(Frame(isMapping: false, line: line, anchor: Self.string(event.data.sequence_start.anchor)))
             case YAML_MAPPING_START_EVENT:
+                try count(1, line: line)
                 try push(Frame(isMapping: true, line: line, anchor: Self.string(event.data.mapping_start.anchor)))
             case YAML_SEQUENCE_END_EVENT, YAML_MAPPING_END_EVENT:
                 guard let frame = stack.popLast() else { throw YAMLError(message: "line \(line): a collection ends that never started") }
                 let kind: YAMLNode.Kind = frame.isMapping ? .mapping(frame.pairs) : .sequence(frame.items)
-                try add(YAMLNode(kind: kind, line: frame.line, height: frame.height + 1), anchor: frame.anchor)
+                try add(YAMLNode(kind: kind, line: frame.line, height: frame.height + 1, size: frame.size), anchor: frame.anchor)
             default:
                 break  // stream start, document end, no event
             }
             return false
+        }
+
+        private mutating func count(_ added: Int, line: Int) throws(YAMLError) {
+            nodes += added
+            guard nodes <= YAMLTree.maximumNodes else {
+                throw YAMLError(message: "more than \(YAMLTree.maximumNodes) YAML nodes (aliases counted as what they stand for); a configuration is at most that (at most \(ProcessLimits.maximumDevices) devices)", limitLine: line)
+            }
         }
 
         private mutating func push(_ frame: Frame) throws(YAMLError) {
@@ -144,6 +169,7 @@ enum YAMLTree {
             }
             let top = stack.count - 1
             stack[top].height = max(stack[top].height, node.height)
+            stack[top].size += node.size
             if !stack[top].isMapping {
                 stack[top].items.append(node)
             } else if let key = stack[top].key {

@@ -121,6 +121,14 @@ public struct ControlRequest: Equatable, Sendable {
         } catch {
             return .failure(ControlRequestError(id: nil, "not JSON: a request is one JSON object per line, like {\"id\":1,\"cmd\":\"list\"}"))
         }
+        // The decoder keeps the last of two members with one name: `{"cmd":"list","cmd":"set"}`
+        // would run a command the client may not have meant. Refused whole instead (RFC 8259,
+        // 4: names within an object SHOULD be unique).
+        if let duplicate = JSONObjectNames.firstDuplicate(in: Array(line)) {
+            var id: Int64?
+            if duplicate != "id", case .integer(let value)? = fields["id"], (0...maxID).contains(value) { id = value }
+            return .failure(ControlRequestError(id: id, "\(JSONString.literal(String(duplicate.prefix(64)))) appears twice: a request names each field once"))
+        }
         return decode(fields: fields)
     }
 

@@ -18,10 +18,14 @@ public struct ControlServerError: Error, Equatable, Sendable, CustomStringConver
 /// (Docs/CONTROL.md). Every byte from a client is bounded: a line by `maxLineLength` (past it
 /// the client is told and dropped), the replies waiting for it by `outputHighWater` (past it
 /// its further requests wait unread) and `outputLimit`, and a client that takes none of its
-/// waiting replies for `stallTimeout` is dropped. Drops are logged (`control-command`).
+/// waiting replies for `stallTimeout` is dropped. A client cannot hold its place without using
+/// it: one that sends part of a line and not the rest for `unfinishedLineTimeout` is closed,
+/// and when all `maxClients` places are taken a new client takes the place of the one idle
+/// longest (idle at least `idleBeforeYielding`). Drops are logged (`control-command`).
 public final class ControlServer {
     public struct Limits: Sendable {
-        /// Clients at once; one more is told so and closed.
+        /// Clients at once; one more takes the place of the client idle longest, or is told so
+        /// and closed when every client was active within `idleBeforeYielding`.
         public var maxClients = 16
         /// The longest request line, in bytes without its newline.
         public var maxLineLength = 64 * 1024
@@ -31,6 +35,12 @@ public final class ControlServer {
         public var outputLimit = 1024 * 1024
         /// A client with replies waiting that takes none of them for this long is dropped.
         public var stallTimeout: Duration = .seconds(10)
+        /// A client that has sent part of a line and not its newline for this long is closed
+        /// (a request is one write of one line; a client that holds one open holds a place).
+        public var unfinishedLineTimeout: Duration = .seconds(10)
+        /// With every place taken, a new client closes the one that has sent nothing and taken
+        /// no reply for longest, if that is at least this long.
+        public var idleBeforeYielding: Duration = .seconds(1)
         public init() {}
     }
 
@@ -40,7 +50,12 @@ public final class ControlServer {
     /// Clients connected now.
     public var clientCount: Int { clients.count }
 
+    /// Pending connections the kernel holds for the socket (listen(2)).
+    public static let listenBacklog: Int32 = 512
+
     private let loop: RunLoop
+    /// The clock and timers: the run loop's, or a test's ManualScheduler.
+    private let timers: any TimerScheduling
     private let logger: Logger
     private let handler: (ArraySlice<UInt8>, Int) -> String
     private var listenFD: Int32 = -1
@@ -56,10 +71,11 @@ public final class ControlServer {
     /// file nobody listens on (left by a process that died) is replaced; a live one, or a file
     /// that is not a socket, is refused. `handler` answers one request line (without its
     /// newline) from client N with one reply line (without its newline).
-    public init(path: String, mode: UInt32 = 0o600, loop: RunLoop, logger: Logger, limits: Limits = Limits(),
-                handler: @escaping (ArraySlice<UInt8>, Int) -> String) throws(ControlServerError) {
+    public init(path: String, mode: UInt32 = 0o600, loop: RunLoop, timers: (any TimerScheduling)? = nil, logger: Logger,
+                limits: Limits = Limits(), handler: @escaping (ArraySlice<UInt8>, Int) -> String) throws(ControlServerError) {
         self.path = path
         self.loop = loop
+        self.timers = timers ?? loop
         self.logger = logger
         self.limits = limits
         self.handler = handler
@@ -69,8 +85,16 @@ public final class ControlServer {
 
         let fd = socket(AF_UNIX, CLINUX_SOCK_STREAM_NONBLOCK, 0)
         guard fd >= 0 else { throw Self.failure("socket(AF_UNIX)", path, errno) }
-        // No moment with wider permissions than asked: the file is created under this umask.
-        let oldMask = umask(0o177)
+        // The file gets its mode from bind itself (the socket inode's mode, set with fchmod, less
+        // the umask, set to exactly the bits not asked for): never a path-based chmod after
+        // bind, which would follow a symbolic link planted at the path in between, and no
+        // moment with wider permissions than asked.
+        guard fchmod(fd, mode_t(mode)) == 0 else {
+            let code = errno
+            Glibc.close(fd)
+            throw Self.failure("fchmod", path, code)
+        }
+        let oldMask = umask(mode_t(0o777 & ~mode))
         let bound = withUnsafePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                 bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
@@ -82,20 +106,16 @@ public final class ControlServer {
             Glibc.close(fd)
             throw Self.failure("bind", path, bindErrno)
         }
-        guard chmod(path, mode_t(mode)) == 0 else {
-            let code = errno
-            Glibc.close(fd)
-            unlink(path)
-            throw Self.failure("chmod", path, code)
-        }
-        guard listen(fd, 16) == 0 else {
+        // A backlog for a burst of connects (the kernel caps it at net.core.somaxconn); those
+        // beyond the client table are told so or take an idle client's place (acceptClients).
+        guard listen(fd, Self.listenBacklog) == 0 else {
             let code = errno
             Glibc.close(fd)
             unlink(path)
             throw Self.failure("listen", path, code)
         }
         var status = stat()
-        if stat(path, &status) == 0 { fileIdentity = (UInt64(status.st_dev), UInt64(status.st_ino)) }
+        if lstat(path, &status) == 0 { fileIdentity = (UInt64(status.st_dev), UInt64(status.st_ino)) }
         listenFD = fd
         do throws(RunLoopError) {
             try loop.register(fd: fd, events: .readable) { [weak self] _ in self?.acceptClients() }
@@ -115,7 +135,7 @@ public final class ControlServer {
     public func close() {
         guard isOpen else { return }
         isOpen = false
-        if let acceptRetry { loop.cancel(acceptRetry) }
+        if let acceptRetry { timers.cancel(acceptRetry) }
         acceptRetry = nil
         loop.unregister(fd: listenFD)
         Glibc.close(listenFD)
@@ -211,7 +231,7 @@ public final class ControlServer {
                     // a while instead of spinning.
                     logBudgeted(.warning, "control socket: accept failed: \(String(cString: strerror(code))) (errno \(code)); trying again in 250 ms")
                     loop.unregister(fd: listenFD)
-                    acceptRetry = loop.schedule(after: .milliseconds(250)) { [weak self] in self?.resumeAccepting() }
+                    acceptRetry = timers.schedule(after: .milliseconds(250)) { [weak self] in self?.resumeAccepting() }
                     return
                 }
             }
@@ -223,15 +243,16 @@ public final class ControlServer {
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
             let id = nextClientID
             nextClientID += 1
-            guard clients.count < limits.maxClients else {
-                let refusal = "control socket: \(limits.maxClients) clients already; try again when one closes"
+            if clients.count >= limits.maxClients && !makeRoom(for: id) {
+                let refusal = "control socket: \(limits.maxClients) clients already, each active within \(limits.idleBeforeYielding); try again when one closes"
                 let line = Array((DeviceControl.errorReply(id: nil, refusal).encoded + "\n").utf8)
                 _ = line.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, CLINUX_MSG_NOSIGNAL) }
                 Glibc.close(fd)
-                logBudgeted(.notice, "control client \(id) refused: \(limits.maxClients) clients already")
+                logBudgeted(.notice, "control client \(id) refused: \(limits.maxClients) clients already, none idle for \(limits.idleBeforeYielding)")
                 continue
             }
             let client = Client(id: id, fd: fd, maxLineLength: limits.maxLineLength)
+            client.lastActivity = timers.nowNanoseconds
             do throws(RunLoopError) {
                 try loop.register(fd: fd, events: .readable) { [weak self, weak client] events in
                     guard let self, let client else { return }
@@ -248,6 +269,26 @@ public final class ControlServer {
         }
     }
 
+    /// With every place taken: closes the client idle longest so `newcomer` can have its place,
+    /// if that one has been idle for `idleBeforeYielding`. Returns whether a place is free.
+    private func makeRoom(for newcomer: Int) -> Bool {
+        let now = timers.nowNanoseconds
+        guard let idlest = clients.values.min(by: { ($0.lastActivity, $0.id) < ($1.lastActivity, $1.id) }) else { return true }
+        let idle = now &- idlest.lastActivity
+        guard idle >= limits.idleBeforeYielding.nanoseconds else { return false }
+        let seconds = Self.seconds(idle)
+        let unfinished = idlest.input.pendingCount > 0 && !idlest.backlog ? " (\(idlest.input.pendingCount) bytes of an unfinished line, not run)" : ""
+        tell(idlest, "idle for \(seconds) with \(limits.maxClients) clients connected; closing this connection for a new client")
+        drop(idlest, "idle for \(seconds) with \(limits.maxClients) clients connected\(unfinished); gave its place to client \(newcomer)")
+        return clients.count < limits.maxClients
+    }
+
+    /// "1.5 s": tenths are enough for a log line.
+    private static func seconds(_ nanoseconds: UInt64) -> String {
+        let tenths = nanoseconds / 100_000_000
+        return "\(tenths / 10).\(tenths % 10) s"
+    }
+
     private func resumeAccepting() {
         acceptRetry = nil
         guard isOpen else { return }
@@ -255,7 +296,7 @@ public final class ControlServer {
             try loop.register(fd: listenFD, events: .readable) { [weak self] _ in self?.acceptClients() }
         } catch {
             logBudgeted(.warning, "control socket: cannot watch for clients again: \(error); trying again in 1 s")
-            acceptRetry = loop.schedule(after: .seconds(1)) { [weak self] in self?.resumeAccepting() }
+            acceptRetry = timers.schedule(after: .seconds(1)) { [weak self] in self?.resumeAccepting() }
         }
     }
 
@@ -275,6 +316,11 @@ public final class ControlServer {
         var stallTimer: TimerID?
         /// When the client last took some of its replies (or when some began waiting).
         var lastProgress: UInt64 = 0
+        /// When the client last sent bytes or took replies (or connected): who gives way first.
+        var lastActivity: UInt64 = 0
+        /// When the unfinished line now waiting in `input` began, and its timer.
+        var lineStartedAt: UInt64?
+        var lineTimer: TimerID?
 
         init(id: Int, fd: Int32, maxLineLength: Int) {
             self.id = id
@@ -315,6 +361,7 @@ public final class ControlServer {
         for _ in 0..<4 {
             let count = readBuffer.withUnsafeMutableBytes { Glibc.read(client.fd, $0.baseAddress, $0.count) }
             if count > 0 {
+                client.lastActivity = timers.nowNanoseconds
                 client.input.append(contentsOf: readBuffer[0..<count])
                 if count < readBuffer.count { return }
                 continue
@@ -338,6 +385,7 @@ public final class ControlServer {
     /// water mark; then watches for what is needed next.
     private func serve(_ client: Client) {
         var exhausted = false
+        var answered = false
         while client.isOpen && client.pendingOutput < limits.outputHighWater {
             guard let next = client.input.nextLine() else {
                 exhausted = true
@@ -346,19 +394,18 @@ public final class ControlServer {
             switch next {
             case .tooLong:
                 // Told in one best-effort write after what was already waiting, then closed.
-                let message = "line longer than \(limits.maxLineLength) bytes without a newline; closing this connection"
-                client.output.append(contentsOf: (DeviceControl.errorReply(id: nil, message).encoded + "\n").utf8)
-                let unsent = client.output[client.outputHead...]
-                _ = unsent.withUnsafeBytes { send(client.fd, $0.baseAddress, $0.count, CLINUX_MSG_NOSIGNAL) }
+                tell(client, "line longer than \(limits.maxLineLength) bytes without a newline; closing this connection")
                 drop(client, "sent more than \(limits.maxLineLength) bytes without a newline")
                 return
             case .line(let bytes):
+                answered = true
                 guard bytes.contains(where: { $0 != UInt8(ascii: " ") && $0 != UInt8(ascii: "\t") }) else { continue }
                 enqueue(client, handler(bytes, client.id))
             }
         }
         guard client.isOpen else { return }
         client.backlog = !exhausted
+        watchUnfinishedLine(client, restart: answered)
         if client.inputClosed && exhausted {
             noteUnfinishedLine(client)
             if client.pendingOutput == 0 {
@@ -368,6 +415,44 @@ public final class ControlServer {
             }
         }
         updateInterest(client)
+    }
+
+    /// Starts the unfinished-line timer when part of a line waits for its newline (`restart`: a
+    /// line ended since, so the part waiting began after it), and stops it when none does.
+    private func watchUnfinishedLine(_ client: Client, restart: Bool) {
+        guard client.input.pendingCount > 0, !client.backlog, !client.inputClosed else {
+            client.lineStartedAt = nil
+            if let timer = client.lineTimer { timers.cancel(timer) }
+            client.lineTimer = nil
+            return
+        }
+        if client.lineStartedAt == nil || restart { client.lineStartedAt = timers.nowNanoseconds }
+        scheduleLineCheck(client)
+    }
+
+    private func scheduleLineCheck(_ client: Client, after delay: Duration? = nil) {
+        guard client.lineTimer == nil else { return }
+        client.lineTimer = timers.schedule(after: delay ?? limits.unfinishedLineTimeout) { [weak self, weak client] in
+            guard let self, let client, client.isOpen else { return }
+            client.lineTimer = nil
+            guard let started = client.lineStartedAt else { return }
+            let waited = self.timers.nowNanoseconds &- started
+            let timeout = self.limits.unfinishedLineTimeout.nanoseconds
+            guard waited >= timeout else {
+                self.scheduleLineCheck(client, after: .nanoseconds(Int64(timeout - waited)))
+                return
+            }
+            let pending = client.input.pendingCount
+            self.tell(client, "an unfinished line (no newline) for \(self.limits.unfinishedLineTimeout); closing this connection")
+            self.drop(client, "sent \(pending) bytes of a line without its newline for \(self.limits.unfinishedLineTimeout); that line is not run")
+        }
+    }
+
+    /// One best-effort error line after what already waits, for a client about to be closed.
+    private func tell(_ client: Client, _ message: String) {
+        client.output.append(contentsOf: (DeviceControl.errorReply(id: nil, message).encoded + "\n").utf8)
+        let unsent = client.output[client.outputHead...]
+        _ = unsent.withUnsafeBytes { send(client.fd, $0.baseAddress, $0.count, CLINUX_MSG_NOSIGNAL) }
     }
 
     private func updateInterest(_ client: Client) {
@@ -392,7 +477,7 @@ public final class ControlServer {
             return
         }
         if client.pendingOutput == 0 {
-            client.lastProgress = loop.nowNanoseconds
+            client.lastProgress = timers.nowNanoseconds
             scheduleStallCheck(client)
         }
         client.output.append(contentsOf: reply.utf8)
@@ -423,7 +508,10 @@ public final class ControlServer {
             }
         }
         guard client.isOpen else { return }
-        if progressed { client.lastProgress = loop.nowNanoseconds }
+        if progressed {
+            client.lastProgress = timers.nowNanoseconds
+            client.lastActivity = client.lastProgress
+        }
         if client.outputHead == client.output.count {
             client.output.removeAll(keepingCapacity: client.output.capacity <= 64 * 1024)
             client.outputHead = 0
@@ -435,11 +523,11 @@ public final class ControlServer {
 
     private func scheduleStallCheck(_ client: Client, after delay: Duration? = nil) {
         guard client.stallTimer == nil else { return }
-        client.stallTimer = loop.schedule(after: delay ?? limits.stallTimeout) { [weak self, weak client] in
+        client.stallTimer = timers.schedule(after: delay ?? limits.stallTimeout) { [weak self, weak client] in
             guard let self, let client, client.isOpen else { return }
             client.stallTimer = nil
             guard client.pendingOutput > 0 else { return }
-            let idle = self.loop.nowNanoseconds &- client.lastProgress
+            let idle = self.timers.nowNanoseconds &- client.lastProgress
             let timeout = self.limits.stallTimeout.nanoseconds
             if idle >= timeout {
                 self.drop(client, "took none of its \(client.pendingOutput) bytes of replies for \(self.limits.stallTimeout)")
@@ -477,8 +565,10 @@ public final class ControlServer {
 
     private func closeClient(_ client: Client) {
         guard client.isOpen else { return }
-        if let timer = client.stallTimer { loop.cancel(timer) }
+        if let timer = client.stallTimer { timers.cancel(timer) }
         client.stallTimer = nil
+        if let timer = client.lineTimer { timers.cancel(timer) }
+        client.lineTimer = nil
         loop.unregister(fd: client.fd)
         Glibc.close(client.fd)
         client.fd = -1
@@ -489,7 +579,7 @@ public final class ControlServer {
 
     private func logBudgeted(_ level: Logger.Level, _ message: String) {
         guard logger.logLevel <= level else { return }
-        guard let leftOut = budget.take(now: loop.nowNanoseconds) else { return }
+        guard let leftOut = budget.take(now: timers.nowNanoseconds) else { return }
         logger.event(.controlCommand, level, "\(message)\(LogBudget.note(leftOut))")
     }
 }

@@ -154,24 +154,19 @@ public struct GATTProfile: Codable, Equatable, Sendable {
     /// Reads and checks a profile file; a mistake is one error naming the file and the path in
     /// it (`services[2].characteristics[0].uuid`) and what is allowed.
     public static func load(path: String) throws(ProfileError) -> GATTProfile {
-        // Size and kind first: a wrong path (a huge file, /dev/zero, a FIFO) must not be read whole.
-        var status = stat()
-        guard stat(path, &status) == 0 else {
-            throw ProfileError("\(path): cannot read the profile: \(String(cString: strerror(errno)))")
+        // Kind and size first, on what was opened (RegularFile): a wrong path (a huge file,
+        // /dev/zero, a FIFO that would block open(2)) is refused, never read whole or waited on.
+        let bytes: [UInt8]
+        switch RegularFile.read(path, maximumBytes: maxFileBytes, followSymlinks: true) {
+        case .success(let read): bytes = read
+        case .failure(let error) where error.kind == .tooLarge:
+            throw ProfileError("\(path): \(error.description); a profile is at most \(maxFileBytes) bytes")
+        case .failure(let error) where error.kind == .notRegular:
+            throw ProfileError("\(path): \(error.description)")
+        case .failure(let error):
+            throw ProfileError("\(path): cannot read the profile: \(error.description)")
         }
-        guard status.st_mode & S_IFMT == S_IFREG else { throw ProfileError("\(path): not a regular file") }
-        guard status.st_size <= maxFileBytes else {
-            throw ProfileError("\(path): \(status.st_size) bytes; a profile is at most \(maxFileBytes) bytes")
-        }
-        let data: Data
-        do {
-            data = try Data(contentsOf: URL(fileURLWithPath: path))
-        } catch {
-            throw ProfileError("\(path): cannot read the profile: \(error)")
-        }
-        guard data.count <= maxFileBytes else {
-            throw ProfileError("\(path): \(data.count) bytes; a profile is at most \(maxFileBytes) bytes")
-        }
+        let data = Data(bytes)
         return try parse(data, name: path)
     }
 

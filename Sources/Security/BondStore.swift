@@ -358,28 +358,15 @@ public final class BondStore {
         case read([UInt8])
     }
 
+    /// Reads a file of the state directory: never through a symbolic link, never blocking (a
+    /// FIFO or device node planted at the path is refused, not waited on: RegularFile).
     static func readFile(_ path: String) -> ReadResult {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else {
-            return errno == ENOENT ? .missing : .failed(String(cString: strerror(errno)))
+        switch RegularFile.read(path, maximumBytes: maximumFileSize, followSymlinks: false) {
+        case .success(let bytes): return .read(bytes)
+        case .failure(let error) where error.kind == .missing: return .missing
+        case .failure(let error) where error.kind == .tooLarge: return .read([])  // too big: damaged
+        case .failure(let error): return .failed(error.description)
         }
-        defer { close(fd) }
-        var status = stat()
-        guard fstat(fd, &status) == 0 else { return .failed(String(cString: strerror(errno))) }
-        guard status.st_mode & S_IFMT == S_IFREG else { return .failed("not a regular file") }
-        guard Int(status.st_size) <= maximumFileSize else { return .read([]) }  // too big: damaged
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        while bytes.count <= maximumFileSize {
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                return .failed(String(cString: strerror(errno)))
-            }
-            if n == 0 { break }
-            bytes.append(contentsOf: buffer[0..<n])
-        }
-        return .read(bytes)
     }
 
     /// Writes `bytes` to `path` so that a crash leaves the old file or the new one: a temporary
@@ -389,8 +376,11 @@ public final class BondStore {
         let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
         if let failure = makeDirectories(directory.isEmpty ? "/" : directory) { return failure }
         let temporary = "\(path).tmp-\(getpid())"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { return "cannot create \(temporary): \(String(cString: strerror(errno)))" }
+        let fd: Int32
+        switch RegularFile.open(temporary, flags: O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, mode: 0o600) {
+        case .success(let opened): fd = opened
+        case .failure(let error): return "cannot create \(temporary): \(error)"
+        }
         var offset = 0
         while offset < bytes.count {
             let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, bytes.count - offset) }

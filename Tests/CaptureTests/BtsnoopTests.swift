@@ -211,7 +211,8 @@ private func decode(_ bytes: [UInt8]) -> [DecodedRecord]? {
     }
 
     @Test func aFailedWriteStopsTheCaptureOnceAndKeepsTheFileReadable() throws {
-        // /dev/full: every write fails with ENOSPC, as on a full disk.
+        // /dev/full: every write fails with ENOSPC, as on a full disk. Given as the path, it is
+        // refused before anything is written (a device node, not a regular file).
         guard access("/dev/full", W_OK) == 0 else { return }
         var failures: [CaptureError] = []
         do {
@@ -220,7 +221,8 @@ private func decode(_ bytes: [UInt8]) -> [DecodedRecord]? {
         } catch {
             failures.append(error)
         }
-        #expect(failures.first?.errnoCode == ENOSPC)
+        #expect(failures.first?.reason == "a character device, not a regular file")
+        failures.removeAll()
 
         let directory = TemporaryDirectory()
         defer { directory.remove() }
@@ -235,7 +237,8 @@ private func decode(_ bytes: [UInt8]) -> [DecodedRecord]? {
         #expect(dup2(full, writerFD(writer)) >= 0)
         writer.write(packetType: 0x01, packet: [0x03, 0x0C, 0x00][...], received: false)
         writer.write(packetType: 0x01, packet: [0x03, 0x0C, 0x00][...], received: false)
-        #expect(failures.count == 2)
+        #expect(failures.count == 1)
+        #expect(failures.first?.errnoCode == ENOSPC)
         #expect(!writer.isCapturing)
         #expect(writer.framesWritten == 1)
         #expect(CaptureCursor.lastFrame == nil)
@@ -252,3 +255,30 @@ private func records(_ path: String) throws -> [DecodedRecord] {
 }
 
 private func writerFD(_ writer: BtsnoopWriter) -> Int32 { writer.fileDescriptor }
+
+/// Something other than a regular file at the capture's path: refused at once, never waited on.
+@Suite struct BtsnoopPathTests {
+    @Test func aFIFOAtThePathIsRefusedWithoutBlockingWithAndWithoutAReader() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.file("hci.btsnoop")
+        #expect(mkfifo(path, 0o600) == 0)
+        let clock = ContinuousClock()
+        // No reader: the old open(O_WRONLY | O_CREAT | O_TRUNC) blocked here until one came.
+        let alone = clock.measure {
+            do {
+                _ = try BtsnoopWriter(path: path)
+                Issue.record("a capture was started on a FIFO")
+            } catch {
+                #expect("\(error)" == "--btsnoop \(path): open failed: a FIFO, not a regular file")
+            }
+        }
+        #expect(alone < .seconds(1))
+        // With a reader: the old writer opened it and wrote into the pipe.
+        let reader = open(path, O_RDONLY | O_NONBLOCK)
+        defer { close(reader) }
+        #expect(throws: CaptureError.self) { _ = try BtsnoopWriter(path: path) }
+        var byte: UInt8 = 0
+        #expect(read(reader, &byte, 1) <= 0, "nothing written into the FIFO")
+    }
+}

@@ -306,4 +306,32 @@ import Testing
         #expect(ControlClient.isOK("garbage") == nil)
         #expect(ControlClient.isOK(#"{"ok":"yes"}"#) == nil)
     }
+
+    // MARK: Duplicate names
+
+    @Test func aFieldNamedTwiceIsRefusedNotHalfRead() {
+        // The decoder kept the last one: this ran `set`'s checks on what was sent as `list`.
+        #expect(error(#"{"id":1,"cmd":"list","cmd":"set"}"#) == #""cmd" appears twice: a request names each field once"#)
+        #expect(error(#"{"id":1,"id":2,"cmd":"list"}"#, id: nil) == #""id" appears twice: a request names each field once"#)
+        // The same name however it is escaped, as the decoder sees it.
+        #expect(error(#"{"id":7,"cmd":"list","c\u006dd":"list"}"#, id: 7) == #""cmd" appears twice: a request names each field once"#)
+        #expect(error(#"{"id":1,"cmd":"list","\ud83d\ude00":1,"😀":2}"#) == #""😀" appears twice: a request names each field once"#)
+        // Values that spell a name, and names inside nested values, are not members of the request.
+        #expect(command(#"{"id":1,"cmd":"set","device":"cmd","key":"cmd","value":"id"}"#) != nil)
+        #expect(error(#"{"id":1,"cmd":"list","x":{"a":1,"a":2}}"#).contains("appears twice") == false)
+        #expect(command(#"{"id":1,"cmd":"list"}"#) != nil)
+    }
+
+    @Test func theNameScanIsTotalOnAnyBytes() {
+        var random = SeededRandom(seed: 19)
+        let alphabet = Array(#"{}[]":,\\u0dD8Ffx "#.utf8) + [0xC3, 0xA9, 0xFF, 0x00]
+        for _ in 0..<5000 {
+            let count = Int(random.next() % 40)
+            let bytes = (0..<count).map { _ in alphabet[Int(random.next() % UInt64(alphabet.count))] }
+            _ = JSONObjectNames.firstDuplicate(in: bytes)
+            _ = ControlRequest.decode(line: bytes)
+        }
+        #expect(JSONObjectNames.firstDuplicate(in: Array(#"{"a":1,"a":"#.utf8)) == "a", "a line cut short after a name still counts it")
+        #expect(JSONObjectNames.firstDuplicate(in: Array(#"{"\u"#.utf8)) == nil)
+    }
 }

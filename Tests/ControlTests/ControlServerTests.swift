@@ -39,12 +39,13 @@ import Glibc
         var server: ControlServer!
         var requests: [String] = []
 
-        init(limits: ControlServer.Limits = ControlServer.Limits(), mode: UInt32 = 0o600, replyPadding: Int = 0) throws {
+        init(limits: ControlServer.Limits = ControlServer.Limits(), mode: UInt32 = 0o600, replyPadding: Int = 0,
+             timers: ManualScheduler? = nil) throws {
             loop = try RunLoop()
             path = Self.freshPath()
             let capture = log
             let logger = Logger(label: "control-test") { _ in CapturingHandler(capture: capture) }
-            server = try ControlServer(path: path, mode: mode, loop: loop, logger: logger, limits: limits) { [unowned self] line, client in
+            server = try ControlServer(path: path, mode: mode, loop: loop, timers: timers, logger: logger, limits: limits) { [unowned self] line, client in
                 let text = String(decoding: line, as: UTF8.self)
                 self.requests.append(text)
                 let padding = replyPadding > 0 ? #","pad":""# + String(repeating: "p", count: replyPadding) + "\"" : ""
@@ -328,5 +329,100 @@ import Glibc
         #expect(rig.run(until: { client.poll(); return rig.requests.count > 0 && client.lines.count == rig.requests.count }))
         #expect(rig.requests.count <= newlines)
         #expect(rig.server.clientCount == 1)
+    }
+
+    // MARK: Clients that hold a place without using it
+
+    @Test func anUnfinishedLineIsClosedAfterTenSecondsWithAReason() throws {
+        let timers = ManualScheduler()
+        let rig = try Rig(timers: timers)
+        let holder = try TestClient(path: rig.path)
+        let good = try TestClient(path: rig.path)
+        holder.send("{\"id\":1}\n{\"id\":2,\"cmd\":")
+        #expect(rig.run(until: { rig.requests.count == 1 && rig.server.clientCount == 2 }))
+        timers.advance(by: .seconds(9))
+        rig.run(for: .milliseconds(50))
+        #expect(rig.server.clientCount == 2, "not before 10 s")
+        timers.advance(by: .seconds(1))
+        #expect(rig.run(until: { holder.poll(); return holder.closedByServer }))
+        #expect(holder.lines.last?.contains("an unfinished line (no newline) for 10.0 seconds; closing this connection") == true, "\(holder.lines)")
+        #expect(!rig.log.matching("dropped: sent 14 bytes of a line without its newline for 10.0 seconds; that line is not run").isEmpty,
+                "\(rig.log.lines)")
+        #expect(rig.requests == ["{\"id\":1}"], "the unfinished line is not run")
+        #expect(rig.server.clientCount == 1)
+        good.send("{\"id\":3}\n")
+        #expect(rig.run(until: { good.poll(); return good.lines.count == 1 }))
+    }
+
+    @Test func aLineFinishedInTimeStartsTheClockAgain() throws {
+        let timers = ManualScheduler()
+        let rig = try Rig(timers: timers)
+        let slow = try TestClient(path: rig.path)
+        slow.send("{\"id\":")
+        #expect(rig.run(until: { rig.server.clientCount == 1 }))
+        rig.run(for: .milliseconds(50))
+        timers.advance(by: .seconds(9))
+        slow.send("1}\n{\"id\"")
+        #expect(rig.run(until: { slow.poll(); return slow.lines.count == 1 }))
+        timers.advance(by: .seconds(9))
+        rig.run(for: .milliseconds(50))
+        slow.poll()
+        #expect(!slow.closedByServer, "the second line began 9 s ago, not 18")
+        timers.advance(by: .seconds(1))
+        #expect(rig.run(until: { slow.poll(); return slow.closedByServer }))
+        // A client that sends nothing is not closed by this timer: it has no line to finish.
+        let quiet = try TestClient(path: rig.path)
+        #expect(rig.run(until: { rig.server.clientCount == 1 }))
+        timers.advance(by: .seconds(60))
+        rig.run(for: .milliseconds(50))
+        quiet.poll()
+        #expect(!quiet.closedByServer)
+    }
+
+    @Test func withEveryPlaceTakenTheLongestIdleClientGivesWay() throws {
+        let timers = ManualScheduler()
+        var limits = ControlServer.Limits()
+        limits.maxClients = 2
+        let rig = try Rig(limits: limits, timers: timers)
+        let idle = try TestClient(path: rig.path)
+        #expect(rig.run(until: { rig.server.clientCount == 1 }))
+        idle.send("{\"id\":")
+        rig.run(for: .milliseconds(50))
+        timers.advance(by: .seconds(2))
+        let busy = try TestClient(path: rig.path)
+        #expect(rig.run(until: { rig.server.clientCount == 2 }))
+        busy.send("{\"id\":1}\n")
+        #expect(rig.run(until: { busy.poll(); return busy.lines.count == 1 }))
+
+        // A third: the idle one (2 s) gives way, told why; the newcomer is served.
+        let newcomer = try TestClient(path: rig.path)
+        #expect(rig.run(until: { idle.poll(); return idle.closedByServer }))
+        #expect(idle.lines.last?.contains("idle for 2.0 s with 2 clients connected; closing this connection for a new client") == true, "\(idle.lines)")
+        #expect(!rig.log.matching("dropped: idle for 2.0 s with 2 clients connected (6 bytes of an unfinished line, not run); gave its place to client 3").isEmpty,
+                "\(rig.log.lines)")
+        newcomer.send("{\"id\":2}\n")
+        #expect(rig.run(until: { newcomer.poll(); return newcomer.lines.count == 1 }))
+        #expect(rig.server.clientCount == 2)
+
+        // A fourth, while both were active within the last second: refused, the others stay.
+        let late = try TestClient(path: rig.path)
+        #expect(rig.run(until: { late.poll(); return late.closedByServer }))
+        #expect(late.lines.first?.contains("2 clients already, each active within 1.0 seconds") == true, "\(late.lines)")
+        busy.send("{\"id\":3}\n")
+        #expect(rig.run(until: { busy.poll(); return busy.lines.count == 2 }))
+        #expect(rig.server.clientCount == 2)
+    }
+
+    @Test func aBurstOfConnectsWaitsInTheBacklogAndEachIsServedOrTold() throws {
+        // The clock stands still: nobody is idle, so beyond the 16 places each is told.
+        let rig = try Rig(timers: ManualScheduler())
+        // All connect before the server accepts any: with a backlog of 16 the 18th failed (EAGAIN).
+        let clients = try (0..<300).map { _ in try TestClient(path: rig.path) }
+        #expect(rig.run(until: {
+            clients.forEach { $0.poll() }
+            return rig.server.clientCount == 16 && clients.filter(\.closedByServer).count == 284
+        }, limit: .seconds(10)))
+        let refused = clients.filter(\.closedByServer)
+        #expect(refused.allSatisfy { $0.lines.first?.contains("16 clients already") == true })
     }
 }

@@ -164,3 +164,29 @@ import Testing
         #expect(refusal(base) == "p.json: services[0].characteristics[0].descriptors[0].permissions[0]: 'write-encrypted' is not one of read-encrypted, read-authenticated, read-authorized")
     }
 }
+
+#if canImport(Glibc)
+import Glibc
+
+/// A FIFO at a profile's path: the old check (stat, then Data(contentsOf:)) could be raced, and
+/// a FIFO swapped in between blocked the read; now kind and size are checked on what was opened.
+@Suite struct GATTProfileFileTests {
+    @Test func aFIFOIsRefusedAtOnce() {
+        var template = Array("/tmp/blemu-profile-XXXXXX".utf8CString)
+        let directory = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
+        let path = directory + "/scale.json"
+        defer {
+            unlink(path)
+            rmdir(directory)
+        }
+        #expect(mkfifo(path, 0o600) == 0)
+        var message: String?
+        let time = ContinuousClock().measure {
+            do { _ = try GATTProfile.load(path: path) } catch { message = "\(error)" }
+        }
+        #expect(time < .seconds(1))
+        #expect(message == "\(path): a FIFO, not a regular file")
+        #expect(throws: ProfileError.self) { _ = try GATTProfile.load(path: "/dev/zero") }
+    }
+}
+#endif

@@ -1,6 +1,9 @@
 import Testing
 import BlemuCore
 import BlemuSMP
+#if canImport(Glibc)
+import Glibc
+#endif
 @testable import BlemuSecurity
 
 private let owner = BondOwner(device: "lock", name: "Front Door", address: BluetoothAddress("C4:11:22:33:44:55")!)
@@ -141,4 +144,54 @@ extension TemporaryDirectory {
         TemporaryDirectory(existing: dir.path + "/" + name)
     }
     init(existing: String) { path = existing }
+}
+
+/// A FIFO planted in the state directory at a bond, identity or passkey file's path: the open
+/// used to block for ever (O_NOFOLLOW but no O_NONBLOCK), so `blemu run` never advertised.
+@Suite struct StateFileFIFOTests {
+    private func elapsed(_ body: () -> Void) -> Duration { ContinuousClock().measure(body) }
+
+    @Test func aFIFOAtTheBondFileIsReportedAndTheStoreStartsEmptyAtOnce() {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let path = dir.path + "/" + owner.fileName
+        #expect(mkfifo(path, 0o600) == 0)
+        let recorder = LogRecorder()
+        var store: BondStore?
+        #expect(elapsed { store = BondStore(path: path, owner: owner, logger: recorder.logger) } < .seconds(1))
+        #expect(store?.bonds.isEmpty == true)
+        #expect(recorder.entries.contains { $0.level == .error && $0.message.contains("a FIFO, not a regular file") },
+                "\(recorder.entries.map(\.message))")
+        // Saving replaces the FIFO with a regular file (renamed over it), and it reads back.
+        store?.save(bond())
+        #expect(BondStore(path: path, owner: owner, logger: recorder.logger).bonds.count == 1)
+    }
+
+    @Test func aFIFOAtThePasskeyOrIdentityFileIsReportedAtOnce() {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let passkeyPath = PasskeyLabel.path(directory: dir.path, owner: owner)
+        #expect(mkfifo(passkeyPath, 0o600) == 0)
+        var outcome: PasskeyLabel.Outcome?
+        #expect(elapsed { outcome = PasskeyLabel.loadOrCreate(path: passkeyPath, random: { 123_456 }) } < .seconds(1))
+        #expect(outcome?.passkey == 123_456)
+        #expect(outcome?.problem?.contains("a FIFO, not a regular file") == true, "\(String(describing: outcome))")
+
+        let identityPath = dir.path + "/identity.json"
+        #expect(mkfifo(identityPath, 0o600) == 0)
+        let recorder = LogRecorder()
+        var random = SystemRandomNumberGenerator()
+        #expect(elapsed { _ = DeviceIdentityStore.loadOrCreate(path: identityPath, owner: owner, logger: recorder.logger, random: &random) } < .seconds(1))
+        #expect(recorder.entries.contains { $0.level == .error && $0.message.contains("a FIFO, not a regular file") })
+    }
+
+    @Test func aFIFOAtTheTemporaryFileOfAWriteIsRefusedNotWaitedOn() {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let path = dir.path + "/" + owner.fileName
+        #expect(mkfifo("\(path).tmp-\(getpid())", 0o600) == 0)
+        var failure: String?
+        #expect(elapsed { failure = BondStore.writeAtomically(Array("{}".utf8), to: path) } < .seconds(1))
+        #expect(failure?.contains("a FIFO, not a regular file") == true, "\(String(describing: failure))")
+    }
 }

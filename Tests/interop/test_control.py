@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import shutil
 import socket
 import struct
@@ -554,6 +555,56 @@ def test_a_client_that_hangs_up_mid_request_harms_nothing(controlled):
     client.send_raw(b'{"id":2,"cmd":"set","device":"heart-rate","key":"battery","value":"33"}\n')
     client.close()
     wait_for_log(controlled, "battery set to 33", "the request of a client that left before its reply, run")
+    assert controlled.exited() is None
+
+
+def test_sixteen_half_lines_do_not_lock_out_blemu_ctl(controlled):
+    """Sixteen clients that each sent half a line used to hold every place for as long as they
+    stayed open ("16 clients already"). Now, once they have been idle 1 s, `blemu ctl` takes the
+    place of the one idle longest, which is told why; 10 s after its half line each is closed.
+    A burst of 500 connects is answered (served or told), not refused by the kernel."""
+    holders = [ControlSocket(controlled.control_path, timeout=15) for _ in range(16)]
+    try:
+        for holder in holders:
+            holder.send_raw(b'{"id":1,"cmd":"li')
+        time.sleep(1.5)
+        assert ctl_ok(controlled, "list")["devices"][0]["name"] == controlled.name
+        wait_for_log(controlled, "gave its place to client", "the log line about the idle client giving way")
+        told = holders[0].sock.recv(65536)
+        assert b"closing this connection for a new client" in told, told
+        # The rest: closed 10 s after their half line, with the reason.
+        for holder in holders[1:]:
+            data = b""
+            while chunk := holder.sock.recv(65536):
+                data += chunk
+            assert b"an unfinished line (no newline)" in data, data
+        wait_for_log(controlled, "without its newline for 10.0 seconds", "the log line about an unfinished line")
+    finally:
+        for holder in holders:
+            holder.close()
+
+    burst = []
+    try:
+        for _ in range(500):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            sock.connect(controlled.control_path)  # with the old backlog of 16: BlockingIOError (EAGAIN)
+            burst.append(sock)
+        # Every connection beyond the 16 places hears why it is closed (or takes an idle
+        # one's place, which then hears why); at most 16 are kept.
+        told: set[socket.socket] = set()
+        deadline = time.monotonic() + 15
+        while len(told) < len(burst) - 16 and time.monotonic() < deadline:
+            readable, _, _ = select.select([sock for sock in burst if sock not in told], [], [], 0.5)
+            for sock in readable:
+                line = sock.recv(65536)
+                assert b"clients already" in line or b"for a new client" in line, line
+                told.add(sock)
+        assert len(told) >= len(burst) - 16, f"{len(told)} of {len(burst)} told"
+    finally:
+        for sock in burst:
+            sock.close()
+    assert ctl_ok(controlled, "list")["ok"] is True
     assert controlled.exited() is None
 
 

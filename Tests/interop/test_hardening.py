@@ -114,3 +114,26 @@ def test_sigterm_ends_within_3_s_when_the_controller_stops_taking_commands():
         elapsed = time.monotonic() - started
     assert status == 0, f"exit status {status}:\n{blemu.log_tail()}"
     assert elapsed < 4.5, f"the stop took {elapsed:.1f} s (deadline 3 s)"
+
+
+def test_a_fifo_at_the_bond_and_passkey_files_does_not_hold_the_start(blemu_factory, tmp_path):
+    """FIFOs planted in --state-dir at the lock's bond file and passkey file. blemu used to
+    block in open() (O_NOFOLLOW but no O_NONBLOCK) and never advertised or logged; now each is
+    refused at once with a log line naming it, and the lock advertises."""
+    import os
+    import stat
+
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    name = unique_name("Fifo")
+    bonds = state_dir / f"bonds-lock-{name}.json"
+    passkey = state_dir / f"passkey-lock-{name}.txt"
+    os.mkfifo(bonds, 0o600)
+    os.mkfifo(passkey, 0o600)
+    blemu = blemu_factory.start(name, device="lock", extra_args=["--state-dir", str(state_dir)])
+    log = blemu.log_tail(400)
+    assert f"bond store {bonds} cannot be read (a FIFO, not a regular file)" in log, log
+    assert f"{passkey}: a FIFO, not a regular file" in log, log
+    # Left where they are, not read, not replaced (no bond was written).
+    assert stat.S_ISFIFO(os.lstat(bonds).st_mode) and stat.S_ISFIFO(os.lstat(passkey).st_mode)
+    assert blemu.stop() == 0, blemu.log_tail()

@@ -1,0 +1,95 @@
+import BlemuConfig
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A configuration cannot ask for unbounded devices: an alias bomb or a list of 40,000 devices
+/// is refused at once (it took 70 s and 2.75 GB, then failed with EMFILE), with the file, the
+/// line and the limit.
+@Suite struct ConfigurationLimitsTests {
+    private func refusal(_ text: String, within limit: Duration = .seconds(1)) -> String? {
+        var message: String?
+        let time = ContinuousClock().measure {
+            do {
+                _ = try ConfigurationFile.parse(text, file: "fleet.yaml")
+            } catch {
+                message = "\(error)"
+            }
+        }
+        #expect(time < limit, "took \(time)")
+        return message
+    }
+
+    @Test func anAliasBombIsRefusedAtOnceWithTheLineAndTheLimit() {
+        // One anchored device entry aliased 140,000 times: under 1 MB of text.
+        var text = "devices:\n  - &d { device: heart-rate, settings: { bpm: 72, battery: 80 } }\n"
+        text += String(repeating: "  - *d\n", count: 140_000)
+        #expect(text.utf8.count < 1 << 20)
+        let message = refusal(text)
+        #expect(message?.hasPrefix("fleet.yaml:") == true, "\(String(describing: message))")
+        #expect(message?.contains("more than 20000 YAML nodes") == true, "\(String(describing: message))")
+        // Passed within the aliases, not at the end of the file.
+        let line = message.flatMap { $0.split(separator: ":").dropFirst().first }.flatMap { Int($0) }
+        #expect(line.map { $0 > 2 && $0 < 10_000 } == true, "\(String(describing: message))")
+    }
+
+    @Test func nestedAliasesCountAsWhatTheyStandFor() {
+        // Billion laughs: each level doubles; 20 levels are a million nodes in 40 lines.
+        var text = "a0: &a0 [x, x]\n"
+        for level in 1...20 { text += "a\(level): &a\(level) [*a\(level - 1), *a\(level - 1)]\n" }
+        text += "devices:\n  - device: heart-rate\n"
+        let message = refusal(text)
+        #expect(message?.contains("more than 20000 YAML nodes") == true, "\(String(describing: message))")
+    }
+
+    @Test func fortyThousandPlainEntriesAreRefusedAtOnce() {
+        let text = "devices:\n" + String(repeating: "  - device: heart-rate\n", count: 40_000)
+        let message = refusal(text)
+        #expect(message?.hasPrefix("fleet.yaml:") == true, "\(String(describing: message))")
+        #expect(message?.contains("20000 YAML nodes") == true, "\(String(describing: message))")
+    }
+
+    @Test func moreDevicesThanOneProcessRunsAreRefusedWithTheFirstOneTooMany() throws {
+        let entries = (0..<65).map { "  - { device: heart-rate, name: HR \($0) }\n" }.joined()
+        let message = refusal("devices:\n" + entries)
+        #expect(message == "fleet.yaml:66: devices[64]: 65 devices; one blemu runs at most 64 devices (run several processes for more)")
+        let sixtyFour = try ConfigurationFile.parse("devices:\n" + entries.split(separator: "\n").prefix(64).joined(separator: "\n"), file: "f.yaml")
+        #expect(sixtyFour.devices.count == 64)
+    }
+
+    @Test func theDescriptorsTheDevicesNeedAreCheckedAgainstTheLimit() {
+        #expect(ProcessLimits.check(devices: 65) == "65 devices: one blemu runs at most 64 devices (run several processes for more)")
+        let needed = ProcessLimits.descriptorsNeeded(devices: 64)
+        var raisedTo: UInt64?
+        // Enough: nothing raised.
+        #expect(ProcessLimits.check(needed: needed, soft: 1024, hard: 4096, devices: 64) { raisedTo = $0; return true } == nil)
+        #expect(raisedTo == nil)
+        // The soft limit is too low but the hard one allows it: raised.
+        #expect(ProcessLimits.check(needed: needed, soft: 50, hard: 4096, devices: 64) { raisedTo = $0; return true } == nil)
+        #expect(raisedTo == UInt64(needed))
+        // Neither: refused, saying what to do.
+        let refusal = ProcessLimits.check(needed: needed, soft: 50, hard: 60, devices: 64) { _ in Issue.record("raised past hard"); return false }
+        #expect(refusal == "64 devices need up to \(needed) file descriptors and the limit (RLIMIT_NOFILE, `ulimit -n`) is 50 (hard 60): raise it, or run fewer devices")
+        // This process can run the largest fleet.
+        #expect(ProcessLimits.check(devices: 64) == nil)
+    }
+
+    @Test func aFIFOGivenAsTheConfigurationIsRefusedAtOnce() {
+        var template = Array("/tmp/blemu-config-XXXXXX".utf8CString)
+        let directory = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
+        let path = directory + "/fleet.yaml"
+        defer {
+            unlink(path)
+            rmdir(directory)
+        }
+        #expect(mkfifo(path, 0o600) == 0)
+        var message: String?
+        let time = ContinuousClock().measure {
+            do { _ = try ConfigurationFile.load(path: path) } catch { message = "\(error)" }
+        }
+        #expect(time < .seconds(1))
+        #expect(message == "\(path): a FIFO, not a regular file")
+    }
+}
