@@ -489,7 +489,7 @@ public final class ControlServer {
 
     private func logBudgeted(_ level: Logger.Level, _ message: String) {
         guard logger.logLevel <= level else { return }
-        guard let leftOut = budget.take(now: loop.nowNanoseconds) else { return }
+        guard let leftOut = budget.take(now: loop.nowNanoseconds, for: logger) else { return }
         logger.event(.controlCommand, level, "\(message)\(LogBudget.note(leftOut))")
     }
 }
