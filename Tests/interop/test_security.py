@@ -394,6 +394,35 @@ def test_the_lock_refuses_a_passkey_pairing_with_a_7_octet_key(rootcanal, tmp_pa
         stop(lock)
 
 
+def test_a_7_octet_key_stays_7_octets_whatever_the_controller_reports(rootcanal, tmp_path):
+    """The heart-rate sensor takes any key size the Core allows: a central offering 7 octets
+    pairs with a 7-octet key. rootcanal answers Read Encryption Key Size with 16 for it; the
+    link still counts 7 (the host shortened the key, Vol 3, Part H, 2.3.4) and the log says both."""
+    blemu = start(rootcanal, "K7", tmp_path / "state")
+
+    class ShortKeys(PairingDelegate):
+        def __init__(self):
+            super().__init__(PairingDelegate.NO_OUTPUT_NO_INPUT, maximum_encryption_key_size=7)
+
+    async def scenario():
+        async with central_for(blemu, "seven-octet-central") as central:
+            central.device.pairing_config_factory = pairing(sc=True, delegate=ShortKeys())
+            conn = await connect(central, blemu)
+            await conn.connection.pair()
+            assert conn.connection.is_encrypted
+            await asyncio.sleep(0.5)
+            await conn.disconnect()
+
+    try:
+        run(scenario(), timeout=60)
+        paired = [e.message for e in blemu.events("paired")]
+        assert any("7-octet key" in message for message in paired), paired
+        tail = blemu.log_tail()
+        assert "the controller reports a 16-octet key, 7 octets were negotiated: the link counts as 7" in tail, tail
+    finally:
+        stop(blemu)
+
+
 def test_bonds_go_to_STATE_DIRECTORY_by_default(rootcanal, tmp_path):
     """Without --state-dir, systemd's $STATE_DIRECTORY (its first entry) holds the bond file."""
     state = tmp_path / "systemd-state"
