@@ -33,9 +33,10 @@ public final class RecentLines {
     /// A read-only characteristic serving the text by offset, so a long read is whole.
     /// `refusal`, asked at every read (each part of a long read too): an ATT error for a
     /// central that may not read the lines (e.g. Insufficient Authentication), nil to answer.
-    public func makeCharacteristic(_ uuid: BluetoothUUID, description: String,
+    /// `permissions`: the security the stack checks before any read reaches `refusal` (nil: readable by all).
+    public func makeCharacteristic(_ uuid: BluetoothUUID, description: String, permissions: AttributePermissions? = nil,
                                    refusal: ((ATTPeer) -> ATTError?)? = nil) -> Characteristic {
-        Characteristic(uuid, properties: [.read], length: .variable(max: maxBytes),
+        Characteristic(uuid, properties: [.read], permissions: permissions, length: .variable(max: maxBytes),
                        descriptors: [.userDescription(description)],
                        onRead: { [weak self] request, value in
                            guard let self else { return .unlikelyError }

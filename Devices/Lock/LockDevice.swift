@@ -92,12 +92,11 @@ public final class LockDevice: Device {
                                       permissions: ControlPointAccess.permissions,
                                       length: .variable(max: 1 + Self.pinLengths.upperBound),
                                       descriptors: [.userDescription("Lock control point")])
+        controlPoint.minimumEncryptionKeySize = Self.requiredKeySize
         // Who came and went is the owner's business: only a central paired with the passkey reads it.
-        let box = WeakBox<LockDevice>()
-        eventLog = events.makeCharacteristic(Self.eventLogUUID, description: "Event log") { peer in
-            guard let context = box.value?.context else { return .insufficientAuthentication }
-            return context.securityRefusal(peer, authenticated: true, secureConnections: true)
-        }
+        eventLog = events.makeCharacteristic(Self.eventLogUUID, description: "Event log",
+                                             permissions: [.readAuthenticationRequired, .secureConnectionsRequired])
+        eventLog.minimumEncryptionKeySize = Self.requiredKeySize
         relockDelay = Characteristic(Self.relockDelayUUID, properties: [.read, .write], length: .fixed(2),
                                      descriptors: [.userDescription("Auto-relock delay, s (0: off)"),
                                                    // uint16 (0x06), seconds (0x2703).
@@ -108,7 +107,6 @@ public final class LockDevice: Device {
         profile = DeviceProfile(defaultName: "blemu Lock", advertisedServices: [Self.serviceUUID, BluetoothUUID(0x180F)],
                                 appearance: 0x0708)
         wireHandlers()
-        box.value = self
     }
 
     public var services: [Service] {
@@ -188,18 +186,25 @@ public final class LockDevice: Device {
 
     // MARK: The control point
 
-    /// Who may use the Lock Control Point, decided here and nowhere else: only a central that
-    /// paired with the lock's passkey (`--passkey`, else the generated label) with LE Secure
-    /// Connections, on a link encrypted with that authenticated key (Insufficient Authentication 0x05 otherwise, or
-    /// Insufficient Encryption 0x0F for a bonded central that has not encrypted yet; Vol 3,
-    /// Part C, 10.3), and the PIN. And a central that has enabled indications, since its
+    /// The lock's promise is Security Mode 1 Level 4 (Vol 3, Part C, 10.2.1): "Authenticated LE
+    /// Secure Connections pairing with encryption using a 128-bit strength encryption key". So
+    /// its protected values need 16-octet keys: the permissions declare it, the ATT server
+    /// answers a shorter key with Encryption Key Size Too Short (0x0C), and the Security Manager
+    /// refuses a pairing that would leave one (Encryption Key Size, 0x06).
+    public static let requiredKeySize: UInt8 = 16
+
+    /// Who may use the Lock Control Point: only a central that paired with the lock's passkey
+    /// (`--passkey`, else the generated label) with LE Secure Connections, on a link encrypted
+    /// with that authenticated 128-bit key — the declared permissions, which the ATT server
+    /// checks before the device hears of a write (Insufficient Authentication 0x05, or
+    /// Insufficient Encryption 0x0F for a bonded central that has not encrypted yet, or 0x0C;
+    /// Vol 3, Part C, 10.3) — and the PIN. And a central that has enabled indications, since its
     /// results come as indications (0xFD otherwise, Supplement Part B, 1.2).
     enum ControlPointAccess {
-        static let permissions: AttributePermissions = [.writeable]
+        static let permissions: AttributePermissions = [.writeAuthenticationRequired, .secureConnectionsRequired]
 
         static func refusal(_ peer: ATTPeer, controlPoint: Characteristic, context: DeviceContext) -> ATTError? {
-            if let refusal = context.securityRefusal(peer, authenticated: true, secureConnections: true) { return refusal }
-            return context.isSubscribed(controlPoint, peer: peer, indications: true) ? nil : .cccdImproperlyConfigured
+            context.isSubscribed(controlPoint, peer: peer, indications: true) ? nil : .cccdImproperlyConfigured
         }
     }
 

@@ -73,7 +73,7 @@ public final class ThermostatDevice: Device {
                                                   upper: EnvironmentalSensing.humidityBytes(percent: 100)),
                                   ])
         // Presentation Format (Vol 3, Part G, 3.3.3.5): sint16 (0x0E), exponent -2, degrees Celsius (0x272F).
-        target = Characteristic(Self.targetUUID, properties: [.read, .write, .notify], length: .fixed(2),
+        target = Characteristic(Self.targetUUID, properties: [.read, .write, .notify], permissions: Self.settingPermissions, length: .fixed(2),
                                 descriptors: [
                                     .userDescription("Target temperature"),
                                     .presentationFormat(format: 0x0E, exponent: -2, unit: 0x272F),
@@ -81,9 +81,11 @@ public final class ThermostatDevice: Device {
                                                 upper: Self.int16Bytes(Self.targetRange.upperBound)),
                                 ])
         // uint8 (0x04), unitless (0x2700).
-        mode = Characteristic(Self.modeUUID, properties: [.read, .write, .notify], length: .fixed(1),
+        mode = Characteristic(Self.modeUUID, properties: [.read, .write, .notify], permissions: Self.settingPermissions, length: .fixed(1),
                               descriptors: [.userDescription("Mode: 0 off, 1 heat, 2 cool, 3 auto"),
                                             .presentationFormat(format: 0x04, unit: 0x2700)])
+        target.minimumEncryptionKeySize = Self.requiredKeySize
+        mode.minimumEncryptionKeySize = Self.requiredKeySize
         heatingState = Characteristic(Self.heatingStateUUID, properties: [.read, .notify], length: .fixed(1),
                                       descriptors: [.userDescription("Heating state: 0 idle, 1 heating, 2 cooling"),
                                                     .presentationFormat(format: 0x04, unit: 0x2700)])
@@ -193,10 +195,10 @@ public final class ThermostatDevice: Device {
         mode.onRead = reader { [$0.model.mode.rawValue] }
         heatingState.onRead = reader { [$0.model.state.rawValue] }
 
-        // The stack has checked the length (exactly 2 bytes, else 0x0D); the link and the range are checked here.
-        target.validateWrite = { [weak self] request in
-            if let refusal = self?.linkRefusal(request.peer) { return refusal }
-            return Self.targetRange.contains(Self.int16(request.value)) ? nil : .outOfRange
+        // The stack has checked the link (settingPermissions) and the length (exactly 2 bytes,
+        // else 0x0D); the range is checked here.
+        target.validateWrite = { request in
+            Self.targetRange.contains(Self.int16(request.value)) ? nil : .outOfRange
         }
         target.onWrite = { [weak self] request in
             guard let self else { return .unlikelyError }
@@ -204,9 +206,8 @@ public final class ThermostatDevice: Device {
             self.change("target set to \(Self.celsius(celsius)) by \(request.peer.address)", peer: request.peer) { $0.setTarget(celsius) }
             return nil
         }
-        mode.validateWrite = { [weak self] request in
-            if let refusal = self?.linkRefusal(request.peer) { return refusal }
-            return ThermostatMode(rawValue: request.value[0]) == nil ? .outOfRange : nil
+        mode.validateWrite = { request in
+            ThermostatMode(rawValue: request.value[0]) == nil ? .outOfRange : nil
         }
         mode.onWrite = { [weak self] request in
             guard let self, let mode = ThermostatMode(rawValue: request.value[0]) else { return .unlikelyError }
@@ -218,12 +219,12 @@ public final class ThermostatDevice: Device {
         ticker.onTick = { [weak self] in self?.publish() }
     }
 
-    /// Who may change the target and the mode: only a central on an encrypted link (Just Works
-    /// is enough; 0x05, or 0x0F for a bonded central not yet encrypted; Vol 3, Part C, 10.3).
-    private func linkRefusal(_ peer: ATTPeer) -> ATTError? {
-        guard let context else { return .insufficientAuthentication }
-        return context.securityRefusal(peer, authenticated: false)
-    }
+    /// Who may change the target and the mode: only a central on an encrypted link (Security
+    /// Mode 1 Level 2, Vol 3, Part C, 10.2.1: Just Works is enough, and any key size the Core
+    /// allows, 7 octets and up). Declared as permissions, so the ATT server checks them before
+    /// the device hears of a write: 0x05, or 0x0F for a bonded central not yet encrypted (10.3).
+    static let settingPermissions: AttributePermissions = [.readable, .writeEncryptionRequired]
+    public static let requiredKeySize: UInt8 = 7
 
     /// A new listener reads first: what it could read now is the baseline, not news.
     private func takeBaseline() {

@@ -162,7 +162,8 @@ struct GattCommand: ParsableCommand {
 
     /// The central's security: its bonds in the state directory, beside the devices' but in a
     /// file of their own, under a static random address derived from that directory, so a
-    /// peripheral that bonded with this central recognises it on the next run.
+    /// peripheral that bonded with this central recognises it on the next run; its IRK (which
+    /// it distributes when a peripheral asks for IdKey) in an identity file there.
     func makeSecurity(_ host: CentralHost, scheduler: TimerScheduling, logger: Logger) throws -> CentralSecurity {
         let directory = stateDirectoryPath(stateDirectory)
         let address = BluetoothAddress.staticRandom(seed: "blemu central " + (directory ?? ""))
@@ -170,7 +171,8 @@ struct GattCommand: ParsableCommand {
         let configuration = CentralSecurityConfiguration(
             ioCapability: SMPIOCapability(cliName: ioCapability) ?? .keyboardDisplay, passkey: try parsedPasskey(),
             acceptNumericComparison: !rejectComparison,
-            bondStorePath: directory.map { $0 + "/" + GattCommand.bondOwner(address).fileName })
+            bondStorePath: directory.map { $0 + "/" + GattCommand.bondOwner(address).fileName },
+            identityPath: directory.map { $0 + "/" + GattCommand.bondOwner(address).identityFileName })
         let security = CentralSecurity(configuration: configuration, owner: GattCommand.bondOwner(address),
                                        localAddress: SMPAddress(address, isRandom: true), scheduler: scheduler, logger: logger)
         security.display = { emitNote($0) }

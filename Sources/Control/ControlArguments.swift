@@ -23,7 +23,7 @@ extension ControlCommand {
         fault DEVICE UUID drop [--count N]
         fault clear [DEVICE]
         pairing DEVICE confirm|reject
-        authorize DEVICE UUID allow|deny [PEER]
+        authorize DEVICE UUID allow|deny [PEER [public|random]]
         bonds DEVICE [forget [ADDRESS]]
         """
 
@@ -107,8 +107,8 @@ extension ControlCommand {
             default: throw ControlUsageError("pairing takes confirm or reject, not \(quoted(words[1]))")
             }
         case "authorize":
-            let form = "authorize DEVICE UUID allow|deny [PEER]"
-            try expect(3...4, form)
+            let form = "authorize DEVICE UUID allow|deny [PEER [public|random]]"
+            try expect(3...5, form)
             try refuseOptions(except: nil, form)
             guard let uuid = ControlRequest.parseUUID(words[1]) else {
                 throw ControlUsageError("\(quoted(words[1])) is not a UUID: give 2A37, 0x2A37 or the 128-bit form")
@@ -120,13 +120,21 @@ extension ControlCommand {
             default: throw ControlUsageError("authorize takes allow or deny, not \(quoted(words[2]))")
             }
             var peer: BluetoothAddress?
-            if words.count == 4 {
+            if words.count >= 4 {
                 guard let parsed = BluetoothAddress(words[3]) else {
                     throw ControlUsageError("\(quoted(words[3])) is not a central's address like AA:BB:CC:DD:EE:FF")
                 }
                 peer = parsed
             }
-            self = .authorize(device: words[0], characteristic: uuid, allow: allow, peer: peer)
+            var peerIsRandom = true
+            if words.count == 5 {
+                switch words[4] {
+                case "public": peerIsRandom = false
+                case "random": peerIsRandom = true
+                default: throw ControlUsageError("a central's address type is public or random, not \(quoted(words[4]))")
+                }
+            }
+            self = .authorize(device: words[0], characteristic: uuid, allow: allow, peer: peer, peerIsRandom: peerIsRandom)
         case "bonds":
             let form = "bonds DEVICE [forget [ADDRESS]]"
             try expect(1...3, form)

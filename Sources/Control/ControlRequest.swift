@@ -27,9 +27,10 @@ public enum ControlCommand: Equatable, Sendable {
     case pairing(device: String, confirm: Bool)
     /// Whether requests for a value that requires authorization are authorized
     /// (`Peripheral.setAuthorization`; refused until allowed): for every central, or with
-    /// `peer` for the central with that address (its link's or its bonded identity), overriding
-    /// the answer for every central.
-    case authorize(device: String, characteristic: BluetoothUUID, allow: Bool, peer: BluetoothAddress? = nil)
+    /// `peer` for the central with that address (its link's or its bonded identity) and type
+    /// (`peerIsRandom`, random unless said), overriding the answer for every central.
+    case authorize(device: String, characteristic: BluetoothUUID, allow: Bool, peer: BluetoothAddress? = nil,
+                   peerIsRandom: Bool = true)
     /// The device's bonds, as `blemu bonds list` shows them (never a key).
     case bonds(device: String)
     /// Forgets the bonds of the central at `address` (the address it bonded from or its
@@ -64,7 +65,7 @@ public enum ControlCommand: Equatable, Sendable {
         switch self {
         case .list: return nil
         case .set(let device, _, _), .disconnect(let device, _), .advertise(let device, _), .fault(let device, _, _, _),
-             .service(let device, _, _), .pairing(let device, _), .authorize(let device, _, _, _), .bonds(let device),
+             .service(let device, _, _), .pairing(let device, _), .authorize(let device, _, _, _, _), .bonds(let device),
              .forgetBonds(let device, _):
             return device
         case .clearFaults(let device): return device
@@ -187,10 +188,10 @@ public struct ControlRequest: Equatable, Sendable {
             if let device { members.append(("device", .string(device))) }
         case .pairing(let device, let confirm):
             members += [("device", .string(device)), ("answer", .string(confirm ? "confirm" : "reject"))]
-        case .authorize(let device, let characteristic, let allow, let peer):
+        case .authorize(let device, let characteristic, let allow, let peer, let peerIsRandom):
             members += [("device", .string(device)), ("uuid", .string(characteristic.description)),
                         ("answer", .string(allow ? "allow" : "deny"))]
-            if let peer { members.append(("peer", .string(peer.description))) }
+            if let peer { members += [("peer", .string(peer.description)), ("peer_random", .bool(peerIsRandom))] }
         case .bonds(let device):
             members.append(("device", .string(device)))
         case .forgetBonds(let device, let address):
@@ -283,7 +284,10 @@ private struct FieldReader {
                 }
                 peer = parsed
             }
-            command = .authorize(device: device, characteristic: uuid, allow: allow, peer: peer)
+            // The address type: a public and a random address with the same bits are two devices.
+            let peerIsRandom = try optionalBool("peer_random")
+            if peerIsRandom != nil && peer == nil { throw fail("\"peer_random\" goes with \"peer\"") }
+            command = .authorize(device: device, characteristic: uuid, allow: allow, peer: peer, peerIsRandom: peerIsRandom ?? true)
         case "bonds":
             let device = try string("device")
             switch try optionalString("action") ?? "list" {
@@ -369,6 +373,11 @@ private struct FieldReader {
             throw fail("\"\(key)\" is \(text.utf8.count) bytes long; at most \(ControlRequest.maxStringLength)")
         }
         return text
+    }
+
+    private mutating func optionalBool(_ key: String) throws(ControlRequestError) -> Bool? {
+        guard field(key) != nil else { return nil }
+        return try bool(key)
     }
 
     private mutating func bool(_ key: String) throws(ControlRequestError) -> Bool {

@@ -579,7 +579,7 @@ public final class ControlServer {
 
     private func logBudgeted(_ level: Logger.Level, _ message: String) {
         guard logger.logLevel <= level else { return }
-        guard let leftOut = budget.take(now: timers.nowNanoseconds) else { return }
+        guard let leftOut = budget.take(now: timers.nowNanoseconds, for: logger) else { return }
         logger.event(.controlCommand, level, "\(message)\(LogBudget.note(leftOut))")
     }
 }

@@ -97,16 +97,27 @@ public final class DeviceControl {
                              ("answered", .integer(Int64(answered)))])
             }
 
-        case .authorize(let name, let uuid, let allow, let peer):
+        case .authorize(let name, let uuid, let allow, let peer, let peerIsRandom):
             switch target(name) {
             case .failure(let error): return refuse(error.message)
             case .success(let (peripheral, ref)):
-                if let refusal = peripheral.setAuthorization(allow, characteristic: uuid, peer: peer) { return refuse(refusal, peripheral) }
+                if let refusal = peripheral.setAuthorization(allow, characteristic: uuid, peer: peer, peerIsRandom: peerIsRandom) {
+                    return refuse(refusal, peripheral)
+                }
                 var members: [(String, JSONValue)] = [("device", .string(ref)), ("uuid", .string(uuid.description)),
                                                       ("answer", .string(allow ? "allow" : "deny"))]
-                if let peer { members.append(("peer", .string(peer.description))) }
-                return done(peripheral, (allow ? "requests authorized" : "requests refused with Insufficient Authorization (0x08)")
-                                + (peer.map { " for \($0)" } ?? ""), members)
+                var what = (allow ? "requests authorized" : "requests refused with Insufficient Authorization (0x08)")
+                if let peer {
+                    members += [("peer", .string(peer.description)), ("peer_random", .bool(peerIsRandom))]
+                    what += " for \(peer) (\(peerIsRandom ? "random" : "public"))"
+                } else {
+                    // The answer for every central leaves the per-central ones in place (they
+                    // override it): the reply names them, so nobody thinks "deny" denied them all.
+                    let kept = peripheral.peerAuthorizations(of: uuid)
+                    members.append(("per_central", .array(kept.map(Self.describe))))
+                    if !kept.isEmpty { what += "; \(kept.count) per-central answer(s) left in place" }
+                }
+                return done(peripheral, what, members)
             }
 
         case .bonds(let name):
@@ -217,6 +228,12 @@ public final class DeviceControl {
         return String(repeating: "0", count: max(0, 6 - digits.count)) + digits
     }
 
+    /// A per-central authorization answer, as `list` and `authorize` show it.
+    static func describe(_ answer: PeerAuthorization) -> JSONValue {
+        .object([("uuid", .string(answer.characteristic.description)), ("peer", .string(answer.peer.description)),
+                 ("peer_random", .bool(answer.peerIsRandom)), ("allow", .bool(answer.allowed))])
+    }
+
     /// `list`: one object per device, in command-line order.
     static func listing(_ peripherals: [Peripheral], names: DeviceNames) -> JSONValue {
         .array(peripherals.enumerated().map { index, peripheral in
@@ -225,7 +242,8 @@ public final class DeviceControl {
                 let shown: [(String, JSONValue)] =
                     (link.pairingPasskey.map { [("pairing_passkey", JSONValue.string(sixDigits($0)))] } ?? [])
                     + (link.pairingComparison.map { [("numeric_comparison", JSONValue.string(sixDigits($0)))] } ?? [])
-                return .object([("peer", .string(link.peer.description)), ("handle", .integer(Int64(link.handle))),
+                return .object([("peer", .string(link.peer.description)), ("peer_random", .bool(link.peerIsRandom)),
+                                ("handle", .integer(Int64(link.handle))),
                                 ("mtu", .integer(Int64(link.mtu))), ("encrypted", .bool(link.encrypted))] + shown)
             }
             let settings: [JSONValue] = peripheral.device.settings.map { setting in
@@ -256,10 +274,7 @@ public final class DeviceControl {
                     ? peripheral.configuration.security.passkey.map { .string(sixDigits($0)) } ?? .null : .null),
                 ("authorized", .array(characteristics.filter { peripheral.authorizations[$0.valueHandle] == true }
                                         .map { .string($0.uuid.description) })),
-                ("authorized_peers", .array(peripheral.peerAuthorizations.map {
-                    .object([("uuid", .string($0.characteristic.description)), ("peer", .string($0.peer.description)),
-                             ("allow", .bool($0.allowed))])
-                })),
+                ("authorized_peers", .array(peripheral.peerAuthorizations.map(describe))),
             ])
         })
     }
@@ -294,8 +309,9 @@ public final class DeviceControl {
         case .disconnect(let device, let reason): return "disconnect \(printable(device)) --reason \(Hex.byte(reason))"
         case .advertise(let device, let on): return "advertise \(printable(device)) \(on ? "on" : "off")"
         case .pairing(let device, let confirm): return "pairing \(printable(device)) \(confirm ? "confirm" : "reject")"
-        case .authorize(let device, let uuid, let allow, let peer):
-            return "authorize \(printable(device)) \(uuid) \(allow ? "allow" : "deny")" + (peer.map { " \($0)" } ?? "")
+        case .authorize(let device, let uuid, let allow, let peer, let peerIsRandom):
+            return "authorize \(printable(device)) \(uuid) \(allow ? "allow" : "deny")"
+                + (peer.map { " \($0) \(peerIsRandom ? "random" : "public")" } ?? "")
         case .service(let device, let uuid, let present): return "service \(printable(device)) \(uuid) \(present ? "on" : "off")"
         case .fault(let device, let uuid, let action, let count):
             let what: String
@@ -316,7 +332,7 @@ public final class DeviceControl {
     private func logBudgeted(_ level: Logger.Level, _ message: String, _ peripheral: Peripheral? = nil) {
         let target = peripheral?.logger ?? logger
         guard target.logLevel <= level else { return }
-        guard let leftOut = budget.take(now: scheduler.nowNanoseconds) else { return }
+        guard let leftOut = budget.take(now: scheduler.nowNanoseconds, for: target) else { return }
         target.event(.controlCommand, level, "\(message)\(LogBudget.note(leftOut))")
     }
 }

@@ -200,6 +200,16 @@ public final class GATTDatabase {
 
     @usableFromInline func isPresent(index: Int) -> Bool { presence[index] }
 
+    /// The key size (octets) a link needs for every value this database protects: the largest
+    /// `minimumEncryptionKeySize` among the characteristics whose permissions require encryption
+    /// (7, the spec's least, when none does). A device's Security Manager refuses pairings that
+    /// would leave a shorter key (Encryption Key Size, Vol 3, Part H, 2.3.4), so its declared
+    /// permissions decide it.
+    public var requiredEncryptionKeySize: UInt8 {
+        characteristics.filter { $0.permissions.readNeedsEncryption || $0.permissions.writeNeedsEncryption }
+            .map { min(max($0.minimumEncryptionKeySize, 7), 16) }.max() ?? 7
+    }
+
     public func characteristic(_ uuid: BluetoothUUID) -> Characteristic? {
         characteristics.first { $0.uuid == uuid }
     }

@@ -28,6 +28,9 @@ public struct LEConnectionComplete: Equatable, Sendable {
     /// The enhanced event's Peer_Resolvable_Private_Address: the address the peer used over the
     /// air when the controller resolved it (nil when all zero, or from the legacy event).
     public var peerResolvablePrivateAddress: BluetoothAddress? = nil
+    /// LE Enhanced Connection Complete v2 (subevent 0x29, Core 5.4): the advertising set the
+    /// link came from (0xFF: none, or not a set); nil from the other forms.
+    public var advertisingHandle: UInt8? = nil
 
     /// The controller resolved the peer: Peer_Address_Type 0x02 or 0x03 (7.7.65.10), or a
     /// Peer_Resolvable_Private_Address that is not all zero, which the spec allows only with
@@ -168,15 +171,18 @@ public enum HCIEvent: Equatable, Sendable {
     private static func decodeLEMeta(_ r: inout ByteReader) throws(DecodeError) -> HCIEvent {
         let subevent = try r.u8()
         switch subevent {
-        case 0x01, 0x0A:
-            // 7.7.65.1 / 7.7.65.10: the enhanced form adds the two resolvable private addresses.
+        case 0x01, 0x0A, 0x29:
+            // 7.7.65.1 / 7.7.65.10: the enhanced form adds the two resolvable private addresses;
+            // its v2 (subevent 0x29, Core 5.4) then Advertising_Handle and Sync_Handle at the end.
+            // blemu leaves v2 masked (LE event mask bit 40 clear), so controllers send v1, but a
+            // controller that sends v2 anyway still opens the link.
             let status = try r.u8()
             let handle = try r.u16() & 0x0FFF
             let role = try r.u8()
             let peerType = try r.u8()
             let peer = try BluetoothAddress(littleEndian: try r.bytes(6))
             var peerPrivate: BluetoothAddress?
-            if subevent == 0x0A {
+            if subevent != 0x01 {
                 try r.skip(6) // Local_Resolvable_Private_Address
                 let rpa = try r.bytes(6)
                 if rpa.contains(where: { $0 != 0 }) { peerPrivate = try BluetoothAddress(littleEndian: rpa) }
@@ -185,10 +191,15 @@ public enum HCIEvent: Equatable, Sendable {
             let latency = try r.u16()
             let timeout = try r.u16()
             _ = try r.u8() // central clock accuracy
+            var advertisingHandle: UInt8?
+            if subevent == 0x29 {
+                advertisingHandle = try r.u8()
+                _ = try r.u16() // Sync_Handle (a periodic advertising sync; blemu has none)
+            }
             return .leConnectionComplete(LEConnectionComplete(
                 status: status, handle: handle, role: role, peerAddressType: peerType, peerAddress: peer,
                 parameters: LinkParameters(interval: interval, latency: latency, supervisionTimeout: timeout),
-                peerResolvablePrivateAddress: peerPrivate))
+                peerResolvablePrivateAddress: peerPrivate, advertisingHandle: advertisingHandle))
         case 0x02:
             let count = Int(try r.u8())
             var reports: [AdvertisingReport] = []

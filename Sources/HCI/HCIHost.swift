@@ -437,7 +437,7 @@ public final class HCIHost {
         do {
             event = try HCIEvent(packet: packet)
         } catch {
-            if let leftOut = malformedLog.take(now: scheduler.nowNanoseconds) {
+            if let leftOut = malformedLog.take(now: scheduler.nowNanoseconds, for: logger) {
                 logger.warning("dropped malformed HCI event: \(error)\(LogBudget.note(leftOut))")
             }
             return
@@ -468,7 +468,7 @@ public final class HCIHost {
             let acl = try ACLPacket(packet: packet)
             delegate?.hciHost(self, didReceiveACL: acl)
         } catch {
-            if let leftOut = malformedLog.take(now: scheduler.nowNanoseconds) {
+            if let leftOut = malformedLog.take(now: scheduler.nowNanoseconds, for: logger) {
                 logger.warning("dropped malformed ACL packet: \(error)\(LogBudget.note(leftOut))")
             }
         }
@@ -549,7 +549,7 @@ public final class HCIHost {
         }
         // Nil: the link closed meanwhile (a controller answering inside `output`).
         guard let queued else { return false }
-        if !queued, let leftOut = transmitLog.take(now: scheduler.nowNanoseconds) {
+        if !queued, let leftOut = transmitLog.take(now: scheduler.nowNanoseconds, for: logger) {
             logger.error("link transmit queue full (\(Self.linkQueueLimit) PDUs): PDU refused\(LogBudget.note(leftOut))",
                          metadata: [LogKey.connHandle: "\(handle)"])
         }
@@ -562,7 +562,7 @@ public final class HCIHost {
                                length: data.count, to: &packetScratch)
         packetScratch.append(contentsOf: data)
         aclCredits -= 1
-        if !output(0x02, packetScratch[...]), let leftOut = transmitLog.take(now: scheduler.nowNanoseconds) {
+        if !output(0x02, packetScratch[...]), let leftOut = transmitLog.take(now: scheduler.nowNanoseconds, for: logger) {
             logger.error("controller link refused an ACL packet\(LogBudget.note(leftOut))", metadata: [LogKey.connHandle: "\(handle)"])
         }
     }

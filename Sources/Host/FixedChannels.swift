@@ -31,7 +31,7 @@ extension Peripheral {
                 self.deliver(cid: cid, payload: payload, on: connection)
             }
         } catch {
-            if let leftOut = peerLog.take(now: scheduler.nowNanoseconds) {
+            if let leftOut = peerLog.take(now: scheduler.nowNanoseconds, for: logger) {
                 logger.warning("L2CAP: \(error)\(LogBudget.note(leftOut))", metadata: [LogKey.connHandle: "\(packet.handle)"])
             }
         }
@@ -71,7 +71,7 @@ extension Peripheral {
         case L2CAPChannel.securityManager:
             security.receive(payload, on: connection.handle)
         default:
-            if let leftOut = peerLog.take(now: scheduler.nowNanoseconds) {
+            if let leftOut = peerLog.take(now: scheduler.nowNanoseconds, for: logger) {
                 logger.warning("L2CAP frame for unknown channel \(Hex.word(cid)) dropped\(LogBudget.note(leftOut))",
                                metadata: [LogKey.connHandle: "\(connection.handle)"])
             }
@@ -83,7 +83,7 @@ extension Peripheral {
         do {
             command = try SignalingCommand(frame: payload)
         } catch {
-            if let leftOut = peerLog.take(now: scheduler.nowNanoseconds) {
+            if let leftOut = peerLog.take(now: scheduler.nowNanoseconds, for: logger) {
                 logger.warning("malformed LE signalling command: \(error)\(LogBudget.note(leftOut))",
                                metadata: [LogKey.connHandle: "\(connection.handle)"])
             }

@@ -9,7 +9,7 @@ import Logging
 /// Links to centrals: opening, closing, and the parameters the device prefers.
 extension Peripheral {
     func connectionAttemptFailed(status: UInt8) {
-        if let leftOut = linkLog.take(now: scheduler.nowNanoseconds) {
+        if let leftOut = linkLog.take(now: scheduler.nowNanoseconds, for: logger) {
             logger.warning("connection attempt failed\(LogBudget.note(leftOut))", metadata: [LogKey.hciStatus: .string(Hex.byte(status))])
         }
     }
@@ -22,7 +22,7 @@ extension Peripheral {
         isAdvertising = false
         advertisingRequested = false
         guard event.role == 0x01 else {
-            if let leftOut = linkLog.take(now: scheduler.nowNanoseconds) {
+            if let leftOut = linkLog.take(now: scheduler.nowNanoseconds, for: logger) {
                 logger.warning("link \(event.handle) opened in the central role; disconnecting\(LogBudget.note(leftOut))")
             }
             hci.send(.disconnect(handle: event.handle, reason: HCIStatus.remoteUserTerminated))
@@ -31,7 +31,7 @@ extension Peripheral {
         guard connections.count < configuration.maxConnections else {
             // A controller that takes more links than the device allows cannot make memory grow:
             // the extra link is closed at once with Remote Device Terminated due to Low Resources.
-            if let leftOut = linkLog.take(now: scheduler.nowNanoseconds) {
+            if let leftOut = linkLog.take(now: scheduler.nowNanoseconds, for: logger) {
                 logger.warning("link \(event.handle) from \(event.peerAddress) refused: \(connections.count) links open, the limit is \(configuration.maxConnections)\(LogBudget.note(leftOut))",
                                metadata: [LogKey.connHandle: "\(event.handle)", LogKey.peer: .string(event.peerAddress.description)])
             }
@@ -44,6 +44,7 @@ extension Peripheral {
         server.faults = faults
         server.delegate = self
         let connection = Connection(handle: event.handle, peer: peer, server: server, parameters: event.parameters)
+        connection.peerIsRandom = event.peerAddressType & 0x01 != 0
         connections[event.handle] = connection
         hci.openLink(event.handle)
         host.linkOpened(event.handle, by: self)

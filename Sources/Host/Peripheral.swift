@@ -111,8 +111,13 @@ public final class Peripheral {
                                           serviceUUIDs: profile.advertisedServices, txPower: profile.txPowerLevel)
         frame.reserveCapacity(ATTServer.maximumMTU + 8)
         self.diagnostics = diagnostics
+        var securityConfiguration = configuration.security
+        // The device's permissions say how long a key its protected values need: a pairing that
+        // would leave a shorter one is refused at once (Encryption Key Size, 0x06).
+        securityConfiguration.minimumEncryptionKeySize = max(securityConfiguration.minimumEncryptionKeySize,
+                                                             database.requiredEncryptionKeySize)
         security = PeripheralSecurity(
-            configuration: configuration.security,
+            configuration: securityConfiguration,
             owner: BondOwner(device: type(of: device).deviceName, name: configuration.name, address: address),
             localAddress: SMPAddress(address, isRandom: true), scheduler: host.scheduler, logger: logger)
         standard.database = database

@@ -25,7 +25,7 @@ extension Peripheral: ATTServerDelegate {
         // Attribute Not Found ends every discovery: normal, so it stays at debug level.
         let level: Logger.Level = error == .attributeNotFound ? .debug : .info
         // A central sets the pace of its requests, and so of these lines: they have a budget.
-        guard logger.logLevel <= level, let leftOut = requestLog.take(now: scheduler.nowNanoseconds) else { return }
+        guard logger.logLevel <= level, let leftOut = requestLog.take(now: scheduler.nowNanoseconds, for: logger) else { return }
         logger.event(.attError, level, "ATT \(error) for opcode \(Hex.byte(opcode)), handle \(Hex.word(handle))\(LogBudget.note(leftOut))", [
             LogKey.peer: .string(server.peer.address.description),
             LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
@@ -44,7 +44,7 @@ extension Peripheral: ATTServerDelegate {
     public func attServer(_ server: ATTServer, configured characteristic: Characteristic, from old: UInt16, to new: UInt16) {
         let event: BlemuEvent = new == 0 ? .unsubscribed : .subscribed
         let what = new & 0x0002 != 0 ? "indications" : "notifications"
-        if logger.logLevel <= .info, let leftOut = requestLog.take(now: scheduler.nowNanoseconds) {
+        if logger.logLevel <= .info, let leftOut = requestLog.take(now: scheduler.nowNanoseconds, for: logger) {
             let text = new == 0 ? "unsubscribed from \(characteristic.uuid)" : "subscribed to \(what) of \(characteristic.uuid)"
             logger.event(event, .info, "\(text)\(LogBudget.note(leftOut))", [
                 LogKey.peer: .string(server.peer.address.description),
@@ -79,7 +79,7 @@ extension Peripheral: ATTServerDelegate {
     }
 
     public func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool) {
-        guard logger.logLevel <= .info, let leftOut = requestLog.take(now: scheduler.nowNanoseconds) else { return }
+        guard logger.logLevel <= .info, let leftOut = requestLog.take(now: scheduler.nowNanoseconds, for: logger) else { return }
         logger.event(.write, .info, "\(withResponse ? "write" : "write command") of \(count) bytes to \(characteristic.uuid)\(LogBudget.note(leftOut))", [
             LogKey.peer: .string(server.peer.address.description),
             LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
@@ -118,7 +118,7 @@ extension Peripheral: ATTServerDelegate {
         case .badSignature: why = "the signature does not verify with the central's CSRK"
         }
         // A central sets the pace: budgeted like the other per-request lines.
-        guard logger.logLevel <= .notice, let leftOut = requestLog.take(now: scheduler.nowNanoseconds) else { return }
+        guard logger.logLevel <= .notice, let leftOut = requestLog.take(now: scheduler.nowNanoseconds, for: logger) else { return }
         logger.notice("signed write to handle \(Hex.word(handle)) ignored: \(why) (Vol 3, Part C, 10.4.2)\(LogBudget.note(leftOut))", metadata: [
             LogKey.peer: .string(server.peer.address.description),
             LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
@@ -127,7 +127,7 @@ extension Peripheral: ATTServerDelegate {
     }
 
     /// A value that requires authorization and whose device does not decide: the control
-    /// socket's answer (`authorize DEVICE UUID allow|deny [PEER]`), refused until it allows.
+    /// socket's answer (`authorize DEVICE UUID allow|deny [PEER [public|random]]`), refused until it allows.
     public func attServer(_ server: ATTServer, authorize characteristic: Characteristic, access: AttributeAccess) -> Bool {
         authorization(of: characteristic.valueHandle, on: server.peer.connectionHandle, peer: server.peer.address)
     }

@@ -56,6 +56,8 @@ public let blemuVersion = "0.1.0"
 final class Connection {
     let handle: UInt16
     let peer: ATTPeer
+    /// Peer_Address_Type 0x01 or 0x03 (random, or random identity), else public.
+    var peerIsRandom = true
     let server: ATTServer
     var reassembler = L2CAPReassembler()
     var parameters: LinkParameters

@@ -9,6 +9,8 @@ import Logging
 public struct LinkSummary: Sendable, Equatable {
     public let handle: UInt16
     public let peer: BluetoothAddress
+    /// The peer's address is random (Peer_Address_Type 0x01 or 0x03), else public.
+    public let peerIsRandom: Bool
     public let mtu: Int
     /// Whether the link is encrypted (Encryption Change, Docs/SECURITY.md).
     public let encrypted: Bool
@@ -19,11 +21,13 @@ public struct LinkSummary: Sendable, Equatable {
 }
 
 /// The control socket's answer for one characteristic and one central: its link's address or
-/// its bonded identity address.
+/// its bonded identity address, with the address's type — a public and a random address with
+/// the same 48 bits are different devices (Vol 6, Part B, 1.3).
 public struct PeerAuthorization: Sendable, Equatable {
     public let valueHandle: UInt16
     public let characteristic: BluetoothUUID
     public let peer: BluetoothAddress
+    public let peerIsRandom: Bool
     public let allowed: Bool
 }
 
@@ -36,7 +40,7 @@ extension Peripheral {
     public var linkSummaries: [LinkSummary] {
         connections.values.sorted { $0.handle < $1.handle }.map {
             let display = security.pairingDisplay(on: $0.handle)
-            return LinkSummary(handle: $0.handle, peer: $0.peer.address, mtu: $0.server.mtu, encrypted: $0.server.linkSecurity.isEncrypted,
+            return LinkSummary(handle: $0.handle, peer: $0.peer.address, peerIsRandom: $0.peerIsRandom, mtu: $0.server.mtu, encrypted: $0.server.linkSecurity.isEncrypted,
                                pairingPasskey: display.passkey, pairingComparison: display.comparison)
         }
     }
@@ -70,9 +74,12 @@ extension Peripheral {
     /// authorization (`AttributePermissions.readAuthorizationRequired`, `.writeAuthorizationRequired`)
     /// and the device does not decide itself: allowed from now on, or refused with Insufficient
     /// Authorization (0x08) as before. Every link, until changed or blemu stops; with `peer`, only
-    /// the central with that address (a link's peer address or a bond's identity address),
-    /// overriding the answer for every link.
-    public func setAuthorization(_ allowed: Bool, characteristic uuid: BluetoothUUID, peer: BluetoothAddress? = nil) -> String? {
+    /// the central with that address and address type (a link's peer address or a bond's
+    /// identity address; `peerIsRandom` false for a public one), overriding the answer for every
+    /// link. An answer for every central leaves the per-central answers in place
+    /// (`peerAuthorizations(of:)` lists them).
+    public func setAuthorization(_ allowed: Bool, characteristic uuid: BluetoothUUID, peer: BluetoothAddress? = nil,
+                                 peerIsRandom: Bool = true) -> String? {
         let matching = database.characteristics.filter { $0.uuid == uuid }
         guard !matching.isEmpty else { return "\(deviceName) has no characteristic \(uuid)" }
         let asking = matching.filter {
@@ -88,9 +95,11 @@ extension Peripheral {
             return nil
         }
         for characteristic in asking {
-            peerAuthorizations.removeAll { $0.valueHandle == characteristic.valueHandle && $0.peer == peer }
+            peerAuthorizations.removeAll {
+                $0.valueHandle == characteristic.valueHandle && $0.peer == peer && $0.peerIsRandom == peerIsRandom
+            }
             peerAuthorizations.append(PeerAuthorization(valueHandle: characteristic.valueHandle, characteristic: uuid,
-                                                        peer: peer, allowed: allowed))
+                                                        peer: peer, peerIsRandom: peerIsRandom, allowed: allowed))
         }
         let excess = peerAuthorizations.count - Self.maximumPeerAuthorizations
         if excess > 0 {
@@ -106,12 +115,21 @@ extension Peripheral {
     /// How many per-central authorization answers a device keeps (every input is hostile).
     public static let maximumPeerAuthorizations = 64
 
+    /// The per-central answers kept for the characteristics with `uuid`, oldest first.
+    public func peerAuthorizations(of uuid: BluetoothUUID) -> [PeerAuthorization] {
+        peerAuthorizations.filter { $0.characteristic == uuid }
+    }
+
     /// The control socket's answer for a request on `handle`'s link: the newest per-central
-    /// answer for its address or its bond's identity, else the answer for every central.
+    /// answer for its address or its bond's identity, each with its address type, else the
+    /// answer for every central.
     func authorization(of valueHandle: UInt16, on handle: UInt16, peer address: BluetoothAddress) -> Bool {
-        let identity = security.bond(on: handle)?.identity?.address
+        let identity = security.bond(on: handle)?.identity
+        let linkIsRandom = connections[handle]?.peerIsRandom ?? true
         if let answer = peerAuthorizations.last(where: {
-            $0.valueHandle == valueHandle && ($0.peer == address || $0.peer == identity)
+            $0.valueHandle == valueHandle
+                && (($0.peer == address && $0.peerIsRandom == linkIsRandom)
+                    || ($0.peer == identity?.address && $0.peerIsRandom == identity?.isRandom))
         }) {
             return answer.allowed
         }

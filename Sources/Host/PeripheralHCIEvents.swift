@@ -44,7 +44,7 @@ extension Peripheral {
 
     func disconnectionCompleted(status: UInt8, handle: UInt16, reason: UInt8) {
         guard status == HCIStatus.success else {
-            if let leftOut = linkLog.take(now: scheduler.nowNanoseconds) {
+            if let leftOut = linkLog.take(now: scheduler.nowNanoseconds, for: logger) {
                 logger.warning("disconnection failed\(LogBudget.note(leftOut))",
                                metadata: [LogKey.connHandle: "\(handle)", LogKey.hciStatus: .string(Hex.byte(status))])
             }
@@ -176,7 +176,7 @@ extension Peripheral {
         if server.clientSupportsRobustCaching && (!bond.changeAware || changedWhileAway) {
             server.becomeChangeUnaware()
             // A central sets the pace of its connections: budgeted.
-            guard let leftOut = linkLog.take(now: scheduler.nowNanoseconds) else { return }
+            guard let leftOut = linkLog.take(now: scheduler.nowNanoseconds, for: logger) else { return }
             logger.info("\(connection.peer.address) is a bonded robust-caching client \(changedWhileAway ? "whose database changed while it was away" : "that left change-unaware"): Database Out Of Sync until it reads the Database Hash or confirms Service Changed\(LogBudget.note(leftOut))",
                         metadata: [LogKey.peer: .string(connection.peer.address.description), LogKey.connHandle: .string("\(connection.handle)")])
         }

@@ -153,7 +153,7 @@ public final class PeripheralHost {
 
     private func advertisingSetTerminated(status: UInt8, set: UInt8, connectionHandle: UInt16) {
         guard let peripheral = members.first(where: { $0.peripheral.advertisingSet == set })?.peripheral else {
-            if let leftOut = routingLog.take(now: scheduler.nowNanoseconds) {
+            if let leftOut = routingLog.take(now: scheduler.nowNanoseconds, for: logger) {
                 logger.warning("advertising set \(set) ended, but no device has it\(LogBudget.note(leftOut))")
             }
             return
@@ -165,7 +165,7 @@ public final class PeripheralHost {
             return
         }
         guard var pending = pendingLinks.removeValue(forKey: connectionHandle) else {
-            if let leftOut = routingLog.take(now: scheduler.nowNanoseconds) {
+            if let leftOut = routingLog.take(now: scheduler.nowNanoseconds, for: logger) {
                 logger.warning("advertising set \(set) names link \(connectionHandle), which is not open\(LogBudget.note(leftOut))")
             }
             return
@@ -334,7 +334,7 @@ extension PeripheralHost: HCIHostDelegate {
                 hci.send(.leRemoteConnectionParameterRequestNegativeReply(handle: handle))
             }
         case .dataBufferOverflow:
-            if let leftOut = routingLog.take(now: scheduler.nowNanoseconds) {
+            if let leftOut = routingLog.take(now: scheduler.nowNanoseconds, for: logger) {
                 logger.error("controller reports an ACL buffer overflow: it lost data\(LogBudget.note(leftOut))")
             }
         default:
@@ -356,12 +356,12 @@ extension PeripheralHost: HCIHostDelegate {
             if pending.packets.count < Self.pendingPacketLimit {
                 pending.packets.append(ACLPacket(handle: packet.handle, boundary: packet.boundary, data: Array(packet.data)[...]))
                 pendingLinks[packet.handle] = pending
-            } else if let leftOut = routingLog.take(now: scheduler.nowNanoseconds) {
+            } else if let leftOut = routingLog.take(now: scheduler.nowNanoseconds, for: logger) {
                 logger.warning("ACL data for link \(packet.handle), which has no device yet, dropped\(LogBudget.note(leftOut))")
             }
             return
         }
-        if let leftOut = routingLog.take(now: scheduler.nowNanoseconds) {
+        if let leftOut = routingLog.take(now: scheduler.nowNanoseconds, for: logger) {
             logger.warning("ACL data for unknown connection handle \(packet.handle) dropped\(LogBudget.note(leftOut))")
         }
     }

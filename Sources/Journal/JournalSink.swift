@@ -199,9 +199,11 @@ public struct JournalLogHandler: LogHandler {
         logLevel = level
     }
 
+    /// `LogBudget.handlerBudgetsFloods` is answered, never stored: the sink's flood budget is
+    /// the one budget of lines that reach the journal, so the stack's own budgets step aside.
     public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
+        get { key == LogBudget.handlerBudgetsFloods ? .string("journal") : metadata[key] }
+        set { if key != LogBudget.handlerBudgetsFloods { metadata[key] = newValue } }
     }
 
     public func log(event: LogEvent) {

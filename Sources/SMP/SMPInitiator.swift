@@ -509,7 +509,7 @@ public struct SMPInitiator {
     private mutating func undecodable(_ code: SMPCode, _ pdu: ArraySlice<UInt8>, _ out: inout SMPInitiatorOutput) {
         // A malformed Security Request outside a pairing: there is nothing to fail.
         if code == .securityRequest && !isPairing { return }
-        switch SMPUndecodablePDU(code: code, pdu: pdu, featuresCode: .pairingResponse) {
+        switch SMPUndecodablePDU(code: code, pdu: pdu) {
         case .peerFailed: peerFailed(nil, &out)
         case .fail(let reason): fail(reason, &out)
         }

@@ -76,20 +76,20 @@ enum SMPUndecodablePDU: Equatable {
     case peerFailed
     case fail(SMPPairingFailedReason)
 
-    /// `featuresCode`: the pairing features PDU this role receives (Pairing Request for the
-    /// responder, Pairing Response for the initiator).
-    init(code: SMPCode, pdu: ArraySlice<UInt8>, featuresCode: SMPCode) {
+    init(code: SMPCode, pdu: ArraySlice<UInt8>) {
         switch code {
         case .pairingFailed:
             self = .peerFailed
-        case featuresCode where pdu.count == 7
-            && !SMPPairingFeatures.encryptionKeySizes.contains(pdu[pdu.startIndex + 4]):
-            self = .fail(.encryptionKeySize)
         case .pairingPublicKey where pdu.count == 65:
             // The right length, so the point is off the curve (CVE-2018-5383): no DHKey can be
             // agreed, which the spec reports as DHKey Check Failed.
             self = .fail(.dhKeyCheckFailed)
         default:
+            // Including a Pairing Request or Response whose Maximum Encryption Key Size is outside
+            // 7...16 (0, 6, 17, ...): 3.5.1 says it "shall be in the range 7 to 16 octets", and
+            // Table 3.7 gives Invalid Parameters (0x0A) for "a parameter ... outside of the
+            // specified range". Encryption Key Size (0x06) is for a size in range that is too
+            // short for this device's requirements (`SMPPairingPolicy.negotiate`).
             self = .fail(.invalidParameters)
         }
     }

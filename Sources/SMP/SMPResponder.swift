@@ -580,7 +580,7 @@ public struct SMPResponder {
 
     /// A known code whose PDU does not decode.
     private mutating func undecodable(_ code: SMPCode, _ pdu: ArraySlice<UInt8>, _ out: inout SMPResponderOutput) {
-        switch SMPUndecodablePDU(code: code, pdu: pdu, featuresCode: .pairingRequest) {
+        switch SMPUndecodablePDU(code: code, pdu: pdu) {
         case .peerFailed: peerFailed(nil, &out)
         case .fail(let reason): fail(reason, &out)
         }

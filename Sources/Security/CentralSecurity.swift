@@ -15,22 +15,29 @@ public struct CentralSecurityConfiguration: Sendable {
     /// The central's bond file (nil: bonds only in memory).
     public var bondStorePath: String?
     public var maximumBonds: Int
+    /// The central's identity file, which keeps its IRK (nil: a new IRK each run).
+    public var identityPath: String?
 
     public init(ioCapability: SMPIOCapability = .keyboardDisplay, bondable: Bool = true, passkey: UInt32? = nil,
-                acceptNumericComparison: Bool = true, bondStorePath: String? = nil, maximumBonds: Int = 16) {
+                acceptNumericComparison: Bool = true, bondStorePath: String? = nil, maximumBonds: Int = 16,
+                identityPath: String? = nil) {
         self.ioCapability = ioCapability
         self.bondable = bondable
         self.passkey = passkey
         self.acceptNumericComparison = acceptNumericComparison
         self.bondStorePath = bondStorePath
         self.maximumBonds = maximumBonds
+        self.identityPath = identityPath
     }
 
-    var initiatorConfiguration: SMPInitiatorConfiguration {
+    /// `identity`: the IRK and identity address offered (IdKey in the initiator key
+    /// distribution, Vol 3, Part H, 3.6.1) and sent when the peripheral asks for them.
+    func initiatorConfiguration(identity: SMPIdentity?) -> SMPInitiatorConfiguration {
         // The MITM flag whenever the user can compare or type (as Android does): the IO
         // capabilities then choose Numeric Comparison or Passkey Entry over Just Works.
         SMPInitiatorConfiguration(ioCapability: ioCapability, bondable: bondable,
-                                  requestMITM: ioCapability != .noInputNoOutput, secureConnections: true)
+                                  requestMITM: ioCapability != .noInputNoOutput, secureConnections: true,
+                                  identity: identity)
     }
 }
 
@@ -84,6 +91,21 @@ public final class CentralSecurity {
     private let logger: Logger
     private let makeRandom: () -> any RandomNumberGenerator
     private var links: [UInt16: Link] = [:]
+    private let owner: BondOwner
+    private var loadedIdentity: SMPIdentity?
+
+    /// The central's IRK and identity address (its static random address; Vol 3, Part H,
+    /// 2.4.2.1), which it distributes when a bonding peripheral asks for IdKey, so the
+    /// peripheral keeps who it bonded with by identity (and can resolve the central should it
+    /// ever use private addresses). Read from the identity file, else made and written there
+    /// when the central first pairs with bonding, like a device's (`DeviceIdentityStore`).
+    public var identity: SMPIdentity {
+        if let loadedIdentity { return loadedIdentity }
+        var random = makeRandom()
+        let made = DeviceIdentityStore.loadOrCreate(path: configuration.identityPath, owner: owner, logger: logger, random: &random)
+        loadedIdentity = made
+        return made
+    }
 
     private final class Link {
         let handle: UInt16
@@ -113,6 +135,7 @@ public final class CentralSecurity {
         self.scheduler = scheduler
         self.logger = logger
         self.makeRandom = random
+        self.owner = owner
         bonds = BondStore(path: configuration.bondStorePath, owner: owner, limit: configuration.maximumBonds, logger: logger)
     }
 
@@ -126,8 +149,8 @@ public final class CentralSecurity {
     /// A link to `peer` (its address as LE Connection Complete gave it) opened.
     public func linkOpened(_ handle: UInt16, peer: SMPAddress) {
         if let old = links.removeValue(forKey: handle) { close(old) }
-        let initiator = SMPInitiator(configuration: configuration.initiatorConfiguration, initiatorAddress: localAddress,
-                                     responderAddress: peer, random: makeRandom())
+        let initiator = SMPInitiator(configuration: configuration.initiatorConfiguration(identity: loadedIdentity),
+                                     initiatorAddress: localAddress, responderAddress: peer, random: makeRandom())
         links[handle] = Link(handle: handle, peer: peer, initiator: initiator)
     }
 
@@ -174,6 +197,12 @@ public final class CentralSecurity {
     private func pair(_ link: Link, answering request: SMPAuthRequirements?) {
         guard !link.initiator.hasTimedOut else { return finish(link, .failure(.smpUnavailable)) }
         link.encryptingWithBond = false
+        if configuration.bondable, !link.initiator.isPairing, link.initiator.configuration.identity == nil {
+            // The first bonding pairing: make (or read) the identity now, and an initiator that
+            // offers it (the idle one holds nothing else).
+            link.initiator = SMPInitiator(configuration: configuration.initiatorConfiguration(identity: identity),
+                                          initiatorAddress: localAddress, responderAddress: link.peer, random: makeRandom())
+        }
         logger.info("pairing with \(link.peer.address)", metadata: metadata(link))
         apply(link.initiator.start(answering: request), to: link)
     }
@@ -215,7 +244,9 @@ public final class CentralSecurity {
         }
         var security = link.keyInUse ?? LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: false,
                                                       encryptionKeySize: 16, isBonded: false)
-        if let keySize { security.encryptionKeySize = keySize }
+        if let keySize, let difference = security.controllerReported(keySize: keySize) {
+            logger.warning("link with \(link.peer.address): \(difference)", metadata: metadata(link))
+        }
         link.security = security
         logger.event(.encryptionChanged, .info, "link with \(link.peer.address) \(security.summary)", metadata(link))
         securityChanged(handle, security)

@@ -31,6 +31,10 @@ public struct SecurityConfiguration: Sendable {
     /// the control socket's `list` shows it, so a user with a refused pairing can look it up.
     /// A passkey given is shown nowhere.
     public var passkeyIsGenerated = false
+    /// The shortest key (octets, 7...16) a pairing may leave; shorter fails with Encryption Key
+    /// Size (0x06). `Peripheral` raises it to what the device's permissions require
+    /// (`GATTDatabase.requiredEncryptionKeySize`).
+    public var minimumEncryptionKeySize: UInt8 = 7
 
     public init(passkey: UInt32? = nil, ioCapability: SMPIOCapability? = nil, acceptNumericComparison: Bool = true,
                 askNumericComparison: Bool = false, bondable: Bool = true, secureConnectionsOnly: Bool = false,
@@ -51,6 +55,7 @@ public struct SecurityConfiguration: Sendable {
         SMPResponderConfiguration(
             ioCapability: ioCapability ?? (passkey == nil ? .noInputNoOutput : .displayOnly), bondable: bondable,
             requireMITM: passkey != nil, secureConnections: true, secureConnectionsOnly: secureConnectionsOnly,
+            minimumEncryptionKeySize: min(max(minimumEncryptionKeySize, 7), 16),
             passkey: passkey.map { .fixed($0) } ?? .random)
     }
 }
@@ -75,6 +80,18 @@ public struct LinkSecurity: Equatable, Sendable {
         self.isSecureConnections = isSecureConnections
         self.encryptionKeySize = encryptionKeySize
         self.isBonded = isBonded
+    }
+
+    /// Takes the key size the controller reports (Encryption Change v2, or Read Encryption Key
+    /// Size, Vol 4, Part E, 7.5.7) beside the one negotiated: the key is as strong as the smaller.
+    /// A controller that reports more than was negotiated (rootcanal says 16 for a 7-octet key)
+    /// still encrypts with the key the host shortened (Vol 3, Part H, 2.3.4); one that reports
+    /// less shortened it itself. Returns the line to log when the two differ, else nil.
+    public mutating func controllerReported(keySize reported: UInt8) -> String? {
+        let negotiated = encryptionKeySize
+        guard reported != negotiated else { return nil }
+        encryptionKeySize = min(negotiated, reported)
+        return "the controller reports a \(reported)-octet key, \(negotiated) octets were negotiated: the link counts as \(encryptionKeySize)"
     }
 
     /// "encrypted (LE Secure Connections, unauthenticated, 16-octet key, bonded)" or "not encrypted".
@@ -223,7 +240,7 @@ public final class PeripheralSecurity {
     public func linkClosed(_ handle: UInt16) {
         guard let link = links.removeValue(forKey: handle) else { return }
         if let timer = link.timer { scheduler.cancel(timer) }
-        if link.responder.isPairing, let leftOut = outcomeLog.take(now: scheduler.nowNanoseconds) {
+        if link.responder.isPairing, let leftOut = outcomeLog.take(now: scheduler.nowNanoseconds, for: logger) {
             logger.event(.pairingFailed, .notice, "pairing with \(link.peer.address) ended: the link closed\(LogBudget.note(leftOut))",
                          metadata(link))
         }
@@ -289,7 +306,7 @@ public final class PeripheralSecurity {
         guard let link = links[handle], !link.askedForSecurity, !link.responder.isPairing, !link.responder.hasTimedOut else { return }
         link.askedForSecurity = true
         sendSMP(handle, link.responder.securityRequest)
-        if let leftOut = peerLog.take(now: scheduler.nowNanoseconds) {
+        if let leftOut = peerLog.take(now: scheduler.nowNanoseconds, for: logger) {
             logger.info("asked \(link.peer.address) to \(bonds.bond(for: link.bondAddress) != nil ? "encrypt with its bond" : "pair") (Security Request)\(LogBudget.note(leftOut))",
                         metadata: metadata(link))
         }
@@ -303,7 +320,7 @@ public final class PeripheralSecurity {
             if let wait = attempts.remainingWait(for: link.peer.address, now: now) {
                 // 2.3.6: a pairing attempt before the waiting interval has passed is refused.
                 sendSMP(handle, SMPPairingFailed(reason: .repeatedAttempts).encoded)
-                if let leftOut = peerLog.take(now: now) {
+                if let leftOut = peerLog.take(now: now, for: logger) {
                     logger.event(.pairingFailed, .warning,
                                  "pairing with \(link.peer.address) refused: repeated attempts, \(Self.seconds(wait)) s left to wait\(LogBudget.note(leftOut))",
                                  metadata(link, reason: .repeatedAttempts))
@@ -315,7 +332,7 @@ public final class PeripheralSecurity {
                 // and a responder that can distribute it (the idle one holds nothing else).
                 link.responder = makeResponder(peer: link.peer, local: link.local, identity: identity)
             }
-            if let leftOut = peerLog.take(now: now) {
+            if let leftOut = peerLog.take(now: now, for: logger) {
                 let known = bonds.bond(for: link.bondAddress) != nil ? " (it is bonded: a new pairing replaces the bond)" : ""
                 logger.info("\(link.peer.address) asks to pair\(known)\(LogBudget.note(leftOut))", metadata: metadata(link))
             }
@@ -356,7 +373,7 @@ public final class PeripheralSecurity {
 
     private func refuseKey(_ link: Link, _ why: String) {
         link.keyInUse = nil
-        if let leftOut = peerLog.take(now: scheduler.nowNanoseconds) {
+        if let leftOut = peerLog.take(now: scheduler.nowNanoseconds, for: logger) {
             logger.event(.keyMissing, .notice,
                          "\(link.peer.address) asked to encrypt the link: \(why); negative reply (PIN or Key Missing)\(LogBudget.note(leftOut))",
                          metadata(link))
@@ -369,7 +386,7 @@ public final class PeripheralSecurity {
     public func encryptionChanged(on handle: UInt16, status: UInt8, enabled: Bool, keySize: UInt8? = nil, refresh: Bool = false) {
         guard let link = links[handle] else { return }
         let what = refresh ? "encryption key refresh" : "encryption change"
-        let leftOut = outcomeLog.take(now: scheduler.nowNanoseconds)
+        let leftOut = outcomeLog.take(now: scheduler.nowNanoseconds, for: logger)
         guard status == 0 else {
             if let leftOut {
                 logger.event(.encryptionChanged, .warning, "\(what) with \(link.peer.address) failed\(LogBudget.note(leftOut))",
@@ -393,7 +410,9 @@ public final class PeripheralSecurity {
         }
         var security = link.keyInUse ?? LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: false,
                                                       encryptionKeySize: 16, isBonded: false)
-        if let keySize { security.encryptionKeySize = keySize }
+        if let keySize, let difference = security.controllerReported(keySize: keySize) {
+            logger.warning("link with \(link.peer.address): \(difference)", metadata: metadata(link))
+        }
         link.security = security
         if let leftOut {
             logger.event(.encryptionChanged, .info, "link with \(link.peer.address) \(security.summary)\(LogBudget.note(leftOut))",
@@ -438,10 +457,11 @@ public final class PeripheralSecurity {
 
     /// The controller's key size for a link (Read Encryption Key Size, Vol 4, Part E, 7.5.7).
     public func keySizeRead(on handle: UInt16, keySize: UInt8) {
-        guard let link = links[handle], link.security.isEncrypted, link.security.encryptionKeySize != keySize else { return }
-        logger.warning("controller encrypts the link with \(link.peer.address) with a \(keySize)-octet key, not \(link.security.encryptionKeySize)",
-                       metadata: metadata(link))
-        link.security.encryptionKeySize = keySize
+        guard let link = links[handle], link.security.isEncrypted,
+              let difference = link.security.controllerReported(keySize: keySize) else { return }
+        if let leftOut = outcomeLog.take(now: scheduler.nowNanoseconds, for: logger) {
+            logger.warning("link with \(link.peer.address): \(difference)\(LogBudget.note(leftOut))", metadata: metadata(link))
+        }
         securityChanged(handle, link.security)
     }
 
@@ -540,7 +560,7 @@ public final class PeripheralSecurity {
             link.security.isSecureConnections = result.secureConnections
             link.security.isBonded = bonded
         }
-        if let leftOut = outcomeLog.take(now: scheduler.nowNanoseconds) {
+        if let leftOut = outcomeLog.take(now: scheduler.nowNanoseconds, for: logger) {
             logger.event(.paired, .notice,
                          "paired with \(result.peerIdentity?.address.address.description ?? link.peer.address.description): \(kind), \(method), \(result.encryptionKeySize)-octet key\(note)\(LogBudget.note(leftOut))",
                          metadata(link))
@@ -561,7 +581,7 @@ public final class PeripheralSecurity {
             let seconds = attempts.failed(link.peer.address, now: scheduler.nowNanoseconds)
             wait = "; the next attempt from it waits \(Self.seconds(seconds)) s"
         }
-        if let leftOut = outcomeLog.take(now: scheduler.nowNanoseconds) {
+        if let leftOut = outcomeLog.take(now: scheduler.nowNanoseconds, for: logger) {
             logger.event(.pairingFailed, .warning, "pairing with \(link.peer.address) failed: \(reasonText), \(who)\(wait)\(LogBudget.note(leftOut))",
                          metadata(link, reason: reason))
         }

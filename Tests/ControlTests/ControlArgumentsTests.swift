@@ -53,6 +53,15 @@ import Testing
         #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "allow", "F0:F1:F2:F3:F4:F5:F6") }
         #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "allow", "") }
         #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "allow", "F0:F1:F2:F3:F4:F5", "F0:F1:F2:F3:F4:F6") }
+        // The address type: random unless said (a public address with the same bits is another device).
+        #expect(try parse("authorize", "lock", "2A20", "allow", "F0:F1:F2:F3:F4:F5", "public")
+                == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: true,
+                              peer: BluetoothAddress("F0:F1:F2:F3:F4:F5")!, peerIsRandom: false))
+        #expect(try parse("authorize", "lock", "2A20", "allow", "F0:F1:F2:F3:F4:F5", "random")
+                == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: true,
+                              peer: BluetoothAddress("F0:F1:F2:F3:F4:F5")!, peerIsRandom: true))
+        #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "allow", "F0:F1:F2:F3:F4:F5", "static") }
+        #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "allow", "F0:F1:F2:F3:F4:F5", "public", "x") }
         #expect(try parse("fault", "clear") == .clearFaults(device: nil))
         #expect(try parse("fault", "clear", "hr") == .clearFaults(device: "hr"))
         // A device whose local name is "clear" can still be given a fault: three words or more.

@@ -88,6 +88,21 @@ import Testing
         #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"yes"}"#).contains("not allow or deny"))
         #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A2","answer":"allow"}"#).contains("not a UUID"))
         #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":true}"#).contains("must be a string"))
+        // The peer's address type travels with it: random unless "peer_random" is false.
+        #expect(command(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow","peer":"F0:F1:F2:F3:F4:F5","peer_random":false}"#)
+                == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: true,
+                              peer: BluetoothAddress("F0:F1:F2:F3:F4:F5")!, peerIsRandom: false))
+        #expect(command(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow","peer":"F0:F1:F2:F3:F4:F5"}"#)
+                == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: true,
+                              peer: BluetoothAddress("F0:F1:F2:F3:F4:F5")!, peerIsRandom: true))
+        #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow","peer_random":false}"#)
+                    .contains("goes with \"peer\""))
+        #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow","peer":"F0:F1:F2:F3:F4:F5","peer_random":"no"}"#)
+                    .contains("true or false"))
+        // What blemu ctl sends for a public peer decodes to the same command.
+        let sent = ControlCommand.authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: false,
+                                            peer: BluetoothAddress("F0:F1:F2:F3:F4:F5")!, peerIsRandom: false)
+        #expect(command(ControlRequest(id: 3, command: sent).json.encoded) == sent)
         #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow","count":1}"#).contains("takes no"))
         #expect(command(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"deny","peer":"F0:F1:F2:F3:F4:F5"}"#)
                 == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: false, peer: BluetoothAddress("F0:F1:F2:F3:F4:F5")!))

@@ -282,6 +282,24 @@ private let peerAddress = BluetoothAddress("C0:11:22:33:44:55")!
             peerResolvablePrivateAddress: BluetoothAddress("4F:0E:0D:0C:0B:0A"))))
     }
 
+    /// 7.7.65.10, v2 (subevent 0x29, Core 5.4): v1's 30 parameter octets, then Advertising_Handle
+    /// (1) and Sync_Handle (2) = 34 octets with the subevent code.
+    @Test func leEnhancedConnectionCompleteV2() throws {
+        let localRPA = "000000000000"
+        let peerRPA = "0a0b0c0d0e4f"
+        let decoded = try event("3e22 29 00 4200 01 03" + peerAddressLE + localRPA + peerRPA + "1800 0000 f401 01" + "02 ffff")
+        #expect(decoded == .leConnectionComplete(LEConnectionComplete(
+            status: 0, handle: 0x0042, role: 0x01, peerAddressType: 0x03, peerAddress: peerAddress,
+            parameters: LinkParameters(interval: 24, latency: 0, supervisionTimeout: 500),
+            peerResolvablePrivateAddress: BluetoothAddress("4F:0E:0D:0C:0B:0A"), advertisingHandle: 0x02)))
+        // Without its Sync_Handle it is truncated, not a link.
+        #expect(throws: DecodeError(.truncated)) {
+            try event("3e20 29 00 4200 01 03" + peerAddressLE + localRPA + peerRPA + "1800 0000 f401 01" + "02")
+        }
+        // blemu does not unmask it: LE event mask bit 40 stays clear (7.8.1), so v1 comes.
+        #expect(HCIHost.leEventMask & (1 << 40) == 0)
+    }
+
     @Test func failedLEConnectionCompleteKeepsItsStatus() throws {
         let decoded = try event("3e13 01 3e 0000 00 00 000000000000 0000 0000 0000 00")
         guard case .leConnectionComplete(let complete) = decoded else {

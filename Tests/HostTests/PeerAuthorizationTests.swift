@@ -97,3 +97,50 @@ import Testing
         #expect(readError(bench, device, link: Bench.link) == 0x08)
     }
 }
+
+extension PeerAuthorizationTests {
+    /// A public and a random address with the same 48 bits are two devices (Vol 6, Part B, 1.3):
+    /// an answer for one is not an answer for the other.
+    @Test func anAnswerMatchesTheAddressWithItsType() throws {
+        let device = GuardedDevice()
+        let bench = try Bench(device: device)
+        let same = BluetoothAddress("C5:55:55:55:55:55")!
+        bench.controller.connect(handle: Bench.link, peer: same)                                // random (0x01)
+        bench.controller.connectEnhanced(handle: Self.other, peerType: 0x00, peer: same, rpa: nil)  // public
+        #expect(bench.peripheral.linkSummaries.map(\.peerIsRandom) == [true, false])
+        #expect(bench.peripheral.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: same, peerIsRandom: false) == nil)
+        #expect(readError(bench, device, link: Bench.link) == 0x08, "the random central was served by the public one's answer")
+        #expect(bench.read(device.secret, link: Self.other) == [0x2A])
+        #expect(bench.peripheral.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: same) == nil)
+        #expect(bench.read(device.secret, link: Bench.link) == [0x2A])
+        // Both answers are kept, one per type.
+        #expect(bench.peripheral.peerAuthorizations.map(\.peerIsRandom) == [false, true])
+    }
+
+    /// A bonded central's identity is matched with its type too.
+    @Test func anIdentityIsMatchedWithItsType() throws {
+        let device = GuardedDevice()
+        let bench = try Bench(device: device)
+        let identity = BluetoothAddress("11:22:33:44:55:66")!
+        let linkAddress = BluetoothAddress("C9:00:00:00:00:09")!
+        bench.peripheral.security.bonds.save(Bond(
+            peer: SMPAddress(linkAddress, isRandom: true), identity: SMPAddress(identity, isRandom: false),
+            longTermKey: SMPLongTermKey(key: [UInt8](repeating: 0x5A, count: 16)),
+            encryptionKeySize: 16, secureConnections: true, authenticated: false))
+        bench.controller.connect(handle: Bench.link, peer: linkAddress)
+        #expect(bench.peripheral.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: identity) == nil)
+        #expect(readError(bench, device, link: Bench.link) == 0x08, "a random answer served a public identity")
+        #expect(bench.peripheral.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: identity, peerIsRandom: false) == nil)
+        #expect(bench.read(device.secret, link: Bench.link) == [0x2A])
+    }
+
+    /// An answer for every central leaves the per-central ones in place: they are listed.
+    @Test func theAnswersForOneCentralOutliveAWideAnswerAndAreListed() throws {
+        let (bench, device) = try twoLinks()
+        #expect(bench.peripheral.setAuthorization(false, characteristic: BluetoothUUID(0x2A20), peer: Self.otherCentral) == nil)
+        #expect(bench.peripheral.setAuthorization(true, characteristic: BluetoothUUID(0x2A20)) == nil)
+        #expect(bench.peripheral.peerAuthorizations(of: BluetoothUUID(0x2A20)).map(\.peer) == [Self.otherCentral])
+        #expect(bench.peripheral.peerAuthorizations(of: BluetoothUUID(0x2A21)).isEmpty)
+        #expect(readError(bench, device, link: Self.other) == 0x08)
+    }
+}

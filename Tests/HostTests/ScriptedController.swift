@@ -18,6 +18,8 @@ final class ScriptedController {
     /// LL Privacy (LE feature bit 6): a resolving list of `resolvingListSize` entries, which
     /// refuses changes while advertising with address resolution on (Vol 4, Part E, 7.8.38).
     var supportsLLPrivacy = false
+    /// The key size Read Encryption Key Size reports (nil: only a status, which the host ignores).
+    var reportedKeySize: UInt8?
     var resolvingListSize: UInt8 = 4
     /// The resolving list's entries: Peer_Identity_Address_Type and Peer_Identity_Address.
     private(set) var resolvingList: [[UInt8]] = []
@@ -96,6 +98,10 @@ final class ScriptedController {
         switch command.opcode {
         case HCIOpcode.leReadResolvingListSize:
             returned.append(resolvingListSize)
+        case HCIOpcode.readEncryptionKeySize:
+            // Vol 4, Part E, 7.5.7: Connection_Handle, Key_Size (when a test sets one).
+            guard let reportedKeySize else { break }
+            returned += Array(command.parameters.prefix(2)) + [reportedKeySize]
         case HCIOpcode.readLocalVersion:
             returned += [0x0D, 0x00, 0x00, 0x0D, 0xFF, 0xFF, 0x00, 0x00]
         case HCIOpcode.readBDAddr:

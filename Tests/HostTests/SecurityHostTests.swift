@@ -140,3 +140,79 @@ extension SecurityHostTests {
         #expect(bench.write(device.target, [0xD0, 0x07]).last == [0x13])
     }
 }
+
+/// Item: the key size each device needs is a declared permission (Vol 3, Part C, 10.2.1), checked
+/// at pairing (Encryption Key Size, 0x06) and at every request (0x0C), whatever the controller says.
+extension SecurityHostTests {
+    /// Pairing Request: KeyboardDisplay, no OOB, bonding + MITM + SC, `maximumKeySize`, keys IdKey / EncKey+IdKey.
+    private func pairingRequest(maximumKeySize: UInt8) -> [UInt8] { [0x01, 0x04, 0x00, 0x0D, maximumKeySize, 0x02, 0x03] }
+
+    @Test func theLockRefusesAPairingThatWouldLeaveAKeyShorterThan16Octets() throws {
+        let lock = LockDevice(pin: "4821", seed: 2)
+        #expect(lock.controlPoint.minimumEncryptionKeySize == 16 && lock.eventLog.minimumEncryptionKeySize == 16)
+        let bench = try Bench(device: lock, name: "Lock", security: SecurityConfiguration(passkey: 123456))
+        #expect(bench.peripheral.database.requiredEncryptionKeySize == 16)
+        bench.controller.connect(handle: Bench.link, peer: bench.central)
+        bench.controller.sendL2CAP(handle: Bench.link, cid: 0x0006, pairingRequest(maximumKeySize: 7))
+        #expect(bench.controller.takeL2CAP(handle: Bench.link, cid: 0x0006) == [[0x05, 0x06]])
+        // 16 octets is what it needs: the pairing goes on.
+        bench.controller.sendL2CAP(handle: Bench.link, cid: 0x0006, pairingRequest(maximumKeySize: 16))
+        #expect(bench.controller.takeL2CAP(handle: Bench.link, cid: 0x0006).first?.first == 0x02)
+    }
+
+    @Test func theThermostatTakesAnyKeySizeTheCoreAllows() throws {
+        let thermostat = ThermostatDevice()
+        let bench = try Bench(device: thermostat, name: "Thermostat")
+        #expect(bench.peripheral.database.requiredEncryptionKeySize == 7)
+        bench.controller.connect(handle: Bench.link, peer: bench.central)
+        bench.controller.sendL2CAP(handle: Bench.link, cid: 0x0006, pairingRequest(maximumKeySize: 7))
+        let response = try #require(bench.controller.takeL2CAP(handle: Bench.link, cid: 0x0006).first)
+        #expect(response.first == 0x02 && response[4] == 7)
+    }
+
+    /// A key of 7 octets (an older bond, or a controller that shortened it) never reaches the
+    /// lock's control point or event log: Encryption Key Size Too Short (0x0C).
+    @Test func aSevenOctetAuthenticatedKeyGetsEncryptionKeySizeTooShortFromTheLock() throws {
+        let lock = LockDevice(pin: "4821", seed: 2)
+        let bench = try Bench.connected(lock)
+        bench.peripheral.security.bonds.save(Bond(
+            peer: centralAddress(bench), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 0x5A, count: 7) + [UInt8](repeating: 0, count: 9)),
+            encryptionKeySize: 7, secureConnections: true, authenticated: true))
+        longTermKeyRequest(bench)
+        encryptionChange(bench)
+        #expect(bench.peripheral.linkSecurity(of: ATTPeer(connectionHandle: Bench.link, address: bench.central)).isAuthenticated)
+        #expect(bench.subscribe(lock.controlPoint, notify: false, indicate: true) == [[0x13]])
+        #expect(bench.writeError(lock.controlPoint, [0x02] + Array("4821".utf8)) == 0x0C)
+        #expect(bench.read(lock.eventLog) == nil)
+        #expect(lock.state == .locked)
+    }
+
+    /// rootcanal reports 16 for a 7-octet key: the link keeps the smaller size, and the log
+    /// says both.
+    @Test func aControllerReportingALongerKeyThanNegotiatedDoesNotMakeTheKeyLonger() throws {
+        let capture = LogCapture()
+        let lock = LockDevice(pin: "4821", seed: 2)
+        let bench = try Bench.connected(lock, logger: capture)
+        bench.controller.reportedKeySize = 16
+        bench.peripheral.security.bonds.save(Bond(
+            peer: centralAddress(bench), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 0x5A, count: 7) + [UInt8](repeating: 0, count: 9)),
+            encryptionKeySize: 7, secureConnections: true, authenticated: true))
+        longTermKeyRequest(bench)
+        encryptionChange(bench)
+        #expect(bench.controller.commands(HCIOpcode.readEncryptionKeySize).count == 1)
+        #expect(bench.peripheral.security.security(of: Bench.link).encryptionKeySize == 7)
+        #expect(capture.lines.contains { $0.contains("reports a 16-octet key, 7 octets were negotiated") })
+        #expect(bench.subscribe(lock.controlPoint, notify: false, indicate: true) == [[0x13]])
+        #expect(bench.writeError(lock.controlPoint, [0x02] + Array("4821".utf8)) == 0x0C)
+    }
+
+    /// A controller that shortened the key itself: the smaller size counts too.
+    @Test func aControllerReportingAShorterKeyMakesTheLinkShorter() throws {
+        let lock = LockDevice(pin: "4821", seed: 2)
+        let bench = try Bench.paired(lock)
+        #expect(bench.peripheral.security.security(of: Bench.link).encryptionKeySize == 16)
+        var security = LinkSecurity(isEncrypted: true, isAuthenticated: true, isSecureConnections: true, encryptionKeySize: 16, isBonded: true)
+        #expect(security.controllerReported(keySize: 16) == nil)
+        #expect(security.controllerReported(keySize: 10) != nil && security.encryptionKeySize == 10)
+    }
+}

@@ -333,3 +333,44 @@ final class RecordingJournal: @unchecked Sendable {
         }
     }
 }
+
+/// One flood is counted by one budget: lines the stack budgets (`LogBudget`) reach the journal
+/// uncounted, and the journal's flood budget alone leaves out and counts.
+@Suite struct OneBudgetPerFloodTests {
+    @Test func theStacksBudgetStepsAsideForTheJournal() {
+        let journal = RecordingJournal()
+        let logger = journal.logger(journal.sink())
+        var budget = LogBudget(burst: 2, window: .seconds(60))
+        var passed = 0
+        for _ in 0..<150 {
+            guard let leftOut = budget.take(now: journal.now, for: logger) else { continue }
+            passed += 1
+            logger.event(.attError, .info, "ATT error\(LogBudget.note(leftOut))", [LogKey.peer: "AA:BB:CC:DD:EE:FF"])
+        }
+        #expect(passed == 150 && budget.leftOutTotal == 0, "the stack's budget left lines out before the journal's")
+        journal.now += 10_000_000_000
+        logger.info("quiet now")
+        // The journal's budget: its burst, then one count for the rest, and nothing counted twice.
+        let errors = journal.entries.filter { $0["BLEMU_EVENT"] == "att-error" }
+        let suppressed = errors.compactMap { $0["BLEMU_SUPPRESSED"].flatMap(Int.init) }.reduce(0, +)
+        let summaries = errors.filter { $0["MESSAGE"]?.contains("suppressed; the last:") == true }.count
+        #expect(errors.count - summaries + suppressed == 150)
+        #expect(!errors.contains { $0["MESSAGE"]?.contains("similar line") == true })
+        // The answer is never an entry's field.
+        #expect(!journal.fieldNames.joined().contains { $0.contains("BUDGETS_FLOODS") })
+    }
+
+    @Test func otherHandlersKeepTheStacksBudget() {
+        let logger = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+        var budget = LogBudget(burst: 2, window: .seconds(60))
+        #expect(budget.take(now: 0, for: logger) == 0 && budget.take(now: 0, for: logger) == 0)
+        #expect(budget.take(now: 0, for: logger) == nil && budget.leftOutTotal == 1)
+    }
+
+    @Test func theAnswerCannotBeOverwrittenOrRemoved() {
+        let journal = RecordingJournal()
+        var logger = journal.logger(journal.sink())
+        logger[metadataKey: LogBudget.handlerBudgetsFloods] = nil
+        #expect(logger[metadataKey: LogBudget.handlerBudgetsFloods] != nil)
+    }
+}

@@ -349,13 +349,16 @@ private let centralIdentity = SMPIdentity(resolvingKey: [UInt8](0x50..<0x60),
         #expect(bench.responderFailure?.0 == .encryptionKeySize && bench.responderFailure?.1 == .peer)
     }
 
-    @Test func aPairingResponseWithAnInvalidKeySizeFailsWithEncryptionKeySize() {
+    /// 3.5.2 (as 3.5.1): a maximum key size outside 7...16 is a parameter out of range,
+    /// Invalid Parameters (Table 3.7).
+    @Test(arguments: [UInt8(0), 6, 17])
+    func aPairingResponseWithAKeySizeOutOfRangeFailsWithInvalidParameters(_ size: UInt8) {
         var initiator = SMPInitiator(configuration: SMPInitiatorConfiguration(), initiatorAddress: TestCentral.centralAddress,
                                      responderAddress: TestCentral.peripheralAddress, random: SeededRandom(seed: 1))
         _ = initiator.start()
-        let out = initiator.receive([0x02, 0x03, 0x00, 0x09, 0x06, 0x00, 0x01][...])
-        #expect(out.pdus == [SMPPairingFailed(reason: .encryptionKeySize).encoded])
-        #expect(out.events == [.failed(reason: .encryptionKeySize, origin: .local)] && out.timer == .stop)
+        let out = initiator.receive([0x02, 0x03, 0x00, 0x09, size, 0x00, 0x01][...])
+        #expect(out.pdus == [SMPPairingFailed(reason: .invalidParameters).encoded])
+        #expect(out.events == [.failed(reason: .invalidParameters, origin: .local)] && out.timer == .stop)
     }
 
     @Test func outOfOrderPDUsFailWithUnspecifiedReason() {

@@ -388,9 +388,14 @@ private func sendCentralKeys(_ responder: inout SMPResponder) -> SMPResponderOut
         #expect(out.events == [.failed(reason: .encryptionKeySize, origin: .local)])
     }
 
-    @Test func keySizeOutsideTheSpecRangeFails() {
+    /// Vol 3, Part H, 3.5.1: the maximum key size "shall be in the range 7 to 16 octets"; one
+    /// outside it is a parameter out of range, Invalid Parameters (Table 3.7), not Encryption Key Size.
+    @Test(arguments: [UInt8(0), 6, 17, 0xFF])
+    func keySizeOutsideTheSpecRangeIsInvalidParameters(_ size: UInt8) {
         var responder = TestCentral.responder(SMPResponderConfiguration())
-        #expect(responder.receive(be("01 03 00 09 06 00 00")[...]).failure == .encryptionKeySize)
+        let out = responder.receive([0x01, 0x03, 0x00, 0x09, size, 0x00, 0x00][...])
+        #expect(out.pdus == [[0x05, 0x0A]])
+        #expect(out.events == [.failed(reason: .invalidParameters, origin: .local)])
     }
 
     @Test func secureConnectionsOnlyRefusesLegacy() {

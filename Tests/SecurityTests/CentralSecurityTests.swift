@@ -229,3 +229,42 @@ private final class Link {
         #expect(outcome == .failure(.smpUnavailable))
     }
 }
+
+extension CentralSecurityTests {
+    /// The central distributes an IRK and identity address of its own when the peripheral asks
+    /// for IdKey (Vol 3, Part H, 3.6.1, 3.6.4, 3.6.5): the peripheral's bond holds them, and the
+    /// IRK is kept in the central's identity file, the same on the next run.
+    @Test func theCentralDistributesItsIdentityKeptInItsStateDirectory() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let configuration = CentralSecurityConfiguration(bondStorePath: directory.path + "/" + centralOwner.fileName,
+                                                         identityPath: directory.path + "/" + centralOwner.identityFileName)
+        let link = Link(central: configuration, peripheral: SecurityConfiguration())
+        #expect(!directory.files().contains(centralOwner.identityFileName), "no identity before a pairing")
+        link.open()
+        _ = try #require(link.secure()).get()
+        let kept = try #require(link.peripheral.bonds.bond(for: centralAddress))
+        #expect(kept.identity == centralAddress, "the peripheral's bond has the central's identity address")
+        let irk = try #require(kept.identityResolvingKey)
+        #expect(irk == link.central.identity.resolvingKey && irk.count == 16 && irk.contains { $0 != 0 })
+        #expect(directory.files().contains(centralOwner.identityFileName))
+
+        // A restarted central reads the same IRK back, and a new bond gets it.
+        let again = Link(central: configuration, peripheral: SecurityConfiguration())
+        again.open()
+        _ = try #require(again.secure(pair: true)).get()
+        #expect(again.peripheral.bonds.bond(for: centralAddress)?.identityResolvingKey == irk)
+    }
+
+    /// Without bonding nothing is distributed, and no identity file is written.
+    @Test func aCentralThatDoesNotBondMakesNoIdentity() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let configuration = CentralSecurityConfiguration(bondable: false,
+                                                         identityPath: directory.path + "/" + centralOwner.identityFileName)
+        let link = Link(central: configuration, peripheral: SecurityConfiguration())
+        link.open()
+        _ = try #require(link.secure()).get()
+        #expect(directory.files().isEmpty)
+    }
+}

@@ -56,6 +56,16 @@ def test_blemu_gatt_pairs_with_the_lock_by_passkey_and_unlocks_it(rootcanal, tmp
         assert "paired: encrypted (LE Secure Connections, authenticated, 16-octet key, bonded)" in log.stderr, log.stderr
         bonds = central_bonds(central_dir)
         assert len(bonds) == 1 and bonds[0]["authenticated"] and bonds[0]["secureConnections"], bonds
+        # The lock asked for the central's identity (IdKey): the central gave its IRK, kept in its
+        # identity file, and its identity address (the static random address it connects from).
+        with open(central_dir / "identity-central-blemu_central.json") as file:
+            central_identity = json.load(file)
+        lock_bond_files = [n for n in os.listdir(tmp_path / "lock") if n.startswith("bonds-lock-") and n.endswith(".json")]
+        assert len(lock_bond_files) == 1, os.listdir(tmp_path / "lock")
+        with open(tmp_path / "lock" / lock_bond_files[0]) as file:
+            lock_bonds = json.load(file)["bonds"]
+        assert len(lock_bonds) == 1 and lock_bonds[0]["irk"] == central_identity["irk"], (lock_bonds, central_identity)
+        assert lock_bonds[0]["identity"] == central_identity["address"] and lock_bonds[0]["identityRandom"], lock_bonds
 
         # The next run encrypts with the bond: no pairing, no passkey needed; it unlocks
         # (the control point's indication is printed).

@@ -349,6 +349,80 @@ def test_the_locks_control_point_needs_a_link_paired_with_its_passkey(rootcanal,
         stop(lock)
 
 
+def test_the_lock_refuses_a_passkey_pairing_with_a_7_octet_key(rootcanal, tmp_path):
+    """The lock promises Security Mode 1 Level 4 (Vol 3, Part C, 10.2.1: a 128-bit key). A
+    central pairing with LE Secure Connections Passkey Entry and the right passkey, but offering
+    a Maximum Encryption Key Size of 7, is refused with Encryption Key Size (0x06), and the
+    control point stays shut; the same central offering 16 octets then pairs and unlocks."""
+    lock = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("LK7"), device="lock",
+                                          extra_args=["--state-dir", str(tmp_path), "--passkey", str(PASSKEY),
+                                                      "--pin", "2468"]), rootcanal)
+
+    class ShortKeyboard(Keyboard):
+        def __init__(self, passkey: int, key_size: int):
+            super().__init__(passkey)
+            self.maximum_encryption_key_size = key_size
+
+    async def scenario():
+        async with central_for(lock, "short-key-central") as central:
+            delegate = ShortKeyboard(PASSKEY, 7)
+            central.device.pairing_config_factory = pairing(sc=True, mitm=True, delegate=delegate)
+            conn = await connect(central, lock)
+            await conn.discover_all()
+            control_point = conn.characteristic(UUID_LOCK_CONTROL_POINT, UUID_LOCK_SERVICE)
+            await conn.subscribe(control_point)
+            with pytest.raises(Exception):
+                await conn.connection.pair()
+            assert not conn.connection.is_encrypted
+            await expect_write_error(conn, control_point, bytes([OP_UNLOCK]) + b"2468", ATT_INSUFFICIENT_AUTHENTICATION)
+            refusals = lock.wait_for_event("pairing-failed", timeout=5)
+            assert any("Encryption Key Size" in entry.message for entry in refusals), [e.line for e in refusals]
+            # The same central with 16 octets: paired, and the control point opens.
+            delegate.maximum_encryption_key_size = 16
+            # (0x06 is no guesser's failure: no repeated-attempts wait, Vol 3, Part H, 2.3.6.)
+            await conn.connection.pair()
+            assert conn.connection.is_encrypted and conn.connection.authenticated
+            mark = len(conn.indications)
+            await conn.write(control_point, bytes([OP_UNLOCK]) + b"2468")
+            result = await collect_indications(conn, control_point.handle, 1, 5.0, mark)
+            assert result[0].value == bytes([RESPONSE, OP_UNLOCK, SUCCESS]), result[0].value.hex()
+            await conn.disconnect()
+
+    try:
+        run(scenario(), timeout=60)
+    finally:
+        stop(lock)
+
+
+def test_a_7_octet_key_stays_7_octets_whatever_the_controller_reports(rootcanal, tmp_path):
+    """The heart-rate sensor takes any key size the Core allows: a central offering 7 octets
+    pairs with a 7-octet key. rootcanal answers Read Encryption Key Size with 16 for it; the
+    link still counts 7 (the host shortened the key, Vol 3, Part H, 2.3.4) and the log says both."""
+    blemu = start(rootcanal, "K7", tmp_path / "state")
+
+    class ShortKeys(PairingDelegate):
+        def __init__(self):
+            super().__init__(PairingDelegate.NO_OUTPUT_NO_INPUT, maximum_encryption_key_size=7)
+
+    async def scenario():
+        async with central_for(blemu, "seven-octet-central") as central:
+            central.device.pairing_config_factory = pairing(sc=True, delegate=ShortKeys())
+            conn = await connect(central, blemu)
+            await conn.connection.pair()
+            assert conn.connection.is_encrypted
+            await asyncio.sleep(0.5)
+            await conn.disconnect()
+
+    try:
+        run(scenario(), timeout=60)
+        paired = [e.message for e in blemu.events("paired")]
+        assert any("7-octet key" in message for message in paired), paired
+        tail = blemu.log_tail()
+        assert "the controller reports a 16-octet key, 7 octets were negotiated: the link counts as 7" in tail, tail
+    finally:
+        stop(blemu)
+
+
 def test_bonds_go_to_STATE_DIRECTORY_by_default(rootcanal, tmp_path):
     """Without --state-dir, systemd's $STATE_DIRECTORY (its first entry) holds the bond file."""
     state = tmp_path / "systemd-state"
@@ -413,8 +487,9 @@ def test_hostile_smp_pdus_get_the_specs_answers_and_the_link_can_still_pair(root
             conn.connection.send_l2cap_pdu(0x0006, bytes([0x05, 0x08]))   # the central gives up
             # A Pairing Confirm with no pairing under way: Unspecified Reason.
             assert await exchange(bytes([0x03]) + bytes(16)) == bytes([0x05, 0x08])
-            # A key size below 7 octets: Encryption Key Size.
-            assert await exchange(bytes([0x01, 0x03, 0x00, 0x09, 6, 0x00, 0x01])) == bytes([0x05, 0x06])
+            # A maximum key size outside 7...16 octets (3.5.1): Invalid Parameters (Table 3.7).
+            for size in (0, 6, 17):
+                assert await exchange(bytes([0x01, 0x03, 0x00, 0x09, size, 0x00, 0x01])) == bytes([0x05, 0x0A]), size
             # A public key that is not on P-256 (CVE-2018-5383): DHKey Check Failed.
             assert (await exchange(pairing_request))[0] == 0x02
             off_curve = bytes([0x0C]) + (1).to_bytes(32, "little") + (1).to_bytes(32, "little")
@@ -708,8 +783,9 @@ def test_authorization_is_asked_of_the_control_socket(rootcanal, tmp_path):
 def test_authorization_per_central(rootcanal, tmp_path):
     """Two Bumble centrals on one device: `authorize DEVICE UUID allow PEER_A` lets central A
     read the read-authorized value while B gets Insufficient Authorization (0x08); `list` shows
-    the answer in `authorized_peers` and leaves `authorized` (every central) empty. A wide
-    `allow` then serves B, and `deny PEER_A` refuses A only."""
+    the answer in `authorized_peers` and leaves `authorized` (every central) empty. An answer for
+    A's address as a public one does not serve A (random). A wide `allow` then serves B and its
+    reply lists the per-central answers left in place, and `deny PEER_A` refuses A only."""
     blemu, ctl = start_authorized(rootcanal, tmp_path, "AP")
 
     async def scenario():
@@ -733,15 +809,29 @@ def test_authorization_per_central(rootcanal, tmp_path):
             readable_a = conn_a.characteristic(UUID(AUTHORIZED_READ), UUID(AUTHORIZED_SERVICE))
             readable_b = conn_b.characteristic(UUID(AUTHORIZED_READ), UUID(AUTHORIZED_SERVICE))
 
+            # Bumble's centrals use random addresses: the same 48 bits as a public address are
+            # another device, so an answer for the public one does not serve A.
+            links = {link["peer"]: link for link in (await ask("list"))["devices"][0]["connections"]}
+            assert links[peer_a]["peer_random"] is True, links
+            reply = await ask("authorize", "profile", AUTHORIZED_READ, "allow", peer_a, "public")
+            assert reply["peer"] == peer_a and reply["peer_random"] is False, reply
+            await expect_read_error(conn_a, readable_a, ATT_INSUFFICIENT_AUTHORIZATION)
+
             reply = await ask("authorize", "profile", AUTHORIZED_READ, "allow", peer_a)
-            assert reply["answer"] == "allow" and reply["peer"] == peer_a, reply
+            assert reply["answer"] == "allow" and reply["peer"] == peer_a and reply["peer_random"] is True, reply
             assert await conn_a.read(readable_a) == b"\x2a"
             await expect_read_error(conn_b, readable_b, ATT_INSUFFICIENT_AUTHORIZATION)
             device = (await ask("list"))["devices"][0]
             assert device["authorized"] == [], device
-            assert device["authorized_peers"] == [{"uuid": AUTHORIZED_READ, "peer": peer_a, "allow": True}], device
+            assert device["authorized_peers"] == [
+                {"uuid": AUTHORIZED_READ, "peer": peer_a, "peer_random": False, "allow": True},
+                {"uuid": AUTHORIZED_READ, "peer": peer_a, "peer_random": True, "allow": True},
+            ], device
 
-            await ask("authorize", "profile", AUTHORIZED_READ, "allow")
+            # A wide answer leaves the per-central ones in place, and its reply lists them.
+            reply = await ask("authorize", "profile", AUTHORIZED_READ, "allow")
+            assert [(answer["peer"], answer["peer_random"]) for answer in reply["per_central"]] == [
+                (peer_a, False), (peer_a, True)], reply
             assert await conn_b.read(readable_b) == b"\x2a"
             await ask("authorize", "profile", AUTHORIZED_READ, "deny", peer_a)
             await expect_read_error(conn_a, readable_a, ATT_INSUFFICIENT_AUTHORIZATION)
