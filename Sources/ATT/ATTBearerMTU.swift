@@ -8,7 +8,8 @@ public final class ATTBearerMTU {
     /// The LE default before any exchange (Vol 3, Part G, 5.2.1).
     public static let leDefault = 23
 
-    public var value: Int
+    /// Read on every PDU: no dynamic exclusivity check (one thread, and never passed inout).
+    @exclusivity(unchecked) public var value: Int
 
     public init(_ value: Int = ATTBearerMTU.leDefault) {
         self.value = value

@@ -316,6 +316,7 @@ public final class HCIHost {
         links.removeAll()
         waiting.removeAll()
         cappedLinks.removeAll(keepingCapacity: true)
+        fairShare = 1
         refusedLinks.removeAll()
         aclCredits = 0
         for pending in cancelled { pending.completion?(.cancelled) }
@@ -422,6 +423,7 @@ public final class HCIHost {
         info.aclMaxLength = max(info.aclMaxLength, 27)
         info.aclTotalPackets = max(info.aclTotalPackets, 1)
         aclCredits = info.aclTotalPackets
+        updateFairShare()
         isReady = true
         logger.info("controller ready: \(info.address), \(info.versionDescription), ACL \(info.aclTotalPackets) x \(info.aclMaxLength) bytes")
         delegate?.hciHostDidBecomeReady(self)
@@ -493,8 +495,13 @@ public final class HCIHost {
     /// packet is only freed when the peer acknowledged it, so a link that never completes
     /// (a slow or hostile peer) would otherwise end up holding every buffer, and no other link
     /// could send until the supervision timeout. Capped at its share it keeps only that, and
-    /// the other links share the rest. A link that is alone may use them all.
-    var fairShare: Int { max(1, info.aclTotalPackets / max(1, links.count)) }
+    /// the other links share the rest. A link that is alone may use them all. Kept current by
+    /// `updateFairShare()` when links open or close or the controller says its buffer count.
+    private(set) var fairShare = 1
+
+    private func updateFairShare() {
+        fairShare = max(1, info.aclTotalPackets / max(1, links.count))
+    }
 
     private func packetsCompleted(handle: UInt16, count: UInt16) {
         let share = fairShare
@@ -516,6 +523,7 @@ public final class HCIHost {
         if links[handle] == nil {
             nextLinkSerial += 1
             links[handle] = LinkTransmit(serial: nextLinkSerial)
+            updateFairShare()
         }
     }
 
@@ -525,6 +533,7 @@ public final class HCIHost {
         // Its entries in `waiting` and `refusedLinks` are dropped when they come up (the serial no
         // longer matches), so closing costs the same however many links are open.
         guard let link = links.removeValue(forKey: handle) else { return }
+        updateFairShare()
         for pdu in link.queue { pduBuffers.give(pdu.bytes) }
         aclCredits = min(aclCredits + link.inFlight, info.aclTotalPackets)
         uncapBelowShare()
