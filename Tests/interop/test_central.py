@@ -378,6 +378,65 @@ def test_gatt_dump_of_ten_thousand_characteristics_stays_small(rootcanal):
     assert huge - small < 24, f"10,000 characteristics added {huge - small:.1f} MB ({small:.1f} -> {huge:.1f} MB)"
 
 
+class MTUProbePeripheral(BumblePeripheral):
+    """A Bumble peripheral that, once blemu's client has exchanged the MTU, sends blemu's own
+    small GATT server a 39-byte Read Multiple Request (Vol 3, Part F, 3.4.4.7), past the
+    default ATT_MTU of 23, and keeps the answer."""
+
+    def __init__(self, controller: str, name: str):
+        super().__init__(controller, name)
+        self.answer = None
+        self.mtu = None
+        self.answered = threading.Event()
+
+    async def _main(self) -> None:
+        from bumble import att
+        self.stopping = asyncio.Event()
+        async with await open_transport(bumble_transport_spec(self.controller)) as (source, sink):
+            device = Device.with_hci(self.name, "F0:F1:F2:F3:F4:F7", source, sink)
+            device.add_services([gatt.Service(CUSTOM_SERVICE, [
+                gatt.Characteristic(CUSTOM_LONG, gatt.Characteristic.Properties.READ, gatt.Characteristic.READABLE, b"probe"),
+            ])])
+
+            async def probe(connection) -> None:
+                with contextlib.suppress(Exception):
+                    self.mtu = connection.att_mtu
+                    self.answer = await connection.gatt_client.send_request(
+                        att.ATT_Read_Multiple_Request(set_of_handles=[0x0003] * 19))
+                self.answered.set()
+
+            def on_connection(connection) -> None:
+                connection.on("connection_att_mtu_update", lambda: asyncio.ensure_future(probe(connection)))
+
+            device.on("connection", on_connection)
+            device.advertising_data = bytes(AdvertisingData([
+                (AdvertisingData.FLAGS, bytes([0x06])),
+                (AdvertisingData.COMPLETE_LOCAL_NAME, self.name.encode()),
+            ]))
+            await device.power_on()
+            await device.start_advertising(auto_restart=True)
+            self.ready.set()
+            await self.stopping.wait()
+            with contextlib.suppress(HCI_Error):
+                await device.stop_advertising()
+
+
+def test_the_central_serves_requests_at_the_mtu_its_client_negotiated(rootcanal):
+    """Vol 3, Part F, 3.2.8: one ATT_MTU per link. blemu's central exchanges 517; the
+    peripheral's request of 39 bytes to blemu's GAP/GATT server is then answered, not refused
+    with Invalid PDU as when the server kept 23 for itself."""
+    name = unique_name("MP")
+    peripheral = MTUProbePeripheral(rootcanal.controller_spec, name).start()
+    try:
+        dump = blemu_cli(rootcanal, "gatt", "--name", name, "dump", "--json")
+        assert dump.returncode == 0, dump.describe()
+        assert peripheral.answered.wait(10), "the peripheral's request was not answered"
+        assert peripheral.mtu is not None and peripheral.mtu > 39, peripheral.mtu
+        assert type(peripheral.answer).__name__ == "ATT_Read_Multiple_Response", peripheral.answer
+    finally:
+        peripheral.stop()
+
+
 # ---------------------------------------------------------------------------------------------
 # Cloning: dump --profile, then blemu run PROFILE.json
 
