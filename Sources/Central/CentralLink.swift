@@ -31,8 +31,12 @@ public final class CentralLink {
         self.parameters = parameters
         self.host = host
         let scheduler = host.scheduler
-        server = ATTServer(database: database, peer: ATTPeer(connectionHandle: handle, address: peer), scheduler: scheduler)
-        client = GATTClient(scheduler: scheduler) { [weak host] pdu in
+        // One ATT bearer, one ATT_MTU (Vol 3, Part F, 3.2.8): an exchange by either side sets
+        // it for our client and our server alike.
+        let bearerMTU = ATTBearerMTU()
+        server = ATTServer(database: database, peer: ATTPeer(connectionHandle: handle, address: peer), scheduler: scheduler,
+                           bearerMTU: bearerMTU)
+        client = GATTClient(scheduler: scheduler, bearerMTU: bearerMTU) { [weak host] pdu in
             host?.sendFrame(cid: L2CAPChannel.att, payload: pdu[...], on: handle, priority: .required) ?? false
         }
         server.delegate = host

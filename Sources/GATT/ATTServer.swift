@@ -101,7 +101,9 @@ public final class ATTServer {
     private var heldTimer: TimerID?
     private static let maxHeldRequests = 4
 
-    public private(set) var mtu = ATTServer.defaultMTU
+    /// ATT_MTU now: the bearer's, shared with a GATT client on the same link (`ATTBearerMTU`).
+    public var mtu: Int { bearerMTU.value }
+    private let bearerMTU: ATTBearerMTU
     private var mtuExchanged = false
     public let serverRxMTU: Int
 
@@ -169,9 +171,11 @@ public final class ATTServer {
     /// taken at the link's first such read (a link that never makes one costs no more).
     private var readValue = ValueBuffer(capacity: 0)
 
+    /// `bearerMTU`: the link's ATT_MTU, given when a GATT client on the same link shares it.
     public init(database: GATTDatabase, peer: ATTPeer, scheduler: TimerScheduling,
-                serverRxMTU: Int = ATTServer.maximumMTU) {
+                serverRxMTU: Int = ATTServer.maximumMTU, bearerMTU: ATTBearerMTU = ATTBearerMTU()) {
         self.database = database
+        self.bearerMTU = bearerMTU
         self.peer = peer
         self.scheduler = scheduler
         self.serverRxMTU = max(Self.defaultMTU, min(serverRxMTU, Self.maximumMTU))
@@ -528,7 +532,7 @@ public final class ATTServer {
         mtuExchanged = true
         let newMTU = min(client, serverRxMTU)
         if newMTU != mtu {
-            mtu = newMTU
+            bearerMTU.value = newMTU
             delegate?.attServer(self, mtuChanged: mtu)
         }
     }

@@ -19,13 +19,21 @@ public final class GATTClient {
     public static let transactionTimeout: Duration = .seconds(30)
     /// Procedures waiting behind the one in flight, at most.
     public static let maxQueued = 64
+    /// The most services, includes, characteristics and descriptors a discovery holds from a
+    /// server: as many as 16-bit handles can number (Vol 3, Part F, 3.2.2), so every database a
+    /// server can have fits, while one that describes itself as more (overlapping included
+    /// services, say) ends the discovery with `.tooManyAttributes` instead of growing memory.
+    public static let maxAttributes = 65_535
 
-    /// ATT_MTU now (Vol 3, Part F, 3.4.2.2).
-    public private(set) var mtu = GATTClient.defaultMTU
+    /// ATT_MTU now (Vol 3, Part F, 3.4.2.2): the bearer's, shared with a server on the same link.
+    public var mtu: Int { bearerMTU.value }
+    private let bearerMTU: ATTBearerMTU
     public private(set) var isTimedOut = false
     public private(set) var isClosed = false
     /// What `discoverAll` found, kept current across Service Changed indications.
     public private(set) var services: [RemoteService] = []
+    /// What `discoverAll` holds at most (`maxAttributes`, or less when told at init).
+    public let attributeLimit: Int
 
     /// A notification (Vol 3, Part F, 3.4.7.1): handle and value.
     public var onNotification: ((UInt16, ArraySlice<UInt8>) -> Void)?
@@ -47,9 +55,13 @@ public final class GATTClient {
     private var queue: Deque<Procedure> = []
     private var timer: TimerID?
 
-    /// `send` hands one ATT PDU to the link; false when the link did not take it.
-    public init(scheduler: TimerScheduling, send: @escaping ([UInt8]) -> Bool) {
+    /// `send` hands one ATT PDU to the link; false when the link did not take it. `bearerMTU`:
+    /// the link's ATT_MTU, given when an ATT server on the same link shares it.
+    public init(scheduler: TimerScheduling, bearerMTU: ATTBearerMTU = ATTBearerMTU(), attributeLimit: Int = GATTClient.maxAttributes,
+                send: @escaping ([UInt8]) -> Bool) {
         self.scheduler = scheduler
+        self.attributeLimit = max(1, min(attributeLimit, Self.maxAttributes))
+        self.bearerMTU = bearerMTU
         self.send = send
     }
 
@@ -203,7 +215,7 @@ public final class GATTClient {
         onUnexpected?(what)
     }
 
-    func setMTU(_ value: Int) { mtu = value }
+    func setMTU(_ value: Int) { bearerMTU.value = value }
     func setServices(_ value: [RemoteService]) { services = value }
     /// A command goes out at once: it has no response to wait for (Vol 3, Part F, 3.3.1).
     func sendCommand(_ pdu: [UInt8]) -> Bool { send(pdu) }
@@ -224,7 +236,15 @@ public final class GATTClient {
         discoverAll(in: range) { [weak self] result in
             guard let self else { return }
             if case .success(let found) = result {
-                self.services = (self.services + found).sorted { $0.handles.lowerBound < $1.handles.lowerBound }
+                // A secondary service found again (through an include in the range) replaces
+                // the copy held: each service is held once, and the whole stays within the limit.
+                let rediscovered = Set(found.map(\.handles.lowerBound))
+                let merged = self.services.filter { !rediscovered.contains($0.handles.lowerBound) } + found
+                if merged.attributeCount <= self.attributeLimit {
+                    self.services = merged.sorted { $0.handles.lowerBound < $1.handles.lowerBound }
+                } else {
+                    self.unexpected("Service Changed: the database would hold more than \(self.attributeLimit) attributes; the range is left out")
+                }
             }
             self.onServiceChanged?(range)
         }

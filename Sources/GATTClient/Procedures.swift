@@ -43,65 +43,16 @@ extension GATTClient {
     }
 
     /// Every primary service in `range` with its included services, characteristics and
-    /// descriptors, and the secondary services they include (`isPrimary` false), in handle
-    /// order. Over the whole range, the result also becomes `services`, which Service Changed
-    /// indications keep current.
+    /// descriptors, and the secondary services they include (`isPrimary` false), at any depth
+    /// of inclusion, in handle order. Over the whole range, the result also becomes `services`, which Service Changed
+    /// indications keep current. One procedure after another, never recursing per service or
+    /// characteristic; it ends with `.tooManyAttributes` once the server reports more than
+    /// `attributeLimit` services, includes, characteristics and descriptors in all.
     public func discoverAll(in range: ClosedRange<UInt16> = 0x0001...0xFFFF, completion: @escaping Completion<[RemoteService]>) {
-        discoverPrimaryServices(in: range) { [weak self] result in
-            guard let self else { return completion(.failure(.disconnected)) }
-            switch result {
-            case .failure(let error): completion(.failure(error))
-            case .success(let found):
-                self.fill(found, into: []) { result in
-                    guard case .success(let primaries) = result else { return completion(result) }
-                    // Included services that are not primary ones are only reachable through
-                    // their include declarations (Vol 3, Part G, 4.5): discover them too, once each.
-                    var seen = Set(primaries.map(\.handles.lowerBound))
-                    var secondaries: [DiscoveredService] = []
-                    for include in primaries.flatMap(\.includes) where seen.insert(include.service.handles.lowerBound).inserted {
-                        secondaries.append(include.service)
-                    }
-                    self.fill(secondaries, into: []) { result in
-                        guard case .success(let secondary) = result else { return completion(result) }
-                        let services = (primaries + secondary).sorted { $0.handles.lowerBound < $1.handles.lowerBound }
-                        if range == 0x0001...0xFFFF { self.replaceServices(services) }
-                        completion(.success(services))
-                    }
-                }
-            }
-        }
+        DatabaseDiscovery(client: self, range: range, completion: completion).start()
     }
 
     func replaceServices(_ services: [RemoteService]) { setServices(services) }
-
-    /// Includes, characteristics and descriptors of `pending`, one service after the other.
-    private func fill(_ pending: [DiscoveredService], into done: [RemoteService], completion: @escaping Completion<[RemoteService]>) {
-        guard let service = pending.first else { return completion(.success(done)) }
-        findIncludedServices(of: service) { [weak self] includes in
-            guard let self else { return completion(.failure(.disconnected)) }
-            guard case .success(let includes) = includes else { return completion(includes.map { _ in [] }) }
-            self.discoverCharacteristics(of: service) { characteristics in
-                guard case .success(let characteristics) = characteristics else { return completion(characteristics.map { _ in [] }) }
-                self.describe(characteristics, into: []) { remote in
-                    guard case .success(let remote) = remote else { return completion(remote.map { _ in [] }) }
-                    let filled = RemoteService(service: service, includes: includes, characteristics: remote)
-                    self.fill(Array(pending.dropFirst()), into: done + [filled], completion: completion)
-                }
-            }
-        }
-    }
-
-    private func describe(_ pending: [DiscoveredCharacteristic], into done: [RemoteCharacteristic],
-                          completion: @escaping Completion<[RemoteCharacteristic]>) {
-        guard let characteristic = pending.first else { return completion(.success(done)) }
-        discoverDescriptors(of: characteristic) { [weak self] descriptors in
-            guard let self else { return completion(.failure(.disconnected)) }
-            guard case .success(let descriptors) = descriptors else { return completion(descriptors.map { _ in [] }) }
-            self.describe(Array(pending.dropFirst()),
-                          into: done + [RemoteCharacteristic(characteristic: characteristic, descriptors: descriptors)],
-                          completion: completion)
-        }
-    }
 
     // MARK: 4.8 Reads
 
@@ -232,8 +183,9 @@ final class SingleRequest<Response: ATTPDU, Value>: TypedProcedure<Value> {
 
 /// A discovery that walks a handle range with one request after another, collecting what each
 /// response reports, until the range is done or the server answers Attribute Not Found
-/// (Vol 3, Part G, 4.4.1 and alike). Each response must move forward, so a server cannot keep
-/// the client walking forever.
+/// (Vol 3, Part G, 4.4.1 and alike). Each response must move forward, and the items in it too,
+/// one handle after another, so a server can neither keep the client walking forever nor report
+/// more items than the range has handles.
 class RangeWalk<Item>: TypedProcedure<[Item]> {
     let range: ClosedRange<UInt16>
     var next: UInt16
@@ -284,13 +236,15 @@ final class DiscoverAllServices: RangeWalk<DiscoveredService> {
         decode(ATTReadByGroupTypeResponse.self, pdu).flatMap { response in
             var services: [DiscoveredService] = []
             var last: UInt16 = 0
+            var floor = Int(next)
             for entry in response.entries {
-                guard entry.handle <= entry.endGroup, entry.handle >= next,
+                guard entry.handle <= entry.endGroup, entry.handle >= floor,
                       let uuid = try? BluetoothUUID(littleEndian: entry.value), entry.value.count == 2 || entry.value.count == 16 else {
                     return .failure(.malformedResponse("service entry at \(Hex.word(entry.handle))"))
                 }
                 services.append(DiscoveredService(uuid: uuid, handles: entry.handle...entry.endGroup))
                 last = entry.endGroup
+                floor = Int(entry.endGroup) + 1
             }
             return .success((services, last))
         }
@@ -313,10 +267,12 @@ final class DiscoverServicesByUUID: RangeWalk<DiscoveredService> {
         decode(ATTFindByTypeValueResponse.self, pdu).flatMap { response in
             var services: [DiscoveredService] = []
             var last: UInt16 = 0
+            var floor = Int(next)
             for (handle, end) in response.ranges {
-                guard handle <= end, handle >= next else { return .failure(.malformedResponse("service range at \(Hex.word(handle))")) }
+                guard handle <= end, handle >= floor else { return .failure(.malformedResponse("service range at \(Hex.word(handle))")) }
                 services.append(DiscoveredService(uuid: uuid, handles: handle...end))
                 last = end
+                floor = Int(end) + 1
             }
             return .success((services, last))
         }
@@ -338,9 +294,10 @@ final class FindIncludedServices: RangeWalk<DiscoveredInclude> {
         decode(ATTReadByTypeResponse.self, pdu).flatMap { response in
             var includes: [DiscoveredInclude] = []
             var last: UInt16 = 0
+            var floor = Int(next)
             for (handle, value) in response.pairs {
                 var reader = ByteReader(value)
-                guard handle >= next, value.count == 4 || value.count == 6,
+                guard handle >= floor, value.count == 4 || value.count == 6,
                       let start = try? reader.u16(), let end = try? reader.u16(), start <= end else {
                     return .failure(.malformedResponse("include declaration at \(Hex.word(handle))"))
                 }
@@ -349,6 +306,7 @@ final class FindIncludedServices: RangeWalk<DiscoveredInclude> {
                 includes.append(DiscoveredInclude(declarationHandle: handle,
                                                   service: DiscoveredService(uuid: uuid ?? BluetoothUUID(0), handles: start...end, isPrimary: false)))
                 last = handle
+                floor = Int(handle) + 1
             }
             return .success((includes, last))
         }
@@ -387,10 +345,11 @@ final class DiscoverCharacteristics: RangeWalk<DiscoveredCharacteristic> {
         decode(ATTReadByTypeResponse.self, pdu).flatMap { response in
             var characteristics: [DiscoveredCharacteristic] = []
             var last: UInt16 = 0
+            var floor = Int(next)
             for (handle, value) in response.pairs {
                 var reader = ByteReader(value)
                 // Vol 3, Part G, 3.3.1: properties, value handle, then a 16- or 128-bit UUID.
-                guard handle >= next, value.count == 5 || value.count == 19, let properties = try? reader.u8(),
+                guard handle >= floor, value.count == 5 || value.count == 19, let properties = try? reader.u8(),
                       let valueHandle = try? reader.u16(), valueHandle > handle, range.contains(valueHandle),
                       let uuid = try? BluetoothUUID(littleEndian: reader.rest()) else {
                     return .failure(.malformedResponse("characteristic declaration at \(Hex.word(handle))"))
@@ -399,6 +358,7 @@ final class DiscoverCharacteristics: RangeWalk<DiscoveredCharacteristic> {
                                                                 declarationHandle: handle, valueHandle: valueHandle,
                                                                 endHandle: range.upperBound))
                 last = handle
+                floor = Int(handle) + 1
             }
             return .success((characteristics, last))
         }
@@ -419,7 +379,8 @@ final class DiscoverDescriptors: RangeWalk<DiscoveredDescriptor> {
     override func items(of pdu: ArraySlice<UInt8>) -> Result<(items: [DiscoveredDescriptor], last: UInt16), GATTClientError> {
         decode(ATTFindInformationResponse.self, pdu).flatMap { response in
             let pairs = response.pairs
-            guard let last = pairs.last?.handle, pairs.allSatisfy({ $0.handle >= next }) else {
+            guard let last = pairs.last?.handle, pairs.first.map({ $0.handle >= next }) == true,
+                  zip(pairs, pairs.dropFirst()).allSatisfy({ $0.handle < $1.handle }) else {
                 return .failure(.malformedResponse("Find Information handles"))
             }
             return .success((pairs.map { DiscoveredDescriptor(uuid: $0.type, handle: $0.handle) }, last))

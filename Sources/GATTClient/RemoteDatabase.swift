@@ -100,6 +100,9 @@ public enum GATTClientError: Error, Equatable, Sendable, CustomStringConvertible
     case queueFull
     /// The procedure was asked for something ATT cannot carry.
     case invalidArgument(String)
+    /// The server reported more services, includes, characteristics and descriptors than the
+    /// client holds (`GATTClient.attributeLimit`); the discovery ended.
+    case tooManyAttributes(limit: Int)
 
     public var description: String {
         switch self {
@@ -112,6 +115,8 @@ public enum GATTClientError: Error, Equatable, Sendable, CustomStringConvertible
         case .notSent: return "the link's queue was full: request not sent"
         case .queueFull: return "too many GATT requests waiting"
         case .invalidArgument(let what): return what
+        case .tooManyAttributes(let limit):
+            return "the server reported more than \(limit) services, includes, characteristics and descriptors: discovery stopped"
         }
     }
 }

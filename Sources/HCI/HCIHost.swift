@@ -142,6 +142,11 @@ public final class HCIHost {
         var bestEffortQueued = 0
         /// In `waiting`: it has fragments to send.
         var isWaiting = false
+        /// It has fragments to send but holds its fair share of the controller's buffers: out of
+        /// `waiting` until enough of its packets complete.
+        var isCapped = false
+        /// In `cappedLinks` (an entry stays there until a link closes and the list is tidied).
+        var isInCappedList = false
         /// A PDU was refused (in `refusedLinks`): the delegate hears when there is room again.
         var refused = false
     }
@@ -155,6 +160,10 @@ public final class HCIHost {
     /// The links with fragments queued, in round-robin order: each at most once, so a credit
     /// costs the same with 1 link or 3000 (no walk over idle links).
     private var waiting: Deque<LinkReference> = []
+    /// The links that were capped at their fair share, each at most once, to look at again
+    /// when a link closes and the share grows.
+    private var cappedLinks: [LinkReference] = []
+    private var cappedScratch: [LinkReference] = []
     /// The links told "refused" that wait to hear there is room again, each at most once.
     private var refusedLinks: [LinkReference] = []
     private var refusedScratch: [LinkReference] = []
@@ -176,6 +185,8 @@ public final class HCIHost {
         // refusals after a swap do not allocate.
         refusedLinks.reserveCapacity(8)
         refusedScratch.reserveCapacity(8)
+        cappedLinks.reserveCapacity(8)
+        cappedScratch.reserveCapacity(8)
     }
 
     // MARK: Commands
@@ -304,6 +315,8 @@ public final class HCIHost {
         commandCredits = 1
         links.removeAll()
         waiting.removeAll()
+        cappedLinks.removeAll(keepingCapacity: true)
+        fairShare = 1
         refusedLinks.removeAll()
         aclCredits = 0
         for pending in cancelled { pending.completion?(.cancelled) }
@@ -410,6 +423,7 @@ public final class HCIHost {
         info.aclMaxLength = max(info.aclMaxLength, 27)
         info.aclTotalPackets = max(info.aclTotalPackets, 1)
         aclCredits = info.aclTotalPackets
+        updateFairShare()
         isReady = true
         logger.info("controller ready: \(info.address), \(info.versionDescription), ACL \(info.aclTotalPackets) x \(info.aclMaxLength) bytes")
         delegate?.hciHostDidBecomeReady(self)
@@ -476,14 +490,32 @@ public final class HCIHost {
 
     // MARK: ACL transmit
 
+    /// The most packets one link may have in the controller's buffers: an equal part of them
+    /// for each open link. Vol 4, Part E, 4.1.1: the buffers are shared by all links, and a
+    /// packet is only freed when the peer acknowledged it, so a link that never completes
+    /// (a slow or hostile peer) would otherwise end up holding every buffer, and no other link
+    /// could send until the supervision timeout. Capped at its share it keeps only that, and
+    /// the other links share the rest. A link that is alone may use them all. Kept current by
+    /// `updateFairShare()` when links open or close or the controller says its buffer count.
+    private(set) var fairShare = 1
+
+    private func updateFairShare() {
+        fairShare = max(1, info.aclTotalPackets / max(1, links.count))
+    }
+
     private func packetsCompleted(handle: UInt16, count: UInt16) {
+        let share = fairShare
         // Credits for links already gone were returned at disconnection (Vol 4, Part E, 4.3).
-        guard let returned = links.modify(handle, { link in
+        guard let (returned, uncapped) = links.modify(handle, { link -> (Int, LinkReference?) in
             let returned = min(Int(count), link.inFlight)
             link.inFlight -= returned
-            return returned
+            guard link.isCapped, link.inFlight < share else { return (returned, nil) }
+            link.isCapped = false
+            link.isWaiting = true
+            return (returned, LinkReference(handle: handle, serial: link.serial))
         }) else { return }
         aclCredits = min(aclCredits + returned, info.aclTotalPackets)
+        if let uncapped { waiting.append(uncapped) }
     }
 
     /// Starts accounting for a new connection handle.
@@ -491,6 +523,7 @@ public final class HCIHost {
         if links[handle] == nil {
             nextLinkSerial += 1
             links[handle] = LinkTransmit(serial: nextLinkSerial)
+            updateFairShare()
         }
     }
 
@@ -500,9 +533,33 @@ public final class HCIHost {
         // Its entries in `waiting` and `refusedLinks` are dropped when they come up (the serial no
         // longer matches), so closing costs the same however many links are open.
         guard let link = links.removeValue(forKey: handle) else { return }
+        updateFairShare()
         for pdu in link.queue { pduBuffers.give(pdu.bytes) }
         aclCredits = min(aclCredits + link.inFlight, info.aclTotalPackets)
+        uncapBelowShare()
         drainACL()
+    }
+
+    /// One link fewer, a larger share each: the capped links below it send again. The list is
+    /// tidied on the way (entries of closed links, or of links no longer capped, go).
+    private func uncapBelowShare() {
+        guard !cappedLinks.isEmpty else { return }
+        let share = fairShare
+        swap(&cappedLinks, &cappedScratch)
+        for reference in cappedScratch {
+            let keep = links.modify(reference.handle) { link -> Bool in
+                guard link.serial == reference.serial else { return false }
+                if link.isCapped, link.inFlight < share {
+                    link.isCapped = false
+                    link.isWaiting = true
+                    waiting.append(reference)
+                }
+                link.isInCappedList = link.isCapped
+                return link.isCapped
+            }
+            if keep == true { cappedLinks.append(reference) }
+        }
+        cappedScratch.removeAll(keepingCapacity: true)
     }
 
     public func queuedPDUs(_ handle: UInt16) -> Int { links[handle]?.queue.count ?? 0 }
@@ -521,14 +578,18 @@ public final class HCIHost {
         }) else { return false }
         guard let idle else { return false }
         var sent = 0
+        let share = fairShare
         if idle {
             // Fast path: nothing waits, so send what credits allow straight from the caller's
             // buffer, and queue only the rest. The link's state is stored before each packet goes
             // out: a controller may answer inside `output` (in-process ones do), and its Number Of
             // Completed Packets must find the count it completes.
-            while sent < pdu.count, aclCredits > 0 {
+            while sent < pdu.count, aclCredits > 0, links.modify(handle, { link -> Bool in
+                guard link.inFlight < share else { return false }
+                link.inFlight += 1
+                return true
+            }) == true {
                 let chunk = min(info.aclMaxLength, pdu.count - sent)
-                links.modify(handle) { $0.inFlight += 1 }
                 transmitFragment(handle: handle, first: sent == 0, pdu[(pdu.startIndex + sent)..<(pdu.startIndex + sent + chunk)])
                 sent += chunk
             }
@@ -541,7 +602,7 @@ public final class HCIHost {
             }
             link.queue.append(QueuedPDU(bytes: pduBuffers.take(pdu), sent: sent, priority: priority))
             if priority == .bestEffort { link.bestEffortQueued += 1 }
-            if !link.isWaiting {
+            if !link.isWaiting && !link.isCapped {
                 link.isWaiting = true
                 waiting.append(LinkReference(handle: handle, serial: link.serial))
             }
@@ -576,8 +637,9 @@ public final class HCIHost {
         defer { draining = false }
         // Round robin over the links that have something to send: the link served goes to the
         // back, so buffers freed one at a time take turns.
+        let share = fairShare
         while aclCredits > 0, let next = waiting.popFirst() {
-            guard var head = waitingHead(next) else { continue }
+            guard var head = waitingHead(next, share: share) else { continue }
             let chunk = min(info.aclMaxLength, head.bytes.count - head.sent)
             let first = head.sent == 0
             let fragment = head.bytes[head.sent..<(head.sent + chunk)]
@@ -620,11 +682,22 @@ public final class HCIHost {
         refusedScratch.removeAll(keepingCapacity: true)
     }
 
-    /// The PDU a link in `waiting` sends from next, or nil for an entry left by a closed link
-    /// (or a link with nothing queued). A function of its own, so no copy of the link's entry
-    /// outlives it: the queue is then changed in place, without being copied.
-    private func waitingHead(_ reference: LinkReference) -> QueuedPDU? {
+    /// The PDU a link in `waiting` sends from next, or nil for an entry left by a closed link,
+    /// a link with nothing queued, or one that holds its fair `share` of the buffers (it leaves
+    /// `waiting` until its packets complete). A function of its own, so no copy of the link's
+    /// entry outlives it: the queue is then changed in place, without being copied.
+    private func waitingHead(_ reference: LinkReference, share: Int) -> QueuedPDU? {
         guard let link = links[reference.handle], link.serial == reference.serial, link.isWaiting else { return nil }
+        if link.inFlight >= share, !link.queue.isEmpty {
+            let listed = link.isInCappedList
+            links.modify(reference.handle) {
+                $0.isWaiting = false
+                $0.isCapped = true
+                $0.isInCappedList = true
+            }
+            if !listed { cappedLinks.append(reference) }
+            return nil
+        }
         if let head = link.queue.first { return head }
         links.modify(reference.handle) { $0.isWaiting = false }
         return nil

@@ -256,6 +256,25 @@ extension Result {
     }
 }
 
+extension GATTClientUpdateTests {
+    /// A range whose service includes one outside it: the included service is found again and
+    /// replaces the copy held, however often the server says the range changed (it was added
+    /// once more each time, so a server could grow the client's memory without bound).
+    @Test func serviceChangedKeepsEachServiceOnce() throws {
+        let b = try Bearer()
+        let before = try #require(b.run { $0.discoverAll(completion: $1) }?.value)
+        #expect(b.run { $0.followServiceChanged(completion: $1) }?.value != nil)
+        var value: [UInt8] = []
+        value.appendLE(b.custom.startHandle)
+        value.appendLE(b.custom.endHandle)
+        for _ in 0..<3 {
+            #expect(b.server.indicate(b.serviceChanged, value: value) == .queued)
+            b.pump()
+        }
+        #expect(b.client.services == before)
+    }
+}
+
 @Suite struct GATTClientFailureTests {
     /// Vol 3, Part F, 3.3.3: 30 s without a response ends the procedure and every one waiting;
     /// nothing more is sent on the bearer.

@@ -713,19 +713,21 @@ private let initSequenceV1: [UInt16] = [
         let rig = Rig.twoLinks(buffers: 2)
         #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 23)[...], priority: .required))
         rig.numberOfCompletedPackets([(0x0040, 50), (0x0041, 7), (0x0999, 3)])
+        // 0x41 alone now: its share is every buffer.
+        rig.host.closeLink(0x0040)
         #expect(rig.host.sendL2CAP(handle: 0x0041, pdu: Rig.pdu(payloadLength: 200)[...], priority: .required))
         #expect(rig.aclSent.count == 3, "1 + the 2 real buffers, not more")
     }
 
     /// Vol 4, Part E, 4.1.1: the controller's buffers are shared by all links; the host must
-    /// share them fairly.
+    /// share them fairly: one each of two, even when one link asks first for more.
     @Test func twoCreditsAtOnceAreSharedBetweenTwoLinks() {
         let rig = Rig.twoLinks(buffers: 2)
         #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 200)[...], priority: .required))
         #expect(rig.host.sendL2CAP(handle: 0x0041, pdu: Rig.pdu(payloadLength: 200)[...], priority: .required))
-        #expect(rig.aclSent.map(\.handle) == [0x40, 0x40])
-        rig.numberOfCompletedPackets([(0x0040, 2)])
-        #expect(rig.aclSent.map(\.handle) == [0x40, 0x40, 0x40, 0x41])
+        #expect(rig.aclSent.map(\.handle) == [0x40, 0x41])
+        rig.numberOfCompletedPackets([(0x0040, 1)])
+        #expect(rig.aclSent.map(\.handle) == [0x40, 0x41, 0x40])
     }
 
     /// Controllers usually complete one packet at a time. Each freed buffer must go to the
@@ -735,13 +737,15 @@ private let initSequenceV1: [UInt16] = [
         let rig = Rig.twoLinks(buffers: 2)
         #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 200)[...], priority: .required))
         #expect(rig.host.sendL2CAP(handle: 0x0041, pdu: Rig.pdu(payloadLength: 200)[...], priority: .required))
-        #expect(rig.aclSent.map(\.handle) == [0x40, 0x40])
+        #expect(rig.aclSent.map(\.handle) == [0x40, 0x41])
+        // The controller completes packets in the order they were sent, one at a time.
+        var completed = 0
         for _ in 0..<6 {
-            guard let last = rig.aclSent.last else { break }
-            rig.numberOfCompletedPackets([(last.handle, 1)])
+            rig.numberOfCompletedPackets([(rig.aclSent[completed].handle, 1)])
+            completed += 1
         }
-        // After the two fragments 0x40 sent at once, each freed buffer goes to the other link
-        // than the one served last, while both have data waiting.
+        // After the first fragment of each, each freed buffer goes to the other link than the
+        // one served last, while both have data waiting.
         let afterFastPath = Array(rig.aclSent.map(\.handle).dropFirst(2))
         #expect(afterFastPath.count == 6)
         #expect(zip(afterFastPath, afterFastPath.dropFirst()).allSatisfy { $0 != $1 },
@@ -875,15 +879,56 @@ private let initSequenceV1: [UInt16] = [
     @Test func closingALinkReturnsItsInFlightCredits() {
         let rig = Rig.twoLinks(buffers: 2)
         #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 100)[...], priority: .required))
-        #expect(rig.host.sendL2CAP(handle: 0x0041, pdu: Rig.pdu(payloadLength: 23)[...], priority: .required))
-        #expect(rig.aclSent.map(\.handle) == [0x40, 0x40])
+        #expect(rig.host.sendL2CAP(handle: 0x0041, pdu: Rig.pdu(payloadLength: 100)[...], priority: .required))
+        #expect(rig.aclSent.map(\.handle) == [0x40, 0x41], "one buffer each")
         rig.host.closeLink(0x0040)
-        #expect(rig.aclSent.map(\.handle) == [0x40, 0x40, 0x41], "the freed buffers go to the other link at once")
+        #expect(rig.aclSent.map(\.handle) == [0x40, 0x41, 0x41], "the freed buffer goes to the other link at once")
         #expect(rig.host.queuedPDUs(0x0040) == 0)
         // A late completion for the closed link must not free buffers a second time.
         rig.numberOfCompletedPackets([(0x0040, 2)])
-        #expect(rig.host.sendL2CAP(handle: 0x0041, pdu: Rig.pdu(payloadLength: 100)[...], priority: .required))
-        #expect(rig.aclSent.count == 4, "one buffer is still held by 0x41: only one more fragment")
+        #expect(rig.aclSent.count == 3, "both buffers are held by 0x41: nothing more goes out")
+        rig.numberOfCompletedPackets([(0x0041, 1)])
+        #expect(rig.aclSent.count == 4)
+    }
+
+    /// A link whose packets never complete (a slow or hostile peer: a buffer is only freed
+    /// when the peer acknowledged the packet) holds at most its fair share of the controller's
+    /// buffers, so the other links keep sending with the rest instead of waiting for the
+    /// supervision timeout to drop it.
+    @Test func aStalledLinkHoldsAtMostItsFairShareAndTheOtherKeepsSending() {
+        let rig = Rig.twoLinks(buffers: 32)
+        for _ in 0..<40 {
+            #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 23)[...], priority: .required))
+        }
+        #expect(rig.aclSent.filter { $0.handle == 0x40 }.count == 16, "the stalled link took more than half the buffers")
+        // The honest link sends, its packets complete, and it is idle between its PDUs while the
+        // stalled link has a backlog: it is served every time.
+        for round in 0..<40 {
+            let before = rig.aclSent.filter { $0.handle == 0x41 }.count
+            #expect(rig.host.sendL2CAP(handle: 0x0041, pdu: Rig.pdu(payloadLength: 23)[...], priority: .required))
+            #expect(rig.aclSent.filter { $0.handle == 0x41 }.count == before + 1, "round \(round): the honest link waits")
+            rig.numberOfCompletedPackets([(0x0041, 1)])
+        }
+        #expect(rig.aclSent.filter { $0.handle == 0x40 }.count == 16, "the stalled link never holds more than its share")
+        // Once its packets complete, the stalled link goes on with its backlog.
+        rig.numberOfCompletedPackets([(0x0040, 16)])
+        #expect(rig.aclSent.filter { $0.handle == 0x40 }.count == 32)
+    }
+
+    /// The share follows the open links: one closing gives the others a larger share at once.
+    @Test func theShareGrowsWhenALinkCloses() {
+        let rig = Rig(ControllerProfile(leACLLength: 27, leACLPackets: 30))
+        rig.bringUp()
+        for handle: UInt16 in [0x40, 0x41, 0x42] { rig.host.openLink(handle) }
+        rig.clearSent()
+        for _ in 0..<20 {
+            #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 23)[...], priority: .required))
+        }
+        #expect(rig.aclSent.count == 10, "a third of 30")
+        rig.host.closeLink(0x0042)
+        #expect(rig.aclSent.count == 15, "half of 30")
+        rig.host.closeLink(0x0041)
+        #expect(rig.aclSent.count == 20, "alone: all it has")
     }
 
     @Test func disconnectionCompleteClosesTheLinkAndIsForwarded() {

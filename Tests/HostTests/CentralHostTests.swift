@@ -170,3 +170,37 @@ let servicesData: [UInt8] = [0x05, 0x03, 0x0D, 0x18, 0x0F, 0x18]
 extension Result {
     var error: Failure? { if case .failure(let error) = self { return error } else { return nil } }
 }
+
+/// Vol 3, Part F, 3.2.8 and 3.4.2.2: a link has one ATT_MTU, whichever side exchanged it. The
+/// central's own small server must use the ATT_MTU its client negotiated, and the other way round.
+@Suite struct CentralLinkMTUTests {
+    @Test func theServerUsesTheMTUTheClientNegotiated() throws {
+        let b = try CentralBench(extended: false)
+        let link = try b.connect()
+        var negotiated: Result<Int, GATTClientError>?
+        link.client.exchangeMTU(517) { negotiated = $0 }
+        #expect(b.controller.takeL2CAP(handle: 0x40, cid: L2CAPChannel.att) == [[0x02, 0x05, 0x02]])
+        b.controller.sendL2CAP(handle: 0x40, cid: L2CAPChannel.att, [0x03, 0x05, 0x02])
+        #expect(try negotiated?.get() == 517)
+        // A 39-byte Read Multiple Request (Vol 3, Part F, 3.4.4.7) from the peripheral, past the
+        // default 23: our server answers it at ATT_MTU 517, not with Invalid PDU.
+        var request: [UInt8] = [0x0E]
+        for _ in 0..<19 { request.appendLE(UInt16(0x0003)) }
+        #expect(request.count == 39)
+        b.controller.sendL2CAP(handle: 0x40, cid: L2CAPChannel.att, request)
+        let answer = try #require(b.controller.takeL2CAP(handle: 0x40, cid: L2CAPChannel.att).first)
+        #expect(answer.first == 0x0F, "answered \(Hex.bytes(answer))")
+        #expect(answer.count > 23, "the response fills the negotiated ATT_MTU, not the default")
+    }
+
+    @Test func theClientUsesTheMTUThePeerExchangedWithOurServer() throws {
+        let b = try CentralBench(extended: false)
+        let link = try b.connect()
+        b.controller.sendL2CAP(handle: 0x40, cid: L2CAPChannel.att, [0x02, 0x64, 0x00])
+        #expect(b.controller.takeL2CAP(handle: 0x40, cid: L2CAPChannel.att) == [[0x03, 0x05, 0x02]])
+        #expect(link.client.mtu == 100)
+        // A 64-byte write now goes as one Write Request, not as prepared writes at ATT_MTU 23.
+        link.client.write(0x0003, [UInt8](repeating: 0x41, count: 64)) { _ in }
+        #expect(b.controller.takeL2CAP(handle: 0x40, cid: L2CAPChannel.att).map { $0.prefix(3) } == [[0x12, 0x03, 0x00]])
+    }
+}

@@ -317,6 +317,149 @@ def test_gatt_against_bumble_long_values_includes_and_long_writes(rootcanal):
         peripheral.stop()
 
 
+HUGE_SERVICE = "6e400020-b5a3-f393-e0a9-e50e24dcca9e"
+
+
+class HugePeripheral(BumblePeripheral):
+    """A Bumble peripheral serving one service of `count` write-only characteristics without
+    descriptors (a dump reads none of them): the database a hostile room host could serve."""
+
+    def __init__(self, controller: str, name: str, count: int):
+        super().__init__(controller, name)
+        self.count = count
+
+    async def _main(self) -> None:
+        self.stopping = asyncio.Event()
+        async with await open_transport(bumble_transport_spec(self.controller)) as (source, sink):
+            device = Device.with_hci(self.name, "F0:F1:F2:F3:F4:F6", source, sink)
+            device.add_services([gatt.Service(HUGE_SERVICE, [
+                gatt.Characteristic(f"{0x7000 + n % 0x800:04X}", gatt.Characteristic.Properties.WRITE,
+                                    gatt.Characteristic.WRITEABLE, b"")
+                for n in range(self.count)
+            ])])
+            device.advertising_data = bytes(AdvertisingData([
+                (AdvertisingData.FLAGS, bytes([0x06])),
+                (AdvertisingData.COMPLETE_LOCAL_NAME, self.name.encode()),
+            ]))
+            await device.power_on()
+            await device.start_advertising(auto_restart=True)
+            self.ready.set()
+            await self.stopping.wait()
+            with contextlib.suppress(HCI_Error):
+                await device.stop_advertising()
+
+
+def dump_with_peak_rss(rootcanal, count: int) -> tuple[int, float]:
+    """`blemu gatt dump --json` of a HugePeripheral of `count` characteristics: how many it
+    listed, and the process's peak resident size in MB (wait4's ru_maxrss, the child's own)."""
+    import os
+    from harness import REPO, blemu_binary, child_environment
+    name = unique_name("HG")
+    peripheral = HugePeripheral(rootcanal.controller_spec, name, count).start()
+    try:
+        process = subprocess.Popen(
+            [str(blemu_binary()), "gatt", "--controller", rootcanal.controller_spec, "--name", name, "dump", "--json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=REPO,
+            env=child_environment({"BLEMU_CONTROLLER": None}))
+        # The pipes are read on threads so the child never blocks on a full one.
+        out: dict[str, bytes] = {}
+        readers = [threading.Thread(target=lambda key, pipe: out.__setitem__(key, pipe.read()), args=(key, pipe))
+                   for key, pipe in (("stdout", process.stdout), ("stderr", process.stderr))]
+        for reader in readers:
+            reader.start()
+        deadline = time.monotonic() + 150
+        while True:
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                process.kill()
+                raise AssertionError(f"blemu gatt dump of {count} characteristics did not finish within 150 s")
+            time.sleep(0.1)
+        for reader in readers:
+            reader.join(10)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        stderr = out.get("stderr", b"").decode(errors="replace")
+        assert process.returncode == 0, stderr[-3000:]
+        [dump] = [json.loads(line) for line in out["stdout"].decode().splitlines() if line.strip()]
+        services = {service["uuid"]: service for service in dump["services"]}
+        return len(services[HUGE_SERVICE]["characteristics"]), usage.ru_maxrss / 1024
+    finally:
+        peripheral.stop()
+
+
+def test_gatt_dump_of_ten_thousand_characteristics_stays_small(rootcanal):
+    """Discovery walks the database iteratively, in memory linear in it (Docs/PERFORMANCE.md):
+    it once recursed per characteristic, 1.5-2.7 GB for 10,000 characteristics, or a stack
+    overflow. What the 10,000 add to a dump of 10 is measured, so debug and release builds
+    (whose own sizes differ) are held to the same bound."""
+    listed, small = dump_with_peak_rss(rootcanal, 10)
+    assert listed == 10
+    listed, huge = dump_with_peak_rss(rootcanal, 10_000)
+    assert listed == 10_000
+    print(f"blemu gatt dump: peak RSS {small:.1f} MB for 10 characteristics, {huge:.1f} MB for 10,000")
+    assert huge - small < 24, f"10,000 characteristics added {huge - small:.1f} MB ({small:.1f} -> {huge:.1f} MB)"
+
+
+class MTUProbePeripheral(BumblePeripheral):
+    """A Bumble peripheral that, once blemu's client has exchanged the MTU, sends blemu's own
+    small GATT server a 39-byte Read Multiple Request (Vol 3, Part F, 3.4.4.7), past the
+    default ATT_MTU of 23, and keeps the answer."""
+
+    def __init__(self, controller: str, name: str):
+        super().__init__(controller, name)
+        self.answer = None
+        self.mtu = None
+        self.answered = threading.Event()
+
+    async def _main(self) -> None:
+        from bumble import att
+        self.stopping = asyncio.Event()
+        async with await open_transport(bumble_transport_spec(self.controller)) as (source, sink):
+            device = Device.with_hci(self.name, "F0:F1:F2:F3:F4:F7", source, sink)
+            device.add_services([gatt.Service(CUSTOM_SERVICE, [
+                gatt.Characteristic(CUSTOM_LONG, gatt.Characteristic.Properties.READ, gatt.Characteristic.READABLE, b"probe"),
+            ])])
+
+            async def probe(connection) -> None:
+                with contextlib.suppress(Exception):
+                    self.mtu = connection.att_mtu
+                    self.answer = await connection.gatt_client.send_request(
+                        att.ATT_Read_Multiple_Request(set_of_handles=[0x0003] * 19))
+                self.answered.set()
+
+            def on_connection(connection) -> None:
+                connection.on("connection_att_mtu_update", lambda: asyncio.ensure_future(probe(connection)))
+
+            device.on("connection", on_connection)
+            device.advertising_data = bytes(AdvertisingData([
+                (AdvertisingData.FLAGS, bytes([0x06])),
+                (AdvertisingData.COMPLETE_LOCAL_NAME, self.name.encode()),
+            ]))
+            await device.power_on()
+            await device.start_advertising(auto_restart=True)
+            self.ready.set()
+            await self.stopping.wait()
+            with contextlib.suppress(HCI_Error):
+                await device.stop_advertising()
+
+
+def test_the_central_serves_requests_at_the_mtu_its_client_negotiated(rootcanal):
+    """Vol 3, Part F, 3.2.8: one ATT_MTU per link. blemu's central exchanges 517; the
+    peripheral's request of 39 bytes to blemu's GAP/GATT server is then answered, not refused
+    with Invalid PDU as when the server kept 23 for itself."""
+    name = unique_name("MP")
+    peripheral = MTUProbePeripheral(rootcanal.controller_spec, name).start()
+    try:
+        dump = blemu_cli(rootcanal, "gatt", "--name", name, "dump", "--json")
+        assert dump.returncode == 0, dump.describe()
+        assert peripheral.answered.wait(10), "the peripheral's request was not answered"
+        assert peripheral.mtu is not None and peripheral.mtu > 39, peripheral.mtu
+        assert type(peripheral.answer).__name__ == "ATT_Read_Multiple_Response", peripheral.answer
+    finally:
+        peripheral.stop()
+
+
 # ---------------------------------------------------------------------------------------------
 # Cloning: dump --profile, then blemu run PROFILE.json
 

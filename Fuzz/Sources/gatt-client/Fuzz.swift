@@ -5,14 +5,16 @@ import BlemuGATTClient
 import FuzzSupport
 
 /// `gatt-client`: one `GATTClient` running GATT procedures against blemu's `ATTServer` over
-/// the database of `LengthRulesDevice`, with the input in charge of the link: it picks the
+/// the database of `LengthRulesDevice`, or a huge or deep one, with the input in charge of the link: it picks the
 /// procedures, lets the server's PDUs through, corrupts them, or injects PDUs of its own, and
 /// moves the clock. Beyond traps it checks the client's promises: every procedure ends exactly
 /// once; one request outstanding at a time (Vol 3, Part F, 3.3.2); requests that fit ATT_MTU
 /// and that the server's own decoders accept; nothing sent after the transaction timeout or
-/// the link's close, and everything ended by then.
+/// the link's close, and everything ended by then; and what it holds from the server stays
+/// within `GATTClient.maxAttributes`.
 ///
-/// Input: a config byte (server Rx MTU), then records:
+/// Input: a config byte (bits 0–2: server Rx MTU; bits 3–4: the database, see `FuzzDatabase`),
+/// then records:
 ///   0x00–0xEF  a PDU of that many bytes, from "the server", to the client
 ///   0xF0 p     the client starts procedure p (discover all, by UUID, read, read multiple, write
 ///              short and long, reliable write, exchange MTU, write without response, subscribe)
@@ -27,8 +29,8 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     var input = FuzzBytes(data, size)
     let config = input.u8()
     let rxMTUs = [ATTServer.maximumMTU, 23, 24, 64, 185, 247, 251, 512]
-    let link = Link(serverRxMTU: rxMTUs[Int(config & 0x07)])
-    let handles = link.server.database.attributes.map(\.handle)
+    let link = Link(serverRxMTU: rxMTUs[Int(config & 0x07)], database: FuzzDatabase(rawValue: (config >> 3) & 0x03) ?? .lengthRules)
+    let handles = link.handles
 
     while !input.isAtEnd {
         let record = input.u8()
@@ -55,7 +57,61 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     link.scheduler.advance(by: .seconds(31))
     link.close()
     fuzzCheck(link.pending.isEmpty, "procedures \(link.pending.sorted()) never ended")
+    let held = link.client.services.reduce(0) { total, service in
+        total + 1 + service.includes.count + service.characteristics.reduce(service.characteristics.count) { $0 + $1.descriptors.count }
+    }
+    fuzzCheck(held <= GATTClient.maxAttributes, "the client holds \(held) attributes from the server")
     return 0
+}
+
+/// The server's database (bits 3–4 of the config byte). Built once per process: the server
+/// keeps its per-link state (CCCDs, queues) itself, so links can share one.
+enum FuzzDatabase: UInt8 {
+    /// `LengthRulesDevice`: a characteristic for every length rule, descriptors, an included service.
+    case lengthRules
+    /// One service of 10,000 characteristics, most without descriptors (the walk that once
+    /// recursed per characteristic), every hundredth notifying with a description.
+    case huge
+    /// 250 secondary services, each including the one before, under one primary: inclusion
+    /// followed level by level.
+    case deep
+    /// Both, one after the other.
+    case hugeAndDeep
+
+    static func huge() -> Service {
+        Service(BluetoothUUID(high: 0xF0230000_0000_4000, low: 0x8000_0000_0000_0000)) {
+            (0..<10_000).map { n -> Characteristic in
+                let uuid = BluetoothUUID(UInt16(truncatingIfNeeded: 0x7000 + n % 0x0800))
+                return n % 100 == 0
+                    ? Characteristic(uuid, properties: [.read, .notify], descriptors: [.userDescription("c\(n)")],
+                                     onRead: { _, value in value.append(UInt8(truncatingIfNeeded: n)); return nil })
+                    : Characteristic(uuid, properties: [.read], cachedValue: [UInt8(truncatingIfNeeded: n)])
+            }
+        }
+    }
+
+    static func deep() -> [Service] {
+        var chain: [Service] = []
+        for level in 0..<250 {
+            chain.append(Service(BluetoothUUID(UInt16(0xA000 + level)), primary: false, includes: chain.last.map { [$0] } ?? []) {
+                Characteristic(0x2A19, properties: [.read], cachedValue: [UInt8(truncatingIfNeeded: level)])
+            })
+        }
+        return chain + [Service(0x180F, includes: [chain[chain.count - 1]]) { Characteristic(0x2A19, properties: [.read], cachedValue: [1]) }]
+    }
+
+    // The fuzzer runs one input at a time on one thread.
+    nonisolated(unsafe) static let hugeDatabase = build([huge()])
+    nonisolated(unsafe) static let deepDatabase = build(deep())
+    nonisolated(unsafe) static let hugeAndDeepDatabase = build([huge()] + deep())
+
+    static func build(_ services: [Service]) -> GATTDatabase {
+        do {
+            return try GATTDatabase(services: services)
+        } catch {
+            fuzzFailure("a fuzz database does not build: \(error)")
+        }
+    }
 }
 
 final class Link: ATTServerDelegate {
@@ -74,13 +130,18 @@ final class Link: ATTServerDelegate {
     private var outstanding = false
     private var closed = false
 
-    init(serverRxMTU: Int) {
+    /// The attribute handles of the database, for the records that name one.
+    let handles: [UInt16]
+
+    init(serverRxMTU: Int, database kind: FuzzDatabase) {
         let database: GATTDatabase
-        do {
-            database = try GATTDatabase(services: device.services)
-        } catch {
-            fuzzFailure("the fuzz device's database does not build: \(error)")
+        switch kind {
+        case .lengthRules: database = FuzzDatabase.build(device.services)
+        case .huge: database = FuzzDatabase.hugeDatabase
+        case .deep: database = FuzzDatabase.deepDatabase
+        case .hugeAndDeep: database = FuzzDatabase.hugeAndDeepDatabase
         }
+        handles = database.attributes.map(\.handle)
         server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 0x40, address: BluetoothAddress("F0:F1:F2:F3:F4:F5")!),
                            scheduler: scheduler, serverRxMTU: serverRxMTU)
         server.delegate = self
