@@ -322,6 +322,9 @@ final class StdinLines {
             case .tooLong:
                 logger.warning("a stdin line longer than \(ChatCommand.maxLineBytes) bytes was cut off; stdin is no longer read")
                 stop()
+                // As if stdin ended there (--exit-on-eof stops once the lines before it are delivered).
+                buffer = LineBuffer(maxLineLength: ChatCommand.maxLineBytes)
+                reachedEnd = true
                 return
             }
         }
