@@ -439,7 +439,7 @@ def test_a_peers_name_and_text_are_shown_visible_never_obeyed(rootcanal):
     peripheral = PlainChatPeripheral(rootcanal.controller_spec, room + HOSTILE_NAME_TAIL).start()
     member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "board-2")
     try:
-        assert peripheral.subscribed.wait(20), f"blemu never subscribed:\n{Path(member.log).read_text()}"
+        assert peripheral.subscribed.wait(30), f"blemu never subscribed:\n{Path(member.log).read_text()}"
         peripheral.notify("mallory\x1b[31m: " + HOSTILE_TEXT)
         line = member.wait_for(lambda line: "faked" in line, "the hostile line")
         assert line == "[mallory\\x1b[31m] " + SHOWN_TEXT, line
