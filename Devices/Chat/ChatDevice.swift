@@ -66,6 +66,9 @@ public final class ChatDevice: Device {
         let peer: ATTPeer
         /// `central-` and the end of its address (`central-AA01`) until a framed message names it.
         var name: String
+        /// The name its join was announced with, which its leave says too: one name for one
+        /// member in the room's announcements (its messages carry the name they were sent with).
+        let announcedName: String
         /// A blemu node, on the frames characteristic; else a plain client on Message.
         var framed: Bool
         /// Lines waiting, each as the notifications it takes (cut to the member's ATT_MTU),
@@ -151,7 +154,7 @@ public final class ChatDevice: Device {
         let handle = peer.connectionHandle
         let framed = characteristic === frames
         if notify, members[handle] == nil {
-            var member = Member(peer: peer, name: Self.name(of: peer), framed: framed)
+            var member = Member(peer: peer, name: Self.name(of: peer), announcedName: Self.name(of: peer), framed: framed)
             member.lastProgress = context?.scheduler.nowNanoseconds ?? 0
             if framed, let point = resumePoints.removeValue(forKey: handle) {
                 // Joining again: what the room said after the last message it had, first.
@@ -165,11 +168,11 @@ public final class ChatDevice: Device {
                 }
             }
             members[handle] = member
-            announce("* \(member.name) joined", except: handle)
+            announce("* \(member.announcedName) joined", except: handle)
             flush()
         } else if !notify, let member = members[handle], member.framed == framed {
             members[handle] = nil
-            announce("* \(member.name) left", except: nil)
+            announce("* \(member.announcedName) left", except: nil)
             checkRoom()
         }
     }
@@ -178,7 +181,7 @@ public final class ChatDevice: Device {
         resumePoints[peer.connectionHandle] = nil
         // The stack ends the link's subscriptions first (subscriptionChanged); this is for safety.
         if let member = members.removeValue(forKey: peer.connectionHandle) {
-            announce("* \(member.name) left", except: nil)
+            announce("* \(member.announcedName) left", except: nil)
         }
         checkRoom()
     }
@@ -195,6 +198,15 @@ public final class ChatDevice: Device {
     }
     private var wasBusy = false
     private var busyCheck: TimerID?
+
+    /// Whether a member that is taking its lines still has some waiting (`--exit-on-eof`
+    /// waits for them); one that took nothing for `stallLimit` does not count.
+    public var hasQueuedLines: Bool {
+        guard let context else { return false }
+        let now = context.scheduler.nowNanoseconds
+        let stall = UInt64(Self.stallLimit.components.seconds) * 1_000_000_000
+        return members.values.contains { !$0.queue.isEmpty && now &- $0.lastProgress < stall }
+    }
 
     /// Tells `onRoom` once `isBusy` is over: after a flush, or when the member holding the
     /// host back has stalled for `stallLimit`.

@@ -70,10 +70,10 @@ struct BondsCommand: ParsableCommand {
             for path in files {
                 switch BondStore.inspect(path: path) {
                 case .missing: continue
-                case .unreadable(let reason): print("\(path): cannot be read (\(reason))")
-                case .damaged(let reason): print("\(path): damaged or not a bond file (\(reason)); blemu sets it aside when it starts")
+                case .unreadable(let reason): print("\(path.visible): cannot be read (\(reason.visible))")
+                case .damaged(let reason): print("\(path.visible): damaged or not a bond file (\(reason.visible)); blemu sets it aside when it starts")
                 case let .bonds(owner, bonds):
-                    print("\(owner.device) \"\(owner.name)\" (\(owner.address)): \(bonds.count) bond(s)")
+                    print("\(owner.device.visible) \"\(owner.name.visible)\" (\(owner.address)): \(bonds.count) bond(s)")
                     for bond in bonds { print("  " + bond.summary) }
                 }
             }
@@ -109,7 +109,7 @@ struct BondsCommand: ParsableCommand {
                     throw RuntimeFailure("\(path): the bonds could not be written back: check the directory's permissions")
                 }
                 forgotten += matching.count
-                print("\(owner.device) \"\(owner.name)\": forgot \(matching.count) bond(s)")
+                print("\(owner.device.visible) \"\(owner.name.visible)\": forgot \(matching.count) bond(s)")
             }
             if forgotten == 0 { print(address.map { "no bond with \($0)" } ?? "no bonds") }
         }

@@ -60,6 +60,14 @@ struct ChatCommand: ParsableCommand {
     @Option(name: .customLong("log-level"), help: "Log level for stderr (default: notice).")
     var logLevel: Logger.Level = .notice
 
+    @Flag(name: .customLong("exit-on-eof"),
+          help: "When stdin ends, exit (status 0) once every line read is delivered (default: keep running and listening).")
+    var exitOnEOF = false
+
+    /// After the last line is delivered, a little longer before stopping: the host's last
+    /// notifications are on their way through the controller.
+    static let eofGrace: Duration = .milliseconds(500)
+
     /// The longest line taken from stdin; a longer one ends the reading of stdin, with a warning.
     static let maxLineBytes = 4096
     /// Controllers one node bridges, at most.
@@ -145,7 +153,7 @@ struct ChatCommand: ParsableCommand {
             }
         }
         let node = ChatNode(me: me, sides: sides)
-        node.onLine = { sender, text in emitLine(sender.map { "[\($0)] \(text)" } ?? text) }
+        node.onLine = { sender, text in emitLine(ChatNode.shown(sender: sender, text: text)) }
 
         var failure: String?
         var stopping = false
@@ -182,6 +190,19 @@ struct ChatCommand: ParsableCommand {
         for side in sides { side.onFatal = fail }
         let input = StdinLines(loop: loop, logger: logger) { line in node.say(line) }
         input.holdBack = { node.isBusy }
+        if exitOnEOF {
+            // Every line read is said; once none is on its way any more, a clean stop.
+            func stopWhenDelivered() {
+                guard !stopping else { return }
+                if node.hasUndelivered {
+                    loop.schedule(after: .milliseconds(100)) { stopWhenDelivered() }
+                } else {
+                    logger.notice("stdin ended and every line is delivered: stopping (--exit-on-eof)")
+                    loop.schedule(after: Self.eofGrace) { stop() }
+                }
+            }
+            input.onEnd = { stopWhenDelivered() }
+        }
         node.onRoom = { input.resume() }
         try stopOnSignals(loop, isStopping: { stopping }, stop: stop)
         for emulator in emulators { emulator.start() }
@@ -205,6 +226,9 @@ final class StdinLines {
     private let onLine: (String) -> Void
     /// Asked after each line: true pauses the reading until `resume()`.
     var holdBack: (() -> Bool)?
+    /// stdin ended and every line in it was handed to `onLine`.
+    var onEnd: (() -> Void)?
+    private var reachedEnd = false
     private var buffer = LineBuffer(maxLineLength: ChatCommand.maxLineBytes)
     private var watching = false
     private var isFile = false
@@ -275,12 +299,20 @@ final class StdinLines {
             // End of input (or an error): the rest of a last line without newline counts too.
             if buffer.pendingCount > 0 { buffer.append(contentsOf: [UInt8(ascii: "\n")]) }
             stop()
+            reachedEnd = true
             drain()
             return
         }
     }
 
     private func drain() {
+        defer {
+            // Every line handed on (none held back by a pause): the end is told once.
+            if reachedEnd, !paused, buffer.pendingCount == 0, let onEnd {
+                self.onEnd = nil
+                onEnd()
+            }
+        }
         while !paused, let line = buffer.nextLine() {
             switch line {
             case .line(let bytes):
@@ -290,6 +322,9 @@ final class StdinLines {
             case .tooLong:
                 logger.warning("a stdin line longer than \(ChatCommand.maxLineBytes) bytes was cut off; stdin is no longer read")
                 stop()
+                // As if stdin ended there (--exit-on-eof stops once the lines before it are delivered).
+                buffer = LineBuffer(maxLineLength: ChatCommand.maxLineBytes)
+                reachedEnd = true
                 return
             }
         }

@@ -548,7 +548,7 @@ final class GattRun {
         } else if json {
             emitLine(GATTValueText.dumpJSON(advertisement: advertisement, services: services, values: values).encoded)
         } else {
-            emitLine("\(advertisement.address) \"\(GATTValueText.deviceName(services, values) ?? advertisement.name)\" (ATT MTU \(client.mtu))")
+            emitLine("\(advertisement.address) \"\((GATTValueText.deviceName(services, values) ?? advertisement.name).visible)\" (ATT MTU \(client.mtu))")
             for service in services {
                 emitLine("\(service.service.isPrimary ? "service" : "secondary service") \(service.uuid)\(GATTValueText.serviceName(service.uuid)) handles \(Hex.word(service.handles.lowerBound))-\(Hex.word(service.handles.upperBound))")
                 for include in service.includes {
@@ -639,10 +639,11 @@ enum GATTValueText {
         }
     }
 
-    /// UTF-8 without control characters, quoted; nil otherwise.
+    /// UTF-8 without control characters (C0, DEL, C1, bidirectional overrides: `VisibleText`'s
+    /// list, but newlines), quoted; nil otherwise (then shown as hex).
     static func text(_ value: [UInt8]) -> String? {
         guard !value.isEmpty, let string = String(validating: value, as: UTF8.self),
-              string.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F || $0 == "\n" }) else { return nil }
+              string.unicodeScalars.allSatisfy({ !VisibleText.isEscaped($0) || $0 == "\n" }) else { return nil }
         return "\"\(string.replacingNewlines)\""
     }
 

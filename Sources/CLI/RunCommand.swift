@@ -431,7 +431,8 @@ struct RunCommand: ParsableCommand {
 /// A one-line reason, printed by the argument parser as `Error: <reason>`, with exit status 1.
 struct RuntimeFailure: Error, CustomStringConvertible {
     let description: String
-    init(_ description: String) { self.description = description }
+    /// The reason may quote a peer (a name, a value): shown with `VisibleText`, one line.
+    init(_ description: String) { self.description = description.visible }
 }
 
 /// One controller and the devices on it: the transport link, the host, and a peripheral

@@ -4,8 +4,8 @@ import BlemuControl
 import BlemuCore
 import Logging
 
-/// `blemu scan`: the advertisers nearby, one line each, again when what they say changes, or
-/// when their RSSI moved by `rssiStep` dB or more and the last line is `rssiInterval` old.
+/// `blemu scan`: the advertisers nearby, one line each, again when what they say changes (and,
+/// with `--json`, when their RSSI moved): `ScanLines` decides, with a bounded memory.
 struct ScanCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "scan",
@@ -33,11 +33,6 @@ struct ScanCommand: ParsableCommand {
     @Option(name: .customLong("log-level"), help: "Log level for stderr (default: warning).")
     var logLevel: Logger.Level = .warning
 
-    /// An RSSI change this large makes a new line...
-    static let rssiStep = 3
-    /// ...at most this often per advertiser (RSSI moves with every packet).
-    static let rssiInterval: UInt64 = 1_000_000_000
-
     func validate() throws {
         if let timeout, !(timeout > 0 && timeout <= 86_400) {
             throw ValidationError("--timeout must be a number of seconds above 0 (at most a day), not \(timeout)")
@@ -52,18 +47,11 @@ struct ScanCommand: ParsableCommand {
         defer { LogSetup.finish() }
         let session = try CentralSession(controller: controller, logger: Logger(label: "blemu.scan"))
         let filter = AdvertiserFilter(name: name, service: service.flatMap(ControlRequest.parseUUID))
-        // The RSSI and time of the last line printed for each advertiser.
-        var printed: [BluetoothAddress: (rssi: Int8?, at: UInt64)] = [:]
+        // What was printed for each advertiser (at most 256 remembered, like the advertisers).
+        var lines = ScanLines(rssiUpdates: json)
         session.host.onAdvertisement = { advertisement, change in
-            guard filter.matches(advertisement) else { return }
-            let previous = printed[advertisement.address]
-            if change == .rssi, let previous {
-                let moved = abs(Int(advertisement.rssi ?? 0) - Int(previous.rssi ?? 0))
-                guard moved >= Self.rssiStep, advertisement.lastSeen &- previous.at >= Self.rssiInterval else { return }
-            }
-            let update = previous == nil ? "new" : change == .rssi ? "rssi" : "changed"
-            printed[advertisement.address] = (advertisement.rssi, advertisement.lastSeen)
-            emitLine(json ? Self.json(advertisement, update: update).encoded : Self.text(advertisement))
+            guard filter.matches(advertisement), let update = lines.update(for: advertisement, change: change) else { return }
+            emitLine(json ? Self.json(advertisement, update: update.rawValue).encoded : Self.text(advertisement))
         }
         session.host.onError = { message in session.finish(failure: message) }
         session.host.onReady = { session.host.startScanning(active: !passive) }
@@ -74,7 +62,8 @@ struct ScanCommand: ParsableCommand {
     static func text(_ advertisement: Advertisement) -> String {
         var parts = [advertisement.address.description, advertisement.addressTypeName,
                      advertisement.rssi.map { "\($0) dBm" } ?? "? dBm"]
-        if !advertisement.name.isEmpty { parts.append("\"\(advertisement.name)\"") }
+        // The name is the advertiser's own: shown, never obeyed (`VisibleText`).
+        if !advertisement.name.isEmpty { parts.append("\"\(advertisement.name.visible)\"") }
         if !advertisement.services.isEmpty {
             parts.append("services [" + advertisement.services.map(\.description).joined(separator: " ") + "]")
         }

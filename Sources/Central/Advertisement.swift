@@ -22,7 +22,12 @@ public struct Advertisement: Equatable, Sendable {
     public var name: String { content?.name ?? "" }
     public var services: [BluetoothUUID] { content?.serviceUUIDs ?? [] }
     public var appearance: UInt16? { content?.appearance }
-    public var txPower: Int8? { reportedTxPower ?? content?.txPowerLevel }
+    /// dBm; nil when unknown. 127 is "not available" in reports (Vol 4, Part E, 7.7.65.13)
+    /// and more than any radio sends, so an AD TX Power Level of 127 counts as unknown too.
+    public var txPower: Int8? {
+        let power = reportedTxPower ?? content?.txPowerLevel
+        return power == 127 ? nil : power
+    }
     public var manufacturerData: [UInt8]? { content?.manufacturerData }
 
     /// Service Data (Core Supplement, Part A, 1.11): each service UUID (16-, 32- or 128-bit)

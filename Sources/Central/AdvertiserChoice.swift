@@ -95,9 +95,8 @@ public struct AdvertiserChoice {
     /// One line: the matches (name, address, RSSI) and what to do.
     public static func ambiguity(_ matches: [Advertisement], matching what: String) -> String {
         let list = matches.map { match in
-            // An advertiser's name is its own: control characters would break the line.
-            let printable = String(String.UnicodeScalarView(match.name.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? "?" : $0 }))
-            let name = match.name.isEmpty ? "(no name)" : "\"\(printable)\""
+            // An advertiser's name is its own: control characters are shown, not obeyed (one line).
+            let name = match.name.isEmpty ? "(no name)" : "\"\(match.name.visible)\""
             return "\(name) \(match.address) \(match.rssi.map { "\($0) dBm" } ?? "RSSI unknown")"
         }
         return "\(matches.count) advertisers match \(what): \(list.joined(separator: ", ")); give --address to choose one"

@@ -47,8 +47,9 @@ public final class ChatMember {
     public var onJoined: (() -> Void)?
     /// No host found again within `rejoinTimeout`: why.
     public var onGone: ((String) -> Void)?
-    /// A host without a chat characteristic, or the like: why.
-    public var onFatal: ((String) -> Void)?
+    /// A host of the room turned out not to be one (`SetAsideHosts`): its address and why.
+    /// The member goes on looking; this is for tests and the curious.
+    public var onSetAside: ((BluetoothAddress, String) -> Void)?
     /// What the host said: announcements, and messages (with their identity when framed).
     public var onHeard: ((ChatDevice.Heard) -> Void)?
     /// `isBusy` is over: the source of lines may go on.
@@ -78,6 +79,8 @@ public final class ChatMember {
     /// While hosting (auto): told of every other host of the room heard.
     private var hostWatcher: ((Advertisement) -> Void)?
     private var watchTimer: TimerID?
+    /// Advertisers of the room that were no host of it: passed over for a while.
+    public private(set) var setAside = SetAsideHosts()
 
     public init(central: CentralHost, scheduler: TimerScheduling, logger: Logger, me: String, room: String?, wholeName: Bool = false,
                 mtu: Int, rejoinTimeout: Duration) {
@@ -95,6 +98,10 @@ public final class ChatMember {
     /// Whether `send` should wait: `busyThreshold` messages wait already. They are kept, not
     /// dropped; the source pauses (stdin is not read) until `onRoom`.
     public var isBusy: Bool { pending.count >= Self.busyThreshold }
+
+    /// Whether messages given to it still wait to be sent or acknowledged (a plain host's
+    /// write response is its acknowledgement).
+    public var hasUndelivered: Bool { !pending.isEmpty || !unacknowledged.isEmpty || sending }
 
     /// Starts looking for a host of the room.
     public func start() {
@@ -186,6 +193,7 @@ public final class ChatMember {
         }
         guard looking, !isConnecting, link == nil else { return }
         if let preferred, advertisement.address != preferred { return }
+        guard !setAside.isSetAside(advertisement.address, now: scheduler.nowNanoseconds) else { return }
         connect(to: advertisement)
     }
 
@@ -203,20 +211,22 @@ public final class ChatMember {
         }
     }
 
+    /// Connected to an advertiser of the room: it is the room's host once its chat
+    /// characteristic is found and subscribed to. Until then the link is only a try: if it
+    /// fails, the advertiser is set aside and the member looks on (`notAHost`).
     private func joined(_ made: CentralLink, _ advertisement: Advertisement) {
         link = made
-        looking = false
-        preferred = nil
-        if let rejoinDeadline { scheduler.cancel(rejoinDeadline) }
-        let again = hostAddress == advertisement.address
-        hostAddress = advertisement.address
-        logger.notice("\(again ? "joined again" : "joined") chat room '\(advertisement.name)' (\(advertisement.address)) as \(me)")
-        made.onDisconnected = { [weak self] reason in self?.lost(reason: reason) }
+        made.onDisconnected = { [weak self] reason in
+            guard let self else { return }
+            if self.target == nil { self.tryEnded(made) } else { self.lost(reason: reason) }
+        }
         made.client.onNotification = { [weak self] _, value in self?.received(value) }
         made.client.exchangeMTU(mtu) { [weak self] _ in
             made.client.discoverAll { discovered in
                 guard let self else { return }
-                guard case .success(let services) = discovered else { return made.disconnect() }
+                guard case .success(let services) = discovered else {
+                    return self.notAHost(made, advertisement, because: "its GATT discovery failed")
+                }
                 // Frames between blemu nodes when the host has them; else the plain protocol.
                 let chosen: (characteristic: RemoteCharacteristic, framed: Bool)
                 if let frames = services.characteristic(ChatDevice.framesUUID, in: ChatDevice.serviceUUID) {
@@ -224,7 +234,7 @@ public final class ChatMember {
                 } else if let plain = services.characteristic(ChatDevice.messageUUID, in: ChatDevice.serviceUUID) {
                     chosen = (plain, false)
                 } else {
-                    return self.onFatal?("\(advertisement.address) has no chat message characteristic") ?? ()
+                    return self.notAHost(made, advertisement, because: "it has no chat message characteristic")
                 }
                 // Joining again: where it left off, before it subscribes, so the catching up
                 // comes first and in order (Docs/CHAT.md, "When a link drops").
@@ -233,8 +243,18 @@ public final class ChatMember {
                                       ChatFrame.resume(number: lastHeard.number, sender: lastHeard.sender).encoded()) { _ in }
                 }
                 made.client.configure(chosen.characteristic, notify: true, indicate: false) { subscribed in
-                    if case .failure = subscribed { return made.disconnect() }
+                    if case .failure(let error) = subscribed {
+                        return self.notAHost(made, advertisement, because: "subscribing to its chat characteristic failed (\(error))")
+                    }
+                    guard made.isOpen, self.link === made else { return }
                     self.isConnecting = false
+                    self.looking = false
+                    self.preferred = nil
+                    if let rejoinDeadline = self.rejoinDeadline { self.scheduler.cancel(rejoinDeadline) }
+                    self.rejoinDeadline = nil
+                    let again = self.hostAddress == advertisement.address
+                    self.hostAddress = advertisement.address
+                    self.logger.notice("\(again ? "joined again" : "joined") chat room '\(advertisement.name)' (\(advertisement.address)) as \(self.me)")
                     self.target = chosen
                     if !self.joinedOnce {
                         self.joinedOnce = true
@@ -244,6 +264,28 @@ public final class ChatMember {
                 }
             }
         }
+    }
+
+    /// An advertiser of the room is no host of it: set aside for `SetAsideHosts.duration`
+    /// (logged once), the link closed, and the member looks on (Docs/CHAT.md, "Finding the host").
+    private func notAHost(_ made: CentralLink, _ advertisement: Advertisement, because why: String) {
+        // A link that dropped meanwhile says nothing against the host (it failed the request): look on.
+        guard made.isOpen else { return tryEnded(made) }
+        if setAside.setAside(advertisement.address, now: scheduler.nowNanoseconds) {
+            logger.warning("'\(advertisement.name)' (\(advertisement.address)) advertises the chat room but \(why): passed over for \(SetAsideHosts.duration.components.seconds) s, looking on")
+            onSetAside?(advertisement.address, why)
+        }
+        if preferred == advertisement.address { preferred = nil }
+        made.disconnect()   // tryEnded follows, from onDisconnected
+    }
+
+    /// A link that never became the member's link to a host is gone: look on.
+    private func tryEnded(_ made: CentralLink) {
+        guard link === made else { return }
+        link = nil
+        isConnecting = false
+        guard hostWatcher == nil, looking else { return }
+        central.startScanning(active: true)
     }
 
     /// What the host notified.
@@ -329,13 +371,21 @@ public final class ChatMember {
         guard hostWatcher == nil else { return }   // this node hosts now: nothing to rejoin
         logger.notice("the link to the chat host was lost (reason \(Hex.byte(reason))); looking for it again, \(pending.count) line(s) waiting")
         if let rejoinDeadline { scheduler.cancel(rejoinDeadline) }
-        rejoinDeadline = scheduler.schedule(after: rejoinTimeout) { [weak self] in
-            guard let self, self.link == nil, !self.isConnecting else { return }
-            self.stopLooking()
-            self.onGone?("the chat host is gone: not found again within \(self.rejoinTimeout)"
-                         + (self.pending.isEmpty ? "" : "; \(self.pending.count) line(s) not delivered"))
-        }
+        rejoinDeadline = scheduler.schedule(after: rejoinTimeout) { [weak self] in self?.rejoinTimedOut() }
         start()
+    }
+
+    private func rejoinTimedOut() {
+        rejoinDeadline = nil
+        guard target == nil else { return }
+        if isConnecting {
+            // A try under way (it may be a host that is none): its outcome decides, in a second.
+            rejoinDeadline = scheduler.schedule(after: .seconds(1)) { [weak self] in self?.rejoinTimedOut() }
+            return
+        }
+        stopLooking()
+        onGone?("the chat host is gone: not found again within \(rejoinTimeout)"
+                + (pending.isEmpty ? "" : "; \(pending.count) line(s) not delivered"))
     }
 
     /// Messages given and not yet acknowledged by a host, in order (auto: a node that becomes

@@ -8,6 +8,8 @@ import Logging
 public protocol ChatRoomSide: AnyObject {
     var isHosting: Bool { get }
     var isBusy: Bool { get }
+    /// Whether lines given to this room are still on their way (`--exit-on-eof` waits).
+    var hasUndelivered: Bool { get }
     /// A message to the room: this node's, or one a bridge brings from another room.
     func send(_ message: OutgoingChatMessage)
     var onHeard: ((ChatDevice.Heard) -> Void)? { get set }
@@ -106,7 +108,6 @@ public final class ChatSide: ChatRoomSide {
                 self.onFatal?(why)
             }
         }
-        member.onFatal = { [unowned self] why in self.onFatal?(why) }
         central.onError = { [unowned self] message in self.onFatal?(message) }
         central.onReady = { [unowned self] in self.controllerReady() }
     }
@@ -119,6 +120,14 @@ public final class ChatSide: ChatRoomSide {
         case .deciding: early.count >= ChatMember.busyThreshold
         case .host: device.isBusy
         case .member: member?.isBusy ?? false
+        }
+    }
+
+    public var hasUndelivered: Bool {
+        switch state {
+        case .deciding: !early.isEmpty
+        case .host: device.hasQueuedLines
+        case .member: member?.hasUndelivered ?? false
         }
     }
 
@@ -221,8 +230,23 @@ public final class ChatNode {
         }
     }
 
+    /// A line as `blemu chat` prints it: `[SENDER] text`, an announcement (`* NAME joined`)
+    /// as it is. Both come from peers: shown with `VisibleText`, so a line is one line and
+    /// nothing in it steers the terminal or passes for another sender's line.
+    public static func shown(sender: String?, text: String) -> String {
+        guard let sender else { return text.visible }
+        var line = "["
+        VisibleText.append(sender, to: &line)
+        line += "] "
+        VisibleText.append(text, to: &line)
+        return line
+    }
+
     /// Whether this node's lines should wait: a side has as many waiting as it should hold.
     public var isBusy: Bool { sides.contains { $0.isBusy } }
+
+    /// Whether lines are still on their way in any room (`--exit-on-eof` waits for them).
+    public var hasUndelivered: Bool { sides.contains { $0.hasUndelivered } }
 
     /// Whether this node hosts a room on any of its controllers.
     public var isHosting: Bool { sides.contains { $0.isHosting } }

@@ -48,7 +48,8 @@ extension Logger {
     }
 }
 
-/// A readable one-line-per-entry handler for stderr.
+/// A readable one-line-per-entry handler for stderr; what a peer controls in it is shown
+/// with `VisibleText`.
 public struct StderrLogHandler: LogHandler {
     public var metadata: Logger.Metadata = [:]
     public var logLevel: Logger.Level = .info
@@ -62,13 +63,18 @@ public struct StderrLogHandler: LogHandler {
     }
 
     public func log(event: Logging.LogEvent) {
+        writeStderr(line(for: event))
+    }
+
+    /// The line written for `event`, its newline included.
+    public func line(for event: Logging.LogEvent) -> String {
         var merged = metadata
         if let explicit = event.metadata { merged.merge(explicit) { _, new in new } }
         // While a --btsnoop capture is written: the frame this entry follows.
         if let frame = CaptureCursor.lastFrame { merged[LogKey.snoopFrame] = .string(String(frame)) }
-        let fields = merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-        let text = "\(event.level.rawValue.uppercased()) \(event.message)" + (fields.isEmpty ? "" : "  [\(fields)]") + "\n"
-        writeStderr(text)
+        // Messages and values may carry a peer's text (names, chat lines): made visible, one entry one line.
+        let fields = merged.sorted { $0.key < $1.key }.map { "\($0.key)=\(VisibleText.make($0.value.description))" }.joined(separator: " ")
+        return "\(event.level.rawValue.uppercased()) \(VisibleText.make(event.message.description))" + (fields.isEmpty ? "" : "  [\(fields)]") + "\n"
     }
 }
 

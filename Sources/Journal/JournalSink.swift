@@ -137,7 +137,9 @@ public final class JournalSink: @unchecked Sendable {
     /// flood budget's and the capture's fields when they apply.
     func build(_ event: LogEvent, handlerMetadata: Logger.Metadata, suppressed: Int, summary: Bool) {
         builder.reset()
-        builder.field("MESSAGE", Self.message(event.message.description, suppressed: suppressed, summary: summary))
+        // MESSAGE is what journalctl shows on a terminal: peer text in it made visible
+        // (`VisibleText`); the BLEMU_ fields keep the raw bytes (the journal is binary-safe).
+        builder.field("MESSAGE", VisibleText.make(Self.message(event.message.description, suppressed: suppressed, summary: summary)))
         builder.field("PRIORITY", decimal: UInt64(JournalFields.priority(event.level)))
         builder.field("SYSLOG_IDENTIFIER", "blemu")
         builder.field("CODE_FILE", event.file)

@@ -148,7 +148,20 @@ public struct GATTProfile: Codable, Equatable, Sendable {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         guard let data = try? encoder.encode(self) else { return "{}" }
-        return String(decoding: data, as: UTF8.self)
+        let json = String(decoding: data, as: UTF8.self)
+        // The encoder escapes C0 only; a cloned peer's names and values may hold C1 controls or
+        // bidirectional overrides, which only strings can (so `\uXXXX` keeps the JSON the same).
+        guard json.unicodeScalars.contains(where: { $0.value >= 0x7F && VisibleText.isEscaped($0) }) else { return json }
+        var out = ""
+        for scalar in json.unicodeScalars {
+            if scalar.value >= 0x7F && VisibleText.isEscaped(scalar) {
+                let hex = String(scalar.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            } else {
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
     }
 
     /// Reads and checks a profile file; a mistake is one error naming the file and the path in

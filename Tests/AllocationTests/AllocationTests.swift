@@ -30,6 +30,15 @@ import Testing
         #expect(kept.count == Self.iterations + 1)
     }
 
+    /// Log handlers pass every message through `VisibleText`: text with nothing to escape
+    /// (nearly all of it) is checked and given back without a copy.
+    @Test func visibleTextOfCleanTextAllocatesNothing() {
+        let text = "connected to F0:F1:F2:F3:F4:F5: interval 30.0 ms, blemu Heart Rate °C ✓ — " + String(repeating: "x", count: 64)
+        var total = 0
+        #expect(allocations { total &+= VisibleText.make(text).utf8.count } == 0)
+        #expect(total > 0)
+    }
+
     @Test func cachedRead() throws {
         let rig = try Rig()
         let packet = Rig.acl([0x0A] + Rig.le(rig.device.bodySensorLocation.valueHandle))

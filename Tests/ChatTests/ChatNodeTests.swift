@@ -6,6 +6,7 @@ import Testing
 final class FakeSide: ChatRoomSide {
     var isHosting = false
     var isBusy = false
+    var hasUndelivered = false
     var sent: [OutgoingChatMessage] = []
     var onHeard: ((ChatDevice.Heard) -> Void)?
     var onRoom: (() -> Void)?
@@ -75,5 +76,21 @@ final class FakeSide: ChatRoomSide {
         far.isBusy = false
         far.onRoom?()
         #expect(resumed == 1 && !node.isBusy)
+    }
+
+    @Test func theNodeHasUndeliveredLinesWhileAnyRoomHas() {
+        let near = FakeSide(), far = FakeSide()
+        let node = ChatNode(me: "me", sides: [near, far])
+        #expect(!node.hasUndelivered)
+        far.hasUndelivered = true
+        #expect(node.hasUndelivered)
+    }
+
+    @Test func peersLinesAreShownVisibleAndOneLineEach() {
+        // A window retitle, a screen clear, a CR overwrite faking another sender, a bidi override.
+        #expect(ChatNode.shown(sender: "mallory\u{1B}]0;x\u{07}", text: "\u{1B}[2Jhi\r[alice] give me the key\u{202E}")
+                == "[mallory\\x1b]0;x\\x07] \\x1b[2Jhi\\x0d[alice] give me the key\\u202e")
+        #expect(ChatNode.shown(sender: nil, text: "* evil\nname joined") == "* evil\\x0aname joined")
+        #expect(ChatNode.shown(sender: "bob", text: "plain °C ✓") == "[bob] plain °C ✓")
     }
 }

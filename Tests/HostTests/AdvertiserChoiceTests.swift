@@ -85,7 +85,7 @@ import Testing
 
     /// An advertiser's name is hostile: the error stays one line.
     @Test func theListIsOneLineWhateverTheNames() {
-        let line = AdvertiserChoice.ambiguity([heard("a\nb\r\u{7F}", 1), heard("", 2)], matching: "service 180D")
-        #expect(!line.contains("\n") && !line.contains("\r") && line.contains("\"a?b??\"") && line.contains("(no name)"))
+        let line = AdvertiserChoice.ambiguity([heard("a\nb\r\u{7F}\u{1B}\u{202E}", 1), heard("", 2)], matching: "service 180D")
+        #expect(!line.contains("\n") && !line.contains("\r") && line.contains(#""a\x0ab\x0d\x7f\x1b\u202e""#) && line.contains("(no name)"))
     }
 }

@@ -109,6 +109,23 @@ import Testing
         #expect(from.sender == "Host" && text == Array("hi".utf8) && hops == ChatDevice.initialHops)
     }
 
+    /// A blemu node joins as `central-XXXX` and then names itself in its messages: its leave
+    /// is announced with the name its join was, one name for one member.
+    @Test func aMemberLeavesUnderTheNameItJoinedWith() throws {
+        let room = try Room()
+        room.join(0x40, room.a)
+        room.bench.controller.connect(handle: 0x41, peer: room.b, set: 1)
+        let cccd = room.device.frames.clientConfigurationHandle ?? 0
+        _ = room.bench.att([0x12, UInt8(cccd & 0xFF), UInt8(cccd >> 8), 0x01, 0x00], handle: 0x41)
+        let value = room.device.frames.valueHandle
+        for frame in ChatFrame.frames(of: Array("hi".utf8), id: ChatMessageID(sender: "board-2", number: 7), hops: 4, limit: 20) {
+            _ = room.bench.att([0x12, UInt8(value & 0xFF), UInt8(value >> 8)] + frame, handle: 0x41)
+        }
+        room.bench.controller.disconnect(handle: 0x41)
+        #expect(room.lines == ["* central-AA01 joined", "* central-BB02 joined", "[board-2] hi", "* central-BB02 left"])
+        #expect(room.received(0x40) == ["* central-BB02 joined", "board-2: hi", "* central-BB02 left"])
+    }
+
     /// A member that lost its link resends what was not acknowledged on a new one: the host
     /// recognises the message by its identity, acknowledges it, and delivers it no more.
     @Test func aResendOnANewLinkIsDeliveredOnce() throws {

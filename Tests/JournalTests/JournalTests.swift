@@ -64,7 +64,8 @@ final class RecordingJournal: @unchecked Sendable {
         ], file: "BlemuHost/Links.swift", function: "connectionClosed(handle:)", line: 77)
         let entry = try #require(journal.entries.first)
         #expect(journal.entries.count == 1)
-        #expect(entry["MESSAGE"] == "disconnected from F0:F1:F2:F3:F4:F5\nsecond line")
+        // MESSAGE is shown on terminals: one line, the newline made visible.
+        #expect(entry["MESSAGE"] == "disconnected from F0:F1:F2:F3:F4:F5\\x0asecond line")
         #expect(entry["PRIORITY"] == "5")
         #expect(entry["SYSLOG_IDENTIFIER"] == "blemu")
         #expect(entry["CODE_FILE"] == "BlemuHost/Links.swift")
@@ -79,6 +80,23 @@ final class RecordingJournal: @unchecked Sendable {
         #expect(entry["BLEMU_SUPPRESSED"] == nil && entry["BLEMU_SNOOP_FRAME"] == nil)
         // One value per field: the entry's metadata replaces its logger's.
         #expect(journal.fieldNames[0].count == Set(journal.fieldNames[0]).count)
+    }
+
+    @Test func aPeersTextIsVisibleInMessageAndRawInItsField() throws {
+        let journal = RecordingJournal()
+        let name = "evil\u{1B}]0;pwned\u{07}\r\u{202E}"
+        journal.logger(journal.sink()).notice("joined chat room '\(name)'", metadata: [LogKey.name: .string(name)])
+        let entry = try #require(journal.entries.first)
+        #expect(entry["MESSAGE"] == "joined chat room 'evil\\x1b]0;pwned\\x07\\x0d\\u202e'")
+        #expect(entry["BLEMU_NAME"] == name)
+    }
+
+    @Test func stderrLinesShowAPeersTextVisibleInMessageAndFields() {
+        var handler = StderrLogHandler(label: "blemu")
+        handler.metadata = [LogKey.name: "a\nb\u{9B}"]
+        let event = LogEvent(level: .notice, message: "heard \u{1B}[2J\r[bob] hi", metadata: nil, source: "blemu",
+                             file: #fileID, function: #function, line: #line)
+        #expect(handler.line(for: event) == "NOTICE heard \\x1b[2J\\x0d[bob] hi  [name=a\\x0ab\\x9b]\n")
     }
 
     @Test func anEntryWithoutAnEventHasNoMessageID() throws {

@@ -36,6 +36,15 @@ import Testing
         #expect(try parse(profile.encoded()) == profile)
     }
 
+    @Test func aClonedPeersControlCharactersAreEscapedInTheFile() throws {
+        var profile = try parse(Self.sample)
+        profile.name = "Scale\u{1B}[2J\u{85}\u{202E}\u{2066}x"
+        let text = profile.encoded()
+        #expect(!text.unicodeScalars.contains { $0.value != 0x0A && VisibleText.isEscaped($0) })
+        #expect(text.contains(#""Scale\u001b[2J\u0085\u202e\u2066x""#))
+        #expect(try parse(text) == profile)
+    }
+
     @Test func mistakesNameThePathInTheFile() {
         #expect(refusal("[]") == "p.json: the top level: expected an object")
         #expect(refusal("{") .hasPrefix("p.json: not JSON"))

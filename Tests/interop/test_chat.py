@@ -15,7 +15,7 @@ from pathlib import Path
 from bumble.core import UUID
 
 from bumble_central import Central
-from harness import BlemuProcess, blemu_binary, log_dir, run, unique_name
+from harness import BlemuProcess, blemu_binary, log_dir, run, run_cli, unique_name
 
 CHAT_SERVICE = UUID("9f37e282-60b6-42b1-a02f-7341da5e2eba")
 CHAT_MESSAGE = UUID("890aa912-c414-440d-88a2-c7f66179589b")
@@ -292,11 +292,15 @@ def test_a_member_takes_over_when_the_host_is_gone(rootcanal):
 
 class PlainChatPeripheral:
     """A Bumble peripheral serving the seed app's chat service (what the app does as the
-    peripheral): Message (write, notify); what it is written it keeps, and it notifies lines."""
+    peripheral): Message (write, notify); what it is written it keeps, and it notifies lines.
+    `with_message=False`: a bad room host, advertising the chat service and the room's name
+    but serving another characteristic in place of Message."""
 
-    def __init__(self, controller: str, name: str):
+    def __init__(self, controller: str, name: str, with_message: bool = True, address: str = "F0:F1:F2:F3:F4:F6"):
         self.controller = controller
         self.name = name
+        self.with_message = with_message
+        self.address = address
         self.written: list[str] = []
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
@@ -325,9 +329,10 @@ class PlainChatPeripheral:
 
         self.stopping = asyncio.Event()
         async with await open_transport(bumble_transport_spec(self.controller)) as (source, sink):
-            device = Device.with_hci(self.name, "F0:F1:F2:F3:F4:F6", source, sink)
+            device = Device.with_hci(self.name, self.address, source, sink)
             self.message = gatt.Characteristic(
-                str(CHAT_MESSAGE), gatt.Characteristic.Properties.WRITE | gatt.Characteristic.Properties.NOTIFY,
+                str(CHAT_MESSAGE) if self.with_message else "7d3c03ff-9a5e-4d1a-8f6e-5c1b2d3e4f50",
+                gatt.Characteristic.Properties.WRITE | gatt.Characteristic.Properties.NOTIFY,
                 gatt.Characteristic.WRITEABLE,
                 gatt.CharacteristicValue(write=lambda _, value: self.written.append(bytes(value).decode())))
             device.add_service(gatt.Service(str(CHAT_SERVICE), [self.message]))
@@ -377,6 +382,113 @@ def test_blemus_member_chats_with_a_plain_peripheral(rootcanal):
     finally:
         member.stop()
         peripheral.stop()
+
+
+def test_a_room_host_without_a_message_characteristic_is_set_aside_by_a_member(rootcanal):
+    """One advertisement from anyone in range must not end a member: a peripheral advertising
+    the chat service and the room's name with no Message characteristic is passed over (logged
+    once), and the member goes on looking and joins the room's real host when it comes."""
+    room = unique_name("Bad")
+    bad = PlainChatPeripheral(rootcanal.controller_spec, room, with_message=False).start()
+    member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "board-2")
+    host = None
+    try:
+        wait_in_log(member, "passed over for 60 s", "the bad host set aside")
+        time.sleep(3)
+        assert member.process.poll() is None, Path(member.log).read_text()
+        assert Path(member.log).read_text().count("passed over") == 1, Path(member.log).read_text()
+        host = ChatProcess(rootcanal.controller_spec, "--name", room)
+        host.wait_for(lambda line: line.endswith(" joined"), "the member joining the good host", timeout=30)
+        member.say("found you")
+        host.wait_for(lambda line: line == "[board-2] found you", "the member's line at the good host")
+    finally:
+        if host is not None:
+            host.stop()
+        assert member.stop() == 0, Path(member.log).read_text()
+        bad.stop()
+
+
+def test_an_auto_node_hosts_the_room_itself_when_the_only_host_is_bad(rootcanal):
+    room = unique_name("Bad")
+    bad = PlainChatPeripheral(rootcanal.controller_spec, room, with_message=False).start()
+    auto = ChatProcess(rootcanal.controller_spec, "--role", "auto", "--room", room, "--name", "board-3")
+    try:
+        wait_in_log(auto, "passed over for 60 s", "the bad host set aside")
+        wait_in_log(auto, f"hosting chat room '{room}'", "the auto node hosting the room", timeout=30)
+        # It is a host others can join.
+        member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "board-4")
+        try:
+            auto.wait_for(lambda line: line.endswith(" joined"), "a member joining the auto node", timeout=30)
+        finally:
+            member.stop()
+        assert auto.process.poll() is None
+    finally:
+        assert auto.stop() == 0, Path(auto.log).read_text()
+        bad.stop()
+
+
+HOSTILE_NAME_TAIL = "\x1b]0;pwned\x07\u202e"
+HOSTILE_TEXT = "\x1b[2Jcleared\ralice: faked\u202egnp.exe"
+SHOWN_TEXT = "\\x1b[2Jcleared\\x0dalice: faked\\u202egnp.exe"
+
+
+def test_a_peers_name_and_text_are_shown_visible_never_obeyed(rootcanal):
+    """ESC, BEL, CR and U+202E from a peer — in its advertised name and its chat text — reach
+    neither blemu's stdout nor its stderr raw: they are shown as escapes, one line each."""
+    room = unique_name("Esc")
+    peripheral = PlainChatPeripheral(rootcanal.controller_spec, room + HOSTILE_NAME_TAIL).start()
+    member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "board-2")
+    try:
+        assert peripheral.subscribed.wait(30), f"blemu never subscribed:\n{Path(member.log).read_text()}"
+        peripheral.notify("mallory\x1b[31m: " + HOSTILE_TEXT)
+        line = member.wait_for(lambda line: "faked" in line, "the hostile line")
+        assert line == "[mallory\\x1b[31m] " + SHOWN_TEXT, line
+        assert not any("\x1b" in line or "\r" in line or "\u202e" in line for line in member.lines), member.lines
+    finally:
+        member.stop()
+        peripheral.stop()
+    errors = Path(member.log).read_bytes()
+    assert b"\x1b" not in errors and b"\x07" not in errors and "\u202e".encode() not in errors, errors
+    assert f"joined chat room '{room}\\x1b]0;pwned\\x07\\u202e'".encode() in errors, errors
+
+
+def test_scan_and_gatt_dump_show_a_hostile_name_visible(rootcanal):
+    room = unique_name("Esc")
+    peripheral = PlainChatPeripheral(rootcanal.controller_spec, room + HOSTILE_NAME_TAIL).start()
+    shown = f"{room}\\x1b]0;pwned\\x07\\u202e"
+    try:
+        scan = run_cli(["scan", "--controller", rootcanal.controller_spec, "--timeout", "4", "--name", room], timeout=30)
+        assert scan.returncode == 0, scan.describe()
+        assert f'"{shown}"' in scan.stdout, scan.describe()
+        dump = run_cli(["gatt", "--controller", rootcanal.controller_spec, "--name", room, "dump"], timeout=40)
+        assert dump.returncode == 0, dump.describe()
+        assert f'"{shown}"' in dump.stdout.splitlines()[0], dump.describe()
+        for result in (scan, dump):
+            assert "\x1b" not in result.stdout + result.stderr and "\u202e" not in result.stdout + result.stderr, result.describe()
+    finally:
+        peripheral.stop()
+
+
+def test_exit_on_eof_ends_a_piped_burst_once_every_line_is_delivered(rootcanal):
+    """`seq 1 40 | blemu chat --role central --exit-on-eof`: every line reaches the host, then
+    the member exits 0 by itself; without the flag a node whose stdin ended keeps running."""
+    room = unique_name("Eof")
+    host = ChatProcess(rootcanal.controller_spec, "--name", room)
+    try:
+        time.sleep(1)
+        burst = "".join(f"burst {index}\n" for index in range(40))
+        member = subprocess.run([str(blemu_binary()), "chat", "--controller", rootcanal.controller_spec, "--role", "central",
+                                 "--room", room, "--name", "board-2", "--exit-on-eof"],
+                                input=burst.encode(), capture_output=True, timeout=60)
+        assert member.returncode == 0, member.stderr.decode(errors="replace")
+        assert b"every line is delivered" in member.stderr, member.stderr.decode(errors="replace")
+        host.wait_for(lambda line: line == "[board-2] burst 39", "the last line of the burst")
+        got = [line for line in host.lines if line.startswith("[board-2] burst ")]
+        assert got == [f"[board-2] burst {index}" for index in range(40)], got
+        # The host (its stdin still open) runs on.
+        assert host.process.poll() is None
+    finally:
+        assert host.stop() == 0, Path(host.log).read_text()
 
 
 def wait_in_log(process: ChatProcess, text: str, what: str, timeout: float = 20.0) -> None:
