@@ -404,7 +404,7 @@ def gatt_client_seeds():
         "corrupted": bytes([1]) + proc(0) + bytes([0xF1, 1, 0xF2, 2, 0x05]) + ALL + proc(7, 9) + bytes([0xF1, 1, 0xF2, 5, 0x01]) + ALL,
         "injected": bytes([1]) + proc(2, 5) + bytes([3, 0x0B, 1, 2, 5, 0x1D, 0x03, 0x00, 0x01, 0x02, 1, 0x13]) + ALL,
         "closed": bytes([1]) + proc(0) + proc(2, 5) + bytes([0xF1, 1, 0xF5]) + proc(2, 5),
-        # Config bits 3-4 pick the database: 1 huge (10,000 characteristics in one service),
+        # Config bits 3-4 pick the database: 1 huge (3,000 characteristics in one service),
         # 2 deep (250 nested included services), 3 both.
         "huge-discover-all": bytes([0x08]) + proc(0) + ALL + proc(10) + ALL,
         "huge-discover-all-mtu64": bytes([0x0B]) + proc(0) + ALL,

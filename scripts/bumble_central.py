@@ -653,7 +653,8 @@ class Central:
         await asyncio.wait_for(self.device.start_scanning(active=True, filter_duplicates=False), 5.0)
         try:
             deadline = time.monotonic() + timeout
-            restart_at = time.monotonic() + timeout / 2
+            restart_every = max(timeout / 4, 2.0)
+            restart_at = time.monotonic() + restart_every
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -665,9 +666,10 @@ class Central:
                     raise AssertionError(f"stopped scanning for {description}: {reason}")
                 # The advertiser is seen but its scan response is not: start the scan again, as
                 # a phone's app would. rootcanal's scanner has been seen to stop sending scan
-                # requests to one of several sets of a controller for the rest of a scan.
+                # requests to one of several sets of a controller for the rest of a scan, more
+                # often on a loaded machine: start again every quarter of the time.
                 if want_scan_response and time.monotonic() >= restart_at:
-                    restart_at = float("inf")
+                    restart_at = time.monotonic() + restart_every
                     if any(r.adv_data is not None and predicate(r) for r in self._results.values()):
                         await asyncio.wait_for(self.device.stop_scanning(), 5.0)
                         await asyncio.wait_for(self.device.start_scanning(active=True, filter_duplicates=False), 5.0)

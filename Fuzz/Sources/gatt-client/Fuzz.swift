@@ -69,8 +69,9 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
 enum FuzzDatabase: UInt8 {
     /// `LengthRulesDevice`: a characteristic for every length rule, descriptors, an included service.
     case lengthRules
-    /// One service of 10,000 characteristics, most without descriptors (the walk that once
-    /// recursed per characteristic), every hundredth notifying with a description.
+    /// One service of 3,000 characteristics, most without descriptors (the walk that once
+    /// recursed per characteristic; 10,000 are dumped in the unit and interop tests, here fewer
+    /// keep the executions fast), every hundredth notifying with a description.
     case huge
     /// 250 secondary services, each including the one before, under one primary: inclusion
     /// followed level by level.
@@ -80,7 +81,7 @@ enum FuzzDatabase: UInt8 {
 
     static func huge() -> Service {
         Service(BluetoothUUID(high: 0xF0230000_0000_4000, low: 0x8000_0000_0000_0000)) {
-            (0..<10_000).map { n -> Characteristic in
+            (0..<3_000).map { n -> Characteristic in
                 let uuid = BluetoothUUID(UInt16(truncatingIfNeeded: 0x7000 + n % 0x0800))
                 return n % 100 == 0
                     ? Characteristic(uuid, properties: [.read, .notify], descriptors: [.userDescription("c\(n)")],
