@@ -150,7 +150,7 @@ public struct GATTProfile: Codable, Equatable, Sendable {
         guard let data = try? encoder.encode(self) else { return "{}" }
         let json = String(decoding: data, as: UTF8.self)
         // The encoder escapes C0 only; a cloned peer's names and values may hold C1 controls or
-        // bidirectional overrides, which only strings can (so `\uXXXX` keeps the JSON the same).
+        // bidirectional overrides, which only strings can (so a `\u` escape of four hex digits keeps the JSON the same).
         guard json.unicodeScalars.contains(where: { $0.value >= 0x7F && VisibleText.isEscaped($0) }) else { return json }
         var out = ""
         for scalar in json.unicodeScalars {
