@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuCrypto
 
 /// What a central offers and demands when it pairs (the initiator's side of 2.3).
 public struct SMPInitiatorConfiguration: Sendable {

@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuCrypto
 
 /// What one input to `SMPInitiator` or `SMPResponder` produced: PDUs to send on the SMP channel
 /// (CID 0x0006), in order; events; and what to do with the timer. One shape for both roles;

@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuCrypto
 
 /// What a peripheral offers and demands when a central asks to pair.
 public struct SMPResponderConfiguration: Sendable {
