@@ -196,9 +196,7 @@ public final class CentralSecurity {
 
     private func encrypt(_ link: Link, with bond: Bond) {
         link.encryptingWithBond = true
-        link.keyInUse = LinkSecurity(isEncrypted: true, isAuthenticated: bond.authenticated,
-                                     isSecureConnections: bond.secureConnections,
-                                     encryptionKeySize: bond.encryptionKeySize, isBonded: true)
+        link.keyInUse = LinkSecurity(bond: bond)
         logger.info("encrypting the link with \(link.peer.address) with the key of our bond (\(bond.strength))",
                     metadata: metadata(link))
         startEncryption(link.handle, bond.longTermKey)
@@ -252,9 +250,8 @@ public final class CentralSecurity {
             securityChanged(handle, link.security)
             return
         }
-        var security = link.keyInUse ?? LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: false,
-                                                      encryptionKeySize: 16, isBonded: false)
-        if let keySize, let difference = security.controllerReported(keySize: keySize) {
+        let (security, difference) = LinkSecurity.encrypted(with: link.keyInUse, controllerKeySize: keySize)
+        if let difference {
             logger.warning("link with \(link.peer.address): \(difference)", metadata: metadata(link))
         }
         link.security = security
@@ -288,9 +285,7 @@ public final class CentralSecurity {
             link.smp.run { $0.numericComparisonConfirmed(accept) }
         case .startEncryption(let key):
             if let summary = link.initiator.pairingSummary {
-                link.keyInUse = LinkSecurity(isEncrypted: true, isAuthenticated: summary.authenticated,
-                                             isSecureConnections: summary.secureConnections,
-                                             encryptionKeySize: summary.encryptionKeySize, isBonded: false)
+                link.keyInUse = LinkSecurity(pairing: summary)
             }
             startEncryption(link.handle, key)
         case .securityRequested(let requirements):

@@ -320,9 +320,7 @@ public final class PeripheralSecurity {
         }
         // The pairing under way: its STK (legacy) or LTK (Secure Connections), named by EDIV 0, Rand 0.
         if let key = link.pairingKey, encryptedDiversifier == 0, randomNumber == 0, let summary = link.responder.pairingSummary {
-            link.keyInUse = LinkSecurity(isEncrypted: true, isAuthenticated: summary.authenticated,
-                                         isSecureConnections: summary.secureConnections,
-                                         encryptionKeySize: summary.encryptionKeySize, isBonded: false)
+            link.keyInUse = LinkSecurity(pairing: summary)
             answerKeyRequest(handle, key.key)
             return
         }
@@ -334,9 +332,7 @@ public final class PeripheralSecurity {
             refuseKey(link, "EDIV and Rand do not name the key of its bond")
             return
         }
-        link.keyInUse = LinkSecurity(isEncrypted: true, isAuthenticated: bond.authenticated,
-                                     isSecureConnections: bond.secureConnections,
-                                     encryptionKeySize: bond.encryptionKeySize, isBonded: true)
+        link.keyInUse = LinkSecurity(bond: bond)
         answerKeyRequest(handle, bond.longTermKey.key)
     }
 
@@ -377,9 +373,8 @@ public final class PeripheralSecurity {
             securityChanged(handle, link.security)
             return
         }
-        var security = link.keyInUse ?? LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: false,
-                                                      encryptionKeySize: 16, isBonded: false)
-        if let keySize, let difference = security.controllerReported(keySize: keySize) {
+        let (security, difference) = LinkSecurity.encrypted(with: link.keyInUse, controllerKeySize: keySize)
+        if let difference {
             logger.warning("link with \(link.peer.address): \(difference)", metadata: metadata(link))
         }
         link.security = security
