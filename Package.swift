@@ -9,7 +9,7 @@ let package = Package(
         .executable(name: "blemu", targets: ["blemu"]),
         // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
         .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
-                                             "BlemuSMP", "BlemuSecurity",
+                                             "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
                                              "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuBenchRig"]),
     ],
     dependencies: [
@@ -44,24 +44,25 @@ let package = Package(
         ], path: "Sources/HCI"),
         .target(name: "BlemuL2CAP", dependencies: ["BlemuCore", "BlemuHCI"], path: "Sources/L2CAP"),
         .target(name: "BlemuATT", dependencies: ["BlemuCore"], path: "Sources/ATT"),
-        // The Security Manager (Vol 3, Part H): crypto toolbox, SMP PDUs, the responder's pairing
-        // state machine. Pure (no I/O, no timers of its own); beside ATT, below GATT and Host.
-        .target(name: "BlemuSMP", dependencies: [
+        // The one crypto module (Vol 3, Part H, 2.2 and 2.4.5): AES-CMAC, the SMP toolbox, P-256
+        // keys, data signing. The only user of swift-crypto; below SMP and GATT, beside ATT.
+        .target(name: "BlemuCrypto", dependencies: [
             "BlemuCore",
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "_CryptoExtras", package: "swift-crypto"),
-        ], path: "Sources/SMP"),
+        ], path: "Sources/Crypto"),
+        // The Security Manager (Vol 3, Part H): SMP PDUs, the pairing state machines of both roles.
+        // Pure (no I/O, no timers of its own); beside ATT, below GATT and Host.
+        .target(name: "BlemuSMP", dependencies: ["BlemuCore", "BlemuCrypto"], path: "Sources/SMP"),
         // Pairing and bonding of a peripheral's links: an SMPResponder per link, the LTK request,
         // encryption state, bonds in a file. Above SMP, below Host.
         .target(name: "BlemuSecurity", dependencies: [
-            "BlemuCore", "BlemuSMP",
+            "BlemuCore", "BlemuCrypto", "BlemuSMP",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Security"),
         .target(name: "BlemuGATT", dependencies: [
-            "BlemuCore", "BlemuATT",
+            "BlemuCore", "BlemuATT", "BlemuCrypto",
             .product(name: "DequeModule", package: "swift-collections"),
-            .product(name: "Crypto", package: "swift-crypto"),
-            .product(name: "_CryptoExtras", package: "swift-crypto"),
         ], path: "Sources/GATT"),
         // The client side of ATT, beside the server: the same PDU types and GATT vocabulary.
         .target(name: "BlemuGATTClient", dependencies: [
@@ -70,11 +71,11 @@ let package = Package(
         ], path: "Sources/GATTClient"),
         // The central role beside the peripheral host: scanning, connecting, links with a GATT client.
         .target(name: "BlemuCentral", dependencies: [
-            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuSMP", "BlemuSecurity",
+            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Central"),
         .target(name: "BlemuHost", dependencies: [
-            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuSMP", "BlemuSecurity",
+            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Sources/Host"),
@@ -117,7 +118,7 @@ let package = Package(
             "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig",
             "BlemuJournal",
             "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile", "BlemuChat",
-            "BlemuSecurity", "BlemuSMP", "BlemuATT",
+            "BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuATT",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/CLI"),
@@ -136,7 +137,7 @@ let package = Package(
         // Counts the heap allocations of a hot path (Tests/AllocationTests): zero per request.
         .target(name: "CAllocationCounter", path: "Tests/Support/CAllocationCounter"),
         .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuBenchRig", "BlemuHost", "BlemuDevices",
-                                                         "BlemuGATT", "BlemuHCI", "BlemuRunLoop"],
+                                                         "BlemuGATT", "BlemuCrypto", "BlemuHCI", "BlemuRunLoop"],
                     path: "Tests/AllocationTests"),
         .testTarget(name: "ChatTests", dependencies: ["BlemuChat", "BlemuDevices"], path: "Tests/ChatTests"),
         .testTarget(name: "CoreTests", dependencies: ["BlemuCore"], path: "Tests/CoreTests"),
@@ -148,11 +149,12 @@ let package = Package(
                     path: "Tests/RunLoopTests"),
         .testTarget(name: "HCITests", dependencies: ["BlemuHCI", "BlemuL2CAP"], path: "Tests/HCITests"),
         .testTarget(name: "ATTTests", dependencies: ["BlemuATT"], path: "Tests/ATTTests"),
-        .testTarget(name: "SMPTests", dependencies: ["BlemuSMP", "BlemuCore"], path: "Tests/SMPTests"),
-        .testTarget(name: "SecurityTests", dependencies: ["BlemuSecurity", "BlemuSMP", "BlemuCore",
+        .testTarget(name: "CryptoTests", dependencies: ["BlemuCrypto", "BlemuCore"], path: "Tests/CryptoTests"),
+        .testTarget(name: "SMPTests", dependencies: ["BlemuSMP", "BlemuCrypto", "BlemuCore"], path: "Tests/SMPTests"),
+        .testTarget(name: "SecurityTests", dependencies: ["BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuCore",
                                                        .product(name: "Logging", package: "swift-log")],
                     path: "Tests/SecurityTests"),
-        .testTarget(name: "GATTTests", dependencies: ["BlemuGATT", "BlemuATT"], path: "Tests/GATTTests"),
+        .testTarget(name: "GATTTests", dependencies: ["BlemuGATT", "BlemuATT", "BlemuCrypto"], path: "Tests/GATTTests"),
         .testTarget(name: "ProfileTests", dependencies: ["BlemuProfile", "BlemuGATT", "BlemuCore"], path: "Tests/ProfileTests"),
         .testTarget(name: "GATTClientTests", dependencies: ["BlemuGATTClient", "BlemuGATT", "BlemuATT", "BlemuCore"],
                     path: "Tests/GATTClientTests"),
@@ -167,7 +169,7 @@ let package = Package(
         .testTarget(name: "CaptureTests", dependencies: ["BlemuCapture", "BlemuCore"], path: "Tests/CaptureTests"),
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
         .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuGATT", "BlemuATT",
-                                                   "BlemuCentral", "BlemuGATTClient", "BlemuChat", "BlemuSecurity", "BlemuSMP",
+                                                   "BlemuCentral", "BlemuGATTClient", "BlemuChat", "BlemuSecurity", "BlemuSMP", "BlemuCrypto",
                                                    .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HostTests"),
     ]

@@ -3,6 +3,7 @@ import BlemuATT
 import BlemuCentral
 import BlemuControl
 import BlemuCore
+import BlemuCrypto
 import BlemuDevices
 import BlemuGATT
 import BlemuGATTClient

@@ -1,5 +1,6 @@
 import BlemuATT
 import BlemuCore
+import BlemuCrypto
 import BlemuGATT
 import BlemuGATTClient
 import BlemuHCI

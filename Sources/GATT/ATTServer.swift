@@ -1,5 +1,6 @@
 import BlemuATT
 import BlemuCore
+import BlemuCrypto
 import DequeModule
 
 /// How a PDU the server sends may be treated by the link below it.
@@ -132,7 +133,7 @@ public final class ATTServer {
     private var checkedWrites: [CheckedWrite] = []
     private var clientConfigurations: [UInt16: UInt16] = [:]
     /// How the link is protected now; the stack's security layer keeps it current.
-    public var linkSecurity = ATTLinkSecurity()
+    public var linkSecurity = LinkSecurity.unencrypted
     /// The client's CSRK and last SignCounter, when it is bonded and distributed a CSRK: what
     /// its Signed Write Commands are verified with (nil: they are dropped).
     public var signing: ATTSigningState? {
@@ -1186,28 +1187,4 @@ struct PendingIndication {
     let value: [UInt8]
     let completion: IndicationCompletion?
     let isServiceChanged: Bool
-}
-
-
-/// How a link is protected, as the ATT server checks attribute permissions against it.
-public struct ATTLinkSecurity: Equatable, Sendable {
-    public var isEncrypted: Bool
-    /// Encrypted with an authenticated (MITM-protected) key.
-    public var isAuthenticated: Bool
-    /// Encrypted with a key from LE Secure Connections.
-    public var isSecureConnections: Bool
-    /// Octets (7...16); 0 when not encrypted.
-    public var encryptionKeySize: UInt8
-    /// The device holds a key for this central (bonded), so an unencrypted link gets
-    /// Insufficient Encryption: the central encrypts rather than pairs again (Vol 3, Part C, 10.3.1.1).
-    public var hasLongTermKey: Bool
-
-    public init(isEncrypted: Bool = false, isAuthenticated: Bool = false, isSecureConnections: Bool = false,
-                encryptionKeySize: UInt8 = 0, hasLongTermKey: Bool = false) {
-        self.isEncrypted = isEncrypted
-        self.isAuthenticated = isAuthenticated
-        self.isSecureConnections = isSecureConnections
-        self.encryptionKeySize = encryptionKeySize
-        self.hasLongTermKey = hasLongTermKey
-    }
 }

@@ -37,7 +37,7 @@ public protocol DeviceContext: AnyObject {
     func log(_ event: BlemuEvent, _ level: Logger.Level, _ message: @autoclosure () -> String,
              _ metadata: @autoclosure () -> Logger.Metadata)
     /// How `peer`'s link is protected now: encrypted, with an authenticated key, ... (Docs/SECURITY.md).
-    func linkSecurity(of peer: ATTPeer) -> ATTLinkSecurity
+    func linkSecurity(of peer: ATTPeer) -> LinkSecurity
     /// Whether centrals pair with this device's passkey (`--passkey`), so it can tell an
     /// authenticated central from any other.
     var pairsWithPasskey: Bool { get }

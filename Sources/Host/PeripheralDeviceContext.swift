@@ -65,8 +65,8 @@ extension Peripheral: DeviceContext {
         logger.event(event, level, "\(message())", metadata())
     }
 
-    public func linkSecurity(of peer: ATTPeer) -> ATTLinkSecurity {
-        guard let connection = connections[peer.connectionHandle], connection.peer == peer else { return ATTLinkSecurity() }
+    public func linkSecurity(of peer: ATTPeer) -> LinkSecurity {
+        guard let connection = connections[peer.connectionHandle], connection.peer == peer else { return .unencrypted }
         return connection.server.linkSecurity
     }
 

@@ -129,10 +129,10 @@ extension Peripheral {
         }
         security.securityChanged = { [weak self] handle, state in
             guard let self, let connection = self.connections[handle] else { return }
-            connection.server.linkSecurity = ATTLinkSecurity(
-                isEncrypted: state.isEncrypted, isAuthenticated: state.isAuthenticated,
-                isSecureConnections: state.isSecureConnections, encryptionKeySize: state.encryptionKeySize,
-                hasLongTermKey: state.isBonded || self.security.bond(on: handle) != nil)
+            // Security's value as it is; only the host knows whether a bond exists for the peer.
+            var linkSecurity = state
+            linkSecurity.hasLongTermKey = state.isBonded || self.security.bond(on: handle) != nil
+            connection.server.linkSecurity = linkSecurity
             // Bonded now (paired, or encrypted with its bond): its caching state is kept with the bond.
             if state.isBonded {
                 self.security.cachingStateKnown(features: self.standard.features(on: handle),

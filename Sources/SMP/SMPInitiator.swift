@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuCrypto
 
 /// What a central offers and demands when it pairs (the initiator's side of 2.3).
 public struct SMPInitiatorConfiguration: Sendable {
@@ -72,14 +73,14 @@ public enum SMPInitiatorEvent: Equatable, Sendable {
 /// LE legacy (Just Works, Passkey Entry), then key distribution once the link is encrypted (the
 /// responder's keys first, then ours, 3.6.1). Every failure sends Pairing Failed with the
 /// spec's reason; the owner runs the 30 s timer (3.4) as `timer` says.
-public struct SMPInitiator {
+public struct SMPInitiator: SMPPairingRole {
     public let configuration: SMPInitiatorConfiguration
     public let initiatorAddress: SMPAddress
     public let responderAddress: SMPAddress
     private var random: any RandomNumberGenerator
     private let fixedKeyPair: SMPKeyPair?
 
-    private enum Phase: Equatable {
+    enum Phase: SMPPairingPhase {
         case idle
         case awaitingResponse
         /// LE legacy: waiting for the user's passkey before Mconfirm.
@@ -101,8 +102,8 @@ public struct SMPInitiator {
         case timedOut
     }
 
-    private var phase = Phase.idle
-    private var session = SMPPairingSession()
+    var phase = Phase.idle
+    var session = SMPPairingSession()
 
     /// `initiatorAddress` is this central's address on the link, `responderAddress` the
     /// peripheral's, as LE Connection Complete reported them. `random` must be cryptographically
@@ -116,13 +117,11 @@ public struct SMPInitiator {
         self.fixedKeyPair = keyPair
     }
 
-    public var isPairing: Bool { phase != .idle && phase != .timedOut }
-    public var hasTimedOut: Bool { phase == .timedOut }
+    public var isPairing: Bool { pairingUnderWay }
+    public var hasTimedOut: Bool { timedOut }
 
     /// What the pairing under way agreed, once the Pairing Response came; nil otherwise.
-    public var pairingSummary: SMPPairingSummary? {
-        isPairing ? session.summary : nil
-    }
+    public var pairingSummary: SMPPairingSummary? { summaryUnderWay }
 
     // MARK: Inputs
 
@@ -158,16 +157,7 @@ public struct SMPInitiator {
     /// An SMP PDU from the peripheral, code first.
     public mutating func receive(_ pdu: ArraySlice<UInt8>) -> SMPInitiatorOutput {
         var out = SMPInitiatorOutput()
-        guard phase != .timedOut else { return out }
-        // 3.3: a reserved code is ignored.
-        guard let rawCode = pdu.first, let code = SMPCode(rawValue: rawCode) else { return out }
-        let command: SMPCommand
-        do {
-            command = try SMPCommand(pdu: pdu)
-        } catch {
-            undecodable(code, pdu, &out)
-            return out
-        }
+        guard let command = decode(pdu, &out) else { return out }
 
         switch (command, phase) {
         case (.pairingFailed(let failed), _):
@@ -269,14 +259,7 @@ public struct SMPInitiator {
     }
 
     /// The owner's 30 s SMP timer expired (3.4): the pairing fails, SMP is over on this link.
-    public mutating func timerExpired() -> SMPInitiatorOutput {
-        var out = SMPInitiatorOutput()
-        guard isPairing else { return out }
-        session = SMPPairingSession()
-        phase = .timedOut
-        out.events.append(.failed(reason: nil, origin: .timeout))
-        return out
-    }
+    public mutating func timerExpired() -> SMPInitiatorOutput { expire() }
 
     /// Ends the pairing under way with Pairing Failed and `reason`.
     public mutating func abort(_ reason: SMPPairingFailedReason) -> SMPInitiatorOutput {
@@ -363,11 +346,9 @@ public struct SMPInitiator {
     // MARK: LE Secure Connections
 
     private mutating func publicKey(_ peerKey: SMPPublicKey, _ out: inout SMPInitiatorOutput) {
-        guard let keyPair = session.keyPair else { return fail(.unspecifiedReason, &out) }
-        // Our own X back (a reflection) would let an attacker pass authentication.
-        guard peerKey.x != keyPair.publicKey.x else { return fail(.unspecifiedReason, &out) }
-        session.peerPublicKey = peerKey
-        session.dhKey = keyPair.dhKey(with: peerKey)
+        guard let keyPair = session.keyPair, session.agree(keyPair: keyPair, peerKey: peerKey) else {
+            return fail(.unspecifiedReason, &out)
+        }
         out.timer = .restart
         switch session.method {
         case .passkeyEntry(let roles):
@@ -388,15 +369,13 @@ public struct SMPInitiator {
     }
 
     private mutating func secureConnectionsRandom(_ nb: [UInt8], _ out: inout SMPInitiatorOutput) {
-        guard let keyPair = session.keyPair, let peerKey = session.peerPublicKey else { return fail(.unspecifiedReason, &out) }
         // 2.3.5.6.2: Cb = f4(PKbx, PKax, Nb, 0); a mismatch fails with Confirm Value Failed.
-        let expected = SMPCrypto.f4(u: peerKey.x, v: keyPair.publicKey.x, x: nb, z: 0)
-        guard expected == session.peerConfirm else { return fail(.confirmValueFailed, &out) }
+        guard let opens = session.peerCommitmentOpens(with: nb, z: 0) else { return fail(.unspecifiedReason, &out) }
+        guard opens else { return fail(.confirmValueFailed, &out) }
         session.peerRandom = nb
         deriveKeys()
-        if session.method == .numericComparison {
+        if session.method == .numericComparison, let value = session.numericComparisonValue(localIsInitiator: true) {
             // Va = g2(PKax, PKbx, Na, Nb): the user compares it with the peripheral's.
-            let value = SMPCrypto.numericComparisonValue(u: keyPair.publicKey.x, v: peerKey.x, x: session.localRandom, y: nb)
             out.events.append(.confirmNumericComparison(value))
             out.timer = .restart
             phase = .awaitingUserConfirmation
@@ -407,24 +386,23 @@ public struct SMPInitiator {
 
     /// Round `round` of Passkey Entry: Cai = f4(PKax, PKbx, Nai, rai) (2.3.5.6.3).
     private mutating func passkeySendConfirm(round: Int, _ out: inout SMPInitiatorOutput) {
-        guard let passkey = session.passkey, let keyPair = session.keyPair, let peerKey = session.peerPublicKey else {
+        guard let passkey = session.passkey else { return fail(.unspecifiedReason, &out) }
+        session.localRandom = random.bytes(16)
+        guard let confirm = session.localCommitment(z: SMPCrypto.passkeyBit(passkey, round)) else {
             return fail(.unspecifiedReason, &out)
         }
-        session.localRandom = random.bytes(16)
-        let confirm = SMPCrypto.f4(u: keyPair.publicKey.x, v: peerKey.x, x: session.localRandom,
-                                   z: SMPCrypto.passkeyBit(passkey, round))
         out.pdus.append(SMPPairingConfirm(value: confirm).encoded)
         out.timer = .restart
         phase = .passkeyAwaitingConfirm(round: round)
     }
 
     private mutating func passkeyRandom(_ nbi: [UInt8], round: Int, _ out: inout SMPInitiatorOutput) {
-        guard let passkey = session.passkey, let keyPair = session.keyPair, let peerKey = session.peerPublicKey else {
+        // Cbi = f4(PKbx, PKax, Nbi, rbi); a mismatch (e.g. a passkey typed wrong) is Confirm Value Failed.
+        guard let passkey = session.passkey,
+              let opens = session.peerCommitmentOpens(with: nbi, z: SMPCrypto.passkeyBit(passkey, round)) else {
             return fail(.unspecifiedReason, &out)
         }
-        // Cbi = f4(PKbx, PKax, Nbi, rbi); a mismatch (e.g. a passkey typed wrong) is Confirm Value Failed.
-        let expected = SMPCrypto.f4(u: peerKey.x, v: keyPair.publicKey.x, x: nbi, z: SMPCrypto.passkeyBit(passkey, round))
-        guard expected == session.peerConfirm else { return fail(.confirmValueFailed, &out) }
+        guard opens else { return fail(.confirmValueFailed, &out) }
         session.peerRandom = nbi
         if round < 19 {
             passkeySendConfirm(round: round + 1, &out)
@@ -489,29 +467,6 @@ public struct SMPInitiator {
 
     // MARK: Failure
 
-    private mutating func fail(_ reason: SMPPairingFailedReason, _ out: inout SMPInitiatorOutput) {
-        out.failLocally(reason)
-        endPairing()
-    }
-
-    private mutating func peerFailed(_ reason: SMPPairingFailedReason?, _ out: inout SMPInitiatorOutput) {
-        guard isPairing else { return }
-        out.failedByPeer(reason)
-        endPairing()
-    }
-
-    private mutating func endPairing() {
-        session = SMPPairingSession()
-        phase = .idle
-    }
-
-    /// A known code whose PDU does not decode.
-    private mutating func undecodable(_ code: SMPCode, _ pdu: ArraySlice<UInt8>, _ out: inout SMPInitiatorOutput) {
-        // A malformed Security Request outside a pairing: there is nothing to fail.
-        if code == .securityRequest && !isPairing { return }
-        switch SMPUndecodablePDU(code: code, pdu: pdu) {
-        case .peerFailed: peerFailed(nil, &out)
-        case .fail(let reason): fail(reason, &out)
-        }
-    }
+    /// A malformed Security Request outside a pairing: there is nothing to fail.
+    func ignoresUndecodable(_ code: SMPCode) -> Bool { code == .securityRequest && !isPairing }
 }

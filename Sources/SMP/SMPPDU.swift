@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuCrypto
 
 /// SMP command codes (Vol 3, Part H, 3.3, Table 3.3). Any other code is reserved: "If a packet
 /// is received with a reserved Code it shall be ignored."

@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuCrypto
 
 /// What one input to `SMPInitiator` or `SMPResponder` produced: PDUs to send on the SMP channel
 /// (CID 0x0006), in order; events; and what to do with the timer. One shape for both roles;
@@ -67,6 +68,78 @@ extension SMPPairingPolicy {
         if method == .outOfBand { return .oobNotAvailable }
         if requireMITM && !method.isAuthenticated { return .authenticationRequirements }
         return nil
+    }
+}
+
+/// A phase of either role's machine: both have an idle one and the one after the SMP timeout.
+protocol SMPPairingPhase: Equatable {
+    static var idle: Self { get }
+    static var timedOut: Self { get }
+}
+
+/// Either role's pairing machine as the runs both share see it: its phase and its session. The
+/// runs below are written once; each machine's public inputs call them.
+protocol SMPPairingRole: SMPRoleMachine where Event: SMPPairingEvent {
+    associatedtype Phase: SMPPairingPhase
+    var phase: Phase { get set }
+    var session: SMPPairingSession { get set }
+    /// Whether an undecodable PDU with this code is dropped rather than failing the pairing.
+    func ignoresUndecodable(_ code: SMPCode) -> Bool
+}
+
+extension SMPPairingRole {
+    /// A pairing is under way (the SMP timer should be running).
+    var pairingUnderWay: Bool { phase != .idle && phase != .timedOut }
+    var timedOut: Bool { phase == .timedOut }
+    /// What the pairing under way agreed, once the feature exchange is done.
+    var summaryUnderWay: SMPPairingSummary? { pairingUnderWay ? session.summary : nil }
+
+    func ignoresUndecodable(_ code: SMPCode) -> Bool { false }
+
+    /// The command a PDU from the peer carries, or nil when there is nothing more to do with it:
+    /// after the SMP timeout nothing is handled (3.4), a reserved code is ignored (3.3: "If a
+    /// packet is received with a reserved Code it shall be ignored"), and a known code that does
+    /// not decode fails the pairing as `SMPUndecodablePDU` says.
+    mutating func decode(_ pdu: ArraySlice<UInt8>, _ out: inout SMPOutput<Event>) -> SMPCommand? {
+        guard phase != .timedOut, let rawCode = pdu.first, let code = SMPCode(rawValue: rawCode) else { return nil }
+        do {
+            return try SMPCommand(pdu: pdu)
+        } catch {
+            if ignoresUndecodable(code) { return nil }
+            switch SMPUndecodablePDU(code: code, pdu: pdu) {
+            case .peerFailed: peerFailed(nil, &out)
+            case .fail(let reason): fail(reason, &out)
+            }
+            return nil
+        }
+    }
+
+    /// The owner's 30 s SMP timer expired (3.4): the pairing fails, SMP is over on this link.
+    mutating func expire() -> SMPOutput<Event> {
+        var out = SMPOutput<Event>()
+        guard pairingUnderWay else { return out }
+        session = SMPPairingSession()
+        phase = .timedOut
+        out.events.append(.failed(reason: nil, origin: .timeout))
+        return out
+    }
+
+    /// Sends Pairing Failed with `reason` and forgets the pairing.
+    mutating func fail(_ reason: SMPPairingFailedReason, _ out: inout SMPOutput<Event>) {
+        out.failLocally(reason)
+        endPairing()
+    }
+
+    /// The peer sent Pairing Failed: never answered; outside a pairing it means nothing.
+    mutating func peerFailed(_ reason: SMPPairingFailedReason?, _ out: inout SMPOutput<Event>) {
+        guard pairingUnderWay else { return }
+        out.failedByPeer(reason)
+        endPairing()
+    }
+
+    mutating func endPairing() {
+        session = SMPPairingSession()
+        phase = .idle
     }
 }
 
@@ -167,6 +240,40 @@ struct SMPPairingSession {
     func responderCheck(na: [UInt8], nb: [UInt8], a: SMPAddress, b: SMPAddress) -> [UInt8]? {
         guard let response else { return nil }
         return SMPCrypto.f6(w: macKey, n1: nb, n2: na, r: checkR, ioCap: response.ioCapField, a1: b, a2: a)
+    }
+
+    /// The public keys are exchanged (2.3.5.6.1): DHKey from ours and the peer's. False when the
+    /// peer's X is our own (a reflection would let an attacker pass authentication; Zephyr
+    /// refuses it with Unspecified Reason, and so do both roles here).
+    mutating func agree(keyPair: SMPKeyPair, peerKey: SMPPublicKey) -> Bool {
+        guard peerKey.x != keyPair.publicKey.x else { return false }
+        self.keyPair = keyPair
+        peerPublicKey = peerKey
+        dhKey = keyPair.dhKey(with: peerKey)
+        return true
+    }
+
+    /// Our commitment in Secure Connections, Ca/Cb or Cai/Cbi = f4(PKlocal.x, PKpeer.x, our
+    /// random, z) (2.3.5.6.2, 2.3.5.6.3); nil before the public keys are exchanged.
+    func localCommitment(z: UInt8) -> [UInt8]? {
+        guard let keyPair, let peerPublicKey else { return nil }
+        return SMPCrypto.f4(u: keyPair.publicKey.x, v: peerPublicKey.x, x: localRandom, z: z)
+    }
+
+    /// Whether the peer's random opens the commitment it sent: f4(PKpeer.x, PKlocal.x, random, z)
+    /// == its confirm value (a mismatch is Confirm Value Failed); nil before the key exchange.
+    func peerCommitmentOpens(with random: [UInt8], z: UInt8) -> Bool? {
+        guard let keyPair, let peerPublicKey else { return nil }
+        return SMPCrypto.f4(u: peerPublicKey.x, v: keyPair.publicKey.x, x: random, z: z) == peerConfirm
+    }
+
+    /// Numeric Comparison's six digits, g2(PKax, PKbx, Na, Nb) mod 10^6 (2.3.5.6.2), once both
+    /// randoms are known; A is the initiator.
+    func numericComparisonValue(localIsInitiator: Bool) -> UInt32? {
+        guard let keyPair, let peerPublicKey else { return nil }
+        let (pka, pkb) = localIsInitiator ? (keyPair.publicKey.x, peerPublicKey.x) : (peerPublicKey.x, keyPair.publicKey.x)
+        let (na, nb) = localIsInitiator ? (localRandom, peerRandom) : (peerRandom, localRandom)
+        return SMPCrypto.numericComparisonValue(u: pka, v: pkb, x: na, y: nb)
     }
 
     /// The negotiated key, its most significant octets zeroed beyond the key size (2.3.4).

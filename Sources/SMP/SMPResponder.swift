@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuCrypto
 
 /// What a peripheral offers and demands when a central asks to pair.
 public struct SMPResponderConfiguration: Sendable {
@@ -151,7 +152,7 @@ public enum SMPTimerAction: Equatable, Sendable {
 /// rounds) and LE legacy pairing (Just Works, Passkey Entry), then the key distribution once the
 /// link is encrypted. Repeated-attempts bookkeeping is the caller's: it can refuse with
 /// `abort(.repeatedAttempts)`.
-public struct SMPResponder {
+public struct SMPResponder: SMPPairingRole {
     public let configuration: SMPResponderConfiguration
     public let initiatorAddress: SMPAddress
     public let responderAddress: SMPAddress
@@ -159,7 +160,7 @@ public struct SMPResponder {
     /// For tests: the key pair to use instead of a fresh one per pairing.
     private let fixedKeyPair: SMPKeyPair?
 
-    private enum Phase: Equatable {
+    enum Phase: SMPPairingPhase {
         case idle
         case legacyAwaitingConfirm
         case legacyAwaitingRandom
@@ -175,9 +176,9 @@ public struct SMPResponder {
         case timedOut
     }
 
-    private var phase = Phase.idle
+    var phase = Phase.idle
     /// The state of one pairing; reset between pairings so no secret outlives one.
-    private var session = SMPPairingSession()
+    var session = SMPPairingSession()
 
     /// `initiatorAddress`/`responderAddress`: the addresses of this link as the controller
     /// reported them (LE Connection Complete), which the confirm and check values hash.
@@ -193,15 +194,13 @@ public struct SMPResponder {
     }
 
     /// Whether a pairing is under way (the SMP timer should be running).
-    public var isPairing: Bool { phase != .idle && phase != .timedOut }
+    public var isPairing: Bool { pairingUnderWay }
     /// Whether the SMP timer expired on this link: SMP is over until a new link (3.4).
-    public var hasTimedOut: Bool { phase == .timedOut }
+    public var hasTimedOut: Bool { timedOut }
 
     /// What the pairing under way agreed (after the Pairing Response), for the caller's view of
     /// the link once it is encrypted with the STK or LTK; nil outside a pairing.
-    public var pairingSummary: SMPPairingSummary? {
-        isPairing ? session.summary : nil
-    }
+    public var pairingSummary: SMPPairingSummary? { summaryUnderWay }
 
     /// A Security Request (3.6.7) asking the central to pair with our requirements.
     public var securityRequest: [UInt8] {
@@ -216,17 +215,7 @@ public struct SMPResponder {
     public mutating func receive(_ pdu: ArraySlice<UInt8>) -> SMPResponderOutput {
         var out = SMPResponderOutput()
         // 3.4: after a timeout no SMP command is sent or handled on this link.
-        guard phase != .timedOut else { return out }
-        // 3.3: "If a packet is received with a reserved Code it shall be ignored."
-        guard let rawCode = pdu.first, let code = SMPCode(rawValue: rawCode) else { return out }
-
-        let command: SMPCommand
-        do {
-            command = try SMPCommand(pdu: pdu)
-        } catch {
-            undecodable(code, pdu, &out)
-            return out
-        }
+        guard let command = decode(pdu, &out) else { return out }
 
         switch (command, phase) {
         case (.pairingFailed(let failed), _):
@@ -335,14 +324,7 @@ public struct SMPResponder {
     }
 
     /// The caller's 30 s SMP timer expired (3.4): the pairing fails and SMP is over on this link.
-    public mutating func timerExpired() -> SMPResponderOutput {
-        var out = SMPResponderOutput()
-        guard isPairing else { return out }
-        session = SMPPairingSession()
-        phase = .timedOut
-        out.events.append(.failed(reason: nil, origin: .timeout))
-        return out
-    }
+    public mutating func timerExpired() -> SMPResponderOutput { expire() }
 
     /// Ends the pairing under way with Pairing Failed and `reason`, or refuses the next one
     /// before it starts (e.g. Repeated Attempts, 2.3.6): Pairing Failed is sent either way.
@@ -443,12 +425,7 @@ public struct SMPResponder {
 
     private mutating func publicKey(_ peerKey: SMPPublicKey, _ out: inout SMPResponderOutput) {
         let keyPair = fixedKeyPair ?? SMPKeyPair()
-        // A key with our own X would let a reflecting attacker pass authentication (Zephyr
-        // refuses it with Unspecified Reason; so do we).
-        guard peerKey.x != keyPair.publicKey.x else { return fail(.unspecifiedReason, &out) }
-        session.keyPair = keyPair
-        session.peerPublicKey = peerKey
-        session.dhKey = keyPair.dhKey(with: peerKey)
+        guard session.agree(keyPair: keyPair, peerKey: peerKey) else { return fail(.unspecifiedReason, &out) }
         out.pdus.append(SMPPairingPublicKey(key: keyPair.publicKey).encoded)
         out.timer = .restart
 
@@ -466,7 +443,7 @@ public struct SMPResponder {
         default:
             // 2.3.5.6.2: the responder commits first: Cb = f4(PKbx, PKax, Nb, 0).
             session.localRandom = random.bytes(16)
-            let cb = SMPCrypto.f4(u: keyPair.publicKey.x, v: peerKey.x, x: session.localRandom, z: 0)
+            guard let cb = session.localCommitment(z: 0) else { return fail(.unspecifiedReason, &out) }
             out.pdus.append(SMPPairingConfirm(value: cb).encoded)
             session.userConfirmed = session.method != .numericComparison
             phase = .awaitingRandom
@@ -474,13 +451,12 @@ public struct SMPResponder {
     }
 
     private mutating func secureConnectionsRandom(_ na: [UInt8], _ out: inout SMPResponderOutput) {
-        guard let keyPair = session.keyPair, let peerKey = session.peerPublicKey else { return fail(.unspecifiedReason, &out) }
+        guard session.keyPair != nil, session.peerPublicKey != nil else { return fail(.unspecifiedReason, &out) }
         session.peerRandom = na
         out.pdus.append(SMPPairingRandom(value: session.localRandom).encoded)
         out.timer = .restart
-        if session.method == .numericComparison {
+        if session.method == .numericComparison, let value = session.numericComparisonValue(localIsInitiator: false) {
             // Vb = g2(PKax, PKbx, Na, Nb); the initiator checked Cb, the users compare the values.
-            let value = SMPCrypto.numericComparisonValue(u: peerKey.x, v: keyPair.publicKey.x, x: na, y: session.localRandom)
             out.events.append(.confirmNumericComparison(value))
         }
         deriveKeys()
@@ -490,23 +466,24 @@ public struct SMPResponder {
     /// Cbi for round i once both Cai and the passkey are known (2.3.5.6.3).
     private mutating func passkeySendConfirmIfReady(_ out: inout SMPResponderOutput) {
         guard case .passkeyAwaitingConfirm(let round) = phase, let passkey = session.passkey,
-              let confirm = session.pendingConfirm, let keyPair = session.keyPair, let peerKey = session.peerPublicKey
+              let confirm = session.pendingConfirm, session.keyPair != nil, session.peerPublicKey != nil
         else { return }
         session.peerConfirm = confirm
         session.pendingConfirm = nil
         session.localRandom = random.bytes(16)
-        let cb = SMPCrypto.f4(u: keyPair.publicKey.x, v: peerKey.x, x: session.localRandom, z: SMPCrypto.passkeyBit(passkey, round))
+        guard let cb = session.localCommitment(z: SMPCrypto.passkeyBit(passkey, round)) else { return }
         out.pdus.append(SMPPairingConfirm(value: cb).encoded)
         out.timer = .restart
         phase = .passkeyAwaitingRandom(round: round)
     }
 
     private mutating func passkeyRandom(_ nai: [UInt8], round: Int, _ out: inout SMPResponderOutput) {
-        guard let passkey = session.passkey, let keyPair = session.keyPair, let peerKey = session.peerPublicKey else {
+        // Cai = f4(PKax, PKbx, Nai, rai); a mismatch (a passkey typed wrong) is Confirm Value Failed.
+        guard let passkey = session.passkey,
+              let opens = session.peerCommitmentOpens(with: nai, z: SMPCrypto.passkeyBit(passkey, round)) else {
             return fail(.unspecifiedReason, &out)
         }
-        let expected = SMPCrypto.f4(u: peerKey.x, v: keyPair.publicKey.x, x: nai, z: SMPCrypto.passkeyBit(passkey, round))
-        guard expected == session.peerConfirm else { return fail(.confirmValueFailed, &out) }
+        guard opens else { return fail(.confirmValueFailed, &out) }
         session.peerRandom = nai
         out.pdus.append(SMPPairingRandom(value: session.localRandom).encoded)
         out.timer = .restart
@@ -557,32 +534,5 @@ public struct SMPResponder {
         out.events.append(.paired(result))
         out.timer = .stop
         endPairing()
-    }
-
-    // MARK: Failure
-
-    private mutating func fail(_ reason: SMPPairingFailedReason, _ out: inout SMPResponderOutput) {
-        out.failLocally(reason)
-        endPairing()
-    }
-
-    private mutating func peerFailed(_ reason: SMPPairingFailedReason?, _ out: inout SMPResponderOutput) {
-        // Never answer a Pairing Failed; outside a pairing it means nothing.
-        guard isPairing else { return }
-        out.failedByPeer(reason)
-        endPairing()
-    }
-
-    private mutating func endPairing() {
-        session = SMPPairingSession()
-        phase = .idle
-    }
-
-    /// A known code whose PDU does not decode.
-    private mutating func undecodable(_ code: SMPCode, _ pdu: ArraySlice<UInt8>, _ out: inout SMPResponderOutput) {
-        switch SMPUndecodablePDU(code: code, pdu: pdu) {
-        case .peerFailed: peerFailed(nil, &out)
-        case .fail(let reason): fail(reason, &out)
-        }
     }
 }

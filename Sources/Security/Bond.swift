@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuCrypto
 import BlemuSMP
 
 /// What a peripheral keeps of a central it bonded with (Vol 3, Part H, 2.4.1 and 3.6): the key

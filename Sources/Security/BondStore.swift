@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuCrypto
 import BlemuSMP
 import FoundationEssentials
 import Logging

@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuCrypto
 import BlemuSMP
 import Logging
 
@@ -110,8 +111,12 @@ public final class CentralSecurity {
     private final class Link {
         let handle: UInt16
         let peer: SMPAddress
-        var initiator: SMPInitiator
-        var timer: TimerID?
+        /// The pairing machine and its SMP timer.
+        let smp: SMPLinkDriver<SMPInitiator>
+        var initiator: SMPInitiator {
+            get { smp.machine }
+            set { smp.machine = newValue }
+        }
         /// The security the key given to the controller brings once the link is encrypted.
         var keyInUse: LinkSecurity?
         /// Encrypting with this bond's key (a failure then falls back to pairing).
@@ -120,10 +125,10 @@ public final class CentralSecurity {
         var waiting: [(Result<LinkSecurity, CentralSecurityError>) -> Void] = []
         /// Whether this link was paired (not only encrypted with a bond) while open.
         var pairedHere = false
-        init(handle: UInt16, peer: SMPAddress, initiator: SMPInitiator) {
+        init(handle: UInt16, peer: SMPAddress, smp: SMPLinkDriver<SMPInitiator>) {
             self.handle = handle
             self.peer = peer
-            self.initiator = initiator
+            self.smp = smp
         }
     }
 
@@ -151,7 +156,13 @@ public final class CentralSecurity {
         if let old = links.removeValue(forKey: handle) { close(old) }
         let initiator = SMPInitiator(configuration: configuration.initiatorConfiguration(identity: loadedIdentity),
                                      initiatorAddress: localAddress, responderAddress: peer, random: makeRandom())
-        links[handle] = Link(handle: handle, peer: peer, initiator: initiator)
+        let smp = SMPLinkDriver(initiator, scheduler: scheduler) { [weak self] pdu in self?.sendSMP(handle, pdu) }
+        let link = Link(handle: handle, peer: peer, smp: smp)
+        smp.onEvent = { [weak self, weak link] event in
+            guard let self, let link else { return }
+            self.handle(event, on: link)
+        }
+        links[handle] = link
     }
 
     public func linkClosed(_ handle: UInt16) {
@@ -160,8 +171,7 @@ public final class CentralSecurity {
     }
 
     private func close(_ link: Link) {
-        if let timer = link.timer { scheduler.cancel(timer) }
-        link.timer = nil
+        link.smp.close()
         finish(link, .failure(.linkClosed))
     }
 
@@ -186,9 +196,7 @@ public final class CentralSecurity {
 
     private func encrypt(_ link: Link, with bond: Bond) {
         link.encryptingWithBond = true
-        link.keyInUse = LinkSecurity(isEncrypted: true, isAuthenticated: bond.authenticated,
-                                     isSecureConnections: bond.secureConnections,
-                                     encryptionKeySize: bond.encryptionKeySize, isBonded: true)
+        link.keyInUse = LinkSecurity(bond: bond)
         logger.info("encrypting the link with \(link.peer.address) with the key of our bond (\(bond.strength))",
                     metadata: metadata(link))
         startEncryption(link.handle, bond.longTermKey)
@@ -204,7 +212,7 @@ public final class CentralSecurity {
                                           initiatorAddress: localAddress, responderAddress: link.peer, random: makeRandom())
         }
         logger.info("pairing with \(link.peer.address)", metadata: metadata(link))
-        apply(link.initiator.start(answering: request), to: link)
+        link.smp.run { $0.start(answering: request) }
     }
 
     // MARK: SMP
@@ -212,7 +220,7 @@ public final class CentralSecurity {
     /// One SMP PDU from the peripheral (CID 0x0006).
     public func receive(_ pdu: ArraySlice<UInt8>, on handle: UInt16) {
         guard let link = links[handle] else { return }
-        apply(link.initiator.receive(pdu), to: link)
+        link.smp.run { $0.receive(pdu) }
     }
 
     /// Encryption Change (Vol 4, Part E, 7.7.8) or Encryption Key Refresh Complete (7.7.39).
@@ -231,7 +239,7 @@ public final class CentralSecurity {
                 pair(link, answering: nil)
             } else if link.initiator.isPairing {
                 finish(link, .failure(.encryptionFailed(status: status)))
-                apply(link.initiator.abort(.unspecifiedReason), to: link)
+                link.smp.run { $0.abort(.unspecifiedReason) }
             } else {
                 finish(link, .failure(.encryptionFailed(status: status)))
             }
@@ -242,9 +250,8 @@ public final class CentralSecurity {
             securityChanged(handle, link.security)
             return
         }
-        var security = link.keyInUse ?? LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: false,
-                                                      encryptionKeySize: 16, isBonded: false)
-        if let keySize, let difference = security.controllerReported(keySize: keySize) {
+        let (security, difference) = LinkSecurity.encrypted(with: link.keyInUse, controllerKeySize: keySize)
+        if let difference {
             logger.warning("link with \(link.peer.address): \(difference)", metadata: metadata(link))
         }
         link.security = security
@@ -252,7 +259,7 @@ public final class CentralSecurity {
         securityChanged(handle, security)
         if link.initiator.isPairing {
             // Encrypted with the STK or LTK: the peripheral's keys, then ours (3.6.1).
-            apply(link.initiator.linkEncrypted(), to: link)
+            link.smp.run { $0.linkEncrypted() }
         } else if link.encryptingWithBond {
             link.encryptingWithBond = false
             finish(link, .success(security))
@@ -261,44 +268,24 @@ public final class CentralSecurity {
 
     // MARK: The initiator's output
 
-    private func apply(_ output: SMPInitiatorOutput, to link: Link) {
-        for pdu in output.pdus { sendSMP(link.handle, pdu) }
-        switch output.timer {
-        case .unchanged: break
-        case .restart:
-            if let timer = link.timer { scheduler.cancel(timer) }
-            link.timer = scheduler.schedule(after: PeripheralSecurity.timeout) { [weak self, weak link] in
-                guard let self, let link, self.links[link.handle] === link else { return }
-                link.timer = nil
-                self.apply(link.initiator.timerExpired(), to: link)
-            }
-        case .stop:
-            if let timer = link.timer { scheduler.cancel(timer) }
-            link.timer = nil
-        }
-        for event in output.events { handle(event, on: link) }
-    }
-
     private func handle(_ event: SMPInitiatorEvent, on link: Link) {
         switch event {
         case .displayPasskey(let passkey):
             display("type the passkey \(Self.sixDigits(passkey)) on \(link.peer.address)")
         case .passkeyRequested:
             if let passkey = configuration.passkey {
-                apply(link.initiator.passkeyEntered(passkey), to: link)
+                link.smp.run { $0.passkeyEntered(passkey) }
             } else {
                 display("\(link.peer.address) asks for a passkey (Passkey Entry): give it with --passkey")
-                apply(link.initiator.passkeyEntered(nil), to: link)
+                link.smp.run { $0.passkeyEntered(nil) }
             }
         case .confirmNumericComparison(let value):
             let accept = configuration.acceptNumericComparison
             display("Numeric Comparison with \(link.peer.address): \(Self.sixDigits(value)) (\(accept ? "accepted" : "rejected"))")
-            apply(link.initiator.numericComparisonConfirmed(accept), to: link)
+            link.smp.run { $0.numericComparisonConfirmed(accept) }
         case .startEncryption(let key):
             if let summary = link.initiator.pairingSummary {
-                link.keyInUse = LinkSecurity(isEncrypted: true, isAuthenticated: summary.authenticated,
-                                             isSecureConnections: summary.secureConnections,
-                                             encryptionKeySize: summary.encryptionKeySize, isBonded: false)
+                link.keyInUse = LinkSecurity(pairing: summary)
             }
             startEncryption(link.handle, key)
         case .securityRequested(let requirements):

@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuCrypto
 import BlemuSMP
 import Logging
 
@@ -60,47 +61,6 @@ public struct SecurityConfiguration: Sendable {
     }
 }
 
-/// How a link is protected right now (what ATT permissions are checked against).
-public struct LinkSecurity: Equatable, Sendable {
-    public var isEncrypted: Bool
-    /// The key came from a MITM-protected pairing.
-    public var isAuthenticated: Bool
-    public var isSecureConnections: Bool
-    /// Octets of the key in use (7...16); 0 when not encrypted.
-    public var encryptionKeySize: UInt8
-    /// The link is encrypted with a bond's key, or its pairing ended in a bond.
-    public var isBonded: Bool
-
-    public static let unencrypted = LinkSecurity(isEncrypted: false, isAuthenticated: false, isSecureConnections: false,
-                                                 encryptionKeySize: 0, isBonded: false)
-
-    public init(isEncrypted: Bool, isAuthenticated: Bool, isSecureConnections: Bool, encryptionKeySize: UInt8, isBonded: Bool) {
-        self.isEncrypted = isEncrypted
-        self.isAuthenticated = isAuthenticated
-        self.isSecureConnections = isSecureConnections
-        self.encryptionKeySize = encryptionKeySize
-        self.isBonded = isBonded
-    }
-
-    /// Takes the key size the controller reports (Encryption Change v2, or Read Encryption Key
-    /// Size, Vol 4, Part E, 7.5.7) beside the one negotiated: the key is as strong as the smaller.
-    /// A controller that reports more than was negotiated (rootcanal says 16 for a 7-octet key)
-    /// still encrypts with the key the host shortened (Vol 3, Part H, 2.3.4); one that reports
-    /// less shortened it itself. Returns the line to log when the two differ, else nil.
-    public mutating func controllerReported(keySize reported: UInt8) -> String? {
-        let negotiated = encryptionKeySize
-        guard reported != negotiated else { return nil }
-        encryptionKeySize = min(negotiated, reported)
-        return "the controller reports a \(reported)-octet key, \(negotiated) octets were negotiated: the link counts as \(encryptionKeySize)"
-    }
-
-    /// "encrypted (LE Secure Connections, unauthenticated, 16-octet key, bonded)" or "not encrypted".
-    public var summary: String {
-        guard isEncrypted else { return "not encrypted" }
-        return "encrypted (\(isSecureConnections ? "LE Secure Connections" : "LE legacy"), \(isAuthenticated ? "authenticated" : "unauthenticated"), \(encryptionKeySize)-octet key\(isBonded ? ", bonded" : ""))"
-    }
-}
-
 /// The Security Manager of one device, for all its links: an `SMPResponder` per link fed by
 /// the SMP channel (L2CAP CID 0x0006), the 30 s SMP timer on the run loop (Vol 3, Part H, 3.4),
 /// the answer to LE Long Term Key Request (from the pairing under way or from a bond), the link's
@@ -141,7 +101,7 @@ public final class PeripheralSecurity {
     public var bondSaved: (_ bond: Bond) -> Void = { _ in }
 
     /// The SMP timeout (Vol 3, Part H, 3.4).
-    public static let timeout: Duration = .seconds(30)
+    public static let timeout: Duration = SMPLinkDriver<SMPResponder>.timeout
 
     private let scheduler: TimerScheduling
     private var logger: Logger
@@ -165,8 +125,12 @@ public final class PeripheralSecurity {
         let bondAddress: SMPAddress
         /// The address the central connected to (the responder's in confirm and check values).
         let local: SMPAddress
-        var responder: SMPResponder
-        var timer: TimerID?
+        /// The pairing machine and its SMP timer.
+        let smp: SMPLinkDriver<SMPResponder>
+        var responder: SMPResponder {
+            get { smp.machine }
+            set { smp.machine = newValue }
+        }
         /// The STK or LTK the pairing under way made (encryptionKeyReady).
         var pairingKey: SMPLongTermKey?
         /// What the controller was given in the last LTK reply: the security it brings once on.
@@ -178,12 +142,12 @@ public final class PeripheralSecurity {
         var comparison: UInt32?
         /// A passkey made for the pairing under way (no static one), shown until it ends.
         var shownPasskey: UInt32?
-        init(handle: UInt16, peer: SMPAddress, bondAddress: SMPAddress, local: SMPAddress, responder: SMPResponder) {
+        init(handle: UInt16, peer: SMPAddress, bondAddress: SMPAddress, local: SMPAddress, smp: SMPLinkDriver<SMPResponder>) {
             self.handle = handle
             self.peer = peer
             self.bondAddress = bondAddress
             self.local = local
-            self.responder = responder
+            self.smp = smp
         }
     }
 
@@ -222,10 +186,16 @@ public final class PeripheralSecurity {
     /// resolving list (LE Enhanced Connection Complete, Peer_Address_Type 0x02/0x03): its bond is
     /// looked up by it directly; without it, by `peer` (the host's ah() for a private address).
     public func linkOpened(_ handle: UInt16, peer: SMPAddress, local: BluetoothAddress? = nil, resolvedIdentity: SMPAddress? = nil) {
-        if let old = links.removeValue(forKey: handle), let timer = old.timer { scheduler.cancel(timer) }
+        if let old = links.removeValue(forKey: handle) { old.smp.close() }
         let responderAddress = local.map { SMPAddress($0, isRandom: true) } ?? localAddress
-        links[handle] = Link(handle: handle, peer: peer, bondAddress: resolvedIdentity ?? peer, local: responderAddress,
-                             responder: makeResponder(peer: peer, local: responderAddress, identity: loadedIdentity))
+        let smp = SMPLinkDriver(makeResponder(peer: peer, local: responderAddress, identity: loadedIdentity),
+                                scheduler: scheduler) { [weak self] pdu in self?.sendSMP(handle, pdu) }
+        let link = Link(handle: handle, peer: peer, bondAddress: resolvedIdentity ?? peer, local: responderAddress, smp: smp)
+        smp.onEvent = { [weak self, weak link] event in
+            guard let self, let link else { return }
+            self.handle(event, on: link)
+        }
+        links[handle] = link
     }
 
     /// Our IRK and identity address go to a bonding central that asks (IdKey, 3.6.1), so it can
@@ -239,7 +209,7 @@ public final class PeripheralSecurity {
 
     public func linkClosed(_ handle: UInt16) {
         guard let link = links.removeValue(forKey: handle) else { return }
-        if let timer = link.timer { scheduler.cancel(timer) }
+        link.smp.close()
         if link.responder.isPairing, let leftOut = outcomeLog.take(now: scheduler.nowNanoseconds, for: logger) {
             logger.event(.pairingFailed, .notice, "pairing with \(link.peer.address) ended: the link closed\(LogBudget.note(leftOut))",
                          metadata(link))
@@ -337,8 +307,7 @@ public final class PeripheralSecurity {
                 logger.info("\(link.peer.address) asks to pair\(known)\(LogBudget.note(leftOut))", metadata: metadata(link))
             }
         }
-        let output = link.responder.receive(pdu)
-        apply(output, to: link)
+        link.smp.run { $0.receive(pdu) }
     }
 
     // MARK: Encryption
@@ -351,9 +320,7 @@ public final class PeripheralSecurity {
         }
         // The pairing under way: its STK (legacy) or LTK (Secure Connections), named by EDIV 0, Rand 0.
         if let key = link.pairingKey, encryptedDiversifier == 0, randomNumber == 0, let summary = link.responder.pairingSummary {
-            link.keyInUse = LinkSecurity(isEncrypted: true, isAuthenticated: summary.authenticated,
-                                         isSecureConnections: summary.secureConnections,
-                                         encryptionKeySize: summary.encryptionKeySize, isBonded: false)
+            link.keyInUse = LinkSecurity(pairing: summary)
             answerKeyRequest(handle, key.key)
             return
         }
@@ -365,9 +332,7 @@ public final class PeripheralSecurity {
             refuseKey(link, "EDIV and Rand do not name the key of its bond")
             return
         }
-        link.keyInUse = LinkSecurity(isEncrypted: true, isAuthenticated: bond.authenticated,
-                                     isSecureConnections: bond.secureConnections,
-                                     encryptionKeySize: bond.encryptionKeySize, isBonded: true)
+        link.keyInUse = LinkSecurity(bond: bond)
         answerKeyRequest(handle, bond.longTermKey.key)
     }
 
@@ -395,7 +360,7 @@ public final class PeripheralSecurity {
             link.keyInUse = nil
             if link.responder.isPairing {
                 // The central could not encrypt with the key the pairing made: that pairing is over.
-                apply(link.responder.abort(.unspecifiedReason), to: link)
+                link.smp.run { $0.abort(.unspecifiedReason) }
             }
             return
         }
@@ -408,9 +373,8 @@ public final class PeripheralSecurity {
             securityChanged(handle, link.security)
             return
         }
-        var security = link.keyInUse ?? LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: false,
-                                                      encryptionKeySize: 16, isBonded: false)
-        if let keySize, let difference = security.controllerReported(keySize: keySize) {
+        let (security, difference) = LinkSecurity.encrypted(with: link.keyInUse, controllerKeySize: keySize)
+        if let difference {
             logger.warning("link with \(link.peer.address): \(difference)", metadata: metadata(link))
         }
         link.security = security
@@ -422,7 +386,7 @@ public final class PeripheralSecurity {
         if link.responder.isPairing {
             // Encrypted with the STK or LTK: key distribution (3.6.1).
             link.pairingKey = nil
-            apply(link.responder.linkEncrypted(), to: link)
+            link.smp.run { $0.linkEncrypted() }
         }
     }
 
@@ -450,7 +414,7 @@ public final class PeripheralSecurity {
             answered += 1
             logger.notice("pairing with \(link.peer.address): Numeric Comparison \(PasskeyLabel.sixDigits(value)) \(confirm ? "confirmed" : "rejected")",
                           metadata: metadata(link))
-            apply(link.responder.numericComparisonConfirmed(confirm), to: link)
+            link.smp.run { $0.numericComparisonConfirmed(confirm) }
         }
         return answered
     }
@@ -466,24 +430,6 @@ public final class PeripheralSecurity {
     }
 
     // MARK: The responder's output
-
-    private func apply(_ output: SMPResponderOutput, to link: Link) {
-        for pdu in output.pdus { sendSMP(link.handle, pdu) }
-        switch output.timer {
-        case .unchanged: break
-        case .restart:
-            if let timer = link.timer { scheduler.cancel(timer) }
-            link.timer = scheduler.schedule(after: Self.timeout) { [weak self, weak link] in
-                guard let self, let link, self.links[link.handle] === link else { return }
-                link.timer = nil
-                self.apply(link.responder.timerExpired(), to: link)
-            }
-        case .stop:
-            if let timer = link.timer { scheduler.cancel(timer) }
-            link.timer = nil
-        }
-        for event in output.events { handle(event, on: link) }
-    }
 
     private func handle(_ event: SMPResponderEvent, on link: Link) {
         switch event {
@@ -501,7 +447,7 @@ public final class PeripheralSecurity {
             }
         case .passkeyRequested:
             // blemu never asks for a passkey (it is DisplayOnly or NoInputNoOutput): refuse.
-            apply(link.responder.passkeyEntered(nil), to: link)
+            link.smp.run { $0.passkeyEntered(nil) }
         case .confirmNumericComparison(let value):
             // The device's "display" is the log (Vol 3, Part H, 2.3.5.6.2: both users compare the
             // six digits); its user's answer is --numeric-comparison.
@@ -514,7 +460,7 @@ public final class PeripheralSecurity {
             let accept = configuration.acceptNumericComparison
             logger.notice("pairing with \(link.peer.address): Numeric Comparison \(PasskeyLabel.sixDigits(value)) \(accept ? "accepted" : "rejected (--numeric-comparison reject)")",
                           metadata: metadata(link))
-            apply(link.responder.numericComparisonConfirmed(accept), to: link)
+            link.smp.run { $0.numericComparisonConfirmed(accept) }
         case .encryptionKeyReady(let key):
             link.pairingKey = key
         case .paired(let result):

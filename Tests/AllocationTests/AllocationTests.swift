@@ -1,6 +1,7 @@
 import BlemuATT
 import BlemuBenchRig
 import BlemuCore
+import BlemuCrypto
 import BlemuDevices
 import BlemuGATT
 import BlemuHCI

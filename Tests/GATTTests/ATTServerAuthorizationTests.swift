@@ -124,7 +124,7 @@ import Testing
         bench.server.linkSecurity.hasLongTermKey = true
         #expect(bench.error("0A 0700") == .insufficientEncryption)
         #expect(bench.delegate.asked.isEmpty)
-        bench.server.linkSecurity = ATTLinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true,
+        bench.server.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true,
                                                     encryptionKeySize: 16)
         #expect(bench.error("0A 0700") == .insufficientAuthorization)
         #expect(bench.delegate.asked.count == 1)

@@ -46,7 +46,7 @@ import Testing
 
     @Test func anUnauthenticatedKeyIsNotEnoughForAuthentication() throws {
         let bench = try Bench()
-        bench.server.linkSecurity = ATTLinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true,
+        bench.server.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true,
                                                     encryptionKeySize: 16)
         #expect(bench.error("0A 0300") == nil)
         #expect(bench.error("12 0500 01") == .insufficientAuthentication)
@@ -56,7 +56,7 @@ import Testing
 
     @Test func legacyIsNotSecureConnections() throws {
         let bench = try Bench()
-        bench.server.linkSecurity = ATTLinkSecurity(isEncrypted: true, isAuthenticated: true, isSecureConnections: false,
+        bench.server.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: true, isSecureConnections: false,
                                                     encryptionKeySize: 16)
         #expect(bench.error("0A 0700") == .insufficientAuthentication)
         bench.server.linkSecurity.isSecureConnections = true
@@ -65,7 +65,7 @@ import Testing
 
     @Test func aShortKeyIsTooShort() throws {
         let bench = try Bench()
-        bench.server.linkSecurity = ATTLinkSecurity(isEncrypted: true, isAuthenticated: true, isSecureConnections: true,
+        bench.server.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: true, isSecureConnections: true,
                                                     encryptionKeySize: 7)
         #expect(bench.error("0A 0900") == .encryptionKeySizeTooShort)
         #expect(bench.error("0A 0300") == nil)
@@ -94,7 +94,7 @@ import Testing
         #expect(error("0A 0500") == .insufficientAuthentication)
         server.linkSecurity.hasLongTermKey = true
         #expect(error("0A 0400") == .insufficientEncryption)
-        server.linkSecurity = ATTLinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true, encryptionKeySize: 16)
+        server.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true, encryptionKeySize: 16)
         #expect(error("0A 0400") == nil)
         #expect(error("0A 0500") == .insufficientAuthentication)
         server.linkSecurity.isAuthenticated = true

@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuCrypto
 import BlemuGATT
 import BlemuHost
 import BlemuL2CAP

@@ -1,5 +1,6 @@
 import BlemuCentral
 import BlemuCore
+import BlemuCrypto
 import BlemuHCI
 import BlemuL2CAP
 import BlemuSMP

@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuCrypto
 import BlemuDevices
 import BlemuHCI
 import BlemuHost

@@ -1,5 +1,6 @@
 import BlemuATT
 import BlemuCore
+import BlemuCrypto
 import BlemuDevices
 import BlemuGATT
 import BlemuHCI
@@ -45,7 +46,12 @@ import Testing
         // The controller's key size is checked (Vol 4, Part E, 7.5.7).
         #expect(bench.controller.commands(HCIOpcode.readEncryptionKeySize).last?.parameters == [0x40, 0x00])
         #expect(bench.peripheral.security.security(of: Bench.link).isBonded)
-        #expect(bench.peripheral.linkSecurity(of: ATTPeer(connectionHandle: Bench.link, address: bench.central)).isEncrypted)
+        // The ATT server sees Security's value as it is (one LinkSecurity, not a copy field by
+        // field), plus the host's knowledge that the peer has a bond.
+        var expected = bench.peripheral.security.security(of: Bench.link)
+        expected.hasLongTermKey = true
+        #expect(bench.peripheral.linkSecurity(of: ATTPeer(connectionHandle: Bench.link, address: bench.central)) == expected)
+        #expect(expected.isEncrypted && expected.isBonded)
         // Notifications flow without a CCCD write on this link.
         bench.run(for: .seconds(2), step: .milliseconds(100))
         #expect(!bench.sent().notifications(of: device.measurement).isEmpty)

@@ -1,5 +1,6 @@
 import Testing
 import BlemuCore
+import BlemuCrypto
 @testable import BlemuSMP
 
 /// `SMPInitiator` against `SMPResponder`: two state machines written from the spec's two sides,

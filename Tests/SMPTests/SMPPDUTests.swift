@@ -1,5 +1,6 @@
 import Testing
 import BlemuCore
+import BlemuCrypto
 @testable import BlemuSMP
 
 @Suite struct SMPPDUTests {
@@ -134,5 +135,14 @@ import BlemuCore
                 #expect(command.encoded == bytes)
             }
         }
+    }
+
+    /// f6's IOcap (Vol 3, Part H, Appendix D.4: 0x010102, AuthReq 0x01, OOB 0x01, IO capability
+    /// 0x02) from a features value; CryptoTests check f6 itself against D.4.
+    @Test func ioCapFieldIsAppendixD4sIOcap() {
+        let features = SMPPairingFeatures(ioCapability: .keyboardOnly, oobDataPresent: true,
+                                          authRequirements: SMPAuthRequirements(rawValue: 0x01),
+                                          initiatorKeyDistribution: [], responderKeyDistribution: [])
+        #expect(features.ioCapField == le("010102"))
     }
 }

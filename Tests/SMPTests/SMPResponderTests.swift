@@ -1,5 +1,6 @@
 import Testing
 import BlemuCore
+import BlemuCrypto
 @testable import BlemuSMP
 
 private let identity = SMPIdentity(resolvingKey: le("ec0234a3 57c8ad05 341010a6 0a397d9b"),

@@ -1,5 +1,6 @@
 import Testing
 import BlemuCore
+import BlemuCrypto
 @testable import BlemuSMP
 
 /// The initiator side of pairing, played by the tests with the toolbox alone, so the responder

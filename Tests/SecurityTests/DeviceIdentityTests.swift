@@ -1,5 +1,6 @@
 import Testing
 import BlemuCore
+import BlemuCrypto
 import BlemuSMP
 @testable import BlemuSecurity
 

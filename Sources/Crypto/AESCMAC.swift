@@ -2,8 +2,9 @@ import BlemuCore
 import Crypto
 import _CryptoExtras
 
-/// AES-CMAC with AES-128 (RFC 4493), the MAC of the Bluetooth crypto toolbox (Vol 3, Part H, 2.2.5)
-/// and of the GATT Database Hash (Vol 3, Part G, 7.3.1).
+/// AES-CMAC with AES-128 (RFC 4493), the MAC of the Bluetooth crypto toolbox (Vol 3, Part H, 2.2.5):
+/// the one implementation behind the SMP toolbox (`SMPCrypto`), data signing (`ATTSignature`) and
+/// the GATT Database Hash (Vol 3, Part G, 7.3.1).
 ///
 /// Bytes are in the order RFC 4493 uses: the first byte is the most significant. Bluetooth's
 /// little-endian values must be reversed by the caller where the spec says so.
@@ -93,8 +94,16 @@ public struct AESCMACKey {
         for index in 0..<AESCMAC.blockSize { block[index] ^= other[index] }
     }
 
-    /// AES-128 on one block (ECB on one block, which is all CMAC needs).
     private static func encrypt(_ block: inout [UInt8], _ key: SymmetricKey) {
+        AES128.encrypt(&block, key: key)
+    }
+}
+
+/// AES-128 on one block (ECB on one block): the cipher under CMAC and the toolbox's e (Vol 3,
+/// Part H, 2.2.1), in the caller's byte order (the first byte is the most significant).
+enum AES128 {
+    static func encrypt(_ block: inout [UInt8], key: SymmetricKey) {
+        precondition(block.count == AESCMAC.blockSize, "AES encrypts one 16-byte block, not \(block.count)")
         do {
             try AES.permute(&block, key: key)
         } catch {
@@ -102,50 +111,9 @@ public struct AESCMACKey {
             preconditionFailure("AES block encryption failed: \(error)")
         }
     }
-}
 
-/// The Database Hash characteristic value (Vol 3, Part G, 7.3): AES-CMAC with an all-zero key over
-/// the attributes that shape the database, so a client can tell whether its cache is still valid.
-public enum GATTDatabaseHash {
-    /// Attribute types hashed as handle || type || value (Vol 3, Part G, 7.3.1): Primary Service,
-    /// Secondary Service, Include, Characteristic declarations and Characteristic Extended Properties.
-    public static let typesHashedWithValue: Set<UInt16> = [0x2800, 0x2801, 0x2802, 0x2803, 0x2900]
-    /// Attribute types hashed as handle || type only: Characteristic User Description, Client and
-    /// Server Characteristic Configuration, Presentation Format and Aggregate Format.
-    public static let typesHashedWithoutValue: Set<UInt16> = [0x2901, 0x2902, 0x2903, 0x2904, 0x2905]
-
-    /// The hash, in the byte order it is sent in the Database Hash characteristic value: least
-    /// significant octet first, i.e. the AES-CMAC output of RFC 4493 reversed. The Core spec does
-    /// not say so in 7.3.1, but ATT values are little-endian unless defined otherwise (Vol 3,
-    /// Part F, 3.3.1), and both anchors send it so: Zephyr's `db_hash_gen` (subsys/bluetooth/host/
-    /// gatt.c: "PTS expects hash to be in little endianness", then `sys_mem_swap`) and Bumble 0.0.236
-    /// `GenericAttributeProfileService.get_database_hash` (bumble/profiles/gatt_service.py,
-    /// `aes_cmac(m, bytes(16))[::-1]`).
-    ///
-    /// `attributes` may come in any order; they are hashed in handle order. A nil value hashes as empty.
-    public static func compute(_ attributes: [(handle: UInt16, type: BluetoothUUID, value: [UInt8]?)]) -> [UInt8] {
-        let key = [UInt8](repeating: 0, count: 16)
-        return AESCMAC.mac(key: key, message: message(attributes)).reversed()
-    }
-
-    /// The message M the hash is computed over (Vol 3, Part G, 7.3.1), for tests and diagnostics.
-    public static func message(_ attributes: [(handle: UInt16, type: BluetoothUUID, value: [UInt8]?)]) -> [UInt8] {
-        // A stable sort keeps the caller's order for equal handles (which a valid database has not).
-        let ordered = attributes.enumerated().sorted {
-            ($0.element.handle, $0.offset) < ($1.element.handle, $1.offset)
-        }.map(\.element)
-        var out: [UInt8] = []
-        for attribute in ordered {
-            guard let type = attribute.type.uint16 else { continue }
-            if typesHashedWithValue.contains(type) {
-                out.appendLE(attribute.handle)
-                attribute.type.appendATT(to: &out)
-                out += attribute.value ?? []
-            } else if typesHashedWithoutValue.contains(type) {
-                out.appendLE(attribute.handle)
-                attribute.type.appendATT(to: &out)
-            }
-        }
-        return out
+    static func encrypt(_ block: inout [UInt8], key: [UInt8]) {
+        precondition(key.count == 16, "AES-128 keys are 16 bytes, not \(key.count)")
+        encrypt(&block, key: SymmetricKey(data: key))
     }
 }

@@ -1,6 +1,4 @@
 import BlemuCore
-import Crypto
-import _CryptoExtras
 
 /// The LE Security Manager's cryptographic toolbox (Vol 3, Part H, 2.2).
 ///
@@ -19,38 +17,14 @@ public enum SMPCrypto {
     public static func e(key: [UInt8], plaintext: [UInt8]) -> [UInt8] {
         precondition(plaintext.count == 16, "e encrypts one 16-byte block")
         var block = Array(plaintext.reversed())
-        aes128(key: Array(key.reversed()), block: &block)
+        AES128.encrypt(&block, key: Array(key.reversed()))
         return block.reversed()
     }
 
-    /// AES-CMAC with AES-128 (2.2.5, RFC 4493), in RFC 4493's byte order (first byte most significant).
+    /// AES-CMAC with AES-128 (2.2.5, RFC 4493), in RFC 4493's byte order (first byte most
+    /// significant): `AESCMAC`, the one implementation.
     public static func aesCMAC(key: [UInt8], message: [UInt8]) -> [UInt8] {
-        let blockSize = 16
-        var l = [UInt8](repeating: 0, count: blockSize)
-        aes128(key: key, block: &l)
-        let k1 = doubled(l)
-        let k2 = doubled(k1)
-
-        // RFC 4493, 2.4: the last block is xored with K1 when complete, else padded 10...0 and xored with K2.
-        let blockCount = max(1, (message.count + blockSize - 1) / blockSize)
-        let lastStart = (blockCount - 1) * blockSize
-        let lastIsComplete = !message.isEmpty && message.count % blockSize == 0
-        var last = [UInt8](repeating: 0, count: blockSize)
-        for (offset, byte) in message[lastStart...].enumerated() { last[offset] = byte }
-        if !lastIsComplete { last[message.count - lastStart] = 0x80 }
-        let subkey = lastIsComplete ? k1 : k2
-        for index in 0..<blockSize { last[index] ^= subkey[index] }
-
-        var x = [UInt8](repeating: 0, count: blockSize)
-        var blockStart = 0
-        while blockStart < lastStart {
-            for index in 0..<blockSize { x[index] ^= message[blockStart + index] }
-            aes128(key: key, block: &x)
-            blockStart += blockSize
-        }
-        for index in 0..<blockSize { x[index] ^= last[index] }
-        aes128(key: key, block: &x)
-        return x
+        AESCMAC.mac(key: key, message: message)
     }
 
     /// ah (2.2.2), the random address hash: ah(k, r) = e(k, r') mod 2^24, r' = padding || r.
@@ -151,27 +125,6 @@ public enum SMPCrypto {
         var message: [UInt8] = []
         for part in parts { message += part.reversed() }
         return aesCMAC(key: key.reversed(), message: message).reversed()
-    }
-
-    private static func aes128(key: [UInt8], block: inout [UInt8]) {
-        precondition(key.count == 16, "AES-128 keys are 16 bytes, not \(key.count)")
-        do {
-            try AES.permute(&block, key: SymmetricKey(data: key))
-        } catch {
-            // Only thrown for a block or key of the wrong size, which the preconditions rule out.
-            preconditionFailure("AES block encryption failed: \(error)")
-        }
-    }
-
-    /// Multiplication by x in GF(2^128) (RFC 4493, 2.3).
-    private static func doubled(_ block: [UInt8]) -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: 16)
-        for index in 0..<16 {
-            let carry: UInt8 = index < 15 ? block[index + 1] >> 7 : 0
-            out[index] = block[index] << 1 | carry
-        }
-        if block[0] & 0x80 != 0 { out[15] ^= 0x87 }
-        return out
     }
 
     private static func xor(_ a: [UInt8], _ b: [UInt8]) -> [UInt8] {
