@@ -184,9 +184,10 @@ public final class SimulatedController {
             let limit = checksLinks ? Int(aclBufferSize) : hostACLMaxLength?() ?? Int(aclBufferSize)
             check(acl.data.count <= max(limit, 27), "ACL packet of \(acl.data.count) bytes for buffers of \(limit)")
         }
-        if checksLinks {
-            if !openHandles.contains(acl.handle) && forgottenAtStop.contains(acl.handle) { return }
-            check(openHandles.contains(acl.handle), "ACL data sent on handle \(acl.handle), which is not connected")
+        if checksLinks && !openHandles.contains(acl.handle) {
+            // A controller drops data for a handle it does not know.
+            if !forgottenAtStop.contains(acl.handle) { violation("ACL data sent on handle \(acl.handle), which is not connected") }
+            return
         }
         inFlight[acl.handle, default: 0] += 1
         if checksLinks {
@@ -211,8 +212,11 @@ public final class SimulatedController {
                   "a new L2CAP PDU started on handle \(acl.handle) before the last one was complete")
             current = Array(acl.data)
         case .continuing:
-            check(!(partial[acl.handle, default: []].isEmpty), "continuing ACL fragment with no PDU started on handle \(acl.handle)")
-            current = partial[acl.handle, default: []] + acl.data
+            guard let started = partial[acl.handle], !started.isEmpty else {
+                violation("continuing ACL fragment with no PDU started on handle \(acl.handle)")
+                return
+            }
+            current = started + acl.data
         default:
             violation("host-to-controller ACL packet with boundary \(acl.boundary) (LE uses 00 and 01)")
             return
@@ -233,9 +237,36 @@ public final class SimulatedController {
 
     // MARK: Answers (Vol 4, Part E, 7)
 
-    private func answer(_ command: HCICommand) {
+    /// Acts on `command` and answers it as the controller does (also when `answersCommands` is
+    /// off: a test that answers by hand calls this).
+    public func answer(_ command: HCICommand) {
         let status = failures[command.opcode] ?? act(on: command)
-        var returned: [UInt8] = [status]
+        switch command.opcode {
+        case HCIOpcode.disconnect:
+            // Command Status, then Disconnection Complete when the link existed (7.1.6, 7.7.5).
+            commandStatus(command.opcode, status)
+            let handle = command.parameters.count >= 2
+                ? (UInt16(command.parameters[0]) | UInt16(command.parameters[1]) << 8) & 0x0FFF : 0xFFFF
+            if status == HCIStatus.success, completesDisconnects, openHandles.contains(handle) {
+                disconnect(handle: handle, reason: HCIStatus.localHostTerminated)
+            }
+        case HCIOpcode.leCreateConnection, HCIOpcode.leExtendedCreateConnection,
+             HCIOpcode.leConnectionUpdate, HCIOpcode.leSetPHY:
+            // Commands answered with Command Status (7.8.12, 7.8.66, 7.8.18, 7.8.49).
+            commandStatus(command.opcode, status)
+        default:
+            commandComplete(command.opcode, [status] + returnParameters(for: command))
+        }
+    }
+
+    /// What a healthy controller returns for `opcode` in Command Complete, Status first.
+    public func successParameters(for opcode: UInt16) -> [UInt8] {
+        [HCIStatus.success] + returnParameters(for: HCICommand(opcode: opcode, parameters: []))
+    }
+
+    /// Command Complete's return parameters after the Status (7.3, 7.4, 7.8).
+    private func returnParameters(for command: HCICommand) -> [UInt8] {
+        var returned: [UInt8] = []
         switch command.opcode {
         case HCIOpcode.leReadResolvingListSize:
             returned.append(resolvingListSize)
@@ -275,26 +306,12 @@ public final class SimulatedController {
             returned.appendLE(UInt16(0))
         case HCIOpcode.leSetDataLength, HCIOpcode.leRemoteConnectionParameterRequestReply,
              HCIOpcode.leRemoteConnectionParameterRequestNegativeReply:
-            // Status, Connection_Handle (7.8.33, 7.8.31, 7.8.32).
+            // Connection_Handle (7.8.33, 7.8.31, 7.8.32).
             returned += command.parameters.prefix(2)
-        case HCIOpcode.disconnect:
-            // Command Status, then Disconnection Complete when the link existed (7.1.6, 7.7.5).
-            commandStatus(command.opcode, status)
-            let handle = command.parameters.count >= 2
-                ? (UInt16(command.parameters[0]) | UInt16(command.parameters[1]) << 8) & 0x0FFF : 0xFFFF
-            if status == HCIStatus.success, completesDisconnects, openHandles.contains(handle) {
-                disconnect(handle: handle, reason: HCIStatus.localHostTerminated)
-            }
-            return
-        case HCIOpcode.leCreateConnection, HCIOpcode.leExtendedCreateConnection,
-             HCIOpcode.leConnectionUpdate, HCIOpcode.leSetPHY:
-            // Commands answered with Command Status (7.8.12, 7.8.18, 7.8.66, 7.8.49).
-            commandStatus(command.opcode, status)
-            return
         default:
             break
         }
-        commandComplete(command.opcode, returned)
+        return returned
     }
 
     /// Command Complete (7.7.14) with the controller's credits.
