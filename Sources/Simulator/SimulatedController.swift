@@ -110,7 +110,16 @@ public final class SimulatedController {
 
     public var commands: [HCICommand] = []
     public var aclOut: [ACLPacket] = []
-    public var frames: [(handle: UInt16, cid: UInt16, payload: [UInt8])] = []
+    /// A whole L2CAP frame the host sent.
+    public struct Frame {
+        public let handle: UInt16
+        public let cid: UInt16
+        public let payload: [UInt8]
+    }
+    /// Structs, not tuples: each tuple type a process instantiates grows the Swift runtime's
+    /// tuple metadata cache, which the debug build's generic code looks up on the measured
+    /// request paths (the perf gate counted the difference).
+    public var frames: [Frame] = []
     /// Handles connected as far as the host knows.
     public internal(set) var openHandles: Set<UInt16> = []
     /// The resolving list's entries: Peer_Identity_Address_Type and Peer_Identity_Address.
@@ -123,7 +132,11 @@ public final class SimulatedController {
     /// The advertising data last set (LE Set Advertising Data, 7.8.7).
     public internal(set) var advertisingData: [UInt8] = []
 
-    private var queue: [(type: UInt8, bytes: [UInt8])] = []
+    private struct Packet {
+        let type: UInt8
+        let bytes: [UInt8]
+    }
+    private var queue: [Packet] = []
     private var queueHead = 0
     /// Packets taken and not yet completed, per handle.
     var uncompleted: [UInt16: UInt16] = [:]
@@ -221,7 +234,7 @@ public final class SimulatedController {
             check(current.count <= length + 4, "L2CAP fragments carry \(current.count - 4) bytes for a \(length)-byte PDU")
             if current.count >= length + 4 {
                 let cid = UInt16(current[2]) | UInt16(current[3]) << 8
-                if recordsTraffic { frames.append((acl.handle, cid, Array(current[4..<(length + 4)]))) }
+                if recordsTraffic { frames.append(Frame(handle: acl.handle, cid: cid, payload: Array(current[4..<(length + 4)]))) }
                 onFrame?(acl.handle, cid, current[4..<(length + 4)])
                 current = []
             }
@@ -239,7 +252,7 @@ public final class SimulatedController {
     private func send(_ type: UInt8, _ bytes: [UInt8]) {
         switch delivery {
         case .immediate: hand(type, bytes)
-        case .queued: queue.append((type, bytes))
+        case .queued: queue.append(Packet(type: type, bytes: bytes))
         }
     }
 
@@ -261,7 +274,8 @@ public final class SimulatedController {
     public func flush() {
         var delivered = 0
         while queueHead < queue.count {
-            let (type, bytes) = queue[queueHead]
+            let packet = queue[queueHead]
+            let type = packet.type, bytes = packet.bytes
             queueHead += 1
             if queueHead > 4096 {
                 queue.removeFirst(queueHead)
@@ -345,7 +359,7 @@ public final class SimulatedController {
             hand(0x02, packet)
         case .queued:
             flush()
-            queue.append((0x02, packet))
+            queue.append(Packet(type: 0x02, bytes: packet))
             flush()
         }
     }
