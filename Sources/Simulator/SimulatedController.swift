@@ -213,7 +213,7 @@ public final class SimulatedController {
         var current: [UInt8]
         switch acl.boundary {
         case .firstNonFlushable, .firstFlushable:
-            if acl.boundary == .firstFlushable && onViolation != nil {
+            if acl.boundary == .firstFlushable {
                 violation("host-to-controller ACL packet with boundary \(acl.boundary) (LE uses 00 and 01)")
             }
             check(partial[acl.handle, default: []].isEmpty,
