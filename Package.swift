@@ -10,7 +10,7 @@ let package = Package(
         // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
         .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
                                              "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
-                                             "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuBenchRig"]),
+                                             "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuSimulator", "BlemuBenchRig"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -123,9 +123,13 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/CLI"),
 
-        // One heart-rate sensor connected in process, for the benchmarks and the performance gate.
+        // The one simulated controller (scripted, queued, and two joined in process by
+        // SimulatedAir) that the unit tests, the fuzz targets and the benchmarks run the host
+        // against. Test support, but a library: Fuzz/ and Benchmarks/ are packages of their own.
+        .target(name: "BlemuSimulator", dependencies: ["BlemuCore", "BlemuHCI"], path: "Sources/Simulator"),
+        // Devices connected in process on a simulated controller, for the benchmarks and the performance gate.
         .target(name: "BlemuBenchRig", dependencies: [
-            "BlemuCore", "BlemuHCI", "BlemuGATT", "BlemuHost", "BlemuDevices",
+            "BlemuCore", "BlemuHCI", "BlemuGATT", "BlemuHost", "BlemuDevices", "BlemuSimulator",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/BenchRig"),
         // The hot paths for the performance gate (scripts/perf-gate): counted by callgrind.
@@ -147,7 +151,7 @@ let package = Package(
                     path: "Tests/ConfigTests"),
         .testTarget(name: "RunLoopTests", dependencies: ["BlemuRunLoop", "BlemuTransport", "CLinux"],
                     path: "Tests/RunLoopTests"),
-        .testTarget(name: "HCITests", dependencies: ["BlemuHCI", "BlemuL2CAP"], path: "Tests/HCITests"),
+        .testTarget(name: "HCITests", dependencies: ["BlemuHCI", "BlemuL2CAP", "BlemuSimulator"], path: "Tests/HCITests"),
         .testTarget(name: "ATTTests", dependencies: ["BlemuATT"], path: "Tests/ATTTests"),
         .testTarget(name: "CryptoTests", dependencies: ["BlemuCrypto", "BlemuCore"], path: "Tests/CryptoTests"),
         .testTarget(name: "SMPTests", dependencies: ["BlemuSMP", "BlemuCrypto", "BlemuCore"], path: "Tests/SMPTests"),
@@ -170,6 +174,7 @@ let package = Package(
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
         .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuGATT", "BlemuATT",
                                                    "BlemuCentral", "BlemuGATTClient", "BlemuChat", "BlemuSecurity", "BlemuSMP", "BlemuCrypto",
+                                                   "BlemuSimulator",
                                                    .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HostTests"),
     ]

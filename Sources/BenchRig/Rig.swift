@@ -3,6 +3,7 @@ import BlemuDevices
 import BlemuGATT
 import BlemuHCI
 import BlemuHost
+import BlemuSimulator
 import Logging
 
 /// One heart-rate sensor connected on handle 0x0040, in process, for the benchmarks
@@ -14,11 +15,13 @@ extension DeviceRig where D == HeartRateDevice {
 }
 
 /// One device connected on handle 0x0040, in process: an ACL packet in, through HCI, L2CAP,
-/// the ATT server and the database, the answer out as an ACL packet to a controller that
-/// answers every command and completes every packet at once. Nothing is mocked above the
-/// controller.
+/// the ATT server and the database, the answer out as an ACL packet to the simulated controller,
+/// which answers every command at once. Nothing is mocked above the controller. The request
+/// path bypasses the controller: what the peripheral sends is only counted (`output`) and the
+/// completion comes back from `request`, so the gate measures the host alone.
 public final class DeviceRig<D: Device> {
     public let scheduler = ManualScheduler()
+    public let controller: SimulatedController
     public let peripheral: Peripheral
     /// The peripheral's HCI host, held here so a request does not fetch it through the peripheral.
     private let hci: HCIHost
@@ -33,48 +36,28 @@ public final class DeviceRig<D: Device> {
         self.device = device
         let recorder = recordsOutput ? OutputRecorder() : nil
         output = recorder
-        var host: HCIHost?
+        let controller = SimulatedController.benchmark()
+        controller.supportsDataLengthExtension = false
+        self.controller = controller
         peripheral = try Peripheral(
             device: device, configuration: PeripheralConfiguration(name: "Gate", controller: "gate"),
             scheduler: scheduler, logger: Logger(label: "gate", factory: { _ in SwiftLogNoOpLogHandler() }),
             output: { type, packet in
-                if type == 0x01, let event = DeviceRig.answer(packet) { host?.receiveEvent(event[...]) }
-                if type == 0x02 { recorder?.record(packet) }
-                return true
+                if type == 0x02 {
+                    recorder?.record(packet)
+                    return true
+                }
+                return controller.output(type, packet)
             })
-        host = peripheral.hci
+        controller.host = peripheral.hci
         hci = peripheral.hci
         peripheral.controllerUp()
-        // LE Connection Complete, handle 0x0040, peripheral role.
-        peripheral.hci.receiveEvent([0x3E, 0x13, 0x01, 0x00, 0x40, 0x00, 0x01, 0x01, 0xF5, 0xF4, 0xF3, 0xF2, 0xF1, 0xF0,
-                                     0x18, 0x00, 0x00, 0x00, 0x90, 0x01, 0x00][...])
-    }
-
-    /// Command Complete for every command, with what the init sequence needs.
-    public static func answer(_ command: ArraySlice<UInt8>) -> [UInt8]? {
-        guard command.count >= 2 else { return nil }
-        let opcode = UInt16(command[command.startIndex]) | UInt16(command[command.startIndex + 1]) << 8
-        var parameters: [UInt8] = [0x01, UInt8(opcode & 0xFF), UInt8(opcode >> 8), 0x00]
-        switch opcode {
-        case HCIOpcode.readBDAddr: parameters += [1, 2, 3, 4, 5, 6]
-        case HCIOpcode.leReadLocalSupportedFeatures: parameters += [0, 0, 0, 0, 0, 0, 0, 0]
-        case HCIOpcode.leReadBufferSize: parameters += [251, 0, 8]
-        case HCIOpcode.disconnect, HCIOpcode.leSetDataLength: return [0x0F, 0x04, 0x00, 0x01, UInt8(opcode & 0xFF), UInt8(opcode >> 8)]
-        default: break
-        }
-        return [0x0E, UInt8(parameters.count)] + parameters
+        // Handle 0x0040, peripheral role, from F0:F1:F2:F3:F4:F5.
+        controller.connect(handle: 0x0040, peer: BluetoothAddress("F0:F1:F2:F3:F4:F5")!)
     }
 
     /// An ACL packet carrying one ATT PDU on CID 4 of handle 0x0040.
-    public static func acl(_ att: [UInt8]) -> [UInt8] {
-        var frame: [UInt8] = []
-        frame.appendLE(UInt16(att.count))
-        frame.appendLE(UInt16(4))
-        frame += att
-        var packet: [UInt8] = []
-        ACLPacket(handle: 0x0040, boundary: .firstFlushable, data: frame[...]).encode(into: &packet)
-        return packet
-    }
+    public static func acl(_ att: [UInt8]) -> [UInt8] { attPacket(att, handle: 0x0040) }
 
     public static func le(_ handle: UInt16) -> [UInt8] { [UInt8(handle & 0xFF), UInt8(handle >> 8)] }
 
@@ -104,5 +87,29 @@ public final class OutputRecorder {
         // ACL header (4), then on a first fragment the L2CAP header (length, CID 4) and the PDU.
         guard last.count > 8, last[1] & 0x30 != 0x10, last[6] == 0x04, last[7] == 0x00 else { return }
         opcodes[Int(last[8])] += 1
+    }
+}
+
+/// An ACL packet from the central carrying one ATT PDU on CID 4 of `handle`.
+func attPacket(_ att: [UInt8], handle: UInt16) -> [UInt8] {
+    var frame: [UInt8] = []
+    frame.appendLE(UInt16(att.count))
+    frame.appendLE(UInt16(4))
+    frame += att
+    var packet: [UInt8] = []
+    ACLPacket(handle: handle, boundary: .firstFlushable, data: frame[...]).encode(into: &packet)
+    return packet
+}
+
+extension SimulatedController {
+    /// The benchmarks' controller: 8 ACL buffers of 251 bytes, answers at once, nothing
+    /// recorded, and no completions of its own (the rigs send them, outside the measured path).
+    static func benchmark() -> SimulatedController {
+        let controller = SimulatedController()
+        controller.aclBufferSize = 251
+        controller.aclBufferCount = 8
+        controller.recordsTraffic = false
+        controller.autoComplete = false
+        return controller
     }
 }

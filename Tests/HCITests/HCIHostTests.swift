@@ -3,6 +3,7 @@ import BlemuCore
 import Logging
 @testable import BlemuHCI
 import BlemuL2CAP
+import BlemuSimulator
 
 /// HCIHost against a controller played by hand: command flow control (Vol 4, Part E, 4.4),
 /// initialization (Vol 4, Part E, 4 and 7), ACL flow control (Vol 4, Part E, 4.1.1 and 4.3).
@@ -26,19 +27,6 @@ private final class RecordingDelegate: HCIHostDelegate {
     }
 }
 
-/// What the fake controller reports about itself during initialization.
-private struct ControllerProfile {
-    var address = BluetoothAddress("C0:DE:00:00:BE:EF")!
-    var hciVersion: UInt8 = 0x0D            // 5.4
-    var manufacturer: UInt16 = 0x005F
-    var supportsLEReadBufferSizeV2 = false  // Supported Commands octet 41 bit 5
-    var leFeatures: UInt64 = 0
-    var leACLLength: UInt16 = 27
-    var leACLPackets: UInt8 = 2
-    var brEdrACLLength: UInt16 = 1021
-    var brEdrACLPackets: UInt16 = 8
-}
-
 private struct SentPacket {
     let type: UInt8
     let bytes: [UInt8]
@@ -46,12 +34,15 @@ private struct SentPacket {
     var acl: ACLPacket? { type == 0x02 ? try? ACLPacket(packet: bytes[...]) : nil }
 }
 
-/// An HCIHost wired to a recording output, a manual clock and a recording delegate.
+/// An HCIHost against the simulated controller, answered by hand (the test says when each
+/// command is answered, and how), with a manual clock and a recording delegate. The controller
+/// by default: C0:DE:00:00:BE:EF, Bluetooth 5.4 from manufacturer 0x005F, no LE features, two
+/// LE ACL buffers of 27 bytes.
 private final class Rig {
     /// A controller with `buffers` ACL buffers of 27 bytes, initialized, with links 0x0040 and
     /// 0x0041 open and nothing recorded yet.
     static func twoLinks(buffers: UInt8) -> Rig {
-        let rig = Rig(ControllerProfile(leACLLength: 27, leACLPackets: buffers))
+        let rig = Rig { $0.aclBufferSize = 27; $0.aclBufferCount = buffers }
         rig.bringUp()
         rig.host.openLink(0x0040)
         rig.host.openLink(0x0041)
@@ -61,18 +52,29 @@ private final class Rig {
 
     let scheduler = ManualScheduler()
     let delegate = RecordingDelegate()
-    var profile: ControllerProfile
+    let controller = SimulatedController()
+    /// Every packet the host sent, commands and ACL data in order.
     private(set) var sent: [SentPacket] = []
     var completesInsideOutput = false
     /// How many of `commands` have been answered by `answer...`.
     private var answeredCommands = 0
     var host: HCIHost!
 
-    init(_ profile: ControllerProfile = ControllerProfile()) {
-        self.profile = profile
+    init(_ configure: (SimulatedController) -> Void = { _ in }) {
+        controller.address = BluetoothAddress("C0:DE:00:00:BE:EF")!
+        controller.manufacturer = 0x005F
+        controller.supportsDataLengthExtension = false
+        controller.aclBufferSize = 27
+        controller.aclBufferCount = 2
+        // The test answers every command and completes every packet itself.
+        controller.answersCommands = false
+        controller.autoComplete = false
+        controller.recordsTraffic = false
+        configure(controller)
         host = HCIHost(scheduler: scheduler, logger: Logger(label: "hci-test", factory: { _ in SwiftLogNoOpLogHandler() }),
                        output: { [unowned self] type, bytes in
                            self.sent.append(SentPacket(type: type, bytes: Array(bytes)))
+                           _ = self.controller.output(type, bytes)
                            if type == 0x02, self.completesInsideOutput, let acl = self.sent.last?.acl {
                                // An in-process controller: its Number Of Completed Packets comes
                                // back before `output` returns.
@@ -80,6 +82,7 @@ private final class Rig {
                            }
                            return true
                        })
+        controller.host = host
         host.delegate = delegate
     }
 
@@ -92,9 +95,7 @@ private final class Rig {
         answeredCommands = 0
     }
 
-    func event(_ code: UInt8, _ parameters: [UInt8]) {
-        host.receiveEvent(([code, UInt8(parameters.count)] + parameters)[...])
-    }
+    func event(_ code: UInt8, _ parameters: [UInt8]) { controller.event(code, parameters) }
 
     /// Command Complete (Vol 4, Part E, 7.7.14).
     func complete(_ opcode: UInt16, numPackets: UInt8 = 1, _ returnParameters: [UInt8] = [0x00]) {
@@ -118,48 +119,17 @@ private final class Rig {
     }
 
     /// The return parameters a healthy controller gives for `opcode` (Vol 4, Part E, 7.3 / 7.4 / 7.8).
-    func successParameters(for opcode: UInt16) -> [UInt8] {
-        var p: [UInt8] = [0x00]
-        switch opcode {
-        case HCIOpcode.readLocalVersion:
-            p += [profile.hciVersion, 0x00, 0x00, profile.hciVersion]
-            p.appendLE(profile.manufacturer)
-            p += [0x00, 0x00]
-        case HCIOpcode.readBDAddr:
-            p += profile.address.littleEndianBytes
-        case HCIOpcode.readLocalSupportedCommands:
-            var commands = [UInt8](repeating: 0xFF, count: 64)
-            commands[41] = profile.supportsLEReadBufferSizeV2 ? 0xFF : 0xFF & ~(1 << 5)
-            p += commands
-        case HCIOpcode.readLocalSupportedFeatures:
-            p += [UInt8](repeating: 0, count: 8)
-        case HCIOpcode.leReadLocalSupportedFeatures:
-            p.appendLE(profile.leFeatures)
-        case HCIOpcode.leReadBufferSize:
-            p.appendLE(profile.leACLLength)
-            p.append(profile.leACLPackets)
-        case HCIOpcode.leReadBufferSizeV2:
-            p.appendLE(profile.leACLLength)
-            p.append(profile.leACLPackets)
-            p += [0xFB, 0x00, 0x04]   // ISO buffers
-        case HCIOpcode.readBufferSize:
-            p.appendLE(profile.brEdrACLLength)
-            p.append(64)
-            p.appendLE(profile.brEdrACLPackets)
-            p.appendLE(UInt16(0))
-        default:
-            break
-        }
-        return p
-    }
+    func successParameters(for opcode: UInt16) -> [UInt8] { controller.successParameters(for: opcode) }
 
     /// Answers the command in flight as a healthy controller would.
     func answer(numPackets: UInt8 = 1) {
-        guard let opcode = unansweredCommand else {
+        guard unansweredCommand != nil, let command = sent.last(where: { $0.opcode != nil }) else {
             Issue.record("no command waiting for an answer")
             return
         }
-        complete(opcode, numPackets: numPackets, successParameters(for: opcode))
+        answeredCommands = commands.count
+        controller.commandCredits = numPackets
+        controller.answer(HCICommand(opcode: command.opcode!, parameters: Array(command.bytes.dropFirst(3))))
     }
 
     /// Starts the host and answers every command until it is ready.
@@ -212,10 +182,10 @@ private let initSequenceV1: [UInt16] = [
     }
 
     @Test func initRecordsWhatTheControllerSays() {
-        let rig = Rig(ControllerProfile(leACLLength: 251, leACLPackets: 4))
+        let rig = Rig { $0.aclBufferSize = 251; $0.aclBufferCount = 4 }
         rig.bringUp()
         let info = rig.host.info
-        #expect(info.address == rig.profile.address)
+        #expect(info.address == rig.controller.address)
         #expect(info.hciVersion == 0x0D)
         #expect(info.manufacturer == 0x005F)
         #expect(info.versionDescription == "Bluetooth 5.4, manufacturer 0x005f")
@@ -240,7 +210,7 @@ private let initSequenceV1: [UInt16] = [
 
     /// Vol 4, Part E, 6.27: LE Read Buffer Size [v2] is octet 41 bit 5 of Supported Commands.
     @Test func leReadBufferSizeV2WhenTheControllerSupportsIt() {
-        let rig = Rig(ControllerProfile(supportsLEReadBufferSizeV2: true, leACLLength: 100, leACLPackets: 6))
+        let rig = Rig { $0.supportsBufferSizeV2 = true; $0.aclBufferSize = 100; $0.aclBufferCount = 6 }
         rig.bringUp()
         #expect(rig.commands.contains(HCIOpcode.leReadBufferSizeV2))
         #expect(!rig.commands.contains(HCIOpcode.leReadBufferSize))
@@ -252,7 +222,7 @@ private let initSequenceV1: [UInt16] = [
     /// Vol 4, Part E, 7.8.2: zero LE buffers mean LE shares the BR/EDR buffers, read with Read Buffer Size.
     @Test(arguments: [(UInt16(0), UInt8(0)), (0, 5), (27, 0)])
     func readBufferSizeWhenLEBuffersAreZero(length: UInt16, packets: UInt8) {
-        let rig = Rig(ControllerProfile(leACLLength: length, leACLPackets: packets, brEdrACLLength: 1021, brEdrACLPackets: 8))
+        let rig = Rig { $0.aclBufferSize = length; $0.aclBufferCount = packets; $0.brEdrACLLength = 1021; $0.brEdrACLPackets = 8 }
         rig.bringUp()
         #expect(rig.commands == initSequenceV1 + [HCIOpcode.readBufferSize])
         #expect(rig.host.info.aclMaxLength == 1021)
@@ -260,14 +230,14 @@ private let initSequenceV1: [UInt16] = [
     }
 
     @Test func noReadBufferSizeWhenLEHasItsOwnBuffers() {
-        let rig = Rig(ControllerProfile(leACLLength: 27, leACLPackets: 1))
+        let rig = Rig { $0.aclBufferSize = 27; $0.aclBufferCount = 1 }
         rig.bringUp()
         #expect(!rig.commands.contains(HCIOpcode.readBufferSize))
     }
 
     /// Vol 6, Part B, 4.6: LE feature bit 5 = LE Data Packet Length Extension.
     @Test func suggestedDefaultDataLengthWhenDataLengthExtensionIsSupported() {
-        let rig = Rig(ControllerProfile(leFeatures: 1 << 5))
+        let rig = Rig { $0.otherLEFeatures = 1 << 5 }
         rig.bringUp()
         #expect(rig.commands == initSequenceV1 + [HCIOpcode.leWriteSuggestedDefaultDataLength])
         #expect(rig.sent.last?.bytes == [0x24, 0x20, 0x04, 0xFB, 0x00, 0x48, 0x08])
@@ -275,13 +245,13 @@ private let initSequenceV1: [UInt16] = [
     }
 
     @Test func noSuggestedDataLengthWithoutTheFeature() {
-        let rig = Rig(ControllerProfile(leFeatures: 0xFFFF_FFFF_FFFF_FFDF))   // every bit but 5
+        let rig = Rig { $0.otherLEFeatures = 0xFFFF_FFFF_FFFF_FFDF }   // every bit but 5
         rig.bringUp()
         #expect(!rig.commands.contains(HCIOpcode.leWriteSuggestedDefaultDataLength))
     }
 
     @Test func fullSequenceWithEveryOptionalStep() {
-        let rig = Rig(ControllerProfile(supportsLEReadBufferSizeV2: true, leFeatures: 1 << 5, leACLLength: 0, leACLPackets: 0))
+        let rig = Rig { $0.supportsBufferSizeV2 = true; $0.otherLEFeatures = 1 << 5; $0.aclBufferSize = 0; $0.aclBufferCount = 0 }
         rig.bringUp()
         #expect(rig.commands == [
             HCIOpcode.reset, HCIOpcode.readLocalVersion, HCIOpcode.readBDAddr, HCIOpcode.readLocalSupportedCommands,
@@ -653,7 +623,7 @@ private let initSequenceV1: [UInt16] = [
     /// with PB 0b00 (first non-flushable, host to controller), the rest 0b01 (continuing), and
     /// never more packets than the controller has buffers.
     @Test func fragmentsAgainstTwoBuffersOf27Bytes() throws {
-        let rig = Rig(ControllerProfile(leACLLength: 27, leACLPackets: 2))
+        let rig = Rig { $0.aclBufferSize = 27; $0.aclBufferCount = 2 }
         rig.bringUp()
         rig.host.openLink(0x0040)
         rig.clearSent()
@@ -680,7 +650,7 @@ private let initSequenceV1: [UInt16] = [
     }
 
     @Test func fragmentsUseTheBufferSizeOfReadBufferSizeWhenLESharesBuffers() {
-        let rig = Rig(ControllerProfile(leACLLength: 0, leACLPackets: 0, brEdrACLLength: 60, brEdrACLPackets: 1))
+        let rig = Rig { $0.aclBufferSize = 0; $0.aclBufferCount = 0; $0.brEdrACLLength = 60; $0.brEdrACLPackets = 1 }
         rig.bringUp()
         rig.host.openLink(0x0001)
         rig.clearSent()
@@ -754,7 +724,7 @@ private let initSequenceV1: [UInt16] = [
     }
 
     @Test func pdusOfOneLinkGoOutInOrder() {
-        let rig = Rig(ControllerProfile(leACLLength: 27, leACLPackets: 1))
+        let rig = Rig { $0.aclBufferSize = 27; $0.aclBufferCount = 1 }
         rig.bringUp()
         rig.host.openLink(0x0040)
         rig.clearSent()
@@ -782,7 +752,7 @@ private let initSequenceV1: [UInt16] = [
     /// Notifications are refused once `notificationQueueLimit` wait; the delegate hears once
     /// when there is room again.
     @Test func bestEffortRefusedWhenItsQueueIsFullAndRoomIsReportedOnce() {
-        let rig = Rig(ControllerProfile(leACLLength: 27, leACLPackets: 2))
+        let rig = Rig { $0.aclBufferSize = 27; $0.aclBufferCount = 2 }
         rig.bringUp()
         rig.host.openLink(0x0040)
         rig.clearSent()
@@ -810,7 +780,7 @@ private let initSequenceV1: [UInt16] = [
     }
 
     @Test func roomCallbackMaySendAgainAtOnce() {
-        let rig = Rig(ControllerProfile(leACLLength: 27, leACLPackets: 1))
+        let rig = Rig { $0.aclBufferSize = 27; $0.aclBufferCount = 1 }
         rig.bringUp()
         rig.host.openLink(0x0040)
         #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 20)[...], priority: .bestEffort))
@@ -828,7 +798,7 @@ private let initSequenceV1: [UInt16] = [
     }
 
     @Test func requiredPDUsHitTheHardCap() {
-        let rig = Rig(ControllerProfile(leACLLength: 27, leACLPackets: 1))
+        let rig = Rig { $0.aclBufferSize = 27; $0.aclBufferCount = 1 }
         rig.bringUp()
         rig.host.openLink(0x0040)
         #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 60)[...], priority: .required))
@@ -917,7 +887,7 @@ private let initSequenceV1: [UInt16] = [
 
     /// The share follows the open links: one closing gives the others a larger share at once.
     @Test func theShareGrowsWhenALinkCloses() {
-        let rig = Rig(ControllerProfile(leACLLength: 27, leACLPackets: 30))
+        let rig = Rig { $0.aclBufferSize = 27; $0.aclBufferCount = 30 }
         rig.bringUp()
         for handle: UInt16 in [0x40, 0x41, 0x42] { rig.host.openLink(handle) }
         rig.clearSent()
@@ -953,7 +923,7 @@ private let initSequenceV1: [UInt16] = [
         var random = HCITestRandom(seed: seed)
         let buffers = Int.random(in: 1...4, using: &random)
         let length = [27, 31, 64, 251].randomElement(using: &random)!
-        let rig = Rig(ControllerProfile(leACLLength: UInt16(length), leACLPackets: UInt8(buffers)))
+        let rig = Rig { $0.aclBufferSize = UInt16(length); $0.aclBufferCount = UInt8(buffers) }
         rig.bringUp()
         rig.clearSent()
         let handles: [UInt16] = [0x0040, 0x0041, 0x0042]

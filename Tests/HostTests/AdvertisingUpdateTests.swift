@@ -2,6 +2,7 @@ import BlemuCore
 import BlemuDevices
 import BlemuGATT
 import BlemuHCI
+import BlemuSimulator
 import BlemuHost
 import Testing
 
@@ -43,7 +44,7 @@ import Testing
         [set, 0x03, 0x01, UInt8(data.count)] + data
     }
 
-    static func sent(_ c: ScriptedController, since count: Int) -> [HCICommand] { Array(c.commands[count...]) }
+    static func sent(_ c: SimulatedController, since count: Int) -> [HCICommand] { Array(c.commands[count...]) }
 
     @Test func legacyAdvertisingDataDropsTheServiceAndGetsItBackWithoutStopping() throws {
         let bench = try Bench(device: HeartRateDevice(seed: 1))

@@ -3,6 +3,7 @@ import BlemuCentral
 import BlemuCore
 import BlemuGATTClient
 import BlemuHCI
+import BlemuSimulator
 import BlemuL2CAP
 import Logging
 import Testing
@@ -11,7 +12,7 @@ import Testing
 /// with a timeout, the GATT client over the link, and LE signalling answered as a central.
 final class CentralBench {
     let scheduler = ManualScheduler()
-    let controller = ScriptedController()
+    let controller = SimulatedController()
     let host: CentralHost
     var advertisements: [(Advertisement, AdvertiserTable.Change)] = []
     let peer = BluetoothAddress("C4:11:22:33:44:55")!

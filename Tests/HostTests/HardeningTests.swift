@@ -121,7 +121,7 @@ final class LogCapture: @unchecked Sendable {
         bench.controller.connect(handle: 0x0040, peer: bench.central)
         bench.controller.commandCredits = 0
         bench.controller.disconnect(handle: 0x0040)   // queues an advertising restart
-        bench.controller.silent = true
+        bench.controller.answersCommands = false
         var stopped = 0
         bench.peripheral.stop { stopped += 1 }
         bench.scheduler.advance(by: Peripheral.stopDeadline)

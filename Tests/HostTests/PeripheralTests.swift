@@ -3,6 +3,7 @@ import BlemuCore
 import BlemuDevices
 import BlemuGATT
 import BlemuHCI
+import BlemuSimulator
 import BlemuHost
 import BlemuL2CAP
 import BlemuSecurity
@@ -35,14 +36,14 @@ final class ProbeDevice: Device {
 /// against a scripted controller and a clock moved by hand.
 final class Bench {
     let scheduler = ManualScheduler()
-    let controller = ScriptedController()
+    let controller = SimulatedController()
     let peripheral: Peripheral
     let central = BluetoothAddress("F0:F1:F2:F3:F4:F5")!
 
     init(device: Device, name: String = "Test HR", maxConnections: Int = 32,
          logger: Logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
          security: SecurityConfiguration = SecurityConfiguration(), privacy: Bool = false, rpaTimeout: Duration = .seconds(60),
-         configure: (ScriptedController) -> Void = { _ in }) throws {
+         configure: (SimulatedController) -> Void = { _ in }) throws {
         configure(controller)
         let controller = self.controller
         peripheral = try Peripheral(device: device,

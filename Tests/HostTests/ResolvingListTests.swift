@@ -2,6 +2,7 @@ import BlemuCore
 import BlemuCrypto
 import BlemuDevices
 import BlemuHCI
+import BlemuSimulator
 import BlemuHost
 import BlemuSMP
 import BlemuSecurity
@@ -216,7 +217,7 @@ import Testing
 
     /// Without stopping advertising, the controller would refuse: the scripted controller keeps
     /// the rule (7.8.38), so the pause is what makes the Add pass.
-    @Test func theScriptedControllerRefusesAnAddWhileAdvertisingWithResolutionOn() throws {
+    @Test func theSimulatedControllerRefusesAnAddWhileAdvertisingWithResolutionOn() throws {
         let bench = try bench(llPrivacy: true)
         #expect(bench.controller.isAdvertising && bench.controller.addressResolution)
         var status: UInt8?
@@ -266,7 +267,7 @@ import Testing
         #expect(c.enabledSets.contains(try #require(first.advertisingSet)) && first.isAdvertising)
     }
 
-    private func keyAnswered(_ c: ScriptedController, handle: UInt16) -> [UInt8]? {
+    private func keyAnswered(_ c: SimulatedController, handle: UInt16) -> [UInt8]? {
         let before = c.commands.count
         c.requestLongTermKey(handle: handle)
         return c.commands[before...].first { $0.opcode == HCIOpcode.leLongTermKeyRequestReply }.map { Array($0.parameters.dropFirst(2)) }

@@ -4,6 +4,7 @@ import BlemuCrypto
 import BlemuDevices
 import BlemuGATT
 import BlemuHCI
+import BlemuSimulator
 import BlemuHost
 import BlemuL2CAP
 import BlemuSMP
@@ -12,7 +13,7 @@ import Testing
 
 /// Pairing, encryption and bonds through the whole stack, with a scripted controller.
 @Suite struct SecurityHostTests {
-    /// ScriptedController.connect: Peer_Address_Type 0x01 (random).
+    /// SimulatedController.connect: Peer_Address_Type 0x01 (random).
     private func centralAddress(_ bench: Bench) -> SMPAddress { SMPAddress(bench.central, isRandom: true) }
 
     private func longTermKeyRequest(_ bench: Bench, handle: UInt16 = Bench.link, rand: UInt64 = 0, ediv: UInt16 = 0) {

@@ -3,6 +3,7 @@ import BlemuCore
 import BlemuDevices
 import BlemuGATT
 import BlemuHCI
+import BlemuSimulator
 import BlemuHost
 import BlemuL2CAP
 import Logging
@@ -13,7 +14,7 @@ import Testing
 /// from, and nothing of one device reachable from another's link.
 final class SharedBench {
     let scheduler = ManualScheduler()
-    let controller = ScriptedController()
+    let controller = SimulatedController()
     let host: PeripheralHost
     let peripherals: [Peripheral]
     var fatal: [String] = []

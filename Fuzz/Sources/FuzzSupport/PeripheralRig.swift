@@ -2,25 +2,56 @@ import BlemuCore
 import BlemuDevices
 import BlemuHCI
 import BlemuHost
+import BlemuSimulator
 
-/// The whole stack in process: a Peripheral running a device against a `FuzzController`, on a
-/// clock that moves only when told. Built anew for every input, so an input alone decides
-/// what happens.
+/// What one input decides about the simulated controller (see `controllerOptions`).
+public struct ControllerOptions {
+    public var answerCommands = true
+    public var autoComplete = true
+    public var supportsDataLengthExtension = true
+    public var supportsBufferSizeV2 = false
+    public var aclBufferCount: UInt8 = 4
+    public var aclBufferSize: UInt16 = 27
+    /// A command answered with Command Disallowed (0x0C) instead of success.
+    public var failingOpcode: UInt16?
+    public init() {}
+}
+
+/// The whole stack in process: a Peripheral running a device against the simulated controller
+/// (queued: it answers *later*, as a real one does, so the host is never re-entered from inside
+/// its own `output` call), on a clock that moves only when told. Built anew for every input,
+/// so an input alone decides what happens. Every packet the host sends is checked: the ACL
+/// rules by the controller, what is on the fixed channels by `FrameChecks`. When `truthful`
+/// (the harness, not the fuzz input, speaks for the controller), the host must also respect
+/// the controller's buffers and links.
 public final class PeripheralRig {
     public let scheduler = ManualScheduler()
-    public let controller: FuzzController
+    public let controller: SimulatedController
     public let peripheral: Peripheral
     public let device: Device
     public let central = BluetoothAddress("F0:F1:F2:F3:F4:F5")!
     public private(set) var stopped = false
+    private let frames: FrameChecks
 
     /// Builds the stack and lets it initialize the controller and start advertising.
-    public init(device: Device, options: FuzzController.Options, truthful: Bool) {
+    public init(device: Device, options: ControllerOptions, truthful: Bool) {
         self.device = device
-        var setup = options
-        // Initialization is always answered, so every input starts from the ready state.
-        setup.answerCommands = true
-        let controller = FuzzController(options: setup, truthful: truthful)
+        let controller = SimulatedController(delivery: .queued)
+        controller.aclBufferCount = options.aclBufferCount
+        controller.aclBufferSize = options.aclBufferSize
+        controller.supportsDataLengthExtension = options.supportsDataLengthExtension
+        controller.supportsBufferSizeV2 = options.supportsBufferSizeV2
+        if let failing = options.failingOpcode { controller.failures[failing] = HCIStatus.commandDisallowed }
+        // Without the truth, the fuzz input completes packets and closes links.
+        controller.autoComplete = truthful && options.autoComplete
+        controller.completesDisconnects = truthful
+        controller.checksLinks = truthful
+        controller.recordsTraffic = false
+        controller.onViolation = { fuzzFailure($0) }
+        let frames = FrameChecks(truthful: truthful)
+        self.frames = frames
+        controller.onFrame = { frames.check(handle: $0, cid: $1, $2) }
+        controller.onLinkEvent = { frames.linkEvent($0) }
         self.controller = controller
         do {
             peripheral = try Peripheral(device: device, configuration: PeripheralConfiguration(name: "Fuzz", controller: "fuzz"),
@@ -32,10 +63,17 @@ public final class PeripheralRig {
         let peripheral = self.peripheral
         controller.deliver = { [unowned peripheral] type, packet in peripheral.receive(packetType: type, packet: packet) }
         controller.hostACLMaxLength = { [unowned peripheral] in peripheral.hci.info.aclMaxLength }
+        // Initialization is always answered, so every input starts from the ready state.
         peripheral.controllerUp()
         controller.flush()
         fuzzCheck(peripheral.hci.isReady, "the host did not become ready against a controller that answers everything")
-        controller.options.answerCommands = options.answerCommands
+        controller.answersCommands = options.answerCommands
+    }
+
+    /// One ACL packet from the central, delivered after what is queued (and what that causes).
+    public func sendACL(handle: UInt16, boundary: ACLPacket.Boundary, data: ArraySlice<UInt8>) {
+        if frames.trace { writeStandardError("> handle \(handle) \(boundary): \(hex(Array(data)))\n") }
+        controller.sendACL(handle: handle, boundary: boundary, data: data)
     }
 
     /// Moves the clock, then lets the controller answer what the timers sent.
@@ -47,7 +85,7 @@ public final class PeripheralRig {
     public func stop() {
         guard !stopped else { return }
         stopped = true
-        controller.stopping = true
+        controller.isStopping = true
         peripheral.stop { }
         controller.flush()
     }
@@ -67,8 +105,8 @@ public final class PeripheralRig {
 }
 
 /// Options for the controller from one byte of the input.
-public func controllerOptions(_ flags: UInt8, _ sizes: UInt8) -> FuzzController.Options {
-    var o = FuzzController.Options()
+public func controllerOptions(_ flags: UInt8, _ sizes: UInt8) -> ControllerOptions {
+    var o = ControllerOptions()
     o.answerCommands = flags & 0x01 == 0
     o.autoComplete = flags & 0x02 == 0
     o.supportsDataLengthExtension = flags & 0x04 == 0

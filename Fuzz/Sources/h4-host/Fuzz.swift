@@ -25,7 +25,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     while start < stream.count {
         let end = chunkSize == 0 ? stream.count : min(stream.count, start + chunkSize)
         framer.feed(stream[start..<end]) { type, body in
-            if type == .event { controller.noteDelivered(body) }
+            if type == .event { controller.note(body) }
             peripheral.receive(packetType: type.rawValue, packet: body)
         }
         controller.flush()

@@ -70,19 +70,19 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
             repeat {
                 let end = min(frame.count, start + min(fragment, 1024))
                 let boundary: ACLPacket.Boundary = start > 0 ? .continuing : a & 0x80 != 0 ? .firstNonFlushable : .firstFlushable
-                controller.sendACL(handle: handle, boundary: boundary, data: frame[start..<end])
+                rig.sendACL(handle: handle, boundary: boundary, data: frame[start..<end])
                 start = end
             } while start < frame.count
         case 3:
             let a = input.u8()
             let data = input.take(Int(input.u8()))
-            controller.sendACL(handle: handles[Int(a & 3)], boundary: ACLPacket.Boundary(rawValue: (a >> 2) & 3)!, data: data[...])
+            rig.sendACL(handle: handles[Int(a & 3)], boundary: ACLPacket.Boundary(rawValue: (a >> 2) & 3)!, data: data[...])
         case 4:
             let t = input.u8()
             let jumps: [UInt64] = [3_100, 10_500, 30_500, 65_000, 600_000]
             rig.advance(milliseconds: t < 200 ? UInt64(t) * 10 : jumps[Int(t - 200) % jumps.count])
         case 5:
-            controller.completeAll()
+            controller.completePackets()
             controller.flush()
         case 6:
             rig.stop()
@@ -95,29 +95,29 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
                 p = [0x03, input.u8()]
                 p.appendLE(handle)
                 p += input.take(6)
-                controller.queue(event: 0x3E, p)
+                controller.event(0x3E, p)
             case 1:  // LE Remote Connection Parameter Request (7.7.65.6)
                 p = [0x06]
                 p.appendLE(handle)
                 p += input.take(8)
-                controller.queue(event: 0x3E, p)
+                controller.event(0x3E, p)
             case 2:  // LE Data Length Change (7.7.65.7)
                 p = [0x07]
                 p.appendLE(handle)
                 p += input.take(8)
-                controller.queue(event: 0x3E, p)
+                controller.event(0x3E, p)
             case 3:  // LE PHY Update Complete (7.7.65.12)
                 p = [0x0C, input.u8()]
                 p.appendLE(handle)
                 p += input.take(2)
-                controller.queue(event: 0x3E, p)
+                controller.event(0x3E, p)
             case 4:  // Encryption Change (7.7.8): nothing asked for it
                 p = [input.u8()]
                 p.appendLE(handle)
                 p.append(input.u8())
-                controller.queue(event: 0x08, p)
+                controller.event(0x08, p)
             default:  // Data Buffer Overflow (7.7.26)
-                controller.queue(event: 0x1A, [0x01])
+                controller.event(0x1A, [0x01])
             }
             controller.flush()
         }
