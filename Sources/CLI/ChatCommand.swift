@@ -6,6 +6,7 @@ import BlemuCore
 import BlemuDevices
 import BlemuHost
 import BlemuRunLoop
+import BlemuStack
 import BlemuTransport
 import Logging
 
@@ -108,13 +109,13 @@ struct ChatCommand: ParsableCommand {
         let hostedRoom = room ?? name ?? defaultName
         let me = onlyHosts ? (name ?? hostedRoom) : memberName
 
-        var emulators: [Emulator] = []
+        var stacks: [ControllerStack] = []
         var sides: [ChatSide] = []
         for (index, spec) in specs.enumerated() {
             let role = roleOf(index)
             let device = ChatDevice()
             device.hostName = me
-            let emulator = Emulator(spec: spec, loop: loop, logger: logger)
+            let stack = ControllerStack(spec: spec, loop: loop, logger: logger)
             let configuration: PeripheralConfiguration
             let roomName: String
             switch role {
@@ -128,23 +129,23 @@ struct ChatCommand: ParsableCommand {
                                                         controller: spec.description)
             }
             do {
-                try emulator.add(device: device, configuration: configuration)
+                try stack.add(device: device, configuration: configuration)
             } catch {
                 throw RuntimeFailure("chat device: \(error)")
             }
-            guard let peripheral = emulator.peripherals.first else { throw RuntimeFailure("chat device: not created") }
+            guard let peripheral = stack.peripherals.first else { throw RuntimeFailure("chat device: not created") }
             var central: CentralHost?
             if role != .peripheral {
                 do {
-                    central = try CentralHost(sharing: emulator.host.hci, controller: spec.description, scheduler: loop, logger: logger)
+                    central = try CentralHost(sharing: stack.host.hci, controller: spec.description, scheduler: loop, logger: logger)
                 } catch {
                     throw RuntimeFailure("the central's own GATT database: \(error)")
                 }
-                emulator.host.share(with: central!)
+                stack.host.share(with: central!)
             }
             let side = ChatSide(role: role.sideRole, room: roomName, roomFilter: role == .central ? room : roomName, me: me,
                                 device: device, peripheral: peripheral, central: central, mtu: mtu, scheduler: loop, logger: logger)
-            emulators.append(emulator)
+            stacks.append(stack)
             sides.append(side)
             switch role {
             case .peripheral: logger.notice("hosting chat room '\(roomName)' on \(spec)")
@@ -161,28 +162,22 @@ struct ChatCommand: ParsableCommand {
             guard !stopping else { return }
             stopping = true
             for side in sides { side.stop() }
-            var running = emulators.count
-            for emulator in emulators {
-                emulator.stop {
-                    running -= 1
-                    if running == 0 { loop.stop() }
-                }
-            }
+            ControllerStack.stopAll(stacks) { loop.stop() }
         }
         func fail(_ message: String) {
             if failure == nil { failure = message }
             stop()
         }
-        for emulator in emulators { emulator.onFatal = fail }
+        for stack in stacks { stack.onFatal = fail }
         // A chat on a board runs for days: once every controller is ready and every host side
         // advertises, the pages only start-up used go back (as `blemu run` does).
         var startupPages = StartupPages()
-        for emulator in emulators {
-            emulator.onStateMayChange = { _ in
+        for stack in stacks {
+            stack.onStateMayChange = { _ in
                 guard !stopping else { return }
-                let settled = emulators.indices.allSatisfy { index in
-                    emulators[index].host.hci.isReady
-                        && (roleOf(index) != .peripheral || emulators[index].peripherals.allSatisfy(\.isAdvertising))
+                let settled = stacks.indices.allSatisfy { index in
+                    stacks[index].host.hci.isReady
+                        && (roleOf(index) != .peripheral || stacks[index].peripherals.allSatisfy(\.isAdvertising))
                 }
                 startupPages.release(once: settled, logger: logger)
             }
@@ -204,8 +199,8 @@ struct ChatCommand: ParsableCommand {
             input.onEnd = { stopWhenDelivered() }
         }
         node.onRoom = { input.resume() }
-        try stopOnSignals(loop, isStopping: { stopping }, stop: stop)
-        for emulator in emulators { emulator.start() }
+        try SignalStop.install(on: loop, isStopping: { stopping }, stop: stop)
+        for stack in stacks { stack.start() }
         input.start()
         loop.run()
         input.stop()

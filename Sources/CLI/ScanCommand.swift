@@ -2,6 +2,7 @@ import ArgumentParser
 import BlemuCentral
 import BlemuControl
 import BlemuCore
+import BlemuStack
 import Logging
 
 /// `blemu scan`: the advertisers nearby, one line each, again when what they say changes (and,
