@@ -115,11 +115,11 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Chat"),
         // A controller's stack assembled from a plan (devices, roles, options) for `run`, `chat`,
-        // `gatt` and `scan`, and the GATT workflows of `gatt`: what any front end reuses. Above
-        // every layer it assembles, below the CLI.
+        // `gatt` and `scan`: what any front end reuses. Above every layer it assembles, below the CLI.
         .target(name: "BlemuStack", dependencies: [
             "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHCI", "BlemuATT", "BlemuGATT", "BlemuGATTClient",
             "BlemuSMP", "BlemuSecurity", "BlemuHost", "BlemuCentral", "BlemuDevices", "BlemuProfile", "BlemuConfig",
+            "BlemuChat", "BlemuControl", "BlemuCapture", "BlemuService",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Stack"),
         .executableTarget(name: "blemu", dependencies: [
@@ -175,7 +175,7 @@ let package = Package(
                     path: "Tests/CLITests"),
         .testTarget(name: "StackTests", dependencies: ["BlemuStack", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuATT",
                                                     "BlemuProfile", "BlemuTransport", "BlemuRunLoop", "BlemuCore", "BlemuConfig",
-                                                    "BlemuHost", "BlemuDevices", "BlemuSecurity",
+                                                    "BlemuHost", "BlemuDevices", "BlemuSecurity", "BlemuChat",
                                                     .product(name: "Logging", package: "swift-log")],
                     path: "Tests/StackTests"),
         .testTarget(name: "CaptureTests", dependencies: ["BlemuCapture", "BlemuCore"], path: "Tests/CaptureTests"),

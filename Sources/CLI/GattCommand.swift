@@ -176,88 +176,19 @@ struct GattCommand: ParsableCommand {
         defer { LogSetup.finish() }
         let action = try action()
         let session = try CentralSession(controller: controller, logger: Logger(label: "blemu.gatt"))
-        let host = session.host
         let security = session.attachSecurity(try pairingOptions())
         security.display = { emitNote($0) }
         let pairFirst = pair
         let filter = AdvertiserFilter(name: name, service: service.flatMap(ControlRequest.parseUUID),
                                       address: address.flatMap(BluetoothAddress.init))
-        var connecting = false
-        // An address names one peripheral; a name or a service may fit several (AdvertiserChoice).
-        var choice = AdvertiserChoice(startedAt: 0)
-        var windowTimer: TimerID?
-        var deadline: TimerID?
-        /// The choice is made: no more scanning, no more timers of the search.
-        func chosen() {
-            connecting = true
-            host.stopScanning()
-            for timer in [deadline, windowTimer].compactMap({ $0 }) { session.loop.cancel(timer) }
-        }
-        func connect(_ advertisement: Advertisement) {
-            chosen()
-            host.connect(to: advertisement.address, addressType: advertisement.addressType,
-                         timeout: .milliseconds(Int64(timeout * 1000))) { result in
-                switch result {
-                case .failure(let error):
-                    session.finish(failure: "connecting to \(advertisement.address): \(error)")
-                case .success(let link):
-                    link.onDisconnected = { reason in
-                        session.finish(failure: "the peripheral disconnected (reason \(Hex.byte(reason)))")
-                    }
-                    let run = GattRun(session: session, link: link, action: action, json: json, profile: profile, capture: capture,
-                                      noResponse: noResponse, count: count, advertisement: advertisement, security: security,
-                                      pairsAfterDump: pairFirst && profile)
-                    // dump --profile reads first as a stranger (to learn what each value needs), then pairs.
-                    if pairFirst && !run.pairsAfterDump { run.secureThenStart() } else { run.start() }
-                }
-            }
-        }
-        /// What the choice says; true when it is final (connecting, or failed).
-        @discardableResult
-        func act(_ decision: AdvertiserChoice.Decision) -> Bool {
-            switch decision {
-            case .keepScanning:
-                return false
-            case .waitUntil(let end):
-                guard windowTimer == nil else { return false }
-                let now = session.loop.nowNanoseconds
-                windowTimer = session.loop.schedule(after: .nanoseconds(Int64(clamping: end &- min(end, now)))) {
-                    if !connecting { act(choice.windowEnded()) }
-                }
-                return false
-            case .connect(let advertisement):
-                connect(advertisement)
-                return true
-            case .ambiguous(let matches):
-                chosen()
-                session.finish(failure: AdvertiserChoice.ambiguity(matches, matching: filter.describe))
-                return true
-            }
-        }
-        deadline = session.loop.schedule(after: .milliseconds(Int64(timeout * 1000))) {
-            // A --timeout shorter than the window: the choice as it stands.
-            guard !connecting, !act(choice.windowEnded()) else { return }
-            session.finish(failure: "no advertiser matching \(filter.describe) within \(timeout) s")
-        }
-        host.onError = { message in session.finish(failure: message) }
-        host.onReady = {
-            choice = AdvertiserChoice(startedAt: session.loop.nowNanoseconds, window: filter.address != nil ? .zero : AdvertiserChoice.defaultWindow)
-            host.startScanning(active: true)
-        }
-        host.onAdvertisement = { advertisement, _ in
-            // A name may come in the scan response: wait for the advertiser that matches whole.
-            guard !connecting, advertisement.isConnectable, filter.matches(advertisement) else { return }
-            act(choice.heard(advertisement, now: session.loop.nowNanoseconds))
+        session.connect(to: filter, timeout: timeout) { link, advertisement in
+            let run = GattRun(session: session, link: link, action: action, json: json, profile: profile, capture: capture,
+                              noResponse: noResponse, count: count, advertisement: advertisement, security: security,
+                              pairsAfterDump: pairFirst && profile)
+            // dump --profile reads first as a stranger (to learn what each value needs), then pairs.
+            if pairFirst && !run.pairsAfterDump { run.secureThenStart() } else { run.start() }
         }
         try session.run()
-    }
-}
-
-extension AdvertiserFilter {
-    var describe: String {
-        if let address { return "address \(address)" }
-        if let name { return "name '\(name)'" }
-        return "service \(service?.description ?? "?")"
     }
 }
 

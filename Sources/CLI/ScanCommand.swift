@@ -90,17 +90,3 @@ struct ScanCommand: ParsableCommand {
         ])
     }
 }
-
-/// Which advertisers `--name` and `--service` pick.
-struct AdvertiserFilter {
-    var name: String?
-    var service: BluetoothUUID?
-    var address: BluetoothAddress?
-
-    func matches(_ advertisement: Advertisement) -> Bool {
-        if let address, advertisement.address != address { return false }
-        if let name, !advertisement.name.contains(name) { return false }
-        if let service, !advertisement.services.contains(service) { return false }
-        return true
-    }
-}
