@@ -112,4 +112,27 @@ import Testing
         #expect(result.refusals == [0x0012: [0x05]] && result.readSecured.isEmpty)
         #expect(b.failures.isEmpty)
     }
+
+    /// `dump --profile --capture`: what a characteristic notifies is recorded for the time
+    /// asked, at most `maxRecorded` values each, so a chatty peer cannot grow memory without bound.
+    @Test func recordingKeepsAtMostMaxRecordedValuesPerCharacteristic() throws {
+        let b = try Bench()
+        let level = RemoteCharacteristic(
+            characteristic: DiscoveredCharacteristic(uuid: BluetoothUUID(0x2A19), properties: [.read, .notify],
+                                                     declarationHandle: 0x0010, valueHandle: 0x0011, endHandle: 0x0012),
+            descriptors: [DiscoveredDescriptor(uuid: GATTType.clientConfiguration, handle: 0x0012)])
+        let services = [RemoteService(service: DiscoveredService(uuid: BluetoothUUID(0x180F), handles: 0x0010...0x0012),
+                                      includes: [], characteristics: [level])]
+        var recorded: [UInt16: [[UInt8]]]?
+        b.workflow.record(services, for: 2) { recorded = $0 }
+        #expect(b.attSent == [[0x12, 0x12, 0x00, 0x01, 0x00]], "notifications on")
+        b.answer([0x13])
+        for index in 0..<(GATTWorkflow.maxRecorded + 6) { b.answer([0x1B, 0x11, 0x00, UInt8(index)]) }
+        b.answer([0x1B, 0x05, 0x00, 0xEE])   // not a characteristic being recorded
+        #expect(recorded == nil)
+        b.central.scheduler.advance(by: .seconds(2))
+        let values = try #require(recorded)
+        #expect(Array(values.keys) == [0x0011])
+        #expect(values[0x0011]?.count == GATTWorkflow.maxRecorded && values[0x0011]?.first == [0] && values[0x0011]?.last == [63])
+    }
 }
