@@ -83,9 +83,10 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"), .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Devices"),
         // Configuration files: devices and their options, checked before anything starts.
-        // GATT profiles: a cloned device's database and values, read from JSON and served as a device.
+        // GATT profiles: a cloned device's database and values, read from JSON and served as a device,
+        // and written from what a GATT client discovered and read (the exporter).
         .target(name: "BlemuProfile", dependencies: [
-            "BlemuCore", "BlemuGATT", "BlemuHost", "BlemuDevices",
+            "BlemuCore", "BlemuGATT", "BlemuGATTClient", "BlemuHost", "BlemuDevices",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Profile"),
         .target(name: "BlemuConfig", dependencies: [
@@ -114,8 +115,16 @@ let package = Package(
             "BlemuCore", "BlemuCentral", "BlemuGATTClient", "BlemuHost", "BlemuDevices",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Chat"),
+        // A controller's stack assembled from a plan (devices, roles, options) for `run`, `chat`,
+        // `gatt` and `scan`: what any front end reuses. Above every layer it assembles, below the CLI.
+        .target(name: "BlemuStack", dependencies: [
+            "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHCI", "BlemuATT", "BlemuGATT", "BlemuGATTClient",
+            "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuHost", "BlemuCentral", "BlemuDevices", "BlemuProfile", "BlemuConfig",
+            "BlemuChat", "BlemuControl", "BlemuCapture", "BlemuService",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/Stack"),
         .executableTarget(name: "blemu", dependencies: [
-            "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig",
+            "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig", "BlemuStack",
             "BlemuJournal",
             "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile", "BlemuChat",
             "BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuATT",
@@ -159,7 +168,7 @@ let package = Package(
                                                        .product(name: "Logging", package: "swift-log")],
                     path: "Tests/SecurityTests"),
         .testTarget(name: "GATTTests", dependencies: ["BlemuGATT", "BlemuATT", "BlemuCrypto"], path: "Tests/GATTTests"),
-        .testTarget(name: "ProfileTests", dependencies: ["BlemuProfile", "BlemuGATT", "BlemuCore"], path: "Tests/ProfileTests"),
+        .testTarget(name: "ProfileTests", dependencies: ["BlemuProfile", "BlemuGATT", "BlemuGATTClient", "BlemuATT", "BlemuCore"], path: "Tests/ProfileTests"),
         .testTarget(name: "GATTClientTests", dependencies: ["BlemuGATTClient", "BlemuGATT", "BlemuATT", "BlemuCore"],
                     path: "Tests/GATTClientTests"),
         .testTarget(name: "ControlTests", dependencies: ["BlemuControl", "BlemuCore", "BlemuRunLoop", "BlemuGATT", "BlemuATT",
@@ -167,9 +176,14 @@ let package = Package(
                     path: "Tests/ControlTests"),
         // The command line itself (`@testable import blemu`): the real argument parser and its
         // validation, and every blemu command the README and Docs/ show.
-        .testTarget(name: "CLITests", dependencies: ["blemu", "BlemuTransport",
+        .testTarget(name: "CLITests", dependencies: ["blemu", "BlemuTransport", "BlemuCore",
                                                   .product(name: "ArgumentParser", package: "swift-argument-parser")],
                     path: "Tests/CLITests"),
+        .testTarget(name: "StackTests", dependencies: ["BlemuStack", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuATT",
+                                                    "BlemuProfile", "BlemuTransport", "BlemuRunLoop", "BlemuCore", "BlemuConfig",
+                                                    "BlemuHost", "BlemuDevices", "BlemuSecurity", "BlemuChat",
+                                                    .product(name: "Logging", package: "swift-log")],
+                    path: "Tests/StackTests"),
         .testTarget(name: "CaptureTests", dependencies: ["BlemuCapture", "BlemuCore"], path: "Tests/CaptureTests"),
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
         .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuGATT", "BlemuATT",

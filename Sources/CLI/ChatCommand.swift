@@ -6,6 +6,7 @@ import BlemuCore
 import BlemuDevices
 import BlemuHost
 import BlemuRunLoop
+import BlemuStack
 import BlemuTransport
 import Logging
 
@@ -101,115 +102,33 @@ struct ChatCommand: ParsableCommand {
         let logger = Logger(label: "blemu.chat")
         let (specs, loop) = try controllersAndLoop(controllers)
         let roleOf = { (index: Int) -> Role in roles.isEmpty ? .peripheral : roles[roles.count == 1 ? 0 : index] }
-        let defaultName = ChatDevice().profile.defaultName
-        // A node that hosts at once (every controller `peripheral`) is the room: its name is the
-        // room's, as the seed app's host; otherwise it is a member signing with its own name.
-        let onlyHosts = specs.indices.allSatisfy { roleOf($0) == .peripheral }
-        let hostedRoom = room ?? name ?? defaultName
-        let me = onlyHosts ? (name ?? hostedRoom) : memberName
-
-        var emulators: [Emulator] = []
-        var sides: [ChatSide] = []
-        for (index, spec) in specs.enumerated() {
-            let role = roleOf(index)
-            let device = ChatDevice()
-            device.hostName = me
-            let emulator = Emulator(spec: spec, loop: loop, logger: logger)
-            let configuration: PeripheralConfiguration
-            let roomName: String
-            switch role {
-            case .peripheral:
-                roomName = hostedRoom
-                configuration = PeripheralConfiguration(name: roomName, controller: spec.description)
-            case .central, .auto:
-                roomName = room ?? defaultName
-                // Every node of a room may host it: each needs its own address (the name alone would give them one).
-                configuration = PeripheralConfiguration(name: roomName, address: BluetoothAddress.staticRandom(seed: "blemu/chat/\(roomName)/\(me)"),
-                                                        controller: spec.description)
-            }
-            do {
-                try emulator.add(device: device, configuration: configuration)
-            } catch {
-                throw RuntimeFailure("chat device: \(error)")
-            }
-            guard let peripheral = emulator.peripherals.first else { throw RuntimeFailure("chat device: not created") }
-            var central: CentralHost?
-            if role != .peripheral {
-                do {
-                    central = try CentralHost(sharing: emulator.host.hci, controller: spec.description, scheduler: loop, logger: logger)
-                } catch {
-                    throw RuntimeFailure("the central's own GATT database: \(error)")
-                }
-                emulator.host.share(with: central!)
-            }
-            let side = ChatSide(role: role.sideRole, room: roomName, roomFilter: role == .central ? room : roomName, me: me,
-                                device: device, peripheral: peripheral, central: central, mtu: mtu, scheduler: loop, logger: logger)
-            emulators.append(emulator)
-            sides.append(side)
-            switch role {
-            case .peripheral: logger.notice("hosting chat room '\(roomName)' on \(spec)")
-            case .central: logger.notice("joining chat room '\(room ?? "any")' on \(spec)")
-            case .auto: logger.notice("looking for chat room '\(roomName)' on \(spec)")
-            }
-        }
-        let node = ChatNode(me: me, sides: sides)
+        var plan = ChatPlan(controllers: specs.enumerated().map { ($0.element, roleOf($0.offset).sideRole) },
+                            room: room, name: name, memberName: memberName)
+        plan.mtu = mtu
+        let chat = try ChatStack(plan: plan, loop: loop, logger: logger)
+        let node = chat.node
         node.onLine = { sender, text in emitLine(ChatNode.shown(sender: sender, text: text)) }
-
-        var failure: String?
-        var stopping = false
-        func stop() {
-            guard !stopping else { return }
-            stopping = true
-            for side in sides { side.stop() }
-            var running = emulators.count
-            for emulator in emulators {
-                emulator.stop {
-                    running -= 1
-                    if running == 0 { loop.stop() }
-                }
-            }
-        }
-        func fail(_ message: String) {
-            if failure == nil { failure = message }
-            stop()
-        }
-        for emulator in emulators { emulator.onFatal = fail }
-        // A chat on a board runs for days: once every controller is ready and every host side
-        // advertises, the pages only start-up used go back (as `blemu run` does).
-        var startupPages = StartupPages()
-        for emulator in emulators {
-            emulator.onStateMayChange = { _ in
-                guard !stopping else { return }
-                let settled = emulators.indices.allSatisfy { index in
-                    emulators[index].host.hci.isReady
-                        && (roleOf(index) != .peripheral || emulators[index].peripherals.allSatisfy(\.isAdvertising))
-                }
-                startupPages.release(once: settled, logger: logger)
-            }
-        }
-        for side in sides { side.onFatal = fail }
         let input = StdinLines(loop: loop, logger: logger) { line in node.say(line) }
         input.holdBack = { node.isBusy }
         if exitOnEOF {
             // Every line read is said; once none is on its way any more, a clean stop.
             func stopWhenDelivered() {
-                guard !stopping else { return }
+                guard !chat.isStopping else { return }
                 if node.hasUndelivered {
                     loop.schedule(after: .milliseconds(100)) { stopWhenDelivered() }
                 } else {
                     logger.notice("stdin ended and every line is delivered: stopping (--exit-on-eof)")
-                    loop.schedule(after: Self.eofGrace) { stop() }
+                    loop.schedule(after: Self.eofGrace) { chat.stop() }
                 }
             }
             input.onEnd = { stopWhenDelivered() }
         }
         node.onRoom = { input.resume() }
-        try stopOnSignals(loop, isStopping: { stopping }, stop: stop)
-        for emulator in emulators { emulator.start() }
+        try chat.start()
         input.start()
         loop.run()
         input.stop()
-        if let failure { throw RuntimeFailure(failure) }
+        if let failure = chat.failure { throw RuntimeFailure(failure) }
     }
 }
 

@@ -11,6 +11,7 @@ import BlemuRunLoop
 import BlemuSecurity
 import BlemuSMP
 import BlemuService
+import BlemuStack
 import BlemuTransport
 import Logging
 
@@ -141,7 +142,7 @@ struct RunCommand: ParsableCommand {
         let plans = try devicePlans()
         // Every initial value and PIN is tried on a throwaway device here, before run() writes
         // anything (a passkey file, the capture, the socket): a refusal is a bad command line.
-        try DevicePlanning.checkSettings(plans)
+        do { try DevicePlanning.checkSettings(plans) } catch let error as PlanError { throw ValidationError(error.message) }
         guard controllers.count <= plans.count else {
             throw ValidationError("\(controllers.count) controllers for \(plans.count) device(s): give at most one --controller per device")
         }
@@ -164,41 +165,13 @@ struct RunCommand: ParsableCommand {
                 throw ValidationError("BLEMU_CONTROLLER: \(error)")
             }
         }
-        return try DevicePlanning.plans(devices: devices, specs: specs, environmentSpec: environmentSpec, file: file,
+        do {
+            return try DevicePlanning.plans(devices: devices, specs: specs, environmentSpec: environmentSpec, file: file,
                                         fileName: configPath, name: name, address: address.flatMap(BluetoothAddress.init),
-                                        pin: pin, passkey: passkey)
-    }
-
-    private var resolvedStateDirectory: String? { stateDirectoryPath(stateDirectory) }
-
-    /// A device's pairing options: its passkey and its bond file in the state directory. A
-    /// device that pairs with a static passkey and was given none gets the one kept in the
-    /// state directory, made on its first start, and logged (the user reads the "label" there).
-    private func securityConfiguration(plan: DevicePlan, device: Device.Type, name: String,
-                                       address: BluetoothAddress?, logger: Logger) -> SecurityConfiguration {
-        let kind = device.deviceName
-        let address = address ?? BluetoothAddress.staticRandom(seed: "blemu/\(kind)/\(name)")
-        let owner = BondOwner(device: kind, name: name, address: address)
-        var passkey = plan.passkey.flatMap { UInt32($0) }
-        let passkeyIsGenerated = passkey == nil && device.pairsWithStaticPasskey
-        if passkeyIsGenerated {
-            let path = resolvedStateDirectory.map { PasskeyLabel.path(directory: $0, owner: owner) }
-            let label = PasskeyLabel.loadOrCreate(path: path)
-            passkey = label.passkey
-            let metadata: Logger.Metadata = [LogKey.device: .string(kind), LogKey.name: .string(name)]
-            if let problem = label.problem { logger.warning("\(kind) '\(name)': passkey file: \(problem)", metadata: metadata) }
-            let kept = path.map { label.problem == nil ? ", kept in \($0)" : "" } ?? " (no state directory: a new one each start)"
-            logger.event(.stateChanged, .notice,
-                         "\(kind) '\(name)': no --passkey given: centrals pair with the passkey \(PasskeyLabel.sixDigits(label.passkey)) (the pairing passkey, typed when a central pairs\(DevicePlanning.takesPIN(plan) ? ", not the PIN" : ""); \(label.created ? "generated" : "generated on its first start")\(kept))",
-                         metadata)
+                                            pin: pin, passkey: passkey)
+        } catch let error as PlanError {
+            throw ValidationError(error.message)
         }
-        var configuration = SecurityConfiguration(passkey: passkey, ioCapability: (ioCapability ?? plan.ioCapability).flatMap(SMPIOCapability.init(cliName:)),
-                                     acceptNumericComparison: numericComparison == "accept",
-                                     askNumericComparison: numericComparison == "ask",
-                                     bondStorePath: resolvedStateDirectory.map { $0 + "/" + owner.fileName },
-                                     identityPath: resolvedStateDirectory.map { $0 + "/" + owner.identityFileName })
-        configuration.passkeyIsGenerated = passkeyIsGenerated
-        return configuration
     }
 
     /// --control-mode as permission bits: octal, 0 to 0777.
@@ -219,16 +192,6 @@ struct RunCommand: ParsableCommand {
         return bytes
     }
 
-    /// Whether the devices that name `spec` run on one controller: an adapter or a UART can be
-    /// opened once only; a stream spec gives a new controller per connection (rootcanal) unless
-    /// --share-controller.
-    private func sharesOneController(_ spec: ControllerSpec) -> Bool {
-        switch spec {
-        case .tcp, .unix: return shareController
-        default: return true
-        }
-    }
-
     func run() throws {
         try LogSetup.bootstrap(destination: log, level: logLevel)
         // Counts the journal's flood budget still holds are written however the run ends.
@@ -240,282 +203,31 @@ struct RunCommand: ParsableCommand {
         let loop: RunLoop
         do { loop = try RunLoop() } catch { throw RuntimeFailure("cannot start the run loop: \(error)") }
 
-        var emulators: [Emulator] = []
-        var shared: [ControllerSpec: Emulator] = [:]
-        var copies: [String: Int] = [:]
-        for plan in plans {
-            let deviceName = plan.device, spec = plan.spec
-            guard let device = DevicePlanning.makeDevice(plan) else { continue }
-            // Initial values (and the PIN) before the device starts; validate() has tried them all.
-            do { try DevicePlanning.applySettings(plan, to: device) } catch let error as ValidationError {
-                throw RuntimeFailure(error.message)
-            }
-            // Two copies of one device need two names, and so two addresses (derived from the name).
-            copies[deviceName, default: 0] += 1
-            let copy = copies[deviceName] ?? 1
-            var localName = plan.name ?? device.profile.defaultName
-            if copy > 1, plan.name == nil || name != nil { localName += " \(copy)" }
-            var configuration = PeripheralConfiguration(name: localName, address: plan.address, controller: spec.description,
-                                                        advertisingTiming: plan.advertising, connectionParameters: plan.connection)
-            // The command line's --privacy is for every device; a config file's per device.
-            configuration.privacy = privacy || plan.privacy
-            if let seconds = rpaTimeout ?? plan.privateAddressTimeout { configuration.privateAddressTimeout = .seconds(seconds) }
-            configuration.security = securityConfiguration(plan: plan, device: type(of: device), name: localName,
-                                                           address: configuration.address, logger: logger)
-            let emulator: Emulator
-            if sharesOneController(spec), let existing = shared[spec] {
-                emulator = existing
-            } else {
-                emulator = Emulator(spec: spec, loop: loop, logger: logger)
-                emulators.append(emulator)
-                if sharesOneController(spec) { shared[spec] = emulator }
-            }
-            do {
-                try emulator.add(device: device, configuration: configuration)
-            } catch {
-                throw RuntimeFailure("device \(deviceName): \(error)")
-            }
-        }
+        var options = RunOptions()
+        options.privacy = privacy
+        options.privateAddressTimeout = rpaTimeout
+        options.ioCapability = ioCapability.flatMap(SMPIOCapability.init(cliName:))
+        options.numericComparison = NumericComparisonAnswer(rawValue: numericComparison) ?? .accept
+        options.stateDirectory = stateDirectoryPath(stateDirectory)
+        options.shareController = shareController
+        options.nameGiven = name != nil
+        let stacks = try RunStack.assemble(plans, options: options, loop: loop, logger: logger)
 
-        // The capture starts before any controller opens, so it holds the first HCI Reset.
-        var capture: BtsnoopWriter?
-        if let btsnoopPath {
-            do {
-                capture = try BtsnoopWriter(path: btsnoopPath, maxFileBytes: try parsedBtsnoopMax(),
-                                            generations: CaptureSettings.generations, publishesCursor: true)
-            } catch let error as CaptureError {
-                throw RuntimeFailure(error.reason == nil ? "\(error): is the directory there and writable?" : "\(error): give the path of a regular file")
-            }
-            let rotation = capture?.maxFileBytes.map { ", rotated at \($0) bytes" } ?? ""
-            logger.info("capturing HCI to \(btsnoopPath) (btsnoop, H4)\(rotation)")
-            if emulators.count > 1 {
-                // btsnoop has no controller field: one file, the controllers' packets in the order they passed.
-                logger.notice("\(emulators.count) controllers share the capture \(btsnoopPath): btsnoop cannot tell them apart, so a decoder shows one controller")
-            }
-        }
-        defer { capture?.close() }
-        let service = ServiceNotifier(logger: logger)
-        var lastError: String?
-
-        // The control socket comes up before the controllers, so a script can wait on it.
-        var control: ControlServer?
-        if let controlPath {
-            let running = emulators.flatMap(\.peripherals)
-            let devices = DeviceControl(logger: logger, scheduler: loop) { running }
-            let mode = try parsedControlMode()
-            do {
-                control = try ControlServer(path: controlPath, mode: mode, loop: loop, logger: logger) { line, client in
-                    devices.reply(to: line, client: client)
-                }
-            } catch {
-                throw RuntimeFailure(error.description)
-            }
-            logger.info("control socket at \(controlPath)")
-        }
-        // Removed however the run ends (a fatal controller error included).
-        defer { control?.close() }
-
-        var failure: String?
-        var stopping = false
-        func stopAll() {
-            guard !stopping else { return }
-            stopping = true
-            // No commands during the stop (an `advertise on` would fight it); the file goes.
-            control?.close()
-            var remaining = emulators.count
-            for emulator in emulators {
-                emulator.stop {
-                    remaining -= 1
-                    if remaining == 0 { loop.stop() }
-                }
-            }
-        }
-        do {
-            try loop.handleSignals([SIGINT, SIGTERM]) { signal in
-                if stopping {
-                    logger.warning("second signal: exiting without a clean stop")
-                    control?.close()
-                    Glibc.exit(130)
-                }
-                let name = signal == SIGINT ? "SIGINT" : "SIGTERM"
-                logger.event(.stopping, .notice, "stopping on \(name)")
-                service.stopping(status: "stopping on \(name)")
-                stopAll()
-            }
-            // No reload: the devices, their databases and controllers are fixed for the run.
-            // SIGHUP would otherwise end the process (its default action).
-            try loop.handleSignals([SIGHUP]) { _ in
-                logger.notice("SIGHUP ignored: blemu does not reload its configuration; restart it to apply changes")
-            }
-        } catch {
-            throw RuntimeFailure("cannot handle signals: \(error)")
-        }
-
-        // sd_notify: READY=1 once every device has advertised; STATUS= when the summary changes.
-        var advertised = Set<ObjectIdentifier>()
-        let allPeripherals = emulators.flatMap(\.peripherals)
-        var lastSignature: Int?
-        var startupPages = StartupPages()
-        func refreshService() {
-            // Once every device advertises, start-up is over: its code pages go back (a board's RSS).
-            startupPages.release(once: allPeripherals.allSatisfy(\.isAdvertising), logger: logger)
-            guard service.isEnabled, !stopping else { return }
-            // Called after every HCI event: the line is built only when something in it changed.
-            var hasher = Hasher()
-            for peripheral in allPeripherals {
-                hasher.combine(peripheral.isAdvertising)
-                hasher.combine(peripheral.connectionCount)
-            }
-            for emulator in emulators { hasher.combine(emulator.link.isUp) }
-            hasher.combine(lastError)
-            let signature = hasher.finalize()
-            guard signature != lastSignature else { return }
-            lastSignature = signature
-            var devices: [ServiceStatus.Device] = []
-            for peripheral in allPeripherals {
-                if peripheral.isAdvertising { advertised.insert(ObjectIdentifier(peripheral)) }
-                devices.append(.init(name: peripheral.deviceName, advertising: peripheral.isAdvertising,
-                                     connections: peripheral.connectionCount))
-            }
-            let status = ServiceStatus(devices: devices, controllersDown: emulators.count(where: { !$0.link.isUp }),
-                                       lastError: lastError).line
-            if !service.isReady && advertised.count == allPeripherals.count {
-                service.ready(status: status)
-            } else {
-                service.update(status: status)
-            }
-        }
-        if let capture {
-            // So a frame number in a log entry can be found in the rotated files.
-            capture.onRotated = { [unowned capture] first, last in
-                logger.info("capture rotated: \(capture.rotatedPath(1)) holds frames \(first)-\(last); \(capture.path) goes on from frame \(last + 1)")
-            }
-            capture.onFailure = { error in
-                logger.error("\(error): the capture stops here; blemu runs on")
-                lastError = "capture stopped: \(error)"
-                refreshService()
-            }
-            for emulator in emulators {
-                emulator.link.onTraffic = { received, type, packet in
-                    capture.write(packetType: type.rawValue, packet: packet, received: received)
-                }
-            }
-        }
-        service.startWatchdog(on: loop)
-        // `started` means running: logged once every device's controller has come up, so a
-        // controller that cannot be opened at all ends the run without it.
-        var waitingForFirstUp = emulators.count
-        for emulator in emulators {
-            emulator.onFatal = { message in
-                failure = message
-                lastError = message
-                service.update(status: "failed: \(message)")
-                stopAll()
-            }
-            emulator.onStateMayChange = { error in
-                if let error { lastError = error }
-                refreshService()
-            }
-            emulator.onFirstUp = {
-                waitingForFirstUp -= 1
-                guard waitingForFirstUp == 0, !stopping else { return }
-                logger.event(.started, .notice, "blemu \(blemuVersion) started: \(plans.map(\.device).joined(separator: ", "))")
-            }
-            emulator.start()
-        }
-        loop.run()
-        if let failure { throw RuntimeFailure(failure) }
+        var settings = RunSettings()
+        settings.capturePath = btsnoopPath
+        settings.captureMaxBytes = try parsedBtsnoopMax()
+        settings.captureGenerations = CaptureSettings.generations
+        settings.controlPath = controlPath
+        if controlPath != nil { settings.controlMode = try parsedControlMode() }
+        try RunSession.run(stacks, deviceNames: plans.map(\.device), settings: settings, loop: loop, logger: logger)
     }
 }
 
 /// A one-line reason, printed by the argument parser as `Error: <reason>`, with exit status 1.
-struct RuntimeFailure: Error, CustomStringConvertible {
-    let description: String
-    /// The reason may quote a peer (a name, a value): shown with `VisibleText`, one line.
-    init(_ description: String) { self.description = description.visible }
-}
-
-/// One controller and the devices on it: the transport link, the host, and a peripheral
-/// stack per device.
-final class Emulator {
-    let link: ControllerLink
-    let host: PeripheralHost
-    private(set) var peripherals: [Peripheral] = []
-    let logger: Logger
-    var onFatal: ((String) -> Void)?
-    /// The controller came up for the first time (after `controller-up` is logged).
-    var onFirstUp: (() -> Void)?
-    /// After each HCI event and each controller up or down (with the error when it went down):
-    /// advertising or connections may have changed (for the service status).
-    var onStateMayChange: ((String?) -> Void)?
-    private var wasUp = false
-
-    init(spec: ControllerSpec, loop: RunLoop, logger: Logger) {
-        let link = ControllerLink(spec: spec, loop: loop)
-        self.link = link
-        self.logger = logger
-        host = PeripheralHost(controller: spec.description, scheduler: loop, logger: logger) { type, packet in
-            guard let packetType = H4PacketType(rawValue: type) else { return false }
-            return link.send(packetType, packet)
-        }
-        host.onFatal = { [unowned self] message in self.onFatal?(message) }
-        link.onPacket = { [unowned self] type, packet in
-            self.host.receive(packetType: type.rawValue, packet: packet)
-            if type == .event { self.onStateMayChange?(nil) }
-        }
-        link.onUp = { [unowned self] in
-            let first = !self.wasUp
-            self.wasUp = true
-            self.host.controllerUp()
-            if first { self.onFirstUp?() }
-            self.onStateMayChange?(nil)
-        }
-        link.onDown = { [unowned self] error in
-            self.host.controllerDown(reason: error.description)
-            self.onStateMayChange?("controller lost: \(error)")
-        }
-        link.onOpenFailed = { [unowned self] error, retryIn in
-            if !self.wasUp {
-                // The first open decides whether the spec is usable at all: say why and stop.
-                self.link.stop()
-                self.onFatal?(error.description)
-            } else {
-                self.host.logger.warning("controller still unreachable (\(error)); retrying in \(retryIn)")
-                self.onStateMayChange?("controller unreachable: \(error)")
-            }
-        }
-    }
-
-    func add(device: Device, configuration: PeripheralConfiguration) throws {
-        peripherals.append(try Peripheral(device: device, configuration: configuration, host: host, logger: logger))
-    }
-
-    func start() { link.start() }
-
-    func stop(completion: @escaping () -> Void) {
-        host.stop { [link] in
-            link.stop()
-            completion()
-        }
-    }
-}
+typealias RuntimeFailure = StackFailure
 
 /// The --btsnoop rotation's fixed part.
 enum CaptureSettings {
     /// Rotated files kept: PATH.1 (the newest) to PATH.3.
     static let generations = 3
-}
-
-/// The pages only start-up used go back to the kernel once the process has settled
-/// (`ProcessMemory.releaseStartupCode`, Docs/PERFORMANCE.md "Footprint"): once, on the first
-/// call where `settled` holds. No timer: an idle process still makes no wakeups.
-struct StartupPages {
-    private(set) var released = false
-
-    mutating func release(once settled: Bool, logger: Logger) {
-        guard !released, settled else { return }
-        released = true
-        let release = ProcessMemory.releaseStartupCode()
-        logger.debug("start-up over: \(release.advised / 1024) KiB of code and data given back, \(release.singlePageFaults / 1024) KiB of it faults back a page at a time")
-    }
 }

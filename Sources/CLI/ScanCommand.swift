@@ -2,6 +2,7 @@ import ArgumentParser
 import BlemuCentral
 import BlemuControl
 import BlemuCore
+import BlemuStack
 import Logging
 
 /// `blemu scan`: the advertisers nearby, one line each, again when what they say changes (and,
@@ -87,19 +88,5 @@ struct ScanCommand: ParsableCommand {
             ("service_data", .object(advertisement.serviceData.map { ($0.uuid.description, .string(Hex.bytes($0.data))) })),
             ("update", .string(update)),
         ])
-    }
-}
-
-/// Which advertisers `--name` and `--service` pick.
-struct AdvertiserFilter {
-    var name: String?
-    var service: BluetoothUUID?
-    var address: BluetoothAddress?
-
-    func matches(_ advertisement: Advertisement) -> Bool {
-        if let address, advertisement.address != address { return false }
-        if let name, !advertisement.name.contains(name) { return false }
-        if let service, !advertisement.services.contains(service) { return false }
-        return true
     }
 }

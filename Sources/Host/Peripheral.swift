@@ -95,8 +95,8 @@ public final class Peripheral {
         logger[metadataKey: LogKey.controller] = .string(configuration.controller)
         logger[metadataKey: LogKey.name] = .string(configuration.name)
         self.logger = logger
-        address = configuration.address
-            ?? BluetoothAddress.staticRandom(seed: "blemu/\(type(of: device).deviceName)/\(configuration.name)")
+        address = PeripheralConfiguration.identityAddress(deviceName: type(of: device).deviceName, localName: configuration.name,
+                                                          configured: configuration.address)
         advertisingAddress = address
         var profile = device.profile
         if let timing = configuration.advertisingTiming { profile.advertisingTiming = timing }

@@ -1,14 +1,15 @@
+import BlemuRunLoop
+import BlemuStack
+import BlemuTransport
 import Logging
 import Testing
-
-@testable import blemu
 
 /// How a central command (`blemu gatt`, `blemu scan`) ends: a stop the user asked for is no
 /// failure, whatever the stop itself causes.
 @Suite struct CentralSessionTests {
     static func session() throws -> CentralSession {
         // Never started: finish() stops the host and the loop without a controller.
-        try CentralSession(controller: "tcp:127.0.0.1:1", logger: Logger(label: "test"))
+        try CentralSession(spec: ControllerSpec(parsing: "tcp:127.0.0.1:1"), loop: RunLoop(), logger: Logger(label: "test"))
     }
 
     /// Ctrl-C on `gatt … subscribe`: finish(), then the link's local disconnection (0x16) as the

@@ -1,4 +1,3 @@
-import ArgumentParser
 import BlemuConfig
 import BlemuCore
 import BlemuDevices
@@ -9,32 +8,37 @@ import BlemuTransport
 
 /// One device to run, with everything the command line and the configuration file say about
 /// it, merged: the command line wins over the file, the file over the device's defaults.
-struct DevicePlan {
-    var device: String
-    var spec: ControllerSpec
-    var name: String?
-    var address: BluetoothAddress?
+public struct DevicePlan {
+    public var device: String
+    public var spec: ControllerSpec
+    public var name: String?
+    public var address: BluetoothAddress?
     /// Initial values, in order: the file's settings, then the PIN.
-    var settings: [DeviceConfiguration.Setting] = []
-    var passkey: String?
+    public var settings: [DeviceConfiguration.Setting] = []
+    public var passkey: String?
     /// The config file's io-capability (`--io-capability` overrides it).
-    var ioCapability: String?
-    var privacy = false
-    var privateAddressTimeout: Int?
-    var advertising: AdvertisingTiming?
-    var connection: ConnectionParameters?
+    public var ioCapability: String?
+    public var privacy = false
+    public var privateAddressTimeout: Int?
+    public var advertising: AdvertisingTiming?
+    public var connection: ConnectionParameters?
     /// A DEVICE that names a `.json` file: the GATT profile it holds.
-    var profile: GATTProfile?
+    public var profile: GATTProfile?
+
+    public init(device: String, spec: ControllerSpec) {
+        self.device = device
+        self.spec = spec
+    }
 
     /// Whether a DEVICE argument names a GATT profile file rather than a device module.
-    static func isProfilePath(_ device: String) -> Bool { DeviceConfiguration.isProfilePath(device) }
+    public static func isProfilePath(_ device: String) -> Bool { DeviceConfiguration.isProfilePath(device) }
 }
 
-enum DevicePlanning {
+public enum DevicePlanning {
     /// The plans for `blemu run`: devices from the command line (each taking the options of
     /// the file's first unused entry for the same device), or else the file's devices.
     /// Controllers: --controller, then the entry's, then the file's, then $BLEMU_CONTROLLER.
-    static func plans(devices: [String], specs: [ControllerSpec], environmentSpec: () throws -> ControllerSpec?,
+    public static func plans(devices: [String], specs: [ControllerSpec], environmentSpec: () throws -> ControllerSpec?,
                       file: RunConfiguration?, fileName: String?, name: String?, address: BluetoothAddress?,
                       pin: String?, passkey: String?) throws -> [DevicePlan] {
         var entries: [DeviceConfiguration?]
@@ -49,22 +53,22 @@ enum DevicePlanning {
         }
         let names = devices.isEmpty ? entries.map { $0?.device ?? "" } : devices
         guard !names.isEmpty else {
-            throw ValidationError("name at least one device (\(DeviceRegistry.all.map(\.name).joined(separator: ", "))) or give --config FILE with a `devices:` list")
+            throw PlanError("name at least one device (\(DeviceRegistry.all.map(\.name).joined(separator: ", "))) or give --config FILE with a `devices:` list")
         }
         // Before any profile is read or controller opened: the device limit and the descriptors.
-        if let problem = ProcessLimits.check(devices: names.count) { throw ValidationError(problem) }
+        if let problem = ProcessLimits.check(devices: names.count) { throw PlanError(problem) }
         var plans: [DevicePlan] = []
         for (index, device) in names.enumerated() {
             let entry = entries[index]
             var profile: GATTProfile?
             if DevicePlan.isProfilePath(device) {
                 do { profile = try GATTProfile.load(path: device) } catch {
-                    throw ValidationError((entry.map { "\($0.location): devices[\(index)].device: " } ?? "") + error.description)
+                    throw PlanError((entry.map { "\($0.location): devices[\(index)].device: " } ?? "") + error.description)
                 }
             } else if DeviceRegistry.entry(named: device) == nil {
                 let known = DeviceRegistry.all.map(\.name).joined(separator: ", ")
-                if let entry { throw ValidationError("\(entry.location): devices[\(index)].device: unknown device '\(device)'; known devices: \(known)") }
-                throw ValidationError("unknown device '\(device)'; known devices: \(known) (see `blemu devices`), or a GATT profile FILE.json")
+                if let entry { throw PlanError("\(entry.location): devices[\(index)].device: unknown device '\(device)'; known devices: \(known)") }
+                throw PlanError("unknown device '\(device)'; known devices: \(known) (see `blemu devices`), or a GATT profile FILE.json")
             }
             let spec: ControllerSpec
             var fromFile = entry?.controller ?? file?.controller
@@ -74,7 +78,7 @@ enum DevicePlanning {
             } else if let chosen = fromFile {
                 spec = chosen
             } else {
-                throw ValidationError("no controller: give --controller SPEC (e.g. tcp:127.0.0.1:6402 for rootcanal), `controller:` in --config, or set BLEMU_CONTROLLER")
+                throw PlanError("no controller: give --controller SPEC (e.g. tcp:127.0.0.1:6402 for rootcanal), `controller:` in --config, or set BLEMU_CONTROLLER")
             }
             var plan = DevicePlan(device: device, spec: spec)
             plan.profile = profile
@@ -100,7 +104,7 @@ enum DevicePlanning {
         }
         if pin != nil, !plans.contains(where: takesPIN) {
             let takers = DeviceRegistry.all.filter { $0.make().settings.contains { $0.key == "pin" } }.map(\.name)
-            throw ValidationError("--pin: none of \(plans.map(\.device).joined(separator: ", ")) takes a PIN (\(takers.joined(separator: ", ")) does)")
+            throw PlanError("--pin: none of \(plans.map(\.device).joined(separator: ", ")) takes a PIN (\(takers.joined(separator: ", ")) does)")
         }
         if let name {
             for index in plans.indices {
@@ -108,26 +112,26 @@ enum DevicePlanning {
             }
         }
         if let address {
-            guard plans.count == 1 else { throw ValidationError("--address needs exactly one device (each device needs its own address)") }
+            guard plans.count == 1 else { throw PlanError("--address needs exactly one device (each device needs its own address)") }
             plans[0].address = address
         }
         return plans
     }
 
     /// A new device for the plan: its GATT profile, or the registry's device of that name.
-    static func makeDevice(_ plan: DevicePlan) -> Device? {
+    public static func makeDevice(_ plan: DevicePlan) -> Device? {
         if let profile = plan.profile { return ProfileDevice(profile) }
         return DeviceRegistry.entry(named: plan.device)?.make()
     }
 
     /// Whether the plan's device has a `pin` setting (the lock).
-    static func takesPIN(_ plan: DevicePlan) -> Bool {
+    public static func takesPIN(_ plan: DevicePlan) -> Bool {
         makeDevice(plan)?.settings.contains { $0.key == "pin" } ?? false
     }
 
     /// Applies every plan's initial values to a throwaway device, so a refusal ends the command
     /// line's validation (exit status 64) before any file is touched.
-    static func checkSettings(_ plans: [DevicePlan]) throws {
+    public static func checkSettings(_ plans: [DevicePlan]) throws {
         for plan in plans {
             guard let device = makeDevice(plan) else { continue }
             try applySettings(plan, to: device)
@@ -136,17 +140,17 @@ enum DevicePlanning {
 
     /// Applies the plan's initial values to a new device before it starts; the first refusal
     /// is one error naming where the value came from.
-    static func applySettings(_ plan: DevicePlan, to device: Device) throws {
+    public static func applySettings(_ plan: DevicePlan, to device: Device) throws {
         let settings = device.settings
         for setting in plan.settings {
             guard let target = settings.first(where: { $0.key == setting.key }) else {
                 let known = settings.map(\.key).joined(separator: ", ")
-                if setting.location == "--pin" { throw ValidationError("--pin: \(plan.device) takes no PIN") }
-                throw ValidationError("\(setting.location): \(plan.device) has no setting '\(setting.key)'"
+                if setting.location == "--pin" { throw PlanError("--pin: \(plan.device) takes no PIN") }
+                throw PlanError("\(setting.location): \(plan.device) has no setting '\(setting.key)'"
                                       + (known.isEmpty ? "" : " (settings: \(known))"))
             }
             if let refusal = target.apply(setting.value) {
-                throw ValidationError("\(setting.location): \(refusal)")
+                throw PlanError("\(setting.location): \(refusal)")
             }
         }
     }

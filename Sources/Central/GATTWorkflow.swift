@@ -1,0 +1,175 @@
+import BlemuATT
+import BlemuCore
+import BlemuCrypto
+import BlemuGATT
+import BlemuGATTClient
+import BlemuSMP
+import BlemuSecurity
+import Logging
+
+/// The GATT workflows of one connected central link, as a phone runs them (`blemu gatt`, and
+/// any front end): the database found and followed, a request refused for want of security
+/// retried once after securing the link, every value read (a dump), what notifies recorded.
+///
+/// A failure that ends the workflow (securing refused, discovery failed, a read timed out) goes
+/// to `onFailure` as one line; what a person should know on the way (securing, retrying) to
+/// `onNote`. The results go to the completions: printing them is the front end's.
+public final class GATTWorkflow {
+    public let link: CentralLink
+    public let security: CentralSecurity
+    public let scheduler: TimerScheduling
+    public let logger: Logger
+    public var onNote: ((String) -> Void)?
+    public var onFailure: ((String) -> Void)?
+    /// A request refused for want of security is retried once, after securing the link.
+    private var retriedAfterSecuring = false
+    /// Values recorded per value handle, at most `maxRecorded` each: a peer's notifications
+    /// cannot grow memory without bound.
+    public static let maxRecorded = 64
+
+    public init(link: CentralLink, security: CentralSecurity, scheduler: TimerScheduling, logger: Logger) {
+        self.link = link
+        self.security = security
+        self.scheduler = scheduler
+        self.logger = logger
+    }
+
+    public var client: GATTClient { link.client }
+
+    /// The ATT errors that say a request wants a more secure link (Vol 3, Part C, 10.3.2):
+    /// Insufficient Authentication, Insufficient Encryption, Encryption Key Size Too Short.
+    public static let securityRefusals: [ATTError] = [.insufficientAuthentication, .insufficientEncryption, .encryptionKeySizeTooShort]
+
+    /// MTU, discovery, then Service Changed followed, as phones do; `then` with the database.
+    public func prepare(then: @escaping ([RemoteService]) -> Void) {
+        client.exchangeMTU { [self] _ in
+            // An MTU refusal leaves the default, which still works.
+            client.discoverAll { [self] result in
+                switch result {
+                case .failure(let error): onFailure?("discovery: \(error)")
+                case .success(let services):
+                    // A refusal to follow changes nothing else.
+                    client.followServiceChanged { _ in then(services) }
+                }
+            }
+        }
+    }
+
+    /// Secures the link (encryption with the bond, or pairing), says how, then `then`.
+    public func secure(because refusal: ATTError?, then: @escaping (LinkSecurity) -> Void) {
+        let bonded = security.bonds.bond(for: SMPAddress(link.peer, isRandom: link.peerAddressType & 0x01 == 0x01)) != nil
+        if let refusal {
+            onNote?("refused for want of security (\(refusal)): \(bonded ? "encrypting with our bond" : "pairing"), then trying once more")
+        } else {
+            onNote?(bonded ? "encrypting with our bond" : "pairing")
+        }
+        security.secure(link.handle) { [self] result in
+            switch result {
+            case .failure(let error):
+                let hint = PairingHint.forFailure(error, passkeyGiven: security.configuration.passkey != nil).map { ": " + $0 } ?? ""
+                onFailure?("securing the link with \(link.peer): \(error)\(hint)")
+            case .success(let linkSecurity):
+                onNote?("\(security.wasPaired(link.handle) ? "paired" : "encrypted with our bond"): \(linkSecurity.summary)")
+                then(linkSecurity)
+            }
+        }
+    }
+
+    /// Runs `request`; when the peripheral refuses it for want of security (0x05, 0x0F or 0x0C;
+    /// Vol 3, Part C, 10.3.2), secures the link and runs it once more, as a phone does.
+    public func retryingOnSecurity<T>(_ request: @escaping (@escaping (Result<T, GATTClientError>) -> Void) -> Void,
+                                      completion: @escaping (Result<T, GATTClientError>) -> Void) {
+        request { [self] result in
+            if case .failure(.att(let error, _)) = result, !retriedAfterSecuring, Self.securityRefusals.contains(error) {
+                retriedAfterSecuring = true
+                secure(because: error) { _ in request(completion) }
+                return
+            }
+            completion(result)
+        }
+    }
+
+    /// Every value of a dump, and what each refusal showed.
+    public struct Dump {
+        public var services: [RemoteService]
+        public var values: [UInt16: Result<[UInt8], GATTClientError>] = [:]
+        /// The ATT error codes each refused handle answered, in order (a stranger's, then after securing).
+        public var refusals: [UInt16: [UInt8]] = [:]
+        /// Handles read only once the link was secured: whether it was authenticated then.
+        public var readSecured: [UInt16: Bool] = [:]
+    }
+
+    /// Every characteristic value that can be read and every descriptor, and what each refusal
+    /// showed. Nothing is written: a dump must not change the device. `secureAndRetry`: the
+    /// reads go over the link as it is first, then the link is secured and what was refused for
+    /// want of security read again (`dump --profile --pair`).
+    public func dump(_ services: [RemoteService], secureAndRetry: Bool, then: @escaping (Dump) -> Void) {
+        var handles: [UInt16] = []
+        for service in services {
+            for characteristic in service.characteristics {
+                if characteristic.properties.contains(.read) { handles.append(characteristic.valueHandle) }
+                handles += characteristic.descriptors.map(\.handle)
+            }
+        }
+        var dump = Dump(services: services)
+        func read(_ pending: ArraySlice<UInt16>, then finish: @escaping () -> Void) {
+            guard let handle = pending.first else { return finish() }
+            client.read(handle) { [self] result in
+                if case .failure(.timeout) = result { onFailure?("read of handle \(Hex.word(handle)) timed out"); return }
+                if case .failure(.att(let error, _)) = result { dump.refusals[handle, default: []].append(error.rawValue) }
+                dump.values[handle] = result
+                read(pending.dropFirst(), then: finish)
+            }
+        }
+        read(handles[...]) { [self] in
+            guard secureAndRetry else { return then(dump) }
+            let refused = handles.filter {
+                guard case .failure(.att(let error, _))? = dump.values[$0] else { return false }
+                return Self.securityRefusals.contains(error)
+            }
+            secure(because: nil) { linkSecurity in
+                read(refused[...]) {
+                    for handle in refused { if case .success? = dump.values[handle] { dump.readSecured[handle] = linkSecurity.isAuthenticated } }
+                    then(dump)
+                }
+            }
+        }
+    }
+
+    /// Subscribes to everything that notifies or indicates and records what comes for
+    /// `seconds` (at most `maxRecorded` values per characteristic); `then` with the values.
+    public func record(_ services: [RemoteService], for seconds: Double, then: @escaping ([UInt16: [[UInt8]]]) -> Void) {
+        let notifying = services.flatMap(\.characteristics).filter {
+            !$0.properties.isDisjoint(with: [.notify, .indicate]) && $0.clientConfigurationHandle != nil
+        }
+        let handles = Set(notifying.map(\.valueHandle))
+        var recorded: [UInt16: [[UInt8]]] = [:]
+        let keep: (UInt16, ArraySlice<UInt8>) -> Void = { handle, value in
+            guard handles.contains(handle), recorded[handle, default: []].count < Self.maxRecorded else { return }
+            recorded[handle, default: []].append(Array(value))
+        }
+        client.onNotification = keep
+        client.onIndication = keep
+        for characteristic in notifying {
+            let notify = characteristic.properties.contains(.notify)
+            client.configure(characteristic, notify: notify, indicate: !notify) { [logger] result in
+                if case .failure(let error) = result {
+                    logger.warning("capture: \(characteristic.uuid) could not be subscribed: \(error)")
+                }
+            }
+        }
+        scheduler.schedule(after: .milliseconds(Int64(seconds * 1000))) { then(recorded) }
+    }
+}
+
+/// What to do about a pairing that failed, when the reason says more than its name.
+public enum PairingHint {
+    /// Passkey Entry with a passkey typed that is not the peripheral's ends in Confirm Value
+    /// Failed (Vol 3, Part H, 2.3.5.6.3: each bit's confirm value mismatches), from either side.
+    public static func forFailure(_ error: CentralSecurityError, passkeyGiven: Bool) -> String? {
+        guard case .pairingFailed(reason: .confirmValueFailed?, _) = error, passkeyGiven else { return nil }
+        return "the --passkey given is probably not the peripheral's passkey: a blemu device logs the one it made up "
+            + "at start (`centrals pair with the passkey NNNNNN`), keeps it in passkey-DEVICE-NAME.txt in its --state-dir "
+            + "and shows it in `blemu ctl PATH list` (\"passkey\"); a real device has it on its label or screen"
+    }
+}

@@ -1,0 +1,99 @@
+import BlemuCore
+import BlemuDevices
+import BlemuHost
+import BlemuRunLoop
+import BlemuTransport
+import Logging
+
+/// One controller and the devices on it: the transport link, the host, and a peripheral
+/// stack per device (`blemu run`, and each controller of `blemu chat`).
+public final class ControllerStack {
+    public let link: ControllerLink
+    public let host: PeripheralHost
+    public private(set) var peripherals: [Peripheral] = []
+    public let logger: Logger
+    public var onFatal: ((String) -> Void)?
+    /// The controller came up for the first time (after `controller-up` is logged).
+    public var onFirstUp: (() -> Void)?
+    /// After each HCI event and each controller up or down (with the error when it went down):
+    /// advertising or connections may have changed (for the service status).
+    public var onStateMayChange: ((String?) -> Void)?
+    private var wasUp = false
+
+    public init(spec: ControllerSpec, loop: RunLoop, logger: Logger) {
+        let link = ControllerLink(spec: spec, loop: loop)
+        self.link = link
+        self.logger = logger
+        host = PeripheralHost(controller: spec.description, scheduler: loop, logger: logger) { type, packet in
+            guard let packetType = H4PacketType(rawValue: type) else { return false }
+            return link.send(packetType, packet)
+        }
+        host.onFatal = { [unowned self] message in self.onFatal?(message) }
+        link.onPacket = { [unowned self] type, packet in
+            self.host.receive(packetType: type.rawValue, packet: packet)
+            if type == .event { self.onStateMayChange?(nil) }
+        }
+        link.onUp = { [unowned self] in
+            let first = !self.wasUp
+            self.wasUp = true
+            self.host.controllerUp()
+            if first { self.onFirstUp?() }
+            self.onStateMayChange?(nil)
+        }
+        link.onDown = { [unowned self] error in
+            self.host.controllerDown(reason: error.description)
+            self.onStateMayChange?("controller lost: \(error)")
+        }
+        link.onOpenFailed = { [unowned self] error, retryIn in
+            if !self.wasUp {
+                // The first open decides whether the spec is usable at all: say why and stop.
+                self.link.stop()
+                self.onFatal?(error.description)
+            } else {
+                self.host.logger.warning("controller still unreachable (\(error)); retrying in \(retryIn)")
+                self.onStateMayChange?("controller unreachable: \(error)")
+            }
+        }
+    }
+
+    public func add(device: Device, configuration: PeripheralConfiguration) throws {
+        peripherals.append(try Peripheral(device: device, configuration: configuration, host: host, logger: logger))
+    }
+
+    public func start() { link.start() }
+
+    public func stop(completion: @escaping () -> Void) {
+        host.stop { [link] in
+            link.stop()
+            completion()
+        }
+    }
+
+    /// Stops every stack; `completion` once the last one has (at once when there are none).
+    public static func stopAll(_ stacks: [ControllerStack], completion: @escaping () -> Void) {
+        guard !stacks.isEmpty else { return completion() }
+        var remaining = stacks.count
+        for stack in stacks {
+            stack.stop {
+                remaining -= 1
+                if remaining == 0 { completion() }
+            }
+        }
+    }
+}
+
+/// The pages only start-up used go back to the kernel once the process has settled
+/// (`ProcessMemory.releaseStartupCode`, Docs/PERFORMANCE.md "Footprint"): once, on the first
+/// call where `settled` holds. No timer: an idle process still makes no wakeups.
+public struct StartupPages {
+    public private(set) var released = false
+
+    public init() {}
+
+    public mutating func release(once settled: Bool, logger: Logger) {
+        guard !released, settled else { return }
+        released = true
+        let release = ProcessMemory.releaseStartupCode()
+        logger.debug("start-up over: \(release.advised / 1024) KiB of code and data given back, \(release.singlePageFaults / 1024) KiB of it faults back a page at a time")
+    }
+}

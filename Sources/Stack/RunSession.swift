@@ -1,0 +1,177 @@
+import BlemuCapture
+import BlemuControl
+import BlemuCore
+import BlemuHost
+import BlemuRunLoop
+import BlemuService
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What `blemu run` adds around its stacks: the HCI capture, the control socket.
+public struct RunSettings: Sendable {
+    /// `--btsnoop`: the capture file, its size limit and how many rotated files are kept.
+    public var capturePath: String?
+    public var captureMaxBytes: Int?
+    public var captureGenerations = 3
+    /// `--control`: the control socket and its permission bits.
+    public var controlPath: String?
+    public var controlMode: UInt32 = 0o600
+
+    public init() {}
+}
+
+/// `blemu run` once its stacks are assembled (`RunStack`): the capture opened before any
+/// controller (so it holds the first HCI Reset), the control socket before the controllers (so
+/// a script can wait on it), a clean stop on SIGINT and SIGTERM (SIGHUP ignored: no reload),
+/// systemd's readiness and status, the pages of start-up given back once every device
+/// advertises, `started` logged once every controller is up. Returns when the run stops;
+/// throws the fatal error that stopped it.
+public enum RunSession {
+    public static func run(_ stacks: [ControllerStack], deviceNames: [String], settings: RunSettings, loop: RunLoop,
+                           logger: Logger) throws(StackFailure) {
+        // The capture starts before any controller opens, so it holds the first HCI Reset.
+        var capture: BtsnoopWriter?
+        if let btsnoopPath = settings.capturePath {
+            do {
+                capture = try BtsnoopWriter(path: btsnoopPath, maxFileBytes: settings.captureMaxBytes,
+                                            generations: settings.captureGenerations, publishesCursor: true)
+            } catch {
+                throw StackFailure(error.reason == nil ? "\(error): is the directory there and writable?" : "\(error): give the path of a regular file")
+            }
+            let rotation = capture?.maxFileBytes.map { ", rotated at \($0) bytes" } ?? ""
+            logger.info("capturing HCI to \(btsnoopPath) (btsnoop, H4)\(rotation)")
+            if stacks.count > 1 {
+                // btsnoop has no controller field: one file, the controllers' packets in the order they passed.
+                logger.notice("\(stacks.count) controllers share the capture \(btsnoopPath): btsnoop cannot tell them apart, so a decoder shows one controller")
+            }
+        }
+        defer { capture?.close() }
+        let service = ServiceNotifier(logger: logger)
+        var lastError: String?
+
+        // The control socket comes up before the controllers, so a script can wait on it.
+        var control: ControlServer?
+        if let controlPath = settings.controlPath {
+            let running = stacks.flatMap(\.peripherals)
+            let devices = DeviceControl(logger: logger, scheduler: loop) { running }
+            do {
+                control = try ControlServer(path: controlPath, mode: settings.controlMode, loop: loop, logger: logger) { line, client in
+                    devices.reply(to: line, client: client)
+                }
+            } catch {
+                throw StackFailure(error.description)
+            }
+            logger.info("control socket at \(controlPath)")
+        }
+        // Removed however the run ends (a fatal controller error included).
+        defer { control?.close() }
+
+        var failure: String?
+        var stopping = false
+        func stopAll() {
+            guard !stopping else { return }
+            stopping = true
+            // No commands during the stop (an `advertise on` would fight it); the file goes.
+            control?.close()
+            ControllerStack.stopAll(stacks) { loop.stop() }
+        }
+        do {
+            try loop.handleSignals([SIGINT, SIGTERM]) { signal in
+                if stopping {
+                    logger.warning("second signal: exiting without a clean stop")
+                    control?.close()
+                    Glibc.exit(130)
+                }
+                let name = signal == SIGINT ? "SIGINT" : "SIGTERM"
+                logger.event(.stopping, .notice, "stopping on \(name)")
+                service.stopping(status: "stopping on \(name)")
+                stopAll()
+            }
+            // No reload: the devices, their databases and controllers are fixed for the run.
+            // SIGHUP would otherwise end the process (its default action).
+            try loop.handleSignals([SIGHUP]) { _ in
+                logger.notice("SIGHUP ignored: blemu does not reload its configuration; restart it to apply changes")
+            }
+        } catch {
+            throw StackFailure("cannot handle signals: \(error)")
+        }
+
+        // sd_notify: READY=1 once every device has advertised; STATUS= when the summary changes.
+        var advertised = Set<ObjectIdentifier>()
+        let allPeripherals = stacks.flatMap(\.peripherals)
+        var lastSignature: Int?
+        var startupPages = StartupPages()
+        func refreshService() {
+            // Once every device advertises, start-up is over: its code pages go back (a board's RSS).
+            startupPages.release(once: allPeripherals.allSatisfy(\.isAdvertising), logger: logger)
+            guard service.isEnabled, !stopping else { return }
+            // Called after every HCI event: the line is built only when something in it changed.
+            var hasher = Hasher()
+            for peripheral in allPeripherals {
+                hasher.combine(peripheral.isAdvertising)
+                hasher.combine(peripheral.connectionCount)
+            }
+            for stack in stacks { hasher.combine(stack.link.isUp) }
+            hasher.combine(lastError)
+            let signature = hasher.finalize()
+            guard signature != lastSignature else { return }
+            lastSignature = signature
+            var devices: [ServiceStatus.Device] = []
+            for peripheral in allPeripherals {
+                if peripheral.isAdvertising { advertised.insert(ObjectIdentifier(peripheral)) }
+                devices.append(.init(name: peripheral.deviceName, advertising: peripheral.isAdvertising,
+                                     connections: peripheral.connectionCount))
+            }
+            let status = ServiceStatus(devices: devices, controllersDown: stacks.count(where: { !$0.link.isUp }),
+                                       lastError: lastError).line
+            if !service.isReady && advertised.count == allPeripherals.count {
+                service.ready(status: status)
+            } else {
+                service.update(status: status)
+            }
+        }
+        if let capture {
+            // So a frame number in a log entry can be found in the rotated files.
+            capture.onRotated = { [unowned capture] first, last in
+                logger.info("capture rotated: \(capture.rotatedPath(1)) holds frames \(first)-\(last); \(capture.path) goes on from frame \(last + 1)")
+            }
+            capture.onFailure = { error in
+                logger.error("\(error): the capture stops here; blemu runs on")
+                lastError = "capture stopped: \(error)"
+                refreshService()
+            }
+            for stack in stacks {
+                stack.link.onTraffic = { received, type, packet in
+                    capture.write(packetType: type.rawValue, packet: packet, received: received)
+                }
+            }
+        }
+        service.startWatchdog(on: loop)
+        // `started` means running: logged once every device's controller has come up, so a
+        // controller that cannot be opened at all ends the run without it.
+        var waitingForFirstUp = stacks.count
+        for stack in stacks {
+            stack.onFatal = { message in
+                failure = message
+                lastError = message
+                service.update(status: "failed: \(message)")
+                stopAll()
+            }
+            stack.onStateMayChange = { error in
+                if let error { lastError = error }
+                refreshService()
+            }
+            stack.onFirstUp = {
+                waitingForFirstUp -= 1
+                guard waitingForFirstUp == 0, !stopping else { return }
+                logger.event(.started, .notice, "blemu \(blemuVersion) started: \(deviceNames.joined(separator: ", "))")
+            }
+            stack.start()
+        }
+        loop.run()
+        if let failure { throw StackFailure(failure) }
+    }
+}

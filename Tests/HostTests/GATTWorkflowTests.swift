@@ -1,0 +1,139 @@
+import BlemuATT
+import BlemuCentral
+import BlemuCore
+import BlemuCrypto
+import BlemuGATT
+@testable import BlemuGATTClient
+import BlemuHCI
+import BlemuL2CAP
+import BlemuSMP
+import BlemuSecurity
+import Logging
+import Testing
+
+/// The GATT workflows of a central link (`GATTWorkflow`, what `blemu gatt` runs) against a
+/// scripted controller: the retry after securing, once only, and the dump's reads.
+@Suite struct GATTWorkflowTests {
+    static let quiet = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+
+    final class Bench {
+        let central: CentralBench
+        let security: CentralSecurity
+        let link: CentralLink
+        let workflow: GATTWorkflow
+        var notes: [String] = []
+        var failures: [String] = []
+
+        init() throws {
+            central = try CentralBench(extended: false)
+            let own = BluetoothAddress("D0:01:02:03:04:05")!
+            security = CentralSecurity(configuration: CentralSecurityConfiguration(),
+                                       owner: BondOwner(device: "central", name: "blemu central", address: own),
+                                       localAddress: SMPAddress(own, isRandom: true), scheduler: central.scheduler, logger: GATTWorkflowTests.quiet)
+            central.host.ownRandomAddress = own
+            central.host.attach(security: security)
+            link = try central.connect()
+            workflow = GATTWorkflow(link: link, security: security, scheduler: central.scheduler, logger: GATTWorkflowTests.quiet)
+            workflow.onNote = { [unowned self] in notes.append($0) }
+            workflow.onFailure = { [unowned self] in failures.append($0) }
+        }
+
+        var attSent: [[UInt8]] { central.controller.takeL2CAP(handle: link.handle, cid: L2CAPChannel.att) }
+        func answer(_ pdu: [UInt8]) { central.controller.sendL2CAP(handle: link.handle, cid: L2CAPChannel.att, pdu) }
+        func bond() {
+            let key = SMPLongTermKey(key: [UInt8](repeating: 0x42, count: 16), encryptedDiversifier: 0x1234, randomNumber: 7)
+            security.bonds.save(Bond(peer: SMPAddress(central.peer, isRandom: true), longTermKey: key, encryptionKeySize: 16,
+                                     secureConnections: false, authenticated: true))
+        }
+    }
+
+    /// Vol 3, Part C, 10.3.2: Insufficient Authentication (0x05) makes the central encrypt
+    /// with its bond and send the request once more; a second refusal is the answer.
+    @Test func aRequestRefusedForWantOfSecurityIsRetriedOnceAfterEncrypting() throws {
+        let b = try Bench()
+        b.bond()
+        var result: Result<[UInt8], GATTClientError>?
+        b.workflow.retryingOnSecurity({ done in b.link.client.read(0x0003, completion: done) }) { result = $0 }
+        #expect(b.attSent == [[0x0A, 0x03, 0x00]])
+        b.answer([0x01, 0x0A, 0x03, 0x00, 0x05])
+        #expect(b.central.controller.commands(HCIOpcode.leEnableEncryption).count == 1)
+        #expect(b.notes.count == 1 && b.notes[0].hasSuffix("encrypting with our bond, then trying once more"))
+        #expect(result == nil)
+        b.central.controller.event(0x08, [0x00, 0x40, 0x00, 0x01])   // Encryption Change, enabled
+        #expect(b.notes.last?.hasPrefix("encrypted with our bond: ") == true)
+        #expect(b.attSent == [[0x0A, 0x03, 0x00]], "the read, once more")
+        b.answer([0x01, 0x0A, 0x03, 0x00, 0x05])
+        #expect(result?.error == .att(.insufficientAuthentication, handle: 0x0003), "no second retry")
+        #expect(b.central.controller.commands(HCIOpcode.leEnableEncryption).count == 1)
+        #expect(b.failures.isEmpty)
+    }
+
+    /// A pairing the peer refuses ends the workflow with one line naming the link; the request's
+    /// own completion is not called (the front end stops on the failure).
+    @Test func aSecuringThatFailsEndsTheWorkflow() throws {
+        let b = try Bench()
+        var result: Result<[UInt8], GATTClientError>?
+        b.workflow.retryingOnSecurity({ done in b.link.client.read(0x0003, completion: done) }) { result = $0 }
+        _ = b.attSent
+        b.answer([0x01, 0x0A, 0x03, 0x00, 0x0F])   // Insufficient Encryption
+        #expect(b.notes.count == 1 && b.notes[0].hasSuffix("pairing, then trying once more"))
+        let sent = b.central.controller.takeL2CAP(handle: b.link.handle, cid: L2CAPChannel.securityManager)
+        #expect(sent.first?.first == SMPCode.pairingRequest.rawValue)
+        b.central.controller.sendL2CAP(handle: b.link.handle, cid: L2CAPChannel.securityManager,
+                                       SMPPairingFailed(reason: .pairingNotSupported).encoded)
+        #expect(b.failures.count == 1 && b.failures[0].hasPrefix("securing the link with \(b.central.peer): "))
+        #expect(result == nil)
+    }
+
+    /// A dump reads every readable value and every descriptor, in handle order, keeping each
+    /// refusal's code (what a profile's permissions are made of); nothing is written.
+    @Test func aDumpReadsEveryValueAndKeepsTheRefusals() throws {
+        let b = try Bench()
+        let readable = RemoteCharacteristic(
+            characteristic: DiscoveredCharacteristic(uuid: BluetoothUUID(0x2A19), properties: [.read, .notify],
+                                                     declarationHandle: 0x0010, valueHandle: 0x0011, endHandle: 0x0012),
+            descriptors: [DiscoveredDescriptor(uuid: GATTType.clientConfiguration, handle: 0x0012)])
+        let writeOnly = RemoteCharacteristic(
+            characteristic: DiscoveredCharacteristic(uuid: BluetoothUUID(0x2A39), properties: [.write],
+                                                     declarationHandle: 0x0013, valueHandle: 0x0014, endHandle: 0x0014),
+            descriptors: [])
+        let services = [RemoteService(service: DiscoveredService(uuid: BluetoothUUID(0x180F), handles: 0x0010...0x0014),
+                                      includes: [], characteristics: [readable, writeOnly])]
+        var dump: GATTWorkflow.Dump?
+        b.workflow.dump(services, secureAndRetry: false) { dump = $0 }
+        #expect(b.attSent == [[0x0A, 0x11, 0x00]])
+        b.answer([0x0B, 0x64])
+        #expect(b.attSent == [[0x0A, 0x12, 0x00]])
+        b.answer([0x01, 0x0A, 0x12, 0x00, 0x05])
+        #expect(b.attSent.isEmpty, "the write-only value is not read, nothing is written")
+        let result = try #require(dump)
+        #expect(try result.values[0x0011]?.get() == [0x64])
+        #expect(result.values[0x0012]?.error == .att(.insufficientAuthentication, handle: 0x0012))
+        #expect(result.values[0x0014] == nil)
+        #expect(result.refusals == [0x0012: [0x05]] && result.readSecured.isEmpty)
+        #expect(b.failures.isEmpty)
+    }
+
+    /// `dump --profile --capture`: what a characteristic notifies is recorded for the time
+    /// asked, at most `maxRecorded` values each, so a chatty peer cannot grow memory without bound.
+    @Test func recordingKeepsAtMostMaxRecordedValuesPerCharacteristic() throws {
+        let b = try Bench()
+        let level = RemoteCharacteristic(
+            characteristic: DiscoveredCharacteristic(uuid: BluetoothUUID(0x2A19), properties: [.read, .notify],
+                                                     declarationHandle: 0x0010, valueHandle: 0x0011, endHandle: 0x0012),
+            descriptors: [DiscoveredDescriptor(uuid: GATTType.clientConfiguration, handle: 0x0012)])
+        let services = [RemoteService(service: DiscoveredService(uuid: BluetoothUUID(0x180F), handles: 0x0010...0x0012),
+                                      includes: [], characteristics: [level])]
+        var recorded: [UInt16: [[UInt8]]]?
+        b.workflow.record(services, for: 2) { recorded = $0 }
+        #expect(b.attSent == [[0x12, 0x12, 0x00, 0x01, 0x00]], "notifications on")
+        b.answer([0x13])
+        for index in 0..<(GATTWorkflow.maxRecorded + 6) { b.answer([0x1B, 0x11, 0x00, UInt8(index)]) }
+        b.answer([0x1B, 0x05, 0x00, 0xEE])   // not a characteristic being recorded
+        #expect(recorded == nil)
+        b.central.scheduler.advance(by: .seconds(2))
+        let values = try #require(recorded)
+        #expect(Array(values.keys) == [0x0011])
+        #expect(values[0x0011]?.count == GATTWorkflow.maxRecorded && values[0x0011]?.first == [0] && values[0x0011]?.last == [63])
+    }
+}
