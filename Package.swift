@@ -42,8 +42,13 @@ let package = Package(
             "BlemuCore",
             .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Sources/HCI"),
-        .target(name: "BlemuL2CAP", dependencies: ["BlemuCore", "BlemuHCI"], path: "Sources/L2CAP"),
-        .target(name: "BlemuATT", dependencies: ["BlemuCore"], path: "Sources/ATT"),
+        // The link layer: an L2CAPLink per ACL link (reassembly, framing, fixed channels, LE signalling).
+        .target(name: "BlemuL2CAP", dependencies: [
+            "BlemuCore", "BlemuHCI",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/L2CAP"),
+        // ATT PDUs and the ATTBearer, a fixed channel of an L2CAPLink.
+        .target(name: "BlemuATT", dependencies: ["BlemuCore", "BlemuHCI", "BlemuL2CAP"], path: "Sources/ATT"),
         // The Security Manager (Vol 3, Part H): crypto toolbox, SMP PDUs, the responder's pairing
         // state machine. Pure (no I/O, no timers of its own); beside ATT, below GATT and Host.
         .target(name: "BlemuSMP", dependencies: [
@@ -146,8 +151,9 @@ let package = Package(
                     path: "Tests/ConfigTests"),
         .testTarget(name: "RunLoopTests", dependencies: ["BlemuRunLoop", "BlemuTransport", "CLinux"],
                     path: "Tests/RunLoopTests"),
-        .testTarget(name: "HCITests", dependencies: ["BlemuHCI", "BlemuL2CAP"], path: "Tests/HCITests"),
-        .testTarget(name: "ATTTests", dependencies: ["BlemuATT"], path: "Tests/ATTTests"),
+        .testTarget(name: "HCITests", dependencies: ["BlemuHCI", "BlemuL2CAP", "BlemuCore", .product(name: "Logging", package: "swift-log")],
+                    path: "Tests/HCITests"),
+        .testTarget(name: "ATTTests", dependencies: ["BlemuATT", "BlemuL2CAP", "BlemuHCI", "BlemuCore"], path: "Tests/ATTTests"),
         .testTarget(name: "SMPTests", dependencies: ["BlemuSMP", "BlemuCore"], path: "Tests/SMPTests"),
         .testTarget(name: "SecurityTests", dependencies: ["BlemuSecurity", "BlemuSMP", "BlemuCore",
                                                        .product(name: "Logging", package: "swift-log")],

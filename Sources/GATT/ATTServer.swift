@@ -2,20 +2,9 @@ import BlemuATT
 import BlemuCore
 import DequeModule
 
-/// How a PDU the server sends may be treated by the link below it.
-public enum ATTSendKind: Sendable {
-    /// A response: at most one per request, and the client sends one request at a time
-    /// (Vol 3, Part F, 3.3.2), so these are bounded by the protocol and must never be refused.
-    case response
-    /// An indication: at most one outstanding per bearer (Vol 3, Part F, 3.4.7.2).
-    case indication
-    /// A notification: unbounded by the protocol, so the link may refuse it when its transmit
-    /// queue is full; the device then hears "ready to update" when room frees.
-    case notification
-}
-
 public protocol ATTServerDelegate: AnyObject {
-    /// Sends one ATT PDU on the server's link. Returns false when it was not taken.
+    /// Sends one ATT PDU of the server. Returns false when it was not taken. By default it goes
+    /// to the server's bearer; a test or fuzz target that stands in for the link takes it here.
     func attServer(_ server: ATTServer, send pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool
     /// Every request answered, with the error when the answer was an Error Response.
     func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?)
@@ -44,6 +33,9 @@ public protocol ATTServerDelegate: AnyObject {
 /// What a delegate that only carries PDUs (a test, a fuzz target, the central's own small
 /// server) need not hear: the informational events do nothing unless implemented.
 extension ATTServerDelegate {
+    public func attServer(_ server: ATTServer, send pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool {
+        server.bearer.send(pdu, kind: kind)
+    }
     public func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?) {}
     public func attServer(_ server: ATTServer, mtuChanged mtu: Int) {}
     public func attServer(_ server: ATTServer, configured characteristic: Characteristic, from old: UInt16, to new: UInt16) {}
@@ -101,9 +93,10 @@ public final class ATTServer {
     private var heldTimer: TimerID?
     private static let maxHeldRequests = 4
 
-    /// ATT_MTU now: the bearer's, shared with a GATT client on the same link (`ATTBearerMTU`).
-    public var mtu: Int { bearerMTU.value }
-    private let bearerMTU: ATTBearerMTU
+    /// ATT_MTU now: the bearer's, shared with a GATT client on the same link.
+    public var mtu: Int { bearer.mtu }
+    /// The link's ATT bearer: its ATT_MTU, and where the server's PDUs go by default.
+    public let bearer: ATTBearer
     private var mtuExchanged = false
     public let serverRxMTU: Int
 
@@ -171,11 +164,12 @@ public final class ATTServer {
     /// taken at the link's first such read (a link that never makes one costs no more).
     private var readValue = ValueBuffer(capacity: 0)
 
-    /// `bearerMTU`: the link's ATT_MTU, given when a GATT client on the same link shares it.
+    /// `bearer`: the link's ATT bearer, which routes the client's requests to this server (a
+    /// server made alone gets a bearer of its own, which its delegate stands in front of).
     public init(database: GATTDatabase, peer: ATTPeer, scheduler: TimerScheduling,
-                serverRxMTU: Int = ATTServer.maximumMTU, bearerMTU: ATTBearerMTU = ATTBearerMTU()) {
+                serverRxMTU: Int = ATTServer.maximumMTU, bearer: ATTBearer = ATTBearer()) {
         self.database = database
-        self.bearerMTU = bearerMTU
+        self.bearer = bearer
         self.peer = peer
         self.scheduler = scheduler
         self.serverRxMTU = max(Self.defaultMTU, min(serverRxMTU, Self.maximumMTU))
@@ -185,6 +179,7 @@ public final class ATTServer {
         update.reserveCapacity(Self.maximumMTU + 8)
         // Room is taken at the link's first long read.
         longReadValue = []
+        bearer.server = self
     }
 
     deinit {
@@ -532,7 +527,7 @@ public final class ATTServer {
         mtuExchanged = true
         let newMTU = min(client, serverRxMTU)
         if newMTU != mtu {
-            bearerMTU.value = newMTU
+            bearer.mtu = newMTU
             delegate?.attServer(self, mtuChanged: mtu)
         }
     }
@@ -1211,3 +1206,6 @@ public struct ATTLinkSecurity: Equatable, Sendable {
         self.hasLongTermKey = hasLongTermKey
     }
 }
+
+/// The server end of its bearer: requests, commands and confirmations come to `receive`.
+extension ATTServer: ATTBearerEnd {}

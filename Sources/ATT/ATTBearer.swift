@@ -1,0 +1,96 @@
+import BlemuCore
+import BlemuHCI
+import BlemuL2CAP
+
+/// How a PDU sent on a bearer may be treated by the link below it.
+public enum ATTSendKind: Sendable {
+    /// A response: at most one per request, and the client sends one request at a time
+    /// (Vol 3, Part F, 3.3.2), so these are bounded by the protocol and must never be refused.
+    case response
+    /// An indication: at most one outstanding per bearer (Vol 3, Part F, 3.4.7.2).
+    case indication
+    /// A notification: unbounded by the protocol, so the link may refuse it when its transmit
+    /// queue is full; the device then hears "ready to update" when room frees.
+    case notification
+    /// What a client sends: requests (one at a time, 3.3.2), commands and confirmations.
+    case request
+
+    /// What the link's transmit queue does with it: only notifications may be refused early.
+    public var priority: TransmitPriority { self == .notification ? .bestEffort : .required }
+}
+
+/// The layer below a bearer: what carries its PDUs (an L2CAP link's fixed channel 0x0004, or a
+/// test's fake).
+public protocol ATTTransport: AnyObject {
+    /// Sends one ATT PDU; false when it was not taken.
+    func sendATT(_ pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool
+}
+
+/// One end of a bearer above it: the link's ATT server, or its GATT client.
+public protocol ATTBearerEnd: AnyObject {
+    /// One PDU from the peer that is this end's (`ATTOpcode.isForClient`).
+    func receive(_ pdu: ArraySlice<UInt8>)
+}
+
+/// One ATT bearer (Vol 3, Part F, 3.2.11): the ATT_MTU and the routing of PDUs between the link
+/// and the ends above it. A link has one bearer in either role, with a server and, where a client
+/// is used, a client on it. What the peer sends goes to one end, decided in one place
+/// (`ATTOpcode.isForClient`): requests, commands and confirmations to the server; responses,
+/// notifications and indications to the client (as Bumble's `Connection` sends odd opcodes to its
+/// client and even ones to its server).
+public final class ATTBearer {
+    /// The LE default before any exchange (Vol 3, Part G, 5.2.1).
+    public static let leDefaultMTU = 23
+
+    /// ATT_MTU. Vol 3, Part F, 3.2.8: "ATT_MTU is defined as the maximum size of any packet sent
+    /// between a client and a server", and 3.4.2.2: after an MTU exchange "the server and client
+    /// shall set ATT_MTU to the minimum of the Client Rx MTU and the Server Rx MTU". One per
+    /// bearer, whichever end exchanged it. Read on every PDU: no dynamic exclusivity check (one
+    /// thread, and never passed inout).
+    @exclusivity(unchecked) public var mtu: Int
+    /// Where PDUs go out; nil: nothing is sent.
+    public weak var transport: ATTTransport?
+    public weak var server: ATTBearerEnd?
+    public weak var client: ATTBearerEnd?
+
+    public init(mtu: Int = ATTBearer.leDefaultMTU, transport: ATTTransport? = nil) {
+        self.mtu = mtu
+        self.transport = transport
+    }
+
+    /// A bearer on `link`'s ATT channel (CID 0x0004, Vol 3, Part A, 2.1): what arrives there comes
+    /// to `receive`, what the ends send goes out there.
+    public convenience init(link: L2CAPLink) {
+        self.init(transport: link)
+        link.register(cid: L2CAPChannel.att) { [unowned self] pdu in self.receive(pdu) }
+    }
+
+    /// One ATT PDU from the peer, to the end it is for; dropped when that end is missing (a
+    /// response on a link with no client answers nothing asked).
+    public func receive(_ pdu: ArraySlice<UInt8>) {
+        guard let opcode = pdu.first else { return }
+        if ATTOpcode.isForClient(opcode) {
+            client?.receive(pdu)
+        } else {
+            server?.receive(pdu)
+        }
+    }
+
+    /// Sends one PDU of either end. False when the link did not take it.
+    public func send(_ pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool {
+        transport?.sendATT(pdu, kind: kind) ?? false
+    }
+}
+
+extension L2CAPLink: ATTTransport {
+    public func sendATT(_ pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool {
+        send(cid: L2CAPChannel.att, pdu, priority: kind.priority)
+    }
+}
+
+/// A transport that hands PDUs to a closure (a test, a fuzz target, a client made alone).
+public final class ATTClosureTransport: ATTTransport {
+    private let send: (ArraySlice<UInt8>, ATTSendKind) -> Bool
+    public init(_ send: @escaping (ArraySlice<UInt8>, ATTSendKind) -> Bool) { self.send = send }
+    public func sendATT(_ pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool { send(pdu, kind) }
+}

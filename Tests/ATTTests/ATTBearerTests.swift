@@ -1,0 +1,81 @@
+import Testing
+import BlemuATT
+import BlemuCore
+import BlemuHCI
+import BlemuL2CAP
+import Logging
+
+/// The ATT bearer alone (Vol 3, Part F, 3.2.11 and 3.3): what the peer sends goes to the end it
+/// is for, decided in one place; what either end sends goes to the link with the kind's priority.
+@Suite struct ATTBearerTests {
+    final class End: ATTBearerEnd {
+        var received: [[UInt8]] = []
+        func receive(_ pdu: ArraySlice<UInt8>) { received.append(Array(pdu)) }
+    }
+
+    @Test func requestsCommandsAndConfirmationsToTheServerTheRestToTheClient() {
+        let bearer = ATTBearer()
+        let server = End(), client = End()
+        bearer.server = server
+        bearer.client = client
+        let toServer: [[UInt8]] = [[0x02, 0x17, 0x00], [0x0A, 0x03, 0x00], [0x52, 0x03, 0x00, 0x01], [0x1E], [0xD2, 0x03, 0x00],
+                                   [0x15], [0x20, 0x01, 0x00, 0x02, 0x00]]
+        let toClient: [[UInt8]] = [[0x01, 0x0A, 0x03, 0x00, 0x0A], [0x03, 0x17, 0x00], [0x0B, 0x41], [0x1B, 0x03, 0x00, 0x2A],
+                                   [0x1D, 0x03, 0x00], [0x23, 0x03, 0x00, 0x01, 0x00, 0x2A], [0x21]]
+        for pdu in toServer + toClient { bearer.receive(pdu[...]) }
+        bearer.receive([][...])
+        #expect(server.received == toServer)
+        #expect(client.received == toClient)
+    }
+
+    /// A peripheral's bearer has no client: a response answers nothing asked and is dropped.
+    @Test func aPDUForAMissingEndIsDropped() {
+        let bearer = ATTBearer()
+        let server = End()
+        bearer.server = server
+        bearer.receive([0x0B, 0x41][...])
+        #expect(server.received.isEmpty)
+    }
+
+    @Test func theClassificationIsTheOneTheServerAnswersBy() {
+        for raw in UInt8.min...UInt8.max {
+            let forClient = ATTOpcode.isForClient(raw)
+            // Nothing the client takes is a request the server must answer.
+            if forClient { #expect(!ATTOpcode.isRequestForm(raw)) }
+            // Responses are odd opcodes; every even one is the server's (Bumble routes by parity).
+            if raw & 1 == 0 { #expect(!forClient) }
+        }
+    }
+
+    @Test func onABearerOnALinkPDUsTravelOnTheATTChannel() {
+        final class Lower: L2CAPLower {
+            var frames: [([UInt8], TransmitPriority)] = []
+            func sendL2CAP(handle: UInt16, pdu: ArraySlice<UInt8>, priority: TransmitPriority) -> Bool {
+                frames.append((Array(pdu), priority))
+                return true
+            }
+            func send(_ command: HCICommand, completion: ((CommandResult) -> Void)?) -> Bool { true }
+        }
+        let lower = Lower()
+        let context = L2CAPLinkContext(hci: lower, scheduler: ManualScheduler(),
+                                       logger: Logger(label: "att-test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        let link = L2CAPLink(handle: 0x0040, role: .peripheral, context: context)
+        let bearer = ATTBearer(link: link)
+        let server = End()
+        bearer.server = server
+        link.receive(ACLPacket(handle: 0x0040, boundary: .firstFlushable, data: [0x03, 0x00, 0x04, 0x00, 0x0A, 0x03, 0x00][...]))
+        #expect(server.received == [[0x0A, 0x03, 0x00]])
+        #expect(bearer.send([0x0B, 0x41][...], kind: .response))
+        #expect(bearer.send([0x1B, 0x03, 0x00, 0x41][...], kind: .notification))
+        #expect(lower.frames.map(\.0) == [[0x02, 0x00, 0x04, 0x00, 0x0B, 0x41], [0x04, 0x00, 0x04, 0x00, 0x1B, 0x03, 0x00, 0x41]])
+        // Only notifications may be refused by a full queue (nothing above bounds them).
+        #expect(lower.frames.map(\.1) == [.required, .bestEffort])
+        link.close()
+        #expect(!bearer.send([0x0B][...], kind: .response))
+    }
+
+    @Test func withoutATransportNothingIsSent() {
+        #expect(!ATTBearer().send([0x0B][...], kind: .response))
+        #expect(ATTBearer().mtu == 23)
+    }
+}
