@@ -16,7 +16,12 @@ public enum ATTSendKind: Sendable {
     case request
 
     /// What the link's transmit queue does with it: only notifications may be refused early.
-    public var priority: TransmitPriority { self == .notification ? .bestEffort : .required }
+    public var priority: TransmitPriority {
+        switch self {
+        case .notification: return .bestEffort
+        case .response, .indication, .request: return .required
+        }
+    }
 }
 
 /// The layer below a bearer: what carries its PDUs (an L2CAP link's fixed channel 0x0004, or a
@@ -28,8 +33,9 @@ public protocol ATTTransport: AnyObject {
 
 /// One end of a bearer above it: the link's ATT server, or its GATT client.
 public protocol ATTBearerEnd: AnyObject {
-    /// One PDU from the peer that is this end's (`ATTOpcode.isForClient`).
-    func receive(_ pdu: ArraySlice<UInt8>)
+    /// One PDU from the peer that is this end's (`ATTOpcode.isForClient`); `opcode` is its first
+    /// byte, read once by the bearer.
+    func receive(_ pdu: ArraySlice<UInt8>, opcode: UInt8)
 }
 
 /// One ATT bearer (Vol 3, Part F, 3.2.11): the ATT_MTU and the routing of PDUs between the link
@@ -38,7 +44,7 @@ public protocol ATTBearerEnd: AnyObject {
 /// (`ATTOpcode.isForClient`): requests, commands and confirmations to the server; responses,
 /// notifications and indications to the client (as Bumble's `Connection` sends odd opcodes to its
 /// client and even ones to its server).
-public final class ATTBearer {
+public final class ATTBearer: L2CAPChannelEnd {
     /// The LE default before any exchange (Vol 3, Part G, 5.2.1).
     public static let leDefaultMTU = 23
 
@@ -48,10 +54,20 @@ public final class ATTBearer {
     /// bearer, whichever end exchanged it. Read on every PDU: no dynamic exclusivity check (one
     /// thread, and never passed inout).
     @exclusivity(unchecked) public var mtu: Int
-    /// Where PDUs go out; nil: nothing is sent.
-    public weak var transport: ATTTransport?
-    public weak var server: ATTBearerEnd?
-    public weak var client: ATTBearerEnd?
+    // Read on every PDU too, unchecked for the same reason as `mtu`. The link and the ends are
+    // held `unowned`, not `weak`: a weak reference moves its object's reference count to a side
+    // table, which makes every retain and release of the server, client and link slow (the
+    // perf gate counted it). They outlive the bearer's use: the link owner (`Connection`,
+    // `CentralLink`) keeps link, server and client together, and closes the link, which lets the
+    // bearer go, before they go.
+    /// The link the bearer is on (its CID 0x0004), where PDUs go out.
+    @exclusivity(unchecked) public private(set) unowned var link: L2CAPLink?
+    /// Where PDUs go out on a bearer on no link (a test's fake, a closure); nil: nothing is sent.
+    @exclusivity(unchecked) public weak var transport: ATTTransport?
+    /// The server end: set by `ATTServer`, which owns its bearer.
+    @exclusivity(unchecked) public unowned var server: ATTBearerEnd?
+    /// The client end: set by `GATTClient`, which owns its bearer too.
+    @exclusivity(unchecked) public unowned var client: ATTBearerEnd?
 
     public init(mtu: Int = ATTBearer.leDefaultMTU, transport: ATTTransport? = nil) {
         self.mtu = mtu
@@ -61,30 +77,32 @@ public final class ATTBearer {
     /// A bearer on `link`'s ATT channel (CID 0x0004, Vol 3, Part A, 2.1): what arrives there comes
     /// to `receive`, what the ends send goes out there.
     public convenience init(link: L2CAPLink) {
-        self.init(transport: link)
-        link.register(cid: L2CAPChannel.att) { [unowned self] pdu in self.receive(pdu) }
+        self.init()
+        self.link = link
+        link.register(cid: L2CAPChannel.att, self)
     }
+
+    /// Whether the bearer is on a link (else its ends' PDUs go to `transport`, if any).
+    public var isOnLink: Bool { link != nil }
 
     /// One ATT PDU from the peer, to the end it is for; dropped when that end is missing (a
     /// response on a link with no client answers nothing asked).
     public func receive(_ pdu: ArraySlice<UInt8>) {
         guard let opcode = pdu.first else { return }
         if ATTOpcode.isForClient(opcode) {
-            client?.receive(pdu)
+            client?.receive(pdu, opcode: opcode)
         } else {
-            server?.receive(pdu)
+            server?.receive(pdu, opcode: opcode)
         }
     }
 
     /// Sends one PDU of either end. False when the link did not take it.
     public func send(_ pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool {
-        transport?.sendATT(pdu, kind: kind) ?? false
-    }
-}
-
-extension L2CAPLink: ATTTransport {
-    public func sendATT(_ pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool {
-        send(cid: L2CAPChannel.att, pdu, priority: kind.priority)
+        if let link {
+            // Only notifications may be refused early: nothing above bounds them.
+            return link.send(cid: L2CAPChannel.att, pdu, priority: kind.priority)
+        }
+        return transport?.sendATT(pdu, kind: kind) ?? false
     }
 }
 

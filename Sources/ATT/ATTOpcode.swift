@@ -48,11 +48,10 @@ public enum ATTOpcode: UInt8, Sendable, CaseIterable {
     /// Which end of a bearer a PDU from the peer is for, decided here only (Vol 3, Part F, 3.3 and
     /// 3.4.8): responses, notifications and indications are the client's; requests, commands and
     /// confirmations (and what is unknown) the server's, which answers an unknown request.
+    /// Those are the odd opcodes up to 0x23 but 0x15 and 0x1F, which Table 3.37 leaves unused
+    /// (tested against the table's list in ATTBearerTests).
     public static func isForClient(_ raw: UInt8) -> Bool {
-        switch raw {
-        case 0x01, 0x03, 0x05, 0x07, 0x09, 0x0B, 0x0D, 0x0F, 0x11, 0x13, 0x17, 0x19, 0x1B, 0x1D, 0x21, 0x23: return true
-        default: return false
-        }
+        raw & 1 == 1 && raw <= 0x23 && raw != 0x15 && raw != 0x1F
     }
 }
 

@@ -3,8 +3,9 @@ import BlemuCore
 import DequeModule
 
 public protocol ATTServerDelegate: AnyObject {
-    /// Sends one ATT PDU of the server. Returns false when it was not taken. By default it goes
-    /// to the server's bearer; a test or fuzz target that stands in for the link takes it here.
+    /// Sends one ATT PDU of a server whose bearer is on no link (a server made alone: a test or
+    /// fuzz target stands in for the link here). Returns false when it was not taken. A server on
+    /// a link sends on its bearer and never asks.
     func attServer(_ server: ATTServer, send pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool
     /// Every request answered, with the error when the answer was an Error Response.
     func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?)
@@ -33,9 +34,7 @@ public protocol ATTServerDelegate: AnyObject {
 /// What a delegate that only carries PDUs (a test, a fuzz target, the central's own small
 /// server) need not hear: the informational events do nothing unless implemented.
 extension ATTServerDelegate {
-    public func attServer(_ server: ATTServer, send pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool {
-        server.bearer.send(pdu, kind: kind)
-    }
+    public func attServer(_ server: ATTServer, send pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool { false }
     public func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?) {}
     public func attServer(_ server: ATTServer, mtuChanged mtu: Int) {}
     public func attServer(_ server: ATTServer, configured characteristic: Characteristic, from old: UInt16, to new: UInt16) {}
@@ -95,8 +94,10 @@ public final class ATTServer {
 
     /// ATT_MTU now: the bearer's, shared with a GATT client on the same link.
     public var mtu: Int { bearer.mtu }
-    /// The link's ATT bearer: its ATT_MTU, and where the server's PDUs go by default.
+    /// The link's ATT bearer: its ATT_MTU, and where the server's PDUs go.
     public let bearer: ATTBearer
+    /// The bearer is on a link (for the server's life): PDUs go to it, not to the delegate.
+    private let sendsOnBearer: Bool
     private var mtuExchanged = false
     public let serverRxMTU: Int
 
@@ -170,6 +171,7 @@ public final class ATTServer {
                 serverRxMTU: Int = ATTServer.maximumMTU, bearer: ATTBearer = ATTBearer()) {
         self.database = database
         self.bearer = bearer
+        sendsOnBearer = bearer.isOnLink
         self.peer = peer
         self.scheduler = scheduler
         self.serverRxMTU = max(Self.defaultMTU, min(serverRxMTU, Self.maximumMTU))
@@ -191,7 +193,13 @@ public final class ATTServer {
 
     /// Handles one ATT PDU from the client.
     public func receive(_ pdu: ArraySlice<UInt8>) {
-        guard let opcode = pdu.first, !isTimedOut, !isClosed else { return }
+        guard let opcode = pdu.first else { return }
+        receive(pdu, opcode: opcode)
+    }
+
+    /// One ATT PDU from the client whose first byte, `opcode`, the bearer read already.
+    public func receive(_ pdu: ArraySlice<UInt8>, opcode: UInt8) {
+        guard !isTimedOut, !isClosed else { return }
         if opcode == ATTOpcode.handleValueConfirmation.rawValue {
             confirmationReceived()
             return
@@ -500,15 +508,22 @@ public final class ATTServer {
     private func respond(_ requestOpcode: UInt8) {
         // One load of the weak reference for both calls: each load is an atomic operation.
         guard let delegate else { return }
-        _ = delegate.attServer(self, send: out[...], kind: .response)
+        _ = sendsOnBearer ? bearer.send(out[...], kind: .response) : delegate.attServer(self, send: out[...], kind: .response)
         delegate.attServer(self, answered: requestOpcode, handle: 0, error: nil)
+    }
+
+    /// One PDU out: on the bearer's link, or through the delegate when the bearer is on none
+    /// (written out at each use on the request path: a call more is a debug build's cost).
+    private func transmit(_ pdu: ArraySlice<UInt8>, kind: ATTSendKind, _ delegate: ATTServerDelegate?) -> Bool {
+        sendsOnBearer ? bearer.send(pdu, kind: kind) : delegate?.attServer(self, send: pdu, kind: kind) ?? false
     }
 
     private func sendError(_ requestOpcode: UInt8, _ handle: UInt16, _ error: ATTError) {
         out.removeAll(keepingCapacity: true)
         ATTErrorResponse(requestOpcode: requestOpcode, handle: handle, error: error).encode(into: &out)
-        _ = delegate?.attServer(self, send: out[...], kind: .response)
-        delegate?.attServer(self, answered: requestOpcode, handle: handle, error: error)
+        guard let delegate else { return }
+        _ = transmit(out[...], kind: .response, delegate)
+        delegate.attServer(self, answered: requestOpcode, handle: handle, error: error)
     }
 
     // MARK: MTU (Vol 3, Part F, 3.4.2)
@@ -1041,7 +1056,7 @@ public final class ATTServer {
         update.append(ATTOpcode.handleValueNotification.rawValue)
         update.appendLE(c.valueHandle)
         update.append(contentsOf: value.prefix(mtu - 3))
-        return delegate?.attServer(self, send: update[...], kind: .notification) == true ? .queued : .queueFull
+        return transmit(update[...], kind: .notification, delegate) ? .queued : .queueFull
     }
 
     /// Sends an indication if this peer enabled it. One is in flight at a time; later ones
@@ -1103,7 +1118,7 @@ public final class ATTServer {
         update.append(ATTOpcode.handleValueIndication.rawValue)
         update.appendLE(indication.handle)
         update.append(contentsOf: indication.value.prefix(mtu - 3))
-        guard delegate?.attServer(self, send: update[...], kind: .indication) == true else { return false }
+        guard transmit(update[...], kind: .indication, delegate) else { return false }
         inFlight = indication
         indicationTimer = scheduler.schedule(after: Self.transactionTimeout, indicationTimedOut)
         return true

@@ -90,7 +90,13 @@ public final class GATTClient {
 
     /// One ATT PDU from the server.
     public func receive(_ pdu: ArraySlice<UInt8>) {
-        guard let opcode = pdu.first, !isClosed else { return }
+        guard let opcode = pdu.first else { return }
+        receive(pdu, opcode: opcode)
+    }
+
+    /// One ATT PDU from the server whose first byte, `opcode`, the bearer read already.
+    public func receive(_ pdu: ArraySlice<UInt8>, opcode: UInt8) {
+        guard !isClosed else { return }
         switch opcode {
         case ATTOpcode.handleValueNotification.rawValue:
             guard let notification = try? ATTHandleValueNotification(pdu: pdu) else {

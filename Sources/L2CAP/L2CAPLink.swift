@@ -41,7 +41,9 @@ public final class L2CAPLinkContext {
     public var logger: Logger
     /// Lines whose rate a peer controls (Docs/DIAGNOSTICS.md).
     public var peerLog = LogBudget()
-    private var frame: [UInt8] = []
+    /// Where a link builds a frame (`L2CAPLink.send`). Unchecked: one thread, and no access to it
+    /// is ever open while another starts (the frame is built, then handed to HCI as a slice).
+    @exclusivity(unchecked) fileprivate var frame: [UInt8] = []
 
     public init(hci: L2CAPLower, scheduler: TimerScheduling, logger: Logger) {
         self.hci = hci
@@ -50,19 +52,24 @@ public final class L2CAPLinkContext {
         frame.reserveCapacity(4 + L2CAPReassembler.defaultMaxPDU)
     }
 
-    /// Sends one basic frame (Vol 3, Part A, 3.1) on `handle`; HCI fragments it to the
-    /// controller's ACL size. False when the link's transmit queue did not take it.
-    func sendFrame(cid: UInt16, payload: ArraySlice<UInt8>, on handle: UInt16, priority: TransmitPriority) -> Bool {
-        frame.removeAll(keepingCapacity: true)
-        appendL2CAPFrame(cid: cid, payload: payload, to: &frame)
-        return hci.sendL2CAP(handle: handle, pdu: frame[...], priority: priority)
-    }
-
     func warnPeer(_ message: @autoclosure () -> String, handle: UInt16) {
         if let leftOut = peerLog.take(now: scheduler.nowNanoseconds, for: logger) {
             logger.warning("\(message())\(LogBudget.note(leftOut))", metadata: [LogKey.connHandle: "\(handle)"])
         }
     }
+}
+
+/// What a fixed channel of a link hands its PDUs to: the ATT bearer, or a closure.
+public protocol L2CAPChannelEnd: AnyObject {
+    /// One PDU of the channel, its basic header removed.
+    func receive(_ pdu: ArraySlice<UInt8>)
+}
+
+/// A channel end that is a closure (SMP, which the security layer takes by connection handle).
+final class L2CAPClosureChannel: L2CAPChannelEnd {
+    let action: (ArraySlice<UInt8>) -> Void
+    init(_ action: @escaping (ArraySlice<UInt8>) -> Void) { self.action = action }
+    func receive(_ pdu: ArraySlice<UInt8>) { action(pdu) }
 }
 
 /// One ACL link's L2CAP (Vol 3, Part A), in either role: reassembly of what the peer sends (with
@@ -73,17 +80,22 @@ public final class L2CAPLink {
     public let handle: UInt16
     public let role: LinkRole
     public let context: L2CAPLinkContext
+    // The state read on every PDU is marked `@exclusivity(unchecked)`: one thread, never passed
+    // inout, and a debug build's dynamic check costs more than the rest of the hop (the perf gate).
+
     /// Closed: nothing more is received or sent.
-    public private(set) var isClosed = false
+    @exclusivity(unchecked) public private(set) var isClosed = false
 
     private struct FixedChannel {
         let cid: UInt16
-        let receive: (ArraySlice<UInt8>) -> Void
+        let end: L2CAPChannelEnd
     }
-    /// A handful at most (ATT, SMP): a scan beats a table.
-    private var channels: [FixedChannel] = []
+    /// The ATT channel, which carries nearly every PDU, is looked up first, without a scan.
+    @exclusivity(unchecked) private var attChannel: L2CAPChannelEnd?
+    /// The other fixed channels (SMP): a handful at most, so a scan beats a table.
+    @exclusivity(unchecked) private var channels: [FixedChannel] = []
     private var reassembler = L2CAPReassembler()
-    private var reassemblyTimer: TimerID?
+    @exclusivity(unchecked) private var reassemblyTimer: TimerID?
     /// The reassembly timer's action, made at the link's first fragmented PDU and kept: a
     /// closure made per fragmented PDU would be an allocation per request.
     private var reassemblyExpired: (() -> Void)?
@@ -101,12 +113,18 @@ public final class L2CAPLink {
         if let reassemblyTimer { context.scheduler.cancel(reassemblyTimer) }
     }
 
-    /// Hands what arrives on fixed channel `cid` to `receive` (one PDU, basic header removed).
-    /// The LE signalling channel is the link's own.
-    public func register(cid: UInt16, _ receive: @escaping (ArraySlice<UInt8>) -> Void) {
+    /// Hands what arrives on fixed channel `cid` to `end` (one PDU, basic header removed), which
+    /// the link keeps until it closes. The LE signalling channel is the link's own.
+    public func register(cid: UInt16, _ end: L2CAPChannelEnd) {
         precondition(cid != L2CAPChannel.leSignaling, "the link answers LE signalling itself")
+        if cid == L2CAPChannel.att { return attChannel = end }
         channels.removeAll { $0.cid == cid }
-        channels.append(FixedChannel(cid: cid, receive: receive))
+        channels.append(FixedChannel(cid: cid, end: end))
+    }
+
+    /// Hands what arrives on fixed channel `cid` to `receive`.
+    public func register(cid: UInt16, _ receive: @escaping (ArraySlice<UInt8>) -> Void) {
+        register(cid: cid, L2CAPClosureChannel(receive))
     }
 
     /// The link is gone: the reassembly timer stops and the channels are let go.
@@ -117,6 +135,7 @@ public final class L2CAPLink {
         reassemblyTimer = nil
         reassemblyExpired = nil
         reassembler.reset()
+        attChannel = nil
         channels.removeAll()
     }
 
@@ -159,9 +178,10 @@ public final class L2CAPLink {
     }
 
     private func deliver(cid: UInt16, payload: ArraySlice<UInt8>) {
+        if cid == L2CAPChannel.att, let attChannel { return attChannel.receive(payload) }
         if cid == L2CAPChannel.leSignaling { return signaling(payload) }
         for channel in channels where channel.cid == cid {
-            return channel.receive(payload)
+            return channel.end.receive(payload)
         }
         context.warnPeer("L2CAP frame for unknown channel \(Hex.word(cid)) dropped", handle: handle)
     }
@@ -172,7 +192,12 @@ public final class L2CAPLink {
     /// it (a `.bestEffort` PDU past its bound, or the link gone).
     public func send(cid: UInt16, _ payload: ArraySlice<UInt8>, priority: TransmitPriority) -> Bool {
         guard !isClosed else { return false }
-        return context.sendFrame(cid: cid, payload: payload, on: handle, priority: priority)
+        // The basic frame (Vol 3, Part A, 3.1) in the context's buffer; HCI fragments it to the
+        // controller's ACL size.
+        let context = self.context
+        context.frame.removeAll(keepingCapacity: true)
+        appendL2CAPFrame(cid: cid, payload: payload, to: &context.frame)
+        return context.hci.sendL2CAP(handle: handle, pdu: context.frame[...], priority: priority)
     }
 
     // MARK: LE signalling (Vol 3, Part A, 4)

@@ -10,7 +10,10 @@ import Logging
 @Suite struct ATTBearerTests {
     final class End: ATTBearerEnd {
         var received: [[UInt8]] = []
-        func receive(_ pdu: ArraySlice<UInt8>) { received.append(Array(pdu)) }
+        func receive(_ pdu: ArraySlice<UInt8>, opcode: UInt8) {
+            #expect(opcode == pdu.first)
+            received.append(Array(pdu))
+        }
     }
 
     @Test func requestsCommandsAndConfirmationsToTheServerTheRestToTheClient() {
@@ -38,8 +41,11 @@ import Logging
     }
 
     @Test func theClassificationIsTheOneTheServerAnswersBy() {
+        // Vol 3, Part F, 3.4.8, Table 3.37: the responses, notifications and indications.
+        let clientOpcodes: Set<UInt8> = [0x01, 0x03, 0x05, 0x07, 0x09, 0x0B, 0x0D, 0x0F, 0x11, 0x13, 0x17, 0x19, 0x1B, 0x1D, 0x21, 0x23]
         for raw in UInt8.min...UInt8.max {
             let forClient = ATTOpcode.isForClient(raw)
+            #expect(forClient == clientOpcodes.contains(raw), "opcode \(raw)")
             // Nothing the client takes is a request the server must answer.
             if forClient { #expect(!ATTOpcode.isRequestForm(raw)) }
             // Responses are odd opcodes; every even one is the server's (Bumble routes by parity).
