@@ -36,6 +36,15 @@ public protocol ATTBearerEnd: AnyObject {
     /// One PDU from the peer that is this end's (`ATTOpcode.isForClient`); `opcode` is its first
     /// byte, read once by the bearer.
     func receive(_ pdu: ArraySlice<UInt8>, opcode: UInt8)
+    /// A transaction of either end timed out: the bearer is dead (Vol 3, Part F, 3.3.3).
+    func bearerTimedOut(_ transaction: ATTTransaction)
+}
+
+/// The two transactions a bearer may have open at once (Vol 3, Part F, 3.3): the client's
+/// request awaiting its response, and the server's indication awaiting its confirmation.
+public enum ATTTransaction: Sendable, Equatable {
+    case request
+    case indication
 }
 
 /// One ATT bearer (Vol 3, Part F, 3.2.11): the ATT_MTU and the routing of PDUs between the link
@@ -69,15 +78,34 @@ public final class ATTBearer: L2CAPChannelEnd {
     /// The client end: set by `GATTClient`, which owns its bearer too.
     @exclusivity(unchecked) public unowned var client: ATTBearerEnd?
 
-    public init(mtu: Int = ATTBearer.leDefaultMTU, transport: ATTTransport? = nil) {
+    /// Vol 3, Part F, 3.3.3: "A transaction not completed within 30 seconds shall time out."
+    public static let transactionTimeout: Duration = .seconds(30)
+    private let scheduler: TimerScheduling
+    private var requestTimer: TimerID?
+    private var indicationTimer: TimerID?
+    /// A transaction timed out: nothing more is sent on the bearer (3.3.3: "No more attribute
+    /// protocol requests, commands, indications or notifications shall be sent to the target
+    /// device on this ATT bearer"), and both ends were told.
+    @exclusivity(unchecked) public private(set) var isTimedOut = false
+    /// Made once each, so a transaction's timer allocates no closure of its own.
+    private lazy var requestExpired: () -> Void = { [unowned self] in self.expired(.request) }
+    private lazy var indicationExpired: () -> Void = { [unowned self] in self.expired(.indication) }
+
+    public init(scheduler: TimerScheduling, mtu: Int = ATTBearer.leDefaultMTU, transport: ATTTransport? = nil) {
+        self.scheduler = scheduler
         self.mtu = mtu
         self.transport = transport
+    }
+
+    deinit {
+        if let requestTimer { scheduler.cancel(requestTimer) }
+        if let indicationTimer { scheduler.cancel(indicationTimer) }
     }
 
     /// A bearer on `link`'s ATT channel (CID 0x0004, Vol 3, Part A, 2.1): what arrives there comes
     /// to `receive`, what the ends send goes out there.
     public convenience init(link: L2CAPLink) {
-        self.init()
+        self.init(scheduler: link.context.scheduler)
         self.link = link
         link.register(cid: L2CAPChannel.att, self)
     }
@@ -96,8 +124,54 @@ public final class ATTBearer: L2CAPChannelEnd {
         }
     }
 
-    /// Sends one PDU of either end. False when the link did not take it.
+    // MARK: Transactions (Vol 3, Part F, 3.3.3)
+
+    /// Starts `transaction`'s 30 s timer (a request sent, an indication sent).
+    public func begin(_ transaction: ATTTransaction) {
+        guard !isTimedOut else { return }
+        end(transaction)
+        switch transaction {
+        case .request: requestTimer = scheduler.schedule(after: Self.transactionTimeout, requestExpired)
+        case .indication: indicationTimer = scheduler.schedule(after: Self.transactionTimeout, indicationExpired)
+        }
+    }
+
+    /// Stops `transaction`'s timer (its response or confirmation came, or it was given up).
+    public func end(_ transaction: ATTTransaction) {
+        switch transaction {
+        case .request:
+            if let requestTimer { scheduler.cancel(requestTimer) }
+            requestTimer = nil
+        case .indication:
+            if let indicationTimer { scheduler.cancel(indicationTimer) }
+            indicationTimer = nil
+        }
+    }
+
+    /// Whether `transaction` is open (its timer runs).
+    public func isOpen(_ transaction: ATTTransaction) -> Bool {
+        switch transaction {
+        case .request: return requestTimer != nil
+        case .indication: return indicationTimer != nil
+        }
+    }
+
+    private func expired(_ transaction: ATTTransaction) {
+        switch transaction {
+        case .request: requestTimer = nil
+        case .indication: indicationTimer = nil
+        }
+        guard !isTimedOut else { return }
+        isTimedOut = true
+        end(.request)
+        end(.indication)
+        server?.bearerTimedOut(transaction)
+        client?.bearerTimedOut(transaction)
+    }
+
+    /// Sends one PDU of either end. False when the link did not take it, or the bearer timed out.
     public func send(_ pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool {
+        guard !isTimedOut else { return false }
         if let link {
             // Only notifications may be refused early: nothing above bounds them.
             return link.send(cid: L2CAPChannel.att, pdu, priority: kind.priority)

@@ -79,7 +79,7 @@ public final class ATTServer {
     public static let maxPreparedWrites = 64
     public static let maxPendingIndications = 8
     /// Vol 3, Part F, 3.3.3: a transaction not completed within 30 seconds has failed.
-    public static let transactionTimeout: Duration = .seconds(30)
+    public static let transactionTimeout: Duration = ATTBearer.transactionTimeout
 
     public let database: GATTDatabase
     public let peer: ATTPeer
@@ -136,15 +136,6 @@ public final class ATTServer {
     }
     /// The CSRK of `signing`, made ready once per key.
     private var signatureKey: ATTSignatureKey?
-    private var indicationTimer: TimerID?
-    /// Made once, so an indication's 30 s timer allocates no closure of its own.
-    private lazy var indicationTimedOut: () -> Void = { [weak self] in
-        guard let self else { return }
-        self.indicationTimer = nil
-        self.isTimedOut = true
-        self.failIndications(.timedOut)
-        self.delegate?.attServerTransactionTimedOut(self)
-    }
     private var inFlight: PendingIndication?
     /// The values of the indication in flight and of those waiting, in buffers reused from one
     /// indication to the next; a value longer than the largest ATT_MTU carries is cut.
@@ -165,11 +156,13 @@ public final class ATTServer {
     /// taken at the link's first such read (a link that never makes one costs no more).
     private var readValue = ValueBuffer(capacity: 0)
 
-    /// `bearer`: the link's ATT bearer, which routes the client's requests to this server (a
-    /// server made alone gets a bearer of its own, which its delegate stands in front of).
+    /// `bearer`: the link's ATT bearer, which routes the client's requests to this server and
+    /// times its indications (a server made alone gets a bearer of its own, on no link: its
+    /// delegate stands in for the link).
     public init(database: GATTDatabase, peer: ATTPeer, scheduler: TimerScheduling,
-                serverRxMTU: Int = ATTServer.maximumMTU, bearer: ATTBearer = ATTBearer()) {
+                serverRxMTU: Int = ATTServer.maximumMTU, bearer: ATTBearer? = nil) {
         self.database = database
+        let bearer = bearer ?? ATTBearer(scheduler: scheduler)
         self.bearer = bearer
         sendsOnBearer = bearer.isOnLink
         self.peer = peer
@@ -185,7 +178,7 @@ public final class ATTServer {
     }
 
     deinit {
-        if let indicationTimer { scheduler.cancel(indicationTimer) }
+        if inFlight != nil { bearer.end(.indication) }
         if let heldTimer { scheduler.cancel(heldTimer) }
     }
 
@@ -1120,15 +1113,14 @@ public final class ATTServer {
         update.append(contentsOf: indication.value.prefix(mtu - 3))
         guard transmit(update[...], kind: .indication, delegate) else { return false }
         inFlight = indication
-        indicationTimer = scheduler.schedule(after: Self.transactionTimeout, indicationTimedOut)
+        bearer.begin(.indication)
         return true
     }
 
     private func confirmationReceived() {
         // A confirmation with no indication outstanding is ignored.
-        guard let timer = indicationTimer, let confirmed = inFlight else { return }
-        scheduler.cancel(timer)
-        indicationTimer = nil
+        guard let confirmed = inFlight, bearer.isOpen(.indication) else { return }
+        bearer.end(.indication)
         inFlight = nil
         indicationBuffers.give(confirmed.value)
         // Vol 3, Part G, 2.5.2.1: a client that confirms Service Changed is change-aware.
@@ -1160,8 +1152,7 @@ public final class ATTServer {
     public func close() -> [(characteristic: Characteristic, configuration: UInt16)] {
         guard !isClosed else { return [] }
         isClosed = true
-        if let indicationTimer { scheduler.cancel(indicationTimer) }
-        indicationTimer = nil
+        if inFlight != nil { bearer.end(.indication) }
         if let heldTimer { scheduler.cancel(heldTimer) }
         heldTimer = nil
         heldRequests.removeAll()
@@ -1223,4 +1214,14 @@ public struct ATTLinkSecurity: Equatable, Sendable {
 }
 
 /// The server end of its bearer: requests, commands and confirmations come to `receive`.
-extension ATTServer: ATTBearerEnd {}
+extension ATTServer: ATTBearerEnd {
+    /// A transaction of the bearer timed out (this server's indication, or the client's request
+    /// on the same bearer): the server sends and answers nothing more, its indications end as
+    /// `.timedOut`, and the delegate hears, to close the link (Vol 3, Part F, 3.3.3).
+    public func bearerTimedOut(_ transaction: ATTTransaction) {
+        guard !isTimedOut else { return }
+        isTimedOut = true
+        failIndications(.timedOut)
+        delegate?.attServerTransactionTimedOut(self)
+    }
+}

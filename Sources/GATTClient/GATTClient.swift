@@ -16,7 +16,7 @@ public final class GATTClient {
     public static let defaultMTU = 23
     /// The Client Rx MTU offered by `exchangeMTU()` unless told otherwise.
     public static let maximumMTU = 517
-    public static let transactionTimeout: Duration = .seconds(30)
+    public static let transactionTimeout: Duration = ATTBearer.transactionTimeout
     /// Procedures waiting behind the one in flight, at most.
     public static let maxQueued = 64
     /// The most services, includes, characteristics and descriptors a discovery holds from a
@@ -56,7 +56,6 @@ public final class GATTClient {
     /// The opcode of the request in flight, which its response must answer.
     private var outstanding: UInt8?
     private var queue: Deque<Procedure> = []
-    private var timer: TimerID?
 
     /// A client on `bearer` (shared with the link's server, which has the same ATT_MTU).
     public init(scheduler: TimerScheduling, bearer: ATTBearer, attributeLimit: Int = GATTClient.maxAttributes) {
@@ -75,12 +74,12 @@ public final class GATTClient {
         self.attributeLimit = max(1, min(attributeLimit, Self.maxAttributes))
         let transport = ATTClosureTransport { pdu, _ in send(Array(pdu)) }
         ownTransport = transport
-        bearer = ATTBearer(transport: transport)
+        bearer = ATTBearer(scheduler: scheduler, transport: transport)
         bearer.client = self
     }
 
     deinit {
-        if let timer { scheduler.cancel(timer) }
+        if outstanding != nil { bearer.end(.request) }
     }
 
     /// Whether a PDU from the peer is for the client side of the bearer (`ATTOpcode.isForClient`).
@@ -182,7 +181,7 @@ public final class GATTClient {
             return finish(procedure, .invalidArgument("a \(request.count)-byte request does not fit ATT_MTU \(mtu)"))
         }
         outstanding = opcode
-        timer = scheduler.schedule(after: Self.transactionTimeout) { [weak self] in self?.timedOut() }
+        bearer.begin(.request)
         guard bearer.send(request[...], kind: .request) else {
             stopTimer()
             outstanding = nil
@@ -205,8 +204,10 @@ public final class GATTClient {
         }
     }
 
-    private func timedOut() {
-        timer = nil
+    /// A transaction of the bearer timed out (this client's request, or the server's
+    /// indication on the same bearer): every procedure ends with `.timeout` (3.3.3).
+    public func bearerTimedOut(_ transaction: ATTTransaction) {
+        guard !isTimedOut else { return }
         isTimedOut = true
         failAll(.timeout)
         onTimeout?()
@@ -221,8 +222,7 @@ public final class GATTClient {
     }
 
     private func stopTimer() {
-        if let timer { scheduler.cancel(timer) }
-        timer = nil
+        bearer.end(.request)
     }
 
     private func unexpected(_ what: String) {

@@ -10,6 +10,8 @@ import Logging
 @Suite struct ATTBearerTests {
     final class End: ATTBearerEnd {
         var received: [[UInt8]] = []
+        var timedOut: [ATTTransaction] = []
+        func bearerTimedOut(_ transaction: ATTTransaction) { timedOut.append(transaction) }
         func receive(_ pdu: ArraySlice<UInt8>, opcode: UInt8) {
             #expect(opcode == pdu.first)
             received.append(Array(pdu))
@@ -17,7 +19,7 @@ import Logging
     }
 
     @Test func requestsCommandsAndConfirmationsToTheServerTheRestToTheClient() {
-        let bearer = ATTBearer()
+        let bearer = ATTBearer(scheduler: ManualScheduler())
         let server = End(), client = End()
         bearer.server = server
         bearer.client = client
@@ -33,7 +35,7 @@ import Logging
 
     /// A peripheral's bearer has no client: a response answers nothing asked and is dropped.
     @Test func aPDUForAMissingEndIsDropped() {
-        let bearer = ATTBearer()
+        let bearer = ATTBearer(scheduler: ManualScheduler())
         let server = End()
         bearer.server = server
         bearer.receive([0x0B, 0x41][...])
@@ -81,7 +83,47 @@ import Logging
     }
 
     @Test func withoutATransportNothingIsSent() {
-        #expect(!ATTBearer().send([0x0B][...], kind: .response))
-        #expect(ATTBearer().mtu == 23)
+        #expect(!ATTBearer(scheduler: ManualScheduler()).send([0x0B][...], kind: .response))
+        #expect(ATTBearer(scheduler: ManualScheduler()).mtu == 23)
+    }
+
+    // MARK: The transaction timer (Vol 3, Part F, 3.3.3)
+
+    /// Either end's transaction that times out kills the bearer: both ends hear it, and nothing
+    /// more is sent on it.
+    @Test(arguments: [ATTTransaction.request, .indication])
+    func aTransactionTimeoutEndsTheBearerForBothEnds(transaction: ATTTransaction) {
+        let scheduler = ManualScheduler()
+        var sent = 0
+        let transport = ATTClosureTransport { _, _ in sent += 1; return true }
+        let bearer = ATTBearer(scheduler: scheduler, transport: transport)
+        let server = End(), client = End()
+        bearer.server = server
+        bearer.client = client
+        bearer.begin(transaction)
+        #expect(bearer.isOpen(transaction))
+        scheduler.advance(by: .seconds(29))
+        #expect(!bearer.isTimedOut && bearer.send([0x0A][...], kind: .request))
+        scheduler.advance(by: .seconds(1))
+        #expect(bearer.isTimedOut && !bearer.isOpen(transaction))
+        #expect(server.timedOut == [transaction] && client.timedOut == [transaction])
+        #expect(!bearer.send([0x1B, 0x03, 0x00][...], kind: .notification))
+        #expect(sent == 1)
+        // A dead bearer starts nothing new.
+        bearer.begin(.request)
+        #expect(!bearer.isOpen(.request) && scheduler.pendingCount == 0)
+    }
+
+    @Test func aCompletedTransactionStopsItsTimer() {
+        let scheduler = ManualScheduler()
+        let bearer = ATTBearer(scheduler: scheduler)
+        bearer.begin(.request)
+        bearer.begin(.indication)
+        bearer.end(.request)
+        #expect(!bearer.isOpen(.request) && bearer.isOpen(.indication))
+        bearer.end(.indication)
+        #expect(scheduler.pendingCount == 0)
+        scheduler.advance(by: .seconds(60))
+        #expect(!bearer.isTimedOut)
     }
 }
