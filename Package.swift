@@ -42,8 +42,13 @@ let package = Package(
             "BlemuCore",
             .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Sources/HCI"),
-        .target(name: "BlemuL2CAP", dependencies: ["BlemuCore", "BlemuHCI"], path: "Sources/L2CAP"),
-        .target(name: "BlemuATT", dependencies: ["BlemuCore"], path: "Sources/ATT"),
+        // The link layer: an L2CAPLink per ACL link (reassembly, framing, fixed channels, LE signalling).
+        .target(name: "BlemuL2CAP", dependencies: [
+            "BlemuCore", "BlemuHCI",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/L2CAP"),
+        // ATT PDUs and the ATTBearer, a fixed channel of an L2CAPLink.
+        .target(name: "BlemuATT", dependencies: ["BlemuCore", "BlemuHCI", "BlemuL2CAP"], path: "Sources/ATT"),
         // The one crypto module (Vol 3, Part H, 2.2 and 2.4.5): AES-CMAC, the SMP toolbox, P-256
         // keys, data signing. The only user of swift-crypto; below SMP and GATT, beside ATT.
         .target(name: "BlemuCrypto", dependencies: [
@@ -160,8 +165,9 @@ let package = Package(
                     path: "Tests/ConfigTests"),
         .testTarget(name: "RunLoopTests", dependencies: ["BlemuRunLoop", "BlemuTransport", "CLinux"],
                     path: "Tests/RunLoopTests"),
-        .testTarget(name: "HCITests", dependencies: ["BlemuHCI", "BlemuL2CAP", "BlemuSimulator"], path: "Tests/HCITests"),
-        .testTarget(name: "ATTTests", dependencies: ["BlemuATT"], path: "Tests/ATTTests"),
+        .testTarget(name: "HCITests", dependencies: ["BlemuHCI", "BlemuL2CAP", "BlemuSimulator", "BlemuCore", .product(name: "Logging", package: "swift-log")],
+                    path: "Tests/HCITests"),
+        .testTarget(name: "ATTTests", dependencies: ["BlemuATT", "BlemuL2CAP", "BlemuHCI", "BlemuCore"], path: "Tests/ATTTests"),
         .testTarget(name: "CryptoTests", dependencies: ["BlemuCrypto", "BlemuCore"], path: "Tests/CryptoTests"),
         .testTarget(name: "SMPTests", dependencies: ["BlemuSMP", "BlemuCrypto", "BlemuCore"], path: "Tests/SMPTests"),
         .testTarget(name: "SecurityTests", dependencies: ["BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuCore",

@@ -42,13 +42,16 @@ public enum ATTOpcode: UInt8, Sendable, CaseIterable {
     /// PDUs a server receives without answering (responses, notifications, confirmations).
     /// Vol 3, Part F, 3.4.9: requests are the methods a client sends and expects a response to.
     public static func isRequestForm(_ raw: UInt8) -> Bool {
-        guard !isCommand(raw) else { return false }
-        switch raw {
-        case 0x01, 0x03, 0x05, 0x07, 0x09, 0x0B, 0x0D, 0x0F, 0x11, 0x13, 0x17, 0x19, 0x1B, 0x1D, 0x1E, 0x21, 0x23:
-            return false
-        default:
-            return true
-        }
+        !isCommand(raw) && !isForClient(raw) && raw != handleValueConfirmation.rawValue
+    }
+
+    /// Which end of a bearer a PDU from the peer is for, decided here only (Vol 3, Part F, 3.3 and
+    /// 3.4.8): responses, notifications and indications are the client's; requests, commands and
+    /// confirmations (and what is unknown) the server's, which answers an unknown request.
+    /// Those are the odd opcodes up to 0x23 but 0x15 and 0x1F, which Table 3.37 leaves unused
+    /// (tested against the table's list in ATTBearerTests).
+    public static func isForClient(_ raw: UInt8) -> Bool {
+        raw & 1 == 1 && raw <= 0x23 && raw != 0x15 && raw != 0x1F
     }
 }
 

@@ -39,14 +39,15 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
     public static let connectTimeout: Duration = .seconds(10)
     /// The stop waits this long at most for links to close and the controller to reset.
     public static let stopDeadline: Duration = .seconds(3)
-    static let reassemblyTimeout: Duration = .seconds(10)
 
     public let controller: String
     public let hci: HCIHost
     /// Whether another host owns the controller (it initializes, stops and resets it).
     public let isSharing: Bool
     public let scheduler: TimerScheduling
-    public var logger: Logger
+    public var logger: Logger {
+        didSet { l2cap.logger = logger }
+    }
     public private(set) var advertisers = AdvertiserTable()
     public private(set) var links: [UInt16: CentralLink] = [:]
 
@@ -74,7 +75,8 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
     private var connecting: (peer: BluetoothAddress, timer: TimerID?, cancelled: Bool,
                              completion: (Result<CentralLink, CentralError>) -> Void)?
     private let database: GATTDatabase
-    private var frame: [UInt8] = []
+    /// What the central's links share: the HCI, the timers, the budget of lines peers cause.
+    let l2cap: L2CAPLinkContext
     private var stopCompletion: (() -> Void)?
     private var stopTimer: TimerID?
 
@@ -83,7 +85,8 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
                             output: @escaping (UInt8, ArraySlice<UInt8>) -> Bool) throws(GATTDatabaseError) {
         var logger = logger
         logger[metadataKey: LogKey.controller] = .string(controller)
-        try self.init(controller: controller, name: name, hci: HCIHost(scheduler: scheduler, logger: logger, output: output),
+        try self.init(controller: controller, name: name, hci: HCIHost(scheduler: scheduler, logger: logger, transmitBufferCapacity: 4 + ATTServer.maximumMTU,
+                                                                     output: output),
                       sharing: false, scheduler: scheduler, logger: logger)
         hci.delegate = self
     }
@@ -104,6 +107,7 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
         self.logger = logger
         self.hci = hci
         isSharing = sharing
+        l2cap = L2CAPLinkContext(hci: hci, scheduler: scheduler, logger: logger)
         let gap = Service(GATTType.gapService) {
             Characteristic(GATTType.deviceName, properties: [.read], cachedValue: Array(name.utf8.prefix(248)))
             Characteristic(GATTType.appearance, properties: [.read], cachedValue: [0x00, 0x00])
@@ -366,23 +370,7 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
     }
 
     public func hciHost(_ host: HCIHost, didReceiveACL packet: ACLPacket) {
-        guard let link = links[packet.handle] else { return }
-        do {
-            try link.reassembler.receive(packet) { cid, payload in self.deliver(cid: cid, payload: payload, on: link) }
-        } catch {
-            logger.warning("L2CAP on link \(packet.handle): \(error)")
-        }
-        if link.reassembler.isIncomplete {
-            if link.reassemblyTimer == nil {
-                link.reassemblyTimer = scheduler.schedule(after: Self.reassemblyTimeout) { [weak link] in
-                    link?.reassemblyTimer = nil
-                    link?.reassembler.reset()
-                }
-            }
-        } else if let timer = link.reassemblyTimer {
-            scheduler.cancel(timer)
-            link.reassemblyTimer = nil
-        }
+        links[packet.handle]?.l2cap.receive(packet)
     }
 
     public func hciHost(_ host: HCIHost, transmitQueueHasRoomFor handle: UInt16) {}
@@ -402,7 +390,7 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
         self.security = security
         security.localAddress = ownSMPAddress
         security.sendSMP = { [weak self] handle, pdu in
-            _ = self?.sendFrame(cid: L2CAPChannel.securityManager, payload: pdu[...], on: handle, priority: .required)
+            _ = self?.links[handle]?.l2cap.send(cid: L2CAPChannel.securityManager, pdu[...], priority: .required)
         }
         security.startEncryption = { [weak self] handle, key in
             guard let self else { return }
@@ -438,8 +426,12 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
             resumeScanning()
             return
         }
-        let link = CentralLink(handle: complete.handle, peer: complete.peerAddress, peerAddressType: complete.peerAddressType,
+        let l2capLink = L2CAPLink(handle: complete.handle, role: .central, context: l2cap)
+        let link = CentralLink(l2cap: l2capLink, peer: complete.peerAddress, peerAddressType: complete.peerAddressType,
                                parameters: complete.parameters, database: database, host: self)
+        l2capLink.register(cid: L2CAPChannel.securityManager) { [weak self, unowned l2capLink] payload in
+            self?.securityManagerPDU(payload, on: l2capLink)
+        }
         links[complete.handle] = link
         hci.openLink(complete.handle)
         security?.linkOpened(complete.handle, peer: SMPAddress(complete.peerAddress, isRandom: complete.peerAddressType & 0x01 == 0x01))
@@ -458,7 +450,6 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
         guard let link = links.removeValue(forKey: handle) else { return }
         hci.closeLink(handle)
         security?.linkClosed(handle)
-        if let timer = link.reassemblyTimer { scheduler.cancel(timer) }
         logger.event(.disconnected, .notice, "disconnected from \(link.peer)", [
             LogKey.peer: .string(link.peer.description), LogKey.connHandle: .string("\(handle)"),
             LogKey.reason: .string(Hex.byte(reason)),
@@ -466,74 +457,16 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
         link.closed(reason: reason)
     }
 
-    func sendFrame(cid: UInt16, payload: ArraySlice<UInt8>, on handle: UInt16, priority: TransmitPriority) -> Bool {
-        guard links[handle] != nil else { return false }
-        frame.removeAll(keepingCapacity: true)
-        appendL2CAPFrame(cid: cid, payload: payload, to: &frame)
-        return hci.sendL2CAP(handle: handle, pdu: frame[...], priority: priority)
-    }
-
-    private func deliver(cid: UInt16, payload: ArraySlice<UInt8>, on link: CentralLink) {
-        switch cid {
-        case L2CAPChannel.att:
-            link.receiveATT(payload)
-        case L2CAPChannel.leSignaling:
-            signaling(payload, on: link)
-        case L2CAPChannel.securityManager:
-            if let security { return security.receive(payload, on: link.handle) }
-            // Without a security layer pairing is refused: Pairing Failed, as the peripheral side answers.
-            if let answer = SecurityManager.answer(to: payload) {
-                _ = sendFrame(cid: L2CAPChannel.securityManager, payload: answer[...], on: link.handle, priority: .required)
-            }
-        default:
-            break
+    /// SMP (CID 0x0006) of a link: to the security layer, or, without one, pairing is refused
+    /// with Pairing Failed, as the peripheral side answers.
+    private func securityManagerPDU(_ payload: ArraySlice<UInt8>, on link: L2CAPLink) {
+        if let security { return security.receive(payload, on: link.handle) }
+        if let answer = SecurityManager.answer(to: payload) {
+            _ = link.send(cid: L2CAPChannel.securityManager, answer[...], priority: .required)
         }
     }
 
-    /// LE signalling in the central role (Vol 3, Part A, 4): the peripheral may ask for other
-    /// connection parameters (4.20); the central answers and, when it accepts, updates the link.
-    private func signaling(_ payload: ArraySlice<UInt8>, on link: CentralLink) {
-        guard let command = try? SignalingCommand(frame: payload), command.identifier != 0 else {
-            if payload.count >= 2, payload[payload.startIndex + 1] != 0 {
-                send(.commandReject(identifier: payload[payload.startIndex + 1]), on: link)
-            }
-            return
-        }
-        switch command.code {
-        case SignalingCode.connectionParameterUpdateRequest:
-            var reader = ByteReader(command.data)
-            guard command.data.count == 8, let min = try? reader.u16(), let max = try? reader.u16(),
-                  let latency = try? reader.u16(), let timeout = try? reader.u16() else {
-                return send(.commandReject(identifier: command.identifier), on: link)
-            }
-            let asked = ConnectionParameters(intervalMin: min, intervalMax: max, peripheralLatency: latency, supervisionTimeout: timeout)
-            let accepted = asked.coreViolations.isEmpty
-            var result: [UInt8] = []
-            result.appendLE(UInt16(accepted ? 0x0000 : 0x0001))
-            send(SignalingCommand(code: SignalingCode.connectionParameterUpdateResponse, identifier: command.identifier,
-                                  data: result[...]), on: link)
-            logger.info("link \(link.handle): peripheral asked for \(asked): \(accepted ? "accepted" : "rejected (\(asked.coreViolations.joined(separator: "; ")))")")
-            if accepted {
-                hci.send(.leConnectionUpdate(handle: link.handle, intervalMin: min, intervalMax: max, latency: latency, timeout: timeout))
-            }
-        case SignalingCode.leCreditBasedConnectionRequest:
-            send(.leCreditBasedConnectionRefused(identifier: command.identifier), on: link)
-        default:
-            if !SignalingCode.isResponse(command.code) { send(.commandReject(identifier: command.identifier), on: link) }
-        }
-    }
+    // MARK: ATTServerDelegate (our own small server, whose PDUs go to its bearer)
 
-    private func send(_ command: SignalingCommand, on link: CentralLink) {
-        var payload: [UInt8] = []
-        command.encode(into: &payload)
-        _ = sendFrame(cid: L2CAPChannel.leSignaling, payload: payload[...], on: link.handle, priority: .required)
-    }
-
-    // MARK: ATTServerDelegate (our own small server)
-
-    public func attServer(_ server: ATTServer, send pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool {
-        sendFrame(cid: L2CAPChannel.att, payload: pdu, on: server.peer.connectionHandle,
-                  priority: kind == .notification ? .bestEffort : .required)
-    }
     public func attServerTransactionTimedOut(_ server: ATTServer) {}
 }

@@ -3,20 +3,10 @@ import BlemuCore
 import BlemuCrypto
 import DequeModule
 
-/// How a PDU the server sends may be treated by the link below it.
-public enum ATTSendKind: Sendable {
-    /// A response: at most one per request, and the client sends one request at a time
-    /// (Vol 3, Part F, 3.3.2), so these are bounded by the protocol and must never be refused.
-    case response
-    /// An indication: at most one outstanding per bearer (Vol 3, Part F, 3.4.7.2).
-    case indication
-    /// A notification: unbounded by the protocol, so the link may refuse it when its transmit
-    /// queue is full; the device then hears "ready to update" when room frees.
-    case notification
-}
-
 public protocol ATTServerDelegate: AnyObject {
-    /// Sends one ATT PDU on the server's link. Returns false when it was not taken.
+    /// Sends one ATT PDU of a server whose bearer is on no link (a server made alone: a test or
+    /// fuzz target stands in for the link here). Returns false when it was not taken. A server on
+    /// a link sends on its bearer and never asks.
     func attServer(_ server: ATTServer, send pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool
     /// Every request answered, with the error when the answer was an Error Response.
     func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?)
@@ -45,6 +35,7 @@ public protocol ATTServerDelegate: AnyObject {
 /// What a delegate that only carries PDUs (a test, a fuzz target, the central's own small
 /// server) need not hear: the informational events do nothing unless implemented.
 extension ATTServerDelegate {
+    public func attServer(_ server: ATTServer, send pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool { false }
     public func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?) {}
     public func attServer(_ server: ATTServer, mtuChanged mtu: Int) {}
     public func attServer(_ server: ATTServer, configured characteristic: Characteristic, from old: UInt16, to new: UInt16) {}
@@ -89,7 +80,7 @@ public final class ATTServer {
     public static let maxPreparedWrites = 64
     public static let maxPendingIndications = 8
     /// Vol 3, Part F, 3.3.3: a transaction not completed within 30 seconds has failed.
-    public static let transactionTimeout: Duration = .seconds(30)
+    public static let transactionTimeout: Duration = ATTBearer.transactionTimeout
 
     public let database: GATTDatabase
     public let peer: ATTPeer
@@ -102,9 +93,12 @@ public final class ATTServer {
     private var heldTimer: TimerID?
     private static let maxHeldRequests = 4
 
-    /// ATT_MTU now: the bearer's, shared with a GATT client on the same link (`ATTBearerMTU`).
-    public var mtu: Int { bearerMTU.value }
-    private let bearerMTU: ATTBearerMTU
+    /// ATT_MTU now: the bearer's, shared with a GATT client on the same link.
+    public var mtu: Int { bearer.mtu }
+    /// The link's ATT bearer: its ATT_MTU, and where the server's PDUs go.
+    public let bearer: ATTBearer
+    /// The bearer is on a link (for the server's life): PDUs go to it, not to the delegate.
+    private let sendsOnBearer: Bool
     private var mtuExchanged = false
     public let serverRxMTU: Int
 
@@ -143,15 +137,6 @@ public final class ATTServer {
     }
     /// The CSRK of `signing`, made ready once per key.
     private var signatureKey: ATTSignatureKey?
-    private var indicationTimer: TimerID?
-    /// Made once, so an indication's 30 s timer allocates no closure of its own.
-    private lazy var indicationTimedOut: () -> Void = { [weak self] in
-        guard let self else { return }
-        self.indicationTimer = nil
-        self.isTimedOut = true
-        self.failIndications(.timedOut)
-        self.delegate?.attServerTransactionTimedOut(self)
-    }
     private var inFlight: PendingIndication?
     /// The values of the indication in flight and of those waiting, in buffers reused from one
     /// indication to the next; a value longer than the largest ATT_MTU carries is cut.
@@ -172,11 +157,15 @@ public final class ATTServer {
     /// taken at the link's first such read (a link that never makes one costs no more).
     private var readValue = ValueBuffer(capacity: 0)
 
-    /// `bearerMTU`: the link's ATT_MTU, given when a GATT client on the same link shares it.
+    /// `bearer`: the link's ATT bearer, which routes the client's requests to this server and
+    /// times its indications (a server made alone gets a bearer of its own, on no link: its
+    /// delegate stands in for the link).
     public init(database: GATTDatabase, peer: ATTPeer, scheduler: TimerScheduling,
-                serverRxMTU: Int = ATTServer.maximumMTU, bearerMTU: ATTBearerMTU = ATTBearerMTU()) {
+                serverRxMTU: Int = ATTServer.maximumMTU, bearer: ATTBearer? = nil) {
         self.database = database
-        self.bearerMTU = bearerMTU
+        let bearer = bearer ?? ATTBearer(scheduler: scheduler)
+        self.bearer = bearer
+        sendsOnBearer = bearer.isOnLink
         self.peer = peer
         self.scheduler = scheduler
         self.serverRxMTU = max(Self.defaultMTU, min(serverRxMTU, Self.maximumMTU))
@@ -186,10 +175,11 @@ public final class ATTServer {
         update.reserveCapacity(Self.maximumMTU + 8)
         // Room is taken at the link's first long read.
         longReadValue = []
+        bearer.server = self
     }
 
     deinit {
-        if let indicationTimer { scheduler.cancel(indicationTimer) }
+        if inFlight != nil { bearer.end(.indication) }
         if let heldTimer { scheduler.cancel(heldTimer) }
     }
 
@@ -197,7 +187,13 @@ public final class ATTServer {
 
     /// Handles one ATT PDU from the client.
     public func receive(_ pdu: ArraySlice<UInt8>) {
-        guard let opcode = pdu.first, !isTimedOut, !isClosed else { return }
+        guard let opcode = pdu.first else { return }
+        receive(pdu, opcode: opcode)
+    }
+
+    /// One ATT PDU from the client whose first byte, `opcode`, the bearer read already.
+    public func receive(_ pdu: ArraySlice<UInt8>, opcode: UInt8) {
+        guard !isTimedOut, !isClosed else { return }
         if opcode == ATTOpcode.handleValueConfirmation.rawValue {
             confirmationReceived()
             return
@@ -506,15 +502,22 @@ public final class ATTServer {
     private func respond(_ requestOpcode: UInt8) {
         // One load of the weak reference for both calls: each load is an atomic operation.
         guard let delegate else { return }
-        _ = delegate.attServer(self, send: out[...], kind: .response)
+        _ = sendsOnBearer ? bearer.send(out[...], kind: .response) : delegate.attServer(self, send: out[...], kind: .response)
         delegate.attServer(self, answered: requestOpcode, handle: 0, error: nil)
+    }
+
+    /// One PDU out: on the bearer's link, or through the delegate when the bearer is on none
+    /// (written out at each use on the request path: a call more is a debug build's cost).
+    private func transmit(_ pdu: ArraySlice<UInt8>, kind: ATTSendKind, _ delegate: ATTServerDelegate?) -> Bool {
+        sendsOnBearer ? bearer.send(pdu, kind: kind) : delegate?.attServer(self, send: pdu, kind: kind) ?? false
     }
 
     private func sendError(_ requestOpcode: UInt8, _ handle: UInt16, _ error: ATTError) {
         out.removeAll(keepingCapacity: true)
         ATTErrorResponse(requestOpcode: requestOpcode, handle: handle, error: error).encode(into: &out)
-        _ = delegate?.attServer(self, send: out[...], kind: .response)
-        delegate?.attServer(self, answered: requestOpcode, handle: handle, error: error)
+        guard let delegate else { return }
+        _ = transmit(out[...], kind: .response, delegate)
+        delegate.attServer(self, answered: requestOpcode, handle: handle, error: error)
     }
 
     // MARK: MTU (Vol 3, Part F, 3.4.2)
@@ -533,7 +536,7 @@ public final class ATTServer {
         mtuExchanged = true
         let newMTU = min(client, serverRxMTU)
         if newMTU != mtu {
-            bearerMTU.value = newMTU
+            bearer.mtu = newMTU
             delegate?.attServer(self, mtuChanged: mtu)
         }
     }
@@ -1047,7 +1050,7 @@ public final class ATTServer {
         update.append(ATTOpcode.handleValueNotification.rawValue)
         update.appendLE(c.valueHandle)
         update.append(contentsOf: value.prefix(mtu - 3))
-        return delegate?.attServer(self, send: update[...], kind: .notification) == true ? .queued : .queueFull
+        return transmit(update[...], kind: .notification, delegate) ? .queued : .queueFull
     }
 
     /// Sends an indication if this peer enabled it. One is in flight at a time; later ones
@@ -1109,17 +1112,16 @@ public final class ATTServer {
         update.append(ATTOpcode.handleValueIndication.rawValue)
         update.appendLE(indication.handle)
         update.append(contentsOf: indication.value.prefix(mtu - 3))
-        guard delegate?.attServer(self, send: update[...], kind: .indication) == true else { return false }
+        guard transmit(update[...], kind: .indication, delegate) else { return false }
         inFlight = indication
-        indicationTimer = scheduler.schedule(after: Self.transactionTimeout, indicationTimedOut)
+        bearer.begin(.indication)
         return true
     }
 
     private func confirmationReceived() {
         // A confirmation with no indication outstanding is ignored.
-        guard let timer = indicationTimer, let confirmed = inFlight else { return }
-        scheduler.cancel(timer)
-        indicationTimer = nil
+        guard let confirmed = inFlight, bearer.isOpen(.indication) else { return }
+        bearer.end(.indication)
         inFlight = nil
         indicationBuffers.give(confirmed.value)
         // Vol 3, Part G, 2.5.2.1: a client that confirms Service Changed is change-aware.
@@ -1151,8 +1153,7 @@ public final class ATTServer {
     public func close() -> [(characteristic: Characteristic, configuration: UInt16)] {
         guard !isClosed else { return [] }
         isClosed = true
-        if let indicationTimer { scheduler.cancel(indicationTimer) }
-        indicationTimer = nil
+        if inFlight != nil { bearer.end(.indication) }
         if let heldTimer { scheduler.cancel(heldTimer) }
         heldTimer = nil
         heldRequests.removeAll()
@@ -1187,4 +1188,17 @@ struct PendingIndication {
     let value: [UInt8]
     let completion: IndicationCompletion?
     let isServiceChanged: Bool
+}
+
+/// The server end of its bearer: requests, commands and confirmations come to `receive`.
+extension ATTServer: ATTBearerEnd {
+    /// A transaction of the bearer timed out (this server's indication, or the client's request
+    /// on the same bearer): the server sends and answers nothing more, its indications end as
+    /// `.timedOut`, and the delegate hears, to close the link (Vol 3, Part F, 3.3.3).
+    public func bearerTimedOut(_ transaction: ATTTransaction) {
+        guard !isTimedOut else { return }
+        isTimedOut = true
+        failIndications(.timedOut)
+        delegate?.attServerTransactionTimedOut(self)
+    }
 }

@@ -16,7 +16,7 @@ public final class GATTClient {
     public static let defaultMTU = 23
     /// The Client Rx MTU offered by `exchangeMTU()` unless told otherwise.
     public static let maximumMTU = 517
-    public static let transactionTimeout: Duration = .seconds(30)
+    public static let transactionTimeout: Duration = ATTBearer.transactionTimeout
     /// Procedures waiting behind the one in flight, at most.
     public static let maxQueued = 64
     /// The most services, includes, characteristics and descriptors a discovery holds from a
@@ -26,8 +26,12 @@ public final class GATTClient {
     public static let maxAttributes = 65_535
 
     /// ATT_MTU now (Vol 3, Part F, 3.4.2.2): the bearer's, shared with a server on the same link.
-    public var mtu: Int { bearerMTU.value }
-    private let bearerMTU: ATTBearerMTU
+    public var mtu: Int { bearer.mtu }
+    /// The link's ATT bearer: its ATT_MTU, where the client's PDUs go, and what routes the
+    /// server's responses, notifications and indications here.
+    public let bearer: ATTBearer
+    /// The transport of a client made with a `send` closure (its bearer holds it weakly).
+    private let ownTransport: ATTTransport?
     public private(set) var isTimedOut = false
     public private(set) var isClosed = false
     /// What `discoverAll` found, kept current across Service Changed indications.
@@ -48,41 +52,50 @@ public final class GATTClient {
     public var onTimeout: (() -> Void)?
 
     private let scheduler: TimerScheduling
-    private let send: ([UInt8]) -> Bool
     private var current: Procedure?
     /// The opcode of the request in flight, which its response must answer.
     private var outstanding: UInt8?
     private var queue: Deque<Procedure> = []
-    private var timer: TimerID?
 
-    /// `send` hands one ATT PDU to the link; false when the link did not take it. `bearerMTU`:
-    /// the link's ATT_MTU, given when an ATT server on the same link shares it.
-    public init(scheduler: TimerScheduling, bearerMTU: ATTBearerMTU = ATTBearerMTU(), attributeLimit: Int = GATTClient.maxAttributes,
+    /// A client on `bearer` (shared with the link's server, which has the same ATT_MTU).
+    public init(scheduler: TimerScheduling, bearer: ATTBearer, attributeLimit: Int = GATTClient.maxAttributes) {
+        self.scheduler = scheduler
+        self.attributeLimit = max(1, min(attributeLimit, Self.maxAttributes))
+        self.bearer = bearer
+        ownTransport = nil
+        bearer.client = self
+    }
+
+    /// A client on a bearer of its own, whose PDUs `send` hands to the link (a test's, a fuzz
+    /// target's); false when the link did not take one.
+    public init(scheduler: TimerScheduling, attributeLimit: Int = GATTClient.maxAttributes,
                 send: @escaping ([UInt8]) -> Bool) {
         self.scheduler = scheduler
         self.attributeLimit = max(1, min(attributeLimit, Self.maxAttributes))
-        self.bearerMTU = bearerMTU
-        self.send = send
+        let transport = ATTClosureTransport { pdu, _ in send(Array(pdu)) }
+        ownTransport = transport
+        bearer = ATTBearer(scheduler: scheduler, transport: transport)
+        bearer.client = self
     }
 
     deinit {
-        if let timer { scheduler.cancel(timer) }
+        if outstanding != nil { bearer.end(.request) }
     }
 
-    /// Whether a PDU from the peer is for the client side of the bearer: responses,
-    /// notifications and indications. Requests, commands and confirmations are for a server.
-    public static func isForClient(_ opcode: UInt8) -> Bool {
-        switch opcode {
-        case 0x01, 0x03, 0x05, 0x07, 0x09, 0x0B, 0x0D, 0x0F, 0x11, 0x13, 0x17, 0x19, 0x1B, 0x1D, 0x21, 0x23: return true
-        default: return false
-        }
-    }
+    /// Whether a PDU from the peer is for the client side of the bearer (`ATTOpcode.isForClient`).
+    public static func isForClient(_ opcode: UInt8) -> Bool { ATTOpcode.isForClient(opcode) }
 
     // MARK: The link
 
     /// One ATT PDU from the server.
     public func receive(_ pdu: ArraySlice<UInt8>) {
-        guard let opcode = pdu.first, !isClosed else { return }
+        guard let opcode = pdu.first else { return }
+        receive(pdu, opcode: opcode)
+    }
+
+    /// One ATT PDU from the server whose first byte, `opcode`, the bearer read already.
+    public func receive(_ pdu: ArraySlice<UInt8>, opcode: UInt8) {
+        guard !isClosed else { return }
         switch opcode {
         case ATTOpcode.handleValueNotification.rawValue:
             guard let notification = try? ATTHandleValueNotification(pdu: pdu) else {
@@ -94,7 +107,7 @@ public final class GATTClient {
                 return unexpected("malformed indication of \(pdu.count) bytes")
             }
             // 3.4.7.3: every indication is confirmed, whatever the client makes of it.
-            if !isTimedOut { _ = send(ATTHandleValueConfirmation().encoded) }
+            if !isTimedOut { _ = bearer.send(ATTHandleValueConfirmation().encoded[...], kind: .request) }
             indicated(indication.handle, indication.value)
         case ATTOpcode.multipleHandleValueNotification.rawValue:
             // 3.4.7.4: (handle, length, value) tuples.
@@ -168,8 +181,8 @@ public final class GATTClient {
             return finish(procedure, .invalidArgument("a \(request.count)-byte request does not fit ATT_MTU \(mtu)"))
         }
         outstanding = opcode
-        timer = scheduler.schedule(after: Self.transactionTimeout) { [weak self] in self?.timedOut() }
-        guard send(request) else {
+        bearer.begin(.request)
+        guard bearer.send(request[...], kind: .request) else {
             stopTimer()
             outstanding = nil
             return finish(procedure, .notSent)
@@ -191,8 +204,10 @@ public final class GATTClient {
         }
     }
 
-    private func timedOut() {
-        timer = nil
+    /// A transaction of the bearer timed out (this client's request, or the server's
+    /// indication on the same bearer): every procedure ends with `.timeout` (3.3.3).
+    public func bearerTimedOut(_ transaction: ATTTransaction) {
+        guard !isTimedOut else { return }
         isTimedOut = true
         failAll(.timeout)
         onTimeout?()
@@ -207,18 +222,17 @@ public final class GATTClient {
     }
 
     private func stopTimer() {
-        if let timer { scheduler.cancel(timer) }
-        timer = nil
+        bearer.end(.request)
     }
 
     private func unexpected(_ what: String) {
         onUnexpected?(what)
     }
 
-    func setMTU(_ value: Int) { bearerMTU.value = value }
+    func setMTU(_ value: Int) { bearer.mtu = value }
     func setServices(_ value: [RemoteService]) { services = value }
     /// A command goes out at once: it has no response to wait for (Vol 3, Part F, 3.3.1).
-    func sendCommand(_ pdu: [UInt8]) -> Bool { send(pdu) }
+    func sendCommand(_ pdu: [UInt8]) -> Bool { bearer.send(pdu[...], kind: .request) }
 
     // MARK: Service Changed (Vol 3, Part G, 7.1)
 
@@ -309,3 +323,6 @@ class TypedProcedure<Value>: Procedure {
         }
     }
 }
+
+/// The client end of its bearer: responses, notifications and indications come to `receive`.
+extension GATTClient: ATTBearerEnd {}

@@ -84,9 +84,11 @@ public protocol HCIHostDelegate: AnyObject {
 
 /// How an L2CAP PDU may be treated by the transmit queue.
 public enum TransmitPriority: Sendable {
-    /// Responses, indications, signalling: bounded by their protocols, never refused short of the hard cap.
+    /// What the protocols above bound themselves (ATT responses and indications, signalling):
+    /// never refused short of the hard cap.
     case required
-    /// Notifications: refused once `notificationQueueLimit` of them wait on the link.
+    /// What nothing above bounds (ATT notifications): refused once `bestEffortQueueLimit` of
+    /// them wait on the link, and the delegate hears when there is room again.
     case bestEffort
 }
 
@@ -95,8 +97,8 @@ public enum TransmitPriority: Sendable {
 public final class HCIHost {
     public static let commandTimeout: Duration = .seconds(3)
     public static let maxQueuedCommands = 64
-    /// Notifications that may wait per link before `notify` says "queue full".
-    public static let notificationQueueLimit = 8
+    /// Best-effort PDUs that may wait per link before one is refused.
+    public static let bestEffortQueueLimit = 8
     /// Hard cap per link, whatever the kind: past it a PDU is dropped with an error log.
     public static let linkQueueLimit = 64
 
@@ -172,11 +174,16 @@ public final class HCIHost {
     private var packetScratch: [UInt8] = []
     /// The buffers a PDU waiting for credits is copied into, shared by every link: a burst
     /// beyond the controller's credits reuses them (no allocation once warm), and the memory
-    /// kept stays bounded however many links are open. A buffer fits an L2CAP header and the
-    /// largest ATT PDU (ATT_MTU 517).
-    private var pduBuffers = BufferPool(limit: 2 * HCIHost.notificationQueueLimit, bufferCapacity: 4 + 517)
+    /// kept stays bounded however many links are open. A buffer has room for the largest PDU the
+    /// layers above say they send (`transmitBufferCapacity`).
+    private var pduBuffers: BufferPool
 
-    public init(scheduler: TimerScheduling, logger: Logger, output: @escaping (UInt8, ArraySlice<UInt8>) -> Bool) {
+    /// `transmitBufferCapacity`: the largest PDU (L2CAP header included) the layers above send,
+    /// so a PDU waiting for credits never grows its buffer; a larger one still goes, in a buffer
+    /// grown once.
+    public init(scheduler: TimerScheduling, logger: Logger, transmitBufferCapacity: Int = 4 + 251,
+                output: @escaping (UInt8, ArraySlice<UInt8>) -> Bool) {
+        pduBuffers = BufferPool(limit: 2 * HCIHost.bestEffortQueueLimit, bufferCapacity: transmitBufferCapacity)
         self.scheduler = scheduler
         self.logger = logger
         self.output = output
@@ -570,7 +577,7 @@ public final class HCIHost {
     /// lies in the table (`modify`), never copied out and back.
     public func sendL2CAP(handle: UInt16, pdu: ArraySlice<UInt8>, priority: TransmitPriority) -> Bool {
         guard let idle = links.modify(handle, { link -> Bool? in
-            if priority == .bestEffort && link.bestEffortQueued >= Self.notificationQueueLimit {
+            if priority == .bestEffort && link.bestEffortQueued >= Self.bestEffortQueueLimit {
                 markRefused(handle, &link)
                 return nil
             }
@@ -672,7 +679,7 @@ public final class HCIHost {
         swap(&refusedLinks, &refusedScratch)
         for reference in refusedScratch {
             guard let link = links[reference.handle], link.serial == reference.serial, link.refused else { continue }
-            guard link.bestEffortQueued < Self.notificationQueueLimit, link.queue.count < Self.linkQueueLimit else {
+            guard link.bestEffortQueued < Self.bestEffortQueueLimit, link.queue.count < Self.linkQueueLimit else {
                 refusedLinks.append(reference)
                 continue
             }

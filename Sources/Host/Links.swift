@@ -41,10 +41,8 @@ extension Peripheral {
             return
         }
         let peer = ATTPeer(connectionHandle: event.handle, address: event.peerAddress)
-        let server = ATTServer(database: database, peer: peer, scheduler: scheduler)
-        server.faults = faults
-        server.delegate = self
-        let connection = Connection(handle: event.handle, peer: peer, server: server, parameters: event.parameters)
+        let connection = makeLink(event, peer: peer)
+        let server = connection.server
         connection.peerIsRandom = event.peerAddressType & 0x01 != 0
         connections[event.handle] = connection
         hci.openLink(event.handle)
@@ -90,7 +88,7 @@ extension Peripheral {
         hci.closeLink(handle)
         defer { host.linkClosed(handle) }
         if let timer = connection.parameterTimer { scheduler.cancel(timer) }
-        if let timer = connection.reassemblyTimer { scheduler.cancel(timer) }
+        connection.link.close()
         // What a bonded central knew of the database, for when it comes back (Vol 3, Part G, 7.1).
         security.databaseHashKnown(database.hash, on: handle)
         security.cachingStateKnown(features: standard.features(on: handle), changeAware: connection.server.isChangeAware, on: handle)
@@ -147,12 +145,7 @@ extension Peripheral {
            current.latency == preferred.peripheralLatency, current.supervisionTimeout == preferred.supervisionTimeout {
             return
         }
-        let id = connection.takeIdentifier()
-        connection.pendingParameterUpdate = id
-        let request = SignalingCommand.connectionParameterUpdateRequest(
-            identifier: id, intervalMin: preferred.intervalMin, intervalMax: preferred.intervalMax,
-            latency: preferred.peripheralLatency, timeout: preferred.supervisionTimeout)
         logger.info("asking for connection parameters \(preferred)", metadata: [LogKey.connHandle: "\(connection.handle)"])
-        sendSignaling(request, on: connection)
+        connection.link.requestConnectionParameters(preferred)
     }
 }

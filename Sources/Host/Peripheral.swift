@@ -48,7 +48,9 @@ public final class Peripheral {
     public internal(set) var advertisingAllowed = true
     /// The interval advertising runs at, while it runs (units of 0.625 ms).
     public internal(set) var advertisingInterval: UInt16?
-    public var logger: Logger
+    public var logger: Logger {
+        didSet { l2cap.logger = logger }
+    }
 
     public let scheduler: TimerScheduling
     /// Pairing, encryption and bonds of this device's links (the SMP channel, LTK requests).
@@ -66,11 +68,16 @@ public final class Peripheral {
     var fastPhaseEnds: UInt64 = 0
     var deviceStarted = false
     var deviceWaitingForRoom = false
-    var frame: [UInt8] = []
+    /// What this device's links share: the HCI, the timers, the budget of lines peers cause.
+    let l2cap: L2CAPLinkContext
     /// What a device's `notify` encodes into, reused for every notification.
     var notificationValue = ValueBuffer()
-    /// Lines whose rate a peer or the controller controls (Docs/DIAGNOSTICS.md).
-    var peerLog = LogBudget()
+    /// Lines whose rate a peer or the controller controls (Docs/DIAGNOSTICS.md): one budget
+    /// with the links' own lines.
+    var peerLog: LogBudget {
+        get { l2cap.peerLog }
+        set { l2cap.peerLog = newValue }
+    }
     var linkLog = LogBudget()
     /// `att-error` and `write` events: one a request, so a central sets their pace.
     var requestLog = LogBudget(burst: 100, window: .seconds(10))
@@ -95,6 +102,7 @@ public final class Peripheral {
         logger[metadataKey: LogKey.controller] = .string(configuration.controller)
         logger[metadataKey: LogKey.name] = .string(configuration.name)
         self.logger = logger
+        l2cap = L2CAPLinkContext(hci: host.hci, scheduler: host.scheduler, logger: logger)
         address = PeripheralConfiguration.identityAddress(deviceName: type(of: device).deviceName, localName: configuration.name,
                                                           configured: configuration.address)
         advertisingAddress = address
@@ -110,7 +118,6 @@ public final class Peripheral {
         advertisedTxPower = profile.txPowerLevel
         advertisingPayload = Self.payload(configuration: configuration, profile: profile,
                                           serviceUUIDs: profile.advertisedServices, txPower: profile.txPowerLevel)
-        frame.reserveCapacity(ATTServer.maximumMTU + 8)
         self.diagnostics = diagnostics
         var securityConfiguration = configuration.security
         // The device's permissions say how long a key its protected values need: a pairing that

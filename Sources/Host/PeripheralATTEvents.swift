@@ -8,11 +8,6 @@ import Logging
 // MARK: - ATT server events
 
 extension Peripheral: ATTServerDelegate {
-    public func attServer(_ server: ATTServer, send pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool {
-        sendFrame(cid: L2CAPChannel.att, payload: pdu, on: server.peer.connectionHandle,
-                  priority: kind == .notification ? .bestEffort : .required)
-    }
-
     public func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?) {
         statistics.attRequests += 1
         guard let error else { return }

@@ -52,33 +52,21 @@ public struct PeripheralConfiguration: Sendable {
 
 public let blemuVersion = "0.1.0"
 
-/// One link to a central: its ATT bearer, L2CAP reassembly and signalling state.
+/// One link to a central: its L2CAP link (with the ATT bearer and SMP on it) and ATT server.
 final class Connection {
-    let handle: UInt16
+    var handle: UInt16 { link.handle }
     let peer: ATTPeer
     /// Peer_Address_Type 0x01 or 0x03 (random, or random identity), else public.
     var peerIsRandom = true
+    let link: L2CAPLink
     let server: ATTServer
-    var reassembler = L2CAPReassembler()
     var parameters: LinkParameters
-    var nextSignalingIdentifier: UInt8 = 1
-    var pendingParameterUpdate: UInt8?
     var parameterTimer: TimerID?
-    var reassemblyTimer: TimerID?
-    /// The reassembly timer's action, made at the link's first fragmented PDU and kept.
-    var reassemblyExpired: (() -> Void)?
 
-    init(handle: UInt16, peer: ATTPeer, server: ATTServer, parameters: LinkParameters) {
-        self.handle = handle
+    init(peer: ATTPeer, link: L2CAPLink, server: ATTServer, parameters: LinkParameters) {
         self.peer = peer
+        self.link = link
         self.server = server
         self.parameters = parameters
-    }
-
-    /// Vol 3, Part A, 4: identifiers 0x01–0xFF, 0x00 is never used.
-    func takeIdentifier() -> UInt8 {
-        let id = nextSignalingIdentifier
-        nextSignalingIdentifier = nextSignalingIdentifier == 0xFF ? 1 : nextSignalingIdentifier + 1
-        return id
     }
 }

@@ -124,8 +124,8 @@ extension Peripheral {
     /// The security layer's ways out: SMP PDUs on CID 0x0006, answers to LTK requests.
     func wireSecurity() {
         security.sendSMP = { [weak self] handle, pdu in
-            guard let self, self.connections[handle] != nil else { return }
-            _ = self.sendFrame(cid: L2CAPChannel.securityManager, payload: pdu[...], on: handle, priority: .required)
+            guard let self, let connection = self.connections[handle] else { return }
+            _ = connection.link.send(cid: L2CAPChannel.securityManager, pdu[...], priority: .required)
         }
         security.securityChanged = { [weak self] handle, state in
             guard let self, let connection = self.connections[handle] else { return }

@@ -58,7 +58,8 @@ public final class PeripheralHost {
         var logger = logger
         logger[metadataKey: LogKey.controller] = .string(controller)
         self.logger = logger
-        hci = HCIHost(scheduler: scheduler, logger: logger, output: output)
+        // Room for the largest PDU the devices send: an ATT PDU at the largest ATT_MTU, framed.
+        hci = HCIHost(scheduler: scheduler, logger: logger, transmitBufferCapacity: 4 + ATTServer.maximumMTU, output: output)
         advertiser = Advertiser(hci: hci)
         hci.delegate = self
     }

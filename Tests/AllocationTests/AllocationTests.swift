@@ -350,7 +350,7 @@ import Testing
     @Test func notificationsRefusedWhenTheQueueIsFull() throws {
         let (rig, output, c) = try subscribedRig(0x01)
         let completed = [0x13, 0x05, 0x01, 0x40, 0x00, 0x10, 0x00] as [UInt8]
-        // 8 go out, 8 wait (HCIHost.notificationQueueLimit), the 17th is refused, not dropped:
+        // 8 go out, 8 wait (HCIHost.bestEffortQueueLimit), the 17th is refused, not dropped:
         // `notify` says so and the device hears it is ready once room frees.
         var taken = 0, refused = 0
         let count = allocations {

@@ -749,7 +749,7 @@ private let initSequenceV1: [UInt16] = [
         #expect(delivered == pdus)
     }
 
-    /// Notifications are refused once `notificationQueueLimit` wait; the delegate hears once
+    /// Notifications are refused once `bestEffortQueueLimit` wait; the delegate hears once
     /// when there is room again.
     @Test func bestEffortRefusedWhenItsQueueIsFullAndRoomIsReportedOnce() {
         let rig = Rig { $0.aclBufferSize = 27; $0.aclBufferCount = 2 }
@@ -759,7 +759,7 @@ private let initSequenceV1: [UInt16] = [
         // A 3-fragment response: two fragments use up both buffers, the third waits at the head.
         #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 60)[...], priority: .required))
         #expect(rig.aclSent.count == 2)
-        for index in 0..<HCIHost.notificationQueueLimit {
+        for index in 0..<HCIHost.bestEffortQueueLimit {
             #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 20, seed: UInt8(index))[...],
                                        priority: .bestEffort))
         }
@@ -767,7 +767,7 @@ private let initSequenceV1: [UInt16] = [
         #expect(!rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 20)[...], priority: .bestEffort))
         #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 20)[...], priority: .required),
                 "responses are not limited by the notification limit")
-        #expect(rig.host.queuedPDUs(0x0040) == 1 + HCIHost.notificationQueueLimit + 1)
+        #expect(rig.host.queuedPDUs(0x0040) == 1 + HCIHost.bestEffortQueueLimit + 1)
         #expect(rig.delegate.roomFor.isEmpty)
 
         rig.numberOfCompletedPackets([(0x0040, 1)])   // the response's last fragment goes
@@ -784,7 +784,7 @@ private let initSequenceV1: [UInt16] = [
         rig.bringUp()
         rig.host.openLink(0x0040)
         #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 20)[...], priority: .bestEffort))
-        for _ in 0..<HCIHost.notificationQueueLimit {
+        for _ in 0..<HCIHost.bestEffortQueueLimit {
             #expect(rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 20)[...], priority: .bestEffort))
         }
         #expect(!rig.host.sendL2CAP(handle: 0x0040, pdu: Rig.pdu(payloadLength: 20)[...], priority: .bestEffort))
@@ -794,7 +794,7 @@ private let initSequenceV1: [UInt16] = [
         }
         rig.numberOfCompletedPackets([(0x0040, 1)])
         #expect(accepted == [true])
-        #expect(rig.host.queuedPDUs(0x0040) == HCIHost.notificationQueueLimit)
+        #expect(rig.host.queuedPDUs(0x0040) == HCIHost.bestEffortQueueLimit)
     }
 
     @Test func requiredPDUsHitTheHardCap() {

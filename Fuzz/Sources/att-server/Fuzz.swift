@@ -171,6 +171,8 @@ final class Bearer: ATTServerDelegate {
             let expected: UInt8 = kind == .notification ? 0x1B : 0x1D
             fuzzCheck(pdu.first == expected && pdu.count >= 3, "update \(hex(Array(pdu))) sent as \(kind)")
             return !refusing
+        case .request:
+            fuzzFailure("the server sent a client's PDU: \(hex(Array(pdu)))")
         }
     }
 
