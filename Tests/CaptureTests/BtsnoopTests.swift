@@ -1,30 +1,11 @@
 import Testing
 @testable import BlemuCapture
 import BlemuCore
+import BlemuTestSupport
 
 #if canImport(Glibc)
 import Glibc
 #endif
-
-/// A fresh temporary directory, removed with its files by `remove()`.
-private struct TemporaryDirectory {
-    let path: String
-    init() {
-        var template = Array("/tmp/blemu-capture-XXXXXX".utf8CString)
-        path = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
-    }
-    func file(_ name: String) -> String { "\(path)/\(name)" }
-    func remove() {
-        if let directory = opendir(path) {
-            while let entry = readdir(directory) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
-                if name != "." && name != ".." { unlink(file(name)) }
-            }
-            closedir(directory)
-        }
-        rmdir(path)
-    }
-}
 
 private func readFile(_ path: String) -> [UInt8]? {
     let fd = open(path, O_RDONLY)

@@ -1,4 +1,5 @@
 import BlemuConfig
+import BlemuTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -77,13 +78,8 @@ import Glibc
     }
 
     @Test func aFIFOGivenAsTheConfigurationIsRefusedAtOnce() {
-        var template = Array("/tmp/blemu-config-XXXXXX".utf8CString)
-        let directory = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
-        let path = directory + "/fleet.yaml"
-        defer {
-            unlink(path)
-            rmdir(directory)
-        }
+        let directory = TemporaryDirectory()
+        let path = directory.file("fleet.yaml")
         #expect(mkfifo(path, 0o600) == 0)
         var message: String?
         let time = ContinuousClock().measure {

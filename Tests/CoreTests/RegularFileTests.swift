@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -8,29 +9,7 @@ import Glibc
 /// A FIFO, a device node or a symbolic link planted where blemu keeps a file: refused at once,
 /// never waited on (open(2) of a FIFO without O_NONBLOCK blocks until the other end opens).
 @Suite struct RegularFileTests {
-    final class Directory {
-        let path: String
-        init() {
-            var template = Array("/tmp/blemu-regular-file-XXXXXX".utf8CString)
-            path = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
-        }
-        func file(_ name: String) -> String { "\(path)/\(name)" }
-        func write(_ name: String, _ text: String) {
-            let fd = open(file(name), O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-            _ = text.utf8CString.withUnsafeBufferPointer { Glibc.write(fd, $0.baseAddress, $0.count - 1) }
-            close(fd)
-        }
-        deinit {
-            if let directory = opendir(path) {
-                while let entry = readdir(directory) {
-                    let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
-                    if name != "." && name != ".." { unlink(file(name)) }
-                }
-                closedir(directory)
-            }
-            rmdir(path)
-        }
-    }
+    typealias Directory = TemporaryDirectory
 
     private func elapsed(_ body: () -> Void) -> Duration {
         let clock = ContinuousClock()

@@ -1,6 +1,7 @@
 import BlemuCore
 import BlemuGATT
 import FoundationEssentials
+import BlemuTestSupport
 import Testing
 @testable import BlemuProfile
 
@@ -181,13 +182,8 @@ import Glibc
 /// a FIFO swapped in between blocked the read; now kind and size are checked on what was opened.
 @Suite struct GATTProfileFileTests {
     @Test func aFIFOIsRefusedAtOnce() {
-        var template = Array("/tmp/blemu-profile-XXXXXX".utf8CString)
-        let directory = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
-        let path = directory + "/scale.json"
-        defer {
-            unlink(path)
-            rmdir(directory)
-        }
+        let directory = TemporaryDirectory()
+        let path = directory.file("scale.json")
         #expect(mkfifo(path, 0o600) == 0)
         var message: String?
         let time = ContinuousClock().measure {

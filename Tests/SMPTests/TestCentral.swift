@@ -1,5 +1,6 @@
 import Testing
 import BlemuCore
+import BlemuTestSupport
 import BlemuCrypto
 @testable import BlemuSMP
 
