@@ -239,6 +239,20 @@ class BumblePeripheral:
         asyncio.set_event_loop(self.loop)
         self.loop.run_until_complete(self._main())
 
+    async def _advertise_until_stopped(self, device) -> None:
+        """Advertises the name (connectable, general discoverable), says ready, and serves
+        until `stop()`: the life of the subclasses, which differ only in their database."""
+        device.advertising_data = bytes(AdvertisingData([
+            (AdvertisingData.FLAGS, bytes([0x06])),
+            (AdvertisingData.COMPLETE_LOCAL_NAME, self.name.encode()),
+        ]))
+        await device.power_on()
+        await device.start_advertising(auto_restart=True)
+        self.ready.set()
+        await self.stopping.wait()
+        with contextlib.suppress(HCI_Error):
+            await device.stop_advertising()
+
     async def _main(self) -> None:
         self.stopping = asyncio.Event()
         async with await open_transport(bumble_transport_spec(self.controller)) as (source, sink):
@@ -337,16 +351,7 @@ class HugePeripheral(BumblePeripheral):
                                     gatt.Characteristic.WRITEABLE, b"")
                 for n in range(self.count)
             ])])
-            device.advertising_data = bytes(AdvertisingData([
-                (AdvertisingData.FLAGS, bytes([0x06])),
-                (AdvertisingData.COMPLETE_LOCAL_NAME, self.name.encode()),
-            ]))
-            await device.power_on()
-            await device.start_advertising(auto_restart=True)
-            self.ready.set()
-            await self.stopping.wait()
-            with contextlib.suppress(HCI_Error):
-                await device.stop_advertising()
+            await self._advertise_until_stopped(device)
 
 
 def dump_with_peak_rss(rootcanal, count: int) -> tuple[int, float]:
@@ -437,16 +442,7 @@ class MTUProbePeripheral(BumblePeripheral):
                 connection.on("connection_att_mtu_update", lambda: asyncio.ensure_future(probe(connection)))
 
             device.on("connection", on_connection)
-            device.advertising_data = bytes(AdvertisingData([
-                (AdvertisingData.FLAGS, bytes([0x06])),
-                (AdvertisingData.COMPLETE_LOCAL_NAME, self.name.encode()),
-            ]))
-            await device.power_on()
-            await device.start_advertising(auto_restart=True)
-            self.ready.set()
-            await self.stopping.wait()
-            with contextlib.suppress(HCI_Error):
-                await device.stop_advertising()
+            await self._advertise_until_stopped(device)
 
 
 def test_the_central_serves_requests_at_the_mtu_its_client_negotiated(rootcanal):
