@@ -84,7 +84,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
             .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Sources/Host"),
-        .target(name: "BlemuDevices", dependencies: ["BlemuCore", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost",
+        .target(name: "BlemuDevices", dependencies: ["BlemuCore", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuCrypto",
             .product(name: "Logging", package: "swift-log"), .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Devices"),
         // Configuration files: devices and their options, checked before anything starts.
@@ -117,7 +117,7 @@ let package = Package(
         // The chat between nodes (Docs/CHAT.md): a node's rooms, one per controller, as host or
         // member, and the bridge between them. Above the central and the chat device.
         .target(name: "BlemuChat", dependencies: [
-            "BlemuCore", "BlemuCentral", "BlemuGATTClient", "BlemuHost", "BlemuDevices",
+            "BlemuCore", "BlemuCentral", "BlemuGATTClient", "BlemuHost", "BlemuDevices", "BlemuCrypto",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Chat"),
         // A controller's stack assembled from a plan (devices, roles, options) for `run`, `chat`,
@@ -159,7 +159,8 @@ let package = Package(
         .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuBenchRig", "BlemuHost", "BlemuDevices",
                                                          "BlemuGATT", "BlemuCrypto", "BlemuHCI", "BlemuRunLoop"],
                     path: "Tests/AllocationTests"),
-        .testTarget(name: "ChatTests", dependencies: ["BlemuChat", "BlemuDevices"], path: "Tests/ChatTests"),
+        .testTarget(name: "ChatTests", dependencies: ["BlemuTestSupport", "BlemuChat", "BlemuDevices", "BlemuCrypto", "BlemuCore",
+                                                .product(name: "Logging", package: "swift-log")], path: "Tests/ChatTests"),
         .testTarget(name: "CoreTests", dependencies: ["BlemuTestSupport", "BlemuCore"], path: "Tests/CoreTests"),
         .testTarget(name: "JournalTests", dependencies: ["BlemuJournal", "BlemuCore", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/JournalTests"),

@@ -60,6 +60,11 @@ public final class ChatDevice: Device {
     public var onHeard: ((Heard) -> Void)?
     /// The host's own name in what members see.
     public var hostName = "host"
+    /// Signatures and names bound to keys (Docs/CHAT.md, "Signed messages"): with it, the host
+    /// signs its lines and announcements, checks every member's message before delivering or
+    /// relaying it, shows unsigned ones as `~NAME` and, `signedOnly`, refuses them. Nil: the
+    /// open room as before (any name, unchecked).
+    public var trust: ChatTrust?
 
     private weak var context: DeviceContext?
     private struct Member {
@@ -110,7 +115,11 @@ public final class ChatDevice: Device {
         let message = Characteristic(Self.messageUUID, properties: [.write, .notify],
                                      validateWrite: { request in
                                          // Vol 3, Part G, 4.9.3: a value the device cannot take is refused.
-                                         String(validating: request.value, as: UTF8.self) == nil ? .valueNotAllowed : nil
+                                         guard String(validating: request.value, as: UTF8.self) != nil,
+                                               box.value?.trust?.refusePlainWrite(from: Self.name(of: request.peer)) != true else {
+                                             return .valueNotAllowed
+                                         }
+                                         return nil
                                      },
                                      onWrite: { request in
                                          box.value?.received(request)
@@ -118,7 +127,12 @@ public final class ChatDevice: Device {
                                      })
         let frames = Characteristic(Self.framesUUID, properties: [.write, .notify],
                                     validateWrite: { request in
-                                        (try? ChatFrame(decoding: request.value.slice)) == nil ? .valueNotAllowed : nil
+                                        guard let frame = try? ChatFrame(decoding: request.value.slice) else { return .valueNotAllowed }
+                                        // A signed-only room takes no unsigned message: its first piece is refused.
+                                        if case .data = frame, box.value?.trust?.refusePlainWrite(from: Self.name(of: request.peer)) == true {
+                                            return .valueNotAllowed
+                                        }
+                                        return nil
                                     },
                                     onWrite: { request in
                                         box.value?.receivedFrame(request)
@@ -158,12 +172,12 @@ public final class ChatDevice: Device {
             member.lastProgress = context?.scheduler.nowNanoseconds ?? 0
             if framed, let point = resumePoints.removeValue(forKey: handle) {
                 // Joining again: what the room said after the last message it had, first.
-                if let index = history.lastIndex(where: { $0.id == point }) {
+                if let index = history.lastIndex(where: { $0.id.isNamed(number: point.number, sender: point.sender) }) {
                     member.replayNext = historyStart + UInt64(index) + 1
                 } else {
                     member.replayNext = historyStart
                     let note = "* catching up: lines said before \(history.isEmpty ? "now" : "the oldest kept here") may be missing"
-                    member.queue.append((frames, Deque(ChatFrame.frames(of: Array(note.utf8), id: ChatMessageID(sender: "", number: takeNumber()),
+                    member.queue.append((frames, Deque(ChatFrame.frames(of: Array(note.utf8), id: announcementID(note),
                                                                           hops: 0, limit: (context?.attMTU(of: peer) ?? 23) - 3))))
                 }
             }
@@ -238,7 +252,9 @@ public final class ChatDevice: Device {
         // The validator let only UTF-8 through.
         let text = String(decoding: request.value, as: UTF8.self)
         guard !text.isEmpty else { return }
-        let sender = members[request.peer.connectionHandle]?.name ?? Self.name(of: request.peer)
+        var sender = members[request.peer.connectionHandle]?.name ?? Self.name(of: request.peer)
+        // A plain client cannot sign: unverified, never under a name a key holds.
+        if trust != nil, !sender.hasPrefix(ChatTrust.unverifiedMark) { sender = ChatTrust.unverifiedMark + sender }
         let id = ChatMessageID(sender: sender, number: takeNumber())
         delivered.remember(id)
         onHeard?(.message(id, text: text, hops: Self.initialHops))
@@ -256,7 +272,27 @@ public final class ChatDevice: Device {
         }
         // A node that never subscribed is not a member: it would not hear the acknowledgement.
         guard var member = members[handle] else { return }
-        let outcome = member.reassembly.take(frame)
+        var outcome = member.reassembly.take(frame)
+        if case let .message(claimed, bytes, hops) = outcome {
+            // Announcements are the host's: a member's message with no sender goes nowhere.
+            guard !claimed.sender.isEmpty else {
+                members[handle] = member
+                forgedAnnouncements += 1
+                if forgedAnnouncements & (forgedAnnouncements - 1) == 0 {
+                    context?.logger.warning("\(member.announcedName) wrote a message with an empty sender (an announcement is the host's): dropped (\(forgedAnnouncements) so far)")
+                }
+                return
+            }
+            // Checked before anything else sees it: refused (still acknowledged, so an honest
+            // member does not resend it forever), or delivered under the identity trust gives it.
+            if let trust {
+                guard let checked = trust.check(claimed, text: bytes) else {
+                    members[handle] = member
+                    return acknowledge(claimed, to: handle)
+                }
+                outcome = .message(checked, text: bytes, hops: hops)
+            }
+        }
         // A blemu node names itself in its own messages (a bridge's relayed ones have fewer hops).
         if case .message(let id, _, let hops) = outcome, hops == Self.initialHops, !id.sender.isEmpty,
            member.name.hasPrefix("central-") { member.name = id.sender }
@@ -285,7 +321,8 @@ public final class ChatDevice: Device {
     /// The host's own line, to every member.
     public func send(_ text: String) {
         guard !text.isEmpty else { return }
-        let id = ChatMessageID(sender: hostName, number: takeNumber())
+        let plain = ChatMessageID(sender: hostName, number: takeNumber())
+        let id = trust?.sign(plain, text: Array(text.utf8)) ?? plain
         delivered.remember(id)
         deliver(id, text: text, hops: Self.initialHops, except: nil)
     }
@@ -300,8 +337,16 @@ public final class ChatDevice: Device {
 
     private func announce(_ text: String, except handle: UInt16?) {
         onHeard?(.announcement(text))
-        deliver(ChatMessageID(sender: "", number: takeNumber()), text: text, hops: 0, except: handle)
+        deliver(announcementID(text), text: text, hops: 0, except: handle)
     }
+
+    /// A new announcement's identity: no sender, the host's number, signed when it has a key.
+    private func announcementID(_ text: String) -> ChatMessageID {
+        let id = ChatMessageID(sender: "", number: takeNumber())
+        return trust?.sign(id, text: Array(text.utf8)) ?? id
+    }
+    /// Members' messages with an empty sender, dropped (logged 1st, 2nd, 4th… time).
+    public private(set) var forgedAnnouncements = 0
 
     private func acknowledge(_ id: ChatMessageID, to handle: UInt16) {
         enqueue(frames, [ChatFrame.ack(number: id.number, sender: id.sender).encoded()], to: handle)
@@ -373,7 +418,7 @@ public final class ChatDevice: Device {
                 let text = "* you missed \(member.missed) line(s): too slow"
                 let limit = context.attMTU(of: member.peer) - 3
                 let note = member.framed
-                    ? ChatFrame.frames(of: Array(text.utf8), id: ChatMessageID(sender: "", number: takeNumber()), hops: 0, limit: limit)
+                    ? ChatFrame.frames(of: Array(text.utf8), id: announcementID(text), hops: 0, limit: limit)
                     : [Array(text.utf8.prefix(limit))]
                 var sent = true
                 for part in note where sent { sent = context.notify(member.framed ? frames : message, value: part, to: member.peer) }

@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuCrypto
 
 /// The framed chat between blemu nodes (Docs/CHAT.md, "Frames"): on a second characteristic of
 /// the chat service, so plain clients never see it. A message has an identity — its sender's
@@ -9,6 +10,7 @@ import BlemuCore
 ///     MORE  0x03 | offset u16 | chunk
 ///     ACK   0x02 | number u32 | sender
 ///     RESUME 0x04 | number u32 | sender
+///     SIGNED 0x05 | number u32 | hops u8 | sender length u8 | total u16 | first chunk
 ///
 /// Little-endian. The pieces carry one stream, the sender's name (UTF-8, at most 32 bytes)
 /// then the text (UTF-8, at most 4096 bytes); `total` is the stream's length and `offset`
@@ -19,8 +21,13 @@ import BlemuCore
 /// bytes, to the end of the frame; empty: the member it goes to), since a bridge writes the
 /// messages of others too. A member that joins again sends RESUME with the identity of the
 /// last message it received (before it subscribes): the host replays what came after it.
+/// SIGNED starts a signed message: as DATA, but its stream begins with the origin's Ed25519
+/// public key (32 bytes) and signature (64 bytes) over `ChatProof.signedBytes` (room, sender,
+/// number, text; not hops), then the sender's name and the text.
 public enum ChatFrame: Equatable, Sendable {
     case data(number: UInt32, hops: UInt8, senderLength: Int, total: Int, chunk: [UInt8])
+    /// A signed message's first piece: its stream is key | signature | sender | text.
+    case signedData(number: UInt32, hops: UInt8, senderLength: Int, total: Int, chunk: [UInt8])
     case more(offset: Int, chunk: [UInt8])
     /// `sender` empty: the message of the member the ACK goes to.
     case ack(number: UInt32, sender: String = "")
@@ -31,6 +38,9 @@ public enum ChatFrame: Equatable, Sendable {
     public static let ackType: UInt8 = 0x02
     public static let moreType: UInt8 = 0x03
     public static let resumeType: UInt8 = 0x04
+    public static let signedDataType: UInt8 = 0x05
+    /// The key and signature a signed stream starts with.
+    public static let proofSize = ChatPublicKey.length + ChatPublicKey.signatureLength
     /// The longest message, in UTF-8 bytes.
     public static let maxMessageBytes = 4096
     /// The longest sender name, in UTF-8 bytes.
@@ -42,8 +52,8 @@ public enum ChatFrame: Equatable, Sendable {
     public func encoded() -> [UInt8] {
         var out: [UInt8] = []
         switch self {
-        case let .data(number, hops, senderLength, total, chunk):
-            out.append(Self.dataType)
+        case let .data(number, hops, senderLength, total, chunk), let .signedData(number, hops, senderLength, total, chunk):
+            if case .data = self { out.append(Self.dataType) } else { out.append(Self.signedDataType) }
             out.appendLE(number)
             out.append(hops)
             out.append(UInt8(clamping: senderLength))
@@ -69,20 +79,24 @@ public enum ChatFrame: Equatable, Sendable {
     public init(decoding bytes: ArraySlice<UInt8>) throws(DecodeError) {
         var reader = ByteReader(bytes)
         let type = try reader.u8()
-        let limit = Self.maxSenderBytes + Self.maxMessageBytes
+        let limit = Self.proofSize + Self.maxSenderBytes + Self.maxMessageBytes
         switch type {
-        case Self.dataType:
+        case Self.dataType, Self.signedDataType:
             let number = try reader.u32()
             let hops = try reader.u8()
             let senderLength = Int(try reader.u8())
             let total = Int(try reader.u16())
             let chunk = Array(reader.rest())
+            // A signed stream has room for its key and signature: a shorter one is truncated.
+            let head = senderLength + (type == Self.signedDataType ? Self.proofSize : 0)
             guard senderLength <= Self.maxSenderBytes else { throw DecodeError(.invalidValue, "a \(senderLength)-byte sender name") }
-            guard senderLength <= total, total - senderLength <= Self.maxMessageBytes else {
-                throw DecodeError(.invalidValue, "a \(total)-byte stream with a \(senderLength)-byte sender")
+            guard head <= total, total - head <= Self.maxMessageBytes else {
+                throw DecodeError(.invalidValue, "a \(total)-byte stream with a \(head)-byte head")
             }
             guard chunk.count <= total else { throw DecodeError(.invalidValue, "a \(chunk.count)-byte chunk of a \(total)-byte stream") }
-            self = .data(number: number, hops: hops, senderLength: senderLength, total: total, chunk: chunk)
+            self = type == Self.dataType
+                ? .data(number: number, hops: hops, senderLength: senderLength, total: total, chunk: chunk)
+                : .signedData(number: number, hops: hops, senderLength: senderLength, total: total, chunk: chunk)
         case Self.moreType:
             let offset = Int(try reader.u16())
             let chunk = Array(reader.rest())
@@ -106,10 +120,14 @@ public enum ChatFrame: Equatable, Sendable {
     /// the longest attribute value, Vol 3, Part F, 3.2.9).
     public static func frames(of text: [UInt8], id: ChatMessageID, hops: UInt8, limit: Int) -> [[UInt8]] {
         let limit = min(512, max(20, limit))
-        let stream = id.senderBytes + text.prefix(maxMessageBytes)
+        let proof = id.proof.map { $0.key.bytes + $0.signature } ?? []
+        let stream = proof + id.senderBytes + text.prefix(maxMessageBytes)
         let first = min(stream.count, limit - dataHeaderSize)
-        var frames = [ChatFrame.data(number: id.number, hops: hops, senderLength: id.senderBytes.count, total: stream.count,
-                                     chunk: Array(stream[..<first])).encoded()]
+        let chunk = Array(stream[..<first])
+        var frames = [(id.proof == nil
+            ? ChatFrame.data(number: id.number, hops: hops, senderLength: id.senderBytes.count, total: stream.count, chunk: chunk)
+            : ChatFrame.signedData(number: id.number, hops: hops, senderLength: id.senderBytes.count, total: stream.count, chunk: chunk))
+            .encoded()]
         var offset = first
         while offset < stream.count {
             let end = min(stream.count, offset + limit - moreHeaderSize)
@@ -120,14 +138,41 @@ public enum ChatFrame: Equatable, Sendable {
     }
 }
 
-/// Who sent a message, and its number: together, its identity.
+/// Who sent a message, and its number: together, its identity. A signed message's identity is
+/// also its origin's key (`proof.key`): two messages that claim one name and number with
+/// different keys (or one signed, one not) are two identities, so nobody can take another's
+/// numbers (delivered-once, ACK and RESUME matching keep them apart). The signature travels with
+/// the identity (a bridge relays it unchanged) but is no part of it.
 public struct ChatMessageID: Hashable, Sendable, CustomStringConvertible {
     public let sender: String
     public let number: UInt32
     let senderBytes: [UInt8]
+    /// The origin's key and signature, for a signed message.
+    public let proof: ChatProof?
+
+    public static func == (a: Self, b: Self) -> Bool {
+        a.number == b.number && a.senderBytes == b.senderBytes && a.proof?.key == b.proof?.key
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(number)
+        hasher.combine(senderBytes)
+        hasher.combine(proof?.key)
+    }
+
+    /// Whether an ACK or RESUME (number and sender only) names this message.
+    public func isNamed(number: UInt32, sender: String) -> Bool {
+        self.number == number && self.sender == sender
+    }
+
+    /// The same identity with `proof` (signed by its origin).
+    public func with(proof: ChatProof?) -> ChatMessageID {
+        ChatMessageID(sender: sender, number: number, proof: proof)
+    }
 
     /// `sender` is cut to `ChatFrame.maxSenderBytes` of UTF-8, between characters.
-    public init(sender: String, number: UInt32) {
+    public init(sender: String, number: UInt32, proof: ChatProof? = nil) {
+        self.proof = proof
         var bytes: [UInt8] = []
         for character in sender {
             let next = Array(String(character).utf8)
@@ -149,7 +194,7 @@ public struct ChatMessageID: Hashable, Sendable, CustomStringConvertible {
 public struct ChatReassembly {
     public static let rememberedLimit = 1024
 
-    private var current: (number: UInt32, hops: UInt8, senderLength: Int, total: Int, bytes: [UInt8])?
+    private var current: (number: UInt32, hops: UInt8, senderLength: Int, total: Int, signed: Bool, bytes: [UInt8])?
     private var delivered: Set<ChatMessageID> = []
     private var deliveredOrder: [ChatMessageID] = []
 
@@ -173,7 +218,9 @@ public struct ChatReassembly {
         case .ack, .resume:
             return .incomplete
         case let .data(number, hops, senderLength, total, chunk):
-            current = (number, hops, senderLength, total, chunk)
+            current = (number, hops, senderLength, total, false, chunk)
+        case let .signedData(number, hops, senderLength, total, chunk):
+            current = (number, hops, senderLength, total, true, chunk)
         case let .more(offset, chunk):
             guard var message = current, offset == message.bytes.count, offset + chunk.count <= message.total else {
                 current = nil
@@ -184,12 +231,20 @@ public struct ChatReassembly {
         }
         guard let message = current, message.bytes.count >= message.total else { return .incomplete }
         current = nil
-        let senderBytes = message.bytes.prefix(message.senderLength)
-        let text = Array(message.bytes.dropFirst(message.senderLength))
+        // The decoder let only streams with room for the proof and the sender through.
+        var proof: ChatProof?
+        var stream = message.bytes[...]
+        if message.signed {
+            guard let key = try? ChatPublicKey(stream.prefix(ChatPublicKey.length)) else { return .inconsistent }
+            proof = ChatProof(key: key, signature: Array(stream.dropFirst(ChatPublicKey.length).prefix(ChatPublicKey.signatureLength)))
+            stream = stream.dropFirst(ChatFrame.proofSize)
+        }
+        let senderBytes = stream.prefix(message.senderLength)
+        let text = Array(stream.dropFirst(message.senderLength))
         guard let sender = String(validating: senderBytes, as: UTF8.self), String(validating: text, as: UTF8.self) != nil else {
             return .inconsistent
         }
-        let id = ChatMessageID(sender: sender, number: message.number)
+        let id = ChatMessageID(sender: sender, number: message.number, proof: proof)
         if delivered.contains(id) { return .duplicate(id) }
         remember(id)
         return .message(id, text: text, hops: message.hops)
@@ -209,4 +264,43 @@ public struct ChatReassembly {
 
     /// Whether a message is being put together.
     public var isPending: Bool { current != nil }
+}
+
+/// A signed message's proof: its origin's public key and the Ed25519 signature over
+/// `signedBytes` — what identifies the message and what it says, in its room; not `hops`, which
+/// bridges change. A frame replayed with another text, number, sender or into another room fails.
+public struct ChatProof: Hashable, Sendable {
+    public let key: ChatPublicKey
+    /// 64 bytes when made here; a frame's may be anything (verification fails then).
+    public let signature: [UInt8]
+
+    public init(key: ChatPublicKey, signature: [UInt8]) {
+        self.key = key
+        self.signature = signature
+    }
+
+    /// `blemu-chat-v1` 0x00 | room length u8 | room | sender length u8 | sender | number u32 LE | text.
+    /// Lengths are bytes of UTF-8; room and sender are cut as frames cut them (at most 255 and 32).
+    public static func signedBytes(room: String, sender: String, number: UInt32, text: some Collection<UInt8>) -> [UInt8] {
+        let roomBytes = Array(room.utf8.prefix(255))
+        let senderBytes = ChatMessageID(sender: sender, number: number).senderBytes
+        var out = Array("blemu-chat-v1".utf8) + [0]
+        out.append(UInt8(roomBytes.count))
+        out += roomBytes
+        out.append(UInt8(senderBytes.count))
+        out += senderBytes
+        out.appendLE(number)
+        out += text
+        return out
+    }
+
+    /// The proof of `text` said as `sender` number `number` in `room`, by `key`.
+    public static func sign(room: String, sender: String, number: UInt32, text: some Collection<UInt8>, with key: ChatSigningKey) -> ChatProof {
+        ChatProof(key: key.publicKey, signature: key.signature(of: signedBytes(room: room, sender: sender, number: number, text: text)))
+    }
+
+    /// Whether this proof is the key's signature of that message in that room.
+    public func verifies(room: String, sender: String, number: UInt32, text: some Collection<UInt8>) -> Bool {
+        key.verifies(signature, of: Self.signedBytes(room: room, sender: sender, number: number, text: text))
+    }
 }

@@ -54,6 +54,9 @@ public final class ChatMember {
     public var onHeard: ((ChatDevice.Heard) -> Void)?
     /// `isBusy` is over: the source of lines may go on.
     public var onRoom: (() -> Void)?
+    /// Signatures and names bound to keys: every message the host relays is checked before it
+    /// is told (`ChatTrust.check`); nil: taken as it comes.
+    public var trust: ChatTrust?
 
     private var link: CentralLink?
     private var target: (characteristic: RemoteCharacteristic, framed: Bool)?
@@ -296,7 +299,10 @@ public final class ChatMember {
             let text = String(decoding: value, as: UTF8.self)
             if let colon = text.firstRange(of: ": "), !text.hasPrefix("* ") {
                 plainNumber &+= 1
-                let id = ChatMessageID(sender: String(text[..<colon.lowerBound]), number: plainNumber)
+                var sender = String(text[..<colon.lowerBound])
+                // A plain host's lines carry no signature: unverified.
+                if trust != nil, !sender.hasPrefix(ChatTrust.unverifiedMark) { sender = ChatTrust.unverifiedMark + sender }
+                let id = ChatMessageID(sender: sender, number: plainNumber)
                 // A plain host's lines carry no hop count: a bridge may pass them on, once less than its own.
                 onHeard?(.message(id, text: String(text[colon.upperBound...]), hops: ChatDevice.initialHops - 1))
             } else {
@@ -308,8 +314,8 @@ public final class ChatMember {
             return logger.warning("a malformed chat frame from the host was ignored")
         }
         if case let .ack(number, sender) = frame {
-            let id = ChatMessageID(sender: sender.isEmpty ? me : sender, number: number)
-            if let index = unacknowledged.firstIndex(where: { $0.id == id }) { unacknowledged.remove(at: index) }
+            let named = sender.isEmpty ? me : sender
+            if let index = unacknowledged.firstIndex(where: { $0.id.isNamed(number: number, sender: named) }) { unacknowledged.remove(at: index) }
             sendNext()
             return
         }
@@ -317,8 +323,14 @@ public final class ChatMember {
         if case .duplicate(let id) = outcome, !id.sender.isEmpty { lastHeard = id }
         if case let .message(id, bytes, hops) = outcome {
             let text = String(decoding: bytes, as: UTF8.self)
-            if !id.sender.isEmpty { lastHeard = id }
-            onHeard?(id.sender.isEmpty ? .announcement(text) : .message(id, text: text, hops: hops))
+            if id.sender.isEmpty {
+                guard trust?.checkAnnouncement(id, text: bytes) ?? true else { return }
+                onHeard?(.announcement(text))
+                return
+            }
+            lastHeard = id
+            guard let checked = trust.map({ $0.check(id, text: bytes) }) ?? id else { return }
+            onHeard?(.message(checked, text: text, hops: hops))
         }
     }
 

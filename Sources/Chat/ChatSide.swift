@@ -68,8 +68,10 @@ public final class ChatSide: ChatRoomSide {
     /// `device` runs on `peripheral`; `central` shares its controller (nil only for `.host`,
     /// which then never looks for other hosts). `roomFilter`: a member joins a host whose name
     /// contains it (nil: any chat host).
+    /// `trust`: the node's signatures and names bound to keys (one for all its sides), given to
+    /// the device and the member; nil: the open room.
     public init(role: Role, room: String, roomFilter: String?, me: String, device: ChatDevice, peripheral: Peripheral,
-                central: CentralHost?, mtu: Int, scheduler: TimerScheduling, logger: Logger) {
+                central: CentralHost?, mtu: Int, scheduler: TimerScheduling, logger: Logger, trust: ChatTrust? = nil) {
         precondition(central != nil || role == .host, "a chat member needs a central")
         self.role = role
         self.room = room
@@ -84,6 +86,8 @@ public final class ChatSide: ChatRoomSide {
                        rejoinTimeout: role == .auto ? ChatMember.takeoverTimeout : ChatMember.rejoinTimeout)
         }
         state = role == .host ? .host : .deciding
+        device.trust = trust
+        member?.trust = trust
         device.onHeard = { [unowned self] heard in self.onHeard?(heard) }
         device.onRoom = { [unowned self] in self.onRoom?() }
         if role != .host {
@@ -215,9 +219,15 @@ public final class ChatNode {
     /// remembers (they would be taken for resends).
     private var nextNumber = UInt32.random(in: 1...(UInt32.max / 2))
 
-    public init(me: String, sides: [any ChatRoomSide]) {
+    /// Signs this node's lines (the one `ChatTrust` its sides check with); its warnings are shown
+    /// as lines (`onLine(nil, …)`). Nil: unsigned lines.
+    public let trust: ChatTrust?
+
+    public init(me: String, sides: [any ChatRoomSide], trust: ChatTrust? = nil) {
         self.me = me
         self.sides = sides
+        self.trust = trust
+        trust?.onWarning = { [unowned self] line in self.onLine?(nil, line) }
         for side in sides {
             side.onHeard = { [unowned self, unowned side] heard in self.heard(heard, from: side) }
             side.onRoom = { [unowned self] in
@@ -254,7 +264,8 @@ public final class ChatNode {
     /// This node's line, to every room it is in; shown here too where this node hosts.
     public func say(_ text: String) {
         guard !text.isEmpty else { return }
-        let id = ChatMessageID(sender: me, number: nextNumber)
+        let plain = ChatMessageID(sender: me, number: nextNumber)
+        let id = trust?.sign(plain, text: Array(text.utf8)) ?? plain
         nextNumber &+= 1
         seen.remember(id)
         if isHosting { echo(id, text) }

@@ -1,0 +1,105 @@
+import BlemuChat
+import BlemuCore
+import BlemuCrypto
+import BlemuDevices
+import Logging
+import Testing
+
+/// Signed messages and names bound to keys: what a host, member or bridge delivers, and what it
+/// refuses (Docs/CHAT.md, "Signed messages").
+@Suite struct ChatTrustTests {
+    let alice = ChatSigningKey(), mallory = ChatSigningKey()
+    let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+
+    func signed(_ sender: String, _ number: UInt32, _ text: String, by key: ChatSigningKey, room: String = "kitchen") -> ChatMessageID {
+        ChatMessageID(sender: sender, number: number,
+                      proof: ChatProof.sign(room: room, sender: sender, number: number, text: Array(text.utf8), with: key))
+    }
+
+    @Test func theFirstKeyOfANameIsRememberedAndAnotherRefusedWithOneWarningLine() {
+        let trust = ChatTrust(room: "kitchen", identity: nil, me: nil, logger: logger)
+        var warnings: [String] = []
+        var saved: [[String: ChatPublicKey]] = []
+        trust.onWarning = { warnings.append($0) }
+        trust.onBindingsChanged = { saved.append($0) }
+        let first = signed("alice", 1, "hi", by: alice)
+        #expect(trust.check(first, text: Array("hi".utf8)) == first)
+        #expect(trust.bindings["alice"] == alice.publicKey && saved.count == 1)
+        // Mallory signs correctly, with her own key, as alice: refused, one warning line.
+        let forged = signed("alice", 2, "FORGED", by: mallory)
+        #expect(trust.check(forged, text: Array("FORGED".utf8)) == nil)
+        #expect(trust.check(signed("alice", 3, "again", by: mallory), text: Array("again".utf8)) == nil)
+        #expect(warnings == ["* someone tried to speak as alice: key \(mallory.publicKey.shortFingerprint) is not alice's"])
+        #expect(trust.impersonations == 2)
+        // Alice goes on.
+        let next = signed("alice", 2, "still me", by: alice)
+        #expect(trust.check(next, text: Array("still me".utf8)) == next)
+        // Forgotten, the name goes to the next key that speaks.
+        trust.pin("alice", to: nil)
+        #expect(trust.check(forged, text: Array("FORGED".utf8)) == forged)
+    }
+
+    @Test func aChangedTextNumberSenderOrRoomFailsTheSignature() {
+        let trust = ChatTrust(room: "kitchen", identity: nil, me: nil, logger: logger)
+        let id = signed("alice", 5, "pay bob", by: alice)
+        #expect(trust.check(id, text: Array("pay mallory".utf8)) == nil)
+        #expect(trust.check(ChatMessageID(sender: "alice", number: 6, proof: id.proof), text: Array("pay bob".utf8)) == nil)
+        #expect(trust.check(ChatMessageID(sender: "alicf", number: 5, proof: id.proof), text: Array("pay bob".utf8)) == nil)
+        #expect(trust.check(signed("alice", 5, "pay bob", by: alice, room: "hall"), text: Array("pay bob".utf8)) == nil)
+        let truncated = ChatMessageID(sender: "alice", number: 5, proof: ChatProof(key: alice.publicKey, signature: Array(id.proof!.signature.dropLast())))
+        #expect(trust.check(truncated, text: Array("pay bob".utf8)) == nil)
+        #expect(trust.badSignatures == 5)
+        #expect(trust.bindings.isEmpty)   // nothing bound by a bad frame
+        #expect(trust.check(id, text: Array("pay bob".utf8)) == id)
+    }
+
+    @Test func unsignedMessagesAreUnverifiedNeverUnderANameAKeyHolds() {
+        let trust = ChatTrust(room: "kitchen", identity: alice, me: "alice", logger: logger)
+        let plain = ChatMessageID(sender: "alice", number: 9)
+        #expect(trust.check(plain, text: Array("hi".utf8)) == ChatMessageID(sender: "~alice", number: 9))
+        #expect(trust.check(ChatMessageID(sender: "~bob", number: 1), text: [])?.sender == "~bob")   // once marked, as it is
+        // A signed name cannot be an unverified one.
+        #expect(trust.check(signed("~bob", 1, "x", by: mallory), text: Array("x".utf8)) == nil)
+        // Announcements are the host's.
+        #expect(trust.check(ChatMessageID(sender: "", number: 1), text: []) == nil)
+        #expect(trust.check(signed("", 1, "* alice left", by: mallory), text: Array("* alice left".utf8)) == nil)
+        // Its own name is bound to its own key from the start.
+        #expect(trust.check(signed("alice", 1, "x", by: mallory), text: Array("x".utf8)) == nil)
+        let signedOnly = ChatTrust(room: "kitchen", identity: nil, me: nil, signedOnly: true, logger: logger)
+        #expect(signedOnly.check(plain, text: Array("hi".utf8)) == nil)
+        #expect(signedOnly.refusePlainWrite(from: "central-AA01") && signedOnly.refusedUnsigned == 2)
+        #expect(!trust.refusePlainWrite(from: "central-AA01"))
+    }
+
+    @Test func signedIdentitiesAreKeyedByTheKey() {
+        let mine = signed("alice", 1, "x", by: alice), theirs = signed("alice", 1, "x", by: mallory)
+        #expect(mine != theirs && mine != ChatMessageID(sender: "alice", number: 1))
+        #expect(mine == ChatMessageID(sender: "alice", number: 1, proof: ChatProof(key: alice.publicKey, signature: [])))
+        #expect(mine.isNamed(number: 1, sender: "alice"))
+        var seen = ChatReassembly()
+        seen.remember(theirs)
+        #expect(!seen.hasDelivered(mine) && seen.hasDelivered(theirs))
+    }
+
+    @Test func boundNamesAreBounded() throws {
+        let trust = ChatTrust(room: "r", identity: nil, me: nil, logger: logger)
+        for index in 0..<ChatTrust.bindingLimit { trust.pin("n\(index)", to: alice.publicKey) }
+        let late = signed("late", 1, "x", by: mallory, room: "r")
+        #expect(trust.check(late, text: Array("x".utf8)) == late)   // taken, not remembered
+        #expect(trust.bindings.count == ChatTrust.bindingLimit && trust.bindings["late"] == nil)
+    }
+
+    @Test func aNodeSignsItsLinesAndShowsTheWarnings() {
+        let trust = ChatTrust(room: "kitchen", identity: alice, me: "alice", logger: logger)
+        let side = FakeSide()
+        let node = ChatNode(me: "alice", sides: [side], trust: trust)
+        var shown: [String] = []
+        node.onLine = { sender, text in shown.append("[\(sender ?? "*")] \(text)") }
+        node.say("hello")
+        let sent = side.sent[0]
+        #expect(sent.id.proof?.key == alice.publicKey)
+        #expect(sent.id.proof?.verifies(room: "kitchen", sender: "alice", number: sent.id.number, text: Array("hello".utf8)) == true)
+        _ = trust.check(signed("alice", 7, "x", by: mallory), text: Array("x".utf8))
+        #expect(shown == ["[*] * someone tried to speak as alice: key \(mallory.publicKey.shortFingerprint) is not alice's"])
+    }
+}
