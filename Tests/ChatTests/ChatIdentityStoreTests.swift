@@ -1,6 +1,7 @@
 import BlemuChat
 import BlemuCore
 import BlemuCrypto
+import BlemuDevices
 import BlemuTestSupport
 import Logging
 import Testing

@@ -45,7 +45,7 @@ private let quiet = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler
             #expect(throws: DecodeError.self) { try ChatFrame(decoding: frame[...]) }
         }
         // Text past 4096 bytes after the proof; a chunk longer than its stream; a header cut short.
-        for bad: [[UInt8]] in [ChatFrame.signedData(number: 1, hops: 0, senderLength: 1, total: 96 + 1 + 4097, chunk: []).encoded(),
+        for bad: [UInt8] in [ChatFrame.signedData(number: 1, hops: 0, senderLength: 1, total: 96 + 1 + 4097, chunk: []).encoded(),
                                ChatFrame.signedData(number: 1, hops: 0, senderLength: 0, total: 96, chunk: [UInt8](repeating: 0, count: 97)).encoded(),
                                [0x05, 1, 0, 0, 0, 0, 0, 96], [0x05]] {
             #expect(throws: DecodeError.self) { try ChatFrame(decoding: bad[...]) }
