@@ -93,6 +93,7 @@ public final class ChatDevice: Device {
         let id: ChatMessageID
         let text: String
         let hops: UInt8
+        var size: Int { text.utf8.count + (id.proof?.sealed?.count ?? 0) }
     }
     public static let historyLimit = 1024
     public static let historyByteLimit = 256 * 1024
@@ -167,6 +168,19 @@ public final class ChatDevice: Device {
         guard characteristic === message || characteristic === frames else { return }
         let handle = peer.connectionHandle
         let framed = characteristic === frames
+        if notify, !framed, trust?.roomKey != nil {
+            // A private room: a plain client could read nothing and post nothing. Told once (after
+            // this write, once its notifications are on), not a member.
+            context?.scheduler.schedule(after: .zero) { [weak self] in
+                guard let self, let context = self.context else { return }
+                for part in Self.parts(of: Self.privateRoomNotice, limit: context.attMTU(of: peer) - 3) {
+                    context.notify(self.message, value: part, to: peer)
+                }
+            }
+            context?.logger.notice("\(Self.name(of: peer)) subscribed as a plain client to the private room: told it cannot join")
+            onPlainClientRefused?(peer)
+            return
+        }
         if notify, members[handle] == nil {
             var member = Member(peer: peer, name: Self.name(of: peer), announcedName: Self.name(of: peer), framed: framed)
             member.lastProgress = context?.scheduler.nowNanoseconds ?? 0
@@ -330,7 +344,8 @@ public final class ChatDevice: Device {
     /// A message with an identity of its own (a line of this node numbered by it, or one a
     /// bridge brings from another room), to every member; once, however often it is given.
     public func relay(_ id: ChatMessageID, text: String, hops: UInt8) {
-        guard !text.isEmpty, !delivered.hasDelivered(id) else { return }
+        // A sealed message's text is in its proof (`text` is empty where it cannot be read).
+        guard !text.isEmpty || id.proof?.sealed != nil, !delivered.hasDelivered(id) else { return }
         delivered.remember(id)
         deliver(id, text: text, hops: hops, except: nil)
     }
@@ -343,8 +358,12 @@ public final class ChatDevice: Device {
     /// A new announcement's identity: no sender, the host's number, signed when it has a key.
     private func announcementID(_ text: String) -> ChatMessageID {
         let id = ChatMessageID(sender: "", number: takeNumber())
-        return trust?.sign(id, text: Array(text.utf8)) ?? id
+        return trust?.sign(id, text: Array(text.utf8), sealing: false) ?? id
     }
+    /// What a plain client that subscribes to a private room is told.
+    public static let privateRoomNotice = "* this room is private: plain clients cannot join it"
+    /// A plain client subscribed to a private room and was told so: its link may be closed.
+    public var onPlainClientRefused: ((ATTPeer) -> Void)?
     /// Members' messages with an empty sender, dropped (logged 1st, 2nd, 4th… time).
     public private(set) var forgedAnnouncements = 0
 
@@ -361,6 +380,7 @@ public final class ChatDevice: Device {
         for key in members.keys.sorted() where key != handle {
             guard let member = members[key], member.replayNext == nil else { continue }   // a member catching up gets it from the history
             let limit = context.attMTU(of: member.peer) - 3
+            if id.proof?.sealed != nil, !member.framed { continue }   // a plain client could not read it
             if member.framed {
                 enqueue(frames, ChatFrame.frames(of: Array(text.utf8), id: id, hops: hops, limit: limit), to: key)
             } else {
@@ -372,10 +392,10 @@ public final class ChatDevice: Device {
 
     private func remember(_ entry: HistoryEntry) {
         history.append(entry)
-        historyBytes += entry.text.utf8.count
+        historyBytes += entry.size
         while history.count > Self.historyLimit || historyBytes > Self.historyByteLimit, let oldest = history.first {
             history.removeFirst()
-            historyBytes -= oldest.text.utf8.count
+            historyBytes -= oldest.size
             historyStart += 1
         }
     }

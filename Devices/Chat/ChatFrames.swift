@@ -11,6 +11,7 @@ import BlemuCrypto
 ///     ACK   0x02 | number u32 | sender
 ///     RESUME 0x04 | number u32 | sender
 ///     SIGNED 0x05 | number u32 | hops u8 | sender length u8 | total u16 | first chunk
+///     SEALED 0x06 | number u32 | hops u8 | sender length u8 | total u16 | first chunk
 ///
 /// Little-endian. The pieces carry one stream, the sender's name (UTF-8, at most 32 bytes)
 /// then the text (UTF-8, at most 4096 bytes); `total` is the stream's length and `offset`
@@ -23,11 +24,14 @@ import BlemuCrypto
 /// last message it received (before it subscribes): the host replays what came after it.
 /// SIGNED starts a signed message: as DATA, but its stream begins with the origin's Ed25519
 /// public key (32 bytes) and signature (64 bytes) over `ChatProof.signedBytes` (room, sender,
-/// number, text; not hops), then the sender's name and the text.
+/// number, text; not hops), then the sender's name and the text. SEALED is SIGNED in a private
+/// room: the text is sealed (`ChatProof.sealed`: nonce, ciphertext, tag) and signed as it is sealed.
 public enum ChatFrame: Equatable, Sendable {
     case data(number: UInt32, hops: UInt8, senderLength: Int, total: Int, chunk: [UInt8])
     /// A signed message's first piece: its stream is key | signature | sender | text.
     case signedData(number: UInt32, hops: UInt8, senderLength: Int, total: Int, chunk: [UInt8])
+    /// A private room's message's first piece: key | signature | sender | sealed text.
+    case sealedData(number: UInt32, hops: UInt8, senderLength: Int, total: Int, chunk: [UInt8])
     case more(offset: Int, chunk: [UInt8])
     /// `sender` empty: the message of the member the ACK goes to.
     case ack(number: UInt32, sender: String = "")
@@ -39,6 +43,9 @@ public enum ChatFrame: Equatable, Sendable {
     public static let moreType: UInt8 = 0x03
     public static let resumeType: UInt8 = 0x04
     public static let signedDataType: UInt8 = 0x05
+    public static let sealedDataType: UInt8 = 0x06
+    /// What sealing adds to a text: the nonce and the tag.
+    public static let sealingOverhead = ChatRoomKey.nonceLength + ChatRoomKey.tagLength
     /// The key and signature a signed stream starts with.
     public static let proofSize = ChatPublicKey.length + ChatPublicKey.signatureLength
     /// The longest message, in UTF-8 bytes.
@@ -52,8 +59,13 @@ public enum ChatFrame: Equatable, Sendable {
     public func encoded() -> [UInt8] {
         var out: [UInt8] = []
         switch self {
-        case let .data(number, hops, senderLength, total, chunk), let .signedData(number, hops, senderLength, total, chunk):
-            if case .data = self { out.append(Self.dataType) } else { out.append(Self.signedDataType) }
+        case let .data(number, hops, senderLength, total, chunk), let .signedData(number, hops, senderLength, total, chunk),
+             let .sealedData(number, hops, senderLength, total, chunk):
+            switch self {
+            case .data: out.append(Self.dataType)
+            case .signedData: out.append(Self.signedDataType)
+            default: out.append(Self.sealedDataType)
+            }
             out.appendLE(number)
             out.append(hops)
             out.append(UInt8(clamping: senderLength))
@@ -79,24 +91,27 @@ public enum ChatFrame: Equatable, Sendable {
     public init(decoding bytes: ArraySlice<UInt8>) throws(DecodeError) {
         var reader = ByteReader(bytes)
         let type = try reader.u8()
-        let limit = Self.proofSize + Self.maxSenderBytes + Self.maxMessageBytes
+        let limit = Self.proofSize + Self.maxSenderBytes + Self.maxMessageBytes + Self.sealingOverhead
         switch type {
-        case Self.dataType, Self.signedDataType:
+        case Self.dataType, Self.signedDataType, Self.sealedDataType:
             let number = try reader.u32()
             let hops = try reader.u8()
             let senderLength = Int(try reader.u8())
             let total = Int(try reader.u16())
             let chunk = Array(reader.rest())
             // A signed stream has room for its key and signature: a shorter one is truncated.
-            let head = senderLength + (type == Self.signedDataType ? Self.proofSize : 0)
+            let head = senderLength + (type == Self.dataType ? 0 : Self.proofSize)
+            let body = Self.maxMessageBytes + (type == Self.sealedDataType ? Self.sealingOverhead : 0)
             guard senderLength <= Self.maxSenderBytes else { throw DecodeError(.invalidValue, "a \(senderLength)-byte sender name") }
-            guard head <= total, total - head <= Self.maxMessageBytes else {
+            guard head <= total, total - head <= body else {
                 throw DecodeError(.invalidValue, "a \(total)-byte stream with a \(head)-byte head")
             }
             guard chunk.count <= total else { throw DecodeError(.invalidValue, "a \(chunk.count)-byte chunk of a \(total)-byte stream") }
-            self = type == Self.dataType
-                ? .data(number: number, hops: hops, senderLength: senderLength, total: total, chunk: chunk)
-                : .signedData(number: number, hops: hops, senderLength: senderLength, total: total, chunk: chunk)
+            switch type {
+            case Self.dataType: self = .data(number: number, hops: hops, senderLength: senderLength, total: total, chunk: chunk)
+            case Self.signedDataType: self = .signedData(number: number, hops: hops, senderLength: senderLength, total: total, chunk: chunk)
+            default: self = .sealedData(number: number, hops: hops, senderLength: senderLength, total: total, chunk: chunk)
+            }
         case Self.moreType:
             let offset = Int(try reader.u16())
             let chunk = Array(reader.rest())
@@ -121,13 +136,18 @@ public enum ChatFrame: Equatable, Sendable {
     public static func frames(of text: [UInt8], id: ChatMessageID, hops: UInt8, limit: Int) -> [[UInt8]] {
         let limit = min(512, max(20, limit))
         let proof = id.proof.map { $0.key.bytes + $0.signature } ?? []
-        let stream = proof + id.senderBytes + text.prefix(maxMessageBytes)
+        // A sealed message carries its sealed text, never `text` (which a relay cannot know).
+        let body = id.proof?.sealed.map { $0.prefix(maxMessageBytes + sealingOverhead) } ?? text.prefix(maxMessageBytes)
+        let stream = proof + id.senderBytes + body
         let first = min(stream.count, limit - dataHeaderSize)
         let chunk = Array(stream[..<first])
-        var frames = [(id.proof == nil
-            ? ChatFrame.data(number: id.number, hops: hops, senderLength: id.senderBytes.count, total: stream.count, chunk: chunk)
-            : ChatFrame.signedData(number: id.number, hops: hops, senderLength: id.senderBytes.count, total: stream.count, chunk: chunk))
-            .encoded()]
+        let (number, length) = (id.number, id.senderBytes.count)
+        let start: ChatFrame = switch id.proof {
+        case nil: .data(number: number, hops: hops, senderLength: length, total: stream.count, chunk: chunk)
+        case let proof? where proof.sealed == nil: .signedData(number: number, hops: hops, senderLength: length, total: stream.count, chunk: chunk)
+        default: .sealedData(number: number, hops: hops, senderLength: length, total: stream.count, chunk: chunk)
+        }
+        var frames = [start.encoded()]
         var offset = first
         while offset < stream.count {
             let end = min(stream.count, offset + limit - moreHeaderSize)
@@ -194,7 +214,7 @@ public struct ChatMessageID: Hashable, Sendable, CustomStringConvertible {
 public struct ChatReassembly {
     public static let rememberedLimit = 1024
 
-    private var current: (number: UInt32, hops: UInt8, senderLength: Int, total: Int, signed: Bool, bytes: [UInt8])?
+    private var current: (number: UInt32, hops: UInt8, senderLength: Int, total: Int, signed: Bool, sealed: Bool, bytes: [UInt8])?
     private var delivered: Set<ChatMessageID> = []
     private var deliveredOrder: [ChatMessageID] = []
 
@@ -218,9 +238,11 @@ public struct ChatReassembly {
         case .ack, .resume:
             return .incomplete
         case let .data(number, hops, senderLength, total, chunk):
-            current = (number, hops, senderLength, total, false, chunk)
+            current = (number, hops, senderLength, total, false, false, chunk)
         case let .signedData(number, hops, senderLength, total, chunk):
-            current = (number, hops, senderLength, total, true, chunk)
+            current = (number, hops, senderLength, total, true, false, chunk)
+        case let .sealedData(number, hops, senderLength, total, chunk):
+            current = (number, hops, senderLength, total, true, true, chunk)
         case let .more(offset, chunk):
             guard var message = current, offset == message.bytes.count, offset + chunk.count <= message.total else {
                 current = nil
@@ -236,11 +258,14 @@ public struct ChatReassembly {
         var stream = message.bytes[...]
         if message.signed {
             guard let key = try? ChatPublicKey(stream.prefix(ChatPublicKey.length)) else { return .inconsistent }
-            proof = ChatProof(key: key, signature: Array(stream.dropFirst(ChatPublicKey.length).prefix(ChatPublicKey.signatureLength)))
+            let signature = Array(stream.dropFirst(ChatPublicKey.length).prefix(ChatPublicKey.signatureLength))
             stream = stream.dropFirst(ChatFrame.proofSize)
+            // Sealed: the text is the room's secret, carried in the proof; what comes out is empty.
+            proof = ChatProof(key: key, signature: signature,
+                              sealed: message.sealed ? Array(stream.dropFirst(message.senderLength)) : nil)
         }
         let senderBytes = stream.prefix(message.senderLength)
-        let text = Array(stream.dropFirst(message.senderLength))
+        let text = message.sealed ? [] : Array(stream.dropFirst(message.senderLength))
         guard let sender = String(validating: senderBytes, as: UTF8.self), String(validating: text, as: UTF8.self) != nil else {
             return .inconsistent
         }
@@ -273,10 +298,34 @@ public struct ChatProof: Hashable, Sendable {
     public let key: ChatPublicKey
     /// 64 bytes when made here; a frame's may be anything (verification fails then).
     public let signature: [UInt8]
+    /// In a private room: the text sealed with the room's key (nonce | ciphertext | tag), which
+    /// the signature covers in place of the text.
+    public let sealed: [UInt8]?
 
-    public init(key: ChatPublicKey, signature: [UInt8]) {
+    public init(key: ChatPublicKey, signature: [UInt8], sealed: [UInt8]? = nil) {
         self.key = key
         self.signature = signature
+        self.sealed = sealed
+    }
+
+    /// What sealing binds to the ciphertext: the origin's key and the message's identity in its room.
+    public static func sealingContext(key: ChatPublicKey, room: String, sender: String, number: UInt32) -> [UInt8] {
+        Array("blemu-chat-sealed-v1".utf8) + [0] + key.bytes + signedBytes(room: room, sender: sender, number: number, text: [])
+    }
+
+    /// A private room's message: `text` sealed with `roomKey` (its identity and origin's key
+    /// authenticated with it), then signed as sealed.
+    public static func seal(room: String, sender: String, number: UInt32, text: some Collection<UInt8>,
+                            with key: ChatSigningKey, roomKey: ChatRoomKey) -> ChatProof {
+        let sealed = roomKey.seal(Array(text), authenticating: sealingContext(key: key.publicKey, room: room, sender: sender, number: number))
+        let signature = key.signature(of: signedBytes(room: room, sender: sender, number: number, text: sealed))
+        return ChatProof(key: key.publicKey, signature: signature, sealed: sealed)
+    }
+
+    /// The text of a sealed message, or nil: not sealed, or not with this room key and identity.
+    public func open(room: String, sender: String, number: UInt32, with roomKey: ChatRoomKey) -> [UInt8]? {
+        guard let sealed else { return nil }
+        return roomKey.open(sealed, authenticating: Self.sealingContext(key: key, room: room, sender: sender, number: number))
     }
 
     /// `blemu-chat-v1` 0x00 | room length u8 | room | sender length u8 | sender | number u32 LE | text.
@@ -299,8 +348,10 @@ public struct ChatProof: Hashable, Sendable {
         ChatProof(key: key.publicKey, signature: key.signature(of: signedBytes(room: room, sender: sender, number: number, text: text)))
     }
 
-    /// Whether this proof is the key's signature of that message in that room.
+    /// Whether this proof is the key's signature of that message in that room (of its sealed
+    /// text, for a sealed one: `text` is not looked at then).
     public func verifies(room: String, sender: String, number: UInt32, text: some Collection<UInt8>) -> Bool {
-        key.verifies(signature, of: Self.signedBytes(room: room, sender: sender, number: number, text: text))
+        if let sealed { return key.verifies(signature, of: Self.signedBytes(room: room, sender: sender, number: number, text: sealed)) }
+        return key.verifies(signature, of: Self.signedBytes(room: room, sender: sender, number: number, text: text))
     }
 }

@@ -28,6 +28,12 @@ public final class ChatTrust {
     /// Refuse unsigned lines (plain writes with ATT error 0x13, unsigned frames dropped).
     public let signedOnly: Bool
     public private(set) var bindings: [String: ChatPublicKey]
+    /// A private room's key (from `--passphrase-file`): this node's lines are sealed with it
+    /// and only sealed lines are taken. Without it a node still checks and relays sealed lines
+    /// (a host or bridge between radios) but cannot read them.
+    public let roomKey: ChatRoomKey?
+    /// Messages refused in a private room because they were not sealed.
+    public private(set) var refusedUnsealed = 0
     public private(set) var badSignatures = 0
     public private(set) var impersonations = 0
     public private(set) var refusedUnsigned = 0
@@ -41,8 +47,9 @@ public final class ChatTrust {
 
     /// `me`: this node's name, bound to its own key from the start (nobody else speaks as it).
     public init(room: String, identity: ChatSigningKey?, me: String?, signedOnly: Bool = false,
-                bindings: [String: ChatPublicKey] = [:], logger: Logger) {
+                bindings: [String: ChatPublicKey] = [:], roomKey: ChatRoomKey? = nil, logger: Logger) {
         self.room = room
+        self.roomKey = roomKey
         self.identity = identity
         self.signedOnly = signedOnly
         self.bindings = Dictionary(uniqueKeysWithValues: bindings.prefix(Self.bindingLimit).map { ($0.key, $0.value) })
@@ -52,10 +59,22 @@ public final class ChatTrust {
         }
     }
 
-    /// `id` with this node's proof of `text`, when it has a key; as it is otherwise.
-    public func sign(_ id: ChatMessageID, text: some Collection<UInt8>) -> ChatMessageID {
+    /// `id` with this node's proof of `text`, when it has a key (sealed in a private room,
+    /// unless `sealing` is false: announcements); as it is otherwise.
+    public func sign(_ id: ChatMessageID, text: some Collection<UInt8>, sealing: Bool = true) -> ChatMessageID {
         guard let identity else { return id }
+        if sealing, let roomKey {
+            return id.with(proof: ChatProof.seal(room: room, sender: id.sender, number: id.number, text: text, with: identity, roomKey: roomKey))
+        }
         return id.with(proof: ChatProof.sign(room: room, sender: id.sender, number: id.number, text: text, with: identity))
+    }
+
+    /// A sealed message's text, for this node to show: nil when it is not sealed or this node
+    /// cannot open it (no passphrase, or another one).
+    public func open(_ id: ChatMessageID) -> String? {
+        guard let roomKey, let proof = id.proof,
+              let text = proof.open(room: room, sender: id.sender, number: id.number, with: roomKey) else { return nil }
+        return String(validating: text, as: UTF8.self)
     }
 
     /// The identity a member's message is delivered and relayed under, or nil: refused.
@@ -66,7 +85,7 @@ public final class ChatTrust {
             return nil
         }
         guard let proof = id.proof else {
-            guard !signedOnly else {
+            guard !signedOnly, roomKey == nil else {
                 refusedUnsigned += 1
                 logRateLimited(refusedUnsigned, "an unsigned message from '\(id.sender.visible)' was refused: the room is signed-only")
                 return nil
@@ -76,6 +95,12 @@ public final class ChatTrust {
         guard !id.sender.hasPrefix(Self.unverifiedMark), proof.verifies(room: room, sender: id.sender, number: id.number, text: text) else {
             badSignatures += 1
             logRateLimited(badSignatures, "a message signed as '\(id.sender.visible)' with a bad signature was dropped")
+            return nil
+        }
+        // A private room's members seal every line: one in the clear is no member's.
+        guard roomKey == nil || proof.sealed != nil else {
+            refusedUnsealed += 1
+            logRateLimited(refusedUnsealed, "a message from '\(id.sender.visible)' that was not sealed was refused: the room is private")
             return nil
         }
         switch bindings[id.sender] {
@@ -123,7 +148,7 @@ public final class ChatTrust {
 
     /// Whether plain writes are refused here, said in the log (rate-limited).
     public func refusePlainWrite(from name: String) -> Bool {
-        guard signedOnly else { return false }
+        guard signedOnly || roomKey != nil else { return false }
         refusedUnsigned += 1
         logRateLimited(refusedUnsigned, "a plain write from \(name.visible) was refused (ATT error 0x13): the room is signed-only")
         return true

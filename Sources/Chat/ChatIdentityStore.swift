@@ -87,6 +87,15 @@ public final class ChatIdentityStore {
         }
     }
 
+    /// Pins `name` in `room` to `key`, or forgets it (`key` nil: the next key it speaks with is
+    /// taken), in the file, for a node that is not running (`blemu chat` options). A running
+    /// node pins through its `ChatTrust.pin`, which writes the file too.
+    public func pin(_ name: String, to key: ChatPublicKey?, room: String) {
+        var names = bindings(room: room)
+        names[name] = key
+        save(names, room: room)
+    }
+
     /// The node's trust in `room`: its key (made on first use), the names bound so far, and
     /// every new binding written back here.
     public func trust(room: String, me: String, signedOnly: Bool) throws(ChatIdentityError) -> ChatTrust {

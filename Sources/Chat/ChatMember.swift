@@ -351,6 +351,10 @@ public final class ChatMember {
             reassembly.remember(message.id)
             writes = ChatFrame.frames(of: Array(message.text.utf8.prefix(ChatFrame.maxMessageBytes)), id: message.id,
                                       hops: message.hops, limit: link.client.mtu - 3)
+        } else if message.id.proof?.sealed != nil {
+            // A private room's line cannot go to a plain host (it would show it to anyone): left out, said.
+            logger.warning("a private room's line was not sent: the host \(hostAddress.map { "\($0)" } ?? "") speaks only the plain protocol")
+            writes = []
         } else {
             writes = [Array((message.id.sender == me ? message.text : "\(message.id.sender): \(message.text)").utf8)]
         }

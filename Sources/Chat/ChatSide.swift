@@ -89,6 +89,9 @@ public final class ChatSide: ChatRoomSide {
         device.trust = trust
         member?.trust = trust
         device.onHeard = { [unowned self] heard in self.onHeard?(heard) }
+        device.onPlainClientRefused = { [logger] peer in
+            logger.info("\(peer.address) is a plain client of a private room: it hears nothing here")
+        }
         device.onRoom = { [unowned self] in self.onRoom?() }
         if role != .host {
             // Not hosting until decided: the device is there, silent.
@@ -213,6 +216,9 @@ public final class ChatNode {
     public var onRoom: (() -> Void)?
 
     private var seen = ChatReassembly()
+    /// Said once: this node cannot open the private room's lines.
+    private var toldCannotRead = false
+    public static let cannotReadNotice = "* this room is private and its lines cannot be read here: no passphrase, or another one"
     /// This node's lines shown already (once, where it hosts).
     private var echoed = ChatReassembly()
     /// Numbers start anywhere: a node that restarts must not reuse identities the room still
@@ -286,7 +292,17 @@ public final class ChatNode {
         case let .message(id, text, hops):
             guard !seen.hasDelivered(id) else { return }
             seen.remember(id)
-            onLine?(id.sender, text)
+            if id.proof?.sealed != nil {
+                // A private room's line: shown when this node can open it, passed on either way.
+                if let opened = trust?.open(id) {
+                    onLine?(id.sender, opened)
+                } else if !toldCannotRead {
+                    toldCannotRead = true
+                    onLine?(nil, Self.cannotReadNotice)
+                }
+            } else {
+                onLine?(id.sender, text)
+            }
             guard hops > 0 else { return }
             for other in sides where other !== side {
                 other.send(OutgoingChatMessage(id: id, hops: hops - 1, text: text))

@@ -61,6 +61,12 @@ import Glibc
         let names = store.bindings(room: "kitchen")
         #expect(names["alice"] == alice.publicKey && names["me"] == trust.identity?.publicKey)
         #expect(store.bindings(room: "hall").isEmpty)
+        // Forgotten and pinned while the node is not running.
+        store.pin("alice", to: nil, room: "kitchen")
+        #expect(store.bindings(room: "kitchen")["alice"] == nil && store.bindings(room: "kitchen")["me"] != nil)
+        let pinned = ChatSigningKey().publicKey
+        store.pin("bob", to: pinned, room: "kitchen")
+        #expect(store.bindings(room: "kitchen")["bob"] == pinned)
         // Another room's file at this room's path is foreign: set aside.
         directory.write("chat-names-68616c6c", "blemu-chat-names 1\nroom 6b69746368656e\n")
         #expect(store.bindings(room: "hall").isEmpty)

@@ -50,9 +50,9 @@ private let quiet = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler
                                [0x05, 1, 0, 0, 0, 0, 0, 96], [0x05]] {
             #expect(throws: DecodeError.self) { try ChatFrame(decoding: bad[...]) }
         }
-        // The longest signed message's last MORE fits; one byte past it does not.
-        #expect((try? ChatFrame(decoding: ChatFrame.more(offset: 96 + 32 + 4096 - 1, chunk: [0]).encoded()[...])) != nil)
-        #expect(throws: DecodeError.self) { try ChatFrame(decoding: ChatFrame.more(offset: 96 + 32 + 4096, chunk: [0]).encoded()[...]) }
+        // The longest sealed message's last MORE fits; one byte past it does not.
+        #expect((try? ChatFrame(decoding: ChatFrame.more(offset: 96 + 32 + 4096 + 28 - 1, chunk: [0]).encoded()[...])) != nil)
+        #expect(throws: DecodeError.self) { try ChatFrame(decoding: ChatFrame.more(offset: 96 + 32 + 4096 + 28, chunk: [0]).encoded()[...]) }
         // A key that is no Ed25519 point or a stream that is not UTF-8: the message is dropped whole.
         var reassembly = ChatReassembly()
         let offCurve = [UInt8](repeating: 0xFF, count: 32) + [UInt8](repeating: 0, count: 64) + Array("a".utf8)
@@ -192,5 +192,27 @@ private let quiet = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler
         let taken = room.write("signed", as: signed("alice", 1, "signed", by: alice), from: 0x41)
         #expect(taken.responses.allSatisfy { $0 == 0 } && taken.acks == [.ack(number: 1, sender: "alice")])
         #expect(room.lines.last == "[alice] signed" && !room.lines.contains { $0.contains("unsigned") || $0.hasSuffix("hi") })
+    }
+
+    /// A private room's host tells a plain client once that it cannot join and makes it no
+    /// member; a plain write is refused (0x13); framed members get sealed lines only.
+    @Test func aPlainClientCannotJoinAPrivateRoom() throws {
+        let roomKey = ChatRoomKey(passphrase: Array("pw".utf8), room: "kitchen")
+        let room = try Room(trust: ChatTrust(room: "kitchen", identity: hostKey, me: "kitchen", roomKey: roomKey, logger: quiet))
+        room.bench.controller.connect(handle: 0x40, peer: BluetoothAddress("C4:00:00:00:00:A0")!, set: 1)
+        let cccd = room.device.message.clientConfigurationHandle ?? 0
+        _ = room.bench.att([0x12, UInt8(cccd & 0xFF), UInt8(cccd >> 8), 0x01, 0x00], handle: 0x40)
+        room.bench.scheduler.advance(by: .milliseconds(1))
+        let told = room.bench.controller.takeL2CAP(handle: 0x40, cid: L2CAPChannel.att).filter { $0.first == 0x1B }
+        #expect(told.map { String(decoding: $0.dropFirst(3), as: UTF8.self) }.joined() == ChatDevice.privateRoomNotice)
+        #expect(room.device.memberNames.isEmpty && room.lines.isEmpty)
+        let value = room.device.message.valueHandle
+        #expect(room.bench.att([0x12, UInt8(value & 0xFF), UInt8(value >> 8)] + Array("hi".utf8), handle: 0x40).first?.last == 0x13)
+        room.joinFramed(0x41, 0xA1)
+        _ = room.heard(0x41)
+        room.device.send("dinner")
+        let frames = room.bench.controller.takeL2CAP(handle: 0x41, cid: L2CAPChannel.att).filter { $0.first == 0x1B }
+        #expect(frames.first.map { $0[3] } == ChatFrame.sealedDataType)
+        #expect(room.bench.controller.takeL2CAP(handle: 0x40, cid: L2CAPChannel.att).isEmpty)
     }
 }
