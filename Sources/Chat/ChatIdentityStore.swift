@@ -98,9 +98,11 @@ public final class ChatIdentityStore {
 
     /// The node's trust in `room`: its key (made on first use), the names bound so far, and
     /// every new binding written back here.
-    public func trust(room: String, me: String, signedOnly: Bool) throws(ChatIdentityError) -> ChatTrust {
+    /// `passphrase`: a private room's (`--passphrase-file`), its key derived with the room's name.
+    public func trust(room: String, me: String, signedOnly: Bool, passphrase: [UInt8]? = nil) throws(ChatIdentityError) -> ChatTrust {
         let key = try loadOrCreateKey()
-        let trust = ChatTrust(room: room, identity: key, me: me, signedOnly: signedOnly, bindings: bindings(room: room), logger: logger)
+        let trust = ChatTrust(room: room, identity: key, me: me, signedOnly: signedOnly, bindings: bindings(room: room),
+                              roomKey: passphrase.map { ChatRoomKey(passphrase: $0, room: room) }, logger: logger)
         save(trust.bindings, room: room)
         trust.onBindingsChanged = { [self] bindings in save(bindings, room: room) }
         return trust
