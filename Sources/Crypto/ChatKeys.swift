@@ -37,13 +37,14 @@ public struct ChatPublicKey: Hashable, Sendable, CustomStringConvertible {
     public static let signatureLength = 64
     public let bytes: [UInt8]
 
-    /// Throws for a key of the wrong length or bytes that are no Ed25519 point.
+    /// Throws for a key of the wrong length (or one swift-crypto refuses; it checks the length
+    /// only, so 32 bytes that are no Ed25519 point pass here and fail every verification).
     public init(_ bytes: some Collection<UInt8>) throws(DecodeError) {
         guard bytes.count == Self.length else {
             throw DecodeError(.lengthMismatch, "an Ed25519 public key is 32 bytes, not \(bytes.count)")
         }
         guard (try? Curve25519.Signing.PublicKey(rawRepresentation: Array(bytes))) != nil else {
-            throw DecodeError(.invalidValue, "not an Ed25519 public key")
+            throw DecodeError(.invalidValue, "not an Ed25519 public key (refused by swift-crypto)")
         }
         self.bytes = Array(bytes)
     }
