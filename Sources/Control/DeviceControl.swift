@@ -297,7 +297,7 @@ public final class DeviceControl {
                  ("irk", .bool(bond.identityResolvingKey != nil)), ("csrk", .bool(bond.signatureKey != nil)),
                  ("authenticated", .bool(bond.authenticated)), ("secure_connections", .bool(bond.secureConnections)),
                  ("key_size", .integer(Int64(bond.encryptionKeySize))),
-                 ("subscriptions", .integer(Int64(bond.clientConfigurations.count))),
+                 ("subscriptions", .integer(Int64(bond.client.clientConfigurations.count))),
                  ("summary", .string(bond.summary))])
     }
 

@@ -63,9 +63,9 @@ extension Peripheral {
         }
         // A bonded central reading a protected value is told to encrypt, not to pair (Vol 3, Part C, 10.3.1).
         server.linkSecurity.hasLongTermKey = security.bond(on: event.handle) != nil
-        // A bonded central may sign writes on a link it does not encrypt (Vol 3, Part C, 10.4).
-        server.signing = signingState(on: event.handle)
-        restoreCachingState(on: connection)
+        // A bonded central's signing state and caching state are back (signed writes also on a
+        // link it does not encrypt, Vol 3, Part C, 10.4).
+        bondedClients.linkOpened(connection, log: &linkLog)
         statistics.connectionsTotal += 1
         logger.event(.connected, .notice, "connected to \(event.peerAddress): \(Self.describe(event.parameters))", [
             LogKey.peer: .string(event.peerAddress.description), LogKey.connHandle: .string("\(event.handle)"),
@@ -90,8 +90,7 @@ extension Peripheral {
         if let timer = connection.parameterTimer { scheduler.cancel(timer) }
         connection.link.close()
         // What a bonded central knew of the database, for when it comes back (Vol 3, Part G, 7.1).
-        security.databaseHashKnown(database.hash, on: handle)
-        security.cachingStateKnown(features: standard.features(on: handle), changeAware: connection.server.isChangeAware, on: handle)
+        bondedClients.linkClosing(connection)
         security.linkClosed(handle)
         standard.connectionClosed(handle)
         // Indications still outstanding end as `.disconnected`; subscriptions end with the link.

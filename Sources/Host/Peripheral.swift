@@ -49,7 +49,10 @@ public final class Peripheral {
     /// The interval advertising runs at, while it runs (units of 0.625 ms).
     public internal(set) var advertisingInterval: UInt16?
     public var logger: Logger {
-        didSet { l2cap.logger = logger }
+        didSet {
+            l2cap.logger = logger
+            bondedClients.logger = logger
+        }
     }
 
     public let scheduler: TimerScheduling
@@ -57,6 +60,8 @@ public final class Peripheral {
     public let security: PeripheralSecurity
     let standard: StandardServices
     let diagnostics: DiagnosticsService
+    /// What bonded centrals keep across links (CCCDs, caching state, SignCounter, Database Hash).
+    let bondedClients: BondedClients
     /// The open links, by connection handle (looked up on every packet: a `HandleTable`, not a Dictionary).
     var connections = HandleTable<Connection>()
     var advertisingPayload: AdvertisingPayload
@@ -127,14 +132,17 @@ public final class Peripheral {
         security = PeripheralSecurity(
             configuration: securityConfiguration,
             owner: BondOwner(device: type(of: device).deviceName, name: configuration.name, address: address),
-            localAddress: SMPAddress(address, isRandom: true), scheduler: host.scheduler, logger: logger)
+            localAddress: SMPAddress(address, isRandom: true), bondAttachment: BondedClientState.format,
+            scheduler: host.scheduler, logger: logger)
+        bondedClients = BondedClients(security: security, database: database, standard: standard, scheduler: host.scheduler,
+                                      logger: logger)
         standard.database = database
         standard.featuresChanged = { [weak self] handle, features in
-            guard let self, let server = self.connections[handle]?.server else { return }
+            guard let self, let connection = self.connections[handle] else { return }
             // Vol 3, Part G, 7.2: bit 0 is Robust Caching.
-            server.clientSupportsRobustCaching = features & 0x01 != 0
+            connection.server.clientSupportsRobustCaching = features & 0x01 != 0
             // A bonded client's features outlive the link (2.5.2.1).
-            self.security.cachingStateKnown(features: features, changeAware: server.isChangeAware, on: handle)
+            self.bondedClients.cachingStateKnown(on: connection, features: features)
         }
         diagnostics.characteristic.onRead = { [weak self] request, value in
             guard let self else { return .unlikelyError }

@@ -51,10 +51,7 @@ extension Peripheral: ATTServerDelegate {
             device.subscriptionChanged(characteristic, peer: server.peer, notify: new & 0x0001 != 0, indicate: new & 0x0002 != 0)
         }
         // A bonded central's CCCD values outlive the link (Vol 3, Part G, 3.3.3.3).
-        let handle = server.peer.connectionHandle
-        if security.security(of: handle).isBonded {
-            security.clientConfigurationsChanged(server.clientConfigurationValues, on: handle)
-        }
+        if let connection = connections[server.peer.connectionHandle] { bondedClients.subscriptionsChanged(on: connection) }
     }
 
     /// A closing link (or a service taken out) ends every subscription it held: logged and told
@@ -101,7 +98,7 @@ extension Peripheral: ATTServerDelegate {
     }
 
     public func attServer(_ server: ATTServer, acceptedSignCounter counter: UInt32) {
-        security.signCounterAccepted(counter, on: server.peer.connectionHandle)
+        bondedClients.signCounterAccepted(counter, on: server.peer.connectionHandle)
     }
 
     public func attServer(_ server: ATTServer, droppedSignedWrite reason: SignedWriteDrop, handle: UInt16) {

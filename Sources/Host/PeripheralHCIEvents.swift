@@ -109,18 +109,6 @@ extension Peripheral {
         }
     }
 
-    /// Vol 3, Part G, 7.1: a bonded client whose database changed while it was disconnected
-    /// gets Service Changed when it comes back (the range unknown here: all of it), if it
-    /// enabled the indication; confirming it makes a robust-caching client change-aware.
-    func tellOfChangesWhileAway(_ bond: Bond, on connection: Connection) {
-        guard let known = bond.databaseHash, known != database.hash,
-              connection.server.isSubscribed(standard.serviceChanged, indications: true) else { return }
-        let outcome = connection.server.indicateServiceChanged(standard.serviceChanged, range: 0x0001...0xFFFF)
-        logger.event(.stateChanged, .notice,
-                     "the database changed while \(connection.peer.address) was away: Service Changed 0x0001-0xFFFF \(outcome == .queued ? "indicated" : "not sent (\(outcome))")",
-                     [LogKey.peer: .string(connection.peer.address.description), LogKey.connHandle: .string("\(connection.peer.connectionHandle)")])
-    }
-
     /// The security layer's ways out: SMP PDUs on CID 0x0006, answers to LTK requests.
     func wireSecurity() {
         security.sendSMP = { [weak self] handle, pdu in
@@ -133,20 +121,8 @@ extension Peripheral {
             var linkSecurity = state
             linkSecurity.hasLongTermKey = state.isBonded || self.security.bond(on: handle) != nil
             connection.server.linkSecurity = linkSecurity
-            // Bonded now (paired, or encrypted with its bond): its caching state is kept with the bond.
-            if state.isBonded {
-                self.security.cachingStateKnown(features: self.standard.features(on: handle),
-                                                changeAware: connection.server.isChangeAware, on: handle)
-            }
-            // A pairing that just made a bond with the central's CSRK: its signed writes verify from now on.
-            if connection.server.signing == nil { connection.server.signing = self.signingState(on: handle) }
-            // Encrypted with a bond's key: the subscriptions it left are back (Vol 3, Part G, 3.3.3.3).
-            if state.isEncrypted, state.isBonded, let bond = self.security.bond(on: handle) {
-                if !bond.clientConfigurations.isEmpty { connection.server.restoreClientConfigurations(bond.clientConfigurations) }
-                self.tellOfChangesWhileAway(bond, on: connection)
-                // A new bond keeps the subscriptions made before the pairing finished.
-                self.security.clientConfigurationsChanged(connection.server.clientConfigurationValues, on: handle)
-            }
+            // What a bonded central kept: its caching state, signing, subscriptions.
+            self.bondedClients.securityChanged(state, on: connection)
         }
         security.bondSaved = { [weak self] bond in
             guard let self else { return }
@@ -160,32 +136,6 @@ extension Peripheral {
                 self.hci.send(.leLongTermKeyRequestNegativeReply(handle: handle))
             }
         }
-    }
-
-    /// A bonded central's Client Supported Features and change-awareness are back when its link
-    /// opens (Vol 3, Part G, 2.5.2.1): a robust-caching client that was change-unaware when it
-    /// left, or whose database changed while it was away (another Database Hash), gets Database
-    /// Out Of Sync until it reads the hash or confirms Service Changed. Done at once, before
-    /// encryption, so the client's first request already sees it.
-    func restoreCachingState(on connection: Connection) {
-        guard let bond = security.bond(on: connection.handle), bond.clientSupportedFeatures != 0 else { return }
-        standard.restoreFeatures(bond.clientSupportedFeatures, on: connection.handle)
-        let server = connection.server
-        server.clientSupportsRobustCaching = bond.clientSupportedFeatures & 0x01 != 0
-        let changedWhileAway = bond.databaseHash.map { $0 != database.hash } ?? false
-        if server.clientSupportsRobustCaching && (!bond.changeAware || changedWhileAway) {
-            server.becomeChangeUnaware()
-            // A central sets the pace of its connections: budgeted.
-            guard let leftOut = linkLog.take(now: scheduler.nowNanoseconds, for: logger) else { return }
-            logger.info("\(connection.peer.address) is a bonded robust-caching client \(changedWhileAway ? "whose database changed while it was away" : "that left change-unaware"): Database Out Of Sync until it reads the Database Hash or confirms Service Changed\(LogBudget.note(leftOut))",
-                        metadata: [LogKey.peer: .string(connection.peer.address.description), LogKey.connHandle: .string("\(connection.handle)")])
-        }
-    }
-
-    /// The CSRK and last SignCounter of the bond of the central on `handle`, if it gave a CSRK.
-    func signingState(on handle: UInt16) -> ATTSigningState? {
-        guard let bond = security.bond(on: handle), let key = bond.signatureKey else { return nil }
-        return ATTSigningState(signatureKey: key, lastCounter: bond.signCounter)
     }
 
     /// Room freed somewhere: a device that was told "queue full" hears `peripheralIsReady`, once.

@@ -24,7 +24,7 @@ import Glibc
     private static func bond(_ identity: BluetoothAddress, irk: [UInt8]?, key: [UInt8], peer: BluetoothAddress? = nil) -> Bond {
         Bond(peer: SMPAddress(peer ?? identity, isRandom: true), identity: SMPAddress(identity, isRandom: true), identityResolvingKey: irk,
              longTermKey: SMPLongTermKey(key: key), encryptionKeySize: 16, secureConnections: true, authenticated: false,
-             clientConfigurations: [0x0010: 0x0001], clientSupportedFeatures: 0x01)
+             client: BondedClientState(clientConfigurations: [0x0010: 0x0001], clientSupportedFeatures: 0x01))
     }
 
     private static func temporaryDirectory() -> String {
@@ -60,7 +60,7 @@ import Glibc
     }
 
     private func fileBonds(_ path: String) -> [Bond]? {
-        guard case let .bonds(_, bonds) = BondStore.inspect(path: path) else { return nil }
+        guard case let .bonds(_, bonds) = BondStore.inspect(path: path, attachmentFormat: BondedClientState.format) else { return nil }
         return bonds
     }
 
