@@ -17,11 +17,7 @@ extension Peripheral {
 
     /// A link made from this device's advertising (the host routed it here).
     func connectionOpened(_ event: LEConnectionComplete, fromAdvertising: Bool) {
-        // Legacy advertising ends when a connection is made (Vol 6, Part B, 4.4.2.4).
-        if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
-        advertisingPhaseTimer = nil
-        isAdvertising = false
-        advertisingRequested = false
+        advertising.linkMade()
         guard event.role == 0x01 else {
             if let leftOut = linkLog.take(now: scheduler.nowNanoseconds, for: logger) {
                 logger.warning("link \(event.handle) opened in the central role; disconnecting\(LogBudget.note(leftOut))")
@@ -54,12 +50,12 @@ extension Peripheral {
         let peerAddress = SMPAddress(event.peerAddress, isRandom: event.peerAddressType & 0x01 != 0)
         if event.peerIdentityResolved {
             let overTheAir = event.peerResolvablePrivateAddress.map { SMPAddress($0, isRandom: true) } ?? peerAddress
-            security.linkOpened(event.handle, peer: overTheAir, local: advertisedAddress ?? advertisingAddress,
+            security.linkOpened(event.handle, peer: overTheAir, local: advertising.advertisedAddress ?? advertising.address,
                                 resolvedIdentity: peerAddress)
             logger.info("controller resolved \(overTheAir.address) to identity \(event.peerAddress) (resolving list)",
                         metadata: [LogKey.connHandle: .string("\(event.handle)")])
         } else {
-            security.linkOpened(event.handle, peer: peerAddress, local: advertisedAddress ?? advertisingAddress)
+            security.linkOpened(event.handle, peer: peerAddress, local: advertising.advertisedAddress ?? advertising.address)
         }
         // A bonded central reading a protected value is told to encrypt, not to pair (Vol 3, Part C, 10.3.1).
         server.linkSecurity.hasLongTermKey = security.bond(on: event.handle) != nil

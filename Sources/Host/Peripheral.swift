@@ -19,21 +19,12 @@ public final class Peripheral {
     /// The controller this device is on, shared with the other devices on it.
     public let host: PeripheralHost
     public let hci: HCIHost
-    /// This device's advertising set on the controller (nil until the controller is ready, or
-    /// when it had none left).
-    public internal(set) var advertisingSet: UInt8?
     public let database: GATTDatabase
     /// The identity address (static random): what centrals bond with.
     public let address: BluetoothAddress
-    /// The address advertising uses: the identity address, or with privacy the resolvable
-    /// private address of the moment (Vol 6, Part B, 1.3.2.2).
-    public internal(set) var advertisingAddress: BluetoothAddress
-    /// The address the last successful advertising start used (a changed one needs a restart).
-    var advertisedAddress: BluetoothAddress?
-    var privateAddressTimer: TimerID?
-    var privateAddressRandom = SystemRandomNumberGenerator()
+    /// The device's advertising: payload, phases, address, set.
+    let advertising: DeviceAdvertiser
     public internal(set) var statistics = PeripheralStatistics()
-    public internal(set) var isAdvertising = false
     /// Faults a test asked for, applied by every link's ATT server.
     public let faults = FaultPlan()
     /// The control socket's answers for values that require authorization and whose device
@@ -43,15 +34,11 @@ public final class Peripheral {
     /// oldest first, overriding `authorizations` for that central; at most
     /// `maximumPeerAuthorizations`, the oldest forgotten first. Kept while blemu runs.
     public internal(set) var peerAuthorizations: [PeerAuthorization] = []
-    /// False after `advertise off` from the control socket: advertising stays off, also after
-    /// disconnections, until turned on again.
-    public internal(set) var advertisingAllowed = true
-    /// The interval advertising runs at, while it runs (units of 0.625 ms).
-    public internal(set) var advertisingInterval: UInt16?
     public var logger: Logger {
         didSet {
             l2cap.logger = logger
             bondedClients.logger = logger
+            advertising.logger = logger
         }
     }
 
@@ -64,13 +51,6 @@ public final class Peripheral {
     let bondedClients: BondedClients
     /// The open links, by connection handle (looked up on every packet: a `HandleTable`, not a Dictionary).
     var connections = HandleTable<Connection>()
-    var advertisingPayload: AdvertisingPayload
-    /// The TX Power Level the payload carries: the profile's, then the controller's once read.
-    var advertisedTxPower: Int8?
-    var advertisingRequested = false
-    var advertisingPhaseTimer: TimerID?
-    /// When the fast phase under way ends (the run loop's clock, nanoseconds).
-    var fastPhaseEnds: UInt64 = 0
     var deviceStarted = false
     var deviceWaitingForRoom = false
     /// What this device's links share: the HCI, the timers, the budget of lines peers cause.
@@ -110,7 +90,6 @@ public final class Peripheral {
         l2cap = L2CAPLinkContext(hci: host.hci, scheduler: host.scheduler, logger: logger)
         address = PeripheralConfiguration.identityAddress(deviceName: type(of: device).deviceName, localName: configuration.name,
                                                           configured: configuration.address)
-        advertisingAddress = address
         var profile = device.profile
         if let timing = configuration.advertisingTiming { profile.advertisingTiming = timing }
         if let parameters = configuration.connectionParameters { profile.connectionParameters = parameters }
@@ -120,9 +99,6 @@ public final class Peripheral {
                                     privacy: configuration.privacy)
         let diagnostics = DiagnosticsService()
         database = try GATTDatabase(services: [standard.gap, standard.gatt] + device.services + [diagnostics.service])
-        advertisedTxPower = profile.txPowerLevel
-        advertisingPayload = Self.payload(configuration: configuration, profile: profile,
-                                          serviceUUIDs: profile.advertisedServices, txPower: profile.txPowerLevel)
         self.diagnostics = diagnostics
         var securityConfiguration = configuration.security
         // The device's permissions say how long a key its protected values need: a pairing that
@@ -136,6 +112,8 @@ public final class Peripheral {
             scheduler: host.scheduler, logger: logger)
         bondedClients = BondedClients(security: security, database: database, standard: standard, scheduler: host.scheduler,
                                       logger: logger)
+        advertising = DeviceAdvertiser(host: host, configuration: configuration, profile: profile, identityAddress: address,
+                                       database: database, security: security, logger: logger)
         standard.database = database
         standard.featuresChanged = { [weak self] handle, features in
             guard let self, let connection = self.connections[handle] else { return }
@@ -159,31 +137,38 @@ public final class Peripheral {
         if !parameters.coreViolations.isEmpty {
             logger.error("connection parameters \(parameters) break the Core spec (\(parameters.coreViolations.joined(separator: "; "))); using \(ConnectionParameters.recommended) instead")
         }
-        for line in profile.advertisingTiming.violations {
-            logger.warning("advertising timing: \(line)")
-        }
-        for line in advertisingPayload.omitted {
-            logger.warning("advertising: \(line) does not fit in 31 + 31 bytes and is left out")
+        advertising.warnAboutConfiguration()
+        advertising.hasRoomForLink = { [weak self] in
+            guard let self else { return false }
+            return self.connections.count < self.configuration.maxConnections
         }
         wireSecurity()
-        if configuration.privacy { renewPrivateAddress() }
+        if configuration.privacy { advertising.renewPrivateAddress() }
         host.join(self)
     }
 
-    static func payload(configuration: PeripheralConfiguration, profile: DeviceProfile, serviceUUIDs: [BluetoothUUID],
-                        txPower: Int8?) -> AdvertisingPayload {
-        AdvertisingPayload.build(AdvertisingContent(
-            name: configuration.name, serviceUUIDs: serviceUUIDs, appearance: profile.appearance,
-            txPowerLevel: txPower))
-    }
+    // MARK: Advertising, as the host, the front ends and tests see it
 
-    /// Lays the advertising data and scan response out again from what is true now: the TX
-    /// power (the controller's, once read) and the services the database serves
-    /// (`advertisedServiceUUIDs`). The one builder decides what fits.
-    func rebuildAdvertisingPayload() {
-        advertisingPayload = Self.payload(configuration: configuration, profile: profile,
-                                          serviceUUIDs: advertisedServiceUUIDs, txPower: advertisedTxPower)
-    }
+    /// This device's advertising set on the controller (nil until the controller is ready, or
+    /// when it had none left).
+    public var advertisingSet: UInt8? { advertising.set }
+    /// The address advertising uses: the identity address, or with privacy the resolvable
+    /// private address of the moment (Vol 6, Part B, 1.3.2.2).
+    public var advertisingAddress: BluetoothAddress { advertising.address }
+    public var isAdvertising: Bool { advertising.isAdvertising }
+    /// False after `advertise off` from the control socket: advertising stays off, also after
+    /// disconnections, until turned on again.
+    public var advertisingAllowed: Bool { advertising.allowed }
+    /// The interval advertising runs at, while it runs (units of 0.625 ms).
+    public var advertisingInterval: UInt16? { advertising.interval }
+    var advertisingRequested: Bool { advertising.requested }
+    func startAdvertising(fast: Bool) { advertising.start(fast: fast) }
+    func setAdvertising(_ on: Bool, log: Bool) { advertising.setAdvertising(on, log: log) }
+    /// An extended set stops by itself when a link is made from it (Vol 4, Part E, 7.8.56).
+    func advertisingSetEnded() { advertising.setEnded() }
+
+    /// Turns advertising on or off; off stays off, also after disconnections, until on.
+    public func setAdvertisingAllowed(_ allowed: Bool) { advertising.setAllowed(allowed) }
 
     // MARK: The controller, through the host
 
@@ -224,8 +209,7 @@ public final class Peripheral {
         }
         logger.event(.controllerLost, .error, "controller lost: \(reason); reconnecting")
         dropAllConnections(reason: "controller lost")
-        setAdvertising(false, log: false)
-        advertisingSet = nil
+        advertising.controllerWentAway()
     }
 
     func hostReset(reason: String) {
@@ -233,9 +217,7 @@ public final class Peripheral {
         // and comes back through initialization.
         logger.event(.controllerLost, .error, "controller reset: \(reason); links dropped, initializing again")
         dropAllConnections(reason: reason)
-        isAdvertising = false
-        advertisingRequested = false
-        advertisingSet = nil
+        advertising.controllerReset()
     }
 
     /// The stop begins: the simulated world stops first.
@@ -244,18 +226,12 @@ public final class Peripheral {
         if deviceStarted { device.stop() }
         // Bonded centrals' subscriptions waiting for the bond file are written now.
         security.flushBonds()
-        if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
-        advertisingPhaseTimer = nil
-        if let timer = privateAddressTimer { scheduler.cancel(timer) }
-        privateAddressTimer = nil
+        advertising.stopping()
     }
 
     /// Advertising off, every link disconnected with Remote User Terminated (0x13).
     func closeEverything() {
-        if let set = advertisingSet, isAdvertising || advertisingRequested {
-            host.advertiser.stop(set: set)
-            setAdvertising(false, log: true)
-        }
+        advertising.turnOff()
         for handle in connections.keys.sorted() {
             hci.send(.disconnect(handle: handle, reason: HCIStatus.remoteUserTerminated))
         }

@@ -141,23 +141,10 @@ extension Peripheral {
         logger.event(.faultInjected, .notice, "faults cleared")
     }
 
-    /// Turns advertising on or off; off stays off, also after disconnections, until on.
     /// The answer to the Numeric Comparisons this device waits for (`--numeric-comparison ask`):
     /// how many were answered (0: none was waiting).
     public func answerPairing(confirm: Bool) -> Int {
         security.answerNumericComparison(confirm)
-    }
-
-    public func setAdvertisingAllowed(_ allowed: Bool) {
-        advertisingAllowed = allowed
-        if allowed {
-            startAdvertising(fast: true)
-        } else if let set = advertisingSet, isAdvertising || advertisingRequested {
-            if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
-            advertisingPhaseTimer = nil
-            host.advertiser.stop(set: set)
-            setAdvertising(false, log: true)
-        }
     }
 
     /// Disconnects every link of this device with `reason` (Vol 4, Part E, 7.1.6 allows 0x05,
@@ -226,7 +213,7 @@ public struct DatabaseChange: Equatable {
     /// Links whose robust-caching client is now change-unaware (Vol 3, Part G, 2.5.2.1).
     public let changeUnaware: Int
     /// Whether the advertising data or scan response changed: the service's UUID is one the
-    /// device advertises (`Peripheral.advertisedServiceUUIDs`).
+    /// device advertises (`DeviceAdvertiser.advertisedServiceUUIDs`).
     public let advertisingChanged: Bool
 }
 
@@ -260,7 +247,7 @@ extension Peripheral {
         }
         // What a scanner sees follows the database: a service taken out leaves the advertised
         // service UUIDs, put back it returns. Links are not touched by it.
-        let advertisingChanged = advertisingContentChanged()
+        let advertisingChanged = advertising.contentChanged()
         var indicated = 0
         var changeUnaware = 0
         for handle in connections.keys.sorted() {

@@ -13,33 +13,12 @@ extension Peripheral {
     /// which the host reports as fatal).
     func hostReady(advertisingSet set: UInt8?) {
         guard !isStopping else { return }
-        advertisingSet = set
+        advertising.set = set
         if !deviceStarted {
             deviceStarted = true
             device.start(context: self)
         }
-        guard let set else { return }
-        // The identity address, or with privacy the private address of the moment.
-        let own = advertisingAddress
-        host.advertiser.setAddress(own) { [weak self] result in
-            guard let self, !result.succeeded, result != .cancelled else { return }
-            self.logger.error("controller refused the random address \(own)",
-                              metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
-        }
-        // TX Power Level in the advertisement is the controller's advertising power
-        // (Vol 4, Part E, 7.8.6), so a phone can estimate path loss from RSSI.
-        if profile.txPowerLevel != nil {
-            host.advertiser.readTxPower(set: set, interval: profile.advertisingTiming.fastInterval) { [weak self] power in
-                guard let self else { return }
-                if let power {
-                    self.advertisedTxPower = power
-                    self.rebuildAdvertisingPayload()
-                }
-                self.startAdvertising(fast: true)
-            }
-        } else {
-            startAdvertising(fast: true)
-        }
+        advertising.controllerReady()
     }
 
     func disconnectionCompleted(status: UInt8, handle: UInt16, reason: UInt8) {
