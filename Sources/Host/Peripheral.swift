@@ -36,7 +36,7 @@ public final class Peripheral {
     public internal(set) var peerAuthorizations: [PeerAuthorization] = []
     public var logger: Logger {
         didSet {
-            l2cap.logger = logger
+            links.logger = logger
             bondedClients.logger = logger
             advertising.logger = logger
         }
@@ -49,21 +49,12 @@ public final class Peripheral {
     let diagnostics: DiagnosticsService
     /// What bonded centrals keep across links (CCCDs, caching state, SignCounter, Database Hash).
     let bondedClients: BondedClients
-    /// The open links, by connection handle (looked up on every packet: a `HandleTable`, not a Dictionary).
-    var connections = HandleTable<Connection>()
+    /// The device's links: the open ones, making them, their parameters, disconnecting.
+    let links: DeviceLinks
     var deviceStarted = false
     var deviceWaitingForRoom = false
-    /// What this device's links share: the HCI, the timers, the budget of lines peers cause.
-    let l2cap: L2CAPLinkContext
     /// What a device's `notify` encodes into, reused for every notification.
     var notificationValue = ValueBuffer()
-    /// Lines whose rate a peer or the controller controls (Docs/DIAGNOSTICS.md): one budget
-    /// with the links' own lines.
-    var peerLog: LogBudget {
-        get { l2cap.peerLog }
-        set { l2cap.peerLog = newValue }
-    }
-    var linkLog = LogBudget()
     /// `att-error` and `write` events: one a request, so a central sets their pace.
     var requestLog = LogBudget(burst: 100, window: .seconds(10))
 
@@ -87,7 +78,6 @@ public final class Peripheral {
         logger[metadataKey: LogKey.controller] = .string(configuration.controller)
         logger[metadataKey: LogKey.name] = .string(configuration.name)
         self.logger = logger
-        l2cap = L2CAPLinkContext(hci: host.hci, scheduler: host.scheduler, logger: logger)
         address = PeripheralConfiguration.identityAddress(deviceName: type(of: device).deviceName, localName: configuration.name,
                                                           configured: configuration.address)
         var profile = device.profile
@@ -112,6 +102,8 @@ public final class Peripheral {
             scheduler: host.scheduler, logger: logger)
         bondedClients = BondedClients(security: security, database: database, standard: standard, scheduler: host.scheduler,
                                       logger: logger)
+        links = DeviceLinks(hci: host.hci, scheduler: host.scheduler, configuration: configuration, preferredParameters: usable,
+                            database: database, faults: faults, security: security, logger: logger)
         advertising = DeviceAdvertiser(host: host, configuration: configuration, profile: profile, identityAddress: address,
                                        database: database, security: security, logger: logger)
         standard.database = database
@@ -138,10 +130,8 @@ public final class Peripheral {
             logger.error("connection parameters \(parameters) break the Core spec (\(parameters.coreViolations.joined(separator: "; "))); using \(ConnectionParameters.recommended) instead")
         }
         advertising.warnAboutConfiguration()
-        advertising.hasRoomForLink = { [weak self] in
-            guard let self else { return false }
-            return self.connections.count < self.configuration.maxConnections
-        }
+        advertising.hasRoomForLink = { [weak links = self.links] in links?.hasRoom ?? false }
+        links.serverDelegate = self
         wireSecurity()
         if configuration.privacy { advertising.renewPrivateAddress() }
         host.join(self)
@@ -189,11 +179,19 @@ public final class Peripheral {
     /// How long a clean stop may take at most.
     public static var stopDeadline: Duration { PeripheralHost.stopDeadline }
 
-    public var connectionCount: Int { connections.count }
+    public var connectionCount: Int { links.count }
+
+    /// The open links, by connection handle (`DeviceLinks.connections`), read in place.
+    var connections: HandleTable<Connection> {
+        _read { yield links.connections }
+    }
 
     var isStopping: Bool { host.isStopping }
 
     // MARK: What the host tells this device
+
+    /// ACL data of one of this device's links (the host routes only those here).
+    func receiveACL(_ packet: ACLPacket) { links.receiveACL(packet) }
 
     func controllerCameUp() {
         statistics.startedNanoseconds = statistics.startedNanoseconds == 0 ? scheduler.nowNanoseconds : statistics.startedNanoseconds
@@ -204,7 +202,7 @@ public final class Peripheral {
         if stopping {
             // Nothing left to close on a controller that is gone: the stop is done.
             logger.event(.controllerLost, .warning, "controller lost while stopping: \(reason)")
-            connections.removeAll()
+            links.forgetAll()
             return
         }
         logger.event(.controllerLost, .error, "controller lost: \(reason); reconnecting")
@@ -232,8 +230,6 @@ public final class Peripheral {
     /// Advertising off, every link disconnected with Remote User Terminated (0x13).
     func closeEverything() {
         advertising.turnOff()
-        for handle in connections.keys.sorted() {
-            hci.send(.disconnect(handle: handle, reason: HCIStatus.remoteUserTerminated))
-        }
+        links.disconnectAll(reason: HCIStatus.remoteUserTerminated)
     }
 }

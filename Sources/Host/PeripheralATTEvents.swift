@@ -128,7 +128,7 @@ extension Peripheral: ATTServerDelegate {
         logger.error("indication not confirmed within 30 s: the ATT bearer is dead, disconnecting (Vol 3, Part F, 3.3.3)",
                      metadata: [LogKey.connHandle: "\(server.peer.connectionHandle)"])
         if let connection = connections[server.peer.connectionHandle] {
-            disconnect(connection, reason: HCIStatus.remoteUserTerminated)
+            links.disconnect(connection, reason: HCIStatus.remoteUserTerminated)
         }
     }
 }

@@ -151,10 +151,7 @@ extension Peripheral {
     /// 0x13 – 0x15, 0x1A, 0x29, 0x3B); returns how many links were asked to close.
     @discardableResult
     public func disconnectAll(reason: UInt8 = HCIStatus.remoteUserTerminated) -> Int {
-        for handle in connections.keys.sorted() {
-            hci.send(.disconnect(handle: handle, reason: reason))
-        }
-        return connections.count
+        links.disconnectAll(reason: reason)
     }
 
     /// The reasons HCI Disconnect accepts (Vol 4, Part E, 7.1.6).

@@ -23,10 +23,7 @@ extension Peripheral {
 
     func disconnectionCompleted(status: UInt8, handle: UInt16, reason: UInt8) {
         guard status == HCIStatus.success else {
-            if let leftOut = linkLog.take(now: scheduler.nowNanoseconds, for: logger) {
-                logger.warning("disconnection failed\(LogBudget.note(leftOut))",
-                               metadata: [LogKey.connHandle: "\(handle)", LogKey.hciStatus: .string(Hex.byte(status))])
-            }
+            links.disconnectionFailed(status: status, handle: handle)
             return
         }
         connectionClosed(handle: handle, reason: reason)
@@ -35,29 +32,6 @@ extension Peripheral {
     /// An event about one of this device's links.
     func linkEvent(_ event: HCIEvent) {
         switch event {
-        case let .leConnectionUpdateComplete(status, handle, parameters):
-            guard status == HCIStatus.success, let connection = connections[handle] else { return }
-            connection.parameters = parameters
-            // A link's state: with the link's keys, so `journalctl BLEMU_CONN_HANDLE=` finds it.
-            logger.event(.stateChanged, .info, "connection parameters now \(Self.describe(parameters))", [
-                LogKey.peer: .string(connection.peer.address.description), LogKey.connHandle: .string("\(handle)"),
-            ])
-        case let .leRemoteConnectionParameterRequest(handle, intervalMin, intervalMax, latency, timeout):
-            // Vol 6, Part B, 5.1.7: accept what the Core allows, refuse the rest with 0x3B.
-            let asked = ConnectionParameters(intervalMin: intervalMin, intervalMax: intervalMax,
-                                             peripheralLatency: latency, supervisionTimeout: timeout)
-            if asked.coreViolations.isEmpty {
-                hci.send(.leRemoteConnectionParameterRequestReply(handle: handle, intervalMin: intervalMin,
-                                                                  intervalMax: intervalMax, latency: latency, timeout: timeout))
-            } else {
-                logger.info("refused connection parameters: \(asked.coreViolations.joined(separator: "; "))",
-                            metadata: [LogKey.connHandle: "\(handle)"])
-                hci.send(.leRemoteConnectionParameterRequestNegativeReply(handle: handle))
-            }
-        case let .leDataLengthChange(handle, maxTx, _, maxRx, _):
-            logger.debug("data length now \(maxTx) out, \(maxRx) in", metadata: [LogKey.connHandle: "\(handle)"])
-        case let .lePHYUpdateComplete(status, handle, tx, rx):
-            logger.debug("PHY update: status \(Hex.byte(status)), tx \(tx), rx \(rx)", metadata: [LogKey.connHandle: "\(handle)"])
         case let .leLongTermKeyRequest(handle, randomNumber, encryptedDiversifier):
             // The one place that decides whether a link gets its key (Vol 4, Part E, 7.7.65.5):
             // the pairing under way or a bond, else the negative reply (7.8.26), at once, so the
@@ -72,7 +46,8 @@ extension Peripheral {
             security.encryptionChanged(on: handle, status: status, enabled: true, refresh: true)
             checkKeySize(handle, status: status, enabled: true)
         default:
-            break
+            // Parameters, data length, PHY.
+            links.linkEvent(event)
         }
     }
 
