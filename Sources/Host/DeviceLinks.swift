@@ -19,7 +19,7 @@ final class DeviceLinks {
     /// when the profile's break the Core rules.
     let preferredParameters: ConnectionParameters
     let database: GATTDatabase
-    /// Faults a test asked for, applied by every link's ATT server (the device's `faults`).
+    /// Faults the control socket planned (`PeripheralControl.faults`), applied by every link's ATT server.
     let faults: FaultPlan
     /// SMP on CID 0x0006 goes to it.
     let security: PeripheralSecurity

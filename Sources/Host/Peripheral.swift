@@ -25,15 +25,9 @@ public final class Peripheral {
     /// The device's advertising: payload, phases, address, set.
     let advertising: DeviceAdvertiser
     public internal(set) var statistics = PeripheralStatistics()
-    /// Faults a test asked for, applied by every link's ATT server.
-    public let faults = FaultPlan()
-    /// The control socket's answers for values that require authorization and whose device
-    /// does not decide itself, by value handle: absent or false refuses (0x08), true allows.
-    public internal(set) var authorizations: [UInt16: Bool] = [:]
-    /// The control socket's answers for one central (`authorize DEVICE UUID allow|deny PEER`),
-    /// oldest first, overriding `authorizations` for that central; at most
-    /// `maximumPeerAuthorizations`, the oldest forgotten first. Kept while blemu runs.
-    public internal(set) var peerAuthorizations: [PeerAuthorization] = []
+    /// What the control socket may do to the device, and what only it decides (authorization
+    /// answers, planned faults).
+    public private(set) lazy var control = PeripheralControl(of: self, faults: links.faults)
     public var logger: Logger {
         didSet {
             links.logger = logger
@@ -103,7 +97,7 @@ public final class Peripheral {
         bondedClients = BondedClients(security: security, database: database, standard: standard, scheduler: host.scheduler,
                                       logger: logger)
         links = DeviceLinks(hci: host.hci, scheduler: host.scheduler, configuration: configuration, preferredParameters: usable,
-                            database: database, faults: faults, security: security, logger: logger)
+                            database: database, faults: FaultPlan(), security: security, logger: logger)
         advertising = DeviceAdvertiser(host: host, configuration: configuration, profile: profile, identityAddress: address,
                                        database: database, security: security, logger: logger)
         standard.database = database
@@ -159,6 +153,18 @@ public final class Peripheral {
 
     /// Turns advertising on or off; off stays off, also after disconnections, until on.
     public func setAdvertisingAllowed(_ allowed: Bool) { advertising.setAllowed(allowed) }
+
+    public var deviceName: String { type(of: device).deviceName }
+
+    /// Disconnects every link of this device with `reason` (Vol 4, Part E, 7.1.6 allows 0x05,
+    /// 0x13 – 0x15, 0x1A, 0x29, 0x3B); returns how many links were asked to close.
+    @discardableResult
+    public func disconnectAll(reason: UInt8 = HCIStatus.remoteUserTerminated) -> Int {
+        links.disconnectAll(reason: reason)
+    }
+
+    /// The reasons HCI Disconnect accepts (Vol 4, Part E, 7.1.6).
+    public static let disconnectReasons: Set<UInt8> = [0x05, 0x13, 0x14, 0x15, 0x1A, 0x29, 0x3B]
 
     // MARK: The controller, through the host
 

@@ -1,5 +1,7 @@
 import BlemuCore
+import BlemuATT
 import BlemuDevices
+import BlemuGATT
 import BlemuHCI
 @testable import BlemuHost
 import BlemuSimulator
@@ -39,5 +41,21 @@ import Testing
         bench.controller.disconnect(handle: 0x0040)
         #expect(bench.peripheral.isAdvertising)
         #expect(bench.peripheral.advertisingInterval == AdvertisingTiming.defaultFastInterval)
+    }
+}
+
+/// The control facade (`PeripheralControl`): what it plans, every link's server applies,
+/// also on links opened after the plan was made.
+@Suite struct PeripheralControlTests {
+    @Test func aFaultPlannedThroughTheControlFacadeReachesLinksOpenedLater() throws {
+        let bench = try Bench(device: HeartRateDevice(seed: 1))
+        let location = BluetoothUUID(0x2A38)   // Body Sensor Location, readable
+        let handle = bench.handle(of: location)
+        #expect(bench.peripheral.control.injectFault(.error(.unlikelyError), characteristic: location, count: 1) == nil)
+        #expect(bench.peripheral.control.faults.planned.count == 1)
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        let read: [UInt8] = [0x0A, UInt8(handle & 0xFF), UInt8(handle >> 8)]
+        #expect(bench.att(read).last == [0x01, 0x0A, UInt8(handle & 0xFF), UInt8(handle >> 8), 0x0E])
+        #expect(bench.att(read).last?.first == 0x0B, "count 1: the next read is served")
     }
 }
