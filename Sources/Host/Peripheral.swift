@@ -187,10 +187,9 @@ public final class Peripheral {
 
     public var connectionCount: Int { links.count }
 
-    /// The open links, by connection handle (`DeviceLinks.connections`), read in place.
-    var connections: HandleTable<Connection> {
-        _read { yield links.connections }
-    }
+    /// The open links, by connection handle (`DeviceLinks.connections`; a getter costs the
+    /// notification path less than a `_read` accessor: scripts/perf-gate).
+    var connections: HandleTable<Connection> { links.connections }
 
     var isStopping: Bool { host.isStopping }
 
