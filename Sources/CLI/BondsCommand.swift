@@ -1,5 +1,6 @@
 import ArgumentParser
 import BlemuCore
+import BlemuHost
 import BlemuSecurity
 import Logging
 
@@ -68,7 +69,7 @@ struct BondsCommand: ParsableCommand {
             let files = try location.files()
             if files.isEmpty { print("no bonds in \(try location.directory())") }
             for path in files {
-                switch BondStore.inspect(path: path) {
+                switch BondStore.inspect(path: path, attachmentFormat: BondedClientState.format) {
                 case .missing: continue
                 case .unreadable(let reason): print("\(path.visible): cannot be read (\(reason.visible))")
                 case .damaged(let reason): print("\(path.visible): damaged or not a bond file (\(reason.visible)); blemu sets it aside when it starts")
@@ -98,14 +99,15 @@ struct BondsCommand: ParsableCommand {
             let target = address.flatMap(BluetoothAddress.init)
             var forgotten = 0
             for path in try location.files() {
-                guard case let .bonds(owner, bonds) = BondStore.inspect(path: path) else { continue }
+                guard case let .bonds(owner, bonds) = BondStore.inspect(path: path, attachmentFormat: BondedClientState.format) else { continue }
                 // The store rewrites the file atomically (temporary file, fsync, rename).
-                let store = BondStore(path: path, owner: owner, limit: max(bonds.count, 1),
+                // The bonded clients' GATT state is kept with the bonds that stay.
+                let store = BondStore(path: path, owner: owner, limit: max(bonds.count, 1), attachmentFormat: BondedClientState.format,
                                       logger: Logger(label: "blemu.bonds", factory: { _ in SwiftLogNoOpLogHandler() }))
                 let matching = store.forget(target)
                 guard !matching.isEmpty else { continue }
                 guard store.bonds.count == bonds.count - matching.count,
-                      case let .bonds(_, left) = BondStore.inspect(path: path), left.count == store.bonds.count else {
+                      case let .bonds(_, left) = BondStore.inspect(path: path, attachmentFormat: BondedClientState.format), left.count == store.bonds.count else {
                     throw RuntimeFailure("\(path): the bonds could not be written back: check the directory's permissions")
                 }
                 forgotten += matching.count

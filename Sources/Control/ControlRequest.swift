@@ -10,14 +10,14 @@ import FoundationEssentials
 public enum ControlCommand: Equatable, Sendable {
     /// Devices, addresses, advertising, links, settings and planned faults.
     case list
-    /// A value of a device's simulated world (`Peripheral.applySetting`).
+    /// A value of a device's simulated world (`PeripheralControl.applySetting`).
     case set(device: String, key: String, value: String)
     /// Every link of the device, with an HCI Disconnect reason (`Peripheral.disconnectReasons`).
     case disconnect(device: String, reason: UInt8)
     /// Advertising allowed or not (`Peripheral.setAdvertisingAllowed`).
     case advertise(device: String, on: Bool)
     /// A service taken out of the device's database or put back, announced by Service Changed
-    /// (`Peripheral.setService`).
+    /// (`PeripheralControl.setService`).
     case service(device: String, service: BluetoothUUID, present: Bool)
     /// A fault for one characteristic; `count` nil applies it until cleared.
     case fault(device: String, characteristic: BluetoothUUID, action: FaultPlan.Action, count: Int?)
@@ -26,7 +26,7 @@ public enum ControlCommand: Equatable, Sendable {
     /// The user's answer to the Numeric Comparison the device waits for (`--numeric-comparison ask`).
     case pairing(device: String, confirm: Bool)
     /// Whether requests for a value that requires authorization are authorized
-    /// (`Peripheral.setAuthorization`; refused until allowed): for every central, or with
+    /// (`PeripheralControl.setAuthorization`; refused until allowed): for every central, or with
     /// `peer` for the central with that address (its link's or its bonded identity) and type
     /// (`peerIsRandom`, random unless said), overriding the answer for every central.
     case authorize(device: String, characteristic: BluetoothUUID, allow: Bool, peer: BluetoothAddress? = nil,
@@ -34,7 +34,7 @@ public enum ControlCommand: Equatable, Sendable {
     /// The device's bonds, as `blemu bonds list` shows them (never a key).
     case bonds(device: String)
     /// Forgets the bonds of the central at `address` (the address it bonded from or its
-    /// identity), or every bond of the device (nil), in the running device (`Peripheral.forgetBonds`).
+    /// identity), or every bond of the device (nil), in the running device (`PeripheralControl.forgetBonds`).
     case forgetBonds(device: String, address: BluetoothAddress?)
 
     /// The `cmd` of its request.

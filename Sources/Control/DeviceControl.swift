@@ -67,7 +67,7 @@ public final class DeviceControl {
             switch target(name) {
             case .failure(let error): return refuse(error.message)
             case .success(let (peripheral, ref)):
-                if let refusal = peripheral.applySetting(key, value) { return refuse(refusal, peripheral) }
+                if let refusal = peripheral.control.applySetting(key, value) { return refuse(refusal, peripheral) }
                 return done(peripheral, "\(key) set to \(printable(value))",
                             [("device", .string(ref)), ("key", .string(key)), ("value", .string(value))])
             }
@@ -79,7 +79,7 @@ public final class DeviceControl {
                 guard Peripheral.disconnectReasons.contains(reason) else {
                     return refuse("reason \(Hex.byte(reason)) is not one HCI Disconnect allows", peripheral)
                 }
-                let links = peripheral.disconnectAll(reason: reason)
+                let links = peripheral.control.disconnectAll(reason: reason)
                 return done(peripheral, "\(links) link(s) asked to close",
                             [("device", .string(ref)), ("reason", .string(Hex.byte(reason))), ("links", .integer(Int64(links)))])
             }
@@ -88,7 +88,7 @@ public final class DeviceControl {
             switch target(name) {
             case .failure(let error): return refuse(error.message)
             case .success(let (peripheral, ref)):
-                let answered = peripheral.answerPairing(confirm: confirm)
+                let answered = peripheral.control.answerPairing(confirm: confirm)
                 guard answered > 0 else {
                     return refuse("no Numeric Comparison is waiting for an answer (the device needs --numeric-comparison ask and a central pairing)", peripheral)
                 }
@@ -101,7 +101,7 @@ public final class DeviceControl {
             switch target(name) {
             case .failure(let error): return refuse(error.message)
             case .success(let (peripheral, ref)):
-                if let refusal = peripheral.setAuthorization(allow, characteristic: uuid, peer: peer, peerIsRandom: peerIsRandom) {
+                if let refusal = peripheral.control.setAuthorization(allow, characteristic: uuid, peer: peer, peerIsRandom: peerIsRandom) {
                     return refuse(refusal, peripheral)
                 }
                 var members: [(String, JSONValue)] = [("device", .string(ref)), ("uuid", .string(uuid.description)),
@@ -113,7 +113,7 @@ public final class DeviceControl {
                 } else {
                     // The answer for every central leaves the per-central ones in place (they
                     // override it): the reply names them, so nobody thinks "deny" denied them all.
-                    let kept = peripheral.peerAuthorizations(of: uuid)
+                    let kept = peripheral.control.peerAuthorizations(of: uuid)
                     members.append(("per_central", .array(kept.map(Self.describe))))
                     if !kept.isEmpty { what += "; \(kept.count) per-central answer(s) left in place" }
                 }
@@ -124,7 +124,7 @@ public final class DeviceControl {
             switch target(name) {
             case .failure(let error): return refuse(error.message)
             case .success(let (peripheral, ref)):
-                let bonds = peripheral.bonds
+                let bonds = peripheral.control.bonds
                 logBudgeted(.info, "control client \(client): \(summary): \(bonds.count) bond(s)", peripheral)
                 return .object([("id", .integer(request.id)), ("ok", true), ("device", .string(ref)),
                                 ("bonds", .array(bonds.map(Self.describe)))])
@@ -134,9 +134,9 @@ public final class DeviceControl {
             switch target(name) {
             case .failure(let error): return refuse(error.message)
             case .success(let (peripheral, ref)):
-                let outcome = peripheral.forgetBonds(address)
+                let outcome = peripheral.control.forgetBonds(address)
                 if let address, outcome.bonds.isEmpty {
-                    let known = peripheral.bonds.map { ($0.identity ?? $0.peer).address.description }
+                    let known = peripheral.control.bonds.map { ($0.identity ?? $0.peer).address.description }
                     return refuse("\(ref) has no bond with \(address)"
                                   + (known.isEmpty ? " (it has no bonds)" : "; its bonded centrals: \(known.joined(separator: ", "))"), peripheral)
                 }
@@ -154,7 +154,7 @@ public final class DeviceControl {
             switch target(name) {
             case .failure(let error): return refuse(error.message)
             case .success(let (peripheral, ref)):
-                peripheral.setAdvertisingAllowed(on)
+                peripheral.control.setAdvertisingAllowed(on)
                 return done(peripheral, on ? "advertising allowed" : "advertising off until allowed again",
                             [("device", .string(ref)), ("on", .bool(on))])
             }
@@ -165,7 +165,7 @@ public final class DeviceControl {
             case .success(let (peripheral, ref)):
                 let change: DatabaseChange
                 do {
-                    change = try peripheral.setService(uuid, present: present)
+                    change = try peripheral.control.setService(uuid, present: present)
                 } catch {
                     return refuse(error.description, peripheral)
                 }
@@ -185,7 +185,7 @@ public final class DeviceControl {
             switch target(name) {
             case .failure(let error): return refuse(error.message)
             case .success(let (peripheral, ref)):
-                if let refusal = peripheral.injectFault(action, characteristic: uuid, count: count) {
+                if let refusal = peripheral.control.injectFault(action, characteristic: uuid, count: count) {
                     return refuse(refusal, peripheral)
                 }
                 return done(peripheral, "fault planned",
@@ -205,7 +205,7 @@ public final class DeviceControl {
             }
             var refs: [JSONValue] = []
             for peripheral in cleared {
-                peripheral.clearFaults()
+                peripheral.control.clearFaults()
                 if let index = peripherals.firstIndex(where: { $0 === peripheral }) {
                     refs.append(.string(names.entries[index].ref))
                 }
@@ -237,7 +237,7 @@ public final class DeviceControl {
     /// `list`: one object per device, in command-line order.
     static func listing(_ peripherals: [Peripheral], names: DeviceNames) -> JSONValue {
         .array(peripherals.enumerated().map { index, peripheral in
-            let links: [JSONValue] = peripheral.linkSummaries.map { link in
+            let links: [JSONValue] = peripheral.control.linkSummaries.map { link in
                 // A pairing's "display" (six digits, as the user reads them), only while it waits.
                 let shown: [(String, JSONValue)] =
                     (link.pairingPasskey.map { [("pairing_passkey", JSONValue.string(sixDigits($0)))] } ?? [])
@@ -250,7 +250,7 @@ public final class DeviceControl {
                 .object([("key", .string(setting.key)), ("summary", .string(setting.summary))])
             }
             let characteristics = peripheral.database.characteristics
-            let faults: [JSONValue] = peripheral.faults.planned.map { planned in
+            let faults: [JSONValue] = peripheral.control.faults.planned.map { planned in
                 let uuid = characteristics.first { $0.valueHandle == planned.valueHandle }?.uuid
                 return .object([("uuid", uuid.map { .string($0.description) } ?? .null),
                                 ("att_handle", .string(Hex.word(planned.valueHandle)))]
@@ -268,13 +268,13 @@ public final class DeviceControl {
                 ("connections", .array(links)),
                 ("settings", .array(settings)),
                 ("faults", .array(faults)),
-                ("services_out", .array(peripheral.absentServices.map { .string($0.description) })),
+                ("services_out", .array(peripheral.control.absentServices.map { .string($0.description) })),
                 // The made-up pairing passkey (the lock's label, logged at start too); never one given.
                 ("passkey", peripheral.configuration.security.passkeyIsGenerated
                     ? peripheral.configuration.security.passkey.map { .string(sixDigits($0)) } ?? .null : .null),
-                ("authorized", .array(characteristics.filter { peripheral.authorizations[$0.valueHandle] == true }
+                ("authorized", .array(characteristics.filter { peripheral.control.authorizations[$0.valueHandle] == true }
                                         .map { .string($0.uuid.description) })),
-                ("authorized_peers", .array(peripheral.peerAuthorizations.map(describe))),
+                ("authorized_peers", .array(peripheral.control.peerAuthorizations.map(describe))),
             ])
         })
     }
@@ -297,7 +297,7 @@ public final class DeviceControl {
                  ("irk", .bool(bond.identityResolvingKey != nil)), ("csrk", .bool(bond.signatureKey != nil)),
                  ("authenticated", .bool(bond.authenticated)), ("secure_connections", .bool(bond.secureConnections)),
                  ("key_size", .integer(Int64(bond.encryptionKeySize))),
-                 ("subscriptions", .integer(Int64(bond.clientConfigurations.count))),
+                 ("subscriptions", .integer(Int64(bond.client.clientConfigurations.count))),
                  ("summary", .string(bond.summary))])
     }
 

@@ -107,7 +107,7 @@ extension Peripheral {
             })),
             ("reads", "\(statistics.diagnosticsReads)"),
             ("links_refused", "\(statistics.linksRefused)"),
-            ("log_lines_left_out", "\(peerLog.leftOutTotal + linkLog.leftOutTotal + requestLog.leftOutTotal + host.logLinesLeftOut)"),
+            ("log_lines_left_out", "\(links.logLinesLeftOut + requestLog.leftOutTotal + host.logLinesLeftOut)"),
             ("links", "[]"),
         ]
     }

@@ -7,7 +7,7 @@ import Logging
 
 /// The fixed channels of a link (Vol 3, Part A, 2.1): the link itself (`L2CAPLink`) reassembles,
 /// frames and answers LE signalling; the device puts its ATT bearer and SMP on it.
-extension Peripheral {
+extension DeviceLinks {
     /// ACL data of one of this device's links (the host routes only those here).
     func receiveACL(_ packet: ACLPacket) {
         connections[packet.handle]?.link.receive(packet)
@@ -19,7 +19,7 @@ extension Peripheral {
         let bearer = ATTBearer(link: link)
         let server = ATTServer(database: database, peer: peer, scheduler: scheduler, bearer: bearer)
         server.faults = faults
-        server.delegate = self
+        server.delegate = serverDelegate
         let handle = event.handle
         link.register(cid: L2CAPChannel.securityManager) { [unowned security] payload in security.receive(payload, on: handle) }
         return Connection(peer: peer, link: link, server: server, parameters: event.parameters)

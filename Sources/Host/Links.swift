@@ -7,45 +7,26 @@ import BlemuL2CAP
 import BlemuSMP
 import Logging
 
-/// Links to centrals: opening, closing, and the parameters the device prefers.
+/// Links to centrals: what their opening and closing mean to the device (the links
+/// themselves are `DeviceLinks`).
 extension Peripheral {
     func connectionAttemptFailed(status: UInt8) {
-        if let leftOut = linkLog.take(now: scheduler.nowNanoseconds, for: logger) {
-            logger.warning("connection attempt failed\(LogBudget.note(leftOut))", metadata: [LogKey.hciStatus: .string(Hex.byte(status))])
-        }
+        links.attemptFailed(status: status)
     }
 
     /// A link made from this device's advertising (the host routed it here).
     func connectionOpened(_ event: LEConnectionComplete, fromAdvertising: Bool) {
-        // Legacy advertising ends when a connection is made (Vol 6, Part B, 4.4.2.4).
-        if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
-        advertisingPhaseTimer = nil
-        isAdvertising = false
-        advertisingRequested = false
-        guard event.role == 0x01 else {
-            if let leftOut = linkLog.take(now: scheduler.nowNanoseconds, for: logger) {
-                logger.warning("link \(event.handle) opened in the central role; disconnecting\(LogBudget.note(leftOut))")
-            }
-            hci.send(.disconnect(handle: event.handle, reason: HCIStatus.remoteUserTerminated))
-            return
-        }
-        guard connections.count < configuration.maxConnections else {
-            // A controller that takes more links than the device allows cannot make memory grow:
-            // the extra link is closed at once with Remote Device Terminated due to Low Resources.
-            if let leftOut = linkLog.take(now: scheduler.nowNanoseconds, for: logger) {
-                logger.warning("link \(event.handle) from \(event.peerAddress) refused: \(connections.count) links open, the limit is \(configuration.maxConnections)\(LogBudget.note(leftOut))",
-                               metadata: [LogKey.connHandle: "\(event.handle)", LogKey.peer: .string(event.peerAddress.description)])
-            }
+        advertising.linkMade()
+        let connection: Connection
+        switch links.open(event) {
+        case .success(let opened): connection = opened
+        case .failure(.full):
             statistics.linksRefused += 1
-            hci.send(.disconnect(handle: event.handle, reason: HCIStatus.remoteDeviceTerminatedLowResources))
             return
+        case .failure(.centralRole): return
         }
-        let peer = ATTPeer(connectionHandle: event.handle, address: event.peerAddress)
-        let connection = makeLink(event, peer: peer)
+        let peer = connection.peer
         let server = connection.server
-        connection.peerIsRandom = event.peerAddressType & 0x01 != 0
-        connections[event.handle] = connection
-        hci.openLink(event.handle)
         host.linkOpened(event.handle, by: self)
         // Peer_Address_Type: 0x01 random, 0x03 random identity (Vol 4, Part E, 7.7.65.10). With
         // 0x02/0x03 the controller resolved the central's private address with the resolving
@@ -54,44 +35,33 @@ extension Peripheral {
         let peerAddress = SMPAddress(event.peerAddress, isRandom: event.peerAddressType & 0x01 != 0)
         if event.peerIdentityResolved {
             let overTheAir = event.peerResolvablePrivateAddress.map { SMPAddress($0, isRandom: true) } ?? peerAddress
-            security.linkOpened(event.handle, peer: overTheAir, local: advertisedAddress ?? advertisingAddress,
+            security.linkOpened(event.handle, peer: overTheAir, local: advertising.advertisedAddress ?? advertising.address,
                                 resolvedIdentity: peerAddress)
             logger.info("controller resolved \(overTheAir.address) to identity \(event.peerAddress) (resolving list)",
                         metadata: [LogKey.connHandle: .string("\(event.handle)")])
         } else {
-            security.linkOpened(event.handle, peer: peerAddress, local: advertisedAddress ?? advertisingAddress)
+            security.linkOpened(event.handle, peer: peerAddress, local: advertising.advertisedAddress ?? advertising.address)
         }
         // A bonded central reading a protected value is told to encrypt, not to pair (Vol 3, Part C, 10.3.1).
         server.linkSecurity.hasLongTermKey = security.bond(on: event.handle) != nil
-        // A bonded central may sign writes on a link it does not encrypt (Vol 3, Part C, 10.4).
-        server.signing = signingState(on: event.handle)
-        restoreCachingState(on: connection)
+        // A bonded central's signing state and caching state are back (signed writes also on a
+        // link it does not encrypt, Vol 3, Part C, 10.4).
+        bondedClients.linkOpened(connection, log: &links.linkLog)
         statistics.connectionsTotal += 1
-        logger.event(.connected, .notice, "connected to \(event.peerAddress): \(Self.describe(event.parameters))", [
+        logger.event(.connected, .notice, "connected to \(event.peerAddress): \(DeviceLinks.describe(event.parameters))", [
             LogKey.peer: .string(event.peerAddress.description), LogKey.connHandle: .string("\(event.handle)"),
         ])
-        if hci.info.supportsDataLengthExtension {
-            hci.send(.leSetDataLength(handle: event.handle))
-        }
-        connection.parameterTimer = scheduler.schedule(after: configuration.parameterUpdateDelay) { [weak self, weak connection] in
-            guard let self, let connection else { return }
-            connection.parameterTimer = nil
-            self.requestPreferredParameters(connection)
-        }
+        links.linkReady(connection)
         if deviceStarted { device.peerConnected(peer) }
         // Keep advertising while another central may connect.
         startAdvertising(fast: true)
     }
 
     func connectionClosed(handle: UInt16, reason: UInt8, restartAdvertising: Bool = true) {
-        guard let connection = connections.removeValue(forKey: handle) else { return }
-        hci.closeLink(handle)
+        guard let connection = links.close(handle) else { return }
         defer { host.linkClosed(handle) }
-        if let timer = connection.parameterTimer { scheduler.cancel(timer) }
-        connection.link.close()
         // What a bonded central knew of the database, for when it comes back (Vol 3, Part G, 7.1).
-        security.databaseHashKnown(database.hash, on: handle)
-        security.cachingStateKnown(features: standard.features(on: handle), changeAware: connection.server.isChangeAware, on: handle)
+        bondedClients.linkClosing(connection)
         security.linkClosed(handle)
         standard.connectionClosed(handle)
         // Indications still outstanding end as `.disconnected`; subscriptions end with the link.
@@ -119,33 +89,9 @@ extension Peripheral {
         }
     }
 
-    /// "interval 30.0 ms, latency 0, timeout 720 ms": units of 1.25 ms and 10 ms (Vol 4, Part E, 7.7.65.1).
-    static func describe(_ parameters: LinkParameters) -> String {
-        "interval \(Double(parameters.interval) * 1.25) ms, latency \(parameters.latency), timeout \(Int(parameters.supervisionTimeout) * 10) ms"
-    }
-
     func dropAllConnections(reason: String) {
         for handle in connections.keys.sorted() {
             connectionClosed(handle: handle, reason: HCIStatus.hardwareFailure)
         }
-    }
-
-    /// Vol 3, Part A, 4.20: the peripheral asks for its preferred parameters when the link's
-    /// do not match them.
-    /// The device's preferred parameters, or the recommended ones when the device's break the Core rules.
-    var preferredParameters: ConnectionParameters {
-        let asked = profile.connectionParameters
-        return asked.coreViolations.isEmpty ? asked : .recommended
-    }
-
-    func requestPreferredParameters(_ connection: Connection) {
-        let preferred = preferredParameters
-        let current = connection.parameters
-        if (preferred.intervalMin...preferred.intervalMax).contains(current.interval),
-           current.latency == preferred.peripheralLatency, current.supervisionTimeout == preferred.supervisionTimeout {
-            return
-        }
-        logger.info("asking for connection parameters \(preferred)", metadata: [LogKey.connHandle: "\(connection.handle)"])
-        connection.link.requestConnectionParameters(preferred)
     }
 }

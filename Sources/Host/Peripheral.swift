@@ -19,37 +19,21 @@ public final class Peripheral {
     /// The controller this device is on, shared with the other devices on it.
     public let host: PeripheralHost
     public let hci: HCIHost
-    /// This device's advertising set on the controller (nil until the controller is ready, or
-    /// when it had none left).
-    public internal(set) var advertisingSet: UInt8?
     public let database: GATTDatabase
     /// The identity address (static random): what centrals bond with.
     public let address: BluetoothAddress
-    /// The address advertising uses: the identity address, or with privacy the resolvable
-    /// private address of the moment (Vol 6, Part B, 1.3.2.2).
-    public internal(set) var advertisingAddress: BluetoothAddress
-    /// The address the last successful advertising start used (a changed one needs a restart).
-    var advertisedAddress: BluetoothAddress?
-    var privateAddressTimer: TimerID?
-    var privateAddressRandom = SystemRandomNumberGenerator()
+    /// The device's advertising: payload, phases, address, set.
+    let advertising: DeviceAdvertiser
     public internal(set) var statistics = PeripheralStatistics()
-    public internal(set) var isAdvertising = false
-    /// Faults a test asked for, applied by every link's ATT server.
-    public let faults = FaultPlan()
-    /// The control socket's answers for values that require authorization and whose device
-    /// does not decide itself, by value handle: absent or false refuses (0x08), true allows.
-    public internal(set) var authorizations: [UInt16: Bool] = [:]
-    /// The control socket's answers for one central (`authorize DEVICE UUID allow|deny PEER`),
-    /// oldest first, overriding `authorizations` for that central; at most
-    /// `maximumPeerAuthorizations`, the oldest forgotten first. Kept while blemu runs.
-    public internal(set) var peerAuthorizations: [PeerAuthorization] = []
-    /// False after `advertise off` from the control socket: advertising stays off, also after
-    /// disconnections, until turned on again.
-    public internal(set) var advertisingAllowed = true
-    /// The interval advertising runs at, while it runs (units of 0.625 ms).
-    public internal(set) var advertisingInterval: UInt16?
+    /// What the control socket may do to the device, and what only it decides (authorization
+    /// answers, planned faults).
+    public private(set) lazy var control = PeripheralControl(of: self, faults: links.faults)
     public var logger: Logger {
-        didSet { l2cap.logger = logger }
+        didSet {
+            links.logger = logger
+            bondedClients.logger = logger
+            advertising.logger = logger
+        }
     }
 
     public let scheduler: TimerScheduling
@@ -57,28 +41,14 @@ public final class Peripheral {
     public let security: PeripheralSecurity
     let standard: StandardServices
     let diagnostics: DiagnosticsService
-    /// The open links, by connection handle (looked up on every packet: a `HandleTable`, not a Dictionary).
-    var connections = HandleTable<Connection>()
-    var advertisingPayload: AdvertisingPayload
-    /// The TX Power Level the payload carries: the profile's, then the controller's once read.
-    var advertisedTxPower: Int8?
-    var advertisingRequested = false
-    var advertisingPhaseTimer: TimerID?
-    /// When the fast phase under way ends (the run loop's clock, nanoseconds).
-    var fastPhaseEnds: UInt64 = 0
+    /// What bonded centrals keep across links (CCCDs, caching state, SignCounter, Database Hash).
+    let bondedClients: BondedClients
+    /// The device's links: the open ones, making them, their parameters, disconnecting.
+    let links: DeviceLinks
     var deviceStarted = false
     var deviceWaitingForRoom = false
-    /// What this device's links share: the HCI, the timers, the budget of lines peers cause.
-    let l2cap: L2CAPLinkContext
     /// What a device's `notify` encodes into, reused for every notification.
     var notificationValue = ValueBuffer()
-    /// Lines whose rate a peer or the controller controls (Docs/DIAGNOSTICS.md): one budget
-    /// with the links' own lines.
-    var peerLog: LogBudget {
-        get { l2cap.peerLog }
-        set { l2cap.peerLog = newValue }
-    }
-    var linkLog = LogBudget()
     /// `att-error` and `write` events: one a request, so a central sets their pace.
     var requestLog = LogBudget(burst: 100, window: .seconds(10))
 
@@ -102,10 +72,8 @@ public final class Peripheral {
         logger[metadataKey: LogKey.controller] = .string(configuration.controller)
         logger[metadataKey: LogKey.name] = .string(configuration.name)
         self.logger = logger
-        l2cap = L2CAPLinkContext(hci: host.hci, scheduler: host.scheduler, logger: logger)
         address = PeripheralConfiguration.identityAddress(deviceName: type(of: device).deviceName, localName: configuration.name,
                                                           configured: configuration.address)
-        advertisingAddress = address
         var profile = device.profile
         if let timing = configuration.advertisingTiming { profile.advertisingTiming = timing }
         if let parameters = configuration.connectionParameters { profile.connectionParameters = parameters }
@@ -115,9 +83,6 @@ public final class Peripheral {
                                     privacy: configuration.privacy)
         let diagnostics = DiagnosticsService()
         database = try GATTDatabase(services: [standard.gap, standard.gatt] + device.services + [diagnostics.service])
-        advertisedTxPower = profile.txPowerLevel
-        advertisingPayload = Self.payload(configuration: configuration, profile: profile,
-                                          serviceUUIDs: profile.advertisedServices, txPower: profile.txPowerLevel)
         self.diagnostics = diagnostics
         var securityConfiguration = configuration.security
         // The device's permissions say how long a key its protected values need: a pairing that
@@ -127,14 +92,21 @@ public final class Peripheral {
         security = PeripheralSecurity(
             configuration: securityConfiguration,
             owner: BondOwner(device: type(of: device).deviceName, name: configuration.name, address: address),
-            localAddress: SMPAddress(address, isRandom: true), scheduler: host.scheduler, logger: logger)
+            localAddress: SMPAddress(address, isRandom: true), bondAttachment: BondedClientState.format,
+            scheduler: host.scheduler, logger: logger)
+        bondedClients = BondedClients(security: security, database: database, standard: standard, scheduler: host.scheduler,
+                                      logger: logger)
+        links = DeviceLinks(hci: host.hci, scheduler: host.scheduler, configuration: configuration, preferredParameters: usable,
+                            database: database, faults: FaultPlan(), security: security, logger: logger)
+        advertising = DeviceAdvertiser(host: host, configuration: configuration, profile: profile, identityAddress: address,
+                                       database: database, security: security, logger: logger)
         standard.database = database
         standard.featuresChanged = { [weak self] handle, features in
-            guard let self, let server = self.connections[handle]?.server else { return }
+            guard let self, let connection = self.connections[handle] else { return }
             // Vol 3, Part G, 7.2: bit 0 is Robust Caching.
-            server.clientSupportsRobustCaching = features & 0x01 != 0
+            connection.server.clientSupportsRobustCaching = features & 0x01 != 0
             // A bonded client's features outlive the link (2.5.2.1).
-            self.security.cachingStateKnown(features: features, changeAware: server.isChangeAware, on: handle)
+            self.bondedClients.cachingStateKnown(on: connection, features: features)
         }
         diagnostics.characteristic.onRead = { [weak self] request, value in
             guard let self else { return .unlikelyError }
@@ -151,31 +123,48 @@ public final class Peripheral {
         if !parameters.coreViolations.isEmpty {
             logger.error("connection parameters \(parameters) break the Core spec (\(parameters.coreViolations.joined(separator: "; "))); using \(ConnectionParameters.recommended) instead")
         }
-        for line in profile.advertisingTiming.violations {
-            logger.warning("advertising timing: \(line)")
-        }
-        for line in advertisingPayload.omitted {
-            logger.warning("advertising: \(line) does not fit in 31 + 31 bytes and is left out")
-        }
+        advertising.warnAboutConfiguration()
+        advertising.hasRoomForLink = { [weak links = self.links] in links?.hasRoom ?? false }
+        links.serverDelegate = self
         wireSecurity()
-        if configuration.privacy { renewPrivateAddress() }
+        if configuration.privacy { advertising.renewPrivateAddress() }
         host.join(self)
     }
 
-    static func payload(configuration: PeripheralConfiguration, profile: DeviceProfile, serviceUUIDs: [BluetoothUUID],
-                        txPower: Int8?) -> AdvertisingPayload {
-        AdvertisingPayload.build(AdvertisingContent(
-            name: configuration.name, serviceUUIDs: serviceUUIDs, appearance: profile.appearance,
-            txPowerLevel: txPower))
+    // MARK: Advertising, as the host, the front ends and tests see it
+
+    /// This device's advertising set on the controller (nil until the controller is ready, or
+    /// when it had none left).
+    public var advertisingSet: UInt8? { advertising.set }
+    /// The address advertising uses: the identity address, or with privacy the resolvable
+    /// private address of the moment (Vol 6, Part B, 1.3.2.2).
+    public var advertisingAddress: BluetoothAddress { advertising.address }
+    public var isAdvertising: Bool { advertising.isAdvertising }
+    /// False after `advertise off` from the control socket: advertising stays off, also after
+    /// disconnections, until turned on again.
+    public var advertisingAllowed: Bool { advertising.allowed }
+    /// The interval advertising runs at, while it runs (units of 0.625 ms).
+    public var advertisingInterval: UInt16? { advertising.interval }
+    var advertisingRequested: Bool { advertising.requested }
+    func startAdvertising(fast: Bool) { advertising.start(fast: fast) }
+    func setAdvertising(_ on: Bool, log: Bool) { advertising.setAdvertising(on, log: log) }
+    /// An extended set stops by itself when a link is made from it (Vol 4, Part E, 7.8.56).
+    func advertisingSetEnded() { advertising.setEnded() }
+
+    /// Turns advertising on or off; off stays off, also after disconnections, until on.
+    public func setAdvertisingAllowed(_ allowed: Bool) { advertising.setAllowed(allowed) }
+
+    public var deviceName: String { type(of: device).deviceName }
+
+    /// Disconnects every link of this device with `reason` (Vol 4, Part E, 7.1.6 allows 0x05,
+    /// 0x13 – 0x15, 0x1A, 0x29, 0x3B); returns how many links were asked to close.
+    @discardableResult
+    public func disconnectAll(reason: UInt8 = HCIStatus.remoteUserTerminated) -> Int {
+        links.disconnectAll(reason: reason)
     }
 
-    /// Lays the advertising data and scan response out again from what is true now: the TX
-    /// power (the controller's, once read) and the services the database serves
-    /// (`advertisedServiceUUIDs`). The one builder decides what fits.
-    func rebuildAdvertisingPayload() {
-        advertisingPayload = Self.payload(configuration: configuration, profile: profile,
-                                          serviceUUIDs: advertisedServiceUUIDs, txPower: advertisedTxPower)
-    }
+    /// The reasons HCI Disconnect accepts (Vol 4, Part E, 7.1.6).
+    public static let disconnectReasons: Set<UInt8> = [0x05, 0x13, 0x14, 0x15, 0x1A, 0x29, 0x3B]
 
     // MARK: The controller, through the host
 
@@ -196,11 +185,18 @@ public final class Peripheral {
     /// How long a clean stop may take at most.
     public static var stopDeadline: Duration { PeripheralHost.stopDeadline }
 
-    public var connectionCount: Int { connections.count }
+    public var connectionCount: Int { links.count }
+
+    /// The open links, by connection handle (`DeviceLinks.connections`; a getter costs the
+    /// notification path less than a `_read` accessor: scripts/perf-gate).
+    var connections: HandleTable<Connection> { links.connections }
 
     var isStopping: Bool { host.isStopping }
 
     // MARK: What the host tells this device
+
+    /// ACL data of one of this device's links (the host routes only those here).
+    func receiveACL(_ packet: ACLPacket) { links.receiveACL(packet) }
 
     func controllerCameUp() {
         statistics.startedNanoseconds = statistics.startedNanoseconds == 0 ? scheduler.nowNanoseconds : statistics.startedNanoseconds
@@ -211,13 +207,12 @@ public final class Peripheral {
         if stopping {
             // Nothing left to close on a controller that is gone: the stop is done.
             logger.event(.controllerLost, .warning, "controller lost while stopping: \(reason)")
-            connections.removeAll()
+            links.forgetAll()
             return
         }
         logger.event(.controllerLost, .error, "controller lost: \(reason); reconnecting")
         dropAllConnections(reason: "controller lost")
-        setAdvertising(false, log: false)
-        advertisingSet = nil
+        advertising.controllerWentAway()
     }
 
     func hostReset(reason: String) {
@@ -225,9 +220,7 @@ public final class Peripheral {
         // and comes back through initialization.
         logger.event(.controllerLost, .error, "controller reset: \(reason); links dropped, initializing again")
         dropAllConnections(reason: reason)
-        isAdvertising = false
-        advertisingRequested = false
-        advertisingSet = nil
+        advertising.controllerReset()
     }
 
     /// The stop begins: the simulated world stops first.
@@ -236,20 +229,12 @@ public final class Peripheral {
         if deviceStarted { device.stop() }
         // Bonded centrals' subscriptions waiting for the bond file are written now.
         security.flushBonds()
-        if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
-        advertisingPhaseTimer = nil
-        if let timer = privateAddressTimer { scheduler.cancel(timer) }
-        privateAddressTimer = nil
+        advertising.stopping()
     }
 
     /// Advertising off, every link disconnected with Remote User Terminated (0x13).
     func closeEverything() {
-        if let set = advertisingSet, isAdvertising || advertisingRequested {
-            host.advertiser.stop(set: set)
-            setAdvertising(false, log: true)
-        }
-        for handle in connections.keys.sorted() {
-            hci.send(.disconnect(handle: handle, reason: HCIStatus.remoteUserTerminated))
-        }
+        advertising.turnOff()
+        links.disconnectAll(reason: HCIStatus.remoteUserTerminated)
     }
 }

@@ -51,10 +51,7 @@ extension Peripheral: ATTServerDelegate {
             device.subscriptionChanged(characteristic, peer: server.peer, notify: new & 0x0001 != 0, indicate: new & 0x0002 != 0)
         }
         // A bonded central's CCCD values outlive the link (Vol 3, Part G, 3.3.3.3).
-        let handle = server.peer.connectionHandle
-        if security.security(of: handle).isBonded {
-            security.clientConfigurationsChanged(server.clientConfigurationValues, on: handle)
-        }
+        if let connection = connections[server.peer.connectionHandle] { bondedClients.subscriptionsChanged(on: connection) }
     }
 
     /// A closing link (or a service taken out) ends every subscription it held: logged and told
@@ -101,7 +98,7 @@ extension Peripheral: ATTServerDelegate {
     }
 
     public func attServer(_ server: ATTServer, acceptedSignCounter counter: UInt32) {
-        security.signCounterAccepted(counter, on: server.peer.connectionHandle)
+        bondedClients.signCounterAccepted(counter, on: server.peer.connectionHandle)
     }
 
     public func attServer(_ server: ATTServer, droppedSignedWrite reason: SignedWriteDrop, handle: UInt16) {
@@ -124,14 +121,14 @@ extension Peripheral: ATTServerDelegate {
     /// A value that requires authorization and whose device does not decide: the control
     /// socket's answer (`authorize DEVICE UUID allow|deny [PEER [public|random]]`), refused until it allows.
     public func attServer(_ server: ATTServer, authorize characteristic: Characteristic, access: AttributeAccess) -> Bool {
-        authorization(of: characteristic.valueHandle, on: server.peer.connectionHandle, peer: server.peer.address)
+        control.authorization(of: characteristic.valueHandle, on: server.peer.connectionHandle, peer: server.peer.address)
     }
 
     public func attServerTransactionTimedOut(_ server: ATTServer) {
         logger.error("indication not confirmed within 30 s: the ATT bearer is dead, disconnecting (Vol 3, Part F, 3.3.3)",
                      metadata: [LogKey.connHandle: "\(server.peer.connectionHandle)"])
         if let connection = connections[server.peer.connectionHandle] {
-            disconnect(connection, reason: HCIStatus.remoteUserTerminated)
+            links.disconnect(connection, reason: HCIStatus.remoteUserTerminated)
         }
     }
 }

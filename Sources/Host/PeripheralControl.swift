@@ -31,11 +31,40 @@ public struct PeerAuthorization: Sendable, Equatable {
     public let allowed: Bool
 }
 
-/// What a test script may do to a running device from outside (the control socket): set its
-/// simulated world, break it on purpose, and drive its links and advertising. Each call
-/// returns nil, or one line saying why it was refused; nothing is changed when it refuses.
-extension Peripheral {
-    public var deviceName: String { type(of: device).deviceName }
+/// What a test script may do to a running device from outside (the control socket,
+/// `Peripheral.control`): set its simulated world, break it on purpose, and drive its links and
+/// advertising. Each call returns nil, or one line saying why it was refused; nothing is
+/// changed when it refuses. What only the control socket decides is kept here, not in the
+/// device's other parts: the answers for values that require authorization (every link's
+/// server asks `authorization(of:on:peer:)`) and the faults planned (every link's server
+/// applies `faults`).
+public final class PeripheralControl {
+    unowned let peripheral: Peripheral
+    /// Faults a test asked for, applied by every link's ATT server.
+    public let faults: FaultPlan
+    /// The control socket's answers for values that require authorization and whose device
+    /// does not decide itself, by value handle: absent or false refuses (0x08), true allows.
+    public private(set) var authorizations: [UInt16: Bool] = [:]
+    /// The control socket's answers for one central (`authorize DEVICE UUID allow|deny PEER`),
+    /// oldest first, overriding `authorizations` for that central; at most
+    /// `maximumPeerAuthorizations`, the oldest forgotten first. Kept while blemu runs.
+    public private(set) var peerAuthorizations: [PeerAuthorization] = []
+
+    init(of peripheral: Peripheral, faults: FaultPlan) {
+        self.peripheral = peripheral
+        self.faults = faults
+    }
+
+    // The device's parts the control API works on.
+    private var deviceName: String { peripheral.deviceName }
+    private var device: Device { peripheral.device }
+    private var database: GATTDatabase { peripheral.database }
+    private var security: PeripheralSecurity { peripheral.security }
+    private var standard: StandardServices { peripheral.standard }
+    private var advertising: DeviceAdvertiser { peripheral.advertising }
+    private var host: PeripheralHost { peripheral.host }
+    private var logger: Logger { peripheral.logger }
+    private var connections: HandleTable<Connection> { peripheral.connections }
 
     public var linkSummaries: [LinkSummary] {
         connections.values.sorted { $0.handle < $1.handle }.map {
@@ -141,40 +170,24 @@ extension Peripheral {
         logger.event(.faultInjected, .notice, "faults cleared")
     }
 
-    /// Turns advertising on or off; off stays off, also after disconnections, until on.
     /// The answer to the Numeric Comparisons this device waits for (`--numeric-comparison ask`):
     /// how many were answered (0: none was waiting).
     public func answerPairing(confirm: Bool) -> Int {
         security.answerNumericComparison(confirm)
     }
 
-    public func setAdvertisingAllowed(_ allowed: Bool) {
-        advertisingAllowed = allowed
-        if allowed {
-            startAdvertising(fast: true)
-        } else if let set = advertisingSet, isAdvertising || advertisingRequested {
-            if let timer = advertisingPhaseTimer { scheduler.cancel(timer) }
-            advertisingPhaseTimer = nil
-            host.advertiser.stop(set: set)
-            setAdvertising(false, log: true)
-        }
-    }
+    /// Turns advertising on or off; off stays off, also after disconnections, until on.
+    public func setAdvertisingAllowed(_ allowed: Bool) { peripheral.setAdvertisingAllowed(allowed) }
 
-    /// Disconnects every link of this device with `reason` (Vol 4, Part E, 7.1.6 allows 0x05,
-    /// 0x13 – 0x15, 0x1A, 0x29, 0x3B); returns how many links were asked to close.
+    /// Disconnects every link of the device with `reason` (`Peripheral.disconnectReasons`);
+    /// returns how many links were asked to close.
     @discardableResult
     public func disconnectAll(reason: UInt8 = HCIStatus.remoteUserTerminated) -> Int {
-        for handle in connections.keys.sorted() {
-            hci.send(.disconnect(handle: handle, reason: reason))
-        }
-        return connections.count
+        peripheral.disconnectAll(reason: reason)
     }
-
-    /// The reasons HCI Disconnect accepts (Vol 4, Part E, 7.1.6).
-    public static let disconnectReasons: Set<UInt8> = [0x05, 0x13, 0x14, 0x15, 0x1A, 0x29, 0x3B]
 }
 
-/// What forgetting bonds in the running device did (`Peripheral.forgetBonds`).
+/// What forgetting bonds in the running device did (`PeripheralControl.forgetBonds`).
 public struct BondsForgotten {
     /// The bonds forgotten, oldest first (empty: no bond matched).
     public let bonds: [Bond]
@@ -185,7 +198,7 @@ public struct BondsForgotten {
     public let resolvingListEntries: Int
 }
 
-extension Peripheral {
+extension PeripheralControl {
     /// The device's bonds, oldest first.
     public var bonds: [Bond] { security.bonds.bonds }
 
@@ -201,7 +214,7 @@ extension Peripheral {
         let kept = bonded.filter { handle, bond in
             security.security(of: handle).isEncrypted && forgotten.contains { $0.peer == bond.peer && $0.sequence == bond.sequence }
         }
-        let entries = host.bondsForgotten(all: address == nil, by: self)
+        let entries = host.bondsForgotten(all: address == nil, by: peripheral)
         return BondsForgotten(bonds: forgotten, linksKept: kept.count, resolvingListEntries: entries)
     }
 }
@@ -226,11 +239,11 @@ public struct DatabaseChange: Equatable {
     /// Links whose robust-caching client is now change-unaware (Vol 3, Part G, 2.5.2.1).
     public let changeUnaware: Int
     /// Whether the advertising data or scan response changed: the service's UUID is one the
-    /// device advertises (`Peripheral.advertisedServiceUUIDs`).
+    /// device advertises (`DeviceAdvertiser.advertisedServiceUUIDs`).
     public let advertisingChanged: Bool
 }
 
-extension Peripheral {
+extension PeripheralControl {
     /// The services of the database taken out at run time.
     public var absentServices: [BluetoothUUID] { database.absent.map(\.uuid) }
 
@@ -260,14 +273,14 @@ extension Peripheral {
         }
         // What a scanner sees follows the database: a service taken out leaves the advertised
         // service UUIDs, put back it returns. Links are not touched by it.
-        let advertisingChanged = advertisingContentChanged()
+        let advertisingChanged = advertising.contentChanged()
         var indicated = 0
         var changeUnaware = 0
         for handle in connections.keys.sorted() {
             guard let connection = connections[handle] else { continue }
             let server = connection.server
             let ended = server.databaseChanged(range)
-            subscriptionsEnded(ended, peer: connection.peer, because: "service \(uuid) changed")
+            peripheral.subscriptionsEnded(ended, peer: connection.peer, because: "service \(uuid) changed")
             if !server.isChangeAware { changeUnaware += 1 }
             guard server.isSubscribed(standard.serviceChanged, indications: true) else { continue }
             // Vol 3, Part G, 2.5.2.1: the server makes a client that confirms it change-aware.

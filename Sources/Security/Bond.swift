@@ -22,35 +22,16 @@ public struct Bond: Equatable, Sendable, CustomStringConvertible {
     public var authenticated: Bool
     /// Order of creation, for the limit's oldest-out: larger is newer.
     public var sequence: UInt64
-    /// The central's CCCD values (value handle's descriptor handle → value), kept across links.
-    public var clientConfigurations: [UInt16: UInt16]
-    /// The Database Hash of the database this central knew when its last link closed: a
-    /// different one when it comes back means the database changed while it was away (Vol 3,
-    /// Part G, 7.1: a bonded client then gets Service Changed).
-    public var databaseHash: [UInt8]?
     /// The central's CSRK (Signing Information, Vol 3, Part H, 3.6.6), which its Signed Write
     /// Commands are verified with (2.4.5).
     public var signatureKey: [UInt8]?
-    /// The SignCounter of the last signed write accepted from the central: the next must be
-    /// larger (Vol 3, Part C, 10.4.2). Nil before the first.
-    public var signCounter: UInt32?
-    /// The central's Client Supported Features (Vol 3, Part G, 7.2), kept for a bonded client
-    /// across connections (2.5.2.1).
-    public var clientSupportedFeatures: UInt8
-    /// False while the bonded client is change-unaware of a database change (Vol 3, Part G,
-    /// 2.5.2.1): it gets Database Out Of Sync until it reads the hash or confirms Service Changed.
-    public var changeAware: Bool
+    /// What the layer above keeps with the bond (the bonded client's GATT state), opaque here:
+    /// stored with the bond and forgotten with it.
+    public var attachment: BondAttachment
 
     public init(peer: SMPAddress, identity: SMPAddress? = nil, identityResolvingKey: [UInt8]? = nil,
                 longTermKey: SMPLongTermKey, encryptionKeySize: UInt8, secureConnections: Bool, authenticated: Bool,
-                sequence: UInt64 = 0, clientConfigurations: [UInt16: UInt16] = [:], databaseHash: [UInt8]? = nil,
-                signatureKey: [UInt8]? = nil, signCounter: UInt32? = nil, clientSupportedFeatures: UInt8 = 0,
-                changeAware: Bool = true) {
-        self.signatureKey = signatureKey
-        self.signCounter = signCounter
-        self.clientSupportedFeatures = clientSupportedFeatures
-        self.changeAware = changeAware
-        self.databaseHash = databaseHash
+                sequence: UInt64 = 0, signatureKey: [UInt8]? = nil, attachment: BondAttachment = .empty) {
         self.peer = peer
         self.identity = identity
         self.identityResolvingKey = identityResolvingKey
@@ -59,7 +40,8 @@ public struct Bond: Equatable, Sendable, CustomStringConvertible {
         self.secureConnections = secureConnections
         self.authenticated = authenticated
         self.sequence = sequence
-        self.clientConfigurations = clientConfigurations
+        self.signatureKey = signatureKey
+        self.attachment = attachment
     }
 
     /// Whether a link from `address` belongs to this bond (the address it bonded from, or its identity).
@@ -94,16 +76,13 @@ public struct Bond: Equatable, Sendable, CustomStringConvertible {
         "\(secureConnections ? "LE Secure Connections" : "LE legacy"), \(authenticated ? "authenticated" : "unauthenticated"), \(encryptionKeySize)-octet key"
     }
 
-    /// One line as `blemu bonds list` and the control socket's `bonds` show a bond: the
-    /// central's address (and identity), its strength, what it kept; never a key.
-    public var summary: String {
+    /// The start of the line `blemu bonds list` and the control socket's `bonds` show for a bond:
+    /// the central's address (and identity) and its strength, never a key. The layer that owns the
+    /// attachment adds what the central kept (Host's `Bond.summary`).
+    public var keySummary: String {
         let peerText = "\(peer.address) (\(peer.isRandom ? "random" : "public"))"
         let identityText = identity.map { " identity \($0.address) (\($0.isRandom ? "random" : "public"))" } ?? ""
-        let subscriptions = clientConfigurations.isEmpty ? "" : ", \(clientConfigurations.count) subscription(s) kept"
-        // What the central gave and set, never a key.
-        let signing = signatureKey == nil ? "" : ", signs writes (SignCounter \(signCounter.map(String.init) ?? "none yet"))"
-        let caching = clientSupportedFeatures & 0x01 == 0 ? "" : ", robust caching\(changeAware ? "" : " (change-unaware)")"
-        return "\(peerText)\(identityText): \(strength)\(subscriptions)\(signing)\(caching)"
+        return "\(peerText)\(identityText): \(strength)"
     }
 
     public var description: String {

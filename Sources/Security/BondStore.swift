@@ -47,10 +47,14 @@ public struct BondOwner: Equatable, Sendable {
 /// old file or the new one, never half of one. A file that cannot be read, does not parse, or
 /// belongs to another device is reported with its path, renamed aside (`PATH.damaged-N`) and
 /// the store starts empty. At most `limit` bonds: a new one beyond it replaces the oldest.
+///
+/// A bond's attachment (what the layer above keeps with it, `BondAttachment`) is written into
+/// the bond's entry beside the keys, in the fields `attachmentFormat` names.
 public final class BondStore {
     public let path: String?
     public let owner: BondOwner
     public let limit: Int
+    public let attachmentFormat: BondAttachmentFormat
     public private(set) var bonds: [Bond] = []
     private var nextSequence: UInt64 = 1
     private var logger: Logger
@@ -63,11 +67,12 @@ public final class BondStore {
     /// A bond file larger than this is not a bond file.
     static let maximumFileSize = 1 << 20
 
-    public init(path: String?, owner: BondOwner, limit: Int = 16, logger: Logger) {
+    public init(path: String?, owner: BondOwner, limit: Int = 16, attachmentFormat: BondAttachmentFormat, logger: Logger) {
         precondition(limit >= 1, "a bond store holds at least one bond")
         self.path = path
         self.owner = owner
         self.limit = limit
+        self.attachmentFormat = attachmentFormat
         self.logger = logger
         load()
     }
@@ -95,46 +100,15 @@ public final class BondStore {
         return dropped
     }
 
-    /// Updates the CCCD values kept with the bond of `address` (nothing without a bond); with
-    /// `write: false` the file waits for `flush()`. Returns whether anything changed.
+    /// Sets the attachment of the bond of `address` (nothing without a bond); with `write: false`
+    /// the file waits for `flush()`. Returns whether anything changed.
     @discardableResult
-    public func setClientConfigurations(_ values: [UInt16: UInt16], for address: SMPAddress, write: Bool = true) -> Bool {
+    public func setAttachment(_ attachment: BondAttachment, for address: SMPAddress, write: Bool = true) -> Bool {
         guard let index = bonds.lastIndex(where: { $0.matches(address) || $0.resolves(address) }),
-              bonds[index].clientConfigurations != values else { return false }
-        bonds[index].clientConfigurations = values
+              bonds[index].attachment != attachment else { return false }
+        bonds[index].attachment = attachment
         unwritten = true
         if write { flush() }
-        return true
-    }
-
-    /// The Database Hash a bonded central knows now (its link closes, or it was told of a change).
-    @discardableResult
-    public func setDatabaseHash(_ hash: [UInt8], for address: SMPAddress) -> Bool {
-        guard let index = bonds.lastIndex(where: { $0.matches(address) || $0.resolves(address) }),
-              bonds[index].databaseHash != hash else { return false }
-        bonds[index].databaseHash = hash
-        write()
-        return true
-    }
-
-    /// The SignCounter of a signed write just accepted from `address` (Vol 3, Part C, 10.4.2);
-    /// the file waits for `flush()` (a write per command would be an fsync per command).
-    @discardableResult
-    public func setSignCounter(_ counter: UInt32, for address: SMPAddress) -> Bool {
-        guard let index = bonds.lastIndex(where: { $0.matches(address) || $0.resolves(address) }) else { return false }
-        bonds[index].signCounter = counter
-        unwritten = true
-        return true
-    }
-
-    /// A bonded client's Client Supported Features and change-awareness (Vol 3, Part G, 2.5.2.1, 7.2).
-    @discardableResult
-    public func setCachingState(features: UInt8, changeAware: Bool, for address: SMPAddress) -> Bool {
-        guard let index = bonds.lastIndex(where: { $0.matches(address) || $0.resolves(address) }),
-              bonds[index].clientSupportedFeatures != features || bonds[index].changeAware != changeAware else { return false }
-        bonds[index].clientSupportedFeatures = features
-        bonds[index].changeAware = changeAware
-        write()
         return true
     }
 
@@ -188,12 +162,9 @@ public final class BondStore {
         var secureConnections: Bool
         var authenticated: Bool
         var sequence: UInt64
-        var cccds: [String: Int]?
-        var databaseHash: String?
         var csrk: String?
-        var signCounter: UInt32?
-        var clientFeatures: Int?
-        var changeAware: Bool?
+        /// The attachment's fields (`BondAttachmentFormat.fields`), beside the keys in the same object.
+        var attachment: BondAttachment
     }
 
     func load() {
@@ -210,7 +181,7 @@ public final class BondStore {
             bytes = data
         }
         do {
-            let (fileOwner, loaded) = try Self.parse(bytes)
+            let (fileOwner, loaded) = try Self.parse(bytes, attachmentFormat: attachmentFormat)
             guard fileOwner.device == owner.device, fileOwner.address == owner.address else {
                 throw BondFileError("it belongs to \(fileOwner.device) \(fileOwner.address), not \(owner.device) \(owner.address)")
             }
@@ -224,15 +195,20 @@ public final class BondStore {
     }
 
     /// A bond file's owner and bonds, oldest first; what is wrong with it otherwise.
-    static func parse(_ bytes: [UInt8]) throws -> (BondOwner, [Bond]) {
-        let file = try JSONDecoder().decode(File.self, from: Data(bytes))
+    static func parse(_ bytes: [UInt8], attachmentFormat: BondAttachmentFormat) throws -> (BondOwner, [Bond]) {
+        let decoder = JSONDecoder()
+        decoder.userInfo[Entry.attachmentFields] = attachmentFormat.fields
+        let file = try decoder.decode(File.self, from: Data(bytes))
         guard file.format == Self.format, file.version == Self.version else {
             throw BondFileError("format \(file.format) version \(file.version), expected \(Self.format) version \(Self.version)")
         }
         guard let address = BluetoothAddress(file.address) else { throw BondFileError("device address \(file.address)") }
         var loaded: [Bond] = []
         for (index, entry) in file.bonds.enumerated() {
-            guard let bond = Self.bond(from: entry) else { throw BondFileError("bond \(index) is malformed") }
+            guard var bond = Self.bond(from: entry), let attachment = attachmentFormat.canonical(bond.attachment) else {
+                throw BondFileError("bond \(index) is malformed")
+            }
+            bond.attachment = attachment
             loaded.append(bond)
         }
         loaded.sort { $0.sequence < $1.sequence }
@@ -247,13 +223,13 @@ public final class BondStore {
         case bonds(BondOwner, [Bond])
     }
 
-    public static func inspect(path: String) -> Inspection {
+    public static func inspect(path: String, attachmentFormat: BondAttachmentFormat) -> Inspection {
         switch readFile(path) {
         case .missing: return .missing
         case .failed(let reason): return .unreadable(reason)
         case .read(let bytes):
             do {
-                let (owner, bonds) = try parse(bytes)
+                let (owner, bonds) = try parse(bytes, attachmentFormat: attachmentFormat)
                 return .bonds(owner, bonds)
             } catch {
                 return .damaged("\(error)")
@@ -299,12 +275,7 @@ public final class BondStore {
               ediv: Int(bond.longTermKey.encryptedDiversifier), rand: String(bond.longTermKey.randomNumber, radix: 16),
               keySize: Int(bond.encryptionKeySize), secureConnections: bond.secureConnections,
               authenticated: bond.authenticated, sequence: bond.sequence,
-              cccds: bond.clientConfigurations.isEmpty ? nil
-                  : Dictionary(uniqueKeysWithValues: bond.clientConfigurations.map { (String($0.key), Int($0.value)) }),
-              databaseHash: bond.databaseHash.map { Hex.bytes($0) },
-              csrk: bond.signatureKey.map { Hex.bytes($0) }, signCounter: bond.signCounter,
-              clientFeatures: bond.clientSupportedFeatures == 0 ? nil : Int(bond.clientSupportedFeatures),
-              changeAware: bond.changeAware ? nil : false)
+              csrk: bond.signatureKey.map { Hex.bytes($0) }, attachment: bond.attachment)
     }
 
     /// Every value checked: a hand-edited or damaged entry is refused, never trusted.
@@ -323,34 +294,17 @@ public final class BondStore {
             guard let key = Hex.parse(text), key.count == 16 else { return nil }
             irk = key
         }
-        var databaseHash: [UInt8]?
-        if let text = entry.databaseHash {
-            guard let hash = Hex.parse(text), hash.count == 16 else { return nil }
-            databaseHash = hash
-        }
         var csrk: [UInt8]?
         if let text = entry.csrk {
             guard let key = Hex.parse(text), key.count == 16 else { return nil }
             csrk = key
         }
-        var features: UInt8 = 0
-        if let value = entry.clientFeatures {
-            guard let octet = UInt8(exactly: value) else { return nil }
-            features = octet
-        }
-        var cccds: [UInt16: UInt16] = [:]
-        for (handle, value) in entry.cccds ?? [:] {
-            guard let handle = UInt16(handle), let value = UInt16(exactly: value) else { return nil }
-            cccds[handle] = value
-        }
         return Bond(peer: SMPAddress(peer, isRandom: entry.peerRandom), identity: identity, identityResolvingKey: irk,
                     longTermKey: SMPLongTermKey(key: ltk, encryptedDiversifier: ediv, randomNumber: rand),
                     encryptionKeySize: keySize, secureConnections: entry.secureConnections,
-                    authenticated: entry.authenticated, sequence: entry.sequence, clientConfigurations: cccds,
-                    databaseHash: databaseHash, signatureKey: csrk, signCounter: entry.signCounter,
-                    clientSupportedFeatures: features, changeAware: entry.changeAware ?? true)
+                    authenticated: entry.authenticated, sequence: entry.sequence, signatureKey: csrk,
+                    attachment: entry.attachment)
     }
-
     // MARK: Files, with the C library
 
     enum ReadResult {
@@ -374,6 +328,83 @@ public final class BondStore {
     /// (`RegularFile.writeAtomically`, 0600). Returns what failed, or nil.
     static func writeAtomically(_ bytes: [UInt8], to path: String) -> String? {
         RegularFile.writeAtomically(bytes, to: path)
+    }
+}
+
+/// An entry's keys by name, and the attachment's fields beside them in the same JSON object.
+extension BondStore.Entry {
+    /// The decoder's `userInfo` key for the attachment's field names (`[String]`).
+    static let attachmentFields = CodingUserInfoKey(rawValue: "blemu.bond.attachmentFields")!
+
+    struct Key: CodingKey {
+        let stringValue: String
+        var intValue: Int? { nil }
+        init(_ name: String) { stringValue = name }
+        init?(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    static let keyFields = ["peer", "peerRandom", "identity", "identityRandom", "irk", "ltk", "ediv", "rand", "keySize",
+                            "secureConnections", "authenticated", "sequence", "csrk"]
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: Key.self)
+        peer = try container.decode(String.self, forKey: Key("peer"))
+        peerRandom = try container.decode(Bool.self, forKey: Key("peerRandom"))
+        identity = try container.decodeIfPresent(String.self, forKey: Key("identity"))
+        identityRandom = try container.decodeIfPresent(Bool.self, forKey: Key("identityRandom"))
+        irk = try container.decodeIfPresent(String.self, forKey: Key("irk"))
+        ltk = try container.decode(String.self, forKey: Key("ltk"))
+        ediv = try container.decode(Int.self, forKey: Key("ediv"))
+        rand = try container.decode(String.self, forKey: Key("rand"))
+        keySize = try container.decode(Int.self, forKey: Key("keySize"))
+        secureConnections = try container.decode(Bool.self, forKey: Key("secureConnections"))
+        authenticated = try container.decode(Bool.self, forKey: Key("authenticated"))
+        sequence = try container.decode(UInt64.self, forKey: Key("sequence"))
+        csrk = try container.decodeIfPresent(String.self, forKey: Key("csrk"))
+        // Only the fields the attachment's owner named (a field of Security's is never one);
+        // other fields are ignored, as they always were.
+        let names = decoder.userInfo[Self.attachmentFields] as? [String] ?? []
+        var attachment = BondAttachment()
+        for name in names where !Self.keyFields.contains(name) {
+            let key = Key(name)
+            guard container.contains(key), try !container.decodeNil(forKey: key) else { continue }
+            attachment[name] = try Self.decodeValue(container, key)
+        }
+        self.attachment = attachment
+    }
+
+    /// A JSON value of one of the kinds an attachment holds; anything else is a malformed entry.
+    private static func decodeValue(_ container: KeyedDecodingContainer<Key>, _ key: Key) throws -> BondAttachment.Value {
+        if let value = try? container.decode(Bool.self, forKey: key) { return .flag(value) }
+        if let value = try? container.decode(Int64.self, forKey: key) { return .integer(value) }
+        if let value = try? container.decode(String.self, forKey: key) { return .text(value) }
+        return .table(try container.decode([String: Int64].self, forKey: key))
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: Key.self)
+        try container.encode(peer, forKey: Key("peer"))
+        try container.encode(peerRandom, forKey: Key("peerRandom"))
+        try container.encodeIfPresent(identity, forKey: Key("identity"))
+        try container.encodeIfPresent(identityRandom, forKey: Key("identityRandom"))
+        try container.encodeIfPresent(irk, forKey: Key("irk"))
+        try container.encode(ltk, forKey: Key("ltk"))
+        try container.encode(ediv, forKey: Key("ediv"))
+        try container.encode(rand, forKey: Key("rand"))
+        try container.encode(keySize, forKey: Key("keySize"))
+        try container.encode(secureConnections, forKey: Key("secureConnections"))
+        try container.encode(authenticated, forKey: Key("authenticated"))
+        try container.encode(sequence, forKey: Key("sequence"))
+        try container.encodeIfPresent(csrk, forKey: Key("csrk"))
+        for (name, value) in attachment.values where !Self.keyFields.contains(name) {
+            switch value {
+            case .flag(let flag): try container.encode(flag, forKey: Key(name))
+            case .integer(let integer): try container.encode(integer, forKey: Key(name))
+            case .text(let text): try container.encode(text, forKey: Key(name))
+            case .table(let table): try container.encode(table, forKey: Key(name))
+            }
+        }
     }
 }
 

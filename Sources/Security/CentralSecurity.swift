@@ -141,7 +141,9 @@ public final class CentralSecurity {
         self.logger = logger
         self.makeRandom = random
         self.owner = owner
-        bonds = BondStore(path: configuration.bondStorePath, owner: owner, limit: configuration.maximumBonds, logger: logger)
+        // Keys only: the central keeps no GATT state with its bonds.
+        bonds = BondStore(path: configuration.bondStorePath, owner: owner, limit: configuration.maximumBonds,
+                          attachmentFormat: .none, logger: logger)
     }
 
     public func security(of handle: UInt16) -> LinkSecurity { links[handle]?.security ?? .unencrypted }

@@ -112,8 +112,9 @@ public final class PeripheralSecurity {
     private var peerLog = LogBudget()
     /// Pairings, their failures and encryption changes too: a central can repeat them at will.
     private var outcomeLog = LogBudget(burst: 30, window: .seconds(60))
-    /// CCCD changes of bonded centrals reach the bond file at most once a second (a central
-    /// toggling a CCCD must not make a write and fsync per request).
+    /// Changes of a bond's attachment that come at a central's pace (CCCD writes, signed writes)
+    /// reach the bond file at most once a second (a central toggling a CCCD must not make a write
+    /// and fsync per request).
     private var flushTimer: TimerID?
     public static let bondWriteDelay: Duration = .seconds(1)
 
@@ -153,15 +154,17 @@ public final class PeripheralSecurity {
 
     /// `random` makes a generator per link for the responder's nonces and keys: the system's
     /// (getrandom) unless a test seeds its own.
+    /// `bondAttachment`: how the layer above keeps its state with each bond in the bond file.
     public init(configuration: SecurityConfiguration, owner: BondOwner, localAddress: SMPAddress,
-                scheduler: TimerScheduling, logger: Logger,
+                bondAttachment: BondAttachmentFormat = .none, scheduler: TimerScheduling, logger: Logger,
                 random: @escaping () -> any RandomNumberGenerator = { SystemRandomNumberGenerator() }) {
         self.configuration = configuration
         self.localAddress = localAddress
         self.scheduler = scheduler
         self.logger = logger
         self.makeRandom = random
-        bonds = BondStore(path: configuration.bondStorePath, owner: owner, limit: configuration.maximumBonds, logger: logger)
+        bonds = BondStore(path: configuration.bondStorePath, owner: owner, limit: configuration.maximumBonds,
+                          attachmentFormat: bondAttachment, logger: logger)
         self.owner = owner
         if let path = configuration.identityPath, DeviceIdentityStore.exists(path) { _ = identity }
     }
@@ -224,39 +227,32 @@ public final class PeripheralSecurity {
         return bonds.bond(for: link.bondAddress)
     }
 
-    /// A bonded central's CCCD values changed: kept with its bond, written to the bond file.
-    public func clientConfigurationsChanged(_ values: [UInt16: UInt16], on handle: UInt16) {
-        guard let link = links[handle], link.security.isBonded,
-              bonds.setClientConfigurations(values, for: link.bondAddress, write: false), flushTimer == nil else { return }
-        flushTimer = scheduler.schedule(after: Self.bondWriteDelay) { [weak self] in
-            self?.flushTimer = nil
-            self?.bonds.flush()
+    /// When a change of a bond's attachment reaches the bond file.
+    public enum BondWrite: Sendable {
+        /// Now (a link closes, a central's state that changes rarely).
+        case now
+        /// Within `bondWriteDelay`, and when the link closes or blemu stops: for changes that
+        /// come at a central's pace (CCCD writes, SignCounters), so a central cannot make a write
+        /// and fsync per request.
+        case soon
+    }
+
+    /// The attachment of the bond of the central on `handle` becomes `attachment` (what the
+    /// layer above keeps with the bond). With `onlyIfBondedLink`, only while the link is
+    /// encrypted with a bond's key or bonded by its pairing (a central that merely has a bond is
+    /// not yet known to be that central). Nothing without a bond.
+    public func setBondAttachment(_ attachment: BondAttachment, on handle: UInt16, onlyIfBondedLink: Bool, write: BondWrite) {
+        guard let link = links[handle], !onlyIfBondedLink || link.security.isBonded else { return }
+        switch write {
+        case .now:
+            bonds.setAttachment(attachment, for: link.bondAddress)
+        case .soon:
+            guard bonds.setAttachment(attachment, for: link.bondAddress, write: false), flushTimer == nil else { return }
+            flushTimer = scheduler.schedule(after: Self.bondWriteDelay) { [weak self] in
+                self?.flushTimer = nil
+                self?.bonds.flush()
+            }
         }
-    }
-
-    /// A signed write from the central on `handle` was verified with its bond's CSRK: its
-    /// SignCounter is kept with the bond (written within `bondWriteDelay`, and when the link
-    /// closes), so neither a replay nor an older counter is taken later, also after a restart.
-    public func signCounterAccepted(_ counter: UInt32, on handle: UInt16) {
-        guard let link = links[handle], bonds.setSignCounter(counter, for: link.bondAddress), flushTimer == nil else { return }
-        flushTimer = scheduler.schedule(after: Self.bondWriteDelay) { [weak self] in
-            self?.flushTimer = nil
-            self?.bonds.flush()
-        }
-    }
-
-    /// A bonded central's Client Supported Features and whether it is change-aware (Vol 3,
-    /// Part G, 2.5.2.1: persistent across connections for a bonded client), kept with its bond.
-    public func cachingStateKnown(features: UInt8, changeAware: Bool, on handle: UInt16) {
-        guard let link = links[handle], link.security.isBonded else { return }
-        bonds.setCachingState(features: features, changeAware: changeAware, for: link.bondAddress)
-    }
-
-    /// What a bonded central on `handle` knows of the database now: its Database Hash, kept
-    /// with its bond (written to the file) so a change while it is away is told when it returns.
-    public func databaseHashKnown(_ hash: [UInt8], on handle: UInt16) {
-        guard let link = links[handle], link.security.isBonded else { return }
-        bonds.setDatabaseHash(hash, for: link.bondAddress)
     }
 
     /// Writes what waits for the bond file now.

@@ -55,7 +55,7 @@ import Testing
         #expect(bench.peripheral.isAdvertising)
 
         var before = c.commands.count
-        let off = try bench.peripheral.setService(BluetoothUUID(0x180D), present: false)
+        let off = try bench.peripheral.control.setService(BluetoothUUID(0x180D), present: false)
         #expect(off.advertisingChanged)
         // One command: the advertising data without 0x180D; the scan response (empty) unchanged;
         // advertising not turned off and on; the link kept.
@@ -66,17 +66,17 @@ import Testing
 
         // Both advertised services out: no UUID list at all, the other AD structures as they were.
         before = c.commands.count
-        _ = try bench.peripheral.setService(BluetoothUUID(0x180F), present: false)
+        _ = try bench.peripheral.control.setService(BluetoothUUID(0x180F), present: false)
         #expect(Self.sent(c, since: before).map(\.parameters) == [Self.legacyParameters(Self.heartRateData(uuids: []))])
 
         before = c.commands.count
-        let on = try bench.peripheral.setService(BluetoothUUID(0x180D), present: true)
+        let on = try bench.peripheral.control.setService(BluetoothUUID(0x180D), present: true)
         #expect(on.advertisingChanged)
         #expect(Self.sent(c, since: before).map(\.opcode) == [HCIOpcode.leSetAdvertisingData])
         #expect(Self.sent(c, since: before).first?.parameters == Self.legacyParameters(Self.heartRateData(uuids: [0x180D])))
 
         before = c.commands.count
-        _ = try bench.peripheral.setService(BluetoothUUID(0x180F), present: true)
+        _ = try bench.peripheral.control.setService(BluetoothUUID(0x180F), present: true)
         // Back in the profile's order, as at the start.
         #expect(Self.sent(c, since: before).map(\.parameters) == [Self.legacyParameters(Self.heartRateData(uuids: [0x180D, 0x180F]))])
         #expect(bench.peripheral.connectionCount == 1)
@@ -87,13 +87,13 @@ import Testing
         let bench = try Bench(device: HeartRateDevice(seed: 1))
         let c = bench.controller
         let before = c.commands.count
-        let off = try bench.peripheral.setService(BluetoothUUID(0x180A), present: false)   // Device Information
+        let off = try bench.peripheral.control.setService(BluetoothUUID(0x180A), present: false)   // Device Information
         #expect(off.range != nil && !off.advertisingChanged)
-        let on = try bench.peripheral.setService(BluetoothUUID(0x180A), present: true)
+        let on = try bench.peripheral.control.setService(BluetoothUUID(0x180A), present: true)
         #expect(on.range != nil && !on.advertisingChanged)
         #expect(c.commands.count == before)
         // Unchanged (already so): nothing either.
-        #expect(try bench.peripheral.setService(BluetoothUUID(0x180D), present: true).advertisingChanged == false)
+        #expect(try bench.peripheral.control.setService(BluetoothUUID(0x180D), present: true).advertisingChanged == false)
         #expect(c.commands.count == before)
     }
 
@@ -103,7 +103,7 @@ import Testing
         let c = bench.controller
         bench.peripheral.setAdvertisingAllowed(false)
         var before = c.commands.count
-        #expect(try bench.peripheral.setService(BluetoothUUID(0x180D), present: false).advertisingChanged)
+        #expect(try bench.peripheral.control.setService(BluetoothUUID(0x180D), present: false).advertisingChanged)
         #expect(c.commands.count == before)
         before = c.commands.count
         bench.peripheral.setAdvertisingAllowed(true)
@@ -120,7 +120,7 @@ import Testing
         let c = bench.controller
         c.failures[HCIOpcode.leSetAdvertisingData] = HCIStatus.commandDisallowed
         var before = c.commands.count
-        #expect(try bench.peripheral.setService(BluetoothUUID(0x180D), present: false).advertisingChanged)
+        #expect(try bench.peripheral.control.setService(BluetoothUUID(0x180D), present: false).advertisingChanged)
         #expect(Self.sent(c, since: before).map(\.opcode) == [HCIOpcode.leSetAdvertisingData])
         #expect(bench.peripheral.isAdvertising)
         c.failures = [:]
@@ -149,14 +149,14 @@ import Testing
         #expect(c.commands(HCIOpcode.leSetScanResponseData).last?.parameters == Self.legacyParameters(fullScanResponse))
 
         var before = c.commands.count
-        #expect(try bench.peripheral.setService(uuid128, present: false).advertisingChanged)
+        #expect(try bench.peripheral.control.setService(uuid128, present: false).advertisingChanged)
         let shortened = Self.flags + list16 + appearance + Self.txPower + Self.ad(0x08, Array(name.prefix(13)))
         #expect(Self.sent(c, since: before).map(\.opcode) == [HCIOpcode.leSetAdvertisingData, HCIOpcode.leSetScanResponseData])
         #expect(Self.sent(c, since: before).map(\.parameters)
                 == [Self.legacyParameters(shortened), Self.legacyParameters(Self.ad(0x09, name))])
 
         before = c.commands.count
-        _ = try bench.peripheral.setService(uuid128, present: true)
+        _ = try bench.peripheral.control.setService(uuid128, present: true)
         #expect(Self.sent(c, since: before).map(\.parameters)
                 == [Self.legacyParameters(fullAdvertising), Self.legacyParameters(fullScanResponse)])
         #expect(bench.peripheral.isAdvertising)
@@ -173,13 +173,13 @@ import Testing
         #expect(c.enabledSets == [0, 1])
 
         var before = c.commands.count
-        #expect(try second.setService(BluetoothUUID(0x180D), present: false).advertisingChanged)
+        #expect(try second.control.setService(BluetoothUUID(0x180D), present: false).advertisingChanged)
         #expect(Self.sent(c, since: before).map(\.opcode) == [HCIOpcode.leSetExtendedAdvertisingData])
         #expect(Self.sent(c, since: before).first?.parameters == Self.extendedParameters(set: set, data([0x180F])))
         #expect(c.enabledSets == [0, 1], "no set was stopped")
 
         before = c.commands.count
-        _ = try second.setService(BluetoothUUID(0x180D), present: true)
+        _ = try second.control.setService(BluetoothUUID(0x180D), present: true)
         #expect(Self.sent(c, since: before).map(\.parameters) == [Self.extendedParameters(set: set, data([0x180D, 0x180F]))])
         #expect(c.commands(HCIOpcode.leSetAdvertisingData).isEmpty, "legacy and extended commands never mix (Vol 4, Part E, 3.1.1)")
         #expect(bench.fatal.isEmpty)
@@ -191,7 +191,7 @@ import Testing
         let c = bench.controller
         first.setAdvertisingAllowed(false)
         var before = c.commands.count
-        #expect(try first.setService(BluetoothUUID(0x180F), present: false).advertisingChanged)
+        #expect(try first.control.setService(BluetoothUUID(0x180F), present: false).advertisingChanged)
         #expect(c.commands.count == before)
         before = c.commands.count
         first.setAdvertisingAllowed(true)

@@ -14,8 +14,8 @@ import Testing
 @Suite struct BondedCachingTests {
     private func bond(_ bench: Bench, features: UInt8, hash: [UInt8]?, changeAware: Bool = true) -> Bond {
         Bond(peer: SMPAddress(bench.central, isRandom: true), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 0x42, count: 16)),
-             encryptionKeySize: 16, secureConnections: true, authenticated: false, databaseHash: hash,
-             clientSupportedFeatures: features, changeAware: changeAware)
+             encryptionKeySize: 16, secureConnections: true, authenticated: false,
+             client: BondedClientState(databaseHash: hash, clientSupportedFeatures: features, changeAware: changeAware))
     }
 
     private func handle(_ bench: Bench, _ uuid: BluetoothUUID) throws -> UInt16 {

@@ -10,7 +10,7 @@ import Testing
 import Glibc
 #endif
 
-/// Forgetting bonds in the running device (`Peripheral.forgetBonds`, the control socket's
+/// Forgetting bonds in the running device (`PeripheralControl.forgetBonds`, the control socket's
 /// `bonds DEVICE forget [ADDRESS]`): gone from the store and its file, out of the controller's
 /// resolving list with advertising stopped for the change, and the next key request refused.
 @Suite struct ForgetBondsTests {
@@ -24,7 +24,7 @@ import Glibc
     private static func bond(_ identity: BluetoothAddress, irk: [UInt8]?, key: [UInt8], peer: BluetoothAddress? = nil) -> Bond {
         Bond(peer: SMPAddress(peer ?? identity, isRandom: true), identity: SMPAddress(identity, isRandom: true), identityResolvingKey: irk,
              longTermKey: SMPLongTermKey(key: key), encryptionKeySize: 16, secureConnections: true, authenticated: false,
-             clientConfigurations: [0x0010: 0x0001], clientSupportedFeatures: 0x01)
+             client: BondedClientState(clientConfigurations: [0x0010: 0x0001], clientSupportedFeatures: 0x01))
     }
 
     private static func temporaryDirectory() -> String {
@@ -60,7 +60,7 @@ import Glibc
     }
 
     private func fileBonds(_ path: String) -> [Bond]? {
-        guard case let .bonds(_, bonds) = BondStore.inspect(path: path) else { return nil }
+        guard case let .bonds(_, bonds) = BondStore.inspect(path: path, attachmentFormat: BondedClientState.format) else { return nil }
         return bonds
     }
 
@@ -77,10 +77,10 @@ import Glibc
         c.commands = []
 
         // By its identity address (the peer address it bonded from works as well, below).
-        let outcome = bench.peripheral.forgetBonds(Self.phone)
+        let outcome = bench.peripheral.control.forgetBonds(Self.phone)
         #expect(outcome.bonds.map(\.identity?.address) == [Self.phone])
         #expect(outcome.linksKept == 1 && outcome.resolvingListEntries == 1)
-        #expect(bench.peripheral.bonds.map(\.identity?.address) == [Self.tablet])
+        #expect(bench.peripheral.control.bonds.map(\.identity?.address) == [Self.tablet])
         // The file no longer has it, nor its CCCDs and caching state.
         let left = try #require(fileBonds(directory + "/bonds.json"))
         #expect(left.map(\.identity?.address) == [Self.tablet])
@@ -91,7 +91,7 @@ import Glibc
         #expect(c.commands(HCIOpcode.leRemoveDeviceFromResolvingList).first?.parameters == [0x01] + Self.phone.littleEndianBytes)
         #expect(c.resolvingList == [[0x01] + Self.tablet.littleEndianBytes])
         #expect(c.isAdvertising && bench.peripheral.isAdvertising)
-        #expect(bench.peripheral.linkSummaries.first?.encrypted == true, "the link stays")
+        #expect(bench.peripheral.control.linkSummaries.first?.encrypted == true, "the link stays")
 
         // Its next connection finds no bond: the negative reply.
         c.disconnect(handle: Bench.link)
@@ -102,19 +102,19 @@ import Glibc
         // The tablet is still known, and forgetting by the address it bonded from works too.
         c.connect(handle: 0x0042, peer: Self.tablet)
         #expect(keyAnswered(bench, handle: 0x0042) == Self.tabletKey)
-        #expect(bench.peripheral.forgetBonds(Self.tablet).bonds.count == 1)
+        #expect(bench.peripheral.control.forgetBonds(Self.tablet).bonds.count == 1)
     }
 
     @Test func anUnknownAddressForgetsNothing() throws {
         let directory = Self.temporaryDirectory()
         defer { unlink(directory + "/bonds.json"); rmdir(directory) }
         let bench = try bench(directory: directory)
-        let outcome = bench.peripheral.forgetBonds(BluetoothAddress("C7:00:00:00:00:07")!)
+        let outcome = bench.peripheral.control.forgetBonds(BluetoothAddress("C7:00:00:00:00:07")!)
         #expect(outcome.bonds.isEmpty && outcome.resolvingListEntries == 0)
-        #expect(bench.peripheral.bonds.count == 2 && fileBonds(directory + "/bonds.json")?.count == 2)
+        #expect(bench.peripheral.control.bonds.count == 2 && fileBonds(directory + "/bonds.json")?.count == 2)
         #expect(bench.controller.commands.isEmpty, "nothing sent, advertising untouched")
         // The address a central bonded from names it as well as its identity.
-        #expect(bench.peripheral.forgetBonds(BluetoothAddress("C9:00:00:00:00:09")!).bonds.map(\.identity?.address) == [Self.phone])
+        #expect(bench.peripheral.control.forgetBonds(BluetoothAddress("C9:00:00:00:00:09")!).bonds.map(\.identity?.address) == [Self.phone])
     }
 
     @Test func forgettingEveryBondClearsTheList() throws {
@@ -122,9 +122,9 @@ import Glibc
         defer { unlink(directory + "/bonds.json"); rmdir(directory) }
         let bench = try bench(directory: directory)
         let c = bench.controller
-        let outcome = bench.peripheral.forgetBonds(nil)
+        let outcome = bench.peripheral.control.forgetBonds(nil)
         #expect(outcome.bonds.count == 2 && outcome.linksKept == 0 && outcome.resolvingListEntries == 2)
-        #expect(bench.peripheral.bonds.isEmpty && fileBonds(directory + "/bonds.json")?.isEmpty == true)
+        #expect(bench.peripheral.control.bonds.isEmpty && fileBonds(directory + "/bonds.json")?.isEmpty == true)
         let order = c.commands.map(\.opcode).filter { Self.listCommands.contains($0) }
         #expect(order == [HCIOpcode.leSetAdvertisingEnable, HCIOpcode.leClearResolvingList, HCIOpcode.leSetAdvertisingEnable])
         #expect(c.resolvingList.isEmpty && c.isAdvertising && bench.peripheral.isAdvertising)
@@ -132,7 +132,7 @@ import Glibc
         #expect(keyAnswered(bench, handle: Bench.link) == nil)
         // Nothing left: forgetting again sends nothing.
         c.commands = []
-        #expect(bench.peripheral.forgetBonds(nil).bonds.isEmpty && c.commands.isEmpty)
+        #expect(bench.peripheral.control.forgetBonds(nil).bonds.isEmpty && c.commands.isEmpty)
     }
 
     /// Devices on one controller share its list: forgetting every bond of one device removes
@@ -152,7 +152,7 @@ import Glibc
         #expect(c.resolvingList.count == 2)
         #expect(c.addressResolution, "resolution on")
         c.commands = []
-        let outcome = first.forgetBonds(nil)
+        let outcome = first.control.forgetBonds(nil)
         #expect(outcome.bonds.count == 2 && outcome.resolvingListEntries == 1)
         #expect(c.commands(HCIOpcode.leClearResolvingList).isEmpty)
         #expect(c.commands(HCIOpcode.leRemoveDeviceFromResolvingList).map(\.parameters) == [[0x01] + laptop.littleEndianBytes])
@@ -161,10 +161,10 @@ import Glibc
         #expect(c.commands[..<removeIndex].contains { $0.opcode == HCIOpcode.leSetExtendedAdvertisingEnable && $0.parameters.first == 0 })
         #expect(first.isAdvertising && second.isAdvertising && c.enabledSets.count == 2)
         // The second device still has its bond with the phone.
-        #expect(second.bonds.count == 1)
+        #expect(second.control.bonds.count == 1)
         // Now the second forgets it too: the last listed entry, the list cleared.
         c.commands = []
-        #expect(second.forgetBonds(Self.phone).resolvingListEntries == 1)
+        #expect(second.control.forgetBonds(Self.phone).resolvingListEntries == 1)
         #expect(c.commands(HCIOpcode.leRemoveDeviceFromResolvingList).count == 1 && c.resolvingList.isEmpty)
     }
 
@@ -176,7 +176,7 @@ import Glibc
         let bench = try bench(directory: directory)
         let c = bench.controller
         c.failures[HCIOpcode.leRemoveDeviceFromResolvingList] = HCIStatus.commandDisallowed
-        #expect(bench.peripheral.forgetBonds(Self.phone).bonds.count == 1)
+        #expect(bench.peripheral.control.forgetBonds(Self.phone).bonds.count == 1)
         #expect(c.resolvingList.count == 2 && c.isAdvertising && bench.peripheral.isAdvertising)
         var random = SeededRandom(seed: 3)
         c.connectEnhanced(handle: Bench.link, peerType: 0x03, peer: Self.phone, rpa: ResolvablePrivateAddress.make(irk: Self.phoneIRK, random: &random))
@@ -188,7 +188,7 @@ import Glibc
         let bench = try Bench(device: HeartRateDevice(seed: 1))
         bench.peripheral.security.bonds.save(Self.bond(Self.phone, irk: Self.phoneIRK, key: Self.phoneKey))
         bench.controller.commands = []
-        #expect(bench.peripheral.forgetBonds(Self.phone).resolvingListEntries == 0)
-        #expect(bench.controller.commands.isEmpty && bench.peripheral.bonds.isEmpty)
+        #expect(bench.peripheral.control.forgetBonds(Self.phone).resolvingListEntries == 0)
+        #expect(bench.controller.commands.isEmpty && bench.peripheral.control.bonds.isEmpty)
     }
 }

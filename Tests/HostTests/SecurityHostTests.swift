@@ -38,7 +38,8 @@ import Testing
         let measurement = device.measurement.valueHandle
         bench.peripheral.security.bonds.save(Bond(
             peer: centralAddress(bench), longTermKey: SMPLongTermKey(key: key), encryptionKeySize: 16,
-            secureConnections: true, authenticated: false, clientConfigurations: [measurement: 0x0001]))
+            secureConnections: true, authenticated: false,
+            client: BondedClientState(clientConfigurations: [measurement: 0x0001])))
 
         longTermKeyRequest(bench)
         let reply = try #require(bench.controller.commands(HCIOpcode.leLongTermKeyRequestReply).last)

@@ -9,13 +9,19 @@ import Glibc
 
 private let owner = BondOwner(device: "lock", name: "Front Door", address: BluetoothAddress("C4:11:22:33:44:55")!)
 private let central = SMPAddress(BluetoothAddress("D1:22:33:44:55:66")!, isRandom: true)
+/// What a layer above might keep with a bond: Security stores it without looking into it.
+private let format = BondAttachmentFormat(fields: ["cccds", "note"]) { attachment in
+    if case .text(let note)? = attachment["note"], note.isEmpty { return nil }
+    return attachment
+}
 
 private func bond(_ peer: SMPAddress = central, key: UInt8 = 0xAB, sc: Bool = true) -> Bond {
     Bond(peer: peer, identity: SMPAddress(BluetoothAddress("C9:00:00:00:00:01")!, isRandom: true),
          identityResolvingKey: [UInt8](repeating: 0x11, count: 16),
          longTermKey: SMPLongTermKey(key: [UInt8](repeating: key, count: 16), encryptedDiversifier: sc ? 0 : 0x1234,
                                      randomNumber: sc ? 0 : 0xFEDC_BA98_7654_3210),
-         encryptionKeySize: 16, secureConnections: sc, authenticated: false, clientConfigurations: [0x0010: 0x0001])
+         encryptionKeySize: 16, secureConnections: sc, authenticated: false,
+         attachment: BondAttachment(["cccds": .table(["16": 1])]))
 }
 
 @Suite struct BondStoreTests {
@@ -32,18 +38,18 @@ private func bond(_ peer: SMPAddress = central, key: UInt8 = 0xAB, sc: Bool = tr
         }
         let path = dir.path + "/state/" + owner.fileName
         let recorder = LogRecorder()
-        let store = BondStore(path: path, owner: owner, logger: recorder.logger)
+        let store = BondStore(path: path, owner: owner, attachmentFormat: format, logger: recorder.logger)
         #expect(store.bonds.isEmpty)
         store.save(bond())
         var legacyBond = bond(SMPAddress(BluetoothAddress("D2:22:33:44:55:66")!, isRandom: true), key: 0xCD, sc: false)
         legacyBond.identity = nil
         store.save(legacyBond)
 
-        let reloaded = BondStore(path: path, owner: owner, logger: recorder.logger)
+        let reloaded = BondStore(path: path, owner: owner, attachmentFormat: format, logger: recorder.logger)
         #expect(reloaded.bonds.count == 2)
         let first = reloaded.bond(for: central)
         #expect(first?.longTermKey.key == [UInt8](repeating: 0xAB, count: 16))
-        #expect(first?.clientConfigurations == [0x0010: 0x0001])
+        #expect(first?.attachment == BondAttachment(["cccds": .table(["16": 1])]))
         let legacy = reloaded.bond(for: SMPAddress(BluetoothAddress("D2:22:33:44:55:66")!, isRandom: true))
         #expect(legacy?.longTermKey.encryptedDiversifier == 0x1234)
         #expect(legacy?.longTermKey.randomNumber == 0xFEDC_BA98_7654_3210)
@@ -60,7 +66,7 @@ private func bond(_ peer: SMPAddress = central, key: UInt8 = 0xAB, sc: Bool = tr
     }
 
     @Test func aNewBondOfTheSameCentralReplacesTheOld() {
-        let store = BondStore(path: nil, owner: owner, logger: LogRecorder().logger)
+        let store = BondStore(path: nil, owner: owner, attachmentFormat: format, logger: LogRecorder().logger)
         store.save(bond(key: 1))
         store.save(bond(key: 2))
         #expect(store.bonds.count == 1)
@@ -70,7 +76,7 @@ private func bond(_ peer: SMPAddress = central, key: UInt8 = 0xAB, sc: Bool = tr
     /// A bonded central that comes back under a resolvable private address (Vol 6, Part B,
     /// 1.3.2.2) is found by its IRK: hash = ah(IRK, prand), prand starting 0b01.
     @Test func aResolvablePrivateAddressIsResolvedWithTheBondsIRK() throws {
-        let store = BondStore(path: nil, owner: owner, logger: LogRecorder().logger)
+        let store = BondStore(path: nil, owner: owner, attachmentFormat: format, logger: LogRecorder().logger)
         store.save(bond())
         let irk = [UInt8](repeating: 0x11, count: 16)
         func address(prand: [UInt8], hash: [UInt8]) throws -> SMPAddress {
@@ -93,7 +99,7 @@ private func bond(_ peer: SMPAddress = central, key: UInt8 = 0xAB, sc: Bool = tr
     }
 
     @Test func theOldestGoesBeyondTheLimit() {
-        let store = BondStore(path: nil, owner: owner, limit: 3, logger: LogRecorder().logger)
+        let store = BondStore(path: nil, owner: owner, limit: 3, attachmentFormat: format, logger: LogRecorder().logger)
         var dropped: [Bond] = []
         for index in 1...5 {
             let peer = SMPAddress(BluetoothAddress(value: 0xD0_0000_0000_00 + UInt64(index)), isRandom: true)
@@ -120,7 +126,7 @@ private func bond(_ peer: SMPAddress = central, key: UInt8 = 0xAB, sc: Bool = tr
         defer { dir.remove() }
         dir.write(owner.fileName, text)
         let recorder = LogRecorder()
-        let store = BondStore(path: dir.path + "/" + owner.fileName, owner: owner, logger: recorder.logger)
+        let store = BondStore(path: dir.path + "/" + owner.fileName, owner: owner, attachmentFormat: format, logger: recorder.logger)
         #expect(store.bonds.isEmpty)
         #expect(dir.files() == [owner.fileName + ".damaged-1"])
         let errors = recorder.entries.filter { $0.level == .error }
@@ -128,12 +134,12 @@ private func bond(_ peer: SMPAddress = central, key: UInt8 = 0xAB, sc: Bool = tr
         #expect(errors.first?.message.contains(dir.path + "/" + owner.fileName) == true)
         // Saving again makes a good file beside the one moved aside.
         store.save(bond())
-        #expect(BondStore(path: dir.path + "/" + owner.fileName, owner: owner, logger: recorder.logger).bonds.count == 1)
+        #expect(BondStore(path: dir.path + "/" + owner.fileName, owner: owner, attachmentFormat: format, logger: recorder.logger).bonds.count == 1)
     }
 
     @Test func anUnwritableDirectoryKeepsTheBondsInMemory() {
         let recorder = LogRecorder()
-        let store = BondStore(path: "/proc/blemu-cannot-write-here/" + owner.fileName, owner: owner, logger: recorder.logger)
+        let store = BondStore(path: "/proc/blemu-cannot-write-here/" + owner.fileName, owner: owner, attachmentFormat: format, logger: recorder.logger)
         store.save(bond())
         #expect(store.bond(for: central) != nil)
         #expect(recorder.entries.contains { $0.level == .error && $0.message.contains("not written") })
@@ -159,13 +165,13 @@ extension TemporaryDirectory {
         #expect(mkfifo(path, 0o600) == 0)
         let recorder = LogRecorder()
         var store: BondStore?
-        #expect(elapsed { store = BondStore(path: path, owner: owner, logger: recorder.logger) } < .seconds(1))
+        #expect(elapsed { store = BondStore(path: path, owner: owner, attachmentFormat: format, logger: recorder.logger) } < .seconds(1))
         #expect(store?.bonds.isEmpty == true)
         #expect(recorder.entries.contains { $0.level == .error && $0.message.contains("a FIFO, not a regular file") },
                 "\(recorder.entries.map(\.message))")
         // Saving replaces the FIFO with a regular file (renamed over it), and it reads back.
         store?.save(bond())
-        #expect(BondStore(path: path, owner: owner, logger: recorder.logger).bonds.count == 1)
+        #expect(BondStore(path: path, owner: owner, attachmentFormat: format, logger: recorder.logger).bonds.count == 1)
     }
 
     @Test func aFIFOAtThePasskeyOrIdentityFileIsReportedAtOnce() {

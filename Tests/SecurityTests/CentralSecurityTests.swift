@@ -125,7 +125,7 @@ private final class Link {
         #expect(link.pdusToPeripheral == before, "re-encrypting with a bond sends no SMP")
 
         // A restarted central reads its bond back from the file.
-        let reloaded = BondStore(path: path, owner: centralOwner, logger: link.recorder.logger)
+        let reloaded = BondStore(path: path, owner: centralOwner, attachmentFormat: .none, logger: link.recorder.logger)
         #expect(reloaded.bond(for: peripheralAddress)?.longTermKey == bond.longTermKey)
     }
 

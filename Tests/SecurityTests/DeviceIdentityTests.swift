@@ -61,27 +61,25 @@ private let owner = BondOwner(device: "heart-rate", name: "HR 1", address: Bluet
         #expect(seen.count == 50, "every address is new")
     }
 
-    @Test func aBondKeepsTheCentralsCSRKCounterAndCachingState() {
+    @Test func aBondKeepsTheCentralsCSRKAndItsAttachment() {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
         let recorder = LogRecorder()
         let path = dir.path + "/" + owner.fileName
         let central = SMPAddress(BluetoothAddress("D1:22:33:44:55:66")!, isRandom: true)
-        let store = BondStore(path: path, owner: owner, logger: recorder.logger)
+        let format = BondAttachmentFormat(fields: ["signCounter"]) { $0 }
+        let store = BondStore(path: path, owner: owner, attachmentFormat: format, logger: recorder.logger)
         store.save(Bond(peer: central, longTermKey: SMPLongTermKey(key: [UInt8](repeating: 7, count: 16)), encryptionKeySize: 16,
                         secureConnections: true, authenticated: false, signatureKey: [UInt8](repeating: 9, count: 16)))
-        #expect(store.setSignCounter(41, for: central))
+        #expect(store.setAttachment(BondAttachment(["signCounter": .integer(41)]), for: central, write: false))
         store.flush()
-        #expect(store.setCachingState(features: 0x01, changeAware: false, for: central))
-        let reloaded = BondStore(path: path, owner: owner, logger: recorder.logger).bond(for: central)
+        let reloaded = BondStore(path: path, owner: owner, attachmentFormat: format, logger: recorder.logger).bond(for: central)
         #expect(reloaded?.signatureKey == [UInt8](repeating: 9, count: 16))
-        #expect(reloaded?.signCounter == 41)
-        #expect(reloaded?.clientSupportedFeatures == 0x01)
-        #expect(reloaded?.changeAware == false)
+        #expect(reloaded?.attachment == BondAttachment(["signCounter": .integer(41)]))
         // A hand-edited CSRK of the wrong length makes the file damaged, never trusted.
         let text = dir.read(owner.fileName)!.replacing(String(repeating: "09", count: 16), with: "0909")
         dir.write(owner.fileName, text)
-        #expect(BondStore(path: path, owner: owner, logger: recorder.logger).bonds.isEmpty)
+        #expect(BondStore(path: path, owner: owner, attachmentFormat: format, logger: recorder.logger).bonds.isEmpty)
     }
 }
 

@@ -263,25 +263,28 @@ private struct LegacyCentral {
         defer { dir.remove() }
         let path = dir.path + "/" + owner.fileName
         let scheduler = ManualScheduler()
+        let format = BondAttachmentFormat(fields: ["cccds"]) { $0 }
         let security = PeripheralSecurity(configuration: SecurityConfiguration(bondStorePath: path), owner: owner,
-                                          localAddress: local, scheduler: scheduler, logger: LogRecorder().logger)
+                                          localAddress: local, bondAttachment: format, scheduler: scheduler,
+                                          logger: LogRecorder().logger)
         let key = [UInt8](repeating: 7, count: 16)
         security.bonds.save(Bond(peer: centralAddress, longTermKey: SMPLongTermKey(key: key), encryptionKeySize: 16,
                                  secureConnections: true, authenticated: false))
         security.linkOpened(handle, peer: centralAddress)
         security.longTermKeyRequested(on: handle, randomNumber: 0, encryptedDiversifier: 0)
         security.encryptionChanged(on: handle, status: 0, enabled: true)
-        func stored() -> [UInt16: UInt16]? {
-            BondStore(path: path, owner: owner, logger: LogRecorder().logger).bond(for: centralAddress)?.clientConfigurations
+        func stored() -> BondAttachment? {
+            BondStore(path: path, owner: owner, attachmentFormat: format, logger: LogRecorder().logger).bond(for: centralAddress)?.attachment
         }
-        security.clientConfigurationsChanged([0x0010: 1], on: handle)
-        security.clientConfigurationsChanged([0x0010: 1, 0x0020: 2], on: handle)
-        #expect(stored() == [:], "not written at once")
+        func cccds(_ values: [String: Int64]) -> BondAttachment { BondAttachment(["cccds": .table(values)]) }
+        security.setBondAttachment(cccds(["16": 1]), on: handle, onlyIfBondedLink: true, write: .soon)
+        security.setBondAttachment(cccds(["16": 1, "32": 2]), on: handle, onlyIfBondedLink: true, write: .soon)
+        #expect(stored() == .empty, "not written at once")
         scheduler.advance(by: .seconds(1))
-        #expect(stored() == [0x0010: 1, 0x0020: 2])
-        security.clientConfigurationsChanged([0x0020: 2], on: handle)
+        #expect(stored() == cccds(["16": 1, "32": 2]))
+        security.setBondAttachment(cccds(["32": 2]), on: handle, onlyIfBondedLink: true, write: .soon)
         security.linkClosed(handle)
-        #expect(stored() == [0x0020: 2], "written when the link closes")
+        #expect(stored() == cccds(["32": 2]), "written when the link closes")
         #expect(scheduler.pendingCount == 0)
     }
 }

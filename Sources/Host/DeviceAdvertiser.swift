@@ -1,0 +1,315 @@
+import BlemuCore
+import BlemuGATT
+import BlemuHCI
+import BlemuSecurity
+import Logging
+
+/// One device's advertising (Vol 6, Part B, 4.4.2; Apple Accessory Design Guidelines): what it
+/// advertises (the payload), how fast (a fast phase, then a slow one), from which address (the
+/// identity address, or with privacy a resolvable private address renewed on a timer), in
+/// which of the controller's sets. The sets themselves are the controller's, shared by every
+/// device on it: `PeripheralHost.advertiser` sends the commands.
+final class DeviceAdvertiser {
+    let host: PeripheralHost
+    let configuration: PeripheralConfiguration
+    let profile: DeviceProfile
+    /// The device's identity address (static random).
+    let identityAddress: BluetoothAddress
+    let database: GATTDatabase
+    /// For the device's IRK (privacy).
+    let security: PeripheralSecurity
+    let scheduler: TimerScheduling
+    var logger: Logger
+    /// Whether the device can take another link (advertising waits while it cannot).
+    var hasRoomForLink: () -> Bool = { true }
+
+    /// This device's advertising set on the controller (nil until the controller is ready, or
+    /// when it had none left).
+    var set: UInt8?
+    /// The address advertising uses: the identity address, or with privacy the resolvable
+    /// private address of the moment (Vol 6, Part B, 1.3.2.2).
+    private(set) var address: BluetoothAddress
+    /// The address the last successful advertising start used (a changed one needs a restart).
+    private(set) var advertisedAddress: BluetoothAddress?
+    private var privateAddressTimer: TimerID?
+    private var privateAddressRandom = SystemRandomNumberGenerator()
+    private(set) var isAdvertising = false
+    /// A start or restart was sent and its answer is outstanding.
+    private(set) var requested = false
+    /// False after `advertise off` from the control socket: advertising stays off, also after
+    /// disconnections, until turned on again.
+    private(set) var allowed = true
+    /// The interval advertising runs at, while it runs (units of 0.625 ms).
+    private(set) var interval: UInt16?
+    private(set) var payload: AdvertisingPayload
+    /// The TX Power Level the payload carries: the profile's, then the controller's once read.
+    private var txPower: Int8?
+    private var phaseTimer: TimerID?
+    /// When the fast phase under way ends (the run loop's clock, nanoseconds).
+    private var fastPhaseEnds: UInt64 = 0
+
+    init(host: PeripheralHost, configuration: PeripheralConfiguration, profile: DeviceProfile, identityAddress: BluetoothAddress,
+         database: GATTDatabase, security: PeripheralSecurity, logger: Logger) {
+        self.host = host
+        self.configuration = configuration
+        self.profile = profile
+        self.identityAddress = identityAddress
+        self.database = database
+        self.security = security
+        scheduler = host.scheduler
+        self.logger = logger
+        address = identityAddress
+        txPower = profile.txPowerLevel
+        payload = Self.payload(configuration: configuration, profile: profile, serviceUUIDs: profile.advertisedServices,
+                               txPower: profile.txPowerLevel)
+    }
+
+    /// What the configuration makes advertising leave out or do against the guidelines.
+    func warnAboutConfiguration() {
+        for line in profile.advertisingTiming.violations {
+            logger.warning("advertising timing: \(line)")
+        }
+        for line in payload.omitted {
+            logger.warning("advertising: \(line) does not fit in 31 + 31 bytes and is left out")
+        }
+    }
+
+    private var hci: HCIHost { host.hci }
+
+    static func payload(configuration: PeripheralConfiguration, profile: DeviceProfile, serviceUUIDs: [BluetoothUUID],
+                        txPower: Int8?) -> AdvertisingPayload {
+        AdvertisingPayload.build(AdvertisingContent(
+            name: configuration.name, serviceUUIDs: serviceUUIDs, appearance: profile.appearance,
+            txPowerLevel: txPower))
+    }
+
+    /// Lays the advertising data and scan response out again from what is true now: the TX
+    /// power (the controller's, once read) and the services the database serves
+    /// (`advertisedServiceUUIDs`). The one builder decides what fits.
+    private func rebuildPayload() {
+        payload = Self.payload(configuration: configuration, profile: profile, serviceUUIDs: advertisedServiceUUIDs, txPower: txPower)
+    }
+
+    // MARK: The controller
+
+    /// The controller is ready and gave this device `set`: its address goes in, the TX power
+    /// is read when the payload carries it, then advertising starts fast.
+    func controllerReady() {
+        guard let set else { return }
+        // The identity address, or with privacy the private address of the moment.
+        let own = address
+        host.advertiser.setAddress(own) { [weak self] result in
+            guard let self, !result.succeeded, result != .cancelled else { return }
+            self.logger.error("controller refused the random address \(own)",
+                              metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
+        }
+        // TX Power Level in the advertisement is the controller's advertising power
+        // (Vol 4, Part E, 7.8.6), so a phone can estimate path loss from RSSI.
+        if profile.txPowerLevel != nil {
+            host.advertiser.readTxPower(set: set, interval: profile.advertisingTiming.fastInterval) { [weak self] power in
+                guard let self else { return }
+                if let power {
+                    self.txPower = power
+                    self.rebuildPayload()
+                }
+                self.start(fast: true)
+            }
+        } else {
+            start(fast: true)
+        }
+    }
+
+    /// The controller is gone: advertising with it, and its set.
+    func controllerWentAway() {
+        setAdvertising(false, log: false)
+        set = nil
+    }
+
+    /// The controller was reset: it forgot the set and that it advertised.
+    func controllerReset() {
+        isAdvertising = false
+        requested = false
+        set = nil
+    }
+
+    /// The stop begins: no timer of advertising runs on.
+    func stopping() {
+        cancelPhaseTimer()
+        if let timer = privateAddressTimer { scheduler.cancel(timer) }
+        privateAddressTimer = nil
+    }
+
+    /// Advertising off (for the stop, whose start cancelled the timers: `stopping`).
+    func turnOff() {
+        guard let set, isAdvertising || requested else { return }
+        host.advertiser.stop(set: set)
+        setAdvertising(false, log: true)
+    }
+
+    // MARK: On and off
+
+    func setAdvertising(_ on: Bool, log: Bool) {
+        requested = false
+        if !on { interval = nil }
+        guard isAdvertising != on else { return }
+        isAdvertising = on
+        if log && !on { logger.event(.advertisingStopped, .info, "advertising stopped") }
+    }
+
+    /// `advertise on|off` from the control socket; off stays off, also after disconnections, until on.
+    func setAllowed(_ allowed: Bool) {
+        self.allowed = allowed
+        if allowed {
+            start(fast: true)
+        } else if let set, isAdvertising || requested {
+            cancelPhaseTimer()
+            host.advertiser.stop(set: set)
+            setAdvertising(false, log: true)
+        }
+    }
+
+    /// Legacy advertising ends when a connection is made (Vol 6, Part B, 4.4.2.4).
+    func linkMade() {
+        cancelPhaseTimer()
+        isAdvertising = false
+        requested = false
+    }
+
+    /// An extended set stops by itself when a link is made from it (Vol 4, Part E, 7.8.56).
+    func setEnded() {
+        isAdvertising = false
+        interval = nil
+        requested = false
+        cancelPhaseTimer()
+    }
+
+    private func cancelPhaseTimer() {
+        if let timer = phaseTimer { scheduler.cancel(timer) }
+        phaseTimer = nil
+    }
+
+    /// Starts (or restarts) advertising, fast for the first phase, when the device can take
+    /// another link.
+    /// `fastFor`: what is left of a fast phase that runs (a new private address restarts
+    /// advertising without starting the fast phase over).
+    func start(fast: Bool, fastFor: Duration? = nil) {
+        guard hci.isReady, !host.isStopping, allowed, !host.resolvingList.changing, let set, hasRoomForLink() else { return }
+        let timing = profile.advertisingTiming
+        let interval = fast ? timing.fastInterval : timing.slowInterval
+        if fast, isAdvertising, !requested, self.interval == interval, advertisedAddress == address {
+            // Already advertising fast: only the fast phase starts over. Turning advertising off
+            // and on would open a gap in which a connecting central is lost.
+            scheduleSlowPhase(after: timing.fastDuration)
+            return
+        }
+        cancelPhaseTimer()
+        let request = AdvertisingRequest(interval: interval, address: address, advertisingData: payload.advertisingData,
+                                         scanResponseData: payload.scanResponseData)
+        let wasOn = isAdvertising || requested
+        requested = true
+        host.advertiser.start(set: set, request, wasOn: wasOn) { [weak self] result in
+            // Cancelled: the controller went away or was reset; that path logs for itself.
+            guard let self, !self.host.isStopping, result != .cancelled else { return }
+            self.requested = false
+            guard result.succeeded else {
+                // E.g. Command Disallowed or Connection Limit Exceeded while links are up: the
+                // controller can take no more; advertising resumes at the next disconnection.
+                self.logger.warning("advertising could not start; will retry after a disconnection",
+                                    metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
+                self.isAdvertising = false
+                return
+            }
+            self.isAdvertising = true
+            self.interval = interval
+            let ms = Double(interval) * 0.625
+            let changed = self.advertisedAddress != request.address
+            self.advertisedAddress = request.address
+            // A new private address is worth a line; the same one at the slow phase is not.
+            if fast || changed {
+                let kind = self.configuration.privacy ? ", a resolvable private address" : ""
+                self.logger.event(.advertisingStarted, .info,
+                                  "advertising as \"\(self.configuration.name)\" (\(request.address)\(kind)) every \(ms) ms")
+            }
+            if fast { self.scheduleSlowPhase(after: fastFor ?? timing.fastDuration) }
+        }
+    }
+
+    private func scheduleSlowPhase(after delay: Duration) {
+        if let timer = phaseTimer { scheduler.cancel(timer) }
+        fastPhaseEnds = scheduler.nowNanoseconds + UInt64(max(0, delay / .nanoseconds(1)))
+        phaseTimer = scheduler.schedule(after: delay) { [weak self] in
+            self?.phaseTimer = nil
+            if self?.isAdvertising == true { self?.start(fast: false) }
+        }
+    }
+
+    // MARK: What is advertised
+
+    /// The service UUIDs the payload lists: the profile's, less those whose service is taken out
+    /// of the database (`service DEVICE UUID off`), so that a scanner filtering by service (as
+    /// apps do) is not sent to a service a central would not find. A UUID the database has no
+    /// service of is listed as the profile says.
+    var advertisedServiceUUIDs: [BluetoothUUID] {
+        let absent = database.absent
+        guard !absent.isEmpty else { return profile.advertisedServices }
+        return profile.advertisedServices.filter { uuid in
+            !absent.contains { $0.uuid == uuid }
+                || database.services.contains { $0.uuid == uuid && database.isPresent($0) }
+        }
+    }
+
+    /// What the payload is made of changed (a service taken out or put back): it is laid out
+    /// again and, when advertising is on or starting, only the payloads that changed are sent to
+    /// the controller without stopping it (`Advertiser.update`); otherwise the next start carries
+    /// them. Returns whether either payload changed.
+    @discardableResult
+    func contentChanged() -> Bool {
+        let old = payload
+        rebuildPayload()
+        let new = payload
+        let advertisingData = new.advertisingData != old.advertisingData ? new.advertisingData : nil
+        let scanResponseData = new.scanResponseData != old.scanResponseData ? new.scanResponseData : nil
+        guard advertisingData != nil || scanResponseData != nil else { return false }
+        logger.debug("advertising data now \(Hex.bytes(new.advertisingData)), scan response \(Hex.bytes(new.scanResponseData))")
+        guard hci.isReady, !host.isStopping, let set, isAdvertising || requested else { return true }
+        host.advertiser.update(set: set, advertisingData: advertisingData, scanResponseData: scanResponseData) { [weak self] command, result in
+            // Refused: the controller keeps the old data until the next start, which sends it all.
+            guard let self, !result.succeeded, result != .cancelled else { return }
+            self.logger.warning("controller refused \(command.name) for the new advertising data; the next advertising start sends it",
+                                metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
+        }
+        return true
+    }
+
+    // MARK: Privacy (Vol 3, Part C, 10.7; Vol 6, Part B, 1.3.2.2)
+
+    /// A new resolvable private address from the device's IRK, and the timer for the next one
+    /// (TGAP(private_addr_int), Vol 3, Part C, Appendix A). Advertising that runs restarts with
+    /// it: the controller refuses a new address while connectable advertising is on (Command
+    /// Disallowed, Vol 4, Part E, 7.8.4 and 7.8.52), so the set is stopped, given the address
+    /// and started again (`Advertiser.start`). A link keeps the address it was made with.
+    func renewPrivateAddress() {
+        if let timer = privateAddressTimer { scheduler.cancel(timer) }
+        let old = address
+        address = ResolvablePrivateAddress.make(irk: security.identity.resolvingKey, random: &privateAddressRandom)
+        privateAddressTimer = scheduler.schedule(after: configuration.privateAddressTimeout) { [weak self] in
+            guard let self else { return }
+            self.privateAddressTimer = nil
+            guard !self.host.isStopping else { return }
+            self.renewPrivateAddress()
+        }
+        logger.event(.addressChanged, .debug,
+                     "resolvable private address now \(address) (\(old == identityAddress ? "instead of the identity address" : "was \(old)")); the next in \(configuration.privateAddressTimeout)",
+                     ["address": .string(address.description)])
+        if isAdvertising || requested {
+            // In the fast phase, only what is left of it: a short --rpa-timeout must not keep
+            // the device advertising fast for good.
+            let now = scheduler.nowNanoseconds
+            if phaseTimer != nil, interval == profile.advertisingTiming.fastInterval, fastPhaseEnds > now {
+                start(fast: true, fastFor: .nanoseconds(Int64(fastPhaseEnds - now)))
+            } else {
+                start(fast: false)
+            }
+        }
+    }
+}
