@@ -95,6 +95,7 @@ extension Peripheral {
         security.linkClosed(handle)
         standard.connectionClosed(handle)
         // Indications still outstanding end as `.disconnected`; subscriptions end with the link.
+        connection.faultStage.close()
         let held = connection.server.close()
         subscriptionsEnded(held, peer: connection.peer)
         logger.event(.disconnected, Self.disconnectionLevel(reason), "disconnected from \(connection.peer.address) (reason \(Hex.byte(reason)))", [

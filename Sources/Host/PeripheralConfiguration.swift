@@ -60,13 +60,16 @@ final class Connection {
     var peerIsRandom = true
     let link: L2CAPLink
     let server: ATTServer
+    /// In front of the server: the device's planned faults; the device's updates go through it.
+    let faultStage: FaultStage
     var parameters: LinkParameters
     var parameterTimer: TimerID?
 
-    init(peer: ATTPeer, link: L2CAPLink, server: ATTServer, parameters: LinkParameters) {
+    init(peer: ATTPeer, link: L2CAPLink, server: ATTServer, faultStage: FaultStage, parameters: LinkParameters) {
         self.peer = peer
         self.link = link
         self.server = server
+        self.faultStage = faultStage
         self.parameters = parameters
     }
 }

@@ -271,7 +271,7 @@ extension Peripheral {
             if !server.isChangeAware { changeUnaware += 1 }
             guard server.isSubscribed(standard.serviceChanged, indications: true) else { continue }
             // Vol 3, Part G, 2.5.2.1: the server makes a client that confirms it change-aware.
-            let outcome = server.indicateServiceChanged(standard.serviceChanged, range: range)
+            let outcome = connection.faultStage.indicateServiceChanged(standard.serviceChanged, range: range)
             if outcome == .queued {
                 indicated += 1
             } else {
