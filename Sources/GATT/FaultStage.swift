@@ -27,7 +27,8 @@ public final class FaultStage: ATTBearerEnd {
     private let scheduler: TimerScheduling
     /// A request held back by a delay fault, and requests a misbehaving client sent after it.
     private var heldRequests: Deque<[UInt8]> = []
-    private var heldTimer: TimerID?
+    /// Read on every request (unchecked: one thread, never passed inout).
+    @exclusivity(unchecked) private var heldTimer: TimerID?
     static let maxHeldRequests = 4
 
     /// Puts the stage between `server` and its bearer: what the peer sends for the server comes
