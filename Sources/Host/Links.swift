@@ -43,7 +43,7 @@ extension Peripheral {
         let peer = ATTPeer(connectionHandle: event.handle, address: event.peerAddress)
         let connection = makeLink(event, peer: peer)
         let server = connection.server
-        connection.peerIsRandom = event.peerAddressType & 0x01 != 0
+        connection.peerIsRandom = event.peer.isRandom
         connections[event.handle] = connection
         hci.openLink(event.handle)
         host.linkOpened(event.handle, by: self)
@@ -51,9 +51,9 @@ extension Peripheral {
         // 0x02/0x03 the controller resolved the central's private address with the resolving
         // list: the bond is looked up by the identity; pairing uses the address of the
         // connection (the private one, Vol 3, Part H, 2.2.3). Else the host resolves with ah().
-        let peerAddress = SMPAddress(event.peerAddress, isRandom: event.peerAddressType & 0x01 != 0)
+        let peerAddress = event.peer
         if event.peerIdentityResolved {
-            let overTheAir = event.peerResolvablePrivateAddress.map { SMPAddress($0, isRandom: true) } ?? peerAddress
+            let overTheAir = event.peerResolvablePrivateAddress.map { LEAddress($0, isRandom: true) } ?? peerAddress
             security.linkOpened(event.handle, peer: overTheAir, local: advertisedAddress ?? advertisingAddress,
                                 resolvedIdentity: peerAddress)
             logger.info("controller resolved \(overTheAir.address) to identity \(event.peerAddress) (resolving list)",

@@ -127,7 +127,7 @@ public final class Peripheral {
         security = PeripheralSecurity(
             configuration: securityConfiguration,
             owner: BondOwner(device: type(of: device).deviceName, name: configuration.name, address: address),
-            localAddress: SMPAddress(address, isRandom: true), scheduler: host.scheduler, logger: logger)
+            localAddress: LEAddress(address, isRandom: true), scheduler: host.scheduler, logger: logger)
         standard.database = database
         standard.featuresChanged = { [weak self] handle, features in
             guard let self, let server = self.connections[handle]?.server else { return }

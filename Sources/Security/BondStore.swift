@@ -73,7 +73,7 @@ public final class BondStore {
     }
 
     /// The bond a link from `address` belongs to, if any.
-    public func bond(for address: SMPAddress) -> Bond? {
+    public func bond(for address: LEAddress) -> Bond? {
         bonds.last { $0.matches(address) } ?? bonds.last { $0.resolves(address) }
     }
 
@@ -98,7 +98,7 @@ public final class BondStore {
     /// Updates the CCCD values kept with the bond of `address` (nothing without a bond); with
     /// `write: false` the file waits for `flush()`. Returns whether anything changed.
     @discardableResult
-    public func setClientConfigurations(_ values: [UInt16: UInt16], for address: SMPAddress, write: Bool = true) -> Bool {
+    public func setClientConfigurations(_ values: [UInt16: UInt16], for address: LEAddress, write: Bool = true) -> Bool {
         guard let index = bonds.lastIndex(where: { $0.matches(address) || $0.resolves(address) }),
               bonds[index].clientConfigurations != values else { return false }
         bonds[index].clientConfigurations = values
@@ -109,7 +109,7 @@ public final class BondStore {
 
     /// The Database Hash a bonded central knows now (its link closes, or it was told of a change).
     @discardableResult
-    public func setDatabaseHash(_ hash: [UInt8], for address: SMPAddress) -> Bool {
+    public func setDatabaseHash(_ hash: [UInt8], for address: LEAddress) -> Bool {
         guard let index = bonds.lastIndex(where: { $0.matches(address) || $0.resolves(address) }),
               bonds[index].databaseHash != hash else { return false }
         bonds[index].databaseHash = hash
@@ -120,7 +120,7 @@ public final class BondStore {
     /// The SignCounter of a signed write just accepted from `address` (Vol 3, Part C, 10.4.2);
     /// the file waits for `flush()` (a write per command would be an fsync per command).
     @discardableResult
-    public func setSignCounter(_ counter: UInt32, for address: SMPAddress) -> Bool {
+    public func setSignCounter(_ counter: UInt32, for address: LEAddress) -> Bool {
         guard let index = bonds.lastIndex(where: { $0.matches(address) || $0.resolves(address) }) else { return false }
         bonds[index].signCounter = counter
         unwritten = true
@@ -129,7 +129,7 @@ public final class BondStore {
 
     /// A bonded client's Client Supported Features and change-awareness (Vol 3, Part G, 2.5.2.1, 7.2).
     @discardableResult
-    public func setCachingState(features: UInt8, changeAware: Bool, for address: SMPAddress) -> Bool {
+    public func setCachingState(features: UInt8, changeAware: Bool, for address: LEAddress) -> Bool {
         guard let index = bonds.lastIndex(where: { $0.matches(address) || $0.resolves(address) }),
               bonds[index].clientSupportedFeatures != features || bonds[index].changeAware != changeAware else { return false }
         bonds[index].clientSupportedFeatures = features
@@ -145,7 +145,7 @@ public final class BondStore {
     }
 
     /// Forgets the bond of `address`.
-    public func remove(_ address: SMPAddress) {
+    public func remove(_ address: LEAddress) {
         let before = bonds.count
         bonds.removeAll { $0.matches(address) }
         if bonds.count != before { write() }
@@ -313,10 +313,10 @@ public final class BondStore {
               let ltk = Hex.parse(entry.ltk), ltk.count == 16,
               let ediv = UInt16(exactly: entry.ediv), let rand = UInt64(entry.rand, radix: 16),
               let keySize = UInt8(exactly: entry.keySize), (7...16).contains(keySize) else { return nil }
-        var identity: SMPAddress?
+        var identity: LEAddress?
         if let text = entry.identity {
             guard let address = BluetoothAddress(text) else { return nil }
-            identity = SMPAddress(address, isRandom: entry.identityRandom ?? true)
+            identity = LEAddress(address, isRandom: entry.identityRandom ?? true)
         }
         var irk: [UInt8]?
         if let text = entry.irk {
@@ -343,7 +343,7 @@ public final class BondStore {
             guard let handle = UInt16(handle), let value = UInt16(exactly: value) else { return nil }
             cccds[handle] = value
         }
-        return Bond(peer: SMPAddress(peer, isRandom: entry.peerRandom), identity: identity, identityResolvingKey: irk,
+        return Bond(peer: LEAddress(peer, isRandom: entry.peerRandom), identity: identity, identityResolvingKey: irk,
                     longTermKey: SMPLongTermKey(key: ltk, encryptedDiversifier: ediv, randomNumber: rand),
                     encryptionKeySize: keySize, secureConnections: entry.secureConnections,
                     authenticated: entry.authenticated, sequence: entry.sequence, clientConfigurations: cccds,

@@ -20,7 +20,7 @@ import Testing
     static let tabletKey = [UInt8](repeating: 0x24, count: 16)
 
     private static func bond(_ identity: BluetoothAddress, irk: [UInt8]?, key: [UInt8]) -> Bond {
-        Bond(peer: SMPAddress(identity, isRandom: true), identity: SMPAddress(identity, isRandom: true), identityResolvingKey: irk,
+        Bond(peer: LEAddress(identity, isRandom: true), identity: LEAddress(identity, isRandom: true), identityResolvingKey: irk,
              longTermKey: SMPLongTermKey(key: key), encryptionKeySize: 16, secureConnections: true, authenticated: false)
     }
 
