@@ -189,9 +189,9 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
         guard connecting == nil else { return completion(.failure(.busy)) }
         pauseScanning()
         let command: HCICommand = usesExtendedCommands
-            ? .leExtendedCreateConnection(peer: address, peerAddressType: addressType & 0x01, ownAddressType: ownAddressType,
+            ? .leExtendedCreateConnection(peer: LEAddress(address, peerAddressType: addressType), ownAddressType: ownAddressType,
                                           parameters: parameters)
-            : .leCreateConnection(peer: address, peerAddressType: addressType & 0x01, ownAddressType: ownAddressType,
+            : .leCreateConnection(peer: LEAddress(address, peerAddressType: addressType), ownAddressType: ownAddressType,
                                   parameters: parameters)
         connecting = (address, nil, false, completion)
         logger.info("connecting to \(address)")

@@ -277,6 +277,18 @@ private let peerAddress = BluetoothAddress("C0:11:22:33:44:55")!
         #expect(publicIdentity.peerIdentityResolved)
     }
 
+    /// 7.8.12 and 7.8.66 name the peer by Peer_Address_Type and Peer_Address: an `LEAddress`
+    /// gives 0x00 or 0x01, its identity type from a connection event never going back out.
+    @Test func createConnectionNamesThePeerWithItsType() {
+        let peer = LEAddress(peerAddress, peerAddressType: 0x03)
+        let legacy = HCICommand.leCreateConnection(peer: peer, ownAddressType: .publicDevice, parameters: ConnectionRequestParameters())
+        #expect(legacy.parameters[5] == 0x01 && Array(legacy.parameters[6..<12]) == peerAddress.littleEndianBytes)
+        #expect(legacy.parameters[12] == 0x00)
+        let extended = HCICommand.leExtendedCreateConnection(peer: LEAddress(peerAddress, isRandom: false), ownAddressType: .randomDevice,
+                                                              parameters: ConnectionRequestParameters())
+        #expect(Array(extended.parameters[1..<9]) == [0x01, 0x00] + peerAddress.littleEndianBytes)
+    }
+
     @Test func leConnectionCompleteWithAByteMissingIsRejected() {
         #expect(throws: DecodeError(.truncated)) { try event("3e12 01 00 4000 01 01" + peerAddressLE + "1800 0000 f401") }
     }

@@ -221,7 +221,7 @@ import Testing
         let bench = try bench(llPrivacy: true)
         #expect(bench.controller.isAdvertising && bench.controller.addressResolution)
         var status: UInt8?
-        bench.peripheral.hci.send(.leAddDeviceToResolvingList(peerIdentityAddressType: 1, peerIdentityAddress: BluetoothAddress("C5:00:00:00:00:01")!,
+        bench.peripheral.hci.send(.leAddDeviceToResolvingList(peerIdentity: LEAddress(BluetoothAddress("C5:00:00:00:00:01")!, isRandom: true),
                                                               peerIRK: [UInt8](repeating: 1, count: 16), localIRK: [UInt8](repeating: 0, count: 16))) {
             status = $0.status
         }
