@@ -40,10 +40,9 @@ extension Peripheral {
             hci.send(.disconnect(handle: event.handle, reason: HCIStatus.remoteDeviceTerminatedLowResources))
             return
         }
-        let peer = ATTPeer(connectionHandle: event.handle, address: event.peerAddress)
+        let peer = ATTPeer(connectionHandle: event.handle, address: event.peer)
         let connection = makeLink(event, peer: peer)
         let server = connection.server
-        connection.peerIsRandom = event.peer.isRandom
         connections[event.handle] = connection
         hci.openLink(event.handle)
         host.linkOpened(event.handle, by: self)

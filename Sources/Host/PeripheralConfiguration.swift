@@ -56,8 +56,6 @@ public let blemuVersion = "0.1.0"
 final class Connection {
     var handle: UInt16 { link.handle }
     let peer: ATTPeer
-    /// Peer_Address_Type 0x01 or 0x03 (random, or random identity), else public.
-    var peerIsRandom = true
     let link: L2CAPLink
     let server: ATTServer
     /// In front of the server: the device's planned faults; the device's updates go through it.
