@@ -189,9 +189,9 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
         guard connecting == nil else { return completion(.failure(.busy)) }
         pauseScanning()
         let command: HCICommand = usesExtendedCommands
-            ? .leExtendedCreateConnection(peer: address, peerAddressType: addressType & 0x01, ownAddressType: ownAddressType,
+            ? .leExtendedCreateConnection(peer: LEAddress(address, peerAddressType: addressType), ownAddressType: ownAddressType,
                                           parameters: parameters)
-            : .leCreateConnection(peer: address, peerAddressType: addressType & 0x01, ownAddressType: ownAddressType,
+            : .leCreateConnection(peer: LEAddress(address, peerAddressType: addressType), ownAddressType: ownAddressType,
                                   parameters: parameters)
         connecting = (address, nil, false, completion)
         logger.info("connecting to \(address)")
@@ -378,9 +378,9 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
     // MARK: Security
 
     /// The address SMP hashes for this side of a link (Vol 3, Part H, 2.2.5-2.2.8: ia/iat).
-    public var ownSMPAddress: SMPAddress {
-        if let ownRandomAddress, !isSharing { return SMPAddress(ownRandomAddress, isRandom: true) }
-        return SMPAddress(hci.info.address, isRandom: false)
+    public var ownSMPAddress: LEAddress {
+        if let ownRandomAddress, !isSharing { return LEAddress(ownRandomAddress, isRandom: true) }
+        return LEAddress(hci.info.address, isRandom: false)
     }
 
     /// Pairs and encrypts this central's links with `security`: SMP on CID 0x0006 goes to it,
@@ -434,7 +434,7 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
         }
         links[complete.handle] = link
         hci.openLink(complete.handle)
-        security?.linkOpened(complete.handle, peer: SMPAddress(complete.peerAddress, isRandom: complete.peerAddressType & 0x01 == 0x01))
+        security?.linkOpened(complete.handle, peer: complete.peer)
         logger.event(.connected, .notice, "connected to \(complete.peerAddress) as central", [
             LogKey.peer: .string(complete.peerAddress.description), LogKey.connHandle: .string("\(complete.handle)"),
         ])

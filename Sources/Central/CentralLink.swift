@@ -37,7 +37,7 @@ public final class CentralLink {
         let handle = l2cap.handle
         let scheduler = host.scheduler
         bearer = ATTBearer(link: l2cap)
-        server = ATTServer(database: database, peer: ATTPeer(connectionHandle: handle, address: peer), scheduler: scheduler,
+        server = ATTServer(database: database, peer: ATTPeer(connectionHandle: handle, address: LEAddress(peer, peerAddressType: peerAddressType)), scheduler: scheduler,
                            bearer: bearer)
         client = GATTClient(scheduler: scheduler, bearer: bearer)
         server.delegate = host

@@ -57,7 +57,7 @@ public final class GATTWorkflow {
 
     /// Secures the link (encryption with the bond, or pairing), says how, then `then`.
     public func secure(because refusal: ATTError?, then: @escaping (LinkSecurity) -> Void) {
-        let bonded = security.bonds.bond(for: SMPAddress(link.peer, isRandom: link.peerAddressType & 0x01 == 0x01)) != nil
+        let bonded = security.bonds.bond(for: LEAddress(link.peer, peerAddressType: link.peerAddressType)) != nil
         if let refusal {
             onNote?("refused for want of security (\(refusal)): \(bonded ? "encrypting with our bond" : "pairing"), then trying once more")
         } else {

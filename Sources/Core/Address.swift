@@ -79,3 +79,29 @@ public enum AddressType: UInt8, Sendable {
     case publicIdentity = 0x02
     case randomIdentity = 0x03
 }
+
+/// An LE device address with its type (Vol 6, Part B, 1.3): public, or random (static, or
+/// private, resolvable or not). What names a peer or ourselves above HCI: to SMP and its
+/// crypto toolbox (the address type bit of c1, the type octet of f5 and f6), in bonds and their
+/// keys, in authorization. HCI's four address types (`AddressType`: the two identity types too)
+/// come to this when the address reaches the host.
+public struct LEAddress: Hashable, Sendable {
+    public var address: BluetoothAddress
+    public var isRandom: Bool
+
+    public init(_ address: BluetoothAddress, isRandom: Bool) {
+        self.address = address
+        self.isRandom = isRandom
+    }
+
+    /// An address with HCI's Peer_Address_Type (Vol 4, Part E, 7.7.65.10): 0x00 public and 0x01
+    /// random device address, 0x02 public and 0x03 random identity address (the controller
+    /// resolved a private address to it): the type is bit 0; other values (reserved) are read
+    /// the same way, so no byte from the controller is refused here.
+    public init(_ address: BluetoothAddress, peerAddressType: UInt8) {
+        self.init(address, isRandom: peerAddressType & 0x01 != 0)
+    }
+
+    /// HCI's Peer_Address_Type for commands that name this address (0x00 public, 0x01 random).
+    public var peerAddressType: UInt8 { isRandom ? 0x01 : 0x00 }
+}

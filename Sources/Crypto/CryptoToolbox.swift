@@ -40,7 +40,7 @@ public enum SMPCrypto {
     /// little-endian p1 is iat', rat', preq, pres and p2 is ra, ia, four zero octets.
     /// `preq` and `pres` are the 7-octet Pairing Request and Response PDUs as sent, code first.
     public static func c1(k: [UInt8], r: [UInt8], preq: [UInt8], pres: [UInt8],
-                          initiator: SMPAddress, responder: SMPAddress) -> [UInt8] {
+                          initiator: LEAddress, responder: LEAddress) -> [UInt8] {
         precondition(preq.count == 7 && pres.count == 7, "c1 takes the 7-octet pairing PDUs")
         let p1 = [initiator.isRandom ? 1 : 0, responder.isRandom ? 1 : 0] + preq + pres
         let p2 = responder.address.littleEndianBytes + initiator.address.littleEndianBytes + [0, 0, 0, 0]
@@ -69,7 +69,7 @@ public enum SMPCrypto {
     /// f5 (2.2.7), the LE Secure Connections key generation: T = AES-CMAC_SALT(W), then
     /// AES-CMAC_T(Counter || keyID "btle" || N1 || N2 || A1 || A2 || Length 256) with Counter 0
     /// for the MacKey and 1 for the LTK. `w` is the DHKey (32 bytes).
-    public static func f5(w: [UInt8], n1: [UInt8], n2: [UInt8], a1: SMPAddress, a2: SMPAddress)
+    public static func f5(w: [UInt8], n1: [UInt8], n2: [UInt8], a1: LEAddress, a2: LEAddress)
         -> (macKey: [UInt8], ltk: [UInt8]) {
         precondition(w.count == 32, "f5 takes the 256-bit DHKey")
         let t = aesCMAC(key: f5Salt, message: w.reversed())
@@ -86,7 +86,7 @@ public enum SMPCrypto {
     /// `ioCap` is the 3 octets IO Capability, OOB flag, AuthReq in little-endian order (AuthReq
     /// is the most significant), as `SMPPairingFeatures.ioCapField` gives them.
     public static func f6(w: [UInt8], n1: [UInt8], n2: [UInt8], r: [UInt8], ioCap: [UInt8],
-                          a1: SMPAddress, a2: SMPAddress) -> [UInt8] {
+                          a1: LEAddress, a2: LEAddress) -> [UInt8] {
         precondition(ioCap.count == 3, "f6 takes a 24-bit IOcap")
         return cmacLE(key: w, [n1, n2, r, ioCap, a1.littleEndian56, a2.littleEndian56])
     }
@@ -133,17 +133,8 @@ public enum SMPCrypto {
     }
 }
 
-/// A device address as the toolbox hashes it: the 48-bit address and whether it is random
-/// (the address type bit of c1, the type octet of f5 and f6).
-public struct SMPAddress: Equatable, Sendable {
-    public var address: BluetoothAddress
-    public var isRandom: Bool
-
-    public init(_ address: BluetoothAddress, isRandom: Bool) {
-        self.address = address
-        self.isRandom = isRandom
-    }
-
+/// An address as the toolbox hashes it (the address type bit of c1, the type octet of f5 and f6).
+extension LEAddress {
     /// The 56-bit A1/A2 of f5 and f6 (2.2.7): the type octet (0 public, 1 random) most
     /// significant, above the address; little-endian, so the type is the last octet.
     public var littleEndian56: [UInt8] { address.littleEndianBytes + [isRandom ? 1 : 0] }

@@ -17,8 +17,6 @@ public protocol ATTServerDelegate: AnyObject {
     func attServerTransactionTimedOut(_ server: ATTServer)
     /// An indication refused for want of room (`.queueFull`) could now be taken.
     func attServerIndicationQueueHasRoom(_ server: ATTServer)
-    /// A fault of the device's `FaultPlan` was applied to a request or an update on `handle`.
-    func attServer(_ server: ATTServer, injected fault: FaultPlan.Action, handle: UInt16, opcode: UInt8)
     /// A device's `onWrite` refused a value during Execute Write after `written` values had
     /// been applied: the write was not atomic because the device checked too late.
     func attServer(_ server: ATTServer, executeWriteRefusedAfter written: Int, error: ATTError, handle: UInt16)
@@ -40,7 +38,6 @@ extension ATTServerDelegate {
     public func attServer(_ server: ATTServer, mtuChanged mtu: Int) {}
     public func attServer(_ server: ATTServer, configured characteristic: Characteristic, from old: UInt16, to new: UInt16) {}
     public func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool) {}
-    public func attServer(_ server: ATTServer, injected fault: FaultPlan.Action, handle: UInt16, opcode: UInt8) {}
     public func attServerIndicationQueueHasRoom(_ server: ATTServer) {}
     public func attServer(_ server: ATTServer, executeWriteRefusedAfter written: Int, error: ATTError, handle: UInt16) {}
     public func attServer(_ server: ATTServer, acceptedSignCounter counter: UInt32) {}
@@ -85,13 +82,6 @@ public final class ATTServer {
     public let database: GATTDatabase
     public let peer: ATTPeer
     public weak var delegate: ATTServerDelegate?
-    /// Faults a test asked for (shared by the device's links); nil or empty: none.
-    public var faults: FaultPlan?
-    private let scheduler: TimerScheduling
-    /// A request held back by a delay fault, and requests a misbehaving client sent after it.
-    private var heldRequests: Deque<[UInt8]> = []
-    private var heldTimer: TimerID?
-    private static let maxHeldRequests = 4
 
     /// ATT_MTU now: the bearer's, shared with a GATT client on the same link.
     public var mtu: Int { bearer.mtu }
@@ -167,7 +157,6 @@ public final class ATTServer {
         self.bearer = bearer
         sendsOnBearer = bearer.isOnLink
         self.peer = peer
-        self.scheduler = scheduler
         self.serverRxMTU = max(Self.defaultMTU, min(serverRxMTU, Self.maximumMTU))
         out = []
         out.reserveCapacity(Self.maximumMTU + 8)
@@ -180,7 +169,6 @@ public final class ATTServer {
 
     deinit {
         if inFlight != nil { bearer.end(.indication) }
-        if let heldTimer { scheduler.cancel(heldTimer) }
     }
 
     // MARK: Incoming
@@ -198,53 +186,16 @@ public final class ATTServer {
             confirmationReceived()
             return
         }
-        if heldTimer != nil, ATTOpcode.isRequestForm(opcode) {
-            // A request answered late by a delay fault is still outstanding (Vol 3, Part F,
-            // 3.3.2): a client that sends another anyway waits its turn, in order.
-            if heldRequests.count < Self.maxHeldRequests { heldRequests.append(Array(pdu)) }
-            return
-        }
-        if let faults, !faults.isEmpty, applyFault(faults, opcode: opcode, pdu: pdu) { return }
         handle(pdu, opcode: opcode)
     }
 
-    /// The opcodes whose first parameter is the attribute handle a fault may name.
-    private static func targetHandle(_ opcode: UInt8, _ pdu: ArraySlice<UInt8>) -> UInt16? {
-        switch opcode {
-        case ATTOpcode.readRequest.rawValue, ATTOpcode.readBlobRequest.rawValue, ATTOpcode.writeRequest.rawValue,
-             ATTOpcode.writeCommand.rawValue, ATTOpcode.prepareWriteRequest.rawValue:
-            guard pdu.count >= 3 else { return nil }
-            return UInt16(pdu[pdu.startIndex + 1]) | UInt16(pdu[pdu.startIndex + 2]) << 8
-        default:
-            return nil
-        }
-    }
-
-    /// Applies a planned fault to this PDU; true when the PDU was taken by it.
-    private func applyFault(_ faults: FaultPlan, opcode: UInt8, pdu: ArraySlice<UInt8>) -> Bool {
-        guard let handle = Self.targetHandle(opcode, pdu), let action = faults.takeForRequest(handle) else { return false }
-        delegate?.attServer(self, injected: action, handle: handle, opcode: opcode)
-        switch action {
-        case .error(let error):
-            if opcode != ATTOpcode.readBlobRequest.rawValue { longReadHandle = nil }
-            // A command has no response: the fault makes it vanish, as a failed write would.
-            if ATTOpcode.isRequestForm(opcode) { sendError(opcode, handle, error) }
-        case .delay(let duration):
-            heldRequests.append(Array(pdu))
-            heldTimer = scheduler.schedule(after: duration) { [weak self] in self?.releaseHeld() }
-        case .drop:
-            return false
-        }
-        return true
-    }
-
-    /// The delay is over: the held request is handled, then any that queued behind it.
-    private func releaseHeld() {
-        heldTimer = nil
-        while heldTimer == nil, let next = heldRequests.popFirst() {
-            guard !isTimedOut, !isClosed, let opcode = next.first else { break }
-            handle(next[...], opcode: opcode)
-        }
+    /// Answers a request the server was not given with an Error Response, as though its handler
+    /// had refused it (a stage in front of the server decided the answer): a long read ends
+    /// unless this is a Read Blob, and a command, which has no response, just vanishes.
+    public func refuse(opcode: UInt8, handle: UInt16, error: ATTError) {
+        guard !isTimedOut, !isClosed else { return }
+        if opcode != ATTOpcode.readBlobRequest.rawValue { longReadHandle = nil }
+        if ATTOpcode.isRequestForm(opcode) { sendError(opcode, handle, error) }
     }
 
     private func handle(_ pdu: ArraySlice<UInt8>, opcode: UInt8) {
@@ -1042,10 +993,6 @@ public final class ATTServer {
     /// bytes are copied into a buffer this server reuses: nothing is allocated.
     public func notify(_ c: Characteristic, value: ArraySlice<UInt8>) -> UpdateOutcome {
         guard !isTimedOut, !isClosed, isSubscribed(c, indications: false) else { return .notSubscribed }
-        if let faults, !faults.isEmpty, faults.takeDrop(c.valueHandle) {
-            delegate?.attServer(self, injected: .drop, handle: c.valueHandle, opcode: ATTOpcode.handleValueNotification.rawValue)
-            return .queued
-        }
         update.removeAll(keepingCapacity: true)
         update.append(ATTOpcode.handleValueNotification.rawValue)
         update.appendLE(c.valueHandle)
@@ -1078,11 +1025,6 @@ public final class ATTServer {
 
     private func indicate(_ c: Characteristic, completion: IndicationCompletion?, value fill: (inout [UInt8]) -> Void) -> UpdateOutcome {
         guard !isTimedOut, !isClosed, isSubscribed(c, indications: true) else { return .notSubscribed }
-        if let faults, !faults.isEmpty, faults.takeDrop(c.valueHandle) {
-            delegate?.attServer(self, injected: .drop, handle: c.valueHandle, opcode: ATTOpcode.handleValueIndication.rawValue)
-            completion?(peer, .notSent)
-            return .queued
-        }
         let waits = inFlight != nil || !pendingIndications.isEmpty
         if waits && pendingIndications.count >= Self.maxPendingIndications {
             refusedIndication = true
@@ -1154,9 +1096,6 @@ public final class ATTServer {
         guard !isClosed else { return [] }
         isClosed = true
         if inFlight != nil { bearer.end(.indication) }
-        if let heldTimer { scheduler.cancel(heldTimer) }
-        heldTimer = nil
-        heldRequests.removeAll()
         failIndications(.disconnected)
         longReadHandle = nil
         clearPreparedWrites()

@@ -79,10 +79,21 @@ public typealias AuthorizationHandler = (_ peer: ATTPeer, _ access: AttributeAcc
 /// The connection a request comes from, as a device sees it.
 public struct ATTPeer: Sendable, Hashable {
     public let connectionHandle: UInt16
-    public let address: BluetoothAddress
-    public init(connectionHandle: UInt16, address: BluetoothAddress) {
+    /// The peer's address with its type, as its connection event gave it (the identity address
+    /// when the controller resolved a private one).
+    public let leAddress: LEAddress
+    /// The peer's 48-bit address, as a device shows it.
+    public var address: BluetoothAddress { leAddress.address }
+
+    public init(connectionHandle: UInt16, address: LEAddress) {
         self.connectionHandle = connectionHandle
-        self.address = address
+        self.leAddress = address
+    }
+
+    /// A peer with a random address, as a phone's is: for a server or client made alone (a test,
+    /// a fuzz target), where the type does not matter.
+    public init(connectionHandle: UInt16, address: BluetoothAddress) {
+        self.init(connectionHandle: connectionHandle, address: LEAddress(address, isRandom: true))
     }
 }
 

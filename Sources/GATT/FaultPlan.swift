@@ -37,11 +37,15 @@ public final class FaultPlan {
     }
 
     /// By value handle, in the order they were asked for.
-    private var entries: [UInt16: [Entry]] = [:]
+    private var entries: [UInt16: [Entry]] = [:] {
+        didSet { isEmpty = entries.isEmpty }
+    }
 
     public init() {}
 
-    public var isEmpty: Bool { entries.isEmpty }
+    /// Nothing planned. Kept, not computed: every request and update of the device's links reads
+    /// it (the perf gate counts them), and only the plan's own changes write it; one thread.
+    @exclusivity(unchecked) public private(set) var isEmpty = true
 
     /// Adds a fault for the characteristic whose value has `valueHandle`; `count` nil applies
     /// it until `clear`.

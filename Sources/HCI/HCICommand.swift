@@ -344,25 +344,26 @@ public struct HCICommand: Equatable, Sendable {
                    parameters: [enable ? 1 : 0, filterDuplicates ? 1 : 0, 0, 0, 0, 0])
     }
 
-    /// Vol 4, Part E, 7.8.12: connect to one peer (no filter accept list).
-    public static func leCreateConnection(peer: BluetoothAddress, peerAddressType: UInt8, ownAddressType: AddressType,
+    /// Vol 4, Part E, 7.8.12: connect to one peer (no filter accept list), named by its address
+    /// and its Peer_Address_Type (0x00 public, 0x01 random).
+    public static func leCreateConnection(peer: LEAddress, ownAddressType: AddressType,
                                           parameters: ConnectionRequestParameters) -> HCICommand {
         var p: [UInt8] = []
         p.appendLE(parameters.scanInterval)
         p.appendLE(parameters.scanWindow)
         p.append(0x00)                       // initiator filter policy: the peer given here
-        p.append(peerAddressType)
-        p.append(contentsOf: peer.littleEndianBytes)
+        p.append(peer.peerAddressType)
+        p.append(contentsOf: peer.address.littleEndianBytes)
         p.append(ownAddressType.rawValue)
         parameters.appendConnectionFields(to: &p)
         return HCICommand(opcode: HCIOpcode.leCreateConnection, parameters: p)
     }
 
     /// Vol 4, Part E, 7.8.66: the same on the LE 1M PHY, for controllers with extended advertising.
-    public static func leExtendedCreateConnection(peer: BluetoothAddress, peerAddressType: UInt8, ownAddressType: AddressType,
+    public static func leExtendedCreateConnection(peer: LEAddress, ownAddressType: AddressType,
                                                   parameters: ConnectionRequestParameters) -> HCICommand {
-        var p: [UInt8] = [0x00, ownAddressType.rawValue, peerAddressType]
-        p.append(contentsOf: peer.littleEndianBytes)
+        var p: [UInt8] = [0x00, ownAddressType.rawValue, peer.peerAddressType]
+        p.append(contentsOf: peer.address.littleEndianBytes)
         p.append(0x01)                       // initiating PHYs: LE 1M
         p.appendLE(parameters.scanInterval)
         p.appendLE(parameters.scanWindow)
@@ -388,10 +389,9 @@ public struct HCICommand: Equatable, Sendable {
     /// local IRK the controller would make our own resolvable private addresses with. Keys
     /// least significant octet first, as the bond file and SMP keep them; a key of another size
     /// is padded or cut to 16 octets, never sent as a malformed command.
-    public static func leAddDeviceToResolvingList(peerIdentityAddressType: UInt8, peerIdentityAddress: BluetoothAddress,
-                                                  peerIRK: [UInt8], localIRK: [UInt8]) -> HCICommand {
-        var p: [UInt8] = [peerIdentityAddressType]
-        p.append(contentsOf: peerIdentityAddress.littleEndianBytes)
+    public static func leAddDeviceToResolvingList(peerIdentity: LEAddress, peerIRK: [UInt8], localIRK: [UInt8]) -> HCICommand {
+        var p: [UInt8] = [peerIdentity.peerAddressType]
+        p.append(contentsOf: peerIdentity.address.littleEndianBytes)
         for key in [peerIRK, localIRK] {
             p.append(contentsOf: key.prefix(16))
             p.append(contentsOf: [UInt8](repeating: 0, count: max(0, 16 - key.count)))
@@ -400,9 +400,9 @@ public struct HCICommand: Equatable, Sendable {
     }
 
     /// 7.8.39: the entry of a peer's identity address (type 0x00 public, 0x01 random).
-    public static func leRemoveDeviceFromResolvingList(peerIdentityAddressType: UInt8, peerIdentityAddress: BluetoothAddress) -> HCICommand {
+    public static func leRemoveDeviceFromResolvingList(peerIdentity: LEAddress) -> HCICommand {
         HCICommand(opcode: HCIOpcode.leRemoveDeviceFromResolvingList,
-                   parameters: [peerIdentityAddressType] + peerIdentityAddress.littleEndianBytes)
+                   parameters: [peerIdentity.peerAddressType] + peerIdentity.address.littleEndianBytes)
     }
 
     /// 7.8.40.
@@ -417,10 +417,9 @@ public struct HCICommand: Equatable, Sendable {
 
     /// 7.8.77: Privacy_Mode 0x00 Network, 0x01 Device (a peer in the list that shows its
     /// identity address instead of a resolvable private address is still accepted).
-    public static func leSetPrivacyMode(peerIdentityAddressType: UInt8, peerIdentityAddress: BluetoothAddress,
-                                        deviceMode: Bool) -> HCICommand {
+    public static func leSetPrivacyMode(peerIdentity: LEAddress, deviceMode: Bool) -> HCICommand {
         HCICommand(opcode: HCIOpcode.leSetPrivacyMode,
-                   parameters: [peerIdentityAddressType] + peerIdentityAddress.littleEndianBytes + [deviceMode ? 0x01 : 0x00])
+                   parameters: [peerIdentity.peerAddressType] + peerIdentity.address.littleEndianBytes + [deviceMode ? 0x01 : 0x00])
     }
 
     /// Vol 4, Part E, 7.8.18: the central changes a link's parameters.

@@ -40,6 +40,10 @@ public struct LEConnectionComplete: Equatable, Sendable {
     public var peerIdentityResolved: Bool {
         peerAddressType == 0x02 || peerAddressType == 0x03 || peerResolvablePrivateAddress != nil
     }
+
+    /// `peerAddress` with its type: bit 0 of Peer_Address_Type (an identity address when the
+    /// controller resolved the peer).
+    public var peer: LEAddress { LEAddress(peerAddress, peerAddressType: peerAddressType) }
 }
 
 /// An HCI event, decoded (Vol 4, Part E, 7.7). Decoding is total: unknown events and LE

@@ -97,7 +97,7 @@ public struct BondedClientState: Equatable, Sendable {
 
 extension Bond {
     /// A bond with the client's GATT state attached.
-    public init(peer: SMPAddress, identity: SMPAddress? = nil, identityResolvingKey: [UInt8]? = nil,
+    public init(peer: LEAddress, identity: LEAddress? = nil, identityResolvingKey: [UInt8]? = nil,
                 longTermKey: SMPLongTermKey, encryptionKeySize: UInt8, secureConnections: Bool, authenticated: Bool,
                 sequence: UInt64 = 0, signatureKey: [UInt8]? = nil, client: BondedClientState) {
         self.init(peer: peer, identity: identity, identityResolvingKey: identityResolvingKey, longTermKey: longTermKey,

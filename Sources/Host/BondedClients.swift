@@ -93,7 +93,7 @@ final class BondedClients {
     private func tellOfChangesWhileAway(_ kept: BondedClientState, on connection: Connection) {
         guard let known = kept.databaseHash, known != database.hash,
               connection.server.isSubscribed(standard.serviceChanged, indications: true) else { return }
-        let outcome = connection.server.indicateServiceChanged(standard.serviceChanged, range: 0x0001...0xFFFF)
+        let outcome = connection.faultStage.indicateServiceChanged(standard.serviceChanged, range: 0x0001...0xFFFF)
         logger.event(.stateChanged, .notice,
                      "the database changed while \(connection.peer.address) was away: Service Changed 0x0001-0xFFFF \(outcome == .queued ? "indicated" : "not sent (\(outcome))")",
                      [LogKey.peer: .string(connection.peer.address.description), LogKey.connHandle: .string("\(connection.peer.connectionHandle)")])

@@ -19,12 +19,14 @@ final class DeviceLinks {
     /// when the profile's break the Core rules.
     let preferredParameters: ConnectionParameters
     let database: GATTDatabase
-    /// Faults the control socket planned (`PeripheralControl.faults`), applied by every link's ATT server.
+    /// Faults the control socket planned (`PeripheralControl.faults`), applied by every link's fault stage, in front of its ATT server.
     let faults: FaultPlan
     /// SMP on CID 0x0006 goes to it.
     let security: PeripheralSecurity
     /// Every link's ATT server reports to it (the `Peripheral`).
     weak var serverDelegate: ATTServerDelegate?
+    /// Hears of the faults each link's stage applies (the device logs them).
+    weak var faultDelegate: FaultStageDelegate?
     var logger: Logger {
         didSet { l2cap.logger = logger }
     }
@@ -86,9 +88,8 @@ final class DeviceLinks {
             hci.send(.disconnect(handle: event.handle, reason: HCIStatus.remoteDeviceTerminatedLowResources))
             return .failure(.full)
         }
-        let peer = ATTPeer(connectionHandle: event.handle, address: event.peerAddress)
+        let peer = ATTPeer(connectionHandle: event.handle, address: event.peer)
         let connection = makeLink(event, peer: peer)
-        connection.peerIsRandom = event.peerAddressType & 0x01 != 0
         connections[event.handle] = connection
         hci.openLink(event.handle)
         return .success(connection)

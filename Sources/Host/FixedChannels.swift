@@ -13,16 +13,18 @@ extension DeviceLinks {
         connections[packet.handle]?.link.receive(packet)
     }
 
-    /// The link of `event` with the device's server on its ATT bearer and SMP on CID 0x0006.
+    /// The link of `event` with the device's server (behind its fault stage) on its ATT bearer and SMP on CID 0x0006.
     func makeLink(_ event: LEConnectionComplete, peer: ATTPeer) -> Connection {
         let link = L2CAPLink(handle: event.handle, role: .peripheral, context: l2cap)
         let bearer = ATTBearer(link: link)
         let server = ATTServer(database: database, peer: peer, scheduler: scheduler, bearer: bearer)
-        server.faults = faults
         server.delegate = serverDelegate
+        // The device's faults sit between the bearer and the server.
+        let faultStage = FaultStage(server: server, plan: faults, scheduler: scheduler)
+        faultStage.delegate = faultDelegate
         let handle = event.handle
         link.register(cid: L2CAPChannel.securityManager) { [unowned security] payload in security.receive(payload, on: handle) }
-        return Connection(peer: peer, link: link, server: server, parameters: event.parameters)
+        return Connection(peer: peer, link: link, server: server, faultStage: faultStage, parameters: event.parameters)
     }
 
     func disconnect(_ connection: Connection, reason: UInt8) {

@@ -32,9 +32,9 @@ extension Peripheral {
         // 0x02/0x03 the controller resolved the central's private address with the resolving
         // list: the bond is looked up by the identity; pairing uses the address of the
         // connection (the private one, Vol 3, Part H, 2.2.3). Else the host resolves with ah().
-        let peerAddress = SMPAddress(event.peerAddress, isRandom: event.peerAddressType & 0x01 != 0)
+        let peerAddress = event.peer
         if event.peerIdentityResolved {
-            let overTheAir = event.peerResolvablePrivateAddress.map { SMPAddress($0, isRandom: true) } ?? peerAddress
+            let overTheAir = event.peerResolvablePrivateAddress.map { LEAddress($0, isRandom: true) } ?? peerAddress
             security.linkOpened(event.handle, peer: overTheAir, local: advertising.advertisedAddress ?? advertising.address,
                                 resolvedIdentity: peerAddress)
             logger.info("controller resolved \(overTheAir.address) to identity \(event.peerAddress) (resolving list)",
@@ -65,6 +65,7 @@ extension Peripheral {
         security.linkClosed(handle)
         standard.connectionClosed(handle)
         // Indications still outstanding end as `.disconnected`; subscriptions end with the link.
+        connection.faultStage.close()
         let held = connection.server.close()
         subscriptionsEnded(held, peer: connection.peer)
         logger.event(.disconnected, Self.disconnectionLevel(reason), "disconnected from \(connection.peer.address) (reason \(Hex.byte(reason)))", [

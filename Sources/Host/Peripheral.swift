@@ -92,7 +92,7 @@ public final class Peripheral {
         security = PeripheralSecurity(
             configuration: securityConfiguration,
             owner: BondOwner(device: type(of: device).deviceName, name: configuration.name, address: address),
-            localAddress: SMPAddress(address, isRandom: true), bondAttachment: BondedClientState.format,
+            localAddress: LEAddress(address, isRandom: true), bondAttachment: BondedClientState.format,
             scheduler: host.scheduler, logger: logger)
         bondedClients = BondedClients(security: security, database: database, standard: standard, scheduler: host.scheduler,
                                       logger: logger)
@@ -126,6 +126,7 @@ public final class Peripheral {
         advertising.warnAboutConfiguration()
         advertising.hasRoomForLink = { [weak links = self.links] in links?.hasRoom ?? false }
         links.serverDelegate = self
+        links.faultDelegate = self
         wireSecurity()
         if configuration.privacy { advertising.renewPrivateAddress() }
         host.join(self)

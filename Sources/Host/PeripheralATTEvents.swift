@@ -79,14 +79,6 @@ extension Peripheral: ATTServerDelegate {
         ])
     }
 
-    public func attServer(_ server: ATTServer, injected fault: FaultPlan.Action, handle: UInt16, opcode: UInt8) {
-        logger.event(.faultInjected, .notice, "fault injected: \(fault) for opcode \(Hex.byte(opcode)), handle \(Hex.word(handle))", [
-            LogKey.peer: .string(server.peer.address.description),
-            LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
-            LogKey.attOpcode: .string(Hex.byte(opcode)), LogKey.attHandle: .string(Hex.word(handle)),
-        ])
-    }
-
     public func attServerIndicationQueueHasRoom(_ server: ATTServer) {
         deviceMayProceed()
     }
@@ -130,5 +122,16 @@ extension Peripheral: ATTServerDelegate {
         if let connection = connections[server.peer.connectionHandle] {
             links.disconnect(connection, reason: HCIStatus.remoteUserTerminated)
         }
+    }
+}
+
+/// The faults of the device's fault stages, logged as they are applied.
+extension Peripheral: FaultStageDelegate {
+    public func faultStage(_ stage: FaultStage, injected fault: FaultPlan.Action, handle: UInt16, opcode: UInt8) {
+        logger.event(.faultInjected, .notice, "fault injected: \(fault) for opcode \(Hex.byte(opcode)), handle \(Hex.word(handle))", [
+            LogKey.peer: .string(stage.server.peer.address.description),
+            LogKey.connHandle: .string("\(stage.server.peer.connectionHandle)"),
+            LogKey.attOpcode: .string(Hex.byte(opcode)), LogKey.attHandle: .string(Hex.word(handle)),
+        ])
     }
 }

@@ -56,17 +56,18 @@ public let blemuVersion = "0.1.0"
 final class Connection {
     var handle: UInt16 { link.handle }
     let peer: ATTPeer
-    /// Peer_Address_Type 0x01 or 0x03 (random, or random identity), else public.
-    var peerIsRandom = true
     let link: L2CAPLink
     let server: ATTServer
+    /// In front of the server: the device's planned faults; the device's updates go through it.
+    let faultStage: FaultStage
     var parameters: LinkParameters
     var parameterTimer: TimerID?
 
-    init(peer: ATTPeer, link: L2CAPLink, server: ATTServer, parameters: LinkParameters) {
+    init(peer: ATTPeer, link: L2CAPLink, server: ATTServer, faultStage: FaultStage, parameters: LinkParameters) {
         self.peer = peer
         self.link = link
         self.server = server
+        self.faultStage = faultStage
         self.parameters = parameters
     }
 }

@@ -69,7 +69,7 @@ public final class PeripheralControl {
     public var linkSummaries: [LinkSummary] {
         connections.values.sorted { $0.handle < $1.handle }.map {
             let display = security.pairingDisplay(on: $0.handle)
-            return LinkSummary(handle: $0.handle, peer: $0.peer.address, peerIsRandom: $0.peerIsRandom, mtu: $0.server.mtu, encrypted: $0.server.linkSecurity.isEncrypted,
+            return LinkSummary(handle: $0.handle, peer: $0.peer.address, peerIsRandom: $0.peer.leAddress.isRandom, mtu: $0.server.mtu, encrypted: $0.server.linkSecurity.isEncrypted,
                                pairingPasskey: display.passkey, pairingComparison: display.comparison)
         }
     }
@@ -154,7 +154,7 @@ public final class PeripheralControl {
     /// answer for every central.
     func authorization(of valueHandle: UInt16, on handle: UInt16, peer address: BluetoothAddress) -> Bool {
         let identity = security.bond(on: handle)?.identity
-        let linkIsRandom = connections[handle]?.peerIsRandom ?? true
+        let linkIsRandom = connections[handle]?.peer.leAddress.isRandom ?? true
         if let answer = peerAuthorizations.last(where: {
             $0.valueHandle == valueHandle
                 && (($0.peer == address && $0.peerIsRandom == linkIsRandom)
@@ -284,7 +284,7 @@ extension PeripheralControl {
             if !server.isChangeAware { changeUnaware += 1 }
             guard server.isSubscribed(standard.serviceChanged, indications: true) else { continue }
             // Vol 3, Part G, 2.5.2.1: the server makes a client that confirms it change-aware.
-            let outcome = server.indicateServiceChanged(standard.serviceChanged, range: range)
+            let outcome = connection.faultStage.indicateServiceChanged(standard.serviceChanged, range: range)
             if outcome == .queued {
                 indicated += 1
             } else {

@@ -27,7 +27,7 @@ extension Peripheral: DeviceContext {
     private func send(_ characteristic: Characteristic, _ value: ArraySlice<UInt8>, to peer: ATTPeer?) -> Bool {
         var all = true
         for connection in connections.values where peer == nil || connection.peer == peer {
-            if connection.server.notify(characteristic, value: value) == .queueFull { all = false }
+            if connection.faultStage.notify(characteristic, value: value) == .queueFull { all = false }
         }
         if !all { deviceWaitingForRoom = true }
         return all
@@ -42,7 +42,7 @@ extension Peripheral: DeviceContext {
         encode(&notificationValue)
         var all = true
         for connection in connections.values where peer == nil || connection.peer == peer {
-            if connection.server.indicate(characteristic, value: notificationValue.bytes, completion: completion) == .queueFull {
+            if connection.faultStage.indicate(characteristic, value: notificationValue.bytes, completion: completion) == .queueFull {
                 all = false
             }
         }

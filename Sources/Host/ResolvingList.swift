@@ -7,9 +7,10 @@ import Logging
 /// One entry of the controller's resolving list (Vol 6, Part B, 4.7): a bonded central's
 /// identity address and IRK, and the local IRK of the device it bonded with.
 struct ResolvingEntry: Equatable {
-    /// 0x00 public, 0x01 random (Peer_Identity_Address_Type, Vol 4, Part E, 7.8.38).
-    let type: UInt8
-    let address: BluetoothAddress
+    /// The identity address with its type (Peer_Identity_Address_Type 0x00 public, 0x01 random,
+    /// Vol 4, Part E, 7.8.38).
+    let identity: LEAddress
+    var address: BluetoothAddress { identity.address }
     let peerIRK: [UInt8]
     let localIRK: [UInt8]
 
@@ -17,22 +18,21 @@ struct ResolvingEntry: Equatable {
     init?(bond: Bond, localIRK: [UInt8]?) {
         guard let identity = bond.identity, let irk = bond.identityResolvingKey, irk.count == 16,
               irk.contains(where: { $0 != 0 }) else { return nil }
-        type = identity.isRandom ? 0x01 : 0x00
-        address = identity.address
+        self.identity = identity
         peerIRK = irk
         self.localIRK = localIRK ?? [UInt8](repeating: 0, count: 16)
     }
 
     /// The list holds one entry per peer identity address (7.8.38: the same identity twice is
     /// Invalid HCI Command Parameters).
-    func sameIdentity(_ other: ResolvingEntry) -> Bool { type == other.type && address == other.address }
+    func sameIdentity(_ other: ResolvingEntry) -> Bool { identity == other.identity }
 
     var removeCommand: HCICommand {
-        .leRemoveDeviceFromResolvingList(peerIdentityAddressType: type, peerIdentityAddress: address)
+        .leRemoveDeviceFromResolvingList(peerIdentity: identity)
     }
 
     var addCommand: HCICommand {
-        .leAddDeviceToResolvingList(peerIdentityAddressType: type, peerIdentityAddress: address, peerIRK: peerIRK, localIRK: localIRK)
+        .leAddDeviceToResolvingList(peerIdentity: identity, peerIRK: peerIRK, localIRK: localIRK)
     }
 }
 
@@ -151,7 +151,7 @@ extension PeripheralHost {
             if result.succeeded {
                 if !self.resolvingList.loaded.contains(where: { $0.sameIdentity(entry) }) { self.resolvingList.loaded.append(entry) }
                 if self.hci.info.supportsPrivacyMode {
-                    self.hci.send(.leSetPrivacyMode(peerIdentityAddressType: entry.type, peerIdentityAddress: entry.address, deviceMode: true))
+                    self.hci.send(.leSetPrivacyMode(peerIdentity: entry.identity, deviceMode: true))
                 }
             }
             completion?(result.status)

@@ -75,8 +75,8 @@ public enum SMPInitiatorEvent: Equatable, Sendable {
 /// spec's reason; the owner runs the 30 s timer (3.4) as `timer` says.
 public struct SMPInitiator: SMPPairingRole {
     public let configuration: SMPInitiatorConfiguration
-    public let initiatorAddress: SMPAddress
-    public let responderAddress: SMPAddress
+    public let initiatorAddress: LEAddress
+    public let responderAddress: LEAddress
     private var random: any RandomNumberGenerator
     private let fixedKeyPair: SMPKeyPair?
 
@@ -108,7 +108,7 @@ public struct SMPInitiator: SMPPairingRole {
     /// `initiatorAddress` is this central's address on the link, `responderAddress` the
     /// peripheral's, as LE Connection Complete reported them. `random` must be cryptographically
     /// secure except in tests.
-    public init(configuration: SMPInitiatorConfiguration, initiatorAddress: SMPAddress, responderAddress: SMPAddress,
+    public init(configuration: SMPInitiatorConfiguration, initiatorAddress: LEAddress, responderAddress: LEAddress,
                 random: any RandomNumberGenerator = SystemRandomNumberGenerator(), keyPair: SMPKeyPair? = nil) {
         self.configuration = configuration
         self.initiatorAddress = initiatorAddress

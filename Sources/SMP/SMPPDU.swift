@@ -322,13 +322,13 @@ public struct SMPCentralIdentification: SMPPDU {
 /// types are reserved.
 public struct SMPIdentityAddressInformation: SMPPDU {
     public static let code = SMPCode.identityAddressInformation
-    public var address: SMPAddress
-    public init(address: SMPAddress) { self.address = address }
+    public var address: LEAddress
+    public init(address: LEAddress) { self.address = address }
     public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
         var r = try Self.reader(pdu, length: 8)
         let type = try r.u8()
         guard type <= 0x01 else { throw DecodeError(.invalidValue, "reserved identity address type \(Hex.byte(type))") }
-        address = SMPAddress(try BluetoothAddress(littleEndian: try r.bytes(6)), isRandom: type == 0x01)
+        address = LEAddress(try BluetoothAddress(littleEndian: try r.bytes(6)), isRandom: type == 0x01)
     }
     public func encode(into out: inout [UInt8]) {
         out.append(Self.code.rawValue)

@@ -215,12 +215,12 @@ struct SMPPairingSession {
     // MARK: Crypto steps
 
     /// Mconfirm or Sconfirm = c1(TK, rand, preq, pres, iat, ia, rat, ra) (2.3.5.5).
-    func legacyConfirm(tk: [UInt8], random: [UInt8], initiator: SMPAddress, responder: SMPAddress) -> [UInt8] {
+    func legacyConfirm(tk: [UInt8], random: [UInt8], initiator: LEAddress, responder: LEAddress) -> [UInt8] {
         SMPCrypto.c1(k: tk, r: random, preq: preq, pres: pres, initiator: initiator, responder: responder)
     }
 
     /// 2.3.5.6.5: MacKey || LTK = f5(DHKey, Na, Nb, A, B).
-    mutating func deriveKeys(na: [UInt8], nb: [UInt8], a: SMPAddress, b: SMPAddress) {
+    mutating func deriveKeys(na: [UInt8], nb: [UInt8], a: LEAddress, b: LEAddress) {
         (macKey, longTermKey) = SMPCrypto.f5(w: dhKey, n1: na, n2: nb, a1: a, a2: b)
     }
 
@@ -231,13 +231,13 @@ struct SMPPairingSession {
     }
 
     /// Ea = f6(MacKey, Na, Nb, rb, IOcapA, A, B) (2.3.5.6.5).
-    func initiatorCheck(na: [UInt8], nb: [UInt8], a: SMPAddress, b: SMPAddress) -> [UInt8]? {
+    func initiatorCheck(na: [UInt8], nb: [UInt8], a: LEAddress, b: LEAddress) -> [UInt8]? {
         guard let request else { return nil }
         return SMPCrypto.f6(w: macKey, n1: na, n2: nb, r: checkR, ioCap: request.ioCapField, a1: a, a2: b)
     }
 
     /// Eb = f6(MacKey, Nb, Na, ra, IOcapB, B, A) (2.3.5.6.5).
-    func responderCheck(na: [UInt8], nb: [UInt8], a: SMPAddress, b: SMPAddress) -> [UInt8]? {
+    func responderCheck(na: [UInt8], nb: [UInt8], a: LEAddress, b: LEAddress) -> [UInt8]? {
         guard let response else { return nil }
         return SMPCrypto.f6(w: macKey, n1: nb, n2: na, r: checkR, ioCap: response.ioCapField, a1: b, a2: a)
     }
@@ -305,7 +305,7 @@ struct SMPPairingSession {
     /// `peerAddress`: the peer's address on this link, until its identity address comes;
     /// `peerLTK`: where the peer's legacy LTK goes (the initiator encrypts with it later; the
     /// responder keeps it for links with the roles swapped).
-    mutating func receiveKey(_ command: SMPCommand, peerAddress: SMPAddress,
+    mutating func receiveKey(_ command: SMPCommand, peerAddress: LEAddress,
                              peerLTK: WritableKeyPath<SMPPairingResult, SMPLongTermKey?>) -> SMPPairingFailedReason? {
         // 3.6.1: the peer's keys come in a fixed order; anything else is out of sequence.
         guard expectedKeys.first == command.code, var result else { return .unspecifiedReason }

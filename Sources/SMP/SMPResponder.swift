@@ -56,8 +56,8 @@ public enum SMPPasskeySource: Equatable, Sendable {
 /// An identity: the IRK and the public or static random address it resolves to.
 public struct SMPIdentity: Equatable, Sendable {
     public var resolvingKey: [UInt8]
-    public var address: SMPAddress
-    public init(resolvingKey: [UInt8], address: SMPAddress) {
+    public var address: LEAddress
+    public init(resolvingKey: [UInt8], address: LEAddress) {
         self.resolvingKey = resolvingKey
         self.address = address
     }
@@ -154,8 +154,8 @@ public enum SMPTimerAction: Equatable, Sendable {
 /// `abort(.repeatedAttempts)`.
 public struct SMPResponder: SMPPairingRole {
     public let configuration: SMPResponderConfiguration
-    public let initiatorAddress: SMPAddress
-    public let responderAddress: SMPAddress
+    public let initiatorAddress: LEAddress
+    public let responderAddress: LEAddress
     private var random: any RandomNumberGenerator
     /// For tests: the key pair to use instead of a fresh one per pairing.
     private let fixedKeyPair: SMPKeyPair?
@@ -184,7 +184,7 @@ public struct SMPResponder: SMPPairingRole {
     /// reported them (LE Connection Complete), which the confirm and check values hash.
     /// `random` makes nonces, passkeys and distributed keys: it must be a cryptographically secure
     /// generator (the system's, on Linux getrandom(2)) except in tests, which seed their own.
-    public init(configuration: SMPResponderConfiguration, initiatorAddress: SMPAddress, responderAddress: SMPAddress,
+    public init(configuration: SMPResponderConfiguration, initiatorAddress: LEAddress, responderAddress: LEAddress,
                 random: any RandomNumberGenerator = SystemRandomNumberGenerator(), keyPair: SMPKeyPair? = nil) {
         self.configuration = configuration
         self.initiatorAddress = initiatorAddress

@@ -8,9 +8,9 @@ import BlemuSMP
 /// `description` never shows a key: bonds appear in logs by peer alone.
 public struct Bond: Equatable, Sendable, CustomStringConvertible {
     /// The address the central connected from when it bonded.
-    public var peer: SMPAddress
+    public var peer: LEAddress
     /// The central's identity address (Identity Address Information), when it gave one.
-    public var identity: SMPAddress?
+    public var identity: LEAddress?
     /// The central's IRK (Identity Information), when it gave one.
     public var identityResolvingKey: [UInt8]?
     /// The LTK this peripheral answers LE Long Term Key Request with: EDIV and Rand zero for
@@ -29,7 +29,7 @@ public struct Bond: Equatable, Sendable, CustomStringConvertible {
     /// stored with the bond and forgotten with it.
     public var attachment: BondAttachment
 
-    public init(peer: SMPAddress, identity: SMPAddress? = nil, identityResolvingKey: [UInt8]? = nil,
+    public init(peer: LEAddress, identity: LEAddress? = nil, identityResolvingKey: [UInt8]? = nil,
                 longTermKey: SMPLongTermKey, encryptionKeySize: UInt8, secureConnections: Bool, authenticated: Bool,
                 sequence: UInt64 = 0, signatureKey: [UInt8]? = nil, attachment: BondAttachment = .empty) {
         self.peer = peer
@@ -45,7 +45,7 @@ public struct Bond: Equatable, Sendable, CustomStringConvertible {
     }
 
     /// Whether a link from `address` belongs to this bond (the address it bonded from, or its identity).
-    public func matches(_ address: SMPAddress) -> Bool {
+    public func matches(_ address: LEAddress) -> Bool {
         address == peer || address == identity
     }
 
@@ -58,7 +58,7 @@ public struct Bond: Equatable, Sendable, CustomStringConvertible {
     /// Whether `address` is a resolvable private address made from this bond's IRK (Vol 6,
     /// Part B, 1.3.2.2: prand, the 24 most significant bits, starts 0b01; the 24 least
     /// significant are ah(IRK, prand)): the bonded central under an address of the moment.
-    public func resolves(_ address: SMPAddress) -> Bool {
+    public func resolves(_ address: LEAddress) -> Bool {
         guard address.isRandom, let irk = identityResolvingKey, irk.count == 16, irk.contains(where: { $0 != 0 }) else { return false }
         let bytes = address.address.littleEndianBytes
         guard bytes[5] & 0xC0 == 0x40 else { return false }

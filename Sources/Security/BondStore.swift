@@ -78,7 +78,7 @@ public final class BondStore {
     }
 
     /// The bond a link from `address` belongs to, if any.
-    public func bond(for address: SMPAddress) -> Bond? {
+    public func bond(for address: LEAddress) -> Bond? {
         bonds.last { $0.matches(address) } ?? bonds.last { $0.resolves(address) }
     }
 
@@ -103,7 +103,7 @@ public final class BondStore {
     /// Sets the attachment of the bond of `address` (nothing without a bond); with `write: false`
     /// the file waits for `flush()`. Returns whether anything changed.
     @discardableResult
-    public func setAttachment(_ attachment: BondAttachment, for address: SMPAddress, write: Bool = true) -> Bool {
+    public func setAttachment(_ attachment: BondAttachment, for address: LEAddress, write: Bool = true) -> Bool {
         guard let index = bonds.lastIndex(where: { $0.matches(address) || $0.resolves(address) }),
               bonds[index].attachment != attachment else { return false }
         bonds[index].attachment = attachment
@@ -119,7 +119,7 @@ public final class BondStore {
     }
 
     /// Forgets the bond of `address`.
-    public func remove(_ address: SMPAddress) {
+    public func remove(_ address: LEAddress) {
         let before = bonds.count
         bonds.removeAll { $0.matches(address) }
         if bonds.count != before { write() }
@@ -284,10 +284,10 @@ public final class BondStore {
               let ltk = Hex.parse(entry.ltk), ltk.count == 16,
               let ediv = UInt16(exactly: entry.ediv), let rand = UInt64(entry.rand, radix: 16),
               let keySize = UInt8(exactly: entry.keySize), (7...16).contains(keySize) else { return nil }
-        var identity: SMPAddress?
+        var identity: LEAddress?
         if let text = entry.identity {
             guard let address = BluetoothAddress(text) else { return nil }
-            identity = SMPAddress(address, isRandom: entry.identityRandom ?? true)
+            identity = LEAddress(address, isRandom: entry.identityRandom ?? true)
         }
         var irk: [UInt8]?
         if let text = entry.irk {
@@ -299,7 +299,7 @@ public final class BondStore {
             guard let key = Hex.parse(text), key.count == 16 else { return nil }
             csrk = key
         }
-        return Bond(peer: SMPAddress(peer, isRandom: entry.peerRandom), identity: identity, identityResolvingKey: irk,
+        return Bond(peer: LEAddress(peer, isRandom: entry.peerRandom), identity: identity, identityResolvingKey: irk,
                     longTermKey: SMPLongTermKey(key: ltk, encryptedDiversifier: ediv, randomNumber: rand),
                     encryptionKeySize: keySize, secureConnections: entry.secureConnections,
                     authenticated: entry.authenticated, sequence: entry.sequence, signatureKey: csrk,

@@ -79,7 +79,7 @@ public final class CentralSecurity {
     public let configuration: CentralSecurityConfiguration
     public let bonds: BondStore
     /// This central's address on its links (the owner sets it once the controller is known).
-    public var localAddress: SMPAddress
+    public var localAddress: LEAddress
     public var sendSMP: (_ handle: UInt16, _ pdu: [UInt8]) -> Void = { _, _ in }
     /// LE Enable Encryption on the link with this key (Vol 4, Part E, 7.8.24).
     public var startEncryption: (_ handle: UInt16, _ key: SMPLongTermKey) -> Void = { _, _ in }
@@ -110,7 +110,7 @@ public final class CentralSecurity {
 
     private final class Link {
         let handle: UInt16
-        let peer: SMPAddress
+        let peer: LEAddress
         /// The pairing machine and its SMP timer.
         let smp: SMPLinkDriver<SMPInitiator>
         var initiator: SMPInitiator {
@@ -125,14 +125,14 @@ public final class CentralSecurity {
         var waiting: [(Result<LinkSecurity, CentralSecurityError>) -> Void] = []
         /// Whether this link was paired (not only encrypted with a bond) while open.
         var pairedHere = false
-        init(handle: UInt16, peer: SMPAddress, smp: SMPLinkDriver<SMPInitiator>) {
+        init(handle: UInt16, peer: LEAddress, smp: SMPLinkDriver<SMPInitiator>) {
             self.handle = handle
             self.peer = peer
             self.smp = smp
         }
     }
 
-    public init(configuration: CentralSecurityConfiguration, owner: BondOwner, localAddress: SMPAddress,
+    public init(configuration: CentralSecurityConfiguration, owner: BondOwner, localAddress: LEAddress,
                 scheduler: TimerScheduling, logger: Logger,
                 random: @escaping () -> any RandomNumberGenerator = { SystemRandomNumberGenerator() }) {
         self.configuration = configuration
@@ -154,7 +154,7 @@ public final class CentralSecurity {
     // MARK: Links
 
     /// A link to `peer` (its address as LE Connection Complete gave it) opened.
-    public func linkOpened(_ handle: UInt16, peer: SMPAddress) {
+    public func linkOpened(_ handle: UInt16, peer: LEAddress) {
         if let old = links.removeValue(forKey: handle) { close(old) }
         let initiator = SMPInitiator(configuration: configuration.initiatorConfiguration(identity: loadedIdentity),
                                      initiatorAddress: localAddress, responderAddress: peer, random: makeRandom())

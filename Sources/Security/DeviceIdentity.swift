@@ -35,7 +35,7 @@ public enum DeviceIdentityStore {
     /// path the identity lives until blemu stops.
     public static func loadOrCreate(path: String?, owner: BondOwner, logger: Logger,
                                     random: inout some RandomNumberGenerator) -> SMPIdentity {
-        let address = SMPAddress(owner.address, isRandom: true)
+        let address = LEAddress(owner.address, isRandom: true)
         if let path {
             switch BondStore.readFile(path) {
             case .missing:
@@ -91,7 +91,7 @@ public enum DeviceIdentityStore {
         guard let irk = Hex.parse(file.irk), irk.count == 16, irk.contains(where: { $0 != 0 }) else {
             throw BondFileError("the IRK is not 16 octets of hex")
         }
-        return SMPIdentity(resolvingKey: irk, address: SMPAddress(owner.address, isRandom: true))
+        return SMPIdentity(resolvingKey: irk, address: LEAddress(owner.address, isRandom: true))
     }
 
     static func newKey(_ random: inout some RandomNumberGenerator) -> [UInt8] {
@@ -134,8 +134,8 @@ public enum ResolvablePrivateAddress {
 
     /// Whether `address` was made from `irk`.
     public static func resolves(_ address: BluetoothAddress, irk: [UInt8]) -> Bool {
-        Bond(peer: SMPAddress(address, isRandom: true), identityResolvingKey: irk,
+        Bond(peer: LEAddress(address, isRandom: true), identityResolvingKey: irk,
              longTermKey: SMPLongTermKey(key: []), encryptionKeySize: 16, secureConnections: true, authenticated: false)
-            .resolves(SMPAddress(address, isRandom: true))
+            .resolves(LEAddress(address, isRandom: true))
     }
 }

@@ -72,7 +72,7 @@ public final class PeripheralSecurity {
     public let bonds: BondStore
     /// The device's identity address, and the responder's address in confirm and check values
     /// of links made while it advertised from it.
-    public let localAddress: SMPAddress
+    public let localAddress: LEAddress
     /// The device's IRK and identity address (Vol 3, Part H, 2.4.2.1): distributed to a bonding
     /// central that asks for IdKey, and the key of the device's resolvable private addresses.
     /// Read from the identity file at start when there is one; otherwise made (and written) when
@@ -120,12 +120,12 @@ public final class PeripheralSecurity {
 
     private final class Link {
         let handle: UInt16
-        let peer: SMPAddress
+        let peer: LEAddress
         /// The address bonds are looked up by: the central's identity address when the
         /// controller resolved its private address, else `peer` (matched, or resolved with ah).
-        let bondAddress: SMPAddress
+        let bondAddress: LEAddress
         /// The address the central connected to (the responder's in confirm and check values).
-        let local: SMPAddress
+        let local: LEAddress
         /// The pairing machine and its SMP timer.
         let smp: SMPLinkDriver<SMPResponder>
         var responder: SMPResponder {
@@ -143,7 +143,7 @@ public final class PeripheralSecurity {
         var comparison: UInt32?
         /// A passkey made for the pairing under way (no static one), shown until it ends.
         var shownPasskey: UInt32?
-        init(handle: UInt16, peer: SMPAddress, bondAddress: SMPAddress, local: SMPAddress, smp: SMPLinkDriver<SMPResponder>) {
+        init(handle: UInt16, peer: LEAddress, bondAddress: LEAddress, local: LEAddress, smp: SMPLinkDriver<SMPResponder>) {
             self.handle = handle
             self.peer = peer
             self.bondAddress = bondAddress
@@ -155,7 +155,7 @@ public final class PeripheralSecurity {
     /// `random` makes a generator per link for the responder's nonces and keys: the system's
     /// (getrandom) unless a test seeds its own.
     /// `bondAttachment`: how the layer above keeps its state with each bond in the bond file.
-    public init(configuration: SecurityConfiguration, owner: BondOwner, localAddress: SMPAddress,
+    public init(configuration: SecurityConfiguration, owner: BondOwner, localAddress: LEAddress,
                 bondAttachment: BondAttachmentFormat = .none, scheduler: TimerScheduling, logger: Logger,
                 random: @escaping () -> any RandomNumberGenerator = { SystemRandomNumberGenerator() }) {
         self.configuration = configuration
@@ -188,9 +188,9 @@ public final class PeripheralSecurity {
     /// central's identity address when the controller resolved its private address with the
     /// resolving list (LE Enhanced Connection Complete, Peer_Address_Type 0x02/0x03): its bond is
     /// looked up by it directly; without it, by `peer` (the host's ah() for a private address).
-    public func linkOpened(_ handle: UInt16, peer: SMPAddress, local: BluetoothAddress? = nil, resolvedIdentity: SMPAddress? = nil) {
+    public func linkOpened(_ handle: UInt16, peer: LEAddress, local: BluetoothAddress? = nil, resolvedIdentity: LEAddress? = nil) {
         if let old = links.removeValue(forKey: handle) { old.smp.close() }
-        let responderAddress = local.map { SMPAddress($0, isRandom: true) } ?? localAddress
+        let responderAddress = local.map { LEAddress($0, isRandom: true) } ?? localAddress
         let smp = SMPLinkDriver(makeResponder(peer: peer, local: responderAddress, identity: loadedIdentity),
                                 scheduler: scheduler) { [weak self] pdu in self?.sendSMP(handle, pdu) }
         let link = Link(handle: handle, peer: peer, bondAddress: resolvedIdentity ?? peer, local: responderAddress, smp: smp)
@@ -203,7 +203,7 @@ public final class PeripheralSecurity {
 
     /// Our IRK and identity address go to a bonding central that asks (IdKey, 3.6.1), so it can
     /// resolve the addresses we advertise from with privacy on.
-    private func makeResponder(peer: SMPAddress, local: SMPAddress, identity: SMPIdentity?) -> SMPResponder {
+    private func makeResponder(peer: LEAddress, local: LEAddress, identity: SMPIdentity?) -> SMPResponder {
         var responderConfiguration = configuration.responderConfiguration
         responderConfiguration.identity = identity
         return SMPResponder(configuration: responderConfiguration, initiatorAddress: peer, responderAddress: local,

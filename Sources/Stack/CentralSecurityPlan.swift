@@ -32,7 +32,7 @@ extension CentralSession {
             bondStorePath: options.stateDirectory.map { $0 + "/" + owner.fileName },
             identityPath: options.stateDirectory.map { $0 + "/" + owner.identityFileName })
         let security = CentralSecurity(configuration: configuration, owner: owner,
-                                       localAddress: SMPAddress(address, isRandom: true), scheduler: loop, logger: logger)
+                                       localAddress: LEAddress(address, isRandom: true), scheduler: loop, logger: logger)
         host.attach(security: security)
         return security
     }

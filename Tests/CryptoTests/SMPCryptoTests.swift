@@ -102,8 +102,8 @@ import BlemuTestSupport
     @Test func c1MatchesTheSpecExample() {
         let value = SMPCrypto.c1(k: [UInt8](repeating: 0, count: 16), r: le("5783D52156AD6F0E6388274EC6702EE0"),
                                  preq: le("07071000000101"), pres: le("05000800000302"),
-                                 initiator: SMPAddress(BluetoothAddress("A1:A2:A3:A4:A5:A6")!, isRandom: true),
-                                 responder: SMPAddress(BluetoothAddress("B1:B2:B3:B4:B5:B6")!, isRandom: false))
+                                 initiator: LEAddress(BluetoothAddress("A1:A2:A3:A4:A5:A6")!, isRandom: true),
+                                 responder: LEAddress(BluetoothAddress("B1:B2:B3:B4:B5:B6")!, isRandom: false))
         #expect(value == le("1e1e3fef878988ead2a74dc5bef13b86"))
     }
 

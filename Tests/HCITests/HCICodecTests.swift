@@ -266,6 +266,29 @@ private let peerAddress = BluetoothAddress("C0:11:22:33:44:55")!
             parameters: LinkParameters(interval: 24, latency: 0, supervisionTimeout: 500))))
     }
 
+    /// The peer with its type: bit 0 of Peer_Address_Type, so an identity address the controller
+    /// resolved (0x02, 0x03, 7.7.65.10) keeps its public or random type.
+    @Test func leConnectionCompletesPeerHasItsType() throws {
+        guard case .leConnectionComplete(let random) = try event("3e13 01 00 4000 01 01" + peerAddressLE + "1800 0000 f401 00"),
+              case .leConnectionComplete(let publicIdentity) = try event("3e1f 0a 00 4100 01 02" + peerAddressLE + "000000000000" + "0a0b0c0d0e4f" + "2800 0200 9001 05")
+        else { Issue.record("not decoded as LE Connection Complete"); return }
+        #expect(random.peer == LEAddress(peerAddress, isRandom: true))
+        #expect(publicIdentity.peer == LEAddress(peerAddress, isRandom: false))
+        #expect(publicIdentity.peerIdentityResolved)
+    }
+
+    /// 7.8.12 and 7.8.66 name the peer by Peer_Address_Type and Peer_Address: an `LEAddress`
+    /// gives 0x00 or 0x01, its identity type from a connection event never going back out.
+    @Test func createConnectionNamesThePeerWithItsType() {
+        let peer = LEAddress(peerAddress, peerAddressType: 0x03)
+        let legacy = HCICommand.leCreateConnection(peer: peer, ownAddressType: .publicDevice, parameters: ConnectionRequestParameters())
+        #expect(legacy.parameters[5] == 0x01 && Array(legacy.parameters[6..<12]) == peerAddress.littleEndianBytes)
+        #expect(legacy.parameters[12] == 0x00)
+        let extended = HCICommand.leExtendedCreateConnection(peer: LEAddress(peerAddress, isRandom: false), ownAddressType: .randomDevice,
+                                                              parameters: ConnectionRequestParameters())
+        #expect(Array(extended.parameters[1..<9]) == [0x01, 0x00] + peerAddress.littleEndianBytes)
+    }
+
     @Test func leConnectionCompleteWithAByteMissingIsRejected() {
         #expect(throws: DecodeError(.truncated)) { try event("3e12 01 00 4000 01 01" + peerAddressLE + "1800 0000 f401") }
     }

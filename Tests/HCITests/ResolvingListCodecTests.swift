@@ -25,11 +25,11 @@ private func encoded(_ command: HCICommand) -> [UInt8] {
 
     /// 7.8.38: Peer_Identity_Address_Type, Peer_Identity_Address, Peer_IRK, Local_IRK (OCF 0x0027).
     @Test func addDeviceToResolvingList() {
-        let command = HCICommand.leAddDeviceToResolvingList(peerIdentityAddressType: 0x01, peerIdentityAddress: identity,
+        let command = HCICommand.leAddDeviceToResolvingList(peerIdentity: LEAddress(identity, isRandom: true),
                                                              peerIRK: peerIRK, localIRK: localIRK)
         #expect(encoded(command) == hex("2720 27 01 6655443322c1 000102030405060708090a0b0c0d0e0f a0a1a2a3a4a5a6a7a8a9aaabacadaeaf"))
         // A key of another size is padded or cut, never a malformed command.
-        let short = HCICommand.leAddDeviceToResolvingList(peerIdentityAddressType: 0, peerIdentityAddress: identity,
+        let short = HCICommand.leAddDeviceToResolvingList(peerIdentity: LEAddress(identity, isRandom: false),
                                                            peerIRK: [1], localIRK: [UInt8](repeating: 2, count: 20))
         #expect(short.parameters.count == 39)
         #expect(short.parameters[7] == 1 && short.parameters[8..<23].allSatisfy { $0 == 0 })
@@ -40,15 +40,15 @@ private func encoded(_ command: HCICommand) -> [UInt8] {
     @Test func theOtherCommands() {
         #expect(encoded(.leClearResolvingList) == hex("2920 00"))
         // 7.8.39: Peer_Identity_Address_Type, Peer_Identity_Address (OCF 0x0028).
-        #expect(encoded(.leRemoveDeviceFromResolvingList(peerIdentityAddressType: 0x01, peerIdentityAddress: identity))
+        #expect(encoded(.leRemoveDeviceFromResolvingList(peerIdentity: LEAddress(identity, isRandom: true)))
                 == hex("2820 07 01 6655443322c1"))
         #expect(HCIOpcode.name(HCIOpcode.leRemoveDeviceFromResolvingList) == "LE Remove Device From Resolving List")
         #expect(encoded(.leReadResolvingListSize) == hex("2a20 00"))
         #expect(encoded(.leSetAddressResolutionEnable(true)) == hex("2d20 01 01"))
         #expect(encoded(.leSetAddressResolutionEnable(false)) == hex("2d20 01 00"))
-        #expect(encoded(.leSetPrivacyMode(peerIdentityAddressType: 0x01, peerIdentityAddress: identity, deviceMode: true))
+        #expect(encoded(.leSetPrivacyMode(peerIdentity: LEAddress(identity, isRandom: true), deviceMode: true))
                 == hex("4e20 08 01 6655443322c1 01"))
-        #expect(encoded(.leSetPrivacyMode(peerIdentityAddressType: 0x00, peerIdentityAddress: identity, deviceMode: false))
+        #expect(encoded(.leSetPrivacyMode(peerIdentity: LEAddress(identity, isRandom: false), deviceMode: false))
                 == hex("4e20 08 00 6655443322c1 00"))
         #expect(HCIOpcode.name(HCIOpcode.leAddDeviceToResolvingList) == "LE Add Device To Resolving List")
     }

@@ -32,7 +32,7 @@ extension Bench {
     /// the link with that bond, as after pairing with the passkey.
     func encryptWithBond(link: UInt16, peer: BluetoothAddress) {
         peripheral.security.bonds.save(Bond(
-            peer: SMPAddress(peer, isRandom: true), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 0x5A, count: 16)),
+            peer: LEAddress(peer, isRandom: true), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 0x5A, count: 16)),
             encryptionKeySize: 16, secureConnections: true, authenticated: true))
         controller.event(0x3E, [0x05] + Self.le(link) + [UInt8](repeating: 0, count: 10))
         controller.event(0x08, [0x00] + Self.le(link) + [0x01])

@@ -28,8 +28,8 @@ import Glibc
 
     /// One bond with everything a central can leave, one with keys only.
     static func bonds() -> [Bond] {
-        [Bond(peer: SMPAddress(BluetoothAddress("D1:22:33:44:55:66")!, isRandom: true),
-              identity: SMPAddress(BluetoothAddress("C9:00:00:00:00:01")!, isRandom: true),
+        [Bond(peer: LEAddress(BluetoothAddress("D1:22:33:44:55:66")!, isRandom: true),
+              identity: LEAddress(BluetoothAddress("C9:00:00:00:00:01")!, isRandom: true),
               identityResolvingKey: [UInt8](repeating: 0x11, count: 16),
               longTermKey: SMPLongTermKey(key: [UInt8](repeating: 0xAB, count: 16), encryptedDiversifier: 0x1234,
                                           randomNumber: 0xFEDC_BA98_7654_3210),
@@ -37,7 +37,7 @@ import Glibc
               signatureKey: [UInt8](repeating: 0x22, count: 16),
               client: BondedClientState(clientConfigurations: [0x0010: 0x0001, 0x0020: 0x0002], databaseHash: [UInt8](0..<16),
                                         signCounter: 41, clientSupportedFeatures: 0x01, changeAware: false)),
-         Bond(peer: SMPAddress(BluetoothAddress("00:22:33:44:55:77")!, isRandom: false),
+         Bond(peer: LEAddress(BluetoothAddress("00:22:33:44:55:77")!, isRandom: false),
               longTermKey: SMPLongTermKey(key: [UInt8](repeating: 0xCD, count: 16)),
               encryptionKeySize: 7, secureConnections: true, authenticated: false)]
     }

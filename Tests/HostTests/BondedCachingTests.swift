@@ -13,7 +13,7 @@ import Testing
 /// keys, through the whole stack with a scripted controller.
 @Suite struct BondedCachingTests {
     private func bond(_ bench: Bench, features: UInt8, hash: [UInt8]?, changeAware: Bool = true) -> Bond {
-        Bond(peer: SMPAddress(bench.central, isRandom: true), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 0x42, count: 16)),
+        Bond(peer: LEAddress(bench.central, isRandom: true), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 0x42, count: 16)),
              encryptionKeySize: 16, secureConnections: true, authenticated: false,
              client: BondedClientState(databaseHash: hash, clientSupportedFeatures: features, changeAware: changeAware))
     }

@@ -15,7 +15,7 @@ import Testing
         let security = CentralSecurity(
             configuration: CentralSecurityConfiguration(),
             owner: BondOwner(device: "central", name: "blemu central", address: BluetoothAddress("D0:01:02:03:04:05")!),
-            localAddress: SMPAddress(BluetoothAddress("D0:01:02:03:04:05")!, isRandom: true), scheduler: b.scheduler,
+            localAddress: LEAddress(BluetoothAddress("D0:01:02:03:04:05")!, isRandom: true), scheduler: b.scheduler,
             logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
         b.host.ownRandomAddress = BluetoothAddress("D0:01:02:03:04:05")!
         b.host.attach(security: security)
@@ -27,7 +27,7 @@ import Testing
         let security = attached(b)
         let link = try b.connect()
         let key = SMPLongTermKey(key: [UInt8](repeating: 0x42, count: 16), encryptedDiversifier: 0x1234, randomNumber: 0x0102_0304_0506_0708)
-        security.bonds.save(Bond(peer: SMPAddress(b.peer, isRandom: true), longTermKey: key, encryptionKeySize: 16,
+        security.bonds.save(Bond(peer: LEAddress(b.peer, isRandom: true), longTermKey: key, encryptionKeySize: 16,
                                  secureConnections: false, authenticated: true))
         var outcome: Result<LinkSecurity, CentralSecurityError>?
         security.secure(link.handle) { outcome = $0 }

@@ -22,7 +22,7 @@ import Glibc
                                HCIOpcode.leSetExtendedAdvertisingEnable]
 
     private static func bond(_ identity: BluetoothAddress, irk: [UInt8]?, key: [UInt8], peer: BluetoothAddress? = nil) -> Bond {
-        Bond(peer: SMPAddress(peer ?? identity, isRandom: true), identity: SMPAddress(identity, isRandom: true), identityResolvingKey: irk,
+        Bond(peer: LEAddress(peer ?? identity, isRandom: true), identity: LEAddress(identity, isRandom: true), identityResolvingKey: irk,
              longTermKey: SMPLongTermKey(key: key), encryptionKeySize: 16, secureConnections: true, authenticated: false,
              client: BondedClientState(clientConfigurations: [0x0010: 0x0001], clientSupportedFeatures: 0x01))
     }

@@ -29,7 +29,7 @@ import Testing
             let own = BluetoothAddress("D0:01:02:03:04:05")!
             security = CentralSecurity(configuration: CentralSecurityConfiguration(),
                                        owner: BondOwner(device: "central", name: "blemu central", address: own),
-                                       localAddress: SMPAddress(own, isRandom: true), scheduler: central.scheduler, logger: GATTWorkflowTests.quiet)
+                                       localAddress: LEAddress(own, isRandom: true), scheduler: central.scheduler, logger: GATTWorkflowTests.quiet)
             central.host.ownRandomAddress = own
             central.host.attach(security: security)
             link = try central.connect()
@@ -42,7 +42,7 @@ import Testing
         func answer(_ pdu: [UInt8]) { central.controller.sendL2CAP(handle: link.handle, cid: L2CAPChannel.att, pdu) }
         func bond() {
             let key = SMPLongTermKey(key: [UInt8](repeating: 0x42, count: 16), encryptedDiversifier: 0x1234, randomNumber: 7)
-            security.bonds.save(Bond(peer: SMPAddress(central.peer, isRandom: true), longTermKey: key, encryptionKeySize: 16,
+            security.bonds.save(Bond(peer: LEAddress(central.peer, isRandom: true), longTermKey: key, encryptionKeySize: 16,
                                      secureConnections: false, authenticated: true))
         }
     }

@@ -70,7 +70,7 @@ import Testing
         let identity = BluetoothAddress("C1:11:11:11:11:11")!
         let linkAddress = BluetoothAddress("C9:00:00:00:00:09")!
         bench.peripheral.security.bonds.save(Bond(
-            peer: SMPAddress(linkAddress, isRandom: true), identity: SMPAddress(identity, isRandom: true),
+            peer: LEAddress(linkAddress, isRandom: true), identity: LEAddress(identity, isRandom: true),
             longTermKey: SMPLongTermKey(key: [UInt8](repeating: 0x5A, count: 16)),
             encryptionKeySize: 16, secureConnections: true, authenticated: false))
         bench.controller.connect(handle: Bench.link, peer: linkAddress)
@@ -125,7 +125,7 @@ extension PeerAuthorizationTests {
         let identity = BluetoothAddress("11:22:33:44:55:66")!
         let linkAddress = BluetoothAddress("C9:00:00:00:00:09")!
         bench.peripheral.security.bonds.save(Bond(
-            peer: SMPAddress(linkAddress, isRandom: true), identity: SMPAddress(identity, isRandom: false),
+            peer: LEAddress(linkAddress, isRandom: true), identity: LEAddress(identity, isRandom: false),
             longTermKey: SMPLongTermKey(key: [UInt8](repeating: 0x5A, count: 16)),
             encryptionKeySize: 16, secureConnections: true, authenticated: false))
         bench.controller.connect(handle: Bench.link, peer: linkAddress)

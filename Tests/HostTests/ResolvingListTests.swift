@@ -20,7 +20,7 @@ import Testing
     static let tabletKey = [UInt8](repeating: 0x24, count: 16)
 
     private static func bond(_ identity: BluetoothAddress, irk: [UInt8]?, key: [UInt8]) -> Bond {
-        Bond(peer: SMPAddress(identity, isRandom: true), identity: SMPAddress(identity, isRandom: true), identityResolvingKey: irk,
+        Bond(peer: LEAddress(identity, isRandom: true), identity: LEAddress(identity, isRandom: true), identityResolvingKey: irk,
              longTermKey: SMPLongTermKey(key: key), encryptionKeySize: 16, secureConnections: true, authenticated: false)
     }
 
@@ -221,7 +221,7 @@ import Testing
         let bench = try bench(llPrivacy: true)
         #expect(bench.controller.isAdvertising && bench.controller.addressResolution)
         var status: UInt8?
-        bench.peripheral.hci.send(.leAddDeviceToResolvingList(peerIdentityAddressType: 1, peerIdentityAddress: BluetoothAddress("C5:00:00:00:00:01")!,
+        bench.peripheral.hci.send(.leAddDeviceToResolvingList(peerIdentity: LEAddress(BluetoothAddress("C5:00:00:00:00:01")!, isRandom: true),
                                                               peerIRK: [UInt8](repeating: 1, count: 16), localIRK: [UInt8](repeating: 0, count: 16))) {
             status = $0.status
         }

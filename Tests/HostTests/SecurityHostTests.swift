@@ -14,7 +14,7 @@ import Testing
 /// Pairing, encryption and bonds through the whole stack, with a scripted controller.
 @Suite struct SecurityHostTests {
     /// SimulatedController.connect: Peer_Address_Type 0x01 (random).
-    private func centralAddress(_ bench: Bench) -> SMPAddress { SMPAddress(bench.central, isRandom: true) }
+    private func centralAddress(_ bench: Bench) -> LEAddress { LEAddress(bench.central, isRandom: true) }
 
     private func longTermKeyRequest(_ bench: Bench, handle: UInt16 = Bench.link, rand: UInt64 = 0, ediv: UInt16 = 0) {
         var p: [UInt8] = [0x05]
@@ -102,7 +102,7 @@ import Testing
         let legacyLock = LockDevice(pin: "4821", seed: 2)
         let legacy = try Bench.connected(legacyLock)
         legacy.peripheral.security.bonds.save(Bond(
-            peer: SMPAddress(legacy.central, isRandom: true), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 7, count: 16)),
+            peer: LEAddress(legacy.central, isRandom: true), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 7, count: 16)),
             encryptionKeySize: 16, secureConnections: false, authenticated: true))
         legacy.controller.event(0x3E, [0x05, 0x40, 0x00] + [UInt8](repeating: 0, count: 10))
         legacy.controller.event(0x08, [0x00, 0x40, 0x00, 0x01])
@@ -121,7 +121,7 @@ extension SecurityHostTests {
         #expect(bench.writeError(device.target, [0xD0, 0x07]) == 0x05)
         #expect(bench.writeError(device.mode, [0x01]) == 0x05)
         bench.peripheral.security.bonds.save(Bond(
-            peer: SMPAddress(bench.central, isRandom: true), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 3, count: 16)),
+            peer: LEAddress(bench.central, isRandom: true), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 3, count: 16)),
             encryptionKeySize: 16, secureConnections: true, authenticated: true))
         bench.controller.connect(handle: 0x0041, peer: bench.central)
         #expect(bench.writeError(device.target, [0xD0, 0x07], link: 0x0041) == 0x0F)
@@ -141,7 +141,7 @@ extension SecurityHostTests {
         #expect(bench.read(device.target) != nil, "reads stay open")
         // An unauthenticated (Just Works) bond's key is enough.
         bench.peripheral.security.bonds.save(Bond(
-            peer: SMPAddress(bench.central, isRandom: true), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 4, count: 16)),
+            peer: LEAddress(bench.central, isRandom: true), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 4, count: 16)),
             encryptionKeySize: 16, secureConnections: true, authenticated: false))
         bench.controller.event(0x3E, [0x05, 0x40, 0x00] + [UInt8](repeating: 0, count: 10))
         bench.controller.event(0x08, [0x00, 0x40, 0x00, 0x01])

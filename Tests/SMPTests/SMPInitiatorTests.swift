@@ -147,9 +147,9 @@ private struct PairingBench {
 }
 
 private let peripheralIdentity = SMPIdentity(resolvingKey: [UInt8](0x30..<0x40),
-                                             address: SMPAddress(BluetoothAddress("D4:AA:BB:CC:DD:EE")!, isRandom: true))
+                                             address: LEAddress(BluetoothAddress("D4:AA:BB:CC:DD:EE")!, isRandom: true))
 private let centralIdentity = SMPIdentity(resolvingKey: [UInt8](0x50..<0x60),
-                                          address: SMPAddress(BluetoothAddress("C1:22:33:44:55:66")!, isRandom: true))
+                                          address: LEAddress(BluetoothAddress("C1:22:33:44:55:66")!, isRandom: true))
 
 @Suite struct SMPInitiatorPairingTests {
     @Test func secureConnectionsJustWorks() throws {

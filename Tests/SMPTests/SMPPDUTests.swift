@@ -66,7 +66,7 @@ import BlemuCrypto
         let central = try SMPCentralIdentification(pdu: be("07 3412 0807060504030201")[...])
         #expect(central.encryptedDiversifier == 0x1234 && central.randomNumber == 0x0102_0304_0506_0708)
         let address = try SMPIdentityAddressInformation(pdu: be("09 01 665544332211")[...])
-        #expect(address.address == SMPAddress(BluetoothAddress("11:22:33:44:55:66")!, isRandom: true))
+        #expect(address.address == LEAddress(BluetoothAddress("11:22:33:44:55:66")!, isRandom: true))
         let key = try SMPPairingPublicKey(pdu: be(Self.publicKeyPDU)[...])
         #expect(key.key.x == le(AppendixD.publicAX))
         #expect(try SMPPairingFailed(pdu: be("05 0B")[...]).reason == .dhKeyCheckFailed)

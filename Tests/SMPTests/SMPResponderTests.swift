@@ -5,11 +5,11 @@ import BlemuCrypto
 @testable import BlemuSMP
 
 private let identity = SMPIdentity(resolvingKey: le("ec0234a3 57c8ad05 341010a6 0a397d9b"),
-                                   address: SMPAddress(BluetoothAddress("C5:00:00:00:00:01")!, isRandom: true))
+                                   address: LEAddress(BluetoothAddress("C5:00:00:00:00:01")!, isRandom: true))
 private let csrk = [UInt8](0x20..<0x30)
 private let centralIRK = [UInt8](0x40..<0x50)
 private let centralCSRK = [UInt8](0x60..<0x70)
-private let centralIdentity = SMPAddress(BluetoothAddress("00:1B:DC:01:02:03")!, isRandom: false)
+private let centralIdentity = LEAddress(BluetoothAddress("00:1B:DC:01:02:03")!, isRandom: false)
 
 /// Sends the central's IRK, identity address and CSRK (its default key distribution).
 private func sendCentralKeys(_ responder: inout SMPResponder) -> SMPResponderOutput {
@@ -87,7 +87,7 @@ private func sendCentralKeys(_ responder: inout SMPResponder) -> SMPResponderOut
         _ = central.sendDHKeyCheck(&responder)
         _ = responder.linkEncrypted()
         _ = responder.receive(SMPIdentityInformation(value: centralIRK).encoded[...])
-        let resolvable = SMPAddress(BluetoothAddress("4A:00:00:00:00:01")!, isRandom: true)
+        let resolvable = LEAddress(BluetoothAddress("4A:00:00:00:00:01")!, isRandom: true)
         let out = responder.receive(SMPIdentityAddressInformation(address: resolvable).encoded[...])
         #expect(out.failure == .invalidParameters)
     }

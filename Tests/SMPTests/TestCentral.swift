@@ -7,8 +7,8 @@ import BlemuCrypto
 /// The initiator side of pairing, played by the tests with the toolbox alone, so the responder
 /// is checked against the spec's equations rather than against itself.
 struct TestCentral {
-    static let centralAddress = SMPAddress(BluetoothAddress("C1:22:33:44:55:66")!, isRandom: true)
-    static let peripheralAddress = SMPAddress(BluetoothAddress("D4:AA:BB:CC:DD:EE")!, isRandom: true)
+    static let centralAddress = LEAddress(BluetoothAddress("C1:22:33:44:55:66")!, isRandom: true)
+    static let peripheralAddress = LEAddress(BluetoothAddress("D4:AA:BB:CC:DD:EE")!, isRandom: true)
 
     var features: SMPPairingFeatures
     var random = SeededRandom(seed: 0xC0FFEE)

@@ -8,15 +8,15 @@ import Glibc
 @testable import BlemuSecurity
 
 private let owner = BondOwner(device: "lock", name: "Front Door", address: BluetoothAddress("C4:11:22:33:44:55")!)
-private let central = SMPAddress(BluetoothAddress("D1:22:33:44:55:66")!, isRandom: true)
+private let central = LEAddress(BluetoothAddress("D1:22:33:44:55:66")!, isRandom: true)
 /// What a layer above might keep with a bond: Security stores it without looking into it.
 private let format = BondAttachmentFormat(fields: ["cccds", "note"]) { attachment in
     if case .text(let note)? = attachment["note"], note.isEmpty { return nil }
     return attachment
 }
 
-private func bond(_ peer: SMPAddress = central, key: UInt8 = 0xAB, sc: Bool = true) -> Bond {
-    Bond(peer: peer, identity: SMPAddress(BluetoothAddress("C9:00:00:00:00:01")!, isRandom: true),
+private func bond(_ peer: LEAddress = central, key: UInt8 = 0xAB, sc: Bool = true) -> Bond {
+    Bond(peer: peer, identity: LEAddress(BluetoothAddress("C9:00:00:00:00:01")!, isRandom: true),
          identityResolvingKey: [UInt8](repeating: 0x11, count: 16),
          longTermKey: SMPLongTermKey(key: [UInt8](repeating: key, count: 16), encryptedDiversifier: sc ? 0 : 0x1234,
                                      randomNumber: sc ? 0 : 0xFEDC_BA98_7654_3210),
@@ -41,7 +41,7 @@ private func bond(_ peer: SMPAddress = central, key: UInt8 = 0xAB, sc: Bool = tr
         let store = BondStore(path: path, owner: owner, attachmentFormat: format, logger: recorder.logger)
         #expect(store.bonds.isEmpty)
         store.save(bond())
-        var legacyBond = bond(SMPAddress(BluetoothAddress("D2:22:33:44:55:66")!, isRandom: true), key: 0xCD, sc: false)
+        var legacyBond = bond(LEAddress(BluetoothAddress("D2:22:33:44:55:66")!, isRandom: true), key: 0xCD, sc: false)
         legacyBond.identity = nil
         store.save(legacyBond)
 
@@ -50,12 +50,12 @@ private func bond(_ peer: SMPAddress = central, key: UInt8 = 0xAB, sc: Bool = tr
         let first = reloaded.bond(for: central)
         #expect(first?.longTermKey.key == [UInt8](repeating: 0xAB, count: 16))
         #expect(first?.attachment == BondAttachment(["cccds": .table(["16": 1])]))
-        let legacy = reloaded.bond(for: SMPAddress(BluetoothAddress("D2:22:33:44:55:66")!, isRandom: true))
+        let legacy = reloaded.bond(for: LEAddress(BluetoothAddress("D2:22:33:44:55:66")!, isRandom: true))
         #expect(legacy?.longTermKey.encryptedDiversifier == 0x1234)
         #expect(legacy?.longTermKey.randomNumber == 0xFEDC_BA98_7654_3210)
         #expect(legacy?.secureConnections == false)
         // Found by its identity address too.
-        #expect(reloaded.bond(for: SMPAddress(BluetoothAddress("C9:00:00:00:00:01")!, isRandom: true)) != nil)
+        #expect(reloaded.bond(for: LEAddress(BluetoothAddress("C9:00:00:00:00:01")!, isRandom: true)) != nil)
 
         let state = TemporaryDirectory.sub(dir, "state")
         #expect(state.mode(owner.fileName) == 0o600)
@@ -79,8 +79,8 @@ private func bond(_ peer: SMPAddress = central, key: UInt8 = 0xAB, sc: Bool = tr
         let store = BondStore(path: nil, owner: owner, attachmentFormat: format, logger: LogRecorder().logger)
         store.save(bond())
         let irk = [UInt8](repeating: 0x11, count: 16)
-        func address(prand: [UInt8], hash: [UInt8]) throws -> SMPAddress {
-            SMPAddress(try BluetoothAddress(littleEndian: hash + prand), isRandom: true)
+        func address(prand: [UInt8], hash: [UInt8]) throws -> LEAddress {
+            LEAddress(try BluetoothAddress(littleEndian: hash + prand), isRandom: true)
         }
         let prand: [UInt8] = [0x94, 0x81, 0x70]   // little-endian: 0x708194, top bits 0b01
         let rpa = try address(prand: prand, hash: SMPCrypto.ah(irk: irk, prand: prand))
@@ -91,9 +91,9 @@ private func bond(_ peer: SMPAddress = central, key: UInt8 = 0xAB, sc: Bool = tr
         #expect(store.bond(for: try address(prand: prand, hash: wrong)) == nil)
         let staticPrand: [UInt8] = [0x94, 0x81, 0xF0]   // top bits 0b11: a static random address
         #expect(store.bond(for: try address(prand: staticPrand, hash: SMPCrypto.ah(irk: irk, prand: staticPrand))) == nil)
-        #expect(store.bond(for: SMPAddress(rpa.address, isRandom: false)) == nil)
+        #expect(store.bond(for: LEAddress(rpa.address, isRandom: false)) == nil)
         // A bond without an IRK (or the all-zero one some centrals send) resolves nothing.
-        var plain = bond(SMPAddress(BluetoothAddress("D1:00:00:00:00:09")!, isRandom: true), key: 7)
+        var plain = bond(LEAddress(BluetoothAddress("D1:00:00:00:00:09")!, isRandom: true), key: 7)
         plain.identityResolvingKey = [UInt8](repeating: 0, count: 16)
         #expect(!plain.resolves(rpa))
     }
@@ -102,7 +102,7 @@ private func bond(_ peer: SMPAddress = central, key: UInt8 = 0xAB, sc: Bool = tr
         let store = BondStore(path: nil, owner: owner, limit: 3, attachmentFormat: format, logger: LogRecorder().logger)
         var dropped: [Bond] = []
         for index in 1...5 {
-            let peer = SMPAddress(BluetoothAddress(value: 0xD0_0000_0000_00 + UInt64(index)), isRandom: true)
+            let peer = LEAddress(BluetoothAddress(value: 0xD0_0000_0000_00 + UInt64(index)), isRandom: true)
             var b = bond(peer, key: UInt8(index))
             b.identity = nil
             dropped += store.save(b)

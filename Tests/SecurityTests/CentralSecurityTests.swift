@@ -6,8 +6,8 @@ import BlemuSMP
 
 private let peripheralOwner = BondOwner(device: "lock", name: "Lock", address: BluetoothAddress("C4:11:22:33:44:55")!)
 private let centralOwner = BondOwner(device: "central", name: "blemu central", address: BluetoothAddress("D1:22:33:44:55:66")!)
-private let peripheralAddress = SMPAddress(peripheralOwner.address, isRandom: true)
-private let centralAddress = SMPAddress(centralOwner.address, isRandom: true)
+private let peripheralAddress = LEAddress(peripheralOwner.address, isRandom: true)
+private let centralAddress = LEAddress(centralOwner.address, isRandom: true)
 private let handle: UInt16 = 0x0040
 
 /// blemu's central security against blemu's peripheral security over a simulated link and
@@ -76,7 +76,7 @@ private final class Link {
     /// A link; `privateAddress`: the peripheral advertised from (and connects as) this
     /// resolvable private address instead of its identity address.
     func open(privateAddress: BluetoothAddress? = nil) {
-        central.linkOpened(handle, peer: privateAddress.map { SMPAddress($0, isRandom: true) } ?? peripheralAddress)
+        central.linkOpened(handle, peer: privateAddress.map { LEAddress($0, isRandom: true) } ?? peripheralAddress)
         peripheral.linkOpened(handle, peer: centralAddress, local: privateAddress)
     }
 
@@ -142,7 +142,7 @@ private final class Link {
         #expect(before != after)
         link.open(privateAddress: before)
         _ = try #require(link.secure()).get()
-        let bond = try #require(link.central.bonds.bond(for: SMPAddress(before, isRandom: true)))
+        let bond = try #require(link.central.bonds.bond(for: LEAddress(before, isRandom: true)))
         #expect(bond.identity == peripheralAddress, "the identity address the peripheral distributed")
         #expect(bond.identityResolvingKey == irk)
 
@@ -158,7 +158,7 @@ private final class Link {
         link.close()
         var other = SeededRandom(seed: 8)
         let stranger = ResolvablePrivateAddress.make(irk: [UInt8](repeating: 0x5A, count: 16), random: &other)
-        #expect(link.central.bonds.bond(for: SMPAddress(stranger, isRandom: true)) == nil)
+        #expect(link.central.bonds.bond(for: LEAddress(stranger, isRandom: true)) == nil)
     }
 
     @Test func passkeyEntryWithTheLocksPasskey() throws {

@@ -16,7 +16,7 @@ private let owner = BondOwner(device: "heart-rate", name: "HR 1", address: Bluet
         var random = SystemRandomNumberGenerator()
         let first = DeviceIdentityStore.loadOrCreate(path: path, owner: owner, logger: recorder.logger, random: &random)
         #expect(first.resolvingKey.count == 16 && first.resolvingKey.contains { $0 != 0 })
-        #expect(first.address == SMPAddress(owner.address, isRandom: true))
+        #expect(first.address == LEAddress(owner.address, isRandom: true))
         #expect(dir.mode(owner.identityFileName) == 0o600)
         #expect(dir.files() == [owner.identityFileName], "no temporary file left behind")
         let again = DeviceIdentityStore.loadOrCreate(path: path, owner: owner, logger: recorder.logger, random: &random)
@@ -66,7 +66,7 @@ private let owner = BondOwner(device: "heart-rate", name: "HR 1", address: Bluet
         defer { dir.remove() }
         let recorder = LogRecorder()
         let path = dir.path + "/" + owner.fileName
-        let central = SMPAddress(BluetoothAddress("D1:22:33:44:55:66")!, isRandom: true)
+        let central = LEAddress(BluetoothAddress("D1:22:33:44:55:66")!, isRandom: true)
         let format = BondAttachmentFormat(fields: ["signCounter"]) { $0 }
         let store = BondStore(path: path, owner: owner, attachmentFormat: format, logger: recorder.logger)
         store.save(Bond(peer: central, longTermKey: SMPLongTermKey(key: [UInt8](repeating: 7, count: 16)), encryptionKeySize: 16,
@@ -100,10 +100,10 @@ private extension String {
         defer { dir.remove() }
         var sent: [[UInt8]] = []
         let security = PeripheralSecurity(configuration: SecurityConfiguration(identityPath: dir.path + "/" + owner.identityFileName),
-                                          owner: owner, localAddress: SMPAddress(owner.address, isRandom: true),
+                                          owner: owner, localAddress: LEAddress(owner.address, isRandom: true),
                                           scheduler: ManualScheduler(), logger: LogRecorder().logger)
         security.sendSMP = { _, pdu in sent.append(pdu) }
-        let central = SMPAddress(BluetoothAddress("D1:22:33:44:55:66")!, isRandom: true)
+        let central = LEAddress(BluetoothAddress("D1:22:33:44:55:66")!, isRandom: true)
         security.linkOpened(0x40, peer: central)
         #expect(dir.files().isEmpty)
         // Pairing Request: NoInputNoOutput, bonding + SC, 16 octets, keys EncKey|IdKey|SignKey both ways.
@@ -113,7 +113,7 @@ private extension String {
         #expect(sent.first == [0x02, 0x03, 0x00, 0x09, 0x10, 0x06, 0x02])
         // The next start reads the same identity.
         let again = PeripheralSecurity(configuration: SecurityConfiguration(identityPath: dir.path + "/" + owner.identityFileName),
-                                       owner: owner, localAddress: SMPAddress(owner.address, isRandom: true),
+                                       owner: owner, localAddress: LEAddress(owner.address, isRandom: true),
                                        scheduler: ManualScheduler(), logger: LogRecorder().logger)
         #expect(again.identity == security.identity)
     }

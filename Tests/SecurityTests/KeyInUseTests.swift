@@ -7,7 +7,7 @@ import Testing
 /// What a link's key brings once Encryption Change says it is on, for both roles.
 @Suite struct KeyInUseTests {
     @Test func aBondsKeyIsBondedAndKeepsItsStrength() {
-        let bond = Bond(peer: SMPAddress(BluetoothAddress(value: 1), isRandom: false), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 7, count: 16)),
+        let bond = Bond(peer: LEAddress(BluetoothAddress(value: 1), isRandom: false), longTermKey: SMPLongTermKey(key: [UInt8](repeating: 7, count: 16)),
                         encryptionKeySize: 12, secureConnections: true, authenticated: true)
         #expect(LinkSecurity(bond: bond) == LinkSecurity(isEncrypted: true, isAuthenticated: true, isSecureConnections: true,
                                                          encryptionKeySize: 12, isBonded: true))

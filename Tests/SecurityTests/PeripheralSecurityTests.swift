@@ -5,8 +5,8 @@ import BlemuSMP
 @testable import BlemuSecurity
 
 private let owner = BondOwner(device: "lock", name: "Lock", address: BluetoothAddress("C4:11:22:33:44:55")!)
-private let local = SMPAddress(owner.address, isRandom: true)
-private let centralAddress = SMPAddress(BluetoothAddress("D1:22:33:44:55:66")!, isRandom: true)
+private let local = LEAddress(owner.address, isRandom: true)
+private let centralAddress = LEAddress(BluetoothAddress("D1:22:33:44:55:66")!, isRandom: true)
 private let handle: UInt16 = 0x0040
 
 /// A PeripheralSecurity with everything it sends recorded.

@@ -7,8 +7,8 @@ import Testing
 /// The one driver of a link's pairing machine, the same for both roles: PDUs out in order, the
 /// 30 s SMP timer (Vol 3, Part H, 3.4), then the events.
 @Suite struct SMPLinkDriverTests {
-    static let central = SMPAddress(BluetoothAddress(value: 0xC0_11_22_33_44_55), isRandom: true)
-    static let peripheral = SMPAddress(BluetoothAddress(value: 0x00_AA_BB_CC_DD_EE), isRandom: false)
+    static let central = LEAddress(BluetoothAddress(value: 0xC0_11_22_33_44_55), isRandom: true)
+    static let peripheral = LEAddress(BluetoothAddress(value: 0x00_AA_BB_CC_DD_EE), isRandom: false)
 
     final class Recorder<Event> {
         var pdus: [[UInt8]] = []

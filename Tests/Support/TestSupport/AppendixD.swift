@@ -21,6 +21,6 @@ public enum AppendixD {
     public static let n1 = "d5cb8454 d177733e ffffb2ec 712baeab"
     public static let n2 = "a6e8e7cc 25a75f6e 216583f7 ff3dc4cf"
     // f5/f6: A1 = 0x00 || 56:12:37:37:BF:CE, A2 = 0x00 || A7:13:70:2D:CF:C1 (public addresses).
-    public static let a1 = SMPAddress(BluetoothAddress("56:12:37:37:BF:CE")!, isRandom: false)
-    public static let a2 = SMPAddress(BluetoothAddress("A7:13:70:2D:CF:C1")!, isRandom: false)
+    public static let a1 = LEAddress(BluetoothAddress("56:12:37:37:BF:CE")!, isRandom: false)
+    public static let a2 = LEAddress(BluetoothAddress("A7:13:70:2D:CF:C1")!, isRandom: false)
 }
