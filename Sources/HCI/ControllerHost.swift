@@ -69,10 +69,12 @@ public final class ControllerHost {
     public let name: String
 
     /// The roles on this controller. Each role keeps this host alive; the host only refers to them.
-    public private(set) weak var peripheralRole: ControllerRole?
-    public private(set) weak var centralRole: ControllerRole?
+    public var peripheralRole: ControllerRole? { peripheral }
+    public var centralRole: ControllerRole? { central }
+    private weak var peripheral: ControllerRole?
+    private weak var central: ControllerRole?
     /// Which role each open link is, from its connection event.
-    private var linkRoles = HandleTable<LinkRole>()
+    private let linkRoles = LinkRoleTable()
 
     /// Whether the LE extended advertising, scanning and initiating commands are used, or the
     /// legacy ones: a controller refuses them mixed (Vol 4, Part E, 3.1.1), so this is chosen once
@@ -104,26 +106,28 @@ public final class ControllerHost {
         hci.delegate = self
     }
 
+    deinit { linkRoles.deallocate() }
+
     /// Puts `role` on this controller as its `kind`; one of each. A role that comes when the
     /// controller is ready hears so at once.
     public func register(_ role: ControllerRole, as kind: LinkRole) {
         switch kind {
-        case .peripheral: peripheralRole = role
-        case .central: centralRole = role
+        case .peripheral: peripheral = role
+        case .central: central = role
         }
         if hci.isReady && !isStopping { role.controllerReady(then: {}) }
     }
 
     public func role(_ kind: LinkRole) -> ControllerRole? {
         switch kind {
-        case .peripheral: return peripheralRole
-        case .central: return centralRole
+        case .peripheral: return peripheral
+        case .central: return central
         }
     }
 
     /// The peripheral role first: it loads the resolving list, which the controller does not
     /// change while scanning or initiating (Vol 4, Part E, 7.8.38).
-    private var roles: [ControllerRole] { [peripheralRole, centralRole].compactMap { $0 } }
+    private var roles: [ControllerRole] { [peripheral, central].compactMap { $0 } }
 
     public var isReady: Bool { hci.isReady }
     public var isStopping: Bool { stopCompletion != nil }
@@ -267,9 +271,9 @@ extension ControllerHost: HCIHostDelegate {
         case .leConnectionComplete(let complete):
             connectionCompleted(complete)
         case .leAdvertisingReport, .leExtendedAdvertisingReport:
-            centralRole?.roleEvent(event)
+            central?.roleEvent(event)
         case .leAdvertisingSetTerminated:
-            peripheralRole?.roleEvent(event)
+            peripheral?.roleEvent(event)
         case let .disconnectionComplete(status, handle, reason):
             let kind = linkRoles[handle]
             if status == HCIStatus.success { linkRoles[handle] = nil }
@@ -301,9 +305,14 @@ extension ControllerHost: HCIHostDelegate {
     }
 
     public func hciHost(_ host: HCIHost, didReceiveACL packet: ACLPacket) {
-        if let kind = linkRoles[packet.handle], let role = role(kind) {
-            role.receiveACL(packet)
-            return
+        // The table's byte compared as it is: this runs for every packet.
+        switch linkRoles.stored(packet.handle) {
+        case LinkRoleTable.peripheral:
+            if let peripheral { return peripheral.receiveACL(packet) }
+        case LinkRoleTable.central:
+            if let central { return central.receiveACL(packet) }
+        default:
+            break
         }
         if let leftOut = routingLog.take(now: scheduler.nowNanoseconds, for: logger) {
             logger.warning("ACL data for unknown connection handle \(packet.handle) dropped\(LogBudget.note(leftOut))")
@@ -313,5 +322,44 @@ extension ControllerHost: HCIHostDelegate {
     public func hciHost(_ host: HCIHost, transmitQueueHasRoomFor handle: UInt16) {
         guard let kind = linkRoles[handle] else { return }
         role(kind)?.transmitQueueHasRoom(for: handle)
+    }
+}
+
+/// The role of each open link by its connection handle (12 bits, as the decoders take it; Vol 4,
+/// Part E, 5.4.2): one byte a handle, read for every ACL packet, so a lookup is one load (no
+/// hashing, nothing generic).
+struct LinkRoleTable {
+    static let handleCount = 0x1000
+    /// What a handle's byte holds: 0, no link; otherwise the role's raw value plus one.
+    static let central = LinkRole.central.rawValue + 1
+    static let peripheral = LinkRole.peripheral.rawValue + 1
+    private let roles: UnsafeMutablePointer<UInt8>
+
+    init() {
+        roles = .allocate(capacity: Self.handleCount)
+        roles.initialize(repeating: 0, count: Self.handleCount)
+    }
+
+    func deallocate() { roles.deallocate() }
+
+    /// The byte of `handle` (`central`, `peripheral` or 0).
+    func stored(_ handle: UInt16) -> UInt8 {
+        Int(handle) < Self.handleCount ? roles[Int(handle)] : 0
+    }
+
+    subscript(handle: UInt16) -> LinkRole? {
+        get {
+            guard Int(handle) < Self.handleCount else { return nil }
+            let stored = roles[Int(handle)]
+            return stored == 0 ? nil : LinkRole(rawValue: stored &- 1)
+        }
+        nonmutating set {
+            guard Int(handle) < Self.handleCount else { return }
+            roles[Int(handle)] = newValue.map { $0.rawValue &+ 1 } ?? 0
+        }
+    }
+
+    func removeAll() {
+        roles.update(repeating: 0, count: Self.handleCount)
     }
 }
