@@ -34,9 +34,10 @@ public final class ScaleRig {
         controller.advertisingTxPower = 0
         controller.supportsDataLengthExtension = false
         self.controller = controller
-        host = PeripheralHost(controller: "scale", scheduler: scheduler, logger: logger, output: { type, packet in
+        host = PeripheralHost(on: ControllerHost(controller: "scale", scheduler: scheduler, logger: logger,
+                                                 transmitBufferCapacity: PeripheralHost.largestPDU, output: { type, packet in
             type == 0x02 ? true : controller.output(type, packet)
-        })
+        }))
         controller.host = host.hci
         var devices: [HeartRateDevice] = []
         var peripherals: [Peripheral] = []
@@ -49,7 +50,7 @@ public final class ScaleRig {
         }
         self.devices = devices
         self.peripherals = peripherals
-        host.controllerUp()
+        host.controller.controllerUp()
         var links: [[UInt16]] = []
         var nextHandle: UInt16 = 0x0001
         for peripheral in peripherals {

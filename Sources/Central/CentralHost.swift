@@ -31,19 +31,18 @@ public enum CentralError: Error, Equatable, CustomStringConvertible {
 }
 
 /// The central role on one controller (Vol 3, Part C, 9.3): scanning, initiating, and the
-/// links it makes, each with a GATT client. Beside `PeripheralHost`, not inside it: it owns a
-/// controller of its own (`init(controller:...)`), or shares the peripherals' one
-/// (`init(sharing:...)` and `PeripheralHost.share(with:)`), getting the events and links that
-/// are the central's.
-public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelegate {
+/// links it makes, each with a GATT client. A peer of `PeripheralHost` on the controller's
+/// `ControllerHost`, which owns the controller and gives this role its own: the links made in the
+/// central role, their events and data, the advertising reports.
+public final class CentralHost: ATTServerDelegate {
     public static let connectTimeout: Duration = .seconds(10)
-    /// The stop waits this long at most for links to close and the controller to reset.
-    public static let stopDeadline: Duration = .seconds(3)
+    /// The largest PDU the central's links send, L2CAP header included: an ATT PDU at the largest
+    /// ATT_MTU (the `ControllerHost`'s `transmitBufferCapacity`).
+    public static let largestPDU = 4 + ATTServer.maximumMTU
 
-    public let controller: String
-    public let hci: HCIHost
-    /// Whether another host owns the controller (it initializes, stops and resets it).
-    public let isSharing: Bool
+    /// The host of the controller this role is on.
+    public let controller: ControllerHost
+    public var hci: HCIHost { controller.hci }
     public let scheduler: TimerScheduling
     public var logger: Logger {
         didSet { l2cap.logger = logger }
@@ -59,55 +58,31 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
     public var onError: ((String) -> Void)?
     /// Pairing and encryption of the links (`attach(security:)`); nil: pairing is refused.
     public private(set) var security: CentralSecurity?
-    /// A static random address this central scans and connects from (set on an owned
-    /// controller when it is ready), so a peripheral that bonded with it knows it next time;
-    /// nil: the controller's public address.
+    /// A static random address this central scans and connects from (set when the controller is
+    /// ready), so a peripheral that bonded with it knows it next time; nil: the controller's public
+    /// address. Used only where no device advertises on the controller: LE Set Random Address sets
+    /// the one random address of a controller (Vol 4, Part E, 7.8.4), which legacy advertising uses.
     public var ownRandomAddress: BluetoothAddress?
-    private var ownAddressType: AddressType { ownRandomAddress != nil && !isSharing ? .randomDevice : .publicDevice }
+    private var usedRandomAddress: BluetoothAddress? { controller.peripheralRole == nil ? ownRandomAddress : nil }
+    private var ownAddressType: AddressType { usedRandomAddress != nil ? .randomDevice : .publicDevice }
 
     private var scanWanted: (active: Bool, filterDuplicates: Bool)?
-    /// Sharing a controller: whether its owner uses the extended commands (set when it is ready).
-    private var sharedExtendedCommands = false
-    /// The LE extended scanning and initiating commands, or the legacy ones: a controller's own
-    /// choice when it is ours, the owner's when shared.
-    private var usesExtendedCommands: Bool { isSharing ? sharedExtendedCommands : hci.info.supportsExtendedAdvertising }
+    /// The LE extended scanning and initiating commands, or the legacy ones: the controller's
+    /// one choice for every role on it.
+    private var usesExtendedCommands: Bool { controller.usesExtendedCommands }
     private var scanning = false
     private var connecting: (peer: BluetoothAddress, timer: TimerID?, cancelled: Bool,
                              completion: (Result<CentralLink, CentralError>) -> Void)?
     private let database: GATTDatabase
     /// What the central's links share: the HCI, the timers, the budget of lines peers cause.
     let l2cap: L2CAPLinkContext
-    private var stopCompletion: (() -> Void)?
-    private var stopTimer: TimerID?
 
-    /// A central with a controller of its own.
-    public convenience init(controller: String, name: String = "blemu central", scheduler: TimerScheduling, logger: Logger,
-                            output: @escaping (UInt8, ArraySlice<UInt8>) -> Bool) throws(GATTDatabaseError) {
-        var logger = logger
-        logger[metadataKey: LogKey.controller] = .string(controller)
-        try self.init(controller: controller, name: name, hci: HCIHost(scheduler: scheduler, logger: logger, transmitBufferCapacity: 4 + ATTServer.maximumMTU,
-                                                                     output: output),
-                      sharing: false, scheduler: scheduler, logger: logger)
-        hci.delegate = self
-    }
-
-    /// A central on the controller of `hci`, which another host owns: that host must pass
-    /// it what is not its own (`PeripheralHost.share(with:)`).
-    public convenience init(sharing hci: HCIHost, controller: String, name: String = "blemu central",
-                            scheduler: TimerScheduling, logger: Logger) throws(GATTDatabaseError) {
-        var logger = logger
-        logger[metadataKey: LogKey.controller] = .string(controller)
-        try self.init(controller: controller, name: name, hci: hci, sharing: true, scheduler: scheduler, logger: logger)
-    }
-
-    private init(controller: String, name: String, hci: HCIHost, sharing: Bool, scheduler: TimerScheduling,
-                 logger: Logger) throws(GATTDatabaseError) {
+    /// The central role on `controller`, beside the peripheral role when there is one.
+    public init(on controller: ControllerHost, name: String = "blemu central") throws(GATTDatabaseError) {
         self.controller = controller
-        self.scheduler = scheduler
-        self.logger = logger
-        self.hci = hci
-        isSharing = sharing
-        l2cap = L2CAPLinkContext(hci: hci, scheduler: scheduler, logger: logger)
+        scheduler = controller.scheduler
+        logger = controller.logger
+        l2cap = L2CAPLinkContext(hci: controller.hci, scheduler: controller.scheduler, logger: controller.logger)
         let gap = Service(GATTType.gapService) {
             Characteristic(GATTType.deviceName, properties: [.read], cachedValue: Array(name.utf8.prefix(248)))
             Characteristic(GATTType.appearance, properties: [.read], cachedValue: [0x00, 0x00])
@@ -116,26 +91,7 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
             Characteristic(GATTType.serviceChanged, properties: [.indicate], length: .fixed(4))
         }
         database = try GATTDatabase(services: [gap, gatt])
-    }
-
-    // MARK: The controller
-
-    public func controllerUp() { hci.start() }
-
-    public func controllerDown(reason: String) {
-        hci.halt()
-        scanning = false
-        failConnecting(.notReady)
-        for handle in links.keys.sorted() { linkClosed(handle, reason: HCIStatus.hardwareFailure) }
-        if stopCompletion != nil { finishStop() }
-    }
-
-    public func receive(packetType: UInt8, packet: ArraySlice<UInt8>) {
-        switch packetType {
-        case 0x04: hci.receiveEvent(packet)
-        case 0x02: hci.receiveACL(packet)
-        default: break
-        }
+        controller.register(self, as: .central)
     }
 
     public var isReady: Bool { hci.isReady }
@@ -185,7 +141,7 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
     public func connect(to address: BluetoothAddress, addressType: UInt8, timeout: Duration = CentralHost.connectTimeout,
                         parameters: ConnectionRequestParameters = ConnectionRequestParameters(),
                         completion: @escaping (Result<CentralLink, CentralError>) -> Void) {
-        guard hci.isReady, stopCompletion == nil else { return completion(.failure(.notReady)) }
+        guard hci.isReady, !controller.isStopping else { return completion(.failure(.notReady)) }
         guard connecting == nil else { return completion(.failure(.busy)) }
         pauseScanning()
         let command: HCICommand = usesExtendedCommands
@@ -221,165 +177,23 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
         if let wanted = scanWanted, connecting == nil { startScanning(active: wanted.active, filterDuplicates: wanted.filterDuplicates) }
     }
 
-    // MARK: Stopping
-
-    /// Scanning off, every link disconnected (0x13), the controller reset; `completion` once
-    /// done or after `stopDeadline`. Sharing a controller: scanning off and links asked to
-    /// close, then `completion` at once (the owner's stop waits for them and resets).
-    public func stop(completion: @escaping () -> Void) {
-        if isSharing {
-            // The controller's owner resets it; the central only lets go of what is its own.
-            closeForStop()
-            return completion()
-        }
-        guard stopCompletion == nil else { return }
-        stopCompletion = completion
-        scanWanted = nil
-        guard hci.isReady else { return finishStop() }
-        hci.cancelQueuedCommands()
-        pauseScanning()
-        if connecting != nil { hci.send(.leCreateConnectionCancel) }
-        for handle in links.keys.sorted() { hci.send(.disconnect(handle: handle, reason: HCIStatus.remoteUserTerminated)) }
-        stopTimer = scheduler.schedule(after: Self.stopDeadline) { [weak self] in self?.finishStop() }
-        if links.isEmpty { resetThenFinish() }
-    }
-
-    private func resetThenFinish() {
-        hci.send(.reset) { [weak self] _ in self?.finishStop() }
-    }
-
-    private func finishStop() {
-        if let stopTimer { scheduler.cancel(stopTimer) }
-        stopTimer = nil
-        guard let completion = stopCompletion else { return }
-        stopCompletion = nil
-        hci.halt()
-        completion()
-    }
-
-    // MARK: HCIHostDelegate
-
-    public func hciHostDidBecomeReady(_ host: HCIHost) {
-        if let ownRandomAddress, !isSharing { hci.send(.leSetRandomAddress(ownRandomAddress)) }
-        security?.localAddress = ownSMPAddress
-        logger.event(.controllerUp, .info, "controller \(controller) ready for the central role")
-        onReady?()
-        resumeScanning()
-    }
-
-    public func hciHostDidReset(_ host: HCIHost, reason: String) {
+    private func dropLinks() {
         scanning = false
         failConnecting(.notReady)
         for handle in links.keys.sorted() { linkClosed(handle, reason: HCIStatus.hardwareFailure) }
     }
 
-    public func hciHost(_ host: HCIHost, didReceive event: HCIEvent) {
-        _ = claim(event)
+    private func linkParametersUpdated(status: UInt8, handle: UInt16, parameters: LinkParameters) {
+        guard status == HCIStatus.success, let link = links[handle] else { return }
+        link.parameters = parameters
+        logger.info("link \(handle): interval \(Double(parameters.interval) * 1.25) ms, latency \(parameters.latency), timeout \(Int(parameters.supervisionTimeout) * 10) ms")
     }
-
-    // MARK: HCIRoleSharing
-
-    public func sharedControllerReady(extendedCommands: Bool) {
-        sharedExtendedCommands = extendedCommands
-        hciHostDidBecomeReady(hci)
-    }
-
-    public func sharedControllerReset(reason: String) { hciHostDidReset(hci, reason: reason) }
-
-    public func ownsLink(_ handle: UInt16) -> Bool { links[handle] != nil }
-
-    public func receiveACL(_ packet: ACLPacket) { hciHost(hci, didReceiveACL: packet) }
-
-    public func transmitQueueHasRoom(for handle: UInt16) {}
-
-    public var openLinkCount: Int { links.count }
-
-    public func closeForStop() {
-        scanWanted = nil
-        pauseScanning()
-        if connecting != nil { hci.send(.leCreateConnectionCancel) }
-        for handle in links.keys.sorted() { hci.send(.disconnect(handle: handle, reason: HCIStatus.remoteUserTerminated)) }
-    }
-
-    /// Handles the event when it is the central's; false leaves it to the controller's owner.
-    public func claim(_ event: HCIEvent) -> Bool {
-        switch event {
-        case .leAdvertisingReport(let reports):
-            for report in reports {
-                // 0x04 is SCAN_RSP; 0x00 ADV_IND and 0x01 ADV_DIRECT_IND are connectable.
-                let (advertisement, change) = advertisers.record(
-                    address: report.address, addressType: report.addressType, rssi: report.rssi == 127 ? nil : report.rssi,
-                    connectable: report.eventType <= 0x01, isScanResponse: report.eventType == 0x04, data: report.data,
-                    now: scheduler.nowNanoseconds)
-                onAdvertisement?(advertisement, change)
-            }
-        case .leExtendedAdvertisingReport(let reports):
-            for report in reports where report.dataStatus == 0 {
-                let (advertisement, change) = advertisers.record(
-                    address: report.address, addressType: report.addressType, rssi: report.rssi,
-                    connectable: report.isScanResponse ? nil : report.isConnectable, isScanResponse: report.isScanResponse,
-                    data: report.data, txPower: report.txPower, now: scheduler.nowNanoseconds)
-                onAdvertisement?(advertisement, change)
-            }
-        case .leConnectionComplete(let complete):
-            // 7.7.65.1: role 0x00 is the central's; a failed attempt is ours when one is under way.
-            guard complete.role == 0x00, complete.status == HCIStatus.success || connecting != nil else {
-                return isSharing ? false : { connectionCompleted(complete); return true }()
-            }
-            connectionCompleted(complete)
-        case let .disconnectionComplete(status, handle, reason):
-            guard links[handle] != nil else { return false }
-            guard status == HCIStatus.success else { return true }
-            linkClosed(handle, reason: reason)
-            if stopCompletion != nil, links.isEmpty { resetThenFinish() }
-        case let .leConnectionUpdateComplete(status, handle, parameters):
-            guard let link = links[handle] else { return false }
-            guard status == HCIStatus.success else { return true }
-            link.parameters = parameters
-            logger.info("link \(handle): interval \(Double(parameters.interval) * 1.25) ms, latency \(parameters.latency), timeout \(Int(parameters.supervisionTimeout) * 10) ms")
-        case let .leRemoteConnectionParameterRequest(handle, intervalMin, intervalMax, latency, timeout):
-            guard links[handle] != nil || !isSharing else { return false }
-            // Vol 4, Part E, 7.7.65.6: the peer's controller asks; the central host decides.
-            let asked = ConnectionParameters(intervalMin: intervalMin, intervalMax: intervalMax, peripheralLatency: latency,
-                                             supervisionTimeout: timeout)
-            if asked.coreViolations.isEmpty {
-                hci.send(.leRemoteConnectionParameterRequestReply(handle: handle, intervalMin: intervalMin, intervalMax: intervalMax,
-                                                                  latency: latency, timeout: timeout))
-            } else {
-                hci.send(.leRemoteConnectionParameterRequestNegativeReply(handle: handle))
-            }
-        case let .encryptionChange(status, handle, enabled):
-            guard links[handle] != nil else { return false }
-            security?.encryptionChanged(on: handle, status: status, enabled: enabled != 0)
-        case let .encryptionChangeV2(status, handle, enabled, keySize):
-            guard links[handle] != nil else { return false }
-            security?.encryptionChanged(on: handle, status: status, enabled: enabled != 0, keySize: keySize)
-        case let .encryptionKeyRefreshComplete(status, handle):
-            guard links[handle] != nil else { return false }
-            security?.encryptionChanged(on: handle, status: status, enabled: true)
-        case .leLongTermKeyRequest(let handle, _, _):
-            guard links[handle] != nil || !isSharing else { return false }
-            // Only a peripheral is asked for a key; refuse whatever asks.
-            hci.send(.leLongTermKeyRequestNegativeReply(handle: handle))
-        case let .leDataLengthChange(handle, _, _, _, _), let .lePHYUpdateComplete(_, handle, _, _):
-            return links[handle] != nil
-        default:
-            return false
-        }
-        return true
-    }
-
-    public func hciHost(_ host: HCIHost, didReceiveACL packet: ACLPacket) {
-        links[packet.handle]?.l2cap.receive(packet)
-    }
-
-    public func hciHost(_ host: HCIHost, transmitQueueHasRoomFor handle: UInt16) {}
 
     // MARK: Security
 
     /// The address SMP hashes for this side of a link (Vol 3, Part H, 2.2.5-2.2.8: ia/iat).
     public var ownSMPAddress: LEAddress {
-        if let ownRandomAddress, !isSharing { return LEAddress(ownRandomAddress, isRandom: true) }
+        if let usedRandomAddress { return LEAddress(usedRandomAddress, isRandom: true) }
         return LEAddress(hci.info.address, isRandom: false)
     }
 
@@ -405,7 +219,7 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
 
     // MARK: Links
 
-    private func connectionCompleted(_ complete: LEConnectionComplete) {
+    public func connectionCompleted(_ complete: LEConnectionComplete) {
         guard complete.role == 0x00 else {
             // A link in the peripheral role is not ours to keep.
             if complete.status == HCIStatus.success {
@@ -469,4 +283,102 @@ public final class CentralHost: HCIHostDelegate, HCIRoleSharing, ATTServerDelega
     // MARK: ATTServerDelegate (our own small server, whose PDUs go to its bearer)
 
     public func attServerTransactionTimedOut(_ server: ATTServer) {}
+}
+
+// MARK: - The central role
+
+extension CentralHost: ControllerRole {
+    public var advertisingSetsWanted: Int { 0 }
+    public var openLinkCount: Int { links.count }
+
+    public func controllerStarting() {}
+
+    public func controllerReady(then proceed: @escaping () -> Void) {
+        if let usedRandomAddress { hci.send(.leSetRandomAddress(usedRandomAddress)) }
+        security?.localAddress = ownSMPAddress
+        logger.event(.controllerUp, .info, "controller \(controller.name) ready for the central role")
+        onReady?()
+        resumeScanning()
+        proceed()
+    }
+
+    public func controllerWasReset(reason: String) { dropLinks() }
+
+    public func controllerWillHalt() {}
+
+    public func controllerWentAway(reason: String, stopping: Bool) { dropLinks() }
+
+    public func stopBegan() { scanWanted = nil }
+
+    public func closeLinksForStop() {
+        pauseScanning()
+        if connecting != nil { hci.send(.leCreateConnectionCancel) }
+        for handle in links.keys.sorted() { hci.send(.disconnect(handle: handle, reason: HCIStatus.remoteUserTerminated)) }
+    }
+
+    public func stopFinished() { dropLinks() }
+
+    /// Advertising reports (Vol 4, Part E, 7.7.65.2 and 7.7.65.13), merged per advertiser.
+    public func roleEvent(_ event: HCIEvent) {
+        switch event {
+        case .leAdvertisingReport(let reports):
+            for report in reports {
+                // 0x04 is SCAN_RSP; 0x00 ADV_IND and 0x01 ADV_DIRECT_IND are connectable.
+                let (advertisement, change) = advertisers.record(
+                    address: report.address, addressType: report.addressType, rssi: report.rssi == 127 ? nil : report.rssi,
+                    connectable: report.eventType <= 0x01, isScanResponse: report.eventType == 0x04, data: report.data,
+                    now: scheduler.nowNanoseconds)
+                onAdvertisement?(advertisement, change)
+            }
+        case .leExtendedAdvertisingReport(let reports):
+            for report in reports where report.dataStatus == 0 {
+                let (advertisement, change) = advertisers.record(
+                    address: report.address, addressType: report.addressType, rssi: report.rssi,
+                    connectable: report.isScanResponse ? nil : report.isConnectable, isScanResponse: report.isScanResponse,
+                    data: report.data, txPower: report.txPower, now: scheduler.nowNanoseconds)
+                onAdvertisement?(advertisement, change)
+            }
+        default:
+            break
+        }
+    }
+
+    public func disconnectionCompleted(status: UInt8, handle: UInt16, reason: UInt8) {
+        guard status == HCIStatus.success else { return }
+        linkClosed(handle, reason: reason)
+    }
+
+    public func linkEvent(_ event: HCIEvent) {
+        switch event {
+        case let .leConnectionUpdateComplete(status, handle, parameters):
+            linkParametersUpdated(status: status, handle: handle, parameters: parameters)
+        case let .leRemoteConnectionParameterRequest(handle, intervalMin, intervalMax, latency, timeout):
+            // Vol 4, Part E, 7.7.65.6: the peer's controller asks; the central host decides.
+            let asked = ConnectionParameters(intervalMin: intervalMin, intervalMax: intervalMax, peripheralLatency: latency,
+                                             supervisionTimeout: timeout)
+            if asked.coreViolations.isEmpty {
+                hci.send(.leRemoteConnectionParameterRequestReply(handle: handle, intervalMin: intervalMin, intervalMax: intervalMax,
+                                                                  latency: latency, timeout: timeout))
+            } else {
+                hci.send(.leRemoteConnectionParameterRequestNegativeReply(handle: handle))
+            }
+        case let .encryptionChange(status, handle, enabled):
+            security?.encryptionChanged(on: handle, status: status, enabled: enabled != 0)
+        case let .encryptionChangeV2(status, handle, enabled, keySize):
+            security?.encryptionChanged(on: handle, status: status, enabled: enabled != 0, keySize: keySize)
+        case let .encryptionKeyRefreshComplete(status, handle):
+            security?.encryptionChanged(on: handle, status: status, enabled: true)
+        case .leLongTermKeyRequest(let handle, _, _):
+            // Only a peripheral is asked for a key; refuse whatever asks.
+            hci.send(.leLongTermKeyRequestNegativeReply(handle: handle))
+        default:
+            break
+        }
+    }
+
+    public func receiveACL(_ packet: ACLPacket) {
+        links[packet.handle]?.l2cap.receive(packet)
+    }
+
+    public func transmitQueueHasRoom(for handle: UInt16) {}
 }

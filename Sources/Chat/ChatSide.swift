@@ -75,7 +75,7 @@ public final class ChatSide: ChatRoomSide {
         precondition(central != nil || role == .host, "a chat member needs a central")
         self.role = role
         self.room = room
-        self.controller = central?.controller ?? ""
+        self.controller = central?.controller.name ?? ""
         self.device = device
         self.peripheral = peripheral
         self.central = central

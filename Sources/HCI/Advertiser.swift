@@ -42,13 +42,12 @@ public final class Advertiser {
         self.hci = hci
     }
 
-    /// Chooses legacy or extended advertising for a controller that just became ready.
-    /// Extended only when it is needed (`sets` > 1) and supported: one device keeps to the
-    /// legacy commands every controller has.
-    public func configure(setsWanted: Int) {
+    /// Takes the controller's choice of legacy or extended commands (`ControllerHost.usesExtendedCommands`,
+    /// made once per initialization for every role) for a controller that just became ready.
+    public func configure(extendedCommands: Bool) {
         taken.removeAll()
         legacyAddress = nil
-        if setsWanted > 1, hci.info.supportsExtendedAdvertising, hci.info.advertisingSets > 0 {
+        if extendedCommands, hci.info.advertisingSets > 0 {
             mode = .extended(sets: hci.info.advertisingSets)
         } else {
             mode = .legacy

@@ -721,26 +721,3 @@ public final class HCIHost {
         links.modify(handle, change)
     }
 }
-
-/// A second role on a controller whose `HCIHost` another host owns: the central beside the
-/// peripherals, as on a board with one radio (Vol 6, Part B, 1.1.1: a device may be in both
-/// roles at once). The owner offers it what the owner does not claim, and asks it to close its
-/// links before a stop resets the controller.
-public protocol HCIRoleSharing: AnyObject {
-    /// The controller finished initialization. `extendedCommands`: whether the owner uses the
-    /// LE extended advertising commands, which the sharer must follow (a controller refuses
-    /// legacy and extended advertising, scanning and initiating commands mixed, Vol 4, Part E, 3.1.1).
-    func sharedControllerReady(extendedCommands: Bool)
-    /// The controller was reset or lost: every link is gone.
-    func sharedControllerReset(reason: String)
-    /// An event; true when it was this role's (its links, its scanning, its connection attempts).
-    func claim(_ event: HCIEvent) -> Bool
-    /// Whether `handle` is one of this role's links (its ACL data goes to `receiveACL`).
-    func ownsLink(_ handle: UInt16) -> Bool
-    func receiveACL(_ packet: ACLPacket)
-    func transmitQueueHasRoom(for handle: UInt16)
-    /// The owner is stopping: close every link (0x13) and stop scanning and connecting.
-    func closeForStop()
-    /// How many links of this role are open (the owner resets once they are closed).
-    var openLinkCount: Int { get }
-}

@@ -55,8 +55,9 @@ public final class Peripheral {
     /// A device alone on its controller (`output` writes to it).
     public convenience init(device: Device, configuration: PeripheralConfiguration, scheduler: TimerScheduling,
                             logger: Logger, output: @escaping (UInt8, ArraySlice<UInt8>) -> Bool) throws(GATTDatabaseError) {
-        let host = PeripheralHost(controller: configuration.controller, scheduler: scheduler, logger: logger, output: output)
-        try self.init(device: device, configuration: configuration, host: host, logger: logger)
+        let controller = ControllerHost(controller: configuration.controller, scheduler: scheduler, logger: logger,
+                                        transmitBufferCapacity: PeripheralHost.largestPDU, output: output)
+        try self.init(device: device, configuration: configuration, host: PeripheralHost(on: controller), logger: logger)
     }
 
     /// A device that joins `host`'s controller, beside the devices already on it.
@@ -167,24 +168,24 @@ public final class Peripheral {
     /// The reasons HCI Disconnect accepts (Vol 4, Part E, 7.1.6).
     public static let disconnectReasons: Set<UInt8> = [0x05, 0x13, 0x14, 0x15, 0x1A, 0x29, 0x3B]
 
-    // MARK: The controller, through the host
+    // MARK: The controller, through its host (`ControllerHost`, for every role on it)
 
     /// The controller transport is up (for every device on it): initialize the controller.
-    public func controllerUp() { host.controllerUp() }
+    public func controllerUp() { host.controller.controllerUp() }
 
     /// The controller transport is gone (for every device on it).
-    public func controllerDown(reason: String) { host.controllerDown(reason: reason) }
+    public func controllerDown(reason: String) { host.controller.controllerDown(reason: reason) }
 
-    /// One packet from the controller, for whichever device it concerns.
+    /// One packet from the controller, for whichever device or role it concerns.
     public func receive(packetType: UInt8, packet: ArraySlice<UInt8>) {
-        host.receive(packetType: packetType, packet: packet)
+        host.controller.receive(packetType: packetType, packet: packet)
     }
 
-    /// Stops every device on this controller (`PeripheralHost.stop`).
-    public func stop(completion: @escaping () -> Void) { host.stop(completion: completion) }
+    /// Stops every role on this controller (`ControllerHost.stop`).
+    public func stop(completion: @escaping () -> Void) { host.controller.stop(completion: completion) }
 
     /// How long a clean stop may take at most.
-    public static var stopDeadline: Duration { PeripheralHost.stopDeadline }
+    public static var stopDeadline: Duration { ControllerHost.stopDeadline }
 
     public var connectionCount: Int { links.count }
 

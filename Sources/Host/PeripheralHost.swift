@@ -5,18 +5,20 @@ import BlemuHCI
 import BlemuL2CAP
 import Logging
 
-/// One controller and the devices that share it: the HCI host, the advertising sets, and the
-/// routing of every link to its device. On a controller with LE Extended Advertising each
-/// device advertises in its own set, and a new link is routed by the set it was made from
-/// (LE Advertising Set Terminated, Vol 4, Part E, 7.7.65.18); a legacy-only controller takes
-/// one device. A central connected to one device never reaches another's database.
+/// The peripheral role of one controller: the devices that share it, their advertising sets,
+/// and the routing of each of the role's links to its device. On a controller with LE Extended
+/// Advertising each device advertises in its own set, and a new link is routed by the set it was
+/// made from (LE Advertising Set Terminated, Vol 4, Part E, 7.7.65.18); a legacy-only controller
+/// takes one device. A central connected to one device never reaches another's database. The
+/// controller is the `ControllerHost`'s: this role is registered on it, beside a central role
+/// when there is one.
 public final class PeripheralHost {
-    public let hci: HCIHost
+    /// The host of the controller this role is on.
+    public let controller: ControllerHost
+    public var hci: HCIHost { controller.hci }
     public let advertiser: Advertiser
     public let scheduler: TimerScheduling
     public var logger: Logger
-    /// The controller spec, for messages.
-    public let controller: String
     /// A condition the host cannot recover from (more devices than the controller can
     /// advertise): the caller should stop and say why.
     public var onFatal: ((String) -> Void)?
@@ -45,80 +47,32 @@ public final class PeripheralHost {
     /// The controller's resolving list, as the host loaded it (ResolvingList.swift).
     var resolvingList = ResolvingListState()
 
-    var stopCompletion: (() -> Void)?
-    private var stopFinished = false
-    var stopTimer: TimerID?
-    var stopDeadlineTimer: TimerID?
     var routingLog = LogBudget()
 
-    public init(controller: String, scheduler: TimerScheduling, logger: Logger,
-                output: @escaping (UInt8, ArraySlice<UInt8>) -> Bool) {
+    /// The largest PDU the devices send, L2CAP header included: an ATT PDU at the largest ATT_MTU
+    /// (the `ControllerHost`'s `transmitBufferCapacity`).
+    public static let largestPDU = 4 + ATTServer.maximumMTU
+
+    /// The peripheral role on `controller`.
+    public init(on controller: ControllerHost) {
         self.controller = controller
-        self.scheduler = scheduler
-        var logger = logger
-        logger[metadataKey: LogKey.controller] = .string(controller)
-        self.logger = logger
-        // Room for the largest PDU the devices send: an ATT PDU at the largest ATT_MTU, framed.
-        hci = HCIHost(scheduler: scheduler, logger: logger, transmitBufferCapacity: 4 + ATTServer.maximumMTU, output: output)
-        advertiser = Advertiser(hci: hci)
-        hci.delegate = self
+        scheduler = controller.scheduler
+        logger = controller.logger
+        advertiser = Advertiser(hci: controller.hci)
+        controller.register(self, as: .peripheral)
     }
 
     public var peripherals: [Peripheral] { members.map(\.peripheral) }
 
-    /// The central role on this same controller, when one shares it (`CentralHost(sharing:)`):
-    /// it gets the events and links that are not the peripherals'.
-    public private(set) weak var sharedRole: HCIRoleSharing?
-
-    /// Lets `role` share this controller; it hears of readiness at once when the controller is ready.
-    public func share(with role: HCIRoleSharing) {
-        sharedRole = role
-        if hci.isReady && !isStopping { role.sharedControllerReady(extendedCommands: advertiser.mode != .legacy) }
-    }
-
     func join(_ peripheral: Peripheral) {
         members.append(Member(peripheral: peripheral))
-    }
-
-    // MARK: Transport
-
-    /// The controller transport is up: initialize the controller.
-    public func controllerUp() {
-        for member in members { member.peripheral.controllerCameUp() }
-        hci.start()
-    }
-
-    /// The controller transport is gone: every link with it.
-    public func controllerDown(reason: String) {
-        // First: the completions `halt` cancels must find their generation gone.
-        resolvingListReset()
-        hci.halt()
-        dropPendingLinks()
-        sharedRole?.sharedControllerReset(reason: reason)
-        if isStopping {
-            for member in members { member.peripheral.controllerWentAway(reason: reason, stopping: true) }
-            linkOwners.removeAll()
-            finishStop()
-            return
-        }
-        for member in members { member.peripheral.controllerWentAway(reason: reason, stopping: false) }
-        linkOwners.removeAll()
-    }
-
-    /// One packet from the controller: H4 packet type and the packet.
-    public func receive(packetType: UInt8, packet: ArraySlice<UInt8>) {
-        switch packetType {
-        case 0x04: hci.receiveEvent(packet)
-        case 0x02: hci.receiveACL(packet)
-        default: logger.debug("ignored H4 packet of type \(Hex.byte(packetType))")
-        }
     }
 
     // MARK: Links
 
     private func owner(of handle: UInt16) -> Peripheral? { linkOwners[handle] }
 
-    private func connectionCompleted(_ event: LEConnectionComplete) {
+    public func connectionCompleted(_ event: LEConnectionComplete) {
         guard event.status == HCIStatus.success else {
             // A failed attempt belongs to no link; a legacy set stays on, an extended set
             // reports its own end.
@@ -187,11 +141,8 @@ public final class PeripheralHost {
 
     func linkClosed(_ handle: UInt16) {
         linkOwners[handle] = nil
-        if isStopping && allLinksClosed { resetAndFinish() }
+        controller.linksMayHaveClosed()
     }
-
-    /// The peripherals' links and the shared role's.
-    private var allLinksClosed: Bool { linkOwners.isEmpty && (sharedRole?.openLinkCount ?? 0) == 0 }
 
     private func dropPendingLinks() {
         for pending in pendingLinks.values {
@@ -203,80 +154,28 @@ public final class PeripheralHost {
     public var connectionCount: Int { linkOwners.count }
 
     /// Lines left out by the controller-wide budgets (HCI and routing).
-    public var logLinesLeftOut: Int { hci.logLinesLeftOut + routingLog.leftOutTotal }
+    public var logLinesLeftOut: Int { controller.logLinesLeftOut + routingLog.leftOutTotal }
 
-    // MARK: Stop
-
-    /// How long a clean stop may take at most: links closed, then the controller reset.
-    public static let stopDeadline: Duration = .seconds(3)
-    /// How long the links have to close before the Reset goes out anyway.
-    static let linkCloseWait: Duration = .seconds(2)
-
-    var isStopping: Bool { stopCompletion != nil }
-
-    /// Clean stop of every device on this controller: advertising off, every link
-    /// disconnected with Remote User Terminated (0x13), then one HCI Reset. Calls `completion`
-    /// once, when done or after `stopDeadline` at most, whatever the controller does.
-    public func stop(completion: @escaping () -> Void) {
-        guard stopCompletion == nil else { return }
-        stopCompletion = completion
-        for member in members { member.peripheral.deviceStopping() }
-        guard hci.isReady else {
-            finishStop()
-            return
-        }
-        // Commands still queued (advertising restarts, parameter replies) no longer matter;
-        // only the ones below do, and they must not wait behind the others.
-        hci.cancelQueuedCommands()
-        dropPendingLinks()
-        stopDeadlineTimer = scheduler.schedule(after: Self.stopDeadline) { [weak self] in
-            self?.logger.warning("controller did not finish the stop within \(Self.stopDeadline); stopping anyway")
-            self?.finishStop()
-        }
-        for member in members { member.peripheral.closeEverything() }
-        sharedRole?.closeForStop()
-        stopTimer = scheduler.schedule(after: Self.linkCloseWait) { [weak self] in
-            self?.logger.warning("links did not close within \(Self.linkCloseWait); resetting anyway")
-            self?.resetAndFinish()
-        }
-        if allLinksClosed { resetAndFinish() }
-    }
-
-    func resetAndFinish() {
-        guard isStopping, !stopFinished else { return }
-        if let stopTimer { scheduler.cancel(stopTimer) }
-        stopTimer = nil
-        hci.send(.reset) { [weak self] _ in self?.finishStop() }
-    }
-
-    func finishStop() {
-        if let stopTimer { scheduler.cancel(stopTimer) }
-        stopTimer = nil
-        if let stopDeadlineTimer { scheduler.cancel(stopDeadlineTimer) }
-        stopDeadlineTimer = nil
-        guard let completion = stopCompletion, !stopFinished else { return }
-        stopFinished = true
-        // After the Reset (or a controller gone or silent past the deadline) no link is left:
-        // each device forgets the ones that never reported closing, so nothing of them (timers,
-        // the host's hold on their device) outlives the stop.
-        for member in members { member.peripheral.dropAllConnections(reason: "stopped") }
-        linkOwners.removeAll()
-        dropPendingLinks()
-        sharedRole?.sharedControllerReset(reason: "stopped")
-        completion()
-    }
+    var isStopping: Bool { controller.isStopping }
 }
 
-// MARK: - HCI events
+// MARK: - The peripheral role
 
-extension PeripheralHost: HCIHostDelegate {
-    public func hciHostDidBecomeReady(_ host: HCIHost) {
-        guard !isStopping else { return }
-        advertiser.configure(setsWanted: members.count)
+extension PeripheralHost: ControllerRole {
+    public var advertisingSetsWanted: Int { members.count }
+    public var openLinkCount: Int { linkOwners.count }
+
+    public func controllerStarting() {
+        for member in members { member.peripheral.controllerCameUp() }
+    }
+
+    public func controllerReady(then proceed: @escaping () -> Void) {
+        advertiser.configure(extendedCommands: controller.usesExtendedCommands)
         if members.count > advertiser.capacity {
+            let name = controller.name
             let why = hci.info.supportsExtendedAdvertising
-                ? "controller \(controller) can advertise \(advertiser.capacity) sets at once, not \(members.count)"
-                : "controller \(controller) has no LE Extended Advertising, so it can advertise for one device only"
+                ? "controller \(name) can advertise \(advertiser.capacity) sets at once, not \(members.count)"
+                : "controller \(name) has no LE Extended Advertising, so it can advertise for one device only"
             logger.error("\(why); give the other devices their own --controller")
             onFatal?("\(members.count) devices on one controller: \(why); give each device its own --controller (e.g. one tcp: connection each)")
         }
@@ -288,36 +187,61 @@ extension PeripheralHost: HCIHostDelegate {
                 let set = self.advertiser.takeSet()
                 member.peripheral.hostReady(advertisingSet: set)
             }
-            self.sharedRole?.sharedControllerReady(extendedCommands: self.advertiser.mode != .legacy)
+            proceed()
         }
     }
 
-    public func hciHostDidReset(_ host: HCIHost, reason: String) {
+    public func controllerWasReset(reason: String) {
         resolvingListReset()
         dropPendingLinks()
         for member in members { member.peripheral.hostReset(reason: reason) }
         linkOwners.removeAll()
-        sharedRole?.sharedControllerReset(reason: reason)
     }
 
-    public func hciHost(_ host: HCIHost, didReceive event: HCIEvent) {
-        // The central role's links, scanning and attempts are its own (it claims them first:
-        // an LE Connection Complete in the central role is not a peripheral's).
-        if let shared = sharedRole, shared.claim(event) {
-            if case .disconnectionComplete = event, isStopping, allLinksClosed { resetAndFinish() }
+    public func controllerWillHalt() {
+        // First: the completions the halt cancels must find their generation gone.
+        resolvingListReset()
+    }
+
+    public func controllerWentAway(reason: String, stopping: Bool) {
+        dropPendingLinks()
+        for member in members { member.peripheral.controllerWentAway(reason: reason, stopping: stopping) }
+        linkOwners.removeAll()
+    }
+
+    public func stopBegan() {
+        for member in members { member.peripheral.deviceStopping() }
+    }
+
+    public func closeLinksForStop() {
+        dropPendingLinks()
+        for member in members { member.peripheral.closeEverything() }
+    }
+
+    public func stopFinished() {
+        // After the Reset (or a controller gone or silent past the deadline) no link is left:
+        // each device forgets the ones that never reported closing, so nothing of them (timers,
+        // the host's hold on their device) outlives the stop.
+        for member in members { member.peripheral.dropAllConnections(reason: "stopped") }
+        linkOwners.removeAll()
+        dropPendingLinks()
+    }
+
+    public func roleEvent(_ event: HCIEvent) {
+        guard case let .leAdvertisingSetTerminated(status, set, connectionHandle, _) = event else { return }
+        advertisingSetTerminated(status: status, set: set, connectionHandle: connectionHandle)
+    }
+
+    public func disconnectionCompleted(status: UInt8, handle: UInt16, reason: UInt8) {
+        if status == HCIStatus.success, let pending = pendingLinks.removeValue(forKey: handle) {
+            if let timer = pending.timer { scheduler.cancel(timer) }
             return
         }
+        owner(of: handle)?.disconnectionCompleted(status: status, handle: handle, reason: reason)
+    }
+
+    public func linkEvent(_ event: HCIEvent) {
         switch event {
-        case .leConnectionComplete(let complete):
-            connectionCompleted(complete)
-        case let .leAdvertisingSetTerminated(status, set, connectionHandle, _):
-            advertisingSetTerminated(status: status, set: set, connectionHandle: connectionHandle)
-        case let .disconnectionComplete(status, handle, reason):
-            if status == HCIStatus.success, let pending = pendingLinks.removeValue(forKey: handle) {
-                if let timer = pending.timer { scheduler.cancel(timer) }
-                return
-            }
-            owner(of: handle)?.disconnectionCompleted(status: status, handle: handle, reason: reason)
         case let .leConnectionUpdateComplete(_, handle, _),
              let .leRemoteConnectionParameterRequest(handle, _, _, _, _),
              let .leDataLengthChange(handle, _, _, _, _),
@@ -329,25 +253,17 @@ extension PeripheralHost: HCIHostDelegate {
             if let peripheral = owner(of: handle) {
                 peripheral.linkEvent(event)
             } else if case .leLongTermKeyRequest = event {
-                // A link we do not know still gets its answer, so the central is not left waiting.
+                // A link with no device yet still gets its answer, so the central is not left waiting.
                 hci.send(.leLongTermKeyRequestNegativeReply(handle: handle))
             } else if case .leRemoteConnectionParameterRequest = event {
                 hci.send(.leRemoteConnectionParameterRequestNegativeReply(handle: handle))
-            }
-        case .dataBufferOverflow:
-            if let leftOut = routingLog.take(now: scheduler.nowNanoseconds, for: logger) {
-                logger.error("controller reports an ACL buffer overflow: it lost data\(LogBudget.note(leftOut))")
             }
         default:
             break
         }
     }
 
-    public func hciHost(_ host: HCIHost, didReceiveACL packet: ACLPacket) {
-        if let shared = sharedRole, shared.ownsLink(packet.handle) {
-            shared.receiveACL(packet)
-            return
-        }
+    public func receiveACL(_ packet: ACLPacket) {
         if let peripheral = linkOwners[packet.handle] {
             peripheral.receiveACL(packet)
             return
@@ -367,11 +283,7 @@ extension PeripheralHost: HCIHostDelegate {
         }
     }
 
-    public func hciHost(_ host: HCIHost, transmitQueueHasRoomFor handle: UInt16) {
-        if let shared = sharedRole, shared.ownsLink(handle) {
-            shared.transmitQueueHasRoom(for: handle)
-            return
-        }
+    public func transmitQueueHasRoom(for handle: UInt16) {
         owner(of: handle)?.deviceMayProceed()
     }
 }

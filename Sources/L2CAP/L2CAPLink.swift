@@ -2,21 +2,6 @@ import BlemuCore
 import BlemuHCI
 import Logging
 
-/// The role of this side of an LE link (Vol 4, Part E, 7.7.65.1: Role 0x00 central, 0x01 peripheral).
-public enum LinkRole: Sendable, Equatable {
-    case central
-    case peripheral
-
-    /// The Role of an LE Connection Complete event; nil for a value the spec reserves.
-    public init?(hciRole: UInt8) {
-        switch hciRole {
-        case 0x00: self = .central
-        case 0x01: self = .peripheral
-        default: return nil
-        }
-    }
-}
-
 /// What a link needs of HCI below it: ACL data out, against the controller's credits, and the
 /// one command LE signalling leads to (LE Connection Update). `HCIHost` in a stack, a recorder in
 /// a test of a link alone.

@@ -1,5 +1,6 @@
 import BlemuCentral
 import BlemuCore
+import BlemuHCI
 import BlemuRunLoop
 import BlemuTransport
 import Logging
@@ -13,6 +14,8 @@ import Glibc
 public final class CentralSession {
     public let loop: RunLoop
     public let link: ControllerLink
+    /// The controller's host, with the central role alone on it.
+    public let controller: ControllerHost
     public let host: CentralHost
     public let logger: Logger
     /// Why the session failed: the first failure reported before it began to finish. What
@@ -27,21 +30,24 @@ public final class CentralSession {
         self.logger = logger
         let link = ControllerLink(spec: spec, loop: loop)
         self.link = link
+        let controller = ControllerHost(controller: spec.description, scheduler: loop, logger: logger,
+                                        transmitBufferCapacity: CentralHost.largestPDU) { type, packet in
+            guard let packetType = H4PacketType(rawValue: type) else { return false }
+            return link.send(packetType, packet)
+        }
+        self.controller = controller
         do {
-            host = try CentralHost(controller: spec.description, scheduler: loop, logger: logger) { type, packet in
-                guard let packetType = H4PacketType(rawValue: type) else { return false }
-                return link.send(packetType, packet)
-            }
+            host = try CentralHost(on: controller)
         } catch {
             throw StackFailure("the central's own GATT database: \(error)")
         }
-        link.onPacket = { [unowned self] type, packet in self.host.receive(packetType: type.rawValue, packet: packet) }
+        link.onPacket = { [unowned self] type, packet in self.controller.receive(packetType: type.rawValue, packet: packet) }
         link.onUp = { [unowned self] in
             self.wasUp = true
-            self.host.controllerUp()
+            self.controller.controllerUp()
         }
         link.onDown = { [unowned self] error in
-            self.host.controllerDown(reason: error.description)
+            self.controller.controllerDown(reason: error.description)
             self.finish(failure: "controller lost: \(error)")
         }
         link.onOpenFailed = { [unowned self] error, _ in
@@ -62,7 +68,7 @@ public final class CentralSession {
         guard !finishing else { return }
         if let failure { self.failure = failure }
         finishing = true
-        host.stop { [link, loop] in
+        controller.stop { [link, loop] in
             link.stop()
             loop.stop()
         }

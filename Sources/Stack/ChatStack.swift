@@ -29,7 +29,7 @@ public struct ChatPlan: Sendable {
 }
 
 /// A chat node assembled from its plan: a `ControllerStack` with the `chat` device per
-/// controller, a `CentralHost` sharing it where the node may be a member, a `ChatSide` each
+/// controller, a `CentralHost` beside it on the controller where the node may be a member, a `ChatSide` each
 /// and the `ChatNode` that bridges them; the clean stop and the fatal errors of them all.
 public final class ChatStack {
     public let loop: RunLoop
@@ -80,11 +80,10 @@ public final class ChatStack {
             if role != .host {
                 let shared: CentralHost
                 do {
-                    shared = try CentralHost(sharing: stack.host.hci, controller: spec.description, scheduler: loop, logger: logger)
+                    shared = try CentralHost(on: stack.controller)
                 } catch {
                     throw StackFailure("the central's own GATT database: \(error)")
                 }
-                stack.host.share(with: shared)
                 central = shared
             }
             let side = ChatSide(role: role, room: roomName, roomFilter: role == .member ? plan.room : roomName, me: me,
@@ -109,7 +108,7 @@ public final class ChatStack {
             stack.onStateMayChange = { [unowned self] _ in
                 guard !isStopping else { return }
                 let settled = self.stacks.indices.allSatisfy { index in
-                    self.stacks[index].host.hci.isReady
+                    self.stacks[index].controller.isReady
                         && (roles[index] != .host || self.stacks[index].peripherals.allSatisfy(\.isAdvertising))
                 }
                 startupPages.release(once: settled, logger: logger)

@@ -1,14 +1,19 @@
 import BlemuCore
 import BlemuDevices
+import BlemuHCI
 import BlemuHost
 import BlemuRunLoop
 import BlemuTransport
 import Logging
 
-/// One controller and the devices on it: the transport link, the host, and a peripheral
-/// stack per device (`blemu run`, and each controller of `blemu chat`).
+/// One controller and the devices on it: the transport link, the controller's host, its
+/// peripheral role and a peripheral stack per device (`blemu run`, and each controller of
+/// `blemu chat`, where a central role may join the peripheral one on `controller`).
 public final class ControllerStack {
     public let link: ControllerLink
+    /// The controller's host: its HCI and the roles on it.
+    public let controller: ControllerHost
+    /// The peripheral role: the devices.
     public let host: PeripheralHost
     public private(set) var peripherals: [Peripheral] = []
     public let logger: Logger
@@ -24,24 +29,27 @@ public final class ControllerStack {
         let link = ControllerLink(spec: spec, loop: loop)
         self.link = link
         self.logger = logger
-        host = PeripheralHost(controller: spec.description, scheduler: loop, logger: logger) { type, packet in
+        let controller = ControllerHost(controller: spec.description, scheduler: loop, logger: logger,
+                                        transmitBufferCapacity: PeripheralHost.largestPDU) { type, packet in
             guard let packetType = H4PacketType(rawValue: type) else { return false }
             return link.send(packetType, packet)
         }
+        self.controller = controller
+        host = PeripheralHost(on: controller)
         host.onFatal = { [unowned self] message in self.onFatal?(message) }
         link.onPacket = { [unowned self] type, packet in
-            self.host.receive(packetType: type.rawValue, packet: packet)
+            self.controller.receive(packetType: type.rawValue, packet: packet)
             if type == .event { self.onStateMayChange?(nil) }
         }
         link.onUp = { [unowned self] in
             let first = !self.wasUp
             self.wasUp = true
-            self.host.controllerUp()
+            self.controller.controllerUp()
             if first { self.onFirstUp?() }
             self.onStateMayChange?(nil)
         }
         link.onDown = { [unowned self] error in
-            self.host.controllerDown(reason: error.description)
+            self.controller.controllerDown(reason: error.description)
             self.onStateMayChange?("controller lost: \(error)")
         }
         link.onOpenFailed = { [unowned self] error, retryIn in
@@ -63,7 +71,7 @@ public final class ControllerStack {
     public func start() { link.start() }
 
     public func stop(completion: @escaping () -> Void) {
-        host.stop { [link] in
+        controller.stop { [link] in
             link.stop()
             completion()
         }

@@ -21,12 +21,12 @@ final class CentralBench {
         controller.extendedAdvertisingSets = extended ? 4 : 0
         controller.supports2MPHY = twoMegabit
         let controller = self.controller
-        host = try CentralHost(controller: "scripted", scheduler: scheduler,
-                               logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
-                               output: { controller.output($0, $1) })
+        host = try CentralHost(on: ControllerHost(controller: "scripted", scheduler: scheduler,
+                                                  logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
+                                                  output: { controller.output($0, $1) }))
         host.onAdvertisement = { [unowned self] in self.advertisements.append(($0, $1)) }
         controller.host = host.hci
-        host.controllerUp()
+        host.controller.controllerUp()
     }
 
     /// LE Extended Advertising Report (Vol 4, Part E, 7.7.65.13) of one advertiser.

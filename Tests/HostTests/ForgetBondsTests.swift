@@ -146,9 +146,9 @@ import Glibc
         first.security.bonds.save(Self.bond(Self.phone, irk: Self.phoneIRK, key: Self.phoneKey))
         first.security.bonds.save(Self.bond(laptop, irk: [UInt8](repeating: 0x99, count: 16), key: Self.tabletKey))
         second.security.bonds.save(Self.bond(Self.phone, irk: Self.phoneIRK, key: Self.tabletKey))
-        bench.host.controllerDown(reason: "test")
+        bench.host.controller.controllerDown(reason: "test")
         c.commands = []
-        bench.host.controllerUp()
+        bench.host.controller.controllerUp()
         #expect(c.resolvingList.count == 2)
         #expect(c.addressResolution, "resolution on")
         c.commands = []

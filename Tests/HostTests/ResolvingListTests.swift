@@ -241,9 +241,9 @@ import Testing
         second.security.bonds.save(Self.bond(Self.phone, irk: Self.phoneIRK, key: secondKey))
         second.security.bonds.save(Self.bond(laptop, irk: [UInt8](repeating: 0x99, count: 16), key: Self.tabletKey))
         let (firstIRK, secondIRK) = (first.security.identity.resolvingKey, second.security.identity.resolvingKey)
-        bench.host.controllerDown(reason: "test")
+        bench.host.controller.controllerDown(reason: "test")
         c.commands = []
-        bench.host.controllerUp()
+        bench.host.controller.controllerUp()
         #expect(c.resolvingList == [[0x01] + Self.phone.littleEndianBytes, [0x01] + laptop.littleEndianBytes])
         let adds = c.commands(HCIOpcode.leAddDeviceToResolvingList).map(\.parameters)
         #expect(adds.count == 2 && Array(adds[0][23...]) == firstIRK && Array(adds[1][23...]) == secondIRK)

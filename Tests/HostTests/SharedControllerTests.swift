@@ -22,9 +22,9 @@ final class SharedBench {
     init(devices: [Device], sets: UInt8 = 16, privacy: Bool = false) throws {
         controller.extendedAdvertisingSets = sets
         let controller = self.controller
-        host = PeripheralHost(controller: "scripted", scheduler: scheduler,
-                              logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
-                              output: { controller.output($0, $1) })
+        host = PeripheralHost(on: ControllerHost(controller: "scripted", scheduler: scheduler,
+                                                 logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
+                                                 output: { controller.output($0, $1) }))
         var made: [Peripheral] = []
         for (index, device) in devices.enumerated() {
             made.append(try Peripheral(device: device, configuration: PeripheralConfiguration(name: "Shared \(index)", controller: "scripted",
@@ -34,7 +34,7 @@ final class SharedBench {
         peripherals = made
         host.onFatal = { [unowned self] in self.fatal.append($0) }
         controller.host = host.hci
-        host.controllerUp()
+        host.controller.controllerUp()
     }
 
     func att(_ pdu: [UInt8], handle: UInt16) -> [[UInt8]] {
@@ -153,7 +153,7 @@ final class SharedBench {
         bench.controller.connect(handle: 0x0041, peer: BluetoothAddress("F0:00:00:00:00:02")!, set: 1)
         let resetsBefore = bench.controller.commands(HCIOpcode.reset).count
         var stopped = false
-        bench.host.stop { stopped = true }
+        bench.host.controller.stop { stopped = true }
         #expect(bench.controller.commands(HCIOpcode.disconnect).map(\.parameters) == [[0x40, 0x00, 0x13], [0x41, 0x00, 0x13]])
         #expect(Set(bench.controller.enabledSets).isEmpty, "every set off")
         bench.controller.disconnect(handle: 0x0040)

@@ -9,8 +9,9 @@ import BlemuL2CAP
 import Logging
 import Testing
 
-/// One controller, two roles: a heart-rate peripheral and a central on the same HCI host, as
-/// on a board with one radio. Each gets its own events and links, and a stop closes both.
+/// One controller, two roles: a heart-rate peripheral and a central, peers on the controller's
+/// `ControllerHost`, as on a board with one radio. Each gets its own events and links, and a
+/// stop closes both.
 @Suite struct SharedRoleTests {
     final class Bench {
         let bench: SharedBench
@@ -21,9 +22,7 @@ import Testing
             // Two devices make the advertiser use extended sets; one, legacy advertising.
             bench = try SharedBench(devices: extended ? [HeartRateDevice(), ThermostatDevice()] : [HeartRateDevice()],
                                     sets: extended ? 4 : 0)
-            central = try CentralHost(sharing: bench.host.hci, controller: "scripted", scheduler: bench.scheduler,
-                                      logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
-            bench.host.share(with: central)
+            central = try CentralHost(on: bench.host.controller)
             central.onAdvertisement = { [unowned self] _, _ in self.reports += 1 }
         }
     }
@@ -68,6 +67,16 @@ import Testing
         #expect(!extended.bench.controller.commands(HCIOpcode.leSetExtendedScanEnable).isEmpty)
     }
 
+    /// One device keeps a controller that has extended advertising on the legacy commands, and
+    /// the central beside it follows (a central alone would use the extended ones).
+    @Test func oneDeviceKeepsTheCentralOnLegacyCommandsToo() throws {
+        let bench = try SharedBench(devices: [HeartRateDevice()], sets: 4)
+        let central = try CentralHost(on: bench.host.controller)
+        central.startScanning()
+        #expect(bench.controller.commands(HCIOpcode.leSetScanEnable).last?.parameters.first == 1)
+        #expect(bench.controller.commands(HCIOpcode.leSetExtendedScanEnable).isEmpty)
+    }
+
     @Test func aStopClosesBothRolesLinksBeforeTheReset() throws {
         let b = try Bench(extended: true)
         var link: CentralLink?
@@ -75,7 +84,7 @@ import Testing
         b.bench.controller.centralConnected(handle: 0x0050, peer: BluetoothAddress("C4:11:22:33:44:55")!)
         #expect(link != nil)
         var stopped = false
-        b.bench.host.stop { stopped = true }
+        b.bench.host.controller.stop { stopped = true }
         #expect(b.bench.controller.commands(HCIOpcode.disconnect).map { $0.parameters.prefix(2) } == [[0x50, 0x00]])
         #expect(b.bench.controller.commands(HCIOpcode.reset).count == 1)   // the initialization's only
         b.bench.controller.disconnect(handle: 0x0050)

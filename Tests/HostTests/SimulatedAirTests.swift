@@ -25,12 +25,12 @@ final class AirBench {
         peripheralController.address = BluetoothAddress("C0:DE:00:00:00:02")!
         air = SimulatedAir(centralController, peripheralController)
         let a = centralController, b = peripheralController
-        central = try CentralHost(controller: "central", scheduler: scheduler, logger: logger, output: { a.output($0, $1) })
+        central = try CentralHost(on: ControllerHost(controller: "central", scheduler: scheduler, logger: logger, output: { a.output($0, $1) }))
         a.host = central.hci
         peripheral = try Peripheral(device: device, configuration: PeripheralConfiguration(name: "Air", controller: "peripheral"),
                                     scheduler: scheduler, logger: logger, output: { b.output($0, $1) })
         b.deliver = { [unowned peripheral] in peripheral.receive(packetType: $0, packet: $1) }
-        central.controllerUp()
+        central.controller.controllerUp()
         peripheral.controllerUp()
         air.run()
     }
