@@ -376,11 +376,19 @@ def control_seeds():
         '{"id":12,"cmd":"fault","action":"clear"}',
         '{"id":13,"cmd":"fault","action":"clear","device":"lock"}',
     ]
+    # Pairing answers and authorization (Docs/CONTROL.md), in the plain requests only.
+    answers = [
+        '{"id":14,"cmd":"pairing","device":"heart-rate","answer":"confirm"}',
+        '{"id":15,"cmd":"pairing","device":"lock","answer":"reject"}',
+        '{"id":16,"cmd":"authorize","device":"heart-rate","uuid":"2A38","answer":"allow"}',
+        '{"id":17,"cmd":"authorize","device":"lock","uuid":"7d3c0203-9a5e-4d1a-8f6e-5c1b2d3e4f50","answer":"deny"}',
+        '{"id":18,"cmd":"authorize","device":"thermostat","uuid":"2A6E","answer":"maybe"}',
+    ]
     bad = ['{"id":-1,"cmd":"list"}', '{"id":1.5,"cmd":"list"}', '{"cmd":"list"}', '[1,2]', 'not json',
            '{"id":1,"cmd":"list","extra":1}', '{"id":9007199254740992,"cmd":"list"}', '{"id":1,"cmd":"nope"}',
            '{"id":1,"cmd":"set","device":"' + "x" * 300 + '","key":"k","value":"v"}', '2A37', '0x13']
     return {
-        "requests": bytes([0, 0]) + "\n".join(lines).encode() + b"\n",
+        "requests": bytes([0, 0]) + "\n".join(lines + answers).encode() + b"\n",
         "requests-crlf-chunked": bytes([7, 0]) + "\r\n".join(lines).encode() + b"\r\n",
         "refusals": bytes([0, 0]) + "\n".join(bad).encode() + b"\n",
         "line-too-long": bytes([16, 8]) + lines[2].encode() + b"\n" + b"{" * 40,
