@@ -140,7 +140,9 @@ public final class LengthRulesDevice: Device {
                                       expectAllowed(request, .variable(max: 8), "refusing")
                                       return request.value.first == 0xEE ? .application(0x00) : nil
                                   })
-        // No link is ever encrypted (no pairing yet): these handlers must never run.
+        // No link the input can reach is encrypted: a pairing needs confirm values it cannot
+        // compute, and an Encryption Change the host gave no key for does not count (Vol 6,
+        // Part B, 5.1.3.1; Fuzz/Regressions/l2cap). These handlers must never run.
         encrypted = Characteristic(Self.uuid(0xE0), properties: [.read, .write],
                                    permissions: [.readEncryptionRequired, .writeEncryptionRequired],
                                    onRead: { _, _ in fuzzFailure("an encryption-required value was read on an unencrypted link") },
