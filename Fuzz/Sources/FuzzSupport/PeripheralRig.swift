@@ -58,9 +58,15 @@ public final class PeripheralRig {
     /// what `device` builds.
     public static func take(deviceKind: UInt8, options: ControllerOptions, truthful: Bool,
                             device: () -> Device) -> PeripheralRig {
-        let shape = Shape(device: deviceKind, options: options, truthful: truthful)
+        // Whether the controller answers commands and completes packets is set per input, so
+        // rigs that differ only there are one shape.
+        var initialized = options
+        initialized.answerCommands = true
+        initialized.autoComplete = true
+        let shape = Shape(device: deviceKind, options: initialized, truthful: truthful)
         if !freshPerInput, let rig = pool.removeValue(forKey: shape) {
             rig.controller.answersCommands = options.answerCommands
+            rig.controller.autoComplete = truthful && options.autoComplete
             return rig
         }
         let rig = PeripheralRig(device: device(), options: options, truthful: truthful)
@@ -76,6 +82,7 @@ public final class PeripheralRig {
         }
         // The central and the controller end every link; the host advertises again.
         controller.answersCommands = true
+        controller.autoComplete = shape.truthful
         for handle in controller.openHandles.sorted() {
             controller.disconnect(handle: handle, reason: 0x13)
             controller.flush()
