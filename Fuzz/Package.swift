@@ -33,5 +33,6 @@ let package = Package(
         .executableTarget(name: "decoders", dependencies: ["FuzzSupport"], path: "Sources/decoders"),
         .executableTarget(name: "control", dependencies: ["FuzzSupport"], path: "Sources/control"),
         .executableTarget(name: "gatt-client", dependencies: ["FuzzSupport"], path: "Sources/gatt-client"),
+        .executableTarget(name: "smp", dependencies: ["FuzzSupport"], path: "Sources/smp"),
     ]
 )

@@ -105,8 +105,32 @@ def att_records(config, *items):
     return out
 
 
+def typed_att(selector, *fields):
+    """A typed ATT record of the whole-stack targets (FuzzSupport/TypedATT.swift): an opcode
+    selector into 02 04 06 08 0A 0C 0E 10 12 52 D2 16 18 1E 20, then its field selectors."""
+    return bytes([selector, *fields])
+
+
+TYPED_ATT = [
+    typed_att(7, 0, 0xFF, 0),              # Read By Group Type, handles 1-FFFF, primary services
+    typed_att(3, 0, 0xFF, 3),              # Read By Type, characteristics
+    typed_att(1, 0, 0xFF),                 # Find Information over everything
+    typed_att(4, ONE - 1),                 # Read
+    typed_att(5, BIG - 1, 20),             # Read Blob at 80
+    typed_att(8, FOUR - 1, 4, 1, 2, 3, 4), # Write 4 bytes
+    typed_att(11, TWENTY - 1, 0, 5, 1, 2, 3, 4, 5),   # Prepare Write
+    typed_att(11, TWENTY - 1, 4, 10, *range(10)),     # Prepare Write at 16: past the maximum
+    typed_att(12, 1),                      # Execute Write
+    typed_att(6, 3, ONE - 1, FORTY - 1, TWENTY - 1),  # Read Multiple
+    typed_att(14, 2, BIG - 1, TWENTY - 1), # Read Multiple Variable
+    typed_att(0, 0x80, 0x00, 0x02),        # Exchange MTU 512
+]
+
+
 def att_server_seeds():
     return {
+        "typed": bytes([0]) + b"".join(b"\xF8" + t for t in TYPED_ATT),
+        "typed-mtu23": bytes([1]) + b"".join(b"\xF8" + t for t in TYPED_ATT[:5] + TYPED_ATT[6:9]),
         "discovery-mtu23": att_records(0, *DISCOVERY),
         "discovery-mtu517": att_records(0, mtu(517), *DISCOVERY),
         "reads": att_records(0, mtu(64), *[read(h) for h in range(1, 32)],
@@ -199,7 +223,14 @@ def signaling(code, ident, data):
 
 def l2cap_seeds():
     att = lambda p, idx=0, **kw: frame(idx, p, **kw)
+    typed = b"".join(b"\xE0" + t for t in TYPED_ATT)
     return {
+        "typed-length-rules": l2cap(0, 0x0C, 1, connect(0), typed, clock(200), COMPLETE, typed, disconnect(0)),
+        # An SMP Pairing Request (Just Works, bonding, SC), Pairing Public Key, then the central
+        # starts encryption with no key (the peripheral answers Negative Reply).
+        "typed-smp-and-encryption": l2cap(0, 0x0C, 0, connect(0), b"\xE4\x00\x03\x00\x09\x10\x07\x07",
+                                          b"\xE4\x0B" + bytes(range(64)), b"\xE8\x00\x00", COMPLETE,
+                                          b"\xE8\x03\x34\x12\x00\x01\x01", clock(201), disconnect(0)),
         "length-rules-att": l2cap(0, 0x0C, 1, connect(0), att(mtu(517)), *[att(p) for p in DISCOVERY[:4]],
                                   att(write(FORTY, range(40)), fragment=9), att(read(BIG)), att(read_blob(BIG, 200)),
                                   att(prepare(TWENTY, 0, range(5))), att(execute(1)), att(write(FOUR_CCCD, [2, 0])),
@@ -279,6 +310,21 @@ def command_status(opcode, status=0):
 
 def h4(flags, sizes, chunk, step, *parts):
     return bytes([flags, sizes, chunk, step]) + b"".join(parts)
+
+
+def h4_typed_seeds():
+    """Typed records (sizes bit 5): 0 + event selector + fields, 1 + typed ATT, 2 + typed SMP."""
+    le_connection_complete = bytes([0, 6]) + bytes([0, 0, 0, 1, 1]) + PEER + bytes([24, 0, 0, 0, 0x90, 1, 0])
+    disconnection = bytes([0, 0, 0, 0, 0, 0x13])
+    atts = b"".join(b"\x01" + t for t in TYPED_ATT)
+    return {
+        "typed-session": h4(0, 0x2C, 0, 0, le_connection_complete, atts, b"\x02\x00\x03\x00\x09\x10\x07\x07",
+                            bytes([0, 2, 0, 0, 0, 1, 0]), disconnection),
+        "typed-events": h4(0x01, 0x2C, 5, 20, le_connection_complete, bytes([0, 0xF0, 5, 0, 0]),
+                           bytes([0, 0xF1, 1, 0]), bytes([0, 9]) + bytes(12), bytes([0, 11]) + bytes([251, 0, 0x48, 8, 251, 0, 0x48, 8, 0, 0]),
+                           bytes([0, 10]) + bytes([6, 0, 12, 0, 0, 0, 100, 0, 0, 0]), bytes([0, 12, 0, 0, 0, 2, 2]),
+                           bytes([0, 0xF0, 7, 0x80, 0x0C, 0]), atts, disconnection),
+    }
 
 
 def h4_seeds():
@@ -376,11 +422,19 @@ def control_seeds():
         '{"id":12,"cmd":"fault","action":"clear"}',
         '{"id":13,"cmd":"fault","action":"clear","device":"lock"}',
     ]
+    # Pairing answers and authorization (Docs/CONTROL.md), in the plain requests only.
+    answers = [
+        '{"id":14,"cmd":"pairing","device":"heart-rate","answer":"confirm"}',
+        '{"id":15,"cmd":"pairing","device":"lock","answer":"reject"}',
+        '{"id":16,"cmd":"authorize","device":"heart-rate","uuid":"2A38","answer":"allow"}',
+        '{"id":17,"cmd":"authorize","device":"lock","uuid":"7d3c0203-9a5e-4d1a-8f6e-5c1b2d3e4f50","answer":"deny"}',
+        '{"id":18,"cmd":"authorize","device":"thermostat","uuid":"2A6E","answer":"maybe"}',
+    ]
     bad = ['{"id":-1,"cmd":"list"}', '{"id":1.5,"cmd":"list"}', '{"cmd":"list"}', '[1,2]', 'not json',
            '{"id":1,"cmd":"list","extra":1}', '{"id":9007199254740992,"cmd":"list"}', '{"id":1,"cmd":"nope"}',
            '{"id":1,"cmd":"set","device":"' + "x" * 300 + '","key":"k","value":"v"}', '2A37', '0x13']
     return {
-        "requests": bytes([0, 0]) + "\n".join(lines).encode() + b"\n",
+        "requests": bytes([0, 0]) + "\n".join(lines + answers).encode() + b"\n",
         "requests-crlf-chunked": bytes([7, 0]) + "\r\n".join(lines).encode() + b"\r\n",
         "refusals": bytes([0, 0]) + "\n".join(bad).encode() + b"\n",
         "line-too-long": bytes([16, 8]) + lines[2].encode() + b"\n" + b"{" * 40,
@@ -414,12 +468,49 @@ def gatt_client_seeds():
         "deep-discover-all-mtu23": bytes([0x11]) + proc(0) + ALL,
         "deep-corrupted-include": bytes([0x11]) + proc(0) + bytes([0xF1, 3, 0xF2, 4, 0x01]) + ALL,
         "huge-and-deep": bytes([0x18]) + proc(0) + ALL + proc(1) + ALL,
+        # Config bit 5: a generated database, three bytes (GeneratedDatabase): shape a, shape b, gaps.
+        "generated-200-services-chain": bytes([0x20, 0x14, 0x07, 0x00]) + proc(0) + ALL + proc(10) + ALL,
+        "generated-diamonds-with-gaps": bytes([0x21, 0x22, 0x0F, 0x89]) + proc(0) + ALL + proc(2, 40) + ALL,
+        "generated-thousands-128bit": bytes([0x20, 0x2B, 0x21, 0x00]) + proc(0) + ALL,
+        "generated-secondary-fan-gaps": bytes([0x23, 0x1B, 0x4A, 0x92]) + proc(0) + ALL + proc(1) + ALL,
+    }
+
+
+# --- smp: two config bytes, then ops (op, direction, operands) -------------------------------
+
+def smp_seeds():
+    MOVE_ALL = bytes([0, 0, 0])
+    START = bytes([9, 0])
+    SC = 0x40 | 0x80
+    BOND_ID = 0x01 | 0x02 | 0x20
+
+    def io(initiator, responder):  # displayOnly 0, displayYesNo 1, keyboardOnly 2, noInputNoOutput 3, keyboardDisplay 4
+        return initiator | responder << 3
+
+    return {
+        "sc-just-works": bytes([io(3, 3) | SC, BOND_ID]) + START + MOVE_ALL,
+        "sc-numeric-comparison": bytes([io(1, 1) | SC, BOND_ID | 0x04]) + START + MOVE_ALL,
+        "sc-passkey": bytes([io(2, 0) | SC, BOND_ID | 0x08]) + START + MOVE_ALL,
+        "sc-passkey-both-type": bytes([io(2, 2) | SC, BOND_ID | 0x04]) + START + MOVE_ALL,
+        "legacy-just-works": bytes([io(3, 3), BOND_ID]) + START + MOVE_ALL,
+        "legacy-passkey": bytes([io(4, 0), BOND_ID | 0x08]) + START + MOVE_ALL,
+        "legacy-key-size-7": bytes([io(3, 3), BOND_ID | 0x40]) + START + MOVE_ALL,
+        "sc-only-against-legacy": bytes([io(3, 3) | 0x80, BOND_ID | 0x10]) + START + MOVE_ALL,
+        "tampered-confirm": bytes([io(3, 3) | SC, BOND_ID]) + START + bytes([0, 0, 4, 1, 0, 3, 0xFF]) + MOVE_ALL,
+        "wrong-passkey": bytes([io(2, 0) | SC, BOND_ID]) + START + bytes([0, 0, 4, 5, 0, 0]) + MOVE_ALL,
+        "reflected-public-key": bytes([io(3, 3) | SC, BOND_ID]) + START + bytes([0, 0, 3, 4, 0, 2]) + MOVE_ALL,
+        "security-request": bytes([io(3, 3) | SC, BOND_ID]) + bytes([11, 0, 0, 0, 1, 9, 1]) + MOVE_ALL,
+        "timeout-midway": bytes([io(3, 3) | SC, BOND_ID]) + START + bytes([0, 0, 3, 7, 1]) + MOVE_ALL + START + MOVE_ALL,
+        "injected-keys": bytes([io(3, 3), BOND_ID]) + START + MOVE_ALL + bytes([3, 0, 5]) + bytes(16)
+                         + bytes([3, 1, 7]) + bytes(7) + bytes([10, 1]) + MOVE_ALL,
+        "aborted-and-again": bytes([io(1, 1) | SC, BOND_ID]) + START + bytes([0, 0, 2, 8, 1, 3]) + MOVE_ALL
+                             + START + MOVE_ALL,
     }
 
 
 def main():
-    corpora = {"att-server": att_server_seeds(), "l2cap": l2cap_seeds(), "h4-host": h4_seeds(), "decoders": decoder_seeds(),
-               "control": control_seeds(), "gatt-client": gatt_client_seeds()}
+    corpora = {"att-server": att_server_seeds(), "l2cap": l2cap_seeds(), "h4-host": {**h4_seeds(), **h4_typed_seeds()}, "decoders": decoder_seeds(),
+               "control": control_seeds(), "gatt-client": gatt_client_seeds(), "smp": smp_seeds()}
     for target, seeds in corpora.items():
         folder = ROOT / target
         folder.mkdir(parents=True, exist_ok=True)

@@ -369,7 +369,16 @@ public final class PeripheralSecurity {
             securityChanged(handle, link.security)
             return
         }
-        let (security, difference) = LinkSecurity.encrypted(with: link.keyInUse, controllerKeySize: keySize)
+        guard let keyInUse = link.keyInUse else {
+            // Vol 6, Part B, 5.1.3.1: a peripheral's controller encrypts with the key its host
+            // gave in LE Long Term Key Request Reply. No key was given on this link (none was
+            // asked for, or the answer was a negative reply), so the controller's word cannot
+            // be right: the link stays as it was, and nothing that needs encryption is served.
+            logger.warning("link with \(link.peer.address): the controller reports \(what) without a key given for it; not treated as encrypted",
+                           metadata: metadata(link))
+            return
+        }
+        let (security, difference) = LinkSecurity.encrypted(with: keyInUse, controllerKeySize: keySize)
         if let difference {
             logger.warning("link with \(link.peer.address): \(difference)", metadata: metadata(link))
         }

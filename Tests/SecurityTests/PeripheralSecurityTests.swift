@@ -107,6 +107,24 @@ private struct LegacyCentral {
         #expect(bench.recorder.events(.keyMissing).count == 1)
     }
 
+    /// Found by the l2cap fuzz target: an Encryption Change the host never gave a key for
+    /// made the link count as encrypted (LE legacy, 16 octets), and encryption-required values
+    /// were served on it.
+    @Test func anEncryptionChangeWithoutAKeyGivenLeavesTheLinkUnencrypted() {
+        let bench = Bench()
+        // Nothing asked for a key.
+        bench.security.encryptionChanged(on: handle, status: 0, enabled: true)
+        #expect(!bench.security.security(of: handle).isEncrypted)
+        // A key asked for and refused (no bond): a negative reply.
+        bench.security.longTermKeyRequested(on: handle, randomNumber: 0, encryptedDiversifier: 0)
+        #expect(bench.keyAnswers == [nil])
+        bench.security.encryptionChanged(on: handle, status: 0, enabled: true)
+        bench.security.encryptionChanged(on: handle, status: 0, enabled: true, refresh: true)
+        #expect(!bench.security.security(of: handle).isEncrypted)
+        #expect(bench.changes.isEmpty)
+        #expect(bench.recorder.events(.encryptionChanged).isEmpty)
+    }
+
     @Test func aSecureConnectionsBondIsNamedByZeros() {
         let bench = Bench()
         let key = [UInt8](repeating: 0x5A, count: 16)

@@ -12,6 +12,15 @@ import BlemuHost
 ///
 /// Handlers reach the device's state through `Storage`, never through the characteristics, so
 /// there is no reference cycle (LeakSanitizer runs on every input).
+/// Oracle: the value a write handler is given is one its declaration allows — a fixed-length
+/// value whole (offset 0, exactly its length), a variable one within its maximum from its offset
+/// (`ValueLength.refusal(offset:count:)`, Vol 3, Part F, 3.4.6.3). Checked first in every
+/// handler, so a broken promise is reported as such, not as whatever trap the handler hits.
+func expectAllowed(_ request: WriteRequest, _ rule: ValueLength, _ name: String) {
+    fuzzCheck(rule.refusal(offset: request.offset, count: request.value.count) == nil,
+              "the \(name) handler (\(rule)) was given \(request.value.count) bytes at offset \(request.offset)")
+}
+
 public final class LengthRulesDevice: Device {
     public static let deviceName = "fuzz-length-rules"
     public static let summary = "fuzz target device: one characteristic per length rule"
@@ -65,6 +74,7 @@ public final class LengthRulesDevice: Device {
         one = Characteristic(Self.uuid(1), properties: [.read, .write, .writeWithoutResponse], length: .fixed(1),
                              onRead: { _, value in value.append(contentsOf: s.one); return nil },
                              onWrite: { request in
+                                 expectAllowed(request, .fixed(1), "one")
                                  // A one-byte value: the byte is the value.
                                  s.one[0] = request.value[0]
                                  s.writes += 1
@@ -78,6 +88,7 @@ public final class LengthRulesDevice: Device {
         forty = Characteristic(Self.uuid(40), properties: [.read, .write], length: .fixed(40),
                                onRead: { _, value in value.append(contentsOf: s.forty); return nil },
                                onWrite: { request in
+                                   expectAllowed(request, .fixed(40), "forty")
                                    fuzzCheck(request.withResponse, "a Write Command reached a characteristic without writeWithoutResponse")
                                    _ = request.value[39]
                                    for (i, byte) in request.value.enumerated() { s.forty[request.offset + i] = byte }
@@ -87,6 +98,7 @@ public final class LengthRulesDevice: Device {
         zero = Characteristic(Self.uuid(0x30), properties: [.read, .write], length: .fixed(0),
                               onRead: { _, value in value.append(contentsOf: s.zero); return nil },
                               onWrite: { request in
+                                  expectAllowed(request, .fixed(0), "zero")
                                   for (i, byte) in request.value.enumerated() { s.zero[request.offset + i] = byte }
                                   return nil
                               })
@@ -96,6 +108,7 @@ public final class LengthRulesDevice: Device {
                                     return nil
                                 },
                                 onWrite: { request in
+                                    expectAllowed(request, .variable(max: 20), "twenty")
                                     // The value goes in at its offset, in the 20-byte buffer the declaration allows.
                                     if !request.value.isEmpty { _ = request.value[request.value.count - 1] }
                                     for (i, byte) in request.value.enumerated() { s.twenty[request.offset + i] = byte }
@@ -110,6 +123,7 @@ public final class LengthRulesDevice: Device {
                                  return nil
                              },
                              onWrite: { request in
+                                 expectAllowed(request, .variable(max: 512), "big")
                                  for (i, byte) in request.value.enumerated() { s.big[request.offset + i] = byte }
                                  s.bigCount = request.offset + request.value.count
                                  s.writes += 1
@@ -123,9 +137,12 @@ public final class LengthRulesDevice: Device {
                                       return nil
                                   },
                                   onWrite: { request in
-                                      request.value.first == 0xEE ? .application(0x00) : nil
+                                      expectAllowed(request, .variable(max: 8), "refusing")
+                                      return request.value.first == 0xEE ? .application(0x00) : nil
                                   })
-        // No link is ever encrypted (no pairing yet): these handlers must never run.
+        // No link the input can reach is encrypted: a pairing needs confirm values it cannot
+        // compute, and an Encryption Change the host gave no key for does not count (Vol 6,
+        // Part B, 5.1.3.1; Fuzz/Regressions/l2cap). These handlers must never run.
         encrypted = Characteristic(Self.uuid(0xE0), properties: [.read, .write],
                                    permissions: [.readEncryptionRequired, .writeEncryptionRequired],
                                    onRead: { _, _ in fuzzFailure("an encryption-required value was read on an unencrypted link") },
@@ -145,6 +162,7 @@ public final class LengthRulesDevice: Device {
         // `four` sends updates from inside its own write handler: the server is building a
         // response then.
         four.onWrite = { [weak self, unowned four] request in
+            expectAllowed(request, .fixed(4), "four")
             let v = UInt32(request.value[0]) | UInt32(request.value[1]) << 8 | UInt32(request.value[2]) << 16
                 | UInt32(request.value[3]) << 24
             for (i, byte) in request.value.enumerated() { s.four[request.offset + i] = byte }

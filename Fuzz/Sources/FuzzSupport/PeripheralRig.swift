@@ -5,7 +5,7 @@ import BlemuHost
 import BlemuSimulator
 
 /// What one input decides about the simulated controller (see `controllerOptions`).
-public struct ControllerOptions {
+public struct ControllerOptions: Hashable {
     public var answerCommands = true
     public var autoComplete = true
     public var supportsDataLengthExtension = true
@@ -19,8 +19,17 @@ public struct ControllerOptions {
 
 /// The whole stack in process: a Peripheral running a device against the simulated controller
 /// (queued: it answers *later*, as a real one does, so the host is never re-entered from inside
-/// its own `output` call), on a clock that moves only when told. Built anew for every input,
-/// so an input alone decides what happens. Every packet the host sends is checked: the ACL
+/// its own `output` call), on a clock that moves only when told.
+///
+/// One stack per process and per shape (device and controller options), reset between inputs:
+/// `take` hands out a ready rig, `end` closes its links and keeps it for the next input when it
+/// is back where it started (ready, advertising, no link, nothing queued), or tears it down as
+/// blemu ends (a clean stop, then the transport goes away; LeakSanitizer then checks what is
+/// left) when the input stopped it or left it elsewhere. Building the stack and initializing
+/// the controller cost most of an input before (and their coverage made libFuzzer's per-input
+/// bookkeeping slow). What a device remembers carries over between inputs, so for reproducing
+/// and minimizing a failure `BLEMU_FUZZ_FRESH=1` builds a new rig for every input, as the
+/// regression replay of `scripts/fuzz` does. Every packet the host sends is checked: the ACL
 /// rules by the controller, what is on the fixed channels by `FrameChecks`. When `truthful`
 /// (the harness, not the fuzz input, speaks for the controller), the host must also respect
 /// the controller's buffers and links.
@@ -32,6 +41,61 @@ public final class PeripheralRig {
     public let central = BluetoothAddress("F0:F1:F2:F3:F4:F5")!
     public private(set) var stopped = false
     private let frames: FrameChecks
+
+    private struct Shape: Hashable {
+        var device: UInt8
+        var options: ControllerOptions
+        var truthful: Bool
+    }
+    /// Rigs kept between inputs, at most one per shape and `poolLimit` in all.
+    nonisolated(unsafe) private static var pool: [Shape: PeripheralRig] = [:]
+    private static let poolLimit = 64
+    /// `BLEMU_FUZZ_FRESH=1`: a new rig for every input.
+    public static let freshPerInput = fuzzEnvironmentFlag("BLEMU_FUZZ_FRESH")
+    private var shape: Shape?
+
+    /// A ready rig for one input: the kept one of this shape, or a new one. `deviceKind` names
+    /// what `device` builds.
+    public static func take(deviceKind: UInt8, options: ControllerOptions, truthful: Bool,
+                            device: () -> Device) -> PeripheralRig {
+        // Whether the controller answers commands and completes packets is set per input, so
+        // rigs that differ only there are one shape.
+        var initialized = options
+        initialized.answerCommands = true
+        initialized.autoComplete = true
+        let shape = Shape(device: deviceKind, options: initialized, truthful: truthful)
+        if !freshPerInput, let rig = pool.removeValue(forKey: shape) {
+            rig.controller.answersCommands = options.answerCommands
+            rig.controller.autoComplete = truthful && options.autoComplete
+            return rig
+        }
+        let rig = PeripheralRig(device: device(), options: options, truthful: truthful)
+        rig.shape = shape
+        return rig
+    }
+
+    /// The end of an input: the rig goes back to the pool, or is torn down (`finish`).
+    public func end() {
+        guard !Self.freshPerInput, !stopped, let shape, Self.pool[shape] == nil, Self.pool.count < Self.poolLimit else {
+            finish()
+            return
+        }
+        // The central and the controller end every link; the host advertises again.
+        controller.answersCommands = true
+        controller.autoComplete = shape.truthful
+        for handle in controller.openHandles.sorted() {
+            controller.disconnect(handle: handle, reason: 0x13)
+            controller.flush()
+        }
+        // Past every per-link deadline, so what the links left behind runs and goes.
+        advance(milliseconds: 65_000)
+        if peripheral.hci.isReady && peripheral.connectionCount == 0 && controller.openHandles.isEmpty
+            && controller.isQuiet && controller.isAdvertising {
+            Self.pool[shape] = self
+        } else {
+            finish()
+        }
+    }
 
     /// Builds the stack and lets it initialize the controller and start advertising.
     public init(device: Device, options: ControllerOptions, truthful: Bool) {
@@ -69,6 +133,9 @@ public final class PeripheralRig {
         fuzzCheck(peripheral.hci.isReady, "the host did not become ready against a controller that answers everything")
         controller.answersCommands = options.answerCommands
     }
+
+    /// How many attributes the device's GATT database has, for typed PDUs that name handles.
+    public var attributeCount: Int { peripheral.database.attributes.count }
 
     /// One ACL packet from the central, delivered after what is queued (and what that causes).
     public func sendACL(handle: UInt16, boundary: ACLPacket.Boundary, data: ArraySlice<UInt8>) {

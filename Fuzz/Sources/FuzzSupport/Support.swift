@@ -52,15 +52,21 @@ public func fuzzCheck(_ condition: @autoclosure () -> Bool, _ message: @autoclos
     if !condition() { fuzzFailure(message(), file: file, line: line) }
 }
 
-/// A log handler that builds every message and its metadata (so the code that formats log
-/// lines is fuzzed too) and throws them away — or prints them when `BLEMU_FUZZ_LOG=1`, which
-/// helps when reading what a crashing input did.
+/// A log handler for the fuzz targets. Off by default: the level is `.critical`, so the stack
+/// builds no message or metadata for its trace, debug, info and warning lines (`Logger` asks the
+/// handler's level before it evaluates anything) — formatting every line cost the whole-stack
+/// targets most of their time. `BLEMU_FUZZ_LOG=1` turns every level on and prints the lines,
+/// which helps when reading what a crashing input did; the formatting code itself is covered by
+/// the unit tests of `StderrLogHandler` and the journal.
 public struct SinkLogHandler: LogHandler {
     public var metadata: Logger.Metadata = [:]
-    public var logLevel: Logger.Level = .trace
+    public var logLevel: Logger.Level
     let print: Bool
 
-    public init(print: Bool) { self.print = print }
+    public init(print: Bool) {
+        self.print = print
+        logLevel = print ? .trace : .critical
+    }
 
     public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { metadata[key] }
@@ -68,12 +74,12 @@ public struct SinkLogHandler: LogHandler {
     }
 
     public func log(event: LogEvent) {
-        let message = event.message.description
+        guard print else { return }
         var fields = ""
         for (key, value) in (event.metadata ?? [:]).merging(metadata, uniquingKeysWith: { a, _ in a }) {
             fields += " \(key)=\(value.description)"
         }
-        if print { writeStandardError("[\(event.level)] \(message)\(fields)\n") }
+        writeStandardError("[\(event.level)] \(event.message.description)\(fields)\n")
     }
 }
 
@@ -95,8 +101,31 @@ public func hex(_ bytes: [UInt8]) -> String {
     return String(bytes.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0x0F)]] })
 }
 
-public func fuzzLogger() -> Logger {
-    Logger(label: "fuzz", factory: { _ in SinkLogHandler(print: fuzzLogsPrinted) })
+/// The one logger of a process: made once, handed to every stack the target builds.
+public let fuzzSharedLogger = Logger(label: "fuzz", factory: { _ in SinkLogHandler(print: fuzzLogsPrinted) })
+
+public func fuzzLogger() -> Logger { fuzzSharedLogger }
+
+/// Bytes the process has allocated and not freed (AddressSanitizer's count).
+public func fuzzAllocatedBytes() -> Int { Int(blemu_fuzz_allocated_bytes()) }
+
+/// Oracle: what one input makes the stack hold stays under `bound` bytes. Created when the
+/// input starts (after the stack is built); `check()` after each operation fails the run when
+/// the process holds more than `bound` beyond what it held then — a peer that can grow memory
+/// without bound is a bug (Docs/TESTING.md, oracles).
+public struct MemoryBound {
+    public let start: Int
+    public let bound: Int
+    public init(bound: Int) {
+        self.bound = bound
+        start = fuzzAllocatedBytes()
+    }
+
+    @inline(__always)
+    public func check(_ what: @autoclosure () -> String, file: StaticString = #fileID, line: UInt = #line) {
+        let held = fuzzAllocatedBytes() - start
+        if held > bound { fuzzFailure("the stack holds \(held) bytes more than at the start (bound \(bound)) after \(what())", file: file, line: line) }
+    }
 }
 
 @_exported import CFuzzDriver

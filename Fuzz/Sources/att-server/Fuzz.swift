@@ -23,7 +23,8 @@ import FuzzSupport
 ///              the client uses robust caching, so it becomes change-unaware (Vol 3, Part G,
 ///              2.5.2.1)
 ///   0xF7       the client confirms Service Changed: change-aware again
-///   0xF8–0xFF  nothing
+///   0xF8 …     a client PDU of a chosen opcode with fuzzed fields (`typedATTPDU`)
+///   0xF9–0xFF  nothing
 /// `BLEMU_FUZZ_TRACE=1` prints every PDU in and out.
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
@@ -51,8 +52,10 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     }
     let updatable = [device.four, device.big, device.notifyOnly, device.one]
 
+    let memory = MemoryBound(bound: 4 << 20)
     while !input.isAtEnd {
         let record = input.u8()
+        defer { memory.check("record \(record)") }
         switch record {
         case 0x00...0xEF:
             bearer.request(input.take(Int(record)), to: server)
@@ -79,6 +82,8 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
             }
         case 0xF7:
             server.serviceChangedConfirmed()
+        case 0xF8:
+            bearer.request(typedATTPDU(&input, handleCount: database.attributes.count), to: server)
         default:
             break
         }

@@ -13,8 +13,9 @@ import FuzzSupport
 /// the link's close, and everything ended by then; and what it holds from the server stays
 /// within `GATTClient.maxAttributes`.
 ///
-/// Input: a config byte (bits 0–2: server Rx MTU; bits 3–4: the database, see `FuzzDatabase`),
-/// then records:
+/// Input: a config byte (bits 0–2: server Rx MTU; bits 3–4: the database, see `FuzzDatabase`;
+/// bit 5: a generated database instead, described by the next three bytes, see
+/// `GeneratedDatabase`), then records:
 ///   0x00–0xEF  a PDU of that many bytes, from "the server", to the client
 ///   0xF0 p     the client starts procedure p (discover all, by UUID, read, read multiple, write
 ///              short and long, reliable write, exchange MTU, write without response, subscribe)
@@ -29,8 +30,11 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     var input = FuzzBytes(data, size)
     let config = input.u8()
     let rxMTUs = [ATTServer.maximumMTU, 23, 24, 64, 185, 247, 251, 512]
-    let link = Link(serverRxMTU: rxMTUs[Int(config & 0x07)], database: FuzzDatabase(rawValue: (config >> 3) & 0x03) ?? .lengthRules)
+    let generated = config & 0x20 != 0 ? GeneratedDatabase.take(input.u8(), input.u8(), input.u8()) : nil
+    let link = Link(serverRxMTU: rxMTUs[Int(config & 0x07)], database: FuzzDatabase(rawValue: (config >> 3) & 0x03) ?? .lengthRules,
+                    generated: generated?.database)
     let handles = link.handles
+    let memory = MemoryBound(bound: 64 << 20)
 
     while !input.isAtEnd {
         let record = input.u8()
@@ -52,6 +56,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         default:
             link.move(Int.max)
         }
+        memory.check("record \(record)")
     }
     link.move(Int.max)
     link.scheduler.advance(by: .seconds(31))
@@ -61,6 +66,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         total + 1 + service.includes.count + service.characteristics.reduce(service.characteristics.count) { $0 + $1.descriptors.count }
     }
     fuzzCheck(held <= GATTClient.maxAttributes, "the client holds \(held) attributes from the server")
+    generated?.restore()
     return 0
 }
 
@@ -115,6 +121,92 @@ enum FuzzDatabase: UInt8 {
     }
 }
 
+/// A database generated from three bytes of the input: from one service to 200, from none to 250
+/// characteristics each (at most 6,000 in all), descriptors or none, 16- and 128-bit UUIDs,
+/// primary and secondary services including each other in chains (deep), fans, diamonds
+/// (overlapping) — and handle gaps: some services taken out, as `blemu ctl … service` does, so
+/// the server skips their handles. Built once per shape and kept (at most 32 shapes); the gaps
+/// are undone after each input.
+struct GeneratedDatabase {
+    let database: GATTDatabase
+    let removed: [Service]
+
+    nonisolated(unsafe) static var cache: [UInt16: GATTDatabase] = [:]
+
+    static func take(_ a: UInt8, _ b: UInt8, _ gaps: UInt8) -> GeneratedDatabase {
+        let key = UInt16(a) | UInt16(b) << 8
+        let database: GATTDatabase
+        if let cached = cache[key] {
+            database = cached
+        } else {
+            if cache.count >= 32 { cache.removeAll() }
+            database = FuzzDatabase.build(services(a, b))
+            cache[key] = database
+        }
+        // Gaps: every k-th service out, last first (an included service stays while its includer is in).
+        var removed: [Service] = []
+        if gaps & 0x80 != 0 {
+            let k = Int(gaps & 0x07) + 2
+            for (n, service) in database.services.enumerated().reversed() where n % k == Int((gaps >> 3) & 0x07) % k {
+                if (try? database.setService(service, present: false)) != nil { removed.append(service) }
+            }
+        }
+        return GeneratedDatabase(database: database, removed: removed)
+    }
+
+    /// Puts back what `take` took out, first the included ones.
+    func restore() {
+        for service in removed.reversed() { _ = try? database.setService(service, present: true) }
+    }
+
+    static func services(_ a: UInt8, _ b: UInt8) -> [Service] {
+        let serviceCounts = [1, 3, 16, 64, 200]
+        let characteristicCounts = [0, 1, 2, 5, 20, 60, 250]
+        let count = serviceCounts[Int(a & 0x07) % serviceCounts.count]
+        let perService = min(characteristicCounts[Int(a >> 3) % characteristicCounts.count], 6_000 / count)
+        let descriptors = b & 0x03
+        let inclusion = (b >> 2) & 0x07
+        let longUUIDs = b & 0x20 != 0
+        let secondary = b & 0x40 != 0
+        var built: [Service] = []
+        for n in 0..<count {
+            var includes: [Service] = []
+            switch inclusion {
+            case 1: if let last = built.last { includes = [last] }                      // a chain: deep
+            case 2: if let first = built.first { includes = [first] }                   // a fan
+            case 3: includes = Array(built.suffix(2))                                   // diamonds: overlapping
+            case 4: if n % 4 == 3 { includes = Array(built.suffix(3)) }
+            default: break
+            }
+            let uuid = longUUIDs && n % 2 == 0
+                ? BluetoothUUID(high: 0xF0240000_0000_4000 | UInt64(n), low: 0x8000_0000_0000_0000)
+                : BluetoothUUID(UInt16(truncatingIfNeeded: 0xB000 + n))
+            // The last service is primary, so there is always something to discover.
+            let primary = !secondary || n % 2 == 1 || n == count - 1
+            built.append(Service(uuid, primary: primary, includes: includes) {
+                (0..<perService).map { c -> Characteristic in
+                    let cu = longUUIDs && c % 3 == 0
+                        ? BluetoothUUID(high: 0xF0250000_0000_4000 | UInt64(c), low: UInt64(n))
+                        : BluetoothUUID(UInt16(truncatingIfNeeded: 0x7000 + c % 0x0800))
+                    var list: [Descriptor] = []
+                    if descriptors & 1 != 0 && c % 3 == 0 { list.append(.userDescription("s\(n)c\(c)")) }
+                    let notify = descriptors & 2 != 0 && c % 2 == 0
+                    let value: [UInt8] = [UInt8(truncatingIfNeeded: c), UInt8(truncatingIfNeeded: n)]
+                    // Cached values are read-only; the notifying and writable ones answer from a
+                    // handler (stateless: the database is shared by every input of its shape).
+                    if notify || c % 4 == 1 {
+                        return Characteristic(cu, properties: notify ? [.read, .write, .notify] : [.read, .write],
+                                              descriptors: list, onRead: { _, out in out.append(contentsOf: value); return nil },
+                                              onWrite: { _ in nil })
+                    }
+                    return Characteristic(cu, properties: [.read], cachedValue: value, descriptors: list)
+                }
+            })
+        }
+        return built
+    }
+}
+
 final class Link: ATTServerDelegate {
     let scheduler = ManualScheduler()
     let device = LengthRulesDevice()
@@ -134,9 +226,10 @@ final class Link: ATTServerDelegate {
     /// The attribute handles of the database, for the records that name one.
     let handles: [UInt16]
 
-    init(serverRxMTU: Int, database kind: FuzzDatabase) {
+    init(serverRxMTU: Int, database kind: FuzzDatabase, generated: GATTDatabase?) {
         let database: GATTDatabase
         switch kind {
+        case _ where generated != nil: database = generated!
         case .lengthRules: database = FuzzDatabase.build(device.services)
         case .huge: database = FuzzDatabase.hugeDatabase
         case .deep: database = FuzzDatabase.deepDatabase

@@ -27,17 +27,49 @@ import FuzzSupport
 ///   7 a k …      an LE event on handle a & 3: connection update complete, remote connection
 ///                parameter request, data length change, PHY update, encryption change, data
 ///                buffer overflow (k picks; parameters from the input)
+/// Op bytes 0xE0 and up are typed, so most of them get past the first decoder (0xE0 + 4k + h:
+/// on handle h & 3):
+///   0xE0–0xE3    a client ATT PDU of a chosen opcode with fuzzed fields (`typedATTPDU`)
+///   0xE4–0xE7    an SMP PDU of a chosen code with fuzzed fields (`typedSMPPDU`)
+///   0xE8–0xEB    the central starts encryption: LE Long Term Key Request (EDIV and Rand zero, or
+///                from the input), then Encryption Change with the status that follows
+///   0xEC–0xFF    as 0xE0–0xE3
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     var input = FuzzBytes(data, size)
     let options = controllerOptions(input.u8(), input.u8())
-    let device: Device = input.u8() & 0x01 != 0 ? LengthRulesDevice() : HeartRateDevice(seed: 1)
-    let rig = PeripheralRig(device: device, options: options, truthful: true)
+    let lengthRules = input.u8() & 0x01 != 0
+    let rig = PeripheralRig.take(deviceKind: lengthRules ? 1 : 0, options: options, truthful: true) { () -> Device in
+        lengthRules ? LengthRulesDevice() : HeartRateDevice(seed: 1)
+    }
     let controller = rig.controller
     let handles: [UInt16] = [0x0040, 0x0041, 0x0EFF, 0x0001]
 
+    let memory = MemoryBound(bound: 8 << 20)
     while !input.isAtEnd {
-        switch input.u8() % 8 {
+        let op = input.u8()
+        defer { memory.check("op \(op)") }
+        if op >= 0xE0 {
+            let handle = handles[Int(op & 3)]
+            switch (op - 0xE0) >> 2 {
+            case 1:
+                sendFrame(rig, handle: handle, cid: 0x0006, typedSMPPDU(&input))
+            case 2:
+                let raw = input.u8()
+                controller.requestLongTermKey(handle: handle, random: raw & 1 != 0 ? UInt64(input.u16()) : UInt64(0),
+                                              ediv: raw & 2 != 0 ? input.u16() : 0)
+                controller.flush()
+                var p: [UInt8] = [input.u8() & 0x01 == 0 ? 0x00 : 0x06]  // success, or PIN or Key Missing
+                p.appendLE(handle)
+                p.append(p[0] == 0 ? 0x01 : 0x00)
+                controller.event(0x08, p)
+                controller.flush()
+            default:
+                sendFrame(rig, handle: handle, cid: 0x0004, typedATTPDU(&input, handleCount: rig.attributeCount))
+            }
+            continue
+        }
+        switch op % 8 {
         case 0:
             let a = input.u8()
             let handle = handles[Int(a & 3)]
@@ -122,11 +154,28 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
             controller.flush()
         }
     }
-    rig.finish()
+    rig.end()
     return 0
+}
+
+/// A whole, well-formed L2CAP frame on a fixed channel.
+func sendFrame(_ rig: PeripheralRig, handle: UInt16, cid: UInt16, _ payload: [UInt8]) {
+    var frame: [UInt8] = []
+    frame.appendLE(UInt16(payload.count))
+    frame.appendLE(cid)
+    frame += payload
+    // In fragments no longer than the controller's buffers, as a central's controller sends them.
+    var start = 0
+    repeat {
+        let end = min(frame.count, start + 27)
+        rig.sendACL(handle: handle, boundary: start == 0 ? .firstFlushable : .continuing, data: frame[start..<end])
+        start = end
+    } while start < frame.count
 }
 
 @_cdecl("l2cap_main")
 public func l2capMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
-    blemu_fuzz_driver(argc, argv) { data, size in fuzz(data, size) }
+    PeripheralRig.freshPerInput
+        ? blemu_fuzz_driver(argc, argv) { data, size in fuzz(data, size) }
+        : blemu_fuzz_driver_keeping_state(argc, argv) { data, size in fuzz(data, size) }
 }
