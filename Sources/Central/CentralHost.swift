@@ -247,7 +247,7 @@ public final class CentralHost: ATTServerDelegate {
             self?.securityManagerPDU(payload, on: l2capLink)
         }
         links[complete.handle] = link
-        hci.openLink(complete.handle)
+        hci.openLink(complete.handle, receiver: l2capLink)
         security?.linkOpened(complete.handle, peer: complete.peer)
         logger.event(.connected, .notice, "connected to \(complete.peerAddress) as central", [
             LogKey.peer: .string(complete.peerAddress.description), LogKey.connHandle: .string("\(complete.handle)"),

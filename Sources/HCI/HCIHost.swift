@@ -158,6 +158,8 @@ public final class HCIHost {
         let serial: UInt64
     }
     private var links = HandleTable<LinkTransmit>()
+    /// Who takes each open link's ACL data (`openLink(_:receiver:)`).
+    private let receivers = ACLReceiverTable()
     private var nextLinkSerial: UInt64 = 0
     /// The links with fragments queued, in round-robin order: each at most once, so a credit
     /// costs the same with 1 link or 3000 (no walk over idle links).
@@ -321,6 +323,7 @@ public final class HCIHost {
         commandQueue.removeAll()
         commandCredits = 1
         links.removeAll()
+        receivers.removeAll()
         waiting.removeAll()
         cappedLinks.removeAll(keepingCapacity: true)
         fairShare = 1
@@ -487,6 +490,8 @@ public final class HCIHost {
     public func receiveACL(_ packet: ArraySlice<UInt8>) {
         do {
             let acl = try ACLPacket(packet: packet)
+            // A set-up link's data goes straight to its L2CAP link; the roles route the rest.
+            if let receiver = receivers[acl.handle] { return receiver.receive(acl) }
             delegate?.hciHost(self, didReceiveACL: acl)
         } catch {
             if let leftOut = malformedLog.take(now: scheduler.nowNanoseconds, for: logger) {
@@ -525,8 +530,10 @@ public final class HCIHost {
         if let uncapped { waiting.append(uncapped) }
     }
 
-    /// Starts accounting for a new connection handle.
-    public func openLink(_ handle: UInt16) {
+    /// Starts accounting for a new connection handle; its ACL data goes to `receiver` (nil: to
+    /// the delegate) until `closeLink`.
+    public func openLink(_ handle: UInt16, receiver: ACLReceiver? = nil) {
+        if let receiver { receivers.set(receiver, for: handle) } else { receivers.remove(handle) }
         if links[handle] == nil {
             nextLinkSerial += 1
             links[handle] = LinkTransmit(serial: nextLinkSerial)
@@ -539,6 +546,7 @@ public final class HCIHost {
     public func closeLink(_ handle: UInt16) {
         // Its entries in `waiting` and `refusedLinks` are dropped when they come up (the serial no
         // longer matches), so closing costs the same however many links are open.
+        receivers.remove(handle)
         guard let link = links.removeValue(forKey: handle) else { return }
         updateFairShare()
         for pdu in link.queue { pduBuffers.give(pdu.bytes) }

@@ -91,7 +91,7 @@ final class DeviceLinks {
         let peer = ATTPeer(connectionHandle: event.handle, address: event.peer)
         let connection = makeLink(event, peer: peer)
         connections[event.handle] = connection
-        hci.openLink(event.handle)
+        hci.openLink(event.handle, receiver: connection.link)
         return .success(connection)
     }
 

@@ -61,7 +61,7 @@ final class L2CAPClosureChannel: L2CAPChannelEnd {
 /// a timer for a PDU left half-gathered), framing of what we send, the fixed channels registered
 /// by CID (ATT 0x0004 and SMP 0x0006 by the layers above, Table 2.3), and the LE signalling
 /// channel (0x0005), which the link answers itself.
-public final class L2CAPLink {
+public final class L2CAPLink: ACLReceiver {
     public let handle: UInt16
     public let role: LinkRole
     public let context: L2CAPLinkContext

@@ -81,6 +81,32 @@ import Testing
         #expect(b.host.linkRole(0x0050) == nil)
     }
 
+    /// A link's receiver (its L2CAP link, handed over at `openLink`) takes its data straight
+    /// from HCI: the role routing sees only the data of links that have none yet, and a closed
+    /// or disconnected link's data goes back to the routing.
+    @Test func aLinksReceiverTakesItsDataAndTheRolesOnlyTheRest() {
+        final class Receiver: ACLReceiver {
+            var packets: [[UInt8]] = []
+            func receive(_ packet: ACLPacket) { packets.append(Array(packet.data)) }
+        }
+        let b = Bench()
+        b.simulated.connect(handle: 0x0040, peer: BluetoothAddress("D0:11:22:33:44:55")!)
+        b.simulated.connect(handle: 0x0041, peer: BluetoothAddress("D0:11:22:33:44:66")!)
+        let receiver = Receiver()
+        b.host.hci.openLink(0x0040, receiver: receiver)
+        b.simulated.sendL2CAP(handle: 0x0040, cid: 0x0004, [0x0A, 0x03, 0x00])
+        b.simulated.sendL2CAP(handle: 0x0041, cid: 0x0004, [0x0A, 0x05, 0x00])
+        #expect(receiver.packets == [[0x03, 0x00, 0x04, 0x00, 0x0A, 0x03, 0x00]])
+        #expect(b.peripheral.acl == [0x0041])
+        b.host.hci.closeLink(0x0040)
+        b.simulated.sendL2CAP(handle: 0x0040, cid: 0x0004, [0x0A, 0x07, 0x00])
+        #expect(receiver.packets.count == 1 && b.peripheral.acl == [0x0041, 0x0040])
+        b.host.hci.openLink(0x0041, receiver: receiver)
+        b.simulated.disconnect(handle: 0x0041)
+        b.simulated.sendL2CAP(handle: 0x0041, cid: 0x0004, [0x0A, 0x09, 0x00])
+        #expect(receiver.packets.count == 1)
+    }
+
     /// A link in a role no one here plays is not kept: disconnected with 0x13.
     @Test func aLinkInARoleNoOnePlaysIsDisconnected() {
         let b = Bench(peripheral: false)
