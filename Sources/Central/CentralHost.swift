@@ -348,7 +348,7 @@ extension CentralHost: ControllerRole {
         linkClosed(handle, reason: reason)
     }
 
-    public func linkEvent(_ event: HCIEvent) {
+    public func linkEvent(_ event: HCIEvent, handle: UInt16) {
         switch event {
         case let .leConnectionUpdateComplete(status, handle, parameters):
             linkParametersUpdated(status: status, handle: handle, parameters: parameters)

@@ -45,8 +45,9 @@ public protocol ControllerRole: AnyObject {
     func connectionCompleted(_ event: LEConnectionComplete)
     /// Disconnection Complete for one of this role's links.
     func disconnectionCompleted(status: UInt8, handle: UInt16, reason: UInt8)
-    /// An event about one of this role's links (parameters, data length, PHY, keys, encryption).
-    func linkEvent(_ event: HCIEvent)
+    /// An event about one of this role's links (parameters, data length, PHY, keys, encryption),
+    /// with the link's handle.
+    func linkEvent(_ event: HCIEvent, handle: UInt16)
     /// An event of this role that names no link (advertising reports; advertising sets).
     func roleEvent(_ event: HCIEvent)
     /// ACL data of one of this role's links.
@@ -288,12 +289,9 @@ extension ControllerHost: HCIHostDelegate {
              let .encryptionChangeV2(_, handle, _, _),
              let .encryptionKeyRefreshComplete(_, handle):
             if let kind = linkRoles[handle], let role = role(kind) {
-                role.linkEvent(event)
-            } else if case .leLongTermKeyRequest = event {
-                // A link we do not know still gets its answer, so the peer is not left waiting.
-                hci.send(.leLongTermKeyRequestNegativeReply(handle: handle))
-            } else if case .leRemoteConnectionParameterRequest = event {
-                hci.send(.leRemoteConnectionParameterRequestNegativeReply(handle: handle))
+                role.linkEvent(event, handle: handle)
+            } else {
+                answerUnservedLink(event, handle: handle)
             }
         case .dataBufferOverflow:
             if let leftOut = routingLog.take(now: scheduler.nowNanoseconds, for: logger) {
@@ -301,6 +299,18 @@ extension ControllerHost: HCIHostDelegate {
             }
         default:
             break
+        }
+    }
+
+    /// A request about a link no one here serves (no role has it, or its role has no one for it
+    /// yet) still gets its answer, so the peer is not left waiting: LE Long Term Key Request
+    /// Negative Reply (Vol 4, Part E, 7.8.26), Remote Connection Parameter Request Negative
+    /// Reply (7.8.32). Other events of such a link need none.
+    public func answerUnservedLink(_ event: HCIEvent, handle: UInt16) {
+        switch event {
+        case .leLongTermKeyRequest: hci.send(.leLongTermKeyRequestNegativeReply(handle: handle))
+        case .leRemoteConnectionParameterRequest: hci.send(.leRemoteConnectionParameterRequestNegativeReply(handle: handle))
+        default: break
         }
     }
 

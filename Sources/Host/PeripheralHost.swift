@@ -240,26 +240,12 @@ extension PeripheralHost: ControllerRole {
         owner(of: handle)?.disconnectionCompleted(status: status, handle: handle, reason: reason)
     }
 
-    public func linkEvent(_ event: HCIEvent) {
-        switch event {
-        case let .leConnectionUpdateComplete(_, handle, _),
-             let .leRemoteConnectionParameterRequest(handle, _, _, _, _),
-             let .leDataLengthChange(handle, _, _, _, _),
-             let .lePHYUpdateComplete(_, handle, _, _),
-             let .leLongTermKeyRequest(handle, _, _),
-             let .encryptionChange(_, handle, _),
-             let .encryptionChangeV2(_, handle, _, _),
-             let .encryptionKeyRefreshComplete(_, handle):
-            if let peripheral = owner(of: handle) {
-                peripheral.linkEvent(event)
-            } else if case .leLongTermKeyRequest = event {
-                // A link with no device yet still gets its answer, so the central is not left waiting.
-                hci.send(.leLongTermKeyRequestNegativeReply(handle: handle))
-            } else if case .leRemoteConnectionParameterRequest = event {
-                hci.send(.leRemoteConnectionParameterRequestNegativeReply(handle: handle))
-            }
-        default:
-            break
+    public func linkEvent(_ event: HCIEvent, handle: UInt16) {
+        if let peripheral = owner(of: handle) {
+            peripheral.linkEvent(event)
+        } else {
+            // A link with no device yet still gets its answer.
+            controller.answerUnservedLink(event, handle: handle)
         }
     }
 

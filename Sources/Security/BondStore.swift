@@ -189,7 +189,7 @@ public final class BondStore {
             nextSequence = (bonds.map(\.sequence).max() ?? 0) + 1
             logger.info("bond store \(path): \(bonds.count) bond(s)")
         } catch {
-            let aside = moveAside(path)
+            let aside = RegularFile.moveAside(path)
             logger.error("bond store \(path) is damaged or foreign (\(error)); \(aside.map { "moved to \($0)" } ?? "could not be moved aside"), starting without its bonds")
         }
     }
@@ -235,16 +235,6 @@ public final class BondStore {
                 return .damaged("\(error)")
             }
         }
-    }
-
-    private func moveAside(_ path: String) -> String? {
-        for attempt in 1...1000 {
-            let aside = "\(path).damaged-\(attempt)"
-            var status = stat()
-            if lstat(aside, &status) == 0 { continue }
-            return rename(path, aside) == 0 ? aside : nil
-        }
-        return nil
     }
 
     private func write() {

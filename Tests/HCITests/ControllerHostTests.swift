@@ -37,7 +37,7 @@ import Testing
             heard.append("disconnection \(handle)")
             openLinks.remove(handle)
         }
-        func linkEvent(_ event: HCIEvent) { heard.append("link event") }
+        func linkEvent(_ event: HCIEvent, handle: UInt16) { heard.append("link event") }
         func roleEvent(_ event: HCIEvent) { heard.append("role event") }
         func receiveACL(_ packet: ACLPacket) { acl.append(packet.handle) }
         func transmitQueueHasRoom(for handle: UInt16) {}
