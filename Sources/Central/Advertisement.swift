@@ -4,9 +4,12 @@ import BlemuHCI
 /// One advertiser as a scanner knows it: its latest advertising data and scan response
 /// merged, decoded by `AdvertisingContent` (Core Supplement, Part A, 1).
 public struct Advertisement: Equatable, Sendable {
-    public var address: BluetoothAddress
-    /// 0 public, 1 random (Vol 4, Part E, 7.7.65.2); 2 and 3 for resolved identities.
-    public var addressType: UInt8
+    /// The advertiser's address with its type, as a connection to it names it.
+    public var advertiser: LEAddress
+    /// The Address_Type of the latest report as the controller gave it (Vol 4, Part E, 7.7.65.2
+    /// and 7.7.65.13): 0x00 public, 0x01 random, 0x02 and 0x03 an identity the controller
+    /// resolved a private address to; what a scan shows (`addressTypeName`).
+    public var reportedAddressType: UInt8
     /// dBm, of the latest report; nil when the controller did not measure it.
     public var rssi: Int8?
     public var isConnectable: Bool
@@ -18,6 +21,24 @@ public struct Advertisement: Equatable, Sendable {
     public var reportedTxPower: Int8?
     /// Monotonic nanoseconds of the latest report.
     public var lastSeen: UInt64
+
+    /// `reportedAddressType` nil: the advertiser's type as a report says it (public or random).
+    public init(advertiser: LEAddress, reportedAddressType: UInt8? = nil, rssi: Int8?, isConnectable: Bool,
+                advertisingData: [UInt8] = [], scanResponseData: [UInt8] = [], content: AdvertisingContent? = nil,
+                reportedTxPower: Int8? = nil, lastSeen: UInt64) {
+        self.advertiser = advertiser
+        self.reportedAddressType = reportedAddressType ?? advertiser.peerAddressType
+        self.rssi = rssi
+        self.isConnectable = isConnectable
+        self.advertisingData = advertisingData
+        self.scanResponseData = scanResponseData
+        self.content = content
+        self.reportedTxPower = reportedTxPower
+        self.lastSeen = lastSeen
+    }
+
+    /// The advertiser's 48-bit address, as a scan shows it.
+    public var address: BluetoothAddress { advertiser.address }
 
     public var name: String { content?.name ?? "" }
     public var services: [BluetoothUUID] { content?.serviceUUIDs ?? [] }
@@ -53,12 +74,12 @@ public struct Advertisement: Equatable, Sendable {
 
     /// "public" or "random" (resolved identities say so).
     public var addressTypeName: String {
-        switch addressType {
+        switch reportedAddressType {
         case 0x00: return "public"
         case 0x01: return "random"
         case 0x02: return "public-identity"
         case 0x03: return "random-identity"
-        default: return "type-\(addressType)"
+        default: return "type-\(reportedAddressType)"
         }
     }
 }
@@ -83,7 +104,8 @@ public struct AdvertiserTable {
         case rssi
     }
 
-    /// Merges one report: `isScanResponse` tells which payload `data` replaces.
+    /// Merges one report (`addressType` is its Address_Type): `isScanResponse` tells which
+    /// payload `data` replaces.
     @discardableResult
     public mutating func record(address: BluetoothAddress, addressType: UInt8, rssi: Int8?, connectable: Bool?,
                                 isScanResponse: Bool, data: [UInt8], txPower: Int8? = nil,
@@ -99,13 +121,15 @@ public struct AdvertiserTable {
             entry.reportedTxPower = txPower ?? entry.reportedTxPower
             entry.lastSeen = now
             entry.content = Self.decode(entry)
-            change = entry.content == before && entry.addressType == addressType ? .rssi : .content
-            entry.addressType = addressType
+            change = entry.content == before && entry.reportedAddressType == addressType ? .rssi : .content
+            entry.advertiser = LEAddress(address, peerAddressType: addressType)
+            entry.reportedAddressType = addressType
         } else {
             if entries.count >= capacity, let oldest = entries.min(by: { $0.value.lastSeen < $1.value.lastSeen })?.key {
                 entries[oldest] = nil
             }
-            entry = Advertisement(address: address, addressType: addressType, rssi: rssi, isConnectable: connectable ?? false,
+            entry = Advertisement(advertiser: LEAddress(address, peerAddressType: addressType), reportedAddressType: addressType,
+                                  rssi: rssi, isConnectable: connectable ?? false,
                                   advertisingData: isScanResponse ? [] : data, scanResponseData: isScanResponse ? data : [],
                                   content: nil, reportedTxPower: txPower, lastSeen: now)
             entry.content = Self.decode(entry)

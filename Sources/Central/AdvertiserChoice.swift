@@ -106,5 +106,5 @@ public struct AdvertiserChoice {
 extension Advertisement {
     /// A random address whose two top bits are 0b01 (Vol 6, Part B, 1.3.2.2), as heard (not
     /// resolved to an identity).
-    var isResolvablePrivate: Bool { addressType == 0x01 && address.bytes.5 & 0xC0 == 0x40 }
+    var isResolvablePrivate: Bool { reportedAddressType == 0x01 && address.bytes.5 & 0xC0 == 0x40 }
 }

@@ -71,7 +71,7 @@ public final class CentralHost: ATTServerDelegate {
     /// one choice for every role on it.
     private var usesExtendedCommands: Bool { controller.usesExtendedCommands }
     private var scanning = false
-    private var connecting: (peer: BluetoothAddress, timer: TimerID?, cancelled: Bool,
+    private var connecting: (peer: LEAddress, timer: TimerID?, cancelled: Bool,
                              completion: (Result<CentralLink, CentralError>) -> Void)?
     private let database: GATTDatabase
     /// What the central's links share: the HCI, the timers, the budget of lines peers cause.
@@ -136,28 +136,27 @@ public final class CentralHost: ATTServerDelegate {
 
     // MARK: Connecting (Vol 3, Part C, 9.3.6 – 9.3.8)
 
-    /// Connects to `address`; scanning pauses meanwhile and resumes after. The attempt is
-    /// cancelled (LE Create Connection Cancel) after `timeout`.
-    public func connect(to address: BluetoothAddress, addressType: UInt8, timeout: Duration = CentralHost.connectTimeout,
+    /// Connects to `peer` (its address and type, as the advertiser's reports give them); scanning
+    /// pauses meanwhile and resumes after. The attempt is cancelled (LE Create Connection
+    /// Cancel) after `timeout`.
+    public func connect(to peer: LEAddress, timeout: Duration = CentralHost.connectTimeout,
                         parameters: ConnectionRequestParameters = ConnectionRequestParameters(),
                         completion: @escaping (Result<CentralLink, CentralError>) -> Void) {
         guard hci.isReady, !controller.isStopping else { return completion(.failure(.notReady)) }
         guard connecting == nil else { return completion(.failure(.busy)) }
         pauseScanning()
         let command: HCICommand = usesExtendedCommands
-            ? .leExtendedCreateConnection(peer: LEAddress(address, peerAddressType: addressType), ownAddressType: ownAddressType,
-                                          parameters: parameters)
-            : .leCreateConnection(peer: LEAddress(address, peerAddressType: addressType), ownAddressType: ownAddressType,
-                                  parameters: parameters)
-        connecting = (address, nil, false, completion)
-        logger.info("connecting to \(address)")
+            ? .leExtendedCreateConnection(peer: peer, ownAddressType: ownAddressType, parameters: parameters)
+            : .leCreateConnection(peer: peer, ownAddressType: ownAddressType, parameters: parameters)
+        connecting = (peer, nil, false, completion)
+        logger.info("connecting to \(peer.address)")
         hci.send(command) { [weak self] result in
-            guard let self, self.connecting?.peer == address else { return }
+            guard let self, self.connecting?.peer == peer else { return }
             if case .status(let status) = result, status == HCIStatus.success { return }
             self.failConnecting(.controller(status: result.status ?? 0xFF, what: command.name))
         }
         connecting?.timer = scheduler.schedule(after: timeout) { [weak self] in
-            guard let self, self.connecting?.peer == address else { return }
+            guard let self, self.connecting?.peer == peer else { return }
             self.connecting?.timer = nil
             self.connecting?.cancelled = true
             // 7.8.13: the controller then ends the attempt with LE Connection Complete, status 0x02.
@@ -241,7 +240,7 @@ public final class CentralHost: ATTServerDelegate {
             return
         }
         let l2capLink = L2CAPLink(handle: complete.handle, role: .central, context: l2cap)
-        let link = CentralLink(l2cap: l2capLink, peer: complete.peerAddress, peerAddressType: complete.peerAddressType,
+        let link = CentralLink(l2cap: l2capLink, peer: complete.peer,
                                parameters: complete.parameters, database: database, host: self)
         l2capLink.register(cid: L2CAPChannel.securityManager) { [weak self, unowned l2capLink] payload in
             self?.securityManagerPDU(payload, on: l2capLink)
@@ -264,8 +263,8 @@ public final class CentralHost: ATTServerDelegate {
         guard let link = links.removeValue(forKey: handle) else { return }
         hci.closeLink(handle)
         security?.linkClosed(handle)
-        logger.event(.disconnected, .notice, "disconnected from \(link.peer)", [
-            LogKey.peer: .string(link.peer.description), LogKey.connHandle: .string("\(handle)"),
+        logger.event(.disconnected, .notice, "disconnected from \(link.peer.address)", [
+            LogKey.peer: .string(link.peer.address.description), LogKey.connHandle: .string("\(handle)"),
             LogKey.reason: .string(Hex.byte(reason)),
         ])
         link.closed(reason: reason)

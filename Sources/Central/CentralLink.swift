@@ -11,8 +11,9 @@ import BlemuL2CAP
 /// a peer that discovers us.
 public final class CentralLink {
     public var handle: UInt16 { l2cap.handle }
-    public let peer: BluetoothAddress
-    public let peerAddressType: UInt8
+    /// The peer's address with its type, as the connection event gave it (the identity address
+    /// when the controller resolved a private one).
+    public let peer: LEAddress
     public internal(set) var parameters: LinkParameters
     /// The link's L2CAP: reassembly, its fixed channels, LE signalling.
     public let l2cap: L2CAPLink
@@ -27,17 +28,16 @@ public final class CentralLink {
     public var onDisconnected: ((UInt8) -> Void)?
     weak var host: CentralHost?
 
-    init(l2cap: L2CAPLink, peer: BluetoothAddress, peerAddressType: UInt8, parameters: LinkParameters,
+    init(l2cap: L2CAPLink, peer: LEAddress, parameters: LinkParameters,
          database: GATTDatabase, host: CentralHost) {
         self.l2cap = l2cap
         self.peer = peer
-        self.peerAddressType = peerAddressType
         self.parameters = parameters
         self.host = host
         let handle = l2cap.handle
         let scheduler = host.scheduler
         bearer = ATTBearer(link: l2cap)
-        server = ATTServer(database: database, peer: ATTPeer(connectionHandle: handle, address: LEAddress(peer, peerAddressType: peerAddressType)), scheduler: scheduler,
+        server = ATTServer(database: database, peer: ATTPeer(connectionHandle: handle, address: peer), scheduler: scheduler,
                            bearer: bearer)
         client = GATTClient(scheduler: scheduler, bearer: bearer)
         server.delegate = host

@@ -57,7 +57,7 @@ public final class GATTWorkflow {
 
     /// Secures the link (encryption with the bond, or pairing), says how, then `then`.
     public func secure(because refusal: ATTError?, then: @escaping (LinkSecurity) -> Void) {
-        let bonded = security.bonds.bond(for: LEAddress(link.peer, peerAddressType: link.peerAddressType)) != nil
+        let bonded = security.bonds.bond(for: link.peer) != nil
         if let refusal {
             onNote?("refused for want of security (\(refusal)): \(bonded ? "encrypting with our bond" : "pairing"), then trying once more")
         } else {
@@ -67,7 +67,7 @@ public final class GATTWorkflow {
             switch result {
             case .failure(let error):
                 let hint = PairingHint.forFailure(error, passkeyGiven: security.configuration.passkey != nil).map { ": " + $0 } ?? ""
-                onFailure?("securing the link with \(link.peer): \(error)\(hint)")
+                onFailure?("securing the link with \(link.peer.address): \(error)\(hint)")
             case .success(let linkSecurity):
                 onNote?("\(security.wasPaired(link.handle) ? "paired" : "encrypted with our bond"): \(linkSecurity.summary)")
                 then(linkSecurity)

@@ -203,7 +203,7 @@ public final class ChatMember {
     private func connect(to advertisement: Advertisement) {
         isConnecting = true
         central.stopScanning()
-        central.connect(to: advertisement.address, addressType: advertisement.addressType) { [weak self] result in
+        central.connect(to: advertisement.advertiser) { [weak self] result in
             guard let self else { return }
             guard case .success(let made) = result else {
                 self.isConnecting = false

@@ -119,22 +119,22 @@ extension ControlCommand {
             case "deny": allow = false
             default: throw ControlUsageError("authorize takes allow or deny, not \(quoted(words[2]))")
             }
-            var peer: BluetoothAddress?
+            var peer: LEAddress?
             if words.count >= 4 {
                 guard let parsed = BluetoothAddress(words[3]) else {
                     throw ControlUsageError("\(quoted(words[3])) is not a central's address like AA:BB:CC:DD:EE:FF")
                 }
-                peer = parsed
-            }
-            var peerIsRandom = true
-            if words.count == 5 {
-                switch words[4] {
-                case "public": peerIsRandom = false
-                case "random": peerIsRandom = true
-                default: throw ControlUsageError("a central's address type is public or random, not \(quoted(words[4]))")
+                var isRandom = true
+                if words.count == 5 {
+                    switch words[4] {
+                    case "public": isRandom = false
+                    case "random": isRandom = true
+                    default: throw ControlUsageError("a central's address type is public or random, not \(quoted(words[4]))")
+                    }
                 }
+                peer = LEAddress(parsed, isRandom: isRandom)
             }
-            self = .authorize(device: words[0], characteristic: uuid, allow: allow, peer: peer, peerIsRandom: peerIsRandom)
+            self = .authorize(device: words[0], characteristic: uuid, allow: allow, peer: peer)
         case "bonds":
             let form = "bonds DEVICE [forget [ADDRESS]]"
             try expect(1...3, form)

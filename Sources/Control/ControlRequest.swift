@@ -28,9 +28,8 @@ public enum ControlCommand: Equatable, Sendable {
     /// Whether requests for a value that requires authorization are authorized
     /// (`PeripheralControl.setAuthorization`; refused until allowed): for every central, or with
     /// `peer` for the central with that address (its link's or its bonded identity) and type
-    /// (`peerIsRandom`, random unless said), overriding the answer for every central.
-    case authorize(device: String, characteristic: BluetoothUUID, allow: Bool, peer: BluetoothAddress? = nil,
-                   peerIsRandom: Bool = true)
+    /// (random unless said), overriding the answer for every central.
+    case authorize(device: String, characteristic: BluetoothUUID, allow: Bool, peer: LEAddress? = nil)
     /// The device's bonds, as `blemu bonds list` shows them (never a key).
     case bonds(device: String)
     /// Forgets the bonds of the central at `address` (the address it bonded from or its
@@ -65,7 +64,7 @@ public enum ControlCommand: Equatable, Sendable {
         switch self {
         case .list: return nil
         case .set(let device, _, _), .disconnect(let device, _), .advertise(let device, _), .fault(let device, _, _, _),
-             .service(let device, _, _), .pairing(let device, _), .authorize(let device, _, _, _, _), .bonds(let device),
+             .service(let device, _, _), .pairing(let device, _), .authorize(let device, _, _, _), .bonds(let device),
              .forgetBonds(let device, _):
             return device
         case .clearFaults(let device): return device
@@ -188,10 +187,10 @@ public struct ControlRequest: Equatable, Sendable {
             if let device { members.append(("device", .string(device))) }
         case .pairing(let device, let confirm):
             members += [("device", .string(device)), ("answer", .string(confirm ? "confirm" : "reject"))]
-        case .authorize(let device, let characteristic, let allow, let peer, let peerIsRandom):
+        case .authorize(let device, let characteristic, let allow, let peer):
             members += [("device", .string(device)), ("uuid", .string(characteristic.description)),
                         ("answer", .string(allow ? "allow" : "deny"))]
-            if let peer { members += [("peer", .string(peer.description)), ("peer_random", .bool(peerIsRandom))] }
+            if let peer { members += [("peer", .string(peer.address.description)), ("peer_random", .bool(peer.isRandom))] }
         case .bonds(let device):
             members.append(("device", .string(device)))
         case .forgetBonds(let device, let address):
@@ -287,7 +286,8 @@ private struct FieldReader {
             // The address type: a public and a random address with the same bits are two devices.
             let peerIsRandom = try optionalBool("peer_random")
             if peerIsRandom != nil && peer == nil { throw fail("\"peer_random\" goes with \"peer\"") }
-            command = .authorize(device: device, characteristic: uuid, allow: allow, peer: peer, peerIsRandom: peerIsRandom ?? true)
+            command = .authorize(device: device, characteristic: uuid, allow: allow,
+                                 peer: peer.map { LEAddress($0, isRandom: peerIsRandom ?? true) })
         case "bonds":
             let device = try string("device")
             switch try optionalString("action") ?? "list" {

@@ -97,19 +97,19 @@ public final class DeviceControl {
                              ("answered", .integer(Int64(answered)))])
             }
 
-        case .authorize(let name, let uuid, let allow, let peer, let peerIsRandom):
+        case .authorize(let name, let uuid, let allow, let peer):
             switch target(name) {
             case .failure(let error): return refuse(error.message)
             case .success(let (peripheral, ref)):
-                if let refusal = peripheral.control.setAuthorization(allow, characteristic: uuid, peer: peer, peerIsRandom: peerIsRandom) {
+                if let refusal = peripheral.control.setAuthorization(allow, characteristic: uuid, peer: peer) {
                     return refuse(refusal, peripheral)
                 }
                 var members: [(String, JSONValue)] = [("device", .string(ref)), ("uuid", .string(uuid.description)),
                                                       ("answer", .string(allow ? "allow" : "deny"))]
                 var what = (allow ? "requests authorized" : "requests refused with Insufficient Authorization (0x08)")
                 if let peer {
-                    members += [("peer", .string(peer.description)), ("peer_random", .bool(peerIsRandom))]
-                    what += " for \(peer) (\(peerIsRandom ? "random" : "public"))"
+                    members += [("peer", .string(peer.address.description)), ("peer_random", .bool(peer.isRandom))]
+                    what += " for \(peer.address) (\(peer.isRandom ? "random" : "public"))"
                 } else {
                     // The answer for every central leaves the per-central ones in place (they
                     // override it): the reply names them, so nobody thinks "deny" denied them all.
@@ -230,8 +230,8 @@ public final class DeviceControl {
 
     /// A per-central authorization answer, as `list` and `authorize` show it.
     static func describe(_ answer: PeerAuthorization) -> JSONValue {
-        .object([("uuid", .string(answer.characteristic.description)), ("peer", .string(answer.peer.description)),
-                 ("peer_random", .bool(answer.peerIsRandom)), ("allow", .bool(answer.allowed))])
+        .object([("uuid", .string(answer.characteristic.description)), ("peer", .string(answer.peer.address.description)),
+                 ("peer_random", .bool(answer.peer.isRandom)), ("allow", .bool(answer.allowed))])
     }
 
     /// `list`: one object per device, in command-line order.
@@ -242,7 +242,7 @@ public final class DeviceControl {
                 let shown: [(String, JSONValue)] =
                     (link.pairingPasskey.map { [("pairing_passkey", JSONValue.string(sixDigits($0)))] } ?? [])
                     + (link.pairingComparison.map { [("numeric_comparison", JSONValue.string(sixDigits($0)))] } ?? [])
-                return .object([("peer", .string(link.peer.description)), ("peer_random", .bool(link.peerIsRandom)),
+                return .object([("peer", .string(link.peer.address.description)), ("peer_random", .bool(link.peer.isRandom)),
                                 ("handle", .integer(Int64(link.handle))),
                                 ("mtu", .integer(Int64(link.mtu))), ("encrypted", .bool(link.encrypted))] + shown)
             }
@@ -309,9 +309,9 @@ public final class DeviceControl {
         case .disconnect(let device, let reason): return "disconnect \(printable(device)) --reason \(Hex.byte(reason))"
         case .advertise(let device, let on): return "advertise \(printable(device)) \(on ? "on" : "off")"
         case .pairing(let device, let confirm): return "pairing \(printable(device)) \(confirm ? "confirm" : "reject")"
-        case .authorize(let device, let uuid, let allow, let peer, let peerIsRandom):
+        case .authorize(let device, let uuid, let allow, let peer):
             return "authorize \(printable(device)) \(uuid) \(allow ? "allow" : "deny")"
-                + (peer.map { " \($0) \(peerIsRandom ? "random" : "public")" } ?? "")
+                + (peer.map { " \($0.address) \($0.isRandom ? "random" : "public")" } ?? "")
         case .service(let device, let uuid, let present): return "service \(printable(device)) \(uuid) \(present ? "on" : "off")"
         case .fault(let device, let uuid, let action, let count):
             let what: String

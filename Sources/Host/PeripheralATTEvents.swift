@@ -113,7 +113,7 @@ extension Peripheral: ATTServerDelegate {
     /// A value that requires authorization and whose device does not decide: the control
     /// socket's answer (`authorize DEVICE UUID allow|deny [PEER [public|random]]`), refused until it allows.
     public func attServer(_ server: ATTServer, authorize characteristic: Characteristic, access: AttributeAccess) -> Bool {
-        control.authorization(of: characteristic.valueHandle, on: server.peer.connectionHandle, peer: server.peer.address)
+        control.authorization(of: characteristic.valueHandle, on: server.peer.connectionHandle, peer: server.peer.leAddress)
     }
 
     public func attServerTransactionTimedOut(_ server: ATTServer) {

@@ -8,9 +8,8 @@ import Logging
 /// A link as a listing shows it.
 public struct LinkSummary: Sendable, Equatable {
     public let handle: UInt16
-    public let peer: BluetoothAddress
-    /// The peer's address is random (Peer_Address_Type 0x01 or 0x03), else public.
-    public let peerIsRandom: Bool
+    /// The peer's address with its type (random for Peer_Address_Type 0x01 or 0x03).
+    public let peer: LEAddress
     public let mtu: Int
     /// Whether the link is encrypted (Encryption Change, Docs/SECURITY.md).
     public let encrypted: Bool
@@ -26,8 +25,7 @@ public struct LinkSummary: Sendable, Equatable {
 public struct PeerAuthorization: Sendable, Equatable {
     public let valueHandle: UInt16
     public let characteristic: BluetoothUUID
-    public let peer: BluetoothAddress
-    public let peerIsRandom: Bool
+    public let peer: LEAddress
     public let allowed: Bool
 }
 
@@ -69,7 +67,7 @@ public final class PeripheralControl {
     public var linkSummaries: [LinkSummary] {
         connections.values.sorted { $0.handle < $1.handle }.map {
             let display = security.pairingDisplay(on: $0.handle)
-            return LinkSummary(handle: $0.handle, peer: $0.peer.address, peerIsRandom: $0.peer.leAddress.isRandom, mtu: $0.server.mtu, encrypted: $0.server.linkSecurity.isEncrypted,
+            return LinkSummary(handle: $0.handle, peer: $0.peer.leAddress, mtu: $0.server.mtu, encrypted: $0.server.linkSecurity.isEncrypted,
                                pairingPasskey: display.passkey, pairingComparison: display.comparison)
         }
     }
@@ -104,11 +102,10 @@ public final class PeripheralControl {
     /// and the device does not decide itself: allowed from now on, or refused with Insufficient
     /// Authorization (0x08) as before. Every link, until changed or blemu stops; with `peer`, only
     /// the central with that address and address type (a link's peer address or a bond's
-    /// identity address; `peerIsRandom` false for a public one), overriding the answer for every
+    /// identity address, public or random), overriding the answer for every
     /// link. An answer for every central leaves the per-central answers in place
     /// (`peerAuthorizations(of:)` lists them).
-    public func setAuthorization(_ allowed: Bool, characteristic uuid: BluetoothUUID, peer: BluetoothAddress? = nil,
-                                 peerIsRandom: Bool = true) -> String? {
+    public func setAuthorization(_ allowed: Bool, characteristic uuid: BluetoothUUID, peer: LEAddress? = nil) -> String? {
         let matching = database.characteristics.filter { $0.uuid == uuid }
         guard !matching.isEmpty else { return "\(deviceName) has no characteristic \(uuid)" }
         let asking = matching.filter {
@@ -125,17 +122,17 @@ public final class PeripheralControl {
         }
         for characteristic in asking {
             peerAuthorizations.removeAll {
-                $0.valueHandle == characteristic.valueHandle && $0.peer == peer && $0.peerIsRandom == peerIsRandom
+                $0.valueHandle == characteristic.valueHandle && $0.peer == peer
             }
             peerAuthorizations.append(PeerAuthorization(valueHandle: characteristic.valueHandle, characteristic: uuid,
-                                                        peer: peer, peerIsRandom: peerIsRandom, allowed: allowed))
+                                                        peer: peer, allowed: allowed))
         }
         let excess = peerAuthorizations.count - Self.maximumPeerAuthorizations
         if excess > 0 {
             let forgotten = peerAuthorizations.prefix(excess)
             peerAuthorizations.removeFirst(excess)
             for old in forgotten {
-                logger.notice("authorization of \(old.characteristic) for \(old.peer) forgotten: at most \(Self.maximumPeerAuthorizations) per-central answers per device are kept")
+                logger.notice("authorization of \(old.characteristic) for \(old.peer.address) forgotten: at most \(Self.maximumPeerAuthorizations) per-central answers per device are kept")
             }
         }
         return nil
@@ -152,13 +149,10 @@ public final class PeripheralControl {
     /// The control socket's answer for a request on `handle`'s link: the newest per-central
     /// answer for its address or its bond's identity, each with its address type, else the
     /// answer for every central.
-    func authorization(of valueHandle: UInt16, on handle: UInt16, peer address: BluetoothAddress) -> Bool {
+    func authorization(of valueHandle: UInt16, on handle: UInt16, peer: LEAddress) -> Bool {
         let identity = security.bond(on: handle)?.identity
-        let linkIsRandom = connections[handle]?.peer.leAddress.isRandom ?? true
         if let answer = peerAuthorizations.last(where: {
-            $0.valueHandle == valueHandle
-                && (($0.peer == address && $0.peerIsRandom == linkIsRandom)
-                    || ($0.peer == identity?.address && $0.peerIsRandom == identity?.isRandom))
+            $0.valueHandle == valueHandle && ($0.peer == peer || $0.peer == identity)
         }) {
             return answer.allowed
         }

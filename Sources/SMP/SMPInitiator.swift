@@ -1,46 +1,30 @@
 import BlemuCore
 import BlemuCrypto
 
-/// What a central offers and demands when it pairs (the initiator's side of 2.3).
+/// What a central offers and demands when it pairs (the initiator's side of 2.3): the
+/// configuration both roles share (`pairing`, its fields read as this struct's own), and
+/// whether to ask for MITM protection without demanding it.
+@dynamicMemberLookup
 public struct SMPInitiatorConfiguration: Sendable {
-    public var ioCapability: SMPIOCapability
-    /// Ask for bonding (Bonding_Flags): the keys are meant to be kept.
-    public var bondable: Bool
-    /// Demand MITM protection; a pairing that ends up Just Works then fails (Authentication Requirements).
-    public var requireMITM: Bool
+    public var pairing: SMPPairingConfiguration
     /// Ask for MITM protection (the MITM flag) without demanding it, as phones do when they
     /// have a display or a keyboard: the method then follows the IO capabilities (2.3.5.1).
     public var requestMITM: Bool
-    /// Offer LE Secure Connections (used when the peripheral sets SC too).
-    public var secureConnections: Bool
-    /// Refuse LE legacy pairing (Authentication Requirements) and keys shorter than 128 bits.
-    public var secureConnectionsOnly: Bool
-    /// The smallest key size accepted (7...16); less fails with Encryption Key Size.
-    public var minimumEncryptionKeySize: UInt8
-    /// The largest key size offered (7...16).
-    public var maximumEncryptionKeySize: UInt8
-    /// The passkey shown when this central displays one.
-    public var passkey: SMPPasskeySource
-    /// IRK and identity address, distributed when bonding; nil: not distributed.
-    public var identity: SMPIdentity?
 
     public init(ioCapability: SMPIOCapability = .keyboardDisplay, bondable: Bool = true, requireMITM: Bool = false,
                 requestMITM: Bool = false, secureConnections: Bool = true, secureConnectionsOnly: Bool = false,
                 minimumEncryptionKeySize: UInt8 = 7, maximumEncryptionKeySize: UInt8 = 16,
                 passkey: SMPPasskeySource = .random, identity: SMPIdentity? = nil) {
-        precondition(SMPPairingFeatures.encryptionKeySizes.contains(minimumEncryptionKeySize)
-                     && SMPPairingFeatures.encryptionKeySizes.contains(maximumEncryptionKeySize)
-                     && minimumEncryptionKeySize <= maximumEncryptionKeySize, "key sizes are 7...16, minimum <= maximum")
-        self.ioCapability = ioCapability
-        self.bondable = bondable
-        self.requireMITM = requireMITM
+        pairing = SMPPairingConfiguration(
+            ioCapability: ioCapability, bondable: bondable, requireMITM: requireMITM, secureConnections: secureConnections,
+            secureConnectionsOnly: secureConnectionsOnly, minimumEncryptionKeySize: minimumEncryptionKeySize,
+            maximumEncryptionKeySize: maximumEncryptionKeySize, passkey: passkey, identity: identity)
         self.requestMITM = requestMITM
-        self.secureConnections = secureConnections || secureConnectionsOnly
-        self.secureConnectionsOnly = secureConnectionsOnly
-        self.minimumEncryptionKeySize = minimumEncryptionKeySize
-        self.maximumEncryptionKeySize = maximumEncryptionKeySize
-        self.passkey = passkey
-        self.identity = identity
+    }
+
+    public subscript<Value>(dynamicMember field: WritableKeyPath<SMPPairingConfiguration, Value>) -> Value {
+        get { pairing[keyPath: field] }
+        set { pairing[keyPath: field] = newValue }
     }
 }
 
@@ -275,14 +259,14 @@ public struct SMPInitiator: SMPPairingRole {
         guard let request = session.request else { return fail(.unspecifiedReason, &out) }
         let response = pairingResponse.features
         let secureConnections: Bool, keySize: UInt8
-        do { (secureConnections, keySize) = try configuration.negotiate(with: response) } catch { return fail(error, &out) }
+        do { (secureConnections, keySize) = try configuration.pairing.negotiate(with: response) } catch { return fail(error, &out) }
         // 3.5.2: the responder's key distribution fields are a subset of what we asked for.
         guard response.initiatorKeyDistribution.isSubset(of: request.initiatorKeyDistribution),
               response.responderKeyDistribution.isSubset(of: request.responderKeyDistribution) else {
             return fail(.invalidParameters, &out)
         }
         let method = SMPPairingMethod.select(initiator: request, responder: response, secureConnections: secureConnections)
-        if let reason = configuration.refusal(of: method) { return fail(reason, &out) }
+        if let reason = configuration.pairing.refusal(of: method) { return fail(reason, &out) }
         session.pres = raw
         session.response = response
         session.method = method

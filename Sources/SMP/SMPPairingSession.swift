@@ -37,40 +37,6 @@ extension SMPOutput where Event: SMPPairingEvent {
     }
 }
 
-/// The demands both roles' configurations make of a pairing.
-protocol SMPPairingPolicy {
-    var secureConnections: Bool { get }
-    var secureConnectionsOnly: Bool { get }
-    var requireMITM: Bool { get }
-    var minimumEncryptionKeySize: UInt8 { get }
-    var maximumEncryptionKeySize: UInt8 { get }
-}
-
-extension SMPInitiatorConfiguration: SMPPairingPolicy {}
-extension SMPResponderConfiguration: SMPPairingPolicy {}
-
-extension SMPPairingPolicy {
-    /// Whether LE Secure Connections is used with a peer offering `peer`, and the key size; or
-    /// the reason to refuse.
-    func negotiate(with peer: SMPPairingFeatures) throws(SMPPairingFailedReason)
-        -> (secureConnections: Bool, keySize: UInt8) {
-        let secureConnections = self.secureConnections && peer.authRequirements.secureConnections
-        if secureConnectionsOnly && !secureConnections { throw .authenticationRequirements }
-        // 2.3.4: the smaller of the two maxima; below our minimum fails with Encryption Key Size.
-        let keySize = min(peer.maximumEncryptionKeySize, maximumEncryptionKeySize)
-        let minimum = secureConnectionsOnly ? 16 : minimumEncryptionKeySize
-        guard keySize >= minimum else { throw .encryptionKeySize }
-        return (secureConnections, keySize)
-    }
-
-    /// Why the selected method is refused, or nil: no OOB data here, and MITM when demanded.
-    func refusal(of method: SMPPairingMethod) -> SMPPairingFailedReason? {
-        if method == .outOfBand { return .oobNotAvailable }
-        if requireMITM && !method.isAuthenticated { return .authenticationRequirements }
-        return nil
-    }
-}
-
 /// A phase of either role's machine: both have an idle one and the one after the SMP timeout.
 protocol SMPPairingPhase: Equatable {
     static var idle: Self { get }
@@ -162,7 +128,7 @@ enum SMPUndecodablePDU: Equatable {
             // 7...16 (0, 6, 17, ...): 3.5.1 says it "shall be in the range 7 to 16 octets", and
             // Table 3.7 gives Invalid Parameters (0x0A) for "a parameter ... outside of the
             // specified range". Encryption Key Size (0x06) is for a size in range that is too
-            // short for this device's requirements (`SMPPairingPolicy.negotiate`).
+            // short for this device's requirements (`SMPPairingConfiguration.negotiate`).
             self = .fail(.invalidParameters)
         }
     }

@@ -1,27 +1,12 @@
 import BlemuCore
 import BlemuCrypto
 
-/// What a peripheral offers and demands when a central asks to pair.
+/// What a peripheral offers and demands when a central pairs with it (the responder's side
+/// of 2.3): the configuration both roles share (`pairing`, its fields read as this struct's
+/// own), and the CSRK it distributes.
+@dynamicMemberLookup
 public struct SMPResponderConfiguration: Sendable {
-    public var ioCapability: SMPIOCapability
-    /// Whether keys may be distributed and kept (Bonding_Flags). Without bonding on both sides
-    /// no keys are distributed: the pairing only encrypts this link.
-    public var bondable: Bool
-    /// Demand MITM protection: a pairing that would be Just Works fails (Authentication Requirements).
-    public var requireMITM: Bool
-    /// Offer LE Secure Connections (used when the central sets SC too).
-    public var secureConnections: Bool
-    /// Secure Connections Only mode (Vol 3, Part C, 10.2.4): refuse LE legacy pairing
-    /// (Authentication Requirements) and keys shorter than 128 bits.
-    public var secureConnectionsOnly: Bool
-    /// The smallest key size accepted (7...16); less fails with Encryption Key Size.
-    public var minimumEncryptionKeySize: UInt8
-    /// The largest key size offered (7...16).
-    public var maximumEncryptionKeySize: UInt8
-    /// The passkey shown when this peripheral displays one.
-    public var passkey: SMPPasskeySource
-    /// IRK and identity address, distributed when the central asks (IdKey); nil: not distributed.
-    public var identity: SMPIdentity?
+    public var pairing: SMPPairingConfiguration
     /// CSRK, distributed when the central asks (SignKey); nil: not distributed.
     public var signatureKey: [UInt8]?
 
@@ -29,19 +14,16 @@ public struct SMPResponderConfiguration: Sendable {
                 secureConnections: Bool = true, secureConnectionsOnly: Bool = false,
                 minimumEncryptionKeySize: UInt8 = 7, maximumEncryptionKeySize: UInt8 = 16,
                 passkey: SMPPasskeySource = .random, identity: SMPIdentity? = nil, signatureKey: [UInt8]? = nil) {
-        precondition(SMPPairingFeatures.encryptionKeySizes.contains(minimumEncryptionKeySize)
-                     && SMPPairingFeatures.encryptionKeySizes.contains(maximumEncryptionKeySize)
-                     && minimumEncryptionKeySize <= maximumEncryptionKeySize, "key sizes are 7...16, minimum <= maximum")
-        self.ioCapability = ioCapability
-        self.bondable = bondable
-        self.requireMITM = requireMITM
-        self.secureConnections = secureConnections || secureConnectionsOnly
-        self.secureConnectionsOnly = secureConnectionsOnly
-        self.minimumEncryptionKeySize = minimumEncryptionKeySize
-        self.maximumEncryptionKeySize = maximumEncryptionKeySize
-        self.passkey = passkey
-        self.identity = identity
+        pairing = SMPPairingConfiguration(
+            ioCapability: ioCapability, bondable: bondable, requireMITM: requireMITM, secureConnections: secureConnections,
+            secureConnectionsOnly: secureConnectionsOnly, minimumEncryptionKeySize: minimumEncryptionKeySize,
+            maximumEncryptionKeySize: maximumEncryptionKeySize, passkey: passkey, identity: identity)
         self.signatureKey = signatureKey
+    }
+
+    public subscript<Value>(dynamicMember field: WritableKeyPath<SMPPairingConfiguration, Value>) -> Value {
+        get { pairing[keyPath: field] }
+        set { pairing[keyPath: field] = newValue }
     }
 }
 
@@ -341,7 +323,7 @@ public struct SMPResponder: SMPPairingRole {
         session = SMPPairingSession()
         let features = request.features
         let secureConnections: Bool, keySize: UInt8
-        do { (secureConnections, keySize) = try configuration.negotiate(with: features) } catch { return fail(error, &out) }
+        do { (secureConnections, keySize) = try configuration.pairing.negotiate(with: features) } catch { return fail(error, &out) }
 
         let bonded = configuration.bondable && features.authRequirements.bonding
         // Keys only when both bond. LinkKey (cross-transport derivation) is not offered; in Secure
@@ -360,7 +342,7 @@ public struct SMPResponder: SMPPairingRole {
             initiatorKeyDistribution: initiatorKeys, responderKeyDistribution: responderKeys)
 
         let method = SMPPairingMethod.select(initiator: features, responder: response, secureConnections: secureConnections)
-        if let reason = configuration.refusal(of: method) { return fail(reason, &out) }
+        if let reason = configuration.pairing.refusal(of: method) { return fail(reason, &out) }
 
         let responsePDU = SMPPairingResponse(response).encoded
         session.preq = raw

@@ -50,7 +50,7 @@ extension CentralSession {
         }
         func connect(_ advertisement: Advertisement) {
             chosen()
-            host.connect(to: advertisement.address, addressType: advertisement.addressType,
+            host.connect(to: advertisement.advertiser,
                          timeout: .milliseconds(Int64(timeout * 1000))) { [unowned self] result in
                 switch result {
                 case .failure(let error):

@@ -45,9 +45,9 @@ import Testing
         #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "allow", "--count", "2") }
         // One central: its address as `list` shows it, or its bonded identity.
         #expect(try parse("authorize", "lock", "2A20", "allow", "F0:F1:F2:F3:F4:F5")
-                == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: true, peer: BluetoothAddress("F0:F1:F2:F3:F4:F5")!))
+                == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: true, peer: LEAddress(BluetoothAddress("F0:F1:F2:F3:F4:F5")!, isRandom: true)))
         #expect(try parse("authorize", "lock", "2A20", "deny", "f0:f1:f2:f3:f4:f5")
-                == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: false, peer: BluetoothAddress("F0:F1:F2:F3:F4:F5")!))
+                == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: false, peer: LEAddress(BluetoothAddress("F0:F1:F2:F3:F4:F5")!, isRandom: true)))
         #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "allow", "phone") }
         #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "allow", "F0:F1:F2:F3:F4") }
         #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "allow", "F0:F1:F2:F3:F4:F5:F6") }
@@ -56,10 +56,10 @@ import Testing
         // The address type: random unless said (a public address with the same bits is another device).
         #expect(try parse("authorize", "lock", "2A20", "allow", "F0:F1:F2:F3:F4:F5", "public")
                 == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: true,
-                              peer: BluetoothAddress("F0:F1:F2:F3:F4:F5")!, peerIsRandom: false))
+                              peer: LEAddress(BluetoothAddress("F0:F1:F2:F3:F4:F5")!, isRandom: false)))
         #expect(try parse("authorize", "lock", "2A20", "allow", "F0:F1:F2:F3:F4:F5", "random")
                 == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: true,
-                              peer: BluetoothAddress("F0:F1:F2:F3:F4:F5")!, peerIsRandom: true))
+                              peer: LEAddress(BluetoothAddress("F0:F1:F2:F3:F4:F5")!, isRandom: true)))
         #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "allow", "F0:F1:F2:F3:F4:F5", "static") }
         #expect(throws: ControlUsageError.self) { try parse("authorize", "lock", "2A20", "allow", "F0:F1:F2:F3:F4:F5", "public", "x") }
         #expect(try parse("fault", "clear") == .clearFaults(device: nil))

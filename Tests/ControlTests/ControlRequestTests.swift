@@ -91,21 +91,21 @@ import Testing
         // The peer's address type travels with it: random unless "peer_random" is false.
         #expect(command(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow","peer":"F0:F1:F2:F3:F4:F5","peer_random":false}"#)
                 == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: true,
-                              peer: BluetoothAddress("F0:F1:F2:F3:F4:F5")!, peerIsRandom: false))
+                              peer: LEAddress(BluetoothAddress("F0:F1:F2:F3:F4:F5")!, isRandom: false)))
         #expect(command(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow","peer":"F0:F1:F2:F3:F4:F5"}"#)
                 == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: true,
-                              peer: BluetoothAddress("F0:F1:F2:F3:F4:F5")!, peerIsRandom: true))
+                              peer: LEAddress(BluetoothAddress("F0:F1:F2:F3:F4:F5")!, isRandom: true)))
         #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow","peer_random":false}"#)
                     .contains("goes with \"peer\""))
         #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow","peer":"F0:F1:F2:F3:F4:F5","peer_random":"no"}"#)
                     .contains("true or false"))
         // What blemu ctl sends for a public peer decodes to the same command.
         let sent = ControlCommand.authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: false,
-                                            peer: BluetoothAddress("F0:F1:F2:F3:F4:F5")!, peerIsRandom: false)
+                                            peer: LEAddress(BluetoothAddress("F0:F1:F2:F3:F4:F5")!, isRandom: false))
         #expect(command(ControlRequest(id: 3, command: sent).json.encoded) == sent)
         #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow","count":1}"#).contains("takes no"))
         #expect(command(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"deny","peer":"F0:F1:F2:F3:F4:F5"}"#)
-                == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: false, peer: BluetoothAddress("F0:F1:F2:F3:F4:F5")!))
+                == .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: false, peer: LEAddress(BluetoothAddress("F0:F1:F2:F3:F4:F5")!, isRandom: true)))
         #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow","peer":"phone"}"#)
                     .contains("\"peer\" 'phone' is not an address"))
         #expect(error(#"{"id":1,"cmd":"authorize","device":"lock","uuid":"2A20","answer":"allow","peer":7}"#).contains("must be a string"))
@@ -297,7 +297,7 @@ import Testing
             .pairing(device: "heart-rate", confirm: true),
             .pairing(device: "lock#2", confirm: false),
             .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: true),
-            .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: false, peer: BluetoothAddress("C1:11:11:11:11:11")!),
+            .authorize(device: "lock", characteristic: BluetoothUUID(0x2A20), allow: false, peer: LEAddress(BluetoothAddress("C1:11:11:11:11:11")!, isRandom: true)),
             .authorize(device: "thermostat#2", characteristic: BluetoothUUID("7d3c0002-9a5e-4d1a-8f6e-5c1b2d3e4f50")!, allow: false),
             .bonds(device: "lock"),
             .forgetBonds(device: "lock#2", address: nil),

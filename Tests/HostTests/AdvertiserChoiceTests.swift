@@ -9,7 +9,7 @@ import Testing
     static let second: UInt64 = 1_000_000_000
 
     func heard(_ name: String, _ address: UInt64, rssi: Int8? = -50) -> Advertisement {
-        Advertisement(address: BluetoothAddress(value: address), addressType: 1, rssi: rssi, isConnectable: true,
+        Advertisement(advertiser: LEAddress(BluetoothAddress(value: address), isRandom: true), rssi: rssi, isConnectable: true,
                       content: AdvertisingContent(name: name), lastSeen: 0)
     }
 

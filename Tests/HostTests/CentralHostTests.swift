@@ -45,7 +45,7 @@ final class CentralBench {
 
     func connect(handle: UInt16 = 0x0040) throws -> CentralLink {
         var result: Result<CentralLink, CentralError>?
-        host.connect(to: peer, addressType: 1) { result = $0 }
+        host.connect(to: LEAddress(peer, isRandom: true)) { result = $0 }
         controller.centralConnected(handle: handle, peer: peer)
         return try #require(try result?.get())
     }
@@ -102,16 +102,35 @@ let servicesData: [UInt8] = [0x05, 0x03, 0x0D, 0x18, 0x0F, 0x18]
 }
 
 @Suite struct CentralConnectingTests {
+    /// A report naming a resolved identity (Address_Type 0x02, Vol 4, Part E, 7.7.65.2) is shown
+    /// as one, and a connection to that advertiser names it with Peer_Address_Type 0x00 (public,
+    /// 7.8.12): the advertiser is one `LEAddress`, the reported type kept for the scan only.
+    @Test func aResolvedIdentityIsShownAsOneAndConnectedWithItsType() throws {
+        let b = try CentralBench(extended: false)
+        b.host.startScanning()
+        let identity = BluetoothAddress("00:1B:DC:01:02:03")!
+        b.controller.event(0x3E, [0x02, 1, 0x00, 0x02] + identity.littleEndianBytes + [UInt8(nameData.count)] + nameData + [0xCE])
+        let heard = try #require(b.advertisements.last?.0)
+        #expect(heard.advertiser == LEAddress(identity, isRandom: false))
+        #expect(heard.addressTypeName == "public-identity")
+        var result: Result<CentralLink, CentralError>?
+        b.host.connect(to: heard.advertiser) { result = $0 }
+        let command = try #require(b.controller.commands(HCIOpcode.leCreateConnection).last)
+        #expect(Array(command.parameters[5...11]) == [0x00] + identity.littleEndianBytes)
+        b.controller.centralConnected(handle: 0x0040, peer: identity)
+        #expect(try result?.get().handle == 0x0040)
+    }
+
     @Test func aConnectionThatDoesNotComeIsCancelledAfterTheTimeout() throws {
         let b = try CentralBench(extended: true)
         b.host.startScanning()
         var result: Result<CentralLink, CentralError>?
-        b.host.connect(to: b.peer, addressType: 1, timeout: .seconds(5)) { result = $0 }
+        b.host.connect(to: LEAddress(b.peer, isRandom: true), timeout: .seconds(5)) { result = $0 }
         #expect(b.controller.commands(HCIOpcode.leExtendedCreateConnection).count == 1)
         // Scanning paused while initiating.
         #expect(b.controller.commands(HCIOpcode.leSetExtendedScanEnable).last?.parameters.first == 0)
         var busy: Result<CentralLink, CentralError>?
-        b.host.connect(to: b.peer, addressType: 1) { busy = $0 }
+        b.host.connect(to: LEAddress(b.peer, isRandom: true)) { busy = $0 }
         #expect(busy.map { if case .failure(.busy) = $0 { true } else { false } } == true)
         b.scheduler.advance(by: .seconds(5))
         #expect(b.controller.commands(HCIOpcode.leCreateConnectionCancel).count == 1)

@@ -42,24 +42,24 @@ import Testing
 
     @Test func allowForOneCentralOnly() throws {
         let (bench, device) = try twoLinks()
-        #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: bench.central) == nil)
+        #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: LEAddress(bench.central, isRandom: true)) == nil)
         #expect(bench.read(device.secret, link: Bench.link) == [0x2A])
         #expect(device.reads == 1)
         #expect(readError(bench, device, link: Self.other) == 0x08)
         #expect(device.reads == 1, "a refused central's read reached the handler")
-        #expect(bench.peripheral.control.peerAuthorizations.map(\.peer) == [bench.central])
+        #expect(bench.peripheral.control.peerAuthorizations.map(\.peer) == [LEAddress(bench.central, isRandom: true)])
         #expect(bench.peripheral.control.authorizations.isEmpty, "a per-central answer changed the answer for every central")
     }
 
     @Test func denyForOneCentralAfterAllowingEvery() throws {
         let (bench, device) = try twoLinks()
         #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20)) == nil)
-        #expect(bench.peripheral.control.setAuthorization(false, characteristic: BluetoothUUID(0x2A20), peer: Self.otherCentral) == nil)
+        #expect(bench.peripheral.control.setAuthorization(false, characteristic: BluetoothUUID(0x2A20), peer: LEAddress(Self.otherCentral, isRandom: true)) == nil)
         #expect(bench.read(device.secret, link: Bench.link) == [0x2A])
         #expect(readError(bench, device, link: Self.other) == 0x08)
         #expect(device.reads == 1)
         // The newest answer for that central counts.
-        #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: Self.otherCentral) == nil)
+        #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: LEAddress(Self.otherCentral, isRandom: true)) == nil)
         #expect(bench.read(device.secret, link: Self.other) == [0x2A])
         #expect(bench.peripheral.control.peerAuthorizations.count == 1)
     }
@@ -75,7 +75,7 @@ import Testing
             encryptionKeySize: 16, secureConnections: true, authenticated: false))
         bench.controller.connect(handle: Bench.link, peer: linkAddress)
         bench.controller.connect(handle: Self.other, peer: Self.otherCentral)
-        #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: identity) == nil)
+        #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: LEAddress(identity, isRandom: true)) == nil)
         #expect(bench.read(device.secret, link: Bench.link) == [0x2A])
         #expect(readError(bench, device, link: Self.other) == 0x08)
         // Across a reconnection: the answer belongs to the identity, not to the link.
@@ -87,14 +87,14 @@ import Testing
 
     @Test func theTableIsBounded() throws {
         let (bench, device) = try twoLinks()
-        #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: bench.central) == nil)
+        #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: LEAddress(bench.central, isRandom: true)) == nil)
         for n in 0..<PeripheralControl.maximumPeerAuthorizations {
             let address = BluetoothAddress(value: 0xD0_0000_0000 + UInt64(n))
-            #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: address) == nil)
+            #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: LEAddress(address, isRandom: true)) == nil)
         }
         #expect(bench.peripheral.control.peerAuthorizations.count == PeripheralControl.maximumPeerAuthorizations)
         // The oldest, the first central's, went out.
-        #expect(!bench.peripheral.control.peerAuthorizations.contains { $0.peer == bench.central })
+        #expect(!bench.peripheral.control.peerAuthorizations.contains { $0.peer.address == bench.central })
         #expect(readError(bench, device, link: Bench.link) == 0x08)
     }
 }
@@ -108,14 +108,14 @@ extension PeerAuthorizationTests {
         let same = BluetoothAddress("C5:55:55:55:55:55")!
         bench.controller.connect(handle: Bench.link, peer: same)                                // random (0x01)
         bench.controller.connectEnhanced(handle: Self.other, peerType: 0x00, peer: same, rpa: nil)  // public
-        #expect(bench.peripheral.control.linkSummaries.map(\.peerIsRandom) == [true, false])
-        #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: same, peerIsRandom: false) == nil)
+        #expect(bench.peripheral.control.linkSummaries.map(\.peer.isRandom) == [true, false])
+        #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: LEAddress(same, isRandom: false)) == nil)
         #expect(readError(bench, device, link: Bench.link) == 0x08, "the random central was served by the public one's answer")
         #expect(bench.read(device.secret, link: Self.other) == [0x2A])
-        #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: same) == nil)
+        #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: LEAddress(same, isRandom: true)) == nil)
         #expect(bench.read(device.secret, link: Bench.link) == [0x2A])
         // Both answers are kept, one per type.
-        #expect(bench.peripheral.control.peerAuthorizations.map(\.peerIsRandom) == [false, true])
+        #expect(bench.peripheral.control.peerAuthorizations.map(\.peer.isRandom) == [false, true])
     }
 
     /// A bonded central's identity is matched with its type too.
@@ -129,18 +129,18 @@ extension PeerAuthorizationTests {
             longTermKey: SMPLongTermKey(key: [UInt8](repeating: 0x5A, count: 16)),
             encryptionKeySize: 16, secureConnections: true, authenticated: false))
         bench.controller.connect(handle: Bench.link, peer: linkAddress)
-        #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: identity) == nil)
+        #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: LEAddress(identity, isRandom: true)) == nil)
         #expect(readError(bench, device, link: Bench.link) == 0x08, "a random answer served a public identity")
-        #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: identity, peerIsRandom: false) == nil)
+        #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20), peer: LEAddress(identity, isRandom: false)) == nil)
         #expect(bench.read(device.secret, link: Bench.link) == [0x2A])
     }
 
     /// An answer for every central leaves the per-central ones in place: they are listed.
     @Test func theAnswersForOneCentralOutliveAWideAnswerAndAreListed() throws {
         let (bench, device) = try twoLinks()
-        #expect(bench.peripheral.control.setAuthorization(false, characteristic: BluetoothUUID(0x2A20), peer: Self.otherCentral) == nil)
+        #expect(bench.peripheral.control.setAuthorization(false, characteristic: BluetoothUUID(0x2A20), peer: LEAddress(Self.otherCentral, isRandom: true)) == nil)
         #expect(bench.peripheral.control.setAuthorization(true, characteristic: BluetoothUUID(0x2A20)) == nil)
-        #expect(bench.peripheral.control.peerAuthorizations(of: BluetoothUUID(0x2A20)).map(\.peer) == [Self.otherCentral])
+        #expect(bench.peripheral.control.peerAuthorizations(of: BluetoothUUID(0x2A20)).map(\.peer) == [LEAddress(Self.otherCentral, isRandom: true)])
         #expect(bench.peripheral.control.peerAuthorizations(of: BluetoothUUID(0x2A21)).isEmpty)
         #expect(readError(bench, device, link: Self.other) == 0x08)
     }

@@ -34,7 +34,7 @@ import Testing
         #expect(b.bench.controller.commands(HCIOpcode.leSetExtendedScanEnable).last?.parameters.first == 1)
         // A central link: not a pending peripheral link waiting for its advertising set.
         var link: CentralLink?
-        b.central.connect(to: BluetoothAddress("C4:11:22:33:44:55")!, addressType: 1) { link = try? $0.get() }
+        b.central.connect(to: LEAddress(BluetoothAddress("C4:11:22:33:44:55")!, isRandom: true)) { link = try? $0.get() }
         b.bench.controller.centralConnected(handle: 0x0050, peer: BluetoothAddress("C4:11:22:33:44:55")!)
         let central = try #require(link)
         #expect(b.central.links.count == 1 && b.bench.host.connectionCount == 0)
@@ -80,7 +80,7 @@ import Testing
     @Test func aStopClosesBothRolesLinksBeforeTheReset() throws {
         let b = try Bench(extended: true)
         var link: CentralLink?
-        b.central.connect(to: BluetoothAddress("C4:11:22:33:44:55")!, addressType: 1) { link = try? $0.get() }
+        b.central.connect(to: LEAddress(BluetoothAddress("C4:11:22:33:44:55")!, isRandom: true)) { link = try? $0.get() }
         b.bench.controller.centralConnected(handle: 0x0050, peer: BluetoothAddress("C4:11:22:33:44:55")!)
         #expect(link != nil)
         var stopped = false

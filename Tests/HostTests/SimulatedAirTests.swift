@@ -37,7 +37,7 @@ final class AirBench {
 
     func connect(to address: BluetoothAddress) -> Result<CentralLink, CentralError>? {
         var result: Result<CentralLink, CentralError>?
-        central.connect(to: address, addressType: 1) { result = $0 }
+        central.connect(to: LEAddress(address, isRandom: true)) { result = $0 }
         air.run()
         return result
     }
@@ -50,7 +50,7 @@ final class AirBench {
         #expect(bench.peripheralController.isAdvertising)
         let address = try #require(bench.peripheralController.randomAddress)
         let link = try #require(try bench.connect(to: address)?.get())
-        #expect(link.peer == address)
+        #expect(link.peer == LEAddress(address, isRandom: true))
         #expect(bench.peripheral.connectionCount == 1)
 
         // Body Sensor Location (0x2A38): chest, through the central's GATT client, both hosts'
@@ -73,7 +73,7 @@ final class AirBench {
     @Test func aConnectionToNobodyTimesOut() throws {
         let bench = try AirBench()
         var result: Result<CentralLink, CentralError>?
-        bench.central.connect(to: BluetoothAddress("C0:DE:00:00:00:99")!, addressType: 1) { result = $0 }
+        bench.central.connect(to: LEAddress(BluetoothAddress("C0:DE:00:00:00:99")!, isRandom: true)) { result = $0 }
         bench.air.run()
         #expect(result == nil)
         bench.scheduler.advance(by: CentralHost.connectTimeout)
