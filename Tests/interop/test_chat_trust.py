@@ -325,3 +325,47 @@ def test_an_empty_passphrase_file_is_refused(tmp_path):
     empty.write_text("\n")
     result = run_cli(["chat", "--controller", "tcp:127.0.0.1:1", "--passphrase-file", str(empty), "--state-dir", str(tmp_path)])
     assert result.returncode != 0 and "is empty" in result.stderr, result.stderr
+
+
+def test_a_bridge_without_the_passphrase_relays_a_private_room_it_cannot_read(rootcanal, tmp_path):
+    """Three boards in a line (two rootcanals, two places): left and right have the passphrase,
+    the bridge between them has none. Their sealed lines cross the bridge unchanged and are
+    read at the ends; the bridge says once that it cannot read them and shows none; its own
+    lines (not sealed) are refused by the ends."""
+    from rootcanal_server import RootCanal
+
+    secret = tmp_path / "passphrase"
+    secret.write_text("between the radios\n")
+    far = RootCanal(log_path=log_dir() / f"rootcanal-{unique_name('far')}.log")
+    far.start()
+    room = unique_name("Sealed")
+    near_spec, far_spec = rootcanal.controller_spec, far.controller_spec
+    processes: list[ChatProcess] = []
+    try:
+        left = ChatProcess(near_spec, "--role", "auto", "--room", room, "--name", "left", "--passphrase-file", str(secret))
+        processes.append(left)
+        wait_in_log(left, "hosting chat room", "left hosting on radio 1")
+        bridge = ChatProcess(near_spec, "--controller", far_spec, "--role", "auto", "--room", room, "--name", "bridge")
+        processes.append(bridge)
+        left.wait_for(lambda line: line.endswith(" joined"), "the bridge joining left's room", timeout=20)
+        wait_in_log(bridge, "hosting chat room", "the bridge hosting on radio 2")
+        right = ChatProcess(far_spec, "--role", "auto", "--room", room, "--name", "right", "--passphrase-file", str(secret))
+        processes.append(right)
+        bridge.wait_for(lambda line: line.endswith(" joined"), "right joining the bridge's room", timeout=20)
+
+        right.say("sealed from the right")
+        left.wait_for(lambda line: line == "[right] sealed from the right", "right's line at left, through the bridge")
+        left.say("sealed from the left")
+        right.wait_for(lambda line: line == "[left] sealed from the left", "left's line at right, through the bridge")
+        bridge.say("the middle cannot post")
+        bridge.wait_for(lambda line: line.startswith("* this room is private and its lines cannot be read here"), "the bridge's notice")
+        time.sleep(2)
+        assert not any("sealed from" in line for line in bridge.lines), bridge.lines
+        assert len([line for line in bridge.lines if "cannot be read here" in line]) == 1, bridge.lines
+        assert not any("cannot post" in line for line in left.lines + right.lines), (left.lines, right.lines)
+        for process in processes:
+            assert process.process.poll() is None, Path(process.log).read_text()
+    finally:
+        for process in reversed(processes):
+            process.stop()
+        far.stop()
