@@ -369,3 +369,40 @@ def test_a_bridge_without_the_passphrase_relays_a_private_room_it_cannot_read(ro
         for process in reversed(processes):
             process.stop()
         far.stop()
+
+
+def test_a_signed_only_room_refuses_a_plain_client_and_takes_blemu_members(rootcanal):
+    """`--signed-only`: the seed app's writes are refused (ATT error 0x13, said in the host's
+    log) and show nowhere; a blemu member's signed lines arrive."""
+    room = unique_name("Signed")
+    host = ChatProcess(rootcanal.controller_spec, "--name", room, "--signed-only")
+    member = None
+    try:
+        probe = BlemuProcess(rootcanal.controller_spec, room)
+        probe.wait_advertising(rootcanal)
+        member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "board-2")
+        host.wait_for(lambda line: line.endswith(" joined"), "the member joining")
+        refused: list[int] = []
+
+        async def scenario():
+            async with Central(rootcanal.controller_spec, name="seed-app") as central:
+                conn = await central.connect(probe.scan.address)
+                await conn.discover_all()
+                message = conn.characteristic(CHAT_MESSAGE, CHAT_SERVICE)
+                await conn.subscribe(message, lambda value: None)
+                try:
+                    await conn.write(message, b"unsigned hello")
+                except att.ATT_Error as error:
+                    refused.append(error.error_code)
+                await conn.disconnect()
+
+        run(scenario(), timeout=60)
+        assert refused == [0x13], refused
+        wait_in_log(host, "refused (ATT error 0x13): the room is signed-only", "the refusal in the host's log")
+        member.say("signed hello")
+        host.wait_for(lambda line: line == "[board-2] signed hello", "the member's signed line")
+        assert not any("unsigned hello" in line for line in host.lines + member.lines)
+    finally:
+        if member is not None:
+            member.stop()
+        assert host.stop() == 0, Path(host.log).read_text()
