@@ -135,7 +135,7 @@ final class DeviceLinks {
     /// Asks the controller to close `peer`'s link, when it is still open (its handle not given
     /// to another central since); false when it is not.
     func disconnect(_ peer: ATTPeer, reason: UInt8) -> Bool {
-        guard let connection = connections[peer.connectionHandle], connection.peer.address == peer.address else { return false }
+        guard let connection = connections[peer.connectionHandle], connection.peer == peer else { return false }
         hci.send(.disconnect(handle: peer.connectionHandle, reason: reason))
         return true
     }
