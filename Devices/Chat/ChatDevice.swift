@@ -76,6 +76,8 @@ public final class ChatDevice: Device {
         let announcedName: String
         /// A blemu node, on the frames characteristic; else a plain client on Message.
         var framed: Bool
+        /// A plain client wrote a line already: `/name NAME` counts only as its first.
+        var hasWritten = false
         /// Lines waiting, each as the notifications it takes (cut to the member's ATT_MTU),
         /// with the characteristic they go on.
         var queue: Deque<(characteristic: Characteristic, parts: Deque<[UInt8]>)> = []
@@ -266,7 +268,22 @@ public final class ChatDevice: Device {
         // The validator let only UTF-8 through.
         let text = String(decoding: request.value, as: UTF8.self)
         guard !text.isEmpty else { return }
-        var sender = members[request.peer.connectionHandle]?.name ?? Self.name(of: request.peer)
+        let handle = request.peer.connectionHandle
+        if var member = members[handle], !member.framed, !member.hasWritten {
+            member.hasWritten = true
+            // `/name NAME` as a plain client's first line: its lines go under NAME from now on
+            // (unverified all the same: `~NAME` where the room has trust).
+            if text.hasPrefix(Self.nameCommand), let name = Self.plainName(text.dropFirst(Self.nameCommand.count)) {
+                let before = member.name
+                member.name = name
+                members[handle] = member
+                context?.logger.notice("\(before) is named \(name.visible) (its /name line)")
+                announce("* \(before) is \(trust != nil ? ChatTrust.unverifiedMark : "")\(name)", except: nil)
+                return
+            }
+            members[handle] = member
+        }
+        var sender = members[handle]?.name ?? Self.name(of: request.peer)
         // A plain client cannot sign: unverified, never under a name a key holds.
         if trust != nil, !sender.hasPrefix(ChatTrust.unverifiedMark) { sender = ChatTrust.unverifiedMark + sender }
         let id = ChatMessageID(sender: sender, number: takeNumber())
@@ -360,6 +377,17 @@ public final class ChatDevice: Device {
         let id = ChatMessageID(sender: "", number: takeNumber())
         return trust?.sign(id, text: Array(text.utf8), sealing: false) ?? id
     }
+    /// A plain client's first line `/name NAME` names it (Docs/CHAT.md, "Plain clients").
+    public static let nameCommand = "/name "
+
+    /// A plain client's own name: 1 to `ChatFrame.maxSenderBytes` bytes once trimmed, not
+    /// starting with the unverified mark; nil otherwise (the line is then an ordinary one).
+    public static func plainName(_ text: Substring) -> String? {
+        let name = String(text.drop { $0 == " " }.reversed().drop { $0 == " " }.reversed())
+        guard !name.isEmpty, name.utf8.count <= ChatFrame.maxSenderBytes, !name.hasPrefix(ChatTrust.unverifiedMark) else { return nil }
+        return name
+    }
+
     /// What a plain client that subscribes to a private room is told.
     public static let privateRoomNotice = "* this room is private: plain clients cannot join it"
     /// A plain client subscribed to a private room and was told so: its link may be closed.

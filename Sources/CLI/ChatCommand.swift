@@ -3,6 +3,7 @@ import BlemuCentral
 import BlemuChat
 import BlemuControl
 import BlemuCore
+import BlemuCrypto
 import BlemuDevices
 import BlemuHost
 import BlemuRunLoop
@@ -61,6 +62,28 @@ struct ChatCommand: ParsableCommand {
     @Option(name: .customLong("log-level"), help: "Log level for stderr (default: notice).")
     var logLevel: Logger.Level = .notice
 
+    @Option(name: .customLong("state-dir"),
+            help: ArgumentHelp("Where this node keeps its chat identity (chat-identity, made on first use) and the names bound to keys (chat-names-HEX) (default: $STATE_DIRECTORY, else ~/.local/state/blemu).", valueName: "DIR"))
+    var stateDirectory: String?
+
+    @Flag(help: "Print this node's name and its key's fingerprint (made in --state-dir on first use), and exit.")
+    var identity = false
+
+    @Option(name: .customLong("passphrase-file"),
+            help: ArgumentHelp("A private room: its passphrase is this file's content (one trailing newline taken off); lines are encrypted end to end and plain clients cannot join.", valueName: "PATH"))
+    var passphraseFile: String?
+
+    @Flag(name: .customLong("signed-only"), help: "Refuse unsigned lines: plain clients' writes (ATT error 0x13) and unsigned frames.")
+    var signedOnly = false
+
+    @Option(name: .customLong("forget-name"),
+            help: ArgumentHelp("Forget the key NAME is bound to in the room (--room, else --name): the next key it speaks with is taken. Then exit.", valueName: "NAME"))
+    var forgetName: String?
+
+    @Option(name: .customLong("pin-name"),
+            help: ArgumentHelp("Bind NAME to KEY (64 hex digits, an Ed25519 public key) in the room (--room, else --name). Then exit.", valueName: "NAME=KEY"))
+    var pinName: String?
+
     @Flag(name: .customLong("exit-on-eof"),
           help: "When stdin ends, exit (status 0) once every line read is delivered (default: keep running and listening).")
     var exitOnEOF = false
@@ -85,6 +108,44 @@ struct ChatCommand: ParsableCommand {
         guard roles.count <= 1 || roles.count == max(controllers.count, 1) else {
             throw ValidationError("--role once, or once per --controller (\(controllers.count)), not \(roles.count) times")
         }
+        if let stateDirectory, stateDirectory.isEmpty { throw ValidationError("--state-dir needs a directory") }
+        guard stateDirectoryPath(stateDirectory) != nil else {
+            throw ValidationError("no state directory for the chat identity: give --state-dir DIR (or set STATE_DIRECTORY or HOME)")
+        }
+        if let passphraseFile, passphraseFile.isEmpty { throw ValidationError("--passphrase-file needs a path") }
+        if forgetName != nil || pinName != nil {
+            guard forgetName == nil || pinName == nil else { throw ValidationError("--forget-name or --pin-name, not both") }
+            guard room != nil || name != nil else { throw ValidationError("--forget-name and --pin-name need the room: --room (or --name)") }
+            if let pinName { _ = try Self.parsePin(pinName) }
+        }
+    }
+
+    /// `NAME=KEY`: the name and its Ed25519 public key (64 hex digits).
+    static func parsePin(_ text: String) throws -> (name: String, key: ChatPublicKey) {
+        guard let equals = text.lastIndex(of: "="), equals != text.startIndex else {
+            throw ValidationError("--pin-name takes NAME=KEY, KEY 64 hex digits")
+        }
+        let name = String(text[..<equals])
+        guard name.utf8.count <= ChatFrame.maxSenderBytes else {
+            throw ValidationError("--pin-name: a name is at most \(ChatFrame.maxSenderBytes) bytes")
+        }
+        guard let bytes = Hex.parse(String(text[text.index(after: equals)...])), let key = try? ChatPublicKey(bytes) else {
+            throw ValidationError("--pin-name: KEY must be an Ed25519 public key, 64 hex digits")
+        }
+        return (name, key)
+    }
+
+    /// A private room's passphrase: the file's bytes, one trailing newline taken off; never
+    /// empty (an empty one would be a room anyone can read, thinking it private).
+    static func readPassphrase(_ path: String) throws -> [UInt8] {
+        var bytes: [UInt8]
+        switch RegularFile.read(path, maximumBytes: 4096, followSymlinks: true) {
+        case .success(let read): bytes = read
+        case .failure(let error): throw RuntimeFailure("--passphrase-file \(path.visible): \(error)")
+        }
+        if bytes.last == UInt8(ascii: "\n") { bytes.removeLast() }
+        guard !bytes.isEmpty else { throw RuntimeFailure("--passphrase-file \(path.visible) is empty: a private room needs a passphrase") }
+        return bytes
     }
 
     /// This node's name in its messages: --name, else the machine's host name.
@@ -100,11 +161,19 @@ struct ChatCommand: ParsableCommand {
         try LogSetup.bootstrap(destination: .stderr, level: logLevel)
         defer { LogSetup.finish() }
         let logger = Logger(label: "blemu.chat")
+        if identity || forgetName != nil || pinName != nil {
+            return try manageIdentity(logger: logger)
+        }
+        // Before any radio is opened: a bad passphrase file is said at once.
+        let passphrase = try passphraseFile.map { path throws in try Self.readPassphrase(path) }
         let (specs, loop) = try controllersAndLoop(controllers)
         let roleOf = { (index: Int) -> Role in roles.isEmpty ? .peripheral : roles[roles.count == 1 ? 0 : index] }
         var plan = ChatPlan(controllers: specs.enumerated().map { ($0.element, roleOf($0.offset).sideRole) },
                             room: room, name: name, memberName: memberName)
         plan.mtu = mtu
+        plan.stateDirectory = stateDirectoryPath(stateDirectory)
+        plan.signedOnly = signedOnly
+        plan.passphrase = passphrase
         let chat = try ChatStack(plan: plan, loop: loop, logger: logger)
         let node = chat.node
         node.onLine = { sender, text in emitLine(ChatNode.shown(sender: sender, text: text)) }
@@ -129,6 +198,37 @@ struct ChatCommand: ParsableCommand {
         loop.run()
         input.stop()
         if let failure = chat.failure { throw RuntimeFailure(failure) }
+    }
+}
+
+extension ChatCommand {
+    /// `--identity`, `--forget-name`, `--pin-name`: on the state directory's files, no radio.
+    func manageIdentity(logger: Logger) throws {
+        guard let directory = stateDirectoryPath(stateDirectory) else { throw RuntimeFailure("no state directory") }
+        let store = ChatIdentityStore(directory: directory, logger: logger)
+        // The name as a run would have it (the roles matter: a node that only hosts is the room).
+        let plan = ChatPlan(controllers: (roles.isEmpty ? [Role.peripheral] : roles).map { (ControllerSpec.hci(index: 0), $0.sideRole) },
+                            room: room, name: name, memberName: memberName)
+        if identity {
+            let key: ChatSigningKey
+            do {
+                key = try store.loadOrCreateKey()
+            } catch {
+                throw RuntimeFailure(error.description)
+            }
+            print(ChatIdentityStore.identityLine(name: plan.me, key: key.publicKey))
+        }
+        // The room a run signs in (a member's is the host's name: --room given whole).
+        let roomName = plan.signedRoom ?? room ?? name ?? ""
+        if let forgetName {
+            store.pin(forgetName, to: nil, room: roomName)
+            print("\(forgetName.visible) forgotten in chat room '\(roomName.visible)': the next key it speaks with is taken")
+        }
+        if let pinName {
+            let pin = try Self.parsePin(pinName)
+            store.pin(pin.name, to: pin.key, room: roomName)
+            print("\(pin.name.visible) bound to key \(pin.key.fingerprint) in chat room '\(roomName.visible)'")
+        }
     }
 }
 

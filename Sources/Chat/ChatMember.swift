@@ -1,6 +1,7 @@
 import BlemuCentral
 import BlemuCore
 import BlemuDevices
+import BlemuGATT
 import BlemuGATTClient
 import Logging
 
@@ -38,9 +39,13 @@ public final class ChatMember {
     let scheduler: TimerScheduling
     let logger: Logger
     let me: String
-    let room: String?
+    /// A host's name must contain this (nil: any host); once a signing node knows its room's
+    /// name, its whole name (`ChatSide.enter(room:trust:)`).
+    var room: String?
     /// The host's name must be the room's whole name (auto), not only contain it (central).
-    let wholeName: Bool
+    var wholeName: Bool
+    /// The advertised name of the host joined last: the room's name.
+    public private(set) var hostName: String?
     let mtu: Int
     let rejoinTimeout: Duration
     /// Joined a host (the first time).
@@ -239,31 +244,44 @@ public final class ChatMember {
                 } else {
                     return self.notAHost(made, advertisement, because: "it has no chat message characteristic")
                 }
-                // Joining again: where it left off, before it subscribes, so the catching up
-                // comes first and in order (Docs/CHAT.md, "When a link drops").
-                if chosen.framed, let lastHeard = self.lastHeard {
-                    made.client.write(chosen.characteristic.valueHandle,
-                                      ChatFrame.resume(number: lastHeard.number, sender: lastHeard.sender).encoded()) { _ in }
+                // The room's whole name, when the filter did not give it: the host's GAP Device
+                // Name (the advertisement may carry only a shortened one, Core Supplement, Part A, 1.2).
+                let subscribe = { (hostName: String) in
+                    // Joining again: where it left off, before it subscribes, so the catching up
+                    // comes first and in order (Docs/CHAT.md, "When a link drops").
+                    if chosen.framed, let lastHeard = self.lastHeard {
+                        made.client.write(chosen.characteristic.valueHandle,
+                                          ChatFrame.resume(number: lastHeard.number, sender: lastHeard.sender).encoded()) { _ in }
+                    }
+                    made.client.configure(chosen.characteristic, notify: true, indicate: false) { subscribed in
+                        if case .failure(let error) = subscribed {
+                            return self.notAHost(made, advertisement, because: "subscribing to its chat characteristic failed (\(error))")
+                        }
+                        guard made.isOpen, self.link === made else { return }
+                        self.isConnecting = false
+                        self.looking = false
+                        self.preferred = nil
+                        if let rejoinDeadline = self.rejoinDeadline { self.scheduler.cancel(rejoinDeadline) }
+                        self.rejoinDeadline = nil
+                        let again = self.hostAddress == advertisement.address
+                        self.hostAddress = advertisement.address
+                        self.hostName = hostName
+                        self.logger.notice("\(again ? "joined again" : "joined") chat room '\(advertisement.name)' (\(advertisement.address)) as \(self.me)")
+                        self.target = chosen
+                        if !self.joinedOnce {
+                            self.joinedOnce = true
+                            self.onJoined?()
+                        }
+                        self.sendNext()
+                    }
                 }
-                made.client.configure(chosen.characteristic, notify: true, indicate: false) { subscribed in
-                    if case .failure(let error) = subscribed {
-                        return self.notAHost(made, advertisement, because: "subscribing to its chat characteristic failed (\(error))")
-                    }
+                guard !self.wholeName, chosen.framed, let nameCharacteristic = services.characteristic(GATTType.deviceName) else {
+                    return subscribe(advertisement.name)
+                }
+                made.client.read(nameCharacteristic.valueHandle) { read in
                     guard made.isOpen, self.link === made else { return }
-                    self.isConnecting = false
-                    self.looking = false
-                    self.preferred = nil
-                    if let rejoinDeadline = self.rejoinDeadline { self.scheduler.cancel(rejoinDeadline) }
-                    self.rejoinDeadline = nil
-                    let again = self.hostAddress == advertisement.address
-                    self.hostAddress = advertisement.address
-                    self.logger.notice("\(again ? "joined again" : "joined") chat room '\(advertisement.name)' (\(advertisement.address)) as \(self.me)")
-                    self.target = chosen
-                    if !self.joinedOnce {
-                        self.joinedOnce = true
-                        self.onJoined?()
-                    }
-                    self.sendNext()
+                    let name = (try? read.get()).flatMap { String(validating: $0, as: UTF8.self) }
+                    subscribe(name.map { $0.isEmpty ? advertisement.name : $0 } ?? advertisement.name)
                 }
             }
         }

@@ -89,8 +89,11 @@ public final class ChatSide: ChatRoomSide {
         device.trust = trust
         member?.trust = trust
         device.onHeard = { [unowned self] heard in self.onHeard?(heard) }
-        device.onPlainClientRefused = { [logger] peer in
-            logger.info("\(peer.address) is a plain client of a private room: it hears nothing here")
+        device.onPlainClientRefused = { [logger, unowned peripheral, scheduler] peer in
+            // Told once; then its link is closed, after a moment for the notice to leave (a
+            // Disconnect may overtake data still queued in the controller).
+            logger.notice("\(peer.address) is a plain client of a private room: its link is closed")
+            _ = scheduler.schedule(after: Self.refusedLinkGrace) { peripheral.disconnect(peer) }
         }
         device.onRoom = { [unowned self] in self.onRoom?() }
         if role != .host {
@@ -101,6 +104,7 @@ public final class ChatSide: ChatRoomSide {
         member.onHeard = { [unowned self] heard in self.onHeard?(heard) }
         member.onRoom = { [unowned self] in self.onRoom?() }
         member.onJoined = { [unowned self] in
+            if let name = member.hostName { self.onJoinedHost?(name) }
             guard self.state == .deciding else { return }
             self.state = .member
             let waiting = self.early
@@ -120,6 +124,22 @@ public final class ChatSide: ChatRoomSide {
     }
 
     public var isHosting: Bool { state == .host }
+
+    /// How long a plain client of a private room keeps its link after it was told it cannot join.
+    public static let refusedLinkGrace: Duration = .seconds(1)
+
+    /// The first host joined, by its advertised name: a node that learns its room's name from
+    /// its host (`enter(room:trust:)`) learns it here, before anything is said there.
+    public var onJoinedHost: ((String) -> Void)?
+
+    /// The room's name is `name` (signatures cover it): from now on a member joins only a host
+    /// of that whole name, and `trust` checks what is heard here and what is relayed.
+    public func enter(room name: String, trust: ChatTrust?) {
+        device.trust = trust
+        member?.trust = trust
+        member?.room = name
+        member?.wholeName = true
+    }
 
     /// Whether the source of this node's lines should wait (Docs/CHAT.md: back-pressure).
     public var isBusy: Bool {
@@ -227,12 +247,18 @@ public final class ChatNode {
 
     /// Signs this node's lines (the one `ChatTrust` its sides check with); its warnings are shown
     /// as lines (`onLine(nil, …)`). Nil: unsigned lines.
-    public let trust: ChatTrust?
+    public private(set) var trust: ChatTrust?
+    /// The room's name is not known yet (a member learns it from the host it joins): this
+    /// node's lines wait here, unsigned, until `adopt(_:)`; `isBusy` holds stdin meanwhile.
+    public private(set) var awaitingTrust: Bool
+    private var unsigned: [String] = []
 
-    public init(me: String, sides: [any ChatRoomSide], trust: ChatTrust? = nil) {
+    /// `awaitingTrust`: the trust comes later (`adopt(_:)`), once the room's name is known.
+    public init(me: String, sides: [any ChatRoomSide], trust: ChatTrust? = nil, awaitingTrust: Bool = false) {
         self.me = me
         self.sides = sides
         self.trust = trust
+        self.awaitingTrust = awaitingTrust && trust == nil
         trust?.onWarning = { [unowned self] line in self.onLine?(nil, line) }
         for side in sides {
             side.onHeard = { [unowned self, unowned side] heard in self.heard(heard, from: side) }
@@ -258,11 +284,25 @@ public final class ChatNode {
         return line
     }
 
-    /// Whether this node's lines should wait: a side has as many waiting as it should hold.
-    public var isBusy: Bool { sides.contains { $0.isBusy } }
+    /// The node's trust, now that the room's name is known: the lines that waited for it are
+    /// signed and said, in order.
+    public func adopt(_ trust: ChatTrust) {
+        guard awaitingTrust else { return }
+        awaitingTrust = false
+        self.trust = trust
+        trust.onWarning = { [unowned self] line in self.onLine?(nil, line) }
+        let waiting = unsigned
+        unsigned.removeAll()
+        for text in waiting { say(text) }
+        if !isBusy { onRoom?() }
+    }
+
+    /// Whether this node's lines should wait: a side has as many waiting as it should hold, or
+    /// a line waits for the room's name.
+    public var isBusy: Bool { !unsigned.isEmpty || sides.contains { $0.isBusy } }
 
     /// Whether lines are still on their way in any room (`--exit-on-eof` waits for them).
-    public var hasUndelivered: Bool { sides.contains { $0.hasUndelivered } }
+    public var hasUndelivered: Bool { !unsigned.isEmpty || sides.contains { $0.hasUndelivered } }
 
     /// Whether this node hosts a room on any of its controllers.
     public var isHosting: Bool { sides.contains { $0.isHosting } }
@@ -270,6 +310,10 @@ public final class ChatNode {
     /// This node's line, to every room it is in; shown here too where this node hosts.
     public func say(_ text: String) {
         guard !text.isEmpty else { return }
+        if awaitingTrust {
+            unsigned.append(text)
+            return
+        }
         let plain = ChatMessageID(sender: me, number: nextNumber)
         let id = trust?.sign(plain, text: Array(text.utf8)) ?? plain
         nextNumber &+= 1

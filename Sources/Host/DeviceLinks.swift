@@ -132,6 +132,14 @@ final class DeviceLinks {
         return connections.count
     }
 
+    /// Asks the controller to close `peer`'s link, when it is still open (its handle not given
+    /// to another central since); false when it is not.
+    func disconnect(_ peer: ATTPeer, reason: UInt8) -> Bool {
+        guard let connection = connections[peer.connectionHandle], connection.peer == peer else { return false }
+        hci.send(.disconnect(handle: peer.connectionHandle, reason: reason))
+        return true
+    }
+
     func attemptFailed(status: UInt8) {
         if let leftOut = linkLog.take(now: scheduler.nowNanoseconds, for: logger) {
             logger.warning("connection attempt failed\(LogBudget.note(leftOut))", metadata: [LogKey.hciStatus: .string(Hex.byte(status))])

@@ -165,6 +165,14 @@ public final class Peripheral {
         links.disconnectAll(reason: reason)
     }
 
+    /// Disconnects `peer`'s link (Vol 4, Part E, 7.1.6), when it is still open: a device that
+    /// has told a central it is not welcome (a plain client of a private chat room). False
+    /// when the link is gone already.
+    @discardableResult
+    public func disconnect(_ peer: ATTPeer, reason: UInt8 = HCIStatus.remoteUserTerminated) -> Bool {
+        links.disconnect(peer, reason: reason)
+    }
+
     /// The reasons HCI Disconnect accepts (Vol 4, Part E, 7.1.6).
     public static let disconnectReasons: Set<UInt8> = [0x05, 0x13, 0x14, 0x15, 0x1A, 0x29, 0x3B]
 

@@ -1,6 +1,7 @@
 import BlemuCentral
 import BlemuChat
 import BlemuCore
+import BlemuCrypto
 import BlemuDevices
 import BlemuHost
 import BlemuRunLoop
@@ -19,12 +20,37 @@ public struct ChatPlan: Sendable {
     public var memberName: String
     /// A member's Client Rx MTU (23 to 517).
     public var mtu = 517
+    /// Where the node's key and the names bound to keys live (Docs/CHAT.md, "Identity"); nil:
+    /// no identity, the node's lines unsigned and what it hears unchecked (the open room of old).
+    public var stateDirectory: String?
+    /// Refuse unsigned lines: plain clients' writes and unsigned frames (`--signed-only`).
+    public var signedOnly = false
+    /// A private room's passphrase (`--passphrase-file`); nil: an open room.
+    public var passphrase: [UInt8]?
 
     public init(controllers: [(spec: ControllerSpec, role: ChatSide.Role)], room: String?, name: String?, memberName: String) {
         self.controllers = controllers
         self.room = room
         self.name = name
         self.memberName = memberName
+    }
+
+    /// The node's name in its lines: a node that only hosts is the room (the seed app's host),
+    /// otherwise a member speaking with its own name.
+    public var me: String {
+        controllers.allSatisfy({ $0.role == .host }) ? (name ?? hostedRoom) : memberName
+    }
+
+    /// The room a host side hosts: --room, else its name, else the chat device's.
+    var hostedRoom: String { room ?? name ?? ChatDevice().profile.defaultName }
+
+    /// The room's name, which every node of a room must agree on (signatures cover it): the
+    /// hosted room's where this node may host (an auto side hosts `--room`), nil when it only
+    /// joins: then it is the advertised name of the first host joined.
+    public var signedRoom: String? {
+        if controllers.contains(where: { $0.role == .host }) { return hostedRoom }
+        if controllers.contains(where: { $0.role == .auto }) { return room ?? ChatDevice().profile.defaultName }
+        return nil
     }
 }
 
@@ -46,11 +72,21 @@ public final class ChatStack {
         self.loop = loop
         self.logger = logger
         let defaultName = ChatDevice().profile.defaultName
-        // A node that hosts at once (every controller a host) is the room: its name is the
-        // room's, as the seed app's host; otherwise it is a member signing with its own name.
-        let onlyHosts = plan.controllers.allSatisfy { $0.role == .host }
-        let hostedRoom = plan.room ?? plan.name ?? defaultName
-        let me = onlyHosts ? (plan.name ?? hostedRoom) : plan.memberName
+        let hostedRoom = plan.hostedRoom
+        let me = plan.me
+        // The node's identity and trust, in the room's name; a node that only joins learns the
+        // name from its host (the first one it joins), and makes its trust then.
+        let store = plan.stateDirectory.map { ChatIdentityStore(directory: $0, logger: logger) }
+        func makeTrust(room: String) throws(StackFailure) -> ChatTrust {
+            guard let store else { preconditionFailure("a trust without a state directory") }
+            do {
+                return try store.trust(room: room, me: me, signedOnly: plan.signedOnly, passphrase: plan.passphrase)
+            } catch {
+                throw StackFailure("\(error)")
+            }
+        }
+        var trust: ChatTrust?
+        if store != nil, let room = plan.signedRoom { trust = try makeTrust(room: room) }
 
         var stacks: [ControllerStack] = []
         var sides: [ChatSide] = []
@@ -87,7 +123,10 @@ public final class ChatStack {
                 central = shared
             }
             let side = ChatSide(role: role, room: roomName, roomFilter: role == .member ? plan.room : roomName, me: me,
-                                device: device, peripheral: peripheral, central: central, mtu: plan.mtu, scheduler: loop, logger: logger)
+                                device: device, peripheral: peripheral, central: central, mtu: plan.mtu, scheduler: loop, logger: logger,
+                                trust: trust)
+            // A bridge's rooms are one room, of one name: its members join only a host of it.
+            if let signedRoom = plan.signedRoom, store != nil, role == .member { side.enter(room: signedRoom, trust: trust) }
             stacks.append(stack)
             sides.append(side)
             switch role {
@@ -98,7 +137,25 @@ public final class ChatStack {
         }
         self.stacks = stacks
         self.sides = sides
-        node = ChatNode(me: me, sides: sides)
+        let awaitingTrust = store != nil && trust == nil
+        node = ChatNode(me: me, sides: sides, trust: trust, awaitingTrust: awaitingTrust)
+        if awaitingTrust {
+            // Only members: the room is the first host's name, on every side from then on.
+            for side in sides {
+                side.onJoinedHost = { [unowned self] name in
+                    guard self.node.awaitingTrust else { return }
+                    let joined: ChatTrust
+                    do {
+                        joined = try makeTrust(room: name)
+                    } catch {
+                        return self.fail("\(error)")
+                    }
+                    logger.notice("chat room '\(name.visible)': signing as \(me.visible) (\(joined.identity?.publicKey.fingerprint ?? "no key"))")
+                    for side in self.sides { side.enter(room: name, trust: joined) }
+                    self.node.adopt(joined)
+                }
+            }
+        }
         for stack in stacks { stack.onFatal = { [unowned self] in fail($0) } }
         for side in sides { side.onFatal = { [unowned self] in fail($0) } }
         // A chat on a board runs for days: once every controller is ready and every host side

@@ -2,7 +2,9 @@ import BlemuATT
 import BlemuCore
 import BlemuCrypto
 import BlemuDevices
+import BlemuGATT
 import BlemuHCI
+import BlemuHost
 import BlemuL2CAP
 import Logging
 import Testing
@@ -214,5 +216,53 @@ private let quiet = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler
         let frames = room.bench.controller.takeL2CAP(handle: 0x41, cid: L2CAPChannel.att).filter { $0.first == 0x1B }
         #expect(frames.first.map { $0[3] } == ChatFrame.sealedDataType)
         #expect(room.bench.controller.takeL2CAP(handle: 0x40, cid: L2CAPChannel.att).isEmpty)
+    }
+
+    /// A plain client's first line `/name NAME` names it: its lines show as `[~NAME]` (never
+    /// under a name a key holds), the room hears it once; only the first line counts.
+    @Test func aPlainClientNamesItselfWithItsFirstLine() throws {
+        let room = try Room(trust: ChatTrust(room: "kitchen", identity: hostKey, me: "kitchen", logger: quiet))
+        room.joinFramed(0x41, 0xA1)
+        room.bench.controller.connect(handle: 0x40, peer: BluetoothAddress("C4:00:00:00:00:A0")!, set: 1)
+        let cccd = room.device.message.clientConfigurationHandle ?? 0
+        _ = room.bench.att([0x12, UInt8(cccd & 0xFF), UInt8(cccd >> 8), 0x01, 0x00], handle: 0x40)
+        _ = room.heard(0x41)
+        let value = room.device.message.valueHandle
+        let write = { (text: String) in _ = room.bench.att([0x12, UInt8(value & 0xFF), UInt8(value >> 8)] + Array(text.utf8), handle: 0x40) }
+        write("/name  phone ")
+        write("hello")
+        write("/name kitchen")
+        #expect(room.heard(0x41) == ["* central-00A0 is ~phone", "[~phone] hello", "[~phone] /name kitchen"])
+        #expect(Array(room.lines.suffix(3)) == ["* central-00A0 is ~phone", "[~phone] hello", "[~phone] /name kitchen"])
+    }
+
+    /// Names that are no name (empty, too long, starting with the unverified mark): the line is an ordinary one.
+    @Test func aPlainNameMustBeOne() {
+        #expect(ChatDevice.plainName(" phone  ") == "phone")
+        #expect(ChatDevice.plainName("   ") == nil)
+        #expect(ChatDevice.plainName("~alice") == nil)
+        #expect(ChatDevice.plainName(Substring(String(repeating: "x", count: ChatFrame.maxSenderBytes + 1))) == nil)
+    }
+
+    /// A plain client told it cannot join a private room: its link can be closed, and only its
+    /// own (a handle given to another central since is left alone).
+    @Test func aRefusedPlainClientsLinkIsClosedAndNoOtherOne() throws {
+        let roomKey = ChatRoomKey(passphrase: Array("pw".utf8), room: "kitchen")
+        let room = try Room(trust: ChatTrust(room: "kitchen", identity: hostKey, me: "kitchen", roomKey: roomKey, logger: quiet))
+        var refused: [ATTPeer] = []
+        room.device.onPlainClientRefused = { refused.append($0) }
+        room.bench.controller.connect(handle: 0x40, peer: BluetoothAddress("C4:00:00:00:00:A0")!, set: 1)
+        let cccd = room.device.message.clientConfigurationHandle ?? 0
+        _ = room.bench.att([0x12, UInt8(cccd & 0xFF), UInt8(cccd >> 8), 0x01, 0x00], handle: 0x40)
+        #expect(refused.count == 1)
+        let peripheral = room.bench.peripherals[0]
+        room.bench.controller.disconnect(handle: 0x40)
+        room.bench.controller.connect(handle: 0x40, peer: BluetoothAddress("C4:00:00:00:00:B0")!, set: 1)
+        let before = room.bench.controller.commands(HCIOpcode.disconnect).count
+        #expect(!peripheral.disconnect(refused[0]))
+        #expect(room.bench.controller.commands(HCIOpcode.disconnect).count == before)
+        _ = room.bench.att([0x12, UInt8(cccd & 0xFF), UInt8(cccd >> 8), 0x01, 0x00], handle: 0x40)
+        #expect(refused.count == 2 && peripheral.disconnect(refused[1]))
+        #expect(room.bench.controller.commands(HCIOpcode.disconnect).count == before + 1)
     }
 }

@@ -39,4 +39,51 @@ import Testing
         chat.fail("second")
         #expect(chat.failure == "first" && chat.isStopping)
     }
+
+    static func temporaryDirectory() -> String {
+        "/tmp/blemu-chatstack-\(UInt64.random(in: 0...UInt64.max))"
+    }
+
+    /// With a state directory every node signs: a host in its room's name, with its key made
+    /// there on first use and its own name bound to it; the same key on the next start.
+    @Test func aNodeWithAStateDirectorySignsInItsRoom() throws {
+        var plan = ChatPlan(controllers: [(try Self.spec(1), .host)], room: nil, name: "Kitchen", memberName: "box")
+        plan.stateDirectory = Self.temporaryDirectory()
+        plan.signedOnly = true
+        let chat = try ChatStack(plan: plan, loop: RunLoop(), logger: Self.quiet)
+        let trust = try #require(chat.node.trust)
+        #expect(trust.room == "Kitchen" && trust.signedOnly && trust.roomKey == nil && !chat.node.awaitingTrust)
+        #expect(trust.bindings["Kitchen"] == trust.identity?.publicKey)
+        let again = try ChatStack(plan: plan, loop: RunLoop(), logger: Self.quiet)
+        #expect(again.node.trust?.identity?.publicKey == trust.identity?.publicKey)
+        // Without one: the open room of old, nothing signed.
+        plan.stateDirectory = nil
+        #expect(try ChatStack(plan: plan, loop: RunLoop(), logger: Self.quiet).node.trust == nil)
+    }
+
+    /// The room's name must agree on every node: a member-only node waits for its host's name;
+    /// auto and bridging nodes sign in the room they may host; a passphrase makes a room key.
+    @Test func theRoomsNameIsTheHostsOnEveryNode() throws {
+        var member = ChatPlan(controllers: [(try Self.spec(1), .member)], room: "Kit", name: nil, memberName: "box")
+        member.stateDirectory = Self.temporaryDirectory()
+        #expect(member.signedRoom == nil)
+        let joining = try ChatStack(plan: member, loop: RunLoop(), logger: Self.quiet)
+        #expect(joining.node.trust == nil && joining.node.awaitingTrust)
+        var auto = ChatPlan(controllers: [(try Self.spec(1), .auto)], room: nil, name: "box", memberName: "box")
+        #expect(auto.signedRoom == "blemu Chat")
+        auto.room = "Lab"
+        auto.stateDirectory = Self.temporaryDirectory()
+        auto.passphrase = Array("secret".utf8)
+        let autoStack = try ChatStack(plan: auto, loop: RunLoop(), logger: Self.quiet)
+        #expect(autoStack.node.trust?.room == "Lab" && autoStack.node.trust?.roomKey != nil)
+        let bridge = ChatPlan(controllers: [(try Self.spec(1), .member), (try Self.spec(2), .host)], room: nil, name: "Hall", memberName: "box")
+        #expect(bridge.signedRoom == "Hall" && bridge.me == "box")
+    }
+
+    /// A state directory that cannot be made is the run's failure, said, not a crash.
+    @Test func anUnusableStateDirectoryFailsTheStack() throws {
+        var plan = ChatPlan(controllers: [(try Self.spec(1), .host)], room: nil, name: "Kitchen", memberName: "box")
+        plan.stateDirectory = "/proc/blemu-cannot-be-here"
+        #expect(throws: StackFailure.self) { try ChatStack(plan: plan, loop: RunLoop(), logger: Self.quiet) }
+    }
 }

@@ -378,7 +378,8 @@ def test_blemus_member_chats_with_a_plain_peripheral(rootcanal):
             time.sleep(0.1)
         assert peripheral.written == ["hello plain world"], peripheral.written
         peripheral.notify("alice: hi there")
-        member.wait_for(lambda line: line == "[alice] hi there", "the peripheral's line at blemu")
+        # A plain host signs nothing: its lines are unverified (Docs/CHAT.md, "Signed messages").
+        member.wait_for(lambda line: line == "[~alice] hi there", "the peripheral's line at blemu")
     finally:
         member.stop()
         peripheral.stop()
@@ -442,7 +443,7 @@ def test_a_peers_name_and_text_are_shown_visible_never_obeyed(rootcanal):
         assert peripheral.subscribed.wait(30), f"blemu never subscribed:\n{Path(member.log).read_text()}"
         peripheral.notify("mallory\x1b[31m: " + HOSTILE_TEXT)
         line = member.wait_for(lambda line: "faked" in line, "the hostile line")
-        assert line == "[mallory\\x1b[31m] " + SHOWN_TEXT, line
+        assert line == "[~mallory\\x1b[31m] " + SHOWN_TEXT, line   # unverified: a plain host signs nothing
         assert not any("\x1b" in line or "\r" in line or "\u202e" in line for line in member.lines), member.lines
     finally:
         member.stop()
