@@ -86,9 +86,9 @@ final class Bench {
     var responder: SMPResponder
     let identities: Bool
     let initiatorIdentity = SMPIdentity(resolvingKey: [UInt8](0x50..<0x60),
-                                        address: SMPAddress(BluetoothAddress("C1:22:33:44:55:66")!, isRandom: true))
+                                        address: LEAddress(BluetoothAddress("C1:22:33:44:55:66")!, isRandom: true))
     let responderIdentity = SMPIdentity(resolvingKey: [UInt8](0x30..<0x40),
-                                        address: SMPAddress(BluetoothAddress("D4:AA:BB:CC:DD:EE")!, isRandom: true))
+                                        address: LEAddress(BluetoothAddress("D4:AA:BB:CC:DD:EE")!, isRandom: true))
 
     private var toResponder: [[UInt8]] = []
     private var toInitiator: [[UInt8]] = []
@@ -112,8 +112,8 @@ final class Bench {
         let io = SMPIOCapability.allCases
         identities = c1 & 0x20 != 0
         let maximum: [UInt8] = [16, 7, 10, 16]
-        let initiatorAddress = SMPAddress(BluetoothAddress("C0:11:22:33:44:55")!, isRandom: true)
-        let responderAddress = SMPAddress(BluetoothAddress("06:05:04:03:02:01")!, isRandom: false)
+        let initiatorAddress = LEAddress(BluetoothAddress("C0:11:22:33:44:55")!, isRandom: true)
+        let responderAddress = LEAddress(BluetoothAddress("06:05:04:03:02:01")!, isRandom: false)
         initiator = SMPInitiator(
             configuration: SMPInitiatorConfiguration(
                 ioCapability: io[Int(c0 & 0x07) % io.count], bondable: c1 & 0x01 != 0, requireMITM: false,
