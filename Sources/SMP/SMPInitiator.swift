@@ -4,7 +4,6 @@ import BlemuCrypto
 /// What a central offers and demands when it pairs (the initiator's side of 2.3): the
 /// configuration both roles share (`pairing`, its fields read as this struct's own), and
 /// whether to ask for MITM protection without demanding it.
-@dynamicMemberLookup
 public struct SMPInitiatorConfiguration: Sendable {
     public var pairing: SMPPairingConfiguration
     /// Ask for MITM protection (the MITM flag) without demanding it, as phones do when they
@@ -22,10 +21,6 @@ public struct SMPInitiatorConfiguration: Sendable {
         self.requestMITM = requestMITM
     }
 
-    public subscript<Value>(dynamicMember field: WritableKeyPath<SMPPairingConfiguration, Value>) -> Value {
-        get { pairing[keyPath: field] }
-        set { pairing[keyPath: field] = newValue }
-    }
 }
 
 /// Things the owner of an `SMPInitiator` acts on.
@@ -116,19 +111,19 @@ public struct SMPInitiator: SMPPairingRole {
         var out = SMPInitiatorOutput()
         guard phase == .idle else { return out }
         session = SMPPairingSession()
-        var keys: SMPKeyDistribution = configuration.bondable ? [.encryptionKey, .identityKey] : []
-        if configuration.identity == nil { keys.remove(.identityKey) }
+        var keys: SMPKeyDistribution = configuration.pairing.bondable ? [.encryptionKey, .identityKey] : []
+        if configuration.pairing.identity == nil { keys.remove(.identityKey) }
         let features = SMPPairingFeatures(
-            ioCapability: configuration.ioCapability, oobDataPresent: false,
+            ioCapability: configuration.pairing.ioCapability, oobDataPresent: false,
             authRequirements: SMPAuthRequirements(
-                bonding: configuration.bondable,
-                mitm: configuration.requireMITM || configuration.requestMITM || (securityRequest?.mitm ?? false),
-                secureConnections: configuration.secureConnections),
-            maximumEncryptionKeySize: configuration.maximumEncryptionKeySize,
+                bonding: configuration.pairing.bondable,
+                mitm: configuration.pairing.requireMITM || configuration.requestMITM || (securityRequest?.mitm ?? false),
+                secureConnections: configuration.pairing.secureConnections),
+            maximumEncryptionKeySize: configuration.pairing.maximumEncryptionKeySize,
             // Ours: only the identity (a central encrypts, it is not asked for an LTK); theirs:
             // the LTK (legacy) and their identity, so we can find them again.
             initiatorKeyDistribution: keys.subtracting(.encryptionKey),
-            responderKeyDistribution: configuration.bondable ? [.encryptionKey, .identityKey] : [])
+            responderKeyDistribution: configuration.pairing.bondable ? [.encryptionKey, .identityKey] : [])
         let pdu = SMPPairingRequest(features).encoded
         session.preq = pdu
         session.request = features
@@ -286,7 +281,7 @@ public struct SMPInitiator: SMPPairingRole {
         // LE legacy (2.3.5.2-2.3.5.5): TK zero for Just Works, the passkey for Passkey Entry.
         switch method {
         case .passkeyEntry(.initiatorDisplays):
-            let passkey = random.passkey(from: configuration.passkey)
+            let passkey = random.passkey(from: configuration.pairing.passkey)
             session.passkey = passkey
             session.temporaryKey = SMPCrypto.temporaryKey(passkey)
             out.events.append(.displayPasskey(passkey))
@@ -338,7 +333,7 @@ public struct SMPInitiator: SMPPairingRole {
         case .passkeyEntry(let roles):
             // 2.3.5.6.3: the passkey is shown or asked for after the public keys are exchanged.
             if roles == .initiatorDisplays {
-                let passkey = random.passkey(from: configuration.passkey)
+                let passkey = random.passkey(from: configuration.pairing.passkey)
                 session.passkey = passkey
                 out.events.append(.displayPasskey(passkey))
                 passkeySendConfirm(round: 0, &out)
@@ -440,7 +435,7 @@ public struct SMPInitiator: SMPPairingRole {
     /// Once the responder's keys are in: ours, then done.
     private mutating func finishIfAllKeysReceived(_ out: inout SMPInitiatorOutput) {
         guard phase == .awaitingKeys, let result = session.completedResult, let response = session.response else { return }
-        if response.initiatorKeyDistribution.contains(.identityKey), let identity = configuration.identity {
+        if response.initiatorKeyDistribution.contains(.identityKey), let identity = configuration.pairing.identity {
             out.pdus.append(SMPIdentityInformation(value: identity.resolvingKey).encoded)
             out.pdus.append(SMPIdentityAddressInformation(address: identity.address).encoded)
         }

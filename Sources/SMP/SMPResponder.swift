@@ -4,7 +4,6 @@ import BlemuCrypto
 /// What a peripheral offers and demands when a central pairs with it (the responder's side
 /// of 2.3): the configuration both roles share (`pairing`, its fields read as this struct's
 /// own), and the CSRK it distributes.
-@dynamicMemberLookup
 public struct SMPResponderConfiguration: Sendable {
     public var pairing: SMPPairingConfiguration
     /// CSRK, distributed when the central asks (SignKey); nil: not distributed.
@@ -21,10 +20,6 @@ public struct SMPResponderConfiguration: Sendable {
         self.signatureKey = signatureKey
     }
 
-    public subscript<Value>(dynamicMember field: WritableKeyPath<SMPPairingConfiguration, Value>) -> Value {
-        get { pairing[keyPath: field] }
-        set { pairing[keyPath: field] = newValue }
-    }
 }
 
 /// Where a displayed passkey comes from.
@@ -187,8 +182,8 @@ public struct SMPResponder: SMPPairingRole {
     /// A Security Request (3.6.7) asking the central to pair with our requirements.
     public var securityRequest: [UInt8] {
         SMPSecurityRequest(authRequirements: SMPAuthRequirements(
-            bonding: configuration.bondable, mitm: configuration.requireMITM,
-            secureConnections: configuration.secureConnections)).encoded
+            bonding: configuration.pairing.bondable, mitm: configuration.pairing.requireMITM,
+            secureConnections: configuration.pairing.secureConnections)).encoded
     }
 
     // MARK: Inputs
@@ -289,7 +284,7 @@ public struct SMPResponder: SMPPairingRole {
             out.pdus.append(SMPCentralIdentification(encryptedDiversifier: key.encryptedDiversifier,
                                                      randomNumber: key.randomNumber).encoded)
         }
-        if send.contains(.identityKey), let identity = configuration.identity {
+        if send.contains(.identityKey), let identity = configuration.pairing.identity {
             out.pdus.append(SMPIdentityInformation(value: identity.resolvingKey).encoded)
             out.pdus.append(SMPIdentityAddressInformation(address: identity.address).encoded)
         }
@@ -325,19 +320,19 @@ public struct SMPResponder: SMPPairingRole {
         let secureConnections: Bool, keySize: UInt8
         do { (secureConnections, keySize) = try configuration.pairing.negotiate(with: features) } catch { return fail(error, &out) }
 
-        let bonded = configuration.bondable && features.authRequirements.bonding
+        let bonded = configuration.pairing.bondable && features.authRequirements.bonding
         // Keys only when both bond. LinkKey (cross-transport derivation) is not offered; in Secure
         // Connections EncKey "shall be ignored" (3.6.1), so it is cleared; RFU bits are dropped.
         var offered: SMPKeyDistribution = [.encryptionKey, .identityKey, .signingKey]
         if secureConnections { offered.remove(.encryptionKey) }
         var responderKeys = bonded ? features.responderKeyDistribution.intersection(offered) : []
-        if configuration.identity == nil { responderKeys.remove(.identityKey) }
+        if configuration.pairing.identity == nil { responderKeys.remove(.identityKey) }
         if configuration.signatureKey == nil { responderKeys.remove(.signingKey) }
         let initiatorKeys = bonded ? features.initiatorKeyDistribution.intersection(offered) : []
         let response = SMPPairingFeatures(
-            ioCapability: configuration.ioCapability, oobDataPresent: false,
-            authRequirements: SMPAuthRequirements(bonding: configuration.bondable, mitm: configuration.requireMITM,
-                                                  secureConnections: configuration.secureConnections),
+            ioCapability: configuration.pairing.ioCapability, oobDataPresent: false,
+            authRequirements: SMPAuthRequirements(bonding: configuration.pairing.bondable, mitm: configuration.pairing.requireMITM,
+                                                  secureConnections: configuration.pairing.secureConnections),
             maximumEncryptionKeySize: keySize,
             initiatorKeyDistribution: initiatorKeys, responderKeyDistribution: responderKeys)
 
@@ -365,7 +360,7 @@ public struct SMPResponder: SMPPairingRole {
         session.localRandom = random.bytes(16)
         switch method {
         case .passkeyEntry(let roles) where roles.responderDisplays:
-            let passkey = random.passkey(from: configuration.passkey)
+            let passkey = random.passkey(from: configuration.pairing.passkey)
             session.passkey = passkey
             session.temporaryKey = SMPCrypto.temporaryKey(passkey)
             out.events.append(.displayPasskey(passkey))
@@ -416,7 +411,7 @@ public struct SMPResponder: SMPPairingRole {
             // 2.3.5.6.3: the passkey is shown or asked for after the public keys are exchanged.
             phase = .passkeyAwaitingConfirm(round: 0)
             if roles.responderDisplays {
-                let passkey = random.passkey(from: configuration.passkey)
+                let passkey = random.passkey(from: configuration.pairing.passkey)
                 session.passkey = passkey
                 out.events.append(.displayPasskey(passkey))
             } else {

@@ -207,7 +207,7 @@ public final class CentralSecurity {
     private func pair(_ link: Link, answering request: SMPAuthRequirements?) {
         guard !link.initiator.hasTimedOut else { return finish(link, .failure(.smpUnavailable)) }
         link.encryptingWithBond = false
-        if configuration.bondable, !link.initiator.isPairing, link.initiator.configuration.identity == nil {
+        if configuration.bondable, !link.initiator.isPairing, link.initiator.configuration.pairing.identity == nil {
             // The first bonding pairing: make (or read) the identity now, and an initiator that
             // offers it (the idle one holds nothing else).
             link.initiator = SMPInitiator(configuration: configuration.initiatorConfiguration(identity: identity),

@@ -205,7 +205,7 @@ public final class PeripheralSecurity {
     /// resolve the addresses we advertise from with privacy on.
     private func makeResponder(peer: LEAddress, local: LEAddress, identity: SMPIdentity?) -> SMPResponder {
         var responderConfiguration = configuration.responderConfiguration
-        responderConfiguration.identity = identity
+        responderConfiguration.pairing.identity = identity
         return SMPResponder(configuration: responderConfiguration, initiatorAddress: peer, responderAddress: local,
                             random: makeRandom())
     }
