@@ -2,8 +2,8 @@ import BlemuCore
 import BlemuCrypto
 
 /// What a central offers and demands when it pairs (the initiator's side of 2.3): the
-/// configuration both roles share (`pairing`, its fields read as this struct's own), and
-/// whether to ask for MITM protection without demanding it.
+/// configuration both roles share (`pairing`), and whether to ask for MITM protection
+/// without demanding it.
 public struct SMPInitiatorConfiguration: Sendable {
     public var pairing: SMPPairingConfiguration
     /// Ask for MITM protection (the MITM flag) without demanding it, as phones do when they

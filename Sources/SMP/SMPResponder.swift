@@ -2,8 +2,7 @@ import BlemuCore
 import BlemuCrypto
 
 /// What a peripheral offers and demands when a central pairs with it (the responder's side
-/// of 2.3): the configuration both roles share (`pairing`, its fields read as this struct's
-/// own), and the CSRK it distributes.
+/// of 2.3): the configuration both roles share (`pairing`), and the CSRK it distributes.
 public struct SMPResponderConfiguration: Sendable {
     public var pairing: SMPPairingConfiguration
     /// CSRK, distributed when the central asks (SignKey); nil: not distributed.
