@@ -106,6 +106,9 @@ public enum BTHomeDecodeError: Error, Equatable, Sendable, CustomStringConvertib
     case encryptedTooShort(Int)
     /// The MIC did not match: a wrong bindkey, or altered bytes.
     case authenticationFailed
+    /// Unencrypted, though a bindkey was given for the device: refused like bthome-ble does,
+    /// since anyone can clear the encryption bit and send readings of their own.
+    case unencryptedWithKey
 
     public var description: String {
         switch self {
@@ -116,6 +119,7 @@ public enum BTHomeDecodeError: Error, Equatable, Sendable, CustomStringConvertib
         case .encryptedWithoutKey: return "encrypted BTHome, and no bindkey"
         case .encryptedTooShort(let count): return "encrypted BTHome of \(count) bytes, shorter than the counter and MIC"
         case .authenticationFailed: return "encrypted BTHome whose MIC does not match (wrong bindkey, or altered)"
+        case .unencryptedWithKey: return "unencrypted BTHome from a device with a bindkey (refused: anyone can send those)"
         }
     }
 }
@@ -198,7 +202,8 @@ public enum BTHome {
 
     /// Decodes the service data after the UUID (device information, objects). Throws for what is
     /// no BTHome v2 or cannot be opened; an unknown or truncated object ends the objects with
-    /// `stop` set. `key` and `address` open an encrypted payload.
+    /// `stop` set. `key` and `address` open an encrypted payload; with a key, an unencrypted
+    /// payload is refused (`.unencryptedWithKey`).
     public static func decode(payload: ArraySlice<UInt8>, key: AESCCMKey? = nil,
                               address: BluetoothAddress? = nil) throws(BTHomeDecodeError) -> BTHomeReading {
         guard let information = payload.first else { throw .empty }
@@ -206,6 +211,7 @@ public enum BTHome {
         guard version == Self.version else { throw .unsupportedVersion(version) }
         let triggerBased = information & triggerBasedFlag != 0
         guard information & encryptionFlag != 0 else {
+            guard key == nil else { throw .unencryptedWithKey }
             let (objects, stop) = decodeObjects(payload.dropFirst())
             return BTHomeReading(packet: BTHomePacket(triggerBased: triggerBased, objects: objects), encrypted: false, counter: nil, stop: stop)
         }

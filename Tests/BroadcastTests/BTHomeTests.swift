@@ -129,7 +129,7 @@ private func thermometer(packetID: Int64 = 7, battery: Double = 93, temperature:
     @Test func everyPrefixAndMutationDecodesOrThrows() {
         // Total: whatever the bytes, a reading or an error, never a trap.
         let base = BTHome.advertisingData(thermometer()) + BTHome.payload(BTHomePacket(objects: [BTHomeObject(BTHomeObjectType.forID(0x54)!, bytes: [1, 2, 3])!]))
-        var generator = SystemRandomNumberGenerator()
+        var generator = SeededRandom(seed: 24)
         for length in 0...base.count { _ = try? BTHome.decode(advertisingData: base.prefix(length)) }
         for _ in 0..<2000 {
             var bytes = base
@@ -186,10 +186,38 @@ private func thermometer(packetID: Int64 = 7, battery: Double = 93, temperature:
             altered[index] ^= 0x01
             #expect(throws: BTHomeDecodeError.authenticationFailed) { try BTHome.decode(payload: altered[...], key: exampleKey, address: exampleAddress) }
         }
+        // With the bindkey, the encryption bit cleared is refused, not read as plain objects
+        // (bthome-ble: "Received plaintext adv … while bindkey is known, ignoring").
+        var cleared = Self.publishedPayload
+        cleared[0] &= ~0x01
+        #expect(throws: BTHomeDecodeError.unencryptedWithKey) { try BTHome.decode(payload: cleared[...], key: exampleKey, address: exampleAddress) }
+        #expect(throws: BTHomeDecodeError.unencryptedWithKey) { try BTHome.decode(payload: hex("40 02 C4 09")[...], key: exampleKey, address: exampleAddress) }
         // The trigger-based bit is in the nonce too: flipping it is caught.
         var flipped = Self.publishedPayload
         flipped[0] |= 0x04
         #expect(throws: BTHomeDecodeError.authenticationFailed) { try BTHome.decode(payload: flipped[...], key: exampleKey, address: exampleAddress) }
+    }
+
+    @Test func randomPacketsRoundTripAndAnyFlippedBitIsCaught() throws {
+        var random = SeededRandom(seed: 2024)
+        let fixed = BTHomeObjectType.all.filter { $0.encoding == .signed || $0.encoding == .unsigned }
+        for _ in 0..<200 {
+            let objects = (0..<random.below(6)).map { _ in
+                let type = fixed[random.below(fixed.count)]
+                return BTHomeObject(type, integer: Int64.random(in: type.integerRange, using: &random))!
+            }
+            let packet = BTHomePacket(triggerBased: random.chance(50), objects: objects)
+            let key = AESCCMKey(random.bytes(16))!
+            let address = BluetoothAddress(value: random.next() & 0xFFFF_FFFF_FFFF)
+            let counter = UInt32(truncatingIfNeeded: random.next())
+            let payload = BTHome.payload(packet, encryption: BTHomeEncryption(key: key, address: address, counter: counter))
+            let reading = try BTHome.decode(payload: payload[...], key: key, address: address)
+            #expect(reading.packet == BTHomePacket(triggerBased: packet.triggerBased, objects: BTHome.sortedObjects(objects)))
+            #expect(reading.counter == counter && reading.stop == nil)
+            var altered = payload
+            altered[random.below(altered.count)] ^= 1 << UInt8(random.below(8))
+            #expect(throws: BTHomeDecodeError.self) { try BTHome.decode(payload: altered[...], key: key, address: address) }
+        }
     }
 
     @Test func encryptedWithoutKeyOrTooShortIsRefused() {

@@ -74,6 +74,10 @@ def test_bthome_ble_opens_the_encrypted_thermometer_only_with_its_bindkey():
     device, values = bthome(payload, wrong)
     assert device.decryption_failed and not device.bindkey_verified
     assert values == {}
+    # Unencrypted from a device with a bindkey: ignored (BlemuBroadcast refuses it too,
+    # BTHomeDecodeError.unencryptedWithKey).
+    _, values = bthome(bytes.fromhex("400007015D02660803D912"), BINDKEY)
+    assert values == {}
     # The published encryption example (bthome.io/encryption): 25.06 °C, 50.55 %.
     device, values = bthome(bytes.fromhex("41A47266C95F730011223378237214"), BINDKEY)
     assert values == {"temperature": 25.06, "humidity": 50.55}
