@@ -9,7 +9,7 @@ let package = Package(
         .executable(name: "blemu", targets: ["blemu"]),
         // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
         .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
-                                             "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
+                                             "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast",
                                              "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuSimulator", "BlemuBenchRig"]),
     ],
     dependencies: [
@@ -58,6 +58,10 @@ let package = Package(
         ], path: "Sources/Crypto"),
         // The Security Manager (Vol 3, Part H): SMP PDUs, the pairing state machines of both roles.
         // Pure (no I/O, no timers of its own); beside ATT, below GATT and Host.
+        // Connectionless sensors' payloads (BTHome v2, plain and AES-CCM encrypted, iBeacon,
+        // Eddystone): encoders and total decoders, the BTHome counter in the state directory. Pure
+        // but for that file; beside SMP, above Crypto (the AES-CCM), below the devices and the scan.
+        .target(name: "BlemuBroadcast", dependencies: ["BlemuCore", "BlemuCrypto"], path: "Sources/Broadcast"),
         .target(name: "BlemuSMP", dependencies: ["BlemuCore", "BlemuCrypto"], path: "Sources/SMP"),
         // Pairing and bonding of a peripheral's links: an SMPResponder per link, the LTK request,
         // encryption state, bonds in a file. Above SMP, below Host.
@@ -172,6 +176,8 @@ let package = Package(
                     path: "Tests/HCITests"),
         .testTarget(name: "ATTTests", dependencies: ["BlemuATT", "BlemuL2CAP", "BlemuHCI", "BlemuCore"], path: "Tests/ATTTests"),
         .testTarget(name: "CryptoTests", dependencies: ["BlemuTestSupport", "BlemuCrypto", "BlemuCore"], path: "Tests/CryptoTests"),
+        .testTarget(name: "BroadcastTests", dependencies: ["BlemuTestSupport", "BlemuBroadcast", "BlemuCrypto", "BlemuCore"],
+                    path: "Tests/BroadcastTests"),
         .testTarget(name: "SMPTests", dependencies: ["BlemuTestSupport", "BlemuSMP", "BlemuCrypto", "BlemuCore"], path: "Tests/SMPTests"),
         .testTarget(name: "SecurityTests", dependencies: ["BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuCore",
                                                        .product(name: "Logging", package: "swift-log")],
