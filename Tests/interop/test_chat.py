@@ -499,6 +499,25 @@ def wait_in_log(process: ChatProcess, text: str, what: str, timeout: float = 20.
         time.sleep(0.2)
 
 
+def start_line_of_three(near_spec: str, far_spec: str, room: str, processes: list[ChatProcess],
+                        ends: tuple[str, ...] = ()) -> tuple[ChatProcess, ChatProcess, ChatProcess]:
+    """`left` on radio 1, `right` on radio 2 and a bridge with a controller on each, all
+    `--role auto` in `room`, started in turn until the bridge joined left's room and right the
+    bridge's; `ends`: more options for left and right. Each process is added to `processes`
+    as it starts, so the caller stops them whatever fails."""
+    left = ChatProcess(near_spec, "--role", "auto", "--room", room, "--name", "left", *ends)
+    processes.append(left)
+    wait_in_log(left, "hosting chat room", "left hosting on radio 1")
+    bridge = ChatProcess(near_spec, "--controller", far_spec, "--role", "auto", "--room", room, "--name", "bridge")
+    processes.append(bridge)
+    left.wait_for(lambda line: line.endswith(" joined"), "the bridge joining left's room", timeout=20)
+    wait_in_log(bridge, "hosting chat room", "the bridge hosting on radio 2")
+    right = ChatProcess(far_spec, "--role", "auto", "--room", room, "--name", "right", *ends)
+    processes.append(right)
+    bridge.wait_for(lambda line: line.endswith(" joined"), "right joining the bridge's room", timeout=20)
+    return left, bridge, right
+
+
 def test_a_bridge_joins_rooms_on_two_radios_and_nothing_arrives_twice(rootcanal):
     """Three boards in a line, the ends out of each other's reach (two rootcanals are two
     places): `left` on radio 1, `right` on radio 2, and a bridge with a controller in each,
@@ -513,16 +532,7 @@ def test_a_bridge_joins_rooms_on_two_radios_and_nothing_arrives_twice(rootcanal)
     near_spec, far_spec = rootcanal.controller_spec, far.controller_spec
     processes: list[ChatProcess] = []
     try:
-        left = ChatProcess(near_spec, "--role", "auto", "--room", room, "--name", "left")
-        processes.append(left)
-        wait_in_log(left, "hosting chat room", "left hosting on radio 1")
-        bridge = ChatProcess(near_spec, "--controller", far_spec, "--role", "auto", "--room", room, "--name", "bridge")
-        processes.append(bridge)
-        left.wait_for(lambda line: line.endswith(" joined"), "the bridge joining left's room", timeout=20)
-        wait_in_log(bridge, "hosting chat room", "the bridge hosting on radio 2")
-        right = ChatProcess(far_spec, "--role", "auto", "--room", room, "--name", "right")
-        processes.append(right)
-        bridge.wait_for(lambda line: line.endswith(" joined"), "right joining the bridge's room", timeout=20)
+        left, bridge, right = start_line_of_three(near_spec, far_spec, room, processes)
 
         right.say("hello from the right")
         left.wait_for(lambda line: line == "[right] hello from the right", "right's line at left")

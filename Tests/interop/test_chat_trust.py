@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from bumble_central import Central
 from harness import BlemuProcess, log_dir, run, run_cli, unique_name
-from test_chat import CHAT_MESSAGE, CHAT_SERVICE, ChatProcess, wait_in_log
+from test_chat import CHAT_MESSAGE, CHAT_SERVICE, ChatProcess, start_line_of_three, wait_in_log
 from bumble.core import UUID
 
 CHAT_FRAMES = UUID("7d3c0301-9a5e-4d1a-8f6e-5c1b2d3e4f50")
@@ -342,16 +342,8 @@ def test_a_bridge_without_the_passphrase_relays_a_private_room_it_cannot_read(ro
     near_spec, far_spec = rootcanal.controller_spec, far.controller_spec
     processes: list[ChatProcess] = []
     try:
-        left = ChatProcess(near_spec, "--role", "auto", "--room", room, "--name", "left", "--passphrase-file", str(secret))
-        processes.append(left)
-        wait_in_log(left, "hosting chat room", "left hosting on radio 1")
-        bridge = ChatProcess(near_spec, "--controller", far_spec, "--role", "auto", "--room", room, "--name", "bridge")
-        processes.append(bridge)
-        left.wait_for(lambda line: line.endswith(" joined"), "the bridge joining left's room", timeout=20)
-        wait_in_log(bridge, "hosting chat room", "the bridge hosting on radio 2")
-        right = ChatProcess(far_spec, "--role", "auto", "--room", room, "--name", "right", "--passphrase-file", str(secret))
-        processes.append(right)
-        bridge.wait_for(lambda line: line.endswith(" joined"), "right joining the bridge's room", timeout=20)
+        left, bridge, right = start_line_of_three(near_spec, far_spec, room, processes,
+                                                  ends=("--passphrase-file", str(secret)))
 
         right.say("sealed from the right")
         left.wait_for(lambda line: line == "[right] sealed from the right", "right's line at left, through the bridge")
