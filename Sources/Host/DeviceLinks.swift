@@ -32,8 +32,10 @@ final class DeviceLinks {
     }
     /// What this device's links share: the HCI, the timers, the budget of lines peers cause.
     let l2cap: L2CAPLinkContext
-    /// The open links, by connection handle (looked up on every packet: a `HandleTable`, not a Dictionary).
-    private(set) var connections = HandleTable<Connection>()
+    /// The open links, by connection handle (a `HandleTable`, not a Dictionary). Read for every
+    /// update the device sends, changed only as links open and close, never while read: no
+    /// exclusivity check at run time.
+    @exclusivity(unchecked) private(set) var connections = HandleTable<Connection>()
     /// Lines about links the controller or a central causes (attempts, refusals, failed disconnections).
     var linkLog = LogBudget()
 

@@ -26,7 +26,7 @@ extension Peripheral: DeviceContext {
 
     private func send(_ characteristic: Characteristic, _ value: ArraySlice<UInt8>, to peer: ATTPeer?) -> Bool {
         var all = true
-        for connection in connections.values where peer == nil || connection.peer == peer {
+        for connection in links.connections.values where peer == nil || connection.peer == peer {
             if connection.faultStage.notify(characteristic, value: value) == .queueFull { all = false }
         }
         if !all { deviceWaitingForRoom = true }
@@ -41,7 +41,7 @@ extension Peripheral: DeviceContext {
         notificationValue.reset()
         encode(&notificationValue)
         var all = true
-        for connection in connections.values where peer == nil || connection.peer == peer {
+        for connection in links.connections.values where peer == nil || connection.peer == peer {
             if connection.faultStage.indicate(characteristic, value: notificationValue.bytes, completion: completion) == .queueFull {
                 all = false
             }
