@@ -455,6 +455,17 @@ def test_require_encryption_members_pair_on_their_own_and_keep_the_bond(rootcana
         host.wait_for(lambda line: line == "[alice] hello again", "the member's line after the restart")
         assert Path(member.log).read_text().count("paired with the chat host") == 1, Path(member.log).read_text()
         assert "paired with " not in Path(host.log).read_text(), Path(host.log).read_text()
+
+        # The member restarts with its state directory: its bond is read back, and (rootcanal
+        # giving its new controller the address the old one had) it encrypts with it.
+        member.stop()
+        member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "alice",
+                             "--state-dir", str(member_state))
+        wait_in_log(member, "encrypted with our bond to the chat host", "the restarted member encrypting with its bond", timeout=40)
+        member.say("hello after my restart")
+        host.wait_for(lambda line: line == "[alice] hello after my restart", "the restarted member's line")
+        assert "paired with" not in Path(member.log).read_text(), Path(member.log).read_text()
+        assert "paired with " not in Path(host.log).read_text(), Path(host.log).read_text()
     finally:
         if member is not None:
             member.stop()
@@ -508,4 +519,34 @@ def test_require_encryption_refuses_a_plain_client_until_it_pairs(rootcanal, tmp
         run(scenario(), timeout=60)
         assert not any("clear" in line for line in host.lines), host.lines
     finally:
+        assert host.stop() == 0, Path(host.log).read_text()
+
+
+def test_require_encryption_with_a_passkey_needs_an_authenticated_key(rootcanal, tmp_path):
+    """`--require-encryption --passkey`: a member without the passkey cannot pair (Passkey Entry
+    fails) and does not join; one with it pairs with an authenticated key and chats."""
+    room = unique_name("EncPk")
+    host = ChatProcess(rootcanal.controller_spec, "--name", room, "--require-encryption", "--passkey", "123456",
+                       "--state-dir", str(tmp_path / "host"))
+    members: list[ChatProcess] = []
+    try:
+        time.sleep(1)
+        stranger = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "eve",
+                               "--state-dir", str(tmp_path / "eve"))
+        members.append(stranger)
+        wait_in_log(stranger, "securing the link to the chat host", "eve's pairing failing", timeout=40)
+        assert not any(line.endswith(" joined") for line in host.lines), host.lines
+        stranger.stop()
+        time.sleep(3)   # the host makes a central that failed to pair wait 2 s (Vol 3, Part H, 2.3.6)
+        member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "alice",
+                             "--passkey", "123456", "--state-dir", str(tmp_path / "alice"))
+        members.append(member)
+        host.wait_for(lambda line: line.endswith(" joined"), "alice joining", timeout=40)
+        member.say("typed the passkey")
+        host.wait_for(lambda line: line == "[alice] typed the passkey", "alice's line")
+        log = Path(member.log).read_text()
+        assert "paired with the chat host" in log and "unauthenticated" not in log.split("paired with the chat host")[1].split("\n")[0], log
+    finally:
+        for process in members:
+            process.stop()
         assert host.stop() == 0, Path(host.log).read_text()
