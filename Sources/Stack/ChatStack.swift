@@ -207,7 +207,10 @@ public final class ChatStack {
         let configuration = CentralSecurityConfiguration(passkey: plan.passkey,
                                                          bondStorePath: directory.map { $0 + "/" + owner.fileName },
                                                          identityPath: directory.map { $0 + "/" + owner.identityFileName })
-        // The address SMP uses is the controller's (`CentralHost.attach` sets it).
+        // The owner's static random address only names the files: the address SMP uses, and
+        // the identity address distributed, is the one the member connects from — its
+        // controller's public address, since the chat device advertises from the random one
+        // (`CentralHost.attach` and `controllerReady` set it; Vol 3, Part H, 3.6.5).
         return CentralSecurity(configuration: configuration, owner: owner, localAddress: LEAddress(owner.address, isRandom: true),
                                scheduler: loop, logger: logger)
     }

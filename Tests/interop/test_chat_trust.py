@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 import stat
 import struct
 import time
@@ -445,6 +446,14 @@ def test_require_encryption_members_pair_on_their_own_and_keep_the_bond(rootcana
         for path in member_bonds + host_bonds:
             assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
             assert len(json.loads(path.read_text())["bonds"]) == 1, path.read_text()
+        # The member's identity (Identity Address Information, Vol 3, Part H, 3.6.5) is the
+        # address it connected from: its controller's public address, type public, not a
+        # static random address it never uses.
+        connected = re.findall(r"connected to ([0-9A-F]{2}(?::[0-9A-F]{2}){5})", Path(host.log).read_text())
+        assert connected, Path(host.log).read_text()
+        [bond] = json.loads(host_bonds[0].read_text())["bonds"]
+        assert bond["peer"] == connected[-1] and not bond["peerRandom"], bond
+        assert bond["identity"] == connected[-1] and bond["identityRandom"] is False, bond
 
         # The host restarts with its state directory: the member comes back with its bond.
         assert host.stop() == 0, Path(host.log).read_text()
