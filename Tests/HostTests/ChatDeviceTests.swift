@@ -200,6 +200,16 @@ import Testing
         #expect(parts.count == 3)
     }
 
+    /// A character longer than a notification (a letter with 30 combining marks: 61 bytes) is
+    /// cut between its scalars: every piece is UTF-8 a plain client can show, and nothing is
+    /// lost (it was cut to its first 20 bytes, in the middle of a scalar, the rest dropped).
+    @Test func aCharacterLongerThanANotificationIsCutBetweenItsScalars() {
+        let text = "ab " + "e" + String(repeating: "\u{301}", count: 30) + " c"
+        let parts = ChatDevice.parts(of: text, limit: 20)
+        #expect(parts.allSatisfy { $0.count <= 20 && String(validating: $0, as: UTF8.self) != nil })
+        #expect(parts.joined().elementsEqual(text.utf8))
+    }
+
     /// A member whose link is full gets its lines later, in order; past its queue's bound the
     /// oldest give way to one line saying how many it missed: never a silent drop.
     @Test func aSlowMemberIsToldWhatItMissed() throws {
