@@ -121,7 +121,7 @@ let package = Package(
         // The chat between nodes (Docs/CHAT.md): a node's rooms, one per controller, as host or
         // member, and the bridge between them. Above the central and the chat device.
         .target(name: "BlemuChat", dependencies: [
-            "BlemuCore", "BlemuCentral", "BlemuGATTClient", "BlemuHost", "BlemuDevices", "BlemuCrypto",
+            "BlemuCore", "BlemuCentral", "BlemuGATTClient", "BlemuHost", "BlemuDevices", "BlemuCrypto", "BlemuSecurity",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Chat"),
         // A controller's stack assembled from a plan (devices, roles, options) for `run`, `chat`,

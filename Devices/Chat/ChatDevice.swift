@@ -43,6 +43,7 @@ public final class ChatDevice: Device {
 
     public let message: Characteristic
     public let frames: Characteristic
+    public let linkRequirement: LinkRequirement
     public let services: [Service]
     public var profile: DeviceProfile {
         DeviceProfile(defaultName: "blemu Chat", advertisedServices: [Self.serviceUUID], appearance: 0x0080)   // generic computer
@@ -89,6 +90,9 @@ public final class ChatDevice: Device {
         /// Catching up after a RESUME: the sequence of the next history entry it gets. Live
         /// messages wait in the history meanwhile, so everything comes in order.
         var replayNext: UInt64?
+        /// A live message (not an announcement) was queued for it: a RESUME from now on comes
+        /// too late (it would replay older lines after newer ones).
+        var heardLive = false
     }
     /// The room's recent messages, for members that join again (RESUME): bounded in count and bytes.
     private struct HistoryEntry {
@@ -113,9 +117,29 @@ public final class ChatDevice: Device {
     /// what the old one carried gets it acknowledged, not delivered twice.
     private var delivered = ChatReassembly()
 
-    public init() {
+    /// What a link needs before it may write or subscribe to the chat characteristics
+    /// (`blemu chat --require-encryption`): nothing (the default), an encrypted link (Just Works
+    /// is enough), or one encrypted with an authenticated key (a passkey pairing).
+    public enum LinkRequirement: String, Sendable {
+        case none, encrypted, authenticated
+
+        /// The characteristics' write permissions; nil: derived from their properties (open).
+        var permissions: AttributePermissions? {
+            switch self {
+            case .none: nil
+            case .encrypted: [.writeEncryptionRequired]
+            case .authenticated: [.writeAuthenticationRequired]
+            }
+        }
+    }
+
+    /// `linkRequirement`: what a link needs to write or subscribe to Message and Frames; a link
+    /// without it is refused with the spec's error (Insufficient Authentication 0x05 without a
+    /// key, Insufficient Encryption 0x0F with one: Vol 3, Part C, 10.3.1), so a phone pairs and
+    /// a blemu member pairs on its own.
+    public init(linkRequirement: LinkRequirement = .none) {
         let box = WeakBox<ChatDevice>()
-        let message = Characteristic(Self.messageUUID, properties: [.write, .notify],
+        let message = Characteristic(Self.messageUUID, properties: [.write, .notify], permissions: linkRequirement.permissions,
                                      validateWrite: { request in
                                          // Vol 3, Part G, 4.9.3: a value the device cannot take is refused.
                                          guard String(validating: request.value, as: UTF8.self) != nil,
@@ -128,7 +152,7 @@ public final class ChatDevice: Device {
                                          box.value?.received(request)
                                          return nil
                                      })
-        let frames = Characteristic(Self.framesUUID, properties: [.write, .notify],
+        let frames = Characteristic(Self.framesUUID, properties: [.write, .notify], permissions: linkRequirement.permissions,
                                     validateWrite: { request in
                                         guard let frame = try? ChatFrame(decoding: request.value.slice) else { return .valueNotAllowed }
                                         // A signed-only room takes no unsigned message: its first piece is refused.
@@ -141,6 +165,10 @@ public final class ChatDevice: Device {
                                         box.value?.receivedFrame(request)
                                         return nil
                                     })
+        // Subscribing needs the same (Vol 3, Part G, 3.3.3.3): else a stranger would hear the room.
+        message.subscribingNeedsValueSecurity = linkRequirement != .none
+        frames.subscribingNeedsValueSecurity = linkRequirement != .none
+        self.linkRequirement = linkRequirement
         self.message = message
         self.frames = frames
         services = [Service(Self.serviceUUID) {
@@ -186,17 +214,7 @@ public final class ChatDevice: Device {
         if notify, members[handle] == nil {
             var member = Member(peer: peer, name: Self.name(of: peer), announcedName: Self.name(of: peer), framed: framed)
             member.lastProgress = context?.scheduler.nowNanoseconds ?? 0
-            if framed, let point = resumePoints.removeValue(forKey: handle) {
-                // Joining again: what the room said after the last message it had, first.
-                if let index = history.lastIndex(where: { $0.id.isNamed(number: point.number, sender: point.sender) }) {
-                    member.replayNext = historyStart + UInt64(index) + 1
-                } else {
-                    member.replayNext = historyStart
-                    let note = "* catching up: lines said before \(history.isEmpty ? "now" : "the oldest kept here") may be missing"
-                    member.queue.append((frames, Deque(ChatFrame.frames(of: Array(note.utf8), id: announcementID(note),
-                                                                          hops: 0, limit: (context?.attMTU(of: peer) ?? 23) - 3))))
-                }
-            }
+            if framed, let point = resumePoints.removeValue(forKey: handle) { catchUp(&member, after: point) }
             members[handle] = member
             announce("* \(member.announcedName) joined", except: handle)
             flush()
@@ -204,6 +222,18 @@ public final class ChatDevice: Device {
             members[handle] = nil
             announce("* \(member.announcedName) left", except: nil)
             checkRoom()
+        }
+    }
+
+    /// Joining again: what the room said after the last message the member had (`point`), first.
+    private func catchUp(_ member: inout Member, after point: ChatMessageID) {
+        if let index = history.lastIndex(where: { $0.id.isNamed(number: point.number, sender: point.sender) }) {
+            member.replayNext = historyStart + UInt64(index) + 1
+        } else {
+            member.replayNext = historyStart
+            let note = "* catching up: lines said before \(history.isEmpty ? "now" : "the oldest kept here") may be missing"
+            member.queue.append((frames, Deque(ChatFrame.frames(of: Array(note.utf8), id: announcementID(note),
+                                                                  hops: 0, limit: (context?.attMTU(of: member.peer) ?? 23) - 3))))
         }
     }
 
@@ -297,8 +327,19 @@ public final class ChatDevice: Device {
         guard let frame = try? ChatFrame(decoding: request.value.slice) else { return }
         let handle = request.peer.connectionHandle
         if case let .resume(number, sender) = frame {
+            let point = ChatMessageID(sender: sender, number: number)
             // Before it subscribes (Docs/CHAT.md): kept until then.
-            if members[handle] == nil { resumePoints[handle] = ChatMessageID(sender: sender, number: number) }
+            guard var member = members[handle] else {
+                resumePoints[handle] = point
+                return
+            }
+            // A bonded member's subscription is back as soon as its link is encrypted with the
+            // bond (Vol 3, Part G, 3.3.3.3), before its RESUME can pass when the room needs
+            // encryption (`--require-encryption`): taken while the room has sent it nothing yet.
+            guard member.framed, member.replayNext == nil, !member.heardLive else { return }
+            catchUp(&member, after: point)
+            members[handle] = member
+            flush()
             return
         }
         // A node that never subscribed is not a member: it would not hear the acknowledgement.
@@ -410,6 +451,7 @@ public final class ChatDevice: Device {
             let limit = context.attMTU(of: member.peer) - 3
             if id.proof?.sealed != nil, !member.framed { continue }   // a plain client could not read it
             if member.framed {
+                if !id.sender.isEmpty { members[key]?.heardLive = true }
                 enqueue(frames, ChatFrame.frames(of: Array(text.utf8), id: id, hops: hops, limit: limit), to: key)
             } else {
                 enqueue(message, Self.parts(of: id.sender.isEmpty ? text : "\(id.sender): \(text)", limit: limit), to: key)
@@ -491,18 +533,28 @@ public final class ChatDevice: Device {
     }
 
     /// UTF-8 pieces of at most `limit` bytes (20 at least, ATT's default; 512 at most, the
-    /// longest attribute value), never cutting a character.
+    /// longest attribute value), never cutting a character — but one longer than `limit` (a
+    /// letter with many combining marks), which is cut between its scalars, never inside one:
+    /// every piece is UTF-8 and nothing is lost.
     public static func parts(of text: String, limit: Int) -> [[UInt8]] {
         let limit = min(512, max(20, limit))
         var parts: [[UInt8]] = []
         var current: [UInt8] = []
-        for character in text {
-            let bytes = Array(String(character).utf8)
+        func add(_ bytes: some Collection<UInt8>) {
             if current.count + bytes.count > limit, !current.isEmpty {
                 parts.append(current)
                 current = []
             }
-            current += bytes.prefix(limit)
+            current += bytes
+        }
+        for character in text {
+            let bytes = String(character).utf8
+            if bytes.count <= limit {
+                add(bytes)
+            } else {
+                // A scalar is at most 4 bytes, and `limit` at least 20.
+                for scalar in character.unicodeScalars { add(String(scalar).utf8) }
+            }
         }
         if !current.isEmpty { parts.append(current) }
         return parts

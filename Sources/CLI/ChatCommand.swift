@@ -66,7 +66,7 @@ struct ChatCommand: ParsableCommand {
             help: ArgumentHelp("Where this node keeps its chat identity (chat-identity, made on first use) and the names bound to keys (chat-names-HEX) (default: $STATE_DIRECTORY, else ~/.local/state/blemu).", valueName: "DIR"))
     var stateDirectory: String?
 
-    @Flag(help: "Print this node's name and its key's fingerprint (made in --state-dir on first use), and exit.")
+    @Flag(help: "Print this node's name and its key's fingerprint, then NAME=KEY (the whole public key, 64 hex digits, as another node's --pin-name takes it; the key made in --state-dir on first use), and exit.")
     var identity = false
 
     @Option(name: .customLong("passphrase-file"),
@@ -75,6 +75,13 @@ struct ChatCommand: ParsableCommand {
 
     @Flag(name: .customLong("signed-only"), help: "Refuse unsigned lines: plain clients' writes (ATT error 0x13) and unsigned frames.")
     var signedOnly = false
+
+    @Flag(name: .customLong("require-encryption"),
+          help: "Hosting: the chat characteristics need an encrypted link (Just Works is enough; with --passkey an authenticated one); a central is refused (ATT error 0x05 or 0x0F) until it pairs. blemu members pair on their own, whatever this says, and keep the bond in --state-dir.")
+    var requireEncryption = false
+
+    @Option(help: ArgumentHelp("The six-digit pairing passkey: hosting, the static one centrals type (Passkey Entry, an authenticated key); as a member, the one typed when a host asks for it.", valueName: "DIGITS"))
+    var passkey: String?
 
     @Option(name: .customLong("forget-name"),
             help: ArgumentHelp("Forget the key NAME is bound to in the room (--room, else --name): the next key it speaks with is taken. Then exit.", valueName: "NAME"))
@@ -113,6 +120,7 @@ struct ChatCommand: ParsableCommand {
             throw ValidationError("no state directory for the chat identity: give --state-dir DIR (or set STATE_DIRECTORY or HOME)")
         }
         if let passphraseFile, passphraseFile.isEmpty { throw ValidationError("--passphrase-file needs a path") }
+        _ = try parsedPasskey()
         if forgetName != nil || pinName != nil {
             guard forgetName == nil || pinName == nil else { throw ValidationError("--forget-name or --pin-name, not both") }
             guard room != nil || name != nil else { throw ValidationError("--forget-name and --pin-name need the room: --room (or --name)") }
@@ -133,6 +141,15 @@ struct ChatCommand: ParsableCommand {
             throw ValidationError("--pin-name: KEY must be an Ed25519 public key, 64 hex digits")
         }
         return (name, key)
+    }
+
+    /// `--passkey`: six digits at most, 0 to 999999.
+    func parsedPasskey() throws -> UInt32? {
+        guard let passkey else { return nil }
+        guard (1...6).contains(passkey.count), passkey.allSatisfy(\.isASCII), let value = UInt32(passkey), value <= 999_999 else {
+            throw ValidationError("--passkey '\(passkey.visible)': give the six digits (0 to 999999)")
+        }
+        return value
     }
 
     /// A private room's passphrase: the file's bytes, one trailing newline taken off; never
@@ -174,6 +191,8 @@ struct ChatCommand: ParsableCommand {
         plan.stateDirectory = stateDirectoryPath(stateDirectory)
         plan.signedOnly = signedOnly
         plan.passphrase = passphrase
+        plan.requireEncryption = requireEncryption
+        plan.passkey = try parsedPasskey()
         let chat = try ChatStack(plan: plan, loop: loop, logger: logger)
         let node = chat.node
         node.onLine = { sender, text in emitLine(ChatNode.shown(sender: sender, text: text)) }
@@ -217,6 +236,8 @@ extension ChatCommand {
                 throw RuntimeFailure(error.description)
             }
             print(ChatIdentityStore.identityLine(name: plan.me, key: key.publicKey))
+            // The whole key, as another node's `--pin-name` takes it.
+            print(ChatIdentityStore.pinArgument(name: plan.me, key: key.publicKey))
         }
         // The room a run signs in (a member's is the host's name: --room given whole).
         let roomName = plan.signedRoom ?? room ?? name ?? ""

@@ -113,6 +113,12 @@ public final class ChatIdentityStore {
         "\(name.visible) \(key.fingerprint)"
     }
 
+    /// The name and the whole public key (64 hex digits), as `--pin-name NAME=KEY` takes them
+    /// on another node.
+    public static func pinArgument(name: String, key: ChatPublicKey) -> String {
+        "\(name.visible)=\(Hex.bytes(key.bytes).lowercased())"
+    }
+
     // MARK: Formats
 
     static func keyFile(_ key: ChatSigningKey) -> String {

@@ -3,6 +3,7 @@ import BlemuCore
 import BlemuDevices
 import BlemuGATT
 import BlemuGATTClient
+import BlemuSecurity
 import Logging
 
 /// A message on its way from this node: its identity, the relays it may still take, its text.
@@ -76,6 +77,8 @@ public final class ChatMember {
     /// Plain hosts give no identities: numbered here, so each line is told once.
     private var plainNumber: UInt32 = 0
     private var sending = false
+    /// The link to the host is being secured (`securing`): said once, whatever waits for it.
+    private var isSecuring = false
     public private(set) var isConnecting = false
     private var looking = false
     private var joinedOnce = false
@@ -249,11 +252,15 @@ public final class ChatMember {
                 let subscribe = { (hostName: String) in
                     // Joining again: where it left off, before it subscribes, so the catching up
                     // comes first and in order (Docs/CHAT.md, "When a link drops").
+                    // A host that needs an encrypted link (`--require-encryption`) refuses both
+                    // until the link is secured: with our bond, else by pairing, then once more.
                     if chosen.framed, let lastHeard = self.lastHeard {
-                        made.client.write(chosen.characteristic.valueHandle,
-                                          ChatFrame.resume(number: lastHeard.number, sender: lastHeard.sender).encoded()) { _ in }
+                        let resume = ChatFrame.resume(number: lastHeard.number, sender: lastHeard.sender).encoded()
+                        self.securing(made, { done in made.client.write(chosen.characteristic.valueHandle, resume, completion: done) }) { _ in }
                     }
-                    made.client.configure(chosen.characteristic, notify: true, indicate: false) { subscribed in
+                    self.securing(made, { done in
+                        made.client.configure(chosen.characteristic, notify: true, indicate: false, completion: done)
+                    }) { subscribed in
                         if case .failure(let error) = subscribed {
                             return self.notAHost(made, advertisement, because: "subscribing to its chat characteristic failed (\(error))")
                         }
@@ -282,6 +289,42 @@ public final class ChatMember {
                     guard made.isOpen, self.link === made else { return }
                     let name = (try? read.get()).flatMap { String(validating: $0, as: UTF8.self) }
                     subscribe(name.map { $0.isEmpty ? advertisement.name : $0 } ?? advertisement.name)
+                }
+            }
+        }
+    }
+
+    /// Runs `request` on `made`; refused for want of security (Insufficient Authentication
+    /// 0x05, Insufficient Encryption 0x0F, Encryption Key Size Too Short 0x0C: Vol 3, Part C,
+    /// 10.3.2), the link is secured — encrypted with our bond for the host, else paired, the
+    /// bond kept in the state directory — and the request runs once more, as a phone does (and
+    /// `blemu gatt`, `GATTWorkflow`). Requests refused together wait for the one securing.
+    private func securing<T>(_ made: CentralLink, _ request: @escaping (@escaping (Result<T, GATTClientError>) -> Void) -> Void,
+                             completion: @escaping (Result<T, GATTClientError>) -> Void) {
+        request { [weak self] result in
+            guard let self, case .failure(.att(let error, _)) = result, GATTWorkflow.securityRefusals.contains(error),
+                  let security = self.central.security, made.isOpen else { return completion(result) }
+            if !self.isSecuring {
+                self.isSecuring = true
+                let bonded = security.bonds.bond(for: made.peer) != nil
+                self.logger.notice("the chat host \(made.peer.address) refused for want of security (\(error)): \(bonded ? "encrypting with our bond" : "pairing")")
+            }
+            security.secure(made.handle) { [weak self] secured in
+                guard let self else { return }
+                let first = self.isSecuring
+                self.isSecuring = false
+                switch secured {
+                case .failure(let why):
+                    if first {
+                        let hint = PairingHint.forFailure(why, passkeyGiven: security.configuration.passkey != nil).map { ": " + $0 } ?? ""
+                        self.logger.warning("securing the link to the chat host \(made.peer.address) failed: \(why)\(hint)")
+                    }
+                    completion(result)
+                case .success(let linkSecurity):
+                    if first {
+                        self.logger.notice("\(security.wasPaired(made.handle) ? "paired with" : "encrypted with our bond to") the chat host \(made.peer.address): \(linkSecurity.summary)")
+                    }
+                    request(completion)
                 }
             }
         }

@@ -381,7 +381,7 @@ public final class ATTServer {
     private func checkWritable(_ a: Attribute) throws(ATTFailure) {
         guard a.writable else { throw ATTFailure(.writeNotPermitted, a.handle) }
         if a.encryptionRequiredToWrite {
-            try checkSecurity(a, authentication: a.characteristic?.permissions.contains(.writeAuthenticationRequired) ?? false)
+            try checkSecurity(a, authentication: a.authenticationRequiredToWrite)
         }
         // Authorization comes after each write's own Write Not Permitted checks (the property
         // its opcode needs): the writes call `checkAuthorization` themselves.

@@ -34,6 +34,8 @@ public struct Attribute {
     public let characteristic: Characteristic?
     /// Reading needs a key from a MITM-protected pairing (with `encryptionRequiredToRead`).
     public var authenticationRequiredToRead = false
+    /// Writing needs a key from a MITM-protected pairing (with `encryptionRequiredToWrite`).
+    public var authenticationRequiredToWrite = false
 }
 
 /// A GATT database: the flat attribute table built from service declarations, with handles
@@ -117,14 +119,22 @@ public final class GATTDatabase {
                     encryptionRequiredToWrite: characteristic.permissions.writeNeedsEncryption,
                     groupEnd: 0, isFixedLength: isFixed || characteristic.cachedValue != nil,
                     characteristic: characteristic,
-                    authenticationRequiredToRead: characteristic.permissions.contains(.readAuthenticationRequired)))
+                    authenticationRequiredToRead: characteristic.permissions.contains(.readAuthenticationRequired),
+                    authenticationRequiredToWrite: characteristic.permissions.contains(.writeAuthenticationRequired)))
                 if characteristic.notifies {
                     let handle = try take()
                     characteristic.clientConfigurationHandle = handle
+                    // Vol 3, Part G, 3.3.3.3: the CCCD's write permissions are the higher layer's;
+                    // a characteristic may ask that subscribing need its value's security.
+                    let permissions = characteristic.permissions
+                    let guarded = characteristic.subscribingNeedsValueSecurity
                     pending.append(Attribute(handle: handle, type: GATTType.clientConfiguration,
                                              content: .clientConfiguration(characteristic), readable: true, writable: true,
-                                             encryptionRequiredToRead: false, encryptionRequiredToWrite: false,
-                                             groupEnd: 0, isFixedLength: true, characteristic: characteristic))
+                                             encryptionRequiredToRead: false,
+                                             encryptionRequiredToWrite: guarded && (permissions.readNeedsEncryption || permissions.writeNeedsEncryption),
+                                             groupEnd: 0, isFixedLength: true, characteristic: characteristic,
+                                             authenticationRequiredToWrite: guarded && !permissions.isDisjoint(
+                                                 with: [.readAuthenticationRequired, .writeAuthenticationRequired])))
                 }
                 for descriptor in characteristic.descriptors {
                     if descriptor.uuid == GATTType.clientConfiguration {

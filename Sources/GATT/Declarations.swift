@@ -350,6 +350,14 @@ public final class Characteristic {
     /// Where the permissions require authorization: the device's decision per request. Nil:
     /// the server asks its delegate (the control socket's `authorize`, deny until allowed).
     public var authorize: AuthorizationHandler?
+    /// Whether writing the CCCD (subscribing) needs the security the value's permissions
+    /// demand: encryption when reading or writing the value needs it, an authenticated key
+    /// when either needs one (with the same Secure Connections and key-size rules). Vol 3,
+    /// Part G, 3.3.3.3, Table 3.11: the CCCD is "Readable with no authentication or
+    /// authorization. Writable with authentication and authorization defined by a higher layer
+    /// specification or is implementation specific." False (the default): any link may
+    /// subscribe, as before; reading the CCCD stays open either way.
+    public var subscribingNeedsValueSecurity = false
 
     public internal(set) var declarationHandle: UInt16 = 0
     public internal(set) var valueHandle: UInt16 = 0

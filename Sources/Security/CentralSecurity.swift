@@ -95,17 +95,28 @@ public final class CentralSecurity {
     private let owner: BondOwner
     private var loadedIdentity: SMPIdentity?
 
-    /// The central's IRK and identity address (its static random address; Vol 3, Part H,
-    /// 2.4.2.1), which it distributes when a bonding peripheral asks for IdKey, so the
-    /// peripheral keeps who it bonded with by identity (and can resolve the central should it
-    /// ever use private addresses). Read from the identity file, else made and written there
-    /// when the central first pairs with bonding, like a device's (`DeviceIdentityStore`).
+    /// The central's IRK and identity address, which it distributes when a bonding peripheral
+    /// asks for IdKey, so the peripheral keeps who it bonded with by identity (and can resolve
+    /// the central should it ever use private addresses). The IRK is read from the identity
+    /// file, else made and written there when the central first pairs with bonding, like a
+    /// device's (`DeviceIdentityStore`, which names it by the owner's address).
+    ///
+    /// The address is the one this central connects from, `localAddress`: "the Identity Address
+    /// Information command is used to distribute its public device address or static random
+    /// address" (Vol 3, Part H, 3.6.5), and a central without privacy that connects from its
+    /// controller's public address (a chat member, whose controller also advertises the room)
+    /// must name that, type public, not a static random address it never uses. blemu's central
+    /// never connects from a resolvable private address, so `localAddress` is always one of the two.
     public var identity: SMPIdentity {
-        if let loadedIdentity { return loadedIdentity }
-        var random = makeRandom()
-        let made = DeviceIdentityStore.loadOrCreate(path: configuration.identityPath, owner: owner, logger: logger, random: &random)
-        loadedIdentity = made
-        return made
+        let stored: SMPIdentity
+        if let loadedIdentity {
+            stored = loadedIdentity
+        } else {
+            var random = makeRandom()
+            stored = DeviceIdentityStore.loadOrCreate(path: configuration.identityPath, owner: owner, logger: logger, random: &random)
+            loadedIdentity = stored
+        }
+        return SMPIdentity(resolvingKey: stored.resolvingKey, address: localAddress)
     }
 
     private final class Link {
@@ -156,7 +167,7 @@ public final class CentralSecurity {
     /// A link to `peer` (its address as LE Connection Complete gave it) opened.
     public func linkOpened(_ handle: UInt16, peer: LEAddress) {
         if let old = links.removeValue(forKey: handle) { close(old) }
-        let initiator = SMPInitiator(configuration: configuration.initiatorConfiguration(identity: loadedIdentity),
+        let initiator = SMPInitiator(configuration: configuration.initiatorConfiguration(identity: loadedIdentity == nil ? nil : identity),
                                      initiatorAddress: localAddress, responderAddress: peer, random: makeRandom())
         let smp = SMPLinkDriver(initiator, scheduler: scheduler) { [weak self] pdu in self?.sendSMP(handle, pdu) }
         let link = Link(handle: handle, peer: peer, smp: smp)

@@ -5,6 +5,7 @@ import BlemuCrypto
 import BlemuDevices
 import BlemuHost
 import BlemuRunLoop
+import BlemuSecurity
 import BlemuTransport
 import Logging
 
@@ -27,6 +28,12 @@ public struct ChatPlan: Sendable {
     public var signedOnly = false
     /// A private room's passphrase (`--passphrase-file`); nil: an open room.
     public var passphrase: [UInt8]?
+    /// The chat characteristics need an encrypted link (`--require-encryption`): Just Works is
+    /// enough, an authenticated key with `passkey`.
+    public var requireEncryption = false
+    /// A host's static pairing passkey (a central types it: Passkey Entry, an authenticated
+    /// key); a member's, typed when a host asks for one.
+    public var passkey: UInt32?
 
     public init(controllers: [(spec: ControllerSpec, role: ChatSide.Role)], room: String?, name: String?, memberName: String) {
         self.controllers = controllers
@@ -90,8 +97,9 @@ public final class ChatStack {
 
         var stacks: [ControllerStack] = []
         var sides: [ChatSide] = []
-        for (spec, role) in plan.controllers {
-            let device = ChatDevice()
+        let requirement: ChatDevice.LinkRequirement = !plan.requireEncryption ? .none : plan.passkey == nil ? .encrypted : .authenticated
+        for (index, (spec, role)) in plan.controllers.enumerated() {
+            let device = ChatDevice(linkRequirement: requirement)
             device.hostName = me
             let stack = ControllerStack(spec: spec, loop: loop, logger: logger)
             let configuration: PeripheralConfiguration
@@ -106,8 +114,10 @@ public final class ChatStack {
                 configuration = PeripheralConfiguration(name: roomName, address: BluetoothAddress.staticRandom(seed: "blemu/chat/\(roomName)/\(me)"),
                                                         controller: spec.description)
             }
+            var withSecurity = configuration
+            withSecurity.security = Self.hostSecurity(plan: plan, configuration: configuration, index: index)
             do {
-                try stack.add(device: device, configuration: configuration)
+                try stack.add(device: device, configuration: withSecurity)
             } catch {
                 throw StackFailure("chat device: \(error)")
             }
@@ -120,6 +130,8 @@ public final class ChatStack {
                 } catch {
                     throw StackFailure("the central's own GATT database: \(error)")
                 }
+                // A host that needs an encrypted link is paired with, and the bond kept.
+                shared.attach(security: Self.memberSecurity(plan: plan, me: me, index: index, loop: loop, logger: logger))
                 central = shared
             }
             let side = ChatSide(role: role, room: roomName, roomFilter: role == .member ? plan.room : roomName, me: me,
@@ -171,6 +183,36 @@ public final class ChatStack {
                 startupPages.release(once: settled, logger: logger)
             }
         }
+    }
+
+    /// The chat device's pairing: its passkey, its bonds and IRK in the state directory (so a
+    /// member that bonded encrypts with the bond after a restart of either), keyed to its
+    /// identity address as `blemu run`'s devices are; a bridge's second room has files of its own.
+    static func hostSecurity(plan: ChatPlan, configuration: PeripheralConfiguration, index: Int) -> SecurityConfiguration {
+        let address = PeripheralConfiguration.identityAddress(deviceName: ChatDevice.deviceName, localName: configuration.name,
+                                                              configured: configuration.address)
+        let owner = BondOwner(device: ChatDevice.deviceName, name: configuration.name + (index == 0 ? "" : " \(index + 1)"),
+                              address: address)
+        let directory = plan.stateDirectory
+        return SecurityConfiguration(passkey: plan.passkey, bondStorePath: directory.map { $0 + "/" + owner.fileName },
+                                     identityPath: directory.map { $0 + "/" + owner.identityFileName })
+    }
+
+    /// A member's pairing, for hosts that need an encrypted link: it types `passkey` when a host
+    /// shows one, and keeps its bonds (and IRK) in the state directory, one file per controller.
+    static func memberSecurity(plan: ChatPlan, me: String, index: Int, loop: RunLoop, logger: Logger) -> CentralSecurity {
+        let name = me + (index == 0 ? "" : " \(index + 1)")
+        let owner = BondOwner(device: "chat-member", name: name, address: BluetoothAddress.staticRandom(seed: "blemu/chat-member/\(name)"))
+        let directory = plan.stateDirectory
+        let configuration = CentralSecurityConfiguration(passkey: plan.passkey,
+                                                         bondStorePath: directory.map { $0 + "/" + owner.fileName },
+                                                         identityPath: directory.map { $0 + "/" + owner.identityFileName })
+        // The owner's static random address only names the files: the address SMP uses, and
+        // the identity address distributed, is the one the member connects from — its
+        // controller's public address, since the chat device advertises from the random one
+        // (`CentralHost.attach` and `controllerReady` set it; Vol 3, Part H, 3.6.5).
+        return CentralSecurity(configuration: configuration, owner: owner, localAddress: LEAddress(owner.address, isRandom: true),
+                               scheduler: loop, logger: logger)
     }
 
     /// A clean stop on SIGINT and SIGTERM, then every controller started.

@@ -29,6 +29,19 @@ import Glibc
         #expect(ChatIdentityStore.identityLine(name: "alice", key: first.publicKey) == "alice \(first.publicKey.fingerprint)")
     }
 
+    /// `--identity`'s second line: the whole public key, as another node's `--pin-name` takes it.
+    @Test func thePinArgumentIsTheNameAndTheWholeKey() throws {
+        let directory = TemporaryDirectory()
+        let key = try ChatIdentityStore(directory: directory.path, logger: logger).loadOrCreateKey().publicKey
+        let argument = ChatIdentityStore.pinArgument(name: "alice", key: key)
+        #expect(argument.hasPrefix("alice="))
+        let hex = argument.dropFirst("alice=".count)
+        #expect(hex.count == 64 && hex.allSatisfy(\.isHexDigit))
+        #expect(try ChatPublicKey(Hex.parse(String(hex)) ?? []) == key)
+        // A name with a control character is shown escaped, as everywhere a name is printed.
+        #expect(!ChatIdentityStore.pinArgument(name: "a\u{1B}b", key: key).contains("\u{1B}"))
+    }
+
     @Test func aDamagedKeyFileIsSetAsideAndANewKeyMade() throws {
         let directory = TemporaryDirectory()
         let store = ChatIdentityStore(directory: directory.path, logger: logger)

@@ -109,6 +109,83 @@ import Testing
         #expect(bench.delegate.wrote.isEmpty)
     }
 
+    /// `subscribingNeedsValueSecurity` (Vol 3, Part G, 3.3.3.3: the CCCD's write permissions
+    /// are the higher layer's): 0x0004 is the CCCD of a value that needs encryption to write,
+    /// 0x0007 of one that needs authentication, both with the option; 0x000A of a value that
+    /// needs encryption, without it (the default, as before).
+    final class SubscriptionBench {
+        let server: ATTServer
+        let delegate = RecordingDelegate()
+        let encrypted: Characteristic
+        let authenticated: Characteristic
+        let open: Characteristic
+
+        init() throws {
+            let encrypted = Characteristic(0x2A19, properties: [.write, .notify], permissions: [.writeEncryptionRequired],
+                                           onWrite: { _ in nil })
+            encrypted.subscribingNeedsValueSecurity = true
+            let authenticated = Characteristic(0x2A1A, properties: [.write, .notify], permissions: [.writeAuthenticationRequired],
+                                               onWrite: { _ in nil })
+            authenticated.subscribingNeedsValueSecurity = true
+            let open = Characteristic(0x2A1B, properties: [.write, .notify], permissions: [.writeEncryptionRequired],
+                                      onWrite: { _ in nil })
+            self.encrypted = encrypted
+            self.authenticated = authenticated
+            self.open = open
+            let database = try GATTDatabase(services: [Service(0x180F) { encrypted; authenticated; open }])
+            server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
+                               scheduler: ManualScheduler())
+            server.delegate = delegate
+        }
+
+        func error(_ hex: String) -> ATTError? {
+            let before = delegate.answered.count
+            server.receive(bytes(hex)[...])
+            return delegate.answered.count > before ? delegate.answered.last?.error : nil
+        }
+    }
+
+    @Test func aCCCDThatNeedsTheValuesSecurityRefusesAnUnencryptedLink() throws {
+        let bench = try SubscriptionBench()
+        #expect(bench.encrypted.clientConfigurationHandle == 0x0004)
+        #expect(bench.authenticated.clientConfigurationHandle == 0x0007)
+        #expect(bench.open.clientConfigurationHandle == 0x000A)
+        // No key for this central: it must pair (Vol 3, Part C, 10.3.1, Table 10.2).
+        #expect(bench.error("12 0400 0100") == .insufficientAuthentication)
+        #expect(bench.error("12 0700 0100") == .insufficientAuthentication)
+        // With a key it only needs to encrypt.
+        bench.server.linkSecurity.hasLongTermKey = true
+        #expect(bench.error("12 0400 0100") == .insufficientEncryption)
+        #expect(bench.error("12 0700 0100") == .insufficientEncryption)
+        // A Write Command to it is dropped, as any write without the security.
+        bench.server.receive(bytes("52 0400 0100")[...])
+        #expect(bench.delegate.configured.isEmpty)
+        #expect(bench.server.clientConfiguration(bench.encrypted) == 0)
+        // Reading it stays open (Table 3.11: "Readable with no authentication or authorization").
+        #expect(bench.error("0A 0400") == nil)
+    }
+
+    @Test func aCCCDWithoutTheOptionTakesAnyLink() throws {
+        let bench = try SubscriptionBench()
+        #expect(bench.error("12 0A00 0100") == nil)
+        #expect(bench.server.clientConfiguration(bench.open) == 0x0001)
+        // The value itself still needs encryption.
+        #expect(bench.error("12 0900 01") == .insufficientAuthentication)
+    }
+
+    @Test func aCCCDThatNeedsTheValuesSecurityTakesAnEncryptedLink() throws {
+        let bench = try SubscriptionBench()
+        bench.server.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true,
+                                                 encryptionKeySize: 16)
+        #expect(bench.error("12 0400 0100") == nil)
+        #expect(bench.server.clientConfiguration(bench.encrypted) == 0x0001)
+        // Authentication needs an authenticated key, for the CCCD as for the value.
+        #expect(bench.error("12 0700 0100") == .insufficientAuthentication)
+        bench.server.linkSecurity.isAuthenticated = true
+        #expect(bench.error("12 0700 0100") == nil)
+        #expect(bench.server.clientConfiguration(bench.authenticated) == 0x0001)
+    }
+
     @Test func restoredSubscriptionsAreTheAllowedFlagsOnly() throws {
         let f = try Fixture()
         let notifying = f.database.characteristics.filter(\.notifies)

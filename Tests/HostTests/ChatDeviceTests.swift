@@ -109,6 +109,44 @@ import Testing
         #expect(from.sender == "Host" && text == Array("hi".utf8) && hops == ChatDevice.initialHops)
     }
 
+    /// A bonded member's subscription comes back when its link is encrypted, before its RESUME
+    /// can pass in a room that needs encryption: a RESUME from a member that has heard no live
+    /// line yet still catches it up; one from a member that has is too late and changes nothing.
+    @Test func aResumeJustAfterASubscriptionStillCatchesUp() throws {
+        let room = try Room()
+        let frames = room.device.frames
+        func subscribe(_ handle: UInt16, _ peer: BluetoothAddress) {
+            room.bench.controller.connect(handle: handle, peer: peer, set: 1)
+            let cccd = frames.clientConfigurationHandle ?? 0
+            _ = room.bench.att([0x12, UInt8(cccd & 0xFF), UInt8(cccd >> 8), 0x01, 0x00], handle: handle)
+        }
+        /// What the host answered and notified meanwhile.
+        func resume(_ handle: UInt16, after id: ChatMessageID) -> [[UInt8]] {
+            let value = frames.valueHandle
+            return room.bench.att([0x12, UInt8(value & 0xFF), UInt8(value >> 8)] + ChatFrame.resume(number: id.number, sender: id.sender).encoded(),
+                               handle: handle)
+        }
+        /// The messages notified in `pdus`, put together.
+        func heard(_ pdus: [[UInt8]]) -> [(ChatMessageID, String)] {
+            var reassembly = ChatReassembly()
+            return pdus.filter { $0.first == 0x1B }
+                .compactMap { try? ChatFrame(decoding: $0.dropFirst(3)) }.compactMap {
+                    if case let .message(id, text, _) = reassembly.take($0), !id.sender.isEmpty { return (id, String(decoding: text, as: UTF8.self)) }
+                    return nil
+                }
+        }
+        subscribe(0x41, room.a)
+        for text in ["one", "two", "three"] { room.device.send(text) }
+        let live = heard(room.bench.controller.takeL2CAP(handle: 0x41, cid: L2CAPChannel.att))
+        #expect(live.map(\.1) == ["one", "two", "three"])
+        let one = try #require(live.first?.0)
+        // Subscribed, nothing live heard yet, then RESUME: what came after "one", in order.
+        subscribe(0x42, room.b)
+        #expect(heard(resume(0x42, after: one)).map(\.1) == ["two", "three"])
+        // A member that heard live lines: its late RESUME replays nothing.
+        #expect(heard(resume(0x41, after: one)).isEmpty)
+    }
+
     /// A blemu node joins as `central-XXXX` and then names itself in its messages: its leave
     /// is announced with the name its join was, one name for one member.
     @Test func aMemberLeavesUnderTheNameItJoinedWith() throws {
@@ -160,6 +198,16 @@ import Testing
         #expect(parts.allSatisfy { $0.count <= 20 && String(validating: $0, as: UTF8.self) != nil })
         #expect(String(decoding: parts.joined(), as: UTF8.self) == "aü" + String(repeating: "€", count: 12))
         #expect(parts.count == 3)
+    }
+
+    /// A character longer than a notification (a letter with 30 combining marks: 61 bytes) is
+    /// cut between its scalars: every piece is UTF-8 a plain client can show, and nothing is
+    /// lost (it was cut to its first 20 bytes, in the middle of a scalar, the rest dropped).
+    @Test func aCharacterLongerThanANotificationIsCutBetweenItsScalars() {
+        let text = "ab " + "e" + String(repeating: "\u{301}", count: 30) + " c"
+        let parts = ChatDevice.parts(of: text, limit: 20)
+        #expect(parts.allSatisfy { $0.count <= 20 && String(validating: $0, as: UTF8.self) != nil })
+        #expect(parts.joined().elementsEqual(text.utf8))
     }
 
     /// A member whose link is full gets its lines later, in order; past its queue's bound the

@@ -23,11 +23,14 @@ private final class Link {
     var shown: [String] = []
     var pdusToPeripheral = 0
     var encryptions = 0
+    /// The address the central connects from (its controller's public address, for a chat member).
+    let centralLocal: LEAddress
 
     init(central configuration: CentralSecurityConfiguration, peripheral peripheralConfiguration: SecurityConfiguration,
-         centralStore: String? = nil) {
+         centralStore: String? = nil, centralLocal: LEAddress = centralAddress) {
         var seed: UInt64 = 10
-        central = CentralSecurity(configuration: configuration, owner: centralOwner, localAddress: centralAddress,
+        self.centralLocal = centralLocal
+        central = CentralSecurity(configuration: configuration, owner: centralOwner, localAddress: centralLocal,
                                   scheduler: scheduler, logger: recorder.logger) {
             seed += 1
             return SeededRandom(seed: seed)
@@ -77,7 +80,7 @@ private final class Link {
     /// resolvable private address instead of its identity address.
     func open(privateAddress: BluetoothAddress? = nil) {
         central.linkOpened(handle, peer: privateAddress.map { LEAddress($0, isRandom: true) } ?? peripheralAddress)
-        peripheral.linkOpened(handle, peer: centralAddress, local: privateAddress)
+        peripheral.linkOpened(handle, peer: centralLocal, local: privateAddress)
     }
 
     func close() {
@@ -255,6 +258,37 @@ extension CentralSecurityTests {
         again.open()
         _ = try #require(again.secure(pair: true)).get()
         #expect(again.peripheral.bonds.bond(for: centralAddress)?.identityResolvingKey == irk)
+    }
+
+    /// A central that connects from its controller's public address (a chat member, whose
+    /// controller advertises the room from its one random address) distributes that public
+    /// address as its identity, type public (Vol 3, Part H, 3.6.5), not the static random
+    /// address that names its files; the identity file still holds the IRK, and after a restart
+    /// the peripheral finds the bond by the address the central connects from.
+    @Test func aCentralOnItsPublicAddressDistributesThatAddressAsItsIdentity() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let publicAddress = LEAddress(BluetoothAddress("00:1B:DC:07:32:10")!, isRandom: false)
+        let configuration = CentralSecurityConfiguration(bondStorePath: directory.path + "/" + centralOwner.fileName,
+                                                         identityPath: directory.path + "/" + centralOwner.identityFileName)
+        let link = Link(central: configuration, peripheral: SecurityConfiguration(), centralLocal: publicAddress)
+        link.open()
+        _ = try #require(link.secure()).get()
+        let kept = try #require(link.peripheral.bonds.bond(for: publicAddress))
+        #expect(kept.identity == publicAddress, "the identity is the address the central connected from, type public")
+        #expect(link.central.identity.address == publicAddress)
+        let irk = try #require(kept.identityResolvingKey)
+        #expect(directory.files().contains(centralOwner.identityFileName))
+
+        // A restarted central: the same IRK from its file, and the peripheral's bond still found.
+        let again = Link(central: configuration, peripheral: SecurityConfiguration(), centralLocal: publicAddress)
+        again.peripheral = link.peripheral
+        again.wire()
+        again.open()
+        let secured = try #require(again.secure()).get()
+        #expect(secured.isBonded && !again.central.wasPaired(handle), "encrypted with the bond, no pairing")
+        #expect(again.central.identity == SMPIdentity(resolvingKey: irk, address: publicAddress))
+        #expect(again.peripheral.bonds.bond(for: publicAddress)?.identity == publicAddress)
     }
 
     /// Without bonding nothing is distributed, and no identity file is written.

@@ -7,7 +7,10 @@ plain client is unverified in an open room and shown the door in a private one.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import os
+import re
 import stat
 import struct
 import time
@@ -17,7 +20,7 @@ from bumble import att
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from bumble_central import Central
+from bumble_central import Central, error_code_of
 from harness import BlemuProcess, log_dir, run, run_cli, unique_name
 from test_chat import CHAT_MESSAGE, CHAT_SERVICE, ChatProcess, start_line_of_three, wait_in_log
 from bumble.core import UUID
@@ -172,14 +175,21 @@ def test_identity_prints_a_fingerprint_that_stays(tmp_path):
     state = tmp_path / "state"
     first = run_cli(["chat", "--identity", "--name", "alice", "--state-dir", str(state)])
     assert first.returncode == 0, first.stderr
-    line = first.stdout.strip()
+    line, pin = first.stdout.strip().split("\n")
     name, *groups = line.split(" ")
     assert name == "alice" and len(groups) == 4 and all(len(g) == 4 and int(g, 16) >= 0 for g in groups), line
     assert stat.S_IMODE(os.stat(state / "chat-identity").st_mode) == 0o600
     again = run_cli(["chat", "--identity", "--name", "alice", "--state-dir", str(state)])
-    assert again.stdout.strip() == line
+    assert again.stdout.strip() == first.stdout.strip()
     other = run_cli(["chat", "--identity", "--name", "alice", "--state-dir", str(tmp_path / "other")])
-    assert other.stdout.strip() != line and other.stdout.startswith("alice ")
+    assert other.stdout.strip() != first.stdout.strip() and other.stdout.startswith("alice ")
+    # The second line is the whole public key, as another node's --pin-name takes it: its
+    # fingerprint is the first line's (the first 8 bytes of SHA-256 of the key).
+    pin_name, key = pin.split("=")
+    assert pin_name == "alice" and len(key) == 64, pin
+    assert hashlib.sha256(bytes.fromhex(key)).digest()[:8].hex() == "".join(groups), (line, pin)
+    pinned = run_cli(["chat", "--state-dir", str(tmp_path / "bob"), "--room", "kitchen", "--pin-name", pin])
+    assert pinned.returncode == 0 and " ".join(groups) in pinned.stdout, (pinned.stdout, pinned.stderr)
 
 
 def test_forget_name_lets_a_new_key_speak(tmp_path):
@@ -397,4 +407,155 @@ def test_a_signed_only_room_refuses_a_plain_client_and_takes_blemu_members(rootc
     finally:
         if member is not None:
             member.stop()
+        assert host.stop() == 0, Path(host.log).read_text()
+
+
+ATT_INSUFFICIENT_AUTHENTICATION = 0x05
+ATT_INSUFFICIENT_ENCRYPTION = 0x0F
+
+
+def bond_files(state: Path, prefix: str) -> list[Path]:
+    return sorted(path for path in state.glob(f"bonds-{prefix}*.json"))
+
+
+def test_require_encryption_members_pair_on_their_own_and_keep_the_bond(rootcanal, tmp_path):
+    """`--require-encryption`: a blemu member, refused for want of security, pairs on its own
+    (Just Works), joins and chats; both keep the bond in their --state-dir; when the host
+    restarts (its bonds read back from its --state-dir), the member joins again encrypting with
+    the bond, without pairing again, and chats on."""
+    room = unique_name("Enc")
+    host_state, member_state = tmp_path / "host", tmp_path / "member"
+    host = ChatProcess(rootcanal.controller_spec, "--name", room, "--require-encryption", "--state-dir", str(host_state))
+    member = None
+    try:
+        time.sleep(1)
+        member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "alice",
+                             "--state-dir", str(member_state))
+        host.wait_for(lambda line: line.endswith(" joined"), "the member joining", timeout=40)
+        member.say("hello over an encrypted link")
+        host.wait_for(lambda line: line == "[alice] hello over an encrypted link", "the member's line at the host")
+        host.say("hello back")
+        member.wait_for(lambda line: line == f"[{room}] hello back", "the host's line at the member")
+        log = Path(member.log).read_text()
+        assert "refused for want of security" in log and "paired with the chat host" in log, log
+        assert "paired with " in Path(host.log).read_text(), Path(host.log).read_text()
+        # The bonds, kept: the member's for the host, the host's for the member.
+        member_bonds = bond_files(member_state, "chat-member-alice")
+        host_bonds = bond_files(host_state, "chat-")
+        assert len(member_bonds) == 1 and len(host_bonds) == 1, (list(member_state.iterdir()), list(host_state.iterdir()))
+        for path in member_bonds + host_bonds:
+            assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+            assert len(json.loads(path.read_text())["bonds"]) == 1, path.read_text()
+        # The member's identity (Identity Address Information, Vol 3, Part H, 3.6.5) is the
+        # address it connected from: its controller's public address, type public, not a
+        # static random address it never uses.
+        connected = re.findall(r"connected to ([0-9A-F]{2}(?::[0-9A-F]{2}){5})", Path(host.log).read_text())
+        assert connected, Path(host.log).read_text()
+        [bond] = json.loads(host_bonds[0].read_text())["bonds"]
+        assert bond["peer"] == connected[-1] and not bond["peerRandom"], bond
+        assert bond["identity"] == connected[-1] and bond["identityRandom"] is False, bond
+
+        # The host restarts with its state directory: the member comes back with its bond.
+        assert host.stop() == 0, Path(host.log).read_text()
+        host = ChatProcess(rootcanal.controller_spec, "--name", room, "--require-encryption", "--state-dir", str(host_state))
+        wait_in_log(member, "encrypted with our bond to the chat host", "the member encrypting with its bond", timeout=40)
+        host.wait_for(lambda line: line.endswith(" joined"), "the member joining again", timeout=30)
+        member.say("hello again")
+        host.wait_for(lambda line: line == "[alice] hello again", "the member's line after the restart")
+        assert Path(member.log).read_text().count("paired with the chat host") == 1, Path(member.log).read_text()
+        assert "paired with " not in Path(host.log).read_text(), Path(host.log).read_text()
+
+        # The member restarts with its state directory: its bond is read back, and (rootcanal
+        # giving its new controller the address the old one had) it encrypts with it.
+        member.stop()
+        member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "alice",
+                             "--state-dir", str(member_state))
+        wait_in_log(member, "encrypted with our bond to the chat host", "the restarted member encrypting with its bond", timeout=40)
+        member.say("hello after my restart")
+        host.wait_for(lambda line: line == "[alice] hello after my restart", "the restarted member's line")
+        assert "paired with" not in Path(member.log).read_text(), Path(member.log).read_text()
+        assert "paired with " not in Path(host.log).read_text(), Path(host.log).read_text()
+    finally:
+        if member is not None:
+            member.stop()
+        assert host.stop() == 0, Path(host.log).read_text()
+
+
+def test_require_encryption_refuses_a_plain_client_until_it_pairs(rootcanal, tmp_path):
+    """A Bumble central (a phone) against a `--require-encryption` host: writing Message or
+    Frames, or subscribing to either, is refused with Insufficient Authentication (0x05: no key
+    yet, Vol 3, Part C, 10.3.1); once it pairs (Just Works), it subscribes and chats."""
+    room = unique_name("EncSeed")
+    host = ChatProcess(rootcanal.controller_spec, "--name", room, "--require-encryption", "--state-dir", str(tmp_path))
+    try:
+        probe = BlemuProcess(rootcanal.controller_spec, room)   # only for its readiness scan
+        probe.wait_advertising(rootcanal)
+
+        async def scenario():
+            async with Central(rootcanal.controller_spec, name="phone") as central:
+                from bumble.pairing import PairingConfig, PairingDelegate
+                central.device.pairing_config_factory = lambda _connection: PairingConfig(
+                    sc=True, mitm=False, bonding=True, delegate=PairingDelegate(PairingDelegate.NO_OUTPUT_NO_INPUT))
+                conn = await central.connect(probe.scan.address)
+                await conn.discover_all()
+                message = conn.characteristic(CHAT_MESSAGE, CHAT_SERVICE)
+                frames = conn.characteristic(CHAT_FRAMES, CHAT_SERVICE)
+                received: list[bytes] = []
+                for characteristic in (message, frames):
+                    for attempt in (lambda c=characteristic: conn.write(c, b"hello in the clear"),
+                                    lambda c=characteristic: conn.subscribe(c, lambda _value: None)):
+                        try:
+                            await attempt()
+                        except att.ATT_Error as error:
+                            assert error_code_of(error) == ATT_INSUFFICIENT_AUTHENTICATION, error
+                        else:
+                            raise AssertionError(f"{characteristic.uuid} took a request on an unencrypted link")
+                await asyncio.sleep(0.5)
+                assert not any(line.endswith(" joined") or "clear" in line for line in host.lines), host.lines
+                await conn.connection.pair()
+                assert conn.connection.is_encrypted
+                await conn.subscribe(message, lambda value: received.append(bytes(value)))
+                await conn.write(message, "hello, paired".encode())
+                await asyncio.to_thread(host.wait_for, lambda line: line.endswith("] hello, paired"), "the paired phone's line")
+                host.say("welcome")
+                deadline = time.monotonic() + 10
+                # At ATT_MTU 23 the line comes as two notifications.
+                while b"".join(received) != f"{room}: welcome".encode() and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
+                assert b"".join(received) == f"{room}: welcome".encode(), received
+                await conn.disconnect()
+
+        run(scenario(), timeout=60)
+        assert not any("clear" in line for line in host.lines), host.lines
+    finally:
+        assert host.stop() == 0, Path(host.log).read_text()
+
+
+def test_require_encryption_with_a_passkey_needs_an_authenticated_key(rootcanal, tmp_path):
+    """`--require-encryption --passkey`: a member without the passkey cannot pair (Passkey Entry
+    fails) and does not join; one with it pairs with an authenticated key and chats."""
+    room = unique_name("EncPk")
+    host = ChatProcess(rootcanal.controller_spec, "--name", room, "--require-encryption", "--passkey", "123456",
+                       "--state-dir", str(tmp_path / "host"))
+    members: list[ChatProcess] = []
+    try:
+        time.sleep(1)
+        stranger = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "eve",
+                               "--state-dir", str(tmp_path / "eve"))
+        members.append(stranger)
+        wait_in_log(stranger, "securing the link to the chat host", "eve's pairing failing", timeout=40)
+        assert not any(line.endswith(" joined") for line in host.lines), host.lines
+        stranger.stop()
+        time.sleep(3)   # the host makes a central that failed to pair wait 2 s (Vol 3, Part H, 2.3.6)
+        member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "alice",
+                             "--passkey", "123456", "--state-dir", str(tmp_path / "alice"))
+        members.append(member)
+        host.wait_for(lambda line: line.endswith(" joined"), "alice joining", timeout=40)
+        member.say("typed the passkey")
+        host.wait_for(lambda line: line == "[alice] typed the passkey", "alice's line")
+        log = Path(member.log).read_text()
+        assert "paired with the chat host" in log and "unauthenticated" not in log.split("paired with the chat host")[1].split("\n")[0], log
+    finally:
+        for process in members:
+            process.stop()
         assert host.stop() == 0, Path(host.log).read_text()
