@@ -186,7 +186,7 @@ let package = Package(
         .testTarget(name: "ProfileTests", dependencies: ["BlemuTestSupport", "BlemuProfile", "BlemuGATT", "BlemuGATTClient", "BlemuATT", "BlemuCore"], path: "Tests/ProfileTests"),
         .testTarget(name: "GATTClientTests", dependencies: ["BlemuGATTClient", "BlemuGATT", "BlemuATT", "BlemuCore"],
                     path: "Tests/GATTClientTests"),
-        .testTarget(name: "ControlTests", dependencies: ["BlemuControl", "BlemuCore", "BlemuRunLoop", "BlemuGATT", "BlemuATT",
+        .testTarget(name: "ControlTests", dependencies: ["BlemuControl", "BlemuCore", "BlemuRunLoop", "BlemuGATT", "BlemuATT", "BlemuHost",
                                                       "CLinux", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/ControlTests"),
         // The command line itself (`@testable import blemu`): the real argument parser and its
