@@ -156,8 +156,9 @@ public final class ATTServer {
     private var readValue = ValueBuffer(capacity: 0)
     /// Whether the delegate hears every read and written value (`attServer(_:read:offset:)`,
     /// `attServer(_:observedWrite:request:prepared:)`): set only while someone watches, so the
-    /// request path costs one check otherwise.
-    public var reportsValueAccess = false
+    /// request path costs one check otherwise (no run-time exclusivity check: it changes only
+    /// as watchers come and go, never while a request reads it).
+    @exclusivity(unchecked) public var reportsValueAccess = false
 
     /// `bearer`: the link's ATT bearer, which routes the client's requests to this server and
     /// times its indications (a server made alone gets a bearer of its own, on no link: its

@@ -55,8 +55,14 @@ public final class Peripheral {
     /// Nil while nobody watches: then no event is built, and the links' servers do not report
     /// reads and writes at all.
     public var eventObserver: ((DeviceEvent) -> Void)? {
-        didSet { links.reportsValueAccess = eventObserver != nil }
+        didSet {
+            isObserved = eventObserver != nil
+            links.reportsValueAccess = isObserved
+        }
     }
+    /// `eventObserver != nil`, as the notification path checks it: a Bool costs no retain, and
+    /// (changed only as watchers come and go, never while read) no run-time exclusivity check.
+    @exclusivity(unchecked) private(set) var isObserved = false
 
     /// A device alone on its controller (`output` writes to it).
     public convenience init(device: Device, configuration: PeripheralConfiguration, scheduler: TimerScheduling,

@@ -29,7 +29,7 @@ extension Peripheral: DeviceContext {
         for connection in links.connections.values where peer == nil || connection.peer == peer {
             let outcome = connection.faultStage.notify(characteristic, value: value)
             if outcome == .queueFull { all = false }
-            if outcome == .queued, let observer = eventObserver {
+            if isObserved, outcome == .queued, let observer = eventObserver {
                 observer(.notification(peer: connection.peer, characteristic: EventCharacteristic(characteristic), value: Array(value)))
             }
         }
@@ -45,7 +45,7 @@ extension Peripheral: DeviceContext {
         notificationValue.reset()
         encode(&notificationValue)
         var all = true
-        let observer = eventObserver
+        let observer = isObserved ? eventObserver : nil
         for connection in links.connections.values where peer == nil || connection.peer == peer {
             var completion = completion
             if let observer {
@@ -58,7 +58,7 @@ extension Peripheral: DeviceContext {
             }
             let outcome = connection.faultStage.indicate(characteristic, value: notificationValue.bytes, completion: completion)
             if outcome == .queueFull { all = false }
-            if outcome == .queued, let observer {
+            if let observer, outcome == .queued {
                 observer(.indication(peer: connection.peer, characteristic: EventCharacteristic(characteristic),
                                      value: Array(notificationValue.bytes)))
             }
