@@ -20,6 +20,7 @@ import time
 import pytest
 
 from bumble_central import (
+    collect_indications,
     UUID_BODY_SENSOR_LOCATION,
     UUID_HEART_RATE_CONTROL_POINT,
     UUID_HEART_RATE_MEASUREMENT,
@@ -250,3 +251,48 @@ def test_a_watcher_that_never_reads_is_told_what_it_missed_and_the_device_keeps_
     finally:
         deaf.close()
     assert watched.exited() is None
+
+
+def test_pairing_encryption_and_a_confirmed_indication_are_watched(rootcanal):
+    """The lock: Passkey Entry pairing, then a control point command answered by indication."""
+    from harness import passkey_of
+
+    lock_service = "7d3c0200-9a5e-4d1a-8f6e-5c1b2d3e4f50"
+    control_point = "7d3c0202-9a5e-4d1a-8f6e-5c1b2d3e4f50"
+    path = short_socket_path("watch-lock")
+    process = BlemuProcess(rootcanal.controller_spec, unique_name("WL"), device="lock", extra_args=["--control", path])
+    process.control_path = path
+    start_advertising(process, rootcanal)
+    stream = CtlStream(process, "watch", "--kinds", "encrypted,paired,subscribed,write,indication,confirmed")
+    try:
+        assert stream.next()["ok"] is True
+        wait_for_watchers(process, 1)
+
+        async def scenario():
+            from bumble.core import UUID
+            async with connected(process, discover=True, pair=passkey_of(process)) as conn:
+                point = conn.characteristic(UUID(control_point), UUID(lock_service))
+                await conn.subscribe(point)
+                mark = len(conn.indications)
+                await conn.write(point, bytes([0x07]) + b"0000")  # an unknown opcode: answered by indication
+                await collect_indications(conn, point.handle, 1, 10, mark)
+
+        run(scenario())
+        events = stream.until(lambda e: e.get("event") == "confirmed", 15, "confirmed indication")
+    finally:
+        stream.stop()
+        assert process.stop() == 0, process.log_tail()
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    kinds = [e["event"] for e in events]
+    encrypted = next(e for e in events if e["event"] == "encrypted")
+    paired = next(e for e in events if e["event"] == "paired")
+    assert paired["method"] == "passkey" and paired["key_size"] == 16, paired
+    assert encrypted["key_size"] == 16
+    subscribed = next(e for e in events if e["event"] == "subscribed" and e["uuid"] == control_point)
+    assert subscribed["indicate"] is True
+    write = next(e for e in events if e["event"] == "write")
+    assert write["uuid"] == control_point and write["value"] == "0730303030", write
+    indication = next(e for e in events if e["event"] == "indication")
+    assert indication["uuid"] == control_point and indication["value"] == "800705", indication
+    assert events[-1]["outcome"] == "confirmed" and events[-1]["uuid"] == control_point
+    assert kinds.index("write") < kinds.index("indication") < kinds.index("confirmed")
