@@ -344,6 +344,11 @@ public final class ControlServer {
     }
 
     private func handle(_ client: Client, _ events: IOEvents) {
+        // A watcher that shut down its sending side still watches; gone both ways, it is closed.
+        if client.streaming && client.inputClosed && !events.isDisjoint(with: [.hangup, .error]) {
+            drop(client, "watcher hung up", quiet: true)
+            return
+        }
         if events.contains(.writable) || (!events.isDisjoint(with: [.hangup, .error]) && client.pendingOutput > 0) {
             let waited = client.pendingOutput > 0
             flush(client)
@@ -424,7 +429,7 @@ public final class ControlServer {
         guard client.isOpen else { return }
         client.backlog = !exhausted
         watchUnfinishedLine(client, restart: answered)
-        if client.inputClosed && exhausted {
+        if client.inputClosed && exhausted && !client.streaming {
             noteUnfinishedLine(client)
             if client.pendingOutput == 0 {
                 closeClient(client)

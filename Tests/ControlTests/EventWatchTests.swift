@@ -213,6 +213,13 @@ import Glibc
         writes.poll()
         #expect(Self.events(writes).map(\.event) == ["write"] && Self.events(writes).first?.seq == 1)
 
+        // A watcher that shuts down its sending side (`nc -N`) goes on watching.
+        shutdown(writes.fd, Int32(SHUT_WR))
+        rig.run(until: { false }, limit: 20)
+        rig.watchers.deliver(.write(peer: Self.peer, characteristic: Self.controlPoint, offset: 0, value: [2], withResponse: true,
+                                    prepared: false), device: 0)
+        #expect(rig.run(until: { writes.poll(); return Self.events(writes).count == 2 }))
+
         // When the last watcher leaves, the devices stop reporting.
         shutdown(deaf.fd, Int32(SHUT_RDWR))
         shutdown(writes.fd, Int32(SHUT_RDWR))
