@@ -276,6 +276,16 @@ public struct EventWait: Equatable, Sendable, CustomStringConvertible {
     /// What the `watch` request asks for: only the events that could match.
     public var filter: EventFilter { EventFilter(device: device, kinds: [kind], uuid: uuid) }
 
+    /// Whether a device's event is the one waited for (a scenario's `wait` and `expect`).
+    public func matches(_ event: DeviceEvent) -> Bool {
+        guard event.kind == kind else { return false }
+        if let uuid, event.uuid != uuid { return false }
+        if let value {
+            guard case .write(_, _, _, let written, _, _) = event, written == value else { return false }
+        }
+        return true
+    }
+
     /// Whether an event line is the one waited for.
     public func matches(line: String) -> Bool {
         guard let fields = try? JSONDecoder().decode([String: JSONField].self, from: Data(line.utf8)),
