@@ -106,6 +106,12 @@ let package = Package(
             "BlemuCore", "BlemuRunLoop", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuSecurity", "CLinux",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Control"),
+        // Scenario files (`blemu run --scenario`): the YAML steps and their runner on the run
+        // loop's scheduler, acting through the control API and watching the devices' events.
+        .target(name: "BlemuScenario", dependencies: [
+            "BlemuCore", "BlemuConfig", "BlemuControl", "BlemuHost",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/Scenario"),
         // --btsnoop: the HCI packet capture (btsnoop files, rotation). Beside Transport: it sees packets as bytes.
         .target(name: "BlemuCapture", dependencies: ["BlemuCore"], path: "Sources/Capture"),
         // systemd integration: sd_notify readiness, status, watchdog (Type=notify units).
@@ -129,11 +135,11 @@ let package = Package(
         .target(name: "BlemuStack", dependencies: [
             "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHCI", "BlemuATT", "BlemuGATT", "BlemuGATTClient",
             "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuHost", "BlemuCentral", "BlemuDevices", "BlemuProfile", "BlemuConfig",
-            "BlemuChat", "BlemuControl", "BlemuCapture", "BlemuService",
+            "BlemuChat", "BlemuControl", "BlemuScenario", "BlemuCapture", "BlemuService",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Stack"),
         .executableTarget(name: "blemu", dependencies: [
-            "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig", "BlemuStack",
+            "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig", "BlemuStack", "BlemuScenario",
             "BlemuJournal",
             "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile", "BlemuChat",
             "BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuATT",
@@ -186,7 +192,7 @@ let package = Package(
         .testTarget(name: "ProfileTests", dependencies: ["BlemuTestSupport", "BlemuProfile", "BlemuGATT", "BlemuGATTClient", "BlemuATT", "BlemuCore"], path: "Tests/ProfileTests"),
         .testTarget(name: "GATTClientTests", dependencies: ["BlemuGATTClient", "BlemuGATT", "BlemuATT", "BlemuCore"],
                     path: "Tests/GATTClientTests"),
-        .testTarget(name: "ControlTests", dependencies: ["BlemuControl", "BlemuCore", "BlemuRunLoop", "BlemuGATT", "BlemuATT",
+        .testTarget(name: "ControlTests", dependencies: ["BlemuControl", "BlemuCore", "BlemuRunLoop", "BlemuGATT", "BlemuATT", "BlemuHost",
                                                       "CLinux", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/ControlTests"),
         // The command line itself (`@testable import blemu`): the real argument parser and its
@@ -199,6 +205,9 @@ let package = Package(
                                                     "BlemuHost", "BlemuDevices", "BlemuSecurity", "BlemuChat",
                                                     .product(name: "Logging", package: "swift-log")],
                     path: "Tests/StackTests"),
+        .testTarget(name: "ScenarioTests", dependencies: ["BlemuScenario", "BlemuControl", "BlemuHost", "BlemuGATT", "BlemuCore",
+                                                       .product(name: "Logging", package: "swift-log")],
+                    path: "Tests/ScenarioTests"),
         .testTarget(name: "CaptureTests", dependencies: ["BlemuTestSupport", "BlemuCapture", "BlemuCore"], path: "Tests/CaptureTests"),
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
         .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuGATT", "BlemuATT",

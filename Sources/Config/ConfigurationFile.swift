@@ -138,7 +138,8 @@ public enum ConfigurationFile {
         return configuration
     }
 
-    private static func readFile(_ path: String) throws(ConfigurationError) -> String {
+    /// A small UTF-8 text file (a configuration or a scenario), read without blocking.
+    public static func readFile(_ path: String) throws(ConfigurationError) -> String {
         #if canImport(Glibc)
         // Without blocking, and only a regular file: a FIFO or device node named by mistake (or
         // planted) is refused at once instead of hanging the start (RegularFile).

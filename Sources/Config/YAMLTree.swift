@@ -1,40 +1,40 @@
 import CYAML
 
-/// One YAML node with the line it starts on (1-based), as libyaml's events give it.
+/// One YAML node (a `--config` or `--scenario` file's) with the line it starts on (1-based), as libyaml's events give it.
 ///
 /// libyaml (Debian `libyaml-dev`) tokenises and parses; this file only stacks its events into
 /// a tree. Scalars keep their text as written (`0123` stays `0123`): the reader decides what a
 /// value means. Tags are ignored; an alias stands for its anchor's node.
-struct YAMLNode: Sendable {
-    enum Kind: Sendable {
+public struct YAMLNode: Sendable {
+    public enum Kind: Sendable {
         case scalar(String)
         case sequence([YAMLNode])
         /// In file order; duplicate keys are kept (the reader reports them with their line).
         case mapping([(key: YAMLNode, value: YAMLNode)])
     }
 
-    var kind: Kind
-    var line: Int
+    public var kind: Kind
+    public var line: Int
     /// Levels of collections below this node (0 for a scalar): the tree is freed recursively.
     var height: Int
     /// Nodes in this subtree, itself included, aliases counted as what they stand for: what
     /// the reader will walk.
     var size: Int = 1
 
-    var scalar: String? {
+    public var scalar: String? {
         if case .scalar(let text) = kind { return text }
         return nil
     }
 }
 
 /// A syntax error from libyaml or a shape this layer does not take, with where it is.
-struct YAMLError: Error, Sendable {
-    let message: String
+public struct YAMLError: Error, Sendable {
+    public let message: String
     /// Set for a limit passed (not a syntax error): the line where it was passed.
-    var limitLine: Int?
+    public var limitLine: Int?
 }
 
-enum YAMLTree {
+public enum YAMLTree {
     /// Deeper nesting than a configuration needs is refused: the tree is freed recursively.
     static let maximumDepth = 64
     /// More nodes than any configuration needs (64 devices of a few dozen nodes each) is
@@ -44,7 +44,7 @@ enum YAMLTree {
     static let maximumNodes = 20_000
 
     /// The single document of `text`, or nil when there is none (empty, comments only).
-    static func compose(_ text: String) throws(YAMLError) -> YAMLNode? {
+    public static func compose(_ text: String) throws(YAMLError) -> YAMLNode? {
         var bytes = Array(text.utf8)
         if bytes.isEmpty { bytes = [0x0A] }  // libyaml reads from a non-null pointer
         let result: Result<YAMLNode?, YAMLError> = bytes.withUnsafeBufferPointer { buffer in

@@ -25,6 +25,7 @@ extension ControlCommand {
         pairing DEVICE confirm|reject
         authorize DEVICE UUID allow|deny [PEER [public|random]]
         bonds DEVICE [forget [ADDRESS]]
+        watch [DEVICE] [--kinds KIND,...] [--uuid UUID]
         """
 
     /// Parses the words after `blemu ctl PATH` (`set heart-rate bpm 120`), checking every value
@@ -54,8 +55,8 @@ extension ControlCommand {
                 value = String(option[option.index(after: equals)...])
                 option = String(option[..<equals])
             }
-            guard option == "reason" || option == "count" else {
-                throw ControlUsageError("unknown option \(quoted(word)); options: --reason HEX (disconnect), --count N (fault)")
+            guard ["reason", "count", "kinds", "uuid"].contains(option) else {
+                throw ControlUsageError("unknown option \(quoted(word)); options: --reason HEX (disconnect), --count N (fault), --kinds KIND,... and --uuid UUID (watch)")
             }
             guard options[option] == nil else { throw ControlUsageError("--\(option) given twice") }
             if value == nil { value = rest.popFirst() }
@@ -73,6 +74,26 @@ extension ControlCommand {
         }
 
         switch name {
+        case "watch":
+            let form = "watch [DEVICE] [--kinds KIND,...] [--uuid UUID]"
+            try expect(0...1, form)
+            var filter = EventFilter(device: words.first)
+            for option in options.keys where option != "kinds" && option != "uuid" {
+                throw ControlUsageError("watch takes no --\(option); usage: \(form)")
+            }
+            if let text = options["kinds"] {
+                guard let kinds = EventFilter.parseKinds(text) else {
+                    throw ControlUsageError("--kinds \(quoted(text)) is not a comma-separated list of event kinds: \(EventFilter.kindList)")
+                }
+                filter.kinds = kinds
+            }
+            if let text = options["uuid"] {
+                guard let uuid = ControlRequest.parseUUID(text) else {
+                    throw ControlUsageError("\(quoted(text)) is not a UUID: give 2A37, 0x2A37 or the 128-bit form")
+                }
+                filter.uuid = uuid
+            }
+            self = .watch(filter)
         case "list":
             try expect(0...0, "list")
             try refuseOptions(except: nil, "list")

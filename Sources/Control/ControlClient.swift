@@ -28,6 +28,53 @@ public enum ControlClient {
         return try receiveLine(fd: fd, path: path, deadline: deadline, timeout: timeout)
     }
 
+    /// Sends `line` and hands every line that comes back to `onLine` (the reply first, then,
+    /// for a `watch`, the events) until `onLine` returns false (true is returned) or `wait`
+    /// passes (false is returned; nil waits as long as the stream lasts). Connecting and
+    /// sending have `connectTimeout`. The connection closing ends it with an error.
+    public static func stream(path: String, line: String, connectTimeout: Duration, wait: Duration?,
+                              onLine: (String) -> Bool) throws(ControlClientError) -> Bool {
+        let start = clinux_monotonic_ns()
+        let connectDeadline = start &+ connectTimeout.nanoseconds
+        let fd = try connect(path: path, deadline: connectDeadline)
+        defer { Glibc.close(fd) }
+        try send(Array((line + "\n").utf8), fd: fd, path: path, deadline: connectDeadline, timeout: connectTimeout)
+        let deadline = wait.map { start &+ $0.nanoseconds } ?? UInt64.max
+        var received: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if count > 0 {
+                received.append(contentsOf: chunk[0..<count])
+                var start = received.startIndex
+                while let newline = received[start...].firstIndex(of: UInt8(ascii: "\n")) {
+                    let text = String(decoding: received[start..<newline], as: UTF8.self)
+                    start = newline + 1
+                    if !onLine(text) { return true }
+                }
+                received.removeSubrange(..<start)
+                guard received.count <= maxReplyLength else {
+                    throw ControlClientError("\(path): a line passed \(maxReplyLength) bytes without a newline")
+                }
+                continue
+            }
+            if count == 0 { throw ControlClientError("\(path): blemu closed the connection (it stopped?)") }
+            let code = errno
+            switch code {
+            case EINTR: continue
+            case EAGAIN, EWOULDBLOCK:
+                let now = clinux_monotonic_ns()
+                guard now < deadline else { return false }
+                let milliseconds = deadline == UInt64.max ? -1 : Int32(clamping: (deadline - now + 999_999) / 1_000_000)
+                var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                if poll(&descriptor, 1, milliseconds) < 0 && errno != EINTR {
+                    throw ControlClientError("\(path): poll failed: \(String(cString: strerror(errno)))")
+                }
+            default: throw ControlClientError("\(path): reading failed: \(String(cString: strerror(code)))")
+            }
+        }
+    }
+
     /// Whether a reply line says `"ok": true`; nil when the line is not a reply object.
     public static func isOK(_ reply: String) -> Bool? {
         guard let fields = try? JSONDecoder().decode([String: JSONField].self, from: Data(reply.utf8)),

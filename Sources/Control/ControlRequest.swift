@@ -35,6 +35,9 @@ public enum ControlCommand: Equatable, Sendable {
     /// Forgets the bonds of the central at `address` (the address it bonded from or its
     /// identity), or every bond of the device (nil), in the running device (`PeripheralControl.forgetBonds`).
     case forgetBonds(device: String, address: BluetoothAddress?)
+    /// The connection becomes a stream of the devices' events that pass the filter
+    /// (`EventWatchers`); no reply but the first.
+    case watch(EventFilter)
 
     /// The `cmd` of its request.
     public var name: String {
@@ -48,13 +51,14 @@ public enum ControlCommand: Equatable, Sendable {
         case .pairing: return "pairing"
         case .authorize: return "authorize"
         case .bonds, .forgetBonds: return "bonds"
+        case .watch: return "watch"
         }
     }
 
     /// Whether it changes nothing (so its log line may be left out by the budget).
     public var isReadOnly: Bool {
         switch self {
-        case .list, .bonds: return true
+        case .list, .bonds, .watch: return true
         default: return false
         }
     }
@@ -63,6 +67,7 @@ public enum ControlCommand: Equatable, Sendable {
     public var device: String? {
         switch self {
         case .list: return nil
+        case .watch(let filter): return filter.device
         case .set(let device, _, _), .disconnect(let device, _), .advertise(let device, _), .fault(let device, _, _, _),
              .service(let device, _, _), .pairing(let device, _), .authorize(let device, _, _, _), .bonds(let device),
              .forgetBonds(let device, _):
@@ -105,7 +110,7 @@ public struct ControlRequest: Equatable, Sendable {
     /// The longest string field (device, key, value, uuid, action), in UTF-8 bytes.
     public static let maxStringLength = 256
     /// What an unknown command, and `blemu ctl` usage, lists.
-    public static let commandNames = ["list", "set", "disconnect", "advertise", "service", "fault", "pairing", "authorize", "bonds"]
+    public static let commandNames = ["list", "set", "disconnect", "advertise", "service", "fault", "pairing", "authorize", "bonds", "watch"]
 
     // MARK: Decoding
 
@@ -196,6 +201,10 @@ public struct ControlRequest: Equatable, Sendable {
         case .forgetBonds(let device, let address):
             members += [("device", .string(device)), ("action", "forget")]
             if let address { members.append(("address", .string(address.description))) }
+        case .watch(let filter):
+            if let device = filter.device { members.append(("device", .string(device))) }
+            if let kinds = filter.kindsText { members.append(("kinds", .string(kinds))) }
+            if let uuid = filter.uuid { members.append(("uuid", .string(uuid.description))) }
         }
         return .object(members)
     }
@@ -305,6 +314,21 @@ private struct FieldReader {
                 command = .forgetBonds(device: device, address: address)
             case let other: throw fail("\"action\" \(quoted(other)) is not list or forget")
             }
+        case "watch":
+            var filter = EventFilter(device: try optionalString("device"))
+            if let text = try optionalString("kinds") {
+                guard let kinds = EventFilter.parseKinds(text) else {
+                    throw fail("\"kinds\" \(quoted(text)) is not a comma-separated list of event kinds: \(EventFilter.kindList)")
+                }
+                filter.kinds = kinds
+            }
+            if let text = try optionalString("uuid") {
+                guard let uuid = ControlRequest.parseUUID(text) else {
+                    throw fail("\"uuid\" \(quoted(text)) is not a UUID: give 2A37, 0x2A37 or the 128-bit form 00002a37-0000-1000-8000-00805f9b34fb")
+                }
+                filter.uuid = uuid
+            }
+            command = .watch(filter)
         default:
             throw fail("unknown command \(quoted(cmd)); commands: \(ControlRequest.commandNames.joined(separator: ", "))")
         }

@@ -41,6 +41,10 @@ public final class ControlServer {
         /// With every place taken, a new client closes the one that has sent nothing and taken
         /// no reply for longest, if that is at least this long.
         public var idleBeforeYielding: Duration = .seconds(1)
+        /// A watcher's queue (`watch`): event lines waiting for it, in bytes. An event that
+        /// does not fit is counted as missed, never queued; a watcher is never dropped for
+        /// not reading (it is not served requests any more, so it holds no reply back).
+        public var streamQueueBytes = 64 * 1024
         public init() {}
     }
 
@@ -66,6 +70,11 @@ public final class ControlServer {
     private var budget = LogBudget(burst: 20, window: .seconds(10))
     private var acceptRetry: TimerID?
     private var readBuffer = [UInt8](repeating: 0, count: 16 * 1024)
+
+    /// A streaming client (`beginStream`) took everything that waited for it.
+    public var onStreamDrained: ((Int) -> Void)?
+    /// A client's connection closed, for whatever reason.
+    public var onClientClosed: ((Int) -> Void)?
 
     /// Creates the socket at `path` with permissions `mode` and serves it on `loop`. A socket
     /// file nobody listens on (left by a process that died) is replaced; a live one, or a file
@@ -321,6 +330,8 @@ public final class ControlServer {
         /// When the unfinished line now waiting in `input` began, and its timer.
         var lineStartedAt: UInt64?
         var lineTimer: TimerID?
+        /// A watcher: its output is a stream of events (`stream`); what it sends is ignored.
+        var streaming = false
 
         init(id: Int, fd: Int32, maxLineLength: Int) {
             self.id = id
@@ -333,9 +344,19 @@ public final class ControlServer {
     }
 
     private func handle(_ client: Client, _ events: IOEvents) {
+        // A watcher that shut down its sending side still watches; gone both ways, it is closed.
+        if client.streaming && client.inputClosed && !events.isDisjoint(with: [.hangup, .error]) {
+            drop(client, "watcher hung up", quiet: true)
+            return
+        }
         if events.contains(.writable) || (!events.isDisjoint(with: [.hangup, .error]) && client.pendingOutput > 0) {
+            let waited = client.pendingOutput > 0
             flush(client)
             guard client.isOpen else { return }
+            if waited, client.streaming, client.pendingOutput == 0 {
+                onStreamDrained?(client.id)
+                guard client.isOpen else { return }
+            }
         }
         if client.pendingOutput >= limits.outputHighWater {
             // Not reading while replies wait: a hangup now means nobody will take them.
@@ -399,6 +420,8 @@ public final class ControlServer {
                 return
             case .line(let bytes):
                 answered = true
+                // A watcher's connection carries events only: what it sends is not run.
+                if client.streaming { continue }
                 guard bytes.contains(where: { $0 != UInt8(ascii: " ") && $0 != UInt8(ascii: "\t") }) else { continue }
                 enqueue(client, handler(bytes, client.id))
             }
@@ -406,7 +429,7 @@ public final class ControlServer {
         guard client.isOpen else { return }
         client.backlog = !exhausted
         watchUnfinishedLine(client, restart: answered)
-        if client.inputClosed && exhausted {
+        if client.inputClosed && exhausted && !client.streaming {
             noteUnfinishedLine(client)
             if client.pendingOutput == 0 {
                 closeClient(client)
@@ -468,6 +491,45 @@ public final class ControlServer {
         }
     }
 
+    // MARK: Streams (watchers)
+
+    /// What became of a line for a streaming client.
+    public enum StreamResult: Equatable {
+        case queued
+        /// No room in its queue (`Limits.streamQueueBytes`, less `reserve`): not queued.
+        case full
+        /// The client is gone.
+        case gone
+    }
+
+    /// Client `id` becomes a stream: no more requests are run for it, and it is never dropped
+    /// for not reading. False when it is gone.
+    @discardableResult
+    public func beginStream(client id: Int) -> Bool {
+        guard let client = clients[id], client.isOpen else { return false }
+        client.streaming = true
+        if let timer = client.stallTimer { timers.cancel(timer) }
+        client.stallTimer = nil
+        return true
+    }
+
+    /// One line (without its newline) for streaming client `id`, when it fits in its queue
+    /// with `reserve` bytes to spare; sent at once as far as the socket takes it.
+    public func stream(_ line: String, to id: Int, reserve: Int) -> StreamResult {
+        guard let client = clients[id], client.isOpen, client.streaming else { return .gone }
+        let size = line.utf8.count + 1
+        guard client.pendingOutput + size + reserve <= limits.streamQueueBytes else { return .full }
+        client.output.append(contentsOf: line.utf8)
+        client.output.append(UInt8(ascii: "\n"))
+        flush(client)
+        guard client.isOpen else { return .gone }
+        updateInterest(client)
+        return client.isOpen ? .queued : .gone
+    }
+
+    /// Bytes waiting for client `id` (0 when it is gone).
+    public func pendingOutput(client id: Int) -> Int { clients[id]?.pendingOutput ?? 0 }
+
     // MARK: Output
 
     private func enqueue(_ client: Client, _ reply: String) {
@@ -526,7 +588,7 @@ public final class ControlServer {
         client.stallTimer = timers.schedule(after: delay ?? limits.stallTimeout) { [weak self, weak client] in
             guard let self, let client, client.isOpen else { return }
             client.stallTimer = nil
-            guard client.pendingOutput > 0 else { return }
+            guard client.pendingOutput > 0, !client.streaming else { return }
             let idle = self.timers.nowNanoseconds &- client.lastProgress
             let timeout = self.limits.stallTimeout.nanoseconds
             if idle >= timeout {
@@ -575,6 +637,7 @@ public final class ControlServer {
         client.output = []
         client.outputHead = 0
         clients[client.id] = nil
+        onClientClosed?(client.id)
     }
 
     private func logBudgeted(_ level: Logger.Level, _ message: String) {

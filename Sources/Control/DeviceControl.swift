@@ -15,6 +15,9 @@ public final class DeviceControl {
     private let scheduler: TimerScheduling
     private var budget = LogBudget(burst: 100, window: .seconds(10))
 
+    /// Who takes `watch` requests (set once the server exists); without it `watch` is refused.
+    public var watchers: EventWatchers?
+
     /// Log lines the budget left out so far.
     public var logLinesLeftOut: Int { budget.leftOutTotal }
 
@@ -58,6 +61,23 @@ public final class DeviceControl {
         }
 
         switch request.command {
+        case .watch(let filter):
+            guard let watchers else { return refuse("this control socket has no event stream") }
+            var devices: Set<Int>?
+            if let name = filter.device {
+                switch names.resolve(name) {
+                case .failure(let error): return refuse(error.message)
+                case .success(let index): devices = [index]
+                }
+            }
+            watchers.add(client: client, filter: filter, devices: devices)
+            logBudgeted(.info, "control client \(client): \(summary): watching")
+            var members: [(String, JSONValue)] = [("id", .integer(request.id)), ("ok", true), ("watching", true)]
+            members.append(("device", devices.flatMap(\.first).map { .string(names.entries[$0].ref) } ?? .null))
+            members.append(("kinds", filter.kindsText.map { .string($0) } ?? .null))
+            members.append(("uuid", filter.uuid.map { .string($0.description) } ?? .null))
+            return .object(members)
+
         case .list:
             let listing = Self.listing(peripherals, names: names)
             logBudgeted(.info, "control client \(client): list: \(peripherals.count) device(s)")
@@ -322,6 +342,9 @@ public final class DeviceControl {
             }
             return "fault \(printable(device)) \(uuid) \(what)" + (count.map { " --count \($0)" } ?? "")
         case .clearFaults(let device): return "fault clear" + (device.map { " " + printable($0) } ?? "")
+        case .watch(let filter):
+            return "watch" + (filter.device.map { " " + printable($0) } ?? "") + (filter.kindsText.map { " --kinds \($0)" } ?? "")
+                + (filter.uuid.map { " --uuid \($0)" } ?? "")
         case .bonds(let device): return "bonds \(printable(device))"
         case .forgetBonds(let device, let address): return "bonds \(printable(device)) forget" + (address.map { " \($0)" } ?? "")
         }

@@ -119,7 +119,7 @@ public indirect enum JSONValue: Sendable, ExpressibleByStringLiteral, Expressibl
 
 /// Text from a client, made safe to echo in a log line or an error: at most `limit`
 /// characters, control characters escaped as `\u` and four hex digits, a backslash doubled.
-func printable(_ text: String, limit: Int = 64) -> String {
+public func printable(_ text: String, limit: Int = 64) -> String {
     var out = ""
     var count = 0
     for scalar in text.unicodeScalars {
@@ -142,7 +142,7 @@ func printable(_ text: String, limit: Int = 64) -> String {
 }
 
 /// `printable` in single quotes, for naming a client's value in an error.
-func quoted(_ text: String, limit: Int = 64) -> String {
+public func quoted(_ text: String, limit: Int = 64) -> String {
     "'" + printable(text, limit: limit) + "'"
 }
 

@@ -13,6 +13,12 @@ public protocol ATTServerDelegate: AnyObject {
     func attServer(_ server: ATTServer, mtuChanged mtu: Int)
     func attServer(_ server: ATTServer, configured characteristic: Characteristic, from old: UInt16, to new: UInt16)
     func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool)
+    /// A characteristic's value read (a Read, Read Blob, Read Multiple or Read by Type of its
+    /// value), only while `reportsValueAccess` is set: someone watches the device's events.
+    func attServer(_ server: ATTServer, read characteristic: Characteristic, offset: Int)
+    /// A value written, with its bytes (borrowed: copy what is kept), only while
+    /// `reportsValueAccess` is set. `prepared`: applied by an Execute Write.
+    func attServer(_ server: ATTServer, observedWrite characteristic: Characteristic, request: WriteRequest, prepared: Bool)
     /// An indication was not confirmed within 30 s: the bearer is dead (Vol 3, Part F, 3.3.3).
     func attServerTransactionTimedOut(_ server: ATTServer)
     /// An indication refused for want of room (`.queueFull`) could now be taken.
@@ -38,6 +44,8 @@ extension ATTServerDelegate {
     public func attServer(_ server: ATTServer, mtuChanged mtu: Int) {}
     public func attServer(_ server: ATTServer, configured characteristic: Characteristic, from old: UInt16, to new: UInt16) {}
     public func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool) {}
+    public func attServer(_ server: ATTServer, read characteristic: Characteristic, offset: Int) {}
+    public func attServer(_ server: ATTServer, observedWrite characteristic: Characteristic, request: WriteRequest, prepared: Bool) {}
     public func attServerIndicationQueueHasRoom(_ server: ATTServer) {}
     public func attServer(_ server: ATTServer, executeWriteRefusedAfter written: Int, error: ATTError, handle: UInt16) {}
     public func attServer(_ server: ATTServer, acceptedSignCounter counter: UInt32) {}
@@ -146,6 +154,11 @@ public final class ATTServer {
     /// Reused for every value a read takes from a device's `onRead` or a CCCD; its room is
     /// taken at the link's first such read (a link that never makes one costs no more).
     private var readValue = ValueBuffer(capacity: 0)
+    /// Whether the delegate hears every read and written value (`attServer(_:read:offset:)`,
+    /// `attServer(_:observedWrite:request:prepared:)`): set only while someone watches, so the
+    /// request path costs one check otherwise (no run-time exclusivity check: it changes only
+    /// as watchers come and go, never while a request reads it).
+    @exclusivity(unchecked) public var reportsValueAccess = false
 
     /// `bearer`: the link's ATT bearer, which routes the client's requests to this server and
     /// times its indications (a server made alone gets a bearer of its own, on no link: its
@@ -426,6 +439,7 @@ public final class ATTServer {
         switch a.content {
         case .fixed(let bytes):
             guard offset <= bytes.count else { throw ATTFailure(.invalidOffset, a.handle) }
+            if reportsValueAccess { reportRead(a, offset: offset) }
             return bytes[offset...]
         case .clientConfiguration(let c):
             guard offset <= 2 else { throw ATTFailure(.invalidOffset, a.handle) }
@@ -441,8 +455,15 @@ public final class ATTServer {
             readValue.reset(skipping: offset)
             if let error = onRead(ReadRequest(peer: peer, offset: offset), &readValue) { throw ATTFailure(error, a.handle) }
             guard readValue.count >= offset else { throw ATTFailure(.invalidOffset, a.handle) }
+            if reportsValueAccess { delegate?.attServer(self, read: c, offset: offset) }
             return readValue.bytes
         }
+    }
+
+    /// A read of a characteristic's value (not of a declaration or descriptor), for a watcher.
+    private func reportRead(_ a: Attribute, offset: Int) {
+        guard let c = a.characteristic, c.valueHandle == a.handle else { return }
+        delegate?.attServer(self, read: c, offset: offset)
     }
 
     private func begin(_ opcode: ATTOpcode) {
@@ -657,6 +678,7 @@ public final class ATTServer {
         if longReadHandle == request.handle {
             guard offset <= longReadValue.count else { throw ATTFailure(.invalidOffset, a.handle) }
             tail = longReadValue[offset...]
+            if reportsValueAccess { reportRead(a, offset: offset) }
         } else {
             longReadHandle = nil
             if a.isFixedLength {
@@ -753,7 +775,7 @@ public final class ATTServer {
     }
 
     /// Applies a checked write. Only the device's `onWrite` can still refuse here.
-    private func apply(_ write: CheckedWrite) throws(ATTFailure) {
+    private func apply(_ write: CheckedWrite, prepared: Bool = false) throws(ATTFailure) {
         switch write {
         case .clientConfiguration(let c, let flags):
             let old = clientConfigurations[c.valueHandle] ?? 0
@@ -764,6 +786,7 @@ public final class ATTServer {
         case .device(let c, let request):
             if let error = c.onWrite?(request) { throw ATTFailure(error, c.valueHandle) }
             delegate?.attServer(self, wrote: c, count: request.value.count, withResponse: request.withResponse)
+            if reportsValueAccess { delegate?.attServer(self, observedWrite: c, request: request, prepared: prepared) }
         }
     }
 
@@ -877,7 +900,7 @@ public final class ATTServer {
             }
             for (index, write) in checkedWrites.enumerated() {
                 do {
-                    try apply(write)
+                    try apply(write, prepared: true)
                 } catch {
                     // Only an onWrite that refuses what its validateWrite accepted gets here:
                     // the values before it are written already.

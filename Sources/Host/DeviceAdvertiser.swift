@@ -33,7 +33,11 @@ final class DeviceAdvertiser {
     private(set) var advertisedAddress: BluetoothAddress?
     private var privateAddressTimer: TimerID?
     private var privateAddressRandom = SystemRandomNumberGenerator()
-    private(set) var isAdvertising = false
+    private(set) var isAdvertising = false {
+        didSet { if isAdvertising != oldValue { advertisingChanged?(isAdvertising) } }
+    }
+    /// Told each time advertising starts or stops (the device's `advertising` events).
+    var advertisingChanged: ((Bool) -> Void)?
     /// A start or restart was sent and its answer is outstanding.
     private(set) var requested = false
     /// False after `advertise off` from the control socket: advertising stays off, also after

@@ -38,6 +38,11 @@ final class DeviceLinks {
     @exclusivity(unchecked) private(set) var connections = HandleTable<Connection>()
     /// Lines about links the controller or a central causes (attempts, refusals, failed disconnections).
     var linkLog = LogBudget()
+    /// Whether every link's server reports each value read and written (someone watches the
+    /// device's events: `Peripheral.eventObserver`).
+    var reportsValueAccess = false {
+        didSet { for connection in connections.values { connection.server.reportsValueAccess = reportsValueAccess } }
+    }
 
     init(hci: HCIHost, scheduler: TimerScheduling, configuration: PeripheralConfiguration, preferredParameters: ConnectionParameters,
          database: GATTDatabase, faults: FaultPlan, security: PeripheralSecurity, logger: Logger) {

@@ -19,6 +19,7 @@ extension DeviceLinks {
         let bearer = ATTBearer(link: link)
         let server = ATTServer(database: database, peer: peer, scheduler: scheduler, bearer: bearer)
         server.delegate = serverDelegate
+        server.reportsValueAccess = reportsValueAccess
         // The device's faults sit between the bearer and the server.
         let faultStage = FaultStage(server: server, plan: faults, scheduler: scheduler)
         faultStage.delegate = faultDelegate

@@ -52,6 +52,7 @@ extension Peripheral {
             LogKey.peer: .string(event.peerAddress.description), LogKey.connHandle: .string("\(event.handle)"),
         ])
         links.linkReady(connection)
+        eventObserver?(.connected(peer: peer))
         if deviceStarted { device.peerConnected(peer) }
         // Keep advertising while another central may connect.
         startAdvertising(fast: true)
@@ -72,6 +73,7 @@ extension Peripheral {
             LogKey.peer: .string(connection.peer.address.description), LogKey.connHandle: .string("\(handle)"),
             LogKey.reason: .string(Hex.byte(reason)),
         ])
+        eventObserver?(.disconnected(peer: connection.peer, reason: reason))
         if deviceStarted { device.peerDisconnected(connection.peer) }
         guard !isStopping, restartAdvertising else { return }
         // Apple's guidelines: fast advertising for 30 s after every disconnection, even when

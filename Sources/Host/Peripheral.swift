@@ -51,6 +51,18 @@ public final class Peripheral {
     var notificationValue = ValueBuffer()
     /// `att-error` and `write` events: one a request, so a central sets their pace.
     var requestLog = LogBudget(burst: 100, window: .seconds(10))
+    /// Hears every `DeviceEvent` of this device, as it happens (the control socket's `watch`).
+    /// Nil while nobody watches: then no event is built, and the links' servers do not report
+    /// reads and writes at all.
+    public var eventObserver: ((DeviceEvent) -> Void)? {
+        didSet {
+            isObserved = eventObserver != nil
+            links.reportsValueAccess = isObserved
+        }
+    }
+    /// `eventObserver != nil`, as the notification path checks it: a Bool costs no retain, and
+    /// (changed only as watchers come and go, never while read) no run-time exclusivity check.
+    @exclusivity(unchecked) private(set) var isObserved = false
 
     /// A device alone on its controller (`output` writes to it).
     public convenience init(device: Device, configuration: PeripheralConfiguration, scheduler: TimerScheduling,
@@ -126,6 +138,10 @@ public final class Peripheral {
         }
         advertising.warnAboutConfiguration()
         advertising.hasRoomForLink = { [weak links = self.links] in links?.hasRoom ?? false }
+        advertising.advertisingChanged = { [weak self] on in
+            guard let self, let observer = self.eventObserver else { return }
+            observer(.advertising(on: on, address: self.advertising.address))
+        }
         links.serverDelegate = self
         links.faultDelegate = self
         wireSecurity()

@@ -30,6 +30,7 @@ extension Peripheral: ATTServerDelegate {
     }
 
     public func attServer(_ server: ATTServer, mtuChanged mtu: Int) {
+        eventObserver?(.mtu(peer: server.peer, mtu: mtu))
         logger.event(.mtuChanged, .info, "ATT MTU now \(mtu)", [
             LogKey.peer: .string(server.peer.address.description),
             LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
@@ -46,6 +47,11 @@ extension Peripheral: ATTServerDelegate {
                 LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
                 LogKey.attHandle: .string(Hex.word(characteristic.valueHandle)),
             ])
+        }
+        if let observer = eventObserver {
+            observer(new == 0 ? .unsubscribed(peer: server.peer, characteristic: EventCharacteristic(characteristic), cause: nil)
+                              : .subscribed(peer: server.peer, characteristic: EventCharacteristic(characteristic),
+                                            notify: new & 0x0001 != 0, indicate: new & 0x0002 != 0))
         }
         if deviceStarted {
             device.subscriptionChanged(characteristic, peer: server.peer, notify: new & 0x0001 != 0, indicate: new & 0x0002 != 0)
@@ -64,10 +70,20 @@ extension Peripheral: ATTServerDelegate {
                 LogKey.connHandle: .string("\(peer.connectionHandle)"),
                 LogKey.attHandle: .string(Hex.word(characteristic.valueHandle)),
             ])
+            eventObserver?(.unsubscribed(peer: peer, characteristic: EventCharacteristic(characteristic), cause: reason))
             if deviceStarted {
                 device.subscriptionChanged(characteristic, peer: peer, notify: false, indicate: false)
             }
         }
+    }
+
+    public func attServer(_ server: ATTServer, read characteristic: Characteristic, offset: Int) {
+        eventObserver?(.read(peer: server.peer, characteristic: EventCharacteristic(characteristic), offset: offset))
+    }
+
+    public func attServer(_ server: ATTServer, observedWrite characteristic: Characteristic, request: WriteRequest, prepared: Bool) {
+        eventObserver?(.write(peer: server.peer, characteristic: EventCharacteristic(characteristic), offset: request.offset,
+                              value: Array(request.value), withResponse: request.withResponse, prepared: prepared))
     }
 
     public func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool) {
@@ -128,6 +144,10 @@ extension Peripheral: ATTServerDelegate {
 /// The faults of the device's fault stages, logged as they are applied.
 extension Peripheral: FaultStageDelegate {
     public func faultStage(_ stage: FaultStage, injected fault: FaultPlan.Action, handle: UInt16, opcode: UInt8) {
+        if let observer = eventObserver {
+            let characteristic = database.characteristics.first { $0.valueHandle == handle }.map(EventCharacteristic.init)
+            observer(.fault(peer: stage.server.peer, characteristic: characteristic, handle: handle, opcode: opcode, action: fault))
+        }
         logger.event(.faultInjected, .notice, "fault injected: \(fault) for opcode \(Hex.byte(opcode)), handle \(Hex.word(handle))", [
             LogKey.peer: .string(stage.server.peer.address.description),
             LogKey.connHandle: .string("\(stage.server.peer.connectionHandle)"),

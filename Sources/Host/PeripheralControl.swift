@@ -270,6 +270,8 @@ extension PeripheralControl {
         let advertisingChanged = advertising.contentChanged()
         var indicated = 0
         var changeUnaware = 0
+        // Told before the subscriptions it ends.
+        peripheral.eventObserver?(.service(uuid: uuid, on: present))
         for handle in connections.keys.sorted() {
             guard let connection = connections[handle] else { continue }
             let server = connection.server

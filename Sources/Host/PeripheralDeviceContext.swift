@@ -27,7 +27,11 @@ extension Peripheral: DeviceContext {
     private func send(_ characteristic: Characteristic, _ value: ArraySlice<UInt8>, to peer: ATTPeer?) -> Bool {
         var all = true
         for connection in links.connections.values where peer == nil || connection.peer == peer {
-            if connection.faultStage.notify(characteristic, value: value) == .queueFull { all = false }
+            let outcome = connection.faultStage.notify(characteristic, value: value)
+            if outcome == .queueFull { all = false }
+            if isObserved, outcome == .queued, let observer = eventObserver {
+                observer(.notification(peer: connection.peer, characteristic: EventCharacteristic(characteristic), value: Array(value)))
+            }
         }
         if !all { deviceWaitingForRoom = true }
         return all
@@ -41,9 +45,22 @@ extension Peripheral: DeviceContext {
         notificationValue.reset()
         encode(&notificationValue)
         var all = true
+        let observer = isObserved ? eventObserver : nil
         for connection in links.connections.values where peer == nil || connection.peer == peer {
-            if connection.faultStage.indicate(characteristic, value: notificationValue.bytes, completion: completion) == .queueFull {
-                all = false
+            var completion = completion
+            if let observer {
+                // The outcome told to the watcher too; this closure exists only while someone watches.
+                let told = completion, named = EventCharacteristic(characteristic)
+                completion = { peer, outcome in
+                    observer(.confirmed(peer: peer, characteristic: named, outcome: outcome))
+                    told?(peer, outcome)
+                }
+            }
+            let outcome = connection.faultStage.indicate(characteristic, value: notificationValue.bytes, completion: completion)
+            if outcome == .queueFull { all = false }
+            if let observer, outcome == .queued {
+                observer(.indication(peer: connection.peer, characteristic: EventCharacteristic(characteristic),
+                                     value: Array(notificationValue.bytes)))
             }
         }
         if !all { deviceWaitingForRoom = true }

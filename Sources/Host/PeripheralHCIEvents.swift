@@ -74,9 +74,25 @@ extension Peripheral {
             // Security's value as it is; only the host knows whether a bond exists for the peer.
             var linkSecurity = state
             linkSecurity.hasLongTermKey = state.isBonded || self.security.bond(on: handle) != nil
+            let wasEncrypted = connection.server.linkSecurity.isEncrypted
             connection.server.linkSecurity = linkSecurity
+            if state.isEncrypted, !wasEncrypted, let observer = self.eventObserver {
+                observer(.encrypted(peer: connection.peer, keySize: state.encryptionKeySize, authenticated: state.isAuthenticated))
+            }
             // What a bonded central kept: its caching state, signing, subscriptions.
             self.bondedClients.securityChanged(state, on: connection)
+        }
+        security.pairingCompleted = { [weak self] handle, result in
+            guard let self, let observer = self.eventObserver, let connection = self.connections[handle] else { return }
+            let named: EventPairingMethod
+            switch result.method {
+            case .justWorks: named = .justWorks
+            case .numericComparison: named = .numericComparison
+            case .passkeyEntry: named = .passkeyEntry
+            case .outOfBand: named = .outOfBand
+            }
+            observer(.paired(peer: connection.peer, method: named, keySize: result.encryptionKeySize,
+                             secureConnections: result.secureConnections, bonded: result.bonded))
         }
         security.bondSaved = { [weak self] bond in
             guard let self else { return }

@@ -265,6 +265,7 @@ struct SMPPairingSession {
             secureConnections: secureConnections, authenticated: method.isAuthenticated,
             bonded: bonded, encryptionKeySize: keySize, longTermKey: longTermKey,
             peerUsedDebugKey: peerPublicKey.map { $0.x == SMPPublicKey.debugKeyX } ?? false)
+        result?.method = method
     }
 
     /// A key PDU from the peer into the result; the reason to fail when it is not acceptable.

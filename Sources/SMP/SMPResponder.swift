@@ -73,6 +73,8 @@ public struct SMPPairingResult: Equatable, Sendable {
     /// The central used the Secure Connections debug key (2.3.5.6.1): the link can be decrypted
     /// by anyone who sniffed the pairing, so the keys should not be trusted for a bond.
     public var peerUsedDebugKey = false
+    /// How the pairing was made (Vol 3, Part H, 2.3.5.1).
+    public var method = SMPPairingMethod.justWorks
 }
 
 /// The terms of a pairing under way (`SMPResponder.pairingSummary`).

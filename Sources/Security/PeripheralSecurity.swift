@@ -99,6 +99,8 @@ public final class PeripheralSecurity {
     /// A pairing made a bond and it was saved (the host loads a new IRK into the controller's
     /// resolving list).
     public var bondSaved: (_ bond: Bond) -> Void = { _ in }
+    /// A pairing completed on the link, by `method` (before `securityChanged` tells its result).
+    public var pairingCompleted: (_ handle: UInt16, _ result: SMPPairingResult) -> Void = { _, _ in }
 
     /// The SMP timeout (Vol 3, Part H, 3.4).
     public static let timeout: Duration = SMPLinkDriver<SMPResponder>.timeout
@@ -481,6 +483,7 @@ public final class PeripheralSecurity {
 
     private func paired(_ result: SMPPairingResult, on link: Link) {
         attempts.succeeded(link.peer.address)
+        pairingCompleted(link.handle, result)
         let method = result.authenticated ? "authenticated" : "unauthenticated (Just Works)"
         let kind = result.secureConnections ? "LE Secure Connections" : "LE legacy"
         var bonded = false

@@ -64,6 +64,15 @@ public enum RunSession {
             } catch {
                 throw StackFailure(error.description)
             }
+            if let control {
+                // `watch`: the devices report their events only while someone watches.
+                let names = DeviceNames(running.map { ($0.deviceName, $0.configuration.name) })
+                devices.watchers = EventWatchers(server: control, clock: loop, deviceRefs: names.entries.map(\.ref)) { sink in
+                    for (index, peripheral) in running.enumerated() {
+                        peripheral.eventObserver = sink.map { sink in { event in sink(index, event) } }
+                    }
+                }
+            }
             logger.info("control socket at \(controlPath)")
         }
         // Removed however the run ends (a fatal controller error included).

@@ -23,6 +23,9 @@ import Testing
         "blemu ctl [--timeout SECONDS] PATH COMMAND... blemu ctl [--timeout SECONDS] PATH --raw JSON":
             "two synopses on one line (REFERENCE.md), not a command",
         "blemu gatt --controller SPEC (--address A | --name N | --service UUID) COMMAND [--json]": "a synopsis, not a command",
+        "blemu ctl [--timeout SECONDS] PATH wait EVENT...": "a synopsis (CONTROL.md), not a command",
+        "blemu ctl PATH watch [DEVICE] [--kinds KIND,...] [--uuid UUID] blemu ctl [--timeout SECONDS] PATH wait EVENT...":
+            "two synopses on one line (REFERENCE.md), not a command",
     ]
 
     @Test func everyDocumentedCommandIsAcceptedByTheArgumentParser() throws {
