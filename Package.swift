@@ -9,7 +9,7 @@ let package = Package(
         .executable(name: "blemu", targets: ["blemu"]),
         // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
         .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
-                                             "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast",
+                                             "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast", "BlemuObserver",
                                              "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuSimulator", "BlemuBenchRig"]),
     ],
     dependencies: [
@@ -124,6 +124,11 @@ let package = Package(
             "BlemuCore", "BlemuCentral", "BlemuGATTClient", "BlemuHost", "BlemuDevices", "BlemuCrypto",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Chat"),
+        // The observer of `blemu scan`: an advertiser's AD structures decoded into a report
+        // (BTHome, iBeacon, Eddystone, known service and manufacturer data), its text and JSON,
+        // and `--watch`'s one-reading-once memory. Above Broadcast and Central; the CLI prints.
+        .target(name: "BlemuObserver", dependencies: ["BlemuCore", "BlemuCrypto", "BlemuBroadcast", "BlemuCentral", "BlemuControl"],
+                path: "Sources/Observer"),
         // A controller's stack assembled from a plan (devices, roles, options) for `run`, `chat`,
         // `gatt` and `scan`: what any front end reuses. Above every layer it assembles, below the CLI.
         .target(name: "BlemuStack", dependencies: [
@@ -136,7 +141,7 @@ let package = Package(
             "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig", "BlemuStack",
             "BlemuJournal",
             "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile", "BlemuChat",
-            "BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuATT",
+            "BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuATT", "BlemuBroadcast", "BlemuObserver",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/CLI"),
@@ -178,6 +183,9 @@ let package = Package(
         .testTarget(name: "CryptoTests", dependencies: ["BlemuTestSupport", "BlemuCrypto", "BlemuCore"], path: "Tests/CryptoTests"),
         .testTarget(name: "BroadcastTests", dependencies: ["BlemuTestSupport", "BlemuBroadcast", "BlemuCrypto", "BlemuCore"],
                     path: "Tests/BroadcastTests"),
+        .testTarget(name: "ObserverTests", dependencies: ["BlemuTestSupport", "BlemuObserver", "BlemuBroadcast", "BlemuCentral",
+                                                       "BlemuControl", "BlemuCrypto", "BlemuCore"],
+                    path: "Tests/ObserverTests"),
         .testTarget(name: "SMPTests", dependencies: ["BlemuTestSupport", "BlemuSMP", "BlemuCrypto", "BlemuCore"], path: "Tests/SMPTests"),
         .testTarget(name: "SecurityTests", dependencies: ["BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuCore",
                                                        .product(name: "Logging", package: "swift-log")],
