@@ -42,6 +42,9 @@ struct ScanCommand: ParsableCommand {
     @Option(help: ArgumentHelp("Only this advertiser, each new reading printed once (BTHome packet id de-duplicated; unchanged payloads not repeated).", valueName: "ADDRESS"))
     var watch: String?
 
+    @Flag(help: "Also synchronize to periodic advertising trains (extended scanning; LE Periodic Advertising Create Sync) and print their data, decoded, when it changes.")
+    var periodic = false
+
     @Option(name: .customLong("log-level"), help: "Log level for stderr (default: warning).")
     var logLevel: Logger.Level = .warning
 
@@ -94,8 +97,38 @@ struct ScanCommand: ParsableCommand {
                 emitLine(line)
             }
         }
+        if periodic {
+            // What each train last printed (at most PeriodicTrains.defaultCapacity trains are held).
+            var lastData: [UInt16: [UInt8]] = [:]
+            var periodicReadings = watched.map(ReadingWatch.init)
+            session.host.syncToPeriodicTrains()
+            session.host.onPeriodicSync = { train, address, sid, failure in
+                if let failure {
+                    if let train { lastData[train.syncHandle] = nil }
+                    emitStderr("blemu scan: \(address) SID \(sid): \(failure)")
+                }
+            }
+            session.host.onPeriodicData = { train, data, rssi, truncated in
+                if let watched, train.address != watched { return }
+                let report = BroadcastReport(address: train.address, advertisingData: data, keys: keys)
+                if periodicReadings != nil {
+                    guard periodicReadings!.isNewReading(report, from: train.address) else { return }
+                } else {
+                    guard lastData[train.syncHandle] != data else { return }
+                    lastData[train.syncHandle] = data
+                }
+                let lines = json ? [Self.json(train: train, data: data, rssi: rssi, truncated: truncated, report: report).encoded]
+                    : Self.text(train: train, rssi: rssi, truncated: truncated, report: report)
+                for line in lines { emitLine(line) }
+            }
+        }
         session.host.onError = { message in session.finish(failure: message) }
-        session.host.onReady = { session.host.startScanning(active: !passive) }
+        session.host.onReady = {
+            if periodic, !session.host.controller.usesExtendedCommands {
+                emitStderr("blemu scan: --periodic: the controller scans with legacy commands (no extended advertising), so no periodic train can be found")
+            }
+            session.host.startScanning(active: !passive)
+        }
         if let timeout { session.finish(after: timeout) }
         try session.run()
     }
@@ -103,6 +136,34 @@ struct ScanCommand: ParsableCommand {
     /// The advertiser's line, then one indented line per decoded item.
     static func text(_ advertisement: Advertisement, report: BroadcastReport) -> [String] {
         [text(advertisement)] + report.textLines.map { "    " + $0 }
+    }
+
+    /// Periodic_Advertising_Interval (1.25 ms units) in ms: "100.00".
+    static func milliseconds(_ interval: UInt16) -> String {
+        let hundredths = Int(interval) * 125
+        let fraction = hundredths % 100
+        return "\(hundredths / 100).\(fraction < 10 ? "0" : "")\(fraction)"
+    }
+
+    /// A periodic train's data: its line ("periodic"), then one indented line per decoded item.
+    static func text(train: PeriodicTrain, rssi: Int8?, truncated: Bool, report: BroadcastReport) -> [String] {
+        var parts = [train.address.description, Advertisement.addressTypeName(train.addressType), rssi.map { "\($0) dBm" } ?? "? dBm",
+                     "periodic sid \(train.sid)", "interval \(milliseconds(train.interval)) ms"]
+        if truncated { parts.append("truncated") }
+        return [parts.joined(separator: "  ")] + report.textLines.map { "    " + $0 }
+    }
+
+    static func json(train: PeriodicTrain, data: [UInt8], rssi: Int8?, truncated: Bool, report: BroadcastReport) -> JSONValue {
+        .object([
+            ("address", .string(train.address.description)),
+            ("address_type", .string(Advertisement.addressTypeName(train.addressType))),
+            ("rssi", rssi.map { .integer(Int64($0)) } ?? .null),
+            ("periodic", .object([("sid", .integer(Int64(train.sid))), ("interval_ms", .number(Double(train.interval) * 1.25)),
+                                  ("sync_handle", .integer(Int64(train.syncHandle))), ("truncated", .bool(truncated))])),
+            ("advertising_data", .string(Hex.bytes(data))),
+            ("decoded", report.json),
+            ("update", "periodic"),
+        ])
     }
 
     static func text(_ advertisement: Advertisement) -> String {
