@@ -59,7 +59,8 @@ public final class CentralHost: ATTServerDelegate {
     /// The data of a periodic advertising train synchronized to (`syncToPeriodicTrains`), whole
     /// (its fragments reassembled); `truncated` when the controller or the 1650-byte bound cut it.
     public var onPeriodicData: ((PeriodicTrain, [UInt8], _ rssi: Int8?, _ truncated: Bool) -> Void)?
-    /// A train synchronized to (nil reason) or lost / refused (the reason).
+    /// A train synchronized to (`failure` nil), lost (the train and why), or not synchronized
+    /// to (no train, and why).
     public var onPeriodicSync: ((PeriodicTrain?, _ address: BluetoothAddress, _ sid: UInt8, _ failure: String?) -> Void)?
     /// The periodic trains (Vol 6, Part B, 4.4.2.12): synchronized to while `periodicSyncWanted`.
     public private(set) var periodic = PeriodicTrains()
@@ -399,7 +400,7 @@ extension CentralHost: ControllerRole {
         case .lePeriodicAdvertisingReport(let report):
             if let whole = periodic.report(report) { onPeriodicData?(whole.train, whole.data, report.rssi, whole.truncated) }
         case .lePeriodicAdvertisingSyncLost(let handle):
-            if let train = periodic.lost(handle) { onPeriodicSync?(nil, train.address, train.sid, "periodic train lost (sync timeout)") }
+            if let train = periodic.lost(handle) { onPeriodicSync?(train, train.address, train.sid, "periodic train lost (sync timeout)") }
         default:
             break
         }

@@ -216,3 +216,13 @@ def test_periodic_train_is_synchronized_and_decoded(rootcanal):
     assert train["address"] == PERIODIC and train["periodic"]["interval_ms"] == 100, train
     assert train["decoded"][0]["packet_id"] == 7
     assert train["decoded"][0]["values"] == {"packet_id": 7, "temperature": 25.0, "humidity": 50.55}
+
+
+def test_a_bindkey_file_that_is_no_key_is_a_bad_command_line(tmp_path):
+    missing = run_cli(["scan", "--controller", "tcp:127.0.0.1:1", "--bindkey-file", str(tmp_path / "missing")])
+    assert missing.returncode == 64 and "cannot read the bindkey file" in missing.stderr, missing.describe()
+    short = tmp_path / "short"
+    short.write_text("231d39c1d7cc1ab1")
+    refused = run_cli(["scan", "--controller", "tcp:127.0.0.1:1", "--bindkey-file", str(short)])
+    assert refused.returncode == 64 and "32 hex digits" in refused.stderr, refused.describe()
+    assert "231d39c1d7cc1ab1" not in refused.stderr
