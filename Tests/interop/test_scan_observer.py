@@ -189,14 +189,17 @@ def test_watch_prints_each_reading_once(rootcanal, tmp_path):
     first = encrypted_bthome_ad(ENCRYPTED, bytes.fromhex("0001 02C409"), counter=1)
     with Broadcasters(rootcanal.controller_spec, {ENCRYPTED: first, PLAIN: PLAIN_AD}) as broadcasters:
         process = subprocess.Popen([str(blemu_binary()), "scan", "--controller", rootcanal.controller_spec, "--json",
-                                    "--timeout", "8", "--watch", ENCRYPTED, "--bindkey-file", key],
+                                    "--timeout", "10", "--watch", ENCRYPTED, "--bindkey-file", key],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(3)
+        # The first reading, heard many times over by now, printed once.
+        first_line = process.stdout.readline()
+        time.sleep(1)
         # A repeat of packet 1 under a new counter (a new nonce, new bytes): not a new reading.
         broadcasters.replace(ENCRYPTED, encrypted_bthome_ad(ENCRYPTED, bytes.fromhex("0001 02C409"), counter=2))
         time.sleep(1.5)
         broadcasters.replace(ENCRYPTED, encrypted_bthome_ad(ENCRYPTED, bytes.fromhex("0002 02C509"), counter=3))
         stdout, stderr = process.communicate(timeout=20)
+        stdout = first_line + stdout
     assert process.returncode == 0, stderr
     lines = [json.loads(line) for line in stdout.splitlines() if line.strip()]
     assert {line["address"] for line in lines} == {ENCRYPTED}, lines
