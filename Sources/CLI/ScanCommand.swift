@@ -1,3 +1,4 @@
+import BlemuAssignedNumbers
 import ArgumentParser
 import BlemuBroadcast
 import BlemuCentral
@@ -172,9 +173,11 @@ struct ScanCommand: ParsableCommand {
         // The name is the advertiser's own: shown, never obeyed (`VisibleText`).
         if !advertisement.name.isEmpty { parts.append("\"\(advertisement.name.visible)\"") }
         if !advertisement.services.isEmpty {
-            parts.append("services [" + advertisement.services.map(\.description).joined(separator: " ") + "]")
+            parts.append("services [" + advertisement.services.map { uuid in
+                uuid.description + (AssignedNumbers.serviceName(uuid).map { " (\($0))" } ?? "")
+            }.joined(separator: " ") + "]")
         }
-        if let appearance = advertisement.appearance { parts.append("appearance \(Hex.word(appearance))") }
+        if let appearance = advertisement.appearance { parts.append("appearance \(GATTValueText.appearance(appearance))") }
         if let power = advertisement.txPower { parts.append("tx \(power) dBm") }
         if advertisement.isConnectable { parts.append("connectable") }
         return parts.joined(separator: "  ")
@@ -188,6 +191,7 @@ struct ScanCommand: ParsableCommand {
             ("name", advertisement.name.isEmpty ? .null : .string(advertisement.name)),
             ("services", .array(advertisement.services.map { .string($0.description) })),
             ("appearance", advertisement.appearance.map { .integer(Int64($0)) } ?? .null),
+            ("appearance_name", advertisement.appearance.flatMap(AssignedNumbers.appearanceName).map { .string($0) } ?? .null),
             ("tx_power", advertisement.txPower.map { .integer(Int64($0)) } ?? .null),
             ("connectable", .bool(advertisement.isConnectable)),
             ("manufacturer_data", advertisement.manufacturerData.map { .string(Hex.bytes($0)) } ?? .null),

@@ -1,3 +1,4 @@
+import BlemuAssignedNumbers
 import BlemuBroadcast
 import BlemuControl
 import BlemuCore
@@ -40,9 +41,10 @@ extension BroadcastReport.Item {
         case .batteryLevel(let level):
             return "battery-service  \(level) %"
         case .serviceData(let uuid, let data):
-            return "service-data \(uuid)  \(Hex.bytes(data))"
+            return "service-data \(uuid)\(AssignedNumbers.serviceName(uuid).map { " (\($0))" } ?? "")  \(Hex.bytes(data))"
         case .manufacturerData(let company, let data):
-            return "manufacturer-data \(Hex.word(company))  \(Hex.bytes(data))"
+            // The company identifier's owner (Assigned Numbers 7.1), from the generated table.
+            return "manufacturer-data \(Hex.word(company))\(AssignedNumbers.companyName(company).map { " (\($0))" } ?? "")  \(Hex.bytes(data))"
         case .malformed(let format, let reason):
             return "\(format)  malformed: \(reason.visible)"
         }
@@ -91,9 +93,12 @@ extension BroadcastReport.Item {
         case .batteryLevel(let level):
             return .object([("format", "battery-service"), ("battery", .integer(Int64(level)))])
         case .serviceData(let uuid, let data):
-            return .object([("format", "service-data"), ("uuid", .string(uuid.description)), ("data", .string(Hex.bytes(data)))])
+            return .object([("format", "service-data"), ("uuid", .string(uuid.description)),
+                            ("name", AssignedNumbers.serviceName(uuid).map { .string($0) } ?? .null), ("data", .string(Hex.bytes(data)))])
         case .manufacturerData(let company, let data):
-            return .object([("format", "manufacturer-data"), ("company", .integer(Int64(company))), ("data", .string(Hex.bytes(data)))])
+            return .object([("format", "manufacturer-data"), ("company", .integer(Int64(company))),
+                            ("company_name", AssignedNumbers.companyName(company).map { .string($0) } ?? .null),
+                            ("data", .string(Hex.bytes(data)))])
         case .malformed(let format, let reason):
             return .object([("format", .string(format)), ("error", "malformed"), ("message", .string(reason))])
         }

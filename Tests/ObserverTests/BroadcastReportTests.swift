@@ -89,6 +89,16 @@ private func report(_ ad: String, scanResponse: String = "", keys: BroadcastRepo
         #expect(decoded.textLines[0] == "battery-service  93 %")
     }
 
+    @Test func manufacturerAndServiceDataAreNamedFromTheAssignedNumbers() {
+        // 0x0059: Nordic Semiconductor ASA (Assigned Numbers 7.1); 0x180D: Heart Rate.
+        let decoded = report("02 01 06 05 16 0D 18 01 02 05 FF 59 00 AB CD 05 FF FE FF 01 02")
+        #expect(decoded.textLines[0] == "service-data 180D (Heart Rate)  0102")
+        #expect(decoded.textLines[1] == "manufacturer-data 0x0059 (Nordic Semiconductor ASA)  abcd")
+        #expect(decoded.textLines[2] == "manufacturer-data 0xfffe  0102")
+        #expect(decoded.json.encoded.contains(#"{"format":"manufacturer-data","company":89,"company_name":"Nordic Semiconductor ASA","data":"abcd"}"#))
+        #expect(decoded.json.encoded.contains(#""company":65534,"company_name":null"#))
+    }
+
     @Test func scanResponseIsDecodedToo() {
         let decoded = report("02 01 06", scanResponse: "0A 16 D2 FC 40 02 C4 09 03 BF 13")
         #expect(decoded.bthome?.packet.objects.count == 2)
