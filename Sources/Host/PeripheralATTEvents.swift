@@ -8,6 +8,18 @@ import Logging
 // MARK: - ATT server events
 
 extension Peripheral: ATTServerDelegate {
+    /// What a log line says beside a handle, so a reader need not map handles: " (2A37)" for a
+    /// characteristic's value, " (2A37 CCCD)" for its Client Characteristic Configuration, the
+    /// attribute's type otherwise (" (2803)" a declaration); "" for a handle not in the database.
+    func attributeNote(_ handle: UInt16) -> String {
+        guard let attribute = database.attribute(handle) else { return "" }
+        switch attribute.content {
+        case .dynamic(let characteristic): return " (\(characteristic.uuid))"
+        case .clientConfiguration(let characteristic): return " (\(characteristic.uuid) CCCD)"
+        case .fixed: return " (\(attribute.type))"
+        }
+    }
+
     public func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?) {
         statistics.attRequests += 1
         guard let error else { return }
@@ -21,7 +33,7 @@ extension Peripheral: ATTServerDelegate {
         let level: Logger.Level = error == .attributeNotFound ? .debug : .info
         // A central sets the pace of its requests, and so of these lines: they have a budget.
         guard logger.logLevel <= level, let leftOut = requestLog.take(now: scheduler.nowNanoseconds, for: logger) else { return }
-        logger.event(.attError, level, "ATT \(error) for opcode \(Hex.byte(opcode)), handle \(Hex.word(handle))\(LogBudget.note(leftOut))", [
+        logger.event(.attError, level, "ATT \(error) for opcode \(Hex.byte(opcode)), handle \(Hex.word(handle))\(attributeNote(handle))\(LogBudget.note(leftOut))", [
             LogKey.peer: .string(server.peer.address.description),
             LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
             LogKey.attOpcode: .string(Hex.byte(opcode)), LogKey.attHandle: .string(Hex.word(handle)),
@@ -101,7 +113,7 @@ extension Peripheral: ATTServerDelegate {
 
     public func attServer(_ server: ATTServer, executeWriteRefusedAfter written: Int, error: ATTError, handle: UInt16) {
         guard written > 0 else { return }
-        logger.error("Execute Write was not atomic: the device's onWrite for handle \(Hex.word(handle)) refused (\(error)) after \(written) value(s) were written; put value checks in validateWrite",
+        logger.error("Execute Write was not atomic: the device's onWrite for handle \(Hex.word(handle))\(attributeNote(handle)) refused (\(error)) after \(written) value(s) were written; put value checks in validateWrite",
                      metadata: [LogKey.connHandle: "\(server.peer.connectionHandle)"])
     }
 
@@ -119,7 +131,7 @@ extension Peripheral: ATTServerDelegate {
         }
         // A central sets the pace: budgeted like the other per-request lines.
         guard logger.logLevel <= .notice, let leftOut = requestLog.take(now: scheduler.nowNanoseconds, for: logger) else { return }
-        logger.notice("signed write to handle \(Hex.word(handle)) ignored: \(why) (Vol 3, Part C, 10.4.2)\(LogBudget.note(leftOut))", metadata: [
+        logger.notice("signed write to handle \(Hex.word(handle))\(attributeNote(handle)) ignored: \(why) (Vol 3, Part C, 10.4.2)\(LogBudget.note(leftOut))", metadata: [
             LogKey.peer: .string(server.peer.address.description),
             LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
             LogKey.attOpcode: .string(Hex.byte(ATTOpcode.signedWriteCommand.rawValue)), LogKey.attHandle: .string(Hex.word(handle)),
@@ -148,7 +160,7 @@ extension Peripheral: FaultStageDelegate {
             let characteristic = database.characteristics.first { $0.valueHandle == handle }.map(EventCharacteristic.init)
             observer(.fault(peer: stage.server.peer, characteristic: characteristic, handle: handle, opcode: opcode, action: fault))
         }
-        logger.event(.faultInjected, .notice, "fault injected: \(fault) for opcode \(Hex.byte(opcode)), handle \(Hex.word(handle))", [
+        logger.event(.faultInjected, .notice, "fault injected: \(fault) for opcode \(Hex.byte(opcode)), handle \(Hex.word(handle))\(attributeNote(handle))", [
             LogKey.peer: .string(stage.server.peer.address.description),
             LogKey.connHandle: .string("\(stage.server.peer.connectionHandle)"),
             LogKey.attOpcode: .string(Hex.byte(opcode)), LogKey.attHandle: .string(Hex.word(handle)),

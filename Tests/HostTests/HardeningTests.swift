@@ -3,7 +3,7 @@ import BlemuCore
 import BlemuDevices
 import BlemuGATT
 import BlemuHCI
-import BlemuHost
+@testable import BlemuHost
 import BlemuL2CAP
 import Foundation
 import Logging
@@ -263,5 +263,29 @@ final class LogCapture: @unchecked Sendable {
         bench.scheduler.advance(by: .seconds(60))
         #expect(bench.controller.aclOut.count == sent, "nothing is sent on a link after the stop")
         #expect(bench.scheduler.pendingCount == 0)
+    }
+}
+
+/// Log lines about an attribute name its characteristic's UUID beside the handle (issue 23: a
+/// reader had to map handles to characteristics by hand).
+@Suite struct AttributeNamesInLogsTests {
+    @Test func anATTErrorLineNamesTheCharacteristicsUUID() throws {
+        let capture = LogCapture()
+        let device = HeartRateDevice(seed: 3)
+        let bench = try Bench(device: device, logger: capture.logger)
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        let location = try #require(bench.peripheral.database.characteristic(BluetoothUUID(0x2A38)))
+        let measurement = try #require(bench.peripheral.database.characteristic(BluetoothUUID(0x2A37)))
+        let cccd = try #require(measurement.clientConfigurationHandle)
+        capture.lines.removeAll()
+        // Body Sensor Location is read-only: Write Not Permitted (0x03).
+        _ = bench.att([0x12, UInt8(location.valueHandle & 0xFF), UInt8(location.valueHandle >> 8), 0x01], handle: 0x0040)
+        // A CCCD value of one octet: Invalid Attribute Value Length (0x0D).
+        _ = bench.att([0x12, UInt8(cccd & 0xFF), UInt8(cccd >> 8), 0x01], handle: 0x0040)
+        let errors = capture.lines.filter { $0.contains("ATT ") && $0.contains("for opcode 0x12") }
+        #expect(errors.count == 2, "\(capture.lines)")
+        #expect(errors.first?.hasSuffix("handle \(Hex.word(location.valueHandle)) (2A38)") == true, "\(errors)")
+        #expect(errors.last?.hasSuffix("handle \(Hex.word(cccd)) (2A37 CCCD)") == true, "\(errors)")
+        #expect(bench.peripheral.attributeNote(0xFFF0) == "")
     }
 }
