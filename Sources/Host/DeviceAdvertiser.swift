@@ -250,10 +250,11 @@ final class DeviceAdvertiser {
         }
     }
 
-    /// A broadcaster's advertising: one interval, non-connectable, its data only. Started again
-    /// only when something the controller holds in the set's parameters changed.
-    private func startBroadcasting(set: UInt8, interval: UInt16) {
-        if isAdvertising, !requested, self.interval == interval, advertisedAddress == address { return }
+    /// A broadcaster's advertising: one interval, non-connectable, its data only. A start while
+    /// it runs with the same interval and address does nothing; `restart` is for a change of
+    /// the set's parameters that these do not show (legacy or extended PDUs).
+    private func startBroadcasting(set: UInt8, interval: UInt16, restart: Bool = false) {
+        if !restart, isAdvertising, !requested, self.interval == interval, advertisedAddress == address { return }
         let request = broadcastRequest(interval: interval)
         guard host.advertiser.canCarry(request) else {
             logger.error("broadcast data of \(request.advertisingData.count) bytes does not fit this controller's advertising (31 bytes without LE Extended Advertising, 251 with it): not advertising")
@@ -296,7 +297,7 @@ final class DeviceAdvertiser {
         guard new != old else { return }
         guard hci.isReady, !host.isStopping, let set, isAdvertising || requested else { return }
         if new.interval != old.interval || host.advertiser.needsRestart(from: old, to: new) || !host.advertiser.canCarry(new) {
-            startBroadcasting(set: set, interval: new.interval)
+            startBroadcasting(set: set, interval: new.interval, restart: true)
             return
         }
         host.advertiser.update(set: set, advertisingData: new.advertisingData, scanResponseData: nil,
