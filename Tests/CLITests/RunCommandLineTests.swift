@@ -90,4 +90,35 @@ import Testing
         #expect(refused.status == 64)
         #expect(refused.message.contains("heart-rate"), "\(refused.message)")
     }
+
+    /// A config entry's `bindkey_file:` is the file's folder's when relative, reaches its own
+    /// BTHome device, and is refused (64) for a device that does not encrypt.
+    @Test func aConfigEntrysBindkeyFileIsRelativeToTheFileAndOnlyForBTHome() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blemu-cli-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        try "231d39c1d7cc1ab1aee224cd096db932".write(toFile: directory.appendingPathComponent("door.key").path,
+                                                     atomically: true, encoding: .utf8)
+        let good = directory.appendingPathComponent("good.yaml").path
+        try """
+            controller: tcp:127.0.0.1:6402
+            devices:
+              - device: bthome-door
+                bindkey_file: door.key
+              - device: bthome-thermometer
+            """.write(toFile: good, atomically: true, encoding: .utf8)
+        let plans = try Self.parseRun(["--config", good]).devicePlans()
+        #expect(plans.map(\.bindkeyFile) == [directory.appendingPathComponent("door.key").path, nil])
+
+        let bad = directory.appendingPathComponent("bad.yaml").path
+        try """
+            controller: tcp:127.0.0.1:6402
+            devices:
+              - device: heart-rate
+                bindkey_file: door.key
+            """.write(toFile: bad, atomically: true, encoding: .utf8)
+        let refused = try #require(Self.refusal(["--config", bad]))
+        #expect(refused.status == 64)
+        #expect(refused.message.contains("bindkey_file") && refused.message.contains("does not encrypt"), "\(refused.message)")
+    }
 }
