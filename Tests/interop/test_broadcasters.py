@@ -197,6 +197,22 @@ def test_encrypted_thermometer_opens_with_its_bindkey_only(rootcanal, tmp_path):
         # The counter is reserved in the state directory, so no nonce repeats after a restart.
         counters = [name for name in os.listdir(state) if name.startswith("bthome-counter-")]
         assert len(counters) == 1, os.listdir(state)
+        counter_before = int.from_bytes(payload[-8:-4], "little")
+    finally:
+        stop(process)
+
+    # Restarted with the same state directory: the counter goes on from the next reserved block.
+    process = start(rootcanal, ["bthome-thermometer"], "--bindkey-file", str(key_file), "--state-dir", str(state))
+    try:
+        async def again():
+            async with Central(rootcanal.controller_spec, name="bthome-scanner") as scanner:
+                return await heard(scanner, address, lambda d: service_data(d, 0xFCD2) is not None
+                                   and bthome(service_data(d, 0xFCD2), address, key)[0].bindkey_verified,
+                                   "a reading after the restart", process)
+
+        payload = service_data(run(again(), 60).adv_data, 0xFCD2)
+        counter_after = int.from_bytes(payload[-8:-4], "little")
+        assert counter_after >= 256 > counter_before, (counter_before, counter_after)
     finally:
         stop(process)
 
@@ -299,12 +315,13 @@ def eddystone(data: bytes) -> dict | None:
 
 
 def test_eddystone_uid_url_and_truthful_tlm(rootcanal):
-    # The spec's URL example (eddystone-url: "https://goo.gl/S6zT6P" → 03 67 6F 6F 2E 67 6C 2F ...)
-    # is checked with the encoder in Tests/BroadcastTests; here the frames as a scanner hears them.
+    # The spec's URL example (eddystone-url: "https://goo.gl/S6zT6P", scheme 0x03 then the text)
+    # goes over the air byte for byte; the frames are decoded by the spec's tables above.
     process = start(rootcanal, ["eddystone"])
     try:
         address = process.listing[0]["address"]
-        ctl(process, "set", "eddystone", "url", "https://www.example.com/x")
+        ctl(process, "set", "eddystone", "url", "https://goo.gl/S6zT6P")
+        ctl(process, "set", "eddystone", "power", "-20")
         ctl(process, "set", "eddystone", "namespace", "8b0ca750e7a74e14bd99")
         ctl(process, "set", "eddystone", "instance", "0000000000ab")
         ctl(process, "set", "eddystone", "battery", "2950")
@@ -312,7 +329,7 @@ def test_eddystone_uid_url_and_truthful_tlm(rootcanal):
 
         async def scenario():
             async with Central(rootcanal.controller_spec, name="eddystone-scanner") as scanner:
-                url = await heard(scanner, address, lambda d: (eddystone(d) or {}).get("url") == "https://www.example.com/x",
+                url = await heard(scanner, address, lambda d: (eddystone(d) or {}).get("url") == "https://goo.gl/S6zT6P",
                                   "the URL frame", process)
                 uid = await heard(scanner, address, lambda d: (eddystone(d) or {}).get("instance") == "0000000000ab",
                                   "the UID frame", process)
@@ -328,7 +345,9 @@ def test_eddystone_uid_url_and_truthful_tlm(rootcanal):
             assert_broadcast_only(result)
             # The Complete List of 16-bit Service UUIDs holds 0xFEAA, as the spec requires.
             assert bytes.fromhex("0303aafe") in result.adv_data
+        assert service_data(url.adv_data, 0xFEAA) == bytes([0x10, 0xEC, 0x03]) + b"goo.gl/S6zT6P"
         assert eddystone(uid.adv_data)["namespace"] == "8b0ca750e7a74e14bd99"
+        assert eddystone(uid.adv_data)["tx"] == -20
         a, b = eddystone(first.adv_data), eddystone(second.adv_data)
         assert a["mv"] == b["mv"] == 2950 and a["celsius"] == b["celsius"] == 23.5
         # Uptime in 0.1 s and the advertising count (one event every 100 ms) move with time.
