@@ -9,8 +9,8 @@ let package = Package(
         .executable(name: "blemu", targets: ["blemu"]),
         // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
         .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
-                                             "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast",
-                                             "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuSimulator", "BlemuBenchRig"]),
+                                             "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast", "BlemuObserver",
+                                             "BlemuAssignedNumbers", "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuSimulator", "BlemuBenchRig"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -35,6 +35,9 @@ let package = Package(
         .target(name: "BlemuCore", dependencies: [
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Core"),
+        // The names of the SIG's assigned numbers (generated tables, binary search) and the
+        // Characteristic Presentation Format: for output people read (`gatt`, `scan`). Beside Core.
+        .target(name: "BlemuAssignedNumbers", dependencies: ["BlemuCore"], path: "Sources/AssignedNumbers"),
         .target(name: "BlemuRunLoop", dependencies: ["BlemuCore", "CLinux"], path: "Sources/RunLoop"),
         .target(name: "BlemuTransport", dependencies: ["BlemuCore", "BlemuRunLoop", "CLinux", "CBlueZ"],
                 path: "Sources/Transport"),
@@ -124,6 +127,11 @@ let package = Package(
             "BlemuCore", "BlemuCentral", "BlemuGATTClient", "BlemuHost", "BlemuDevices", "BlemuCrypto",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Chat"),
+        // The observer of `blemu scan`: an advertiser's AD structures decoded into a report
+        // (BTHome, iBeacon, Eddystone, known service and manufacturer data), its text and JSON,
+        // and `--watch`'s one-reading-once memory. Above Broadcast and Central; the CLI prints.
+        .target(name: "BlemuObserver", dependencies: ["BlemuCore", "BlemuAssignedNumbers", "BlemuCrypto", "BlemuBroadcast", "BlemuCentral", "BlemuControl"],
+                path: "Sources/Observer"),
         // A controller's stack assembled from a plan (devices, roles, options) for `run`, `chat`,
         // `gatt` and `scan`: what any front end reuses. Above every layer it assembles, below the CLI.
         .target(name: "BlemuStack", dependencies: [
@@ -136,7 +144,7 @@ let package = Package(
             "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig", "BlemuStack",
             "BlemuJournal",
             "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile", "BlemuChat",
-            "BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuATT",
+            "BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuATT", "BlemuBroadcast", "BlemuObserver", "BlemuAssignedNumbers",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/CLI"),
@@ -165,6 +173,7 @@ let package = Package(
                     path: "Tests/AllocationTests"),
         .testTarget(name: "ChatTests", dependencies: ["BlemuTestSupport", "BlemuChat", "BlemuDevices", "BlemuCrypto", "BlemuCore",
                                                 .product(name: "Logging", package: "swift-log")], path: "Tests/ChatTests"),
+        .testTarget(name: "AssignedNumbersTests", dependencies: ["BlemuAssignedNumbers", "BlemuCore"], path: "Tests/AssignedNumbersTests"),
         .testTarget(name: "CoreTests", dependencies: ["BlemuTestSupport", "BlemuCore"], path: "Tests/CoreTests"),
         .testTarget(name: "JournalTests", dependencies: ["BlemuJournal", "BlemuCore", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/JournalTests"),
@@ -178,6 +187,9 @@ let package = Package(
         .testTarget(name: "CryptoTests", dependencies: ["BlemuTestSupport", "BlemuCrypto", "BlemuCore"], path: "Tests/CryptoTests"),
         .testTarget(name: "BroadcastTests", dependencies: ["BlemuTestSupport", "BlemuBroadcast", "BlemuCrypto", "BlemuCore"],
                     path: "Tests/BroadcastTests"),
+        .testTarget(name: "ObserverTests", dependencies: ["BlemuTestSupport", "BlemuObserver", "BlemuBroadcast", "BlemuCentral",
+                                                       "BlemuControl", "BlemuCrypto", "BlemuCore"],
+                    path: "Tests/ObserverTests"),
         .testTarget(name: "SMPTests", dependencies: ["BlemuTestSupport", "BlemuSMP", "BlemuCrypto", "BlemuCore"], path: "Tests/SMPTests"),
         .testTarget(name: "SecurityTests", dependencies: ["BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuCore",
                                                        .product(name: "Logging", package: "swift-log")],
@@ -191,7 +203,8 @@ let package = Package(
                     path: "Tests/ControlTests"),
         // The command line itself (`@testable import blemu`): the real argument parser and its
         // validation, and every blemu command the README and Docs/ show.
-        .testTarget(name: "CLITests", dependencies: ["blemu", "BlemuTransport", "BlemuCore",
+        .testTarget(name: "CLITests", dependencies: ["blemu", "BlemuTransport", "BlemuCore", "BlemuAssignedNumbers",
+                                                  "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuDevices",
                                                   .product(name: "ArgumentParser", package: "swift-argument-parser")],
                     path: "Tests/CLITests"),
         .testTarget(name: "StackTests", dependencies: ["BlemuStack", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuATT",

@@ -47,6 +47,9 @@ func emitLine(_ line: String) { writeLine(line, to: 1) }
 /// keeps only values.
 func emitNote(_ line: String) { writeLine("blemu gatt: " + line, to: 2) }
 
+/// A line on stderr, as it is given.
+func emitStderr(_ line: String) { writeLine(line, to: 2) }
+
 private func writeLine(_ line: String, to fd: Int32) {
     var text = line + "\n"
     text.withUTF8 { buffer in

@@ -1,5 +1,6 @@
 import ArgumentParser
 import BlemuATT
+import BlemuAssignedNumbers
 import BlemuCentral
 import BlemuControl
 import BlemuCore
@@ -270,9 +271,11 @@ final class GattRun {
                 switch result {
                 case .failure(let error): fail("read \(uuid): \(error)")
                 case .success(let value):
-                    emitLine(json ? GATTValueText.json(uuid: uuid, handle: characteristic.valueHandle, value: value).encoded
-                                  : GATTValueText.describe(uuid: uuid, value: value))
-                    done()
+                    presentationFormat(of: characteristic) { [self] format in
+                        emitLine(json ? GATTValueText.json(uuid: uuid, handle: characteristic.valueHandle, value: value, format: format).encoded
+                                      : GATTValueText.describe(uuid: uuid, value: value, format: format))
+                        done()
+                    }
                 }
             }
         case .write(let uuid, let value):
@@ -280,7 +283,9 @@ final class GattRun {
             if noResponse {
                 switch client.writeWithoutResponse(characteristic.valueHandle, value) {
                 case .failure(let error): fail("write \(uuid): \(error)")
-                case .success: emitLine(json ? #"{"ok":true}"# : "written (without response)"); done()
+                case .success:
+                    emitLine(json ? Self.writtenJSON(uuid, characteristic.valueHandle, value, withoutResponse: true).encoded : "written (without response)")
+                    done()
                 }
                 return
             }
@@ -289,7 +294,7 @@ final class GattRun {
                     switch result {
                     case .failure(let error): fail("write \(uuid): \(error)")
                     case .success:
-                        emitLine(json ? #"{"ok":true}"# : "written")
+                        emitLine(json ? Self.writtenJSON(uuid, characteristic.valueHandle, value, withoutResponse: false).encoded : "written")
                         guard characteristic.properties.contains(.indicate) else { return done() }
                         // A control point answers with an indication: wait a little for it.
                         session.loop.schedule(after: .seconds(5)) { [self] in done() }
@@ -301,8 +306,9 @@ final class GattRun {
             guard characteristic.properties.contains(.indicate), characteristic.clientConfigurationHandle != nil else { return write() }
             client.onIndication = { [self] handle, indicated in
                 guard handle == characteristic.valueHandle else { return }
-                emitLine(json ? GATTValueText.json(uuid: uuid, handle: handle, value: Array(indicated)).encoded
-                              : "indicated: " + GATTValueText.describe(uuid: uuid, value: Array(indicated)))
+                let time = Timestamp.now()
+                emitLine(json ? GATTValueText.json(uuid: uuid, handle: handle, value: Array(indicated), time: time).encoded
+                              : "\(time.clock)  indicated: " + GATTValueText.describe(uuid: uuid, value: Array(indicated)))
                 done()
             }
             workflow.retryingOnSecurity({ [self] done in client.configure(characteristic, notify: false, indicate: true, completion: done) }) { [self] result in
@@ -315,10 +321,13 @@ final class GattRun {
             guard notify || characteristic.properties.contains(.indicate) else {
                 return fail("characteristic \(uuid) neither notifies nor indicates")
             }
+            var format: PresentationFormat?
             let handler: (UInt16, ArraySlice<UInt8>) -> Void = { [self] handle, value in
                 guard handle == characteristic.valueHandle else { return }
-                emitLine(json ? GATTValueText.json(uuid: uuid, handle: handle, value: Array(value)).encoded
-                              : GATTValueText.describe(uuid: uuid, value: Array(value)))
+                // When it came, as a person watching or a script timing it wants.
+                let time = Timestamp.now()
+                emitLine(json ? GATTValueText.json(uuid: uuid, handle: handle, value: Array(value), format: format, time: time).encoded
+                              : "\(time.clock)  " + GATTValueText.describe(uuid: uuid, value: Array(value), format: format))
                 received += 1
                 if let count, received >= count { done() }
             }
@@ -332,10 +341,29 @@ final class GattRun {
                     fail("characteristic \(uuid) is gone: the peripheral took it out (Service Changed)")
                 }
             }
-            workflow.retryingOnSecurity({ [self] done in client.configure(characteristic, notify: notify, indicate: !notify, completion: done) }) { [self] result in
-                if case .failure(let error) = result { fail("subscribe \(uuid): \(error)") }
+            // The Presentation Format first (read before subscribing: values decoded from the first).
+            presentationFormat(of: characteristic) { [self] found in
+                format = found
+                workflow.retryingOnSecurity({ [self] done in client.configure(characteristic, notify: notify, indicate: !notify, completion: done) }) { [self] result in
+                    if case .failure(let error) = result { fail("subscribe \(uuid): \(error)") }
+                }
             }
         }
+    }
+
+    /// Reads the characteristic's Presentation Format descriptor (0x2904) when it has one; nil
+    /// when not, or when it cannot be read (the value is then shown without it).
+    private func presentationFormat(of characteristic: RemoteCharacteristic, then: @escaping (PresentationFormat?) -> Void) {
+        guard let handle = characteristic.descriptors.first(where: { $0.uuid == GATTType.presentationFormat })?.handle else { return then(nil) }
+        client.read(handle) { result in
+            guard case .success(let bytes) = result else { return then(nil) }
+            then(PresentationFormat(bytes))
+        }
+    }
+
+    static func writtenJSON(_ uuid: BluetoothUUID, _ handle: UInt16, _ value: [UInt8], withoutResponse: Bool) -> JSONValue {
+        .object([("ok", .bool(true)), ("uuid", .string(uuid.description)), ("handle", .string(Hex.word(handle))),
+                 ("written", .string(Hex.bytes(value))), ("without_response", .bool(withoutResponse))])
     }
 
     private func print(_ dump: GATTWorkflow.Dump, permissions: [UInt16: [String]]) {
@@ -356,22 +384,8 @@ final class GattRun {
         } else if json {
             emitLine(GATTValueText.dumpJSON(advertisement: advertisement, services: services, values: values).encoded)
         } else {
-            emitLine("\(advertisement.address) \"\((GATTProfile.deviceName(services, values) ?? advertisement.name).visible)\" (ATT MTU \(client.mtu))")
-            for service in services {
-                emitLine("\(service.service.isPrimary ? "service" : "secondary service") \(service.uuid)\(GATTValueText.serviceName(service.uuid)) handles \(Hex.word(service.handles.lowerBound))-\(Hex.word(service.handles.upperBound))")
-                for include in service.includes {
-                    emitLine("  includes \(include.service.uuid) handles \(Hex.word(include.service.handles.lowerBound))-\(Hex.word(include.service.handles.upperBound))")
-                }
-                for characteristic in service.characteristics {
-                    var line = "  characteristic \(characteristic.uuid)\(GATTValueText.characteristicName(characteristic.uuid)) handle \(Hex.word(characteristic.valueHandle)) [\(GATTValueText.properties(characteristic.properties))]"
-                    if let value = values[characteristic.valueHandle] { line += ": " + GATTValueText.describe(uuid: characteristic.uuid, result: value) }
-                    emitLine(line)
-                    for descriptor in characteristic.descriptors {
-                        var line = "    descriptor \(descriptor.uuid) handle \(Hex.word(descriptor.handle))"
-                        if let value = values[descriptor.handle] { line += ": " + GATTValueText.describe(uuid: descriptor.uuid, result: value) }
-                        emitLine(line)
-                    }
-                }
+            for line in GATTValueText.dumpLines(advertisement: advertisement, mtu: Int(client.mtu), services: services, values: values) {
+                emitLine(line)
             }
         }
         done()

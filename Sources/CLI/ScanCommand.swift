@@ -1,17 +1,23 @@
+import BlemuAssignedNumbers
 import ArgumentParser
+import BlemuBroadcast
 import BlemuCentral
 import BlemuControl
 import BlemuCore
+import BlemuObserver
 import BlemuStack
 import Logging
 
 /// `blemu scan`: the advertisers nearby, one line each, again when what they say changes (and,
-/// with `--json`, when their RSSI moved): `ScanLines` decides, with a bounded memory.
+/// with `--json`, when their RSSI moved): `ScanLines` decides, with a bounded memory. Below each
+/// line, what the observer decoded (`BroadcastReport`: BTHome, iBeacon, Eddystone, service and
+/// manufacturer data); `--watch ADDRESS` prints each new reading of one advertiser once
+/// (`ReadingWatch`).
 struct ScanCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "scan",
         abstract: "Central: list advertisers nearby, one line each, updated as they change.",
-        discussion: "Runs until Ctrl-C or --timeout. Lines: ADDRESS TYPE RSSI \"NAME\" services [UUID ...] appearance 0xNNNN; --json: one object per line.")
+        discussion: "Runs until Ctrl-C or --timeout. Lines: ADDRESS TYPE RSSI \"NAME\" services [UUID ...] appearance 0xNNNN, then an indented line per decoded broadcast (bthome, ibeacon, eddystone-uid/url/tlm, battery-service, service-data, manufacturer-data); --json: one object per line.")
 
     @Option(name: .customLong("controller"), help: "Controller spec: hciN, tcp:HOST:PORT, unix:PATH, serial:DEVICE[:BAUD]. Default: $BLEMU_CONTROLLER.")
     var controller: String?
@@ -31,6 +37,15 @@ struct ScanCommand: ParsableCommand {
     @Flag(help: "Passive scanning: no scan requests, so no scan responses (names often live there).")
     var passive = false
 
+    @Option(name: .customLong("bindkey-file"), help: ArgumentHelp("Open encrypted BTHome with the bindkey in this file (32 hex digits; never on the command line).", valueName: "PATH"))
+    var bindkeyFile: String?
+
+    @Option(help: ArgumentHelp("Only this advertiser, each new reading printed once (BTHome packet id de-duplicated; unchanged payloads not repeated).", valueName: "ADDRESS"))
+    var watch: String?
+
+    @Flag(help: "Also synchronize to periodic advertising trains (extended scanning; LE Periodic Advertising Create Sync) and print their data, decoded, when it changes.")
+    var periodic = false
+
     @Option(name: .customLong("log-level"), help: "Log level for stderr (default: warning).")
     var logLevel: Logger.Level = .warning
 
@@ -41,23 +56,115 @@ struct ScanCommand: ParsableCommand {
         if let service, ControlRequest.parseUUID(service) == nil {
             throw ValidationError("--service '\(service)' is not a UUID: give 180D, 0x180D or the 128-bit form")
         }
+        if let watch, BluetoothAddress(watch) == nil {
+            throw ValidationError("--watch '\(watch)' is not a Bluetooth address: give AA:BB:CC:DD:EE:FF")
+        }
     }
 
     func run() throws {
         try LogSetup.bootstrap(destination: .stderr, level: logLevel)
         defer { LogSetup.finish() }
+        let watched = watch.flatMap(BluetoothAddress.init)
+        var keys = BroadcastReport.Keys(bound: watched != nil)
+        if let bindkeyFile {
+            switch BTHomeBindkey.read(path: bindkeyFile) {
+            case .success(let read):
+                keys.bindkey = read.key
+                if let warning = read.warning { emitStderr("blemu scan: warning: \(warning)") }
+            case .failure(let error):
+                throw ValidationError(error.description)
+            }
+        }
         let session = try CentralSession(controller: controller, logger: Logger(label: "blemu.scan"))
         let filter = AdvertiserFilter(name: name, service: service.flatMap(ControlRequest.parseUUID))
         // What was printed for each advertiser (at most 256 remembered, like the advertisers).
         var lines = ScanLines(rssiUpdates: json)
+        var readings = watched.map(ReadingWatch.init)
         session.host.onAdvertisement = { advertisement, change in
-            guard filter.matches(advertisement), let update = lines.update(for: advertisement, change: change) else { return }
-            emitLine(json ? Self.json(advertisement, update: update.rawValue).encoded : Self.text(advertisement))
+            guard filter.matches(advertisement) else { return }
+            let update: String
+            let report: BroadcastReport
+            if readings != nil {
+                guard advertisement.address == watched else { return }
+                report = BroadcastReport(advertisement, keys: keys)
+                guard readings!.isNewReading(report, from: advertisement.address) else { return }
+                update = "reading"
+            } else {
+                guard let line = lines.update(for: advertisement, change: change) else { return }
+                update = line.rawValue
+                report = BroadcastReport(advertisement, keys: keys)
+            }
+            for line in json ? [Self.json(advertisement, report: report, update: update).encoded] : Self.text(advertisement, report: report) {
+                emitLine(line)
+            }
+        }
+        if periodic {
+            // What each train last printed (at most PeriodicTrains.defaultCapacity trains are held).
+            var lastData: [UInt16: [UInt8]] = [:]
+            var periodicReadings = watched.map(ReadingWatch.init)
+            session.host.syncToPeriodicTrains()
+            session.host.onPeriodicSync = { train, address, sid, failure in
+                if let failure {
+                    if let train { lastData[train.syncHandle] = nil }
+                    emitStderr("blemu scan: \(address) SID \(sid): \(failure)")
+                }
+            }
+            session.host.onPeriodicData = { train, data, rssi, truncated in
+                if let watched, train.address != watched { return }
+                let report = BroadcastReport(address: train.address, advertisingData: data, keys: keys)
+                if periodicReadings != nil {
+                    guard periodicReadings!.isNewReading(report, from: train.address) else { return }
+                } else {
+                    guard lastData[train.syncHandle] != data else { return }
+                    lastData[train.syncHandle] = data
+                }
+                let lines = json ? [Self.json(train: train, data: data, rssi: rssi, truncated: truncated, report: report).encoded]
+                    : Self.text(train: train, rssi: rssi, truncated: truncated, report: report)
+                for line in lines { emitLine(line) }
+            }
         }
         session.host.onError = { message in session.finish(failure: message) }
-        session.host.onReady = { session.host.startScanning(active: !passive) }
+        session.host.onReady = {
+            if periodic, !session.host.controller.usesExtendedCommands {
+                emitStderr("blemu scan: --periodic: the controller scans with legacy commands (no extended advertising), so no periodic train can be found")
+            }
+            session.host.startScanning(active: !passive)
+        }
         if let timeout { session.finish(after: timeout) }
         try session.run()
+    }
+
+    /// The advertiser's line, then one indented line per decoded item.
+    static func text(_ advertisement: Advertisement, report: BroadcastReport) -> [String] {
+        [text(advertisement)] + report.textLines.map { "    " + $0 }
+    }
+
+    /// Periodic_Advertising_Interval (1.25 ms units) in ms: "100.00".
+    static func milliseconds(_ interval: UInt16) -> String {
+        let hundredths = Int(interval) * 125
+        let fraction = hundredths % 100
+        return "\(hundredths / 100).\(fraction < 10 ? "0" : "")\(fraction)"
+    }
+
+    /// A periodic train's data: its line ("periodic"), then one indented line per decoded item.
+    static func text(train: PeriodicTrain, rssi: Int8?, truncated: Bool, report: BroadcastReport) -> [String] {
+        var parts = [train.address.description, Advertisement.addressTypeName(train.addressType), rssi.map { "\($0) dBm" } ?? "? dBm",
+                     "periodic sid \(train.sid)", "interval \(milliseconds(train.interval)) ms"]
+        if truncated { parts.append("truncated") }
+        return [parts.joined(separator: "  ")] + report.textLines.map { "    " + $0 }
+    }
+
+    static func json(train: PeriodicTrain, data: [UInt8], rssi: Int8?, truncated: Bool, report: BroadcastReport) -> JSONValue {
+        .object([
+            ("address", .string(train.address.description)),
+            ("address_type", .string(Advertisement.addressTypeName(train.addressType))),
+            ("rssi", rssi.map { .integer(Int64($0)) } ?? .null),
+            ("periodic", .object([("sid", .integer(Int64(train.sid))), ("interval_ms", .number(Double(train.interval) * 1.25)),
+                                  ("sync_handle", .integer(Int64(train.syncHandle))), ("truncated", .bool(truncated))])),
+            ("advertising_data", .string(Hex.bytes(data))),
+            ("decoded", report.json),
+            ("update", "periodic"),
+        ])
     }
 
     static func text(_ advertisement: Advertisement) -> String {
@@ -66,15 +173,17 @@ struct ScanCommand: ParsableCommand {
         // The name is the advertiser's own: shown, never obeyed (`VisibleText`).
         if !advertisement.name.isEmpty { parts.append("\"\(advertisement.name.visible)\"") }
         if !advertisement.services.isEmpty {
-            parts.append("services [" + advertisement.services.map(\.description).joined(separator: " ") + "]")
+            parts.append("services [" + advertisement.services.map { uuid in
+                uuid.description + (AssignedNumbers.serviceName(uuid).map { " (\($0))" } ?? "")
+            }.joined(separator: " ") + "]")
         }
-        if let appearance = advertisement.appearance { parts.append("appearance \(Hex.word(appearance))") }
+        if let appearance = advertisement.appearance { parts.append("appearance \(GATTValueText.appearance(appearance))") }
         if let power = advertisement.txPower { parts.append("tx \(power) dBm") }
         if advertisement.isConnectable { parts.append("connectable") }
         return parts.joined(separator: "  ")
     }
 
-    static func json(_ advertisement: Advertisement, update: String) -> JSONValue {
+    static func json(_ advertisement: Advertisement, report: BroadcastReport? = nil, update: String) -> JSONValue {
         .object([
             ("address", .string(advertisement.address.description)),
             ("address_type", .string(advertisement.addressTypeName)),
@@ -82,10 +191,14 @@ struct ScanCommand: ParsableCommand {
             ("name", advertisement.name.isEmpty ? .null : .string(advertisement.name)),
             ("services", .array(advertisement.services.map { .string($0.description) })),
             ("appearance", advertisement.appearance.map { .integer(Int64($0)) } ?? .null),
+            ("appearance_name", advertisement.appearance.flatMap(AssignedNumbers.appearanceName).map { .string($0) } ?? .null),
             ("tx_power", advertisement.txPower.map { .integer(Int64($0)) } ?? .null),
             ("connectable", .bool(advertisement.isConnectable)),
             ("manufacturer_data", advertisement.manufacturerData.map { .string(Hex.bytes($0)) } ?? .null),
             ("service_data", .object(advertisement.serviceData.map { ($0.uuid.description, .string(Hex.bytes($0.data))) })),
+            ("advertising_data", .string(Hex.bytes(advertisement.advertisingData))),
+            ("scan_response_data", .string(Hex.bytes(advertisement.scanResponseData))),
+            ("decoded", (report ?? BroadcastReport(advertisement)).json),
             ("update", .string(update)),
         ])
     }

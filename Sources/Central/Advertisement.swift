@@ -73,13 +73,16 @@ public struct Advertisement: Equatable, Sendable {
     }
 
     /// "public" or "random" (resolved identities say so).
-    public var addressTypeName: String {
-        switch reportedAddressType {
+    public var addressTypeName: String { Self.addressTypeName(reportedAddressType) }
+
+    /// The name of a report's Address_Type (7.7.65.13, 7.7.65.14).
+    public static func addressTypeName(_ type: UInt8) -> String {
+        switch type {
         case 0x00: return "public"
         case 0x01: return "random"
         case 0x02: return "public-identity"
         case 0x03: return "random-identity"
-        default: return "type-\(reportedAddressType)"
+        default: return "type-\(type)"
         }
     }
 }

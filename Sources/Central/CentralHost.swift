@@ -56,6 +56,18 @@ public final class CentralHost: ATTServerDelegate {
     public var onAdvertisement: ((Advertisement, AdvertiserTable.Change) -> Void)?
     /// A controller that cannot do what was asked (e.g. the scan parameters refused).
     public var onError: ((String) -> Void)?
+    /// The data of a periodic advertising train synchronized to (`syncToPeriodicTrains`), whole
+    /// (its fragments reassembled); `truncated` when the controller or the 1650-byte bound cut it.
+    public var onPeriodicData: ((PeriodicTrain, [UInt8], _ rssi: Int8?, _ truncated: Bool) -> Void)?
+    /// A train synchronized to (`failure` nil), lost (the train and why), or not synchronized
+    /// to (no train, and why).
+    public var onPeriodicSync: ((PeriodicTrain?, _ address: BluetoothAddress, _ sid: UInt8, _ failure: String?) -> Void)?
+    /// The periodic trains (Vol 6, Part B, 4.4.2.12): synchronized to while `periodicSyncWanted`.
+    public private(set) var periodic = PeriodicTrains()
+    public private(set) var periodicSyncWanted = false
+    private var createSyncTimer: TimerID?
+    /// How long a Create Sync may wait for its train before it is cancelled (7.8.68).
+    public static let createSyncPatience: Duration = .seconds(5)
     /// Pairing and encryption of the links (`attach(security:)`); nil: pairing is refused.
     public private(set) var security: CentralSecurity?
     /// A static random address this central scans and connects from (set when the controller is
@@ -121,6 +133,36 @@ public final class CentralHost: ATTServerDelegate {
             self.onError?("the controller refused to scan (HCI status \(result.status.map(Hex.byte) ?? "timeout"))")
         }
         logger.info("scanning (\(active ? "active" : "passive"), \(extended ? "extended" : "legacy") commands)")
+    }
+
+    /// While scanning (extended), synchronizes to each periodic train an extended advertising
+    /// report announces (LE Periodic Advertising Create Sync, Vol 4, Part E, 7.8.67), one at a
+    /// time, at most `PeriodicTrains.defaultCapacity`; their data comes to `onPeriodicData`.
+    public func syncToPeriodicTrains() { periodicSyncWanted = true }
+
+    private func offerPeriodicTrain(_ report: ExtendedAdvertisingReport) {
+        guard periodicSyncWanted, hci.isReady, let command = periodic.createSync(for: report) else { return }
+        let address = report.address
+        let sid = report.advertisingSID
+        logger.info("synchronizing to the periodic train of \(address) SID \(sid)")
+        hci.send(command) { [weak self] result in
+            guard let self, !result.succeeded, result != .cancelled else { return }
+            self.cancelCreateSyncTimer()
+            self.periodic.createSyncFailed()
+            self.onPeriodicSync?(nil, address, sid, "the controller refused LE Periodic Advertising Create Sync (HCI status \(result.status.map(Hex.byte) ?? "timeout"))")
+        }
+        // A train that is not heard leaves the Create Sync pending for ever: cancelled after a
+        // while, which ends it with Sync Established status 0x44 (7.8.68).
+        createSyncTimer = scheduler.schedule(after: Self.createSyncPatience) { [weak self] in
+            guard let self, self.periodic.pending != nil else { return }
+            self.createSyncTimer = nil
+            self.hci.send(.lePeriodicAdvertisingCreateSyncCancel)
+        }
+    }
+
+    private func cancelCreateSyncTimer() {
+        if let timer = createSyncTimer { scheduler.cancel(timer) }
+        createSyncTimer = nil
     }
 
     public func stopScanning() {
@@ -301,11 +343,19 @@ extension CentralHost: ControllerRole {
         proceed()
     }
 
-    public func controllerWasReset(reason: String) { dropLinks() }
+    public func controllerWasReset(reason: String) {
+        cancelCreateSyncTimer()
+        periodic.reset()
+        dropLinks()
+    }
 
     public func controllerWillHalt() {}
 
-    public func controllerWentAway(reason: String, stopping: Bool) { dropLinks() }
+    public func controllerWentAway(reason: String, stopping: Bool) {
+        cancelCreateSyncTimer()
+        periodic.reset()
+        dropLinks()
+    }
 
     public func stopBegan() { scanWanted = nil }
 
@@ -336,7 +386,21 @@ extension CentralHost: ControllerRole {
                     connectable: report.isScanResponse ? nil : report.isConnectable, isScanResponse: report.isScanResponse,
                     data: report.data, txPower: report.txPower, now: scheduler.nowNanoseconds)
                 onAdvertisement?(advertisement, change)
+                offerPeriodicTrain(report)
             }
+        case .lePeriodicAdvertisingSyncEstablished(let established):
+            cancelCreateSyncTimer()
+            if let train = periodic.established(established) {
+                logger.info("synchronized to the periodic train of \(train.address) SID \(train.sid), handle \(train.syncHandle)")
+                onPeriodicSync?(train, train.address, train.sid, nil)
+            } else {
+                onPeriodicSync?(nil, established.address, established.sid,
+                                "no sync to the periodic train (HCI status \(Hex.byte(established.status)))")
+            }
+        case .lePeriodicAdvertisingReport(let report):
+            if let whole = periodic.report(report) { onPeriodicData?(whole.train, whole.data, report.rssi, whole.truncated) }
+        case .lePeriodicAdvertisingSyncLost(let handle):
+            if let train = periodic.lost(handle) { onPeriodicSync?(train, train.address, train.sid, "periodic train lost (sync timeout)") }
         default:
             break
         }

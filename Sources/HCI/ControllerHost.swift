@@ -271,7 +271,8 @@ extension ControllerHost: HCIHostDelegate {
         switch event {
         case .leConnectionComplete(let complete):
             connectionCompleted(complete)
-        case .leAdvertisingReport, .leExtendedAdvertisingReport:
+        case .leAdvertisingReport, .leExtendedAdvertisingReport, .lePeriodicAdvertisingSyncEstablished,
+             .lePeriodicAdvertisingReport, .lePeriodicAdvertisingSyncLost:
             central?.roleEvent(event)
         case .leAdvertisingSetTerminated:
             peripheral?.roleEvent(event)

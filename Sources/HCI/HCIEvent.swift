@@ -75,6 +75,12 @@ public enum HCIEvent: Equatable, Sendable {
     case leAdvertisingReport([AdvertisingReport])
     /// LE Extended Advertising Report (7.7.65.13).
     case leExtendedAdvertisingReport([ExtendedAdvertisingReport])
+    /// 7.7.65.14: a Create Sync ended: synchronized to a periodic train, or why not.
+    case lePeriodicAdvertisingSyncEstablished(PeriodicSyncEstablished)
+    /// 7.7.65.15: data of a periodic train synchronized to.
+    case lePeriodicAdvertisingReport(PeriodicAdvertisingReport)
+    /// 7.7.65.16: the sync timed out (the train went silent for Sync_Timeout).
+    case lePeriodicAdvertisingSyncLost(syncHandle: UInt16)
     case leOther(subevent: UInt8)
     case other(code: UInt8)
 
@@ -104,6 +110,9 @@ public enum HCIEvent: Equatable, Sendable {
         case let (.leLongTermKeyRequest(a1, a2, a3), .leLongTermKeyRequest(b1, b2, b3)): return a1 == b1 && a2 == b2 && a3 == b3
         case let (.leAdvertisingSetTerminated(a1, a2, a3, a4), .leAdvertisingSetTerminated(b1, b2, b3, b4)):
             return a1 == b1 && a2 == b2 && a3 == b3 && a4 == b4
+        case let (.lePeriodicAdvertisingSyncEstablished(x), .lePeriodicAdvertisingSyncEstablished(y)): return x == y
+        case let (.lePeriodicAdvertisingReport(x), .lePeriodicAdvertisingReport(y)): return x == y
+        case let (.lePeriodicAdvertisingSyncLost(x), .lePeriodicAdvertisingSyncLost(y)): return x == y
         case let (.leOther(x), .leOther(y)): return x == y
         case let (.other(x), .other(y)): return x == y
         default: return false
@@ -249,22 +258,25 @@ public enum HCIEvent: Equatable, Sendable {
                 let eventType = try r.u16()
                 let addressType = try r.u8()
                 let address = try BluetoothAddress(littleEndian: try r.bytes(6))
-                try r.skip(3)                // primary PHY, secondary PHY, advertising SID
+                try r.skip(2)                // primary PHY, secondary PHY
+                let sid = try r.u8()
                 let txPower = try r.i8()
                 let rssi = try r.i8()
-                try r.skip(9)                // periodic advertising interval, direct address type and address
+                let periodicInterval = try r.u16()
+                try r.skip(7)                // direct address type and address
                 let dataLength = Int(try r.u8())
                 let data = Array(try r.bytes(dataLength))
                 reports.append(ExtendedAdvertisingReport(eventType: eventType, addressType: addressType, address: address,
                                                          txPower: txPower == 127 ? nil : txPower,
-                                                         rssi: rssi == 127 ? nil : rssi, data: data))
+                                                         rssi: rssi == 127 ? nil : rssi, data: data,
+                                                         advertisingSID: sid, periodicInterval: periodicInterval))
             }
             try r.expectEnd("LE Extended Advertising Report")
             return .leExtendedAdvertisingReport(reports)
         case 0x0C:
             return .lePHYUpdateComplete(status: try r.u8(), handle: try r.u16() & 0x0FFF, txPHY: try r.u8(), rxPHY: try r.u8())
         default:
-            return .leOther(subevent: subevent)
+            return try Self.decodePeriodic(subevent: subevent, &r) ?? .leOther(subevent: subevent)
         }
     }
 }
@@ -291,6 +303,11 @@ public struct ExtendedAdvertisingReport: Equatable, Sendable {
     /// dBm; nil when not available (127).
     public var rssi: Int8?
     public var data: [UInt8]
+    /// Advertising_SID: the set's id (0x00-0x0F), 0xFF when the PDU had no ADI.
+    public var advertisingSID: UInt8 = 0xFF
+    /// Periodic_Advertising_Interval in 1.25 ms units: nonzero when the set has a periodic
+    /// train to sync to (Vol 4, Part E, 7.7.65.13).
+    public var periodicInterval: UInt16 = 0
 
     public var isConnectable: Bool { eventType & 0x0001 != 0 }
     public var isScanResponse: Bool { eventType & 0x0008 != 0 }

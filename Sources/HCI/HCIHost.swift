@@ -348,9 +348,10 @@ public final class HCIHost {
     /// Vol 4, Part E, 7.8.1: Connection Complete (0), Advertising Report (1), Connection Update
     /// Complete (2), Read Remote Features Complete (3), LTK Request (4), Remote Connection Parameter
     /// Request (5), Data Length Change (6), Enhanced Connection Complete (9), PHY Update Complete (11),
-    /// Extended Advertising Report (12), Advertising Set Terminated (17).
+    /// Extended Advertising Report (12), Periodic Advertising Sync Established, Report and Sync
+    /// Lost (13-15: `blemu scan --periodic`), Advertising Set Terminated (17).
     public static let leEventMask: UInt64 = 1 << 0 | 1 << 1 | 1 << 2 | 1 << 3 | 1 << 4 | 1 << 5 | 1 << 6 | 1 << 9 | 1 << 11
-        | 1 << 12 | 1 << 17
+        | 1 << 12 | 1 << 13 | 1 << 14 | 1 << 15 | 1 << 17
 
     /// The command of a stage, whether the sequence can go on without it, or nil to skip it.
     private func command(for stage: InitStage) -> (HCICommand, required: Bool)? {

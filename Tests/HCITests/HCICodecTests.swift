@@ -86,10 +86,10 @@ private let peerAddress = BluetoothAddress("C0:11:22:33:44:55")!
     }
 
     /// 7.8.1: LE Connection Complete .. Data Length Change (bits 0-6), Enhanced Connection
-    /// Complete (9), PHY Update Complete (11), Extended Advertising Report (12), Advertising Set
-    /// Terminated (17).
+    /// Complete (9), PHY Update Complete (11), Extended Advertising Report (12), Periodic
+    /// Advertising Sync Established, Report, Sync Lost (13-15), Advertising Set Terminated (17).
     @Test func leSetEventMaskCarriesEightOctetsLittleEndian() {
-        #expect(encoded(.leSetEventMask(HCIHost.leEventMask)) == hex("012008 7f 1a 02 00 00 00 00 00"))
+        #expect(encoded(.leSetEventMask(HCIHost.leEventMask)) == hex("012008 7f fa 02 00 00 00 00 00"))
     }
 
     /// 7.8.4: Random_Address, 6 octets, least significant first.
@@ -395,7 +395,7 @@ private let peerAddress = BluetoothAddress("C0:11:22:33:44:55")!
 
     @Test func unknownLESubeventIsLEOther() throws {
         #expect(try event("3e03 7f 0102") == .leOther(subevent: 0x7F))
-        #expect(try event("3e01 0e") == .leOther(subevent: 0x0E))
+        #expect(try event("3e01 11") == .leOther(subevent: 0x11))   // LE Scan Timeout: not decoded
     }
 
     @Test func leMetaWithoutSubeventIsRejected() {

@@ -205,7 +205,8 @@ private let initSequenceV1: [UInt16] = [
         let setEventMask = rig.sent.first { $0.opcode == HCIOpcode.setEventMask }
         #expect(setEventMask?.bytes == [0x01, 0x0C, 0x08, 0x90, 0x80, 0x00, 0x02, 0x00, 0x80, 0x00, 0x20])
         let leSetEventMask = rig.sent.first { $0.opcode == HCIOpcode.leSetEventMask }
-        #expect(leSetEventMask?.bytes == [0x01, 0x20, 0x08, 0x7F, 0x1A, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00])
+        // 0xFA: bits 13-15, the periodic advertising sync events, beside 9, 11 and 12.
+        #expect(leSetEventMask?.bytes == [0x01, 0x20, 0x08, 0x7F, 0xFA, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00])
     }
 
     /// Vol 4, Part E, 6.27: LE Read Buffer Size [v2] is octet 41 bit 5 of Supported Commands.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import select
 import signal
 import struct
@@ -70,6 +71,8 @@ def test_scan_lists_the_emulated_devices_with_what_they_advertise(rootcanal, hea
     assert last["name"] == heart_rate.name, last
     assert {"180D", "180F"} <= set(last["services"]), last
     assert last["appearance"] == 0x0341 and last["address_type"] == "random" and last["connectable"] is True, last
+    # Named from the SIG's assigned numbers (Sources/AssignedNumbers).
+    assert last["appearance_name"] == "Heart Rate Sensor: Heart Rate Belt", last
     assert isinstance(last["rssi"], int) and -127 <= last["rssi"] <= 20, last
     assert json_lines(result)[0]["update"] == "new"
     names = {entry["name"] for entry in json_lines(result)}
@@ -83,7 +86,8 @@ def test_scan_filters_by_service_and_name(rootcanal, heart_rate, thermostat):
     by_name = blemu_cli(rootcanal, "scan", "--timeout", "3", "--name", heart_rate.name)
     assert by_name.returncode == 0, by_name.describe()
     lines = by_name.stdout.splitlines()
-    assert lines and all(heart_rate.name in line or "services [180D 180F]" in line for line in lines), by_name.describe()
+    assert lines and all(heart_rate.name in line or "services [180D (Heart Rate) 180F (Battery Service)]" in line
+                         for line in lines), by_name.describe()
     assert not any(thermostat.name in line for line in lines)
 
 
@@ -110,6 +114,13 @@ def test_gatt_dump_decodes_the_heart_rate_sensor(rootcanal, heart_rate):
     assert chars["2A38"]["decoded"] == "chest" and chars["2A38"]["value"] == "01"
     assert chars["2A37"]["properties"] == ["notify"] and "value" not in chars["2A37"]
     assert [d["uuid"] for d in chars["2A37"]["descriptors"]] == ["2902"]
+    # Names from the SIG's assigned numbers, beside the UUIDs.
+    assert services["180D"]["name"] == "Heart Rate" and services["1800"]["name"] == "Generic Access", services["180D"]
+    assert chars["2A37"]["name"] == "Heart Rate Measurement" and chars["2A38"]["name"] == "Body Sensor Location"
+    [cccd] = chars["2A37"]["descriptors"]
+    assert cccd["name"] == "Client Characteristic Configuration" and cccd["decoded"] == "0x0000 (off)", cccd
+    gap = {c["uuid"]: c for c in services["1800"]["characteristics"]}
+    assert gap["2A01"]["decoded"] == "0x0341 (Heart Rate Sensor: Heart Rate Belt)", gap["2A01"]
     dis = {c["uuid"]: c for c in services["180A"]["characteristics"]}
     assert dis["2A29"]["decoded"] == '"blemu"'
     battery = services["180F"]["characteristics"][0]
@@ -126,6 +137,9 @@ def test_gatt_subscribe_prints_heart_rates(rootcanal, heart_rate):
     values = json_lines(result)
     assert len(values) == 3, values
     for value in values:
+        # When it came (UTC), for scripts that time notifications.
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", value["time"]), value
+        assert value["name"] == "Heart Rate Measurement", value
         bpm, unit = value["decoded"].split(",")[0].split(" ")
         assert value["uuid"] == "2A37" and unit == "bpm" and 30 <= int(bpm) <= 220, value
         # The decoded text is the measurement's own bytes (HRS 1.0, 3.1): flags, then the rate.
@@ -209,6 +223,23 @@ def test_gatt_write_then_read_back_on_the_thermostat(rootcanal, thermostat, tmp_
     bad = blemu_cli(rootcanal, "gatt", "--name", thermostat.name, *state, "write", THERMOSTAT_TARGET, struct.pack("<h", 9000).hex())
     assert bad.returncode == 1 and "(0xff)" in bad.stderr.lower(), bad.describe()
     assert "encrypted with our bond" in bad.stderr, bad.describe()
+    # A person's dump: names beside the UUIDs, the target decoded by its Presentation Format
+    # (it printed `6608`), descriptors named and decoded, its Valid Range in degrees.
+    dump = blemu_cli(rootcanal, "gatt", "--name", thermostat.name, *state, "--pair", "dump")
+    assert dump.returncode == 0, dump.describe()
+    lines = dump.stdout.splitlines()
+    assert "service 181A (Environmental Sensing)" in dump.stdout and "(Thermostat) handles" in dump.stdout, dump.stdout
+    [target] = [line for line in lines if line.startswith(f"  characteristic {THERMOSTAT_TARGET}")]
+    assert "(Target temperature)" in target and target.endswith(": 21.50 °C  [6608]"), target
+    assert re.search(r"characteristic 2A6E \(Temperature\) handle \S+ \[read notify\]: -?\d+\.\d+ °C  \[[0-9a-f]{4}\]", dump.stdout), dump.stdout
+    assert re.search(r"descriptor 2904 \(Characteristic Presentation Format\) handle \S+: format 0x0e, exponent -2, unit °C", dump.stdout), dump.stdout
+    assert re.search(r"descriptor 2906 \(Valid Range\) handle \S+: 5\.00 °C to 35\.00 °C", dump.stdout), dump.stdout
+    assert re.search(r"descriptor 2902 \(Client Characteristic Configuration\) handle \S+: 0x0000 \(off\)", dump.stdout), dump.stdout
+    assert re.search(r"characteristic 7d3c0102-\S+ \(Mode: 0 off, 1 heat, 2 cool, 3 auto\) handle \S+ \[read write notify\]: (off|heat|cool|auto)  \[0[0-3]\]",
+                     dump.stdout), dump.stdout
+    # One read with --json: the name and the value decoded by the Presentation Format read with it.
+    read = blemu_cli(rootcanal, "gatt", "--name", thermostat.name, *state, "read", THERMOSTAT_TARGET)
+    assert read.returncode == 0 and read.stdout.strip() == "21.50 °C  [6608]", read.describe()
 
 
 # ---------------------------------------------------------------------------------------------

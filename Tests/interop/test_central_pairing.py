@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import os
 
 from bumble import gatt
@@ -75,6 +76,8 @@ def test_blemu_gatt_pairs_with_the_lock_by_passkey_and_unlocks_it(rootcanal, tmp
         assert "encrypting with our bond" in unlock.stderr and "pairing" not in unlock.stderr.replace("pairing again", "?"), unlock.stderr
         assert "written" in unlock.stdout and "indicated" in unlock.stdout, unlock.describe()
         assert "800201" in unlock.stdout.replace(" ", ""), unlock.stdout
+        # The indication decoded (opcode, result) and when it came.
+        assert re.search(r"^\d\d:\d\d:\d\d\.\d{3}  indicated: unlock: success  \[800201\]$", unlock.stdout, re.M), unlock.stdout
         assert "paired with" not in lock.log_tail() or lock.log_tail().count("paired with") == 1
     finally:
         assert lock.stop() == 0, lock.log_tail()
