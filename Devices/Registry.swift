@@ -15,6 +15,11 @@ public enum DeviceRegistry {
         // before start; with neither, the lock makes one up and logs it.
         Entry(name: LockDevice.deviceName, summary: LockDevice.summary, make: { LockDevice() }),
         Entry(name: ChatDevice.deviceName, summary: ChatDevice.summary, make: { ChatDevice() }),
+        // Broadcasters: never connectable (Docs/BROADCASTERS.md); the BTHome ones encrypt with --bindkey-file.
+        Entry(name: BTHomeThermometerDevice.deviceName, summary: BTHomeThermometerDevice.summary, make: { BTHomeThermometerDevice() }),
+        Entry(name: BTHomeDoorDevice.deviceName, summary: BTHomeDoorDevice.summary, make: { BTHomeDoorDevice() }),
+        Entry(name: IBeaconDevice.deviceName, summary: IBeaconDevice.summary, make: { IBeaconDevice() }),
+        Entry(name: EddystoneDevice.deviceName, summary: EddystoneDevice.summary, make: { EddystoneDevice() }),
     ]
 
     public static func entry(named name: String) -> Entry? { all.first { $0.name == name } }

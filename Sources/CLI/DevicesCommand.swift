@@ -7,12 +7,18 @@ import BlemuHost
 struct DevicesCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "devices",
-        abstract: "List the device modules and every service each one serves (GAP, GATT and Diagnostics included).")
+        abstract: "List the device modules and every service each one serves (GAP, GATT and Diagnostics included); broadcasters serve none.")
 
     func run() throws {
         for entry in DeviceRegistry.all {
             let device = entry.make()
             print("\(entry.name) — \(entry.summary)")
+            if device is BroadcastingDevice {
+                // Non-connectable: no central ever reaches a database, so none is listed.
+                let settings = device.settings.map(\.key).joined(separator: ", ")
+                print("  broadcasts only (non-connectable, no GATT services); settings: \(settings)")
+                continue
+            }
             print("  advertises as \"\(device.profile.defaultName)\"")
             // The services as the stack serves them, in handle order: what a central discovers.
             let services: [Service]

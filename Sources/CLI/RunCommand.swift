@@ -40,6 +40,10 @@ struct RunCommand: ParsableCommand {
     @Option(help: ArgumentHelp("A 6-digit static pairing passkey, like a label on the box: centrals pair with Passkey Entry and must type it. The lock always pairs so (without --passkey it makes one on its first start, keeps it in --state-dir and logs it); other devices use Just Works without it.", valueName: "DIGITS"))
     var passkey: String?
 
+    @Option(name: .customLong("bindkey-file"),
+            help: ArgumentHelp("Encrypt the BTHome devices' broadcasts (bthome-thermometer, bthome-door) with the bindkey in FILE: 32 hex digits, as Home Assistant asks for it (never on the command line). The counter is kept in --state-dir.", valueName: "FILE"))
+    var bindkeyFile: String?
+
     @Option(name: .customLong("io-capability"),
             help: ArgumentHelp("The IO capability the devices declare when a central pairs: display-only, display-yes-no, keyboard-only, keyboard-display, no-input-no-output (default: display-only with a passkey, else no-input-no-output). With a display, Numeric Comparison values and per-pairing passkeys are shown in the log.", valueName: "CAP"))
     var ioCapability: String?
@@ -126,6 +130,7 @@ struct RunCommand: ParsableCommand {
             guard (1...41_400).contains(rpaTimeout) else { throw ValidationError("--rpa-timeout must be 1 to 41400 seconds, not \(rpaTimeout)") }
         }
         if let stateDirectory, stateDirectory.isEmpty { throw ValidationError("--state-dir needs a directory") }
+        if let bindkeyFile, bindkeyFile.isEmpty { throw ValidationError("--bindkey-file needs a file path") }
         if let ioCapability, SMPIOCapability(cliName: ioCapability) == nil {
             throw ValidationError("--io-capability '\(ioCapability)': give display-only, display-yes-no, keyboard-only, keyboard-display or no-input-no-output")
         }
@@ -142,7 +147,10 @@ struct RunCommand: ParsableCommand {
         let plans = try devicePlans()
         // Every initial value and PIN is tried on a throwaway device here, before run() writes
         // anything (a passkey file, the capture, the socket): a refusal is a bad command line.
-        do { try DevicePlanning.checkSettings(plans) } catch let error as PlanError { throw ValidationError(error.message) }
+        do {
+            try DevicePlanning.checkSettings(plans)
+            _ = try DevicePlanning.checkBindkeys(plans)
+        } catch let error as PlanError { throw ValidationError(error.message) }
         guard controllers.count <= plans.count else {
             throw ValidationError("\(controllers.count) controllers for \(plans.count) device(s): give at most one --controller per device")
         }
@@ -168,7 +176,7 @@ struct RunCommand: ParsableCommand {
         do {
             return try DevicePlanning.plans(devices: devices, specs: specs, environmentSpec: environmentSpec, file: file,
                                         fileName: configPath, name: name, address: address.flatMap(BluetoothAddress.init),
-                                            pin: pin, passkey: passkey)
+                                            pin: pin, passkey: passkey, bindkeyFile: bindkeyFile)
         } catch let error as PlanError {
             throw ValidationError(error.message)
         }

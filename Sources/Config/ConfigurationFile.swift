@@ -53,6 +53,8 @@ public struct DeviceConfiguration: Sendable, Equatable {
     public var pin: String?
     /// A static pairing passkey: 6 digits.
     public var passkey: String?
+    /// An encrypted BTHome device's bindkey file (relative to the configuration file's directory).
+    public var bindkeyFile: String?
     /// The IO capability the device declares when a central pairs (`--io-capability`'s names).
     public var ioCapability: String?
     /// `--io-capability`'s names.
@@ -230,7 +232,7 @@ private struct Reader {
 
     func device(_ node: YAMLNode, at path: String) throws(ConfigurationError) -> DeviceConfiguration {
         let keys = ["device", "name", "address", "controller", "settings", "pin", "passkey", "io_capability", "advertising", "connection",
-                    "privacy", "rpa_timeout_s"]
+                    "privacy", "rpa_timeout_s", "bindkey_file"]
         let entries = try mapping(node, at: path)
         try allowOnly(keys, in: entries, at: path)
         guard let name = entries["device"] else { throw fail(node, path, "`device:` is missing (the device to run, e.g. heart-rate)") }
@@ -259,6 +261,11 @@ private struct Reader {
         if let entry = entries["controller"] { device.controller = try controller(entry.value, at: "\(path).controller") }
         if let entry = entries["pin"] { device.pin = try digits(entry.value, at: "\(path).pin", 4...8, what: "a PIN") }
         if let entry = entries["passkey"] { device.passkey = try digits(entry.value, at: "\(path).passkey", 6...6, what: "a passkey") }
+        if let entry = entries["bindkey_file"] {
+            let text = try scalar(entry.value, at: "\(path).bindkey_file")
+            guard !text.isEmpty else { throw fail(entry.value, "\(path).bindkey_file", "needs a file path") }
+            device.bindkeyFile = profilePath(text)
+        }
         if let entry = entries["io_capability"] {
             let text = try scalar(entry.value, at: "\(path).io_capability")
             guard DeviceConfiguration.ioCapabilityNames.contains(text) else {

@@ -285,6 +285,8 @@ public final class DeviceControl {
                 ("controller", .string(peripheral.configuration.controller)),
                 ("advertising", .bool(peripheral.isAdvertising)),
                 ("advertising_allowed", .bool(peripheral.advertisingAllowed)),
+                // A broadcaster's advertising data as sent now (hex); null for a connectable device.
+                ("broadcast", peripheral.broadcastPayload.map { .string(Hex.bytes($0)) } ?? .null),
                 ("connections", .array(links)),
                 ("settings", .array(settings)),
                 ("faults", .array(faults)),

@@ -8,13 +8,24 @@ public struct AdvertisingRequest: Sendable, Equatable {
     public var address: BluetoothAddress
     public var advertisingData: [UInt8]
     public var scanResponseData: [UInt8]
+    /// False for a broadcaster: non-connectable and non-scannable advertising (ADV_NONCONN_IND,
+    /// Vol 6, Part B, 2.3.1.3, or its extended form), which no central can connect to or scan;
+    /// the scan response is then not sent.
+    public var connectable: Bool
 
-    public init(interval: UInt16, address: BluetoothAddress, advertisingData: [UInt8], scanResponseData: [UInt8]) {
+    public init(interval: UInt16, address: BluetoothAddress, advertisingData: [UInt8], scanResponseData: [UInt8],
+                connectable: Bool = true) {
         self.interval = interval
         self.address = address
         self.advertisingData = advertisingData
         self.scanResponseData = scanResponseData
+        self.connectable = connectable
     }
+
+    /// Whether the set advertises with extended PDUs: only a non-connectable set whose data does
+    /// not fit a legacy PDU's 31 octets (connectable sets keep to legacy PDUs, which every
+    /// central scans for).
+    public var usesExtendedPDUs: Bool { !connectable && advertisingData.count > AdvertisingPayload.maximumLength }
 }
 
 /// The advertising sets of one controller: the bookkeeping that lets several devices share one
@@ -101,6 +112,21 @@ public final class Advertiser {
         }
     }
 
+    /// Whether the controller can carry `request`: legacy commands carry at most 31 octets of
+    /// advertising data (Vol 4, Part E, 7.8.7); extended sets up to 251 in one command (7.8.54).
+    public func canCarry(_ request: AdvertisingRequest) -> Bool {
+        switch mode {
+        case .legacy: return !request.usesExtendedPDUs
+        case .extended: return request.advertisingData.count <= HCICommand.extendedDataMaximumLength
+        }
+    }
+
+    /// The set's kind of advertising changed between legacy and extended PDUs, which needs
+    /// new parameters (a restart), not only new data.
+    public func needsRestart(from old: AdvertisingRequest, to new: AdvertisingRequest) -> Bool {
+        old.usesExtendedPDUs != new.usesExtendedPDUs
+    }
+
     /// (Re)starts a set: parameters, address, payloads, enable. `wasOn` turns it off first,
     /// because parameters cannot change while a set advertises (7.8.5, 7.8.53).
     public func start(set: UInt8, _ request: AdvertisingRequest, wasOn: Bool, completion: @escaping (CommandResult) -> Void) {
@@ -117,16 +143,22 @@ public final class Advertiser {
                     if !result.succeeded, self?.legacyAddress == request.address { self?.legacyAddress = nil }
                 }
             }
+            // Advertising_Type 0x03: ADV_NONCONN_IND, non-connectable undirected (7.8.5).
             hci.send(.leSetAdvertisingParameters(intervalMin: request.interval, intervalMax: request.interval,
-                                                 ownAddressType: .randomDevice))
-            sendPayloads(set: set, advertisingData: request.advertisingData, scanResponseData: request.scanResponseData)
+                                                 type: request.connectable ? 0x00 : 0x03, ownAddressType: .randomDevice))
+            sendPayloads(set: set, advertisingData: request.advertisingData,
+                         scanResponseData: request.connectable ? request.scanResponseData : nil, extendedPDUs: false)
             hci.send(.leSetAdvertisingEnable(true), completion: completion)
         case .extended:
             if wasOn { hci.send(.leSetExtendedAdvertisingEnable(false, set: set)) }
+            let properties = request.connectable ? HCICommand.connectableLegacyProperties
+                : request.usesExtendedPDUs ? HCICommand.nonConnectableExtendedProperties : HCICommand.nonConnectableLegacyProperties
             hci.send(.leSetExtendedAdvertisingParameters(set: set, intervalMin: request.interval, intervalMax: request.interval,
-                                                         ownAddressType: .randomDevice))
+                                                         ownAddressType: .randomDevice, properties: properties))
             hci.send(.leSetAdvertisingSetRandomAddress(set: set, request.address))
-            sendPayloads(set: set, advertisingData: request.advertisingData, scanResponseData: request.scanResponseData)
+            // A non-scannable set takes no scan response data (7.8.55: Invalid HCI Command Parameters).
+            sendPayloads(set: set, advertisingData: request.advertisingData,
+                         scanResponseData: request.connectable ? request.scanResponseData : nil, extendedPDUs: request.usesExtendedPDUs)
             hci.send(.leSetExtendedAdvertisingEnable(true, set: set), completion: completion)
         }
     }
@@ -139,18 +171,24 @@ public final class Advertiser {
     /// Operation 0x03 (complete data) of at most 31 octets, the one operation a set that is
     /// enabled accepts for its scan response and one of the two for its advertising data
     /// (7.8.54, 7.8.55; any other is Command Disallowed). `completion` hears each command sent.
-    public func update(set: UInt8, advertisingData: [UInt8]?, scanResponseData: [UInt8]?,
+    /// `extendedPDUs`: the set advertises with extended PDUs (`AdvertisingRequest.usesExtendedPDUs`),
+    /// whose data may pass 31 octets; operation 0x03 in one command is allowed while it is enabled
+    /// as long as the data fits one AUX_ADV_IND, which a broadcaster's does.
+    public func update(set: UInt8, advertisingData: [UInt8]?, scanResponseData: [UInt8]?, extendedPDUs: Bool = false,
                        completion: @escaping (HCICommand, CommandResult) -> Void) {
-        sendPayloads(set: set, advertisingData: advertisingData, scanResponseData: scanResponseData, completion: completion)
+        sendPayloads(set: set, advertisingData: advertisingData, scanResponseData: scanResponseData, extendedPDUs: extendedPDUs,
+                     completion: completion)
     }
 
     /// The payload commands of the mode, for what is not nil.
-    private func sendPayloads(set: UInt8, advertisingData: [UInt8]?, scanResponseData: [UInt8]?,
+    private func sendPayloads(set: UInt8, advertisingData: [UInt8]?, scanResponseData: [UInt8]?, extendedPDUs: Bool,
                               completion: ((HCICommand, CommandResult) -> Void)? = nil) {
         let extended = mode != .legacy
         var commands: [HCICommand] = []
         if let advertisingData {
-            commands.append(extended ? .leSetExtendedAdvertisingData(set: set, advertisingData) : .leSetAdvertisingData(advertisingData))
+            let maximum = extendedPDUs ? HCICommand.extendedDataMaximumLength : AdvertisingPayload.maximumLength
+            commands.append(extended ? .leSetExtendedAdvertisingData(set: set, advertisingData, maximumLength: maximum)
+                                     : .leSetAdvertisingData(advertisingData))
         }
         if let scanResponseData {
             commands.append(extended ? .leSetExtendedScanResponseData(set: set, scanResponseData) : .leSetScanResponseData(scanResponseData))

@@ -183,10 +183,14 @@ public struct HCICommand: Equatable, Sendable {
     /// scannable, legacy PDUs (ADV_IND), so every central sees it, including ones that scan
     /// only for legacy advertising; own address type random, with the set's own address
     /// (7.8.52); 1M PHY; no TX power preference (0x7F); the set handle as its SID.
+    /// `properties` other than the default: 0x0010, non-connectable and non-scannable with legacy
+    /// PDUs (ADV_NONCONN_IND); 0x0000, non-connectable and non-scannable extended advertising
+    /// (ADV_EXT_IND with AUX_ADV_IND, for data beyond 31 octets), Vol 4, Part E, 7.8.53.
     public static func leSetExtendedAdvertisingParameters(set: UInt8, intervalMin: UInt16, intervalMax: UInt16,
-                                                          ownAddressType: AddressType) -> HCICommand {
+                                                          ownAddressType: AddressType,
+                                                          properties: UInt16 = connectableLegacyProperties) -> HCICommand {
         var p: [UInt8] = [set]
-        p.appendLE(UInt16(0x0013))
+        p.appendLE(properties)
         p.appendLE24(UInt32(intervalMin))
         p.appendLE24(UInt32(intervalMax))
         p.append(0x07)                       // all three primary channels
@@ -203,6 +207,11 @@ public struct HCICommand: Equatable, Sendable {
         return HCICommand(opcode: HCIOpcode.leSetExtendedAdvertisingParameters, parameters: p)
     }
 
+    /// Advertising_Event_Properties (7.8.53): bit 0 connectable, bit 1 scannable, bit 4 legacy PDUs.
+    public static let connectableLegacyProperties: UInt16 = 0x0013
+    public static let nonConnectableLegacyProperties: UInt16 = 0x0010
+    public static let nonConnectableExtendedProperties: UInt16 = 0x0000
+
     /// 7.8.52: a set's own random address.
     public static func leSetAdvertisingSetRandomAddress(set: UInt8, _ address: BluetoothAddress) -> HCICommand {
         HCICommand(opcode: HCIOpcode.leSetAdvertisingSetRandomAddress, parameters: [set] + address.littleEndianBytes)
@@ -210,10 +219,16 @@ public struct HCICommand: Equatable, Sendable {
 
     /// 7.8.54: operation 0x03 = complete data in one command; fragment preference 0x01 = the
     /// controller should not fragment. Legacy PDUs carry at most 31 octets.
-    public static func leSetExtendedAdvertisingData(set: UInt8, _ data: [UInt8]) -> HCICommand {
-        let body = Array(data.prefix(AdvertisingPayload.maximumLength))
+    /// A set that advertises with extended PDUs takes up to 251 octets in one command
+    /// (`maximumLength: extendedDataMaximumLength`).
+    public static func leSetExtendedAdvertisingData(set: UInt8, _ data: [UInt8],
+                                                    maximumLength: Int = AdvertisingPayload.maximumLength) -> HCICommand {
+        let body = Array(data.prefix(min(maximumLength, extendedDataMaximumLength)))
         return HCICommand(opcode: HCIOpcode.leSetExtendedAdvertisingData, parameters: [set, 0x03, 0x01, UInt8(body.count)] + body)
     }
+
+    /// 7.8.54: Advertising_Data_Length is at most 251 octets per command.
+    public static let extendedDataMaximumLength = 251
 
     /// 7.8.55, like 7.8.54.
     public static func leSetExtendedScanResponseData(set: UInt8, _ data: [UInt8]) -> HCICommand {

@@ -22,6 +22,9 @@ final class DeviceAdvertiser {
     var logger: Logger
     /// Whether the device can take another link (advertising waits while it cannot).
     var hasRoomForLink: () -> Bool = { true }
+    /// A device that never accepts a connection: advertised non-connectable with the data it
+    /// gives, at its own interval, without phases (`BroadcastingDevice`).
+    let broadcaster: BroadcastingDevice?
 
     /// This device's advertising set on the controller (nil until the controller is ready, or
     /// when it had none left).
@@ -53,7 +56,8 @@ final class DeviceAdvertiser {
     private var fastPhaseEnds: UInt64 = 0
 
     init(host: PeripheralHost, configuration: PeripheralConfiguration, profile: DeviceProfile, identityAddress: BluetoothAddress,
-         database: GATTDatabase, security: PeripheralSecurity, logger: Logger) {
+         database: GATTDatabase, security: PeripheralSecurity, broadcaster: BroadcastingDevice? = nil, logger: Logger) {
+        self.broadcaster = broadcaster
         self.host = host
         self.configuration = configuration
         self.profile = profile
@@ -64,12 +68,15 @@ final class DeviceAdvertiser {
         self.logger = logger
         address = identityAddress
         txPower = profile.txPowerLevel
-        payload = Self.payload(configuration: configuration, profile: profile, serviceUUIDs: profile.advertisedServices,
-                               txPower: profile.txPowerLevel)
+        // A broadcaster's data is its own, read once it has started (`controllerReady`).
+        payload = broadcaster != nil ? AdvertisingPayload(advertisingData: [], scanResponseData: [], omitted: [])
+            : Self.payload(configuration: configuration, profile: profile, serviceUUIDs: profile.advertisedServices,
+                           txPower: profile.txPowerLevel)
     }
 
     /// What the configuration makes advertising leave out or do against the guidelines.
     func warnAboutConfiguration() {
+        guard broadcaster == nil else { return }
         for line in profile.advertisingTiming.violations {
             logger.warning("advertising timing: \(line)")
         }
@@ -91,6 +98,10 @@ final class DeviceAdvertiser {
     /// power (the controller's, once read) and the services the database serves
     /// (`advertisedServiceUUIDs`). The one builder decides what fits.
     private func rebuildPayload() {
+        if let broadcaster {
+            payload = AdvertisingPayload(advertisingData: broadcaster.advertisingData, scanResponseData: [], omitted: [])
+            return
+        }
         payload = Self.payload(configuration: configuration, profile: profile, serviceUUIDs: advertisedServiceUUIDs, txPower: txPower)
     }
 
@@ -100,6 +111,7 @@ final class DeviceAdvertiser {
     /// is read when the payload carries it, then advertising starts fast.
     func controllerReady() {
         guard let set else { return }
+        if broadcaster != nil { rebuildPayload() }
         // The identity address, or with privacy the private address of the moment.
         let own = address
         host.advertiser.setAddress(own) { [weak self] result in
@@ -198,6 +210,10 @@ final class DeviceAdvertiser {
     /// advertising without starting the fast phase over).
     func start(fast: Bool, fastFor: Duration? = nil) {
         guard hci.isReady, !host.isStopping, allowed, !host.resolvingList.changing, let set, hasRoomForLink() else { return }
+        if let broadcaster {
+            startBroadcasting(set: set, interval: broadcaster.broadcastInterval)
+            return
+        }
         let timing = profile.advertisingTiming
         let interval = fast ? timing.fastInterval : timing.slowInterval
         if fast, isAdvertising, !requested, self.interval == interval, advertisedAddress == address {
@@ -238,6 +254,64 @@ final class DeviceAdvertiser {
         }
     }
 
+    /// A broadcaster's advertising: one interval, non-connectable, its data only. A start while
+    /// it runs with the same interval and address does nothing; `restart` is for a change of
+    /// the set's parameters that these do not show (legacy or extended PDUs).
+    private func startBroadcasting(set: UInt8, interval: UInt16, restart: Bool = false) {
+        if !restart, isAdvertising, !requested, self.interval == interval, advertisedAddress == address { return }
+        let request = broadcastRequest(interval: interval)
+        guard host.advertiser.canCarry(request) else {
+            logger.error("broadcast data of \(request.advertisingData.count) bytes does not fit this controller's advertising (31 bytes without LE Extended Advertising, 251 with it): not advertising")
+            return
+        }
+        let wasOn = isAdvertising || requested
+        requested = true
+        host.advertiser.start(set: set, request, wasOn: wasOn) { [weak self] result in
+            guard let self, !self.host.isStopping, result != .cancelled else { return }
+            self.requested = false
+            guard result.succeeded else {
+                self.logger.warning("broadcasting could not start",
+                                    metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
+                self.isAdvertising = false
+                return
+            }
+            self.isAdvertising = true
+            self.interval = interval
+            self.advertisedAddress = request.address
+            self.logger.event(.advertisingStarted, .info,
+                              "broadcasting (non-connectable, \(request.usesExtendedPDUs ? "extended" : "legacy") PDUs) from \(request.address) every \(Double(interval) * 0.625) ms: \(Hex.bytes(request.advertisingData))")
+        }
+    }
+
+    private func broadcastRequest(interval: UInt16) -> AdvertisingRequest {
+        AdvertisingRequest(interval: interval, address: address, advertisingData: payload.advertisingData, scanResponseData: [],
+                           connectable: false)
+    }
+
+    /// The broadcaster's data or interval may have changed: only what differs goes to the
+    /// controller. The same bytes send nothing; new bytes go in with LE Set (Extended)
+    /// Advertising Data while the set runs (Vol 4, Part E, 7.8.7, 7.8.54: the controller uses
+    /// them in the following advertising events); a new interval, or data that moves the set
+    /// between legacy and extended PDUs, restarts the set with new parameters.
+    func broadcastChanged() {
+        guard let broadcaster else { return }
+        let old = broadcastRequest(interval: interval ?? broadcaster.broadcastInterval)
+        rebuildPayload()
+        let new = broadcastRequest(interval: broadcaster.broadcastInterval)
+        guard new != old else { return }
+        guard hci.isReady, !host.isStopping, let set, isAdvertising || requested else { return }
+        if new.interval != old.interval || host.advertiser.needsRestart(from: old, to: new) || !host.advertiser.canCarry(new) {
+            startBroadcasting(set: set, interval: new.interval, restart: true)
+            return
+        }
+        host.advertiser.update(set: set, advertisingData: new.advertisingData, scanResponseData: nil,
+                               extendedPDUs: new.usesExtendedPDUs) { [weak self] command, result in
+            guard let self, !result.succeeded, result != .cancelled else { return }
+            self.logger.warning("controller refused \(command.name) for the new broadcast data",
+                                metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
+        }
+    }
+
     private func scheduleSlowPhase(after delay: Duration) {
         if let timer = phaseTimer { scheduler.cancel(timer) }
         fastPhaseEnds = scheduler.nowNanoseconds + UInt64(max(0, delay / .nanoseconds(1)))
@@ -268,6 +342,7 @@ final class DeviceAdvertiser {
     /// them. Returns whether either payload changed.
     @discardableResult
     func contentChanged() -> Bool {
+        guard broadcaster == nil else { return false }
         let old = payload
         rebuildPayload()
         let new = payload

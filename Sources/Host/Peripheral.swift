@@ -112,7 +112,8 @@ public final class Peripheral {
         links = DeviceLinks(hci: host.hci, scheduler: host.scheduler, configuration: configuration, preferredParameters: usable,
                             database: database, faults: FaultPlan(), security: security, logger: logger)
         advertising = DeviceAdvertiser(host: host, configuration: configuration, profile: profile, identityAddress: address,
-                                       database: database, security: security, logger: logger)
+                                       database: database, security: security, broadcaster: device as? BroadcastingDevice,
+                                       logger: logger)
         standard.database = database
         standard.featuresChanged = { [weak self] handle, features in
             guard let self, let connection = self.connections[handle] else { return }

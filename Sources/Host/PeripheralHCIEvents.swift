@@ -16,7 +16,11 @@ extension Peripheral {
         advertising.set = set
         if !deviceStarted {
             deviceStarted = true
-            device.start(context: self)
+            if let broadcaster = advertising.broadcaster {
+                broadcaster.start(broadcasting: self)
+            } else {
+                device.start(context: self)
+            }
         }
         advertising.controllerReady()
     }

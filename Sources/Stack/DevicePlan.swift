@@ -1,3 +1,4 @@
+import BlemuBroadcast
 import BlemuConfig
 import BlemuCore
 import BlemuDevices
@@ -16,6 +17,8 @@ public struct DevicePlan {
     /// Initial values, in order: the file's settings, then the PIN.
     public var settings: [DeviceConfiguration.Setting] = []
     public var passkey: String?
+    /// An encrypted BTHome device's bindkey file (`--bindkey-file`, else the entry's `bindkey_file:`).
+    public var bindkeyFile: String?
     /// The config file's io-capability (`--io-capability` overrides it).
     public var ioCapability: String?
     public var privacy = false
@@ -40,7 +43,7 @@ public enum DevicePlanning {
     /// Controllers: --controller, then the entry's, then the file's, then $BLEMU_CONTROLLER.
     public static func plans(devices: [String], specs: [ControllerSpec], environmentSpec: () throws -> ControllerSpec?,
                       file: RunConfiguration?, fileName: String?, name: String?, address: BluetoothAddress?,
-                      pin: String?, passkey: String?) throws -> [DevicePlan] {
+                      pin: String?, passkey: String?, bindkeyFile: String? = nil) throws -> [DevicePlan] {
         var entries: [DeviceConfiguration?]
         if devices.isEmpty {
             entries = (file?.devices ?? []).map { $0 }
@@ -86,6 +89,16 @@ public enum DevicePlanning {
             plan.address = entry?.address
             plan.settings = entry?.settings ?? []
             plan.passkey = passkey ?? entry?.passkey
+            // --bindkey-file is for the BTHome devices (like --pin for the lock); an entry's own
+            // `bindkey_file:` is refused by a device that does not encrypt.
+            if let bindkeyFile, encrypts(device) {
+                plan.bindkeyFile = bindkeyFile
+            } else if let own = entry?.bindkeyFile {
+                guard encrypts(device) else {
+                    throw PlanError("\(entry?.location ?? fileName ?? "--config"): devices[\(index)].bindkey_file: \(device) does not encrypt (\(encryptingDevices.joined(separator: ", ")) do)")
+                }
+                plan.bindkeyFile = own
+            }
             plan.ioCapability = entry?.ioCapability
             plan.privacy = entry?.privacy ?? false
             plan.privateAddressTimeout = entry?.privateAddressTimeout
@@ -106,6 +119,9 @@ public enum DevicePlanning {
             let takers = DeviceRegistry.all.filter { $0.make().settings.contains { $0.key == "pin" } }.map(\.name)
             throw PlanError("--pin: none of \(plans.map(\.device).joined(separator: ", ")) takes a PIN (\(takers.joined(separator: ", ")) does)")
         }
+        if bindkeyFile != nil, !plans.contains(where: { encrypts($0.device) }) {
+            throw PlanError("--bindkey-file: none of \(plans.map(\.device).joined(separator: ", ")) encrypts (\(encryptingDevices.joined(separator: ", ")) do)")
+        }
         if let name {
             for index in plans.indices {
                 plans[index].name = plans.count == 1 ? name : "\(name) \(plans[index].device)"
@@ -122,6 +138,26 @@ public enum DevicePlanning {
     public static func makeDevice(_ plan: DevicePlan) -> Device? {
         if let profile = plan.profile { return ProfileDevice(profile) }
         return DeviceRegistry.entry(named: plan.device)?.make()
+    }
+
+    /// The devices that encrypt their broadcasts with a bindkey (BTHome).
+    public static var encryptingDevices: [String] { [BTHomeThermometerDevice.deviceName, BTHomeDoorDevice.deviceName] }
+
+    static func encrypts(_ device: String) -> Bool { encryptingDevices.contains(device) }
+
+    /// Reads every plan's bindkey file, so a missing or malformed one ends the command line's
+    /// validation (exit status 64) before anything starts. Returns the warnings (a file others
+    /// may read).
+    public static func checkBindkeys(_ plans: [DevicePlan]) throws -> [String] {
+        var warnings: [String] = []
+        for plan in plans {
+            guard let path = plan.bindkeyFile else { continue }
+            switch BTHomeBindkey.read(path: path) {
+            case .success(let read): if let warning = read.warning { warnings.append(warning) }
+            case .failure(let error): throw PlanError("--bindkey-file: \(error.description)")
+            }
+        }
+        return warnings
     }
 
     /// Whether the plan's device has a `pin` setting (the lock).

@@ -1,4 +1,6 @@
+import BlemuBroadcast
 import BlemuCore
+import BlemuCrypto
 import BlemuDevices
 import BlemuHost
 import BlemuRunLoop
@@ -60,6 +62,9 @@ public enum RunStack {
             }
             configuration.security = securityConfiguration(plan: plan, device: type(of: device), configuration: configuration,
                                                            options: options, logger: logger)
+            if let path = plan.bindkeyFile {
+                try configureEncryption(device, bindkeyFile: path, configuration: configuration, options: options, logger: logger)
+            }
             let stack: ControllerStack
             if sharesOneController(spec, options: options), let existing = shared[spec] {
                 stack = existing
@@ -75,6 +80,35 @@ public enum RunStack {
             }
         }
         return stacks
+    }
+
+    /// An encrypted BTHome device: its bindkey, and its counter in the state directory
+    /// (`bthome-counter-DEVICE-NAME`, beside the device's bonds), so no nonce repeats across restarts.
+    static func configureEncryption(_ device: Device, bindkeyFile path: String, configuration: PeripheralConfiguration,
+                                    options: RunOptions, logger: Logger) throws(StackFailure) {
+        let kind = type(of: device).deviceName
+        let broadcast: BTHomeBroadcast
+        switch device {
+        case let thermometer as BTHomeThermometerDevice: broadcast = thermometer.broadcast
+        case let door as BTHomeDoorDevice: broadcast = door.broadcast
+        default: throw StackFailure("--bindkey-file: \(kind) does not encrypt")
+        }
+        let key: AESCCMKey
+        switch BTHomeBindkey.read(path: path) {
+        case .success(let read):
+            key = read.key
+            if let warning = read.warning { logger.warning("\(kind) '\(configuration.name)': \(warning)") }
+        case .failure(let error): throw StackFailure("--bindkey-file: \(error.description)")
+        }
+        guard let directory = options.stateDirectory else {
+            throw StackFailure("\(kind) '\(configuration.name)': encryption needs a state directory (--state-dir) to keep its counter, so that no nonce repeats across restarts")
+        }
+        let address = PeripheralConfiguration.identityAddress(deviceName: kind, localName: configuration.name,
+                                                              configured: configuration.address)
+        let owner = BondOwner(device: kind, name: configuration.name, address: address)
+        let counters = BTHomeCounterStore(path: directory + "/bthome-counter-" + owner.fileName.dropFirst("bonds-".count))
+        if let damage = counters.damage { logger.warning("\(kind) '\(configuration.name)': \(damage)") }
+        broadcast.encrypt(key: key, counters: counters)
     }
 
     /// Whether the devices that name `spec` run on one controller: an adapter or a UART can be

@@ -43,6 +43,30 @@ import Testing
         #expect(refused.message.contains("--pin") && refused.message.contains("lock"), "\(refused.message)")
     }
 
+    /// --bindkey-file reaches the BTHome devices only; a run without one, a missing file or one
+    /// that holds no key is a bad command line (64), found before anything starts.
+    @Test func bindkeyFileReachesTheBTHomeDevicesAndABadOneIsABadCommandLine() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blemu-cli-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let good = directory.appendingPathComponent("good.key").path
+        try "231d39c1d7cc1ab1aee224cd096db932\n".write(toFile: good, atomically: true, encoding: .utf8)
+        let bad = directory.appendingPathComponent("bad.key").path
+        try "not a key".write(toFile: bad, atomically: true, encoding: .utf8)
+
+        let plans = try Self.parseRun(["bthome-thermometer", "heart-rate", "bthome-door", "--bindkey-file", good] + Self.controller).devicePlans()
+        #expect(plans.map(\.bindkeyFile) == [good, nil, good])
+        for (arguments, fragment) in [(["heart-rate", "--bindkey-file", good], "encrypts"),
+                                      (["bthome-door", "--bindkey-file", bad], "32 hex digits"),
+                                      (["bthome-door", "--bindkey-file", directory.appendingPathComponent("none").path], "cannot read")] {
+            let refused = try #require(Self.refusal(arguments + Self.controller))
+            #expect(refused.status == 64)
+            #expect(refused.message.contains("--bindkey-file") && refused.message.contains(fragment), "\(refused.message)")
+            // The key's text never reaches the message.
+            #expect(!refused.message.contains("not a key"))
+        }
+    }
+
     @Test func aBadPINIsABadCommandLine() throws {
         let refused = try #require(Self.refusal(["lock", "--pin", "24x8"] + Self.controller))
         #expect(refused.status == 64)
@@ -65,5 +89,36 @@ import Testing
         let refused = try #require(Self.refusal(["--config", config]))
         #expect(refused.status == 64)
         #expect(refused.message.contains("heart-rate"), "\(refused.message)")
+    }
+
+    /// A config entry's `bindkey_file:` is the file's folder's when relative, reaches its own
+    /// BTHome device, and is refused (64) for a device that does not encrypt.
+    @Test func aConfigEntrysBindkeyFileIsRelativeToTheFileAndOnlyForBTHome() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blemu-cli-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        try "231d39c1d7cc1ab1aee224cd096db932".write(toFile: directory.appendingPathComponent("door.key").path,
+                                                     atomically: true, encoding: .utf8)
+        let good = directory.appendingPathComponent("good.yaml").path
+        try """
+            controller: tcp:127.0.0.1:6402
+            devices:
+              - device: bthome-door
+                bindkey_file: door.key
+              - device: bthome-thermometer
+            """.write(toFile: good, atomically: true, encoding: .utf8)
+        let plans = try Self.parseRun(["--config", good]).devicePlans()
+        #expect(plans.map(\.bindkeyFile) == [directory.appendingPathComponent("door.key").path, nil])
+
+        let bad = directory.appendingPathComponent("bad.yaml").path
+        try """
+            controller: tcp:127.0.0.1:6402
+            devices:
+              - device: heart-rate
+                bindkey_file: door.key
+            """.write(toFile: bad, atomically: true, encoding: .utf8)
+        let refused = try #require(Self.refusal(["--config", bad]))
+        #expect(refused.status == 64)
+        #expect(refused.message.contains("bindkey_file") && refused.message.contains("does not encrypt"), "\(refused.message)")
     }
 }

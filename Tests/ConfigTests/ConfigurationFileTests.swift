@@ -53,7 +53,7 @@ import Testing
         ("devices:\n  - device: ./scale.json\n    name: S\n    settings: { bpm: 72 }", "f.yaml:4: devices[0].settings: a GATT profile (./scale.json) has no settings: its values are the file's"),
         ("devices:\n  - device: scale.json\n    pin: \"1234\"", "f.yaml:3: devices[0].pin: a GATT profile (scale.json) has no PIN: its values are the file's"),
         ("devices:\n  - device: lock\n    passkey: 12345a", "f.yaml:3: devices[0].passkey: a passkey must be 6 digits, got `12345a`"),
-        ("devices:\n  - device: x\n    colour: red", "f.yaml:3: devices[0]: unknown key `colour` (allowed: device, name, address, controller, settings, pin, passkey, io_capability, advertising, connection, privacy, rpa_timeout_s)"),
+        ("devices:\n  - device: x\n    colour: red", "f.yaml:3: devices[0]: unknown key `colour` (allowed: device, name, address, controller, settings, pin, passkey, io_capability, advertising, connection, privacy, rpa_timeout_s, bindkey_file)"),
         ("devices:\n  - device: x\n    io_capability: telepathy", "f.yaml:3: devices[0].io_capability: `telepathy` is not an IO capability: display-only, display-yes-no, keyboard-only, keyboard-display, no-input-no-output"),
         ("devices:\n  - device: x\n    privacy: yes please", "f.yaml:3: devices[0].privacy: takes true or false, not `yes please`"),
         ("devices:\n  - device: x\n    privacy: true\n    rpa_timeout_s: 0", "f.yaml:4: devices[0].rpa_timeout_s: takes whole seconds from 1 to 41400, not `0`"),

@@ -73,14 +73,31 @@ def device_listing() -> dict[str, list[str]]:
 def test_devices_lists_heart_rate_and_its_services():
     devices = device_listing()
     assert "heart-rate" in devices, f"heart-rate not listed: {sorted(devices)}"
-    assert set(devices) <= {"heart-rate", "thermostat", "lock", "chat"}, f"names outside Docs/REFERENCE.md: {sorted(devices)}"
+    assert set(devices) <= {"heart-rate", "thermostat", "lock", "chat"} | BROADCASTERS, f"names outside Docs/REFERENCE.md: {sorted(devices)}"
     services = [line.split()[1].upper() for line in devices["heart-rate"] if line.startswith("service ")]
     for uuid in ("180D", "180A", "180F"):
         assert any(s in (uuid, f"0000{uuid}-0000-1000-8000-00805F9B34FB", f"0X{uuid}") for s in services), (
             f"heart-rate's service {uuid} not listed; services: {services}")
-    for name, lines in devices.items():
+    for name, lines in connectable(devices).items():
         # Docs/REFERENCE.md, UUIDs: the Diagnostics service is on every device.
         assert any("7d3c0001-9a5e-4d1a-8f6e-5c1b2d3e4f50" in line for line in lines), f"{name} lists no Diagnostics service"
+
+
+# Docs/BROADCASTERS.md: never connectable, so no database is listed.
+BROADCASTERS = {"bthome-thermometer", "bthome-door", "ibeacon", "eddystone"}
+
+
+def connectable(devices: dict[str, list[str]]) -> dict[str, list[str]]:
+    return {name: lines for name, lines in devices.items() if name not in BROADCASTERS}
+
+
+def test_devices_lists_the_broadcasters_as_broadcast_only():
+    devices = device_listing()
+    for name in BROADCASTERS:
+        assert name in devices, f"{name} not listed: {sorted(devices)}"
+        assert not listed_services(devices[name]), f"{name} lists services: {devices[name]}"
+        assert any(line.startswith("broadcasts only (non-connectable") for line in devices[name]), devices[name]
+    assert "temperature, humidity, battery, interval" in " ".join(devices["bthome-thermometer"])
 
 
 DIAGNOSTICS_SERVICE = "7d3c0001-9a5e-4d1a-8f6e-5c1b2d3e4f50"
@@ -100,7 +117,7 @@ def listed_services(lines: list[str]) -> list[tuple[str, list[str]]]:
 
 def test_devices_lists_every_service_served_gap_gatt_and_diagnostics_included():
     """README: every device also has GAP, GATT and Diagnostics, and `blemu devices` shows them."""
-    for name, lines in device_listing().items():
+    for name, lines in connectable(device_listing()).items():
         services = listed_services(lines)
         uuids = [uuid.upper() for uuid, _ in services]
         assert uuids[:2] == ["1800", "1801"], f"{name}: GAP 1800 and GATT 1801 do not come first: {uuids}"

@@ -1,0 +1,101 @@
+import BlemuBroadcast
+import BlemuCore
+import BlemuHost
+
+/// A BTHome v2 thermometer and hygrometer (bthome.io), the kind Home Assistant picks up by
+/// itself: temperature (0x02, s16 × 0.01 °C), humidity (0x03, u16 × 0.01 %) and battery (0x01,
+/// %) in its advertising data, encrypted with the bindkey of `--bindkey-file`. It never takes a
+/// connection. The room is the thermostat's `ThermalModel` (heated to 21 °C, the moisture
+/// wandering with the weather), measured every `readingPeriod`; a reading that differs from the
+/// one advertised gets the next packet id, the same one changes nothing.
+public final class BTHomeThermometerDevice: BroadcastingDevice {
+    public static let deviceName = "bthome-thermometer"
+    public static let summary = "BTHome v2 thermometer (temperature, humidity, battery), broadcast only; encrypted with --bindkey-file"
+    /// How often the sensor measures (a BTHome thermometer's usual pace).
+    public static let readingPeriod: Duration = .seconds(10)
+    /// The range a `temperature` setting takes: what a room thermometer measures (the s16
+    /// object holds -327.68 to 327.67).
+    public static let temperatureRange: ClosedRange<Double> = -40...85
+
+    public let broadcast = BTHomeBroadcast(triggerBased: false)
+    public private(set) var model: ThermalModel
+    public private(set) var battery: Int = 100
+    public private(set) var broadcastInterval: UInt16 = 1600  // 1 s
+    private weak var context: BroadcastContext?
+    private var modelNanoseconds: UInt64 = 0
+    private var timer: TimerID?
+
+    public init(seed: UInt64 = 0x4254) {
+        model = ThermalModel(room: 21, outside: 8, humidity: 50, target: 21, mode: .heat, seed: seed)
+    }
+
+    public var profile: DeviceProfile {
+        // Generic Thermometer (Assigned Numbers 2.6.3: 0x0300); no TX power in the data.
+        DeviceProfile(defaultName: "blemu BTHome TH", advertisedServices: [], appearance: 0x0300, txPowerLevel: nil)
+    }
+
+    public var advertisingData: [UInt8] { broadcast.advertisingData }
+
+    public func start(broadcasting context: BroadcastContext) {
+        self.context = context
+        broadcast.context = context
+        modelNanoseconds = context.scheduler.nowNanoseconds
+        measure()
+    }
+
+    public func stop() {
+        if let timer { context?.scheduler.cancel(timer) }
+        timer = nil
+    }
+
+    public var settings: [DeviceSetting] {
+        [
+            .number("temperature", "room temperature, °C, -40 to 85 (then heated towards 21)", in: Self.temperatureRange) { [weak self] celsius in
+                self?.change("temperature set to \(celsius) °C") { $0.setRoom(celsius) }
+            },
+            .number("humidity", "relative humidity, %, 0 to 100", in: 0...100) { [weak self] percent in
+                self?.change("humidity set to \(percent) %") { $0.setHumidity(percent) }
+            },
+            .integer("battery", "battery level, %, 0 to 100", in: 0...100) { [weak self] percent in
+                self?.battery = percent
+                self?.change("battery set to \(percent) %") { _ in }
+            },
+            .broadcastInterval { [weak self] units in
+                self?.broadcastInterval = units
+                self?.context?.broadcastChanged()
+            },
+        ]
+    }
+
+    /// The objects of a reading now (the packet id is added when it is advertised).
+    public var reading: [BTHomeObject] {
+        [BTHomeObject(.battery, integer: Int64(battery)),
+         BTHomeObject(.temperature, value: model.room),
+         BTHomeObject(.humidity, value: model.humidity)].compactMap { $0 }
+    }
+
+    private func catchUp() {
+        guard let context else { return }
+        let now = context.scheduler.nowNanoseconds
+        model.advance(seconds: Double(now &- modelNanoseconds) / 1e9)
+        modelNanoseconds = now
+    }
+
+    /// Applies a setting now (before the start: to the initial state) and advertises the result.
+    private func change(_ message: String, _ apply: (inout ThermalModel) -> Void) {
+        catchUp()
+        apply(&model)
+        context?.log(.stateChanged, .info, message, [:])
+        if context != nil { broadcast.publish(reading) }
+    }
+
+    /// One measurement, then the next one's timer.
+    private func measure() {
+        catchUp()
+        broadcast.publish(reading)
+        timer = context?.scheduler.schedule(after: Self.readingPeriod) { [weak self] in
+            self?.timer = nil
+            self?.measure()
+        }
+    }
+}
