@@ -8,7 +8,7 @@ let package = Package(
     products: [
         .executable(name: "blemu", targets: ["blemu"]),
         // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
-        .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
+        .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
                                              "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast",
                                              "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuSimulator", "BlemuBenchRig"]),
     ],
@@ -47,6 +47,9 @@ let package = Package(
             "BlemuCore", "BlemuHCI",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/L2CAP"),
+        // Credit based channels (Vol 3, Part A, 3.4.3, 4.22-4.28, 10.1): the channels of both credit
+        // based modes of a link, on its LE signalling and dynamic CIDs. Above L2CAP, beside ATT.
+        .target(name: "BlemuChannels", dependencies: ["BlemuCore", "BlemuHCI", "BlemuL2CAP"], path: "Sources/Channels"),
         // ATT PDUs and the ATTBearer, a fixed channel of an L2CAPLink.
         .target(name: "BlemuATT", dependencies: ["BlemuCore", "BlemuHCI", "BlemuL2CAP"], path: "Sources/ATT"),
         // The one crypto module (Vol 3, Part H, 2.2 and 2.4.5): AES-CMAC, the SMP toolbox, P-256
@@ -174,6 +177,9 @@ let package = Package(
                     path: "Tests/RunLoopTests"),
         .testTarget(name: "HCITests", dependencies: ["BlemuHCI", "BlemuL2CAP", "BlemuSimulator", "BlemuCore", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HCITests"),
+        .testTarget(name: "ChannelsTests", dependencies: ["BlemuChannels", "BlemuL2CAP", "BlemuHCI", "BlemuCore", "BlemuSimulator",
+                                                   .product(name: "Logging", package: "swift-log")],
+                    path: "Tests/ChannelsTests"),
         .testTarget(name: "ATTTests", dependencies: ["BlemuATT", "BlemuL2CAP", "BlemuHCI", "BlemuCore"], path: "Tests/ATTTests"),
         .testTarget(name: "CryptoTests", dependencies: ["BlemuTestSupport", "BlemuCrypto", "BlemuCore"], path: "Tests/CryptoTests"),
         .testTarget(name: "BroadcastTests", dependencies: ["BlemuTestSupport", "BlemuBroadcast", "BlemuCrypto", "BlemuCore"],
