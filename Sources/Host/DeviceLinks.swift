@@ -1,4 +1,5 @@
 import BlemuATT
+import BlemuChannels
 import BlemuCore
 import BlemuGATT
 import BlemuHCI
@@ -38,6 +39,8 @@ final class DeviceLinks {
     @exclusivity(unchecked) private(set) var connections = HandleTable<Connection>()
     /// Lines about links the controller or a central causes (attempts, refusals, failed disconnections).
     var linkLog = LogBudget()
+    /// The SPSMs the device published (`DeviceContext.publishL2CAPChannel`), served on each link.
+    let channelServers = ChannelServers()
 
     init(hci: HCIHost, scheduler: TimerScheduling, configuration: PeripheralConfiguration, preferredParameters: ConnectionParameters,
          database: GATTDatabase, faults: FaultPlan, security: PeripheralSecurity, logger: Logger) {
