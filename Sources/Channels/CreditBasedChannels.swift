@@ -79,6 +79,7 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
             }
         }
     }
+    private var creditCommand: [UInt8] = []
     /// Our requests awaiting their responses (at most one per channel, so bounded by the limit).
     private var pending: [Pending] = []
 
@@ -441,8 +442,16 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
         link.sendSignaling(pdu.command(identifier: identifier))
     }
 
+    /// A Flow Control Credit Indication (4.24), built in a reused buffer: credits go back on the
+    /// data path, which allocates nothing.
     func sendCredits(_ credits: UInt16, for channel: CreditBasedChannel) {
-        send(FlowControlCreditIndication(cid: channel.localCID, credits: credits), identifier: link.takeIdentifier())
+        creditCommand.removeAll(keepingCapacity: true)
+        creditCommand.append(SignalingCode.flowControlCredit)
+        creditCommand.append(link.takeIdentifier())
+        creditCommand.appendLE(UInt16(4))
+        creditCommand.appendLE(channel.localCID)
+        creditCommand.appendLE(credits)
+        _ = link.send(cid: L2CAPChannel.leSignaling, creditCommand[...], priority: .required)
     }
 
     /// Closes `channel` here at once and asks the peer to (4.6); the CID stays taken until the

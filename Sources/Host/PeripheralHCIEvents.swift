@@ -75,6 +75,7 @@ extension Peripheral {
             var linkSecurity = state
             linkSecurity.hasLongTermKey = state.isBonded || self.security.bond(on: handle) != nil
             connection.server.linkSecurity = linkSecurity
+            connection.channels.linkSecurity = linkSecurity
             // What a bonded central kept: its caching state, signing, subscriptions.
             self.bondedClients.securityChanged(state, on: connection)
         }
@@ -90,6 +91,12 @@ extension Peripheral {
                 self.hci.send(.leLongTermKeyRequestNegativeReply(handle: handle))
             }
         }
+    }
+
+    /// Room freed on link `handle`: its channels send what waited, then the device may go on.
+    func transmitQueueHasRoom(on handle: UInt16) {
+        connections[handle]?.link.transmitQueueHasRoom()
+        deviceMayProceed()
     }
 
     /// Room freed somewhere: a device that was told "queue full" hears `peripheralIsReady`, once.
