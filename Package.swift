@@ -91,7 +91,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
             .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Sources/Host"),
-        .target(name: "BlemuDevices", dependencies: ["BlemuCore", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuCrypto",
+        .target(name: "BlemuDevices", dependencies: ["BlemuCore", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuCrypto", "BlemuChannels",
             .product(name: "Logging", package: "swift-log"), .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Devices"),
         // Configuration files: devices and their options, checked before anything starts.

@@ -15,6 +15,7 @@ public enum DeviceRegistry {
         // before start; with neither, the lock makes one up and logs it.
         Entry(name: LockDevice.deviceName, summary: LockDevice.summary, make: { LockDevice() }),
         Entry(name: ChatDevice.deviceName, summary: ChatDevice.summary, make: { ChatDevice() }),
+        Entry(name: ChannelEchoDevice.deviceName, summary: ChannelEchoDevice.summary, make: { ChannelEchoDevice() }),
     ]
 
     public static func entry(named name: String) -> Entry? { all.first { $0.name == name } }
