@@ -35,6 +35,8 @@ public enum ChannelCloseReason: Equatable, Sendable, CustomStringConvertible {
     case protocolViolation(String)
     /// The ACL link went away.
     case linkClosed
+    /// The peer did not answer our request within the RTX time (Vol 3, Part A, 6.2.1).
+    case timedOut
 
     public var description: String {
         switch self {
@@ -45,6 +47,7 @@ public enum ChannelCloseReason: Equatable, Sendable, CustomStringConvertible {
         case .disconnectedByPeer: "disconnected by the peer"
         case .protocolViolation(let why): "disconnected: \(why)"
         case .linkClosed: "link closed"
+        case .timedOut: "no answer from the peer"
         }
     }
 }
@@ -114,6 +117,8 @@ public final class CreditBasedChannel {
     /// The link's HCI queue refused a K-frame: wait for it to have room.
     private var waitingForLink = false
     private var isPumping = false
+    /// Runs while our connection or disconnection request for this channel awaits its answer.
+    var responseTimer: TimerID?
 
     init(mode: Mode, spsm: UInt16, localCID: UInt16, local: ChannelParameters, owner: CreditBasedChannels,
          delegate: CreditBasedChannelDelegate?) {

@@ -62,6 +62,9 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
     /// Channels a peer may hold open (or opening, or closing) on one link: past it a request is
     /// refused with No resources (0x0004).
     public static let defaultChannelLimit = 16
+    /// How long our request waits for its response (the RTX timer, Vol 3, Part A, 6.2.1: 1 to
+    /// 60 s). A peer that never answers a Disconnection Request would otherwise keep the CID.
+    public static let responseTimeout: Duration = .seconds(30)
 
     unowned let link: L2CAPLink
     public let servers: ChannelServers
@@ -107,7 +110,34 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
     }
 
     private func remove(_ channel: CreditBasedChannel) {
+        answered(channel)
         channels.removeAll { $0 === channel }
+    }
+
+    /// Starts the RTX timer of our request about `channel`: unanswered, a connecting channel
+    /// fails and a disconnecting one is forgotten, its CID free again.
+    private func awaitAnswer(_ channel: CreditBasedChannel) {
+        answered(channel)
+        channel.responseTimer = link.context.scheduler.schedule(after: Self.responseTimeout) { [weak self, weak channel] in
+            guard let self, let channel else { return }
+            channel.responseTimer = nil
+            switch channel.state {
+            case .connecting:
+                self.pending.removeAll { if case .connect(_, _, let asked) = $0 { asked.contains { $0 === channel } } else { false } }
+                channel.ended(.timedOut)
+                self.remove(channel)
+            case .disconnecting:
+                channel.ended(.timedOut)
+                self.remove(channel)
+            case .open, .closed:
+                break
+            }
+        }
+    }
+
+    private func answered(_ channel: CreditBasedChannel) {
+        if let timer = channel.responseTimer { link.context.scheduler.cancel(timer) }
+        channel.responseTimer = nil
     }
 
     // MARK: Opening channels of our own
@@ -124,6 +154,7 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
         channels.append(channel)
         let id = link.takeIdentifier()
         pending.append(.connect(identifier: id, mode: .le, channels: [channel]))
+        awaitAnswer(channel)
         send(LECreditBasedConnectionRequest(spsm: spsm, sourceCID: cid, mtu: parameters.mtu, mps: parameters.mps,
                                             initialCredits: parameters.initialCredits), identifier: id)
         return channel
@@ -146,6 +177,7 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
         }
         let id = link.takeIdentifier()
         pending.append(.connect(identifier: id, mode: .enhanced, channels: opened))
+        for channel in opened { awaitAnswer(channel) }
         send(CreditBasedConnectionRequest(spsm: spsm, mtu: parameters.mtu, mps: parameters.mps,
                                           initialCredits: parameters.initialCredits, sourceCIDs: opened.map(\.localCID)),
              identifier: id)
@@ -185,7 +217,10 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
         let all = channels
         channels = []
         pending = []
-        for channel in all { channel.ended(.linkClosed) }
+        for channel in all {
+            answered(channel)
+            channel.ended(.linkClosed)
+        }
     }
 
     public func signaling(_ command: SignalingCommand) {
@@ -380,6 +415,7 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
               response.mtu >= CreditBasedLimits.leMinimumMTU, CreditBasedLimits.mpsRange.contains(response.mps) else {
             return openedWrongly(channel, remoteCID: response.destinationCID, "unacceptable LE credit based connection response")
         }
+        answered(channel)
         channel.opened(remoteCID: response.destinationCID, peerMTU: response.mtu, peerMPS: response.mps, credits: response.initialCredits)
     }
 
@@ -397,6 +433,7 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
             } else if !acceptable || !CreditBasedLimits.dynamicCIDs.contains(destination) || self.channel(remoteCID: destination) != nil {
                 openedWrongly(channel, remoteCID: destination, "unacceptable credit based connection response")
             } else {
+                answered(channel)
                 channel.opened(remoteCID: destination, peerMTU: response.mtu, peerMPS: response.mps, credits: response.initialCredits)
             }
         }
@@ -411,6 +448,7 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
             channel.remoteCID = remoteCID
             channel.state = .disconnecting
             send(DisconnectionRequest(destinationCID: remoteCID, sourceCID: channel.localCID), identifier: link.takeIdentifier())
+            awaitAnswer(channel)
         } else {
             remove(channel)
         }
@@ -460,6 +498,7 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
         guard channel.state == .open else { return }
         channel.ended(reason, state: .disconnecting)
         send(DisconnectionRequest(destinationCID: channel.remoteCID, sourceCID: channel.localCID), identifier: link.takeIdentifier())
+        awaitAnswer(channel)
     }
 
     /// The peer broke a rule of the mode on `channel`: disconnected, as 3.4.3 and 10.1 require.

@@ -318,6 +318,28 @@ import BlemuL2CAP
         #expect(pair.peripheralChannels.channels.isEmpty)
     }
 
+    /// A peer that never answers (Vol 3, Part A, 6.2.1, RTX): our connection request fails and
+    /// our disconnection request frees the CID after 30 s, so silence cannot use up the link's CIDs.
+    @Test func unansweredRequestsTimeOut() throws {
+        let channel = try #require(pair.centralChannels.connect(spsm: 0x0080, delegate: client))
+        pair.centralLower.outbox.removeAll()  // lost on the way
+        pair.scheduler.advance(by: .seconds(29))
+        #expect(channel.state == .connecting)
+        pair.scheduler.advance(by: .seconds(1))
+        #expect(client.closed == [.timedOut] && pair.centralChannels.channels.isEmpty)
+        // A late answer finds nothing to open.
+        pair.flush()
+
+        let (clientEnd, _) = try open()
+        clientEnd.disconnect()
+        pair.centralLower.outbox.removeAll()
+        #expect(pair.centralChannels.channels.count == 1)
+        pair.scheduler.advance(by: .seconds(30))
+        #expect(pair.centralChannels.channels.isEmpty)
+        #expect(client.closed == [.timedOut, .disconnected])
+        #expect(pair.scheduler.pendingCount == 0)
+    }
+
     /// Dynamic SPSMs are handed out from 0x0080 to 0x00FF, then no more.
     @Test func dynamicSPSMsAreAssigned() {
         let servers = ChannelServers()
