@@ -109,3 +109,29 @@ def test_an_unserved_spsm_is_refused(echo):
                 await conn.connection.create_l2cap_channel(spec=l2cap.LeCreditBasedChannelSpec(psm=0x00F0))
             assert "0x0002" in str(refused.value) or "PSM" in str(refused.value).upper(), str(refused.value)
     run(scenario(), timeout=60)
+
+
+def test_five_enhanced_channels_in_one_request(echo):
+    """Enhanced Credit Based Flow Control Mode (Vol 3, Part A, 4.25, 4.26): Bumble asks for five
+    channels in one request; each opens and echoes what is written on it, not on the others."""
+    async def scenario():
+        async with central_on(echo, "ecfc-central", discover=True) as conn:
+            value = await conn.read(conn.characteristic(UUID_L2CAP_PSM, UUID_ECHO_SERVICE))
+            spsm = struct.unpack("<H", value)[0]
+            device = conn.connection.device
+            channels = await device.l2cap_channel_manager.create_enhanced_credit_based_channels(
+                conn.connection, l2cap.LeCreditBasedChannelSpec(psm=spsm, mtu=4096, mps=247, max_credits=8), 5)
+            assert len(channels) == 5
+            queues = []
+            for channel in channels:
+                queue: asyncio.Queue[bytes] = asyncio.Queue()
+                channel.sink = queue.put_nowait
+                queues.append(queue)
+            for n, channel in enumerate(channels):
+                channel.write(bytes([n]) * (500 + n))
+            for n, queue in enumerate(queues):
+                echoed = await asyncio.wait_for(queue.get(), 20)
+                assert echoed == bytes([n]) * (500 + n), f"channel {n}: {len(echoed)} bytes of {echoed[:1].hex()}"
+            for channel in channels:
+                await channel.disconnect()
+    run(scenario(), timeout=90)
