@@ -32,6 +32,24 @@ import BlemuL2CAP
         #expect(pair.centralChannels.connectEnhanced(spsm: spsm, count: 6, delegate: client).isEmpty)
     }
 
+    /// Either role serves and either opens: here the peripheral opens one LE and three enhanced
+    /// channels to an SPSM the central serves.
+    @Test func thePeripheralOpensChannelsToTheCentral() throws {
+        let spsm = try #require(pair.centralServers.publish(delegate: server)).spsm
+        let le = try #require(pair.peripheralChannels.connect(spsm: spsm, delegate: client))
+        let enhanced = pair.peripheralChannels.connectEnhanced(spsm: spsm, count: 3, delegate: client)
+        pair.flush()
+        #expect(le.state == .open && le.mode == .le)
+        #expect(enhanced.count == 3 && enhanced.allSatisfy { $0.state == .open && $0.mode == .enhanced })
+        #expect(server.opened.count == 4 && pair.centralChannels.channels.count == 4)
+        #expect(enhanced[2].send([7, 7, 7]) && le.send([1]))
+        pair.flush()
+        #expect(server.received == [[7, 7, 7], [1]])
+        #expect(enhanced[0].reconfigure(mtu: 4096, mps: 200))
+        pair.flush()
+        #expect(enhanced[0].local.mtu == 4096 && server.opened[1].peerMTU == 4096)
+    }
+
     func request(_ sources: [UInt16], spsm: UInt16 = 0x0080, mtu: UInt16 = 100, mps: UInt16 = 100, id: UInt8 = 1) throws -> CreditBasedConnectionResponse {
         pair.centralSends(CreditBasedConnectionRequest(spsm: spsm, mtu: mtu, mps: mps, initialCredits: 1, sourceCIDs: sources)
             .command(identifier: id))
