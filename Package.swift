@@ -8,7 +8,7 @@ let package = Package(
     products: [
         .executable(name: "blemu", targets: ["blemu"]),
         // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
-        .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
+        .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
                                              "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast", "BlemuObserver",
                                              "BlemuAssignedNumbers", "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuSimulator", "BlemuBenchRig"]),
     ],
@@ -50,6 +50,9 @@ let package = Package(
             "BlemuCore", "BlemuHCI",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/L2CAP"),
+        // Credit based channels (Vol 3, Part A, 3.4.3, 4.22-4.28, 10.1): the channels of both credit
+        // based modes of a link, on its LE signalling and dynamic CIDs. Above L2CAP, beside ATT.
+        .target(name: "BlemuChannels", dependencies: ["BlemuCore", "BlemuHCI", "BlemuL2CAP"], path: "Sources/Channels"),
         // ATT PDUs and the ATTBearer, a fixed channel of an L2CAPLink.
         .target(name: "BlemuATT", dependencies: ["BlemuCore", "BlemuHCI", "BlemuL2CAP"], path: "Sources/ATT"),
         // The one crypto module (Vol 3, Part H, 2.2 and 2.4.5): AES-CMAC, the SMP toolbox, P-256
@@ -83,15 +86,15 @@ let package = Package(
         ], path: "Sources/GATTClient"),
         // The central role beside the peripheral host: scanning, connecting, links with a GATT client.
         .target(name: "BlemuCentral", dependencies: [
-            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
+            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Central"),
         .target(name: "BlemuHost", dependencies: [
-            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuATT", "BlemuGATT", "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
+            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuGATT", "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Sources/Host"),
-        .target(name: "BlemuDevices", dependencies: ["BlemuCore", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuCrypto", "BlemuBroadcast",
+        .target(name: "BlemuDevices", dependencies: ["BlemuCore", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuCrypto", "BlemuBroadcast", "BlemuChannels",
             .product(name: "Logging", package: "swift-log"), .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Devices"),
         // Configuration files: devices and their options, checked before anything starts.
@@ -174,7 +177,7 @@ let package = Package(
         .target(name: "CAllocationCounter", path: "Tests/Support/CAllocationCounter"),
         // What several test targets share: the spec's sample data, temporary directories.
         .target(name: "BlemuTestSupport", dependencies: ["BlemuCore", "BlemuCrypto"], path: "Tests/Support/TestSupport"),
-        .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuBenchRig", "BlemuHost", "BlemuDevices",
+        .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuBenchRig", "BlemuHost", "BlemuDevices", "BlemuChannels", "BlemuL2CAP",
                                                          "BlemuGATT", "BlemuCrypto", "BlemuHCI", "BlemuRunLoop"],
                     path: "Tests/AllocationTests"),
         .testTarget(name: "ChatTests", dependencies: ["BlemuTestSupport", "BlemuChat", "BlemuDevices", "BlemuCrypto", "BlemuCore",
@@ -189,6 +192,9 @@ let package = Package(
                     path: "Tests/RunLoopTests"),
         .testTarget(name: "HCITests", dependencies: ["BlemuHCI", "BlemuL2CAP", "BlemuSimulator", "BlemuCore", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HCITests"),
+        .testTarget(name: "ChannelsTests", dependencies: ["BlemuChannels", "BlemuL2CAP", "BlemuHCI", "BlemuCore", "BlemuSimulator",
+                                                   .product(name: "Logging", package: "swift-log")],
+                    path: "Tests/ChannelsTests"),
         .testTarget(name: "ATTTests", dependencies: ["BlemuATT", "BlemuL2CAP", "BlemuHCI", "BlemuCore"], path: "Tests/ATTTests"),
         .testTarget(name: "CryptoTests", dependencies: ["BlemuTestSupport", "BlemuCrypto", "BlemuCore"], path: "Tests/CryptoTests"),
         .testTarget(name: "BroadcastTests", dependencies: ["BlemuTestSupport", "BlemuBroadcast", "BlemuCrypto", "BlemuCore"],
@@ -223,7 +229,7 @@ let package = Package(
                     path: "Tests/ScenarioTests"),
         .testTarget(name: "CaptureTests", dependencies: ["BlemuTestSupport", "BlemuCapture", "BlemuCore"], path: "Tests/CaptureTests"),
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
-        .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuGATT", "BlemuATT",
+        .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuGATT", "BlemuATT",
                                                    "BlemuCentral", "BlemuGATTClient", "BlemuChat", "BlemuSecurity", "BlemuSMP", "BlemuCrypto",
                                                    "BlemuSimulator", "BlemuBroadcast",
                                                    .product(name: "Logging", package: "swift-log")],

@@ -20,6 +20,7 @@ public enum DeviceRegistry {
         Entry(name: BTHomeDoorDevice.deviceName, summary: BTHomeDoorDevice.summary, make: { BTHomeDoorDevice() }),
         Entry(name: IBeaconDevice.deviceName, summary: IBeaconDevice.summary, make: { IBeaconDevice() }),
         Entry(name: EddystoneDevice.deviceName, summary: EddystoneDevice.summary, make: { EddystoneDevice() }),
+        Entry(name: ChannelEchoDevice.deviceName, summary: ChannelEchoDevice.summary, make: { ChannelEchoDevice() }),
     ]
 
     public static func entry(named name: String) -> Entry? { all.first { $0.name == name } }

@@ -443,5 +443,8 @@ extension CentralHost: ControllerRole {
         links[packet.handle]?.l2cap.receive(packet)
     }
 
-    public func transmitQueueHasRoom(for handle: UInt16) {}
+    /// Credit based channels a layer above attached to the link send what waited.
+    public func transmitQueueHasRoom(for handle: UInt16) {
+        links[handle]?.l2cap.transmitQueueHasRoom()
+    }
 }

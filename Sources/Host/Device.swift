@@ -1,4 +1,5 @@
 import BlemuATT
+import BlemuChannels
 import BlemuCore
 import BlemuGATT
 import BlemuHCI
@@ -41,6 +42,30 @@ public protocol DeviceContext: AnyObject {
     /// Whether centrals pair with this device's passkey (`--passkey`), so it can tell an
     /// authenticated central from any other.
     var pairsWithPasskey: Bool { get }
+    /// Publishes an L2CAP channel, like Core Bluetooth's `publishL2CAPChannel(withEncryption:)`:
+    /// blemu assigns a dynamic SPSM (0x0080-0x00FF) and returns it (nil when all 128 are taken).
+    /// Centrals open LE or enhanced credit based channels to it on any link; `delegate` hears each
+    /// open, its SDUs and its close, and a refused `send` is followed by `channelIsReady`.
+    /// `security` is checked against the link at each request (an encrypted-only channel refuses
+    /// an unencrypted link with 0x0008). Expose the SPSM with `L2CAPPSMCharacteristic`.
+    func publishL2CAPChannel(security: ChannelSecurity, parameters: ChannelParameters,
+                             delegate: CreditBasedChannelDelegate) -> UInt16?
+    /// Stops serving `spsm`: new requests are refused, open channels stay.
+    func unpublishL2CAPChannel(_ spsm: UInt16)
+}
+
+/// The characteristic Core Bluetooth apps read a published L2CAP channel's PSM from (its UUID is
+/// the one iOS accessories use): a little-endian UInt16, read-only, in one of the device's services.
+public enum L2CAPPSMCharacteristic {
+    public static let uuid = BluetoothUUID("ABDD3056-28FA-441D-A470-55A75A52553A")!
+
+    /// The characteristic, its value `spsm()` at each read (0 until the channel is published).
+    public static func make(spsm: @escaping () -> UInt16) -> Characteristic {
+        Characteristic(uuid, properties: .read, length: .fixed(2), onRead: { _, value in
+            value.appendLE(spsm())
+            return nil
+        })
+    }
 }
 
 extension DeviceContext {

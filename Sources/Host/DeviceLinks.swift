@@ -1,4 +1,5 @@
 import BlemuATT
+import BlemuChannels
 import BlemuCore
 import BlemuGATT
 import BlemuHCI
@@ -43,6 +44,8 @@ final class DeviceLinks {
     var reportsValueAccess = false {
         didSet { for connection in connections.values { connection.server.reportsValueAccess = reportsValueAccess } }
     }
+    /// The SPSMs the device published (`DeviceContext.publishL2CAPChannel`), served on each link.
+    let channelServers = ChannelServers()
 
     init(hci: HCIHost, scheduler: TimerScheduling, configuration: PeripheralConfiguration, preferredParameters: ConnectionParameters,
          database: GATTDatabase, faults: FaultPlan, security: PeripheralSecurity, logger: Logger) {

@@ -1,4 +1,5 @@
 import BlemuATT
+import BlemuChannels
 import BlemuCore
 import BlemuGATT
 import BlemuHCI
@@ -25,7 +26,10 @@ extension DeviceLinks {
         faultStage.delegate = faultDelegate
         let handle = event.handle
         link.register(cid: L2CAPChannel.securityManager) { [unowned security] payload in security.receive(payload, on: handle) }
-        return Connection(peer: peer, link: link, server: server, faultStage: faultStage, parameters: event.parameters)
+        // Credit based channels to the SPSMs the device published (BlemuChannels).
+        let channels = CreditBasedChannels(link: link, servers: channelServers)
+        return Connection(peer: peer, link: link, server: server, faultStage: faultStage, channels: channels,
+                          parameters: event.parameters)
     }
 
     func disconnect(_ connection: Connection, reason: UInt8) {

@@ -1,3 +1,4 @@
+import BlemuChannels
 import BlemuATT
 import BlemuCore
 import BlemuGATT
@@ -60,12 +61,15 @@ final class Connection {
     let server: ATTServer
     /// In front of the server: the device's planned faults; the device's updates go through it.
     let faultStage: FaultStage
+    /// The link's credit based channels (the device's published SPSMs).
+    let channels: CreditBasedChannels
     var parameters: LinkParameters
     var parameterTimer: TimerID?
 
-    init(peer: ATTPeer, link: L2CAPLink, server: ATTServer, faultStage: FaultStage, parameters: LinkParameters) {
+    init(peer: ATTPeer, link: L2CAPLink, server: ATTServer, faultStage: FaultStage, channels: CreditBasedChannels, parameters: LinkParameters) {
         self.peer = peer
         self.link = link
+        self.channels = channels
         self.server = server
         self.faultStage = faultStage
         self.parameters = parameters

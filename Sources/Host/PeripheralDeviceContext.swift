@@ -1,4 +1,5 @@
 import BlemuATT
+import BlemuChannels
 import BlemuCore
 import BlemuGATT
 import BlemuHCI
@@ -8,6 +9,17 @@ import Logging
 // MARK: - The device's view
 
 extension Peripheral: DeviceContext {
+    public func publishL2CAPChannel(security: ChannelSecurity, parameters: ChannelParameters,
+                                    delegate: CreditBasedChannelDelegate) -> UInt16? {
+        guard let server = links.channelServers.publish(security: security, parameters: parameters, delegate: delegate) else { return nil }
+        logger.info("L2CAP channel published on SPSM \(Hex.word(server.spsm))\(security.requiresEncryption ? " (encrypted)" : "")")
+        return server.spsm
+    }
+
+    public func unpublishL2CAPChannel(_ spsm: UInt16) {
+        links.channelServers.remove(spsm: spsm)
+    }
+
     public var peers: [ATTPeer] { connections.values.map(\.peer).sorted { $0.connectionHandle < $1.connectionHandle } }
 
     @discardableResult

@@ -83,6 +83,7 @@ extension Peripheral {
             if state.isEncrypted, !wasEncrypted, let observer = self.eventObserver {
                 observer(.encrypted(peer: connection.peer, keySize: state.encryptionKeySize, authenticated: state.isAuthenticated))
             }
+            connection.channels.linkSecurity = linkSecurity
             // What a bonded central kept: its caching state, signing, subscriptions.
             self.bondedClients.securityChanged(state, on: connection)
         }
@@ -110,6 +111,12 @@ extension Peripheral {
                 self.hci.send(.leLongTermKeyRequestNegativeReply(handle: handle))
             }
         }
+    }
+
+    /// Room freed on link `handle`: its channels send what waited, then the device may go on.
+    func transmitQueueHasRoom(on handle: UInt16) {
+        connections[handle]?.link.transmitQueueHasRoom()
+        deviceMayProceed()
     }
 
     /// Room freed somewhere: a device that was told "queue full" hears `peripheralIsReady`, once.

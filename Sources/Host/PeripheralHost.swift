@@ -270,6 +270,6 @@ extension PeripheralHost: ControllerRole {
     }
 
     public func transmitQueueHasRoom(for handle: UInt16) {
-        owner(of: handle)?.deviceMayProceed()
+        owner(of: handle)?.transmitQueueHasRoom(on: handle)
     }
 }

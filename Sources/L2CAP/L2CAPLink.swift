@@ -37,7 +37,7 @@ public final class L2CAPLinkContext {
         frame.reserveCapacity(4 + L2CAPReassembler.defaultMaxPDU)
     }
 
-    func warnPeer(_ message: @autoclosure () -> String, handle: UInt16) {
+    public func warnPeer(_ message: @autoclosure () -> String, handle: UInt16) {
         if let leftOut = peerLog.take(now: scheduler.nowNanoseconds, for: logger) {
             logger.warning("\(message())\(LogBudget.note(leftOut))", metadata: [LogKey.connHandle: "\(handle)"])
         }
@@ -55,6 +55,20 @@ final class L2CAPClosureChannel: L2CAPChannelEnd {
     let action: (ArraySlice<UInt8>) -> Void
     init(_ action: @escaping (ArraySlice<UInt8>) -> Void) { self.action = action }
     func receive(_ pdu: ArraySlice<UInt8>) { action(pdu) }
+}
+
+/// What takes a link's credit based channels (BlemuChannels, above): their signalling and the
+/// K-frames on the dynamic CIDs. Without one the link refuses every credit based request.
+public protocol L2CAPDynamicChannels: AnyObject {
+    /// A signalling command of the credit based modes (codes 0x06, 0x07, 0x14-0x1A), or a Command
+    /// Reject that answers none of the link's own requests.
+    func signaling(_ command: SignalingCommand)
+    /// One PDU on a dynamic CID (0x0040-0x007F); false when no channel has that CID.
+    func receive(cid: UInt16, _ pdu: ArraySlice<UInt8>) -> Bool
+    /// The link's transmit queue has room again after refusing a `.bestEffort` PDU.
+    func transmitQueueHasRoom()
+    /// The link is gone.
+    func linkClosed()
 }
 
 /// One ACL link's L2CAP (Vol 3, Part A), in either role: reassembly of what the peer sends (with
@@ -87,6 +101,8 @@ public final class L2CAPLink: ACLReceiver {
     private var nextSignalingIdentifier: UInt8 = 1
     /// The identifier of our Connection Parameter Update Request awaiting its response.
     public private(set) var pendingParameterUpdate: UInt8?
+    /// The credit based channels, when a layer above serves them (`attach(dynamicChannels:)`).
+    public private(set) var dynamicChannels: L2CAPDynamicChannels?
 
     public init(handle: UInt16, role: LinkRole, context: L2CAPLinkContext) {
         self.handle = handle
@@ -112,10 +128,23 @@ public final class L2CAPLink: ACLReceiver {
         register(cid: cid, L2CAPClosureChannel(receive))
     }
 
+    /// Hands the credit based signalling and the dynamic CIDs to `channels`, kept until the link closes.
+    public func attach(dynamicChannels channels: L2CAPDynamicChannels) {
+        dynamicChannels = channels
+    }
+
+    /// The HCI transmit queue of this link has room again (the host hears it from HCI).
+    public func transmitQueueHasRoom() {
+        dynamicChannels?.transmitQueueHasRoom()
+    }
+
     /// The link is gone: the reassembly timer stops and the channels are let go.
     public func close() {
         guard !isClosed else { return }
         isClosed = true
+        let dynamic = dynamicChannels
+        dynamicChannels = nil
+        dynamic?.linkClosed()
         if let reassemblyTimer { context.scheduler.cancel(reassemblyTimer) }
         reassemblyTimer = nil
         reassemblyExpired = nil
@@ -168,6 +197,7 @@ public final class L2CAPLink: ACLReceiver {
         for channel in channels where channel.cid == cid {
             return channel.end.receive(payload)
         }
+        if let dynamicChannels, dynamicChannels.receive(cid: cid, payload) { return }
         context.warnPeer("L2CAP frame for unknown channel \(Hex.word(cid)) dropped", handle: handle)
     }
 
@@ -198,11 +228,14 @@ public final class L2CAPLink: ACLReceiver {
     }
 
     /// Vol 3, Part A, 4: identifiers 0x01–0xFF, 0x00 is never used.
-    private func takeIdentifier() -> UInt8 {
+    public func takeIdentifier() -> UInt8 {
         let id = nextSignalingIdentifier
         nextSignalingIdentifier = nextSignalingIdentifier == 0xFF ? 1 : nextSignalingIdentifier + 1
         return id
     }
+
+    /// Sends one command on the LE signalling channel.
+    public func sendSignaling(_ command: SignalingCommand) { send(command) }
 
     private func send(_ command: SignalingCommand) {
         var payload: [UInt8] = []
@@ -224,6 +257,9 @@ public final class L2CAPLink: ACLReceiver {
         }
         // Vol 3, Part A, 4: identifier 0x00 is illegal; such a command is dropped.
         guard command.identifier != 0 else { return }
+        if let dynamicChannels, SignalingCode.isCreditBased(command.code) {
+            return dynamicChannels.signaling(command)
+        }
         switch command.code {
         case SignalingCode.connectionParameterUpdateRequest where role == .central:
             parameterUpdateRequested(command)
@@ -238,6 +274,8 @@ public final class L2CAPLink: ACLReceiver {
             if command.identifier == pendingParameterUpdate {
                 pendingParameterUpdate = nil
                 context.logger.info("central does not support connection parameter updates")
+            } else {
+                dynamicChannels?.signaling(command)
             }
         case SignalingCode.leCreditBasedConnectionRequest:
             // No SPSM is served (4.23).

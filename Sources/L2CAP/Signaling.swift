@@ -15,6 +15,11 @@ public enum SignalingCode {
     public static let creditBasedReconfigureRequest: UInt8 = 0x19
     public static let creditBasedReconfigureResponse: UInt8 = 0x1A
 
+    /// The codes of the credit based modes and their channels' disconnection (4.6, 4.7, 4.22-4.28).
+    public static func isCreditBased(_ code: UInt8) -> Bool {
+        code == disconnectionRequest || code == disconnectionResponse || (leCreditBasedConnectionRequest...creditBasedReconfigureResponse).contains(code)
+    }
+
     /// Codes that are responses (or the credit indication): an unknown one gets no Command Reject.
     public static func isResponse(_ code: UInt8) -> Bool {
         [commandReject, disconnectionResponse, connectionParameterUpdateResponse, leCreditBasedConnectionResponse,

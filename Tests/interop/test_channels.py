@@ -1,0 +1,137 @@
+"""L2CAP credit based channels, checked from the outside: Bumble as an independent central opens
+an LE Credit Based Flow Control Mode channel (Core 5.4, Vol 3, Part A, 3.4.3, 4.22-4.24) to
+blemu's `channel-echo` device, whose SPSM it reads from the ABDD3056 characteristic (the one
+Core Bluetooth apps read), and checks that every SDU comes back whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import pytest
+from bumble import l2cap
+from bumble.core import UUID
+
+from harness import BlemuProcess, run, start_advertising, unique_name
+from harness import connected as central_on
+
+UUID_ECHO_SERVICE = UUID("7d3c0400-9a5e-4d1a-8f6e-5c1b2d3e4f50")
+UUID_L2CAP_PSM = UUID("ABDD3056-28FA-441D-A470-55A75A52553A")
+
+
+@pytest.fixture(scope="module")
+def echo(rootcanal):
+    process = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("EC"), device="channel-echo"), rootcanal)
+    yield process
+    if process.exited() is not None:
+        pytest.fail(f"blemu died during the tests: {process.exited()}", pytrace=False)
+    assert process.stop() == 0, f"blemu did not stop cleanly:\n{process.log_tail()}"
+
+
+async def open_channel(conn, mtu: int = 65535, mps: int = 247, credits: int = 8):
+    """The SPSM from ABDD3056 (UInt16, little-endian), then an LE credit based channel to it."""
+    value = await conn.read(conn.characteristic(UUID_L2CAP_PSM, UUID_ECHO_SERVICE))
+    assert len(value) == 2, f"the PSM characteristic holds {value.hex()}"
+    spsm = struct.unpack("<H", value)[0]
+    # Vol 3, Part A, 4.22: a dynamic SPSM is 0x0080-0x00FF; blemu hands out the first free.
+    assert spsm == 0x0080, f"SPSM 0x{spsm:04x}"
+    channel = await conn.connection.create_l2cap_channel(
+        spec=l2cap.LeCreditBasedChannelSpec(psm=spsm, mtu=mtu, mps=mps, max_credits=credits))
+    received: asyncio.Queue[bytes] = asyncio.Queue()
+    channel.sink = lambda sdu: received.put_nowait(bytes(sdu))
+    return channel, received
+
+
+def test_an_encrypted_channel_is_refused_until_the_link_is_encrypted(rootcanal, blemu_factory):
+    """First in the module, before the `echo` fixture's device advertises on the same radio.
+    `encrypted: 1`: Insufficient Encryption (0x0008, Vol 3, Part A, 4.23) on a plain link; the
+    same request after Just Works pairing opens the channel."""
+    from test_config import write_config
+    name = unique_name("EE")
+    path = write_config(f"controller: {rootcanal.controller_spec}\ndevices:\n  - device: channel-echo\n    name: {name}\n"
+                        f"    settings: {{ encrypted: 1 }}\n")
+    blemu = blemu_factory.start(None, wait_advertising=False, devices=[], extra_args=["--config", path])
+    blemu.wait_advertising(rootcanal, name=name)
+
+    async def scenario():
+        async with central_on(blemu, "coc-encrypted", discover=True) as conn:
+            with pytest.raises(Exception) as refused:
+                await open_channel(conn)
+            assert "0x0008" in str(refused.value) or "ENCRYPTION" in str(refused.value).upper(), str(refused.value)
+            await conn.connection.pair()
+            assert conn.connection.is_encrypted
+            channel, received = await open_channel(conn)
+            channel.write(b"after pairing")
+            assert await asyncio.wait_for(received.get(), 20) == b"after pairing"
+    run(scenario(), timeout=90)
+
+
+def test_sdus_of_1_to_65535_bytes_come_back_whole(echo):
+    """Segmentation into K-frames both ways (our MPS 1020, Bumble's 247), SDUs up to the MTU,
+    and credits: with 8 credits each way a 65535-byte SDU needs them given back many times."""
+    async def scenario():
+        async with central_on(echo, "coc-central", discover=True) as conn:
+            channel, received = await open_channel(conn)
+            for size in (1, 2, 245, 246, 247, 1018, 1019, 1020, 1021, 5000, 65535):
+                sdu = bytes((i * 13 + size) & 0xFF for i in range(size))
+                channel.write(sdu)
+                echoed = await asyncio.wait_for(received.get(), 20)
+                assert echoed == sdu, f"{size}-byte SDU came back as {len(echoed)} bytes"
+            await channel.disconnect()
+    run(scenario(), timeout=90)
+
+
+def test_a_burst_waits_for_credits_and_arrives_in_order(echo):
+    """Fifty writes at once: far more K-frames than either side's credits (Bumble gives 4), so
+    both senders stop at zero credits and go on as credits come back (Vol 3, Part A, 10.1).
+    Bumble's channel is a byte stream (it packs queued writes into SDUs up to the peer's MTU),
+    so what comes back is compared as bytes, in order."""
+    async def scenario():
+        async with central_on(echo, "coc-burst", discover=True) as conn:
+            channel, received = await open_channel(conn, credits=4)
+            sent = b"".join(bytes([n]) * (300 + n) for n in range(50))
+            for n in range(50):
+                channel.write(bytes([n]) * (300 + n))
+            echoed = b""
+            while len(echoed) < len(sent):
+                echoed += await asyncio.wait_for(received.get(), 20)
+            assert echoed == sent, f"{len(echoed)} bytes came back for {len(sent)}"
+            await channel.disconnect()
+    run(scenario(), timeout=90)
+
+
+def test_an_unserved_spsm_is_refused(echo):
+    """Vol 3, Part A, 4.23: result 0x0002, SPSM not supported."""
+    async def scenario():
+        async with central_on(echo, "coc-refused") as conn:
+            with pytest.raises(Exception) as refused:
+                await conn.connection.create_l2cap_channel(spec=l2cap.LeCreditBasedChannelSpec(psm=0x00F0))
+            assert "0x0002" in str(refused.value) or "PSM" in str(refused.value).upper(), str(refused.value)
+    run(scenario(), timeout=60)
+
+
+def test_five_enhanced_channels_in_one_request(echo):
+    """Enhanced Credit Based Flow Control Mode (Vol 3, Part A, 4.25, 4.26): Bumble asks for five
+    channels in one request; each opens and echoes what is written on it, not on the others."""
+    async def scenario():
+        async with central_on(echo, "ecfc-central", discover=True) as conn:
+            value = await conn.read(conn.characteristic(UUID_L2CAP_PSM, UUID_ECHO_SERVICE))
+            spsm = struct.unpack("<H", value)[0]
+            device = conn.connection.device
+            channels = await device.l2cap_channel_manager.create_enhanced_credit_based_channels(
+                conn.connection, l2cap.LeCreditBasedChannelSpec(psm=spsm, mtu=4096, mps=247, max_credits=8), 5)
+            assert len(channels) == 5
+            queues = []
+            for channel in channels:
+                queue: asyncio.Queue[bytes] = asyncio.Queue()
+                channel.sink = queue.put_nowait
+                queues.append(queue)
+            for n, channel in enumerate(channels):
+                channel.write(bytes([n]) * (500 + n))
+            for n, queue in enumerate(queues):
+                echoed = await asyncio.wait_for(queue.get(), 20)
+                assert echoed == bytes([n]) * (500 + n), f"channel {n}: {len(echoed)} bytes of {echoed[:1].hex()}"
+            for channel in channels:
+                await channel.disconnect()
+    run(scenario(), timeout=90)
