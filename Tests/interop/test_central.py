@@ -91,6 +91,20 @@ def test_scan_filters_by_service_and_name(rootcanal, heart_rate, thermostat):
     assert not any(thermostat.name in line for line in lines)
 
 
+def test_scan_table_redraws_every_advertiser_in_place(rootcanal, heart_rate):
+    """`blemu scan --table`: the screen cleared, then a table redrawn from the top each second,
+    the heart-rate sensor's row naming its services and appearance."""
+    result = blemu_cli(rootcanal, "scan", "--timeout", "4", "--table", "--name", heart_rate.name)
+    assert result.returncode == 0, result.describe()
+    frames = result.stdout.split("\x1b[H")[1:]
+    assert result.stdout.startswith("\x1b[2J") and len(frames) >= 3, result.describe()
+    last = [line.removesuffix("\x1b[K") for line in frames[-1].split("\x1b[J")[0].splitlines()]
+    assert last[0].startswith("ADDRESS") and last[1] == "1 advertiser", last
+    assert heart_rate.name[:20] in last[2] and "dBm" in last[2], last
+    assert "180D (Heart Rate); 180F (Battery Service); Heart Rate Sensor: Heart Rate Belt" in last[2], last
+    assert run_cli(["scan", "--controller", "tcp:127.0.0.1:1", "--table", "--json"]).returncode == 64
+
+
 def test_scan_refuses_bad_options():
     assert run_cli(["scan", "--controller", "tcp:127.0.0.1:1", "--service", "nope"]).returncode == 64
     assert run_cli(["scan", "--controller", "tcp:127.0.0.1:1", "--timeout", "-1"]).returncode == 64
