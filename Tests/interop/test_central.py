@@ -182,6 +182,46 @@ def test_ctrl_c_on_subscribe_is_a_clean_stop(rootcanal, heart_rate):
     assert stderr.decode(errors="replace").strip() == ""
 
 
+def test_gatt_shell_runs_several_commands_on_one_connection(rootcanal, heart_rate):
+    """`blemu gatt ... shell`: commands from stdin on one connection; a bad or failing command
+    is said on stderr and the shell goes on (exit 1 at the end); values subscribed to keep
+    coming between commands; `quit` ends it."""
+    script = "read 2A19\n# a comment\nread 2A38\nfrobnicate\nread 2A6E\nwrite 2A38 01\nread 2A29\n"
+    completed = subprocess.run([str(blemu_binary()), "gatt", "--controller", rootcanal.controller_spec, "--name", heart_rate.name,
+                                "shell"], input=script.encode(), capture_output=True, timeout=60)
+    stdout, stderr = completed.stdout.decode(), completed.stderr.decode(errors="replace")
+    assert stdout.splitlines() == ["100 %  [64]", "chest  [01]", '"blemu"'], (stdout, stderr)
+    assert stderr.count("connected to ") == 1, stderr
+    assert "unknown command 'frobnicate'" in stderr and "no characteristic 2A6E" in stderr, stderr
+    assert "Write Not Permitted (0x03)" in stderr and "3 shell commands failed" in stderr, stderr
+    assert completed.returncode == 1, (completed.returncode, stderr)
+
+    watcher = subprocess.Popen([str(blemu_binary()), "gatt", "--controller", rootcanal.controller_spec, "--name", heart_rate.name,
+                                "shell", "--json"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        watcher.stdin.write(b"subscribe 2A37\n")
+        watcher.stdin.flush()
+        def next_value():
+            ready, _, _ = select.select([watcher.stdout], [], [], 30)
+            assert ready, watcher.poll()
+            return json.loads(watcher.stdout.readline())
+        assert next_value()["uuid"] == "2A37"
+        # A read between two notifications, on the same connection.
+        watcher.stdin.write(b"read 2A19\n")
+        watcher.stdin.flush()
+        values = [next_value() for _ in range(4)]
+        assert any(v["uuid"] == "2A19" and v["decoded"] == "100 %" for v in values), values
+        assert sum(v["uuid"] == "2A37" and "time" in v for v in values) >= 2, values
+        watcher.stdin.write(b"unsubscribe 2A37\nquit\n")
+        watcher.stdin.flush()
+        _, stderr = watcher.communicate(timeout=15)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+    assert watcher.returncode == 0, stderr.decode(errors="replace")
+    assert b"unsubscribed from 2A37" in stderr, stderr
+
+
 def test_two_advertisers_of_one_name_are_listed_not_guessed(rootcanal):
     """Two heart-rate sensors under one name: `blemu gatt --name` names neither, it lists both
     (name, address, RSSI) and asks for --address; --address then reads from the one chosen."""
