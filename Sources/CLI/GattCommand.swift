@@ -22,7 +22,9 @@ struct GattCommand: ParsableCommand {
         commandName: "gatt",
         abstract: "Central: connect to a peripheral and dump its database, read, write or subscribe.",
         discussion: """
-            Commands: dump [--profile] | read UUID | write UUID HEX (or --text TEXT) [--no-response] | subscribe UUID [--count N].
+            Commands: dump [--profile] | read UUID | write UUID HEX (or --text TEXT) [--no-response] | subscribe UUID [--count N] | shell.
+            shell: one connection, commands read from stdin one a line (read, write, subscribe, unsubscribe, dump, help,
+            quit); it ends with quit or at the end of stdin (while subscribed, on Ctrl-C).
             dump --profile writes a GATT profile (JSON) that `blemu run FILE.json` serves: a clone of the peripheral,
             with the read permissions its refusals showed (0x05, 0x0F, 0x0C, 0x08); writes are not tried. With --pair
             it reads everything first as a stranger, then pairs and reads again what was refused for want of security.
@@ -47,7 +49,7 @@ struct GattCommand: ParsableCommand {
     @Option(help: ArgumentHelp("The advertiser that lists this service (several: an error listing them).", valueName: "UUID"))
     var service: String?
 
-    @Argument(help: "dump, read, write or subscribe")
+    @Argument(help: "dump, read, write, subscribe or shell")
     var command: String
 
     @Argument(help: "UUID (read, write, subscribe) and HEX (write)")
@@ -95,14 +97,27 @@ struct GattCommand: ParsableCommand {
     var stateDirectory: String?
 
     /// What to do once connected.
-    enum Action {
+    enum Action: Equatable {
         case dump
         case read(BluetoothUUID)
         case write(BluetoothUUID, [UInt8])
         case subscribe(BluetoothUUID)
+        /// `shell` only: notifications and indications off again.
+        case unsubscribe(BluetoothUUID)
+        /// Commands from stdin, one connection for all of them.
+        case shell
     }
 
     func action() throws -> Action {
+        if command == "shell" {
+            guard arguments.isEmpty else { throw ValidationError("shell takes no arguments: its commands come from stdin") }
+            return .shell
+        }
+        return try Self.action(command: command, arguments: arguments, text: text)
+    }
+
+    /// A command of the command line or of a `shell` line (`unsubscribe` only there).
+    static func action(command: String, arguments: [String], text: String?, inShell: Bool = false) throws -> Action {
         func uuid(_ index: Int) throws -> BluetoothUUID {
             guard arguments.count > index else { throw ValidationError("\(command) needs a characteristic UUID") }
             guard let uuid = ControlRequest.parseUUID(arguments[index]) else {
@@ -130,8 +145,12 @@ struct GattCommand: ParsableCommand {
         case "subscribe":
             guard arguments.count == 1 else { throw ValidationError("usage: subscribe UUID [--count N]") }
             return .subscribe(try uuid(0))
+        case "unsubscribe" where inShell:
+            guard arguments.count == 1 else { throw ValidationError("usage: unsubscribe UUID") }
+            return .unsubscribe(try uuid(0))
         default:
-            throw ValidationError("unknown command '\(command)': dump, read, write or subscribe")
+            throw ValidationError(inShell ? "unknown command '\(command)': dump, read, write, subscribe, unsubscribe, help or quit"
+                                          : "unknown command '\(command)': dump, read, write, subscribe or shell")
         }
     }
 
@@ -143,6 +162,9 @@ struct GattCommand: ParsableCommand {
         if let service, ControlRequest.parseUUID(service) == nil { throw ValidationError("--service '\(service)' is not a UUID") }
         if let count, count < 1 { throw ValidationError("--count must be at least 1") }
         if profile && command != "dump" { throw ValidationError("--profile goes with dump") }
+        if command == "shell", count != nil || text != nil || noResponse {
+            throw ValidationError("shell: give --count, --text and --no-response on its lines, not on the command line")
+        }
         if let capture {
             guard profile else { throw ValidationError("--capture goes with dump --profile") }
             guard capture > 0 && capture <= 3600 else { throw ValidationError("--capture must be above 0 seconds (at most an hour)") }
@@ -200,17 +222,23 @@ final class GattRun {
     let session: CentralSession
     let link: CentralLink
     let workflow: GATTWorkflow
-    let action: GattCommand.Action
+    /// The command running (`shell`: the one read last from stdin).
+    var action: GattCommand.Action
     let json: Bool
     let profile: Bool
     let capture: Double?
-    let noResponse: Bool
-    let count: Int?
+    var noResponse: Bool
+    var count: Int?
     let advertisement: Advertisement
     private var received = 0
     /// `dump --profile --pair`: the first reads go over the link as it is, then the link is
     /// secured and what was refused for want of security read again.
     let pairsAfterDump: Bool
+    /// `shell`: where a command's end goes (the next line is read then), instead of the end of the run.
+    var shell: GattShell?
+    /// Who hears each value handle's notifications and indications: the subscriptions (all of
+    /// them in a `shell`) and a control point's answer to a write.
+    private var listeners: [UInt16: (ArraySlice<UInt8>) -> Void] = [:]
 
     init(session: CentralSession, link: CentralLink, action: GattCommand.Action, json: Bool, profile: Bool, capture: Double?,
          noResponse: Bool, count: Int?, advertisement: Advertisement, security: CentralSecurity, pairsAfterDump: Bool = false) {
@@ -238,15 +266,39 @@ final class GattRun {
     }
 
     func start() {
-        workflow.prepare { [self] services in run(services) }
+        workflow.prepare { [self] services in
+            let dispatch: (UInt16, ArraySlice<UInt8>) -> Void = { [self] handle, value in listeners[handle]?(value) }
+            client.onNotification = dispatch
+            client.onIndication = dispatch
+            if action == .shell {
+                let shell = GattShell(run: self)
+                self.shell = shell
+                shell.start()
+            } else {
+                run(services)
+            }
+        }
     }
 
+    /// `shell`: runs one command on the connection, with the database as it is now.
+    func run(_ action: GattCommand.Action, noResponse: Bool) {
+        self.action = action
+        self.noResponse = noResponse
+        count = nil
+        run(client.services)
+    }
+
+    /// `shell`: whether values are still awaited (a subscription): then the end of stdin does not end the run.
+    var isListening: Bool { !listeners.isEmpty }
+
     private func fail(_ message: String) {
+        if let shell { return shell.commandFailed(message) }
         link.onDisconnected = nil
         session.finish(failure: message)
     }
 
     private func done() {
+        if let shell { return shell.commandDone() }
         link.onDisconnected = nil
         session.finish()
     }
@@ -261,6 +313,8 @@ final class GattRun {
 
     private func run(_ services: [RemoteService]) {
         switch action {
+        case .shell:
+            fail("shell inside a shell")
         case .dump:
             workflow.dump(services, secureAndRetry: pairsAfterDump) { [self] dump in
                 print(dump, permissions: GATTProfile.permissions(refusals: dump.refusals, readSecured: dump.readSecured))
@@ -289,30 +343,46 @@ final class GattRun {
                 }
                 return
             }
+            let handle = characteristic.valueHandle
+            // A control point's answer ends the command, or 5 s without one; once.
+            var answered = false
+            let subscribedBefore = listeners[handle]
+            let finish = { [self] in
+                guard !answered else { return }
+                answered = true
+                listeners[handle] = subscribedBefore
+                done()
+            }
             let write = { [self] in
-                workflow.retryingOnSecurity({ [self] done in client.write(characteristic.valueHandle, value, completion: done) }) { [self] result in
+                workflow.retryingOnSecurity({ [self] done in client.write(handle, value, completion: done) }) { [self] result in
                     switch result {
-                    case .failure(let error): fail("write \(uuid): \(error)")
+                    case .failure(let error):
+                        answered = true
+                        listeners[handle] = subscribedBefore
+                        fail("write \(uuid): \(error)")
                     case .success:
-                        emitLine(json ? Self.writtenJSON(uuid, characteristic.valueHandle, value, withoutResponse: false).encoded : "written")
-                        guard characteristic.properties.contains(.indicate) else { return done() }
+                        emitLine(json ? Self.writtenJSON(uuid, handle, value, withoutResponse: false).encoded : "written")
+                        guard characteristic.properties.contains(.indicate) else { return finish() }
                         // A control point answers with an indication: wait a little for it.
-                        session.loop.schedule(after: .seconds(5)) { [self] in done() }
+                        session.loop.schedule(after: .seconds(5)) { finish() }
                     }
                 }
             }
             // A control point (write and indicate, Vol 3, Part G, 4.11) wants its indications
             // on before a write, as an app subscribes first: the response is printed.
             guard characteristic.properties.contains(.indicate), characteristic.clientConfigurationHandle != nil else { return write() }
-            client.onIndication = { [self] handle, indicated in
-                guard handle == characteristic.valueHandle else { return }
+            listeners[handle] = { [self] indicated in
                 let time = Timestamp.now()
                 emitLine(json ? GATTValueText.json(uuid: uuid, handle: handle, value: Array(indicated), time: time).encoded
                               : "\(time.clock)  indicated: " + GATTValueText.describe(uuid: uuid, value: Array(indicated)))
-                done()
+                finish()
             }
             workflow.retryingOnSecurity({ [self] done in client.configure(characteristic, notify: false, indicate: true, completion: done) }) { [self] result in
-                if case .failure(let error) = result { return fail("subscribe \(uuid) before writing: \(error)") }
+                if case .failure(let error) = result {
+                    answered = true
+                    listeners[handle] = subscribedBefore
+                    return fail("subscribe \(uuid) before writing: \(error)")
+                }
                 write()
             }
         case .subscribe(let uuid):
@@ -322,31 +392,43 @@ final class GattRun {
                 return fail("characteristic \(uuid) neither notifies nor indicates")
             }
             var format: PresentationFormat?
-            let handler: (UInt16, ArraySlice<UInt8>) -> Void = { [self] handle, value in
-                guard handle == characteristic.valueHandle else { return }
+            let handler: (ArraySlice<UInt8>) -> Void = { [self] value in
                 // When it came, as a person watching or a script timing it wants.
                 let time = Timestamp.now()
-                emitLine(json ? GATTValueText.json(uuid: uuid, handle: handle, value: Array(value), format: format, time: time).encoded
+                emitLine(json ? GATTValueText.json(uuid: uuid, handle: characteristic.valueHandle, value: Array(value), format: format, time: time).encoded
                               : "\(time.clock)  " + GATTValueText.describe(uuid: uuid, value: Array(value), format: format))
                 received += 1
-                if let count, received >= count { done() }
+                if shell == nil, let count, received >= count { done() }
             }
-            client.onNotification = handler
-            client.onIndication = handler
             // Vol 3, Part G, 7.1: the client has rediscovered the range by now; say so, and end
             // if what we listen to is gone.
             client.onServiceChanged = { [self] range in
                 session.logger.notice("the peripheral changed its database (handles \(Hex.word(range.lowerBound))-\(Hex.word(range.upperBound))): rediscovered")
                 if client.services.characteristic(uuid) == nil {
+                    listeners[characteristic.valueHandle] = nil
                     fail("characteristic \(uuid) is gone: the peripheral took it out (Service Changed)")
                 }
             }
             // The Presentation Format first (read before subscribing: values decoded from the first).
             presentationFormat(of: characteristic) { [self] found in
                 format = found
+                listeners[characteristic.valueHandle] = handler
                 workflow.retryingOnSecurity({ [self] done in client.configure(characteristic, notify: notify, indicate: !notify, completion: done) }) { [self] result in
-                    if case .failure(let error) = result { fail("subscribe \(uuid): \(error)") }
+                    if case .failure(let error) = result {
+                        listeners[characteristic.valueHandle] = nil
+                        return fail("subscribe \(uuid): \(error)")
+                    }
+                    // A shell goes on to its next command; the values keep coming.
+                    if shell != nil { emitNote("subscribed to \(uuid)"); done() }
                 }
+            }
+        case .unsubscribe(let uuid):
+            guard let characteristic = find(uuid, in: services) else { return }
+            listeners[characteristic.valueHandle] = nil
+            client.configure(characteristic, notify: false, indicate: false) { [self] result in
+                if case .failure(let error) = result { return fail("unsubscribe \(uuid): \(error)") }
+                emitNote("unsubscribed from \(uuid)")
+                done()
             }
         }
     }
@@ -389,5 +471,92 @@ final class GattRun {
             }
         }
         done()
+    }
+}
+
+/// `blemu gatt ... shell`: commands from stdin, one at a time, on the one connection (each
+/// `blemu gatt` command connects anew, 2-4 s each). The next line is read once the command
+/// before it is done (`StdinLines` holds back: a script's lines wait in the pipe); values
+/// subscribed to keep coming between commands. A command that fails says why on stderr and the
+/// shell goes on; the run's exit status is then 1. It ends with `quit` or at the end of stdin
+/// (then, while subscribed, on Ctrl-C, as `subscribe` does), or when the peripheral disconnects.
+final class GattShell {
+    let run: GattRun
+    private var lines: StdinLines?
+    private var busy = false
+    private var failures = 0
+    private var quitting = false
+
+    static let help = """
+        commands, one a line: read UUID | write UUID HEX [--no-response] | write UUID --text TEXT | subscribe UUID |
+        unsubscribe UUID | dump | help | quit (# starts a comment)
+        """
+
+    init(run: GattRun) { self.run = run }
+
+    func start() {
+        let lines = StdinLines(loop: run.session.loop, logger: run.session.logger) { [self] line in handle(line) }
+        lines.holdBack = { [self] in busy }
+        lines.onEnd = { [self] in endOfInput() }
+        self.lines = lines
+        emitNote("connected to \(run.advertisement.address): commands from stdin (help lists them)")
+        lines.start()
+    }
+
+    /// One line: its command run, or why it is not one.
+    func handle(_ line: String) {
+        let trimmed = line.drop { $0 == " " || $0 == "\t" }
+        guard !trimmed.isEmpty, !trimmed.hasPrefix("#") else { return }
+        var text: String?
+        var commandPart = Substring(trimmed)
+        if let range = trimmed.firstRange(of: " --text ") {
+            text = String(trimmed[range.upperBound...])
+            commandPart = trimmed[..<range.lowerBound]
+        }
+        var words = commandPart.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
+        let command = words.removeFirst()
+        switch command {
+        case "quit", "exit":
+            quitting = true
+            lines?.stop()
+            return finish()
+        case "help":
+            return emitStderr(Self.help)
+        default:
+            break
+        }
+        let noResponse = words.contains("--no-response")
+        words.removeAll { $0 == "--no-response" }
+        do {
+            let action = try GattCommand.action(command: command, arguments: words, text: text, inShell: true)
+            busy = true
+            run.run(action, noResponse: noResponse)
+        } catch {
+            failures += 1
+            emitStderr("blemu gatt: \(String(describing: error).visible)")
+        }
+    }
+
+    func commandDone() {
+        guard busy else { return }
+        busy = false
+        lines?.resume()
+    }
+
+    func commandFailed(_ message: String) {
+        failures += 1
+        emitStderr("blemu gatt: error: \(message)")
+        commandDone()
+    }
+
+    private func endOfInput() {
+        // Subscribed: the values go on until Ctrl-C, as `subscribe` does.
+        guard !run.isListening else { return }
+        finish()
+    }
+
+    private func finish() {
+        run.link.onDisconnected = nil
+        run.session.finish(failure: failures > 0 ? "\(failures) shell command\(failures == 1 ? "" : "s") failed" : nil)
     }
 }

@@ -1,11 +1,12 @@
-import BlemuAssignedNumbers
 import ArgumentParser
+import BlemuAssignedNumbers
 import BlemuBroadcast
 import BlemuCentral
 import BlemuControl
 import BlemuCore
 import BlemuObserver
 import BlemuStack
+import CLinux
 import Logging
 
 /// `blemu scan`: the advertisers nearby, one line each, again when what they say changes (and,
@@ -43,6 +44,9 @@ struct ScanCommand: ParsableCommand {
     @Option(help: ArgumentHelp("Only this advertiser, each new reading printed once (BTHome packet id de-duplicated; unchanged payloads not repeated).", valueName: "ADDRESS"))
     var watch: String?
 
+    @Flag(help: "A table of every advertiser, the strongest first, redrawn in place every second (a terminal's; not with --json, --watch or --periodic).")
+    var table = false
+
     @Flag(help: "Also synchronize to periodic advertising trains (extended scanning; LE Periodic Advertising Create Sync) and print their data, decoded, when it changes.")
     var periodic = false
 
@@ -58,6 +62,9 @@ struct ScanCommand: ParsableCommand {
         }
         if let watch, BluetoothAddress(watch) == nil {
             throw ValidationError("--watch '\(watch)' is not a Bluetooth address: give AA:BB:CC:DD:EE:FF")
+        }
+        if table, json || watch != nil || periodic {
+            throw ValidationError("--table draws a table for people: not with --json, --watch or --periodic")
         }
     }
 
@@ -80,8 +87,9 @@ struct ScanCommand: ParsableCommand {
         // What was printed for each advertiser (at most 256 remembered, like the advertisers).
         var lines = ScanLines(rssiUpdates: json)
         var readings = watched.map(ReadingWatch.init)
+        if table { drawTable(session: session, filter: filter, keys: keys) }
         session.host.onAdvertisement = { advertisement, change in
-            guard filter.matches(advertisement) else { return }
+            guard !table, filter.matches(advertisement) else { return }
             let update: String
             let report: BroadcastReport
             if readings != nil {
@@ -132,6 +140,23 @@ struct ScanCommand: ParsableCommand {
         }
         if let timeout { session.finish(after: timeout) }
         try session.run()
+    }
+
+    /// `--table`: the screen cleared once, then the table redrawn from the top every second:
+    /// home, each line cleared to its end, the rest of the screen cleared (no flicker).
+    func drawTable(session: CentralSession, filter: AdvertiserFilter, keys: BroadcastReport.Keys) {
+        emitLine("\u{1B}[2J")
+        func draw() {
+            var columns: Int32 = 0, rows: Int32 = 0
+            let sized = clinux_terminal_size(1, &columns, &rows) == 0
+            let advertisers = session.host.advertisers.entries.values.filter { filter.matches($0) }
+            // A terminal's height less the header, the count and the "more" line.
+            let lines = ScanTable.lines(advertisers, now: session.loop.nowNanoseconds, keys: keys,
+                                        width: sized ? Int(columns) : 160, rows: sized ? max(1, Int(rows) - 4) : 60)
+            emitLine("\u{1B}[H" + lines.map { $0 + "\u{1B}[K" }.joined(separator: "\n") + "\u{1B}[J")
+            session.loop.schedule(after: .seconds(1)) { draw() }
+        }
+        draw()
     }
 
     /// The advertiser's line, then one indented line per decoded item.

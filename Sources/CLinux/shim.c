@@ -289,3 +289,11 @@ uint64_t clinux_release_startup_code(uint64_t *single_page_bytes) {
     if (single_page_bytes != NULL) *single_page_bytes = totals.single_page;
     return totals.advised;
 }
+
+int clinux_terminal_size(int fd, int *columns, int *rows) {
+    struct winsize size;
+    if (ioctl(fd, TIOCGWINSZ, &size) != 0 || size.ws_col == 0) return -1;
+    *columns = size.ws_col;
+    *rows = size.ws_row;
+    return 0;
+}

@@ -91,6 +91,20 @@ def test_scan_filters_by_service_and_name(rootcanal, heart_rate, thermostat):
     assert not any(thermostat.name in line for line in lines)
 
 
+def test_scan_table_redraws_every_advertiser_in_place(rootcanal, heart_rate):
+    """`blemu scan --table`: the screen cleared, then a table redrawn from the top each second,
+    the heart-rate sensor's row naming its services and appearance."""
+    result = blemu_cli(rootcanal, "scan", "--timeout", "4", "--table", "--name", heart_rate.name)
+    assert result.returncode == 0, result.describe()
+    frames = result.stdout.split("\x1b[H")[1:]
+    assert result.stdout.startswith("\x1b[2J") and len(frames) >= 3, result.describe()
+    last = [line.removesuffix("\x1b[K") for line in frames[-1].split("\x1b[J")[0].splitlines()]
+    assert last[0].startswith("ADDRESS") and last[1] == "1 advertiser", last
+    assert heart_rate.name[:20] in last[2] and "dBm" in last[2], last
+    assert "180D (Heart Rate); 180F (Battery Service); Heart Rate Sensor: Heart Rate Belt" in last[2], last
+    assert run_cli(["scan", "--controller", "tcp:127.0.0.1:1", "--table", "--json"]).returncode == 64
+
+
 def test_scan_refuses_bad_options():
     assert run_cli(["scan", "--controller", "tcp:127.0.0.1:1", "--service", "nope"]).returncode == 64
     assert run_cli(["scan", "--controller", "tcp:127.0.0.1:1", "--timeout", "-1"]).returncode == 64
@@ -166,6 +180,46 @@ def test_ctrl_c_on_subscribe_is_a_clean_stop(rootcanal, heart_rate):
             watcher.kill()
     assert watcher.returncode == 0, stderr.decode(errors="replace")
     assert stderr.decode(errors="replace").strip() == ""
+
+
+def test_gatt_shell_runs_several_commands_on_one_connection(rootcanal, heart_rate):
+    """`blemu gatt ... shell`: commands from stdin on one connection; a bad or failing command
+    is said on stderr and the shell goes on (exit 1 at the end); values subscribed to keep
+    coming between commands; `quit` ends it."""
+    script = "read 2A19\n# a comment\nread 2A38\nfrobnicate\nread 2A6E\nwrite 2A38 01\nread 2A29\n"
+    completed = subprocess.run([str(blemu_binary()), "gatt", "--controller", rootcanal.controller_spec, "--name", heart_rate.name,
+                                "shell"], input=script.encode(), capture_output=True, timeout=60)
+    stdout, stderr = completed.stdout.decode(), completed.stderr.decode(errors="replace")
+    assert stdout.splitlines() == ["100 %  [64]", "chest  [01]", '"blemu"'], (stdout, stderr)
+    assert stderr.count("connected to ") == 1, stderr
+    assert "unknown command 'frobnicate'" in stderr and "no characteristic 2A6E" in stderr, stderr
+    assert "Write Not Permitted (0x03)" in stderr and "3 shell commands failed" in stderr, stderr
+    assert completed.returncode == 1, (completed.returncode, stderr)
+
+    watcher = subprocess.Popen([str(blemu_binary()), "gatt", "--controller", rootcanal.controller_spec, "--name", heart_rate.name,
+                                "shell", "--json"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        watcher.stdin.write(b"subscribe 2A37\n")
+        watcher.stdin.flush()
+        def next_value():
+            ready, _, _ = select.select([watcher.stdout], [], [], 30)
+            assert ready, watcher.poll()
+            return json.loads(watcher.stdout.readline())
+        assert next_value()["uuid"] == "2A37"
+        # A read between two notifications, on the same connection.
+        watcher.stdin.write(b"read 2A19\n")
+        watcher.stdin.flush()
+        values = [next_value() for _ in range(4)]
+        assert any(v["uuid"] == "2A19" and v["decoded"] == "100 %" for v in values), values
+        assert sum(v["uuid"] == "2A37" and "time" in v for v in values) >= 2, values
+        watcher.stdin.write(b"unsubscribe 2A37\nquit\n")
+        watcher.stdin.flush()
+        _, stderr = watcher.communicate(timeout=15)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+    assert watcher.returncode == 0, stderr.decode(errors="replace")
+    assert b"unsubscribed from 2A37" in stderr, stderr
 
 
 def test_two_advertisers_of_one_name_are_listed_not_guessed(rootcanal):

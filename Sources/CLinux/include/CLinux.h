@@ -63,6 +63,8 @@ uint32_t clinux_baud_constant(int baud);
 /// applied at once, pending bytes flushed. EINVAL for a baud termios has no constant for,
 /// ENOTTY when `fd` is not a terminal.
 int clinux_serial_configure(int fd, int baud);
+/// The terminal's size (TIOCGWINSZ): 0 with columns and rows set, -1 when `fd` is no terminal.
+int clinux_terminal_size(int fd, int *columns, int *rows);
 
 // MARK: sockets
 

@@ -1,0 +1,47 @@
+import ArgumentParser
+import BlemuCore
+import Testing
+
+@testable import blemu
+
+/// `blemu gatt shell` and its lines' commands through the real parser; `scan --table`'s refusals.
+@Suite struct GattCommandLineTests {
+    static func refusal(_ command: String, _ arguments: [String]) -> Int32? {
+        do {
+            _ = try Blemu.parseAsRoot([command, "--controller", "tcp:127.0.0.1:6402"] + arguments)
+            return nil
+        } catch {
+            return Blemu.exitCode(for: error).rawValue
+        }
+    }
+
+    @Test func shellParsesAndTakesNoArgumentsOrPerCommandOptions() throws {
+        let command = try #require(try Blemu.parseAsRoot(["gatt", "--controller", "tcp:127.0.0.1:6402", "--name", "HR", "shell", "--json"])
+                                   as? GattCommand)
+        #expect(try command.action() == .shell)
+        #expect(Self.refusal("gatt", ["--name", "HR", "shell", "2A19"]) == 64)
+        #expect(Self.refusal("gatt", ["--name", "HR", "shell", "--count", "3"]) == 64)
+        #expect(Self.refusal("gatt", ["--name", "HR", "shell", "--text", "hi"]) == 64)
+        #expect(Self.refusal("gatt", ["--name", "HR", "shell", "--profile"]) == 64)
+    }
+
+    @Test func aShellLinesCommandsAreTheCommandLinesAndUnsubscribe() throws {
+        let uuid = BluetoothUUID(0x2A19)
+        #expect(try GattCommand.action(command: "read", arguments: ["2A19"], text: nil, inShell: true) == .read(uuid))
+        #expect(try GattCommand.action(command: "write", arguments: ["2A19", "0aff"], text: nil, inShell: true) == .write(uuid, [0x0A, 0xFF]))
+        #expect(try GattCommand.action(command: "write", arguments: ["2A19"], text: "a b", inShell: true) == .write(uuid, Array("a b".utf8)))
+        #expect(try GattCommand.action(command: "unsubscribe", arguments: ["2A19"], text: nil, inShell: true) == .unsubscribe(uuid))
+        // Not on the command line, and nothing else new there.
+        #expect(throws: ValidationError.self) { try GattCommand.action(command: "unsubscribe", arguments: ["2A19"], text: nil) }
+        #expect(throws: ValidationError.self) { try GattCommand.action(command: "read", arguments: ["2A19", "x"], text: nil, inShell: true) }
+        #expect(throws: ValidationError.self) { try GattCommand.action(command: "write", arguments: ["2A19", "zz"], text: nil, inShell: true) }
+        #expect(throws: ValidationError.self) { try GattCommand.action(command: "shell", arguments: [], text: nil, inShell: true) }
+    }
+
+    @Test func theScanTableIsNotForScripts() {
+        #expect(Self.refusal("scan", ["--table"]) == nil)
+        #expect(Self.refusal("scan", ["--table", "--json"]) == 64)
+        #expect(Self.refusal("scan", ["--table", "--periodic"]) == 64)
+        #expect(Self.refusal("scan", ["--table", "--watch", "54:48:E6:8F:80:A5"]) == 64)
+    }
+}
