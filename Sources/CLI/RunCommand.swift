@@ -8,6 +8,7 @@ import BlemuGATT
 import BlemuHost
 import BlemuProfile
 import BlemuRunLoop
+import BlemuScenario
 import BlemuSecurity
 import BlemuSMP
 import BlemuService
@@ -99,6 +100,15 @@ struct RunCommand: ParsableCommand {
                                valueName: "SIZE"))
     var btsnoopMax: String?
 
+    @Option(name: .customLong("scenario"),
+            help: ArgumentHelp("Run the steps of a scenario file against the devices (Docs/TESTING-APPS.md); blemu exits when it ends: 0 when every wait and expect held, 1 with the failing step's FILE:LINE.",
+                               valueName: "FILE"))
+    var scenarioPath: String?
+
+    @Option(help: ArgumentHelp("Seed every device model's randomness (the heart's wander, the thermal model's weather, the lock's made-up PIN): the same seed gives the same values on every run. Default: a new seed each start.",
+                               valueName: "N"))
+    var seed: UInt64?
+
     func validate() throws {
         if let pin, pin.count < 4 || pin.count > 8 || !pin.allSatisfy({ $0.isASCII && $0.isNumber }) {
             throw ValidationError("--pin must be 4 to 8 digits, not '\(pin)'")
@@ -139,6 +149,7 @@ struct RunCommand: ParsableCommand {
             guard btsnoopPath != nil else { throw ValidationError("--btsnoop-max needs --btsnoop PATH") }
             _ = try parsedBtsnoopMax()
         }
+        if scenarioPath != nil { _ = try loadedScenario() }
         let plans = try devicePlans()
         // Every initial value and PIN is tried on a throwaway device here, before run() writes
         // anything (a passkey file, the capture, the socket): a refusal is a bad command line.
@@ -166,12 +177,22 @@ struct RunCommand: ParsableCommand {
             }
         }
         do {
-            return try DevicePlanning.plans(devices: devices, specs: specs, environmentSpec: environmentSpec, file: file,
-                                        fileName: configPath, name: name, address: address.flatMap(BluetoothAddress.init),
-                                            pin: pin, passkey: passkey)
+            var plans = try DevicePlanning.plans(devices: devices, specs: specs, environmentSpec: environmentSpec, file: file,
+                                                 fileName: configPath, name: name, address: address.flatMap(BluetoothAddress.init),
+                                                 pin: pin, passkey: passkey)
+            if let seed {
+                for index in plans.indices { plans[index].seed = DevicePlanning.deviceSeed(seed, index: index) }
+            }
+            return plans
         } catch let error as PlanError {
             throw ValidationError(error.message)
         }
+    }
+
+    /// --scenario's steps, every mistake told with FILE:LINE (exit status 64, as --config's).
+    private func loadedScenario() throws -> Scenario? {
+        guard let scenarioPath else { return nil }
+        do { return try ScenarioParser.load(path: scenarioPath) } catch { throw ValidationError(error.description) }
     }
 
     /// --control-mode as permission bits: octal, 0 to 0777.
@@ -219,7 +240,26 @@ struct RunCommand: ParsableCommand {
         settings.captureGenerations = CaptureSettings.generations
         settings.controlPath = controlPath
         if controlPath != nil { settings.controlMode = try parsedControlMode() }
-        try RunSession.run(stacks, deviceNames: plans.map(\.device), settings: settings, loop: loop, logger: logger)
+        var runner: ScenarioRunner?
+        if let scenario = try loadedScenario() {
+            // A device the steps name that does not run is told before any controller opens.
+            let targets = ScenarioTargets.devices(stacks.flatMap(\.peripherals), scheduler: loop, logger: logger)
+            do { runner = try ScenarioRunner(scenario: scenario, devices: targets, scheduler: loop, logger: logger) } catch {
+                throw ValidationError(error.description)
+            }
+        }
+        try RunSession.run(stacks, deviceNames: plans.map(\.device), settings: settings, loop: loop, logger: logger, scenario: runner)
+        guard let runner, let scenarioPath else { return }
+        switch runner.outcome {
+        case .passed(let steps)?:
+            print("scenario \(scenarioPath): passed (\(steps) step(s))")
+        case .failed(let failure)?:
+            printError(failure.description)
+            throw ExitCode(1)
+        case nil:
+            printError("scenario \(scenarioPath): stopped before it ended")
+            throw ExitCode(1)
+        }
     }
 }
 
@@ -230,4 +270,10 @@ typealias RuntimeFailure = StackFailure
 enum CaptureSettings {
     /// Rotated files kept: PATH.1 (the newest) to PATH.3.
     static let generations = 3
+}
+
+/// One message on stderr, whatever --log says: a scenario's failure is for the person running it.
+func printError(_ text: String) {
+    var line = text + "\n"
+    line.withUTF8 { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
 }

@@ -31,9 +31,8 @@ final class RunnerRig {
                 return nil
             })
         runner = try ScenarioRunner(scenario: scenario, devices: targets, scheduler: scheduler,
-                                    logger: Logger(label: "scenario-test") { _ in SwiftLogNoOpLogHandler() }) { [unowned self] outcome in
-            self.outcomes.append(outcome)
-        }
+                                    logger: Logger(label: "scenario-test") { _ in SwiftLogNoOpLogHandler() })
+        runner.onFinished = { [unowned self] outcome in self.outcomes.append(outcome) }
     }
 
     func characteristic(_ uuid: String) -> EventCharacteristic {
