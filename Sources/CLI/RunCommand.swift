@@ -101,7 +101,7 @@ struct RunCommand: ParsableCommand {
     var btsnoopMax: String?
 
     @Option(name: .customLong("scenario"),
-            help: ArgumentHelp("Run the steps of a scenario file against the devices (Docs/TESTING-APPS.md); blemu exits when it ends: 0 when every wait and expect held, 1 with the failing step's FILE:LINE.",
+            help: ArgumentHelp("Run the steps of a scenario file against the devices (Docs/CONTROL.md, Scenario files); blemu exits when it ends: 0 when every wait and expect held, 1 with the failing step's FILE:LINE.",
                                valueName: "FILE"))
     var scenarioPath: String?
 

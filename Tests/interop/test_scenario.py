@@ -3,7 +3,7 @@
 The scenario waits for what the app does (its subscription, its write, its read) and acts on
 the device meanwhile (`set`, `notify`); blemu's exit status is the outcome: 0 when every step
 held, 1 with the failing step's FILE:LINE when the app misbehaves. `--seed` makes the heart's
-values the same on every run. Format: Docs/TESTING-APPS.md.
+values the same on every run. Format: Docs/CONTROL.md, "Scenario files".
 """
 
 from __future__ import annotations
