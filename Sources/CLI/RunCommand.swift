@@ -150,6 +150,7 @@ struct RunCommand: ParsableCommand {
             _ = try parsedBtsnoopMax()
         }
         if scenarioPath != nil { _ = try loadedScenario() }
+        _ = try loadedDeviceScenarios(try devicePlans())
         let plans = try devicePlans()
         // Every initial value and PIN is tried on a throwaway device here, before run() writes
         // anything (a passkey file, the capture, the socket): a refusal is a bad command line.
@@ -232,7 +233,7 @@ struct RunCommand: ParsableCommand {
         options.stateDirectory = stateDirectoryPath(stateDirectory)
         options.shareController = shareController
         options.nameGiven = name != nil
-        let stacks = try RunStack.assemble(plans, options: options, loop: loop, logger: logger)
+        let (stacks, planPeripherals) = try RunStack.assembleInPlanOrder(plans, options: options, loop: loop, logger: logger)
 
         var settings = RunSettings()
         settings.capturePath = btsnoopPath
@@ -240,26 +241,52 @@ struct RunCommand: ParsableCommand {
         settings.captureGenerations = CaptureSettings.generations
         settings.controlPath = controlPath
         if controlPath != nil { settings.controlMode = try parsedControlMode() }
-        var runner: ScenarioRunner?
-        if let scenario = try loadedScenario() {
-            // A device the steps name that does not run is told before any controller opens.
-            let targets = ScenarioTargets.devices(stacks.flatMap(\.peripherals), scheduler: loop, logger: logger)
-            do { runner = try ScenarioRunner(scenario: scenario, devices: targets, scheduler: loop, logger: logger) } catch {
+        // --scenario, then each device's `scenario:` of --config (its steps act on that device).
+        // A device the steps name that does not run is told before any controller opens.
+        var runners: [(file: String, runner: ScenarioRunner)] = []
+        let running = stacks.flatMap(\.peripherals)
+        let targets = ScenarioTargets.devices(running, scheduler: loop, logger: logger)
+        let scenarios = try ([(try loadedScenario(), nil as Int?)] + loadedDeviceScenarios(plans)).compactMap { scenario, plan in
+            // The plan's device by its place among the running ones (grouped by controller).
+            scenario.map { ($0, plan.flatMap { index in running.firstIndex { $0 === planPeripherals[index] } }) }
+        }
+        for (scenario, device) in scenarios {
+            do {
+                runners.append((scenario.file, try ScenarioRunner(scenario: scenario, devices: targets, scheduler: loop, logger: logger,
+                                                                  defaultDevice: device)))
+            } catch {
                 throw ValidationError(error.description)
             }
         }
-        try RunSession.run(stacks, deviceNames: plans.map(\.device), settings: settings, loop: loop, logger: logger, scenario: runner)
-        guard let runner, let scenarioPath else { return }
-        switch runner.outcome {
-        case .passed(let steps)?:
-            print("scenario \(scenarioPath): passed (\(steps) step(s))")
-        case .failed(let failure)?:
-            printError(failure.description)
-            throw ExitCode(1)
-        case nil:
-            printError("scenario \(scenarioPath): stopped before it ended")
-            throw ExitCode(1)
+        try RunSession.run(stacks, deviceNames: plans.map(\.device), settings: settings, loop: loop, logger: logger,
+                           scenarios: runners.map(\.runner))
+        guard !runners.isEmpty else { return }
+        let failed = runners.contains { if case .failed = $0.runner.outcome { true } else { false } }
+        var passed = true
+        for (file, runner) in runners {
+            switch runner.outcome {
+            case .passed(let steps)?:
+                print("scenario \(file): passed (\(steps) step(s))")
+            case .failed(let failure)?:
+                printError(failure.description)
+                passed = false
+            case nil:
+                // Stopped by another's failure (told above), or by a signal or a lost controller.
+                if !failed { printError("scenario \(file): stopped before it ended") }
+                passed = false
+            }
         }
+        if !passed { throw ExitCode(1) }
+    }
+
+    /// Each plan's `scenario:` (from --config), read, with the device it acts on.
+    private func loadedDeviceScenarios(_ plans: [DevicePlan]) throws -> [(Scenario?, Int?)] {
+        var scenarios: [(Scenario?, Int?)] = []
+        for (index, plan) in plans.enumerated() {
+            guard let path = plan.scenario else { continue }
+            do { scenarios.append((try ScenarioParser.load(path: path), index)) } catch { throw ValidationError(error.description) }
+        }
+        return scenarios
     }
 }
 

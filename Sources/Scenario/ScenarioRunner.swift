@@ -77,6 +77,7 @@ public final class ScenarioRunner {
     }
 
     private let scenario: Scenario
+    private let defaultDevice: Int?
     private let devices: ScenarioDevices
     private let scheduler: TimerScheduling
     private let logger: Logger
@@ -102,8 +103,13 @@ public final class ScenarioRunner {
     public private(set) var isRunning = false
 
     /// Checks that every device the steps name runs; throws `FILE:LINE` for one that does not.
-    public init(scenario: Scenario, devices: ScenarioDevices, scheduler: TimerScheduling, logger: Logger) throws(ScenarioError) {
+    /// `defaultDevice`: the device (an index of `devices.names`) a step without `device:`
+    /// acts on (a config file's per-device `scenario:`); else the file's `device:`, else the
+    /// only device running.
+    public init(scenario: Scenario, devices: ScenarioDevices, scheduler: TimerScheduling, logger: Logger,
+                defaultDevice: Int? = nil) throws(ScenarioError) {
         self.scenario = scenario
+        self.defaultDevice = defaultDevice
         self.devices = devices
         self.scheduler = scheduler
         self.logger = logger
@@ -126,6 +132,8 @@ public final class ScenarioRunner {
                 case .success(let found): index = found
                 case .failure(let error): throw ScenarioError("\(scenario.file):\(step.line): \(error.message)")
                 }
+            } else if let defaultDevice {
+                index = defaultDevice
             } else {
                 guard devices.names.entries.count == 1 else {
                     let refs = devices.names.entries.map(\.ref).joined(separator: ", ")

@@ -27,6 +27,8 @@ public struct DevicePlan {
     /// `--seed`: the device's models draw their randomness from this (derived from the seed
     /// and the device's place), so a run repeats exactly; nil: a new seed each start.
     public var seed: UInt64?
+    /// The config file's `scenario:` for this device: its path.
+    public var scenario: String?
 
     public init(device: String, spec: ControllerSpec) {
         self.device = device
@@ -94,6 +96,7 @@ public enum DevicePlanning {
             plan.privateAddressTimeout = entry?.privateAddressTimeout
             plan.advertising = entry?.advertising
             plan.connection = entry?.connection
+            plan.scenario = entry?.scenario
             // --pin is for the devices that take a PIN (the lock), so one command line serves a
             // bench of several devices (and wins over the file's); a file's `pin:` is for its own
             // entry, refused by a device that takes none.

@@ -31,10 +31,11 @@ public struct RunSettings: Sendable {
 /// advertises, `started` logged once every controller is up. Returns when the run stops;
 /// throws the fatal error that stopped it.
 public enum RunSession {
-    /// `scenario` (`--scenario`) runs against the devices once every controller is up, and the
-    /// run stops when it ends (its `outcome` says how).
+    /// `scenarios` (`--scenario`, a config file's `scenario:`) run against the devices once
+    /// every controller is up, side by side; the run stops when one fails or all have passed
+    /// (each one's `outcome` says how).
     public static func run(_ stacks: [ControllerStack], deviceNames: [String], settings: RunSettings, loop: RunLoop,
-                           logger: Logger, scenario: ScenarioRunner? = nil) throws(StackFailure) {
+                           logger: Logger, scenarios: [ScenarioRunner] = []) throws(StackFailure) {
         // The capture starts before any controller opens, so it holds the first HCI Reset.
         var capture: BtsnoopWriter?
         if let btsnoopPath = settings.capturePath {
@@ -60,16 +61,15 @@ public enum RunSession {
         var watchSink: ((Int, DeviceEvent) -> Void)?
         func observeEvents() {
             let watchers = watchSink
-            let observing = scenario?.outcome == nil ? scenario : nil
+            let observing = scenarios.filter { $0.outcome == nil }
             for (index, peripheral) in stacks.flatMap(\.peripherals).enumerated() {
-                switch (watchers, observing) {
-                case (nil, nil): peripheral.eventObserver = nil
-                case (let watchers?, nil): peripheral.eventObserver = { watchers(index, $0) }
-                case (nil, let scenario?): peripheral.eventObserver = { scenario.observe($0, device: index) }
-                case (let watchers?, let scenario?):
+                switch (watchers, observing.isEmpty) {
+                case (nil, true): peripheral.eventObserver = nil
+                case (let watchers?, true): peripheral.eventObserver = { watchers(index, $0) }
+                case (let watchers, false):
                     peripheral.eventObserver = { event in
-                        watchers(index, event)
-                        scenario.observe(event, device: index)
+                        watchers?(index, event)
+                        for scenario in observing { scenario.observe(event, device: index) }
                     }
                 }
             }
@@ -199,20 +199,26 @@ public enum RunSession {
                 waitingForFirstUp -= 1
                 guard waitingForFirstUp == 0, !stopping else { return }
                 logger.event(.started, .notice, "blemu \(blemuVersion) started: \(deviceNames.joined(separator: ", "))")
-                if let scenario {
-                    // It ends the run: its outcome is the exit status.
-                    scenario.onFinished = { _ in
-                        observeEvents()
-                        stopAll()
+                if !scenarios.isEmpty {
+                    // They end the run: their outcome is the exit status.
+                    for scenario in scenarios {
+                        scenario.onFinished = { outcome in
+                            observeEvents()
+                            if case .failed = outcome {
+                                stopAll()
+                            } else if scenarios.allSatisfy({ $0.outcome != nil }) {
+                                stopAll()
+                            }
+                        }
                     }
                     observeEvents()
-                    scenario.start()
+                    for scenario in scenarios where !stopping { scenario.start() }
                 }
             }
             stack.start()
         }
         loop.run()
-        scenario?.cancel()
+        for scenario in scenarios { scenario.cancel() }
         if let failure { throw StackFailure(failure) }
     }
 }

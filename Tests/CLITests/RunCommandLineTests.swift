@@ -35,6 +35,14 @@ import Testing
         #expect(refused.message.contains("\(path):3: wait: cannot wait for 'bonded'"), "\(refused.message)")
         try "steps:\n  - wait: connected\n".write(toFile: path, atomically: true, encoding: .utf8)
         #expect(Self.refusal(["heart-rate", "--scenario", path] + Self.controller) == nil)
+        // A device's `scenario:` in --config too, with its own file and line.
+        let config = directory.appendingPathComponent("bench.yaml").path
+        try "devices:\n  - device: heart-rate\n    scenario: bad.yaml\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let bad = directory.appendingPathComponent("bad.yaml").path
+        try "steps:\n  - sleep: soon\n".write(toFile: bad, atomically: true, encoding: .utf8)
+        let refusedByConfig = try #require(Self.refusal(["--config", config] + Self.controller))
+        #expect(refusedByConfig.status == 64)
+        #expect(refusedByConfig.message.contains("\(bad):2: sleep: 'soon' is not a time"), "\(refusedByConfig.message)")
     }
 
     @Test func seedGivesEachDeviceItsOwnSeedTheSameEveryTime() throws {

@@ -183,3 +183,36 @@ def test_seed_gives_the_same_heart_rate_values_on_every_run(rootcanal):
     assert first == second, f"{[v.hex() for v in first]} != {[v.hex() for v in second]}"
     other = heart_values(rootcanal, "43")
     assert other != first, "another seed gave the same values"
+
+
+def test_a_devices_scenario_in_the_config_file_acts_on_that_device(rootcanal, scenario_file):
+    """`scenario:` of a --config device entry, its path relative to the file: its steps act on
+    that device without naming it."""
+    directory = os.path.dirname(scenario_file)
+    with open(scenario_file, "w") as file:
+        file.write("steps:\n  - wait: subscribed 2a37\n    timeout: 30\n  - notify: 2a37 0096\n  - sleep: 1\n")
+    config = os.path.join(directory, "bench.yaml")
+    with open(config, "w") as file:
+        file.write(f"devices:\n  - device: heart-rate\n    scenario: {os.path.basename(scenario_file)}\n")
+    process = BlemuProcess(rootcanal.controller_spec, unique_name("SC"), devices=[], extra_args=["--config", config])
+    start_advertising(process, rootcanal)
+    try:
+        async def subscriber() -> None:
+            assert process.scan is not None
+            async with Central(process.controller, name="config-scenario-app") as central:
+                conn = await central.connect(process.scan.address)
+                hrm = await conn.discover_characteristic(UUID_HEART_RATE_SERVICE, UUID_HEART_RATE_MEASUREMENT)
+                await conn.subscribe(hrm)
+                deadline = time.monotonic() + 30
+                while conn.is_connected and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
+                assert any(n.value == bytes([0x00, 0x96]) for n in conn.notifications), "the scenario's notify did not arrive"
+
+        run(subscriber(), timeout=60)
+        assert process.process is not None
+        status = process.process.wait(timeout=30)
+    finally:
+        process.kill()
+    output = process.log_path.read_text(errors="replace")
+    assert status == 0, output[-4000:]
+    assert f"scenario {scenario_file}: passed (3 step(s))" in output, output[-4000:]
