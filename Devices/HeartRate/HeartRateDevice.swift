@@ -34,8 +34,15 @@ public final class HeartRateDevice: Device {
     /// HRS 3.1.1.3: Energy Expended is sent about once every ten measurements.
     private let energyEvery = 10
 
-    public init(seed: UInt64 = UInt64.random(in: 1...UInt64.max)) {
+    /// With `replayable` (`--seed`), the heart's time moves one second per measurement sent
+    /// and stands still otherwise (no catch-up when a central subscribes, none when `bpm` is
+    /// set): the values a central gets from its subscription on depend only on the seed and
+    /// the settings, not on when it came or how late a timer fired.
+    private let replayable: Bool
+
+    public init(seed: UInt64 = UInt64.random(in: 1...UInt64.max), replayable: Bool = false) {
         heart = HeartModel(seed: seed)
+        self.replayable = replayable
         measurement = Characteristic(0x2A37, properties: [.notify])
         bodySensorLocation = Characteristic(0x2A38, properties: [.read], cachedValue: [Self.chest])
         controlPoint = Characteristic(0x2A39, properties: [.write])
@@ -117,8 +124,9 @@ public final class HeartRateDevice: Device {
                                     energyExpended: energy, rrIntervals: intervals)
     }
 
-    private func elapsedSinceLastTick() -> Double {
+    private func elapsedSinceLastTick(measuring: Bool = false) -> Double {
         guard let context else { return 0 }
+        if replayable { return measuring ? 1 : 0 }
         let now = context.scheduler.nowNanoseconds
         defer { lastTickNanoseconds = now }
         return Double(now &- lastTickNanoseconds) / 1e9
@@ -126,7 +134,7 @@ public final class HeartRateDevice: Device {
 
     private func measure() {
         guard let context else { return }
-        let next = nextMeasurement(seconds: elapsedSinceLastTick())
+        let next = nextMeasurement(seconds: elapsedSinceLastTick(measuring: true))
         // A full queue is reported through peripheralIsReady; a heart rate sensor sends the
         // freshest value on the next tick rather than a backlog of old ones.
         context.notify(measurement) { next.encode(into: &$0, maxLength: 20) }

@@ -8,6 +8,7 @@ import BlemuGATT
 import BlemuHost
 import BlemuProfile
 import BlemuRunLoop
+import BlemuScenario
 import BlemuSecurity
 import BlemuSMP
 import BlemuService
@@ -103,6 +104,15 @@ struct RunCommand: ParsableCommand {
                                valueName: "SIZE"))
     var btsnoopMax: String?
 
+    @Option(name: .customLong("scenario"),
+            help: ArgumentHelp("Run the steps of a scenario file against the devices (Docs/CONTROL.md, Scenario files); blemu exits when it ends: 0 when every wait and expect held, 1 with the failing step's FILE:LINE.",
+                               valueName: "FILE"))
+    var scenarioPath: String?
+
+    @Option(help: ArgumentHelp("Seed every device model's randomness (the heart's wander, the thermal model's weather, the lock's made-up PIN): the same seed gives the same values on every run. Default: a new seed each start.",
+                               valueName: "N"))
+    var seed: UInt64?
+
     func validate() throws {
         if let pin, pin.count < 4 || pin.count > 8 || !pin.allSatisfy({ $0.isASCII && $0.isNumber }) {
             throw ValidationError("--pin must be 4 to 8 digits, not '\(pin)'")
@@ -144,6 +154,8 @@ struct RunCommand: ParsableCommand {
             guard btsnoopPath != nil else { throw ValidationError("--btsnoop-max needs --btsnoop PATH") }
             _ = try parsedBtsnoopMax()
         }
+        if scenarioPath != nil { _ = try loadedScenario() }
+        _ = try loadedDeviceScenarios(try devicePlans())
         let plans = try devicePlans()
         // Every initial value and PIN is tried on a throwaway device here, before run() writes
         // anything (a passkey file, the capture, the socket): a refusal is a bad command line.
@@ -174,12 +186,22 @@ struct RunCommand: ParsableCommand {
             }
         }
         do {
-            return try DevicePlanning.plans(devices: devices, specs: specs, environmentSpec: environmentSpec, file: file,
-                                        fileName: configPath, name: name, address: address.flatMap(BluetoothAddress.init),
-                                            pin: pin, passkey: passkey, bindkeyFile: bindkeyFile)
+            var plans = try DevicePlanning.plans(devices: devices, specs: specs, environmentSpec: environmentSpec, file: file,
+                                                 fileName: configPath, name: name, address: address.flatMap(BluetoothAddress.init),
+                                                 pin: pin, passkey: passkey, bindkeyFile: bindkeyFile)
+            if let seed {
+                for index in plans.indices { plans[index].seed = DevicePlanning.deviceSeed(seed, index: index) }
+            }
+            return plans
         } catch let error as PlanError {
             throw ValidationError(error.message)
         }
+    }
+
+    /// --scenario's steps, every mistake told with FILE:LINE (exit status 64, as --config's).
+    private func loadedScenario() throws -> Scenario? {
+        guard let scenarioPath else { return nil }
+        do { return try ScenarioParser.load(path: scenarioPath) } catch { throw ValidationError(error.description) }
     }
 
     /// --control-mode as permission bits: octal, 0 to 0777.
@@ -219,7 +241,7 @@ struct RunCommand: ParsableCommand {
         options.stateDirectory = stateDirectoryPath(stateDirectory)
         options.shareController = shareController
         options.nameGiven = name != nil
-        let stacks = try RunStack.assemble(plans, options: options, loop: loop, logger: logger)
+        let (stacks, planPeripherals) = try RunStack.assembleInPlanOrder(plans, options: options, loop: loop, logger: logger)
 
         var settings = RunSettings()
         settings.capturePath = btsnoopPath
@@ -227,7 +249,52 @@ struct RunCommand: ParsableCommand {
         settings.captureGenerations = CaptureSettings.generations
         settings.controlPath = controlPath
         if controlPath != nil { settings.controlMode = try parsedControlMode() }
-        try RunSession.run(stacks, deviceNames: plans.map(\.device), settings: settings, loop: loop, logger: logger)
+        // --scenario, then each device's `scenario:` of --config (its steps act on that device).
+        // A device the steps name that does not run is told before any controller opens.
+        var runners: [(file: String, runner: ScenarioRunner)] = []
+        let running = stacks.flatMap(\.peripherals)
+        let targets = ScenarioTargets.devices(running, scheduler: loop, logger: logger)
+        let scenarios = try ([(try loadedScenario(), nil as Int?)] + loadedDeviceScenarios(plans)).compactMap { scenario, plan in
+            // The plan's device by its place among the running ones (grouped by controller).
+            scenario.map { ($0, plan.flatMap { index in running.firstIndex { $0 === planPeripherals[index] } }) }
+        }
+        for (scenario, device) in scenarios {
+            do {
+                runners.append((scenario.file, try ScenarioRunner(scenario: scenario, devices: targets, scheduler: loop, logger: logger,
+                                                                  defaultDevice: device)))
+            } catch {
+                throw ValidationError(error.description)
+            }
+        }
+        try RunSession.run(stacks, deviceNames: plans.map(\.device), settings: settings, loop: loop, logger: logger,
+                           scenarios: runners.map(\.runner))
+        guard !runners.isEmpty else { return }
+        let failed = runners.contains { if case .failed = $0.runner.outcome { true } else { false } }
+        var passed = true
+        for (file, runner) in runners {
+            switch runner.outcome {
+            case .passed(let steps)?:
+                print("scenario \(file): passed (\(steps) step(s))")
+            case .failed(let failure)?:
+                printError(failure.description)
+                passed = false
+            case nil:
+                // Stopped by another's failure (told above), or by a signal or a lost controller.
+                if !failed { printError("scenario \(file): stopped before it ended") }
+                passed = false
+            }
+        }
+        if !passed { throw ExitCode(1) }
+    }
+
+    /// Each plan's `scenario:` (from --config), read, with the device it acts on.
+    private func loadedDeviceScenarios(_ plans: [DevicePlan]) throws -> [(Scenario?, Int?)] {
+        var scenarios: [(Scenario?, Int?)] = []
+        for (index, plan) in plans.enumerated() {
+            guard let path = plan.scenario else { continue }
+            do { scenarios.append((try ScenarioParser.load(path: path), index)) } catch { throw ValidationError(error.description) }
+        }
+        return scenarios
     }
 }
 
@@ -238,4 +305,10 @@ typealias RuntimeFailure = StackFailure
 enum CaptureSettings {
     /// Rotated files kept: PATH.1 (the newest) to PATH.3.
     static let generations = 3
+}
+
+/// One message on stderr, whatever --log says: a scenario's failure is for the person running it.
+func printError(_ text: String) {
+    var line = text + "\n"
+    line.withUTF8 { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
 }

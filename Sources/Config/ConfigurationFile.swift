@@ -65,6 +65,9 @@ public struct DeviceConfiguration: Sendable, Equatable {
     public var privateAddressTimeout: Int?
     public var advertising: AdvertisingTiming?
     public var connection: ConnectionParameters?
+    /// `scenario: FILE.yaml`: a scenario run against this device (its steps act on it unless
+    /// they name another), the path relative to the configuration file's directory.
+    public var scenario: String?
     /// Where the entry starts in the file, for errors found later (an unknown setting key).
     public var location: String
 
@@ -232,7 +235,7 @@ private struct Reader {
 
     func device(_ node: YAMLNode, at path: String) throws(ConfigurationError) -> DeviceConfiguration {
         let keys = ["device", "name", "address", "controller", "settings", "pin", "passkey", "io_capability", "advertising", "connection",
-                    "privacy", "rpa_timeout_s", "bindkey_file"]
+                    "privacy", "rpa_timeout_s", "bindkey_file", "scenario"]
         let entries = try mapping(node, at: path)
         try allowOnly(keys, in: entries, at: path)
         guard let name = entries["device"] else { throw fail(node, path, "`device:` is missing (the device to run, e.g. heart-rate)") }
@@ -288,6 +291,11 @@ private struct Reader {
             }
             guard device.privacy == true else { throw fail(entry.value, "\(path).rpa_timeout_s", "needs `privacy: true`") }
             device.privateAddressTimeout = seconds
+        }
+        if let entry = entries["scenario"] {
+            let text = try scalar(entry.value, at: "\(path).scenario")
+            guard !text.isEmpty else { throw fail(entry.value, "\(path).scenario", "give the scenario file's path") }
+            device.scenario = profilePath(text)
         }
         if let entry = entries["settings"] {
             let settings = try mapping(entry.value, at: "\(path).settings")

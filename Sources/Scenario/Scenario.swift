@@ -1,7 +1,7 @@
 import BlemuControl
 import BlemuCore
 
-/// A scenario file (`blemu run --scenario FILE.yaml`, Docs/TESTING-APPS.md): a timeline of
+/// A scenario file (`blemu run --scenario FILE.yaml`, Docs/CONTROL.md, "Scenario files"): a timeline of
 /// steps run against the devices while an app uses them, each step with the line it is on.
 public struct Scenario: Equatable, Sendable {
     /// The file's name as given, for `FILE:LINE` in every message.

@@ -2,7 +2,7 @@ import BlemuConfig
 import BlemuControl
 import BlemuCore
 
-/// Reads a scenario file (Docs/TESTING-APPS.md) with the project's YAML reader: every error
+/// Reads a scenario file (Docs/CONTROL.md, "Scenario files") with the project's YAML reader: every error
 /// names `FILE:LINE`, and is told before any controller opens, as `--config`'s are.
 public enum ScenarioParser {
     /// Steps, `repeat` blocks' steps counted each once: a scenario is a few dozen (and the

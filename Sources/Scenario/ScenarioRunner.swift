@@ -47,7 +47,7 @@ public enum ScenarioOutcome: Equatable, Sendable {
 
 /// Runs a scenario on the run loop's scheduler: instant steps one after another, `sleep` and
 /// `wait` on timers, events taken from the devices' `DeviceEvent` stream (`observe`). Ends
-/// with `finished`, once, with the outcome. Single-threaded like the rest of the core.
+/// with `onFinished`, once, with the outcome. Single-threaded like the rest of the core.
 ///
 /// - `wait` holds with the first matching event after the one that held the previous `wait`
 ///   (or after the start), including events that came while the steps between ran; else with
@@ -77,10 +77,12 @@ public final class ScenarioRunner {
     }
 
     private let scenario: Scenario
+    private let defaultDevice: Int?
     private let devices: ScenarioDevices
     private let scheduler: TimerScheduling
     private let logger: Logger
-    private let finished: (ScenarioOutcome) -> Void
+    /// Called once, with the outcome, when the last step held or one failed.
+    public var onFinished: ((ScenarioOutcome) -> Void)?
     private var program: [Instruction] = []
     private var pc = 0
     private var loops: [(begin: Int, remaining: Int)] = []
@@ -101,13 +103,16 @@ public final class ScenarioRunner {
     public private(set) var isRunning = false
 
     /// Checks that every device the steps name runs; throws `FILE:LINE` for one that does not.
+    /// `defaultDevice`: the device (an index of `devices.names`) a step without `device:`
+    /// acts on (a config file's per-device `scenario:`); else the file's `device:`, else the
+    /// only device running.
     public init(scenario: Scenario, devices: ScenarioDevices, scheduler: TimerScheduling, logger: Logger,
-                finished: @escaping (ScenarioOutcome) -> Void) throws(ScenarioError) {
+                defaultDevice: Int? = nil) throws(ScenarioError) {
         self.scenario = scenario
+        self.defaultDevice = defaultDevice
         self.devices = devices
         self.scheduler = scheduler
         self.logger = logger
-        self.finished = finished
         try compile(scenario.steps)
     }
 
@@ -127,6 +132,8 @@ public final class ScenarioRunner {
                 case .success(let found): index = found
                 case .failure(let error): throw ScenarioError("\(scenario.file):\(step.line): \(error.message)")
                 }
+            } else if let defaultDevice {
+                index = defaultDevice
             } else {
                 guard devices.names.entries.count == 1 else {
                     let refs = devices.names.entries.map(\.ref).joined(separator: ", ")
@@ -325,7 +332,7 @@ public final class ScenarioRunner {
         if case .passed(let steps) = result {
             logger.notice("scenario \(scenario.file): passed (\(steps) step(s) in \(Self.seconds(scheduler.nowNanoseconds - startNanoseconds)))")
         }
-        finished(result)
+        onFinished?(result)
     }
 
     /// `1.5 s`, `0.001 s`.

@@ -27,6 +27,11 @@ public struct DevicePlan {
     public var connection: ConnectionParameters?
     /// A DEVICE that names a `.json` file: the GATT profile it holds.
     public var profile: GATTProfile?
+    /// `--seed`: the device's models draw their randomness from this (derived from the seed
+    /// and the device's place), so a run repeats exactly; nil: a new seed each start.
+    public var seed: UInt64?
+    /// The config file's `scenario:` for this device: its path.
+    public var scenario: String?
 
     public init(device: String, spec: ControllerSpec) {
         self.device = device
@@ -104,6 +109,7 @@ public enum DevicePlanning {
             plan.privateAddressTimeout = entry?.privateAddressTimeout
             plan.advertising = entry?.advertising
             plan.connection = entry?.connection
+            plan.scenario = entry?.scenario
             // --pin is for the devices that take a PIN (the lock), so one command line serves a
             // bench of several devices (and wins over the file's); a file's `pin:` is for its own
             // entry, refused by a device that takes none.
@@ -137,7 +143,15 @@ public enum DevicePlanning {
     /// A new device for the plan: its GATT profile, or the registry's device of that name.
     public static func makeDevice(_ plan: DevicePlan) -> Device? {
         if let profile = plan.profile { return ProfileDevice(profile) }
-        return DeviceRegistry.entry(named: plan.device)?.make()
+        return DeviceRegistry.entry(named: plan.device)?.make(seed: plan.seed)
+    }
+
+    /// The seed of the device at `index` (0-based, command-line order) for `--seed N`: two
+    /// copies of one device wander differently, and each the same way on every run.
+    public static func deviceSeed(_ seed: UInt64, index: Int) -> UInt64 {
+        // One SplitMix64 step per place: nearby places, unrelated seeds.
+        var random = SeededRandom(seed: seed &+ UInt64(index) &* 0x9E37_79B9_7F4A_7C15)
+        return random.next()
     }
 
     /// The devices that encrypt their broadcasts with a bindkey (BTHome).

@@ -3,6 +3,7 @@ import BlemuControl
 import BlemuCore
 import BlemuHost
 import BlemuRunLoop
+import BlemuScenario
 import BlemuService
 import Logging
 
@@ -30,8 +31,11 @@ public struct RunSettings: Sendable {
 /// advertises, `started` logged once every controller is up. Returns when the run stops;
 /// throws the fatal error that stopped it.
 public enum RunSession {
+    /// `scenarios` (`--scenario`, a config file's `scenario:`) run against the devices once
+    /// every controller is up, side by side; the run stops when one fails or all have passed
+    /// (each one's `outcome` says how).
     public static func run(_ stacks: [ControllerStack], deviceNames: [String], settings: RunSettings, loop: RunLoop,
-                           logger: Logger) throws(StackFailure) {
+                           logger: Logger, scenarios: [ScenarioRunner] = []) throws(StackFailure) {
         // The capture starts before any controller opens, so it holds the first HCI Reset.
         var capture: BtsnoopWriter?
         if let btsnoopPath = settings.capturePath {
@@ -52,6 +56,25 @@ public enum RunSession {
         let service = ServiceNotifier(logger: logger)
         var lastError: String?
 
+        // The devices' events go to the control socket's watchers (while there are any) and to
+        // the scenario (while it runs); with neither, no observer, so no event is built.
+        var watchSink: ((Int, DeviceEvent) -> Void)?
+        func observeEvents() {
+            let watchers = watchSink
+            let observing = scenarios.filter { $0.outcome == nil }
+            for (index, peripheral) in stacks.flatMap(\.peripherals).enumerated() {
+                switch (watchers, observing.isEmpty) {
+                case (nil, true): peripheral.eventObserver = nil
+                case (let watchers?, true): peripheral.eventObserver = { watchers(index, $0) }
+                case (let watchers, false):
+                    peripheral.eventObserver = { event in
+                        watchers?(index, event)
+                        for scenario in observing { scenario.observe(event, device: index) }
+                    }
+                }
+            }
+        }
+
         // The control socket comes up before the controllers, so a script can wait on it.
         var control: ControlServer?
         if let controlPath = settings.controlPath {
@@ -68,9 +91,8 @@ public enum RunSession {
                 // `watch`: the devices report their events only while someone watches.
                 let names = DeviceNames(running.map { ($0.deviceName, $0.configuration.name) })
                 devices.watchers = EventWatchers(server: control, clock: loop, deviceRefs: names.entries.map(\.ref)) { sink in
-                    for (index, peripheral) in running.enumerated() {
-                        peripheral.eventObserver = sink.map { sink in { event in sink(index, event) } }
-                    }
+                    watchSink = sink
+                    observeEvents()
                 }
             }
             logger.info("control socket at \(controlPath)")
@@ -177,10 +199,26 @@ public enum RunSession {
                 waitingForFirstUp -= 1
                 guard waitingForFirstUp == 0, !stopping else { return }
                 logger.event(.started, .notice, "blemu \(blemuVersion) started: \(deviceNames.joined(separator: ", "))")
+                if !scenarios.isEmpty {
+                    // They end the run: their outcome is the exit status.
+                    for scenario in scenarios {
+                        scenario.onFinished = { outcome in
+                            observeEvents()
+                            if case .failed = outcome {
+                                stopAll()
+                            } else if scenarios.allSatisfy({ $0.outcome != nil }) {
+                                stopAll()
+                            }
+                        }
+                    }
+                    observeEvents()
+                    for scenario in scenarios where !stopping { scenario.start() }
+                }
             }
             stack.start()
         }
         loop.run()
+        for scenario in scenarios { scenario.cancel() }
         if let failure { throw StackFailure(failure) }
     }
 }

@@ -38,6 +38,14 @@ public enum NumericComparisonAnswer: String, CaseIterable, Sendable {
 public enum RunStack {
     public static func assemble(_ plans: [DevicePlan], options: RunOptions, loop: RunLoop,
                                 logger: Logger) throws(StackFailure) -> [ControllerStack] {
+        try assembleInPlanOrder(plans, options: options, loop: loop, logger: logger).stacks
+    }
+
+    /// `assemble`, with each plan's `Peripheral` in the plans' order (the stacks list theirs by
+    /// controller: devices sharing one are together).
+    public static func assembleInPlanOrder(_ plans: [DevicePlan], options: RunOptions, loop: RunLoop,
+                                           logger: Logger) throws(StackFailure) -> (stacks: [ControllerStack], peripherals: [Peripheral]) {
+        var inPlanOrder: [Peripheral] = []
         var stacks: [ControllerStack] = []
         var shared: [ControllerSpec: ControllerStack] = [:]
         var copies: [String: Int] = [:]
@@ -78,8 +86,9 @@ public enum RunStack {
             } catch {
                 throw StackFailure("device \(deviceName): \(error)")
             }
+            if let added = stack.peripherals.last { inPlanOrder.append(added) }
         }
-        return stacks
+        return (stacks, inPlanOrder)
     }
 
     /// An encrypted BTHome device: its bindkey, and its counter in the state directory

@@ -14,6 +14,8 @@ import Testing
     /// docs (so a stale entry fails too).
     static let notValidated: [String: String] = [
         "blemu run --config bench.yaml": "reads the user's own bench.yaml, which the docs do not give whole",
+        "blemu run heart-rate --controller tcp:127.0.0.1:6402 --scenario heart-rate-app.yaml --seed 42":
+            "reads heart-rate-app.yaml, which CONTROL.md gives whole (ScenarioTests' DocumentedScenarioTests reads it)",
         "blemu run scale.json --controller hci0": "serves scale.json, which the dump in the line before writes from a real device",
         "blemu run scale.json --controller hci0 --name \"Scale 2\"": "serves scale.json, which the dump before writes from a real device",
         "blemu run [DEVICE...] [--config FILE] [--controller SPEC ...] [--share-controller] [--name NAME] [--address ADDR]":

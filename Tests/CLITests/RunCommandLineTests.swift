@@ -23,6 +23,37 @@ import Testing
         }
     }
 
+    /// A scenario file's mistake is a bad command line (64) told with FILE:LINE, before run().
+    @Test func aScenarioWithAMistakeIsABadCommandLineWithItsLine() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blemu-cli-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("app.yaml").path
+        try "steps:\n  - wait: connected\n  - wait: bonded\n".write(toFile: path, atomically: true, encoding: .utf8)
+        let refused = try #require(Self.refusal(["heart-rate", "--scenario", path] + Self.controller))
+        #expect(refused.status == 64)
+        #expect(refused.message.contains("\(path):3: wait: cannot wait for 'bonded'"), "\(refused.message)")
+        try "steps:\n  - wait: connected\n".write(toFile: path, atomically: true, encoding: .utf8)
+        #expect(Self.refusal(["heart-rate", "--scenario", path] + Self.controller) == nil)
+        // A device's `scenario:` in --config too, with its own file and line.
+        let config = directory.appendingPathComponent("bench.yaml").path
+        try "devices:\n  - device: heart-rate\n    scenario: bad.yaml\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let bad = directory.appendingPathComponent("bad.yaml").path
+        try "steps:\n  - sleep: soon\n".write(toFile: bad, atomically: true, encoding: .utf8)
+        let refusedByConfig = try #require(Self.refusal(["--config", config] + Self.controller))
+        #expect(refusedByConfig.status == 64)
+        #expect(refusedByConfig.message.contains("\(bad):2: sleep: 'soon' is not a time"), "\(refusedByConfig.message)")
+    }
+
+    @Test func seedGivesEachDeviceItsOwnSeedTheSameEveryTime() throws {
+        let plans = try Self.parseRun(["heart-rate", "heart-rate", "--seed", "42"] + Self.controller).devicePlans()
+        let again = try Self.parseRun(["heart-rate", "heart-rate", "--seed", "42"] + Self.controller).devicePlans()
+        #expect(plans.map(\.seed) == again.map(\.seed))
+        #expect(plans[0].seed != nil && plans[0].seed != plans[1].seed)
+        #expect(try Self.parseRun(["heart-rate"] + Self.controller).devicePlans()[0].seed == nil)
+        #expect(Self.refusal(["heart-rate", "--seed", "-1"] + Self.controller)?.status == 64)
+    }
+
     @Test func pinWithSeveralDevicesReachesTheLockOnly() throws {
         let command = try Self.parseRun(["heart-rate", "thermostat", "lock", "--pin", "2468"] + Self.controller)
         let plans = try command.devicePlans()

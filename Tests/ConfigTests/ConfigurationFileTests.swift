@@ -53,11 +53,13 @@ import Testing
         ("devices:\n  - device: ./scale.json\n    name: S\n    settings: { bpm: 72 }", "f.yaml:4: devices[0].settings: a GATT profile (./scale.json) has no settings: its values are the file's"),
         ("devices:\n  - device: scale.json\n    pin: \"1234\"", "f.yaml:3: devices[0].pin: a GATT profile (scale.json) has no PIN: its values are the file's"),
         ("devices:\n  - device: lock\n    passkey: 12345a", "f.yaml:3: devices[0].passkey: a passkey must be 6 digits, got `12345a`"),
-        ("devices:\n  - device: x\n    colour: red", "f.yaml:3: devices[0]: unknown key `colour` (allowed: device, name, address, controller, settings, pin, passkey, io_capability, advertising, connection, privacy, rpa_timeout_s, bindkey_file)"),
+        ("devices:\n  - device: x\n    colour: red", "f.yaml:3: devices[0]: unknown key `colour` (allowed: device, name, address, controller, settings, pin, passkey, io_capability, advertising, connection, privacy, rpa_timeout_s, bindkey_file, scenario)"),
         ("devices:\n  - device: x\n    io_capability: telepathy", "f.yaml:3: devices[0].io_capability: `telepathy` is not an IO capability: display-only, display-yes-no, keyboard-only, keyboard-display, no-input-no-output"),
         ("devices:\n  - device: x\n    privacy: yes please", "f.yaml:3: devices[0].privacy: takes true or false, not `yes please`"),
         ("devices:\n  - device: x\n    privacy: true\n    rpa_timeout_s: 0", "f.yaml:4: devices[0].rpa_timeout_s: takes whole seconds from 1 to 41400, not `0`"),
         ("devices:\n  - device: x\n    rpa_timeout_s: 60", "f.yaml:3: devices[0].rpa_timeout_s: needs `privacy: true`"),
+        ("devices:\n  - device: x\n    scenario: \"\"", "f.yaml:3: devices[0].scenario: give the scenario file's path"),
+        ("devices:\n  - device: x\n    scenario: [a.yaml]", "f.yaml:3: devices[0].scenario: expected a single value"),
         ("devices:\n  - name: A", "f.yaml:2: devices[0]: `device:` is missing (the device to run, e.g. heart-rate)"),
         ("devices:\n  - device: x\n    address: 00:11:22:33:44:55", "f.yaml:3: devices[0].address: `00:11:22:33:44:55` is not a static random address like C4:12:34:56:78:9A (first byte C0-FF)"),
         ("devices:\n  - device: x\n    advertising: { fast_interval_ms: 5 }", "f.yaml:3: devices[0].advertising.fast_interval_ms: 5 is outside 20...10240 ms"),
@@ -89,6 +91,13 @@ import Testing
         } catch {
             #expect(error.description.hasPrefix(expected), "\(error.description)")
         }
+    }
+
+    /// `scenario: FILE.yaml` runs against the device: its path relative to the file's directory.
+    @Test func aDevicesScenarioIsThePathOfItsFile() throws {
+        let text = "devices:\n  - device: heart-rate\n    scenario: ./app.yaml\n  - device: lock\n    scenario: /srv/s.yaml\n  - device: thermostat"
+        let devices = try ConfigurationFile.parse(text, file: "/etc/blemu/run.yaml").devices
+        #expect(devices.map(\.scenario) == ["/etc/blemu/app.yaml", "/srv/s.yaml", nil])
     }
 
     /// `device: FILE.json` is a GATT profile, its path relative to the configuration file's

@@ -1,3 +1,4 @@
+import Foundation
 import BlemuControl
 import BlemuCore
 import BlemuScenario
@@ -109,5 +110,19 @@ import Testing
 
     @Test func aFileThatIsNotThereIsNamed() {
         #expect(throws: ScenarioError.self) { try ScenarioParser.load(path: "/nonexistent/s.yaml") }
+    }
+}
+
+/// The complete example of Docs/CONTROL.md, "Scenario files", is a scenario the parser takes.
+@Suite struct DocumentedScenarioTests {
+    @Test func theDocumentedExampleIsRead() throws {
+        let root = "\(#filePath)".split(separator: "/", omittingEmptySubsequences: false).dropLast(3).joined(separator: "/")
+        let bytes = try #require(FileManager.default.contents(atPath: root + "/Docs/CONTROL.md"))
+        let text = String(decoding: bytes, as: UTF8.self)
+        let start = try #require(text.range(of: "```yaml\n# heart-rate-app.yaml\n"))
+        let end = try #require(text.range(of: "```", range: start.upperBound..<text.endIndex))
+        let scenario = try ScenarioParser.parse(String(text[start.upperBound..<end.lowerBound]), file: "heart-rate-app.yaml")
+        #expect(scenario.device == "heart-rate")
+        #expect(scenario.steps.count == 15)
     }
 }

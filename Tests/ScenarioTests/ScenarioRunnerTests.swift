@@ -18,7 +18,7 @@ final class RunnerRig {
     var runner: ScenarioRunner!
     let peer = ATTPeer(connectionHandle: 0x40, address: LEAddress(BluetoothAddress("C0:00:00:00:00:01")!, isRandom: true))
 
-    init(_ text: String, devices: [(String, String)] = [("heart-rate", "blemu Heart Rate")]) throws {
+    init(_ text: String, devices: [(String, String)] = [("heart-rate", "blemu Heart Rate")], defaultDevice: Int? = nil) throws {
         let scenario = try ScenarioParser.parse(text, file: "s.yaml")
         let targets = ScenarioDevices(
             names: DeviceNames(devices.map { (device: $0.0, localName: $0.1) }),
@@ -31,9 +31,9 @@ final class RunnerRig {
                 return nil
             })
         runner = try ScenarioRunner(scenario: scenario, devices: targets, scheduler: scheduler,
-                                    logger: Logger(label: "scenario-test") { _ in SwiftLogNoOpLogHandler() }) { [unowned self] outcome in
-            self.outcomes.append(outcome)
-        }
+                                    logger: Logger(label: "scenario-test") { _ in SwiftLogNoOpLogHandler() },
+                                    defaultDevice: defaultDevice)
+        runner.onFinished = { [unowned self] outcome in self.outcomes.append(outcome) }
     }
 
     func characteristic(_ uuid: String) -> EventCharacteristic {
@@ -219,6 +219,23 @@ final class RunnerRig {
         rig.connected(device: 0)
         rig.scheduler.advance(by: .seconds(1))
         #expect(rig.failure?.location == "s.yaml:3")
+    }
+
+    /// A config file's per-device `scenario:`: steps without `device:` act on that device.
+    @Test func aDevicesOwnScenarioActsOnItUnlessAStepNamesAnother() throws {
+        let rig = try RunnerRig("""
+            steps:
+              - set: locked 1
+              - set: bpm 90
+                device: heart-rate
+              - wait: connected
+                timeout: 1
+            """, devices: [("heart-rate", "a"), ("lock", "b")], defaultDevice: 1)
+        rig.runner.start()
+        #expect(rig.commands == [.set(device: "lock", key: "locked", value: "1"), .set(device: "heart-rate", key: "bpm", value: "90")])
+        rig.connected(device: 1)
+        rig.scheduler.advance(by: .zero)
+        #expect(rig.outcomes == [.passed(steps: 3)])
     }
 
     @Test func devicesThatDoNotRunAreToldWithTheirLineBeforeAnythingStarts() {
