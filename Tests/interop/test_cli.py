@@ -73,7 +73,7 @@ def device_listing() -> dict[str, list[str]]:
 def test_devices_lists_heart_rate_and_its_services():
     devices = device_listing()
     assert "heart-rate" in devices, f"heart-rate not listed: {sorted(devices)}"
-    assert set(devices) <= {"heart-rate", "thermostat", "lock", "chat"} | BROADCASTERS, f"names outside Docs/REFERENCE.md: {sorted(devices)}"
+    assert set(devices) <= {"heart-rate", "thermostat", "lock", "chat", "channel-echo"} | BROADCASTERS, f"names outside Docs/REFERENCE.md: {sorted(devices)}"
     services = [line.split()[1].upper() for line in devices["heart-rate"] if line.startswith("service ")]
     for uuid in ("180D", "180A", "180F"):
         assert any(s in (uuid, f"0000{uuid}-0000-1000-8000-00805F9B34FB", f"0X{uuid}") for s in services), (
