@@ -34,5 +34,6 @@ let package = Package(
         .executableTarget(name: "control", dependencies: ["FuzzSupport"], path: "Sources/control"),
         .executableTarget(name: "gatt-client", dependencies: ["FuzzSupport"], path: "Sources/gatt-client"),
         .executableTarget(name: "smp", dependencies: ["FuzzSupport"], path: "Sources/smp"),
+        .executableTarget(name: "chat-frames", dependencies: ["FuzzSupport"], path: "Sources/chat-frames"),
     ]
 )

@@ -508,9 +508,85 @@ def smp_seeds():
     }
 
 
+def chat_frames_seeds():
+    """Typed operations on a chat room's host (Fuzz/Sources/chat-frames/Fuzz.swift): a config byte
+    (bit 0 no trust, 1 signed-only, 2 private, 3 the host has no key), then operations."""
+    ALICE, BOB, CAROL, HOST, EMPTY, UNVERIFIED = 0, 1, 2, 3, 4, 5
+    MTU23, MTU100, MTU517 = 0, 4, 7
+
+    def connect(link, mtu=MTU23, plain=False):
+        return bytes([0, link, mtu | (0x80 if plain else 0)])
+
+    def raw(link, frame):
+        return bytes([1, link, len(frame)]) + frame
+
+    def plain(link, text):
+        return bytes([2, link, len(text)]) + text
+
+    def resume(link, sender, choice):
+        return bytes([3, link, sender, choice])
+
+    def drop(link):
+        return bytes([4, link])
+
+    def clock(t):
+        return bytes([5, t])
+
+    def signed(link, identity, sender, number, text, field=0):
+        return bytes([6, link, identity, sender, number, len(text)]) + text + bytes([field])
+
+    def host(text):
+        return bytes([7, len(text)]) + text
+
+    def full(link):
+        return bytes([8, link])
+
+    READY = bytes([9])
+
+    def unsubscribe(link):
+        return bytes([10, link])
+
+    def pin(sender, identity):
+        return bytes([11, sender, identity])
+
+    def data(number, sender, text, kind=0x01, hops=4):
+        stream = sender + text
+        return bytes([kind]) + struct.pack("<IBBH", number, hops, len(sender), len(stream)) + stream
+
+    members = connect(0) + connect(1, MTU100, plain=True) + connect(2, MTU517)
+    return {
+        "two-members-chat": bytes([0]) + members + signed(0, 0, ALICE, 1, b"hello") + plain(1, b"hi there")
+                            + host(b"welcome") + signed(2, 1, BOB, 1, b"bob here") + drop(1) + clock(10),
+        "every-forgery": bytes([0]) + members + signed(0, 0, ALICE, 1, b"honest")
+                         + b"".join(signed(2, 0, ALICE, 2 + f, b"forged line", f) for f in range(1, 8))
+                         + signed(0, 0, HOST, 9, b"I am the host") + signed(0, 0, EMPTY, 10, b"* bob left"),
+        "impersonation-and-pins": bytes([0]) + members + signed(0, 0, ALICE, 1, b"me") + signed(2, 1, ALICE, 2, b"also me")
+                                  + pin(ALICE, 1) + signed(2, 1, ALICE, 3, b"pinned") + pin(ALICE, 9)
+                                  + signed(0, 2, ALICE, 4, b"forgotten"),
+        "resume-after-drop": bytes([0]) + members + signed(0, 0, ALICE, 1, b"one") + host(b"two") + drop(0)
+                             + host(b"three") + plain(1, b"four") + resume(0, HOST, 0) + connect(0) + resume(0, ALICE, 0x81)
+                             + connect(0) + drop(2) + connect(2, MTU517) + resume(2, ALICE, 0),
+        "signed-only-room": bytes([0x02]) + members + plain(1, b"refused") + raw(0, data(1, b"alice", b"unsigned"))
+                            + signed(0, 0, ALICE, 1, b"signed") + plain(1, b"/name mallory"),
+        "private-room": bytes([0x04]) + members + signed(0, 0, ALICE, 1, b"sealed", 8) + signed(2, 1, BOB, 1, b"wrong room key", 9)
+                        + signed(0, 0, ALICE, 2, b"in the clear") + host(b"a sealed host line"),
+        "full-link-and-stall": bytes([0]) + members + full(0) + b"".join(host(bytes([0x61 + i]) * 40) for i in range(8))
+                               + clock(0xFF) + host(b"after the stall") + READY + unsubscribe(2) + host(b"after"),
+        "raw-frames": bytes([0]) + members + raw(0, data(7, b"board", b"x" * 20)[:20]) + raw(0, b"\x03\x0b\x00" + b"y" * 8)
+                      + raw(0, b"\x03\x00\x00zz") + raw(0, data(8, b"", b"announce")) + raw(0, b"\x02\x01\x00\x00\x00alice")
+                      + raw(0, b"\x05" + struct.pack("<IBBH", 1, 4, 5, 40) + bytes(20)) + raw(0, b"\x09junk") + raw(0, b"\x04\x01"),
+        "plain-clients-named": bytes([0]) + members + plain(1, b"/name alice") + plain(1, b"as alice?") + connect(3, plain=True)
+                               + plain(3, b"/name ~x") + plain(1, ("e" + "\u0301" * 14).encode()) + signed(0, 0, ALICE, 1, b"the real alice"),
+        "no-trust-host-without-key": bytes([0x09]) + members + signed(0, 0, ALICE, 1, b"hi", 6) + host(b"unsigned host")
+                                     + raw(2, data(3, b"carol", b"plain frame")),
+        "long-signed-at-mtu-23": bytes([0]) + members + signed(0, 2, CAROL, 5, b"z" * 255) + signed(0, 2, CAROL, 5, b"z" * 255),
+    }
+
+
 def main():
     corpora = {"att-server": att_server_seeds(), "l2cap": l2cap_seeds(), "h4-host": {**h4_seeds(), **h4_typed_seeds()}, "decoders": decoder_seeds(),
-               "control": control_seeds(), "gatt-client": gatt_client_seeds(), "smp": smp_seeds()}
+               "control": control_seeds(), "gatt-client": gatt_client_seeds(), "smp": smp_seeds(),
+               "chat-frames": chat_frames_seeds()}
     for target, seeds in corpora.items():
         folder = ROOT / target
         folder.mkdir(parents=True, exist_ok=True)

@@ -437,7 +437,8 @@ public final class ChatDevice: Device {
     public private(set) var forgedAnnouncements = 0
 
     private func acknowledge(_ id: ChatMessageID, to handle: UInt16) {
-        enqueue(frames, [ChatFrame.ack(number: id.number, sender: id.sender).encoded()], to: handle)
+        let limit = members[handle].map { (context?.attMTU(of: $0.peer) ?? 23) - 3 } ?? 20
+        enqueue(frames, [ChatFrame.acknowledgement(of: id, limit: limit)], to: handle)
         flush()
     }
 

@@ -130,6 +130,24 @@ public enum ChatFrame: Equatable, Sendable {
         }
     }
 
+    /// An ACK of `id` that fits a notification of at most `limit` bytes (ATT_MTU - 3; at least
+    /// 20): a sender name too long for it (more than 15 bytes at ATT_MTU 23) is cut between
+    /// characters, and the member takes it for the message whose name starts with it
+    /// (`ChatMessageID.isAcknowledged`). Whole, a 32-byte name made a 37-byte ACK, which the
+    /// stack cut to 20 bytes: not UTF-8, or another name, so the message was never acknowledged.
+    public static func acknowledgement(of id: ChatMessageID, limit: Int) -> [UInt8] {
+        let room = min(512, max(20, limit)) - 5
+        var cut = ""
+        var bytes = 0
+        for character in id.sender {
+            let count = String(character).utf8.count
+            guard bytes + count <= room else { break }
+            bytes += count
+            cut.append(character)
+        }
+        return ChatFrame.ack(number: id.number, sender: cut).encoded()
+    }
+
     /// A message as one DATA frame and the MOREs that follow it, each of at most `limit` bytes
     /// (ATT_MTU - 3 for a notification or a write; at least 20, ATT's default, and at most 512,
     /// the longest attribute value, Vol 3, Part F, 3.2.9).
@@ -183,6 +201,15 @@ public struct ChatMessageID: Hashable, Sendable, CustomStringConvertible {
     /// Whether an ACK or RESUME (number and sender only) names this message.
     public func isNamed(number: UInt32, sender: String) -> Bool {
         self.number == number && self.sender == sender
+    }
+
+    /// Whether an ACK of `number` naming `sender` acknowledges this message: its name, or the
+    /// start of its name where the ACK had to cut it (`ChatFrame.acknowledgement`: at least
+    /// 12 bytes, what 15 bytes leave between 4-byte characters). Look for an exact match first.
+    public func isAcknowledged(number: UInt32, sender: String) -> Bool {
+        guard self.number == number else { return false }
+        let named = Array(sender.utf8)
+        return named == senderBytes || (named.count >= 12 && named.count < senderBytes.count && senderBytes.starts(with: named))
     }
 
     /// The same identity with `proof` (signed by its origin).

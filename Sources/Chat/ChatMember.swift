@@ -376,7 +376,11 @@ public final class ChatMember {
         }
         if case let .ack(number, sender) = frame {
             let named = sender.isEmpty ? me : sender
-            if let index = unacknowledged.firstIndex(where: { $0.id.isNamed(number: number, sender: named) }) { unacknowledged.remove(at: index) }
+            // Its whole name first; else one the host cut to fit the notification.
+            if let index = unacknowledged.firstIndex(where: { $0.id.isNamed(number: number, sender: named) })
+                ?? unacknowledged.firstIndex(where: { $0.id.isAcknowledged(number: number, sender: named) }) {
+                unacknowledged.remove(at: index)
+            }
             sendNext()
             return
         }

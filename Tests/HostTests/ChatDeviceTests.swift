@@ -200,6 +200,32 @@ import Testing
         #expect(parts.count == 3)
     }
 
+    /// A member at ATT_MTU 23 whose name takes 32 bytes: its ACK fits a notification (20 bytes),
+    /// naming the start of its name, and acknowledges its message and no other (the whole
+    /// 37-byte ACK was cut by the stack in the middle of a character: never acknowledged).
+    @Test func anAckFitsTheMembersNotificationWhateverItsName() throws {
+        let room = try Room()
+        room.bench.controller.connect(handle: 0x41, peer: room.b, set: 1)   // framed, ATT_MTU 23
+        let cccd = room.device.frames.clientConfigurationHandle ?? 0
+        _ = room.bench.att([0x12, UInt8(cccd & 0xFF), UInt8(cccd >> 8), 0x01, 0x00], handle: 0x41)
+        _ = room.bench.controller.takeL2CAP(handle: 0x41, cid: L2CAPChannel.att)
+        let id = ChatMessageID(sender: String(repeating: "é", count: 16), number: 7)
+        let value = room.device.frames.valueHandle
+        var notified: [[UInt8]] = []
+        for frame in ChatFrame.frames(of: Array("hello".utf8), id: id, hops: 4, limit: 20) {
+            notified += room.bench.att([0x12, UInt8(value & 0xFF), UInt8(value >> 8)] + frame, handle: 0x41).filter { $0.first == 0x1B }
+        }
+        #expect(notified.count == 1 && notified.allSatisfy { $0.count <= 23 })
+        guard case let .ack(number, sender)? = try? ChatFrame(decoding: notified[0].dropFirst(3)) else {
+            Issue.record("no ACK that decodes: \(notified)")
+            return
+        }
+        #expect(sender == String(repeating: "é", count: 7) && id.isAcknowledged(number: number, sender: sender))
+        #expect(!ChatMessageID(sender: String(repeating: "é", count: 6) + "e", number: 7).isAcknowledged(number: number, sender: sender))
+        #expect(!ChatMessageID(sender: id.sender, number: 8).isAcknowledged(number: number, sender: sender))
+        #expect(!ChatMessageID(sender: "éé", number: 7).isAcknowledged(number: number, sender: "é"), "a short name is matched whole")
+    }
+
     /// A character longer than a notification (a letter with 30 combining marks: 61 bytes) is
     /// cut between its scalars: every piece is UTF-8 a plain client can show, and nothing is
     /// lost (it was cut to its first 20 bytes, in the middle of a scalar, the rest dropped).
