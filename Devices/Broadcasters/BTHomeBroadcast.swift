@@ -63,6 +63,29 @@ public final class BTHomeBroadcast {
         context?.broadcastChanged()
         return true
     }
+
+    /// The address advertised from changed (privacy): an encrypted reading is sealed again
+    /// under it with a new counter (bthome.io/encryption: the nonce is the MAC, the UUID, the
+    /// device information and the counter, so the old sealing does not open under the new
+    /// address). The same reading keeps its packet id: a receiver that knows both addresses
+    /// as one device records it once. The host reads the new data itself
+    /// (`BroadcastingDevice.advertisingAddressChanged`); nothing else is told.
+    func advertisingAddressChanged() {
+        guard let encryption, let context, let objects,
+              let id = BTHomeObject(.packetID, integer: Int64(packetID)) else { return }
+        let counter: UInt32
+        do {
+            counter = try encryption.counters.take()
+        } catch {
+            // No counter that is sure never to have been used: nothing that could repeat a
+            // nonce is sent; the old sealing stays (receivers fail its MIC until a counter is).
+            context.log(.stateChanged, .error, "\(error.description); the reading is not sealed again for the new address", [:])
+            return
+        }
+        let sealing = BTHomeEncryption(key: encryption.key, address: context.advertisingAddress, counter: counter)
+        advertisingData = BTHome.advertisingData(BTHomePacket(triggerBased: triggerBased, objects: [id] + objects),
+                                                 encryption: sealing)
+    }
 }
 
 extension DeviceSetting {
@@ -71,6 +94,27 @@ extension DeviceSetting {
     static func broadcastInterval(apply: @escaping (UInt16) -> Void) -> DeviceSetting {
         .number("interval", "advertising interval, ms, 20 to 10240", in: 20...10240) { milliseconds in
             apply(UInt16(max(0x20, min(0x4000, (milliseconds / 0.625).rounded()))))
+        }
+    }
+
+    /// A periodic advertising train beside the advertising, carrying the same data (Vol 6,
+    /// Part B, 4.4.2.12): `off` (or 0), or its interval in milliseconds, 7.5 to 81918.75 (Vol 4,
+    /// Part E, 7.8.61: 0x0006 to 0xFFFF units of 1.25 ms), rounded to the unit. Refused on a
+    /// controller that cannot send one; before the start (a configuration file) the host
+    /// reports that when it starts.
+    static func periodicInterval(context: @escaping () -> BroadcastContext?, apply: @escaping (UInt16?) -> Void) -> DeviceSetting {
+        DeviceSetting("periodic", "periodic advertising train with the same data: off, or its interval, ms, 7.5 to 81918.75") { text in
+            let wanted = text.trimmingWhitespace.lowercased()
+            if wanted == "off" || wanted == "0" {
+                apply(nil)
+                return nil
+            }
+            guard let milliseconds = Double(wanted), milliseconds.isFinite, (7.5...81918.75).contains(milliseconds) else {
+                return "periodic takes off or an interval in ms from 7.5 to 81918.75, not '\(VisibleText.make(text))'"
+            }
+            if let reason = context()?.periodicAdvertisingUnsupportedReason { return "periodic: \(reason)" }
+            apply(UInt16(max(6, min(0xFFFF, (milliseconds / 1.25).rounded()))))
+            return nil
         }
     }
 

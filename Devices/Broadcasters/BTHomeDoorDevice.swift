@@ -15,6 +15,8 @@ public final class BTHomeDoorDevice: BroadcastingDevice {
     public private(set) var isOpen = false
     public private(set) var battery: Int = 100
     public private(set) var broadcastInterval: UInt16 = 1600  // 1 s
+    public private(set) var periodicInterval: UInt16?
+    public var offersPeriodicAdvertising: Bool { true }
     /// The event of the reading advertised now, if any.
     private var event: BTHomeButtonEvent?
     private weak var context: BroadcastContext?
@@ -27,6 +29,8 @@ public final class BTHomeDoorDevice: BroadcastingDevice {
     }
 
     public var advertisingData: [UInt8] { broadcast.advertisingData }
+
+    public func advertisingAddressChanged() { broadcast.advertisingAddressChanged() }
 
     public func start(broadcasting context: BroadcastContext) {
         self.context = context
@@ -60,6 +64,10 @@ public final class BTHomeDoorDevice: BroadcastingDevice {
             },
             .broadcastInterval { [weak self] units in
                 self?.broadcastInterval = units
+                self?.context?.broadcastChanged()
+            },
+            .periodicInterval(context: { [weak self] in self?.context }) { [weak self] units in
+                self?.periodicInterval = units
                 self?.context?.broadcastChanged()
             },
         ]

@@ -7,12 +7,17 @@ import BlemuHost
 /// %) in its advertising data, encrypted with the bindkey of `--bindkey-file`. It never takes a
 /// connection. The room is the thermostat's `ThermalModel` (heated to 21 °C, the moisture
 /// wandering with the weather), measured every `readingPeriod`; a reading that differs from the
-/// one advertised gets the next packet id, the same one changes nothing.
+/// one advertised gets the next packet id, the same one changes nothing. A measurement that
+/// would find the same reading is not taken at all: the model is solved exactly, so the device
+/// looks ahead for the first measurement whose reading differs and wakes only for it.
 public final class BTHomeThermometerDevice: BroadcastingDevice {
     public static let deviceName = "bthome-thermometer"
     public static let summary = "BTHome v2 thermometer (temperature, humidity, battery), broadcast only; encrypted with --bindkey-file"
     /// How often the sensor measures (a BTHome thermometer's usual pace).
     public static let readingPeriod: Duration = .seconds(10)
+    /// How far ahead a measurement looks for the next reading that differs, in reading
+    /// periods (an hour): a room that stays the same wakes the device once an hour at most.
+    public static let lookAheadPeriods = 360
     /// The range a `temperature` setting takes: what a room thermometer measures (the s16
     /// object holds -327.68 to 327.67).
     public static let temperatureRange: ClosedRange<Double> = -40...85
@@ -21,6 +26,8 @@ public final class BTHomeThermometerDevice: BroadcastingDevice {
     public private(set) var model: ThermalModel
     public private(set) var battery: Int = 100
     public private(set) var broadcastInterval: UInt16 = 1600  // 1 s
+    public private(set) var periodicInterval: UInt16?
+    public var offersPeriodicAdvertising: Bool { true }
     private weak var context: BroadcastContext?
     private var modelNanoseconds: UInt64 = 0
     private var timer: TimerID?
@@ -35,6 +42,8 @@ public final class BTHomeThermometerDevice: BroadcastingDevice {
     }
 
     public var advertisingData: [UInt8] { broadcast.advertisingData }
+
+    public func advertisingAddressChanged() { broadcast.advertisingAddressChanged() }
 
     public func start(broadcasting context: BroadcastContext) {
         self.context = context
@@ -64,11 +73,17 @@ public final class BTHomeThermometerDevice: BroadcastingDevice {
                 self?.broadcastInterval = units
                 self?.context?.broadcastChanged()
             },
+            .periodicInterval(context: { [weak self] in self?.context }) { [weak self] units in
+                self?.periodicInterval = units
+                self?.context?.broadcastChanged()
+            },
         ]
     }
 
     /// The objects of a reading now (the packet id is added when it is advertised).
-    public var reading: [BTHomeObject] {
+    public var reading: [BTHomeObject] { Self.reading(of: model, battery: battery) }
+
+    static func reading(of model: ThermalModel, battery: Int) -> [BTHomeObject] {
         [BTHomeObject(.battery, integer: Int64(battery)),
          BTHomeObject(.temperature, value: model.room),
          BTHomeObject(.humidity, value: model.humidity)].compactMap { $0 }
@@ -81,19 +96,38 @@ public final class BTHomeThermometerDevice: BroadcastingDevice {
         modelNanoseconds = now
     }
 
-    /// Applies a setting now (before the start: to the initial state) and advertises the result.
+    /// Applies a setting now (before the start: to the initial state) and advertises the result;
+    /// the room changed, so the next measurement is looked for anew.
     private func change(_ message: String, _ apply: (inout ThermalModel) -> Void) {
         catchUp()
         apply(&model)
         context?.log(.stateChanged, .info, message, [:])
-        if context != nil { broadcast.publish(reading) }
+        if context != nil { measure() }
     }
 
-    /// One measurement, then the next one's timer.
+    /// One measurement, then the timer for the next one whose reading differs.
     private func measure() {
         catchUp()
         broadcast.publish(reading)
-        timer = context?.scheduler.schedule(after: Self.readingPeriod) { [weak self] in
+        scheduleNextReading()
+    }
+
+    /// The sensor measures every `readingPeriod`; the periods whose measurement would find the
+    /// reading advertised now are skipped (a wakeup that sends nothing is only a cost), up to
+    /// `lookAheadPeriods`.
+    private func scheduleNextReading() {
+        guard let context else { return }
+        if let timer { context.scheduler.cancel(timer) }
+        let now = Self.reading(of: model, battery: battery)
+        let period = Double(Self.readingPeriod.components.seconds)
+        var future = model
+        var periods = 1
+        while periods < Self.lookAheadPeriods {
+            future.advance(seconds: period)
+            if Self.reading(of: future, battery: battery) != now { break }
+            periods += 1
+        }
+        timer = context.scheduler.schedule(after: Self.readingPeriod * periods) { [weak self] in
             self?.timer = nil
             self?.measure()
         }

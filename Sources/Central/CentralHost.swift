@@ -330,6 +330,7 @@ public final class CentralHost: ATTServerDelegate {
 
 extension CentralHost: ControllerRole {
     public var advertisingSetsWanted: Int { 0 }
+    public var wantsPeriodicAdvertising: Bool { false }
     public var openLinkCount: Int { links.count }
 
     public func controllerStarting() {}

@@ -44,6 +44,8 @@ public final class ManualScheduler: TimerScheduling {
     public init() {}
 
     public var pendingCount: Int { live.count }
+    /// How many timers have fired: the wakeups a run loop would have had.
+    public private(set) var firedCount = 0
 
     @discardableResult
     public func schedule(after delay: Duration, _ action: @escaping () -> Void) -> TimerID {
@@ -70,6 +72,7 @@ public final class ManualScheduler: TimerScheduling {
             // A timer cancelled by an action that fired before it is skipped.
             guard live.remove(entry.id.raw) != nil else { continue }
             nowNanoseconds = max(nowNanoseconds, entry.deadline)
+            firedCount += 1
             entry.action()
         }
         nowNanoseconds = target

@@ -12,20 +12,30 @@ public struct AdvertisingRequest: Sendable, Equatable {
     /// Vol 6, Part B, 2.3.1.3, or its extended form), which no central can connect to or scan;
     /// the scan response is then not sent.
     public var connectable: Bool
+    /// A broadcaster's periodic train (Vol 6, Part B, 4.4.2.12) beside its advertising, carrying
+    /// the same advertising data: Periodic_Advertising_Interval in units of 1.25 ms (Vol 4,
+    /// Part E, 7.8.61: 0x0006 and up). Nil: no train.
+    public var periodicInterval: UInt16?
 
     public init(interval: UInt16, address: BluetoothAddress, advertisingData: [UInt8], scanResponseData: [UInt8],
-                connectable: Bool = true) {
+                connectable: Bool = true, periodicInterval: UInt16? = nil) {
         self.interval = interval
         self.address = address
         self.advertisingData = advertisingData
         self.scanResponseData = scanResponseData
         self.connectable = connectable
+        self.periodicInterval = connectable ? nil : periodicInterval
     }
 
     /// Whether the set advertises with extended PDUs: only a non-connectable set whose data does
-    /// not fit a legacy PDU's 31 octets (connectable sets keep to legacy PDUs, which every
-    /// central scans for).
-    public var usesExtendedPDUs: Bool { !connectable && advertisingData.count > AdvertisingPayload.maximumLength }
+    /// not fit a legacy PDU's 31 octets, or that has a periodic train (connectable sets keep to
+    /// legacy PDUs, which every central scans for). A train is found through the SyncInfo of
+    /// extended advertising PDUs; a set with legacy properties cannot have one (Vol 4, Part E,
+    /// 7.8.61: "If the advertising set ... specified scannable, connectable, legacy, or
+    /// anonymous advertising, the Controller shall return ... Invalid HCI Command Parameters").
+    public var usesExtendedPDUs: Bool {
+        !connectable && (advertisingData.count > AdvertisingPayload.maximumLength || periodicInterval != nil)
+    }
 }
 
 /// The advertising sets of one controller: the bookkeeping that lets several devices share one
@@ -48,6 +58,8 @@ public final class Advertiser {
     private var taken: Set<UInt8> = []
     /// The random address last given to a legacy controller (LE Set Random Address).
     private var legacyAddress: BluetoothAddress?
+    /// Sets whose periodic train the host enabled and has not disabled since.
+    public private(set) var periodicSets: Set<UInt8> = []
 
     public init(hci: HCIHost) {
         self.hci = hci
@@ -58,6 +70,7 @@ public final class Advertiser {
     public func configure(extendedCommands: Bool) {
         taken.removeAll()
         legacyAddress = nil
+        periodicSets.removeAll()
         if extendedCommands, hci.info.advertisingSets > 0 {
             mode = .extended(sets: hci.info.advertisingSets)
         } else {
@@ -117,14 +130,29 @@ public final class Advertiser {
     public func canCarry(_ request: AdvertisingRequest) -> Bool {
         switch mode {
         case .legacy: return !request.usesExtendedPDUs
-        case .extended: return request.advertisingData.count <= HCICommand.extendedDataMaximumLength
+        case .extended:
+            return request.advertisingData.count <= HCICommand.extendedDataMaximumLength
+                && (request.periodicInterval == nil || supportsPeriodicAdvertising)
         }
     }
 
-    /// The set's kind of advertising changed between legacy and extended PDUs, which needs
-    /// new parameters (a restart), not only new data.
+    /// Whether a set can have a periodic train: extended advertising commands and LE Periodic
+    /// Advertising (Vol 6, Part B, 4.6, bit 13; the periodic commands are 7.8.61 – 7.8.63).
+    public var supportsPeriodicAdvertising: Bool { mode != .legacy && hci.info.supportsPeriodicAdvertising }
+
+    /// Why this controller sends no periodic train, for a log line; nil when it can.
+    public var periodicAdvertisingUnsupportedReason: String? {
+        if !hci.info.supportsExtendedAdvertising { return "the controller has no LE Extended Advertising, which periodic advertising needs" }
+        if !hci.info.supportsPeriodicAdvertising { return "the controller has no LE Periodic Advertising (LE feature bit 13)" }
+        if mode == .legacy { return "the controller is driven with legacy advertising commands (it reports no advertising sets)" }
+        return nil
+    }
+
+    /// The set's kind of advertising changed between legacy and extended PDUs, or its periodic
+    /// train's interval, which need new parameters (a restart), not only new data (periodic
+    /// parameters are refused while the train runs: Command Disallowed, 7.8.61).
     public func needsRestart(from old: AdvertisingRequest, to new: AdvertisingRequest) -> Bool {
-        old.usesExtendedPDUs != new.usesExtendedPDUs
+        old.usesExtendedPDUs != new.usesExtendedPDUs || old.periodicInterval != new.periodicInterval
     }
 
     /// (Re)starts a set: parameters, address, payloads, enable. `wasOn` turns it off first,
@@ -150,7 +178,10 @@ public final class Advertiser {
                          scanResponseData: request.connectable ? request.scanResponseData : nil, extendedPDUs: false)
             hci.send(.leSetAdvertisingEnable(true), completion: completion)
         case .extended:
-            if wasOn { hci.send(.leSetExtendedAdvertisingEnable(false, set: set)) }
+            if wasOn {
+                stopPeriodicTrain(set: set)
+                hci.send(.leSetExtendedAdvertisingEnable(false, set: set))
+            }
             let properties = request.connectable ? HCICommand.connectableLegacyProperties
                 : request.usesExtendedPDUs ? HCICommand.nonConnectableExtendedProperties : HCICommand.nonConnectableLegacyProperties
             hci.send(.leSetExtendedAdvertisingParameters(set: set, intervalMin: request.interval, intervalMax: request.interval,
@@ -159,8 +190,25 @@ public final class Advertiser {
             // A non-scannable set takes no scan response data (7.8.55: Invalid HCI Command Parameters).
             sendPayloads(set: set, advertisingData: request.advertisingData,
                          scanResponseData: request.connectable ? request.scanResponseData : nil, extendedPDUs: request.usesExtendedPDUs)
+            if let periodic = request.periodicInterval, let data = HCICommand.leSetPeriodicAdvertisingData(set: set, data: request.advertisingData) {
+                // The train's parameters and data, then its enable; it is sent once the set's
+                // advertising is enabled too (7.8.63), which carries the SyncInfo that finds it.
+                hci.send(.leSetPeriodicAdvertisingParameters(set: set, intervalMin: periodic, intervalMax: periodic))
+                hci.send(data)
+                hci.send(.leSetPeriodicAdvertisingEnable(true, set: set)) { [weak self] result in
+                    if !result.succeeded { self?.periodicSets.remove(set) }
+                }
+                periodicSets.insert(set)
+            }
             hci.send(.leSetExtendedAdvertisingEnable(true, set: set), completion: completion)
         }
+    }
+
+    /// Disabling a set's advertising leaves its periodic train running (7.8.56): the train is
+    /// disabled by itself (7.8.63).
+    private func stopPeriodicTrain(set: UInt8) {
+        guard periodicSets.remove(set) != nil else { return }
+        hci.send(.leSetPeriodicAdvertisingEnable(false, set: set))
     }
 
     /// New payloads for a set that advertises (or is being started), without stopping it; nil
@@ -174,10 +222,17 @@ public final class Advertiser {
     /// `extendedPDUs`: the set advertises with extended PDUs (`AdvertisingRequest.usesExtendedPDUs`),
     /// whose data may pass 31 octets; operation 0x03 in one command is allowed while it is enabled
     /// as long as the data fits one AUX_ADV_IND, which a broadcaster's does.
+    /// A set with a periodic train gets the new advertising data in its train too: LE Set
+    /// Periodic Advertising Data with Operation 0x03, complete data, which the controller takes
+    /// while the train runs (7.8.62).
     public func update(set: UInt8, advertisingData: [UInt8]?, scanResponseData: [UInt8]?, extendedPDUs: Bool = false,
                        completion: @escaping (HCICommand, CommandResult) -> Void) {
         sendPayloads(set: set, advertisingData: advertisingData, scanResponseData: scanResponseData, extendedPDUs: extendedPDUs,
                      completion: completion)
+        if let advertisingData, periodicSets.contains(set),
+           let command = HCICommand.leSetPeriodicAdvertisingData(set: set, data: advertisingData) {
+            hci.send(command) { completion(command, $0) }
+        }
     }
 
     /// The payload commands of the mode, for what is not nil.
@@ -201,7 +256,9 @@ public final class Advertiser {
     public func stop(set: UInt8, completion: ((CommandResult) -> Void)? = nil) {
         switch mode {
         case .legacy: hci.send(.leSetAdvertisingEnable(false), completion: completion)
-        case .extended: hci.send(.leSetExtendedAdvertisingEnable(false, set: set), completion: completion)
+        case .extended:
+            stopPeriodicTrain(set: set)
+            hci.send(.leSetExtendedAdvertisingEnable(false, set: set), completion: completion)
         }
     }
 }

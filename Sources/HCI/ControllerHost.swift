@@ -21,6 +21,10 @@ public protocol ControllerRole: AnyObject {
     /// Advertising sets this role wants (0 for a role that does not advertise): the controller's
     /// choice of legacy or extended LE commands follows from it (`ControllerHost.usesExtendedCommands`).
     var advertisingSetsWanted: Int { get }
+    /// Whether this role may send a periodic advertising train: on a controller with LE
+    /// Periodic Advertising the extended commands are used even for one set (a train is only
+    /// had on an extended set, Vol 4, Part E, 7.8.61).
+    var wantsPeriodicAdvertising: Bool { get }
     /// How many links of this role are open: a stop resets the controller once none is left.
     var openLinkCount: Int { get }
     /// The transport is up; the controller is about to be initialized.
@@ -252,7 +256,8 @@ extension ControllerHost: HCIHostDelegate {
         guard !isStopping else { return }
         let wanted = roles.reduce(0) { $0 + $1.advertisingSetsWanted }
         let extended = hci.info.supportsExtendedAdvertising
-        usesExtendedCommands = wanted == 0 ? extended : wanted > 1 && extended && hci.info.advertisingSets > 0
+        let periodic = hci.info.supportsPeriodicAdvertising && roles.contains { $0.wantsPeriodicAdvertising }
+        usesExtendedCommands = wanted == 0 ? extended : (wanted > 1 || periodic) && extended && hci.info.advertisingSets > 0
         // Each role in turn, the next once the one before is set up.
         var remaining = roles[...]
         func next() {

@@ -37,6 +37,8 @@ public struct ControllerInfo: Sendable, Equatable {
     public var supportsPrivacyMode: Bool { supports(octet: 39, bit: 2) }
     /// LE 2M PHY (Vol 6, Part B, 4.6, bit 8).
     public var supports2MPHY: Bool { leFeatures & (1 << 8) != 0 }
+    /// LE Periodic Advertising (Vol 6, Part B, 4.6, bit 13).
+    public var supportsPeriodicAdvertising: Bool { leFeatures & (1 << 13) != 0 }
 
     /// The HCI version (Assigned Numbers 2.1: 0x06 is 4.0 ... 0x0E is 6.0) and the company
     /// identifier, for the log a field engineer reads.

@@ -48,6 +48,11 @@ final class DeviceAdvertiser {
     private(set) var allowed = true
     /// The interval advertising runs at, while it runs (units of 0.625 ms).
     private(set) var interval: UInt16?
+    /// A broadcaster's periodic train as last sent to the controller (1.25 ms units), nil for none.
+    private(set) var periodicInterval: UInt16?
+    /// The periodic interval a broadcaster asked for that the controller cannot send, once
+    /// reported (reported again only when the ask changes).
+    private var refusedPeriodicInterval: UInt16?
     private(set) var payload: AdvertisingPayload
     /// The TX Power Level the payload carries: the profile's, then the controller's once read.
     private var txPower: Int8?
@@ -145,6 +150,7 @@ final class DeviceAdvertiser {
     func controllerReset() {
         isAdvertising = false
         requested = false
+        periodicInterval = nil
         set = nil
     }
 
@@ -166,7 +172,10 @@ final class DeviceAdvertiser {
 
     func setAdvertising(_ on: Bool, log: Bool) {
         requested = false
-        if !on { interval = nil }
+        if !on {
+            interval = nil
+            periodicInterval = nil
+        }
         guard isAdvertising != on else { return }
         isAdvertising = on
         if log && !on { logger.event(.advertisingStopped, .info, "advertising stopped") }
@@ -195,6 +204,7 @@ final class DeviceAdvertiser {
     func setEnded() {
         isAdvertising = false
         interval = nil
+        periodicInterval = nil
         requested = false
         cancelPhaseTimer()
     }
@@ -258,18 +268,21 @@ final class DeviceAdvertiser {
     /// it runs with the same interval and address does nothing; `restart` is for a change of
     /// the set's parameters that these do not show (legacy or extended PDUs).
     private func startBroadcasting(set: UInt8, interval: UInt16, restart: Bool = false) {
-        if !restart, isAdvertising, !requested, self.interval == interval, advertisedAddress == address { return }
         let request = broadcastRequest(interval: interval)
+        if !restart, isAdvertising, !requested, self.interval == interval, advertisedAddress == address,
+           periodicInterval == request.periodicInterval { return }
         guard host.advertiser.canCarry(request) else {
             logger.error("broadcast data of \(request.advertisingData.count) bytes does not fit this controller's advertising (31 bytes without LE Extended Advertising, 251 with it): not advertising")
             return
         }
         let wasOn = isAdvertising || requested
         requested = true
+        periodicInterval = request.periodicInterval
         host.advertiser.start(set: set, request, wasOn: wasOn) { [weak self] result in
             guard let self, !self.host.isStopping, result != .cancelled else { return }
             self.requested = false
             guard result.succeeded else {
+                self.periodicInterval = nil
                 self.logger.warning("broadcasting could not start",
                                     metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
                 self.isAdvertising = false
@@ -278,14 +291,34 @@ final class DeviceAdvertiser {
             self.isAdvertising = true
             self.interval = interval
             self.advertisedAddress = request.address
+            let train = request.periodicInterval.map { ", a periodic train every \(Double($0) * 1.25) ms" } ?? ""
             self.logger.event(.advertisingStarted, .info,
-                              "broadcasting (non-connectable, \(request.usesExtendedPDUs ? "extended" : "legacy") PDUs) from \(request.address) every \(Double(interval) * 0.625) ms: \(Hex.bytes(request.advertisingData))")
+                              "broadcasting (non-connectable, \(request.usesExtendedPDUs ? "extended" : "legacy") PDUs\(train)) from \(request.address) every \(Double(interval) * 0.625) ms: \(Hex.bytes(request.advertisingData))")
         }
     }
 
+    /// What the broadcaster asks for now. A periodic train the controller cannot send is
+    /// reported as an error (once per ask) and left out: the readings still go out in the
+    /// advertising.
     private func broadcastRequest(interval: UInt16) -> AdvertisingRequest {
+        var periodic = broadcaster?.periodicInterval
+        if let wanted = periodic, hci.isReady, let reason = host.advertiser.periodicAdvertisingUnsupportedReason {
+            if refusedPeriodicInterval != wanted {
+                refusedPeriodicInterval = wanted
+                logger.error("periodic advertising every \(Double(wanted) * 1.25) ms asked for, but \(reason): broadcasting without the train")
+            }
+            periodic = nil
+        } else {
+            refusedPeriodicInterval = nil
+        }
+        return AdvertisingRequest(interval: interval, address: address, advertisingData: payload.advertisingData, scanResponseData: [],
+                                  connectable: false, periodicInterval: periodic)
+    }
+
+    /// The request the controller holds now (its interval and train as sent).
+    private func sentBroadcastRequest(interval: UInt16) -> AdvertisingRequest {
         AdvertisingRequest(interval: interval, address: address, advertisingData: payload.advertisingData, scanResponseData: [],
-                           connectable: false)
+                           connectable: false, periodicInterval: periodicInterval)
     }
 
     /// The broadcaster's data or interval may have changed: only what differs goes to the
@@ -295,12 +328,13 @@ final class DeviceAdvertiser {
     /// between legacy and extended PDUs, restarts the set with new parameters.
     func broadcastChanged() {
         guard let broadcaster else { return }
-        let old = broadcastRequest(interval: interval ?? broadcaster.broadcastInterval)
+        let old = sentBroadcastRequest(interval: interval ?? broadcaster.broadcastInterval)
         rebuildPayload()
         let new = broadcastRequest(interval: broadcaster.broadcastInterval)
         guard new != old else { return }
         guard hci.isReady, !host.isStopping, let set, isAdvertising || requested else { return }
         if new.interval != old.interval || host.advertiser.needsRestart(from: old, to: new) || !host.advertiser.canCarry(new) {
+            // New parameters (interval, legacy or extended PDUs, the periodic train): a restart.
             startBroadcasting(set: set, interval: new.interval, restart: true)
             return
         }
@@ -380,6 +414,12 @@ final class DeviceAdvertiser {
         logger.event(.addressChanged, .debug,
                      "resolvable private address now \(address) (\(old == identityAddress ? "instead of the identity address" : "was \(old)")); the next in \(configuration.privateAddressTimeout)",
                      ["address": .string(address.description)])
+        if let broadcaster {
+            // Its data may be made for the address (BTHome's nonce): made anew before the
+            // restart below sends it from the new one.
+            broadcaster.advertisingAddressChanged()
+            rebuildPayload()
+        }
         if isAdvertising || requested {
             // In the fast phase, only what is left of it: a short --rpa-timeout must not keep
             // the device advertising fast for good.

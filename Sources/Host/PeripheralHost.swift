@@ -163,6 +163,10 @@ public final class PeripheralHost {
 
 extension PeripheralHost: ControllerRole {
     public var advertisingSetsWanted: Int { members.count }
+    /// A broadcaster that can send a periodic train (`BroadcastingDevice.offersPeriodicAdvertising`).
+    public var wantsPeriodicAdvertising: Bool {
+        members.contains { $0.peripheral.advertising.broadcaster?.offersPeriodicAdvertising == true }
+    }
     public var openLinkCount: Int { linkOwners.count }
 
     public func controllerStarting() {

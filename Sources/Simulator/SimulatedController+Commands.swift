@@ -122,6 +122,17 @@ extension SimulatedController {
             randomAddress = try? BluetoothAddress(littleEndian: p.prefix(6))
         case HCIOpcode.leSetAdvertisingData:
             if let length = p.first { advertisingData = Array(p.dropFirst().prefix(Int(length))) }
+        case HCIOpcode.leSetPeriodicAdvertisingParameters, HCIOpcode.leSetPeriodicAdvertisingData,
+             HCIOpcode.leSetPeriodicAdvertisingEnable:
+            guard supportsPeriodicAdvertising else { return 0x01 }   // Unknown HCI Command
+            guard command.opcode == HCIOpcode.leSetPeriodicAdvertisingParameters else { break }
+            // 7.8.61: a set with scannable, connectable, legacy or anonymous properties has no train.
+            let set = p.first
+            let parameters = commands(HCIOpcode.leSetExtendedAdvertisingParameters).last { $0.parameters.first == set }?.parameters
+            guard let parameters, parameters.count >= 3 else { break }
+            let properties = UInt16(parameters[1]) | UInt16(parameters[2]) << 8
+            // Bits 0 connectable, 1 scannable, 4 legacy PDUs, 5 anonymous (7.8.53).
+            if properties & 0x0033 != 0 { return 0x12 }   // Invalid HCI Command Parameters
         case HCIOpcode.leReadResolvingListSize, HCIOpcode.leClearResolvingList, HCIOpcode.leAddDeviceToResolvingList,
              HCIOpcode.leRemoveDeviceFromResolvingList, HCIOpcode.leSetAddressResolutionEnable, HCIOpcode.leSetPrivacyMode:
             guard supportsLLPrivacy else { return 0x01 } // Unknown HCI Command

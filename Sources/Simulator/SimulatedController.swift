@@ -46,6 +46,9 @@ public final class SimulatedController {
     public var resolvingListSize: UInt8 = 4
     /// LE Extended Advertising with this many sets (0: a legacy-only controller).
     public var extendedAdvertisingSets: UInt8 = 0
+    /// LE Periodic Advertising (LE feature bit 13): periodic trains on extended sets whose
+    /// properties allow one (Vol 4, Part E, 7.8.61).
+    public var supportsPeriodicAdvertising = false
     /// LE feature bits beyond the ones the flags above set.
     public var otherLEFeatures: UInt64 = 0
     public var advertisingTxPower: Int8 = -4
@@ -59,6 +62,7 @@ public final class SimulatedController {
         if supportsLLPrivacy { bits |= 1 << 6 }
         if supports2MPHY { bits |= 1 << 8 }
         if extendedAdvertisingSets > 0 { bits |= 1 << 12 }
+        if supportsPeriodicAdvertising { bits |= 1 << 13 }
         return bits
     }
 

@@ -10,6 +10,7 @@ import Testing
     /// A role that records what it hears.
     final class RecordingRole: ControllerRole {
         var advertisingSetsWanted = 0
+        var wantsPeriodicAdvertising = false
         var openLinks: Set<UInt16> = []
         var openLinkCount: Int { openLinks.count }
         var heard: [String] = []

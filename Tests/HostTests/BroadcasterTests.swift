@@ -204,6 +204,156 @@ final class ProbeBroadcaster: BroadcastingDevice {
         #expect(String(decoding: bytes, as: UTF8.self).hasPrefix("blemu-bthome-counter 1 next 256"))
     }
 
+    /// With `--privacy` the address changes under an encrypted reading; BTHome's nonce holds
+    /// the address (bthome.io/encryption), so the reading is sealed again, with a new counter
+    /// and the same packet id, before advertising restarts from the new address: what the
+    /// controller advertises always opens under the address it advertises from.
+    @Test func anEncryptedReadingIsSealedAgainForEachNewPrivateAddress() throws {
+        let directory = BondFileFormatTests.temporaryDirectory()
+        let key = try #require(AESCCMKey([UInt8](repeating: 0x5A, count: 16)))
+        let device = BTHomeThermometerDevice()
+        device.broadcast.encrypt(key: key, counters: BTHomeCounterStore(path: directory + "/counter"))
+        // 13 s: each new address comes between two of the readings taken every 10 s.
+        let bench = try Bench(device: device, privacy: true, rpaTimeout: .seconds(13))
+        let c = bench.controller
+        var counters: [UInt32] = []
+        var addresses: [[UInt8]] = []
+        for _ in 0..<4 {
+            bench.run(for: .seconds(13))
+            // The controller's address and data now: the data opens under that address.
+            let address = try #require(c.commands(HCIOpcode.leSetRandomAddress).last).parameters
+            #expect(address == bench.peripheral.advertisingAddress.littleEndianBytes)
+            let data = try #require(bench.peripheral.broadcastPayload)
+            #expect(c.commands(HCIOpcode.leSetAdvertisingData).last?.parameters == Self.legacyData(data))
+            let reading = try Self.bthome(bench.peripheral, key: key)
+            counters.append(try #require(reading.counter))
+            addresses.append(address)
+            #expect(bench.peripheral.isAdvertising)
+        }
+        #expect(Set(addresses).count == 4, "a new private address each time")
+        #expect(zip(counters, counters.dropFirst()).allSatisfy { $0 < $1 }, "a new counter for each sealing")
+        // After each LE Set Random Address, the data enabled next was sealed under it.
+        var address: BluetoothAddress?
+        for command in c.commands {
+            if command.opcode == HCIOpcode.leSetRandomAddress {
+                address = try? BluetoothAddress(littleEndian: command.parameters)
+            } else if command.opcode == HCIOpcode.leSetAdvertisingData, let address {
+                let data = command.parameters[1...Int(command.parameters[0])]
+                #expect(throws: Never.self) { try BTHome.decode(advertisingData: data, key: key, address: address) }
+            }
+        }
+    }
+
+    // MARK: Periodic advertising (Vol 6, Part B, 4.4.2.12; Vol 4, Part E, 7.8.61 - 7.8.63)
+
+    static func periodicController(_ c: SimulatedController) {
+        c.extendedAdvertisingSets = 4
+        c.supportsPeriodicAdvertising = true
+    }
+
+    @Test func aPeriodicTrainCarriesTheReadingsOnAnExtendedSetAndGetsNewDataOnlyWhenItChanges() throws {
+        let device = BTHomeThermometerDevice()
+        let bench = try Bench(device: device, configure: Self.periodicController)
+        let c = bench.controller
+        let set = try #require(bench.peripheral.advertisingSet)
+        #expect(Self.properties(c, set: set) == [0x0010], "without a train: legacy PDUs, every scanner hears it")
+
+        var before = c.commands.count
+        #expect(Self.setting(device, "periodic", "100") == nil)
+        var sent = Self.sent(c, since: before)
+        // The set restarts with extended non-connectable, non-scannable PDUs (a train needs
+        // them: 7.8.61), then the train's parameters (100 ms = 80 units of 1.25 ms), its data
+        // (the advertising data, complete: operation 0x03) and its enable, then the set's.
+        #expect(sent.map(\.opcode) == [HCIOpcode.leSetExtendedAdvertisingEnable, HCIOpcode.leSetExtendedAdvertisingParameters,
+                                       HCIOpcode.leSetAdvertisingSetRandomAddress, HCIOpcode.leSetExtendedAdvertisingData,
+                                       HCIOpcode.leSetPeriodicAdvertisingParameters, HCIOpcode.leSetPeriodicAdvertisingData,
+                                       HCIOpcode.leSetPeriodicAdvertisingEnable, HCIOpcode.leSetExtendedAdvertisingEnable])
+        #expect(Self.properties(c, set: set).last == 0x0000)
+        #expect(sent[4].parameters == [set, 80, 0, 80, 0, 0, 0])
+        let data = try #require(bench.peripheral.broadcastPayload)
+        #expect(sent[5].parameters == [set, 0x03, UInt8(data.count)] + data)
+        #expect(sent[6].parameters == [0x01, set])
+        #expect(bench.peripheral.host.advertiser.periodicSets == [set], "every command accepted (the controller refuses a train on legacy PDUs)")
+        #expect(bench.peripheral.periodicInterval == 80)
+
+        // A new reading: the set's data and the train's, nothing else.
+        before = c.commands.count
+        #expect(Self.setting(device, "temperature", "19.25") == nil)
+        sent = Self.sent(c, since: before)
+        let reading = try #require(bench.peripheral.broadcastPayload)
+        #expect(sent.map(\.opcode) == [HCIOpcode.leSetExtendedAdvertisingData, HCIOpcode.leSetPeriodicAdvertisingData])
+        #expect(sent.last?.parameters == [set, 0x03, UInt8(reading.count)] + reading)
+        #expect(try Self.bthome(bench.peripheral).packet.first(.temperature)?.integer == 1925)
+        // The same reading: nothing.
+        before = c.commands.count
+        #expect(Self.setting(device, "temperature", "19.25") == nil)
+        #expect(Self.sent(c, since: before).isEmpty)
+
+        // Off: the train is disabled by itself (disabling the set leaves it running, 7.8.56),
+        // and the set goes back to legacy PDUs.
+        before = c.commands.count
+        #expect(Self.setting(device, "periodic", "off") == nil)
+        sent = Self.sent(c, since: before)
+        #expect(sent.first?.opcode == HCIOpcode.leSetPeriodicAdvertisingEnable && sent.first?.parameters == [0x00, set])
+        #expect(!sent.dropFirst().contains { $0.opcode == HCIOpcode.leSetPeriodicAdvertisingEnable })
+        #expect(Self.properties(c, set: set).last == 0x0010)
+        #expect(bench.peripheral.host.advertiser.periodicSets.isEmpty && bench.peripheral.periodicInterval == nil)
+        #expect(bench.peripheral.isAdvertising)
+        #expect(Self.setting(device, "periodic", "7") != nil && Self.setting(device, "periodic", "yes") != nil)
+    }
+
+    @Test func aControllerWithoutPeriodicAdvertisingRefusesTheSettingAndAConfiguredTrainIsAnError() throws {
+        // The control socket: refused with the reason, nothing sent.
+        for (extended, reason) in [(true, "LE Periodic Advertising"), (false, "LE Extended Advertising")] {
+            let device = BTHomeThermometerDevice()
+            let bench = try Bench(device: device) { $0.extendedAdvertisingSets = extended ? 4 : 0 }
+            let refusal = Self.setting(device, "periodic", "100")
+            #expect(refusal?.contains(reason) == true, "\(String(describing: refusal))")
+            #expect(bench.controller.commands(HCIOpcode.leSetPeriodicAdvertisingParameters).isEmpty)
+        }
+        // A configuration file's value (set before the start): an error in the log, and the
+        // readings still broadcast, without the train.
+        let capture = LogCapture()
+        let device = BTHomeThermometerDevice()
+        #expect(Self.setting(device, "periodic", "100") == nil)
+        let bench = try Bench(device: device, logger: capture.logger) { $0.extendedAdvertisingSets = 4 }
+        #expect(capture.lines.contains { $0.hasPrefix("error") && $0.contains("periodic advertising every 100.0 ms asked for, but the controller has no LE Periodic Advertising") },
+                "\(capture.lines)")
+        #expect(bench.controller.commands(HCIOpcode.leSetPeriodicAdvertisingParameters).isEmpty)
+        #expect(bench.peripheral.isAdvertising && bench.peripheral.periodicInterval == nil)
+        // Reported once, not at every reading.
+        bench.run(for: .seconds(120))
+        #expect(capture.lines.filter { $0.contains("asked for") }.count == 1)
+    }
+
+    /// A broadcaster makes no wakeups but its advertising: the thermometer measures every 10 s,
+    /// but wakes only for a measurement whose reading differs from the one advertised (its
+    /// model is solved exactly, so it knows when that is), and a setting starts that anew.
+    @Test func theThermometerWakesOnlyForAReadingThatDiffers() throws {
+        let device = BTHomeThermometerDevice()
+        let bench = try Bench(device: device)
+        let c = bench.controller
+        #expect(bench.scheduler.pendingCount == 1, "the next reading's timer only")
+        let fired = bench.scheduler.firedCount
+        let before = c.commands.count
+        bench.run(for: .seconds(3600))
+        let sent = Self.sent(c, since: before)
+        #expect(sent.allSatisfy { $0.opcode == HCIOpcode.leSetAdvertisingData })
+        #expect(bench.scheduler.firedCount - fired == sent.count, "each wakeup sends a new reading")
+        #expect(!sent.isEmpty && sent.count < 360)
+        // A setting measures now and looks ahead again: still one timer.
+        let packetID = try Self.bthome(bench.peripheral).packetID
+        #expect(Self.setting(device, "temperature", "30") == nil)
+        #expect(try Self.bthome(bench.peripheral).packetID != packetID)
+        #expect(bench.scheduler.pendingCount == 1)
+        let afterSet = bench.scheduler.firedCount
+        let sentBefore = c.commands.count
+        bench.run(for: .seconds(600))
+        #expect(bench.scheduler.firedCount - afterSet == Self.sent(c, since: sentBefore).count)
+        device.stop()
+        #expect(bench.scheduler.pendingCount == 0)
+    }
+
     @Test func theDoorTellsAButtonEventOnceAndIsTriggerBased() throws {
         let device = BTHomeDoorDevice()
         let bench = try Bench(device: device)

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import struct
+import subprocess
 import tempfile
 import time
 
@@ -24,7 +25,7 @@ from home_assistant_bluetooth import BluetoothServiceInfo
 from ibeacon_ble import iBeaconParser
 
 from bumble_central import Central, ScanResult
-from harness import BlemuProcess, run, run_cli, unique_name
+from harness import BlemuProcess, blemu_binary, run, run_cli, unique_name
 
 BTHOME_UUID = "0000fcd2-0000-1000-8000-00805f9b34fb"
 BINDKEY = "231d39c1d7cc1ab1aee224cd096db932"
@@ -390,5 +391,107 @@ def test_broadcaster_and_heart_rate_on_one_controller_both_heard(rootcanal):
         assert_broadcast_only(reading)
         assert hr.connectable
         assert str(reading.address) != str(hr.address)
+    finally:
+        stop(process)
+
+
+# ---------------------------------------------------------------------------------------------
+# blemu to blemu: `blemu scan` observing blemu's own broadcasters
+
+
+def scan_json(rootcanal, *args: str, seconds: int = 5) -> list[dict]:
+    result = run_cli(["scan", "--controller", rootcanal.controller_spec, "--timeout", str(seconds), "--json", *args],
+                     timeout=seconds + 30)
+    assert result.returncode == 0, result.describe()
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def key_file_for(tmp_path) -> str:
+    path = tmp_path / "bindkey"
+    path.write_text(BINDKEY + "\n")
+    path.chmod(0o600)
+    return str(path)
+
+
+def close(values: dict, wanted: dict) -> bool:
+    """The thermal model moves the room and its moisture between a setting and a reading by a
+    hundredth or so; the battery is exact."""
+    return all(key in values and abs(values[key] - value) <= 0.05 for key, value in wanted.items())
+
+
+def test_blemu_scan_decodes_what_ctl_set_on_an_encrypted_thermometer(rootcanal, tmp_path):
+    key = key_file_for(tmp_path)
+    state = tmp_path / "state"
+    state.mkdir()
+    process = start(rootcanal, ["bthome-thermometer"], "--bindkey-file", key, "--state-dir", str(state))
+    try:
+        address = process.listing[0]["address"].upper()
+        ctl(process, "set", "bthome-thermometer", "temperature", "23.45")
+        ctl(process, "set", "bthome-thermometer", "humidity", "41.5")
+        ctl(process, "set", "bthome-thermometer", "battery", "77")
+        lines = [line for line in scan_json(rootcanal, "--bindkey-file", key) if line["address"].upper() == address]
+        assert lines, "blemu scan did not hear the thermometer"
+        reading = lines[-1]["decoded"][0]
+        assert reading["format"] == "bthome" and reading["encrypted"], reading
+        assert reading["values"]["battery"] == 77, reading
+        assert close(reading["values"], {"temperature": 23.45, "humidity": 41.5}), reading
+        # --watch ADDRESS: one line per new reading (a new packet id), the one set among them.
+        watch = subprocess.Popen([str(blemu_binary()), "scan", "--controller", rootcanal.controller_spec, "--json",
+                                  "--timeout", "8", "--watch", address, "--bindkey-file", key],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = watch.stdout.readline()
+        ctl(process, "set", "bthome-thermometer", "battery", "55")
+        time.sleep(1.5)
+        ctl(process, "set", "bthome-thermometer", "temperature", "18.5")
+        stdout, stderr = watch.communicate(timeout=30)
+        assert watch.returncode == 0, stderr
+        watched = [json.loads(line) for line in (first + stdout).splitlines() if line.strip()]
+        ids = [line["decoded"][0]["packet_id"] for line in watched]
+        assert len(ids) == len(set(ids)) and len(ids) >= 3, watched
+        assert all(line["address"].upper() == address and line["update"] == "reading" for line in watched)
+        values = [line["decoded"][0]["values"] for line in watched]
+        assert any(v["battery"] == 55 and close(v, {"temperature": 23.45}) for v in values), values
+        assert close(values[-1], {"temperature": 18.5}) and values[-1]["battery"] == 55, values
+    finally:
+        stop(process)
+
+
+def test_an_encrypted_reading_opens_under_each_private_address(rootcanal, tmp_path):
+    """With --privacy the address changes every 2 s; each reading is sealed again for the new
+    address, so no advertisement blemu scan hears fails its MIC."""
+    key = key_file_for(tmp_path)
+    state = tmp_path / "state"
+    state.mkdir()
+    process = start(rootcanal, ["bthome-thermometer"], "--bindkey-file", key, "--state-dir", str(state),
+                    "--privacy", "--rpa-timeout", "2")
+    try:
+        lines = [line for line in scan_json(rootcanal, "--bindkey-file", key, seconds=9)
+                 if line.get("decoded") and line["decoded"][0].get("format") == "bthome"]
+    finally:
+        stop(process)
+    addresses = {line["address"] for line in lines}
+    assert len(addresses) >= 3, lines
+    failures = [line for line in lines if "error" in line["decoded"][0]]
+    assert failures == [], failures
+
+
+def test_blemu_scan_synchronizes_to_the_thermometers_periodic_train(rootcanal):
+    process = start(rootcanal, ["bthome-thermometer"])
+    try:
+        address = process.listing[0]["address"].upper()
+        ctl(process, "set", "bthome-thermometer", "periodic", "100")
+        ctl(process, "set", "bthome-thermometer", "temperature", "24.5")
+        ctl(process, "set", "bthome-thermometer", "battery", "64")
+        lines = scan_json(rootcanal, "--periodic", seconds=6)
+        trains = [line for line in lines if line["update"] == "periodic" and line["address"].upper() == address]
+        assert trains, lines
+        assert trains[-1]["periodic"]["interval_ms"] == 100, trains
+        values = trains[-1]["decoded"][0]["values"]
+        assert values["battery"] == 64 and close(values, {"temperature": 24.5}), values
+        # Printed when its data changed, not once per periodic event (60 in 6 s).
+        assert len(trains) <= 3, trains
+        # Off again: the train stops, the advertising goes on.
+        ctl(process, "set", "bthome-thermometer", "periodic", "off")
+        assert entry(process, "bthome-thermometer")["advertising"]
     finally:
         stop(process)
