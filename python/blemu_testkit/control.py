@@ -15,13 +15,17 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, Optional, Union
+from typing import Any, List, Optional, Union
 
 from .errors import BlemuError, CommandError, EventTimeout, UnexpectedEvent
 
 Event = dict[str, Any]
 
 _BASE_UUID_TAIL = "-0000-1000-8000-00805F9B34FB"
+
+# blemu's lines are far shorter (a request line is at most 65536 bytes, an event line a few
+# hundred): a longer line without a newline means the other end is not blemu, and is not kept.
+MAX_LINE = 1 << 20
 
 
 def normalize_uuid(uuid: str) -> str:
@@ -130,12 +134,17 @@ class Control:
                     if not chunk:
                         raise BlemuError(f"blemu closed the control socket before answering {cmd}")
                     self._buffer += chunk
+                    if len(self._buffer) > MAX_LINE and b"\n" not in self._buffer:
+                        raise BlemuError(f"the reply to {cmd} is longer than {MAX_LINE} bytes without a newline")
             except socket.timeout:
                 self.close()
                 raise BlemuError(f"no reply to {cmd} within {self.timeout} s from {self.path}") from None
             except OSError as error:
                 self.close()
                 raise BlemuError(f"control socket {self.path}: {error}") from None
+            except BlemuError:
+                self.close()
+                raise
             line, _, self._buffer = self._buffer.partition(b"\n")
         try:
             reply = json.loads(line)
@@ -197,14 +206,14 @@ class Control:
                   peer_random: Optional[bool] = None) -> dict[str, Any]:
         return self.request("authorize", device=device, uuid=uuid, answer=answer, peer=peer, peer_random=peer_random)
 
-    def bonds(self, device: str) -> list[dict[str, Any]]:
-        bonds: list[dict[str, Any]] = self.request("bonds", device=device)["bonds"]
+    def bonds(self, device: str) -> List[dict[str, Any]]:
+        bonds: List[dict[str, Any]] = self.request("bonds", device=device)["bonds"]
         return bonds
 
     def forget_bonds(self, device: str, address: Optional[str] = None) -> dict[str, Any]:
         return self.request("bonds", device=device, action="forget", address=address)
 
-    def watch(self, device: Optional[str] = None, kinds: Optional[list[str]] = None,
+    def watch(self, device: Optional[str] = None, kinds: Optional[List[str]] = None,
               uuid: Optional[str] = None) -> "EventLog":
         """A new connection watching events (with blemu's own filters), read into an EventLog."""
         return EventLog.open(self.path, device=device, kinds=kinds, uuid=uuid, timeout=self.timeout)
@@ -219,8 +228,9 @@ class EventLog:
     moves the cursor to now. The log holds at most `limit` events (the oldest go first).
     """
 
-    def __init__(self, sock: socket.socket, reply: dict[str, Any], limit: int = 100_000):
+    def __init__(self, sock: socket.socket, reply: dict[str, Any], pending: bytes = b"", limit: int = 100_000):
         self.reply = reply
+        self._pending = pending  # events that came with the reply
         self.limit = limit
         self._sock = sock
         self._events: list[Event] = []
@@ -248,24 +258,32 @@ class EventLog:
                 if not chunk:
                     raise BlemuError("blemu closed the control socket before answering watch")
                 buffer += chunk
+                if len(buffer) > MAX_LINE and b"\n" not in buffer:
+                    raise BlemuError(f"the reply to watch is longer than {MAX_LINE} bytes without a newline")
         except OSError as error:
             sock.close()
             raise BlemuError(f"cannot watch on {path}: {error}") from None
+        except BlemuError:
+            sock.close()
+            raise
         line, _, rest = buffer.partition(b"\n")
-        reply = json.loads(line)
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            sock.close()
+            raise BlemuError(f"the reply to watch is not a JSON object: {line[:200]!r}")
         if not reply.get("ok"):
             sock.close()
             raise CommandError(request, str(reply.get("error")))
         sock.settimeout(None)
-        log = cls.__new__(cls)
-        log._pending = rest  # events that came with the reply
-        cls.__init__(log, sock, reply)
-        return log
+        return cls(sock, reply, pending=rest)
 
     # -- the reader thread -------------------------------------------------------------------
 
     def _read(self) -> None:
-        buffer: bytes = getattr(self, "_pending", b"")
+        buffer = self._pending
         reason = "blemu closed the watch connection"
         try:
             while True:
@@ -277,9 +295,15 @@ class EventLog:
                 if not chunk:
                     break
                 buffer += chunk
+                if len(buffer) > MAX_LINE and b"\n" not in buffer:
+                    reason = f"an event line longer than {MAX_LINE} bytes without a newline; stopped watching"
+                    break
         except OSError as error:
             reason = f"the watch connection failed: {error}"
         with self._condition:
+            last = self._events[-1] if self._events else {}
+            if last.get("event") == "control-line" and isinstance(last.get("line"), dict):
+                reason = f"blemu closed the watch connection: {last['line'].get('error')}"
             if self._closed_reason is None:
                 self._closed_reason = reason
             self._condition.notify_all()

@@ -10,7 +10,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, List, Optional, Union
 
 from .control import Control, Event, EventIterator, EventLog
 from .errors import BlemuError
@@ -224,7 +224,7 @@ class Blemu:
     def service(self, uuid: str, on: bool, device: Optional[str] = None) -> dict[str, Any]:
         return self.control.service(self._device(device), uuid, on)
 
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> List[dict[str, Any]]:
         return self.control.list()
 
     # -- events -------------------------------------------------------------------------------
@@ -249,5 +249,5 @@ class Blemu:
         self.event_log.mark()
 
     @property
-    def history(self) -> list[Event]:
+    def history(self) -> List[Event]:
         return self.event_log.history

@@ -22,7 +22,7 @@ import pytest
 from .process import Blemu
 from .rootcanal import RootCanal
 
-_STARTED = pytest.StashKey[list]()
+_STARTED = pytest.StashKey["list[Blemu]"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

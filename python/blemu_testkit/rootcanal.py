@@ -50,7 +50,7 @@ def rootcanal_executable() -> list[str]:
     if configured:
         return [configured]
     try:
-        import rootcanal.binaries  # type: ignore[import-not-found]
+        import rootcanal.binaries  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
         return [str(rootcanal.binaries.get_package_binary_resource_path("rootcanal"))]
     except ImportError:
