@@ -58,13 +58,18 @@ def blemu_device(request: pytest.FixtureRequest, blemu_rootcanal: RootCanal,
         kwargs.setdefault("binary", binary)
         kwargs.setdefault("log_dir", tmp_path)
         device = Blemu(*(devices or ("heart-rate",)), name=name, options=options, **kwargs)
-        started.append(device)
-        return device.start()
+        started.append(device)  # its output goes into a failed test's report, a failed start's too
+        try:
+            return device.start()
+        except BaseException:
+            failed_starts.append(device)  # already reported by the exception; nothing to stop
+            raise
 
+    failed_starts: list[Blemu] = []
     yield start
     unclean = []
     for device in started:
-        if device.process is None:
+        if device.process is None or device in failed_starts:
             continue
         was_running = device.running()
         status = device.stop()

@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from app_standin import HeartRateApp
-from blemu_testkit import CommandError, EventTimeout, UnexpectedEvent
+from blemu_testkit import BlemuError, CommandError, EventTimeout, UnexpectedEvent
 
 
 def run(coroutine, timeout: float = 40.0):
@@ -136,3 +136,21 @@ def test_blocking_events_iterator_and_disconnect(blemu_device, blemu_rootcanal):
             break
     else:
         raise AssertionError(f"no disconnected event; saw {seen}")
+
+
+def test_service_and_advertising_changes_are_events(blemu_device):
+    heart = blemu_device("heart-rate")
+    assert heart.service("180F", False)["changed"] is True
+    heart.wait_for("service", uuid="180F", on=False, timeout=5)
+    assert heart.info()["services_out"] == ["180F"]
+    heart.advertise(False)
+    heart.wait_for("advertising", on=False, timeout=5)
+    assert heart.info()["advertising"] is False
+
+
+def test_a_device_blemu_does_not_know_is_reported_with_blemu_s_output(blemu_device):
+    with pytest.raises(BlemuError) as failed:
+        blemu_device("no-such-device")
+    message = str(failed.value)
+    assert "blemu exited with status" in message and "before its control socket answers" in message
+    assert "no-such-device" in message  # blemu's own reason, from its output
