@@ -461,6 +461,10 @@ class EventLog:
         return EventIterator(self, start, timeout)
 
     def close(self) -> None:
+        """End the watch (waits then end at once, saying so)."""
+        with self._condition:
+            if self._closed_reason is None:
+                self._closed_reason = "the watch was closed (EventLog.close, or blemu stopped by the test)"
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:

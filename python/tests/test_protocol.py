@@ -242,3 +242,12 @@ def test_an_overlong_event_line_ends_the_watch(server):
             log.wait_for("connected", timeout=10)
     finally:
         log.close()
+
+
+def test_waits_after_the_test_closed_the_watch_say_so(server):
+    server.handlers.append(watch_handler(server, [ev(1, "connected")]))
+    log = EventLog.open(server.path)
+    log.wait_for("connected", timeout=2)
+    log.close()
+    with pytest.raises(EventTimeout, match="the watch was closed"):
+        log.wait_for("subscribed", timeout=5)
