@@ -103,8 +103,13 @@ class Blemu:
                             lambda: all(d["advertising"] for d in self.control.list()))
         except BaseException:
             self._kill()
+            self._remove_own_dirs()
             raise
         return self
+
+    def _remove_own_dirs(self) -> None:
+        for folder in self._own_dirs:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _socket_answers(self) -> bool:
         if not os.path.exists(self.control_path):
@@ -144,8 +149,7 @@ class Blemu:
                 self._kill()
                 raise BlemuError(f"blemu did not exit within {timeout:g} s of SIGTERM; output:\n{self.log_tail()}") from None
         self.exit_status = self.process.returncode
-        for folder in self._own_dirs:
-            shutil.rmtree(folder, ignore_errors=True)
+        self._remove_own_dirs()
         return self.exit_status
 
     def _kill(self) -> None:

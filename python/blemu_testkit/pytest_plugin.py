@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import pytest
 
+from .errors import BlemuError
 from .process import Blemu
 from .rootcanal import RootCanal
 
@@ -72,7 +73,11 @@ def blemu_device(request: pytest.FixtureRequest, blemu_rootcanal: RootCanal,
         if device.process is None or device in failed_starts:
             continue
         was_running = device.running()
-        status = device.stop()
+        try:
+            status = device.stop()
+        except BlemuError as error:  # it would not stop: killed; the others are still stopped
+            unclean.append(str(error))
+            continue
         if status != 0:
             why = "exited during the test" if not was_running else "did not stop cleanly on SIGTERM"
             unclean.append(f"blemu {' '.join(device.devices)} {why}: status {status}\n{device.log_tail()}")
