@@ -1,0 +1,137 @@
+"""A rootcanal virtual radio (Android's controller emulator, PyPI `rootcanal`) for a test.
+
+Every TCP connection to its HCI port is a new controller on one simulated radio, so blemu and
+the app's BLE stack (Bumble, or a VM's kernel through a bridge) meet there. Ports are picked
+free so parallel test runs do not collide.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+from .errors import BlemuError
+
+# rootcanal logs one line per listening socket (`... Listening on: 6402 (6)`); the HCI port is
+# opened last, so seeing it means the radio is ready.
+_LISTENING = re.compile(r"Listening on: (\d+)\b")
+
+
+def free_tcp_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports that were free on 127.0.0.1 a moment ago."""
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def rootcanal_executable() -> list[str]:
+    """The command that runs rootcanal: $BLEMU_ROOTCANAL, the PyPI package's binary, or PATH.
+
+    The package's `python -m rootcanal` wrapper runs the binary as a child, so stopping the
+    wrapper would orphan it: the binary itself is started, in its own process group.
+    """
+    configured = os.environ.get("BLEMU_ROOTCANAL")
+    if configured:
+        return [configured]
+    try:
+        import rootcanal.binaries  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+        return [str(rootcanal.binaries.get_package_binary_resource_path("rootcanal"))]
+    except ImportError:
+        pass
+    except Exception:  # another package layout: its module wrapper
+        return [sys.executable, "-m", "rootcanal"]
+    found = shutil.which("rootcanal")
+    if found:
+        return [found]
+    raise BlemuError("rootcanal not found: `pip install rootcanal` (or set BLEMU_ROOTCANAL to its executable)")
+
+
+class RootCanal:
+    """One rootcanal process on free ports. `start()` returns once its HCI port listens."""
+
+    def __init__(self, log_path: Optional[Path] = None):
+        self.hci_port, self.test_port, self.link_port, self.link_ble_port = free_tcp_ports(4)
+        if log_path is None:
+            fd, name = tempfile.mkstemp(prefix="rootcanal-", suffix=".log")
+            os.close(fd)
+            log_path = Path(name)
+        self.log_path = Path(log_path)
+        self.process: Optional[subprocess.Popen[bytes]] = None
+
+    @property
+    def controller_spec(self) -> str:
+        """blemu's controller spec for a new controller on this radio (`--controller`)."""
+        return f"tcp:127.0.0.1:{self.hci_port}"
+
+    @property
+    def bumble_transport(self) -> str:
+        """The same for Bumble (`open_transport`)."""
+        return f"tcp-client:127.0.0.1:{self.hci_port}"
+
+    def start(self, timeout: float = 15.0) -> "RootCanal":
+        command = rootcanal_executable() + [
+            f"-hci_port={self.hci_port}", f"-test_port={self.test_port}",
+            f"-link_port={self.link_port}", f"-link_ble_port={self.link_ble_port}",
+        ]
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise BlemuError(f"rootcanal exited with status {self.process.returncode} before listening on "
+                                 f"{self.hci_port}; its log ({self.log_path}):\n{self.log_tail()}")
+            if str(self.hci_port) in _LISTENING.findall(self._log_text()):
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise BlemuError(f"rootcanal did not listen on {self.hci_port} within {timeout:.0f} s; "
+                         f"its log ({self.log_path}):\n{self.log_tail()}")
+
+    def _log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self._log_text().splitlines()[-lines:]) or "(no output)"
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM to its process group, SIGKILL after `timeout`."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                process.wait(timeout)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def __enter__(self) -> "RootCanal":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
