@@ -73,4 +73,16 @@ import Testing
         bench.scheduler.advance(by: .seconds(10))
         #expect(notifications(bench).isEmpty)
     }
+
+    /// The control socket's `service off` works on a twin as on a built-in device: the change
+    /// is indicated through the recorded Service Changed (value handle 22, CCCD 23), which
+    /// stands in for the stack's (Vol 3, Part G, 7.1: the affected range, start and end).
+    @Test func serviceChangedIsIndicatedThroughTheRecordedOne() throws {
+        let bench = try bench(Self.recording())
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        #expect(bench.att([0x12, 23, 0x00, 0x02, 0x00]) == [[0x13]])
+        let change = try bench.peripheral.control.setService(BluetoothUUID(0x180D), present: false)
+        #expect(change.indicated == 1)
+        #expect(notifications(bench) == [[0x1D, 22, 0x00, 32, 0x00, 40, 0x00]])
+    }
 }
