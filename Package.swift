@@ -231,7 +231,7 @@ let package = Package(
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
         .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuGATT", "BlemuATT",
                                                    "BlemuCentral", "BlemuGATTClient", "BlemuChat", "BlemuSecurity", "BlemuSMP", "BlemuCrypto",
-                                                   "BlemuSimulator", "BlemuBroadcast",
+                                                   "BlemuSimulator", "BlemuBroadcast", "BlemuProfile",
                                                    .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HostTests"),
     ]

@@ -22,7 +22,10 @@ struct GattCommand: ParsableCommand {
         commandName: "gatt",
         abstract: "Central: connect to a peripheral and dump its database, read, write or subscribe.",
         discussion: """
-            Commands: dump [--profile] | read UUID | write UUID HEX (or --text TEXT) [--no-response] | subscribe UUID [--count N] | shell.
+            Commands: dump [--profile] | record [--duration S] | read UUID | write UUID HEX (or --text TEXT) [--no-response] | subscribe UUID [--count N] | shell.
+            record writes a recording (JSON) that `blemu run FILE.json` replays at the same handles: the database with
+            every handle, the advertising data and scan response, every value read, and what it notifies and
+            indicates during --duration seconds (subscribed to all of it), with the timing (Docs/PROFILES.md).
             shell: one connection, commands read from stdin one a line (read, write, subscribe, unsubscribe, dump, help,
             quit); it ends with quit or at the end of stdin (while subscribed, on Ctrl-C).
             dump --profile writes a GATT profile (JSON) that `blemu run FILE.json` serves: a clone of the peripheral,
@@ -73,6 +76,9 @@ struct GattCommand: ParsableCommand {
     @Option(help: ArgumentHelp("dump --profile: also record S seconds of notifications and indications, which the clone replays.", valueName: "S"))
     var capture: Double?
 
+    @Option(help: ArgumentHelp("record: seconds to listen to notifications and indications (default 10).", valueName: "S"))
+    var duration: Double?
+
     @Option(help: ArgumentHelp("Seconds to find and connect to the peripheral (default 10).", valueName: "S"))
     var timeout: Double = 10
 
@@ -99,6 +105,8 @@ struct GattCommand: ParsableCommand {
     /// What to do once connected.
     enum Action: Equatable {
         case dump
+        /// A recording: the dump with handles, then S seconds of notifications and indications.
+        case record(Double)
         case read(BluetoothUUID)
         case write(BluetoothUUID, [UInt8])
         case subscribe(BluetoothUUID)
@@ -112,6 +120,10 @@ struct GattCommand: ParsableCommand {
         if command == "shell" {
             guard arguments.isEmpty else { throw ValidationError("shell takes no arguments: its commands come from stdin") }
             return .shell
+        }
+        if command == "record" {
+            guard arguments.isEmpty else { throw ValidationError("record takes no arguments") }
+            return .record(duration ?? 10)
         }
         return try Self.action(command: command, arguments: arguments, text: text)
     }
@@ -150,7 +162,7 @@ struct GattCommand: ParsableCommand {
             return .unsubscribe(try uuid(0))
         default:
             throw ValidationError(inShell ? "unknown command '\(command)': dump, read, write, subscribe, unsubscribe, help or quit"
-                                          : "unknown command '\(command)': dump, read, write, subscribe or shell")
+                                          : "unknown command '\(command)': dump, record, read, write, subscribe or shell")
         }
     }
 
@@ -162,6 +174,10 @@ struct GattCommand: ParsableCommand {
         if let service, ControlRequest.parseUUID(service) == nil { throw ValidationError("--service '\(service)' is not a UUID") }
         if let count, count < 1 { throw ValidationError("--count must be at least 1") }
         if profile && command != "dump" { throw ValidationError("--profile goes with dump") }
+        if let duration {
+            guard command == "record" else { throw ValidationError("--duration goes with record") }
+            guard duration > 0 && duration <= 3600 else { throw ValidationError("--duration must be above 0 seconds (at most an hour)") }
+        }
         if command == "shell", count != nil || text != nil || noResponse {
             throw ValidationError("shell: give --count, --text and --no-response on its lines, not on the command line")
         }
@@ -208,7 +224,7 @@ struct GattCommand: ParsableCommand {
         session.connect(to: filter, timeout: timeout) { link, advertisement in
             let run = GattRun(session: session, link: link, action: action, json: json, profile: profile, capture: capture,
                               noResponse: noResponse, count: count, advertisement: advertisement, security: security,
-                              pairsAfterDump: pairFirst && profile)
+                              pairsAfterDump: pairFirst && (profile || command == "record"))
             // dump --profile reads first as a stranger (to learn what each value needs), then pairs.
             if pairFirst && !run.pairsAfterDump { run.secureThenStart() } else { run.start() }
         }
@@ -318,6 +334,21 @@ final class GattRun {
         case .dump:
             workflow.dump(services, secureAndRetry: pairsAfterDump) { [self] dump in
                 print(dump, permissions: GATTProfile.permissions(refusals: dump.refusals, readSecured: dump.readSecured))
+            }
+        case .record(let seconds):
+            workflow.dump(services, secureAndRetry: pairsAfterDump) { [self] dump in
+                workflow.recordTimeline(dump.services, for: seconds) { [self] heard, notKept in
+                    if notKept > 0 { emitNote("record: \(notKept) values more than the \(GATTWorkflow.maxHeard) kept were not recorded") }
+                    let advertised = GATTProfile.Advertised(name: advertisement.name, address: advertisement.address,
+                                                            appearance: advertisement.appearance, services: advertisement.services)
+                    emitLine(GATTProfile(
+                        recording: dump.services, values: dump.values,
+                        heard: heard.map { GATTProfile.HeardValue(at: $0.at, handle: $0.handle, value: $0.value, indication: $0.indication) },
+                        duration: seconds, permissions: GATTProfile.permissions(refusals: dump.refusals, readSecured: dump.readSecured),
+                        advertised: advertised, addressIsRandom: advertisement.advertiser.isRandom,
+                        advertisingData: advertisement.advertisingData, scanResponseData: advertisement.scanResponseData).encoded())
+                    done()
+                }
             }
         case .read(let uuid):
             guard let characteristic = find(uuid, in: services) else { return }

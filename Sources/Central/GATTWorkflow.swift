@@ -162,6 +162,56 @@ public final class GATTWorkflow {
     }
 }
 
+extension GATTWorkflow {
+    /// One value a peripheral notified or indicated while recording: seconds from the start.
+    public struct Heard: Equatable, Sendable {
+        public var at: Double
+        public var handle: UInt16
+        public var value: [UInt8]
+        public var indication: Bool
+    }
+
+    /// A recording keeps at most this many values (`blemu gatt ... record`); more are counted, not kept.
+    public static let maxHeard = 100_000
+
+    /// `blemu gatt ... record`: subscribes to everything that notifies (notifications) or
+    /// indicates, and keeps every value that comes for `seconds` with its time from the
+    /// start (at most `maxHeard`; `then` gets how many more were not kept).
+    public func recordTimeline(_ services: [RemoteService], for seconds: Double,
+                               then: @escaping (_ heard: [Heard], _ notKept: Int) -> Void) {
+        let notifying = services.flatMap(\.characteristics).filter {
+            !$0.properties.isDisjoint(with: [.notify, .indicate]) && $0.clientConfigurationHandle != nil
+        }
+        let handles = Set(notifying.map(\.valueHandle))
+        var heard: [Heard] = []
+        var notKept = 0
+        let start = scheduler.nowNanoseconds
+        func keep(_ indication: Bool) -> (UInt16, ArraySlice<UInt8>) -> Void {
+            { [scheduler] handle, value in
+                guard handles.contains(handle) else { return }
+                guard heard.count < Self.maxHeard else { notKept += 1; return }
+                heard.append(Heard(at: Double(scheduler.nowNanoseconds &- start) / 1e9, handle: handle, value: Array(value),
+                                   indication: indication))
+            }
+        }
+        client.onNotification = keep(false)
+        client.onIndication = keep(true)
+        for characteristic in notifying {
+            let notify = characteristic.properties.contains(.notify)
+            client.configure(characteristic, notify: notify, indicate: !notify) { [logger] result in
+                if case .failure(let error) = result {
+                    logger.warning("record: \(characteristic.uuid) could not be subscribed: \(error)")
+                }
+            }
+        }
+        scheduler.schedule(after: .milliseconds(Int64(seconds * 1000))) { [client] in
+            client.onNotification = nil
+            client.onIndication = nil
+            then(heard, notKept)
+        }
+    }
+}
+
 /// What to do about a pairing that failed, when the reason says more than its name.
 public enum PairingHint {
     /// Passkey Entry with a passkey typed that is not the peripheral's ends in Confirm Value

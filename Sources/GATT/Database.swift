@@ -39,7 +39,9 @@ public struct Attribute {
 }
 
 /// A GATT database: the flat attribute table built from service declarations, with handles
-/// starting at 1 and no gaps, so handle `h` is `attributes[h - 1]`.
+/// starting at 1, so handle `h` is `attributes[h - 1]`. Services and characteristics placed at
+/// given handles (a recorded device, `Service.placement`) may leave handles empty between
+/// them: those are never present, as if absent.
 ///
 /// A service can be taken out and put back at run time (`setService(_:present:)`), as a
 /// firmware update would change a device: its attributes keep their handles and are absent
@@ -56,27 +58,44 @@ public final class GATTDatabase {
     private var absentServices = Set<ObjectIdentifier>()
 
     public init(services: [Service]) throws(GATTDatabaseError) {
-        self.services = services
+        // Services placed at recorded handles come first, in handle order; the others follow
+        // them (a recorded database keeps its handles, the stack's additions go after it).
+        let placed = services.filter { $0.placement != nil }.sorted { $0.placement!.lowerBound < $1.placement!.lowerBound }
+        let ordered = placed.isEmpty ? services : placed + services.filter { $0.placement == nil }
+        self.services = ordered
         var next: UInt32 = 1
+        var gaps: [Int] = []
         func take() throws(GATTDatabaseError) -> UInt16 {
             guard next <= 0xFFFF else { throw GATTDatabaseError("the database needs more than 65535 handles") }
             defer { next += 1 }
             return UInt16(next)
         }
-        // Secondary services first? No: order is the declaration order, which readers expect;
-        // included services must be declared before the services that include them.
+        /// The handle `wanted` (nil: the next one), the handles before it left empty in `into`.
+        /// A placed handle at or before one already taken overlaps or is out of order.
+        func take(_ wanted: UInt16?, _ what: @autoclosure () -> String, into list: inout [Attribute]) throws(GATTDatabaseError) -> UInt16 {
+            guard let wanted else { return try take() }
+            guard UInt32(wanted) >= next else {
+                throw GATTDatabaseError("\(what()) at handle \(Hex.word(wanted)): overlaps or comes before handle \(Hex.word(UInt16(next - 1))), already taken")
+            }
+            while next < UInt32(wanted) {
+                gaps.append(Int(next) - 1)
+                list.append(Self.gap(UInt16(next)))
+                next += 1
+            }
+            return try take()
+        }
+        // Included services must be declared before the services that include them.
         var declared = Set<ObjectIdentifier>()
-        for service in services {
+        for service in ordered {
             for included in service.includes where !declared.contains(ObjectIdentifier(included)) {
                 throw GATTDatabaseError("service \(service.uuid) includes \(included.uuid), which must be declared before it")
             }
             declared.insert(ObjectIdentifier(service))
-            let start = try take()
+            let start = try take(service.placement?.lowerBound, "service \(service.uuid)", into: &attributes)
             service.startHandle = start
             var pending: [Attribute] = []
             var declarationValue: [UInt8] = []
             service.uuid.appendATT(to: &declarationValue)
-            let serviceIndex = attributes.count
             // The group end is known only at the end of the service; patched below.
             pending.append(Attribute(handle: start, type: service.isPrimary ? GATTType.primaryService : GATTType.secondaryService,
                                      content: .fixed(declarationValue), readable: true, writable: false,
@@ -96,7 +115,24 @@ public final class GATTDatabase {
             }
             for characteristic in service.characteristics {
                 try Self.validate(characteristic, in: service)
-                let declarationHandle = try take()
+                let placement = characteristic.placement
+                let name = "characteristic \(characteristic.uuid) of service \(service.uuid)"
+                if let placement {
+                    let wanted = (placement.clientConfiguration.map { [$0] } ?? []) + placement.descriptors
+                    guard placement.clientConfiguration != nil || !characteristic.notifies else {
+                        throw GATTDatabaseError("\(name) notifies or indicates: its placement needs the CCCD's handle")
+                    }
+                    guard placement.clientConfiguration == nil || characteristic.notifies else {
+                        throw GATTDatabaseError("\(name) neither notifies nor indicates: its placement has no CCCD")
+                    }
+                    guard placement.descriptors.count == characteristic.descriptors.count else {
+                        throw GATTDatabaseError("\(name): \(characteristic.descriptors.count) descriptors, \(placement.descriptors.count) placed")
+                    }
+                    guard wanted.allSatisfy({ $0 > placement.declaration &+ 1 }) else {
+                        throw GATTDatabaseError("\(name): a descriptor placed at or before its value (handle \(Hex.word(placement.declaration &+ 1)))")
+                    }
+                }
+                let declarationHandle = try take(placement?.declaration, name, into: &pending)
                 let valueHandle = try take()
                 characteristic.declarationHandle = declarationHandle
                 characteristic.valueHandle = valueHandle
@@ -121,26 +157,35 @@ public final class GATTDatabase {
                     characteristic: characteristic,
                     authenticationRequiredToRead: characteristic.permissions.contains(.readAuthenticationRequired),
                     authenticationRequiredToWrite: characteristic.permissions.contains(.writeAuthenticationRequired)))
-                if characteristic.notifies {
-                    let handle = try take()
-                    characteristic.clientConfigurationHandle = handle
-                    // Vol 3, Part G, 3.3.3.3: the CCCD's write permissions are the higher layer's;
-                    // a characteristic may ask that subscribing need its value's security.
-                    let permissions = characteristic.permissions
-                    let guarded = characteristic.subscribingNeedsValueSecurity
-                    pending.append(Attribute(handle: handle, type: GATTType.clientConfiguration,
-                                             content: .clientConfiguration(characteristic), readable: true, writable: true,
-                                             encryptionRequiredToRead: false,
-                                             encryptionRequiredToWrite: guarded && (permissions.readNeedsEncryption || permissions.writeNeedsEncryption),
-                                             groupEnd: 0, isFixedLength: true, characteristic: characteristic,
-                                             authenticationRequiredToWrite: guarded && !permissions.isDisjoint(
-                                                 with: [.readAuthenticationRequired, .writeAuthenticationRequired])))
-                }
-                for descriptor in characteristic.descriptors {
+                // The CCCD (nil descriptor index) and the descriptors, in handle order: first the
+                // CCCD as the stack lays it out, or where the placement puts it.
+                var order: [(handle: UInt16?, descriptor: Int?)] = []
+                if characteristic.notifies { order.append((placement?.clientConfiguration, nil)) }
+                for index in characteristic.descriptors.indices { order.append((placement?.descriptors[index], index)) }
+                if placement != nil { order.sort { $0.handle! < $1.handle! } }
+                for (wanted, index) in order {
+                    guard let index else {
+                        let handle = try take(wanted, "the CCCD of \(name)", into: &pending)
+                        characteristic.clientConfigurationHandle = handle
+                        // Vol 3, Part G, 3.3.3.3: the CCCD's write permissions are the higher layer's;
+                        // a characteristic may ask that subscribing need its value's security.
+                        let permissions = characteristic.permissions
+                        let guarded = characteristic.subscribingNeedsValueSecurity
+                        pending.append(Attribute(handle: handle, type: GATTType.clientConfiguration,
+                                                 content: .clientConfiguration(characteristic), readable: true, writable: true,
+                                                 encryptionRequiredToRead: false,
+                                                 encryptionRequiredToWrite: guarded && (permissions.readNeedsEncryption || permissions.writeNeedsEncryption),
+                                                 groupEnd: 0, isFixedLength: true, characteristic: characteristic,
+                                                 authenticationRequiredToWrite: guarded && !permissions.isDisjoint(
+                                                     with: [.readAuthenticationRequired, .writeAuthenticationRequired])))
+                        continue
+                    }
+                    let descriptor = characteristic.descriptors[index]
                     if descriptor.uuid == GATTType.clientConfiguration {
                         throw GATTDatabaseError("characteristic \(characteristic.uuid) declares a CCCD: the stack adds it for notify/indicate")
                     }
-                    pending.append(Attribute(handle: try take(), type: descriptor.uuid, content: .fixed(descriptor.value),
+                    pending.append(Attribute(handle: try take(wanted, "descriptor \(descriptor.uuid) of \(name)", into: &pending),
+                                             type: descriptor.uuid, content: .fixed(descriptor.value),
                                              readable: true, writable: false,
                                              encryptionRequiredToRead: descriptor.permissions.readNeedsEncryption,
                                              encryptionRequiredToWrite: false, groupEnd: 0, isFixedLength: true,
@@ -149,16 +194,38 @@ public final class GATTDatabase {
                 }
                 characteristics.append(characteristic)
             }
+            if let end = service.placement?.upperBound {
+                guard UInt32(end) >= next - 1 else {
+                    throw GATTDatabaseError("service \(service.uuid) placed to end at handle \(Hex.word(end)) but its attributes reach \(Hex.word(UInt16(next - 1)))")
+                }
+                // A recorded service may end after empty handles (room it kept).
+                while next <= UInt32(end) {
+                    gaps.append(Int(next) - 1)
+                    pending.append(Self.gap(UInt16(next)))
+                    next += 1
+                }
+            }
             service.endHandle = UInt16(next - 1)
             let head = pending[0]
             pending[0] = Attribute(handle: head.handle, type: head.type, content: head.content, readable: true,
                                    writable: false, encryptionRequiredToRead: false, encryptionRequiredToWrite: false,
                                    groupEnd: service.endHandle, isFixedLength: true, characteristic: nil)
             attributes.append(contentsOf: pending)
-            _ = serviceIndex
         }
         presence = Array(repeating: true, count: attributes.count)
+        for index in gaps { presence[index] = false }
+        gapIndices = Set(gaps)
     }
+
+    /// An empty handle of a recorded database: never present, found by no request.
+    private static func gap(_ handle: UInt16) -> Attribute {
+        Attribute(handle: handle, type: GATTType.primaryService, content: .fixed([]), readable: false, writable: false,
+                  encryptionRequiredToRead: false, encryptionRequiredToWrite: false, groupEnd: 0, isFixedLength: true,
+                  characteristic: nil)
+    }
+
+    /// The indices of the empty handles (`gap(_:)`), which `setService` leaves absent.
+    private var gapIndices = Set<Int>()
 
     /// Core Bluetooth's rule, kept here: "Characteristics with cached values must be read-only".
     /// A dynamic characteristic must have the handlers its properties promise.
@@ -272,7 +339,7 @@ public final class GATTDatabase {
             absentServices.remove(ObjectIdentifier(service))
         }
         let range = service.startHandle...service.endHandle
-        for handle in range { presence[Int(handle) - 1] = present }
+        for handle in range where !gapIndices.contains(Int(handle) - 1) { presence[Int(handle) - 1] = present }
         cachedHash = nil
         return range
     }

@@ -329,6 +329,22 @@ public struct Descriptor: Sendable {
     }
 }
 
+/// The handles of a characteristic placed by a recording: its declaration (the value follows at
+/// once, Vol 3, Part G, 3.3: "the Characteristic Value declaration ... shall exist immediately
+/// following the characteristic declaration"), its CCCD when it notifies or indicates, and its
+/// other descriptors in declaration order. Handles between them stay empty (a gap).
+public struct CharacteristicPlacement: Sendable, Equatable {
+    public var declaration: UInt16
+    public var clientConfiguration: UInt16?
+    public var descriptors: [UInt16]
+
+    public init(declaration: UInt16, clientConfiguration: UInt16? = nil, descriptors: [UInt16] = []) {
+        self.declaration = declaration
+        self.clientConfiguration = clientConfiguration
+        self.descriptors = descriptors
+    }
+}
+
 /// A characteristic as a device declares it. The object stays the device's handle for
 /// notifying: the database fills in `valueHandle` when it is built.
 public final class Characteristic {
@@ -362,6 +378,9 @@ public final class Characteristic {
     public internal(set) var declarationHandle: UInt16 = 0
     public internal(set) var valueHandle: UInt16 = 0
     public internal(set) var clientConfigurationHandle: UInt16?
+    /// Where the database must put this characteristic (a recorded device's handles, which a
+    /// central that cached them reads by); nil: the next free handles. See `AttributePlacement`.
+    public var placement: CharacteristicPlacement?
 
     /// - Parameters:
     ///   - permissions: derived from `properties` when nil: readable if `.read`, writeable if any write.
@@ -423,6 +442,10 @@ public final class Service {
     public let characteristics: [Characteristic]
     public internal(set) var startHandle: UInt16 = 0
     public internal(set) var endHandle: UInt16 = 0
+    /// Where the database must put this service's declaration and where its group ends (a
+    /// recorded device's handles); nil: the next free handles. Its includes follow the
+    /// declaration at once, as Vol 3, Part G, 3.1 lays a service out.
+    public var placement: ClosedRange<UInt16>?
 
     public init(_ uuid: BluetoothUUID, primary: Bool = true, includes: [Service] = [],
                 @CharacteristicBuilder _ characteristics: () -> [Characteristic]) {

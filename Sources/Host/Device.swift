@@ -130,6 +130,9 @@ public struct DeviceProfile: Sendable {
     public var connectionParameters: ConnectionParameters
     public var advertisingTiming: AdvertisingTiming
     public var txPowerLevel: Int8?
+    /// Advertising data and scan response to send as they are (a recorded device's, Core
+    /// Supplement, Part A), instead of the ones built from the name, services and appearance.
+    public var recordedAdvertising: (advertisingData: [UInt8], scanResponseData: [UInt8])?
 
     public init(defaultName: String, advertisedServices: [BluetoothUUID], appearance: UInt16,
                 connectionParameters: ConnectionParameters = .recommended,

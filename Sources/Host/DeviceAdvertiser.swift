@@ -94,7 +94,10 @@ final class DeviceAdvertiser {
 
     static func payload(configuration: PeripheralConfiguration, profile: DeviceProfile, serviceUUIDs: [BluetoothUUID],
                         txPower: Int8?) -> AdvertisingPayload {
-        AdvertisingPayload.build(AdvertisingContent(
+        if let recorded = profile.recordedAdvertising {
+            return AdvertisingPayload(advertisingData: recorded.advertisingData, scanResponseData: recorded.scanResponseData, omitted: [])
+        }
+        return AdvertisingPayload.build(AdvertisingContent(
             name: configuration.name, serviceUUIDs: serviceUUIDs, appearance: profile.appearance,
             txPowerLevel: txPower))
     }

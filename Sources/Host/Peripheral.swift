@@ -95,7 +95,18 @@ public final class Peripheral {
         standard = StandardServices(name: configuration.name, appearance: profile.appearance, parameters: usable,
                                     privacy: configuration.privacy)
         let diagnostics = DiagnosticsService()
-        database = try GATTDatabase(services: [standard.gap, standard.gatt] + device.services + [diagnostics.service])
+        // A device that places a service of the stack's own at recorded handles (a recorded
+        // device's GAP, GATT or Diagnostics) serves it instead: the recorded one wins, so a
+        // central that cached the original's handles finds them. Its Service Changed, if any,
+        // is the one the stack indicates through.
+        let placedByDevice = Set(device.services.filter { $0.placement != nil }.map(\.uuid))
+        let own = [standard.gap, standard.gatt, diagnostics.service].filter { !placedByDevice.contains($0.uuid) }
+        if placedByDevice.contains(GATTType.gattService),
+           let recorded = device.services.first(where: { $0.uuid == GATTType.gattService })?
+               .characteristics.first(where: { $0.uuid == GATTType.serviceChanged && $0.properties.contains(.indicate) }) {
+            standard.serviceChanged = recorded
+        }
+        database = try GATTDatabase(services: own + device.services)
         self.diagnostics = diagnostics
         var securityConfiguration = configuration.security
         // The device's permissions say how long a key its protected values need: a pairing that

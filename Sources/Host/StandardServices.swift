@@ -7,7 +7,8 @@ import BlemuHCI
 final class StandardServices {
     let gap: Service
     let gatt: Service
-    let serviceChanged: Characteristic
+    /// The stack's, or a recorded GATT service's that replaces the stack's (`Peripheral`).
+    var serviceChanged: Characteristic
     /// Client Supported Features per connection (Vol 3, Part G, 7.2): bits once set stay set.
     private var clientFeatures: [UInt16: UInt8] = [:]
     weak var database: GATTDatabase?

@@ -23,9 +23,54 @@ public struct GATTProfile: Codable, Equatable, Sendable {
     /// Services listed in its advertising, most important first.
     public var advertisedServices: [String]?
     public var services: [Service]
+    /// `public` or `random`: the type of `address` (`blemu gatt ... record` writes it). A
+    /// replay takes a recorded static random address as its own (a public one it cannot).
+    public var addressType: String?
+    /// The advertising data and scan response as the scan found them (hex, at most 31 bytes
+    /// each): a replay advertises them as they are.
+    public var advertisingData: String?
+    public var scanResponseData: String?
+    /// The notifications and indications received while recording, with their timing.
+    public var recording: Recording?
+    /// How a replay plays `recording`: `loop` (the default) or `once`.
+    public var replay: String?
+
+    /// What `blemu gatt ... record --duration S` heard: every value notified or indicated,
+    /// at its time from the start of the recording.
+    public struct Recording: Codable, Equatable, Sendable {
+        /// Seconds recorded (a loop starts again after this).
+        public var duration: Double
+        public var events: [Event]
+
+        public init(duration: Double, events: [Event]) {
+            self.duration = duration
+            self.events = events
+        }
+    }
+
+    public struct Event: Codable, Equatable, Sendable {
+        /// Seconds from the start of the recording.
+        public var at: Double
+        /// The characteristic's value handle.
+        public var handle: Int
+        public var value: String
+        /// True: an indication; absent or false: a notification.
+        public var indication: Bool?
+
+        public init(at: Double, handle: Int, value: String, indication: Bool? = nil) {
+            self.at = at
+            self.handle = handle
+            self.value = value
+            self.indication = indication
+        }
+    }
 
     public struct Service: Codable, Equatable, Sendable {
         public var uuid: String
+        /// The handle of its declaration and the last handle of its group, as recorded (both
+        /// or neither; in a profile with handles every attribute has one).
+        public var handle: Int?
+        public var endHandle: Int?
         /// Primary unless false (a secondary service is there to be included).
         public var primary: Bool?
         /// UUIDs of services of this profile that this one includes.
@@ -42,6 +87,9 @@ public struct GATTProfile: Codable, Equatable, Sendable {
 
     public struct Characteristic: Codable, Equatable, Sendable {
         public var uuid: String
+        /// The handle of its declaration and of its value (the next one), as recorded.
+        public var handle: Int?
+        public var valueHandle: Int?
         /// `read`, `write`, `write-without-response`, `notify`, `indicate` (others are kept but
         /// not served: `broadcast`, `signed-write`, `extended-properties`).
         public var properties: [String]
@@ -67,6 +115,8 @@ public struct GATTProfile: Codable, Equatable, Sendable {
 
     public struct Descriptor: Codable, Equatable, Sendable {
         public var uuid: String
+        /// Its handle, as recorded (the CCCD's too: a replay puts its own CCCD there).
+        public var handle: Int?
         public var value: String?
         /// What reading it needs (`GATTProfile.descriptorPermissionNames`). Absent: open.
         public var permissions: [String]?
@@ -251,6 +301,18 @@ public struct GATTProfile: Codable, Equatable, Sendable {
         for (index, uuid) in (advertisedServices ?? []).enumerated() where Self.uuid(uuid) == nil {
             throw fail("advertisedServices[\(index)]", "'\(uuid)' is not a UUID (2A37 or the 128-bit form)")
         }
+        if let addressType {
+            guard ["public", "random"].contains(addressType) else { throw fail("addressType", "'\(addressType.prefix(20))' is not public or random") }
+            guard let address, BluetoothAddress(address) != nil else { throw fail("address", "an address like C4:12:34:56:78:9A goes with addressType") }
+        }
+        for (key, text) in [("advertisingData", advertisingData), ("scanResponseData", scanResponseData)] {
+            guard let text else { continue }
+            guard let bytes = Self.bytes(text) else { throw fail(key, "'\(text.prefix(40))' is not hex (020106)") }
+            guard bytes.count <= Self.maxAdvertisingBytes else {
+                throw fail(key, "\(bytes.count) bytes; legacy advertising carries at most \(Self.maxAdvertisingBytes) (Vol 6, Part B, 2.3.1.1)")
+            }
+        }
+        if let replay, !["loop", "once"].contains(replay) { throw fail("replay", "'\(replay.prefix(20))' is not loop or once") }
         let uuids = Set(services.compactMap { Self.uuid($0.uuid) })
         for (s, service) in services.enumerated() {
             let at = "services[\(s)]"
@@ -285,6 +347,112 @@ public struct GATTProfile: Codable, Equatable, Sendable {
                     }
                 }
             }
+        }
+        try checkHandles(fail)
+    }
+
+    /// Legacy advertising PDUs carry at most 31 octets of each payload (Vol 6, Part B, 2.3.1.1, 2.3.2.2).
+    public static let maxAdvertisingBytes = 31
+    /// A recording holds at most this many events (a day of 1 Hz notifications from a few characteristics).
+    public static let maxEvents = 100_000
+    /// A recording lasts at most a day.
+    public static let maxDuration = 86_400.0
+
+    /// The recorded address a replay takes as its own: a static random one (the two most
+    /// significant bits 0b11, Vol 6, Part B, 1.3.2.1), which the host sets with LE Set Random
+    /// Address. A public address is the controller's own (setting it needs a vendor command)
+    /// and a private one changes anyway: nil, with `addressNote` saying why.
+    public var replayAddress: BluetoothAddress? {
+        guard addressType == "random", let address, let parsed = BluetoothAddress(address),
+              parsed.bytes.5 & 0xC0 == 0xC0 else { return nil }
+        return parsed
+    }
+
+    /// Why a recorded address is not taken (nil when it is, or none was recorded).
+    public var addressNote: String? {
+        guard let addressType, let address, replayAddress == nil else { return nil }
+        if addressType == "public" {
+            return "the recorded public address \(address) is not taken: a controller's public address changes only by a vendor command; the replay advertises from its own"
+        }
+        return "the recorded address \(address) is a private random one (not static): the replay advertises from its own"
+    }
+
+    /// Whether the profile places its attributes at recorded handles.
+    public var hasHandles: Bool { services.contains { $0.handle != nil } }
+
+    /// The handles of a recorded database: all or none, each in 1...0xFFFF, in strictly rising
+    /// order through the file (a service's declaration, its includes right after it, each
+    /// characteristic's declaration and value, its descriptors, then the service's end), as a
+    /// server lays them out (Vol 3, Part G, 3.1-3.3); then the recording's events.
+    func checkHandles(_ fail: (String, String) -> ProfileError) throws(ProfileError) {
+        guard hasHandles else {
+            if let recording, !recording.events.isEmpty {
+                throw fail("recording.events", "events name value handles: the services need their handles")
+            }
+            return
+        }
+        var last = 0
+        var lastWhere = "the start"
+        func next(_ handle: Int?, _ at: String) throws(ProfileError) -> Int {
+            guard let handle else { throw fail(at, "missing: a profile with handles needs every attribute's handle") }
+            guard (1...0xFFFF).contains(handle) else { throw fail(at, "\(handle) is not a handle (1 to 65535)") }
+            guard handle > last else {
+                throw fail(at, "\(handle) overlaps or comes before \(last) (\(lastWhere)): handles rise through the file")
+            }
+            last = handle
+            lastWhere = at
+            return handle
+        }
+        var notifying: [Int: Bool] = [:]
+        for (s, service) in services.enumerated() {
+            let at = "services[\(s)]"
+            let start = try next(service.handle, "\(at).handle")
+            // Include declarations follow the service declaration (Vol 3, Part G, 3.1).
+            last = start + (service.includes?.count ?? 0)
+            guard last <= 0xFFFF else { throw fail("\(at).includes", "more includes than handles") }
+            for (c, characteristic) in service.characteristics.enumerated() {
+                let at = "\(at).characteristics[\(c)]"
+                let declaration = try next(characteristic.handle, "\(at).handle")
+                let value = try next(characteristic.valueHandle, "\(at).valueHandle")
+                guard value == declaration + 1 else {
+                    throw fail("\(at).valueHandle", "\(value) is not \(declaration + 1): the value follows its declaration (Vol 3, Part G, 3.3)")
+                }
+                let notifies = characteristic.properties.contains("notify") || characteristic.properties.contains("indicate")
+                if notifies { notifying[value] = characteristic.properties.contains("indicate") && !characteristic.properties.contains("notify") }
+                var hasCCCD = false
+                for (d, descriptor) in (characteristic.descriptors ?? []).enumerated() {
+                    _ = try next(descriptor.handle, "\(at).descriptors[\(d)].handle")
+                    if Self.uuid(descriptor.uuid) == GATTType.clientConfiguration { hasCCCD = true }
+                }
+                if notifies && !hasCCCD {
+                    throw fail("\(at).descriptors", "it notifies or indicates, so it needs its 2902 descriptor (the CCCD) with its handle")
+                }
+            }
+            guard let end = service.endHandle else { throw fail("\(at).endHandle", "missing: a profile with handles needs every service's end") }
+            guard (last...0xFFFF).contains(end) else {
+                throw fail("\(at).endHandle", "\(end) is not from \(last) (its last attribute) to 65535")
+            }
+            last = end
+            lastWhere = "\(at).endHandle"
+        }
+        guard let recording else { return }
+        guard recording.duration > 0, recording.duration <= Self.maxDuration else {
+            throw fail("recording.duration", "\(recording.duration) is not above 0 and at most \(Int(Self.maxDuration)) seconds")
+        }
+        guard recording.events.count <= Self.maxEvents else {
+            throw fail("recording.events", "\(recording.events.count) events; a recording holds at most \(Self.maxEvents)")
+        }
+        var time = 0.0
+        for (e, event) in recording.events.enumerated() {
+            let at = "recording.events[\(e)]"
+            guard event.at >= time, event.at <= recording.duration else {
+                throw fail("\(at).at", "\(event.at) is not from \(time) (the event before) to \(recording.duration) (the duration)")
+            }
+            time = event.at
+            guard notifying[event.handle] != nil else {
+                throw fail("\(at).handle", "\(event.handle) is not the value handle of a characteristic that notifies or indicates")
+            }
+            try checkValue(event.value, "\(at).value", fail)
         }
     }
 

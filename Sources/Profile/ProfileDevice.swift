@@ -22,6 +22,16 @@ public final class ProfileDevice: Device {
     private var ticker: TickWhileSubscribed
     private weak var context: DeviceContext?
     private var streams: [(characteristic: Characteristic, values: [[UInt8]], next: Int)] = []
+    /// A recording's events (time from its start, characteristic, value, indication), in order.
+    private var timeline: [(at: Duration, characteristic: Characteristic, value: [UInt8], indication: Bool)] = []
+    private var timelineLength: Duration = .zero
+    private var loops = true
+    /// The next event of the timeline, and when the timeline (this pass) started; nil: not started.
+    private var nextEvent = 0
+    private var passStarted: UInt64?
+    private var timelineTimer: TimerID?
+    /// The value each recorded characteristic notified last: what a read of it answers.
+    private var latest: [ObjectIdentifier: ValueBox] = [:]
 
     /// The services the stack adds itself, left out of a clone.
     static let stackServices: Set<BluetoothUUID> = [GATTType.gapService, GATTType.gattService, Peripheral.diagnosticsServiceUUID]
@@ -32,33 +42,62 @@ public final class ProfileDevice: Device {
         var adjustments: [String] = []
         var streams: [(characteristic: Characteristic, values: [[UInt8]], next: Int)] = []
         var built: [BluetoothUUID: Service] = [:]
+        var recorded: [Int: Characteristic] = [:]
+        var boxes: [ObjectIdentifier: ValueBox] = [:]
         var order: [Service] = []
-        let kept = profile.services.filter { GATTProfile.uuid($0.uuid).map { !Self.stackServices.contains($0) } ?? false }
-        // Included services first: a database declares them before the services that include them.
+        // A recorded database keeps every service at its handles, the stack's own among them
+        // (the recorded ones win); a clone by UUIDs leaves those to the stack.
+        let placed = profile.hasHandles
+        let kept = placed ? profile.services
+            : profile.services.filter { GATTProfile.uuid($0.uuid).map { !Self.stackServices.contains($0) } ?? false }
+        // Included services first: a database declares them before the services that include them
+        // (a recorded database is in handle order already).
         let includedUUIDs = Set(kept.flatMap { $0.includes ?? [] }.compactMap(GATTProfile.uuid))
-        let sorted = kept.filter { GATTProfile.uuid($0.uuid).map(includedUUIDs.contains) ?? false }
+        let sorted = placed ? kept : kept.filter { GATTProfile.uuid($0.uuid).map(includedUUIDs.contains) ?? false }
             + kept.filter { !(GATTProfile.uuid($0.uuid).map(includedUUIDs.contains) ?? false) }
         for entry in sorted {
             guard let uuid = GATTProfile.uuid(entry.uuid) else { continue }
             let includes = (entry.includes ?? []).compactMap { GATTProfile.uuid($0).flatMap { built[$0] } }
             let characteristics = entry.characteristics.compactMap { spec -> Characteristic? in
-                Self.characteristic(spec, in: uuid, adjustments: &adjustments, streams: &streams)
+                Self.characteristic(spec, in: uuid, adjustments: &adjustments, boxes: &boxes, streams: &streams)
             }
             let service = Service(uuid, primary: entry.primary ?? true, includes: includes) { characteristics }
+            if let start = entry.handle, let end = entry.endHandle { service.placement = UInt16(start)...UInt16(end) }
+            for characteristic in characteristics {
+                if let placement = characteristic.placement { recorded[Int(placement.declaration) + 1] = characteristic }
+            }
             built[uuid] = built[uuid] ?? service
             order.append(service)
         }
         services = order
         let advertised = (profile.advertisedServices ?? []).compactMap(GATTProfile.uuid)
-        self.profile = DeviceProfile(defaultName: profile.name, advertisedServices: advertised,
-                                     appearance: UInt16(clamping: profile.appearance ?? 0))
+        var deviceProfile = DeviceProfile(defaultName: profile.name, advertisedServices: advertised,
+                                          appearance: UInt16(clamping: profile.appearance ?? 0))
+        if profile.advertisingData != nil || profile.scanResponseData != nil {
+            deviceProfile.recordedAdvertising = (profile.advertisingData.flatMap(GATTProfile.bytes) ?? [],
+                                                 profile.scanResponseData.flatMap(GATTProfile.bytes) ?? [])
+        }
+        self.profile = deviceProfile
+        if let note = profile.addressNote { adjustments.append(note) }
         self.adjustments = adjustments
+        // A recording replaces the once-a-second values: its events, at their times.
+        if let recording = profile.recording, !recording.events.isEmpty {
+            timeline = recording.events.compactMap { event in
+                guard let characteristic = recorded[event.handle], let value = GATTProfile.bytes(event.value) else { return nil }
+                return (Duration.nanoseconds(Int64(event.at * 1e9)), characteristic, value, event.indication ?? false)
+            }
+            timelineLength = .nanoseconds(Int64(recording.duration * 1e9))
+            loops = profile.replay != "once"
+            streams = []
+        }
         self.streams = streams
+        latest = boxes
         ticker = TickWhileSubscribed(every: Self.notificationPeriod, watching: streams.map(\.characteristic))
         ticker.onTick = { [weak self] in self?.tick() }
     }
 
     private static func characteristic(_ spec: GATTProfile.Characteristic, in service: BluetoothUUID, adjustments: inout [String],
+                                       boxes: inout [ObjectIdentifier: ValueBox],
                                        streams: inout [(characteristic: Characteristic, values: [[UInt8]], next: Int)]) -> Characteristic? {
         guard let uuid = GATTProfile.uuid(spec.uuid) else { return nil }
         var properties = CharacteristicProperties()
@@ -73,10 +112,12 @@ public final class ProfileDevice: Device {
             adjustments.append("\(service)/\(uuid): \(why) left out")
         }
         var descriptors: [Descriptor] = []
+        var descriptorHandles: [UInt16] = []
+        var cccdHandle: UInt16?
         for descriptor in spec.descriptors ?? [] {
             guard let duuid = GATTProfile.uuid(descriptor.uuid) else { continue }
-            // The CCCD is the stack's; Extended Properties goes with its property bit.
-            if duuid == GATTType.clientConfiguration { continue }
+            // The CCCD is the stack's (at the recorded handle); Extended Properties goes with its property bit.
+            if duuid == GATTType.clientConfiguration { cccdHandle = cccdHandle ?? descriptor.handle.map(UInt16.init); continue }
             if duuid == GATTType.extendedProperties && !properties.contains(.extendedProperties) { continue }
             var security = AttributePermissions()
             for name in descriptor.permissions ?? [] {
@@ -87,10 +128,17 @@ public final class ProfileDevice: Device {
                 }
             }
             descriptors.append(Descriptor(uuid: duuid, value: descriptor.value.flatMap(GATTProfile.bytes) ?? [], permissions: security))
+            if let handle = descriptor.handle { descriptorHandles.append(UInt16(handle)) }
         }
         if properties.contains(.extendedProperties) && !descriptors.contains(where: { $0.uuid == GATTType.extendedProperties }) {
             properties.remove(.extendedProperties)
             adjustments.append("\(service)/\(uuid): extended-properties without its 0x2900 descriptor left out")
+        }
+        // At the recorded handles: what the stack leaves out stays an empty handle.
+        let placement = spec.handle.map {
+            CharacteristicPlacement(declaration: UInt16($0),
+                                    clientConfiguration: properties.isDisjoint(with: [.notify, .indicate]) ? nil : cccdHandle,
+                                    descriptors: descriptorHandles)
         }
         let value = spec.value.flatMap(GATTProfile.bytes)
         // Access follows the properties; what the profile adds is the security it asks for.
@@ -102,7 +150,9 @@ public final class ProfileDevice: Device {
         }
         let mutating = !properties.isDisjoint(with: CharacteristicProperties.mutating)
         if !mutating, properties.contains(.read), let value {
-            return Characteristic(uuid, properties: properties, permissions: permissions, cachedValue: value, descriptors: descriptors)
+            let characteristic = Characteristic(uuid, properties: properties, permissions: permissions, cachedValue: value, descriptors: descriptors)
+            characteristic.placement = placement
+            return characteristic
         }
         // A value that changes lives here, as long as the attribute allows.
         let box = ValueBox(value ?? [])
@@ -118,6 +168,8 @@ public final class ProfileDevice: Device {
                 }
                 return nil
             } : nil)
+        characteristic.placement = placement
+        boxes[ObjectIdentifier(characteristic)] = box
         if characteristic.notifies {
             let values = (spec.notifications ?? []).compactMap(GATTProfile.bytes)
             streams.append((characteristic, values.isEmpty ? [value ?? []] : values, 0))
@@ -127,14 +179,69 @@ public final class ProfileDevice: Device {
 
     public func start(context: DeviceContext) {
         self.context = context
+        if !timeline.isEmpty { context.logger.notice("profile: replaying \(timeline.count) recorded events over \(timelineLength) (\(loops ? "looping" : "once")) from the first subscription") }
         ticker.start(context: context)
         for line in adjustments { context.logger.notice("profile: \(line)") }
     }
 
-    public func stop() { ticker.stop() }
+    public func stop() {
+        ticker.stop()
+        if let timelineTimer { context?.scheduler.cancel(timelineTimer) }
+        timelineTimer = nil
+    }
 
     public func subscriptionChanged(_ characteristic: Characteristic, peer: ATTPeer, notify: Bool, indicate: Bool) {
         ticker.subscriptionChanged(characteristic)
+        // The recorded timeline starts with the first subscription, as the recording did
+        // (`record` subscribes, then listens), so an app sees the recorded sequence and gaps.
+        if (notify || indicate), passStarted == nil, !timeline.isEmpty, let context {
+            passStarted = context.scheduler.nowNanoseconds
+            nextEvent = 0
+            scheduleNextEvent()
+        }
+    }
+
+    /// Arms the timer for the next event of the timeline; at its end, a loop starts again
+    /// (after the recording's whole duration), `once` stops.
+    private func scheduleNextEvent() {
+        guard let context, let started = passStarted else { return }
+        let due: UInt64
+        if nextEvent < timeline.count {
+            due = started &+ UInt64(max(timeline[nextEvent].at.nanoseconds, 0))
+        } else {
+            guard loops else { return }
+            // An empty pass still takes a millisecond: a zero-length recording never spins.
+            due = started &+ UInt64(max(timelineLength.nanoseconds, 1_000_000))
+        }
+        let now = context.scheduler.nowNanoseconds
+        timelineTimer = context.scheduler.schedule(after: .nanoseconds(Int64(due > now ? due - now : 0))) { [weak self] in
+            self?.playDueEvents()
+        }
+    }
+
+    private func playDueEvents() {
+        guard let context, let started = passStarted else { return }
+        if nextEvent >= timeline.count {
+            passStarted = started &+ UInt64(max(timelineLength.nanoseconds, 1_000_000))
+            nextEvent = 0
+            return scheduleNextEvent()
+        }
+        let now = context.scheduler.nowNanoseconds
+        while nextEvent < timeline.count, started &+ UInt64(max(timeline[nextEvent].at.nanoseconds, 0)) <= now {
+            let event = timeline[nextEvent]
+            nextEvent += 1
+            latest[ObjectIdentifier(event.characteristic)]?.bytes = event.value
+            // Sent to whoever is subscribed now; a queue that is full drops none silently (the
+            // stack logs it) and the timeline goes on, as the original did not wait either.
+            if event.indication, event.characteristic.properties.contains(.indicate) {
+                context.indicate(event.characteristic, value: event.value)
+            } else if event.characteristic.properties.contains(.notify) {
+                context.notify(event.characteristic, value: event.value)
+            } else {
+                context.indicate(event.characteristic, value: event.value)
+            }
+        }
+        scheduleNextEvent()
     }
 
     private func tick() {

@@ -74,3 +74,51 @@ extension GATTProfile {
         return String(decoding: bytes, as: UTF8.self)
     }
 }
+
+extension GATTProfile {
+    /// What `blemu gatt ... record` heard: one notification or indication, its time in seconds
+    /// from the start of the recording.
+    public struct HeardValue: Sendable, Equatable {
+        public var at: Double
+        public var handle: UInt16
+        public var value: [UInt8]
+        public var indication: Bool
+
+        public init(at: Double, handle: UInt16, value: [UInt8], indication: Bool) {
+            self.at = at
+            self.handle = handle
+            self.value = value
+            self.indication = indication
+        }
+    }
+
+    /// A recording (`blemu gatt ... record`): the clone (`init(cloning:...)`) with every
+    /// attribute's handle, the advertiser's address and its type, its advertising data and scan
+    /// response as the scan found them, and what it notified and indicated with its timing.
+    public init(recording services: [RemoteService], values: [UInt16: Result<[UInt8], GATTClientError>],
+                heard: [HeardValue], duration: Double, permissions: [UInt16: [String]], advertised: Advertised,
+                addressIsRandom: Bool, advertisingData: [UInt8], scanResponseData: [UInt8]) {
+        self.init(cloning: services, values: values, captured: [:], permissions: permissions, advertised: advertised)
+        for (s, service) in services.enumerated() {
+            self.services[s].handle = Int(service.handles.lowerBound)
+            self.services[s].endHandle = Int(service.handles.upperBound)
+            for (c, characteristic) in service.characteristics.enumerated() {
+                self.services[s].characteristics[c].handle = Int(characteristic.characteristic.declarationHandle)
+                self.services[s].characteristics[c].valueHandle = Int(characteristic.valueHandle)
+                for (d, descriptor) in characteristic.descriptors.enumerated() {
+                    self.services[s].characteristics[c].descriptors?[d].handle = Int(descriptor.handle)
+                }
+            }
+        }
+        addressType = addressIsRandom ? "random" : "public"
+        // What does not fit a legacy payload is not a payload a replay can send: left out (the
+        // replay then builds its own from the name and services).
+        if advertisingData.count <= Self.maxAdvertisingBytes && scanResponseData.count <= Self.maxAdvertisingBytes {
+            self.advertisingData = Hex.bytes(advertisingData)
+            self.scanResponseData = Hex.bytes(scanResponseData)
+        }
+        recording = Recording(duration: duration, events: heard.prefix(Self.maxEvents).map {
+            Event(at: min(($0.at * 1000).rounded() / 1000, duration), handle: Int($0.handle), value: Hex.bytes($0.value), indication: $0.indication ? true : nil)
+        })
+    }
+}

@@ -91,7 +91,8 @@ public enum DevicePlanning {
             var plan = DevicePlan(device: device, spec: spec)
             plan.profile = profile
             plan.name = entry?.name
-            plan.address = entry?.address
+            // A recording's static random address, unless one is given.
+            plan.address = entry?.address ?? profile?.replayAddress
             plan.settings = entry?.settings ?? []
             plan.passkey = passkey ?? entry?.passkey
             // --bindkey-file is for the BTHome devices (like --pin for the lock); an entry's own

@@ -18,6 +18,7 @@ import Testing
             "reads heart-rate-app.yaml, which CONTROL.md gives whole (ScenarioTests' DocumentedScenarioTests reads it)",
         "blemu run scale.json --controller hci0": "serves scale.json, which the dump in the line before writes from a real device",
         "blemu run scale.json --controller hci0 --name \"Scale 2\"": "serves scale.json, which the dump before writes from a real device",
+        "blemu run strap.json --controller hci1": "replays strap.json, which the record in the line before writes from a real device",
         "blemu run [DEVICE...] [--config FILE] [--controller SPEC ...] [--share-controller] [--name NAME] [--address ADDR]":
             "a synopsis (REFERENCE.md), not a command",
         "blemu ctl [--timeout SECONDS] PATH COMMAND...": "a synopsis (CONTROL.md), not a command",

@@ -25,6 +25,20 @@ import Testing
         #expect(Self.refusal("gatt", ["--name", "HR", "shell", "--profile"]) == 64)
     }
 
+    @Test func recordTakesADurationAndNothingElse() throws {
+        let command = try #require(try Blemu.parseAsRoot(["gatt", "--controller", "tcp:127.0.0.1:6402", "--name", "HR", "record", "--duration", "4"])
+                                   as? GattCommand)
+        #expect(try command.action() == .record(4))
+        let plain = try #require(try Blemu.parseAsRoot(["gatt", "--controller", "tcp:127.0.0.1:6402", "--name", "HR", "record"]) as? GattCommand)
+        #expect(try plain.action() == .record(10))
+        #expect(Self.refusal("gatt", ["--name", "HR", "record", "2A37"]) == 64)
+        #expect(Self.refusal("gatt", ["--name", "HR", "record", "--duration", "0"]) == 64)
+        #expect(Self.refusal("gatt", ["--name", "HR", "record", "--duration", "3601"]) == 64)
+        #expect(Self.refusal("gatt", ["--name", "HR", "dump", "--duration", "4"]) == 64)
+        // Not a shell line: a recording is a whole run.
+        #expect(throws: (any Error).self) { try GattCommand.action(command: "record", arguments: [], text: nil, inShell: true) }
+    }
+
     @Test func aShellLinesCommandsAreTheCommandLinesAndUnsubscribe() throws {
         let uuid = BluetoothUUID(0x2A19)
         #expect(try GattCommand.action(command: "read", arguments: ["2A19"], text: nil, inShell: true) == .read(uuid))

@@ -1,0 +1,88 @@
+import BlemuATT
+import BlemuCore
+import BlemuGATT
+import BlemuHost
+import BlemuL2CAP
+import BlemuProfile
+import FoundationEssentials
+import Testing
+
+/// A recorded device replayed on the stack: its GAP and GATT at the recorded handles instead of
+/// the stack's (the recorded ones win), its advertising data as recorded, and its notifications
+/// on the recorded timeline, looping or once.
+@Suite struct RecordedReplayTests {
+    static func recording(replay: String = "loop") -> String {
+        """
+        {"format": "blemu-gatt-profile", "version": 1, "name": "Strap", "address": "C1:22:33:44:55:66",
+         "addressType": "random", "advertisingData": "020106", "scanResponseData": "0609537472617",
+         "replay": "\(replay)",
+         "services": [
+           {"uuid": "1800", "handle": 16, "endHandle": 18, "characteristics": [
+             {"uuid": "2A00", "handle": 17, "valueHandle": 18, "properties": ["read"], "value": "5374726170"}]},
+           {"uuid": "1801", "handle": 20, "endHandle": 23, "characteristics": [
+             {"uuid": "2A05", "handle": 21, "valueHandle": 22, "properties": ["indicate"],
+              "descriptors": [{"uuid": "2902", "handle": 23, "value": "0000"}]}]},
+           {"uuid": "180D", "handle": 32, "endHandle": 40, "characteristics": [
+             {"uuid": "2A37", "handle": 33, "valueHandle": 34, "properties": ["notify"],
+              "descriptors": [{"uuid": "2902", "handle": 36, "value": "0000"}]}]}
+         ],
+         "recording": {"duration": 2.0, "events": [
+           {"at": 0.5, "handle": 34, "value": "0048"}, {"at": 1.5, "handle": 34, "value": "0049"}]}}
+        """
+    }
+
+    func bench(_ text: String) throws -> Bench {
+        let profile = try GATTProfile.parse(Data(text.replacing("0609537472617", with: "06095374726170").utf8), name: "r.json")
+        return try Bench(device: ProfileDevice(profile))
+    }
+
+    func notifications(_ bench: Bench) -> [[UInt8]] { bench.controller.takeL2CAP(handle: 0x0040, cid: L2CAPChannel.att) }
+
+    @Test func theRecordedGAPAndGATTWinAndSitAtTheirHandles() throws {
+        let bench = try bench(Self.recording())
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        // Nothing at 1, where the stack's own GAP would be: the recorded one is at 0x0010.
+        #expect(bench.att([0x0A, 0x01, 0x00]) == [[0x01, 0x0A, 0x01, 0x00, 0x01]])  // Invalid Handle (Vol 3, Part F, 3.4.1.1)
+        #expect(bench.att([0x0A, 0x12, 0x00]) == [[0x0B] + Array("Strap".utf8)])
+        #expect(bench.peripheral.database.services.filter { $0.uuid == GATTType.gattService }.map(\.startHandle) == [20])
+        // Its advertising data and scan response go out as recorded.
+        #expect(bench.controller.advertisingData == [0x02, 0x01, 0x06])
+    }
+
+    @Test func notificationsFollowTheRecordedTimelineFromTheFirstSubscriptionAndLoop() throws {
+        let bench = try bench(Self.recording())
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        #expect(bench.att([0x12, 36, 0x00, 0x01, 0x00]) == [[0x13]])
+        bench.scheduler.advance(by: .milliseconds(400))
+        #expect(notifications(bench).isEmpty)
+        bench.scheduler.advance(by: .milliseconds(200))
+        #expect(notifications(bench) == [[0x1B, 34, 0x00, 0x00, 0x48]])
+        bench.scheduler.advance(by: .seconds(1))
+        #expect(notifications(bench) == [[0x1B, 34, 0x00, 0x00, 0x49]])
+        // The loop starts again after the recording's two seconds: 0x48 at 2.5 s.
+        bench.scheduler.advance(by: .seconds(1))
+        #expect(notifications(bench) == [[0x1B, 34, 0x00, 0x00, 0x48]])
+    }
+
+    @Test func onceStopsAtTheEndOfTheRecording() throws {
+        let bench = try bench(Self.recording(replay: "once"))
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        #expect(bench.att([0x12, 36, 0x00, 0x01, 0x00]) == [[0x13]])
+        bench.scheduler.advance(by: .seconds(2))
+        #expect(notifications(bench).count == 2)
+        bench.scheduler.advance(by: .seconds(10))
+        #expect(notifications(bench).isEmpty)
+    }
+
+    /// The control socket's `service off` works on a twin as on a built-in device: the change
+    /// is indicated through the recorded Service Changed (value handle 22, CCCD 23), which
+    /// stands in for the stack's (Vol 3, Part G, 7.1: the affected range, start and end).
+    @Test func serviceChangedIsIndicatedThroughTheRecordedOne() throws {
+        let bench = try bench(Self.recording())
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        #expect(bench.att([0x12, 23, 0x00, 0x02, 0x00]) == [[0x13]])
+        let change = try bench.peripheral.control.setService(BluetoothUUID(0x180D), present: false)
+        #expect(change.indicated == 1)
+        #expect(notifications(bench) == [[0x1D, 22, 0x00, 32, 0x00, 40, 0x00]])
+    }
+}

@@ -1,0 +1,89 @@
+import BlemuCore
+import BlemuGATT
+import FoundationEssentials
+import Testing
+@testable import BlemuProfile
+
+/// A recording's file (`blemu gatt ... record`): handles, advertising, the timeline. Every
+/// mistake names its path in the file; a profile without handles still loads as before.
+@Suite struct RecordedProfileTests {
+    static let services = """
+        [{"uuid": "1800", "handle": 1, "endHandle": 3, "characteristics": [
+           {"uuid": "2A00", "handle": 2, "valueHandle": 3, "properties": ["read"], "value": "41"}]},
+         {"uuid": "180D", "handle": 8, "endHandle": 12, "characteristics": [
+           {"uuid": "2A37", "handle": 9, "valueHandle": 10, "properties": ["notify"],
+            "descriptors": [{"uuid": "2902", "handle": 12}]}]}]
+        """
+
+    static func file(services: String = services, extra: String = "") -> String {
+        """
+        {"format": "blemu-gatt-profile", "version": 1, "name": "A", "address": "C1:22:33:44:55:66", "addressType": "random",
+         "services": \(services)\(extra)}
+        """
+    }
+
+    func parse(_ text: String) throws(ProfileError) -> GATTProfile { try GATTProfile.parse(Data(text.utf8), name: "r.json") }
+
+    func refusal(_ text: String) -> String {
+        do { _ = try parse(text); return "accepted" } catch { return error.description }
+    }
+
+    @Test func aRecordingParsesSurvivesEncodingAndPlacesTheDatabase() throws {
+        let profile = try parse(Self.file(extra: #", "recording": {"duration": 1, "events": [{"at": 0.5, "handle": 10, "value": "0048"}]}"#))
+        #expect(try parse(profile.encoded()) == profile)
+        let database = try GATTDatabase(services: ProfileDevice(profile).services)
+        #expect((1...12).filter { database.attribute(UInt16($0)) != nil } == [1, 2, 3, 8, 9, 10, 12])
+        #expect(database.attribute(12)?.type == GATTType.clientConfiguration)
+        #expect(profile.replayAddress == BluetoothAddress("C1:22:33:44:55:66"))
+    }
+
+    @Test func aPublicAddressIsNotTakenAndSaysWhy() throws {
+        let profile = try parse(Self.file().replacing("\"random\"", with: "\"public\""))
+        #expect(profile.replayAddress == nil)
+        #expect(profile.addressNote?.contains("vendor command") == true)
+        #expect(ProfileDevice(profile).adjustments.contains { $0.contains("vendor command") })
+    }
+
+    @Test func handleMistakesAreNamedByTheirPath() {
+        func services(_ edit: (String) -> String) -> String { refusal(Self.file(services: edit(Self.services))) }
+        #expect(services { $0.replacing(#""handle": 8,"#, with: #""handle": 3,"#) }
+            == "r.json: services[1].handle: 3 overlaps or comes before 3 (services[0].endHandle): handles rise through the file")
+        #expect(services { $0.replacing(#""valueHandle": 10"#, with: #""valueHandle": 11"#) }
+            == "r.json: services[1].characteristics[0].valueHandle: 11 is not 10: the value follows its declaration (Vol 3, Part G, 3.3)")
+        #expect(services { $0.replacing(#", "handle": 12"#, with: "") }
+            == "r.json: services[1].characteristics[0].descriptors[0].handle: missing: a profile with handles needs every attribute's handle")
+        #expect(services { $0.replacing(#""uuid": "2902""#, with: #""uuid": "2901""#) }
+            == "r.json: services[1].characteristics[0].descriptors: it notifies or indicates, so it needs its 2902 descriptor (the CCCD) with its handle")
+        #expect(services { $0.replacing(#""endHandle": 12"#, with: #""endHandle": 11"#) }
+            == "r.json: services[1].endHandle: 11 is not from 12 (its last attribute) to 65535")
+        #expect(services { $0.replacing(#""handle": 8,"#, with: #""handle": 70000,"#) }
+            == "r.json: services[1].handle: 70000 is not a handle (1 to 65535)")
+    }
+
+    @Test func recordingAndAdvertisingMistakesAreNamedByTheirPath() {
+        func extra(_ text: String) -> String { refusal(Self.file(extra: text)) }
+        #expect(extra(#", "recording": {"duration": 1, "events": [{"at": 0.5, "handle": 10, "value": "00"}, {"at": 0.2, "handle": 10, "value": "00"}]}"#)
+            == "r.json: recording.events[1].at: 0.2 is not from 0.5 (the event before) to 1.0 (the duration)")
+        #expect(extra(#", "recording": {"duration": 1, "events": [{"at": 0.5, "handle": 3, "value": "00"}]}"#)
+            == "r.json: recording.events[0].handle: 3 is not the value handle of a characteristic that notifies or indicates")
+        #expect(extra(#", "recording": {"duration": 0, "events": []}"#)
+            == "r.json: recording.duration: 0.0 is not above 0 and at most 86400 seconds")
+        #expect(extra(#", "recording": {"duration": 1, "events": [{"at": 0.5, "handle": 10, "value": "zz"}]}"#)
+            == "r.json: recording.events[0].value: 'zz' is not hex (0102ff)")
+        #expect(extra(#", "advertisingData": "\#(String(repeating: "00", count: 32))""#)
+            == "r.json: advertisingData: 32 bytes; legacy advertising carries at most 31 (Vol 6, Part B, 2.3.1.1)")
+        #expect(extra(#", "replay": "twice""#) == "r.json: replay: 'twice' is not loop or once")
+        #expect(refusal(Self.file().replacing("\"random\"", with: "\"odd\"")) == "r.json: addressType: 'odd' is not public or random")
+        // Events need handles to name.
+        let unplaced = #"[{"uuid": "180D", "characteristics": [{"uuid": "2A37", "properties": ["notify"]}]}]"#
+        #expect(refusal(Self.file(services: unplaced, extra: #", "recording": {"duration": 1, "events": [{"at": 0, "handle": 3, "value": "00"}]}"#))
+            == "r.json: recording.events: events name value handles: the services need their handles")
+    }
+
+    @Test func tooManyEventsAreRefused() {
+        let event = #"{"at": 0, "handle": 10, "value": "00"}"#
+        let events = Array(repeating: event, count: GATTProfile.maxEvents + 1).joined(separator: ",")
+        #expect(refusal(Self.file(extra: #", "recording": {"duration": 1, "events": [\#(events)]}"#))
+            == "r.json: recording.events: \(GATTProfile.maxEvents + 1) events; a recording holds at most \(GATTProfile.maxEvents)")
+    }
+}
