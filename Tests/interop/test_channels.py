@@ -44,8 +44,7 @@ async def open_channel(conn, mtu: int = 65535, mps: int = 247, credits: int = 8)
 
 
 def test_an_encrypted_channel_is_refused_until_the_link_is_encrypted(rootcanal, blemu_factory):
-    """First in the module, before the `echo` fixture's device advertises on the same radio.
-    `encrypted: 1`: Insufficient Encryption (0x0008, Vol 3, Part A, 4.23) on a plain link; the
+    """`encrypted: 1`: Insufficient Encryption (0x0008, Vol 3, Part A, 4.23) on a plain link; the
     same request after Just Works pairing opens the channel."""
     from test_config import write_config
     name = unique_name("EE")
