@@ -80,6 +80,26 @@ import BlemuL2CAP
         #expect(pair.centralLower.frames(cid: serverEnd.localCID).count == 30)
     }
 
+    /// The control socket's credit stall: the device keeps taking SDUs but no credits go back,
+    /// so the peer stops at zero; the device's own pause ending does not end the stall, and the
+    /// stall's end gives the window back at once.
+    @Test func stalledCreditsStopThePeerUntilTheStallEnds() throws {
+        let (clientEnd, serverEnd) = try open(serverParameters: ChannelParameters(mtu: 1000, mps: 50, initialCredits: 4))
+        serverEnd.creditsStalled = true
+        let sdus = (0..<10).map { i in [UInt8](repeating: UInt8(i), count: 120) }  // 3 frames each
+        for sdu in sdus { #expect(clientEnd.send(sdu)) }
+        pair.flush()
+        #expect(clientEnd.sendCredits == 0 && serverEnd.receiveCredits == 0)
+        #expect(server.received == [sdus[0]])
+        serverEnd.pauseReceiving(true)
+        serverEnd.pauseReceiving(false)
+        pair.flush()
+        #expect(server.received == [sdus[0]] && clientEnd.sendCredits == 0)
+        serverEnd.creditsStalled = false
+        pair.flush()
+        #expect(server.received == sdus && clientEnd.queuedBytes == 0)
+    }
+
     /// The send queue is bounded: past it `send` says no, and `channelIsReady` follows when it drains.
     @Test func aFullSendQueueRefusesAndSaysWhenReady() throws {
         let (clientEnd, serverEnd) = try open(serverParameters: ChannelParameters(mtu: 2000, mps: 100, initialCredits: 2))
