@@ -274,6 +274,19 @@ def l2cap_seeds():
         "stop-with-links": l2cap(0, 0x0C, 0, connect(0), connect(1), frame(0, write(HR_CCCD, [1, 0])), clock(100),
                                  STOP, clock(201), connect(0)),
         "failing-controller": l2cap(0x11 | 0x20, 0x0C, 0, connect(0), clock(200), disconnect(0), clock(202)),
+        # channel-echo (device byte 2): typed credit based signalling (0xEC) and K-frames (0xF0)
+        # on handle 0: an LE channel to SPSM 0x0080 from CID 0x0040 (MTU 279, MPS 151, 10
+        # credits), an SDU in one K-frame and one in two, credits, three enhanced channels,
+        # a reconfiguration, a K-frame with a lying SDU length, then the LE channel disconnected.
+        "channel-echo": l2cap(0, 0x0C, 2, connect(0),
+                              b"\xEC\x00\x01\x00\x00\x20\x10\x0A\x00",
+                              b"\xF0\x00\x01\x05" + b"hello", COMPLETE,
+                              b"\xF0\x00\x03\x04" + bytes(4) + le16(10), b"\xF0\x00\x00\x06" + bytes(6), COMPLETE,
+                              b"\xEC\x02\x02\x00\x00\x05",
+                              b"\xEC\x03\x03\x00\x08\x08\x04\x00\x03\x01\x02\x03", COMPLETE,
+                              b"\xEC\x05\x04\x20\x08\x01\x01",
+                              b"\xF0\x01\x03\x04" + bytes(4) + le16(0xFFFF), COMPLETE,
+                              b"\xEC\x07\x05\x00\x00", clock(200), COMPLETE, disconnect(0)),
     }
 
 

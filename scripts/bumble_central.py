@@ -185,12 +185,17 @@ class ScanResult:
         return found
 
     def matches_name(self, name: str) -> bool:
-        for ad_type, local_name in self.names().values():
-            if ad_type == AD_COMPLETE_LOCAL_NAME and local_name == name:
-                return True
-            if ad_type == AD_SHORTENED_LOCAL_NAME and local_name and name.startswith(local_name):
-                return True
-        return False
+        """The complete local name, where the advertiser sent one, decides; a shortened name
+        (Core Supplement, Part A, 1.2: a prefix of the complete one) matches only while no
+        complete name is known. Two advertisers whose names begin alike (a device that cuts
+        its name to "E" in the advertising data, another named "EE-...") are told apart by
+        their scan responses, so a test connects to the address of the device it means."""
+        names = self.names().values()
+        complete = [local_name for ad_type, local_name in names if ad_type == AD_COMPLETE_LOCAL_NAME]
+        if complete:
+            return name in complete
+        return any(ad_type == AD_SHORTENED_LOCAL_NAME and local_name and name.startswith(local_name)
+                   for ad_type, local_name in names)
 
     def service_uuids_16(self) -> set[int]:
         uuids = set()

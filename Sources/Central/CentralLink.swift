@@ -1,4 +1,5 @@
 import BlemuATT
+import BlemuChannels
 import BlemuCore
 import BlemuGATT
 import BlemuGATTClient
@@ -23,6 +24,10 @@ public final class CentralLink {
     /// The peer's database, through ATT.
     public let client: GATTClient
     let server: ATTServer
+    /// The link's credit based channels (Vol 3, Part A, 4.22-4.28): the ones we open to a
+    /// peripheral's SPSM (`openChannel`, `openEnhancedChannels`); we serve no SPSM, so a
+    /// peripheral's own requests are refused with SPSM not supported (0x0002).
+    public let channels: CreditBasedChannels
     public internal(set) var isOpen = true
     /// The HCI reason the link closed with.
     public var onDisconnected: ((UInt8) -> Void)?
@@ -40,12 +45,28 @@ public final class CentralLink {
         server = ATTServer(database: database, peer: ATTPeer(connectionHandle: handle, address: peer), scheduler: scheduler,
                            bearer: bearer)
         client = GATTClient(scheduler: scheduler, bearer: bearer)
+        channels = CreditBasedChannels(link: l2cap, servers: ChannelServers())
         server.delegate = host
         client.onTimeout = { [weak host] in
             // Vol 3, Part F, 3.3.3: a bearer that timed out is useless; the link goes.
             host?.logger.warning("ATT transaction timed out on link \(handle): disconnecting")
             host?.hci.send(.disconnect(handle: handle, reason: HCIStatus.remoteUserTerminated))
         }
+    }
+
+    /// Opens an LE Credit Based Flow Control Mode channel to the peripheral's `spsm` (Vol 3,
+    /// Part A, 4.22): `delegate` hears it opened (or closed with the refusal's result), its SDUs
+    /// and when it is ready again, as a device's published channel does. Nil when it cannot be
+    /// asked for (the link is closed, the SPSM is not a valid one, every CID is taken).
+    public func openChannel(spsm: UInt16, parameters: ChannelParameters = ChannelParameters(),
+                            delegate: CreditBasedChannelDelegate) -> CreditBasedChannel? {
+        channels.connect(spsm: spsm, parameters: parameters, delegate: delegate)
+    }
+
+    /// Opens one to five Enhanced Credit Based Flow Control Mode channels in one request (4.25).
+    public func openEnhancedChannels(spsm: UInt16, count: Int, parameters: ChannelParameters = ChannelParameters(),
+                                     delegate: CreditBasedChannelDelegate) -> [CreditBasedChannel] {
+        channels.connectEnhanced(spsm: spsm, count: count, parameters: parameters, delegate: delegate)
     }
 
     /// Asks the controller to close the link; `onDisconnected` tells when it is gone.

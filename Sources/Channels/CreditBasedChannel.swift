@@ -234,6 +234,16 @@ public final class CreditBasedChannel {
         if !paused { topUpCredits() }
     }
 
+    /// A test's fault (the control socket's `fault DEVICE channel CID stall`): no credits go
+    /// back to the peer whatever the device does, so the peer's sender stops at zero credits
+    /// (Vol 3, Part A, 10.1) until the stall ends and the window is given back at once.
+    public var creditsStalled = false {
+        didSet { if !creditsStalled { topUpCredits() } }
+    }
+
+    /// Bytes of an SDU gathered so far from its K-frames (at most our MTU).
+    public var reassemblingBytes: Int { sdu.count }
+
     /// One K-frame from the peer (Vol 3, Part A, 3.4.3). Each rule it breaks disconnects the
     /// channel, as 3.4.3 and 10.1 require: a frame without a credit, a payload past our MPS, an
     /// SDU length past our MTU, or more payload than the SDU length.
@@ -281,7 +291,7 @@ public final class CreditBasedChannel {
     /// Gives the peer credits back once half the window is used: the frame was taken (into the
     /// SDU being gathered, or to the delegate), so its room is free again.
     func topUpCredits() {
-        guard state == .open, !isReceivingPaused else { return }
+        guard state == .open, !isReceivingPaused, !creditsStalled else { return }
         let window = Int(local.initialCredits)
         guard receiveCredits <= window / 2, receiveCredits < window else { return }
         let credits = window - receiveCredits

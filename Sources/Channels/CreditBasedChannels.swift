@@ -65,10 +65,17 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
     /// How long our request waits for its response (the RTX timer, Vol 3, Part A, 6.2.1: 1 to
     /// 60 s). A peer that never answers a Disconnection Request would otherwise keep the CID.
     public static let responseTimeout: Duration = .seconds(30)
+    /// The sum of our channels' receive MTUs one link may hold: each channel gathers an SDU of up
+    /// to its MTU (3.4.3), so this bounds what a peer can make a link buffer whatever the channel
+    /// count. 384 KiB takes six channels at the largest MTU (65535: an enhanced request of five, and one more) or
+    /// sixteen at 24 KiB, where sixteen at 65535 would be 1 MiB a link; past it a request (or a
+    /// channel within an enhanced request) is refused with No resources (0x0004, 4.23, 4.26).
+    public static let defaultReceiveBudget = 384 * 1024
 
     unowned let link: L2CAPLink
     public let servers: ChannelServers
     public let channelLimit: Int
+    public let receiveBudget: Int
     /// How the link is protected now: the host updates it at each Encryption Change.
     public var linkSecurity: LinkSecurity
     public private(set) var channels: [CreditBasedChannel] = []
@@ -87,11 +94,13 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
     private var pending: [Pending] = []
 
     public init(link: L2CAPLink, servers: ChannelServers, linkSecurity: LinkSecurity = .unencrypted,
-                channelLimit: Int = CreditBasedChannels.defaultChannelLimit) {
+                channelLimit: Int = CreditBasedChannels.defaultChannelLimit,
+                receiveBudget: Int = CreditBasedChannels.defaultReceiveBudget) {
         self.link = link
         self.servers = servers
         self.linkSecurity = linkSecurity
         self.channelLimit = max(0, min(channelLimit, CreditBasedLimits.dynamicCIDs.count))
+        self.receiveBudget = max(0, receiveBudget)
         link.attach(dynamicChannels: self)
     }
 
@@ -101,6 +110,13 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
 
     private func channel(remoteCID: UInt16) -> CreditBasedChannel? {
         channels.first { $0.remoteCID == remoteCID && $0.state != .closed && $0.state != .connecting }
+    }
+
+    /// The receive MTUs of the link's channels (open, opening or closing), against `receiveBudget`.
+    public var receiveMTUInUse: Int { channels.reduce(0) { $0 + Int($1.local.mtu) } }
+
+    private func budgetTakes(_ mtu: UInt16, count: Int = 1) -> Bool {
+        receiveMTUInUse + Int(mtu) * count <= receiveBudget
     }
 
     /// The lowest dynamic CID no channel of this link uses, within the limit.
@@ -149,7 +165,7 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
                         delegate: CreditBasedChannelDelegate?) -> CreditBasedChannel? {
         guard !link.isClosed, CreditBasedLimits.spsms.contains(spsm),
               parameters.mtu >= CreditBasedLimits.leMinimumMTU, CreditBasedLimits.mpsRange.contains(parameters.mps),
-              let cid = freeCID() else { return nil }
+              budgetTakes(parameters.mtu), let cid = freeCID() else { return nil }
         let channel = CreditBasedChannel(mode: .le, spsm: spsm, localCID: cid, local: parameters, owner: self, delegate: delegate)
         channels.append(channel)
         let id = link.takeIdentifier()
@@ -167,7 +183,7 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
         guard !link.isClosed, CreditBasedLimits.spsms.contains(spsm),
               (1...CreditBasedLimits.enhancedChannelsPerRequest).contains(count),
               parameters.mtu >= CreditBasedLimits.enhancedMinimum, parameters.mps >= CreditBasedLimits.enhancedMinimum,
-              channels.count + count <= channelLimit else { return [] }
+              channels.count + count <= channelLimit, budgetTakes(parameters.mtu, count: count) else { return [] }
         var opened: [CreditBasedChannel] = []
         for _ in 0..<count {
             guard let cid = freeCID() else { break }
@@ -194,7 +210,8 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
               mtu >= CreditBasedLimits.enhancedMinimum, mps >= CreditBasedLimits.enhancedMinimum,
               reconfigured.allSatisfy({ $0.mode == .enhanced && $0.state == .open && $0.owner === self && mtu >= $0.local.mtu }),
               reconfigured.count == 1 || reconfigured.allSatisfy({ mps >= $0.local.mps }),
-              !pending.contains(where: { if case .reconfigure = $0 { true } else { false } }) else { return false }
+              !pending.contains(where: { if case .reconfigure = $0 { true } else { false } }),
+              receiveMTUInUse + reconfigured.reduce(0, { $0 + Int(mtu) - Int($1.local.mtu) }) <= receiveBudget else { return false }
         let id = link.takeIdentifier()
         pending.append(.reconfigure(identifier: id, channels: reconfigured, mtu: mtu, mps: mps))
         send(CreditBasedReconfigureRequest(mtu: mtu, mps: mps, destinationCIDs: reconfigured.map(\.localCID)), identifier: id)
@@ -283,7 +300,7 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
         }
         guard CreditBasedLimits.dynamicCIDs.contains(request.sourceCID) else { return refuse(.invalidSourceCID) }
         guard channel(remoteCID: request.sourceCID) == nil else { return refuse(.sourceCIDAlreadyAllocated) }
-        guard let cid = freeCID() else { return refuse(.noResources) }
+        guard budgetTakes(server.parameters.mtu), let cid = freeCID() else { return refuse(.noResources) }
         let channel = CreditBasedChannel(mode: .le, spsm: request.spsm, localCID: cid, local: server.parameters, owner: self,
                                          delegate: server.delegate)
         channels.append(channel)
@@ -333,7 +350,7 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
                 result = .invalidSourceCID
             } else if channel(remoteCID: source) != nil || request.sourceCIDs[..<index].contains(source) {
                 result = .sourceCIDAlreadyAllocated
-            } else if let cid = freeCID() {
+            } else if budgetTakes(server.parameters.mtu), let cid = freeCID() {
                 let channel = CreditBasedChannel(mode: .enhanced, spsm: request.spsm, localCID: cid, local: server.parameters,
                                                  owner: self, delegate: server.delegate)
                 channel.remoteCID = source

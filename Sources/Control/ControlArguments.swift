@@ -1,5 +1,6 @@
 import BlemuATT
 import BlemuCore
+import BlemuHost
 import BlemuGATT
 import BlemuHCI
 
@@ -21,6 +22,7 @@ extension ControlCommand {
         fault DEVICE UUID error HEX [--count N]
         fault DEVICE UUID delay MS [--count N]
         fault DEVICE UUID drop [--count N]
+        fault DEVICE channel CID stall|drop
         fault clear [DEVICE]
         pairing DEVICE confirm|reject
         authorize DEVICE UUID allow|deny [PEER [public|random]]
@@ -202,8 +204,23 @@ extension ControlCommand {
                 self = .clearFaults(device: words.count == 2 ? words[1] : nil)
                 return
             }
-            let form = "fault DEVICE UUID error HEX|delay MS|drop [--count N], or fault clear [DEVICE]"
+            let form = "fault DEVICE UUID error HEX|delay MS|drop [--count N], fault DEVICE channel CID stall|drop, or fault clear [DEVICE]"
             guard words.count >= 3 else { throw ControlUsageError("usage: \(form)") }
+            if words[1] == "channel" {
+                try refuseOptions(except: nil, "fault DEVICE channel CID stall|drop")
+                try expect(4...4, "fault DEVICE channel CID stall|drop")
+                guard let cid = ControlRequest.parseChannelID(words[2]) else {
+                    throw ControlUsageError("\(quoted(words[2])) is not a channel's CID: 0x0040 to 0x007F, as `list` shows it")
+                }
+                let fault: ChannelFault
+                switch words[3] {
+                case "stall": fault = .stallCredits
+                case "drop": fault = .dropChannel
+                default: throw ControlUsageError("a channel fault is stall or drop, not \(quoted(words[3]))")
+                }
+                self = .channelFault(device: words[0], cid: cid, fault: fault)
+                return
+            }
             try refuseOptions(except: "count", form)
             guard let uuid = ControlRequest.parseUUID(words[1]) else {
                 throw ControlUsageError("\(quoted(words[1])) is not a UUID: give 2A37, 0x2A37 or the 128-bit form 00002a37-0000-1000-8000-00805f9b34fb")

@@ -23,6 +23,9 @@ public enum ControlCommand: Equatable, Sendable {
     case fault(device: String, characteristic: BluetoothUUID, action: FaultPlan.Action, count: Int?)
     /// Every planned fault of one device, or of all of them (nil).
     case clearFaults(device: String?)
+    /// A fault on the device's open credit based channel with this local CID
+    /// (`PeripheralControl.injectChannelFault`): its credits stalled, or it disconnected.
+    case channelFault(device: String, cid: UInt16, fault: ChannelFault)
     /// The user's answer to the Numeric Comparison the device waits for (`--numeric-comparison ask`).
     case pairing(device: String, confirm: Bool)
     /// Whether requests for a value that requires authorization are authorized
@@ -47,7 +50,7 @@ public enum ControlCommand: Equatable, Sendable {
         case .disconnect: return "disconnect"
         case .advertise: return "advertise"
         case .service: return "service"
-        case .fault, .clearFaults: return "fault"
+        case .fault, .clearFaults, .channelFault: return "fault"
         case .pairing: return "pairing"
         case .authorize: return "authorize"
         case .bonds, .forgetBonds: return "bonds"
@@ -70,7 +73,7 @@ public enum ControlCommand: Equatable, Sendable {
         case .watch(let filter): return filter.device
         case .set(let device, _, _), .disconnect(let device, _), .advertise(let device, _), .fault(let device, _, _, _),
              .service(let device, _, _), .pairing(let device, _), .authorize(let device, _, _, _), .bonds(let device),
-             .forgetBonds(let device, _):
+             .forgetBonds(let device, _), .channelFault(let device, _, _):
             return device
         case .clearFaults(let device): return device
         }
@@ -187,6 +190,8 @@ public struct ControlRequest: Equatable, Sendable {
             case .drop: members += [("action", "drop")]
             }
             if let count { members.append(("count", .integer(Int64(count)))) }
+        case .channelFault(let device, let cid, let fault):
+            members += [("device", .string(device)), ("action", .string(fault.rawValue)), ("cid", .string(Hex.word(cid)))]
         case .clearFaults(let device):
             members.append(("action", "clear"))
             if let device { members.append(("device", .string(device))) }
@@ -347,6 +352,15 @@ private struct FieldReader {
             return .clearFaults(device: try optionalString("device"))
         }
         let device = try string("device")
+        if let fault = ChannelFault(rawValue: action) {
+            guard let text = try optionalString("cid") else {
+                throw fail("missing \"cid\": the channel's local CID as `list` shows it, 0x0040 to 0x007F")
+            }
+            guard let cid = ControlRequest.parseChannelID(text) else {
+                throw fail("\"cid\" \(quoted(text)) is not a dynamic LE CID: 0x0040 to 0x007F")
+            }
+            return .channelFault(device: device, cid: cid, fault: fault)
+        }
         let uuidText = try string("uuid")
         guard let uuid = ControlRequest.parseUUID(uuidText) else {
             throw fail("\"uuid\" \(quoted(uuidText)) is not a UUID: give 2A37, 0x2A37 or the 128-bit form 00002a37-0000-1000-8000-00805f9b34fb")
@@ -365,7 +379,7 @@ private struct FieldReader {
         case "drop":
             planned = .drop
         default:
-            throw fail("unknown fault action \(quoted(action)): error, delay, drop or clear")
+            throw fail("unknown fault action \(quoted(action)): error, delay, drop, stall-credits, drop-channel or clear")
         }
         let count = try optionalInteger("count", in: 1...ControlRequest.maxFaultCount)
         return .fault(device: device, characteristic: uuid, action: planned, count: count)
@@ -458,6 +472,15 @@ extension ControlRequest {
         if digits.hasPrefix("0x") || digits.hasPrefix("0X") { digits = digits.dropFirst(2) }
         guard (1...2).contains(digits.utf8.count), digits.utf8.allSatisfy(isASCIIHexDigit) else { return nil }
         return UInt8(digits, radix: 16)
+    }
+
+    /// A dynamic LE channel's CID, `0x0040` or `40` (hex) to `0x007F` (Vol 3, Part A, 2.1, Table 2.3).
+    public static func parseChannelID(_ text: String) -> UInt16? {
+        var digits = Substring(text)
+        if digits.hasPrefix("0x") || digits.hasPrefix("0X") { digits = digits.dropFirst(2) }
+        guard (1...4).contains(digits.utf8.count), digits.utf8.allSatisfy(isASCIIHexDigit),
+              let cid = UInt16(digits, radix: 16), (0x0040...0x007F).contains(cid) else { return nil }
+        return cid
     }
 
     /// `2A37`, `0x2A37`, `00002a37` or the 36-character form; nothing else (no signs, no spaces).

@@ -213,6 +213,17 @@ public final class DeviceControl {
                                 + Self.describe(action) + [("count", count.map { .integer(Int64($0)) } ?? .null)])
             }
 
+        case .channelFault(let name, let cid, let fault):
+            switch target(name) {
+            case .failure(let error): return refuse(error.message)
+            case .success(let (peripheral, ref)):
+                if let refusal = peripheral.control.injectChannelFault(fault, cid: cid) {
+                    return refuse(refusal, peripheral)
+                }
+                return done(peripheral, fault == .stallCredits ? "channel credits stalled" : "channel disconnected",
+                            [("device", .string(ref)), ("action", .string(fault.rawValue)), ("cid", .string(Hex.word(cid)))])
+            }
+
         case .clearFaults(let name):
             var cleared: [Peripheral] = []
             if let name {
@@ -264,7 +275,8 @@ public final class DeviceControl {
                     + (link.pairingComparison.map { [("numeric_comparison", JSONValue.string(sixDigits($0)))] } ?? [])
                 return .object([("peer", .string(link.peer.address.description)), ("peer_random", .bool(link.peer.isRandom)),
                                 ("handle", .integer(Int64(link.handle))),
-                                ("mtu", .integer(Int64(link.mtu))), ("encrypted", .bool(link.encrypted))] + shown)
+                                ("mtu", .integer(Int64(link.mtu))), ("encrypted", .bool(link.encrypted))] + shown
+                               + [("channels", .array(link.channels.map(describe)))])
             }
             let settings: [JSONValue] = peripheral.device.settings.map { setting in
                 .object([("key", .string(setting.key)), ("summary", .string(setting.summary))])
@@ -299,6 +311,17 @@ public final class DeviceControl {
                 ("authorized_peers", .array(peripheral.control.peerAuthorizations.map(describe))),
             ])
         })
+    }
+
+    /// A link's credit based channel as `list` shows it.
+    static func describe(_ channel: ChannelSummary) -> JSONValue {
+        .object([("spsm", .string(Hex.word(channel.spsm))), ("mode", .string(channel.enhanced ? "enhanced" : "le")),
+                 ("cid", .string(Hex.word(channel.localCID))), ("peer_cid", .string(Hex.word(channel.remoteCID))),
+                 ("mtu", .integer(Int64(channel.mtu))), ("mps", .integer(Int64(channel.mps))),
+                 ("peer_mtu", .integer(Int64(channel.peerMTU))), ("peer_mps", .integer(Int64(channel.peerMPS))),
+                 ("credits", .integer(Int64(channel.sendCredits))), ("peer_credits", .integer(Int64(channel.receiveCredits))),
+                 ("queued", .integer(Int64(channel.queuedBytes))), ("reassembling", .integer(Int64(channel.reassemblingBytes))),
+                 ("credits_stalled", .bool(channel.creditsStalled))])
     }
 
     /// `"action":"error","error":"0x0e"`, `"action":"delay","ms":500`, `"action":"drop"`.
@@ -347,6 +370,8 @@ public final class DeviceControl {
         case .watch(let filter):
             return "watch" + (filter.device.map { " " + printable($0) } ?? "") + (filter.kindsText.map { " --kinds \($0)" } ?? "")
                 + (filter.uuid.map { " --uuid \($0)" } ?? "")
+        case .channelFault(let device, let cid, let fault):
+            return "fault \(printable(device)) channel \(Hex.word(cid)) \(fault == .stallCredits ? "stall" : "drop")"
         case .bonds(let device): return "bonds \(printable(device))"
         case .forgetBonds(let device, let address): return "bonds \(printable(device)) forget" + (address.map { " \($0)" } ?? "")
         }

@@ -1,4 +1,5 @@
 import BlemuATT
+import BlemuChannels
 import BlemuCore
 import BlemuGATT
 import BlemuHCI
@@ -17,6 +18,54 @@ public struct LinkSummary: Sendable, Equatable {
     public let pairingPasskey: UInt32?
     /// The pairing under way waits for the answer to this Numeric Comparison value.
     public let pairingComparison: UInt32?
+    /// The link's credit based channels, by local CID.
+    public var channels: [ChannelSummary] = []
+}
+
+/// A credit based channel as a listing shows it (Vol 3, Part A, 3.4.3, 10.1): its CIDs, both
+/// sides' MTU/MPS, the credits each side holds, and the bytes waiting in it.
+public struct ChannelSummary: Sendable, Equatable {
+    public let spsm: UInt16
+    public let enhanced: Bool
+    public let localCID: UInt16
+    public let remoteCID: UInt16
+    public let mtu: UInt16
+    public let mps: UInt16
+    public let peerMTU: UInt16
+    public let peerMPS: UInt16
+    /// K-frames we may still send (credits the peer gave us).
+    public let sendCredits: Int
+    /// K-frames the peer may still send (credits we gave it).
+    public let receiveCredits: Int
+    /// SDU bytes waiting to be sent, and bytes of an SDU gathered so far.
+    public let queuedBytes: Int
+    public let reassemblingBytes: Int
+    /// `fault DEVICE channel CID stall` holds its credits back.
+    public let creditsStalled: Bool
+
+    init(_ channel: CreditBasedChannel) {
+        spsm = channel.spsm
+        enhanced = channel.mode == .enhanced
+        localCID = channel.localCID
+        remoteCID = channel.remoteCID
+        mtu = channel.local.mtu
+        mps = channel.local.mps
+        peerMTU = channel.peerMTU
+        peerMPS = channel.peerMPS
+        sendCredits = channel.sendCredits
+        receiveCredits = channel.receiveCredits
+        queuedBytes = channel.queuedBytes
+        reassemblingBytes = channel.reassemblingBytes
+        creditsStalled = channel.creditsStalled
+    }
+}
+
+/// A fault on a credit based channel (the control socket's `fault DEVICE channel CID …`).
+public enum ChannelFault: String, Sendable, Equatable {
+    /// No credits given back to the peer until `fault clear`.
+    case stallCredits = "stall-credits"
+    /// The channel disconnected (Vol 3, Part A, 4.6), as an app whose peer closes it sees.
+    case dropChannel = "drop-channel"
 }
 
 /// The control socket's answer for one characteristic and one central: its link's address or
@@ -68,7 +117,9 @@ public final class PeripheralControl {
         connections.values.sorted { $0.handle < $1.handle }.map {
             let display = security.pairingDisplay(on: $0.handle)
             return LinkSummary(handle: $0.handle, peer: $0.peer.leAddress, mtu: $0.server.mtu, encrypted: $0.server.linkSecurity.isEncrypted,
-                               pairingPasskey: display.passkey, pairingComparison: display.comparison)
+                               pairingPasskey: display.passkey, pairingComparison: display.comparison,
+                               channels: $0.channels.channels.filter { $0.state == .open }.sorted { $0.localCID < $1.localCID }
+                                   .map(ChannelSummary.init))
         }
     }
 
@@ -159,8 +210,30 @@ public final class PeripheralControl {
         return authorizations[valueHandle] ?? false
     }
 
+    /// Applies `fault` to the open channel with local CID `cid` on each of the device's links
+    /// (CIDs are per link: `list` shows which link has which). Nil, or why it was refused.
+    public func injectChannelFault(_ fault: ChannelFault, cid: UInt16) -> String? {
+        let matching = connections.values.sorted { $0.handle < $1.handle }.compactMap { connection in
+            connection.channels.channel(localCID: cid).flatMap { $0.state == .open ? (connection.handle, $0) : nil }
+        }
+        guard !matching.isEmpty else { return "\(deviceName) has no open L2CAP channel with CID \(Hex.word(cid))" }
+        for (handle, channel) in matching {
+            switch fault {
+            case .stallCredits: channel.creditsStalled = true
+            case .dropChannel: channel.disconnect()
+            }
+            logger.event(.faultInjected, .notice, "fault: \(fault.rawValue) on L2CAP channel \(Hex.word(cid)) (SPSM \(Hex.word(channel.spsm)))",
+                         [LogKey.connHandle: "\(handle)"])
+        }
+        return nil
+    }
+
     public func clearFaults() {
         faults.clear()
+        // Stalled channels get their credits back (the window, at once).
+        for connection in connections.values {
+            for channel in connection.channels.channels where channel.creditsStalled { channel.creditsStalled = false }
+        }
         logger.event(.faultInjected, .notice, "faults cleared")
     }
 

@@ -75,13 +75,15 @@ final class ChannelPair {
     let centralChannels: CreditBasedChannels
     let peripheralChannels: CreditBasedChannels
 
-    init(channelLimit: Int = CreditBasedChannels.defaultChannelLimit) {
+    init(channelLimit: Int = CreditBasedChannels.defaultChannelLimit, receiveBudget: Int = CreditBasedChannels.defaultReceiveBudget) {
         let logger = Logger(label: "channels-test", factory: { _ in SwiftLogNoOpLogHandler() })
         central = L2CAPLink(handle: 0x0001, role: .central, context: L2CAPLinkContext(hci: centralLower, scheduler: scheduler, logger: logger))
         peripheral = L2CAPLink(handle: 0x0001, role: .peripheral,
                                context: L2CAPLinkContext(hci: peripheralLower, scheduler: scheduler, logger: logger))
-        centralChannels = CreditBasedChannels(link: central, servers: centralServers, channelLimit: channelLimit)
-        peripheralChannels = CreditBasedChannels(link: peripheral, servers: peripheralServers, channelLimit: channelLimit)
+        centralChannels = CreditBasedChannels(link: central, servers: centralServers, channelLimit: channelLimit,
+                                                 receiveBudget: receiveBudget)
+        peripheralChannels = CreditBasedChannels(link: peripheral, servers: peripheralServers, channelLimit: channelLimit,
+                                                 receiveBudget: receiveBudget)
     }
 
     /// Hands over what both sides sent until neither sends more. Returns the PDUs handed over.

@@ -82,6 +82,19 @@ import BlemuL2CAP
         #expect(server.opened.count == 3)
     }
 
+    /// 4.26: within one request, the channels past the link's receive budget are refused with
+    /// No resources (0x0004) and the others open; our reconfiguration may not grow past it either.
+    @Test func anEnhancedRequestPastTheReceiveBudgetOpensWhatFits() throws {
+        let pair = ChannelPair(receiveBudget: 3 * 4096)
+        _ = pair.peripheralServers.publish(parameters: ChannelParameters(mtu: 4096, mps: 100), delegate: server)
+        pair.centralSends(CreditBasedConnectionRequest(spsm: 0x0080, mtu: 100, mps: 100, initialCredits: 1,
+                                                       sourceCIDs: [0x0040, 0x0041, 0x0042, 0x0043, 0x0044]).command(identifier: 1))
+        let response = try CreditBasedConnectionResponse(data: try #require(pair.peripheralAnswer).data)
+        #expect(response.result == 0x0004 && response.destinationCIDs.map { $0 != 0 } == [true, true, true, false, false])
+        #expect(server.opened.count == 3 && pair.peripheralChannels.receiveMTUInUse == 3 * 4096)
+        #expect(!pair.peripheralChannels.reconfigure([server.opened[0]], mtu: 4097, mps: 100))
+    }
+
     @Test func wholeRequestRefusals() throws {
         // 0x0002: no such SPSM.
         #expect(try request([0x0040]).result == 0x0002)

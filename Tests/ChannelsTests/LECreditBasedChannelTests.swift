@@ -80,6 +80,26 @@ import BlemuL2CAP
         #expect(pair.centralLower.frames(cid: serverEnd.localCID).count == 30)
     }
 
+    /// The control socket's credit stall: the device keeps taking SDUs but no credits go back,
+    /// so the peer stops at zero; the device's own pause ending does not end the stall, and the
+    /// stall's end gives the window back at once.
+    @Test func stalledCreditsStopThePeerUntilTheStallEnds() throws {
+        let (clientEnd, serverEnd) = try open(serverParameters: ChannelParameters(mtu: 1000, mps: 50, initialCredits: 4))
+        serverEnd.creditsStalled = true
+        let sdus = (0..<10).map { i in [UInt8](repeating: UInt8(i), count: 120) }  // 3 frames each
+        for sdu in sdus { #expect(clientEnd.send(sdu)) }
+        pair.flush()
+        #expect(clientEnd.sendCredits == 0 && serverEnd.receiveCredits == 0)
+        #expect(server.received == [sdus[0]])
+        serverEnd.pauseReceiving(true)
+        serverEnd.pauseReceiving(false)
+        pair.flush()
+        #expect(server.received == [sdus[0]] && clientEnd.sendCredits == 0)
+        serverEnd.creditsStalled = false
+        pair.flush()
+        #expect(server.received == sdus && clientEnd.queuedBytes == 0)
+    }
+
     /// The send queue is bounded: past it `send` says no, and `channelIsReady` follows when it drains.
     @Test func aFullSendQueueRefusesAndSaysWhenReady() throws {
         let (clientEnd, serverEnd) = try open(serverParameters: ChannelParameters(mtu: 2000, mps: 100, initialCredits: 2))
@@ -185,7 +205,36 @@ import BlemuL2CAP
         #expect(pair.peripheralChannels.channels.count == 3)
     }
 
-    /// The initiator hears the refusal, and its CID is free again.
+    /// 0x0004 also past the sum of receive MTUs a link may hold, whatever the channel count:
+    /// each channel may gather an SDU of its MTU. The default budget takes six channels of
+    /// 65535 (a seventh would make 448 KiB), and a closed channel's room is free again.
+    @Test func channelsPastTheLinksReceiveBudgetAreRefusedForResources() throws {
+        #expect(CreditBasedChannels.defaultReceiveBudget == 384 * 1024)
+        let pair = ChannelPair()
+        let big = pair.peripheralServers.publish(parameters: ChannelParameters(mtu: 65535), delegate: server)!.spsm
+        let small = pair.peripheralServers.publish(parameters: ChannelParameters(mtu: 23), delegate: server)!.spsm
+        func ask(_ spsm: UInt16, _ source: UInt16) throws -> UInt16 {
+            pair.centralSends(LECreditBasedConnectionRequest(spsm: spsm, sourceCID: source, mtu: 100, mps: 100, initialCredits: 1)
+                .command(identifier: UInt8(source)))
+            return try LECreditBasedConnectionResponse(data: try #require(pair.peripheralAnswer).data).result
+        }
+        let results = try (0x0040...0x0046).map { try ask(big, $0) }
+        #expect(results == [0, 0, 0, 0, 0, 0, 0x0004])
+        #expect(pair.peripheralChannels.receiveMTUInUse == 6 * 65535)
+        // Six bytes are left: not even a channel of the least MTU (23) fits, well within the channel limit.
+        #expect(try ask(small, 0x0047) == 0x0004 && pair.peripheralChannels.channels.count == 6)
+        // Our own requests are held to it too: none asked for past it.
+        #expect(pair.peripheralChannels.connect(spsm: 0x0080, parameters: ChannelParameters(mtu: 65535), delegate: client) == nil)
+        // A closed channel's room is free again (here the raw peer never answers our
+        // Disconnection Request: the RTX timer frees it).
+        pair.peripheralChannels.channels[0].disconnect()
+        pair.flush()
+        pair.scheduler.advance(by: CreditBasedChannels.responseTimeout)
+        #expect(pair.peripheralChannels.channels.count == 5)
+        #expect(try ask(big, 0x0048) == 0)
+    }
+
+    /// The initiator hears the refusal, and its CID is free again.    /// The initiator hears the refusal, and its CID is free again.
     @Test func theInitiatorHearsARefusal() throws {
         let channel = try #require(pair.centralChannels.connect(spsm: 0x0099, delegate: client))
         pair.flush()

@@ -70,6 +70,20 @@ import Testing
         #expect(try parse("set", "hr", "note", "--", "--weird") == .set(device: "hr", key: "note", value: "--weird"))
     }
 
+    @Test func channelFaults() throws {
+        #expect(try parse("fault", "echo", "channel", "0x0040", "stall") == .channelFault(device: "echo", cid: 0x0040, fault: .stallCredits))
+        #expect(try parse("fault", "echo", "channel", "7F", "drop") == .channelFault(device: "echo", cid: 0x007F, fault: .dropChannel))
+        // CIDs outside the dynamic LE range (ATT's 0x0004, 0x0080), other words, options, extra words.
+        for words in [["echo", "channel", "0x0004", "stall"], ["echo", "channel", "0x0080", "drop"], ["echo", "channel", "-40", "drop"],
+                      ["echo", "channel", "0x0040", "close"], ["echo", "channel", "0x0040"], ["echo", "channel", "0x0040", "drop", "now"],
+                      ["echo", "channel", "0x0040", "drop", "--count", "2"]] {
+            #expect(throws: ControlUsageError.self, "\(words)") { try ControlCommand(arguments: ["fault"] + words) }
+        }
+        for sent in [ControlCommand.channelFault(device: "echo", cid: 0x0041, fault: .stallCredits), .channelFault(device: "e", cid: 0x0040, fault: .dropChannel)] {
+            #expect(ControlRequest.decode(line: Array(ControlRequest(id: 1, command: sent).json.encoded.utf8)) == .success(ControlRequest(id: 1, command: sent)))
+        }
+    }
+
     @Test func bonds() throws {
         let phone = try #require(BluetoothAddress("C1:22:33:44:55:66"))
         #expect(try parse("bonds", "lock") == .bonds(device: "lock"))

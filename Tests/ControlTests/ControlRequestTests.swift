@@ -176,6 +176,22 @@ import Testing
         #expect(error(#"{"id":1,"cmd":"fault","action":"clear","uuid":"2A37"}"#).contains("takes no 'uuid'"))
     }
 
+    @Test func channelFaults() {
+        #expect(command(#"{"id":1,"cmd":"fault","device":"echo","action":"stall-credits","cid":"0x0040"}"#)
+                == .channelFault(device: "echo", cid: 0x0040, fault: .stallCredits))
+        #expect(command(#"{"id":1,"cmd":"fault","device":"echo","action":"drop-channel","cid":"0x007f"}"#)
+                == .channelFault(device: "echo", cid: 0x007F, fault: .dropChannel))
+        #expect(error(#"{"id":1,"cmd":"fault","device":"echo","action":"drop-channel"}"#).contains("missing \"cid\""))
+        #expect(error(#"{"id":1,"cmd":"fault","device":"echo","action":"drop-channel","cid":"0x0004"}"#).contains("not a dynamic LE CID"))
+        #expect(error(#"{"id":1,"cmd":"fault","device":"echo","action":"drop-channel","cid":"0x10040"}"#).contains("not a dynamic LE CID"))
+        #expect(error(#"{"id":1,"cmd":"fault","device":"echo","action":"drop-channel","cid":64}"#).contains("must be a string"))
+        // A channel fault names no characteristic; a UUID sent with it is a mistake, not ignored.
+        #expect(error(#"{"id":1,"cmd":"fault","device":"echo","action":"stall-credits","cid":"0x0040","uuid":"2A37"}"#).contains("uuid"))
+        // And a characteristic's fault takes no CID.
+        #expect(error(#"{"id":1,"cmd":"fault","device":"hr","uuid":"2A37","action":"drop","cid":"0x0040"}"#).contains("cid"))
+        #expect(error(#"{"id":1,"cmd":"fault","device":"hr","action":"stall-credits"}"#).contains("missing \"cid\""))
+    }
+
     // MARK: Malformed lines
 
     @Test func notJSON() {

@@ -36,9 +36,9 @@ import Testing
 
         let address = try #require(bench.peripheralController.randomAddress)
         let link = try #require(try bench.connect(to: address)?.get())
-        let channels = CreditBasedChannels(link: link.l2cap, servers: ChannelServers())
         let app = Recorder()
-        let channel = try #require(channels.connect(spsm: spsm, parameters: ChannelParameters(mtu: 65535), delegate: app))
+        // The central's own API (`CentralLink.openChannel`), the groundwork of chat and bench.
+        let channel = try #require(link.openChannel(spsm: spsm, parameters: ChannelParameters(mtu: 65535), delegate: app))
         bench.air.run()
         #expect(channel.state == .open && device.opened.count == 1)
 
@@ -56,14 +56,14 @@ import Testing
 
         // Encrypted only: refused with Insufficient Encryption on this unencrypted link.
         let refusedApp = Recorder()
-        _ = channels.connect(spsm: encrypted, delegate: refusedApp)
+        _ = link.openChannel(spsm: encrypted, delegate: refusedApp)
         bench.air.run()
         #expect(refusedApp.closed == [.refused(0x0008)])
 
         // The device stops publishing: SPSM not supported.
         bench.peripheral.unpublishL2CAPChannel(spsm)
         let lateApp = Recorder()
-        _ = channels.connect(spsm: spsm, delegate: lateApp)
+        _ = link.openChannel(spsm: spsm, delegate: lateApp)
         bench.air.run()
         #expect(lateApp.closed == [.refused(0x0002)])
 
@@ -72,5 +72,40 @@ import Testing
         bench.air.run()
         #expect(device.closed == [.linkClosed])
         #expect(app.closed == [.linkClosed])
+    }
+
+    /// Five Enhanced Credit Based Flow Control Mode channels in one request from the central
+    /// (Vol 3, Part A, 4.25, 4.26), each echoing its own SDUs through the channel API; one
+    /// reconfigured to a larger MTU (4.27) then carries an SDU the old MTU refused.
+    @Test func aCentralOpensFiveEnhancedChannelsAndReconfiguresOne() throws {
+        let bench = try AirBench()
+        let device = Recorder()
+        device.echo = true
+        let spsm = try #require(bench.peripheral.publishL2CAPChannel(security: .none, parameters: ChannelParameters(mtu: 65535),
+                                                                     delegate: device))
+        let address = try #require(bench.peripheralController.randomAddress)
+        let link = try #require(try bench.connect(to: address)?.get())
+        let app = Recorder()
+        let opened = link.openEnhancedChannels(spsm: spsm, count: 5, parameters: ChannelParameters(mtu: 512, mps: 128), delegate: app)
+        #expect(opened.count == 5)
+        bench.air.run()
+        #expect(opened.allSatisfy { $0.state == .open && $0.mode == .enhanced } && device.opened.count == 5)
+        #expect(link.channels.channels.count == 5)
+        for (n, channel) in opened.enumerated() { #expect(channel.send([UInt8](repeating: UInt8(n), count: 300 + n))) }
+        bench.air.run()
+        #expect(app.received == (0..<5).map { [UInt8](repeating: UInt8($0), count: 300 + $0) })
+
+        // The device's echo of 2000 bytes is past our MTU of 512 until we reconfigure.
+        let big = [UInt8](repeating: 0xEE, count: 2000)
+        #expect(opened[0].reconfigure(mtu: 4096, mps: 128))
+        bench.air.run()
+        #expect(opened[0].local.mtu == 4096)
+        #expect(opened[0].send(big))
+        bench.air.run()
+        #expect(app.received.last == big && app.closed.isEmpty)
+
+        opened[1].disconnect()
+        bench.air.run()
+        #expect(link.channels.channels.count == 4 && device.closed == [.disconnectedByPeer])
     }
 }

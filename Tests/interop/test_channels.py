@@ -44,8 +44,7 @@ async def open_channel(conn, mtu: int = 65535, mps: int = 247, credits: int = 8)
 
 
 def test_an_encrypted_channel_is_refused_until_the_link_is_encrypted(rootcanal, blemu_factory):
-    """First in the module, before the `echo` fixture's device advertises on the same radio.
-    `encrypted: 1`: Insufficient Encryption (0x0008, Vol 3, Part A, 4.23) on a plain link; the
+    """`encrypted: 1`: Insufficient Encryption (0x0008, Vol 3, Part A, 4.23) on a plain link; the
     same request after Just Works pairing opens the channel."""
     from test_config import write_config
     name = unique_name("EE")
@@ -134,4 +133,58 @@ def test_five_enhanced_channels_in_one_request(echo):
                 assert echoed == bytes([n]) * (500 + n), f"channel {n}: {len(echoed)} bytes of {echoed[:1].hex()}"
             for channel in channels:
                 await channel.disconnect()
+    run(scenario(), timeout=90)
+
+
+def test_the_control_socket_lists_a_channel_stalls_its_credits_and_drops_it(blemu_factory):
+    """`list` shows each link's channels (CIDs, both sides' MTU/MPS, credits both ways, bytes
+    queued); `fault DEVICE channel CID stall` gives Bumble no credits back, so a long SDU stops
+    part way (Vol 3, Part A, 10.1: a sender never exceeds its credits) until `fault clear`;
+    `drop` disconnects the channel (4.6) and Bumble's channel closes."""
+    from test_control import AsyncControl, short_socket_path
+    path = short_socket_path("coc")
+    blemu = blemu_factory.start(unique_name("EF"), devices=["channel-echo"], extra_args=["--control", path])
+
+    async def channels_listed(control: AsyncControl) -> list[dict]:
+        connections = (await control.ok("list"))["devices"][0]["connections"]
+        assert len(connections) == 1, connections
+        return connections[0]["channels"]
+
+    async def scenario():
+        async with AsyncControl(path) as control, central_on(blemu, "coc-control", discover=True) as conn:
+            channel, received = await open_channel(conn, mtu=65535, mps=247, credits=8)
+            [listed] = await channels_listed(control)
+            cid = listed["cid"]
+            assert (listed["spsm"], listed["mode"], int(cid, 16), int(listed["peer_cid"], 16)) == (
+                "0x0080", "le", channel.destination_cid, channel.source_cid), listed
+            assert (listed["peer_mtu"], listed["peer_mps"], listed["mtu"]) == (65535, 247, 65535), listed
+            # Bumble gave 8 credits; blemu gave Bumble its window (channel-echo's: 16).
+            assert (listed["credits"], listed["peer_credits"], listed["queued"]) == (8, channel.credits, 0), listed
+            assert listed["credits_stalled"] is False
+
+            await control.ok("fault", device="channel-echo", action="stall-credits", cid=cid)
+            # Bumble cuts it into K-frames of blemu's MPS: 8 more than the credits it holds.
+            sdu = bytes(i & 0xFF for i in range(min(65535, listed["mps"] * (channel.credits + 8))))
+            channel.write(sdu)
+            await asyncio.sleep(1.5)
+            assert received.empty(), "an SDU came back although its K-frames outnumber the credits"
+            [stalled] = await channels_listed(control)
+            assert stalled["credits_stalled"] is True and stalled["peer_credits"] == 0, stalled
+            assert 0 < stalled["reassembling"] < len(sdu), stalled
+            assert channel.credits == 0, f"Bumble holds {channel.credits} credits during the stall"
+
+            await control.ok("fault", action="clear")
+            echoed = b""
+            while len(echoed) < len(sdu):
+                echoed += await asyncio.wait_for(received.get(), 20)
+            assert echoed == sdu
+
+            closed = asyncio.get_running_loop().create_future()
+            channel.once("close", lambda: closed.done() or closed.set_result(True))
+            reply = await control.ok("fault", device="channel-echo", action="drop-channel", cid=cid)
+            assert reply["cid"] == cid
+            await asyncio.wait_for(closed, 10)
+            assert await channels_listed(control) == []
+            refused = await control.request("fault", device="channel-echo", action="drop-channel", cid=cid)
+            assert refused["ok"] is False and "no open L2CAP channel" in refused["error"], refused
     run(scenario(), timeout=90)

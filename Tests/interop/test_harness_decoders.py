@@ -60,6 +60,17 @@ def test_scan_result_names_uuids_and_flags():
     assert result.service_uuids_16() == {0x180D} and result.flags() == 0x06
 
 
+def test_a_shortened_name_does_not_match_a_name_its_complete_name_differs_from():
+    """channel-echo cuts its name to "E" in the advertising data (its 128-bit UUID leaves one
+    octet): a scan for another device named "EE-..." must not take its address."""
+    shortened = bytes([2, 0x08]) + b"E"
+    echo = ScanResult(address=hci.Address("C5:F8:4A:04:8C:C3"), adv_data=shortened,
+                      scan_response=bytes([12, 0x09]) + b"EC-8339a8be")
+    assert echo.matches_name("EC-8339a8be") and not echo.matches_name("EE-12345678")
+    # Before its scan response, the shortened name is all there is to go by.
+    assert ScanResult(address=echo.address, adv_data=shortened).matches_name("EE-12345678")
+
+
 def test_static_random_address_and_transport_specs():
     assert is_static_random(hci.Address("C0:11:22:33:44:55", hci.Address.RANDOM_DEVICE_ADDRESS))
     assert not is_static_random(hci.Address("40:11:22:33:44:55", hci.Address.RANDOM_DEVICE_ADDRESS))

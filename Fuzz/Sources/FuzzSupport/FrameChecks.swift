@@ -54,8 +54,12 @@ final class FrameChecks {
             }
             fuzzCheck(command.code != .pairingRequest && command.code != .keypressNotification,
                       "the host sent SMP code \(command.code.rawValue), which a responder never sends")
+        case 0x0040...0x007F:
+            // A K-frame of a credit based channel (Vol 3, Part A, 3.4.3, 4.22): at most the
+            // largest MPS there is (the peer's MPS is checked by the channel tests).
+            fuzzCheck(payload.count <= 65533, "the host sent a \(payload.count)-byte K-frame on channel \(cid)")
         default:
-            fuzzFailure("the host sent an L2CAP frame on channel \(cid), not a fixed channel")
+            fuzzFailure("the host sent an L2CAP frame on channel \(cid), neither a fixed nor a dynamic LE channel")
         }
     }
 }

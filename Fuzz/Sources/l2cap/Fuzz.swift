@@ -11,7 +11,8 @@ import FuzzSupport
 /// The controller is the harness's, so it is truthful and also checks the host's credits.
 ///
 /// Input: controller flags and sizes (see `controllerOptions`), a device byte (bit 0: the
-/// length-rules device, else heart-rate), then ops, each a byte (mod 8) and its operands:
+/// length-rules device, else bit 1: channel-echo, which publishes an L2CAP credit based channel
+/// on SPSM 0x0080; else heart-rate), then ops, each a byte (mod 8) and its operands:
 ///   0 a          connect handle (a & 3) if the controller advertises (in the central role when
 ///                a & 0x80, which a controller may do for a host that never asked: it must refuse)
 ///   1 a r        disconnect handle (a & 3) with reason r
@@ -33,14 +34,20 @@ import FuzzSupport
 ///   0xE4–0xE7    an SMP PDU of a chosen code with fuzzed fields (`typedSMPPDU`)
 ///   0xE8–0xEB    the central starts encryption: LE Long Term Key Request (EDIV and Rand zero, or
 ///                from the input), then Encryption Change with the status that follows
-///   0xEC–0xFF    as 0xE0–0xE3
+///   0xEC–0xEF    a credit based signalling command on CID 0x0005 (`typedCreditBasedSignaling`:
+///                LE and enhanced connection, credits, reconfiguration, disconnection)
+///   0xF0–0xF3    a K-frame on dynamic CID 0x0040 + (next byte & 0x3F) (`typedKFrame`)
+///   0xF4–0xFF    as 0xE0–0xE3
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     var input = FuzzBytes(data, size)
     let options = controllerOptions(input.u8(), input.u8())
-    let lengthRules = input.u8() & 0x01 != 0
-    let rig = PeripheralRig.take(deviceKind: lengthRules ? 1 : 0, options: options, truthful: true) { () -> Device in
-        lengthRules ? LengthRulesDevice() : HeartRateDevice(seed: 1)
+    let deviceByte = input.u8()
+    let lengthRules = deviceByte & 0x01 != 0
+    let channelEcho = !lengthRules && deviceByte & 0x02 != 0
+    let rig = PeripheralRig.take(deviceKind: lengthRules ? 1 : channelEcho ? 2 : 0, options: options, truthful: true) { () -> Device in
+        if lengthRules { return LengthRulesDevice() }
+        return channelEcho ? ChannelEchoDevice() as Device : HeartRateDevice(seed: 1)
     }
     let controller = rig.controller
     let handles: [UInt16] = [0x0040, 0x0041, 0x0EFF, 0x0001]
@@ -64,6 +71,11 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
                 p.append(p[0] == 0 ? 0x01 : 0x00)
                 controller.event(0x08, p)
                 controller.flush()
+            case 3:
+                sendFrame(rig, handle: handle, cid: 0x0005, typedCreditBasedSignaling(&input))
+            case 4:
+                let cid = 0x0040 + UInt16(input.u8() & 0x3F)
+                sendFrame(rig, handle: handle, cid: cid, typedKFrame(&input))
             default:
                 sendFrame(rig, handle: handle, cid: 0x0004, typedATTPDU(&input, handleCount: rig.attributeCount))
             }
