@@ -80,19 +80,19 @@ struct RunCommand: ParsableCommand {
 
     @Option(help: ArgumentHelp("Where logs go: \(LogDestination.offeredList)."
         + " auto is the systemd journal when systemd started blemu (JOURNAL_STREAM or INVOCATION_ID), else stderr;"
-        + " an unreachable journal falls back to stderr."))
-    var log: LogDestination = .auto
+        + " an unreachable journal falls back to stderr. Default: --config's `log:`, else auto."))
+    var log: LogDestination?
 
-    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
-    var logLevel: Logger.Level = .info
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical. Default: --config's `log_level:`, else info.")
+    var logLevel: Logger.Level?
 
     @Option(name: .customLong("control"),
             help: ArgumentHelp("Serve a control socket at PATH: `blemu ctl PATH COMMAND...` sets values, injects faults, disconnects (Docs/CONTROL.md).",
                                valueName: "PATH"))
     var controlPath: String?
 
-    @Option(name: .customLong("control-mode"), help: ArgumentHelp("Permissions of the control socket, octal.", valueName: "MODE"))
-    var controlMode: String = "0600"
+    @Option(name: .customLong("control-mode"), help: ArgumentHelp("Permissions of the control socket, octal. Default: --config's `control_mode:`, else 0600.", valueName: "MODE"))
+    var controlMode: String?
 
     @Option(name: .customLong("btsnoop"),
             help: ArgumentHelp("Write every HCI packet, both ways, to a btsnoop capture at PATH (btmon -r, Wireshark). A non-empty PATH is moved to PATH.1 first.",
@@ -113,7 +113,8 @@ struct RunCommand: ParsableCommand {
                                valueName: "N"))
     var seed: UInt64?
 
-    func validate() throws {
+    mutating func validate() throws {
+        try adoptConfigurationFileSettings()
         if let pin, pin.count < 4 || pin.count > 8 || !pin.allSatisfy({ $0.isASCII && $0.isNumber }) {
             throw ValidationError("--pin must be 4 to 8 digits, not '\(pin)'")
         }
@@ -128,7 +129,7 @@ struct RunCommand: ParsableCommand {
                 throw ValidationError("--address \(address) is not a static random address: its two top bits must be set (first byte C0-FF) and the rest neither all 0 nor all 1")
             }
         }
-        if controlPath != nil || controlMode != "0600" {
+        if controlPath != nil || controlMode != nil {
             guard controlPath.map({ !$0.isEmpty }) ?? false else { throw ValidationError("--control-mode needs --control PATH") }
             _ = try parsedControlMode()
         }
@@ -204,8 +205,25 @@ struct RunCommand: ParsableCommand {
         do { return try ScenarioParser.load(path: scenarioPath) } catch { throw ValidationError(error.description) }
     }
 
+    /// The run settings a --config file holds (`control:`, `log:`, `btsnoop:`, `state_dir:`, …:
+    /// Docs/REFERENCE.md, "Configuration file"), taken where the command line gave none: an
+    /// option always wins over the file.
+    private mutating func adoptConfigurationFileSettings() throws {
+        guard let configPath else { return }
+        let run: ConfiguredRunSettings
+        do { run = try ConfigurationFile.load(path: configPath).run } catch { throw ValidationError(error.description) }
+        if controlPath == nil { controlPath = run.control }
+        if controlMode == nil { controlMode = run.controlMode }
+        if log == nil { log = run.log.flatMap(LogDestination.init(rawValue:)) }
+        if logLevel == nil { logLevel = run.logLevel.flatMap(Logger.Level.init(rawValue:)) }
+        if btsnoopPath == nil { btsnoopPath = run.btsnoop }
+        if btsnoopMax == nil { btsnoopMax = run.btsnoopMax }
+        if stateDirectory == nil { stateDirectory = run.stateDirectory }
+    }
+
     /// --control-mode as permission bits: octal, 0 to 0777.
     private func parsedControlMode() throws -> UInt32 {
+        let controlMode = self.controlMode ?? "0600"
         guard !controlMode.isEmpty, controlMode.allSatisfy({ ("0"..."7").contains($0) }),
               let mode = UInt32(controlMode, radix: 8), mode <= 0o777 else {
             throw ValidationError("--control-mode '\(controlMode)' is not an octal permission mode like 0600 or 0660")
@@ -217,13 +235,13 @@ struct RunCommand: ParsableCommand {
     private func parsedBtsnoopMax() throws -> Int? {
         guard let btsnoopMax else { return nil }
         guard let bytes = ByteSize.parse(btsnoopMax), bytes >= BtsnoopWriter.minimumMaxFileBytes else {
-            throw ValidationError("--btsnoop-max '\(btsnoopMax)' is not a size of at least 4K: bytes, or a number with K, M or G (10M)")
+            throw ValidationError("--btsnoop-max (or btsnoop_max in --config) '\(btsnoopMax)' is not a size of at least 4K: bytes, or a number with K, M or G (10M)")
         }
         return bytes
     }
 
     func run() throws {
-        try LogSetup.bootstrap(destination: log, level: logLevel)
+        try LogSetup.bootstrap(destination: log ?? .auto, level: logLevel ?? .info)
         // Counts the journal's flood budget still holds are written however the run ends.
         defer { LogSetup.finish() }
         let logger = Logger(label: "blemu")

@@ -27,11 +27,41 @@ import Glibc
 public struct RunConfiguration: Sendable, Equatable {
     public var controller: ControllerSpec?
     public var devices: [DeviceConfiguration]
+    /// The run's own settings (the control socket, logs, the capture, the state directory), each
+    /// as its command-line option, which wins over the file.
+    public var run = ConfiguredRunSettings()
 
     public init(controller: ControllerSpec? = nil, devices: [DeviceConfiguration] = []) {
         self.controller = controller
         self.devices = devices
     }
+}
+
+/// Top-level keys of a configuration file for what `blemu run` otherwise takes as options, so a
+/// service's whole setup can live in one file. Each is checked here with the file's line; a path
+/// is relative to the configuration file's directory.
+public struct ConfiguredRunSettings: Sendable, Equatable {
+    /// `control:` as `--control PATH`.
+    public var control: String?
+    /// `control_mode:` as `--control-mode MODE` (octal, at most 0777).
+    public var controlMode: String?
+    /// `log:` as `--log` (auto, journal or stderr).
+    public var log: String?
+    /// `log_level:` as `--log-level`.
+    public var logLevel: String?
+    /// `btsnoop:` as `--btsnoop PATH`.
+    public var btsnoop: String?
+    /// `btsnoop_max:` as `--btsnoop-max SIZE` (checked where the size is parsed, with the key named).
+    public var btsnoopMax: String?
+    /// `state_dir:` as `--state-dir DIR`.
+    public var stateDirectory: String?
+
+    public init() {}
+
+    /// The keys, in the order errors list them.
+    public static let keys = ["control", "control_mode", "log", "log_level", "btsnoop", "btsnoop_max", "state_dir"]
+    public static let logDestinations = ["auto", "journal", "stderr"]
+    public static let logLevels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
 }
 
 public struct DeviceConfiguration: Sendable, Equatable {
@@ -124,11 +154,12 @@ public enum ConfigurationFile {
         guard let root else { throw ConfigurationError("\(file): the file is empty; it needs a `devices:` list") }
         let reader = Reader(file: file)
         let top = try reader.mapping(root, at: "")
-        try reader.allowOnly(["controller", "devices"], in: top, at: "")
+        try reader.allowOnly(["controller", "devices"] + ConfiguredRunSettings.keys, in: top, at: "")
         var configuration = RunConfiguration()
         if let node = top["controller"] {
             configuration.controller = try reader.controller(node.value, at: "controller")
         }
+        configuration.run = try reader.runSettings(top)
         guard let devices = top["devices"] else {
             throw ConfigurationError("\(file): no `devices:` list (each entry at least `- device: NAME`)")
         }
@@ -310,6 +341,44 @@ private struct Reader {
         if let entry = entries["advertising"] { device.advertising = try advertising(entry.value, at: "\(path).advertising") }
         if let entry = entries["connection"] { device.connection = try connection(entry.value, at: "\(path).connection") }
         return device
+    }
+
+    /// The top-level run settings (`ConfiguredRunSettings`), each checked with its line.
+    func runSettings(_ top: [String: Entry]) throws(ConfigurationError) -> ConfiguredRunSettings {
+        var settings = ConfiguredRunSettings()
+        func text(_ key: String) throws(ConfigurationError) -> (String, YAMLNode)? {
+            guard let entry = top[key] else { return nil }
+            let value = try scalar(entry.value, at: key)
+            guard !value.isEmpty else { throw fail(entry.value, key, "is empty") }
+            return (value, entry.value)
+        }
+        settings.control = try text("control").map { profilePath($0.0) }
+        if let (mode, node) = try text("control_mode") {
+            guard mode.allSatisfy({ ("0"..."7").contains($0) }), let bits = UInt32(mode, radix: 8), bits <= 0o777 else {
+                throw fail(node, "control_mode", "`\(mode)` is not an octal permission mode like 0600 or 0660")
+            }
+            guard settings.control != nil else { throw fail(node, "control_mode", "needs `control: PATH`") }
+            settings.controlMode = mode
+        }
+        if let (log, node) = try text("log") {
+            guard ConfiguredRunSettings.logDestinations.contains(log) else {
+                throw fail(node, "log", "`\(log)` is not one of \(ConfiguredRunSettings.logDestinations.joined(separator: ", "))")
+            }
+            settings.log = log
+        }
+        if let (level, node) = try text("log_level") {
+            guard ConfiguredRunSettings.logLevels.contains(level) else {
+                throw fail(node, "log_level", "`\(level)` is not one of \(ConfiguredRunSettings.logLevels.joined(separator: ", "))")
+            }
+            settings.logLevel = level
+        }
+        settings.btsnoop = try text("btsnoop").map { profilePath($0.0) }
+        if let (size, node) = try text("btsnoop_max") {
+            guard settings.btsnoop != nil else { throw fail(node, "btsnoop_max", "needs `btsnoop: PATH`") }
+            settings.btsnoopMax = size
+        }
+        settings.stateDirectory = try text("state_dir").map { profilePath($0.0) }
+        return settings
     }
 
     /// A profile's path from the file: relative to the configuration file's directory.

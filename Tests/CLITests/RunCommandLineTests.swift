@@ -23,6 +23,50 @@ import Testing
         }
     }
 
+    /// `control:`, `log:`, `btsnoop:`, `state_dir:`, … in --config stand in for their options
+    /// where the command line gives none; an option given wins over the file.
+    @Test func aConfigFilesRunSettingsApplyUnlessAnOptionGivesThem() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blemu-cli-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let config = directory.appendingPathComponent("site.yaml").path
+        try """
+            control: ctl.sock
+            control_mode: "0660"
+            log: stderr
+            log_level: debug
+            btsnoop: hci.snoop
+            btsnoop_max: 1M
+            state_dir: state
+            devices:
+              - device: heart-rate
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+        let fromFile = try Self.parseRun(["--config", config] + Self.controller)
+        #expect(fromFile.controlPath == directory.path + "/ctl.sock")
+        #expect(fromFile.controlMode == "0660")
+        #expect(fromFile.log == .stderr)
+        #expect(fromFile.logLevel == .debug)
+        #expect(fromFile.btsnoopPath == directory.path + "/hci.snoop")
+        #expect(fromFile.btsnoopMax == "1M")
+        #expect(fromFile.stateDirectory == directory.path + "/state")
+        let given = try Self.parseRun(["--config", config, "--control", "/tmp/other.sock", "--log", "journal", "--log-level", "error",
+                                       "--state-dir", "/tmp/state", "--btsnoop", "/tmp/x.snoop", "--control-mode", "0600"] + Self.controller)
+        #expect(given.controlPath == "/tmp/other.sock")
+        #expect(given.controlMode == "0600")
+        #expect(given.log == .journal)
+        #expect(given.logLevel == .error)
+        #expect(given.stateDirectory == "/tmp/state")
+        #expect(given.btsnoopPath == "/tmp/x.snoop")
+        // Without --config nothing changes: the defaults stay the options' own.
+        let bare = try Self.parseRun(["heart-rate"] + Self.controller)
+        #expect(bare.controlPath == nil && bare.log == nil && bare.logLevel == nil && bare.stateDirectory == nil)
+        // A size the capture cannot take is a bad command line naming the key.
+        try "btsnoop: hci.snoop\nbtsnoop_max: 1\ndevices:\n  - device: heart-rate\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let refused = try #require(Self.refusal(["--config", config] + Self.controller))
+        #expect(refused.status == 64)
+        #expect(refused.message.contains("btsnoop_max"), "\(refused.message)")
+    }
+
     /// A scenario file's mistake is a bad command line (64) told with FILE:LINE, before run().
     @Test func aScenarioWithAMistakeIsABadCommandLineWithItsLine() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blemu-cli-\(UUID().uuidString)")

@@ -66,8 +66,15 @@ import Testing
         ("devices:\n  - device: x\n    advertising: { fast_interval_ms: 21 }", "f.yaml:3: devices[0].advertising.fast_interval_ms: 21 ms is not a whole number of 0.625 ms units"),
         ("devices:\n  - device: x\n    connection: { interval_min_ms: 15 }", "f.yaml:3: devices[0].connection: `interval_max_ms` is missing (give all of interval_min_ms, interval_max_ms, latency, timeout_ms)"),
         ("devices:\n  - device: x\n    controller: serial:/dev/ttyS0:abc", "f.yaml:3: devices[0].controller: "),
-        ("colour: red\ndevices: []", "f.yaml:1: unknown key `colour` (allowed: controller, devices)"),
+        ("colour: red\ndevices: []", "f.yaml:1: unknown key `colour` (allowed: controller, devices, control, control_mode, log, log_level, btsnoop, btsnoop_max, state_dir)"),
         ("devices: []", "f.yaml:1: devices: the list is empty"),
+        ("log: loud\ndevices: []", "f.yaml:1: log: `loud` is not one of auto, journal, stderr"),
+        ("log_level: chatty\ndevices: []", "f.yaml:1: log_level: `chatty` is not one of trace, debug, info, notice, warning, error, critical"),
+        ("control_mode: \"0600\"\ndevices: []", "f.yaml:1: control_mode: needs `control: PATH`"),
+        ("control: c.sock\ncontrol_mode: \"0800\"\ndevices: []", "f.yaml:2: control_mode: `0800` is not an octal permission mode like 0600 or 0660"),
+        ("btsnoop_max: 1M\ndevices: []", "f.yaml:1: btsnoop_max: needs `btsnoop: PATH`"),
+        ("state_dir: \"\"\ndevices: []", "f.yaml:1: state_dir: is empty"),
+        ("control: [a, b]\ndevices: []", "f.yaml:1: control: expected a single value"),
         ("controller: tcp:127.0.0.1:6402", "f.yaml: no `devices:` list (each entry at least `- device: NAME`)"),
         ("", "f.yaml: the file is empty; it needs a `devices:` list"),
         ("devices: [", "f.yaml: not valid YAML"),
@@ -76,7 +83,7 @@ import Testing
         ("devices: [\n  - device: x", "f.yaml: not valid YAML: line 2, column 3: "),
         ("devices:\n  - device: x\n---\ndevices: []", "f.yaml: not valid YAML: line 3: a second document (`---`); a configuration is one"),
         ("devices:\n  - device: x\n    name: *nothing", "f.yaml: not valid YAML: line 3: `*nothing` names no anchor before it"),
-        ("defaults: &hr { bpm: 72 }\ndevices:\n  - device: x\n    settings: *hr", "f.yaml:1: unknown key `defaults` (allowed: controller, devices)"),
+        ("defaults: &hr { bpm: 72 }\ndevices:\n  - device: x\n    settings: *hr", "f.yaml:1: unknown key `defaults` (allowed: controller, devices, control, control_mode, log, log_level, btsnoop, btsnoop_max, state_dir)"),
         ("devices:\n  - device: x\n    settings: [1, 2]", "f.yaml:3: devices[0].settings: expected a mapping of `key: value` lines"),
         ("devices:\n  - device: x\n    name: [A]", "f.yaml:3: devices[0].name: expected a single value"),
         ("devices:\n  - device: x\n    ? [a]\n    : b", "f.yaml:3: devices[0]: a key must be a plain word"),
@@ -91,6 +98,31 @@ import Testing
         } catch {
             #expect(error.description.hasPrefix(expected), "\(error.description)")
         }
+    }
+
+    /// The run's own settings at the top of the file (Docs/REFERENCE.md, "Configuration file"),
+    /// paths relative to the file's directory as a device's files are.
+    @Test func theRunsSettingsAreReadWithPathsRelativeToTheFile() throws {
+        let text = """
+            control: ./ctl.sock
+            control_mode: "0660"
+            log: journal
+            log_level: debug
+            btsnoop: /var/log/blemu/hci.snoop
+            btsnoop_max: 10M
+            state_dir: state
+            devices:
+              - device: heart-rate
+            """
+        let run = try ConfigurationFile.parse(text, file: "/etc/blemu/run.yaml").run
+        #expect(run.control == "/etc/blemu/ctl.sock")
+        #expect(run.controlMode == "0660")
+        #expect(run.log == "journal")
+        #expect(run.logLevel == "debug")
+        #expect(run.btsnoop == "/var/log/blemu/hci.snoop")
+        #expect(run.btsnoopMax == "10M")
+        #expect(run.stateDirectory == "/etc/blemu/state")
+        #expect(try ConfigurationFile.parse("devices:\n  - device: lock", file: "f.yaml").run == ConfiguredRunSettings())
     }
 
     /// `scenario: FILE.yaml` runs against the device: its path relative to the file's directory.
