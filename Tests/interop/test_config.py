@@ -148,3 +148,30 @@ def test_pin_on_the_command_line(rootcanal, blemu_factory):
     # A run with no device that takes a PIN: a bad command line (64).
     result = run_cli(["run", "heart-rate", "--pin", "1234", "--controller", "tcp:127.0.0.1:1"])
     assert result.returncode == 64 and "--pin: none of heart-rate takes a PIN (lock does)" in result.stderr, result.describe()
+
+
+def test_the_run_s_own_settings_come_from_the_file(rootcanal, blemu_factory, tmp_path):
+    """`control:`, `state_dir:` and `btsnoop:` at the top of the file act as their options
+    (Docs/REFERENCE.md, "Configuration file"), relative to the file's folder."""
+    import json
+
+    name = unique_name("CR")
+    config = tmp_path / "site.yaml"
+    config.write_text(f"""
+controller: {rootcanal.controller_spec}
+control: ctl.sock
+state_dir: state
+btsnoop: hci.snoop
+devices:
+  - device: lock
+    name: {name}
+""")
+    blemu = blemu_factory.start(name, devices=[], extra_args=["--config", str(config)])
+    socket = tmp_path / "ctl.sock"
+    listed = run_cli(["ctl", str(socket), "list"])
+    assert listed.returncode == 0, listed.describe()
+    assert name in listed.stdout, listed.stdout
+    # The lock's generated passkey is kept in the file's state directory, the capture beside it.
+    assert any((tmp_path / "state").iterdir()), "state_dir: holds the lock's passkey"
+    assert (tmp_path / "hci.snoop").stat().st_size > 16, "btsnoop: captures"
+    assert blemu.stop() == 0, blemu.log_tail()
