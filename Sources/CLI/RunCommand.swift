@@ -109,6 +109,10 @@ struct RunCommand: ParsableCommand {
                                valueName: "FILE"))
     var scenarioPath: String?
 
+    @Option(help: ArgumentHelp("How a recorded device (`blemu run FILE.json` from `blemu gatt ... record`) plays its recorded notifications: loop or once. Default: the file's `replay`, else loop.",
+                               valueName: "loop|once"))
+    var replay: String?
+
     @Option(help: ArgumentHelp("Seed every device model's randomness (the heart's wander, the thermal model's weather, the lock's made-up PIN): the same seed gives the same values on every run. Default: a new seed each start.",
                                valueName: "N"))
     var seed: UInt64?
@@ -192,6 +196,13 @@ struct RunCommand: ParsableCommand {
                                                  pin: pin, passkey: passkey, bindkeyFile: bindkeyFile)
             if let seed {
                 for index in plans.indices { plans[index].seed = DevicePlanning.deviceSeed(seed, index: index) }
+            }
+            if let replay {
+                guard ["loop", "once"].contains(replay) else { throw ValidationError("--replay is loop or once, not '\(replay)'") }
+                guard plans.contains(where: { $0.profile != nil }) else {
+                    throw ValidationError("--replay is for a recorded device: blemu run FILE.json (made by `blemu gatt ... record`)")
+                }
+                for index in plans.indices where plans[index].profile != nil { plans[index].profile?.replay = replay }
             }
             return plans
         } catch let error as PlanError {

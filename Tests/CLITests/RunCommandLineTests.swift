@@ -67,6 +67,24 @@ import Testing
         #expect(refused.message.contains("btsnoop_max"), "\(refused.message)")
     }
 
+    /// `--replay once|loop` sets how a profile's recorded notifications play, over the file's
+    /// `replay`; anything else, or no profile to play, is a bad command line.
+    @Test func replayReachesTheProfilesAndOnlyThem() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blemu-cli-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let profile = directory.appendingPathComponent("twin.json").path
+        try #"{"format":"blemu-gatt-profile","version":1,"name":"Twin","replay":"loop","services":[{"uuid":"180F","characteristics":[{"uuid":"2A19","properties":["read"],"value":"50"}]}]}"#
+            .write(toFile: profile, atomically: true, encoding: .utf8)
+        let plans = try Self.parseRun([profile, "heart-rate", "--replay", "once"] + Self.controller).devicePlans()
+        #expect(plans.map { $0.profile?.replay } == ["once", nil])
+        #expect(try Self.parseRun([profile] + Self.controller).devicePlans().first?.profile?.replay == "loop")
+        let twice = try #require(Self.refusal([profile, "--replay", "twice"] + Self.controller))
+        #expect(twice.status == 64 && twice.message.contains("--replay is loop or once"), "\(twice.message)")
+        let noProfile = try #require(Self.refusal(["heart-rate", "--replay", "once"] + Self.controller))
+        #expect(noProfile.status == 64 && noProfile.message.contains("for a recorded device"), "\(noProfile.message)")
+    }
+
     /// A scenario file's mistake is a bad command line (64) told with FILE:LINE, before run().
     @Test func aScenarioWithAMistakeIsABadCommandLineWithItsLine() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blemu-cli-\(UUID().uuidString)")
