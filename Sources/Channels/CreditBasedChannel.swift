@@ -178,7 +178,10 @@ public final class CreditBasedChannel {
             let left = segmentLeft!
             frame.removeAll(keepingCapacity: true)
             if first { frame.appendLE(UInt16(left)) }
-            let take = min(left, Int(peerMPS) - frame.count)
+            // The peer's MPS is the most it takes (up to 65533); we send at most our own
+            // largest, so a K-frame fits the host's transmit buffers instead of growing them
+            // (4.22: an MPS bounds the receiver, a sender may send smaller frames).
+            let take = min(left, Int(min(peerMPS, ChannelParameters.largestMPS)) - frame.count)
             frame.append(contentsOf: queue[segmentAt..<(segmentAt + take)])
             guard owner.link.send(cid: remoteCID, frame[...], priority: .bestEffort) else {
                 // The link's queue is full: the same frame goes again when it has room.

@@ -8,6 +8,24 @@ import BlemuL2CAP
 /// link never traps, holds no more channels than its limit, answers every request it can parse
 /// with the command's response or a Command Reject, and gives no credits it does not owe.
 @Suite struct HostileChannelTests {
+    /// A peer may announce an MPS up to 65533; blemu still cuts its K-frames at its own largest,
+    /// so one frame fits the host's transmit buffers instead of growing them (4.22).
+    @Test func aHugePeerMPSDoesNotMakeHugeFrames() throws {
+        let pair = ChannelPair()
+        let server = ChannelRecorder()
+        let spsm = try #require(pair.peripheralServers.publish(parameters: ChannelParameters(mtu: 8000), delegate: server)).spsm
+        pair.centralSends(LECreditBasedConnectionRequest(spsm: spsm, sourceCID: 0x0040, mtu: 8000, mps: 65533, initialCredits: 100)
+            .command(identifier: 1))
+        let serverEnd = try #require(server.opened.first)
+        #expect(serverEnd.peerMPS == 65533)
+        #expect(serverEnd.send([UInt8](repeating: 0xA5, count: 5000)))
+        pair.flush()
+        let frames = pair.peripheralLower.frames(cid: 0x0040)
+        #expect(frames.count == (5000 + 2 + Int(ChannelParameters.largestMPS) - 1) / Int(ChannelParameters.largestMPS))
+        #expect(frames.allSatisfy { $0.count <= Int(ChannelParameters.largestMPS) })
+        #expect(frames.reduce(0) { $0 + $1.count } == 5002)
+    }
+
     @Test func randomCommandsAndFramesKeepTheLinkBounded() {
         var random = SeededRandom(seed: 0x0C0C)
         let pair = ChannelPair(channelLimit: 6)
