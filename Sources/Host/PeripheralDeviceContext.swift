@@ -39,7 +39,11 @@ extension Peripheral: DeviceContext {
     private func send(_ characteristic: Characteristic, _ value: ArraySlice<UInt8>, to peer: ATTPeer?) -> Bool {
         var all = true
         for connection in links.connections.values where peer == nil || connection.peer == peer {
-            let outcome = connection.faultStage.notify(characteristic, value: value)
+            var outcome = connection.faultStage.notify(characteristic, value: value)
+            if outcome == .queueFull, !connection.enhancedBearers.isEmpty {
+                outcome = connection.notifyOnEnhancedBearer(characteristic, value: value,
+                                                            clientFeatures: standard.features(on: connection.handle))
+            }
             if outcome == .queueFull { all = false }
             if isObserved, outcome == .queued, let observer = eventObserver {
                 observer(.notification(peer: connection.peer, characteristic: EventCharacteristic(characteristic), value: Array(value)))
@@ -68,7 +72,9 @@ extension Peripheral: DeviceContext {
                     told?(peer, outcome)
                 }
             }
-            let outcome = connection.faultStage.indicate(characteristic, value: notificationValue.bytes, completion: completion)
+            let stage = connection.enhancedBearers.isEmpty
+                ? connection.faultStage : connection.indicationStage(clientFeatures: standard.features(on: connection.handle))
+            let outcome = stage.indicate(characteristic, value: notificationValue.bytes, completion: completion)
             if outcome == .queueFull { all = false }
             if let observer, outcome == .queued {
                 observer(.indication(peer: connection.peer, characteristic: EventCharacteristic(characteristic),
