@@ -46,7 +46,7 @@ def test_eatt_is_refused_before_encryption_and_served_per_bearer_after(device):
     async def scenario():
         async with central_on(device, "eatt-client") as conn:
             gatt = conn.connection.gatt_client
-            features = await gatt.read_characteristics_by_uuid(UUID_SERVER_SUPPORTED_FEATURES)
+            features = await gatt.read_characteristics_by_uuid(UUID_SERVER_SUPPORTED_FEATURES, None)
             assert features and features[0][0] & 0x01, f"Server Supported Features: {features}"
 
             # Vol 3, Part G, 3.6: enhanced bearers only on an encrypted link.
@@ -61,8 +61,8 @@ def test_eatt_is_refused_before_encryption_and_served_per_bearer_after(device):
 
             # A request on each bearer at once: each answered on its own bearer.
             names = await asyncio.wait_for(asyncio.gather(
-                small.read_characteristics_by_uuid(UUID_DEVICE_NAME),
-                large.read_characteristics_by_uuid(UUID_DEVICE_NAME)), 20)
+                small.read_characteristics_by_uuid(UUID_DEVICE_NAME, None),
+                large.read_characteristics_by_uuid(UUID_DEVICE_NAME, None)), 20)
             assert names[0] == names[1] and names[0], names
             assert names[0][0].decode() == device.name
 
@@ -72,5 +72,5 @@ def test_eatt_is_refused_before_encryption_and_served_per_bearer_after(device):
             assert on_large > 15, on_large
 
             # The unenhanced bearer still serves too.
-            assert (await gatt.read_characteristics_by_uuid(UUID_DEVICE_NAME))[0] == names[0][0]
+            assert (await gatt.read_characteristics_by_uuid(UUID_DEVICE_NAME, None))[0] == names[0][0]
     run(scenario(), timeout=90)
