@@ -1036,6 +1036,40 @@ public final class ATTServer {
         return transmit(update[...], kind: .notification, delegate) ? .queued : .queueFull
     }
 
+    /// Several values in one Multiple Handle Value Notification (Vol 3, Part F, 3.4.7.4), for a
+    /// client that set bit 2 of Client Supported Features (Vol 3, Part G, 7.2; the caller
+    /// checks). Only the values whose notifications the client enabled go; fewer than two go as
+    /// a plain notification, and a list longer than ATT_MTU as one notification each (a tuple's
+    /// value is never cut). `.queueFull` when the link refused any.
+    public func notifyMultiple(_ updates: [(characteristic: Characteristic, value: ArraySlice<UInt8>)]) -> UpdateOutcome {
+        guard !isTimedOut, !isClosed else { return .notSubscribed }
+        var count = 0
+        var size = 1
+        for update in updates where isSubscribed(update.characteristic, indications: false) {
+            count += 1
+            size += 4 + update.value.count
+        }
+        guard count >= 2, size <= mtu else {
+            var outcome = UpdateOutcome.notSubscribed
+            for update in updates {
+                switch notify(update.characteristic, value: update.value) {
+                case .queueFull: outcome = .queueFull
+                case .queued: if outcome != .queueFull { outcome = .queued }
+                case .notSubscribed: break
+                }
+            }
+            return outcome
+        }
+        update.removeAll(keepingCapacity: true)
+        update.append(ATTOpcode.multipleHandleValueNotification.rawValue)
+        for (characteristic, value) in updates where isSubscribed(characteristic, indications: false) {
+            update.appendLE(characteristic.valueHandle)
+            update.appendLE(UInt16(value.count))
+            update.append(contentsOf: value)
+        }
+        return transmit(update[...], kind: .notification, delegate) ? .queued : .queueFull
+    }
+
     /// Sends an indication if this peer enabled it. One is in flight at a time; later ones
     /// wait in a small bounded queue. `completion` hears, once, how an indication that was
     /// taken (`.queued`) ended: confirmed, timed out, or its link closed first (Zephyr's

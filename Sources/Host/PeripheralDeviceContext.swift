@@ -54,6 +54,29 @@ extension Peripheral: DeviceContext {
     }
 
     @discardableResult
+    public func notify(_ updates: [(characteristic: Characteristic, value: [UInt8])], to peer: ATTPeer?) -> Bool {
+        var all = true
+        let slices = updates.map { (characteristic: $0.characteristic, value: $0.value[...]) }
+        for connection in links.connections.values where peer == nil || connection.peer == peer {
+            // Vol 3, Part G, 7.2, bit 2: only a client that set it gets opcode 0x23.
+            guard standard.features(on: connection.handle) & 0x04 != 0 else {
+                for update in slices where !send(update.characteristic, update.value, to: connection.peer) { all = false }
+                continue
+            }
+            let outcome = connection.faultStage.notifyMultiple(slices)
+            if outcome == .queueFull { all = false }
+            if isObserved, outcome == .queued, let observer = eventObserver {
+                for update in slices where connection.server.isSubscribed(update.characteristic, indications: false) {
+                    observer(.notification(peer: connection.peer, characteristic: EventCharacteristic(update.characteristic),
+                                           value: Array(update.value)))
+                }
+            }
+        }
+        if !all { deviceWaitingForRoom = true }
+        return all
+    }
+
+    @discardableResult
     public func indicate(_ characteristic: Characteristic, to peer: ATTPeer?, completion: IndicationCompletion?,
                          encode: (inout ValueBuffer) -> Void) -> Bool {
         // As for notify: encoded once into the peripheral's buffer; each link keeps a copy in
