@@ -82,7 +82,12 @@ final class Connection {
     /// a client that set the EATT bit (7.2, bit 1), where the channel's own queue may take it.
     func notifyOnEnhancedBearer(_ characteristic: Characteristic, value: ArraySlice<UInt8>, clientFeatures: UInt8) -> UpdateOutcome {
         guard clientFeatures & 0x02 != 0 else { return .queueFull }
-        for enhanced in enhancedBearers {
+        // Notifications never take the room a response and an indication need (each SDU with
+        // its 2-byte length): those are bounded by the protocol, one each per bearer, and must
+        // never be refused by the channel's send queue.
+        let reserved = 2 * (ATTServer.maximumMTU + 2)
+        for enhanced in enhancedBearers
+        where enhanced.channel.queuedBytes + 2 + min(value.count + 3, enhanced.server.mtu) <= CreditBasedChannel.sendQueueBytes - reserved {
             let outcome = enhanced.faultStage.notify(characteristic, value: value)
             if outcome != .queueFull { return outcome }
         }
