@@ -1,6 +1,7 @@
 import BlemuCentral
 import BlemuChannels
 import BlemuCore
+import BlemuGATTClient
 import BlemuCrypto
 import BlemuHCI
 import BlemuHost
@@ -140,5 +141,30 @@ import Testing
         link.disconnect()
         bench.air.run()
         #expect(small.closed == [.linkClosed] && large.closed == [.linkClosed])
+    }
+
+    /// blemu's GATT client opens enhanced bearers when the peer's Server Supported Features say
+    /// EATT, and each bearer's client reads on its own (item 4 of the EATT work).
+    @Test func aCentralOpensEnhancedBearersWhenThePeerSupportsThem() throws {
+        let bench = try AirBench()
+        let address = try #require(bench.peripheralController.randomAddress)
+        let link = try #require(try bench.connect(to: address)?.get())
+        try encrypt(bench)
+        var opened: Result<[EnhancedClientBearer], GATTClientError>?
+        link.openEnhancedBearers(count: 2, mtu: 100) { opened = $0 }
+        bench.air.run()
+        let bearers = try #require(try opened?.get())
+        #expect(bearers.count == 2)
+        #expect(bearers.allSatisfy { $0.bearer.isEnhanced && $0.bearer.mtu == 100 })
+
+        // Device Name (the GAP service's first characteristic value, handle 3) on each at once.
+        var names: [Result<[UInt8], GATTClientError>] = []
+        for bearer in bearers { bearer.client.read(0x0003) { names.append($0) } }
+        bench.air.run()
+        #expect(names.count == 2)
+        #expect(names.allSatisfy { (try? $0.get()) == Array("Air".utf8) })
+
+        link.disconnect()
+        bench.air.run()
     }
 }
