@@ -1,5 +1,6 @@
 import BlemuCentral
 import BlemuChannels
+import BlemuATT
 import BlemuCore
 import BlemuGATTClient
 import BlemuCrypto
@@ -164,6 +165,48 @@ import Testing
         #expect(names.count == 2)
         #expect(names.allSatisfy { (try? $0.get()) == Array("Air".utf8) })
 
+        link.disconnect()
+        bench.air.run()
+    }
+
+    /// What the central's unenhanced bearer receives for its client end.
+    final class ClientEnd: ATTBearerEnd {
+        var received: [[UInt8]] = []
+        func receive(_ pdu: ArraySlice<UInt8>, opcode: UInt8) { received.append(Array(pdu)) }
+        func bearerTimedOut(_ transaction: ATTTransaction) {}
+    }
+
+    /// Several values at once (`DeviceContext.notify(_:to:)`): one Multiple Handle Value
+    /// Notification (Vol 3, Part F, 3.4.7.4) to a client that set Client Supported Features
+    /// bit 2 (Vol 3, Part G, 7.2), plain notifications before it did.
+    @Test func severalValuesGoInOneMultipleNotificationToAClientThatSetItsBit() throws {
+        let bench = try AirBench()
+        let address = try #require(bench.peripheralController.randomAddress)
+        let link = try #require(try bench.connect(to: address)?.get())
+        let database = bench.peripheral.database
+        let measurement = try #require(database.characteristics.first { $0.uuid == BluetoothUUID(0x2A37) })
+        let features = try #require(database.characteristics.first { $0.uuid == BluetoothUUID(0x2B29) })
+        var written: [Result<Void, GATTClientError>] = []
+        link.client.write(try #require(measurement.clientConfigurationHandle), [0x01, 0x00]) { written.append($0) }
+        bench.air.run()
+        let end = ClientEnd()
+        link.bearer.client = end
+        bench.peripheral.notify([(characteristic: measurement, value: [0x00, 60]), (characteristic: measurement, value: [0x00, 61])], to: nil)
+        bench.air.run()
+        let handle = Self.le(measurement.valueHandle)
+        #expect(end.received.filter { $0.first == 0x1B } == [[0x1B] + handle + [0x00, 60], [0x1B] + handle + [0x00, 61]])
+
+        link.bearer.client = link.client
+        link.client.write(features.valueHandle, [0x04]) { written.append($0) }
+        bench.air.run()
+        #expect(written.count == 2 && written.allSatisfy { (try? $0.get()) != nil })
+        link.bearer.client = end
+        end.received = []
+        bench.peripheral.notify([(characteristic: measurement, value: [0x00, 62]), (characteristic: measurement, value: [0x00, 63])], to: nil)
+        bench.air.run()
+        #expect(end.received.filter { $0.first == 0x1B || $0.first == 0x23 }
+                    == [[0x23] + handle + [0x02, 0x00, 0x00, 62] + handle + [0x02, 0x00, 0x00, 63]])
+        link.bearer.client = link.client
         link.disconnect()
         bench.air.run()
     }
