@@ -24,8 +24,8 @@ public enum ATTSendKind: Sendable {
     }
 }
 
-/// The layer below a bearer: what carries its PDUs (an L2CAP link's fixed channel 0x0004, or a
-/// test's fake).
+/// The layer below a bearer: what carries its PDUs (an L2CAP link's fixed channel 0x0004, an
+/// Enhanced Credit Based channel of an enhanced bearer, or a test's fake).
 public protocol ATTTransport: AnyObject {
     /// Sends one ATT PDU; false when it was not taken.
     func sendATT(_ pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool
@@ -91,10 +91,18 @@ public final class ATTBearer: L2CAPChannelEnd {
     private lazy var requestExpired: () -> Void = { [unowned self] in self.expired(.request) }
     private lazy var indicationExpired: () -> Void = { [unowned self] in self.expired(.indication) }
 
-    public init(scheduler: TimerScheduling, mtu: Int = ATTBearer.leDefaultMTU, transport: ATTTransport? = nil) {
+    /// An Enhanced ATT bearer (Vol 3, Part F, 3.2.11): on an L2CAP channel in Enhanced Credit
+    /// Based Flow Control Mode rather than CID 0x0004. Its ATT_MTU is the channel's (3.2.8: "the
+    /// ATT_MTU value is the minimum of the MTU values of the two devices" as L2CAP configured
+    /// them), never an MTU exchange's (3.4.2.1: Exchange MTU is not sent on an enhanced bearer).
+    public let isEnhanced: Bool
+
+    public init(scheduler: TimerScheduling, mtu: Int = ATTBearer.leDefaultMTU, transport: ATTTransport? = nil,
+                enhanced: Bool = false) {
         self.scheduler = scheduler
         self.mtu = mtu
         self.transport = transport
+        self.isEnhanced = enhanced
     }
 
     deinit {

@@ -525,3 +525,47 @@ extension ATTRangeTypePDU where Tag == ATTReadByGroupTypeTag {
         set { attributeType = newValue }
     }
 }
+
+/// Multiple Handle Value Notification (Vol 3, Part F, 3.4.7.4): the Handle Length Value Tuple
+/// List, each tuple a handle, a 2-byte length and that many value bytes, "two or more" of them.
+/// Sent only to a client that set the Multiple Handle Value Notifications bit (bit 2) of Client
+/// Supported Features (Vol 3, Part G, 7.2). The decoder is total: a tuple shorter than its length,
+/// a handle 0x0000, or fewer than two tuples is a decode error.
+public struct ATTMultipleHandleValueNotification: ATTPDU, Equatable {
+    public static let opcode = ATTOpcode.multipleHandleValueNotification
+    public struct Tuple: Equatable {
+        public var handle: UInt16
+        public var value: ArraySlice<UInt8>
+        public init(handle: UInt16, value: ArraySlice<UInt8>) {
+            self.handle = handle
+            self.value = value
+        }
+    }
+    public var tuples: [Tuple]
+    public init(tuples: [Tuple]) { self.tuples = tuples }
+
+    public init(pdu: ArraySlice<UInt8>) throws(DecodeError) {
+        var r = try Self.reader(pdu)
+        var tuples: [Tuple] = []
+        while !r.isAtEnd {
+            let handle = try r.u16()
+            guard handle != 0 else { throw DecodeError(.invalidValue, "Multiple Handle Value Notification: handle 0x0000") }
+            let length = Int(try r.u16())
+            // A value longer than what is left cannot be (the PDU is at most ATT_MTU).
+            tuples.append(Tuple(handle: handle, value: try r.bytes(length)))
+        }
+        guard tuples.count >= 2 else {
+            throw DecodeError(.lengthMismatch, "Multiple Handle Value Notification with \(tuples.count) tuple(s); two or more")
+        }
+        self.tuples = tuples
+    }
+
+    public func encode(into out: inout [UInt8]) {
+        out.append(Self.opcode.rawValue)
+        for tuple in tuples {
+            out.appendLE(tuple.handle)
+            out.appendLE(UInt16(truncatingIfNeeded: tuple.value.count))
+            out.append(contentsOf: tuple.value)
+        }
+    }
+}

@@ -92,6 +92,8 @@ public final class CreditBasedChannel {
     public private(set) var isReceivingPaused = false
     public weak var delegate: CreditBasedChannelDelegate?
     unowned let owner: CreditBasedChannels
+    /// The connection handle of the link the channel is on.
+    public var linkHandle: UInt16 { owner.link.handle }
 
     /// Counters for the control socket and tests.
     public private(set) var sdusSent = 0

@@ -10,6 +10,10 @@ public final class ChannelServer {
     /// Asked for each request that passed the security check: false refuses it with
     /// Insufficient Authorization (0x0006). The argument is the link's connection handle.
     public var authorize: ((UInt16) -> Bool)?
+    /// Served only in Enhanced Credit Based Flow Control Mode: an LE Credit Based request to it
+    /// gets SPSM not supported (0x0002). EATT's PSM 0x0027 is one (Vol 3, Part G, 3.6 and
+    /// Part F, 3.2.11: an Enhanced ATT bearer is an L2CAP channel in that mode).
+    public var enhancedOnly = false
     public weak var delegate: CreditBasedChannelDelegate?
 
     init(spsm: UInt16, security: ChannelSecurity, parameters: ChannelParameters, delegate: CreditBasedChannelDelegate?) {
@@ -298,6 +302,7 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
         case .failure(let result): return refuse(result)
         case .success(let found): server = found
         }
+        guard !server.enhancedOnly else { return refuse(.spsmNotSupported) }
         guard CreditBasedLimits.dynamicCIDs.contains(request.sourceCID) else { return refuse(.invalidSourceCID) }
         guard channel(remoteCID: request.sourceCID) == nil else { return refuse(.sourceCIDAlreadyAllocated) }
         guard budgetTakes(server.parameters.mtu), let cid = freeCID() else { return refuse(.noResources) }

@@ -124,6 +124,13 @@ public final class ATTServer {
     private var assembledBytes: [UInt8] = []
     private var checkedWrites: [CheckedWrite] = []
     private var clientConfigurations: [UInt16: UInt16] = [:]
+    /// The server of the same client's unenhanced bearer, for a server on an Enhanced ATT
+    /// bearer: a client's CCCDs are one per client whatever bearer wrote them (Vol 3, Part G,
+    /// 3.3.3.3: "The Client Characteristic Configuration descriptor value shall be persistent
+    /// across connections for bonded devices" and is per client, not per bearer), so they are
+    /// kept there and the device's updates see them. Nil: this server keeps its own.
+    public weak var clientStateOwner: ATTServer?
+    private var clientState: ATTServer { clientStateOwner ?? self }
     /// How the link is protected now; the stack's security layer keeps it current.
     public var linkSecurity = LinkSecurity.unencrypted
     /// The client's CSRK and last SignCounter, when it is bonded and distributed a CSRK: what
@@ -168,7 +175,8 @@ public final class ATTServer {
         self.database = database
         let bearer = bearer ?? ATTBearer(scheduler: scheduler)
         self.bearer = bearer
-        sendsOnBearer = bearer.isOnLink
+        // An enhanced bearer's transport is its channel: the server sends on it as on a link.
+        sendsOnBearer = bearer.isOnLink || bearer.isEnhanced
         self.peer = peer
         self.serverRxMTU = max(Self.defaultMTU, min(serverRxMTU, Self.maximumMTU))
         out = []
@@ -444,7 +452,7 @@ public final class ATTServer {
         case .clientConfiguration(let c):
             guard offset <= 2 else { throw ATTFailure(.invalidOffset, a.handle) }
             readValue.reset(skipping: offset)
-            readValue.appendLE(clientConfigurations[c.valueHandle] ?? 0)
+            readValue.appendLE(clientState.clientConfigurations[c.valueHandle] ?? 0)
             return readValue.bytes
         case .dynamic(let c):
             guard let onRead = c.onRead else { throw ATTFailure(.readNotPermitted, a.handle) }
@@ -496,6 +504,9 @@ public final class ATTServer {
 
     private func exchangeMTU(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
         let request = try decode(ATTExchangeMTURequest.self, pdu)
+        // Vol 3, Part F, 3.4.2.1: "This request shall not be sent on an Enhanced ATT bearer":
+        // the MTU is the channel's, and the request is refused as one this bearer does not take.
+        if bearer.isEnhanced { throw ATTFailure(.requestNotSupported, 0) }
         // A client Rx MTU below the default is taken as the default (Vol 3, Part F, 3.4.2.1).
         let client = max(Int(request.clientRxMTU), Self.defaultMTU)
         begin(.exchangeMTUResponse)
@@ -778,8 +789,9 @@ public final class ATTServer {
     private func apply(_ write: CheckedWrite, prepared: Bool = false) throws(ATTFailure) {
         switch write {
         case .clientConfiguration(let c, let flags):
-            let old = clientConfigurations[c.valueHandle] ?? 0
-            clientConfigurations[c.valueHandle] = flags
+            let owner = clientState
+            let old = owner.clientConfigurations[c.valueHandle] ?? 0
+            owner.clientConfigurations[c.valueHandle] = flags
             if old != flags {
                 delegate?.attServer(self, configured: c, from: old, to: flags)
             }
@@ -982,11 +994,12 @@ public final class ATTServer {
     // MARK: Server-initiated updates (Vol 3, Part F, 3.4.7)
 
     public func isSubscribed(_ c: Characteristic, indications: Bool) -> Bool {
-        let flags = clientConfigurations[c.valueHandle] ?? 0
+        let flags = clientState.clientConfigurations[c.valueHandle] ?? 0
         return flags & (indications ? 0x0002 : 0x0001) != 0
     }
 
-    public func clientConfiguration(_ c: Characteristic) -> UInt16 { clientConfigurations[c.valueHandle] ?? 0 }
+    public func clientConfiguration(_ c: Characteristic) -> UInt16 { clientState.clientConfigurations[c.valueHandle] ?? 0 }
+
 
     /// Every CCCD value the client set that is not zero, by the value handle of its characteristic.
     public var clientConfigurationValues: [UInt16: UInt16] { clientConfigurations.filter { $0.value != 0 } }
@@ -1020,6 +1033,40 @@ public final class ATTServer {
         update.append(ATTOpcode.handleValueNotification.rawValue)
         update.appendLE(c.valueHandle)
         update.append(contentsOf: value.prefix(mtu - 3))
+        return transmit(update[...], kind: .notification, delegate) ? .queued : .queueFull
+    }
+
+    /// Several values in one Multiple Handle Value Notification (Vol 3, Part F, 3.4.7.4), for a
+    /// client that set bit 2 of Client Supported Features (Vol 3, Part G, 7.2; the caller
+    /// checks). Only the values whose notifications the client enabled go; fewer than two go as
+    /// a plain notification, and a list longer than ATT_MTU as one notification each (a tuple's
+    /// value is never cut). `.queueFull` when the link refused any.
+    public func notifyMultiple(_ updates: [(characteristic: Characteristic, value: ArraySlice<UInt8>)]) -> UpdateOutcome {
+        guard !isTimedOut, !isClosed else { return .notSubscribed }
+        var count = 0
+        var size = 1
+        for update in updates where isSubscribed(update.characteristic, indications: false) {
+            count += 1
+            size += 4 + update.value.count
+        }
+        guard count >= 2, size <= mtu else {
+            var outcome = UpdateOutcome.notSubscribed
+            for update in updates {
+                switch notify(update.characteristic, value: update.value) {
+                case .queueFull: outcome = .queueFull
+                case .queued: if outcome != .queueFull { outcome = .queued }
+                case .notSubscribed: break
+                }
+            }
+            return outcome
+        }
+        update.removeAll(keepingCapacity: true)
+        update.append(ATTOpcode.multipleHandleValueNotification.rawValue)
+        for (characteristic, value) in updates where isSubscribed(characteristic, indications: false) {
+            update.appendLE(characteristic.valueHandle)
+            update.appendLE(UInt16(value.count))
+            update.append(contentsOf: value)
+        }
         return transmit(update[...], kind: .notification, delegate) ? .queued : .queueFull
     }
 

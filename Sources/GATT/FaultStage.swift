@@ -120,6 +120,21 @@ public final class FaultStage: ATTBearerEnd {
         return server.notify(c, value: value)
     }
 
+    /// The server's `notifyMultiple`; with faults planned, each value as a notification of its
+    /// own, so a drop planned for one characteristic drops only its value.
+    public func notifyMultiple(_ updates: [(characteristic: Characteristic, value: ArraySlice<UInt8>)]) -> UpdateOutcome {
+        guard !plan.isEmpty else { return server.notifyMultiple(updates) }
+        var outcome = UpdateOutcome.notSubscribed
+        for update in updates {
+            switch notify(update.characteristic, value: update.value) {
+            case .queueFull: outcome = .queueFull
+            case .queued: if outcome != .queueFull { outcome = .queued }
+            case .notSubscribed: break
+            }
+        }
+        return outcome
+    }
+
     /// The server's `indicate`, unless a drop is planned for `c`: then nothing is sent and the
     /// indication ends at once as `.notSent`.
     public func indicate(_ c: Characteristic, value: ArraySlice<UInt8>, completion: IndicationCompletion? = nil) -> UpdateOutcome {

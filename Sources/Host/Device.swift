@@ -22,6 +22,11 @@ public protocol DeviceContext: AnyObject {
                                    encode: (inout ValueBuffer) -> Void) -> Bool
     /// The same with bytes already at hand (a value kept to compare with the next).
     @discardableResult func notify(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?) -> Bool
+    /// Notifies several values at once: to a central that set the Multiple Handle Value
+    /// Notifications bit of Client Supported Features (Vol 3, Part G, 7.2, bit 2) in one
+    /// Multiple Handle Value Notification (Vol 3, Part F, 3.4.7.4) when they fit its ATT_MTU,
+    /// to the others one notification each. False as for `notify`.
+    @discardableResult func notify(_ updates: [(characteristic: Characteristic, value: [UInt8])], to peer: ATTPeer?) -> Bool
     /// Indicates to every central that enabled indications (or only `peer`). False when a queue
     /// was full for at least one of them: the device hears `peripheralIsReady` when there is
     /// room again. `completion` is called once for each central the indication was queued
@@ -73,6 +78,14 @@ extension DeviceContext {
     @discardableResult
     public func notify(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?) -> Bool {
         notify(characteristic, to: peer) { $0.append(contentsOf: value) }
+    }
+
+    /// One notification each (a context that knows no client's features).
+    @discardableResult
+    public func notify(_ updates: [(characteristic: Characteristic, value: [UInt8])], to peer: ATTPeer?) -> Bool {
+        var all = true
+        for update in updates where !notify(update.characteristic, value: update.value, to: peer) { all = false }
+        return all
     }
 
     /// Notifies every central that enabled notifications with bytes at hand.

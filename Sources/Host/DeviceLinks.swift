@@ -42,10 +42,17 @@ final class DeviceLinks {
     /// Whether every link's server reports each value read and written (someone watches the
     /// device's events: `Peripheral.eventObserver`).
     var reportsValueAccess = false {
-        didSet { for connection in connections.values { connection.server.reportsValueAccess = reportsValueAccess } }
+        didSet {
+            for connection in connections.values {
+                connection.server.reportsValueAccess = reportsValueAccess
+                for enhanced in connection.enhancedBearers { enhanced.server.reportsValueAccess = reportsValueAccess }
+            }
+        }
     }
     /// The SPSMs the device published (`DeviceContext.publishL2CAPChannel`), served on each link.
     let channelServers = ChannelServers()
+    /// The EATT PSM served on every link (EnhancedATT.swift).
+    private var enhancedATT: EnhancedATTServer?
 
     init(hci: HCIHost, scheduler: TimerScheduling, configuration: PeripheralConfiguration, preferredParameters: ConnectionParameters,
          database: GATTDatabase, faults: FaultPlan, security: PeripheralSecurity, logger: Logger) {
@@ -58,6 +65,7 @@ final class DeviceLinks {
         self.security = security
         self.logger = logger
         l2cap = L2CAPLinkContext(hci: hci, scheduler: scheduler, logger: logger)
+        enhancedATT = EnhancedATTServer(links: self)
     }
 
     var count: Int { connections.count }

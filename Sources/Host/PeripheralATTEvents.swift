@@ -145,6 +145,14 @@ extension Peripheral: ATTServerDelegate {
     }
 
     public func attServerTransactionTimedOut(_ server: ATTServer) {
+        if server.bearer.isEnhanced {
+            // Vol 3, Part F, 3.3.3: on an Enhanced ATT bearer the timeout closes that bearer's
+            // L2CAP channel; the link and its other bearers stay.
+            logger.error("indication not confirmed within 30 s on an enhanced ATT bearer: closing its channel (Vol 3, Part F, 3.3.3)",
+                         metadata: [LogKey.connHandle: "\(server.peer.connectionHandle)"])
+            connections[server.peer.connectionHandle]?.enhancedBearers.first { $0.server === server }?.channel.disconnect()
+            return
+        }
         logger.error("indication not confirmed within 30 s: the ATT bearer is dead, disconnecting (Vol 3, Part F, 3.3.3)",
                      metadata: [LogKey.connHandle: "\(server.peer.connectionHandle)"])
         if let connection = connections[server.peer.connectionHandle] {

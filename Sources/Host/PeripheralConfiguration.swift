@@ -63,8 +63,36 @@ final class Connection {
     let faultStage: FaultStage
     /// The link's credit based channels (the device's published SPSMs).
     let channels: CreditBasedChannels
+    /// The client's Enhanced ATT bearers (EnhancedATT.swift), each with the device's server.
+    var enhancedBearers: [EnhancedBearer] = []
     var parameters: LinkParameters
     var parameterTimer: TimerID?
+
+    /// Where the device's next indication to this client goes: the unenhanced bearer, unless it
+    /// has one waiting and the client set the EATT bit of Client Supported Features (Vol 3,
+    /// Part G, 7.2, bit 1), which lets the server use any of its bearers; then an enhanced
+    /// bearer with none waiting (one indication at a time per bearer, Part F, 3.3.2).
+    func indicationStage(clientFeatures: UInt8) -> FaultStage {
+        guard clientFeatures & 0x02 != 0, server.indicationsWaiting > 0,
+              let idle = enhancedBearers.first(where: { $0.server.indicationsWaiting == 0 }) else { return faultStage }
+        return idle.faultStage
+    }
+
+    /// A notification the unenhanced bearer's full queue refused goes on an enhanced bearer of
+    /// a client that set the EATT bit (7.2, bit 1), where the channel's own queue may take it.
+    func notifyOnEnhancedBearer(_ characteristic: Characteristic, value: ArraySlice<UInt8>, clientFeatures: UInt8) -> UpdateOutcome {
+        guard clientFeatures & 0x02 != 0 else { return .queueFull }
+        // Notifications never take the room a response and an indication need (each SDU with
+        // its 2-byte length): those are bounded by the protocol, one each per bearer, and must
+        // never be refused by the channel's send queue.
+        let reserved = 2 * (ATTServer.maximumMTU + 2)
+        for enhanced in enhancedBearers
+        where enhanced.channel.queuedBytes + 2 + min(value.count + 3, enhanced.server.mtu) <= CreditBasedChannel.sendQueueBytes - reserved {
+            let outcome = enhanced.faultStage.notify(characteristic, value: value)
+            if outcome != .queueFull { return outcome }
+        }
+        return .queueFull
+    }
 
     init(peer: ATTPeer, link: L2CAPLink, server: ATTServer, faultStage: FaultStage, channels: CreditBasedChannels, parameters: LinkParameters) {
         self.peer = peer

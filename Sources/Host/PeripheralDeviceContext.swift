@@ -39,10 +39,37 @@ extension Peripheral: DeviceContext {
     private func send(_ characteristic: Characteristic, _ value: ArraySlice<UInt8>, to peer: ATTPeer?) -> Bool {
         var all = true
         for connection in links.connections.values where peer == nil || connection.peer == peer {
-            let outcome = connection.faultStage.notify(characteristic, value: value)
+            var outcome = connection.faultStage.notify(characteristic, value: value)
+            if outcome == .queueFull, !connection.enhancedBearers.isEmpty {
+                outcome = connection.notifyOnEnhancedBearer(characteristic, value: value,
+                                                            clientFeatures: standard.features(on: connection.handle))
+            }
             if outcome == .queueFull { all = false }
             if isObserved, outcome == .queued, let observer = eventObserver {
                 observer(.notification(peer: connection.peer, characteristic: EventCharacteristic(characteristic), value: Array(value)))
+            }
+        }
+        if !all { deviceWaitingForRoom = true }
+        return all
+    }
+
+    @discardableResult
+    public func notify(_ updates: [(characteristic: Characteristic, value: [UInt8])], to peer: ATTPeer?) -> Bool {
+        var all = true
+        let slices = updates.map { (characteristic: $0.characteristic, value: $0.value[...]) }
+        for connection in links.connections.values where peer == nil || connection.peer == peer {
+            // Vol 3, Part G, 7.2, bit 2: only a client that set it gets opcode 0x23.
+            guard standard.features(on: connection.handle) & 0x04 != 0 else {
+                for update in slices where !send(update.characteristic, update.value, to: connection.peer) { all = false }
+                continue
+            }
+            let outcome = connection.faultStage.notifyMultiple(slices)
+            if outcome == .queueFull { all = false }
+            if isObserved, outcome == .queued, let observer = eventObserver {
+                for update in slices where connection.server.isSubscribed(update.characteristic, indications: false) {
+                    observer(.notification(peer: connection.peer, characteristic: EventCharacteristic(update.characteristic),
+                                           value: Array(update.value)))
+                }
             }
         }
         if !all { deviceWaitingForRoom = true }
@@ -68,7 +95,9 @@ extension Peripheral: DeviceContext {
                     told?(peer, outcome)
                 }
             }
-            let outcome = connection.faultStage.indicate(characteristic, value: notificationValue.bytes, completion: completion)
+            let stage = connection.enhancedBearers.isEmpty
+                ? connection.faultStage : connection.indicationStage(clientFeatures: standard.features(on: connection.handle))
+            let outcome = stage.indicate(characteristic, value: notificationValue.bytes, completion: completion)
             if outcome == .queueFull { all = false }
             if let observer, outcome == .queued {
                 observer(.indication(peer: connection.peer, characteristic: EventCharacteristic(characteristic),

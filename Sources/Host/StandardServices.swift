@@ -39,8 +39,9 @@ final class StandardServices {
         let features = Characteristic(GATTType.clientSupportedFeatures, properties: [.read, .write],
                                       length: .variable(max: 1))
         let hash = Characteristic(GATTType.databaseHash, properties: [.read], length: .fixed(16))
-        // Vol 3, Part G, 7.4: Server Supported Features; bit 0 (EATT) is not supported.
-        let serverFeatures = Characteristic(GATTType.serverSupportedFeatures, properties: [.read], cachedValue: [0x00])
+        // Vol 3, Part G, 7.4: Server Supported Features; bit 0, "EATT Supported": every device
+        // serves Enhanced ATT bearers on PSM 0x0027 (EnhancedATT.swift).
+        let serverFeatures = Characteristic(GATTType.serverSupportedFeatures, properties: [.read], cachedValue: [0x01])
         gatt = Service(GATTType.gattService) {
             serviceChanged
             features

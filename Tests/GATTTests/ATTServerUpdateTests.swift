@@ -405,3 +405,34 @@ import Testing
 
 /// The seeded generator of BlemuCore, under the name these tests use.
 typealias SplitMix64 = SeededRandom
+
+/// Multiple Handle Value Notification (Vol 3, Part F, 3.4.7.4): the subscribed values in one
+/// PDU when two or more fit ATT_MTU; otherwise plain notifications.
+@Suite struct ATTServerMultipleNotificationTests {
+    @Test func subscribedValuesGoInOnePDU() throws {
+        let f = try Fixture()
+        f.configure(20, 0x0001)
+        f.configure(13, 0x0001)
+        #expect(f.server.notifyMultiple([(f.notifyOnly, [1, 2][...]), (f.notifyIndicate, [3][...])]) == .queued)
+        #expect(f.sent(.notification) == [bytes("23 1300 0200 0102 0C00 0100 03")])
+    }
+
+    @Test func oneSubscribedValueIsAPlainNotification() throws {
+        let f = try Fixture()
+        f.configure(20, 0x0001)
+        #expect(f.server.notifyMultiple([(f.notifyOnly, [1, 2][...]), (f.notifyIndicate, [3][...])]) == .queued)
+        #expect(f.sent(.notification) == [bytes("1B 1300 0102")])
+        f.configure(20, 0x0000)
+        #expect(f.server.notifyMultiple([(f.notifyOnly, [1][...]), (f.notifyIndicate, [3][...])]) == .notSubscribed)
+    }
+
+    /// 1 + 2 * (4 + 10) = 29 bytes do not fit ATT_MTU 23: one notification each, none cut.
+    @Test func aListPastATTMTUGoesAsNotificationsEach() throws {
+        let f = try Fixture()
+        f.configure(20, 0x0001)
+        f.configure(13, 0x0001)
+        let value = [UInt8](repeating: 7, count: 10)
+        #expect(f.server.notifyMultiple([(f.notifyOnly, value[...]), (f.notifyIndicate, value[...])]) == .queued)
+        #expect(f.sent(.notification) == [bytes("1B 1300") + value, bytes("1B 0C00") + value])
+    }
+}

@@ -1,0 +1,213 @@
+import BlemuCentral
+import BlemuChannels
+import BlemuATT
+import BlemuCore
+import BlemuGATTClient
+import BlemuCrypto
+import BlemuHCI
+import BlemuHost
+import BlemuSMP
+import BlemuSecurity
+import Testing
+
+/// Enhanced ATT (Vol 3, Part G, 3.6; Part F, 3.2.11) through both stacks (`AirBench`): a central
+/// opens Enhanced Credit Based channels on the EATT PSM (0x0027) to a device, each of which is an
+/// ATT bearer with the device's server on it and its own ATT_MTU.
+@Suite struct EATTHostTests {
+    static let eattPSM: UInt16 = 0x0027
+
+    /// One enhanced bearer as the central sees it: ATT PDUs in, ATT PDUs out.
+    final class Bearer: CreditBasedChannelDelegate {
+        var opened = false
+        var received: [[UInt8]] = []
+        var closed: [ChannelCloseReason] = []
+        func channelOpened(_ channel: CreditBasedChannel) { opened = true }
+        func channel(_ channel: CreditBasedChannel, received sdu: ArraySlice<UInt8>) { received.append(Array(sdu)) }
+        func channelClosed(_ channel: CreditBasedChannel, reason: ChannelCloseReason) { closed.append(reason) }
+        func channelIsReady(_ channel: CreditBasedChannel) {}
+    }
+
+    /// The peripheral's side of the link encrypted with a bond's key, as after pairing
+    /// (SimulatedAir carries no encryption: the peripheral's controller reports it).
+    private func encrypt(_ bench: AirBench) throws {
+        let link = try #require(bench.peripheral.control.linkSummaries.first)
+        bench.peripheral.security.bonds.save(Bond(
+            peer: link.peer, longTermKey: SMPLongTermKey(key: [UInt8](repeating: 0x5A, count: 16)),
+            encryptionKeySize: 16, secureConnections: true, authenticated: true))
+        bench.peripheralController.requestLongTermKey(handle: link.handle)
+        bench.peripheralController.event(0x08, [0x00, UInt8(link.handle & 0xFF), UInt8(link.handle >> 8), 0x01])
+        bench.air.run()
+        #expect(bench.peripheral.control.linkSummaries.first?.encrypted == true)
+    }
+
+    private static func le(_ value: UInt16) -> [UInt8] { [UInt8(value & 0xFF), UInt8(value >> 8)] }
+    /// Read By Type Request over the whole database (Vol 3, Part F, 3.4.4.1).
+    private static func readByType(_ uuid: UInt16) -> [UInt8] { [0x08, 0x01, 0x00, 0xFF, 0xFF] + le(uuid) }
+    /// Find Information Request over the whole database (3.4.3.1): the response holds as many
+    /// pairs as ATT_MTU allows.
+    private static let findInformation: [UInt8] = [0x04, 0x01, 0x00, 0xFF, 0xFF]
+
+    @Test func enhancedBearersAreRefusedBeforeEncryptionAndServeEachOnTheirOwnAfter() throws {
+        let bench = try AirBench()
+        let address = try #require(bench.peripheralController.randomAddress)
+        let link = try #require(try bench.connect(to: address)?.get())
+        let channels = CreditBasedChannels(link: link.l2cap, servers: ChannelServers())
+
+        // Vol 3, Part G, 3.6: only on an encrypted link; Insufficient Encryption before.
+        let early = Bearer()
+        let refused = channels.connectEnhanced(spsm: Self.eattPSM, count: 2, parameters: ChannelParameters(mtu: 64, mps: 64),
+                                               delegate: early)
+        #expect(refused.count == 2)
+        bench.air.run()
+        #expect(early.closed == [.refused(0x0008), .refused(0x0008)])
+
+        try encrypt(bench)
+        // EATT is Enhanced Credit Based Flow Control Mode only: an LE Credit Based request to it
+        // is refused as to an SPSM not served.
+        let leMode = Bearer()
+        _ = channels.connect(spsm: Self.eattPSM, parameters: ChannelParameters(mtu: 64), delegate: leMode)
+        bench.air.run()
+        #expect(leMode.closed == [.refused(0x0002)])
+
+        // Two bearers, each with its own MTU: 64 and 300 (the server's receive MTU is 517).
+        let small = Bearer(), large = Bearer()
+        let smallChannel = try #require(channels.connectEnhanced(spsm: Self.eattPSM, count: 1,
+                                                                 parameters: ChannelParameters(mtu: 64, mps: 64), delegate: small).first)
+        let largeChannel = try #require(channels.connectEnhanced(spsm: Self.eattPSM, count: 1,
+                                                                 parameters: ChannelParameters(mtu: 300, mps: 300), delegate: large).first)
+        bench.air.run()
+        #expect(small.opened && large.opened)
+        #expect(smallChannel.peerMTU == 517 && largeChannel.peerMTU == 517)
+
+        // A request on each before either is answered: each answered on its own bearer, and
+        // Find Information fills each bearer's ATT_MTU (min of the two channel MTUs, Part F, 3.2.8).
+        #expect(smallChannel.send(Self.findInformation))
+        #expect(largeChannel.send(Self.findInformation))
+        bench.air.run()
+        let onSmall = try #require(small.received.last), onLarge = try #require(large.received.last)
+        #expect(small.received.count == 1 && large.received.count == 1)
+        #expect(onSmall.first == 0x05 && onLarge.first == 0x05)
+        #expect(onSmall.count == 2 + 15 * 4, "ATT_MTU 64: (64 - 2) / 4 pairs")
+        #expect(onLarge.count > onSmall.count && onLarge.count <= 300)
+
+        // Server Supported Features (Vol 3, Part G, 7.4): EATT supported (bit 0).
+        #expect(largeChannel.send(Self.readByType(0x2B3A)))
+        bench.air.run()
+        let serverFeatures = try #require(large.received.last)
+        #expect(serverFeatures.count == 5 && serverFeatures[0] == 0x09 && serverFeatures[1] == 3 && serverFeatures[4] & 0x01 == 0x01)
+
+        // Part F, 3.4.2.1: no Exchange MTU on an enhanced bearer: Request Not Supported, MTU kept.
+        #expect(smallChannel.send([0x02, 0x00, 0x02]))
+        bench.air.run()
+        #expect(small.received.last == [0x01, 0x02, 0x00, 0x00, 0x06])
+
+        // A CCCD is the client's, whatever bearer wrote it: written on one, read on the other.
+        // The first CCCD is Service Changed's (the GATT service comes before the device's).
+        #expect(largeChannel.send(Self.readByType(0x2902)))
+        bench.air.run()
+        let cccds = try #require(large.received.last)
+        #expect(cccds.first == 0x09)
+        let cccd = UInt16(cccds[2]) | UInt16(cccds[3]) << 8
+        #expect(smallChannel.send([0x12] + Self.le(cccd) + [0x02, 0x00]))
+        bench.air.run()
+        #expect(small.received.last == [0x13])
+        #expect(largeChannel.send([0x0A] + Self.le(cccd)))
+        bench.air.run()
+        #expect(large.received.last == [0x0B, 0x02, 0x00])
+
+        // Two indications at once: the unenhanced bearer takes one at a time (Part F, 3.3.2), so
+        // without the client's EATT bit the second waits there; with it (Client Supported
+        // Features, Part G, 7.2, bit 1) the second goes on an idle enhanced bearer.
+        let serviceChanged = try #require(bench.peripheral.database.characteristics.first { $0.uuid == BluetoothUUID(0x2A05) })
+        func indicateTwice() {
+            bench.peripheral.indicate(serviceChanged, value: [0x01, 0x00, 0xFF, 0xFF])
+            bench.peripheral.indicate(serviceChanged, value: [0x02, 0x00, 0xFF, 0xFF])
+        }
+        let before = small.received.count + large.received.count
+        indicateTwice()
+        bench.air.run()
+        #expect(small.received.count + large.received.count == before, "no EATT bit: both on the unenhanced bearer")
+        #expect(largeChannel.send(Self.readByType(0x2B29)))
+        bench.air.run()
+        let features = try #require(large.received.last)
+        #expect(features.first == 0x09)
+        #expect(largeChannel.send([0x12] + Array(features[2...3]) + [0x02]))
+        bench.air.run()
+        #expect(large.received.last == [0x13])
+        indicateTwice()
+        bench.air.run()
+        let indications = (small.received + large.received).filter { $0.first == 0x1D }
+        #expect(indications == [[0x1D] + Self.le(serviceChanged.valueHandle) + [0x02, 0x00, 0xFF, 0xFF]])
+
+        link.disconnect()
+        bench.air.run()
+        #expect(small.closed == [.linkClosed] && large.closed == [.linkClosed])
+    }
+
+    /// blemu's GATT client opens enhanced bearers when the peer's Server Supported Features say
+    /// EATT, and each bearer's client reads on its own (item 4 of the EATT work).
+    @Test func aCentralOpensEnhancedBearersWhenThePeerSupportsThem() throws {
+        let bench = try AirBench()
+        let address = try #require(bench.peripheralController.randomAddress)
+        let link = try #require(try bench.connect(to: address)?.get())
+        try encrypt(bench)
+        var opened: Result<[EnhancedClientBearer], GATTClientError>?
+        link.openEnhancedBearers(count: 2, mtu: 100) { opened = $0 }
+        bench.air.run()
+        let bearers = try #require(try opened?.get())
+        #expect(bearers.count == 2)
+        #expect(bearers.allSatisfy { $0.bearer.isEnhanced && $0.bearer.mtu == 100 })
+
+        // Device Name (the GAP service's first characteristic value, handle 3) on each at once.
+        var names: [Result<[UInt8], GATTClientError>] = []
+        for bearer in bearers { bearer.client.read(0x0003) { names.append($0) } }
+        bench.air.run()
+        #expect(names.count == 2)
+        #expect(names.allSatisfy { (try? $0.get()) == Array("Air".utf8) })
+
+        link.disconnect()
+        bench.air.run()
+    }
+
+    /// What the central's unenhanced bearer receives for its client end.
+    final class ClientEnd: ATTBearerEnd {
+        var received: [[UInt8]] = []
+        func receive(_ pdu: ArraySlice<UInt8>, opcode: UInt8) { received.append(Array(pdu)) }
+        func bearerTimedOut(_ transaction: ATTTransaction) {}
+    }
+
+    /// Several values at once (`DeviceContext.notify(_:to:)`): one Multiple Handle Value
+    /// Notification (Vol 3, Part F, 3.4.7.4) to a client that set Client Supported Features
+    /// bit 2 (Vol 3, Part G, 7.2), plain notifications before it did.
+    @Test func severalValuesGoInOneMultipleNotificationToAClientThatSetItsBit() throws {
+        let bench = try AirBench()
+        let address = try #require(bench.peripheralController.randomAddress)
+        let link = try #require(try bench.connect(to: address)?.get())
+        let database = bench.peripheral.database
+        let measurement = try #require(database.characteristics.first { $0.uuid == BluetoothUUID(0x2A37) })
+        let features = try #require(database.characteristics.first { $0.uuid == BluetoothUUID(0x2B29) })
+        var written: [Result<Void, GATTClientError>] = []
+        link.client.write(try #require(measurement.clientConfigurationHandle), [0x01, 0x00]) { written.append($0) }
+        bench.air.run()
+        let end = ClientEnd()
+        link.bearer.client = end
+        bench.peripheral.notify([(characteristic: measurement, value: [0x00, 60]), (characteristic: measurement, value: [0x00, 61])], to: nil)
+        bench.air.run()
+        let handle = Self.le(measurement.valueHandle)
+        #expect(end.received.filter { $0.first == 0x1B } == [[0x1B] + handle + [0x00, 60], [0x1B] + handle + [0x00, 61]])
+
+        link.bearer.client = link.client
+        link.client.write(features.valueHandle, [0x04]) { written.append($0) }
+        bench.air.run()
+        #expect(written.count == 2 && written.allSatisfy { (try? $0.get()) != nil })
+        link.bearer.client = end
+        end.received = []
+        bench.peripheral.notify([(characteristic: measurement, value: [0x00, 62]), (characteristic: measurement, value: [0x00, 63])], to: nil)
+        bench.air.run()
+        #expect(end.received.filter { $0.first == 0x1B || $0.first == 0x23 }
+                    == [[0x23] + handle + [0x02, 0x00, 0x00, 62] + handle + [0x02, 0x00, 0x00, 63]])
+        link.bearer.client = link.client
+        link.disconnect()
+        bench.air.run()
+    }
+}
