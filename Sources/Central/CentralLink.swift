@@ -32,9 +32,6 @@ public final class CentralLink {
     /// The HCI reason the link closed with.
     public var onDisconnected: ((UInt8) -> Void)?
     weak var host: CentralHost?
-    /// The link's credit based channels, attached to it at first use (one per link: use these
-    /// rather than attaching others).
-    public private(set) lazy var channels = CreditBasedChannels(link: l2cap, servers: ChannelServers())
     /// The link's Enhanced ATT bearers (`openEnhancedBearers`), made at the first ask.
     lazy var enhancedBearers = EnhancedClientBearers(channels: channels, scheduler: l2cap.context.scheduler)
 
