@@ -446,10 +446,21 @@ def control_seeds():
     bad = ['{"id":-1,"cmd":"list"}', '{"id":1.5,"cmd":"list"}', '{"cmd":"list"}', '[1,2]', 'not json',
            '{"id":1,"cmd":"list","extra":1}', '{"id":9007199254740992,"cmd":"list"}', '{"id":1,"cmd":"nope"}',
            '{"id":1,"cmd":"set","device":"' + "x" * 300 + '","key":"k","value":"v"}', '2A37', '0x13']
+    # scripts/fuzz runs this target with -max_len=512, which cuts longer seeds: the lines go
+    # into seeds of at most 512 bytes.
+    def groups(name, head, items, end):
+        out, group = {}, []
+        for item in (line.encode() for line in items):
+            if group and len(head) + len(end.join(group + [item])) + len(end) > 512:
+                out[f"{name}-{len(out) + 1}"] = head + end.join(group) + end
+                group = []
+            group.append(item)
+        out[f"{name}-{len(out) + 1}"] = head + end.join(group) + end
+        return out
     return {
-        "requests": bytes([0, 0]) + "\n".join(lines + answers).encode() + b"\n",
-        "requests-crlf-chunked": bytes([7, 0]) + "\r\n".join(lines).encode() + b"\r\n",
-        "refusals": bytes([0, 0]) + "\n".join(bad).encode() + b"\n",
+        **groups("requests", bytes([0, 0]), lines + answers, b"\n"),
+        **groups("requests-crlf-chunked", bytes([7, 0]), lines, b"\r\n"),
+        **groups("refusals", bytes([0, 0]), bad, b"\n"),
         "line-too-long": bytes([16, 8]) + lines[2].encode() + b"\n" + b"{" * 40,
         "unfinished": bytes([3, 0]) + lines[0].encode() + b"\n" + lines[1].encode(),
     }

@@ -1,4 +1,5 @@
 import BlemuATT
+import BlemuChannels
 import BlemuCore
 import BlemuCrypto
 import BlemuDevices
@@ -360,6 +361,13 @@ final class RoomContext: DeviceContext {
 
     func linkSecurity(of peer: ATTPeer) -> LinkSecurity { .unencrypted }
     var pairsWithPasskey: Bool { false }
+
+    // The chat runs on GATT only: an L2CAP channel would be a change this target must follow.
+    func publishL2CAPChannel(security: ChannelSecurity, parameters: ChannelParameters,
+                             delegate: CreditBasedChannelDelegate) -> UInt16? {
+        fuzzFailure("the chat device published an L2CAP channel")
+    }
+    func unpublishL2CAPChannel(_ spsm: UInt16) { fuzzFailure("the chat device unpublished an L2CAP channel") }
 }
 
 @_cdecl("chat_frames_main")

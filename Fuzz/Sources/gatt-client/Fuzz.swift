@@ -125,23 +125,48 @@ enum FuzzDatabase: UInt8 {
 /// characteristics each (at most 6,000 in all), descriptors or none, 16- and 128-bit UUIDs,
 /// primary and secondary services including each other in chains (deep), fans, diamonds
 /// (overlapping) — and handle gaps: some services taken out, as `blemu ctl … service` does, so
-/// the server skips their handles. Built once per shape and kept (at most 32 shapes); the gaps
+/// the server skips their handles. Built once per shape and kept (`cacheAttributeLimit`); the gaps
 /// are undone after each input.
 struct GeneratedDatabase {
     let database: GATTDatabase
     let removed: [Service]
 
-    nonisolated(unsafe) static var cache: [UInt16: GATTDatabase] = [:]
+    nonisolated(unsafe) static var cache: [Shape: GATTDatabase] = [:]
+    /// The cached shapes, oldest first: the oldest go when a new one needs room.
+    nonisolated(unsafe) static var cacheOrder: [Shape] = []
+    /// Attributes in the cached databases: at most `cacheAttributeLimit` (about 100 MB with
+    /// AddressSanitizer's redzones) — room for every small shape and a few dozen of the largest.
+    nonisolated(unsafe) static var cachedAttributes = 0
+    static let cacheAttributeLimit = 300_000
+
+    /// What of the two bytes `services` reads: bytes that differ only elsewhere build the same
+    /// database. Keyed by the raw bytes (65,536 keys for about 2,800 databases, and every 33rd
+    /// new key emptied the cache), a third of the target's time went to building databases, and
+    /// each build made libFuzzer run the input again under LeakSanitizer (memory kept past an
+    /// input).
+    struct Shape: Hashable {
+        let a: UInt8
+        let b: UInt8
+        init(_ a: UInt8, _ b: UInt8) {
+            self.a = (a & 0x07) % UInt8(serviceCounts.count) | ((a >> 3) % UInt8(characteristicCounts.count)) << 3
+            let inclusion = (b >> 2) & 0x07
+            self.b = b & 0x63 | (inclusion <= 4 ? inclusion : 0) << 2
+        }
+    }
 
     static func take(_ a: UInt8, _ b: UInt8, _ gaps: UInt8) -> GeneratedDatabase {
-        let key = UInt16(a) | UInt16(b) << 8
+        let key = Shape(a, b)
         let database: GATTDatabase
         if let cached = cache[key] {
             database = cached
         } else {
-            if cache.count >= 32 { cache.removeAll() }
-            database = FuzzDatabase.build(services(a, b))
+            database = FuzzDatabase.build(services(key.a, key.b))
+            while cachedAttributes + database.attributes.count > cacheAttributeLimit, !cacheOrder.isEmpty {
+                cachedAttributes -= cache.removeValue(forKey: cacheOrder.removeFirst())?.attributes.count ?? 0
+            }
             cache[key] = database
+            cacheOrder.append(key)
+            cachedAttributes += database.attributes.count
         }
         // Gaps: every k-th service out, last first (an included service stays while its includer is in).
         var removed: [Service] = []
@@ -159,9 +184,10 @@ struct GeneratedDatabase {
         for service in removed.reversed() { _ = try? database.setService(service, present: true) }
     }
 
+    static let serviceCounts = [1, 3, 16, 64, 200]
+    static let characteristicCounts = [0, 1, 2, 5, 20, 60, 250]
+
     static func services(_ a: UInt8, _ b: UInt8) -> [Service] {
-        let serviceCounts = [1, 3, 16, 64, 200]
-        let characteristicCounts = [0, 1, 2, 5, 20, 60, 250]
         let count = serviceCounts[Int(a & 0x07) % serviceCounts.count]
         let perService = min(characteristicCounts[Int(a >> 3) % characteristicCounts.count], 6_000 / count)
         let descriptors = b & 0x03
