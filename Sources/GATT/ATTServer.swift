@@ -129,8 +129,13 @@ public final class ATTServer {
     /// 3.3.3.3: "The Client Characteristic Configuration descriptor value shall be persistent
     /// across connections for bonded devices" and is per client, not per bearer), so they are
     /// kept there and the device's updates see them. Nil: this server keeps its own.
-    public weak var clientStateOwner: ATTServer?
-    private var clientState: ATTServer { clientStateOwner ?? self }
+    public weak var clientStateOwner: ATTServer? {
+        didSet { keepsOwnClientState = clientStateOwner == nil }
+    }
+    /// Whether this server keeps its client's CCCDs itself (every unenhanced bearer's server):
+    /// then a notification's subscription check loads no weak reference.
+    private var keepsOwnClientState = true
+    private var clientState: ATTServer { keepsOwnClientState ? self : (clientStateOwner ?? self) }
     /// How the link is protected now; the stack's security layer keeps it current.
     public var linkSecurity = LinkSecurity.unencrypted
     /// The client's CSRK and last SignCounter, when it is bonded and distributed a CSRK: what

@@ -100,13 +100,16 @@ public final class Peripheral {
         // central that cached the original's handles finds them. Its Service Changed, if any,
         // is the one the stack indicates through.
         let placedByDevice = Set(device.services.filter { $0.placement != nil }.map(\.uuid))
-        let own = [standard.gap, standard.gatt, diagnostics.service].filter { !placedByDevice.contains($0.uuid) }
+        // GAP and GATT first, Diagnostics after the device's services: the handles every
+        // built-in device has always had (a central caches them).
+        let ownFirst = [standard.gap, standard.gatt].filter { !placedByDevice.contains($0.uuid) }
+        let ownLast = [diagnostics.service].filter { !placedByDevice.contains($0.uuid) }
         if placedByDevice.contains(GATTType.gattService),
            let recorded = device.services.first(where: { $0.uuid == GATTType.gattService })?
                .characteristics.first(where: { $0.uuid == GATTType.serviceChanged && $0.properties.contains(.indicate) }) {
             standard.serviceChanged = recorded
         }
-        database = try GATTDatabase(services: own + device.services)
+        database = try GATTDatabase(services: ownFirst + device.services + ownLast)
         self.diagnostics = diagnostics
         var securityConfiguration = configuration.security
         // The device's permissions say how long a key its protected values need: a pairing that

@@ -74,11 +74,18 @@ import Testing
     }
 
     @Test func discovery() throws {
-        let rig = try Rig()
+        let rig = try Rig(device: HeartRateDevice(seed: 42), recordsOutput: true)
         let services = Rig.acl([0x10, 0x01, 0x00, 0xFF, 0xFF, 0x00, 0x28])
         let characteristics = Rig.acl([0x08, 0x01, 0x00, 0xFF, 0xFF, 0x03, 0x28])
         let descriptors = Rig.acl([0x04, 0x01, 0x00, 0xFF, 0xFF])
         #expect(allocations { rig.request(services) } == 0)
+        // What was measured is an answer: the services (Read By Group Type Response, 0x11) of
+        // 16-bit UUIDs, 6 bytes each, as many as ATT_MTU 23 holds.
+        // GAP 0x1800, GATT 0x1801 and the device's first service, Heart Rate 0x180D, as ever
+        // (the stack's 128-bit Diagnostics service comes after the device's).
+        let answer = Array((rig.output?.last ?? []).dropFirst(8))
+        #expect(answer.first == 0x11 && answer.count == 20 && answer[1] == 6, "\(answer)")
+        #expect(answer.count == 20 && [answer[6], answer[12], answer[18]] == [0x00, 0x01, 0x0D], "\(answer)")
         #expect(allocations { rig.request(characteristics) } == 0)
         #expect(allocations { rig.request(descriptors) } == 0)
     }
