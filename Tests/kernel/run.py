@@ -44,6 +44,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "python"))  # blemu_testkit, the Python kit (Docs/TESTING-APPS.md)
 
 from bumble_central import (  # noqa: E402
     UUID_BODY_SENSOR_LOCATION,
@@ -66,9 +67,21 @@ UUID_THERMOSTAT_SERVICE = UUID("7d3c0100-9a5e-4d1a-8f6e-5c1b2d3e4f50")
 UUID_TARGET_TEMPERATURE = UUID("7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50")
 
 GUEST_PYTHON = "/usr/bin/python3"
+# The real app's python (bleak, dbus_fast): the repository's .venv, seen in the guest over 9p.
+APP_PYTHON = str(REPO / ".venv/bin/python")
+BLEAK_APP = str(REPO / "Tests/kernel/bleak_app.py")
+BLUETOOTHD = "/usr/libexec/bluetooth/bluetoothd"
 BRIDGE = str(REPO / "Tests/kernel/vhci_bridge.py")
 # Modules the guest loads (their dependencies are added from the .ko files' modinfo).
-GUEST_MODULES = ["virtio_pci", "virtio_net", "9pnet_virtio", "9p", "overlay", "bluetooth", "hci_vhci"]
+GUEST_MODULES = ["virtio_pci", "virtio_net", "9pnet_virtio", "9p", "overlay",
+                 # The kernel's SMP (BlueZ pairing) needs an ECDH context, whose self-test (run
+                 # when bluetooth loads ecdh_generic) draws on the DRBG (hmac(sha512)) seeded by
+                 # jitterentropy (sha3-256); SMP's AES-CMAC is cmac. Without them bluetoothd logs
+                 # "Unable to create ECDH crypto context" and cannot pair. They are soft
+                 # dependencies (no depends=), which busybox's insmod does not follow, and must
+                 # load before bluetooth.
+                 "sha3_generic", "jitterentropy_rng", "sha512_generic", "drbg", "cmac",
+                 "bluetooth", "hci_vhci"]
 # Generous: TCG emulation on two shared cores is slow, and this is a test, not a benchmark.
 BOOT_TIMEOUT = 120.0
 EVENT_TIMEOUT = 45.0
@@ -962,6 +975,95 @@ def case_lock_paired_over_hci0(session: Session) -> str:
         session.stop_blemu(process)
 
 
+def case_bleak_heart_rate(session: Session) -> str:
+    """A real Linux app: bleak over BlueZ's bluetoothd in the guest, against blemu's heart-rate on
+    the host's rootcanal, driven and asserted by the Python kit: discovery, a read, and
+    notifications that follow `set bpm`."""
+    from blemu_testkit import Blemu
+
+    assert isinstance(session, GuestSession)
+    for path in (APP_PYTHON, BLUETOOTHD, "/usr/bin/dbus-daemon"):
+        if session.guest.run(["test", "-x", path])["rc"] != 0:
+            raise Failure(f"{path} is missing in the guest (scripts/setup --tests: bluez, dbus, the .venv with bleak)")
+    started: list[GuestProcess] = []
+    blemu: Blemu | None = None
+    notes = []
+    try:
+        # An adapter of its own for bluetoothd (the session's stays with blemu's cases).
+        bridge = session.spawn("bridge-bleak", [GUEST_PYTHON, "-u", BRIDGE, "10.0.2.2", str(session.rootcanal.hci_port)])
+        started.append(bridge)
+        adapter = re.findall(r"(hci\d+) up", bridge.wait_for(r"hci\d+ up", EVENT_TIMEOUT, what="the vhci adapter"))[-1]
+        session.adapter_settings(adapter)
+        if session.guest.run(["test", "-S", "/run/dbus/system_bus_socket"])["rc"] != 0:
+            session.guest.run(["mkdir", "-p", "/run/dbus"])
+            dbus = session.spawn("dbus-daemon", ["dbus-daemon", "--system", "--nofork", "--nopidfile"])
+            started.append(dbus)
+            deadline = time.monotonic() + EVENT_TIMEOUT
+            while session.guest.run(["test", "-S", "/run/dbus/system_bus_socket"])["rc"] != 0:
+                if time.monotonic() > deadline or dbus.output()[1] is not None:
+                    raise Failure(f"the system bus did not come up: {tail(dbus.output()[0])}")
+                time.sleep(0.5)
+        bluetoothd = session.spawn("bluetoothd", [BLUETOOTHD, "--nodetach", "--debug"])
+        started.append(bluetoothd)
+        session.wait_powered(adapter, True)  # bluetoothd's AutoEnable powers it on
+
+        blemu = Blemu("heart-rate", controller=session.central_spec, name="Kernel Bleak HR",
+                      binary=blemu_bin(), log_dir=session.log_dir, log_level="debug")
+        blemu.start(timeout=EVENT_TIMEOUT)
+        app = session.spawn("bleak-app", [APP_PYTHON, "-u", BLEAK_APP, adapter, "Kernel Bleak HR"])
+        started.append(app)
+        blemu.wait_for("connected", timeout=90)
+        blemu.wait_for("read", uuid="2A38", timeout=EVENT_TIMEOUT)
+        blemu.wait_for("subscribed", uuid="2A37", timeout=EVENT_TIMEOUT)
+        app.wait_for(r"^app: subscribed 2a37$", EVENT_TIMEOUT, what="the app's subscription")
+        found = re.search(r"^app: found (\S+)", app.output()[0], re.MULTILINE)
+        notes.append(f"bleak found {found.group(1) if found else '?'}, read 2A38, subscribed to 2A37")
+
+        def follows(bpm: int, near) -> int:
+            """`set bpm`, then the app's notifications reach it (the heart wanders around it)."""
+            mark = app.count(r"^app: notification 2a37 ")
+            blemu.set("bpm", bpm)
+            deadline = time.monotonic() + EVENT_TIMEOUT
+            while True:
+                text, rc = app.output()
+                seen = [int(n) for n in re.findall(r"^app: notification 2a37 \S+ bpm=(\d+)$", text, re.MULTILINE)][mark:]
+                hits = [n for n in seen if near(n)]
+                if hits:
+                    return hits[0]
+                if rc is not None or time.monotonic() > deadline:
+                    raise Failure(f"after `set bpm {bpm}` the app saw {seen[-8:]} (exit {rc}): {tail(text)}")
+                time.sleep(0.5)
+
+        high = follows(150, lambda n: 135 <= n <= 165)
+        low = follows(45, lambda n: 30 <= n <= 60)
+        notes.append(f"its notifications followed set bpm 150 ({high}) and 45 ({low})")
+        blemu.mark()
+        app.guest.signal(app.ident, signal.SIGTERM)
+        rc = session.guest.wait(app.ident, EVENT_TIMEOUT)
+        if rc != 0:
+            raise Failure(f"the app exited with status {rc}: {tail(app.output()[0])}")
+        blemu.wait_for("unsubscribed", uuid="2A37", timeout=EVENT_TIMEOUT)
+        blemu.wait_for("disconnected", timeout=EVENT_TIMEOUT)
+        notes.append("it unsubscribed and disconnected")
+        return "; ".join(notes)
+    except AssertionError as error:  # the kit's EventTimeout / UnexpectedEvent
+        logs = " || ".join(f"{p.ident}: {tail(p.output()[0], 4)}" for p in started)
+        raise Failure(f"{str(error).splitlines()[0]}; {logs}") from None
+    finally:
+        if blemu is not None:
+            blemu.stop()
+        for process in reversed(started):  # the app, bluetoothd, dbus, then the adapter
+            if process.output()[1] is None:
+                session.guest.signal(process.ident, signal.SIGTERM)
+                if session.guest.wait(process.ident, 20) is None:
+                    session.guest.signal(process.ident, signal.SIGKILL)
+                    session.guest.wait(process.ident, 5)
+        # bluetoothd powered on every adapter it saw: the session's goes back off for later cases.
+        if session.adapter is not None and session.adapter in session.adapters() \
+                and "powered" in session.adapter_settings(session.adapter).split():
+            session.btmgmt_power(session.adapter, False)
+
+
 CASES = [
     ("no-such-adapter", case_no_such_adapter, False),
     ("adapter-up-busy", case_adapter_up_busy, True),
@@ -971,6 +1073,10 @@ CASES = [
     ("adapter-unplugged", case_adapter_unplugged, True),
     ("two-devices-one-adapter", case_two_devices_one_adapter, True),
     ("lock-paired-over-hci0", case_lock_paired_over_hci0, True),
+]
+# Only in the qemu guest (bluetoothd, dbus and the app run there, on an adapter of their own).
+GUEST_CASES = [
+    ("bleak-heart-rate", case_bleak_heart_rate, False),
 ]
 # Only where systemd is PID 1 (the qemu guest, unless BLEMU_KERNEL_INIT=busybox).
 SYSTEMD_CASES = [
@@ -1044,7 +1150,7 @@ def boot_and_run(guest: Guest, make_session, cases, wanted: set[str] | None, ada
 def main() -> int:
     arguments = parse_arguments()
     if arguments.list:
-        for name, case, _ in CASES + SYSTEMD_CASES:
+        for name, case, _ in CASES + GUEST_CASES + SYSTEMD_CASES:
             print(f"{name:20} {(case.__doc__ or '').splitlines()[0]}")
         return 0
     started = time.monotonic()
@@ -1057,7 +1163,7 @@ def main() -> int:
         if not shutil.which(tool):
             raise SystemExit(f"test-kernel: {tool} is missing: run scripts/setup")
     wanted = set(arguments.cases.split(",")) if arguments.cases else None
-    unknown = (wanted or set()) - {name for name, _, _ in CASES + SYSTEMD_CASES}
+    unknown = (wanted or set()) - {name for name, _, _ in CASES + GUEST_CASES + SYSTEMD_CASES}
     if unknown:
         raise SystemExit(f"test-kernel: no case named {', '.join(sorted(unknown))} (--list)")
 
@@ -1067,6 +1173,10 @@ def main() -> int:
             raise SystemExit("test-kernel: --adapter needs root (btmgmt power, setpriv to another user)")
         print(f"kernel: this machine's {arguments.adapter}, central on {arguments.central}, blemu {binary}, "
               f"logs {log_dir}", flush=True)
+        for name, _, _ in GUEST_CASES:  # asked for by name: a FAIL, never a silent skip
+            if wanted is not None and name in wanted:
+                results.append((name, False, "runs only in the qemu guest (not with --adapter)"))
+                print(f"kernel: FAIL {name}: runs only in the qemu guest (not with --adapter)", flush=True)
         boot_and_run(LocalAgent(log_dir), lambda guest: LocalSession(guest, arguments.adapter, arguments.central, log_dir),
                      CASES, wanted, arguments.adapter, results, "this machine")
     else:
@@ -1075,7 +1185,7 @@ def main() -> int:
         init = os.environ.get("BLEMU_KERNEL_INIT", "systemd")
         if init not in ("systemd", "busybox"):
             raise SystemExit(f"test-kernel: BLEMU_KERNEL_INIT is systemd or busybox, not {init!r}")
-        cases = CASES + SYSTEMD_CASES if init == "systemd" else CASES
+        cases = CASES + GUEST_CASES + (SYSTEMD_CASES if init == "systemd" else [])
         print(f"kernel: {kernel.name}, {len(modules)} modules, {init} as init, blemu {binary}, logs {log_dir}",
               flush=True)
         if init != "systemd":
