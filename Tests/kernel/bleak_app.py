@@ -1,35 +1,46 @@
 """A real Linux BLE app for the kernel tests: bleak (PyPI) over BlueZ's bluetoothd, in the guest.
 
-    python bleak_app.py ADAPTER NAME
+    python bleak_app.py ADAPTER heart-rate NAME
+    python bleak_app.py ADAPTER thermostat NAME
 
-Run by Tests/kernel/run.py (case bleak-heart-rate) with the repository's .venv python, inside the
-qemu guest where bluetoothd owns ADAPTER (a vhci adapter bridged to the host's rootcanal). It
-does what a heart-rate app does, as an app tester's app under test would: scans for NAME,
-connects, reads Body Sensor Location (0x2A38), subscribes to Heart Rate Measurement (0x2A37) and
-prints one line per step and per notification, until SIGTERM; then it unsubscribes, disconnects
-and exits 0. The host's driver (blemu's Python kit) drives the device and asserts on both sides:
-blemu's events and these lines:
+Run by Tests/kernel/run.py (cases bleak-heart-rate, bleak-thermostat) with the repository's .venv
+python, inside the qemu guest where bluetoothd owns ADAPTER (a vhci adapter bridged to the host's
+rootcanal). It does what an app does, as an app tester's app under test would, and prints one
+line per step; the host's driver (blemu's Python kit) drives the device and asserts on both
+sides: blemu's events and these lines. Any failure prints `app: error ...` and exits 1.
 
-  app: found ADDRESS
-  app: connected
-  app: read 2a38 HEX
-  app: subscribed 2a37
+heart-rate: scans for NAME, connects, reads Body Sensor Location (0x2A38), subscribes to Heart
+Rate Measurement (0x2A37) and prints each notification until SIGTERM; then it unsubscribes,
+disconnects and exits 0:
+
+  app: found ADDRESS / connected / read 2a38 HEX / subscribed 2a37
   app: notification 2a37 HEX bpm=N
   app: disconnected
 
-Any failure prints `app: error ...` and exits 1.
-"""
+thermostat: registers a BlueZ agent (BlueZ asks one even for Just Works), connects, reads Target
+Temperature and writes 21.50 °C with response. The thermostat refuses the write on an
+unencrypted link (0x05): BlueZ pairs (Just Works) and retries the write on its own. It
+disconnects, connects again and writes 22.00 °C: BlueZ encrypts with the bond it kept, no
+pairing. Then exits 0:
 
-from __future__ import annotations
+  app: agent registered / found ADDRESS / connected / read target HEX
+  app: agent authorization|confirmation ...   (BlueZ asking the agent, as it pairs)
+  app: wrote target 6608 / disconnected / connected again / wrote target 9808 / disconnected
+"""
 
 import asyncio
 import signal
 import sys
 
 from bleak import BleakClient, BleakScanner
+from dbus_fast import BusType, DBusError
+from dbus_fast.aio import MessageBus
+from dbus_fast.service import ServiceInterface, dbus_method
 
 HEART_RATE_MEASUREMENT = "00002a37-0000-1000-8000-00805f9b34fb"
 BODY_SENSOR_LOCATION = "00002a38-0000-1000-8000-00805f9b34fb"
+TARGET_TEMPERATURE = "7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50"
+AGENT_PATH = "/org/blemu/kernel/agent"
 
 
 def say(text: str) -> None:
@@ -43,16 +54,100 @@ def beats_per_minute(value: bytes) -> int:
     return int.from_bytes(value[1:3], "little") if value[0] & 0x01 else value[1]
 
 
-async def main(adapter: str, name: str) -> int:
+class Agent(ServiceInterface):
+    """org.bluez.Agent1 (BlueZ doc/org.bluez.Agent.rst): says what BlueZ asked and agrees; a
+    passkey (Passkey Entry) when one was given."""
+
+    def __init__(self, passkey: int | None = None):
+        super().__init__("org.bluez.Agent1")
+        self.passkey = passkey
+
+    @dbus_method()
+    def Release(self):  # noqa: N802 (D-Bus names)
+        say("agent released")
+
+    @dbus_method()
+    def RequestPinCode(self, device: "o") -> "s":  # noqa: N802, F821
+        raise DBusError("org.bluez.Error.Rejected", "no PIN code (LE only)")
+
+    @dbus_method()
+    def DisplayPinCode(self, device: "o", pincode: "s"):  # noqa: N802, F821
+        say("agent display pin code")
+
+    @dbus_method()
+    def RequestPasskey(self, device: "o") -> "u":  # noqa: N802, F821
+        if self.passkey is None:
+            say("agent passkey asked, none given: rejected")
+            raise DBusError("org.bluez.Error.Rejected", "no passkey")
+        say("agent passkey")
+        return self.passkey
+
+    @dbus_method()
+    def DisplayPasskey(self, device: "o", passkey: "u", entered: "q"):  # noqa: N802, F821
+        say(f"agent display passkey {passkey:06d}")
+
+    @dbus_method()
+    def RequestConfirmation(self, device: "o", passkey: "u"):  # noqa: N802, F821
+        say(f"agent confirmation {passkey:06d}")
+
+    @dbus_method()
+    def RequestAuthorization(self, device: "o"):  # noqa: N802, F821
+        say("agent authorization")
+
+    @dbus_method()
+    def AuthorizeService(self, device: "o", uuid: "s"):  # noqa: N802, F821
+        say(f"agent authorize service {uuid}")
+
+    @dbus_method()
+    def Cancel(self):  # noqa: N802
+        say("agent cancelled")
+
+
+async def register_agent(passkey: int | None = None) -> MessageBus:
+    """The default agent, as a desktop's pairing dialog is, with KeyboardDisplay capability."""
+    bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
+    bus.export(AGENT_PATH, Agent(passkey))
+    introspection = await bus.introspect("org.bluez", "/org/bluez")
+    manager = bus.get_proxy_object("org.bluez", "/org/bluez", introspection).get_interface("org.bluez.AgentManager1")
+    await manager.call_register_agent(AGENT_PATH, "KeyboardDisplay")
+    await manager.call_request_default_agent(AGENT_PATH)
+    say("agent registered")
+    return bus
+
+
+async def find(adapter: str, name: str):
+    device = await BleakScanner.find_device_by_name(name, timeout=60, bluez={"adapter": adapter})
+    if device is None:
+        raise RuntimeError(f"no device named {name!r} within 60 s")
+    say(f"found {device.address}")
+    return device
+
+
+async def thermostat(adapter: str, name: str) -> int:
+    bus = await register_agent()
+    try:
+        device = await find(adapter, name)
+        for attempt, centi in enumerate((2150, 2200)):
+            async with BleakClient(device, bluez={"adapter": adapter}, timeout=60) as client:
+                say("connected" if attempt == 0 else "connected again")
+                if attempt == 0:
+                    target = await client.read_gatt_char(TARGET_TEMPERATURE)
+                    say(f"read target {bytes(target).hex()}")
+                value = centi.to_bytes(2, "little", signed=True)
+                await client.write_gatt_char(TARGET_TEMPERATURE, value, response=True)
+                say(f"wrote target {value.hex()}")
+            say("disconnected")
+        return 0
+    finally:
+        bus.disconnect()
+
+
+async def heart_rate(adapter: str, name: str) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    device = await BleakScanner.find_device_by_name(name, timeout=60, adapter=adapter)
-    if device is None:
-        say(f"error: no device named {name!r} within 60 s")
-        return 1
-    say(f"found {device.address}")
-    async with BleakClient(device, adapter=adapter, timeout=60) as client:
+    device = await find(adapter, name)
+    async with BleakClient(device, bluez={"adapter": adapter}, timeout=60) as client:
         say("connected")
         location = await client.read_gatt_char(BODY_SENSOR_LOCATION)
         say(f"read 2a38 {bytes(location).hex()}")
@@ -69,11 +164,13 @@ async def main(adapter: str, name: str) -> int:
     return 0
 
 
+APPS = {"heart-rate": heart_rate, "thermostat": thermostat}
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: bleak_app.py ADAPTER NAME")
+    if len(sys.argv) != 4 or sys.argv[2] not in APPS:
+        sys.exit(f"usage: bleak_app.py ADAPTER {{{'|'.join(APPS)}}} NAME")
     try:
-        sys.exit(asyncio.run(main(sys.argv[1], sys.argv[2])))
+        sys.exit(asyncio.run(APPS[sys.argv[2]](sys.argv[1], sys.argv[3])))
     except Exception as error:  # one line the driver shows
         say(f"error: {error!r}")
         sys.exit(1)

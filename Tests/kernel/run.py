@@ -975,94 +975,163 @@ def case_lock_paired_over_hci0(session: Session) -> str:
         session.stop_blemu(process)
 
 
-def case_bleak_heart_rate(session: Session) -> str:
-    """A real Linux app: bleak over BlueZ's bluetoothd in the guest, against blemu's heart-rate on
-    the host's rootcanal, driven and asserted by the Python kit: discovery, a read, and
-    notifications that follow `set bpm`."""
-    from blemu_testkit import Blemu
+class BlueZInGuest:
+    """BlueZ in the guest for a real app: the system bus (unless systemd started it), bluetoothd
+    on an adapter of its own (the session's stays with blemu's cases), and the app; all stopped
+    on leaving, and the session's adapter, which bluetoothd's AutoEnable powered on too, powered
+    off again for the cases after."""
 
-    assert isinstance(session, GuestSession)
-    for path in (APP_PYTHON, BLUETOOTHD, "/usr/bin/dbus-daemon"):
-        if session.guest.run(["test", "-x", path])["rc"] != 0:
-            raise Failure(f"{path} is missing in the guest (scripts/setup --tests: bluez, dbus, the .venv with bleak)")
-    started: list[GuestProcess] = []
-    blemu: Blemu | None = None
-    notes = []
-    try:
-        # An adapter of its own for bluetoothd (the session's stays with blemu's cases).
-        bridge = session.spawn("bridge-bleak", [GUEST_PYTHON, "-u", BRIDGE, "10.0.2.2", str(session.rootcanal.hci_port)])
-        started.append(bridge)
-        adapter = re.findall(r"(hci\d+) up", bridge.wait_for(r"hci\d+ up", EVENT_TIMEOUT, what="the vhci adapter"))[-1]
-        session.adapter_settings(adapter)
-        if session.guest.run(["test", "-S", "/run/dbus/system_bus_socket"])["rc"] != 0:
-            session.guest.run(["mkdir", "-p", "/run/dbus"])
-            dbus = session.spawn("dbus-daemon", ["dbus-daemon", "--system", "--nofork", "--nopidfile"])
-            started.append(dbus)
-            deadline = time.monotonic() + EVENT_TIMEOUT
-            while session.guest.run(["test", "-S", "/run/dbus/system_bus_socket"])["rc"] != 0:
-                if time.monotonic() > deadline or dbus.output()[1] is not None:
-                    raise Failure(f"the system bus did not come up: {tail(dbus.output()[0])}")
-                time.sleep(0.5)
-        bluetoothd = session.spawn("bluetoothd", [BLUETOOTHD, "--nodetach", "--debug"])
-        started.append(bluetoothd)
-        session.wait_powered(adapter, True)  # bluetoothd's AutoEnable powers it on
+    def __init__(self, session: Session):
+        assert isinstance(session, GuestSession)
+        self.session = session
+        self.started: list[GuestProcess] = []
+        self.adapter = ""
 
-        blemu = Blemu("heart-rate", controller=session.central_spec, name="Kernel Bleak HR",
-                      binary=blemu_bin(), log_dir=session.log_dir, log_level="debug")
-        blemu.start(timeout=EVENT_TIMEOUT)
-        app = session.spawn("bleak-app", [APP_PYTHON, "-u", BLEAK_APP, adapter, "Kernel Bleak HR"])
-        started.append(app)
-        blemu.wait_for("connected", timeout=90)
-        blemu.wait_for("read", uuid="2A38", timeout=EVENT_TIMEOUT)
-        blemu.wait_for("subscribed", uuid="2A37", timeout=EVENT_TIMEOUT)
-        app.wait_for(r"^app: subscribed 2a37$", EVENT_TIMEOUT, what="the app's subscription")
-        found = re.search(r"^app: found (\S+)", app.output()[0], re.MULTILINE)
-        notes.append(f"bleak found {found.group(1) if found else '?'}, read 2A38, subscribed to 2A37")
+    def __enter__(self) -> "BlueZInGuest":
+        session = self.session
+        try:
+            for path in (APP_PYTHON, BLUETOOTHD, "/usr/bin/dbus-daemon"):
+                if session.guest.run(["test", "-x", path])["rc"] != 0:
+                    raise Failure(f"{path} is missing in the guest (scripts/setup --tests: bluez, dbus, the .venv with bleak)")
+            bridge = self.spawn("bridge-bleak", [GUEST_PYTHON, "-u", BRIDGE, "10.0.2.2", str(session.rootcanal.hci_port)])
+            self.adapter = re.findall(r"(hci\d+) up", bridge.wait_for(r"hci\d+ up", EVENT_TIMEOUT, what="the vhci adapter"))[-1]
+            session.adapter_settings(self.adapter)
+            if session.guest.run(["test", "-S", "/run/dbus/system_bus_socket"])["rc"] != 0:
+                session.guest.run(["mkdir", "-p", "/run/dbus"])
+                dbus = self.spawn("dbus-daemon", ["dbus-daemon", "--system", "--nofork", "--nopidfile"])
+                deadline = time.monotonic() + EVENT_TIMEOUT
+                while session.guest.run(["test", "-S", "/run/dbus/system_bus_socket"])["rc"] != 0:
+                    if time.monotonic() > deadline or dbus.output()[1] is not None:
+                        raise Failure(f"the system bus did not come up: {tail(dbus.output()[0])}")
+                    time.sleep(0.5)
+            self.spawn("bluetoothd", [BLUETOOTHD, "--nodetach", "--debug"])
+            session.wait_powered(self.adapter, True)  # bluetoothd's AutoEnable powers it on
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
 
-        def follows(bpm: int, near) -> int:
-            """`set bpm`, then the app's notifications reach it (the heart wanders around it)."""
-            mark = app.count(r"^app: notification 2a37 ")
-            blemu.set("bpm", bpm)
-            deadline = time.monotonic() + EVENT_TIMEOUT
-            while True:
-                text, rc = app.output()
-                seen = [int(n) for n in re.findall(r"^app: notification 2a37 \S+ bpm=(\d+)$", text, re.MULTILINE)][mark:]
-                hits = [n for n in seen if near(n)]
-                if hits:
-                    return hits[0]
-                if rc is not None or time.monotonic() > deadline:
-                    raise Failure(f"after `set bpm {bpm}` the app saw {seen[-8:]} (exit {rc}): {tail(text)}")
-                time.sleep(0.5)
+    def spawn(self, ident: str, cmd: list[str]) -> GuestProcess:
+        process = self.session.spawn(ident, cmd)
+        self.started.append(process)
+        return process
 
-        high = follows(150, lambda n: 135 <= n <= 165)
-        low = follows(45, lambda n: 30 <= n <= 60)
-        notes.append(f"its notifications followed set bpm 150 ({high}) and 45 ({low})")
-        blemu.mark()
-        app.guest.signal(app.ident, signal.SIGTERM)
-        rc = session.guest.wait(app.ident, EVENT_TIMEOUT)
-        if rc != 0:
-            raise Failure(f"the app exited with status {rc}: {tail(app.output()[0])}")
-        blemu.wait_for("unsubscribed", uuid="2A37", timeout=EVENT_TIMEOUT)
-        blemu.wait_for("disconnected", timeout=EVENT_TIMEOUT)
-        notes.append("it unsubscribed and disconnected")
-        return "; ".join(notes)
-    except AssertionError as error:  # the kit's EventTimeout / UnexpectedEvent
-        logs = " || ".join(f"{p.ident}: {tail(p.output()[0], 4)}" for p in started)
-        raise Failure(f"{str(error).splitlines()[0]}; {logs}") from None
-    finally:
-        if blemu is not None:
-            blemu.stop()
-        for process in reversed(started):  # the app, bluetoothd, dbus, then the adapter
+    def app(self, ident: str, *arguments: str) -> GuestProcess:
+        return self.spawn(ident, [APP_PYTHON, "-u", BLEAK_APP, self.adapter, *arguments])
+
+    def logs(self) -> str:
+        return " || ".join(f"{p.ident}: {tail(p.output()[0], 4)}" for p in self.started if p.ident != "bluetoothd")
+
+    def __exit__(self, *_exc: object) -> None:
+        session = self.session
+        for process in reversed(self.started):  # the app, bluetoothd, dbus, then the adapter
             if process.output()[1] is None:
                 session.guest.signal(process.ident, signal.SIGTERM)
                 if session.guest.wait(process.ident, 20) is None:
                     session.guest.signal(process.ident, signal.SIGKILL)
                     session.guest.wait(process.ident, 5)
-        # bluetoothd powered on every adapter it saw: the session's goes back off for later cases.
+        self.started.clear()
         if session.adapter is not None and session.adapter in session.adapters() \
                 and "powered" in session.adapter_settings(session.adapter).split():
             session.btmgmt_power(session.adapter, False)
 
+
+def host_blemu(session: Session, device: str, name: str, options: list[str] | None = None):
+    """blemu on the host, its controller the rootcanal the guest's adapters are bridged to,
+    started by the Python kit (Docs/TESTING-APPS.md), which then drives and asserts."""
+    from blemu_testkit import Blemu
+
+    blemu = Blemu(device, controller=session.central_spec, name=name, options=options or [], binary=blemu_bin(),
+                  log_dir=session.log_dir, log_level="debug")
+    return blemu.start(timeout=EVENT_TIMEOUT)
+
+
+def case_bleak_heart_rate(session: Session) -> str:
+    """A real Linux app: bleak over BlueZ's bluetoothd in the guest, against blemu's heart-rate on
+    the host's rootcanal, driven and asserted by the Python kit: discovery, a read, and
+    notifications that follow `set bpm`."""
+    notes = []
+    with BlueZInGuest(session) as bluez:
+        blemu = host_blemu(session, "heart-rate", "Kernel Bleak HR")
+        try:
+            app = bluez.app("bleak-app", "heart-rate", "Kernel Bleak HR")
+            blemu.wait_for("connected", timeout=90)
+            blemu.wait_for("read", uuid="2A38", timeout=EVENT_TIMEOUT)
+            blemu.wait_for("subscribed", uuid="2A37", timeout=EVENT_TIMEOUT)
+            app.wait_for(r"^app: subscribed 2a37$", EVENT_TIMEOUT, what="the app's subscription")
+            found = re.search(r"^app: found (\S+)", app.output()[0], re.MULTILINE)
+            notes.append(f"bleak found {found.group(1) if found else '?'}, read 2A38, subscribed to 2A37")
+
+            def follows(bpm: int, near) -> int:
+                """`set bpm`, then the app's notifications reach it (the heart wanders around it)."""
+                mark = app.count(r"^app: notification 2a37 ")
+                blemu.set("bpm", bpm)
+                deadline = time.monotonic() + EVENT_TIMEOUT
+                while True:
+                    text, rc = app.output()
+                    seen = [int(n) for n in re.findall(r"^app: notification 2a37 \S+ bpm=(\d+)$", text, re.MULTILINE)][mark:]
+                    hits = [n for n in seen if near(n)]
+                    if hits:
+                        return hits[0]
+                    if rc is not None or time.monotonic() > deadline:
+                        raise Failure(f"after `set bpm {bpm}` the app saw {seen[-8:]} (exit {rc}): {tail(text)}")
+                    time.sleep(0.5)
+
+            high = follows(150, lambda n: 135 <= n <= 165)
+            low = follows(45, lambda n: 30 <= n <= 60)
+            notes.append(f"its notifications followed set bpm 150 ({high}) and 45 ({low})")
+            blemu.mark()
+            session.guest.signal(app.ident, signal.SIGTERM)
+            rc = session.guest.wait(app.ident, EVENT_TIMEOUT)
+            if rc != 0:
+                raise Failure(f"the app exited with status {rc}: {tail(app.output()[0])}")
+            blemu.wait_for("unsubscribed", uuid="2A37", timeout=EVENT_TIMEOUT)
+            blemu.wait_for("disconnected", timeout=EVENT_TIMEOUT)
+            notes.append("it unsubscribed and disconnected")
+            return "; ".join(notes)
+        except AssertionError as error:  # the kit's EventTimeout / UnexpectedEvent
+            raise Failure(f"{str(error).splitlines()[0]}; {bluez.logs()}") from None
+        finally:
+            blemu.stop()
+
+
+def case_bleak_thermostat(session: Session) -> str:
+    """A real Linux app pairs: bleak writes the thermostat's target, blemu refuses it unencrypted
+    (0x05), BlueZ pairs Just Works (asking the app's agent) and retries; on reconnection BlueZ
+    encrypts with the bond and the write goes through without a new pairing."""
+    target = "7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50"
+    with BlueZInGuest(session) as bluez:
+        blemu = host_blemu(session, "thermostat", "Kernel Bleak TH")
+        try:
+            app = bluez.app("bleak-thermostat", "thermostat", "Kernel Bleak TH")
+            blemu.wait_for("connected", timeout=90)
+            blemu.wait_for("read", uuid=target, timeout=EVENT_TIMEOUT)
+            paired = blemu.wait_for("paired", timeout=EVENT_TIMEOUT)
+            if paired.get("method") != "just-works" or not paired.get("bonded"):
+                raise Failure(f"BlueZ's pairing was {paired}, not a bonded Just Works")
+            blemu.expect_write(target, "6608", timeout=EVENT_TIMEOUT)
+            blemu.wait_for("disconnected", timeout=EVENT_TIMEOUT)
+            # The second connection: encrypted with the bond, no pairing, then the write.
+            blemu.mark()
+            blemu.wait_for("connected", timeout=90)
+            encrypted = blemu.wait_for("encrypted", timeout=EVENT_TIMEOUT)
+            blemu.expect_write(target, "9808", timeout=EVENT_TIMEOUT)
+            rc = session.guest.wait(app.ident, EVENT_TIMEOUT)
+            text = app.output()[0]
+            if rc != 0:
+                raise Failure(f"the app exited with status {rc}: {tail(text)}")
+            again = [e for e in blemu.history if e.get("event") == "paired"]
+            if len(again) != 1:
+                raise Failure(f"{len(again)} pairings, not 1: the bond was not reused")
+            asked = re.findall(r"^app: (agent \w+)", text, re.MULTILINE)
+            return (f"0x05, then BlueZ paired Just Works (key size {paired.get('key_size')}, "
+                    f"SC {paired.get('secure_connections')}, its agent asked: {', '.join(asked) or 'nothing'}) and "
+                    f"retried the write (6608); reconnected, encrypted with the bond "
+                    f"(key size {encrypted.get('key_size')}), written (9808) without pairing again")
+        except AssertionError as error:
+            raise Failure(f"{str(error).splitlines()[0]}; {bluez.logs()}") from None
+        finally:
+            blemu.stop()
 
 CASES = [
     ("no-such-adapter", case_no_such_adapter, False),
@@ -1077,6 +1146,7 @@ CASES = [
 # Only in the qemu guest (bluetoothd, dbus and the app run there, on an adapter of their own).
 GUEST_CASES = [
     ("bleak-heart-rate", case_bleak_heart_rate, False),
+    ("bleak-thermostat", case_bleak_thermostat, False),
 ]
 # Only where systemd is PID 1 (the qemu guest, unless BLEMU_KERNEL_INIT=busybox).
 SYSTEMD_CASES = [
