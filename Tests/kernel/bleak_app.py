@@ -2,6 +2,7 @@
 
     python bleak_app.py ADAPTER heart-rate NAME
     python bleak_app.py ADAPTER thermostat NAME
+    python bleak_app.py ADAPTER lock NAME PASSKEY PIN
 
 Run by Tests/kernel/run.py (cases bleak-heart-rate, bleak-thermostat) with the repository's .venv
 python, inside the qemu guest where bluetoothd owns ADAPTER (a vhci adapter bridged to the host's
@@ -26,6 +27,14 @@ pairing. Then exits 0:
   app: agent registered / found ADDRESS / connected / read target HEX
   app: agent authorization|confirmation ...   (BlueZ asking the agent, as it pairs)
   app: wrote target 6608 / disconnected / connected again / wrote target 9808 / disconnected
+
+lock: registers an agent that types PASSKEY, connects, subscribes to the Lock Control Point
+(indications) and writes Unlock (0x02) with PIN. The lock refuses an unauthenticated link (0x05):
+BlueZ pairs with Passkey Entry (asking the agent for the passkey) and retries. Prints the
+indication that answers, then disconnects and exits 0:
+
+  app: agent registered / found ADDRESS / connected / agent passkey / subscribed 7d3c0202
+  app: wrote unlock / indication 7d3c0202 HEX / disconnected
 """
 
 import asyncio
@@ -40,6 +49,7 @@ from dbus_fast.service import ServiceInterface, dbus_method
 HEART_RATE_MEASUREMENT = "00002a37-0000-1000-8000-00805f9b34fb"
 BODY_SENSOR_LOCATION = "00002a38-0000-1000-8000-00805f9b34fb"
 TARGET_TEMPERATURE = "7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50"
+LOCK_CONTROL_POINT = "7d3c0202-9a5e-4d1a-8f6e-5c1b2d3e4f50"
 AGENT_PATH = "/org/blemu/kernel/agent"
 
 
@@ -142,6 +152,29 @@ async def thermostat(adapter: str, name: str) -> int:
         bus.disconnect()
 
 
+async def lock(adapter: str, name: str, passkey: str, pin: str) -> int:
+    bus = await register_agent(int(passkey))
+    try:
+        device = await find(adapter, name)
+        answered = asyncio.Event()
+
+        def indicated(_characteristic, data: bytearray) -> None:
+            say(f"indication 7d3c0202 {bytes(data).hex()}")
+            answered.set()
+
+        async with BleakClient(device, bluez={"adapter": adapter}, timeout=60) as client:
+            say("connected")
+            await client.start_notify(LOCK_CONTROL_POINT, indicated)
+            say("subscribed 7d3c0202")
+            await client.write_gatt_char(LOCK_CONTROL_POINT, b"\x02" + pin.encode(), response=True)
+            say("wrote unlock")
+            await asyncio.wait_for(answered.wait(), 30)
+        say("disconnected")
+        return 0
+    finally:
+        bus.disconnect()
+
+
 async def heart_rate(adapter: str, name: str) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -164,13 +197,13 @@ async def heart_rate(adapter: str, name: str) -> int:
     return 0
 
 
-APPS = {"heart-rate": heart_rate, "thermostat": thermostat}
+APPS = {"heart-rate": (heart_rate, 1), "thermostat": (thermostat, 1), "lock": (lock, 3)}
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[2] not in APPS:
-        sys.exit(f"usage: bleak_app.py ADAPTER {{{'|'.join(APPS)}}} NAME")
+    if len(sys.argv) < 4 or sys.argv[2] not in APPS or len(sys.argv) != 3 + APPS[sys.argv[2]][1]:
+        sys.exit("usage: bleak_app.py ADAPTER heart-rate|thermostat NAME, or ADAPTER lock NAME PASSKEY PIN")
     try:
-        sys.exit(asyncio.run(APPS[sys.argv[2]](sys.argv[1], sys.argv[3])))
+        sys.exit(asyncio.run(APPS[sys.argv[2]][0](sys.argv[1], *sys.argv[3:])))
     except Exception as error:  # one line the driver shows
         say(f"error: {error!r}")
         sys.exit(1)

@@ -113,6 +113,7 @@ def main() -> int:
                 answer = local_answer(packet)
                 if answer is not None:
                     os.write(vhci, answer)
+                    say(f"answered command 0x{struct.unpack_from('<H', packet, 1)[0]:04x} itself")
                     continue
                 controller.setblocking(True)
                 controller.sendall(packet)
