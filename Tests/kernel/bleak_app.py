@@ -28,6 +28,10 @@ pairing. Then exits 0:
   app: agent authorization|confirmation ...   (BlueZ asking the agent, as it pairs)
   app: wrote target 6608 / disconnected / connected again / wrote target 9808 / disconnected
 
+Each connection also prints the services BlueZ resolved (`app: services 180a,180f,...`: 16-bit
+UUIDs short). Then it waits for the driver's go (the file GO_FILE appears, once the test has taken
+a service out) and connects a third time, printing the services again, and disconnects.
+
 lock: registers an agent that types PASSKEY, connects, subscribes to the Lock Control Point
 (indications) and writes Unlock (0x02) with PIN. The lock refuses an unauthenticated link (0x05):
 BlueZ pairs with Passkey Entry (asking the agent for the passkey) and retries. Prints the
@@ -38,6 +42,7 @@ indication that answers, then disconnects and exits 0:
 """
 
 import asyncio
+import os
 import signal
 import sys
 
@@ -51,6 +56,9 @@ BODY_SENSOR_LOCATION = "00002a38-0000-1000-8000-00805f9b34fb"
 TARGET_TEMPERATURE = "7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50"
 LOCK_CONTROL_POINT = "7d3c0202-9a5e-4d1a-8f6e-5c1b2d3e4f50"
 AGENT_PATH = "/org/blemu/kernel/agent"
+# The driver creates it (over the guest agent) when the thermostat's third connection may start.
+GO_FILE = "/run/blemu-kernel-bleak-go"
+SIG_BASE = "-0000-1000-8000-00805f9b34fb"
 
 
 def say(text: str) -> None:
@@ -133,6 +141,12 @@ async def find(adapter: str, name: str):
     return device
 
 
+def say_services(client: BleakClient) -> None:
+    uuids = sorted(service.uuid[4:8] if service.uuid.endswith(SIG_BASE) and service.uuid.startswith("0000")
+                   else service.uuid for service in client.services)
+    say(f"services {','.join(uuids)}")
+
+
 async def thermostat(adapter: str, name: str) -> int:
     bus = await register_agent()
     try:
@@ -140,6 +154,7 @@ async def thermostat(adapter: str, name: str) -> int:
         for attempt, centi in enumerate((2150, 2200)):
             async with BleakClient(device, bluez={"adapter": adapter}, timeout=60) as client:
                 say("connected" if attempt == 0 else "connected again")
+                say_services(client)
                 if attempt == 0:
                     target = await client.read_gatt_char(TARGET_TEMPERATURE)
                     say(f"read target {bytes(target).hex()}")
@@ -147,6 +162,17 @@ async def thermostat(adapter: str, name: str) -> int:
                 await client.write_gatt_char(TARGET_TEMPERATURE, value, response=True)
                 say(f"wrote target {value.hex()}")
             say("disconnected")
+        for _ in range(900):
+            if os.path.exists(GO_FILE):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise RuntimeError(f"no {GO_FILE} within 90 s")
+        async with BleakClient(device, bluez={"adapter": adapter}, timeout=60) as client:
+            say("connected a third time")
+            await asyncio.sleep(3)  # BlueZ follows a Service Changed indication after connecting
+            say_services(client)
+        say("disconnected")
         return 0
     finally:
         bus.disconnect()

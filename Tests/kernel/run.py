@@ -1098,26 +1098,50 @@ def case_bleak_heart_rate(session: Session) -> str:
 def case_bleak_thermostat(session: Session) -> str:
     """A real Linux app pairs: bleak writes the thermostat's target, blemu refuses it unencrypted
     (0x05), BlueZ pairs Just Works (asking the app's agent) and retries; on reconnection BlueZ
-    encrypts with the bond and the write goes through without a new pairing."""
+    encrypts with the bond and the write goes through without a new pairing; a service taken
+    out, BlueZ's cache follows it."""
+    from blemu_testkit.control import event_matches
+
     target = "7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50"
+
+    def wrote(value: str, before: dict) -> bool:
+        return any(event_matches(e, "write", {"uuid": target, "value": value}) and e["seq"] < before["seq"]
+                   for e in blemu.history)
+
     with BlueZInGuest(session, "bleak-th") as bluez:
         blemu = host_blemu(session, "thermostat", "Kernel Bleak TH")
         try:
+            session.guest.run(["rm", "-f", "/run/blemu-kernel-bleak-go"])
             app = bluez.app("thermostat", "Kernel Bleak TH")
             blemu.wait_for("connected", timeout=90)
             blemu.wait_for("read", uuid=target, timeout=EVENT_TIMEOUT)
             paired = blemu.wait_for("paired", timeout=EVENT_TIMEOUT)
             if paired.get("method") != "just-works" or not paired.get("bonded"):
                 raise Failure(f"BlueZ's pairing was {paired}, not a bonded Just Works")
-            blemu.expect_write(target, "6608", timeout=EVENT_TIMEOUT)
-            blemu.wait_for("disconnected", timeout=EVENT_TIMEOUT)
+            # BlueZ retries the write once the link is encrypted, which may be before the
+            # pairing's key distribution ends (`paired`): look for it on either side.
+            written = blemu.wait_for("disconnected", timeout=EVENT_TIMEOUT)
+            if not wrote("6608", written):
+                raise Failure(f"no write of 6608 on the first connection; {bluez.logs()}")
             # The second connection: encrypted with the bond, no pairing, then the write.
             blemu.mark()
             blemu.wait_for("connected", timeout=90)
             encrypted = blemu.wait_for("encrypted", timeout=EVENT_TIMEOUT)
-            blemu.expect_write(target, "9808", timeout=EVENT_TIMEOUT)
-            rc = session.guest.wait(app.ident, EVENT_TIMEOUT)
+            if not wrote("9808", blemu.wait_for("disconnected", timeout=EVENT_TIMEOUT)):
+                raise Failure(f"no write of 9808 on the second connection; {bluez.logs()}")
+            # A service taken out while the bonded app is away: BlueZ's cache must follow it.
             text = app.output()[0]
+            before = re.findall(r"^app: services (\S+)$", text, re.MULTILINE)
+            if not before or "180f" not in before[-1].split(","):
+                raise Failure(f"the app did not see Battery 0x180F before it was taken out: {before}")
+            blemu.service("180F", False)
+            session.guest.run(["touch", "/run/blemu-kernel-bleak-go"])
+            rc = session.guest.wait(app.ident, 120)
+            text = app.output()[0]
+            after = re.findall(r"^app: services (\S+)$", text, re.MULTILINE)
+            if rc == 0 and (len(after) != len(before) + 1 or "180f" in after[-1].split(",")):
+                raise Failure(f"BlueZ's cache did not follow Battery 0x180F taken out: services {after[-1] if after else '?'} "
+                              f"on reconnection (before: {before[-1]})")
             if rc != 0:
                 raise Failure(f"the app exited with status {rc}: {tail(text)}")
             again = [e for e in blemu.history if e.get("event") == "paired"]
@@ -1130,11 +1154,13 @@ def case_bleak_thermostat(session: Session) -> str:
             return (f"0x05, then BlueZ paired Just Works (key size {paired.get('key_size')}, "
                     f"SC {paired.get('secure_connections')}, its agent asked: {', '.join(asked) or 'nothing'}) and "
                     f"retried the write (6608); reconnected, encrypted with the bond "
-                    f"(key size {encrypted.get('key_size')}), written (9808) without pairing again")
+                    f"(key size {encrypted.get('key_size')}), written (9808) without pairing again; Battery 0x180F "
+                    f"taken out, and the bonded app's next connection no longer has it ({after[-1]})")
         except AssertionError as error:
             raise Failure(f"{str(error).splitlines()[0]}; {bluez.logs()}") from None
         finally:
             blemu.stop()
+
 
 def case_bleak_lock(session: Session) -> str:
     """A real Linux app pairs with a passkey: bleak subscribes to the lock's control point and
