@@ -1004,8 +1004,13 @@ class BlueZInGuest:
                     if time.monotonic() > deadline or dbus.output()[1] is not None:
                         raise Failure(f"the system bus did not come up: {tail(dbus.output()[0])}")
                     time.sleep(0.5)
-            self.spawn(f"{self.label}-bluetoothd", [BLUETOOTHD, "--nodetach", "--debug"])
-            session.wait_powered(self.adapter, True)  # bluetoothd's AutoEnable powers it on
+            bluetoothd = self.spawn(f"{self.label}-bluetoothd", [BLUETOOTHD, "--nodetach", "--debug"])
+            try:
+                session.wait_powered(self.adapter, True)  # bluetoothd's AutoEnable powers it on
+            except Failure as failure:
+                text, rc = bluetoothd.output()
+                errors = [line for line in text.splitlines() if "Key file does not have" not in line][-4:]
+                raise Failure(f"{failure}; bluetoothd (exit {rc}): {' | '.join(errors)}") from None
         except BaseException:
             self.__exit__()
             raise
@@ -1030,6 +1035,9 @@ class BlueZInGuest:
                 if session.guest.wait(process.ident, 20) is None:
                     session.guest.signal(process.ident, signal.SIGKILL)
                     session.guest.wait(process.ident, 5)
+        if any(process.ident.endswith("-dbus-daemon") for process in self.started):
+            # Its socket stays behind: the next case would take it for a running bus.
+            session.guest.run(["rm", "-f", "/run/dbus/system_bus_socket"])
         self.started.clear()
         if session.adapter is not None and session.adapter in session.adapters() \
                 and "powered" in session.adapter_settings(session.adapter).split():
