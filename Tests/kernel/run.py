@@ -44,6 +44,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "python"))  # blemu_testkit, the Python kit (Docs/TESTING-APPS.md)
 
 from bumble_central import (  # noqa: E402
     UUID_BODY_SENSOR_LOCATION,
@@ -66,9 +67,21 @@ UUID_THERMOSTAT_SERVICE = UUID("7d3c0100-9a5e-4d1a-8f6e-5c1b2d3e4f50")
 UUID_TARGET_TEMPERATURE = UUID("7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50")
 
 GUEST_PYTHON = "/usr/bin/python3"
+# The real app's python (bleak, dbus_fast): the repository's .venv, seen in the guest over 9p.
+APP_PYTHON = str(REPO / ".venv/bin/python")
+BLEAK_APP = str(REPO / "Tests/kernel/bleak_app.py")
+BLUETOOTHD = "/usr/libexec/bluetooth/bluetoothd"
 BRIDGE = str(REPO / "Tests/kernel/vhci_bridge.py")
 # Modules the guest loads (their dependencies are added from the .ko files' modinfo).
-GUEST_MODULES = ["virtio_pci", "virtio_net", "9pnet_virtio", "9p", "overlay", "bluetooth", "hci_vhci"]
+GUEST_MODULES = ["virtio_pci", "virtio_net", "9pnet_virtio", "9p", "overlay",
+                 # The kernel's SMP (BlueZ pairing) needs an ECDH context, whose self-test (run
+                 # when bluetooth loads ecdh_generic) draws on the DRBG (hmac(sha512)) seeded by
+                 # jitterentropy (sha3-256); SMP's AES-CMAC is cmac. Without them bluetoothd logs
+                 # "Unable to create ECDH crypto context" and cannot pair. They are soft
+                 # dependencies (no depends=), which busybox's insmod does not follow, and must
+                 # load before bluetooth.
+                 "sha3_generic", "jitterentropy_rng", "sha512_generic", "drbg", "cmac",
+                 "bluetooth", "hci_vhci"]
 # Generous: TCG emulation on two shared cores is slow, and this is a test, not a benchmark.
 BOOT_TIMEOUT = 120.0
 EVENT_TIMEOUT = 45.0
@@ -962,6 +975,231 @@ def case_lock_paired_over_hci0(session: Session) -> str:
         session.stop_blemu(process)
 
 
+class BlueZInGuest:
+    """BlueZ in the guest for a real app: the system bus (unless systemd started it), bluetoothd
+    on an adapter of its own (the session's stays with blemu's cases), and the app; all stopped
+    on leaving, and the session's adapter, which bluetoothd's AutoEnable powered on too, powered
+    off again for the cases after."""
+
+    def __init__(self, session: Session, label: str):
+        assert isinstance(session, GuestSession)
+        self.session, self.label = session, label
+        self.started: list[GuestProcess] = []
+        self.adapter = ""
+
+    def __enter__(self) -> "BlueZInGuest":
+        session = self.session
+        try:
+            for path in (APP_PYTHON, BLUETOOTHD, "/usr/bin/dbus-daemon"):
+                if session.guest.run(["test", "-x", path])["rc"] != 0:
+                    raise Failure(f"{path} is missing in the guest (scripts/setup --tests: bluez, dbus, the .venv with bleak)")
+            bridge = self.spawn(f"{self.label}-bridge", [GUEST_PYTHON, "-u", BRIDGE, "10.0.2.2", str(session.rootcanal.hci_port)])
+            self.adapter = re.findall(r"(hci\d+) up", bridge.wait_for(r"hci\d+ up", EVENT_TIMEOUT, what="the vhci adapter"))[-1]
+            session.adapter_settings(self.adapter)
+            if session.guest.run(["test", "-S", "/run/dbus/system_bus_socket"])["rc"] != 0:
+                session.guest.run(["mkdir", "-p", "/run/dbus"])
+                dbus = self.spawn(f"{self.label}-dbus-daemon", ["dbus-daemon", "--system", "--nofork", "--nopidfile"])
+                deadline = time.monotonic() + EVENT_TIMEOUT
+                while session.guest.run(["test", "-S", "/run/dbus/system_bus_socket"])["rc"] != 0:
+                    if time.monotonic() > deadline or dbus.output()[1] is not None:
+                        raise Failure(f"the system bus did not come up: {tail(dbus.output()[0])}")
+                    time.sleep(0.5)
+            bluetoothd = self.spawn(f"{self.label}-bluetoothd", [BLUETOOTHD, "--nodetach", "--debug"])
+            try:
+                session.wait_powered(self.adapter, True)  # bluetoothd's AutoEnable powers it on
+            except Failure as failure:
+                text, rc = bluetoothd.output()
+                errors = [line for line in text.splitlines() if "Key file does not have" not in line][-4:]
+                raise Failure(f"{failure}; bluetoothd (exit {rc}): {' | '.join(errors)}") from None
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def spawn(self, ident: str, cmd: list[str]) -> GuestProcess:
+        process = self.session.spawn(ident, cmd)
+        self.started.append(process)
+        return process
+
+    def app(self, *arguments: str) -> GuestProcess:
+        return self.spawn(f"{self.label}-app", [APP_PYTHON, "-u", BLEAK_APP, self.adapter, *arguments])
+
+    def logs(self) -> str:
+        return " || ".join(f"{p.ident}: {tail(p.output()[0], 4)}" for p in self.started if not p.ident.endswith("-bluetoothd"))
+
+    def __exit__(self, *_exc: object) -> None:
+        session = self.session
+        for process in reversed(self.started):  # the app, bluetoothd, dbus, then the adapter
+            if process.output()[1] is None:
+                session.guest.signal(process.ident, signal.SIGTERM)
+                if session.guest.wait(process.ident, 20) is None:
+                    session.guest.signal(process.ident, signal.SIGKILL)
+                    session.guest.wait(process.ident, 5)
+        if any(process.ident.endswith("-dbus-daemon") for process in self.started):
+            # Its socket stays behind: the next case would take it for a running bus.
+            session.guest.run(["rm", "-f", "/run/dbus/system_bus_socket"])
+        self.started.clear()
+        if session.adapter is not None and session.adapter in session.adapters() \
+                and "powered" in session.adapter_settings(session.adapter).split():
+            session.btmgmt_power(session.adapter, False)
+
+
+def host_blemu(session: Session, device: str, name: str, options: list[str] | None = None):
+    """blemu on the host, its controller the rootcanal the guest's adapters are bridged to,
+    started by the Python kit (Docs/TESTING-APPS.md), which then drives and asserts."""
+    from blemu_testkit import Blemu
+
+    blemu = Blemu(device, controller=session.central_spec, name=name, options=options or [], binary=blemu_bin(),
+                  log_dir=session.log_dir, log_level="debug")
+    return blemu.start(timeout=EVENT_TIMEOUT)
+
+
+def case_bleak_heart_rate(session: Session) -> str:
+    """A real Linux app: bleak over BlueZ's bluetoothd in the guest, against blemu's heart-rate on
+    the host's rootcanal, driven and asserted by the Python kit: discovery, a read, and
+    notifications that follow `set bpm`."""
+    notes = []
+    with BlueZInGuest(session, "bleak-hr") as bluez:
+        blemu = host_blemu(session, "heart-rate", "Kernel Bleak HR")
+        try:
+            app = bluez.app("heart-rate", "Kernel Bleak HR")
+            blemu.wait_for("connected", timeout=90)
+            blemu.wait_for("read", uuid="2A38", timeout=EVENT_TIMEOUT)
+            blemu.wait_for("subscribed", uuid="2A37", timeout=EVENT_TIMEOUT)
+            app.wait_for(r"^app: subscribed 2a37$", EVENT_TIMEOUT, what="the app's subscription")
+            found = re.search(r"^app: found (\S+)", app.output()[0], re.MULTILINE)
+            notes.append(f"bleak found {found.group(1) if found else '?'}, read 2A38, subscribed to 2A37")
+
+            def follows(bpm: int, near) -> int:
+                """`set bpm`, then the app's notifications reach it (the heart wanders around it)."""
+                mark = app.count(r"^app: notification 2a37 ")
+                blemu.set("bpm", bpm)
+                deadline = time.monotonic() + EVENT_TIMEOUT
+                while True:
+                    text, rc = app.output()
+                    seen = [int(n) for n in re.findall(r"^app: notification 2a37 \S+ bpm=(\d+)$", text, re.MULTILINE)][mark:]
+                    hits = [n for n in seen if near(n)]
+                    if hits:
+                        return hits[0]
+                    if rc is not None or time.monotonic() > deadline:
+                        raise Failure(f"after `set bpm {bpm}` the app saw {seen[-8:]} (exit {rc}): {tail(text)}")
+                    time.sleep(0.5)
+
+            high = follows(150, lambda n: 135 <= n <= 165)
+            low = follows(45, lambda n: 30 <= n <= 60)
+            notes.append(f"its notifications followed set bpm 150 ({high}) and 45 ({low})")
+            blemu.mark()
+            session.guest.signal(app.ident, signal.SIGTERM)
+            rc = session.guest.wait(app.ident, EVENT_TIMEOUT)
+            if rc != 0:
+                raise Failure(f"the app exited with status {rc}: {tail(app.output()[0])}")
+            blemu.wait_for("unsubscribed", uuid="2A37", timeout=EVENT_TIMEOUT)
+            blemu.wait_for("disconnected", timeout=EVENT_TIMEOUT)
+            notes.append("it unsubscribed and disconnected")
+            return "; ".join(notes)
+        except AssertionError as error:  # the kit's EventTimeout / UnexpectedEvent
+            raise Failure(f"{str(error).splitlines()[0]}; {bluez.logs()}") from None
+        finally:
+            blemu.stop()
+
+
+def case_bleak_thermostat(session: Session) -> str:
+    """A real Linux app pairs: bleak writes the thermostat's target, blemu refuses it unencrypted
+    (0x05), BlueZ pairs Just Works (asking the app's agent) and retries; on reconnection BlueZ
+    encrypts with the bond and the write goes through without a new pairing; a service taken
+    out, BlueZ's cache follows it."""
+    from blemu_testkit.control import event_matches
+
+    target = "7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50"
+
+    def wrote(value: str, before: dict) -> bool:
+        return any(event_matches(e, "write", {"uuid": target, "value": value}) and e["seq"] < before["seq"]
+                   for e in blemu.history)
+
+    with BlueZInGuest(session, "bleak-th") as bluez:
+        blemu = host_blemu(session, "thermostat", "Kernel Bleak TH")
+        try:
+            session.guest.run(["rm", "-f", "/run/blemu-kernel-bleak-go"])
+            app = bluez.app("thermostat", "Kernel Bleak TH")
+            blemu.wait_for("connected", timeout=90)
+            blemu.wait_for("read", uuid=target, timeout=EVENT_TIMEOUT)
+            paired = blemu.wait_for("paired", timeout=EVENT_TIMEOUT)
+            if paired.get("method") != "just-works" or not paired.get("bonded"):
+                raise Failure(f"BlueZ's pairing was {paired}, not a bonded Just Works")
+            # BlueZ retries the write once the link is encrypted, which may be before the
+            # pairing's key distribution ends (`paired`): look for it on either side.
+            written = blemu.wait_for("disconnected", timeout=EVENT_TIMEOUT)
+            if not wrote("6608", written):
+                raise Failure(f"no write of 6608 on the first connection; {bluez.logs()}")
+            # The second connection: encrypted with the bond, no pairing, then the write.
+            blemu.mark()
+            blemu.wait_for("connected", timeout=90)
+            encrypted = blemu.wait_for("encrypted", timeout=EVENT_TIMEOUT)
+            if not wrote("9808", blemu.wait_for("disconnected", timeout=EVENT_TIMEOUT)):
+                raise Failure(f"no write of 9808 on the second connection; {bluez.logs()}")
+            # A service taken out while the bonded app is away: BlueZ's cache must follow it.
+            text = app.output()[0]
+            before = re.findall(r"^app: services (\S+)$", text, re.MULTILINE)
+            if not before or "180f" not in before[-1].split(","):
+                raise Failure(f"the app did not see Battery 0x180F before it was taken out: {before}")
+            blemu.service("180F", False)
+            session.guest.run(["touch", "/run/blemu-kernel-bleak-go"])
+            rc = session.guest.wait(app.ident, 120)
+            text = app.output()[0]
+            after = re.findall(r"^app: services (\S+)$", text, re.MULTILINE)
+            if rc == 0 and (len(after) != len(before) + 1 or "180f" in after[-1].split(",")):
+                raise Failure(f"BlueZ's cache did not follow Battery 0x180F taken out: services {after[-1] if after else '?'} "
+                              f"on reconnection (before: {before[-1]})")
+            if rc != 0:
+                raise Failure(f"the app exited with status {rc}: {tail(text)}")
+            again = [e for e in blemu.history if e.get("event") == "paired"]
+            if len(again) != 1:
+                raise Failure(f"{len(again)} pairings, not 1: the bond was not reused")
+            asked = re.findall(r"^app: (agent (?!registered)\w+)", text, re.MULTILINE)
+            # BlueZ set the encrypted link's Authenticated Payload Timeout; rootcanal would abort on it.
+            if "answered command 0x0c7c itself" not in bluez.started[0].output()[0]:
+                raise Failure("the bridge never saw Write Authenticated Payload Timeout: is the bridge's answer still needed?")
+            return (f"0x05, then BlueZ paired Just Works (key size {paired.get('key_size')}, "
+                    f"SC {paired.get('secure_connections')}, its agent asked: {', '.join(asked) or 'nothing'}) and "
+                    f"retried the write (6608); reconnected, encrypted with the bond "
+                    f"(key size {encrypted.get('key_size')}), written (9808) without pairing again; Battery 0x180F "
+                    f"taken out, and the bonded app's next connection no longer has it ({after[-1]})")
+        except AssertionError as error:
+            raise Failure(f"{str(error).splitlines()[0]}; {bluez.logs()}") from None
+        finally:
+            blemu.stop()
+
+
+def case_bleak_lock(session: Session) -> str:
+    """A real Linux app pairs with a passkey: bleak subscribes to the lock's control point and
+    writes Unlock; blemu refuses it (0x05), BlueZ pairs with Passkey Entry, asking the app's agent
+    for the passkey, and retries; the lock unlocks and indicates success."""
+    control_point = str(UUID_LOCK_CONTROL_POINT).lower()
+    with BlueZInGuest(session, "bleak-lock") as bluez:
+        blemu = host_blemu(session, "lock", "Kernel Bleak Lock",
+                           ["--passkey", str(LOCK_PASSKEY), "--pin", LOCK_PIN.decode()])
+        try:
+            app = bluez.app("lock", "Kernel Bleak Lock", str(LOCK_PASSKEY), LOCK_PIN.decode())
+            blemu.wait_for("connected", timeout=90)
+            paired = blemu.wait_for("paired", timeout=60)
+            if paired.get("method") != "passkey" or not paired.get("secure_connections"):
+                raise Failure(f"BlueZ's pairing was {paired}, not Passkey Entry with LE Secure Connections")
+            blemu.expect_write(control_point, "02" + LOCK_PIN.hex(), timeout=EVENT_TIMEOUT)
+            app.wait_for(r"^app: indication 7d3c0202 800201$", EVENT_TIMEOUT, what="the lock's success indication")
+            rc = session.guest.wait(app.ident, EVENT_TIMEOUT)
+            text = app.output()[0]
+            if rc != 0:
+                raise Failure(f"the app exited with status {rc}: {tail(text)}")
+            if "app: agent passkey" not in text:
+                raise Failure(f"BlueZ never asked the agent for the passkey: {tail(text)}")
+            return (f"0x05, then BlueZ paired with Passkey Entry (key size {paired.get('key_size')}, SC) typed by "
+                    f"the app's agent, retried the unlock and got its indication 800201")
+        except AssertionError as error:
+            raise Failure(f"{str(error).splitlines()[0]}; {bluez.logs()}") from None
+        finally:
+            blemu.stop()
+
+
 CASES = [
     ("no-such-adapter", case_no_such_adapter, False),
     ("adapter-up-busy", case_adapter_up_busy, True),
@@ -971,6 +1209,12 @@ CASES = [
     ("adapter-unplugged", case_adapter_unplugged, True),
     ("two-devices-one-adapter", case_two_devices_one_adapter, True),
     ("lock-paired-over-hci0", case_lock_paired_over_hci0, True),
+]
+# Only in the qemu guest (bluetoothd, dbus and the app run there, on an adapter of their own).
+GUEST_CASES = [
+    ("bleak-heart-rate", case_bleak_heart_rate, False),
+    ("bleak-thermostat", case_bleak_thermostat, False),
+    ("bleak-lock", case_bleak_lock, False),
 ]
 # Only where systemd is PID 1 (the qemu guest, unless BLEMU_KERNEL_INIT=busybox).
 SYSTEMD_CASES = [
@@ -1044,7 +1288,7 @@ def boot_and_run(guest: Guest, make_session, cases, wanted: set[str] | None, ada
 def main() -> int:
     arguments = parse_arguments()
     if arguments.list:
-        for name, case, _ in CASES + SYSTEMD_CASES:
+        for name, case, _ in CASES + GUEST_CASES + SYSTEMD_CASES:
             print(f"{name:20} {(case.__doc__ or '').splitlines()[0]}")
         return 0
     started = time.monotonic()
@@ -1057,7 +1301,7 @@ def main() -> int:
         if not shutil.which(tool):
             raise SystemExit(f"test-kernel: {tool} is missing: run scripts/setup")
     wanted = set(arguments.cases.split(",")) if arguments.cases else None
-    unknown = (wanted or set()) - {name for name, _, _ in CASES + SYSTEMD_CASES}
+    unknown = (wanted or set()) - {name for name, _, _ in CASES + GUEST_CASES + SYSTEMD_CASES}
     if unknown:
         raise SystemExit(f"test-kernel: no case named {', '.join(sorted(unknown))} (--list)")
 
@@ -1067,6 +1311,10 @@ def main() -> int:
             raise SystemExit("test-kernel: --adapter needs root (btmgmt power, setpriv to another user)")
         print(f"kernel: this machine's {arguments.adapter}, central on {arguments.central}, blemu {binary}, "
               f"logs {log_dir}", flush=True)
+        for name, _, _ in GUEST_CASES:  # asked for by name: a FAIL, never a silent skip
+            if wanted is not None and name in wanted:
+                results.append((name, False, "runs only in the qemu guest (not with --adapter)"))
+                print(f"kernel: FAIL {name}: runs only in the qemu guest (not with --adapter)", flush=True)
         boot_and_run(LocalAgent(log_dir), lambda guest: LocalSession(guest, arguments.adapter, arguments.central, log_dir),
                      CASES, wanted, arguments.adapter, results, "this machine")
     else:
@@ -1075,7 +1323,7 @@ def main() -> int:
         init = os.environ.get("BLEMU_KERNEL_INIT", "systemd")
         if init not in ("systemd", "busybox"):
             raise SystemExit(f"test-kernel: BLEMU_KERNEL_INIT is systemd or busybox, not {init!r}")
-        cases = CASES + SYSTEMD_CASES if init == "systemd" else CASES
+        cases = CASES + GUEST_CASES + (SYSTEMD_CASES if init == "systemd" else [])
         print(f"kernel: {kernel.name}, {len(modules)} modules, {init} as init, blemu {binary}, logs {log_dir}",
               flush=True)
         if init != "systemd":

@@ -15,6 +15,11 @@ hci_vhci (drivers/bluetooth/hci_vhci.c):
   - each write must be exactly one packet with its indicator, so the TCP byte stream is cut
     into packets by H4 framing here.
 
+One command never reaches the controller: HCI_Write_Authenticated_Payload_Timeout, which the
+kernel sends after encrypting an LE link (BlueZ pairing) and rootcanal 1.10 aborts on
+("Unimplemented command WRITE_AUTHENTICATED_PAYLOAD_TIMEOUT"); the bridge answers it itself
+(`local_answer`) with success.
+
 Prints `vhci-bridge: hciN up` once the adapter exists. Standard library only.
 """
 
@@ -47,6 +52,28 @@ def packet_length(buffer: bytes | bytearray) -> int | None:
     if kind == H4_ISO:  # handle+flags (2), length (14 bits)
         return 5 + (struct.unpack_from("<H", buffer, 3)[0] & 0x3FFF) if len(buffer) >= 5 else None
     raise ValueError(f"unknown H4 packet indicator 0x{kind:02x}")
+
+
+# Core 5.4, Vol 4, Part E, 7.3.94 HCI_Write_Authenticated_Payload_Timeout: OGF 0x03, OCF
+# 0x007C; parameters Connection_Handle (2), Authenticated_Payload_Timeout (2); returns Status,
+# Connection_Handle in an HCI_Command_Complete event (7.7.14: code 0x0E, Num_HCI_Command_Packets,
+# Command_Opcode, Return_Parameters).
+WRITE_AUTHENTICATED_PAYLOAD_TIMEOUT = 0x0C7C
+EVENT_COMMAND_COMPLETE = 0x0E
+
+
+def local_answer(packet: bytes) -> bytes | None:
+    """The H4 event the bridge answers `packet` (one H4 packet from the host) with itself, or
+    None when the packet goes to the controller."""
+    if len(packet) < 4 or packet[0] != H4_COMMAND:
+        return None
+    opcode = struct.unpack_from("<H", packet, 1)[0]
+    if opcode != WRITE_AUTHENTICATED_PAYLOAD_TIMEOUT:
+        return None
+    if packet[3] != 4 or len(packet) != 8:  # wrong parameter length: the spec's answer
+        return bytes([H4_EVENT, EVENT_COMMAND_COMPLETE, 4, 1]) + struct.pack("<H", opcode) + bytes([0x12])
+    handle = struct.unpack_from("<H", packet, 4)[0] & 0x0FFF
+    return bytes([H4_EVENT, EVENT_COMMAND_COMPLETE, 6, 1]) + struct.pack("<HBH", opcode, 0x00, handle)
 
 
 def say(text: str) -> None:
@@ -83,6 +110,11 @@ def main() -> int:
                 if not packet:
                     say("/dev/vhci closed")
                     return 1
+                answer = local_answer(packet)
+                if answer is not None:
+                    os.write(vhci, answer)
+                    say(f"answered command 0x{struct.unpack_from('<H', packet, 1)[0]:04x} itself")
+                    continue
                 controller.setblocking(True)
                 controller.sendall(packet)
                 controller.setblocking(False)
