@@ -214,16 +214,20 @@ public final class EventWatchers {
     }
 }
 
-/// `blemu ctl SOCK wait connected | subscribed UUID | write UUID [equals HEX] | read UUID`:
+/// `blemu ctl SOCK wait connected | subscribed UUID | write UUID [equals HEX | matches PATTERN] | read UUID`:
 /// the event a shell script waits for, as a `watch` filter and a test of each line.
 public struct EventWait: Equatable, Sendable, CustomStringConvertible {
     public var kind: DeviceEventKind
     public var uuid: BluetoothUUID?
     /// `equals HEX`: the written value, exactly.
     public var value: [UInt8]?
+    /// `matches PATTERN`: the written value as hex digits, `.` for any one digit and a final
+    /// `*` for any bytes after (`01..`: 01 and one byte; `ca08*`: starting with ca08). Kept in
+    /// lowercase.
+    public var pattern: String?
     public var device: String?
 
-    public static let usage = "wait connected|disconnected | subscribed UUID | unsubscribed UUID | write UUID [equals HEX] | read UUID [--device DEVICE]"
+    public static let usage = "wait connected|disconnected | subscribed UUID | unsubscribed UUID | write UUID [equals HEX | matches PATTERN] | read UUID [--device DEVICE]"
 
     /// Parses the words after `wait`.
     public init(arguments: [String]) throws(ControlUsageError) {
@@ -263,7 +267,16 @@ public struct EventWait: Equatable, Sendable, CustomStringConvertible {
             self.uuid = try uuid(at: 1)
             kind = .write
             if words.count == 2 { break }
-            guard words.count == 4, words[2] == "equals" else { throw ControlUsageError("usage: wait write UUID [equals HEX]") }
+            guard words.count == 4, words[2] == "equals" || words[2] == "matches" else {
+                throw ControlUsageError("usage: wait write UUID [equals HEX | matches PATTERN]")
+            }
+            if words[2] == "matches" {
+                guard let pattern = Self.valuePattern(words[3]) else {
+                    throw ControlUsageError("\(quoted(words[3])) is not a value pattern: hex digits, `.` for any digit, a final `*` for any bytes after (01.., ca08*)")
+                }
+                self.pattern = pattern
+                break
+            }
             guard let bytes = Hex.parse(words[3]) else {
                 throw ControlUsageError("\(quoted(words[3])) is not hex bytes like 01ff")
             }
@@ -271,6 +284,27 @@ public struct EventWait: Equatable, Sendable, CustomStringConvertible {
         default:
             throw ControlUsageError("cannot wait for \(quoted(name)); usage: \(Self.usage)")
         }
+    }
+
+    /// A `matches` pattern checked and lowercased: whole bytes of hex digits or `.`, then an
+    /// optional `*`; nil when it is not one.
+    static func valuePattern(_ text: String) -> String? {
+        var body = Substring(text.lowercased())
+        let openEnded = body.hasSuffix("*")
+        if openEnded { body = body.dropLast() }
+        guard body.count % 2 == 0, body.count <= 1024, openEnded || !body.isEmpty,
+              body.allSatisfy({ $0 == "." || $0.isHexDigit }) else { return nil }
+        return String(body) + (openEnded ? "*" : "")
+    }
+
+    /// Whether `bytes` fit a checked `pattern` (`valuePattern`).
+    static func value(_ bytes: [UInt8], fits pattern: String) -> Bool {
+        let openEnded = pattern.hasSuffix("*")
+        let digits = Array(pattern.utf8.dropLast(openEnded ? 1 : 0))
+        guard openEnded ? bytes.count * 2 >= digits.count : bytes.count * 2 == digits.count else { return false }
+        let hex = Array(Hex.bytes(bytes).utf8)
+        for (index, digit) in digits.enumerated() where digit != UInt8(ascii: ".") && digit != hex[index] { return false }
+        return true
     }
 
     /// What the `watch` request asks for: only the events that could match.
@@ -282,6 +316,9 @@ public struct EventWait: Equatable, Sendable, CustomStringConvertible {
         if let uuid, event.uuid != uuid { return false }
         if let value {
             guard case .write(_, _, _, let written, _, _) = event, written == value else { return false }
+        }
+        if let pattern {
+            guard case .write(_, _, _, let written, _, _) = event, Self.value(written, fits: pattern) else { return false }
         }
         return true
     }
@@ -296,6 +333,9 @@ public struct EventWait: Equatable, Sendable, CustomStringConvertible {
         if let value {
             guard case .string(let text)? = fields["value"], Hex.parse(text) == value else { return false }
         }
+        if let pattern {
+            guard case .string(let text)? = fields["value"], let written = Hex.parse(text), Self.value(written, fits: pattern) else { return false }
+        }
         return true
     }
 
@@ -309,6 +349,7 @@ public struct EventWait: Equatable, Sendable, CustomStringConvertible {
         case .unsubscribed: text = "unsubscription from \(uuid?.description ?? "?")"
         case .read: text = "read of \(uuid?.description ?? "?")"
         case .write: text = "write to \(uuid?.description ?? "?")" + (value.map { " of \(Hex.bytes($0))" } ?? "")
+            + (pattern.map { " matching \($0)" } ?? "")
         default: text = "\(kind.rawValue) event"
         }
         if let device { text += " on \(device)" }

@@ -105,6 +105,29 @@ import Glibc
         }
     }
 
+    /// `write UUID matches PATTERN`: hex digits, `.` for any one digit, a final `*` for any bytes
+    /// after; the event and its JSON line are matched alike.
+    @Test func aWriteMatchesAValuePattern() throws {
+        let write = { (value: [UInt8]) in
+            DeviceEvent.write(peer: Self.peer, characteristic: Self.controlPoint, offset: 0, value: value, withResponse: true, prepared: false)
+        }
+        let line = { (value: [UInt8]) in EventEncoding.line(seq: 1, nanoseconds: 0, EventEncoding.members(write(value), device: "d")) }
+        let oneAndAnyByte = try EventWait(arguments: ["write", "2A39", "matches", "01.."])
+        #expect(oneAndAnyByte.pattern == "01..")
+        for (value, fits) in [([0x01, 0xFF], true), ([0x01, 0x00], true), ([0x02, 0xFF], false), ([0x01], false), ([0x01, 0xFF, 0x00], false)] as [([UInt8], Bool)] {
+            #expect(oneAndAnyByte.matches(write(value)) == fits, "\(value)")
+            #expect(oneAndAnyByte.matches(line: line(value)) == fits, "\(value)")
+        }
+        let prefix = try EventWait(arguments: ["write", "2A39", "matches", "CA0.*"])
+        #expect(prefix.pattern == "ca0.*")
+        #expect(prefix.matches(write([0xCA, 0x08])) && prefix.matches(write([0xCA, 0x01, 0x99])))
+        #expect(!prefix.matches(write([0xCA])) && !prefix.matches(write([0xCB, 0x08])))
+        #expect(prefix.description.contains("matching ca0.*"))
+        for bad in ["0", "0g", "*0", "", "01.*.", "01 02"] {
+            #expect(throws: ControlUsageError.self, "\(bad)") { try EventWait(arguments: ["write", "2A39", "matches", bad]) }
+        }
+    }
+
     // MARK: The bounded queue
 
     final class Rig {
