@@ -1184,8 +1184,17 @@ def case_bleak_lock(session: Session) -> str:
             paired = blemu.wait_for("paired", timeout=60)
             if paired.get("method") != "passkey" or not paired.get("secure_connections"):
                 raise Failure(f"BlueZ's pairing was {paired}, not Passkey Entry with LE Secure Connections")
-            blemu.expect_write(control_point, "02" + LOCK_PIN.hex(), timeout=EVENT_TIMEOUT)
             app.wait_for(r"^app: indication 7d3c0202 800201$", EVENT_TIMEOUT, what="the lock's success indication")
+            # BlueZ retries the write as soon as the link is encrypted, which can come before
+            # blemu reports the pairing complete: the write is looked up in the whole history,
+            # not after the `paired` event (as in the thermostat's case).
+            from blemu_testkit.control import event_matches
+            unlock = {"uuid": control_point, "value": "02" + LOCK_PIN.hex()}
+            deadline = time.monotonic() + EVENT_TIMEOUT
+            while not any(event_matches(e, "write", unlock) for e in blemu.history):
+                if time.monotonic() > deadline:
+                    raise Failure(f"the app's unlock write ({unlock['value']}) never reached blemu: {[e.get('event') for e in blemu.history]}")
+                time.sleep(0.2)
             rc = session.guest.wait(app.ident, EVENT_TIMEOUT)
             text = app.output()[0]
             if rc != 0:
