@@ -41,7 +41,7 @@ import Testing
 
     @Test func aShellLinesCommandsAreTheCommandLinesAndUnsubscribe() throws {
         let uuid = BluetoothUUID(0x2A19)
-        #expect(try GattCommand.action(command: "read", arguments: ["2A19"], text: nil, inShell: true) == .read(uuid))
+        #expect(try GattCommand.action(command: "read", arguments: ["2A19"], text: nil, inShell: true) == .read([uuid]))
         #expect(try GattCommand.action(command: "write", arguments: ["2A19", "0aff"], text: nil, inShell: true) == .write(uuid, [0x0A, 0xFF]))
         #expect(try GattCommand.action(command: "write", arguments: ["2A19"], text: "a b", inShell: true) == .write(uuid, Array("a b".utf8)))
         #expect(try GattCommand.action(command: "unsubscribe", arguments: ["2A19"], text: nil, inShell: true) == .unsubscribe(uuid))
