@@ -103,12 +103,19 @@ extension CentralLink {
 
     /// Reads every handle, the reads spread over the link's bearers with at most one on each at
     /// a time (Vol 3, Part F, 3.3.2; `RequestSpread`); `then` with each handle's result and how
-    /// many bearers carried them.
+    /// many bearers carried them. A read lost with an enhanced bearer that closed (the peer may
+    /// close one at any time) is read again on the unenhanced bearer.
     public func read(_ handles: [UInt16],
                      then: @escaping (_ results: [UInt16: Result<[UInt8], GATTClientError>], _ bearersUsed: Int) -> Void) {
         var results: [UInt16: Result<[UInt8], GATTClientError>] = [:]
-        RequestSpread.start(handles, over: { [weak self] in self?.clients ?? [] }, run: { handle, client, done in
-            client.read(handle) { result in
+        RequestSpread.start(handles, over: { [weak self] in self?.clients ?? [] }, run: { [weak self] handle, client, done in
+            client.read(handle) { [weak self] result in
+                if case .failure(.disconnected) = result, let self, isOpen, client !== self.client {
+                    return self.client.read(handle) { result in
+                        results[handle] = result
+                        done()
+                    }
+                }
                 results[handle] = result
                 done()
             }

@@ -5,6 +5,7 @@ import BlemuCore
 import BlemuGATTClient
 import BlemuCrypto
 import BlemuDevices
+import BlemuEATT
 import BlemuHCI
 import BlemuHost
 import BlemuSMP
@@ -213,6 +214,29 @@ import Testing
         link.disconnect()
         bench.air.run()
         #expect(link.clients.count == 1, "the enhanced bearers went with the link")
+    }
+
+    /// An enhanced bearer that closes under a read (either side may close one at any time)
+    /// loses nothing: the read is made again on the unenhanced bearer.
+    @Test func aReadLostWithAClosedBearerIsMadeAgainOnTheUnenhancedOne() throws {
+        let bench = try AirBench()
+        let address = try #require(bench.peripheralController.randomAddress)
+        let link = try #require(try bench.connect(to: address)?.get())
+        try encrypt(bench)
+        link.openEnhancedBearers(count: 2) { _ in }
+        bench.air.run()
+        #expect(link.enhancedClients.count == 2)
+        let handles = Array(readableHandles(bench).prefix(3))
+        var results: [UInt16: Result<[UInt8], GATTClientError>]?
+        link.read(handles) { found, _ in results = found }
+        let closing = try #require(link.enhancedClients.first?.bearer.transport as? EnhancedATTBearer)
+        closing.channel.disconnect()
+        bench.air.run()
+        #expect(link.enhancedClients.count == 1)
+        #expect(results?.count == 3)
+        #expect(results?.values.allSatisfy { (try? $0.get()) != nil } == true, "\(String(describing: results))")
+        link.disconnect()
+        bench.air.run()
     }
 
     /// A peer that refuses the bearers (here: the link is not encrypted, Part G, 3.6) leaves
