@@ -551,7 +551,7 @@ final class GattShell {
     private var quitting = false
 
     static let help = """
-        commands, one a line: read UUID | write UUID HEX [--no-response] | write UUID --text TEXT | subscribe UUID |
+        commands, one a line: read UUID [UUID...] | write UUID HEX [--no-response] | write UUID --text TEXT | subscribe UUID |
         unsubscribe UUID | dump | help | quit (# starts a comment)
         """
 
