@@ -41,10 +41,13 @@ public final class EnhancedATTBearer: ATTTransport {
     /// One ATT PDU is one SDU on the channel (Part F, 3.2.11).
     public func sendATT(_ pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool { channel.send(pdu) }
 
-    /// Whether the channel's send queue takes `bytes` more of SDU (with its 2-byte length)
-    /// and still leaves `reserved` bytes free.
-    public func hasRoom(for bytes: Int, leaving reserved: Int) -> Bool {
-        channel.queuedBytes + 2 + bytes <= CreditBasedChannel.sendQueueBytes - reserved
+    /// Whether a notification PDU of `bytes` may go on this bearer now (where a server sends one
+    /// the unenhanced bearer's full queue refused, Vol 3, Part G, 7.2 bit 1). Never into the room
+    /// a response and an indication need, each at most `maximumPDU` bytes with its 2-byte SDU
+    /// length: the protocol bounds those to one each per bearer (Part F, 3.3.2), and the
+    /// channel's send queue must never refuse them.
+    public func hasRoomForNotification(of bytes: Int, maximumPDU: Int) -> Bool {
+        channel.queuedBytes + 2 + bytes <= CreditBasedChannel.sendQueueBytes - 2 * (maximumPDU + 2)
     }
 }
 

@@ -84,12 +84,8 @@ final class Connection {
     /// a client that set the EATT bit (7.2, bit 1), where the channel's own queue may take it.
     func notifyOnEnhancedBearer(_ characteristic: Characteristic, value: ArraySlice<UInt8>, clientFeatures: UInt8) -> UpdateOutcome {
         guard clientFeatures & EATT.clientSupportsEATT != 0 else { return .queueFull }
-        // Notifications never take the room a response and an indication need (each SDU with
-        // its 2-byte length): those are bounded by the protocol, one each per bearer, and must
-        // never be refused by the channel's send queue.
-        let reserved = 2 * (ATTServer.maximumMTU + 2)
         for entry in enhanced.entries
-        where entry.bearer.hasRoom(for: min(value.count + 3, entry.endpoint.server.mtu), leaving: reserved) {
+        where entry.bearer.hasRoomForNotification(of: min(value.count + 3, entry.endpoint.server.mtu), maximumPDU: ATTServer.maximumMTU) {
             let outcome = entry.endpoint.faultStage.notify(characteristic, value: value)
             if outcome != .queueFull { return outcome }
         }
