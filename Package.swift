@@ -8,7 +8,7 @@ let package = Package(
     products: [
         .executable(name: "blemu", targets: ["blemu"]),
         // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
-        .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
+        .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
                                              "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast", "BlemuObserver",
                                              "BlemuAssignedNumbers", "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuSimulator", "BlemuBenchRig"]),
     ],
@@ -62,6 +62,10 @@ let package = Package(
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "_CryptoExtras", package: "swift-crypto"),
         ], path: "Sources/Crypto"),
+        // Enhanced ATT (Vol 3, Part G, 3.6; Part F, 3.2.11), what both roles share: ATT bearers over
+        // Enhanced Credit Based channels on the EATT PSM, a link's set of them, the PSM served,
+        // and requests spread over them one at a time each. Above ATT and Channels, below Host and Central.
+        .target(name: "BlemuEATT", dependencies: ["BlemuCore", "BlemuATT", "BlemuChannels"], path: "Sources/EATT"),
         // The Security Manager (Vol 3, Part H): SMP PDUs, the pairing state machines of both roles.
         // Pure (no I/O, no timers of its own); beside ATT, below GATT and Host.
         // Connectionless sensors' payloads (BTHome v2, plain and AES-CCM encrypted, iBeacon,
@@ -86,11 +90,11 @@ let package = Package(
         ], path: "Sources/GATTClient"),
         // The central role beside the peripheral host: scanning, connecting, links with a GATT client.
         .target(name: "BlemuCentral", dependencies: [
-            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
+            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuGATTClient", "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Central"),
         .target(name: "BlemuHost", dependencies: [
-            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuGATT", "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
+            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Sources/Host"),
@@ -195,6 +199,7 @@ let package = Package(
         .testTarget(name: "ChannelsTests", dependencies: ["BlemuChannels", "BlemuL2CAP", "BlemuHCI", "BlemuCore", "BlemuSimulator",
                                                    .product(name: "Logging", package: "swift-log")],
                     path: "Tests/ChannelsTests"),
+        .testTarget(name: "EATTTests", dependencies: ["BlemuEATT"], path: "Tests/EATTTests"),
         .testTarget(name: "ATTTests", dependencies: ["BlemuATT", "BlemuL2CAP", "BlemuHCI", "BlemuCore"], path: "Tests/ATTTests"),
         .testTarget(name: "CryptoTests", dependencies: ["BlemuTestSupport", "BlemuCrypto", "BlemuCore"], path: "Tests/CryptoTests"),
         .testTarget(name: "BroadcastTests", dependencies: ["BlemuTestSupport", "BlemuBroadcast", "BlemuCrypto", "BlemuCore"],
@@ -229,7 +234,7 @@ let package = Package(
                     path: "Tests/ScenarioTests"),
         .testTarget(name: "CaptureTests", dependencies: ["BlemuTestSupport", "BlemuCapture", "BlemuCore"], path: "Tests/CaptureTests"),
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
-        .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuGATT", "BlemuATT",
+        .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuEATT", "BlemuGATT", "BlemuATT",
                                                    "BlemuCentral", "BlemuGATTClient", "BlemuChat", "BlemuSecurity", "BlemuSMP", "BlemuCrypto",
                                                    "BlemuSimulator", "BlemuBroadcast", "BlemuProfile",
                                                    .product(name: "Logging", package: "swift-log")],

@@ -22,7 +22,7 @@ struct GattCommand: ParsableCommand {
         commandName: "gatt",
         abstract: "Central: connect to a peripheral and dump its database, read, write or subscribe.",
         discussion: """
-            Commands: dump [--profile] | record [--duration S] | read UUID | write UUID HEX (or --text TEXT) [--no-response] | subscribe UUID [--count N] | shell.
+            Commands: dump [--profile] | record [--duration S] | read UUID... | write UUID HEX (or --text TEXT) [--no-response] | subscribe UUID [--count N] | shell.
             record writes a recording (JSON) that `blemu run FILE.json` replays at the same handles: the database with
             every handle, the advertising data and scan response, every value read, and what it notifies and
             indicates during --duration seconds (subscribed to all of it), with the timing (Docs/PROFILES.md).
@@ -38,6 +38,10 @@ struct GattCommand: ParsableCommand {
             (0x05, 0x0F, 0x0C) encrypts the link with the bond kept in --state-dir, or pairs, and is tried
             once more (said on stderr). --pair pairs first. A peripheral that shows a passkey (or has it
             on a label) needs --passkey; Numeric Comparison values are printed on stderr and accepted.
+            Enhanced ATT (--eatt, default auto): once the link is encrypted, and when the peripheral's Server
+            Supported Features say so, up to 5 enhanced bearers are opened and the reads of a dump or of
+            read UUID UUID... go over all bearers at once, one request on each (how many: a line on stderr).
+            off: one bearer; require: pair for it, and fail when the peripheral has no EATT.
             """)
 
     @Option(name: .customLong("controller"), help: "Controller spec (default: $BLEMU_CONTROLLER).")
@@ -88,6 +92,9 @@ struct GattCommand: ParsableCommand {
     @Flag(help: "Pair (or encrypt with the bond) before anything else.")
     var pair = false
 
+    @Option(help: ArgumentHelp("Enhanced ATT bearers once the link is encrypted: auto (when the peripheral has EATT), off, require.", valueName: "MODE"))
+    var eatt: EATTUse = .auto
+
     @Option(help: ArgumentHelp("The passkey to type when the peripheral shows one or is labelled with one (Passkey Entry).", valueName: "DIGITS"))
     var passkey: String?
 
@@ -107,7 +114,8 @@ struct GattCommand: ParsableCommand {
         case dump
         /// A recording: the dump with handles, then S seconds of notifications and indications.
         case record(Double)
-        case read(BluetoothUUID)
+        /// One or more characteristics, their reads spread over the link's bearers.
+        case read([BluetoothUUID])
         case write(BluetoothUUID, [UInt8])
         case subscribe(BluetoothUUID)
         /// `shell` only: notifications and indications off again.
@@ -142,8 +150,8 @@ struct GattCommand: ParsableCommand {
             guard arguments.isEmpty else { throw ValidationError("dump takes no arguments") }
             return .dump
         case "read":
-            guard arguments.count == 1 else { throw ValidationError("usage: read UUID") }
-            return .read(try uuid(0))
+            guard !arguments.isEmpty else { throw ValidationError("usage: read UUID [UUID...]") }
+            return .read(try arguments.indices.map(uuid))
         case "write":
             let target = try uuid(0)
             if let text {
@@ -224,7 +232,7 @@ struct GattCommand: ParsableCommand {
         session.connect(to: filter, timeout: timeout) { link, advertisement in
             let run = GattRun(session: session, link: link, action: action, json: json, profile: profile, capture: capture,
                               noResponse: noResponse, count: count, advertisement: advertisement, security: security,
-                              pairsAfterDump: pairFirst && (profile || command == "record"))
+                              pairsAfterDump: pairFirst && (profile || command == "record"), eatt: eatt)
             // dump --profile reads first as a stranger (to learn what each value needs), then pairs.
             if pairFirst && !run.pairsAfterDump { run.secureThenStart() } else { run.start() }
         }
@@ -257,7 +265,8 @@ final class GattRun {
     private var listeners: [UInt16: (ArraySlice<UInt8>) -> Void] = [:]
 
     init(session: CentralSession, link: CentralLink, action: GattCommand.Action, json: Bool, profile: Bool, capture: Double?,
-         noResponse: Bool, count: Int?, advertisement: Advertisement, security: CentralSecurity, pairsAfterDump: Bool = false) {
+         noResponse: Bool, count: Int?, advertisement: Advertisement, security: CentralSecurity, pairsAfterDump: Bool = false,
+         eatt: EATTUse = .auto) {
         self.pairsAfterDump = pairsAfterDump
         self.profile = profile
         self.capture = capture
@@ -269,6 +278,7 @@ final class GattRun {
         self.count = count
         self.advertisement = advertisement
         workflow = GATTWorkflow(link: link, security: security, scheduler: session.loop, logger: session.logger)
+        workflow.eatt = eatt
         workflow.onNote = { emitNote($0) }
         // The run lives as long as the command: the cycle through the workflow is its lifetime.
         workflow.onFailure = { [self] message in fail(message) }
@@ -333,6 +343,7 @@ final class GattRun {
             fail("shell inside a shell")
         case .dump:
             workflow.dump(services, secureAndRetry: pairsAfterDump) { [self] dump in
+                reportBearers()
                 print(dump, permissions: GATTProfile.permissions(refusals: dump.refusals, readSecured: dump.readSecured))
             }
         case .record(let seconds):
@@ -350,18 +361,29 @@ final class GattRun {
                     done()
                 }
             }
-        case .read(let uuid):
-            guard let characteristic = find(uuid, in: services) else { return }
-            workflow.retryingOnSecurity({ [self] done in client.read(characteristic.valueHandle, completion: done) }) { [self] result in
-                switch result {
-                case .failure(let error): fail("read \(uuid): \(error)")
-                case .success(let value):
-                    presentationFormat(of: characteristic) { [self] format in
-                        emitLine(json ? GATTValueText.json(uuid: uuid, handle: characteristic.valueHandle, value: value, format: format).encoded
-                                      : GATTValueText.describe(uuid: uuid, value: value, format: format))
-                        done()
+        case .read(let uuids):
+            var characteristics: [RemoteCharacteristic] = []
+            for uuid in uuids {
+                guard let characteristic = find(uuid, in: services) else { return }
+                characteristics.append(characteristic)
+            }
+            // The reads at once, spread over the link's bearers; printed in the order asked.
+            workflow.read(characteristics.map(\.valueHandle)) { [self] results in
+                reportBearers()
+                func show(_ index: Int) {
+                    guard index < uuids.count else { return done() }
+                    let uuid = uuids[index], characteristic = characteristics[index]
+                    switch results[characteristic.valueHandle] ?? .failure(.notSent) {
+                    case .failure(let error): fail("read \(uuid): \(error)")
+                    case .success(let value):
+                        presentationFormat(of: characteristic) { [self] format in
+                            emitLine(json ? GATTValueText.json(uuid: uuid, handle: characteristic.valueHandle, value: value, format: format).encoded
+                                          : GATTValueText.describe(uuid: uuid, value: value, format: format))
+                            show(index + 1)
+                        }
                     }
                 }
+                show(0)
             }
         case .write(let uuid, let value):
             guard let characteristic = find(uuid, in: services) else { return }
@@ -464,6 +486,16 @@ final class GattRun {
         }
     }
 
+    /// How many bearers carried the reads, on stderr (a JSON object with --json) once enhanced
+    /// bearers were opened: what `--eatt` bought.
+    private func reportBearers() {
+        guard workflow.enhancedBearers > 0 else { return }
+        let enhanced = workflow.enhancedBearers, used = workflow.bearersUsed
+        emitStderr(json ? JSONValue.object([("eatt", .object([("enhanced_bearers", .integer(Int64(enhanced))),
+                                                                ("bearers_used", .integer(Int64(used)))]))]).encoded
+                        : "eatt: the reads went over \(used) bearer\(used == 1 ? "" : "s") (\(enhanced) enhanced)")
+    }
+
     /// Reads the characteristic's Presentation Format descriptor (0x2904) when it has one; nil
     /// when not, or when it cannot be read (the value is then shown without it).
     private func presentationFormat(of characteristic: RemoteCharacteristic, then: @escaping (PresentationFormat?) -> Void) {
@@ -519,7 +551,7 @@ final class GattShell {
     private var quitting = false
 
     static let help = """
-        commands, one a line: read UUID | write UUID HEX [--no-response] | write UUID --text TEXT | subscribe UUID |
+        commands, one a line: read UUID [UUID...] | write UUID HEX [--no-response] | write UUID --text TEXT | subscribe UUID |
         unsubscribe UUID | dump | help | quit (# starts a comment)
         """
 

@@ -1,4 +1,5 @@
 import ArgumentParser
+import BlemuCentral
 import BlemuCore
 import BlemuJournal
 import Logging
@@ -21,6 +22,8 @@ enum LogDestination: String, ExpressibleByArgument, CaseIterable {
 }
 
 extension Logger.Level: @retroactive ExpressibleByArgument {}
+/// `blemu gatt --eatt auto|off|require`.
+extension EATTUse: ExpressibleByArgument {}
 
 enum LogSetup {
     /// The journal writer, when logs go there: flushed at the end of a run, so counts the

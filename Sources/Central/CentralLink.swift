@@ -1,6 +1,7 @@
 import BlemuATT
 import BlemuChannels
 import BlemuCore
+import BlemuEATT
 import BlemuGATT
 import BlemuGATTClient
 import BlemuHCI
@@ -32,8 +33,9 @@ public final class CentralLink {
     /// The HCI reason the link closed with.
     public var onDisconnected: ((UInt8) -> Void)?
     weak var host: CentralHost?
-    /// The link's Enhanced ATT bearers (`openEnhancedBearers`), made at the first ask.
-    lazy var enhancedBearers = EnhancedClientBearers(channels: channels, scheduler: l2cap.context.scheduler)
+    /// The link's Enhanced ATT bearers (`openEnhancedBearers`, BlemuEATT), a GATT client on
+    /// each, made at the first ask.
+    lazy var enhanced: EnhancedBearers<GATTClient> = makeEnhancedBearers()
 
     init(l2cap: L2CAPLink, peer: LEAddress, parameters: LinkParameters,
          database: GATTDatabase, host: CentralHost) {

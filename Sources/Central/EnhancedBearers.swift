@@ -1,112 +1,124 @@
 import BlemuATT
 import BlemuChannels
 import BlemuCore
+import BlemuEATT
 import BlemuGATT
 import BlemuGATTClient
 
-/// One Enhanced ATT bearer a central opened (Vol 3, Part G, 3.6; Part F, 3.2.11): an Enhanced
-/// Credit Based channel on the EATT PSM, an `ATTBearer` over it with the channel's ATT_MTU, and
-/// a GATT client of its own on it, whose requests wait for no other bearer's.
-public final class EnhancedClientBearer: ATTTransport {
-    public let channel: CreditBasedChannel
-    public let bearer: ATTBearer
-    public let client: GATTClient
-
-    init(channel: CreditBasedChannel, scheduler: TimerScheduling) {
-        self.channel = channel
-        // Part F, 3.2.8: the smaller of the two MTUs L2CAP configured.
-        bearer = ATTBearer(scheduler: scheduler, mtu: Int(min(channel.local.mtu, channel.peerMTU)), enhanced: true)
-        client = GATTClient(scheduler: scheduler, bearer: bearer)
-        bearer.transport = self
-    }
-
-    /// One ATT PDU is one SDU on the channel.
-    public func sendATT(_ pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool { channel.send(pdu) }
-}
-
-/// The enhanced bearers of one central link, and the channels under them.
-final class EnhancedClientBearers: CreditBasedChannelDelegate {
-    /// The EATT PSM (Assigned Numbers, L2CAP PSM 0x0027).
-    static let psm: UInt16 = 0x0027
-    let channels: CreditBasedChannels
-    let scheduler: TimerScheduling
-    private(set) var bearers: [EnhancedClientBearer] = []
-    private var asked: [CreditBasedChannel] = []
-    private var completion: ((Result<[EnhancedClientBearer], GATTClientError>) -> Void)?
-
-    init(channels: CreditBasedChannels, scheduler: TimerScheduling) {
-        self.channels = channels
-        self.scheduler = scheduler
-    }
-
-    func open(count: Int, mtu: UInt16, completion: @escaping (Result<[EnhancedClientBearer], GATTClientError>) -> Void) {
-        guard self.completion == nil else { return completion(.failure(.queueFull)) }
-        let opened = channels.connectEnhanced(spsm: Self.psm, count: count,
-                                              parameters: ChannelParameters(mtu: mtu, mps: mtu, initialCredits: 8), delegate: self)
-        guard !opened.isEmpty else { return completion(.failure(.invalidArgument("no enhanced channels can be asked for"))) }
-        asked = opened
-        self.completion = completion
-    }
-
-    private func settle(_ channel: CreditBasedChannel) {
-        asked.removeAll { $0 === channel }
-        guard asked.isEmpty, let completion else { return }
-        self.completion = nil
-        completion(bearers.isEmpty ? .failure(.notSent) : .success(bearers))
-    }
-
-    func channelOpened(_ channel: CreditBasedChannel) {
-        bearers.append(EnhancedClientBearer(channel: channel, scheduler: scheduler))
-        settle(channel)
-    }
-
-    func channel(_ channel: CreditBasedChannel, received sdu: ArraySlice<UInt8>) {
-        bearers.first { $0.channel === channel }?.bearer.receive(sdu)
-    }
-
-    func channelClosed(_ channel: CreditBasedChannel, reason: ChannelCloseReason) {
-        if let index = bearers.firstIndex(where: { $0.channel === channel }) {
-            bearers.remove(at: index).client.close()
-        }
-        settle(channel)
-    }
-
-    func channelIsReady(_ channel: CreditBasedChannel) {}
+/// Whether a central's GATT client uses Enhanced ATT bearers (`blemu gatt --eatt`).
+public enum EATTUse: String, CaseIterable, Sendable {
+    /// When the link is encrypted and the peer's Server Supported Features say EATT; else one bearer.
+    case auto
+    /// Never: the unenhanced bearer only.
+    case off
+    /// Always: the link is secured for it, and a peer without EATT (or refusing) is an error.
+    case require
 }
 
 extension CentralLink {
+    /// The most enhanced bearers a central opens on a link: one Enhanced Credit Based request's worth (Vol 3, Part A, 4.25).
+    public static let maxEnhancedBearers = EATT.maxBearersPerRequest
+
+    /// A link's set of enhanced bearers, a GATT client on each (made at the first ask).
+    func makeEnhancedBearers() -> EnhancedBearers<GATTClient> {
+        EnhancedBearers(scheduler: l2cap.context.scheduler, attach: { [unowned self] enhanced in
+            let client = GATTClient(scheduler: self.l2cap.context.scheduler, bearer: enhanced.bearer)
+            // Part G, 7.2 bit 1 (written before opening): the server may notify and indicate on
+            // any bearer; they reach whoever listens to the link's client.
+            client.onNotification = { [unowned self] handle, value in self.client.onNotification?(handle, value) }
+            client.onIndication = { [unowned self] handle, value in self.client.onIndication?(handle, value) }
+            // Part F, 3.3.3: a timed-out enhanced bearer is closed; the link and its other bearers stay.
+            client.onTimeout = { [weak channel = enhanced.channel] in channel?.disconnect() }
+            return client
+        }, detach: { client in client.close() })
+    }
+
+    /// The GATT clients of the link's enhanced bearers (`openEnhancedBearers`).
+    public var enhancedClients: [GATTClient] { enhanced.endpoints }
+
+    /// Every bearer's client: the unenhanced one first, then the enhanced ones.
+    public var clients: [GATTClient] { [client] + enhanced.endpoints }
+
     /// Opens up to `count` (1-5) Enhanced ATT bearers, one GATT client on each, when the peer's
-    /// Server Supported Features (Vol 3, Part G, 7.4) say EATT (bit 0); a peer that does not
-    /// gets `.failure(.att(.requestNotSupported, handle: 0))` without a channel asked for. The link must
-    /// be encrypted (Part G, 3.6), else the peer refuses every channel (`.notSent`).
-    public func openEnhancedBearers(count: Int, mtu: UInt16 = UInt16(GATTClient.maximumMTU),
-                                    completion: @escaping (Result<[EnhancedClientBearer], GATTClientError>) -> Void) {
+    /// Server Supported Features (Vol 3, Part G, 7.4) say EATT (bit 0), after writing our
+    /// Client Supported Features with the EATT bit (7.2: a client that supports EATT sets it; also
+    /// bit 2, Multiple Handle Value Notification, which the client reads). A peer that does not
+    /// gets `.failure(.att(.requestNotSupported, handle: 0))` without a channel asked for. The link
+    /// must be encrypted (Part G, 3.6), else the peer refuses every channel (`.notSent`).
+    /// `.success` with the clients of the bearers opened.
+    public func openEnhancedBearers(count: Int = CentralLink.maxEnhancedBearers, mtu: UInt16 = UInt16(GATTClient.maximumMTU),
+                                    completion: @escaping (Result<[GATTClient], GATTClientError>) -> Void) {
+        gattCharacteristics { [weak self] result in
+            guard let self else { return }
+            let characteristics: [DiscoveredCharacteristic]
+            switch result {
+            case .failure(let error): return completion(.failure(error))
+            case .success(let found): characteristics = found
+            }
+            guard let features = characteristics.first(where: { $0.uuid == GATTType.serverSupportedFeatures }) else {
+                return completion(.failure(.att(.requestNotSupported, handle: 0)))
+            }
+            client.read(features.valueHandle) { [weak self] result in
+                guard let self else { return }
+                switch result {
+                case .failure(let error): completion(.failure(error))
+                case .success(let value):
+                    guard (value.first ?? 0) & EATT.serverSupportsEATT != 0 else {
+                        return completion(.failure(.att(.requestNotSupported, handle: 0)))
+                    }
+                    let open = { [weak self] in
+                        guard let self else { return }
+                        let before = enhanced.entries.count
+                        let asked = enhanced.open(on: channels, count: count, mtu: mtu) { [weak self] opened in
+                            guard let self else { return }
+                            completion(opened == 0 ? .failure(.notSent) : .success(Array(enhanced.endpoints[before...])))
+                        }
+                        if !asked { completion(.failure(.invalidArgument("no enhanced channels can be asked for"))) }
+                    }
+                    guard let clientFeatures = characteristics.first(where: { $0.uuid == GATTType.clientSupportedFeatures }) else {
+                        return open()
+                    }
+                    // A refusal does not stop EATT: the bit only lets the server use any bearer.
+                    client.write(clientFeatures.valueHandle, [EATT.clientSupportsEATT | EATT.clientSupportsMultipleNotifications]) { _ in open() }
+                }
+            }
+        }
+    }
+
+    /// The characteristics of the peer's GATT service: from what `discoverAll` found, else discovered.
+    private func gattCharacteristics(_ completion: @escaping (Result<[DiscoveredCharacteristic], GATTClientError>) -> Void) {
+        if let known = client.services.first(where: { $0.uuid == GATTType.gattService }) {
+            return completion(.success(known.characteristics.map(\.characteristic)))
+        }
         client.discoverPrimaryServices(GATTType.gattService) { [weak self] result in
             guard let self else { return }
             switch result {
             case .failure(let error): completion(.failure(error))
             case .success(let services):
-                guard let gatt = services.first else { return completion(.failure(.att(.requestNotSupported, handle: 0))) }
-                self.client.discoverCharacteristics(of: gatt) { [weak self] result in
-                    guard let self else { return }
-                    switch result {
-                    case .failure(let error): completion(.failure(error))
-                    case .success(let characteristics):
-                        guard let features = characteristics.first(where: { $0.uuid == GATTType.serverSupportedFeatures }) else {
-                            return completion(.failure(.att(.requestNotSupported, handle: 0)))
-                        }
-                        self.client.read(features.valueHandle) { [weak self] result in
-                            guard let self else { return }
-                            switch result {
-                            case .failure(let error): completion(.failure(error))
-                            case .success(let value):
-                                guard (value.first ?? 0) & 0x01 != 0 else { return completion(.failure(.att(.requestNotSupported, handle: 0))) }
-                                self.enhancedBearers.open(count: count, mtu: mtu, completion: completion)
-                            }
-                        }
-                    }
-                }
+                guard let gatt = services.first else { return completion(.success([])) }
+                client.discoverCharacteristics(of: gatt, completion: completion)
             }
         }
+    }
+
+    /// Reads every handle, the reads spread over the link's bearers with at most one on each at
+    /// a time (Vol 3, Part F, 3.3.2; `RequestSpread`); `then` with each handle's result and how
+    /// many bearers carried them. A read lost with an enhanced bearer that closed (the peer may
+    /// close one at any time) is read again on the unenhanced bearer.
+    public func read(_ handles: [UInt16],
+                     then: @escaping (_ results: [UInt16: Result<[UInt8], GATTClientError>], _ bearersUsed: Int) -> Void) {
+        var results: [UInt16: Result<[UInt8], GATTClientError>] = [:]
+        RequestSpread.start(handles, over: { [weak self] in self?.clients ?? [] }, run: { [weak self] handle, client, done in
+            client.read(handle) { [weak self] result in
+                if case .failure(.disconnected) = result, let self, isOpen, client !== self.client {
+                    return self.client.read(handle) { result in
+                        results[handle] = result
+                        done()
+                    }
+                }
+                results[handle] = result
+                done()
+            }
+        }, then: { used in then(results, used) })
     }
 }

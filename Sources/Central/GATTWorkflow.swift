@@ -21,6 +21,16 @@ public final class GATTWorkflow {
     public let logger: Logger
     public var onNote: ((String) -> Void)?
     public var onFailure: ((String) -> Void)?
+    /// Whether requests may go on Enhanced ATT bearers (`--eatt`): opened once the link is
+    /// encrypted (Vol 3, Part G, 3.6) and the peer says it supports them.
+    /// Off unless told (`blemu gatt` says auto): other front ends keep their one bearer.
+    public var eatt: EATTUse = .off
+    /// The enhanced bearers opened (0: the unenhanced bearer only).
+    public private(set) var enhancedBearers = 0
+    /// The most bearers that carried one batch of reads (`dump`, `read` of several).
+    public private(set) var bearersUsed = 0
+    /// Whether enhanced bearers were asked for already (once per link).
+    private var triedEATT = false
     /// A request refused for want of security is retried once, after securing the link.
     private var retriedAfterSecuring = false
     /// Values recorded per value handle, at most `maxRecorded` each: a peer's notifications
@@ -49,7 +59,7 @@ public final class GATTWorkflow {
                 case .failure(let error): onFailure?("discovery: \(error)")
                 case .success(let services):
                     // A refusal to follow changes nothing else.
-                    client.followServiceChanged { _ in then(services) }
+                    client.followServiceChanged { [self] _ in openEnhancedBearers { then(services) } }
                 }
             }
         }
@@ -70,7 +80,8 @@ public final class GATTWorkflow {
                 onFailure?("securing the link with \(link.peer.address): \(error)\(hint)")
             case .success(let linkSecurity):
                 onNote?("\(security.wasPaired(link.handle) ? "paired" : "encrypted with our bond"): \(linkSecurity.summary)")
-                then(linkSecurity)
+                // Enhanced ATT bearers only on an encrypted link (Vol 3, Part G, 3.6): now.
+                openEnhancedBearers { then(linkSecurity) }
             }
         }
     }
@@ -86,6 +97,56 @@ public final class GATTWorkflow {
                 return
             }
             completion(result)
+        }
+    }
+
+    /// Opens the link's Enhanced ATT bearers as `eatt` says, once, when the link is encrypted
+    /// (Vol 3, Part G, 3.6): `.auto` goes on with the unenhanced bearer alone when the peer has
+    /// no EATT or refuses, or when the link is not encrypted; `.require` secures the link for
+    /// them, and ends the workflow when the peer has none. `then` when settled.
+    public func openEnhancedBearers(then: @escaping () -> Void) {
+        guard eatt != .off, !triedEATT else { return then() }
+        guard security.security(of: link.handle).isEncrypted else {
+            // secure() comes back here once encrypted.
+            guard eatt == .require else { return then() }
+            return secure(because: nil) { _ in then() }
+        }
+        triedEATT = true
+        link.openEnhancedBearers { [self] result in
+            switch result {
+            case .success(let clients):
+                enhancedBearers = clients.count
+                onNote?("eatt: \(clients.count) enhanced ATT bearer\(clients.count == 1 ? "" : "s") open (ATT_MTU \(clients.first?.mtu ?? 0))")
+                then()
+            case .failure(let error):
+                let why = error == .att(.requestNotSupported, handle: 0) ? "the peer does not support EATT" : "enhanced bearers refused (\(error))"
+                guard eatt == .auto else { onFailure?("--eatt require: \(why)"); return }
+                onNote?("eatt: \(why): one bearer")
+                then()
+            }
+        }
+    }
+
+    /// Reads every handle, spread over the link's bearers (one request at a time on each,
+    /// Vol 3, Part F, 3.3.2); what was refused for want of security is read once more after
+    /// securing the link, as `retryingOnSecurity` does (and over the bearers that opened then).
+    public func read(_ handles: [UInt16], then: @escaping ([UInt16: Result<[UInt8], GATTClientError>]) -> Void) {
+        link.read(handles) { [self] results, used in
+            bearersUsed = max(bearersUsed, used)
+            let refused = handles.filter {
+                guard case .failure(.att(let error, _))? = results[$0] else { return false }
+                return Self.securityRefusals.contains(error)
+            }
+            guard let first = refused.first, !retriedAfterSecuring, case .failure(.att(let error, _))? = results[first] else {
+                return then(results)
+            }
+            retriedAfterSecuring = true
+            secure(because: error) { [self] _ in
+                link.read(refused) { [self] again, used in
+                    bearersUsed = max(bearersUsed, used)
+                    then(results.merging(again) { _, new in new })
+                }
+            }
         }
     }
 
@@ -112,23 +173,27 @@ public final class GATTWorkflow {
             }
         }
         var dump = Dump(services: services)
-        func read(_ pending: ArraySlice<UInt16>, then finish: @escaping () -> Void) {
-            guard let handle = pending.first else { return finish() }
-            client.read(handle) { [self] result in
-                if case .failure(.timeout) = result { onFailure?("read of handle \(Hex.word(handle)) timed out"); return }
-                if case .failure(.att(let error, _)) = result { dump.refusals[handle, default: []].append(error.rawValue) }
-                dump.values[handle] = result
-                read(pending.dropFirst(), then: finish)
+        // The reads spread over the link's bearers (one at a time on each, Part F, 3.3.2).
+        func read(_ pending: [UInt16], then finish: @escaping () -> Void) {
+            link.read(pending) { [self] results, used in
+                bearersUsed = max(bearersUsed, used)
+                for handle in pending {
+                    guard let result = results[handle] else { continue }
+                    if case .failure(.timeout) = result { onFailure?("read of handle \(Hex.word(handle)) timed out"); return }
+                    if case .failure(.att(let error, _)) = result { dump.refusals[handle, default: []].append(error.rawValue) }
+                    dump.values[handle] = result
+                }
+                finish()
             }
         }
-        read(handles[...]) { [self] in
+        read(handles) { [self] in
             guard secureAndRetry else { return then(dump) }
             let refused = handles.filter {
                 guard case .failure(.att(let error, _))? = dump.values[$0] else { return false }
                 return Self.securityRefusals.contains(error)
             }
             secure(because: nil) { linkSecurity in
-                read(refused[...]) {
+                read(refused) {
                     for handle in refused { if case .success? = dump.values[handle] { dump.readSecured[handle] = linkSecurity.isAuthenticated } }
                     then(dump)
                 }

@@ -51,6 +51,10 @@ public final class GATTClient {
     /// The transaction timed out: the link should be closed (3.3.3).
     public var onTimeout: (() -> Void)?
 
+    /// Procedures not yet ended: the one in flight and those queued behind it (what spreads
+    /// requests over several bearers looks at).
+    public var proceduresPending: Int { (current == nil ? 0 : 1) + queue.count }
+
     private let scheduler: TimerScheduling
     private var current: Procedure?
     /// The opcode of the request in flight, which its response must answer.

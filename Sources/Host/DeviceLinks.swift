@@ -1,6 +1,7 @@
 import BlemuATT
 import BlemuChannels
 import BlemuCore
+import BlemuEATT
 import BlemuGATT
 import BlemuHCI
 import BlemuL2CAP
@@ -45,14 +46,14 @@ final class DeviceLinks {
         didSet {
             for connection in connections.values {
                 connection.server.reportsValueAccess = reportsValueAccess
-                for enhanced in connection.enhancedBearers { enhanced.server.reportsValueAccess = reportsValueAccess }
+                for served in connection.enhanced.endpoints { served.server.reportsValueAccess = reportsValueAccess }
             }
         }
     }
     /// The SPSMs the device published (`DeviceContext.publishL2CAPChannel`), served on each link.
     let channelServers = ChannelServers()
-    /// The EATT PSM served on every link (EnhancedATT.swift).
-    private var enhancedATT: EnhancedATTServer?
+    /// The EATT PSM served on every link (BlemuEATT; the device's part in EnhancedATT.swift).
+    private var enhancedATT: EnhancedATTService<ServedBearer>?
 
     init(hci: HCIHost, scheduler: TimerScheduling, configuration: PeripheralConfiguration, preferredParameters: ConnectionParameters,
          database: GATTDatabase, faults: FaultPlan, security: PeripheralSecurity, logger: Logger) {
@@ -65,7 +66,7 @@ final class DeviceLinks {
         self.security = security
         self.logger = logger
         l2cap = L2CAPLinkContext(hci: hci, scheduler: scheduler, logger: logger)
-        enhancedATT = EnhancedATTServer(links: self)
+        enhancedATT = serveEnhancedATT()
     }
 
     var count: Int { connections.count }

@@ -28,8 +28,11 @@ extension DeviceLinks {
         link.register(cid: L2CAPChannel.securityManager) { [unowned security] payload in security.receive(payload, on: handle) }
         // Credit based channels to the SPSMs the device published (BlemuChannels).
         let channels = CreditBasedChannels(link: link, servers: channelServers)
-        return Connection(peer: peer, link: link, server: server, faultStage: faultStage, channels: channels,
-                          parameters: event.parameters)
+        let connection = Connection(peer: peer, link: link, server: server, faultStage: faultStage, channels: channels,
+                                    parameters: event.parameters)
+        // Enhanced ATT bearers the central opens on the EATT PSM (BlemuEATT), the device's server on each.
+        connection.enhanced = makeEnhancedBearers(for: connection)
+        return connection
     }
 
     func disconnect(_ connection: Connection, reason: UInt8) {

@@ -150,7 +150,7 @@ extension Peripheral: ATTServerDelegate {
             // L2CAP channel; the link and its other bearers stay.
             logger.error("indication not confirmed within 30 s on an enhanced ATT bearer: closing its channel (Vol 3, Part F, 3.3.3)",
                          metadata: [LogKey.connHandle: "\(server.peer.connectionHandle)"])
-            connections[server.peer.connectionHandle]?.enhancedBearers.first { $0.server === server }?.channel.disconnect()
+            connections[server.peer.connectionHandle]?.enhanced.entries.first { $0.endpoint.server === server }?.bearer.channel.disconnect()
             return
         }
         logger.error("indication not confirmed within 30 s: the ATT bearer is dead, disconnecting (Vol 3, Part F, 3.3.3)",

@@ -1,6 +1,7 @@
 import BlemuChannels
 import BlemuATT
 import BlemuCore
+import BlemuEATT
 import BlemuGATT
 import BlemuHCI
 import BlemuL2CAP
@@ -63,8 +64,9 @@ final class Connection {
     let faultStage: FaultStage
     /// The link's credit based channels (the device's published SPSMs).
     let channels: CreditBasedChannels
-    /// The client's Enhanced ATT bearers (EnhancedATT.swift), each with the device's server.
-    var enhancedBearers: [EnhancedBearer] = []
+    /// The client's Enhanced ATT bearers (BlemuEATT), each with the device's server on it
+    /// (EnhancedATT.swift); set as the link is made (`DeviceLinks.makeLink`).
+    var enhanced: EnhancedBearers<ServedBearer>!
     var parameters: LinkParameters
     var parameterTimer: TimerID?
 
@@ -73,22 +75,18 @@ final class Connection {
     /// Part G, 7.2, bit 1), which lets the server use any of its bearers; then an enhanced
     /// bearer with none waiting (one indication at a time per bearer, Part F, 3.3.2).
     func indicationStage(clientFeatures: UInt8) -> FaultStage {
-        guard clientFeatures & 0x02 != 0, server.indicationsWaiting > 0,
-              let idle = enhancedBearers.first(where: { $0.server.indicationsWaiting == 0 }) else { return faultStage }
-        return idle.faultStage
+        guard clientFeatures & EATT.clientSupportsEATT != 0, server.indicationsWaiting > 0,
+              let idle = enhanced.entries.first(where: { $0.endpoint.server.indicationsWaiting == 0 }) else { return faultStage }
+        return idle.endpoint.faultStage
     }
 
     /// A notification the unenhanced bearer's full queue refused goes on an enhanced bearer of
     /// a client that set the EATT bit (7.2, bit 1), where the channel's own queue may take it.
     func notifyOnEnhancedBearer(_ characteristic: Characteristic, value: ArraySlice<UInt8>, clientFeatures: UInt8) -> UpdateOutcome {
-        guard clientFeatures & 0x02 != 0 else { return .queueFull }
-        // Notifications never take the room a response and an indication need (each SDU with
-        // its 2-byte length): those are bounded by the protocol, one each per bearer, and must
-        // never be refused by the channel's send queue.
-        let reserved = 2 * (ATTServer.maximumMTU + 2)
-        for enhanced in enhancedBearers
-        where enhanced.channel.queuedBytes + 2 + min(value.count + 3, enhanced.server.mtu) <= CreditBasedChannel.sendQueueBytes - reserved {
-            let outcome = enhanced.faultStage.notify(characteristic, value: value)
+        guard clientFeatures & EATT.clientSupportsEATT != 0 else { return .queueFull }
+        for entry in enhanced.entries
+        where entry.bearer.hasRoomForNotification(of: min(value.count + 3, entry.endpoint.server.mtu), maximumPDU: ATTServer.maximumMTU) {
+            let outcome = entry.endpoint.faultStage.notify(characteristic, value: value)
             if outcome != .queueFull { return outcome }
         }
         return .queueFull

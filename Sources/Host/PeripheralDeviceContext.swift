@@ -1,6 +1,7 @@
 import BlemuATT
 import BlemuChannels
 import BlemuCore
+import BlemuEATT
 import BlemuGATT
 import BlemuHCI
 import BlemuL2CAP
@@ -40,7 +41,7 @@ extension Peripheral: DeviceContext {
         var all = true
         for connection in links.connections.values where peer == nil || connection.peer == peer {
             var outcome = connection.faultStage.notify(characteristic, value: value)
-            if outcome == .queueFull, !connection.enhancedBearers.isEmpty {
+            if outcome == .queueFull, !connection.enhanced.isEmpty {
                 outcome = connection.notifyOnEnhancedBearer(characteristic, value: value,
                                                             clientFeatures: standard.features(on: connection.handle))
             }
@@ -59,7 +60,7 @@ extension Peripheral: DeviceContext {
         let slices = updates.map { (characteristic: $0.characteristic, value: $0.value[...]) }
         for connection in links.connections.values where peer == nil || connection.peer == peer {
             // Vol 3, Part G, 7.2, bit 2: only a client that set it gets opcode 0x23.
-            guard standard.features(on: connection.handle) & 0x04 != 0 else {
+            guard standard.features(on: connection.handle) & EATT.clientSupportsMultipleNotifications != 0 else {
                 for update in slices where !send(update.characteristic, update.value, to: connection.peer) { all = false }
                 continue
             }
@@ -95,7 +96,7 @@ extension Peripheral: DeviceContext {
                     told?(peer, outcome)
                 }
             }
-            let stage = connection.enhancedBearers.isEmpty
+            let stage = connection.enhanced.isEmpty
                 ? connection.faultStage : connection.indicationStage(clientFeatures: standard.features(on: connection.handle))
             let outcome = stage.indicate(characteristic, value: notificationValue.bytes, completion: completion)
             if outcome == .queueFull { all = false }

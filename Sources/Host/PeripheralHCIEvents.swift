@@ -84,7 +84,7 @@ extension Peripheral {
                 observer(.encrypted(peer: connection.peer, keySize: state.encryptionKeySize, authenticated: state.isAuthenticated))
             }
             connection.channels.linkSecurity = linkSecurity
-            for enhanced in connection.enhancedBearers { enhanced.server.linkSecurity = linkSecurity }
+            for served in connection.enhanced.endpoints { served.server.linkSecurity = linkSecurity }
             // What a bonded central kept: its caching state, signing, subscriptions.
             self.bondedClients.securityChanged(state, on: connection)
         }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import BlemuCentral
 import BlemuCore
 import Testing
 
@@ -41,7 +42,7 @@ import Testing
 
     @Test func aShellLinesCommandsAreTheCommandLinesAndUnsubscribe() throws {
         let uuid = BluetoothUUID(0x2A19)
-        #expect(try GattCommand.action(command: "read", arguments: ["2A19"], text: nil, inShell: true) == .read(uuid))
+        #expect(try GattCommand.action(command: "read", arguments: ["2A19"], text: nil, inShell: true) == .read([uuid]))
         #expect(try GattCommand.action(command: "write", arguments: ["2A19", "0aff"], text: nil, inShell: true) == .write(uuid, [0x0A, 0xFF]))
         #expect(try GattCommand.action(command: "write", arguments: ["2A19"], text: "a b", inShell: true) == .write(uuid, Array("a b".utf8)))
         #expect(try GattCommand.action(command: "unsubscribe", arguments: ["2A19"], text: nil, inShell: true) == .unsubscribe(uuid))
@@ -50,6 +51,18 @@ import Testing
         #expect(throws: ValidationError.self) { try GattCommand.action(command: "read", arguments: ["2A19", "x"], text: nil, inShell: true) }
         #expect(throws: ValidationError.self) { try GattCommand.action(command: "write", arguments: ["2A19", "zz"], text: nil, inShell: true) }
         #expect(throws: ValidationError.self) { try GattCommand.action(command: "shell", arguments: [], text: nil, inShell: true) }
+    }
+
+    /// `read UUID UUID...` (the reads spread over the bearers) and `--eatt auto|off|require`.
+    @Test func readTakesSeveralUUIDsAndEATTItsMode() throws {
+        let command = try #require(try Blemu.parseAsRoot(["gatt", "--controller", "tcp:127.0.0.1:6402", "--name", "HR",
+                                                          "read", "2A00", "2A38", "--eatt", "require"]) as? GattCommand)
+        #expect(try command.action() == .read([BluetoothUUID(0x2A00), BluetoothUUID(0x2A38)]))
+        #expect(command.eatt == .require)
+        let plain = try #require(try Blemu.parseAsRoot(["gatt", "--controller", "tcp:127.0.0.1:6402", "--name", "HR", "dump"]) as? GattCommand)
+        #expect(plain.eatt == .auto)
+        #expect(Self.refusal("gatt", ["--name", "HR", "dump", "--eatt", "sometimes"]) == 64)
+        #expect(Self.refusal("gatt", ["--name", "HR", "read"]) == 64)
     }
 
     @Test func theScanTableIsNotForScripts() {

@@ -4,10 +4,13 @@ import BlemuATT
 import BlemuCore
 import BlemuGATTClient
 import BlemuCrypto
+import BlemuDevices
+import BlemuEATT
 import BlemuHCI
 import BlemuHost
 import BlemuSMP
 import BlemuSecurity
+import Logging
 import Testing
 
 /// Enhanced ATT (Vol 3, Part G, 3.6; Part F, 3.2.11) through both stacks (`AirBench`): a central
@@ -151,22 +154,156 @@ import Testing
         let address = try #require(bench.peripheralController.randomAddress)
         let link = try #require(try bench.connect(to: address)?.get())
         try encrypt(bench)
-        var opened: Result<[EnhancedClientBearer], GATTClientError>?
+        var opened: Result<[GATTClient], GATTClientError>?
         link.openEnhancedBearers(count: 2, mtu: 100) { opened = $0 }
         bench.air.run()
         let bearers = try #require(try opened?.get())
         #expect(bearers.count == 2)
-        #expect(bearers.allSatisfy { $0.bearer.isEnhanced && $0.bearer.mtu == 100 })
+        #expect(bearers.allSatisfy { $0.bearer.isEnhanced && $0.mtu == 100 })
 
         // Device Name (the GAP service's first characteristic value, handle 3) on each at once.
         var names: [Result<[UInt8], GATTClientError>] = []
-        for bearer in bearers { bearer.client.read(0x0003) { names.append($0) } }
+        for bearer in bearers { bearer.read(0x0003) { names.append($0) } }
         bench.air.run()
         #expect(names.count == 2)
         #expect(names.allSatisfy { (try? $0.get()) == Array("Air".utf8) })
 
         link.disconnect()
         bench.air.run()
+    }
+
+    /// The values a stranger may read from the device: readable characteristics that ask for no security.
+    private func readableHandles(_ bench: AirBench) -> [UInt16] {
+        bench.peripheral.database.characteristics.filter { $0.properties.contains(.read) && $0.uuid != BluetoothUUID(0x2B29) }
+            .map(\.valueHandle)
+    }
+
+    /// blemu's client spreads independent reads over every bearer of the link, the unenhanced
+    /// one and the enhanced ones, one request at a time on each (Vol 3, Part F, 3.3.2), and
+    /// wrote Client Supported Features with the EATT bit before asking for the bearers (Part G, 7.2).
+    @Test func aCentralSpreadsItsReadsOverItsBearersOneRequestOnEach() throws {
+        let bench = try AirBench()
+        let address = try #require(bench.peripheralController.randomAddress)
+        let link = try #require(try bench.connect(to: address)?.get())
+        try encrypt(bench)
+        var opened: Result<[GATTClient], GATTClientError>?
+        link.openEnhancedBearers(count: 3) { opened = $0 }
+        bench.air.run()
+        #expect((try opened?.get())?.count == 3)
+        #expect(link.clients.count == 4 && link.enhancedClients.allSatisfy { $0.bearer.isEnhanced })
+
+        let features = try #require(bench.peripheral.database.characteristics.first { $0.uuid == BluetoothUUID(0x2B29) })
+        var written: [UInt8]?
+        link.client.read(features.valueHandle) { written = try? $0.get() }
+        bench.air.run()
+        #expect(written == [0x06], "EATT (bit 1) and Multiple Handle Value Notification (bit 2)")
+
+        let handles = readableHandles(bench)
+        #expect(handles.count >= 5)
+        var results: [UInt16: Result<[UInt8], GATTClientError>]?
+        var used: Int?
+        link.read(handles) { results = $0; used = $1 }
+        // Before any answer: one request in flight on each of the four bearers, none queued.
+        #expect(link.clients.map(\.proceduresPending) == [1, 1, 1, 1])
+        bench.air.run()
+        #expect(used == 4)
+        #expect(results?.count == handles.count)
+        #expect(results?[bench.device.bodySensorLocation.valueHandle].flatMap { try? $0.get() } == [HeartRateDevice.chest])
+        #expect(results?.values.allSatisfy { (try? $0.get()) != nil } == true)
+
+        link.disconnect()
+        bench.air.run()
+        #expect(link.clients.count == 1, "the enhanced bearers went with the link")
+    }
+
+    /// An enhanced bearer that closes under a read (either side may close one at any time)
+    /// loses nothing: the read is made again on the unenhanced bearer.
+    @Test func aReadLostWithAClosedBearerIsMadeAgainOnTheUnenhancedOne() throws {
+        let bench = try AirBench()
+        let address = try #require(bench.peripheralController.randomAddress)
+        let link = try #require(try bench.connect(to: address)?.get())
+        try encrypt(bench)
+        link.openEnhancedBearers(count: 2) { _ in }
+        bench.air.run()
+        #expect(link.enhancedClients.count == 2)
+        let handles = Array(readableHandles(bench).prefix(3))
+        var results: [UInt16: Result<[UInt8], GATTClientError>]?
+        link.read(handles) { found, _ in results = found }
+        let closing = try #require(link.enhancedClients.first?.bearer.transport as? EnhancedATTBearer)
+        closing.channel.disconnect()
+        bench.air.run()
+        #expect(link.enhancedClients.count == 1)
+        #expect(results?.count == 3)
+        #expect(results?.values.allSatisfy { (try? $0.get()) != nil } == true, "\(String(describing: results))")
+        link.disconnect()
+        bench.air.run()
+    }
+
+    /// A peer that refuses the bearers (here: the link is not encrypted, Part G, 3.6) leaves
+    /// the unenhanced bearer, which then carries every read.
+    @Test func refusedBearersLeaveTheUnenhancedOneForEveryRead() throws {
+        let bench = try AirBench()
+        let address = try #require(bench.peripheralController.randomAddress)
+        let link = try #require(try bench.connect(to: address)?.get())
+        var opened: Result<[GATTClient], GATTClientError>?
+        link.openEnhancedBearers(count: 5) { opened = $0 }
+        bench.air.run()
+        #expect(opened.map { if case .failure(.notSent) = $0 { true } else { false } } == true)
+        #expect(link.clients.count == 1)
+
+        let handles = readableHandles(bench)
+        var results: [UInt16: Result<[UInt8], GATTClientError>]?
+        var used: Int?
+        link.read(handles) { results = $0; used = $1 }
+        #expect(link.client.proceduresPending == 1, "on the one bearer, one after another: the next once it is free")
+        bench.air.run()
+        #expect(used == 1)
+        #expect(results?.values.allSatisfy { (try? $0.get()) != nil } == true && results?.count == handles.count)
+        link.disconnect()
+        bench.air.run()
+    }
+
+    /// The workflow (`blemu gatt --eatt`): auto goes on with one bearer when the peer refuses;
+    /// require ends with the reason; off asks for nothing.
+    @Test func theWorkflowFallsBackOnRefusalUnlessEATTIsRequired() throws {
+        for use in [EATTUse.auto, .require, .off] {
+            let bench = try AirBench()
+            let own = BluetoothAddress("C0:DE:00:00:00:01")!
+            let security = CentralSecurity(configuration: CentralSecurityConfiguration(),
+                                           owner: BondOwner(device: "central", name: "blemu central", address: own),
+                                           localAddress: LEAddress(own, isRandom: true), scheduler: bench.scheduler,
+                                           logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+            bench.central.attach(security: security)
+            let address = try #require(bench.peripheralController.randomAddress)
+            let link = try #require(try bench.connect(to: address)?.get())
+            // Our side thinks the link encrypted; the peripheral does not, and refuses (0x0008).
+            security.encryptionChanged(on: link.handle, status: 0, enabled: true, keySize: 16)
+            #expect(security.security(of: link.handle).isEncrypted)
+            let workflow = GATTWorkflow(link: link, security: security, scheduler: bench.scheduler,
+                                        logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+            workflow.eatt = use
+            var notes: [String] = [], failures: [String] = [], went = false
+            workflow.onNote = { notes.append($0) }
+            workflow.onFailure = { failures.append($0) }
+            workflow.openEnhancedBearers { went = true }
+            bench.air.run()
+            #expect(workflow.enhancedBearers == 0)
+            switch use {
+            case .auto:
+                #expect(went && failures.isEmpty)
+                #expect(notes.contains { $0.hasPrefix("eatt: enhanced bearers refused") }, "\(notes)")
+                var used: Int?
+                workflow.read(readableHandles(bench)) { _ in used = workflow.bearersUsed }
+                bench.air.run()
+                #expect(used == 1)
+            case .require:
+                #expect(!went && failures.count == 1 && failures.first?.hasPrefix("--eatt require: enhanced bearers refused") == true, "\(failures)")
+            case .off:
+                #expect(went && notes.isEmpty && failures.isEmpty)
+            }
+            link.disconnect()
+            bench.air.run()
+        }
     }
 
     /// What the central's unenhanced bearer receives for its client end.

@@ -136,4 +136,41 @@ import Testing
         #expect(Array(values.keys) == [0x0011])
         #expect(values[0x0011]?.count == GATTWorkflow.maxRecorded && values[0x0011]?.first == [0] && values[0x0011]?.last == [63])
     }
+
+    /// `--eatt`: a peer whose Server Supported Features (0x2B3A) lack the EATT bit (Vol 3,
+    /// Part G, 7.4) is asked for no enhanced bearer: auto goes on with the one bearer, require
+    /// ends the workflow with the reason.
+    @Test func aPeerWithoutTheEATTBitIsAskedForNoEnhancedBearer() throws {
+        for use in [EATTUse.auto, .require] {
+            let b = try Bench()
+            b.workflow.eatt = use
+            b.central.controller.event(0x08, [0x00, 0x40, 0x00, 0x01])   // Encryption Change, enabled
+            #expect(b.security.security(of: b.link.handle).isEncrypted)
+            var went = false
+            b.workflow.openEnhancedBearers { went = true }
+            // The GATT service at 0x0005-0x0009 with Server Supported Features (value 0x0007) = 0x00.
+            var read: [UInt16] = []
+            for _ in 0..<10 {
+                guard let request = b.attSent.first else { break }
+                let start = request.count >= 3 ? UInt16(request[1]) | UInt16(request[2]) << 8 : 0
+                switch request.first {
+                case 0x06 where start == 0x0001: b.answer([0x07, 0x05, 0x00, 0x09, 0x00])
+                case 0x08 where start == 0x0005: b.answer([0x09, 7, 0x06, 0x00, 0x02, 0x07, 0x00, 0x3A, 0x2B])
+                case 0x0A:
+                    read.append(start)
+                    b.answer([0x0B, 0x00])
+                default: b.answer([0x01, request.first ?? 0, request[1], request[2], 0x0A])   // Attribute Not Found
+                }
+            }
+            #expect(read == [0x0007], "Server Supported Features read")
+            #expect(b.central.controller.takeL2CAP(handle: b.link.handle, cid: L2CAPChannel.leSignaling).isEmpty,
+                    "no Credit Based Connection Request")
+            #expect(b.workflow.enhancedBearers == 0 && b.link.clients.count == 1)
+            if use == .auto {
+                #expect(went && b.failures.isEmpty && b.notes.last == "eatt: the peer does not support EATT: one bearer")
+            } else {
+                #expect(!went && b.failures == ["--eatt require: the peer does not support EATT"])
+            }
+        }
+    }
 }

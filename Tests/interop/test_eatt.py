@@ -1,5 +1,6 @@
 """Enhanced ATT (Core 5.4, Vol 3, Part G, 3.6; Part F, 3.2.11), checked from the outside: Bumble
-as an EATT client (`gatt_client.Client.connect_eatt`) against blemu's GATT server. The server
+as an EATT client (`gatt_client.Client.connect_eatt`) against blemu's GATT server, and blemu's
+client (`blemu gatt --eatt`) against Bumble's EATT server and blemu's own. The server
 says it supports EATT (Server Supported Features, 0x2B3A, bit 0), refuses enhanced bearers on
 an unencrypted link (Insufficient Encryption, 0x0008), and after pairing serves requests on
 each enhanced bearer with that bearer's own ATT_MTU (the channel's).
@@ -8,13 +9,20 @@ each enhanced bearer with that bearer's own ATT_MTU (the channel's).
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 
 import pytest
-from bumble import att, l2cap
+from bumble import att, gatt, l2cap
 from bumble.core import UUID
+from bumble.device import Device, DeviceConfiguration
 from bumble.gatt_client import Client
+from bumble.hci import Address
+from bumble.keys import MemoryKeyStore
+from bumble.pairing import PairingConfig, PairingDelegate
+from bumble.transport import open_transport
 
-from harness import BlemuProcess, run, start_advertising, unique_name
+from harness import BlemuProcess, run, run_cli, start_advertising, unique_name
 from harness import connected as central_on
 
 UUID_SERVER_SUPPORTED_FEATURES = UUID.from_16_bits(0x2B3A)
@@ -74,3 +82,124 @@ def test_eatt_is_refused_before_encryption_and_served_per_bearer_after(device):
             # The unenhanced bearer still serves too.
             assert (await gatt.read_characteristics_by_uuid(UUID_DEVICE_NAME, None))[0] == names[0][0]
     run(scenario(), timeout=90)
+
+
+# blemu's GATT client over enhanced bearers (`blemu gatt --eatt`): against Bumble's EATT
+# server, and against blemu's own.
+
+def gatt_cli(rootcanal, *args: str, timeout: float = 60.0):
+    return run_cli(["gatt", "--controller", rootcanal.controller_spec, *args], timeout=timeout)
+
+
+def eatt_summary(stderr: str) -> dict:
+    """The `--json` line on stderr saying how many bearers carried the reads."""
+    for line in stderr.splitlines():
+        if line.startswith('{"eatt"'):
+            return json.loads(line)["eatt"]
+    raise AssertionError(f"no eatt line on stderr:\n{stderr}")
+
+
+BUMBLE_SERVICE = "5e6a0001-1f2d-4c3b-8a79-0b1c2d3e4f50"
+BUMBLE_VALUES = [f"5e6a00{index:02x}-1f2d-4c3b-8a79-0b1c2d3e4f50" for index in range(0x10, 0x16)]
+
+
+def test_blemu_gatt_reads_over_bumbles_enhanced_bearers_after_pairing(rootcanal, tmp_path):
+    """Bumble with EATT on (Server Supported Features bit 0, its EATT server on PSM 0x0027):
+    `blemu gatt --pair read U1..U6` pairs, writes Client Supported Features with the EATT bit,
+    opens five enhanced bearers and spreads the six reads over the six bearers; Bumble's side
+    shows reads served on several enhanced bearers (its channels on the EATT PSM)."""
+    name = unique_name("BE")
+    address = "F2:E4:A7:7A:00:01"
+
+    async def scenario():
+        async with await open_transport(rootcanal.controller_spec.replace("tcp:", "tcp-client:")) as (source, sink):
+            config = DeviceConfiguration(name=name, address=Address(address), eatt_enabled=True)
+            device = Device.from_config_with_hci(config, source, sink)
+            device.keystore = MemoryKeyStore()
+            device.pairing_config_factory = lambda _c: PairingConfig(
+                sc=True, mitm=False, bonding=True, delegate=PairingDelegate(PairingDelegate.NO_OUTPUT_NO_INPUT))
+            device.add_service(gatt.Service(BUMBLE_SERVICE, [
+                gatt.Characteristic(uuid, gatt.Characteristic.Properties.READ, gatt.Characteristic.READABLE,
+                                    f"value {index}".encode())
+                for index, uuid in enumerate(BUMBLE_VALUES)]))
+            # Which bearer served each read: the unenhanced one (a Connection) or an EATT channel.
+            served: list[tuple[bool, int]] = []
+            server = device.gatt_server
+            plain_read = server.on_att_read_request
+
+            def on_read(bearer, request):
+                enhanced = att.is_enhanced_bearer(bearer)
+                served.append((enhanced, bearer.source_cid if enhanced else 0))
+                plain_read(bearer, request)
+            server.on_att_read_request = on_read
+            await device.power_on()
+            await device.start_advertising(auto_restart=True)
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(None, lambda: gatt_cli(
+                rootcanal, "--address", address, "--state-dir", str(tmp_path), "--pair", "--json", "read", *BUMBLE_VALUES))
+            assert result.returncode == 0, result.describe()
+            values = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+            assert [v["uuid"].lower() for v in values] == BUMBLE_VALUES, result.stdout
+            assert [v["value"] for v in values] == [f"value {index}".encode().hex() for index in range(6)], result.stdout
+            assert "eatt: 5 enhanced ATT bearers open" in result.stderr, result.stderr
+            summary = eatt_summary(result.stderr)
+            assert summary == {"enhanced_bearers": 5, "bearers_used": 6}, summary
+            on_enhanced = {cid for enhanced, cid in served if enhanced}
+            assert len(on_enhanced) >= 2, f"Bumble served the reads on {served}"
+
+    run(scenario(), timeout=120)
+
+
+def test_blemu_gatt_reads_over_blemus_enhanced_bearers_and_keeps_one_with_eatt_off(rootcanal, tmp_path):
+    device = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("EC"), device="heart-rate",
+                                            extra_args=["--state-dir", str(tmp_path / "dev")]), rootcanal)
+    try:
+        uuids = ["2A00", "2A01", "2A38", "2A19"]
+        result = gatt_cli(rootcanal, "--name", device.name, "--state-dir", str(tmp_path / "c"), "--pair", "--json",
+                          "read", *uuids)
+        assert result.returncode == 0, result.describe()
+        values = [json.loads(line) for line in result.stdout.splitlines()]
+        assert [v["uuid"] for v in values] == uuids, result.stdout
+        assert values[0]["value"] == device.name.encode().hex(), values[0]
+        assert "eatt: 5 enhanced ATT bearers open" in result.stderr, result.stderr
+        assert eatt_summary(result.stderr) == {"enhanced_bearers": 5, "bearers_used": 4}, result.stderr
+
+        dump = gatt_cli(rootcanal, "--name", device.name, "--state-dir", str(tmp_path / "c"), "--pair", "dump")
+        assert dump.returncode == 0, dump.describe()
+        used = re.search(r"eatt: the reads went over (\d+) bearers \(5 enhanced\)", dump.stderr)
+        assert used and int(used.group(1)) > 1, dump.stderr
+
+        off = gatt_cli(rootcanal, "--name", device.name, "--state-dir", str(tmp_path / "c"), "--pair", "--eatt", "off",
+                       "read", *uuids)
+        assert off.returncode == 0, off.describe()
+        assert "eatt" not in off.stderr, off.stderr
+        assert off.stdout.count("\n") == 4, off.stdout
+    finally:
+        assert device.stop() == 0, device.log_tail()
+
+
+def test_eatt_require_fails_against_a_peer_without_eatt(rootcanal, tmp_path):
+    """A Bumble peripheral without EATT: `--eatt require` pairs, finds no EATT bit in Server
+    Supported Features and ends with exit 1; `auto` reads over the one bearer."""
+    name = unique_name("BN")
+    address = "F2:E4:A7:7A:00:02"
+
+    async def scenario():
+        async with await open_transport(rootcanal.controller_spec.replace("tcp:", "tcp-client:")) as (source, sink):
+            device = Device.with_hci(name, Address(address), source, sink)
+            device.keystore = MemoryKeyStore()
+            device.pairing_config_factory = lambda _c: PairingConfig(
+                sc=True, mitm=False, bonding=True, delegate=PairingDelegate(PairingDelegate.NO_OUTPUT_NO_INPUT))
+            await device.power_on()
+            await device.start_advertising(auto_restart=True)
+            loop = asyncio.get_running_loop()
+            required = await loop.run_in_executor(None, lambda: gatt_cli(
+                rootcanal, "--address", address, "--state-dir", str(tmp_path), "--eatt", "require", "read", "2A00"))
+            assert required.returncode != 0, required.describe()
+            assert "--eatt require: the peer does not support EATT" in required.stderr, required.stderr
+            auto = await loop.run_in_executor(None, lambda: gatt_cli(
+                rootcanal, "--address", address, "--state-dir", str(tmp_path), "--pair", "read", "2A00"))
+            assert auto.returncode == 0, auto.describe()
+            assert "the peer does not support EATT: one bearer" in auto.stderr, auto.stderr
+
+    run(scenario(), timeout=120)
