@@ -43,6 +43,13 @@ public final class LengthRulesDevice: Device {
         public var bigCount = 300
         public var writes = 0
         public init() {}
+
+        /// Every value back to its first state (a target that keeps one device across inputs).
+        public func reset() {
+            let first = Storage()
+            (one, four, forty, zero, twenty, twentyCount) = (first.one, first.four, first.forty, first.zero, first.twenty, first.twentyCount)
+            (big, bigCount, writes) = (first.big, first.bigCount, first.writes)
+        }
     }
 
     public let storage = Storage()

@@ -49,6 +49,10 @@ public final class PeripheralRig {
     }
     /// Rigs kept between inputs, at most one per shape and `poolLimit` in all.
     nonisolated(unsafe) private static var pool: [Shape: PeripheralRig] = [:]
+    /// The kept shapes, the longest unused first: a new shape takes the place of the first once
+    /// the pool is full (the controller options alone make 2,592 shapes; a pool that stopped
+    /// taking rigs once full built a new stack for most inputs of a long run).
+    nonisolated(unsafe) private static var poolOrder: [Shape] = []
     private static let poolLimit = 64
     /// `BLEMU_FUZZ_FRESH=1`: a new rig for every input.
     public static let freshPerInput = fuzzEnvironmentFlag("BLEMU_FUZZ_FRESH")
@@ -65,6 +69,7 @@ public final class PeripheralRig {
         initialized.autoComplete = true
         let shape = Shape(device: deviceKind, options: initialized, truthful: truthful)
         if !freshPerInput, let rig = pool.removeValue(forKey: shape) {
+            poolOrder.removeAll { $0 == shape }
             rig.controller.answersCommands = options.answerCommands
             rig.controller.autoComplete = truthful && options.autoComplete
             return rig
@@ -76,7 +81,7 @@ public final class PeripheralRig {
 
     /// The end of an input: the rig goes back to the pool, or is torn down (`finish`).
     public func end() {
-        guard !Self.freshPerInput, !stopped, let shape, Self.pool[shape] == nil, Self.pool.count < Self.poolLimit else {
+        guard !Self.freshPerInput, !stopped, let shape, Self.pool[shape] == nil else {
             finish()
             return
         }
@@ -91,7 +96,11 @@ public final class PeripheralRig {
         advance(milliseconds: 65_000)
         if peripheral.hci.isReady && peripheral.connectionCount == 0 && controller.openHandles.isEmpty
             && controller.isQuiet && controller.isAdvertising {
+            if Self.pool.count >= Self.poolLimit, !Self.poolOrder.isEmpty {
+                Self.pool.removeValue(forKey: Self.poolOrder.removeFirst())?.finish()
+            }
             Self.pool[shape] = self
+            Self.poolOrder.append(shape)
         } else {
             finish()
         }

@@ -15,7 +15,8 @@ import FuzzSupport
 ///
 /// Input: a config byte (bits 0–2: server Rx MTU; bits 3–4: the database, see `FuzzDatabase`;
 /// bit 5: a generated database instead, described by the next three bytes, see
-/// `GeneratedDatabase`), then records:
+/// `GeneratedDatabase`; bits 6 and 7 both set: no bound on the PDUs the link moves, else at most
+/// `Link.boundedMoves`), then records:
 ///   0x00–0xEF  a PDU of that many bytes, from "the server", to the client
 ///   0xF0 p     the client starts procedure p (discover all, by UUID, read, read multiple, write
 ///              short and long, reliable write, exchange MTU, write without response, subscribe)
@@ -30,9 +31,10 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     var input = FuzzBytes(data, size)
     let config = input.u8()
     let rxMTUs = [ATTServer.maximumMTU, 23, 24, 64, 185, 247, 251, 512]
-    let generated = config & 0x20 != 0 ? GeneratedDatabase.take(input.u8(), input.u8(), input.u8()) : nil
+    let unbounded = config & 0xC0 == 0xC0
+    let generated = config & 0x20 != 0 ? GeneratedDatabase.take(input.u8(), input.u8(), input.u8(), unbounded: unbounded) : nil
     let link = Link(serverRxMTU: rxMTUs[Int(config & 0x07)], database: FuzzDatabase(rawValue: (config >> 3) & 0x03) ?? .lengthRules,
-                    generated: generated?.database)
+                    generated: generated?.database, movesLeft: unbounded ? Int.max : Link.boundedMoves)
     let handles = link.handles
     let memory = MemoryBound(bound: 64 << 20)
 
@@ -147,20 +149,25 @@ struct GeneratedDatabase {
     struct Shape: Hashable {
         let a: UInt8
         let b: UInt8
-        init(_ a: UInt8, _ b: UInt8) {
+        /// At most `boundedCharacteristics` in all, for an input whose link moves
+        /// `Link.boundedMoves` PDUs: it never gets further, and building databases of thousands
+        /// of characteristics for it (the cache holds a few dozen) was a fifth of the target's time.
+        let bounded: Bool
+        init(_ a: UInt8, _ b: UInt8, bounded: Bool) {
+            self.bounded = bounded
             self.a = (a & 0x07) % UInt8(serviceCounts.count) | ((a >> 3) % UInt8(characteristicCounts.count)) << 3
             let inclusion = (b >> 2) & 0x07
             self.b = b & 0x63 | (inclusion <= 4 ? inclusion : 0) << 2
         }
     }
 
-    static func take(_ a: UInt8, _ b: UInt8, _ gaps: UInt8) -> GeneratedDatabase {
-        let key = Shape(a, b)
+    static func take(_ a: UInt8, _ b: UInt8, _ gaps: UInt8, unbounded: Bool) -> GeneratedDatabase {
+        let key = Shape(a, b, bounded: !unbounded)
         let database: GATTDatabase
         if let cached = cache[key] {
             database = cached
         } else {
-            database = FuzzDatabase.build(services(key.a, key.b))
+            database = FuzzDatabase.build(services(key.a, key.b, characteristicLimit: key.bounded ? boundedCharacteristics : 6_000))
             while cachedAttributes + database.attributes.count > cacheAttributeLimit, !cacheOrder.isEmpty {
                 cachedAttributes -= cache.removeValue(forKey: cacheOrder.removeFirst())?.attributes.count ?? 0
             }
@@ -187,9 +194,11 @@ struct GeneratedDatabase {
     static let serviceCounts = [1, 3, 16, 64, 200]
     static let characteristicCounts = [0, 1, 2, 5, 20, 60, 250]
 
-    static func services(_ a: UInt8, _ b: UInt8) -> [Service] {
+    static let boundedCharacteristics = 400
+
+    static func services(_ a: UInt8, _ b: UInt8, characteristicLimit: Int) -> [Service] {
         let count = serviceCounts[Int(a & 0x07) % serviceCounts.count]
-        let perService = min(characteristicCounts[Int(a >> 3) % characteristicCounts.count], 6_000 / count)
+        let perService = min(characteristicCounts[Int(a >> 3) % characteristicCounts.count], characteristicLimit / count)
         let descriptors = b & 0x03
         let inclusion = (b >> 2) & 0x07
         let longUUIDs = b & 0x20 != 0
@@ -235,7 +244,11 @@ struct GeneratedDatabase {
 
 final class Link: ATTServerDelegate {
     let scheduler = ManualScheduler()
-    let device = LengthRulesDevice()
+    /// One device and database for every input of the length-rules kind (building them was a
+    /// twentieth of an execution); its values go back to their first state for each input.
+    nonisolated(unsafe) static let lengthRulesDevice = LengthRulesDevice()
+    nonisolated(unsafe) static let lengthRulesDatabase = FuzzDatabase.build(lengthRulesDevice.services)
+    let device = Link.lengthRulesDevice
     let server: ATTServer
     var client: GATTClient!
     let trace = fuzzTrace
@@ -251,12 +264,23 @@ final class Link: ATTServerDelegate {
 
     /// The attribute handles of the database, for the records that name one.
     let handles: [UInt16]
+    /// PDUs the link may still move in this input. A whole discovery of a big database (a huge
+    /// one at ATT_MTU 23 is about 10,000 PDUs) per input made the target run a few hundred
+    /// inputs a second: most inputs get `boundedMoves` (enough for every procedure on the
+    /// length-rules database, and the first hundreds of PDUs of a big walk); a quarter (config
+    /// bits 6 and 7) walk to the end. What is left when the budget runs out ends with the
+    /// timeout and the close, as every input does.
+    private var movesLeft: Int
+    static let boundedMoves = 512
 
-    init(serverRxMTU: Int, database kind: FuzzDatabase, generated: GATTDatabase?) {
+    init(serverRxMTU: Int, database kind: FuzzDatabase, generated: GATTDatabase?, movesLeft: Int) {
+        self.movesLeft = movesLeft
         let database: GATTDatabase
         switch kind {
         case _ where generated != nil: database = generated!
-        case .lengthRules: database = FuzzDatabase.build(device.services)
+        case .lengthRules:
+            device.storage.reset()
+            database = Link.lengthRulesDatabase
         case .huge: database = FuzzDatabase.hugeDatabase
         case .deep: database = FuzzDatabase.deepDatabase
         case .hugeAndDeep: database = FuzzDatabase.hugeAndDeepDatabase
@@ -322,8 +346,9 @@ final class Link: ATTServerDelegate {
 
     func move(_ count: Int) {
         var moved = 0
-        while moved < count, !queue.isEmpty {
+        while moved < count, !queue.isEmpty, movesLeft > 0 {
             moved += 1
+            movesLeft -= 1
             let (toServer, pdu) = queue.removeFirst()
             if toServer {
                 server.receive(pdu[...])
