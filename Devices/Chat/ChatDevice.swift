@@ -320,12 +320,41 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
                     self?.checkRoom()
                 }
             }
-        } else if wasBusy {
+        } else {
+            releaseAcknowledgements()
+            guard wasBusy else { return }
             wasBusy = false
             if let busyCheck { context.scheduler.cancel(busyCheck) }
             busyCheck = nil
             onRoom?()
         }
+    }
+
+    /// Acknowledgements of members' messages held while the room is busy (`isBusy`): a member
+    /// that sends faster than another keeping-up member takes its lines (a channel member's burst
+    /// to a GATT member) runs out of its window and waits, as the host's own lines wait, instead
+    /// of pushing the slow member's oldest lines out. Bounded: past the limit, acknowledged at once.
+    private var heldAcknowledgements: Deque<(id: ChatMessageID, to: UInt32)> = []
+    public static let heldAcknowledgementLimit = 1024
+    /// Acknowledgements held now (for tests and the curious).
+    public var heldAcknowledgementCount: Int { heldAcknowledgements.count }
+    private var isReleasingAcknowledgements = false
+
+    private func acknowledgeWhenRoom(_ id: ChatMessageID, to handle: UInt32) {
+        guard isBusy, heldAcknowledgements.count < Self.heldAcknowledgementLimit else { return acknowledge(id, to: handle) }
+        heldAcknowledgements.append((id, handle))
+        checkRoom()
+    }
+
+    private func releaseAcknowledgements() {
+        guard !isReleasingAcknowledgements, !heldAcknowledgements.isEmpty else { return }
+        isReleasingAcknowledgements = true
+        while let (id, handle) = heldAcknowledgements.popFirst() {
+            let limit = members[handle].map { self.limit(for: $0) } ?? 20
+            enqueue(frames, [ChatFrame.acknowledgement(of: id, limit: limit)], to: handle)
+        }
+        flush()
+        isReleasingAcknowledgements = false
     }
 
     /// The names of the members now.
@@ -425,7 +454,7 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
             // A resend of a message delivered before: acknowledged again, delivered no more.
             acknowledge(id, to: handle)
         case let .message(id, bytes, hops):
-            acknowledge(id, to: handle)
+            acknowledgeWhenRoom(id, to: handle)
             guard !delivered.hasDelivered(id) else { return }
             delivered.remember(id)
             let text = String(decoding: bytes, as: UTF8.self)

@@ -168,6 +168,42 @@ import Testing
         #expect(lines.last == "* central-CC03 left" && device.memberNames == ["central-AA01"])
     }
 
+    /// A channel member faster than a plain member: its acknowledgements are held while the
+    /// plain member (keeping up, its link full) has half its queue waiting, so a sender that
+    /// keeps to its window waits; the plain member gets every line, none missed, and every ACK
+    /// goes once there is room.
+    @Test func aFastMembersAcknowledgementsWaitForASlowMember() throws {
+        let device = ChatDevice()
+        let bench = try SharedBench(devices: [device], sets: 4)
+        bench.controller.connect(handle: 0x40, peer: BluetoothAddress("C4:00:00:00:AA:01")!, set: 1)
+        _ = bench.att([0x02, 100, 0], handle: 0x40)
+        let cccd = device.message.clientConfigurationHandle ?? 0
+        _ = bench.att([0x12, UInt8(cccd & 0xFF), UInt8(cccd >> 8), 0x01, 0x00], handle: 0x40)
+        bench.controller.connect(handle: 0x41, peer: BluetoothAddress("C4:00:00:00:CC:03")!, set: 1)
+        var peer = ChannelPeer(bench: bench, handle: 0x41)
+        #expect(peer.open(spsm: device.spsm) == 0x0000)
+        peer.send(ChatFrame.join.encoded())
+        bench.controller.completePackets()
+        _ = bench.controller.takeL2CAP(handle: 0x40, cid: L2CAPChannel.att)
+        _ = peer.received()
+        bench.controller.autoComplete = false
+        let count = 200
+        for number in 1...count {
+            peer.send(ChatFrame.channelFrame(of: Array("line \(number)".utf8), id: ChatMessageID(sender: "fast", number: UInt32(number)), hops: 4))
+        }
+        #expect(device.isBusy && device.heldAcknowledgementCount > 0)
+        var plain: [String] = []
+        var acks = 0
+        for _ in 0..<1000 where plain.count < count || acks < count {
+            bench.controller.completePackets()
+            plain += bench.controller.takeL2CAP(handle: 0x40, cid: L2CAPChannel.att).filter { $0.first == 0x1B }
+                .map { String(decoding: $0.dropFirst(3), as: UTF8.self) }
+            acks += peer.frames().filter { if case .ack = $0 { true } else { false } }.count
+        }
+        #expect(plain == (1...count).map { "fast: line \($0)" })
+        #expect(acks == count && device.heldAcknowledgementCount == 0)
+    }
+
     /// A member joining again on the channel resumes with RESUME as its first frame: what the
     /// room said after its last message comes first, in order.
     @Test func aResumeAsTheFirstFrameCatchesTheMemberUp() throws {
