@@ -321,12 +321,15 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
                 }
             }
         } else {
-            releaseAcknowledgements()
-            guard wasBusy else { return }
-            wasBusy = false
-            if let busyCheck { context.scheduler.cancel(busyCheck) }
-            busyCheck = nil
-            onRoom?()
+            // Nothing after `onRoom` and the release reads state from before them: both may
+            // send (and so check the room again) before they return.
+            if wasBusy {
+                wasBusy = false
+                if let busyCheck { context.scheduler.cancel(busyCheck) }
+                busyCheck = nil
+                onRoom?()
+            }
+            if !isBusy { releaseAcknowledgements() }
         }
     }
 

@@ -204,6 +204,53 @@ import Testing
         #expect(acks == count && device.heldAcknowledgementCount == 0)
     }
 
+    /// The host's own source (stdin) that refills the room from `onRoom` while acknowledgements
+    /// are held: each time the room is busy again, `onRoom` comes again once it drains (a lost
+    /// `onRoom` left `blemu chat`'s stdin paused for good, both ways bursting).
+    @Test func onRoomComesAgainAfterASourceRefillsTheRoomFromIt() throws {
+        let device = ChatDevice()
+        let bench = try SharedBench(devices: [device], sets: 4)
+        device.hostName = "Host"
+        bench.controller.connect(handle: 0x40, peer: BluetoothAddress("C4:00:00:00:AA:01")!, set: 1)
+        _ = bench.att([0x02, 100, 0], handle: 0x40)
+        let cccd = device.message.clientConfigurationHandle ?? 0
+        _ = bench.att([0x12, UInt8(cccd & 0xFF), UInt8(cccd >> 8), 0x01, 0x00], handle: 0x40)
+        bench.controller.connect(handle: 0x41, peer: BluetoothAddress("C4:00:00:00:CC:03")!, set: 1)
+        var peer = ChannelPeer(bench: bench, handle: 0x41)
+        #expect(peer.open(spsm: device.spsm) == 0x0000)
+        peer.send(ChatFrame.join.encoded())
+        bench.controller.completePackets()
+        _ = bench.controller.takeL2CAP(handle: 0x40, cid: L2CAPChannel.att)
+        _ = peer.received()
+        bench.controller.autoComplete = false
+        var said = 0
+        var rooms = 0
+        func fill() {
+            while !device.isBusy, said < 600 {
+                said += 1
+                device.send("down \(said)")
+            }
+        }
+        device.onRoom = {
+            rooms += 1
+            fill()
+        }
+        fill()
+        #expect(device.isBusy)
+        // The channel member's line while the room is busy: its ACK is held.
+        peer.send(ChatFrame.channelFrame(of: Array("up".utf8), id: ChatMessageID(sender: "m", number: 1), hops: 4))
+        #expect(device.heldAcknowledgementCount == 1)
+        var plain: [String] = []
+        for _ in 0..<3000 where said < 600 || plain.count < 601 {
+            bench.controller.completePackets()
+            plain += bench.controller.takeL2CAP(handle: 0x40, cid: L2CAPChannel.att).filter { $0.first == 0x1B }
+                .map { String(decoding: $0.dropFirst(3), as: UTF8.self) }
+        }
+        #expect(said == 600 && rooms >= 2)
+        #expect(plain.filter { $0.hasPrefix("Host: ") } == (1...600).map { "Host: down \($0)" })
+        #expect(device.heldAcknowledgementCount == 0 && peer.frames().contains(.ack(number: 1, sender: "m")))
+    }
+
     /// A member joining again on the channel resumes with RESUME as its first frame: what the
     /// room said after its last message comes first, in order.
     @Test func aResumeAsTheFirstFrameCatchesTheMemberUp() throws {
