@@ -205,8 +205,10 @@ import Testing
     }
 
     /// The host's own source (stdin) that refills the room from `onRoom` while acknowledgements
-    /// are held: each time the room is busy again, `onRoom` comes again once it drains (a lost
-    /// `onRoom` left `blemu chat`'s stdin paused for good, both ways bursting).
+    /// are held: each time the room is busy again, `onRoom` comes again once it drains, every
+    /// line arrives and the held ACK goes. (The lost `onRoom` of a re-entrant release, which
+    /// left `blemu chat`'s stdin paused with both ways bursting, shows only over rootcanal:
+    /// test_chat.py's burst each way.)
     @Test func onRoomComesAgainAfterASourceRefillsTheRoomFromIt() throws {
         let device = ChatDevice()
         let bench = try SharedBench(devices: [device], sets: 4)
