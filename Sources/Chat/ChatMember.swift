@@ -395,7 +395,7 @@ public final class ChatMember: CreditBasedChannelDelegate {
             guard refusedForSecurity, !opening.secured, let security = central.security else {
                 return opening.failed("its chat channel was not opened (\(reason))")
             }
-            logger.notice("the chat host \(link.peer.address) refused its channel for want of security (\(reason)): \(security.bonds.bond(for: link.peer) != nil ? "encrypting with our bond" : "pairing")")
+            logger.notice("the chat host \(link.peer.address) refused for want of security (its chat channel \(reason)): \(security.bonds.bond(for: link.peer) != nil ? "encrypting with our bond" : "pairing")")
             security.secure(link.handle) { [weak self] secured in
                 guard let self, let link = self.link, link.isOpen else { return }
                 switch secured {

@@ -78,7 +78,7 @@ def test_a_channel_needing_encryption_is_opened_after_pairing(rootcanal, tmp_pat
         time.sleep(1)
         member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "board-2",
                              "--state-dir", str(tmp_path / "m"))
-        wait_in_log(member, "refused its channel for want of security", "the channel's refusal")
+        wait_in_log(member, "refused for want of security (its chat channel refused: insufficient encryption)", "the channel's refusal")
         wait_in_log(member, "on its chat channel (SPSM 0x00", "the channel member's join")
         member.say("sealed link")
         host.wait_for(lambda line: line == "[board-2] sealed link", "the member's line at the host")
