@@ -185,6 +185,7 @@ let package = Package(
                                                          "BlemuGATT", "BlemuCrypto", "BlemuHCI", "BlemuRunLoop"],
                     path: "Tests/AllocationTests"),
         .testTarget(name: "ChatTests", dependencies: ["BlemuTestSupport", "BlemuChat", "BlemuDevices", "BlemuCrypto", "BlemuCore",
+                                                "BlemuCentral", "BlemuHost", "BlemuHCI", "BlemuSimulator",
                                                 .product(name: "Logging", package: "swift-log")], path: "Tests/ChatTests"),
         .testTarget(name: "AssignedNumbersTests", dependencies: ["BlemuAssignedNumbers", "BlemuCore"], path: "Tests/AssignedNumbersTests"),
         .testTarget(name: "CoreTests", dependencies: ["BlemuTestSupport", "BlemuCore"], path: "Tests/CoreTests"),

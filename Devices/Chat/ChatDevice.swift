@@ -1,4 +1,5 @@
 import BlemuATT
+import BlemuChannels
 import BlemuCore
 import BlemuGATT
 import BlemuHost
@@ -24,7 +25,7 @@ import Logging
 /// as several notifications, cut between characters. Each member has its own bounded queue:
 /// one that cannot keep up waits for "ready to update subscribers" without slowing the others,
 /// and if its queue overflows, the oldest lines give way to one line saying how many it missed.
-public final class ChatDevice: Device {
+public final class ChatDevice: Device, CreditBasedChannelDelegate {
     public static let deviceName = "chat"
     public static let summary = "chat room host: Chat 9f37e282-…, the seed app's plain protocol (one write or notification of UTF-8 text is one message), and framed messages between blemu nodes"
 
@@ -43,6 +44,13 @@ public final class ChatDevice: Device {
 
     public let message: Characteristic
     public let frames: Characteristic
+    /// The chat channel's SPSM (`L2CAPPSMCharacteristic`, a little-endian UInt16) in the chat
+    /// service; nil when the room has no channel (`ChatTransport.gatt`).
+    public let psm: Characteristic?
+    /// The SPSM blemu assigned the chat channel, 0 before start or without one.
+    public private(set) var spsm: UInt16 = 0
+    /// A chat channel's MTU: the longest frame, a whole SEALED message, is one SDU.
+    public static let channelMTU = UInt16(ChatFrame.largestFrame)
     public let linkRequirement: LinkRequirement
     public let services: [Service]
     public var profile: DeviceProfile {
@@ -70,6 +78,8 @@ public final class ChatDevice: Device {
     private weak var context: DeviceContext?
     private struct Member {
         let peer: ATTPeer
+        /// A blemu node on the chat channel: its frames are SDUs of it, one frame each.
+        var channel: CreditBasedChannel?
         /// `central-` and the end of its address (`central-AA01`) until a framed message names it.
         var name: String
         /// The name its join was announced with, which its leave says too: one name for one
@@ -109,7 +119,11 @@ public final class ChatDevice: Device {
     private var historyStart: UInt64 = 0
     /// RESUME points of links that have not subscribed yet (one per link; gone with the link).
     private var resumePoints: [UInt16: ChatMessageID] = [:]
-    private var members: [UInt16: Member] = [:]
+    /// Keyed by `key(_:)`: a link's GATT member by its connection handle, a channel member by
+    /// the channel's CID too (a link may carry both).
+    private var members: [UInt32: Member] = [:]
+    private static func key(_ handle: UInt16) -> UInt32 { UInt32(handle) }
+    private static func key(of channel: CreditBasedChannel) -> UInt32 { UInt32(channel.localCID) << 16 | UInt32(channel.linkHandle) }
     /// Numbers start anywhere: a host that restarts must not reuse identities its members
     /// still remember (they would take new messages for resends).
     private var nextNumber = UInt32.random(in: 1...(UInt32.max / 2))
@@ -137,7 +151,9 @@ public final class ChatDevice: Device {
     /// without it is refused with the spec's error (Insufficient Authentication 0x05 without a
     /// key, Insufficient Encryption 0x0F with one: Vol 3, Part C, 10.3.1), so a phone pairs and
     /// a blemu member pairs on its own.
-    public init(linkRequirement: LinkRequirement = .none) {
+    /// `transport`: `.gatt` publishes no chat channel; otherwise one is published, needing what
+    /// `linkRequirement` asks of a link (refused with the Core's result, Vol 3, Part A, 4.23).
+    public init(linkRequirement: LinkRequirement = .none, transport: ChatTransport = .auto) {
         let box = WeakBox<ChatDevice>()
         let message = Characteristic(Self.messageUUID, properties: [.write, .notify], permissions: linkRequirement.permissions,
                                      validateWrite: { request in
@@ -171,16 +187,40 @@ public final class ChatDevice: Device {
         self.linkRequirement = linkRequirement
         self.message = message
         self.frames = frames
+        // After Message and Frames, so their handles are the same with or without it.
+        let psm = transport == .gatt ? nil : L2CAPPSMCharacteristic.make { box.value?.spsm ?? 0 }
+        self.psm = psm
         services = [Service(Self.serviceUUID) {
             message
             frames
+            if let psm { psm }
         }]
         box.value = self
     }
 
-    public func start(context: DeviceContext) { self.context = context }
+    /// What a chat channel needs of its link: what Message and Frames need (Vol 3, Part A,
+    /// 4.23: refused with Insufficient Encryption 0x0008, or Insufficient Authentication 0x0005
+    /// where a passkey's key is needed, until the link has it).
+    public var channelSecurity: ChannelSecurity {
+        switch linkRequirement {
+        case .none: .none
+        case .encrypted: .encrypted
+        case .authenticated: .authenticated
+        }
+    }
+
+    public func start(context: DeviceContext) {
+        self.context = context
+        if psm != nil, spsm == 0 {
+            spsm = context.publishL2CAPChannel(security: channelSecurity, parameters: ChannelParameters(mtu: Self.channelMTU),
+                                               delegate: self) ?? 0
+        }
+    }
 
     public func stop() {
+        if spsm != 0 { context?.unpublishL2CAPChannel(spsm) }
+        spsm = 0
+        for member in members.values { member.channel?.disconnect() }
         members.removeAll()
         if let busyCheck { context?.scheduler.cancel(busyCheck) }
         busyCheck = nil
@@ -196,7 +236,7 @@ public final class ChatDevice: Device {
 
     public func subscriptionChanged(_ characteristic: Characteristic, peer: ATTPeer, notify: Bool, indicate: Bool) {
         guard characteristic === message || characteristic === frames else { return }
-        let handle = peer.connectionHandle
+        let handle = Self.key(peer.connectionHandle)
         let framed = characteristic === frames
         if notify, !framed, trust?.roomKey != nil {
             // A private room: a plain client could read nothing and post nothing. Told once (after
@@ -214,7 +254,7 @@ public final class ChatDevice: Device {
         if notify, members[handle] == nil {
             var member = Member(peer: peer, name: Self.name(of: peer), announcedName: Self.name(of: peer), framed: framed)
             member.lastProgress = context?.scheduler.nowNanoseconds ?? 0
-            if framed, let point = resumePoints.removeValue(forKey: handle) { catchUp(&member, after: point) }
+            if framed, let point = resumePoints.removeValue(forKey: peer.connectionHandle) { catchUp(&member, after: point) }
             members[handle] = member
             announce("* \(member.announcedName) joined", except: handle)
             flush()
@@ -232,16 +272,16 @@ public final class ChatDevice: Device {
         } else {
             member.replayNext = historyStart
             let note = "* catching up: lines said before \(history.isEmpty ? "now" : "the oldest kept here") may be missing"
-            member.queue.append((frames, Deque(ChatFrame.frames(of: Array(note.utf8), id: announcementID(note),
-                                                                  hops: 0, limit: (context?.attMTU(of: member.peer) ?? 23) - 3))))
+            member.queue.append((frames, Deque(framesOf(Array(note.utf8), id: announcementID(note), hops: 0, for: member))))
         }
     }
 
     public func peerDisconnected(_ peer: ATTPeer) {
         resumePoints[peer.connectionHandle] = nil
         // The stack ends the link's subscriptions first (subscriptionChanged); this is for safety.
-        if let member = members.removeValue(forKey: peer.connectionHandle) {
-            announce("* \(member.announcedName) left", except: nil)
+        // Its channel members too (their channels end with the link).
+        for key in members.keys.sorted() where UInt16(truncatingIfNeeded: key) == peer.connectionHandle {
+            if let member = members.removeValue(forKey: key) { announce("* \(member.announcedName) left", except: nil) }
         }
         checkRoom()
     }
@@ -280,16 +320,50 @@ public final class ChatDevice: Device {
                     self?.checkRoom()
                 }
             }
-        } else if wasBusy {
-            wasBusy = false
-            if let busyCheck { context.scheduler.cancel(busyCheck) }
-            busyCheck = nil
-            onRoom?()
+        } else {
+            // Nothing after `onRoom` and the release reads state from before them: both may
+            // send (and so check the room again) before they return.
+            if wasBusy {
+                wasBusy = false
+                if let busyCheck { context.scheduler.cancel(busyCheck) }
+                busyCheck = nil
+                onRoom?()
+            }
+            if !isBusy { releaseAcknowledgements() }
         }
+    }
+
+    /// Acknowledgements of members' messages held while the room is busy (`isBusy`): a member
+    /// that sends faster than another keeping-up member takes its lines (a channel member's burst
+    /// to a GATT member) runs out of its window and waits, as the host's own lines wait, instead
+    /// of pushing the slow member's oldest lines out. Bounded: past the limit, acknowledged at once.
+    private var heldAcknowledgements: Deque<(id: ChatMessageID, to: UInt32)> = []
+    public static let heldAcknowledgementLimit = 1024
+    /// Acknowledgements held now (for tests and the curious).
+    public var heldAcknowledgementCount: Int { heldAcknowledgements.count }
+    private var isReleasingAcknowledgements = false
+
+    private func acknowledgeWhenRoom(_ id: ChatMessageID, to handle: UInt32) {
+        guard isBusy, heldAcknowledgements.count < Self.heldAcknowledgementLimit else { return acknowledge(id, to: handle) }
+        heldAcknowledgements.append((id, handle))
+        checkRoom()
+    }
+
+    private func releaseAcknowledgements() {
+        guard !isReleasingAcknowledgements, !heldAcknowledgements.isEmpty else { return }
+        isReleasingAcknowledgements = true
+        while let (id, handle) = heldAcknowledgements.popFirst() {
+            let limit = members[handle].map { self.limit(for: $0) } ?? 20
+            enqueue(frames, [ChatFrame.acknowledgement(of: id, limit: limit)], to: handle)
+        }
+        flush()
+        isReleasingAcknowledgements = false
     }
 
     /// The names of the members now.
     public var memberNames: [String] { members.values.map(\.name).sorted() }
+    /// How many of them are on the chat channel.
+    public var channelMemberCount: Int { members.values.filter { $0.channel != nil }.count }
 
     // MARK: Messages
 
@@ -298,7 +372,7 @@ public final class ChatDevice: Device {
         // The validator let only UTF-8 through.
         let text = String(decoding: request.value, as: UTF8.self)
         guard !text.isEmpty else { return }
-        let handle = request.peer.connectionHandle
+        let handle = Self.key(request.peer.connectionHandle)
         if var member = members[handle], !member.framed, !member.hasWritten {
             member.hasWritten = true
             // `/name NAME` as a plain client's first line: its lines go under NAME from now on
@@ -319,20 +393,27 @@ public final class ChatDevice: Device {
         let id = ChatMessageID(sender: sender, number: takeNumber())
         delivered.remember(id)
         onHeard?(.message(id, text: text, hops: Self.initialHops))
-        deliver(id, text: text, hops: Self.initialHops, except: request.peer.connectionHandle)
+        deliver(id, text: text, hops: Self.initialHops, except: handle)
     }
 
     /// A blemu node's frame: a piece of a message, or an acknowledgement (which a host has no use for).
     private func receivedFrame(_ request: WriteRequest) {
         guard let frame = try? ChatFrame(decoding: request.value.slice) else { return }
-        let handle = request.peer.connectionHandle
+        let handle = Self.key(request.peer.connectionHandle)
+        if case let .resume(number, sender) = frame, members[handle] == nil {
+            // Before it subscribes (Docs/CHAT.md): kept until then.
+            resumePoints[request.peer.connectionHandle] = ChatMessageID(sender: sender, number: number)
+            return
+        }
+        take(frame, from: handle)
+    }
+
+    /// A frame of a member (on Frames or its channel).
+    private func take(_ frame: ChatFrame, from handle: UInt32) {
+        if case .join = frame { return }   // a channel's first frame: it joined with it
         if case let .resume(number, sender) = frame {
             let point = ChatMessageID(sender: sender, number: number)
-            // Before it subscribes (Docs/CHAT.md): kept until then.
-            guard var member = members[handle] else {
-                resumePoints[handle] = point
-                return
-            }
+            guard var member = members[handle] else { return }
             // A bonded member's subscription is back as soon as its link is encrypted with the
             // bond (Vol 3, Part G, 3.3.3.3), before its RESUME can pass when the room needs
             // encryption (`--require-encryption`): taken while the room has sent it nothing yet.
@@ -376,7 +457,7 @@ public final class ChatDevice: Device {
             // A resend of a message delivered before: acknowledged again, delivered no more.
             acknowledge(id, to: handle)
         case let .message(id, bytes, hops):
-            acknowledge(id, to: handle)
+            acknowledgeWhenRoom(id, to: handle)
             guard !delivered.hasDelivered(id) else { return }
             delivered.remember(id)
             let text = String(decoding: bytes, as: UTF8.self)
@@ -408,7 +489,7 @@ public final class ChatDevice: Device {
         deliver(id, text: text, hops: hops, except: nil)
     }
 
-    private func announce(_ text: String, except handle: UInt16?) {
+    private func announce(_ text: String, except handle: UInt32?) {
         onHeard?(.announcement(text))
         deliver(announcementID(text), text: text, hops: 0, except: handle)
     }
@@ -436,24 +517,24 @@ public final class ChatDevice: Device {
     /// Members' messages with an empty sender, dropped (logged 1st, 2nd, 4th… time).
     public private(set) var forgedAnnouncements = 0
 
-    private func acknowledge(_ id: ChatMessageID, to handle: UInt16) {
-        let limit = members[handle].map { (context?.attMTU(of: $0.peer) ?? 23) - 3 } ?? 20
+    private func acknowledge(_ id: ChatMessageID, to handle: UInt32) {
+        let limit = members[handle].map { self.limit(for: $0) } ?? 20
         enqueue(frames, [ChatFrame.acknowledgement(of: id, limit: limit)], to: handle)
         flush()
     }
 
     /// A message to every member but `handle`: framed members get its frames, plain ones
     /// `SENDER: text` (an announcement as it is), cut to their ATT_MTU.
-    private func deliver(_ id: ChatMessageID, text: String, hops: UInt8, except handle: UInt16?) {
-        guard let context else { return }
+    private func deliver(_ id: ChatMessageID, text: String, hops: UInt8, except handle: UInt32?) {
+        guard context != nil else { return }
         if !id.sender.isEmpty { remember(HistoryEntry(id: id, text: text, hops: hops)) }
         for key in members.keys.sorted() where key != handle {
             guard let member = members[key], member.replayNext == nil else { continue }   // a member catching up gets it from the history
-            let limit = context.attMTU(of: member.peer) - 3
+            let limit = self.limit(for: member)
             if id.proof?.sealed != nil, !member.framed { continue }   // a plain client could not read it
             if member.framed {
                 if !id.sender.isEmpty { members[key]?.heardLive = true }
-                enqueue(frames, ChatFrame.frames(of: Array(text.utf8), id: id, hops: hops, limit: limit), to: key)
+                enqueue(frames, framesOf(Array(text.utf8), id: id, hops: hops, for: member), to: key)
             } else {
                 enqueue(message, Self.parts(of: id.sender.isEmpty ? text : "\(id.sender): \(text)", limit: limit), to: key)
             }
@@ -472,7 +553,7 @@ public final class ChatDevice: Device {
     }
 
     /// Tops up a catching-up member's queue from the history, as far as `busyThreshold`.
-    private func replay(to member: inout Member, limit: Int) {
+    private func replay(to member: inout Member) {
         guard var next = member.replayNext else { return }
         if next < historyStart {
             // Gone from the history while it caught up: counted, never silent.
@@ -481,13 +562,13 @@ public final class ChatDevice: Device {
         }
         while member.queue.count < Self.busyThreshold, next < historyStart + UInt64(history.count) {
             let entry = history[Int(next - historyStart)]
-            member.queue.append((frames, Deque(ChatFrame.frames(of: Array(entry.text.utf8), id: entry.id, hops: entry.hops, limit: limit))))
+            member.queue.append((frames, Deque(framesOf(Array(entry.text.utf8), id: entry.id, hops: entry.hops, for: member))))
             next += 1
         }
         member.replayNext = next < historyStart + UInt64(history.count) ? next : nil
     }
 
-    private func enqueue(_ characteristic: Characteristic, _ parts: [[UInt8]], to handle: UInt16) {
+    private func enqueue(_ characteristic: Characteristic, _ parts: [[UInt8]], to handle: UInt32) {
         guard var member = members[handle] else { return }
         if member.queue.count >= Self.memberQueueLimit {
             // Never a silent drop: the member is told how many lines it missed.
@@ -504,22 +585,21 @@ public final class ChatDevice: Device {
         guard let context else { return }
         for key in members.keys.sorted() {
             guard var member = members[key] else { continue }
-            replay(to: &member, limit: context.attMTU(of: member.peer) - 3)
+            replay(to: &member)
             if member.missed > 0 {
                 let text = "* you missed \(member.missed) line(s): too slow"
-                let limit = context.attMTU(of: member.peer) - 3
                 let note = member.framed
-                    ? ChatFrame.frames(of: Array(text.utf8), id: announcementID(text), hops: 0, limit: limit)
-                    : [Array(text.utf8.prefix(limit))]
+                    ? framesOf(Array(text.utf8), id: announcementID(text), hops: 0, for: member)
+                    : [Array(text.utf8.prefix(limit(for: member)))]
                 var sent = true
-                for part in note where sent { sent = context.notify(member.framed ? frames : message, value: part, to: member.peer) }
+                for part in note where sent { sent = transmit(part, on: member.framed ? frames : message, to: member) }
                 if sent { member.missed = 0 }
             }
             sending: while member.missed == 0 {
-                if member.queue.isEmpty { replay(to: &member, limit: context.attMTU(of: member.peer) - 3) }
+                if member.queue.isEmpty { replay(to: &member) }
                 guard var line = member.queue.first else { break }
                 while let part = line.parts.first {
-                    guard context.notify(line.characteristic, value: part, to: member.peer) else {
+                    guard transmit(part, on: line.characteristic, to: member) else {
                         member.queue[0] = line
                         break sending
                     }
@@ -562,6 +642,84 @@ public final class ChatDevice: Device {
     }
 
     public func peripheralIsReady() { flush() }
+
+    // MARK: The chat channel
+
+    /// The most a notification (ATT_MTU - 3) or a channel's frame may carry for `member`.
+    private func limit(for member: Member) -> Int {
+        member.channel != nil ? ChatFrame.largestFrame : (context?.attMTU(of: member.peer) ?? 23) - 3
+    }
+
+    /// A message's frames for `member`: on its channel one whole frame (one SDU), on Frames
+    /// DATA and MOREs cut to its ATT_MTU.
+    private func framesOf(_ text: [UInt8], id: ChatMessageID, hops: UInt8, for member: Member) -> [[UInt8]] {
+        member.channel != nil ? [ChatFrame.channelFrame(of: text, id: id, hops: hops)]
+            : ChatFrame.frames(of: text, id: id, hops: hops, limit: limit(for: member))
+    }
+
+    /// One notification, or one SDU on the member's channel; false when its link or channel is
+    /// full (`peripheralIsReady` or `channelIsReady` follows).
+    private func transmit(_ part: [UInt8], on characteristic: Characteristic, to member: Member) -> Bool {
+        guard let context else { return false }
+        if let channel = member.channel { return channel.send(part) }
+        return context.notify(characteristic, value: part, to: member.peer)
+    }
+
+    /// Frames on channels that were refused (did not decode, or unsigned in a signed-only room).
+    public private(set) var refusedChannelFrames = 0
+
+    public func channelOpened(_ channel: CreditBasedChannel) {
+        // Not a member yet: its first frame (JOIN, or RESUME) makes it one, as subscribing does on Frames.
+        context?.logger.notice("chat channel \(Hex.word(channel.localCID)) opened on link \(channel.linkHandle) (SPSM \(Hex.word(channel.spsm)))")
+    }
+
+    public func channel(_ channel: CreditBasedChannel, received sdu: ArraySlice<UInt8>) {
+        let key = Self.key(of: channel)
+        guard let context, let peer = context.peers.first(where: { $0.connectionHandle == channel.linkHandle }) else { return }
+        // What Frames' validator refuses with ATT error 0x13 is dropped here, counted and logged.
+        let frame: ChatFrame
+        do {
+            frame = try ChatFrame(decoding: sdu)
+        } catch {
+            return refusedChannelFrame(from: peer, "\(error)")
+        }
+        if case .data = frame, trust?.refusePlainWrite(from: Self.name(of: peer)) == true {
+            return refusedChannelFrame(from: peer, "an unsigned message in a signed-only room")
+        }
+        if members[key] == nil {
+            var member = Member(peer: peer, name: Self.name(of: peer), announcedName: Self.name(of: peer), framed: true)
+            member.channel = channel
+            member.lastProgress = context.scheduler.nowNanoseconds
+            if case let .resume(number, sender) = frame { catchUp(&member, after: ChatMessageID(sender: sender, number: number)) }
+            members[key] = member
+            announce("* \(member.announcedName) joined", except: key)
+            flush()
+            if case .resume = frame { return }
+        }
+        take(frame, from: key)
+    }
+
+    private func refusedChannelFrame(from peer: ATTPeer, _ why: String) {
+        refusedChannelFrames += 1
+        if refusedChannelFrames & (refusedChannelFrames - 1) == 0 {
+            context?.logger.warning("\(Self.name(of: peer)) sent a chat frame that is refused on its channel (\(why)): dropped (\(refusedChannelFrames) so far)")
+        }
+    }
+
+    public func channelIsReady(_ channel: CreditBasedChannel) { flush() }
+
+    public func channelClosed(_ channel: CreditBasedChannel, reason: ChannelCloseReason) {
+        guard let member = members.removeValue(forKey: Self.key(of: channel)) else { return }
+        announce("* \(member.announcedName) left", except: nil)
+        checkRoom()
+    }
+}
+
+/// How blemu members reach a chat host (`blemu chat --transport`): its L2CAP chat channel when
+/// it has one (auto), only that (channel), or only GATT's Frames characteristic (gatt). A host
+/// with `gatt` publishes no channel.
+public enum ChatTransport: String, Sendable, CaseIterable {
+    case auto, channel, gatt
 }
 
 /// A weak reference a characteristic's handler can hold before the device exists.

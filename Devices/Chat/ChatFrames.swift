@@ -12,6 +12,7 @@ import BlemuCrypto
 ///     RESUME 0x04 | number u32 | sender
 ///     SIGNED 0x05 | number u32 | hops u8 | sender length u8 | total u16 | first chunk
 ///     SEALED 0x06 | number u32 | hops u8 | sender length u8 | total u16 | first chunk
+///     JOIN  0x07   (on a chat channel only: a member's first frame with nothing to resume)
 ///
 /// Little-endian. The pieces carry one stream, the sender's name (UTF-8, at most 32 bytes)
 /// then the text (UTF-8, at most 4096 bytes); `total` is the stream's length and `offset`
@@ -37,6 +38,9 @@ public enum ChatFrame: Equatable, Sendable {
     case ack(number: UInt32, sender: String = "")
     /// From a member joining again: the last message it received; what came after is replayed.
     case resume(number: UInt32, sender: String)
+    /// A member's first frame on a chat channel when it has nothing to resume: it joins the
+    /// room from now on (on a channel, the first frame is what subscribing is on Frames).
+    case join
 
     public static let dataType: UInt8 = 0x01
     public static let ackType: UInt8 = 0x02
@@ -44,6 +48,10 @@ public enum ChatFrame: Equatable, Sendable {
     public static let resumeType: UInt8 = 0x04
     public static let signedDataType: UInt8 = 0x05
     public static let sealedDataType: UInt8 = 0x06
+    public static let joinType: UInt8 = 0x07
+    /// The longest frame: a SEALED carrying a whole message (header, proof, name, sealed text).
+    /// A chat channel's MTU takes it, so a message is always one SDU there.
+    public static let largestFrame = dataHeaderSize + proofSize + maxSenderBytes + maxMessageBytes + sealingOverhead
     /// What sealing adds to a text: the nonce and the tag.
     public static let sealingOverhead = ChatRoomKey.nonceLength + ChatRoomKey.tagLength
     /// The key and signature a signed stream starts with.
@@ -83,6 +91,8 @@ public enum ChatFrame: Equatable, Sendable {
             out.append(Self.resumeType)
             out.appendLE(number)
             out += ChatMessageID(sender: sender, number: number).senderBytes
+        case .join:
+            out.append(Self.joinType)
         }
         return out
     }
@@ -125,6 +135,9 @@ public enum ChatFrame: Equatable, Sendable {
                 throw DecodeError(.invalidValue, "a sender name that is not UTF-8")
             }
             self = type == Self.ackType ? .ack(number: number, sender: name) : .resume(number: number, sender: name)
+        case Self.joinType:
+            guard reader.isAtEnd else { throw DecodeError(.invalidValue, "a JOIN with \(reader.remaining) bytes after it") }
+            self = .join
         default:
             throw DecodeError(.unknownType, "chat frame type \(Hex.byte(type))")
         }
@@ -152,7 +165,17 @@ public enum ChatFrame: Equatable, Sendable {
     /// (ATT_MTU - 3 for a notification or a write; at least 20, ATT's default, and at most 512,
     /// the longest attribute value, Vol 3, Part F, 3.2.9).
     public static func frames(of text: [UInt8], id: ChatMessageID, hops: UInt8, limit: Int) -> [[UInt8]] {
-        let limit = min(512, max(20, limit))
+        frames(of: text, id: id, hops: hops, cut: min(512, max(20, limit)))
+    }
+
+    /// A message as one frame, whole (DATA, SIGNED or SEALED, no MORE): on a chat channel each
+    /// frame is one SDU, which L2CAP cuts into K-frames itself (Vol 3, Part A, 3.4.3). At most
+    /// `largestFrame` bytes.
+    public static func channelFrame(of text: [UInt8], id: ChatMessageID, hops: UInt8) -> [UInt8] {
+        frames(of: text, id: id, hops: hops, cut: largestFrame)[0]
+    }
+
+    private static func frames(of text: [UInt8], id: ChatMessageID, hops: UInt8, cut limit: Int) -> [[UInt8]] {
         let proof = id.proof.map { $0.key.bytes + $0.signature } ?? []
         // A sealed message carries its sealed text, never `text` (which a relay cannot know).
         let body = id.proof?.sealed.map { $0.prefix(maxMessageBytes + sealingOverhead) } ?? text.prefix(maxMessageBytes)
@@ -262,7 +285,7 @@ public struct ChatReassembly {
     /// Takes one frame (ACKs and RESUMEs are not for reassembly: `.incomplete`).
     public mutating func take(_ frame: ChatFrame) -> Outcome {
         switch frame {
-        case .ack, .resume:
+        case .ack, .resume, .join:
             return .incomplete
         case let .data(number, hops, senderLength, total, chunk):
             current = (number, hops, senderLength, total, false, false, chunk)

@@ -59,6 +59,9 @@ struct ChatCommand: ParsableCommand {
     @Option(help: ArgumentHelp("central: the Client Rx MTU offered (23 to 517; default 517).", valueName: "N"))
     var mtu: Int = 517
 
+    @Option(help: ArgumentHelp("Between blemu nodes: auto (the host's L2CAP chat channel when it has one, else GATT), channel (only the channel: a host without one is passed over) or gatt (never the channel; hosting, publish none) (default: auto).", valueName: "auto|channel|gatt"))
+    var transport: ChatTransport = .auto
+
     @Option(name: .customLong("log-level"), help: "Log level for stderr (default: notice).")
     var logLevel: Logger.Level = .notice
 
@@ -193,6 +196,7 @@ struct ChatCommand: ParsableCommand {
         plan.passphrase = passphrase
         plan.requireEncryption = requireEncryption
         plan.passkey = try parsedPasskey()
+        plan.transport = transport
         let chat = try ChatStack(plan: plan, loop: loop, logger: logger)
         let node = chat.node
         node.onLine = { sender, text in emitLine(ChatNode.shown(sender: sender, text: text)) }
@@ -370,3 +374,5 @@ final class StdinLines {
         }
     }
 }
+
+extension ChatTransport: ExpressibleByArgument {}

@@ -1,8 +1,10 @@
 import BlemuCentral
+import BlemuChannels
 import BlemuCore
 import BlemuDevices
 import BlemuGATT
 import BlemuGATTClient
+import BlemuHost
 import BlemuSecurity
 import Logging
 
@@ -23,7 +25,7 @@ public struct OutgoingChatMessage: Equatable {
 /// framed when the host has Frames, plain otherwise — and tells what the room says. When the
 /// link drops it looks for a host again; the messages not acknowledged go first, with their
 /// identities, so the host delivers each once.
-public final class ChatMember {
+public final class ChatMember: CreditBasedChannelDelegate {
     /// How long a member looks for its host again after losing the link.
     public static let rejoinTimeout: Duration = .seconds(30)
     /// In `--role auto`, how long before a member takes over as host.
@@ -63,6 +65,14 @@ public final class ChatMember {
     /// Signatures and names bound to keys: every message the host relays is checked before it
     /// is told (`ChatTrust.check`); nil: taken as it comes.
     public var trust: ChatTrust?
+
+    /// How to reach the host: its chat channel when it has one (auto), only that (channel), or
+    /// only GATT (gatt). Set before `start`.
+    public var transport: ChatTransport = .auto
+    /// The chat channel to the host, once open: frames go as SDUs on it, one frame each.
+    public private(set) var channel: CreditBasedChannel?
+    /// A chat channel being opened, and what follows when it opens or fails.
+    private var opening: (channel: CreditBasedChannel?, secured: Bool, joined: () -> Void, failed: (String) -> Void)?
 
     private var link: CentralLink?
     private var target: (characteristic: RemoteCharacteristic, framed: Bool)?
@@ -249,7 +259,7 @@ public final class ChatMember {
                 }
                 // The room's whole name, when the filter did not give it: the host's GAP Device
                 // Name (the advertisement may carry only a shortened one, Core Supplement, Part A, 1.2).
-                let subscribe = { (hostName: String) in
+                let subscribeOverGATT = { (hostName: String) in
                     // Joining again: where it left off, before it subscribes, so the catching up
                     // comes first and in order (Docs/CHAT.md, "When a link drops").
                     // A host that needs an encrypted link (`--require-encryption`) refuses both
@@ -264,22 +274,29 @@ public final class ChatMember {
                         if case .failure(let error) = subscribed {
                             return self.notAHost(made, advertisement, because: "subscribing to its chat characteristic failed (\(error))")
                         }
-                        guard made.isOpen, self.link === made else { return }
-                        self.isConnecting = false
-                        self.looking = false
-                        self.preferred = nil
-                        if let rejoinDeadline = self.rejoinDeadline { self.scheduler.cancel(rejoinDeadline) }
-                        self.rejoinDeadline = nil
-                        let again = self.hostAddress == advertisement.address
-                        self.hostAddress = advertisement.address
-                        self.hostName = hostName
-                        self.logger.notice("\(again ? "joined again" : "joined") chat room '\(advertisement.name)' (\(advertisement.address)) as \(self.me)")
-                        self.target = chosen
-                        if !self.joinedOnce {
-                            self.joinedOnce = true
-                            self.onJoined?()
+                        self.becameMember(made, advertisement, hostName: hostName, chosen: chosen)
+                    }
+                }
+                // The host's chat channel when it has one (its SPSM in the chat service), GATT otherwise.
+                let subscribe = { (hostName: String) in
+                    let psm = services.characteristic(L2CAPPSMCharacteristic.uuid, in: ChatDevice.serviceUUID)
+                    guard chosen.framed, self.transport != .gatt, let psm else {
+                        if self.transport == .channel {
+                            return self.notAHost(made, advertisement, because: "it has no chat channel (--transport channel)")
                         }
-                        self.sendNext()
+                        return subscribeOverGATT(hostName)
+                    }
+                    made.client.read(psm.valueHandle) { read in
+                        guard made.isOpen, self.link === made else { return }
+                        guard let bytes = try? read.get(), bytes.count == 2, case let spsm = UInt16(bytes[bytes.startIndex]) | UInt16(bytes[bytes.startIndex + 1]) << 8,
+                              spsm != 0 else {
+                            return self.channelFailed(made, advertisement, "its chat channel's SPSM could not be read") { subscribeOverGATT(hostName) }
+                        }
+                        self.openChannel(made, spsm: spsm, secured: false, joined: {
+                            self.becameMember(made, advertisement, hostName: hostName, chosen: chosen)
+                        }, failed: { why in
+                            self.channelFailed(made, advertisement, why) { subscribeOverGATT(hostName) }
+                        })
                     }
                 }
                 guard !self.wholeName, chosen.framed, let nameCharacteristic = services.characteristic(GATTType.deviceName) else {
@@ -292,6 +309,112 @@ public final class ChatMember {
                 }
             }
         }
+    }
+
+    /// The host's chat characteristic is subscribed to, or its chat channel is open: the member
+    /// is in the room.
+    private func becameMember(_ made: CentralLink, _ advertisement: Advertisement, hostName: String,
+                              chosen: (characteristic: RemoteCharacteristic, framed: Bool)) {
+        guard made.isOpen, link === made else { return }
+        isConnecting = false
+        looking = false
+        preferred = nil
+        if let rejoinDeadline { scheduler.cancel(rejoinDeadline) }
+        rejoinDeadline = nil
+        let again = hostAddress == advertisement.address
+        hostAddress = advertisement.address
+        self.hostName = hostName
+        logger.notice("\(again ? "joined again" : "joined") chat room '\(advertisement.name)' (\(advertisement.address)) as \(me)\(channel.map { " on its chat channel (SPSM \(Hex.word($0.spsm)))" } ?? "")")
+        target = chosen
+        if !joinedOnce {
+            joinedOnce = true
+            onJoined?()
+        }
+        sendNext()
+    }
+
+    /// Opens the host's chat channel on `made`. Refused for want of security (Insufficient
+    /// Authentication 0x0005, Encryption Key Size 0x0007, Encryption 0x0008: Vol 3, Part A,
+    /// 4.23), the link is secured (our bond, else pairing) and it is asked once more, as for the
+    /// GATT requests (`securing`). Open, its first frame is RESUME (joining again) or JOIN.
+    private func openChannel(_ made: CentralLink, spsm: UInt16, secured: Bool, joined: @escaping () -> Void,
+                             failed: @escaping (String) -> Void) {
+        // Set first: an in-process peer may answer before `openChannel` returns.
+        opening = (nil, secured, joined, failed)
+        guard let opened = made.openChannel(spsm: spsm, parameters: ChannelParameters(mtu: ChatDevice.channelMTU), delegate: self) else {
+            opening = nil
+            return failed("its chat channel could not be asked for")
+        }
+        if opening != nil, opening?.channel == nil { opening?.channel = opened }
+    }
+
+    /// The chat channel was not to be had: GATT's Frames instead (`--transport auto`), or the
+    /// host is passed over (`--transport channel`).
+    private func channelFailed(_ made: CentralLink, _ advertisement: Advertisement, _ why: String, fallback: () -> Void) {
+        guard made.isOpen, link === made else { return }
+        if transport == .channel { return notAHost(made, advertisement, because: why + " (--transport channel)") }
+        logger.notice("\(why): chatting over GATT instead")
+        fallback()
+    }
+
+    public func channelOpened(_ opened: CreditBasedChannel) {
+        guard let opening, opening.channel == nil || opening.channel === opened else { return opened.disconnect() }
+        self.opening = nil
+        // A host whose channel cannot take a whole frame is no chat channel.
+        guard Int(opened.peerMTU) >= ChatFrame.largestFrame else {
+            opened.delegate = nil
+            opened.disconnect()
+            return opening.failed("its chat channel takes SDUs of \(opened.peerMTU) bytes, fewer than a frame's \(ChatFrame.largestFrame)")
+        }
+        channel = opened
+        let first = lastHeard.map { ChatFrame.resume(number: $0.number, sender: $0.sender) } ?? .join
+        _ = opened.send(first.encoded())
+        opening.joined()
+    }
+
+    public func channel(_ channel: CreditBasedChannel, received sdu: ArraySlice<UInt8>) {
+        guard channel === self.channel else { return }
+        received(sdu)
+    }
+
+    public func channelIsReady(_ channel: CreditBasedChannel) {
+        guard channel === self.channel else { return }
+        sendNext()
+    }
+
+    public func channelClosed(_ closed: CreditBasedChannel, reason: ChannelCloseReason) {
+        if let opening, opening.channel == nil || opening.channel === closed {
+            self.opening = nil
+            guard let link, link.isOpen else { return }
+            let refusedForSecurity: Bool = switch reason {
+            case .refused(let result):
+                [CreditBasedResult.insufficientAuthentication, .insufficientEncryption, .insufficientEncryptionKeySize]
+                    .contains { $0.rawValue == result }
+            default: false
+            }
+            guard refusedForSecurity, !opening.secured, let security = central.security else {
+                return opening.failed("its chat channel was not opened (\(reason))")
+            }
+            logger.notice("the chat host \(link.peer.address) refused for want of security (its chat channel \(reason)): \(security.bonds.bond(for: link.peer) != nil ? "encrypting with our bond" : "pairing")")
+            security.secure(link.handle) { [weak self] secured in
+                guard let self, let link = self.link, link.isOpen else { return }
+                switch secured {
+                case .failure(let why):
+                    self.logger.warning("securing the link to the chat host \(link.peer.address) failed: \(why)")
+                    opening.failed("its chat channel needs a secured link")
+                case .success(let linkSecurity):
+                    self.logger.notice("\(security.wasPaired(link.handle) ? "paired with" : "encrypted with our bond to") the chat host \(link.peer.address): \(linkSecurity.summary)")
+                    self.openChannel(link, spsm: closed.spsm, secured: true, joined: opening.joined, failed: opening.failed)
+                }
+            }
+            return
+        }
+        guard closed === channel else { return }
+        channel = nil
+        // The link stays but the room is gone from it: it is closed, and the member joins again
+        // (resending what was not acknowledged, RESUME) as after any lost link.
+        logger.notice("the chat channel to the host closed (\(reason)): joining again")
+        link?.disconnect()
     }
 
     /// Runs `request` on `made`; refused for want of security (Insufficient Authentication
@@ -347,6 +470,8 @@ public final class ChatMember {
     private func tryEnded(_ made: CentralLink) {
         guard link === made else { return }
         link = nil
+        channel = nil
+        opening = nil
         isConnecting = false
         guard hostWatcher == nil, looking else { return }
         central.startScanning(active: true)
@@ -403,6 +528,7 @@ public final class ChatMember {
     /// MORE frames of ATT_MTU - 3 bytes; plain, as one write (a long write when it does not
     /// fit), signed `NAME: ` when it is another's.
     private func sendNext() {
+        if let channel { return sendOnChannel(channel) }
         guard !sending, let link, let target, link.isOpen, !pending.isEmpty, unacknowledged.count < Self.window else { return }
         sending = true
         let message = pending.removeFirst()
@@ -440,11 +566,31 @@ public final class ChatMember {
         writeNext()
     }
 
+    /// On the chat channel: each waiting message as one SDU (one whole frame, no MORE), while
+    /// the window allows and the channel takes them; a full channel says when it has room
+    /// (`channelIsReady`), an ACK when the window has.
+    private func sendOnChannel(_ channel: CreditBasedChannel) {
+        guard target != nil, channel.state == .open else { return }
+        while let message = pending.first, unacknowledged.count < Self.window {
+            let frame = ChatFrame.channelFrame(of: Array(message.text.utf8.prefix(ChatFrame.maxMessageBytes)), id: message.id, hops: message.hops)
+            guard channel.send(frame) else { return }
+            pending.removeFirst()
+            unacknowledged.append(message)
+            reassembly.remember(message.id)
+            if wasBusy, pending.count <= Self.busyThreshold / 2 {
+                wasBusy = false
+                onRoom?()
+            }
+        }
+    }
+
     /// The link to the host is gone: look for it (or another host of the room) again; the
     /// messages not acknowledged go first, in the order they were sent.
     private func lost(reason: UInt8) {
         link = nil
         target = nil
+        channel = nil
+        opening = nil
         sending = false
         isConnecting = false
         pending = unacknowledged + pending

@@ -59,6 +59,11 @@ public final class ChatSide: ChatRoomSide {
     private let peripheral: Peripheral
     private let central: CentralHost?
     private let member: ChatMember?
+    /// How its member reaches the host (`ChatMember.transport`).
+    public var transport: ChatTransport {
+        get { member?.transport ?? .auto }
+        set { member?.transport = newValue }
+    }
     private let scheduler: TimerScheduling
     private let logger: Logger
     /// Messages given while deciding, said once decided.

@@ -34,6 +34,8 @@ public struct ChatPlan: Sendable {
     /// A host's static pairing passkey (a central types it: Passkey Entry, an authenticated
     /// key); a member's, typed when a host asks for one.
     public var passkey: UInt32?
+    /// How members reach a host, and whether a host publishes its chat channel (`--transport`).
+    public var transport: ChatTransport = .auto
 
     public init(controllers: [(spec: ControllerSpec, role: ChatSide.Role)], room: String?, name: String?, memberName: String) {
         self.controllers = controllers
@@ -99,7 +101,7 @@ public final class ChatStack {
         var sides: [ChatSide] = []
         let requirement: ChatDevice.LinkRequirement = !plan.requireEncryption ? .none : plan.passkey == nil ? .encrypted : .authenticated
         for (index, (spec, role)) in plan.controllers.enumerated() {
-            let device = ChatDevice(linkRequirement: requirement)
+            let device = ChatDevice(linkRequirement: requirement, transport: plan.transport)
             device.hostName = me
             let stack = ControllerStack(spec: spec, loop: loop, logger: logger)
             let configuration: PeripheralConfiguration
@@ -139,6 +141,7 @@ public final class ChatStack {
                                 trust: trust)
             // A bridge's rooms are one room, of one name: its members join only a host of it.
             if let signedRoom = plan.signedRoom, store != nil, role == .member { side.enter(room: signedRoom, trust: trust) }
+            side.transport = plan.transport
             stacks.append(stack)
             sides.append(side)
             switch role {
