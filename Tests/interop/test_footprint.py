@@ -86,7 +86,7 @@ def test_a_chat_host_gives_start_up_pages_back_once_it_advertises(rootcanal):
 
 # The peak RSS (VmHWM) of `blemu run heart-rate` up to its devices advertising, in KiB
 # (Docs/PERFORMANCE.md, "The peak at start-up"). With single-page faults from the first
-# constructor on (Linux 6.7+): a board build (the Swift runtime linked in) peaks at about 6.5 MB,
+# constructor on (Linux 6.7+): a board build (the Swift runtime linked in) peaks at about 6.8 MB,
 # bound 8 MB, the goal; a build on the toolchain's shared libraries (the debug build the test
 # command makes) at about 10.8 MB, most of it mapped by the loader and the libraries' own
 # initializers before blemu's constructor runs, bound 14 MB. Without them (before, or on an older
