@@ -22,6 +22,9 @@ let package = Package(
     targets: [
         // C: what Glibc's Swift module lacks (epoll, timerfd, signalfd, termios flags).
         .target(name: "CLinux", path: "Sources/CLinux"),
+        // C: a constructor in `blemu` only, before the Swift runtime starts: single-page faults
+        // from the start, for the peak RSS (Docs/PERFORMANCE.md, "The peak at start-up").
+        .target(name: "CStartup", dependencies: ["CLinux"], path: "Sources/CStartup"),
         // libbluetooth-dev: sockaddr_hci and the user-channel constants.
         .systemLibrary(name: "CBlueZ", path: "Sources/CBlueZ", pkgConfig: "bluez",
                        providers: [.apt(["libbluetooth-dev"])]),
@@ -157,7 +160,7 @@ let package = Package(
             "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig", "BlemuStack", "BlemuScenario",
             "BlemuJournal",
             "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile", "BlemuChat",
-            "BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuATT", "BlemuBroadcast", "BlemuObserver", "BlemuAssignedNumbers", "CLinux",
+            "BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuATT", "BlemuBroadcast", "BlemuObserver", "BlemuAssignedNumbers", "CLinux", "CStartup",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/CLI"),

@@ -233,6 +233,7 @@ struct release_totals {
     uint64_t advised;
     uint64_t single_page;
     int is_program; // the first object dl_iterate_phdr reports is the program itself
+    int at_start;   // before main: nothing is paged out of the data segment the relocations just wrote
 };
 
 static int release_object_pages(struct dl_phdr_info *info, size_t size, void *data) {
@@ -261,6 +262,12 @@ static int release_object_pages(struct dl_phdr_info *info, size_t size, void *da
             // holds all of the code: Linux reads ahead around a fault in executable pages whatever
             // MADV_RANDOM says (6.16+), up to the disk's read_ahead_kb.
             if (register_single_page_faults(start, end)) totals->single_page += end - start;
+        } else if (is_program && totals->at_start) {
+            // The data segment at start: the relocations just wrote part of it (anonymous pages
+            // now); the rest is type metadata and tables start-up reads, each read fault mapping
+            // 64 KiB of neighbours. Registered, a fault maps its page alone; nothing here is
+            // write-protected, so writes go on as before.
+            if (register_single_page_faults(start, end)) totals->single_page += end - start;
         } else if (is_program) {
             // The data segment: most of a Swift program's is type metadata read at start and never
             // written (clean file pages, dropped); a page written is anonymous memory and stays,
@@ -274,8 +281,21 @@ static int release_object_pages(struct dl_phdr_info *info, size_t size, void *da
     return 0;
 }
 
+/// At the very start (Sources/CStartup's constructor, before the Swift runtime and main run): the
+/// code and read-only pages the loader mapped are unmapped and, from then on, each fault maps the
+/// single page it needs (Linux 6.7+), so start-up's peak RSS (VmHWM) is the pages start-up runs
+/// rather than 64 KiB of neighbours around each; in the program's data segment too, which is
+/// not paged out (the relocations just wrote it). Returns the bytes advised.
+uint64_t clinux_single_page_faults_from_start(uint64_t *single_page_bytes);
+uint64_t clinux_single_page_faults_from_start(uint64_t *single_page_bytes) {
+    struct release_totals totals = {0, 0, 1, 1};
+    dl_iterate_phdr(release_object_pages, &totals);
+    if (single_page_bytes != NULL) *single_page_bytes = totals.single_page;
+    return totals.advised;
+}
+
 uint64_t clinux_release_startup_code(uint64_t *single_page_bytes) {
-    struct release_totals totals = {0, 0, 1};
+    struct release_totals totals = {0, 0, 1, 0};
     dl_iterate_phdr(release_object_pages, &totals);
     // With nothing of the program's file mapped, the page cache can drop all of it (read-around
     // at start, or the whole file just after it was copied in): later faults then read the single
