@@ -22,7 +22,7 @@ struct GattCommand: ParsableCommand {
         commandName: "gatt",
         abstract: "Central: connect to a peripheral and dump its database, read, write or subscribe.",
         discussion: """
-            Commands: dump [--profile] | record [--duration S] | read UUID... | write UUID HEX (or --text TEXT) [--no-response] | subscribe UUID [--count N] | shell.
+            Commands: dump [--profile] | record [--duration S] | read UUID... | write UUID HEX [UUID HEX...] (or --text TEXT) [--no-response] | subscribe UUID [--count N] | shell.
             record writes a recording (JSON) that `blemu run FILE.json` replays at the same handles: the database with
             every handle, the advertising data and scan response, every value read, and what it notifies and
             indicates during --duration seconds (subscribed to all of it), with the timing (Docs/PROFILES.md).
@@ -117,11 +117,19 @@ struct GattCommand: ParsableCommand {
         /// One or more characteristics, their reads spread over the link's bearers.
         case read([BluetoothUUID])
         case write(BluetoothUUID, [UInt8])
+        /// Several characteristics, each with its value: the writes spread over the link's bearers.
+        case writes([Write])
         case subscribe(BluetoothUUID)
         /// `shell` only: notifications and indications off again.
         case unsubscribe(BluetoothUUID)
         /// Commands from stdin, one connection for all of them.
         case shell
+    }
+
+    /// One value to write to a characteristic (`write UUID HEX UUID HEX...`).
+    struct Write: Equatable {
+        var uuid: BluetoothUUID
+        var value: [UInt8]
     }
 
     func action() throws -> Action {
@@ -158,10 +166,17 @@ struct GattCommand: ParsableCommand {
                 guard arguments.count == 1 else { throw ValidationError("write with --text takes only the UUID") }
                 return .write(target, Array(text.utf8))
             }
-            guard arguments.count == 2, let value = Hex.parse(arguments[1]) else {
-                throw ValidationError("usage: write UUID HEX (e.g. 0102ff) or write UUID --text TEXT")
+            let usage = "usage: write UUID HEX [UUID HEX...] (e.g. 0102ff) or write UUID --text TEXT"
+            guard arguments.count >= 2, arguments.count % 2 == 0 else { throw ValidationError(usage) }
+            let writes = try stride(from: 0, to: arguments.count, by: 2).map { index in
+                guard let value = Hex.parse(arguments[index + 1]) else { throw ValidationError(usage) }
+                return Write(uuid: try uuid(index), value: value)
             }
-            return .write(target, value)
+            guard writes.count > 1 else { return .write(target, writes[0].value) }
+            guard Set(writes.map(\.uuid)).count == writes.count else {
+                throw ValidationError("write: each characteristic once (one value each)")
+            }
+            return .writes(writes)
         case "subscribe":
             guard arguments.count == 1 else { throw ValidationError("usage: subscribe UUID [--count N]") }
             return .subscribe(try uuid(0))
@@ -438,6 +453,24 @@ final class GattRun {
                 }
                 write()
             }
+        case .writes(let writes):
+            if noResponse { return fail("--no-response writes one value") }
+            var characteristics: [RemoteCharacteristic] = []
+            for write in writes {
+                guard let characteristic = find(write.uuid, in: services) else { return }
+                characteristics.append(characteristic)
+            }
+            // The writes at once, spread over the link's bearers; said in the order asked.
+            workflow.write(zip(characteristics, writes).map { (handle: $0.valueHandle, value: $1.value) }) { [self] results in
+                reportBearers("writes")
+                for (characteristic, write) in zip(characteristics, writes) {
+                    if case .failure(let error) = results[characteristic.valueHandle] ?? .failure(.notSent) {
+                        return fail("write \(write.uuid): \(error)")
+                    }
+                    emitLine(json ? Self.writtenJSON(write.uuid, characteristic.valueHandle, write.value, withoutResponse: false).encoded : "written \(write.uuid)")
+                }
+                done()
+            }
         case .subscribe(let uuid):
             guard let characteristic = find(uuid, in: services) else { return }
             let notify = characteristic.properties.contains(.notify)
@@ -486,14 +519,14 @@ final class GattRun {
         }
     }
 
-    /// How many bearers carried the reads, on stderr (a JSON object with --json) once enhanced
+    /// How many bearers carried the reads (or writes), on stderr (a JSON object with --json) once enhanced
     /// bearers were opened: what `--eatt` bought.
-    private func reportBearers() {
+    private func reportBearers(_ what: String = "reads") {
         guard workflow.enhancedBearers > 0 else { return }
         let enhanced = workflow.enhancedBearers, used = workflow.bearersUsed
         emitStderr(json ? JSONValue.object([("eatt", .object([("enhanced_bearers", .integer(Int64(enhanced))),
                                                                 ("bearers_used", .integer(Int64(used)))]))]).encoded
-                        : "eatt: the reads went over \(used) bearer\(used == 1 ? "" : "s") (\(enhanced) enhanced)")
+                        : "eatt: the \(what) went over \(used) bearer\(used == 1 ? "" : "s") (\(enhanced) enhanced)")
     }
 
     /// Reads the characteristic's Presentation Format descriptor (0x2904) when it has one; nil
@@ -551,7 +584,8 @@ final class GattShell {
     private var quitting = false
 
     static let help = """
-        commands, one a line: read UUID [UUID...] | write UUID HEX [--no-response] | write UUID --text TEXT | subscribe UUID |
+        commands, one a line: read UUID [UUID...] | write UUID HEX [UUID HEX...] [--no-response] | write UUID --text TEXT |
+        subscribe UUID |
         unsubscribe UUID | dump | help | quit (# starts a comment)
         """
 

@@ -107,16 +107,58 @@ extension CentralLink {
     /// close one at any time) is read again on the unenhanced bearer.
     public func read(_ handles: [UInt16],
                      then: @escaping (_ results: [UInt16: Result<[UInt8], GATTClientError>], _ bearersUsed: Int) -> Void) {
-        var results: [UInt16: Result<[UInt8], GATTClientError>] = [:]
-        RequestSpread.start(handles, over: { [weak self] in self?.clients ?? [] }, run: { [weak self] handle, client, done in
-            client.read(handle) { [weak self] result in
+        spread(handles, key: { $0 }, run: { client, handle, done in client.read(handle, completion: done) }, then: then)
+    }
+
+    /// Writes every value with a response (Write Characteristic Value, Vol 3, Part G, 4.9.3),
+    /// the writes spread over the link's bearers as `read` spreads reads: any bearer may carry
+    /// any request (Part G, 3.6). A value too long for one request is a Long Write (4.9.4) whose
+    /// Prepare Writes and Execute Write all go on the one bearer that started it: a prepare
+    /// queue is per bearer (Part F, 3.4.6: an Execute Write acts on what was prepared on its own
+    /// bearer), so the procedure is never split (`reliableWrite` stays on one bearer likewise).
+    /// The handles must differ (one result each); `then` with each handle's result and how many
+    /// bearers carried them.
+    public func write(_ writes: [(handle: UInt16, value: [UInt8])],
+                      then: @escaping (_ results: [UInt16: Result<Void, GATTClientError>], _ bearersUsed: Int) -> Void) {
+        spread(writes.map { Keyed(key: $0.handle, value: $0.value) }, key: \.key, run: { client, write, done in
+            client.write(write.key, write.value, completion: done)
+        }, then: then)
+    }
+
+    /// Writes each characteristic's CCCD (`GATTClient.configure`): notifications when it
+    /// notifies, else indications; spread over the link's bearers as `write` spreads writes.
+    /// The values reach the link's client (`onNotification`, `onIndication`) whichever bearer
+    /// carried the subscription and whichever the server sends them on (Part G, 7.2, bit 1).
+    /// `then` with each value handle's result and how many bearers carried them.
+    public func subscribe(_ characteristics: [RemoteCharacteristic],
+                          then: @escaping (_ results: [UInt16: Result<Void, GATTClientError>], _ bearersUsed: Int) -> Void) {
+        spread(characteristics, key: \.valueHandle, run: { client, characteristic, done in
+            let notify = characteristic.properties.contains(.notify)
+            client.configure(characteristic, notify: notify, indicate: !notify, completion: done)
+        }, then: then)
+    }
+
+    private struct Keyed {
+        var key: UInt16
+        var value: [UInt8]
+    }
+
+    /// Runs each request on one of the link's bearers, at most one at a time on each
+    /// (`RequestSpread`); a request lost with an enhanced bearer that closed is run again on the
+    /// unenhanced one. `then` with each key's result and how many bearers carried them.
+    private func spread<Request, Value>(_ requests: [Request], key: @escaping (Request) -> UInt16,
+                                        run: @escaping (GATTClient, Request, @escaping (Result<Value, GATTClientError>) -> Void) -> Void,
+                                        then: @escaping ([UInt16: Result<Value, GATTClientError>], Int) -> Void) {
+        var results: [UInt16: Result<Value, GATTClientError>] = [:]
+        RequestSpread.start(requests, over: { [weak self] in self?.clients ?? [] }, run: { [weak self] request, client, done in
+            run(client, request) { [weak self] result in
                 if case .failure(.disconnected) = result, let self, isOpen, client !== self.client {
-                    return self.client.read(handle) { result in
-                        results[handle] = result
+                    return run(self.client, request) { result in
+                        results[key(request)] = result
                         done()
                     }
                 }
-                results[handle] = result
+                results[key(request)] = result
                 done()
             }
         }, then: { used in then(results, used) })

@@ -27,7 +27,8 @@ public final class GATTWorkflow {
     public var eatt: EATTUse = .off
     /// The enhanced bearers opened (0: the unenhanced bearer only).
     public private(set) var enhancedBearers = 0
-    /// The most bearers that carried one batch of reads (`dump`, `read` of several).
+    /// The most bearers that carried one batch of reads, writes or subscriptions (`dump`, `read`
+    /// or `write` of several, `record`).
     public private(set) var bearersUsed = 0
     /// Whether enhanced bearers were asked for already (once per link).
     private var triedEATT = false
@@ -150,6 +151,44 @@ public final class GATTWorkflow {
         }
     }
 
+    /// Writes every value with a response, spread over the link's bearers (`CentralLink.write`:
+    /// a long write stays whole on one bearer); what was refused for want of security is written
+    /// once more after securing the link, as `read` does. `then` with each handle's result.
+    public func write(_ writes: [(handle: UInt16, value: [UInt8])],
+                      then: @escaping ([UInt16: Result<Void, GATTClientError>]) -> Void) {
+        link.write(writes) { [self] results, used in
+            bearersUsed = max(bearersUsed, used)
+            let refused = writes.filter {
+                guard case .failure(.att(let error, _))? = results[$0.handle] else { return false }
+                return Self.securityRefusals.contains(error)
+            }
+            guard let first = refused.first, !retriedAfterSecuring, case .failure(.att(let error, _))? = results[first.handle] else {
+                return then(results)
+            }
+            retriedAfterSecuring = true
+            secure(because: error) { [self] _ in
+                link.write(refused) { [self] again, used in
+                    bearersUsed = max(bearersUsed, used)
+                    then(results.merging(again) { _, new in new })
+                }
+            }
+        }
+    }
+
+    /// Subscribes to each characteristic (notifications when it notifies, else indications),
+    /// the CCCD writes spread over the link's bearers (`CentralLink.subscribe`); one that
+    /// fails is logged and the rest go on.
+    private func subscribe(_ characteristics: [RemoteCharacteristic], what: String) {
+        link.subscribe(characteristics) { [self] results, used in
+            bearersUsed = max(bearersUsed, used)
+            for characteristic in characteristics {
+                if case .failure(let error)? = results[characteristic.valueHandle] {
+                    logger.warning("\(what): \(characteristic.uuid) could not be subscribed: \(error)")
+                }
+            }
+        }
+    }
+
     /// Every value of a dump, and what each refusal showed.
     public struct Dump {
         public var services: [RemoteService]
@@ -215,14 +254,7 @@ public final class GATTWorkflow {
         }
         client.onNotification = keep
         client.onIndication = keep
-        for characteristic in notifying {
-            let notify = characteristic.properties.contains(.notify)
-            client.configure(characteristic, notify: notify, indicate: !notify) { [logger] result in
-                if case .failure(let error) = result {
-                    logger.warning("capture: \(characteristic.uuid) could not be subscribed: \(error)")
-                }
-            }
-        }
+        subscribe(notifying, what: "capture")
         scheduler.schedule(after: .milliseconds(Int64(seconds * 1000))) { then(recorded) }
     }
 }
@@ -261,14 +293,7 @@ extension GATTWorkflow {
         }
         client.onNotification = keep(false)
         client.onIndication = keep(true)
-        for characteristic in notifying {
-            let notify = characteristic.properties.contains(.notify)
-            client.configure(characteristic, notify: notify, indicate: !notify) { [logger] result in
-                if case .failure(let error) = result {
-                    logger.warning("record: \(characteristic.uuid) could not be subscribed: \(error)")
-                }
-            }
-        }
+        subscribe(notifying, what: "record")
         scheduler.schedule(after: .milliseconds(Int64(seconds * 1000))) { [client] in
             client.onNotification = nil
             client.onIndication = nil

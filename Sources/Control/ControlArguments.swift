@@ -12,6 +12,13 @@ public struct ControlUsageError: Error, Equatable, Sendable, CustomStringConvert
 }
 
 extension ControlCommand {
+    /// A link's connection handle as `list` shows it (decimal) or in hex (0x0EFF): 0x0000 to
+    /// 0x0EFF (Vol 4, Part E, 5.4.2).
+    static func parseLinkHandle(_ text: String) -> UInt16? {
+        let value = text.hasPrefix("0x") || text.hasPrefix("0X") ? UInt16(text.dropFirst(2), radix: 16) : UInt16(text)
+        return value.flatMap { $0 <= 0x0EFF ? $0 : nil }
+    }
+
     /// The command forms, for `blemu ctl --help` and usage errors.
     public static let usage = """
         list
@@ -22,7 +29,7 @@ extension ControlCommand {
         fault DEVICE UUID error HEX [--count N]
         fault DEVICE UUID delay MS [--count N]
         fault DEVICE UUID drop [--count N]
-        fault DEVICE channel CID stall|drop
+        fault DEVICE channel CID stall|drop [HANDLE|PEER]
         fault clear [DEVICE]
         pairing DEVICE confirm|reject
         authorize DEVICE UUID allow|deny [PEER [public|random]]
@@ -204,11 +211,12 @@ extension ControlCommand {
                 self = .clearFaults(device: words.count == 2 ? words[1] : nil)
                 return
             }
-            let form = "fault DEVICE UUID error HEX|delay MS|drop [--count N], fault DEVICE channel CID stall|drop, or fault clear [DEVICE]"
+            let form = "fault DEVICE UUID error HEX|delay MS|drop [--count N], fault DEVICE channel CID stall|drop [HANDLE|PEER], or fault clear [DEVICE]"
             guard words.count >= 3 else { throw ControlUsageError("usage: \(form)") }
             if words[1] == "channel" {
-                try refuseOptions(except: nil, "fault DEVICE channel CID stall|drop")
-                try expect(4...4, "fault DEVICE channel CID stall|drop")
+                let channelForm = "fault DEVICE channel CID stall|drop [HANDLE|PEER]"
+                try refuseOptions(except: nil, channelForm)
+                try expect(4...5, channelForm)
                 guard let cid = ControlRequest.parseChannelID(words[2]) else {
                     throw ControlUsageError("\(quoted(words[2])) is not a channel's CID: 0x0040 to 0x007F, as `list` shows it")
                 }
@@ -218,7 +226,18 @@ extension ControlCommand {
                 case "drop": fault = .dropChannel
                 default: throw ControlUsageError("a channel fault is stall or drop, not \(quoted(words[3]))")
                 }
-                self = .channelFault(device: words[0], cid: cid, fault: fault)
+                // The link, as `list` shows it: its connection handle, or its central's address.
+                var link: LinkName?
+                if words.count == 5 {
+                    if let address = BluetoothAddress(words[4]) {
+                        link = .peer(address)
+                    } else if let handle = Self.parseLinkHandle(words[4]) {
+                        link = .handle(handle)
+                    } else {
+                        throw ControlUsageError("\(quoted(words[4])) is neither a link's handle (0 to 3839, or 0x0EFF) nor a central's address like AA:BB:CC:DD:EE:FF, as `list` shows them")
+                    }
+                }
+                self = .channelFault(device: words[0], cid: cid, fault: fault, link: link)
                 return
             }
             try refuseOptions(except: "count", form)

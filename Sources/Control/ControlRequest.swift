@@ -23,9 +23,10 @@ public enum ControlCommand: Equatable, Sendable {
     case fault(device: String, characteristic: BluetoothUUID, action: FaultPlan.Action, count: Int?)
     /// Every planned fault of one device, or of all of them (nil).
     case clearFaults(device: String?)
-    /// A fault on the device's open credit based channel with this local CID
-    /// (`PeripheralControl.injectChannelFault`): its credits stalled, or it disconnected.
-    case channelFault(device: String, cid: UInt16, fault: ChannelFault)
+    /// A fault on the device's open credit based channel with this local CID on the link `link`
+    /// names, or on the only link with such a channel (`PeripheralControl.injectChannelFault`):
+    /// its credits stalled, or it disconnected.
+    case channelFault(device: String, cid: UInt16, fault: ChannelFault, link: LinkName? = nil)
     /// The user's answer to the Numeric Comparison the device waits for (`--numeric-comparison ask`).
     case pairing(device: String, confirm: Bool)
     /// Whether requests for a value that requires authorization are authorized
@@ -73,7 +74,7 @@ public enum ControlCommand: Equatable, Sendable {
         case .watch(let filter): return filter.device
         case .set(let device, _, _), .disconnect(let device, _), .advertise(let device, _), .fault(let device, _, _, _),
              .service(let device, _, _), .pairing(let device, _), .authorize(let device, _, _, _), .bonds(let device),
-             .forgetBonds(let device, _), .channelFault(let device, _, _):
+             .forgetBonds(let device, _), .channelFault(let device, _, _, _):
             return device
         case .clearFaults(let device): return device
         }
@@ -190,8 +191,13 @@ public struct ControlRequest: Equatable, Sendable {
             case .drop: members += [("action", "drop")]
             }
             if let count { members.append(("count", .integer(Int64(count)))) }
-        case .channelFault(let device, let cid, let fault):
+        case .channelFault(let device, let cid, let fault, let link):
             members += [("device", .string(device)), ("action", .string(fault.rawValue)), ("cid", .string(Hex.word(cid)))]
+            switch link {
+            case .handle(let handle)?: members.append(("handle", .integer(Int64(handle))))
+            case .peer(let address)?: members.append(("peer", .string(address.description)))
+            case nil: break
+            }
         case .clearFaults(let device):
             members.append(("action", "clear"))
             if let device { members.append(("device", .string(device))) }
@@ -359,7 +365,19 @@ private struct FieldReader {
             guard let cid = ControlRequest.parseChannelID(text) else {
                 throw fail("\"cid\" \(quoted(text)) is not a dynamic LE CID: 0x0040 to 0x007F")
             }
-            return .channelFault(device: device, cid: cid, fault: fault)
+            // The link: its connection handle (as `list` shows it; 0x0000-0x0EFF, Vol 4, Part E,
+            // 5.4.2) or its central's address.
+            let handle = try optionalInteger("handle", in: 0...0x0EFF)
+            let peerText = try optionalString("peer")
+            if handle != nil && peerText != nil { throw fail("give the link by \"handle\" or by \"peer\", not both") }
+            var link: LinkName? = handle.map { .handle(UInt16($0)) }
+            if let peerText {
+                guard let address = BluetoothAddress(peerText) else {
+                    throw fail("\"peer\" \(quoted(peerText)) is not an address like AA:BB:CC:DD:EE:FF")
+                }
+                link = .peer(address)
+            }
+            return .channelFault(device: device, cid: cid, fault: fault, link: link)
         }
         let uuidText = try string("uuid")
         guard let uuid = ControlRequest.parseUUID(uuidText) else {

@@ -213,15 +213,20 @@ public final class DeviceControl {
                                 + Self.describe(action) + [("count", count.map { .integer(Int64($0)) } ?? .null)])
             }
 
-        case .channelFault(let name, let cid, let fault):
+        case .channelFault(let name, let cid, let fault, let link):
             switch target(name) {
             case .failure(let error): return refuse(error.message)
             case .success(let (peripheral, ref)):
-                if let refusal = peripheral.control.injectChannelFault(fault, cid: cid) {
+                if let refusal = peripheral.control.injectChannelFault(fault, cid: cid, link: link) {
                     return refuse(refusal, peripheral)
                 }
-                return done(peripheral, fault == .stallCredits ? "channel credits stalled" : "channel disconnected",
-                            [("device", .string(ref)), ("action", .string(fault.rawValue)), ("cid", .string(Hex.word(cid)))])
+                var members: [(String, JSONValue)] = [("device", .string(ref)), ("action", .string(fault.rawValue)), ("cid", .string(Hex.word(cid)))]
+                switch link {
+                case .handle(let handle)?: members.append(("handle", .integer(Int64(handle))))
+                case .peer(let address)?: members.append(("peer", .string(address.description)))
+                case nil: break
+                }
+                return done(peripheral, fault == .stallCredits ? "channel credits stalled" : "channel disconnected", members)
             }
 
         case .clearFaults(let name):
@@ -370,8 +375,14 @@ public final class DeviceControl {
         case .watch(let filter):
             return "watch" + (filter.device.map { " " + printable($0) } ?? "") + (filter.kindsText.map { " --kinds \($0)" } ?? "")
                 + (filter.uuid.map { " --uuid \($0)" } ?? "")
-        case .channelFault(let device, let cid, let fault):
-            return "fault \(printable(device)) channel \(Hex.word(cid)) \(fault == .stallCredits ? "stall" : "drop")"
+        case .channelFault(let device, let cid, let fault, let link):
+            let on: String
+            switch link {
+            case .handle(let handle)?: on = " \(handle)"
+            case .peer(let address)?: on = " \(address)"
+            case nil: on = ""
+            }
+            return "fault \(printable(device)) channel \(Hex.word(cid)) \(fault == .stallCredits ? "stall" : "drop")\(on)"
         case .bonds(let device): return "bonds \(printable(device))"
         case .forgetBonds(let device, let address): return "bonds \(printable(device)) forget" + (address.map { " \($0)" } ?? "")
         }

@@ -61,6 +61,20 @@ public struct ChannelSummary: Sendable, Equatable {
 }
 
 /// A fault on a credit based channel (the control socket's `fault DEVICE channel CID …`).
+/// One of a device's links, as the control socket names it (`list` shows both): its connection
+/// handle, or its central's address (the address bits; a link's `peer`).
+public enum LinkName: Equatable, Sendable, CustomStringConvertible {
+    case handle(UInt16)
+    case peer(BluetoothAddress)
+
+    public var description: String {
+        switch self {
+        case .handle(let handle): "handle \(handle)"
+        case .peer(let address): "peer \(address)"
+        }
+    }
+}
+
 public enum ChannelFault: String, Sendable, Equatable {
     /// No credits given back to the peer until `fault clear`.
     case stallCredits = "stall-credits"
@@ -210,21 +224,37 @@ public final class PeripheralControl {
         return authorizations[valueHandle] ?? false
     }
 
-    /// Applies `fault` to the open channel with local CID `cid` on each of the device's links
-    /// (CIDs are per link: `list` shows which link has which). Nil, or why it was refused.
-    public func injectChannelFault(_ fault: ChannelFault, cid: UInt16) -> String? {
-        let matching = connections.values.sorted { $0.handle < $1.handle }.compactMap { connection in
+    /// Applies `fault` to the open channel with local CID `cid` on one of the device's links:
+    /// the one `link` names (its connection handle or its central's address, as `list` shows
+    /// them), or, without `link`, the only link that has such a channel. CIDs are per link
+    /// (Vol 3, Part A, 2.1), so with several centrals the same CID may be open on several links:
+    /// then the fault is refused until the link is named. Nil, or why it was refused.
+    public func injectChannelFault(_ fault: ChannelFault, cid: UInt16, link: LinkName? = nil) -> String? {
+        let links = connections.values.sorted { $0.handle < $1.handle }.filter { connection in
+            switch link {
+            case nil: true
+            case .handle(let handle)?: connection.handle == handle
+            case .peer(let address)?: connection.peer.address == address
+            }
+        }
+        if let link, links.isEmpty { return "\(deviceName) has no link with \(link)" }
+        let matching = links.compactMap { connection in
             connection.channels.channel(localCID: cid).flatMap { $0.state == .open ? (connection.handle, $0) : nil }
         }
-        guard !matching.isEmpty else { return "\(deviceName) has no open L2CAP channel with CID \(Hex.word(cid))" }
-        for (handle, channel) in matching {
-            switch fault {
-            case .stallCredits: channel.creditsStalled = true
-            case .dropChannel: channel.disconnect()
-            }
-            logger.event(.faultInjected, .notice, "fault: \(fault.rawValue) on L2CAP channel \(Hex.word(cid)) (SPSM \(Hex.word(channel.spsm)))",
-                         [LogKey.connHandle: "\(handle)"])
+        guard let (handle, channel) = matching.first else {
+            return "\(deviceName) has no open L2CAP channel with CID \(Hex.word(cid))" + (link.map { " on the link with \($0)" } ?? "")
         }
+        guard matching.count == 1 else {
+            let handles = matching.map { "\($0.0)" }.joined(separator: ", ")
+            return "\(deviceName) has an open L2CAP channel with CID \(Hex.word(cid)) on \(matching.count) links (handles \(handles)): "
+                + "name the link with its handle or its central's address, as `list` shows them"
+        }
+        switch fault {
+        case .stallCredits: channel.creditsStalled = true
+        case .dropChannel: channel.disconnect()
+        }
+        logger.event(.faultInjected, .notice, "fault: \(fault.rawValue) on L2CAP channel \(Hex.word(cid)) (SPSM \(Hex.word(channel.spsm)))",
+                     [LogKey.connHandle: "\(handle)"])
         return nil
     }
 

@@ -101,9 +101,14 @@ public struct GATTProfile: Codable, Equatable, Sendable {
         /// What the value needs beyond its properties (`GATTProfile.permissionNames`): encryption,
         /// authentication, Secure Connections, authorization. Absent: open.
         public var permissions: [String]?
+        /// Where `permissions` require encryption: the smallest encryption key size (octets,
+        /// 7...16) the link's key must have, else Encryption Key Size Too Short (0x0C; Vol 3,
+        /// Part C, 10.3.1). Absent: 7, any key. Its descriptors that require encryption too.
+        public var minimumKeySize: Int?
 
         public init(uuid: String, properties: [String], value: String? = nil, notifications: [String]? = nil,
-                    descriptors: [Descriptor]? = nil, permissions: [String]? = nil) {
+                    descriptors: [Descriptor]? = nil, permissions: [String]? = nil, minimumKeySize: Int? = nil) {
+            self.minimumKeySize = minimumKeySize
             self.uuid = uuid
             self.properties = properties
             self.value = value
@@ -333,6 +338,14 @@ public struct GATTProfile: Codable, Equatable, Sendable {
                 for (p, permission) in (characteristic.permissions ?? []).enumerated()
                     where !Self.permissionNames.contains(where: { $0.0 == permission }) {
                     throw fail("\(at).permissions[\(p)]", "'\(permission)' is not one of \(Self.permissionNames.map(\.0).joined(separator: ", "))")
+                }
+                if let size = characteristic.minimumKeySize {
+                    // Vol 3, Part H, 3.5.1: a key has 7 to 16 octets.
+                    guard (7...16).contains(size) else { throw fail("\(at).minimumKeySize", "\(size) is not a key size: 7 to 16 octets") }
+                    let encrypting = ["read-encrypted", "write-encrypted", "read-authenticated", "write-authenticated"]
+                    guard !(characteristic.permissions ?? []).allSatisfy({ !encrypting.contains($0) }) else {
+                        throw fail("\(at).minimumKeySize", "goes with a permission that requires encryption (\(encrypting.joined(separator: ", ")))")
+                    }
                 }
                 if let value = characteristic.value { try checkValue(value, "\(at).value", fail) }
                 for (n, value) in (characteristic.notifications ?? []).enumerated() { try checkValue(value, "\(at).notifications[\(n)]", fail) }

@@ -148,10 +148,14 @@ public final class ProfileDevice: Device {
         for name in spec.permissions ?? [] {
             if let bit = GATTProfile.permissionNames.first(where: { $0.0 == name })?.1 { permissions.insert(bit) }
         }
+        // The key size the profile asks for (Vol 3, Part C, 10.3.1; checked 7...16 when parsed):
+        // the ATT server answers 0x0C to a shorter key, and the device's pairing asks for it.
+        let keySize = UInt8(clamping: min(max(spec.minimumKeySize ?? 7, 7), 16))
         let mutating = !properties.isDisjoint(with: CharacteristicProperties.mutating)
         if !mutating, properties.contains(.read), let value {
             let characteristic = Characteristic(uuid, properties: properties, permissions: permissions, cachedValue: value, descriptors: descriptors)
             characteristic.placement = placement
+            characteristic.minimumEncryptionKeySize = keySize
             return characteristic
         }
         // A value that changes lives here, as long as the attribute allows.
@@ -169,6 +173,7 @@ public final class ProfileDevice: Device {
                 return nil
             } : nil)
         characteristic.placement = placement
+        characteristic.minimumEncryptionKeySize = keySize
         boxes[ObjectIdentifier(characteristic)] = box
         if characteristic.notifies {
             let values = (spec.notifications ?? []).compactMap(GATTProfile.bytes)

@@ -45,6 +45,10 @@ import Testing
         #expect(try GattCommand.action(command: "read", arguments: ["2A19"], text: nil, inShell: true) == .read([uuid]))
         #expect(try GattCommand.action(command: "write", arguments: ["2A19", "0aff"], text: nil, inShell: true) == .write(uuid, [0x0A, 0xFF]))
         #expect(try GattCommand.action(command: "write", arguments: ["2A19"], text: "a b", inShell: true) == .write(uuid, Array("a b".utf8)))
+        #expect(try GattCommand.action(command: "write", arguments: ["2A19", "01", "2A39", "0203"], text: nil, inShell: true)
+                == .writes([.init(uuid: uuid, value: [0x01]), .init(uuid: BluetoothUUID(0x2A39), value: [0x02, 0x03])]))
+        #expect(throws: ValidationError.self) { try GattCommand.action(command: "write", arguments: ["2A19", "01", "2A39"], text: nil, inShell: true) }
+        #expect(throws: ValidationError.self) { try GattCommand.action(command: "write", arguments: ["2A19", "01", "2A19", "02"], text: nil, inShell: true) }
         #expect(try GattCommand.action(command: "unsubscribe", arguments: ["2A19"], text: nil, inShell: true) == .unsubscribe(uuid))
         // Not on the command line, and nothing else new there.
         #expect(throws: ValidationError.self) { try GattCommand.action(command: "unsubscribe", arguments: ["2A19"], text: nil) }

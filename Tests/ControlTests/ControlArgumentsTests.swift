@@ -73,13 +73,25 @@ import Testing
     @Test func channelFaults() throws {
         #expect(try parse("fault", "echo", "channel", "0x0040", "stall") == .channelFault(device: "echo", cid: 0x0040, fault: .stallCredits))
         #expect(try parse("fault", "echo", "channel", "7F", "drop") == .channelFault(device: "echo", cid: 0x007F, fault: .dropChannel))
+        // The link named: its handle (as `list` shows it, or in hex) or its central's address.
+        let phone = try #require(BluetoothAddress("C1:22:33:44:55:66"))
+        #expect(try parse("fault", "echo", "channel", "0x0040", "stall", "3838")
+                == .channelFault(device: "echo", cid: 0x0040, fault: .stallCredits, link: .handle(3838)))
+        #expect(try parse("fault", "echo", "channel", "0x0040", "stall", "0x0EFE")
+                == .channelFault(device: "echo", cid: 0x0040, fault: .stallCredits, link: .handle(0x0EFE)))
+        #expect(try parse("fault", "echo", "channel", "0x0040", "drop", "c1:22:33:44:55:66")
+                == .channelFault(device: "echo", cid: 0x0040, fault: .dropChannel, link: .peer(phone)))
+        #expect(refusal("fault", "echo", "channel", "0x0040", "drop", "3840").contains("neither a link's handle"))
         // CIDs outside the dynamic LE range (ATT's 0x0004, 0x0080), other words, options, extra words.
         for words in [["echo", "channel", "0x0004", "stall"], ["echo", "channel", "0x0080", "drop"], ["echo", "channel", "-40", "drop"],
                       ["echo", "channel", "0x0040", "close"], ["echo", "channel", "0x0040"], ["echo", "channel", "0x0040", "drop", "now"],
+                      ["echo", "channel", "0x0040", "drop", "1", "2"],
                       ["echo", "channel", "0x0040", "drop", "--count", "2"]] {
             #expect(throws: ControlUsageError.self, "\(words)") { try ControlCommand(arguments: ["fault"] + words) }
         }
-        for sent in [ControlCommand.channelFault(device: "echo", cid: 0x0041, fault: .stallCredits), .channelFault(device: "e", cid: 0x0040, fault: .dropChannel)] {
+        for sent in [ControlCommand.channelFault(device: "echo", cid: 0x0041, fault: .stallCredits), .channelFault(device: "e", cid: 0x0040, fault: .dropChannel),
+                     .channelFault(device: "e", cid: 0x0040, fault: .dropChannel, link: .handle(64)),
+                     .channelFault(device: "e", cid: 0x0040, fault: .stallCredits, link: .peer(phone))] {
             #expect(ControlRequest.decode(line: Array(ControlRequest(id: 1, command: sent).json.encoded.utf8)) == .success(ControlRequest(id: 1, command: sent)))
         }
     }

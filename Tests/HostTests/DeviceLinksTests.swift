@@ -1,8 +1,10 @@
 import BlemuCore
 import BlemuATT
+import BlemuChannels
 import BlemuDevices
 import BlemuGATT
 import BlemuHCI
+import BlemuL2CAP
 @testable import BlemuHost
 import BlemuSimulator
 import Testing
@@ -47,6 +49,51 @@ import Testing
 /// The control facade (`PeripheralControl`): what it plans, every link's server applies,
 /// also on links opened after the plan was made.
 @Suite struct PeripheralControlTests {
+    final class Quiet: CreditBasedChannelDelegate {
+        func channelOpened(_ channel: CreditBasedChannel) {}
+        func channel(_ channel: CreditBasedChannel, received sdu: ArraySlice<UInt8>) {}
+        func channelClosed(_ channel: CreditBasedChannel, reason: ChannelCloseReason) {}
+        func channelIsReady(_ channel: CreditBasedChannel) {}
+    }
+
+    /// CIDs are per link (Vol 3, Part A, 2.1): two centrals' channels both have CID 0x0040 on
+    /// the device. A channel fault names the link (handle or central's address) and hits only
+    /// it; without a name it is refused while two links have the CID, and served once one has.
+    @Test func aChannelFaultHitsTheLinkItNamesOnly() throws {
+        let bench = try Bench(device: HeartRateDevice(seed: 1))
+        let quiet = Quiet()
+        let spsm = try #require(bench.peripheral.publishL2CAPChannel(security: .none, parameters: ChannelParameters(), delegate: quiet))
+        let other = BluetoothAddress("F0:00:00:00:00:01")!
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        bench.controller.connect(handle: 0x0041, peer: other)
+        for handle: UInt16 in [0x0040, 0x0041] {
+            // LE Credit Based Connection Request (Vol 3, Part A, 4.22): SPSM, our CID 0x0040, MTU and MPS 23, 1 credit.
+            bench.controller.sendL2CAP(handle: handle, cid: L2CAPChannel.leSignaling,
+                                       [0x14, 0x01, 0x0A, 0x00, UInt8(spsm & 0xFF), UInt8(spsm >> 8), 0x40, 0x00, 0x17, 0x00, 0x17, 0x00, 0x01, 0x00])
+            let response = try #require(bench.controller.takeL2CAP(handle: handle, cid: L2CAPChannel.leSignaling).last)
+            #expect(response[0] == 0x15 && response[4...5] == [0x40, 0x00], "the device's CID is 0x0040 on each link")
+        }
+        let control = bench.peripheral.control
+        func stalled() -> [Bool] { control.linkSummaries.map { $0.channels.first?.creditsStalled ?? false } }
+
+        let ambiguous = control.injectChannelFault(.stallCredits, cid: 0x0040)
+        #expect(ambiguous?.contains("on 2 links (handles 64, 65)") == true, "\(String(describing: ambiguous))")
+        #expect(stalled() == [false, false], "refused: neither link's channel touched")
+
+        #expect(control.injectChannelFault(.stallCredits, cid: 0x0040, link: .peer(other)) == nil)
+        #expect(stalled() == [false, true])
+        #expect(control.injectChannelFault(.dropChannel, cid: 0x0040, link: .handle(0x0040)) == nil)
+        // The Disconnection Request (4.6) goes on the named link only.
+        #expect(bench.controller.takeL2CAP(handle: 0x0040, cid: L2CAPChannel.leSignaling).map { $0.first } == [0x06])
+        #expect(bench.controller.takeL2CAP(handle: 0x0041, cid: L2CAPChannel.leSignaling).isEmpty)
+
+        #expect(control.injectChannelFault(.dropChannel, cid: 0x0040, link: .handle(0x0099))?.contains("no link with handle 153") == true)
+        #expect(control.injectChannelFault(.dropChannel, cid: 0x0040, link: .handle(0x0040))?.contains("on the link with handle 64") == true)
+        // One link has the CID open now: the old form acts on it.
+        #expect(control.injectChannelFault(.dropChannel, cid: 0x0040) == nil)
+        #expect(bench.controller.takeL2CAP(handle: 0x0041, cid: L2CAPChannel.leSignaling).map { $0.first } == [0x06])
+    }
+
     @Test func aFaultPlannedThroughTheControlFacadeReachesLinksOpenedLater() throws {
         let bench = try Bench(device: HeartRateDevice(seed: 1))
         let location = BluetoothUUID(0x2A38)   // Body Sensor Location, readable

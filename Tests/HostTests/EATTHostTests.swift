@@ -216,6 +216,45 @@ import Testing
         #expect(link.clients.count == 1, "the enhanced bearers went with the link")
     }
 
+    /// Writes and subscriptions spread over the bearers as reads do (any bearer may carry any
+    /// request, Vol 3, Part G, 3.6), one request at a time on each (Part F, 3.3.2).
+    @Test func aCentralSpreadsItsWritesAndSubscriptionsOverItsBearersOneRequestOnEach() throws {
+        let bench = try AirBench()
+        let address = try #require(bench.peripheralController.randomAddress)
+        let link = try #require(try bench.connect(to: address)?.get())
+        try encrypt(bench)
+        var found: [RemoteService]?
+        link.client.discoverAll { found = try? $0.get() }
+        bench.air.run()
+        link.openEnhancedBearers(count: 2) { _ in }
+        bench.air.run()
+        #expect(link.clients.count == 3)
+        let notifying = try #require(found).flatMap(\.characteristics).filter {
+            !$0.properties.isDisjoint(with: [.notify, .indicate]) && $0.clientConfigurationHandle != nil
+        }
+        #expect(notifying.count >= 3)
+
+        var subscribed: [UInt16: Result<Void, GATTClientError>]?
+        var used: Int?
+        link.subscribe(notifying) { subscribed = $0; used = $1 }
+        // Before any answer: one CCCD write in flight on each of the three bearers, none queued.
+        #expect(link.clients.map(\.proceduresPending) == [1, 1, 1])
+        bench.air.run()
+        #expect(used == 3)
+        #expect(subscribed?.count == notifying.count && subscribed?.values.allSatisfy { (try? $0.get()) != nil } == true)
+
+        // The CCCDs written back to 0 with plain writes: spread likewise.
+        let writes = notifying.compactMap { $0.clientConfigurationHandle.map { (handle: $0, value: [UInt8]([0, 0])) } }
+        var written: [UInt16: Result<Void, GATTClientError>]?
+        link.write(writes) { written = $0; used = $1 }
+        #expect(link.clients.map(\.proceduresPending) == [1, 1, 1])
+        bench.air.run()
+        #expect(used == 3)
+        #expect(written?.count == writes.count && written?.values.allSatisfy { (try? $0.get()) != nil } == true)
+        link.disconnect()
+        bench.air.run()
+    }
+
     /// An enhanced bearer that closes under a read (either side may close one at any time)
     /// loses nothing: the read is made again on the unenhanced bearer.
     @Test func aReadLostWithAClosedBearerIsMadeAgainOnTheUnenhancedOne() throws {

@@ -1,3 +1,4 @@
+import BlemuATT
 import BlemuCore
 import BlemuGATT
 import FoundationEssentials
@@ -119,6 +120,50 @@ import Testing
         #expect(chars[0].cachedValue == [0x01] && chars[0].permissions == [.readable, .readAuthorizationRequired])
         #expect(chars[1].permissions == [.readable, .writeable, .readEncryptionRequired, .writeAuthorizationRequired, .secureConnectionsRequired])
         #expect(chars[2].permissions == [.readable])
+    }
+
+    /// What a server on no link hands its delegate to send.
+    final class Answers: ATTServerDelegate {
+        var pdus: [[UInt8]] = []
+        func attServer(_ server: ATTServer, send pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool { pdus.append(Array(pdu)); return true }
+        func attServerTransactionTimedOut(_ server: ATTServer) {}
+    }
+
+    /// `minimumKeySize` (Vol 3, Part C, 10.3.1): the ATT server answers a link whose key is
+    /// shorter with Encryption Key Size Too Short (0x0C), and the device's pairing asks for it.
+    @Test func aMinimumKeySizeIsDeclaredAndServed() throws {
+        let profile = try parse(#"""
+            {"format":"blemu-gatt-profile","version":1,"name":"Vault","services":[{"uuid":"180D","characteristics":[
+              {"uuid":"2A20","properties":["read"],"value":"01","permissions":["read-encrypted"],"minimumKeySize":16},
+              {"uuid":"2A21","properties":["read","write"],"value":"02","permissions":["read-encrypted"]}]}]}
+            """#)
+        #expect(try parse(profile.encoded()) == profile)
+        let chars = ProfileDevice(profile).services[0].characteristics
+        #expect(chars.map(\.minimumEncryptionKeySize) == [16, 7])
+        let database = try GATTDatabase(services: ProfileDevice(profile).services)
+        #expect(database.requiredEncryptionKeySize == 16)
+
+        let answers = Answers()
+        let server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
+                               scheduler: ManualScheduler())
+        server.delegate = answers
+        server.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true, encryptionKeySize: 7)
+        let guarded = try #require(database.characteristic(BluetoothUUID(0x2A20))).valueHandle
+        let open = try #require(database.characteristic(BluetoothUUID(0x2A21))).valueHandle
+        func read(_ handle: UInt16) -> [UInt8]? {
+            server.receive([0x0A, UInt8(handle & 0xFF), UInt8(handle >> 8)][...])
+            return answers.pdus.last
+        }
+        #expect(read(guarded) == [0x01, 0x0A, UInt8(guarded & 0xFF), UInt8(guarded >> 8), 0x0C])
+        #expect(read(open) == [0x0B, 0x02], "encrypted with any key: served")
+        server.linkSecurity.encryptionKeySize = 16
+        #expect(read(guarded) == [0x0B, 0x01])
+
+        let base = #"{"format":"blemu-gatt-profile","version":1,"name":"x","services":[{"uuid":"180D","characteristics":[CHAR]}]}"#
+        #expect(refusal(base.replacing("CHAR", with: #"{"uuid":"2A20","properties":["read"],"permissions":["read-encrypted"],"minimumKeySize":17}"#))
+                == "p.json: services[0].characteristics[0].minimumKeySize: 17 is not a key size: 7 to 16 octets")
+        #expect(refusal(base.replacing("CHAR", with: #"{"uuid":"2A20","properties":["read"],"minimumKeySize":16}"#))
+                .hasPrefix("p.json: services[0].characteristics[0].minimumKeySize: goes with a permission that requires encryption"))
     }
 
     /// What a peripheral's refusals of reads show (Vol 3, Part F, 3.4.1.1), as the dump records it.

@@ -140,7 +140,7 @@ def test_the_control_socket_lists_a_channel_stalls_its_credits_and_drops_it(blem
     """`list` shows each link's channels (CIDs, both sides' MTU/MPS, credits both ways, bytes
     queued); `fault DEVICE channel CID stall` gives Bumble no credits back, so a long SDU stops
     part way (Vol 3, Part A, 10.1: a sender never exceeds its credits) until `fault clear`;
-    `drop` disconnects the channel (4.6) and Bumble's channel closes."""
+    `drop` on the link named by its handle disconnects the channel (4.6) and Bumble's channel closes."""
     from test_control import AsyncControl, short_socket_path
     path = short_socket_path("coc")
     blemu = blemu_factory.start(unique_name("EF"), devices=["channel-echo"], extra_args=["--control", path])
@@ -181,8 +181,13 @@ def test_the_control_socket_lists_a_channel_stalls_its_credits_and_drops_it(blem
 
             closed = asyncio.get_running_loop().create_future()
             channel.once("close", lambda: closed.done() or closed.set_result(True))
-            reply = await control.ok("fault", device="channel-echo", action="drop-channel", cid=cid)
-            assert reply["cid"] == cid
+            # The link named by its handle, as `list` shows it (CIDs are per link); a link the
+            # device does not have is refused.
+            handle = (await control.ok("list"))["devices"][0]["connections"][0]["handle"]
+            other = await control.request("fault", device="channel-echo", action="drop-channel", cid=cid, handle=(handle + 1) % 0x0F00)
+            assert other["ok"] is False and "no link with handle" in other["error"], other
+            reply = await control.ok("fault", device="channel-echo", action="drop-channel", cid=cid, handle=handle)
+            assert (reply["cid"], reply["handle"]) == (cid, handle), reply
             await asyncio.wait_for(closed, 10)
             assert await channels_listed(control) == []
             refused = await control.request("fault", device="channel-echo", action="drop-channel", cid=cid)

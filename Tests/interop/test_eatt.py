@@ -203,3 +203,61 @@ def test_eatt_require_fails_against_a_peer_without_eatt(rootcanal, tmp_path):
             assert "the peer does not support EATT: one bearer" in auto.stderr, auto.stderr
 
     run(scenario(), timeout=120)
+
+
+def test_blemu_gatt_writes_and_subscriptions_over_bumbles_enhanced_bearers(rootcanal, tmp_path):
+    """Writes and CCCD subscriptions go over enhanced bearers too (any bearer may carry any
+    request, Vol 3, Part G, 3.6): `blemu gatt --pair write U1 HEX ... U6 HEX` writes the six values
+    at once, spread over the six bearers, and `record` subscribes to six notifying
+    characteristics likewise; Bumble's side shows Write Requests (the values, and the CCCDs) on
+    several enhanced bearers (its channels on the EATT PSM)."""
+    name = unique_name("BW")
+    address = "F2:E4:A7:7A:00:02"
+
+    async def scenario():
+        async with await open_transport(rootcanal.controller_spec.replace("tcp:", "tcp-client:")) as (source, sink):
+            config = DeviceConfiguration(name=name, address=Address(address), eatt_enabled=True)
+            device = Device.from_config_with_hci(config, source, sink)
+            device.keystore = MemoryKeyStore()
+            device.pairing_config_factory = lambda _c: PairingConfig(
+                sc=True, mitm=False, bonding=True, delegate=PairingDelegate(PairingDelegate.NO_OUTPUT_NO_INPUT))
+            properties = gatt.Characteristic.Properties
+            characteristics = [
+                gatt.Characteristic(uuid, properties.READ | properties.WRITE | properties.NOTIFY,
+                                    gatt.Characteristic.READABLE | gatt.Characteristic.WRITEABLE, b"\x00")
+                for uuid in BUMBLE_VALUES]
+            device.add_service(gatt.Service(BUMBLE_SERVICE, characteristics))
+            # Which bearer carried each Write Request: the unenhanced one (0) or an EATT channel's CID.
+            written: list[tuple[int, int]] = []
+            server = device.gatt_server
+            plain_write = server.on_att_write_request
+
+            def on_write(bearer, request):
+                written.append((bearer.source_cid if att.is_enhanced_bearer(bearer) else 0, request.attribute_handle))
+                plain_write(bearer, request)
+            server.on_att_write_request = on_write
+            await device.power_on()
+            await device.start_advertising(auto_restart=True)
+            loop = asyncio.get_running_loop()
+            pairs = [part for index, uuid in enumerate(BUMBLE_VALUES) for part in (uuid, f"{0xA0 + index:02x}")]
+            result = await loop.run_in_executor(None, lambda: gatt_cli(
+                rootcanal, "--address", address, "--state-dir", str(tmp_path), "--pair", "--json", "write", *pairs))
+            assert result.returncode == 0, result.describe()
+            lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+            assert [line["uuid"].lower() for line in lines] == BUMBLE_VALUES, result.stdout
+            assert [bytes(c.value) for c in characteristics] == [bytes([0xA0 + index]) for index in range(6)]
+            assert eatt_summary(result.stderr) == {"enhanced_bearers": 5, "bearers_used": 6}, result.stderr
+            value_handles = {c.handle for c in characteristics}
+            writes = [cid for cid, handle in written if handle in value_handles]
+            assert len(writes) == 6 and len({cid for cid in writes if cid}) >= 2, f"Bumble took the writes on {written}"
+
+            written.clear()
+            recorded = await loop.run_in_executor(None, lambda: gatt_cli(
+                rootcanal, "--address", address, "--state-dir", str(tmp_path), "--pair", "record", "--duration", "1"))
+            assert recorded.returncode == 0, recorded.describe()
+            cccds = {c.handle + 1 for c in characteristics}  # each value's CCCD follows it (Bumble's layout)
+            subscriptions = [cid for cid, handle in written if handle in cccds]
+            assert len(subscriptions) == 6, f"Bumble took the CCCD writes on {written}"
+            assert len({cid for cid in subscriptions if cid}) >= 2, f"Bumble took the CCCD writes on {written}"
+
+    run(scenario(), timeout=150)
