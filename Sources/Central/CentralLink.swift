@@ -31,6 +31,9 @@ public final class CentralLink {
     public internal(set) var isOpen = true
     /// The HCI reason the link closed with.
     public var onDisconnected: ((UInt8) -> Void)?
+    /// The link's HCI transmit queue has room again after refusing a PDU (a best-effort one: a
+    /// write without response sent as `ATTSendKind.notification`, as `blemu bench` sends them).
+    public var onTransmitQueueRoom: (() -> Void)?
     weak var host: CentralHost?
     /// The link's Enhanced ATT bearers (`openEnhancedBearers`), made at the first ask.
     lazy var enhancedBearers = EnhancedClientBearers(channels: channels, scheduler: l2cap.context.scheduler)
