@@ -62,6 +62,10 @@ public struct BenchPlan: Sendable {
             let mtu = effectiveMTU
             if mtu < 23 || mtu > 65535 { return "--mtu for L2CAP is 23 to 65535" }
         }
+        if let address, !address.isValidStaticRandom {
+            return "--address \(address) is not a static random address: its two top bits must be set (first byte C0-FF) and the rest neither all 0 nor all 1"
+        }
+        if role == .central && address != nil { return "--address goes with --role peripheral (the central's is the controller's)" }
         if let dataLength, !(27...251).contains(dataLength) { return "--data-length is 27 to 251 octets" }
         if psm < 0x80 || psm > 0xFF { return "--psm is a dynamic SPSM, 0x80 to 0xFF (128 to 255)" }
         if !(timeout > 0) { return "--timeout must be above 0 seconds" }
