@@ -185,7 +185,7 @@ let package = Package(
         .target(name: "CAllocationCounter", path: "Tests/Support/CAllocationCounter"),
         // What several test targets share: the spec's sample data, temporary directories.
         .target(name: "BlemuTestSupport", dependencies: ["BlemuCore", "BlemuCrypto"], path: "Tests/Support/TestSupport"),
-        .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuBenchRig", "BlemuHost", "BlemuDevices", "BlemuChannels", "BlemuL2CAP",
+        .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuBench", "BlemuBenchRig", "BlemuHost", "BlemuDevices", "BlemuChannels", "BlemuL2CAP",
                                                          "BlemuGATT", "BlemuCrypto", "BlemuHCI", "BlemuRunLoop"],
                     path: "Tests/AllocationTests"),
         .testTarget(name: "ChatTests", dependencies: ["BlemuTestSupport", "BlemuChat", "BlemuDevices", "BlemuCrypto", "BlemuCore",
