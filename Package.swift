@@ -156,8 +156,16 @@ let package = Package(
             "BlemuChat", "BlemuControl", "BlemuScenario", "BlemuCapture", "BlemuService",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Stack"),
+        // `blemu bench` (bumble-bench's protocol, scenarios and statistics, and the run on one
+        // controller in either role). Above Stack (it assembles a central session or a device's
+        // controller stack), below the CLI.
+        .target(name: "BlemuBench", dependencies: [
+            "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHCI", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuChannels",
+            "BlemuHost", "BlemuCentral", "BlemuStack",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/Bench"),
         .executableTarget(name: "blemu", dependencies: [
-            "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig", "BlemuStack", "BlemuScenario",
+            "BlemuCore", "BlemuRunLoop", "BlemuBench", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig", "BlemuStack", "BlemuScenario",
             "BlemuJournal",
             "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile", "BlemuChat",
             "BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuATT", "BlemuBroadcast", "BlemuObserver", "BlemuAssignedNumbers", "CLinux", "CStartup",
@@ -184,7 +192,7 @@ let package = Package(
         .target(name: "CAllocationCounter", path: "Tests/Support/CAllocationCounter"),
         // What several test targets share: the spec's sample data, temporary directories.
         .target(name: "BlemuTestSupport", dependencies: ["BlemuCore", "BlemuCrypto"], path: "Tests/Support/TestSupport"),
-        .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuBenchRig", "BlemuHost", "BlemuDevices", "BlemuChannels", "BlemuL2CAP",
+        .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuBench", "BlemuBenchRig", "BlemuHost", "BlemuDevices", "BlemuChannels", "BlemuL2CAP",
                                                          "BlemuGATT", "BlemuCrypto", "BlemuHCI", "BlemuRunLoop"],
                     path: "Tests/AllocationTests"),
         .testTarget(name: "ChatTests", dependencies: ["BlemuTestSupport", "BlemuChat", "BlemuDevices", "BlemuCrypto", "BlemuCore",
@@ -236,6 +244,7 @@ let package = Package(
         .testTarget(name: "ScenarioTests", dependencies: ["BlemuScenario", "BlemuControl", "BlemuHost", "BlemuGATT", "BlemuCore",
                                                        .product(name: "Logging", package: "swift-log")],
                     path: "Tests/ScenarioTests"),
+        .testTarget(name: "BenchTests", dependencies: ["BlemuBench", "BlemuCore", "BlemuSimulator"], path: "Tests/BenchTests"),
         .testTarget(name: "CaptureTests", dependencies: ["BlemuTestSupport", "BlemuCapture", "BlemuCore"], path: "Tests/CaptureTests"),
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
         .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuEATT", "BlemuGATT", "BlemuATT",

@@ -446,6 +446,8 @@ extension CentralHost: ControllerRole {
 
     /// Credit based channels a layer above attached to the link send what waited.
     public func transmitQueueHasRoom(for handle: UInt16) {
-        links[handle]?.l2cap.transmitQueueHasRoom()
+        guard let link = links[handle] else { return }
+        link.l2cap.transmitQueueHasRoom()
+        link.onTransmitQueueRoom?()
     }
 }

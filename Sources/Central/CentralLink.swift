@@ -32,6 +32,9 @@ public final class CentralLink {
     public internal(set) var isOpen = true
     /// The HCI reason the link closed with.
     public var onDisconnected: ((UInt8) -> Void)?
+    /// The link's HCI transmit queue has room again after refusing a PDU (a best-effort one: a
+    /// write without response sent as `ATTSendKind.notification`, as `blemu bench` sends them).
+    public var onTransmitQueueRoom: (() -> Void)?
     weak var host: CentralHost?
     /// The link's Enhanced ATT bearers (`openEnhancedBearers`, BlemuEATT), a GATT client on
     /// each, made at the first ask.
