@@ -263,3 +263,15 @@ for target in package.targets where target.name.hasPrefix("Blemu") || target.nam
     target.swiftSettings = (target.swiftSettings ?? [])
         + [.unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))]
 }
+
+// The fuzz build of Fuzz/'s `decoders` target (scripts/fuzz): libFuzzer's coverage only on the modules
+// whose decoders it drives, named in BLEMU_FUZZ_COVERAGE_MODULES, while every module is built with
+// AddressSanitizer alone. -sanitize=fuzzer would instrument the whole stack, and libFuzzer scans every
+// counter of the binary after each input (Docs/TESTING.md, Fuzzing, Speed). Unset: no change.
+if let modules = Context.environment["BLEMU_FUZZ_COVERAGE_MODULES"] {
+    let covered = Set(modules.split(separator: ",").map(String.init))
+    for target in package.targets where covered.contains(target.name) {
+        target.swiftSettings = (target.swiftSettings ?? [])
+            + [.unsafeFlags(["-sanitize-coverage=edge,indirect-calls,trace-cmp,inline-8bit-counters,pc-table"])]
+    }
+}

@@ -12,7 +12,8 @@ public struct ControllerOptions: Hashable {
     public var supportsBufferSizeV2 = false
     public var aclBufferCount: UInt8 = 4
     public var aclBufferSize: UInt16 = 27
-    /// A command answered with Command Disallowed (0x0C) instead of success.
+    /// A command answered with Command Disallowed (0x0C) instead of success, from the start of
+    /// the input on (initialization, which every input starts after, is always answered).
     public var failingOpcode: UInt16?
     public init() {}
 }
@@ -50,8 +51,8 @@ public final class PeripheralRig {
     /// Rigs kept between inputs, at most one per shape and `poolLimit` in all.
     nonisolated(unsafe) private static var pool: [Shape: PeripheralRig] = [:]
     /// The kept shapes, the longest unused first: a new shape takes the place of the first once
-    /// the pool is full (the controller options alone make 2,592 shapes; a pool that stopped
-    /// taking rigs once full built a new stack for most inputs of a long run).
+    /// the pool is full. `controllerOptions` makes 16 shapes per device (it made 2,592, and most
+    /// inputs of a long run built a new stack), so the pool holds them all.
     nonisolated(unsafe) private static var poolOrder: [Shape] = []
     private static let poolLimit = 64
     /// `BLEMU_FUZZ_FRESH=1`: a new rig for every input.
@@ -62,20 +63,24 @@ public final class PeripheralRig {
     /// what `device` builds.
     public static func take(deviceKind: UInt8, options: ControllerOptions, truthful: Bool,
                             device: () -> Device) -> PeripheralRig {
-        // Whether the controller answers commands and completes packets is set per input, so
-        // rigs that differ only there are one shape.
+        // Whether the controller answers commands, completes packets and fails a command is set
+        // per input, so rigs that differ only there are one shape.
         var initialized = options
         initialized.answerCommands = true
         initialized.autoComplete = true
+        initialized.failingOpcode = nil
         let shape = Shape(device: deviceKind, options: initialized, truthful: truthful)
-        if !freshPerInput, let rig = pool.removeValue(forKey: shape) {
+        let rig: PeripheralRig
+        if !freshPerInput, let kept = pool.removeValue(forKey: shape) {
             poolOrder.removeAll { $0 == shape }
-            rig.controller.answersCommands = options.answerCommands
-            rig.controller.autoComplete = truthful && options.autoComplete
-            return rig
+            kept.controller.answersCommands = options.answerCommands
+            kept.controller.autoComplete = truthful && options.autoComplete
+            rig = kept
+        } else {
+            rig = PeripheralRig(device: device(), options: options, truthful: truthful)
+            rig.shape = shape
         }
-        let rig = PeripheralRig(device: device(), options: options, truthful: truthful)
-        rig.shape = shape
+        if let failing = options.failingOpcode { rig.controller.failures = [failing: HCIStatus.commandDisallowed] }
         return rig
     }
 
@@ -86,6 +91,7 @@ public final class PeripheralRig {
             return
         }
         // The central and the controller end every link; the host advertises again.
+        controller.failures = [:]
         controller.answersCommands = true
         controller.autoComplete = shape.truthful
         for handle in controller.openHandles.sorted() {
@@ -114,7 +120,6 @@ public final class PeripheralRig {
         controller.aclBufferSize = options.aclBufferSize
         controller.supportsDataLengthExtension = options.supportsDataLengthExtension
         controller.supportsBufferSizeV2 = options.supportsBufferSizeV2
-        if let failing = options.failingOpcode { controller.failures[failing] = HCIStatus.commandDisallowed }
         // Without the truth, the fuzz input completes packets and closes links.
         controller.autoComplete = truthful && options.autoComplete
         controller.completesDisconnects = truthful
@@ -187,12 +192,14 @@ public func controllerOptions(_ flags: UInt8, _ sizes: UInt8) -> ControllerOptio
     o.autoComplete = flags & 0x02 == 0
     o.supportsDataLengthExtension = flags & 0x04 == 0
     o.supportsBufferSizeV2 = flags & 0x08 != 0
-    // 27 bytes (the LE minimum) or a few larger sizes; 1 to 8 buffers.
-    let bufferSizes: [UInt16] = [27, 27, 64, 251]
-    o.aclBufferSize = bufferSizes[Int(sizes & 0x03)]
-    o.aclBufferCount = UInt8((sizes >> 2) & 0x07) + 1
+    // Four buffer pools: one buffer of 27 bytes (the LE minimum), four of 27, two of 64, eight
+    // of 251. With the two feature bits that is 16 controller shapes, each a stack kept between
+    // inputs (`PeripheralRig`); sizes and counts in between reached no other code.
+    let buffers: [(size: UInt16, count: UInt8)] = [(27, 1), (27, 4), (64, 2), (251, 8)]
+    (o.aclBufferSize, o.aclBufferCount) = buffers[Int(sizes & 0x03)]
     if flags & 0x10 != 0 {
-        // One command answered with Command Disallowed.
+        // One command answered with Command Disallowed (from the input's start, after
+        // initialization: re-advertising, Disconnect, Set Data Length, the parameter reply, ...).
         let failing: [UInt16] = [HCIOpcode.leSetAdvertisingEnable, HCIOpcode.leSetAdvertisingParameters,
                                  HCIOpcode.leSetDataLength, HCIOpcode.disconnect,
                                  HCIOpcode.leRemoteConnectionParameterRequestReply, HCIOpcode.leSetRandomAddress,
