@@ -179,10 +179,14 @@ public final class ChatMember: CreditBasedChannelDelegate {
 
     /// Joins a host of the room, `address` first when it is heard. The scan starts over without
     /// the watch's duplicate filter, which would hide the host already heard.
+    /// Not in within `rejoinTimeout`, the member is gone (`onGone`: an auto node hosts again), as
+    /// after a lost link: the other host may have vanished, or its connections fail.
     public func join(preferring address: BluetoothAddress) {
         stopWatching()
         preferred = address
         central.stopScanning()
+        if let rejoinDeadline { scheduler.cancel(rejoinDeadline) }
+        rejoinDeadline = scheduler.schedule(after: rejoinTimeout) { [weak self] in self?.rejoinTimedOut() }
         start()
     }
 
@@ -208,6 +212,10 @@ public final class ChatMember: CreditBasedChannelDelegate {
     private func heard(_ advertisement: Advertisement) {
         guard isRoomHost(advertisement) else { return }
         if let hostWatcher {
+            // A host set aside (it failed as the room's host, or only timed out under load) is
+            // none to give way to: the node would stop hosting for a host it will not join, and
+            // the room would have none. Its time over, the next look hears it again.
+            guard !setAside.isSetAside(advertisement.address, now: scheduler.nowNanoseconds) else { return }
             logger.debug("heard a host of the room while hosting: \(advertisement.address)")
             hostWatcher(advertisement)
             return
@@ -611,6 +619,7 @@ public final class ChatMember: CreditBasedChannelDelegate {
             return
         }
         stopLooking()
+        preferred = nil
         onGone?("the chat host is gone: not found again within \(rejoinTimeout)"
                 + (pending.isEmpty ? "" : "; \(pending.count) line(s) not delivered"))
     }

@@ -57,6 +57,11 @@ final class ChatAir {
     /// The member hears the host advertise (the simulator does not scan) and joins it.
     func join() throws {
         member.start()
+        try advertise()
+    }
+
+    /// The member's central hears the host's advertisement.
+    func advertise() throws {
         let address = try #require(peripheralController.randomAddress)
         let content = AdvertisingContent(name: "Room", serviceUUIDs: [ChatDevice.serviceUUID])
         central.onAdvertisement?(Advertisement(advertiser: LEAddress(address, isRandom: true), rssi: -40, isConnectable: true,
@@ -115,5 +120,37 @@ final class ChatAir {
         let gatt = try ChatAir(host: .auto, member: .gatt)
         try gatt.join()
         #expect(gatt.member.channel == nil && gatt.device.memberNames.count == 1 && gatt.device.channelMemberCount == 0)
+    }
+
+    /// A hosting (auto) node is not told of a host it set aside: it would give way to a host it
+    /// will not join and leave the room without one (two autos stayed apart; Docs/CHAT.md,
+    /// "Two hosts meet"). A host not set aside is told.
+    @Test func aHostSetAsideIsNoneToGiveWayTo() throws {
+        let setAside = try ChatAir(host: .gatt, member: .channel)
+        try setAside.join()
+        #expect(setAside.member.setAside.until.count == 1)
+        var told = 0
+        setAside.member.watchForHosts { _ in told += 1 }
+        try setAside.advertise()
+        #expect(told == 0)
+        let good = try ChatAir(host: .auto, member: .auto)
+        good.member.watchForHosts { _ in told += 1 }
+        try good.advertise()
+        #expect(told == 1)
+    }
+
+    /// A node that gave way to another host and is not in its room within its rejoin time is
+    /// gone (`onGone`: an auto node hosts again) rather than a member of no room for good.
+    @Test func aNodeThatGaveWayAndGotNowhereIsGone() throws {
+        let room = try ChatAir(host: .auto, member: .auto)
+        var gone: String?
+        room.member.onGone = { gone = $0 }
+        room.member.watchForHosts { _ in }
+        room.member.join(preferring: BluetoothAddress("C0:DE:00:00:00:99")!)
+        try room.advertise()   // another host than the one it gave way to: passed by
+        room.run()
+        #expect(room.device.memberNames.isEmpty && gone == nil)
+        room.scheduler.advance(by: .seconds(31))
+        #expect(gone?.contains("not found again within") == true)
     }
 }

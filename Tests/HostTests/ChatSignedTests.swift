@@ -236,6 +236,22 @@ private let quiet = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler
         #expect(Array(room.lines.suffix(3)) == ["* central-00A0 is ~phone", "[~phone] hello", "[~phone] /name kitchen"])
     }
 
+    /// No renaming after joining (Docs/CHAT.md, "The plain protocol"): a blemu member is named once, by its
+    /// first own message, and a later message under another name is that message's sender only
+    /// (a member's lines may come from others, as a bridge's): the member keeps its name, and
+    /// nothing is announced for either.
+    @Test func aFramedMemberIsNamedOnceByItsFirstMessage() throws {
+        let room = try Room(trust: nil)
+        room.joinFramed(0x41, 0xA1)
+        room.joinFramed(0x42, 0xB2)
+        _ = room.heard(0x42)
+        room.write("hi", as: ChatMessageID(sender: "board-2", number: 1), from: 0x41)
+        #expect(room.device.memberNames == ["board-2", "central-00B2"])
+        room.write("now", as: ChatMessageID(sender: "board-9", number: 2), from: 0x41)
+        #expect(room.device.memberNames == ["board-2", "central-00B2"])
+        #expect(room.heard(0x42) == ["[board-2] hi", "[board-9] now"])
+    }
+
     /// Names that are no name (empty, too long, starting with the unverified mark): the line is an ordinary one.
     @Test func aPlainNameMustBeOne() {
         #expect(ChatDevice.plainName(" phone  ") == "phone")
