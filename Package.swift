@@ -146,7 +146,7 @@ let package = Package(
         // The observer of `blemu scan`: an advertiser's AD structures decoded into a report
         // (BTHome, iBeacon, Eddystone, known service and manufacturer data), its text and JSON,
         // and `--watch`'s one-reading-once memory. Above Broadcast and Central; the CLI prints.
-        .target(name: "BlemuObserver", dependencies: ["BlemuCore", "BlemuAssignedNumbers", "BlemuCrypto", "BlemuBroadcast", "BlemuCentral", "BlemuControl"],
+        .target(name: "BlemuObserver", dependencies: ["BlemuCore", "BlemuAssignedNumbers", "BlemuCrypto", "BlemuBroadcast", "BlemuCentral"],
                 path: "Sources/Observer"),
         // A controller's stack assembled from a plan (devices, roles, options) for `run`, `chat`,
         // `gatt` and `scan`: what any front end reuses. Above every layer it assembles, below the CLI.
@@ -209,7 +209,7 @@ let package = Package(
         .testTarget(name: "BroadcastTests", dependencies: ["BlemuTestSupport", "BlemuBroadcast", "BlemuCrypto", "BlemuCore"],
                     path: "Tests/BroadcastTests"),
         .testTarget(name: "ObserverTests", dependencies: ["BlemuTestSupport", "BlemuObserver", "BlemuBroadcast", "BlemuCentral",
-                                                       "BlemuControl", "BlemuCrypto", "BlemuCore"],
+                                                       "BlemuCrypto", "BlemuCore"],
                     path: "Tests/ObserverTests"),
         .testTarget(name: "SMPTests", dependencies: ["BlemuTestSupport", "BlemuSMP", "BlemuCrypto", "BlemuCore"], path: "Tests/SMPTests"),
         .testTarget(name: "SecurityTests", dependencies: ["BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuCore",
