@@ -146,7 +146,7 @@ let package = Package(
         // The observer of `blemu scan`: an advertiser's AD structures decoded into a report
         // (BTHome, iBeacon, Eddystone, known service and manufacturer data), its text and JSON,
         // and `--watch`'s one-reading-once memory. Above Broadcast and Central; the CLI prints.
-        .target(name: "BlemuObserver", dependencies: ["BlemuCore", "BlemuAssignedNumbers", "BlemuCrypto", "BlemuBroadcast", "BlemuCentral", "BlemuControl"],
+        .target(name: "BlemuObserver", dependencies: ["BlemuCore", "BlemuAssignedNumbers", "BlemuCrypto", "BlemuBroadcast", "BlemuCentral"],
                 path: "Sources/Observer"),
         // A controller's stack assembled from a plan (devices, roles, options) for `run`, `chat`,
         // `gatt` and `scan`: what any front end reuses. Above every layer it assembles, below the CLI.
@@ -171,7 +171,18 @@ let package = Package(
             "BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuATT", "BlemuBroadcast", "BlemuObserver", "BlemuAssignedNumbers", "CLinux", "CStartup",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
-        ], path: "Sources/CLI"),
+        ], path: "Sources/CLI",
+        // With the Swift runtime linked in (--static-swift-stdlib, the board build), the
+        // toolchain's static-stdlib-args.lnk passes -export-dynamic: 20 000 symbols of our own
+        // modules and BoringSSL in .dynsym/.dynstr/.gnu.hash (2.1 MB), all of which the runtime's
+        // start walks (its backtracer's set-up asks dladdr for its own path, and glibc's dladdr
+        // looks at every exported symbol of the object). Nothing looks our symbols up by name;
+        // an unstripped binary's backtrace still names every function from .symtab
+        // (Docs/PERFORMANCE.md, "The peak at start-up"). No effect on a dynamically linked build.
+        // -z now: every library symbol bound by the loader, before the start-up pages are given
+        // back, so no lazy binding's lookups (ld.so's resolver, the libraries' hash tables) fault
+        // pages in later that then stay: 100 KiB less resident while advertising.
+        linkerSettings: [.unsafeFlags(["-Xlinker", "--no-export-dynamic", "-Xlinker", "-z", "-Xlinker", "now"])]),
 
         // The one simulated controller (scripted, queued, and two joined in process by
         // SimulatedAir) that the unit tests, the fuzz targets and the benchmarks run the host
@@ -217,7 +228,7 @@ let package = Package(
         .testTarget(name: "BroadcastTests", dependencies: ["BlemuTestSupport", "BlemuBroadcast", "BlemuCrypto", "BlemuCore"],
                     path: "Tests/BroadcastTests"),
         .testTarget(name: "ObserverTests", dependencies: ["BlemuTestSupport", "BlemuObserver", "BlemuBroadcast", "BlemuCentral",
-                                                       "BlemuControl", "BlemuCrypto", "BlemuCore"],
+                                                       "BlemuCrypto", "BlemuCore"],
                     path: "Tests/ObserverTests"),
         .testTarget(name: "SMPTests", dependencies: ["BlemuTestSupport", "BlemuSMP", "BlemuCrypto", "BlemuCore"], path: "Tests/SMPTests"),
         .testTarget(name: "SecurityTests", dependencies: ["BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuCore",

@@ -1,6 +1,5 @@
 import BlemuBroadcast
 import BlemuCentral
-import BlemuControl
 import BlemuCore
 import BlemuCrypto
 

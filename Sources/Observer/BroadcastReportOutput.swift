@@ -1,6 +1,5 @@
 import BlemuAssignedNumbers
 import BlemuBroadcast
-import BlemuControl
 import BlemuCore
 
 /// How `blemu scan` shows a `BroadcastReport`: a line per item for people (text from the peer

@@ -1,6 +1,5 @@
 import Testing
 import BlemuBroadcast
-import BlemuControl
 import BlemuCore
 import BlemuCrypto
 @testable import BlemuObserver
