@@ -14,6 +14,13 @@ public protocol BenchPacketIO: AnyObject {
     var mtu: Int { get }
 }
 
+/// Where a read scenario's Read Requests go: the GATT client, one characteristic.
+public protocol BenchReader: AnyObject {
+    /// Sends one Read Request; the transport then calls the runner's `readAnswered` with the
+    /// value. False when it cannot be sent now (the runner tries again at `ioIsReady`).
+    func startRead() -> Bool
+}
+
 /// One bench scenario on this end, as bumble-bench runs it (bench.py `Sender`, `Receiver`,
 /// `Ping`, `Pong`), on the run loop:
 ///
@@ -23,6 +30,8 @@ public protocol BenchPacketIO: AnyObject {
 /// - ping: RESET, then one SEQUENCE packet at a time, the next when its ACK came back (Bumble
 ///   sends them all at once unless `--pace`: one at a time measures the round trip alone).
 /// - pong: answers every SEQUENCE packet with an ACK; done at the LAST.
+/// - read (blemu's own, against any GATT server): `packetCount` Read Requests, one at a time,
+///   the next when the answer came; each round trip recorded as a ping's is. No packets, no RESET.
 ///
 /// The send path encodes into one buffer reused for every packet: nothing is allocated per packet.
 public final class BenchRunner {
@@ -32,6 +41,8 @@ public final class BenchRunner {
     public let packetSize: Int
     let scheduler: TimerScheduling
     public weak var io: BenchPacketIO?
+    /// The read scenario's reads (the central's GATT client).
+    public weak var reader: BenchReader?
     /// Packets done so far (sent, received or answered) and of how many (0: unknown, receive and pong).
     public var onProgress: ((_ done: Int, _ of: Int) -> Void)?
     /// Once, when the run is over on this end.
@@ -67,24 +78,30 @@ public final class BenchRunner {
         self.packetCount = packetCount
         self.packetSize = packetSize
         self.scheduler = scheduler
-        latencies = LatencySamples(capacity: scenario == .ping ? packetCount : 0)
+        latencies = LatencySamples(capacity: scenario == .ping || scenario == .read ? packetCount : 0)
         buffer.reserveCapacity(max(packetSize, BenchPacket.sequenceHeaderLength) + 8)
     }
 
-    public var isSender: Bool { scenario == .send || scenario == .ping }
+    public var isSender: Bool { scenario == .send || scenario == .ping || scenario == .read }
 
     /// The transport is up (subscribed, channel open) or has room again.
     public func ioIsReady() {
         guard !isFinished else { return }
         if !started && isSender {
             started = true
-            resetPending = true
+            if scenario == .read {
+                startedAt = scheduler.nowNanoseconds
+            } else {
+                resetPending = true
+            }
         }
         pump()
     }
 
     private func pump() {
-        guard let io, !isFinished else { return }
+        guard !isFinished else { return }
+        if scenario == .read { return pumpReads() }
+        guard let io else { return }
         if !sendPendingAnswers(io) { return }
         if let result = finishWhenAnswered { return finish(result) }
         guard isSender, started else { return }
@@ -108,9 +125,41 @@ public final class BenchRunner {
             guard send(sequence: next, payload: packetSize - BenchPacket.sequenceHeaderLength - io.overhead, io) else { return }
             bytes += buffer.count
             awaitingAnswer = true
-        case .receive, .pong:
+        case .receive, .pong, .read:
             break
         }
+    }
+
+    private func pumpReads() {
+        guard started, !awaitingAnswer, next < packetCount, let reader else { return }
+        let now = scheduler.nowNanoseconds
+        guard reader.startRead() else { return }
+        sentAt = now
+        awaitingAnswer = true
+    }
+
+    /// The answer to the read in flight (its value).
+    public func readAnswered(_ value: ArraySlice<UInt8>) {
+        guard scenario == .read, !isFinished else { return }
+        guard awaitingAnswer else { onNote?("a read answer with no read in flight"); return }
+        let now = scheduler.nowNanoseconds
+        awaitingAnswer = false
+        latencies.record(now &- sentAt)
+        bytes += value.count
+        next += 1
+        onProgress?(next, packetCount)
+        if next == packetCount {
+            finish(result(seconds: Double(now &- startedAt) / 1e9))
+        } else {
+            pumpReads()
+        }
+    }
+
+    /// The read scenario on the peripheral: nothing to count; the run is over (the central
+    /// disconnected after its reads).
+    public func servingEnded() {
+        guard scenario == .read else { return }
+        finish(result(seconds: 0))
     }
 
     private func send(sequence: Int, payload: Int, _ io: BenchPacketIO) -> Bool {

@@ -52,6 +52,22 @@ public struct BenchPlan: Sendable {
         if role == .central && peer == nil { return "--role central needs --peer ADDRESS" }
         if role == .peripheral && (dataLength != nil || phy != nil) { return "--data-length and --phy go with --role central (the central asks for them)" }
         if packets < 1 { return "--packets must be at least 1" }
+        if scenario == .read {
+            if mode.isL2CAP { return "--scenario read goes with gatt-client (the central reads) or gatt-server (the peripheral serves)" }
+            if let mtu, mtu < 23 || mtu > 517 { return "--mtu for GATT is 23 to 517" }
+        } else if let problem = sizeProblem() { return problem }
+        if let address, !address.isValidStaticRandom {
+            return "--address \(address) is not a static random address: its two top bits must be set (first byte C0-FF) and the rest neither all 0 nor all 1"
+        }
+        if role == .central && address != nil { return "--address goes with --role peripheral (the central's is the controller's)" }
+        if let dataLength, !(27...251).contains(dataLength) { return "--data-length is 27 to 251 octets" }
+        if psm < 0x80 || psm > 0xFF { return "--psm is a dynamic SPSM, 0x80 to 0xFF (128 to 255)" }
+        if !(timeout > 0) { return "--timeout must be above 0 seconds" }
+        return nil
+    }
+
+    /// What does not fit in the packet size (the packet scenarios).
+    private func sizeProblem() -> String? {
         let smallest = BenchPacket.sequenceHeaderLength + (mode.isL2CAP ? BenchStreamFramer.lengthFieldSize : 0)
         if size < smallest || size > 8192 { return "--size must be \(smallest) to 8192 bytes" }
         if !mode.isL2CAP {
@@ -62,13 +78,6 @@ public struct BenchPlan: Sendable {
             let mtu = effectiveMTU
             if mtu < 23 || mtu > 65535 { return "--mtu for L2CAP is 23 to 65535" }
         }
-        if let address, !address.isValidStaticRandom {
-            return "--address \(address) is not a static random address: its two top bits must be set (first byte C0-FF) and the rest neither all 0 nor all 1"
-        }
-        if role == .central && address != nil { return "--address goes with --role peripheral (the central's is the controller's)" }
-        if let dataLength, !(27...251).contains(dataLength) { return "--data-length is 27 to 251 octets" }
-        if psm < 0x80 || psm > 0xFF { return "--psm is a dynamic SPSM, 0x80 to 0xFF (128 to 255)" }
-        if !(timeout > 0) { return "--timeout must be above 0 seconds" }
         return nil
     }
 }
@@ -170,8 +179,14 @@ public final class BenchSession {
             let io = BenchGATTClientIO(runner: runner, link: link)
             gattIO = io
             runner.io = io
+            runner.reader = io
+            io.onReadFailure = { [unowned self] in stop(failure: $0) }
             io.start(mtu: plan.effectiveMTU) { [unowned self] problem in
                 if let problem { return stop(failure: problem) }
+                if plan.scenario == .read {
+                    onNote?("reading Device Name (ATT_MTU \(io.mtu))")
+                    return runner.ioIsReady()
+                }
                 if plan.size > io.largestPacket {
                     return stop(failure: "--size \(plan.size) does not fit ATT_MTU \(io.mtu) (the peer agreed to \(io.mtu); at most \(io.largestPacket))")
                 }
@@ -207,7 +222,9 @@ public final class BenchSession {
         device.onFailure = { [unowned self] in stop(failure: $0) }
         device.onPeerConnected = { [unowned self] peer in onNote?("central \(peer.address) connected") }
         device.onPeerDisconnected = { [unowned self] peer in
-            // After the result the central's disconnection ends the run (see `finished`).
+            // After the result the central's disconnection ends the run (see `finished`); in
+            // the read scenario it is the result: the peripheral only served.
+            if plan.scenario == .read { runner.servingEnded() }
             stop(failure: result == nil ? "the central \(peer.address) disconnected before the run ended" : nil)
         }
         device.channelIO?.onOpened = { [unowned self] channel in

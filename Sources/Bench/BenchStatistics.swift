@@ -1,9 +1,11 @@
 import BlemuCore
 
 /// What a bench run measures: send and receive count packets and bytes over time
-/// (throughput), ping measures each packet's round trip (latency percentiles).
+/// (throughput), ping measures each packet's round trip (latency percentiles), read measures
+/// each Read Request's round trip to any GATT server (the central reads GAP's Device Name; the
+/// peripheral's read only serves, and ends when the central disconnects).
 public enum BenchScenario: String, CaseIterable, Sendable {
-    case send, receive, ping, pong
+    case send, receive, ping, pong, read
 }
 
 /// Where the packets go: GATT (write without response one way, notifications the other) or
@@ -58,9 +60,10 @@ public struct LatencySummary: Equatable, Sendable {
 public struct BenchResult: Equatable, Sendable {
     public var scenario: BenchScenario
     public var mode: BenchMode
-    /// SEQUENCE packets sent (send, ping) or received (receive, pong).
+    /// SEQUENCE packets sent (send, ping) or received (receive, pong), or reads answered (read).
     public var packets: Int
-    /// Their bytes as the protocol carries them (Bumble's count: the packet, without framing).
+    /// Their bytes as the protocol carries them (Bumble's count: the packet, without framing);
+    /// for read, the bytes of the values read.
     public var bytes: Int
     /// From the first packet to the ACK (send), the first to the last (receive), the first
     /// ping to the last answer (ping).

@@ -69,12 +69,15 @@ public final class BenchChannelIO: BenchPacketIO, CreditBasedChannelDelegate {
 }
 
 /// The central's end of the GATT modes: the peer's Speed service found, RX subscribed, packets
-/// written to TX as Write Commands (Vol 3, Part F, 3.4.5.3), packets notified on RX received.
-public final class BenchGATTClientIO: BenchPacketIO {
+/// written to TX as Write Commands (Vol 3, Part F, 3.4.5.3), packets notified on RX received;
+/// or, for the read scenario, GAP's Device Name read again and again.
+public final class BenchGATTClientIO: BenchPacketIO, BenchReader {
     public let runner: BenchRunner
     public let link: CentralLink
     private var txHandle: UInt16 = 0
     private var rxHandle: UInt16 = 0
+    private var readHandle: UInt16 = 0
+    private var reading = false
     private var pdu: [UInt8] = []
     public private(set) var mtu = 23
 
@@ -98,6 +101,7 @@ public final class BenchGATTClientIO: BenchPacketIO {
                 case .failure(let error): return then("discovery: \(error)")
                 case .success(let found): services = found
                 }
+                if runner.scenario == .read { return findReadTarget(in: services, then: then) }
                 guard let speed = services.first(where: { $0.uuid == SpeedService.service }) else {
                     return then("the peer has no Speed service (\(SpeedService.service)): is it a bench peripheral in gatt-server mode?")
                 }
@@ -119,6 +123,40 @@ public final class BenchGATTClientIO: BenchPacketIO {
                 }
             }
         }
+    }
+
+    /// The read scenario's characteristic: GAP's Device Name (0x2A00), which every GATT server
+    /// has (Vol 3, Part C, 12.1: the Device Name characteristic is mandatory in the GAP service).
+    public static let readTarget = BluetoothUUID(0x2A00)
+
+    /// The read scenario: the value handle of `readTarget`, no subscription.
+    private func findReadTarget(in services: [RemoteService], then: (String?) -> Void) {
+        let characteristics = services.flatMap(\.characteristics)
+        guard let target = characteristics.first(where: { $0.uuid == Self.readTarget && $0.properties.contains(.read) }) else {
+            return then("the peer has no readable Device Name characteristic (\(Self.readTarget))")
+        }
+        readHandle = target.valueHandle
+        mtu = link.client.mtu
+        then(nil)
+    }
+
+    /// Why a read failed, once (the run cannot go on).
+    public var onReadFailure: ((String) -> Void)?
+
+    public func startRead() -> Bool {
+        guard link.isOpen, readHandle != 0, !reading else { return false }
+        reading = true
+        // ATT_READ_REQ (Vol 3, Part F, 3.4.4.3): one at a time, as a client must (3.3.2: one
+        // request outstanding on a bearer), so each answer's wait is the round trip alone.
+        link.client.read(readHandle) { [weak self] result in
+            guard let self else { return }
+            reading = false
+            switch result {
+            case .success(let value): runner.readAnswered(value[...])
+            case .failure(let error): onReadFailure?("reading handle \(Hex.word(readHandle)): \(error)")
+            }
+        }
+        return true
     }
 
     public func sendPacket(_ packet: ArraySlice<UInt8>) -> Bool {

@@ -18,7 +18,9 @@ struct BenchCommand: ParsableCommand {
             The central connects to --peer and runs gatt-client (writes without response to the Speed service's TX,
             notifications from its RX) or l2cap-client (a credit based channel to --psm, 128 by default); the peripheral
             advertises and runs gatt-server or l2cap-server. Scenarios: send (throughput of what this end sends, until the
-            receiver's ACK), receive (throughput of what arrives), ping (round trips, one packet at a time), pong (answers).
+            receiver's ACK), receive (throughput of what arrives), ping (round trips, one packet at a time), pong (answers),
+            read (gatt-client: --packets Read Requests of GAP's Device Name, one at a time, against any GATT server;
+            gatt-server: serve them until the central disconnects).
             The packets, the Speed service UUIDs and the L2CAP framing are bumble-bench's: run `bumble-bench peripheral`
             or `bumble-bench central` at the other end on the same radio, or another blemu bench. Docs/REFERENCE.md "bench".
             """)
@@ -32,10 +34,10 @@ struct BenchCommand: ParsableCommand {
     @Option(help: "gatt-client, gatt-server, l2cap-client or l2cap-server (default: gatt-client for the central, gatt-server for the peripheral).")
     var mode: String?
 
-    @Option(help: "send, receive, ping or pong (default: send for the central, receive for the peripheral).")
+    @Option(help: "send, receive, ping, pong or read (default: send for the central, receive for the peripheral).")
     var scenario: String?
 
-    @Option(help: "Packets to send or ping (default 10).")
+    @Option(help: "Packets to send or ping, or reads (default 10).")
     var packets: Int = 10
 
     @Option(help: "Bytes of each packet, L2CAP framing included (default 500).")
@@ -77,7 +79,7 @@ struct BenchCommand: ParsableCommand {
         }
         var parsedScenario: BenchScenario?
         if let scenario {
-            guard let known = BenchScenario(rawValue: scenario) else { throw ValidationError("--scenario is send, receive, ping or pong") }
+            guard let known = BenchScenario(rawValue: scenario) else { throw ValidationError("--scenario is send, receive, ping, pong or read") }
             parsedScenario = known
         }
         var plan = BenchPlan(role: role, mode: parsedMode, scenario: parsedScenario)
@@ -112,7 +114,7 @@ struct BenchCommand: ParsableCommand {
         let plan = try plan()
         let (spec, loop) = try controllerAndLoop(controller)
         let session = try BenchSession(plan: plan, spec: spec, loop: loop, logger: Logger(label: "blemu.bench"))
-        let progress = BenchProgress(isTerminal: isatty(1) == 1, scheduler: loop, total: plan.scenario == .send || plan.scenario == .ping ? plan.packets : 0)
+        let progress = BenchProgress(isTerminal: isatty(1) == 1, scheduler: loop, total: plan.role == .central && plan.scenario != .receive && plan.scenario != .pong ? plan.packets : 0)
         session.onProgress = { done, _ in progress.update(done) }
         session.onNote = { note in
             progress.clear()

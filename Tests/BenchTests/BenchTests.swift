@@ -144,6 +144,68 @@ final class PipeIO: BenchPacketIO {
         }
     }
 
+    /// A GATT server that answers each read when the test says, the value 8 bytes long.
+    final class FakeReader: BenchReader {
+        var inFlight = 0
+        var started = 0
+        var room = true
+        func startRead() -> Bool {
+            guard room else { return false }
+            inFlight += 1
+            started += 1
+            return true
+        }
+    }
+
+    @Test func readIssuesOneRequestAtATimeAndMeasuresEachRoundTrip() {
+        let clock = ManualScheduler()
+        let runner = BenchRunner(scenario: .read, mode: .gattClient, packetCount: 5, packetSize: 0, scheduler: clock)
+        let reader = FakeReader()
+        runner.reader = reader
+        var result: BenchResult?
+        runner.onFinished = { result = $0 }
+        reader.room = false
+        runner.ioIsReady()
+        #expect(reader.started == 0, "no room: nothing sent")
+        reader.room = true
+        runner.ioIsReady()
+        for round in 1...5 {
+            #expect(reader.inFlight == 1, "one read in flight, never two")
+            runner.ioIsReady()
+            #expect(reader.inFlight == 1, "room again does not send a second read before the answer")
+            clock.advance(by: .milliseconds(Int64(round)))
+            reader.inFlight -= 1
+            runner.readAnswered([UInt8](repeating: 0x41, count: 8)[...])
+        }
+        #expect(reader.started == 5)
+        let finished = try? #require(result)
+        #expect(finished?.scenario == .read && finished?.packets == 5 && finished?.bytes == 40)
+        #expect(finished?.latency == LatencySummary(minimum: 1, p50: 3, p90: 5, p99: 5, maximum: 5, mean: 3))
+        #expect(finished?.seconds == 0.015)
+        var notes: [String] = []
+        runner.onNote = { notes.append($0) }
+        runner.readAnswered([][...])
+        #expect(reader.started == 5 && notes.isEmpty, "after the run: ignored")
+    }
+
+    @Test func anAnswerWithNoReadInFlightIsNotedNotCounted() {
+        let clock = ManualScheduler()
+        let runner = BenchRunner(scenario: .read, mode: .gattClient, packetCount: 2, packetSize: 0, scheduler: clock)
+        var notes: [String] = []
+        runner.onNote = { notes.append($0) }
+        runner.readAnswered([1][...])
+        #expect(notes.count == 1)
+        #expect(!runner.isFinished)
+    }
+
+    @Test func theServingPeripheralEndsWithAnEmptyResult() {
+        let runner = BenchRunner(scenario: .read, mode: .gattServer, packetCount: 10, packetSize: 0, scheduler: ManualScheduler())
+        var result: BenchResult?
+        runner.onFinished = { result = $0 }
+        runner.servingEnded()
+        #expect(result?.scenario == .read && result?.packets == 0 && result?.latency == nil)
+    }
+
     @Test func garbageFromThePeerIsNotedNotCounted() {
         let clock = ManualScheduler()
         let receiver = BenchRunner(scenario: .receive, mode: .gattServer, packetCount: 0, packetSize: 20, scheduler: clock)
@@ -195,5 +257,11 @@ final class PipeIO: BenchPacketIO {
         var peripheral = BenchPlan(role: .peripheral)
         peripheral.phy = .twoM
         #expect(peripheral.problem() != nil)
+        var read = BenchPlan(role: .central, scenario: .read)
+        read.peer = BluetoothAddress("F1:F1:F1:F1:F1:F1")
+        read.size = 5000
+        #expect(read.problem() == nil, "a read has no packet size")
+        read.mode = .l2capClient
+        #expect(read.problem()?.contains("read goes with gatt-client") == true)
     }
 }

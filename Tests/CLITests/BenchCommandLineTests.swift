@@ -21,6 +21,8 @@ import Testing
         let ping = try parse(["--peer", "F1:F1:F1:F1:F1:F1", "--scenario", "ping", "--phy", "2m", "--data-length", "251", "--mtu", "247",
                               "--size", "200"]).plan()
         #expect(ping.phy == .twoM && ping.dataLength == 251 && ping.mtu == 247)
+        let read = try parse(["--peer", "F1:F1:F1:F1:F1:F1", "--scenario", "read", "--packets", "50"]).plan()
+        #expect(read.scenario == .read && read.mode == .gattClient && read.packets == 50)
     }
 
     @Test(arguments: [
@@ -35,6 +37,7 @@ import Testing
         ["--peer", "F1:F1:F1:F1:F1:F1", "--phy", "3m"],
         ["--peer", "F1:F1:F1:F1:F1:F1", "--mode", "l2cap-client", "--psm", "37"],   // not a dynamic SPSM
         ["--peer", "F1:F1:F1:F1:F1:F1", "--packets", "0"],
+        ["--peer", "F1:F1:F1:F1:F1:F1", "--mode", "l2cap-client", "--scenario", "read"],  // reads are GATT's
     ])
     func whatCannotRunIsRefused(_ arguments: [String]) {
         #expect(throws: (any Error).self) { _ = try parse(arguments) }

@@ -199,3 +199,42 @@ def test_blemu_to_blemu(rootcanal, transport, scenarios):
     central_result = blemu_result(central)
     peripheral_result = blemu_result(peripheral)
     assert central_result["scenario"] == central_scenario and peripheral_result["scenario"] == peripheral_scenario
+
+
+def read_result(side: Side) -> dict:
+    lines = [line for line in side.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, f"one JSON result expected:\n{side.output()}"
+    result = json.loads(lines[0])
+    assert result["scenario"] == "read" and result["mode"] == "gatt-client", side.output()
+    assert result["packets"] == PACKETS and result["bytes"] > 0, side.output()
+    latency = result["latency_ms"]
+    assert 0 < latency["min"] <= latency["p50"] <= latency["p90"] <= latency["p99"] <= latency["max"], side.output()
+    return result
+
+
+# The read scenario reads GAP's Device Name, which every GATT server has: bumble-bench's
+# peripheral serves it whatever its own scenario (it waits for packets that never come and is
+# stopped once blemu is done).
+def test_blemu_reads_from_bumble(rootcanal):
+    peripheral = bumble_bench(rootcanal, "peripheral", "gatt-server", "receive")
+    time.sleep(1.0)
+    central = blemu_bench(rootcanal, "central", "gatt-client", "read", peer=BUMBLE_PERIPHERAL)
+    try:
+        status = central.wait(40)
+    finally:
+        central.stop()
+        peripheral.stop()
+    assert status == 0, f"central exited {status}:\n{central.output()}\n\npeer:\n{peripheral.output()}"
+    result = read_result(central)
+    # Bumble's Device Name: bumble-bench's DEFAULT_PERIPHERAL_NAME.
+    assert result["bytes"] == PACKETS * len("Speed Peripheral"), central.output()
+
+
+def test_blemu_reads_from_blemu(rootcanal):
+    address = static_random_address()
+    peripheral = blemu_bench(rootcanal, "peripheral", "gatt-server", "read", address=address)
+    central, peripheral = run_pair(peripheral, lambda: blemu_bench(rootcanal, "central", "gatt-client", "read", peer=address))
+    result = read_result(central)
+    assert result["bytes"] == PACKETS * len("blemu bench"), central.output()
+    served = json.loads([line for line in peripheral.stdout.splitlines() if line.startswith("{")][0])
+    assert served["scenario"] == "read" and served["mode"] == "gatt-server", peripheral.output()
