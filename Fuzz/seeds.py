@@ -401,6 +401,14 @@ def decoder_seeds():
         "connection-parameters": bytes([7]) + le16(24) + le16(40) + le16(0) + le16(400),
         "h4-stream": bytes([8, 5]) + conn_complete(0x40) + acl(0x40, 2, l2(4, read(1))) + b"\x03\x01\x00\x00\x05\x01\x00\x00\x00",
         "heart-rate-measurement": bytes([9, 0x1E, 72, 0x10, 0x00, 0x41, 0x03, 0x42, 0x03]),
+        # bumble-bench (Sources/Bench/BenchPacket.swift): a SEQUENCE (LAST, 4 payload bytes), an ACK, a RESET.
+        "bench-sequence": bytes([11, 1, 0x01]) + struct.pack("<II", 7, 123456) + bytes(4),
+        "bench-ack": bytes([11, 2, 0x01]) + struct.pack("<I", 7),
+        "bench-reset": bytes([11, 0]),
+        # Its stream (2-byte big-endian lengths), cut at 3 and 3 + 9: a RESET, a SEQUENCE, an
+        # empty packet, an ACK, then half of a packet.
+        "bench-stream": bytes([12, 3, 9]) + b"\x00\x01\x00" + b"\x00\x0e" + bytes([1, 0]) + struct.pack("<II", 1, 2) + bytes(4)
+                        + b"\x00\x00" + b"\x00\x06" + bytes([2, 1]) + struct.pack("<I", 1) + b"\x00\x0a\x01",
     }
     att = [bytes.fromhex(h) for h in ["010A03000A", "02F700", "030502", "040100FFFF", "060100FFFF00280D18",
                                       "080100FFFF0328", "080100FFFF9ECADC240EE5A9E093F3A3B50100406E", "100100FFFF0028",
@@ -575,6 +583,9 @@ def chat_frames_seeds():
     def pin(sender, identity):
         return bytes([11, sender, identity])
 
+    def join(link):
+        return bytes([12, link])
+
     def data(number, sender, text, kind=0x01, hops=4):
         stream = sender + text
         return bytes([kind]) + struct.pack("<IBBH", number, hops, len(sender), len(stream)) + stream
@@ -605,6 +616,10 @@ def chat_frames_seeds():
                                + plain(3, b"/name ~x") + plain(1, ("e" + "\u0301" * 14).encode()) + signed(0, 0, ALICE, 1, b"the real alice"),
         "no-trust-host-without-key": bytes([0x09]) + members + signed(0, 0, ALICE, 1, b"hi", 6) + host(b"unsigned host")
                                      + raw(2, data(3, b"carol", b"plain frame")),
+        # JOIN is a chat channel's first frame; on Frames it is ignored, typed or raw, before
+        # and after the link subscribed.
+        "join-on-frames": bytes([0]) + join(3) + members + join(0) + raw(1, b"\x07") + raw(2, b"\x07\x00") + join(2)
+                          + signed(0, 0, ALICE, 1, b"after the joins"),
         "long-signed-at-mtu-23": bytes([0]) + members + signed(0, 2, CAROL, 5, b"z" * 255) + signed(0, 2, CAROL, 5, b"z" * 255),
     }
 

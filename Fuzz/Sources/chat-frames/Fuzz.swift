@@ -42,6 +42,7 @@ import Logging
 ///   9       every link has room: `peripheralIsReady`
 ///   10 L    the link unsubscribes (both characteristics)
 ///   11 s i  sender choice s is pinned to identity i (i ≥ 3: forgotten)
+///   12 L    JOIN (a chat channel's first frame) written on Frames: ignored there, nothing is notified
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     var input = FuzzBytes(data, size)
@@ -114,7 +115,7 @@ final class Room {
     }
 
     func run(_ op: UInt8, _ input: inout FuzzBytes) {
-        switch op % 12 {
+        switch op % 13 {
         case 0:
             let link = link(input.u8())
             let choice = input.u8()
@@ -153,6 +154,13 @@ final class Room {
             context.links[handle]?.subscribed = []
             device.subscriptionChanged(device.message, peer: peer, notify: false, indicate: false)
             device.subscriptionChanged(device.frames, peer: peer, notify: false, indicate: false)
+        case 12:
+            // Docs/CHAT.md, The chat channel: "JOIN on Frames is ignored".
+            let handle = link(input.u8())
+            let before = context.notifications
+            write(ChatFrame.join.encoded(), on: device.frames, from: handle)
+            fuzzCheck(context.notifications == before && device.channelMemberCount == 0,
+                      "a JOIN on Frames from link \(handle) was not ignored")
         default:
             let name = Keys.senders[Int(input.u8()) % Keys.senders.count]
             let index = Int(input.u8())
@@ -226,10 +234,25 @@ final class Room {
         default: break
         }
         let id = ChatMessageID(sender: claimedSender, number: claimedNumber, proof: proof)
+        channelFrame(claimedText, id: id, hops: hops)
         let mtu = context.links[handle]?.mtu ?? 23
         for frame in ChatFrame.frames(of: claimedText, id: id, hops: hops, limit: mtu - 3) {
             write(frame, on: device.frames, from: handle)
         }
+    }
+
+    /// On a chat channel one frame is one SDU (Docs/CHAT.md, The chat channel): the message's
+    /// frame holds all of it, within the channel's MTU, and a member puts it together alone.
+    private func channelFrame(_ text: [UInt8], id: ChatMessageID, hops: UInt8) {
+        let sdu = ChatFrame.channelFrame(of: text, id: id, hops: hops)
+        fuzzCheck(sdu.count <= ChatFrame.largestFrame, "a \(sdu.count)-byte channel frame, past the channel's MTU")
+        guard let frame = try? ChatFrame(decoding: sdu[...]) else { fuzzFailure("a channel frame that does not decode: \(hex(sdu))") }
+        var side = ChatReassembly()
+        guard case let .message(whole, wholeText, _) = side.take(frame) else {
+            fuzzFailure("a channel frame that is not a whole message: \(hex(sdu))")
+        }
+        fuzzCheck(whole.sender == id.sender && whole.number == id.number && (id.proof?.sealed != nil || wholeText == text),
+                  "the channel frame of \(id) gave \(whole) with \(hex(wholeText))")
     }
 
     /// What the device notified: it fits, it decodes, and a member putting it together gets
@@ -303,6 +326,7 @@ final class Room {
     func end() {
         for handle in context.links.keys.sorted() { drop(handle) }
         device.stop()
+        fuzzCheck(!context.published, "the chat channel is still published after the device stopped")
         scheduler.advance(by: .seconds(60))
     }
 }
@@ -321,6 +345,11 @@ final class RoomContext: DeviceContext {
     let logger = fuzzLogger()
     var links: [UInt16: Link] = [:]
     var notified: (Characteristic, ATTPeer, [UInt8]) -> Void = { _, _, _ in }
+    /// Notifications handed to `notified` so far.
+    private(set) var notifications = 0
+    /// The SPSM the device's chat channel was published on (the stack's first dynamic SPSM).
+    static let chatSPSM: UInt16 = 0x0080
+    private(set) var published = false
     private var buffer = ValueBuffer()
 
     init(scheduler: TimerScheduling) { self.scheduler = scheduler }
@@ -338,6 +367,7 @@ final class RoomContext: DeviceContext {
                 sent = false
             } else {
                 // As the stack does, cut to ATT_MTU - 3: the oracle sees what the device asked for.
+                notifications += 1
                 notified(characteristic, link.peer, value)
             }
         }
@@ -361,12 +391,20 @@ final class RoomContext: DeviceContext {
     func linkSecurity(of peer: ATTPeer) -> LinkSecurity { .unencrypted }
     var pairsWithPasskey: Bool { false }
 
-    // The chat runs on GATT only: an L2CAP channel would be a change this target must follow.
+    // The chat channel (Docs/CHAT.md) is published once at start and withdrawn at stop; no
+    // channel opens here (its members are not fuzzed by this target: a CreditBasedChannel needs
+    // the L2CAP layer under it), so its frames reach the device only on Frames.
     func publishL2CAPChannel(security: ChannelSecurity, parameters: ChannelParameters,
                              delegate: CreditBasedChannelDelegate) -> UInt16? {
-        fuzzFailure("the chat device published an L2CAP channel")
+        fuzzCheck(!published, "the chat device published a second L2CAP channel")
+        fuzzCheck(parameters.mtu == UInt16(ChatFrame.largestFrame), "the chat channel's MTU is \(parameters.mtu)")
+        published = true
+        return Self.chatSPSM
     }
-    func unpublishL2CAPChannel(_ spsm: UInt16) { fuzzFailure("the chat device unpublished an L2CAP channel") }
+    func unpublishL2CAPChannel(_ spsm: UInt16) {
+        fuzzCheck(published && spsm == Self.chatSPSM, "the chat device unpublished SPSM \(spsm), not its channel's")
+        published = false
+    }
 }
 
 /// Ed25519 signatures (and private rooms' sealed texts) the target made or verified, kept across

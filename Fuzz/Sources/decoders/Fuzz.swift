@@ -1,4 +1,5 @@
 import BlemuATT
+import BlemuBench
 import BlemuCore
 import BlemuDevices
 import BlemuHCI
@@ -8,17 +9,18 @@ import FuzzSupport
 
 /// `decoders`: every decoder of bytes from outside — advertising data, HCI events, ACL
 /// packets, each ATT PDU, LE signalling commands, connection parameters, H4 framing, the
-/// Heart Rate Measurement, the chat's frames — on the input, both at index 0 and as a slice of a larger buffer
+/// Heart Rate Measurement, the chat's frames, bumble-bench's packets and its length-prefixed
+/// stream — on the input, both at index 0 and as a slice of a larger buffer
 /// (the answers must agree), and, for what decodes, encoded and decoded again (the value must
 /// survive). The advertising payload builder runs the other way: content from the input is
 /// built into the two 31-byte payloads and read back with the decoder.
 ///
-/// Input: a selector byte (mod 11), then the bytes for that decoder. (The control socket's
+/// Input: a selector byte (mod 13), then the bytes for that decoder. (The control socket's
 /// request parser has a target of its own, `control`.)
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     var input = FuzzBytes(data, size)
-    let selector = input.u8() % 11
+    let selector = input.u8() % 13
     let bytes = input.rest()
     switch selector {
     case 0: adStructures(bytes)
@@ -31,7 +33,9 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     case 7: connectionParameters(bytes)
     case 8: h4(bytes)
     case 9: heartRateMeasurement(bytes)
-    default: chatFrames(bytes)
+    case 10: chatFrames(bytes)
+    case 11: benchPacket(bytes)
+    default: benchStream(bytes)
     }
     return 0
 }
@@ -207,6 +211,71 @@ func chatFrames(_ bytes: [UInt8]) {
                       "a chat message of \(text.count) bytes from a \(id.sender.utf8.count)-byte sender")
         }
     }
+}
+
+// MARK: bumble-bench
+
+/// `BenchPacket.decode` (total): the same answer at both positions; a packet encodes to
+/// `encodedLength` bytes that decode to it again, and its header is the input's (the payload
+/// encodes as zeros, and bytes after a RESET or an ACK are ignored).
+func benchPacket(_ bytes: [UInt8]) {
+    let decoded = BenchPacket.decode(bytes[...])
+    fuzzCheck(decoded == BenchPacket.decode(shifted(bytes)), "BenchPacket decodes \(hex(bytes)) differently from a shifted slice")
+    let packet: BenchPacket
+    switch decoded {
+    case .failure(let failure):
+        _ = failure.description
+        return
+    case .success(let value):
+        packet = value
+    }
+    let encoded = packet.encoded
+    fuzzCheck(encoded.count == packet.encodedLength, "BenchPacket \(packet) encodes as \(encoded.count) bytes, not \(packet.encodedLength)")
+    fuzzCheck(encoded.count <= bytes.count, "BenchPacket of \(bytes.count) bytes encodes as \(encoded.count)")
+    let header = packet.kind == .sequence ? BenchPacket.sequenceHeaderLength : encoded.count
+    fuzzCheck(encoded.prefix(header) == bytes.prefix(header), "BenchPacket \(hex(bytes)) re-encodes its header as \(hex(encoded))")
+    fuzzCheck(BenchPacket.decode(encoded[...]) == .success(packet), "BenchPacket \(hex(bytes)) does not survive encoding as \(hex(encoded))")
+}
+
+/// `BenchStreamFramer` on the input after two bytes, cut into three SDUs at points those choose: every
+/// byte is in a delivered packet (with its 2-byte length) or in the packet still gathered, the packets framed
+/// again are the stream's bytes, and the input as one SDU (at index 0 or shifted) or byte by
+/// byte gives the same packets.
+func benchStream(_ input: [UInt8]) {
+    let choices = input + [0, 0]
+    let bytes = Array(input.dropFirst(2))
+    func packets(_ parts: [ArraySlice<UInt8>]) -> (packets: [[UInt8]], framed: Int, pending: Int) {
+        var framer = BenchStreamFramer()
+        var packets: [[UInt8]] = []
+        var framed = 0
+        for part in parts {
+            framer.receive(part) { packet in
+                packets.append(Array(packet))
+                framed += BenchStreamFramer.lengthFieldSize + packet.count
+                _ = BenchPacket.decode(packet)
+            }
+        }
+        return (packets, framed, framer.pendingBytes)
+    }
+    let first = Int(choices[0]) % (bytes.count + 1)
+    let second = first + Int(choices[1]) % (bytes.count - first + 1)
+    let cut = packets([bytes[..<first], bytes[first..<second], bytes[second...]])
+    // What follows the whole packets is part of a length field (held), or a whole one (read
+    // into the length wanted, not held) and fewer bytes than it announced (held).
+    fuzzCheck(cut.framed <= bytes.count, "BenchStreamFramer framed \(cut.framed) of \(bytes.count) bytes")
+    let rest = bytes[cut.framed...]
+    let accounted = rest.count < BenchStreamFramer.lengthFieldSize
+        ? cut.pending == rest.count
+        : cut.pending == rest.count - 2 && Int(rest[rest.startIndex]) << 8 | Int(rest[rest.startIndex + 1]) > cut.pending
+    fuzzCheck(accounted,
+              "BenchStreamFramer accounts for \(cut.framed) bytes framed and \(cut.pending) pending of \(hex(bytes))")
+    var reframed: [UInt8] = []
+    for packet in cut.packets { BenchStreamFramer.frame(packet[...], into: &reframed) }
+    fuzzCheck(reframed[...] == bytes[..<cut.framed], "BenchStreamFramer's packets of \(hex(bytes)) frame again as \(hex(reframed))")
+    let whole = packets([bytes[...]])
+    fuzzCheck(whole.packets == cut.packets && whole.pending == cut.pending, "BenchStreamFramer: one SDU and three differ on \(hex(bytes))")
+    fuzzCheck(packets([shifted(bytes)]).packets == cut.packets, "BenchStreamFramer: a shifted SDU differs on \(hex(bytes))")
+    fuzzCheck(packets(bytes.indices.map { bytes[$0...$0] }).packets == cut.packets, "BenchStreamFramer: byte by byte differs on \(hex(bytes))")
 }
 
 // MARK: ATT
