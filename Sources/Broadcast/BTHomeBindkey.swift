@@ -29,19 +29,10 @@ public enum BTHomeBindkey {
     public static func parse(_ bytes: [UInt8]) -> AESCCMKey? {
         let isSpace: (UInt8) -> Bool = { $0 == 0x20 || $0 == 0x09 || $0 == 0x0A || $0 == 0x0D }
         let trimmed = bytes.drop(while: isSpace).reversed().drop(while: isSpace).reversed()
-        guard trimmed.count == 32, trimmed.allSatisfy({ hexDigit($0) != nil }) else { return nil }
+        guard trimmed.count == 32, trimmed.allSatisfy({ Hex.digit($0) != nil }) else { return nil }
         let digits = Array(trimmed)
-        let key = stride(from: 0, to: 32, by: 2).map { hexDigit(digits[$0])! << 4 | hexDigit(digits[$0 + 1])! }
+        let key = stride(from: 0, to: 32, by: 2).map { Hex.digit(digits[$0])! << 4 | Hex.digit(digits[$0 + 1])! }
         return AESCCMKey(key)
-    }
-
-    private static func hexDigit(_ character: UInt8) -> UInt8? {
-        switch character {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return character - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return character - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return character - UInt8(ascii: "A") + 10
-        default: return nil
-        }
     }
 }
 

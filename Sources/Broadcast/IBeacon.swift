@@ -69,7 +69,7 @@ public struct IBeacon: Sendable, Equatable {
         guard hex.count == 32 else { return nil }
         var bytes: [UInt8] = []
         for index in stride(from: 0, to: 32, by: 2) {
-            guard let high = hexValue(hex[index]), let low = hexValue(hex[index + 1]) else { return nil }
+            guard let high = Hex.digit(hex[index]), let low = Hex.digit(hex[index + 1]) else { return nil }
             bytes.append(high << 4 | low)
         }
         return bytes
@@ -79,14 +79,5 @@ public struct IBeacon: Sendable, Equatable {
     public var uuidText: String {
         let hex = uuid.map { ($0 < 16 ? "0" : "") + String($0, radix: 16, uppercase: true) }
         return [hex[0..<4], hex[4..<6], hex[6..<8], hex[8..<10], hex[10..<16]].map { $0.joined() }.joined(separator: "-")
-    }
-
-    private static func hexValue(_ character: UInt8) -> UInt8? {
-        switch character {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return character - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return character - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return character - UInt8(ascii: "A") + 10
-        default: return nil
-        }
     }
 }

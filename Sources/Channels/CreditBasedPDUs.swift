@@ -155,39 +155,46 @@ public struct FlowControlCreditIndication: CreditBasedPDU {
     public func encode(into out: inout [UInt8]) { out.appendLE(cid); out.appendLE(credits) }
 }
 
-/// Vol 3, Part A, 4.6: Disconnection Request. The destination CID is the receiver's endpoint,
-/// the source CID the sender's.
-public struct DisconnectionRequest: CreditBasedPDU {
-    public static let code = SignalingCode.disconnectionRequest
-    public var destinationCID: UInt16
-    public var sourceCID: UInt16
+/// Disconnection Request and Response have one layout (Vol 3, Part A, 4.6, 4.7): the destination
+/// CID, then the source CID. One codec serves both.
+public protocol DisconnectionPDU: CreditBasedPDU {
+    /// The PDU's name in a decode error.
+    static var name: String { get }
+    var destinationCID: UInt16 { get }
+    var sourceCID: UInt16 { get }
+    init(destinationCID: UInt16, sourceCID: UInt16)
+}
 
-    public init(destinationCID: UInt16, sourceCID: UInt16) { self.destinationCID = destinationCID; self.sourceCID = sourceCID }
-
+extension DisconnectionPDU {
     public init(data: ArraySlice<UInt8>) throws(DecodeError) {
         var r = ByteReader(data)
-        destinationCID = try r.u16(); sourceCID = try r.u16()
-        try r.expectEnd("Disconnection Request")
+        let destinationCID = try r.u16(), sourceCID = try r.u16()
+        try r.expectEnd(Self.name)
+        self.init(destinationCID: destinationCID, sourceCID: sourceCID)
     }
 
     public func encode(into out: inout [UInt8]) { out.appendLE(destinationCID); out.appendLE(sourceCID) }
 }
 
-/// Vol 3, Part A, 4.7: Disconnection Response, the request's two CIDs echoed.
-public struct DisconnectionResponse: CreditBasedPDU {
-    public static let code = SignalingCode.disconnectionResponse
+/// Vol 3, Part A, 4.6: Disconnection Request. The destination CID is the receiver's endpoint,
+/// the source CID the sender's.
+public struct DisconnectionRequest: DisconnectionPDU {
+    public static let code = SignalingCode.disconnectionRequest
+    public static let name = "Disconnection Request"
     public var destinationCID: UInt16
     public var sourceCID: UInt16
 
     public init(destinationCID: UInt16, sourceCID: UInt16) { self.destinationCID = destinationCID; self.sourceCID = sourceCID }
+}
 
-    public init(data: ArraySlice<UInt8>) throws(DecodeError) {
-        var r = ByteReader(data)
-        destinationCID = try r.u16(); sourceCID = try r.u16()
-        try r.expectEnd("Disconnection Response")
-    }
+/// Vol 3, Part A, 4.7: Disconnection Response, the request's two CIDs echoed.
+public struct DisconnectionResponse: DisconnectionPDU {
+    public static let code = SignalingCode.disconnectionResponse
+    public static let name = "Disconnection Response"
+    public var destinationCID: UInt16
+    public var sourceCID: UInt16
 
-    public func encode(into out: inout [UInt8]) { out.appendLE(destinationCID); out.appendLE(sourceCID) }
+    public init(destinationCID: UInt16, sourceCID: UInt16) { self.destinationCID = destinationCID; self.sourceCID = sourceCID }
 }
 
 /// Vol 3, Part A, 4.25: Credit Based Connection Request (enhanced mode), one to five source CIDs.

@@ -511,9 +511,4 @@ extension ControlRequest {
     }
 }
 
-private func isASCIIHexDigit(_ byte: UInt8) -> Bool {
-    switch byte {
-    case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"), UInt8(ascii: "A")...UInt8(ascii: "F"): return true
-    default: return false
-    }
-}
+private func isASCIIHexDigit(_ byte: UInt8) -> Bool { Hex.digit(byte) != nil }

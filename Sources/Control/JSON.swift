@@ -162,8 +162,8 @@ enum JSONObjectNames {
             }
             var value: UInt32 = 0
             var digits = 0
-            while digits < 4, index < bytes.count, let digit = hexValue(bytes[index]) {
-                value = value << 4 | digit
+            while digits < 4, index < bytes.count, let digit = Hex.digit(bytes[index]) {
+                value = value << 4 | UInt32(digit)
                 digits += 1
                 index += 1
             }
@@ -185,14 +185,5 @@ enum JSONObjectNames {
         }
         flushSurrogate()
         return (String(decoding: utf8, as: UTF8.self), index)
-    }
-
-    private static func hexValue(_ byte: UInt8) -> UInt32? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return UInt32(byte - UInt8(ascii: "0"))
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return UInt32(byte - UInt8(ascii: "a") + 10)
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return UInt32(byte - UInt8(ascii: "A") + 10)
-        default: return nil
-        }
     }
 }

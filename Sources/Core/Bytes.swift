@@ -158,6 +158,15 @@ public enum Hex {
         }
         return out
     }
+    /// The value of one ASCII hex digit (`0-9`, `a-f`, `A-F`); nil for any other byte.
+    @inlinable public static func digit(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
     private static func pad(_ s: String, _ width: Int) -> String {
         s.count >= width ? s : String(repeating: "0", count: width - s.count) + s
     }

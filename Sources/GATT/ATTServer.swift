@@ -71,6 +71,22 @@ public enum UpdateOutcome: Equatable, Sendable {
     case notSubscribed
     /// The transmit queue is full: try again on "ready to update".
     case queueFull
+
+    /// Sends each update with `notify`, one notification each, and sums their outcomes up:
+    /// `.queueFull` if the link refused any, else `.queued` if any went, else `.notSubscribed`.
+    /// The fallback of `notifyMultiple` (the server's and the fault stage's).
+    static func notifyingEach(_ updates: [(characteristic: Characteristic, value: ArraySlice<UInt8>)],
+                              _ notify: (Characteristic, ArraySlice<UInt8>) -> UpdateOutcome) -> UpdateOutcome {
+        var outcome = UpdateOutcome.notSubscribed
+        for update in updates {
+            switch notify(update.characteristic, update.value) {
+            case .queueFull: outcome = .queueFull
+            case .queued: if outcome != .queueFull { outcome = .queued }
+            case .notSubscribed: break
+            }
+        }
+        return outcome
+    }
 }
 
 /// The server side of one ATT bearer (one per connection): MTU, the long read in progress,
@@ -1055,15 +1071,7 @@ public final class ATTServer {
             size += 4 + update.value.count
         }
         guard count >= 2, size <= mtu else {
-            var outcome = UpdateOutcome.notSubscribed
-            for update in updates {
-                switch notify(update.characteristic, value: update.value) {
-                case .queueFull: outcome = .queueFull
-                case .queued: if outcome != .queueFull { outcome = .queued }
-                case .notSubscribed: break
-                }
-            }
-            return outcome
+            return .notifyingEach(updates) { notify($0, value: $1) }
         }
         update.removeAll(keepingCapacity: true)
         update.append(ATTOpcode.multipleHandleValueNotification.rawValue)

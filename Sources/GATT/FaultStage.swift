@@ -124,15 +124,7 @@ public final class FaultStage: ATTBearerEnd {
     /// own, so a drop planned for one characteristic drops only its value.
     public func notifyMultiple(_ updates: [(characteristic: Characteristic, value: ArraySlice<UInt8>)]) -> UpdateOutcome {
         guard !plan.isEmpty else { return server.notifyMultiple(updates) }
-        var outcome = UpdateOutcome.notSubscribed
-        for update in updates {
-            switch notify(update.characteristic, value: update.value) {
-            case .queueFull: outcome = .queueFull
-            case .queued: if outcome != .queueFull { outcome = .queued }
-            case .notSubscribed: break
-            }
-        }
-        return outcome
+        return .notifyingEach(updates) { notify($0, value: $1) }
     }
 
     /// The server's `indicate`, unless a drop is planned for `c`: then nothing is sent and the

@@ -351,11 +351,7 @@ public final class CentralSecurity {
     }
 
     private func metadata(_ link: Link, reason: SMPPairingFailedReason? = nil) -> Logger.Metadata {
-        var metadata: Logger.Metadata = [
-            LogKey.peer: .string(link.peer.address.description), LogKey.connHandle: .string("\(link.handle)"),
-        ]
-        if let reason { metadata[LogKey.reason] = .string(Hex.byte(reason.rawValue)) }
-        return metadata
+        .pairing(peer: link.peer, handle: link.handle, reason: reason)
     }
 
     static func sixDigits(_ value: UInt32) -> String {

@@ -1,5 +1,6 @@
 import BlemuCore
 import BlemuSMP
+import Logging
 
 /// One link's pairing machine, of either role, with its SMP timer: what `PeripheralSecurity`
 /// (an `SMPResponder` per link) and `CentralSecurity` (an `SMPInitiator` per link) share.
@@ -55,5 +56,15 @@ final class SMPLinkDriver<Machine: SMPRoleMachine> {
     private func stopTimer() {
         if let timer { scheduler.cancel(timer) }
         timer = nil
+    }
+}
+
+extension Logger.Metadata {
+    /// A link's log metadata in either role's Security Manager: the peer, the connection handle
+    /// and, when pairing failed, the reason.
+    static func pairing(peer: LEAddress, handle: UInt16, reason: SMPPairingFailedReason?) -> Logger.Metadata {
+        var metadata: Logger.Metadata = [LogKey.peer: .string(peer.address.description), LogKey.connHandle: .string("\(handle)")]
+        if let reason { metadata[LogKey.reason] = .string(Hex.byte(reason.rawValue)) }
+        return metadata
     }
 }

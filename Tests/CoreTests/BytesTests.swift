@@ -29,6 +29,17 @@ import Testing
         #expect(Hex.byte(0x0A) == "0x0a")
         #expect(Hex.word(0x2A) == "0x002a")
     }
+
+    /// Every byte: the 22 ASCII hex digits have their value, every other byte (the neighbours
+    /// of the digit ranges, '/', ':', '@', 'G', '`', 'g', and non-ASCII) has none.
+    @Test func hexDigitValues() {
+        let digits = Array("0123456789abcdef".utf8)
+        for byte in UInt8.min...UInt8.max {
+            let expected = digits.firstIndex(of: byte).map(UInt8.init)
+                ?? digits.firstIndex(of: byte | 0x20).flatMap { $0 >= 10 && (0x41...0x46).contains(byte) ? UInt8($0) : nil }
+            #expect(Hex.digit(byte) == expected, "\(byte)")
+        }
+    }
 }
 
 @Suite struct AddressTests {
