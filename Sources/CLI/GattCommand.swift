@@ -372,7 +372,8 @@ final class GattRun {
                         heard: heard.map { GATTProfile.HeardValue(at: $0.at, handle: $0.handle, value: $0.value, indication: $0.indication) },
                         duration: seconds, permissions: GATTProfile.permissions(refusals: dump.refusals, readSecured: dump.readSecured),
                         advertised: advertised, addressIsRandom: advertisement.advertiser.isRandom,
-                        advertisingData: advertisement.advertisingData, scanResponseData: advertisement.scanResponseData).encoded())
+                        advertisingData: advertisement.advertisingData, scanResponseData: advertisement.scanResponseData,
+                        extendedAdvertising: advertisement.usesExtendedPDUs).encoded())
                     done()
                 }
             }

@@ -19,6 +19,9 @@ public struct Advertisement: Equatable, Sendable {
     public var content: AdvertisingContent?
     /// The TX power the controller reported with an extended report (else the AD's).
     public var reportedTxPower: Int8?
+    /// Its latest advertising report came in extended PDUs (an extended report without the
+    /// legacy bit, Vol 4, Part E, 7.7.65.13), so its data may pass 31 octets.
+    public var usesExtendedPDUs = false
     /// Monotonic nanoseconds of the latest report.
     public var lastSeen: UInt64
 
@@ -111,7 +114,7 @@ public struct AdvertiserTable {
     /// payload `data` replaces.
     @discardableResult
     public mutating func record(address: BluetoothAddress, addressType: UInt8, rssi: Int8?, connectable: Bool?,
-                                isScanResponse: Bool, data: [UInt8], txPower: Int8? = nil,
+                                isScanResponse: Bool, data: [UInt8], txPower: Int8? = nil, extendedPDUs: Bool = false,
                                 now: UInt64) -> (Advertisement, Change) {
         var entry: Advertisement
         let change: Change
@@ -138,8 +141,39 @@ public struct AdvertiserTable {
             entry.content = Self.decode(entry)
             change = .new
         }
+        if !isScanResponse { entry.usesExtendedPDUs = extendedPDUs }
         entries[address] = entry
         return (entry, change)
+    }
+
+    /// Fragments of extended reports still coming (Data_Status 0x01, Vol 4, Part E, 7.7.65.13),
+    /// by advertiser and payload; at most `capacity` advertisers, 1650 octets each.
+    private var fragments: [FragmentKey: [UInt8]] = [:]
+    private struct FragmentKey: Hashable {
+        var address: BluetoothAddress
+        var isScanResponse: Bool
+    }
+
+    /// One extended report's data joined to the fragments before it: the whole payload when the
+    /// report completes it (Data_Status 0x00), nil while more is to come (0x01) or when the
+    /// controller truncated it (0x02: what came is dropped, the previous payload is kept).
+    public mutating func reassemble(address: BluetoothAddress, isScanResponse: Bool, dataStatus: UInt16, data: [UInt8]) -> [UInt8]? {
+        let key = FragmentKey(address: address, isScanResponse: isScanResponse)
+        switch dataStatus {
+        case 0x00:
+            guard let head = fragments.removeValue(forKey: key) else { return data }
+            return head + data
+        case 0x01:
+            var head = fragments.removeValue(forKey: key) ?? []
+            guard head.count + data.count <= AdvertisingPayload.extendedMaximumLength else { return nil }
+            head += data
+            if fragments.count >= capacity, let any = fragments.keys.first { fragments[any] = nil }
+            fragments[key] = head
+            return nil
+        default:
+            fragments[key] = nil
+            return nil
+        }
     }
 
     private static func decode(_ entry: Advertisement) -> AdvertisingContent? {

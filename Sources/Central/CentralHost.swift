@@ -381,11 +381,14 @@ extension CentralHost: ControllerRole {
                 onAdvertisement?(advertisement, change)
             }
         case .leExtendedAdvertisingReport(let reports):
-            for report in reports where report.dataStatus == 0 {
+            for report in reports {
+                // Data beyond one event comes in fragments (7.7.65.13): recorded once whole.
+                guard let data = advertisers.reassemble(address: report.address, isScanResponse: report.isScanResponse,
+                                                        dataStatus: report.dataStatus, data: report.data) else { continue }
                 let (advertisement, change) = advertisers.record(
                     address: report.address, addressType: report.addressType, rssi: report.rssi,
                     connectable: report.isScanResponse ? nil : report.isConnectable, isScanResponse: report.isScanResponse,
-                    data: report.data, txPower: report.txPower, now: scheduler.nowNanoseconds)
+                    data: data, txPower: report.txPower, extendedPDUs: report.eventType & 0x0010 == 0, now: scheduler.nowNanoseconds)
                 onAdvertisement?(advertisement, change)
                 offerPeriodicTrain(report)
             }

@@ -16,9 +16,14 @@ public struct AdvertisingRequest: Sendable, Equatable {
     /// the same advertising data: Periodic_Advertising_Interval in units of 1.25 ms (Vol 4,
     /// Part E, 7.8.61: 0x0006 and up). Nil: no train.
     public var periodicInterval: UInt16?
+    /// A connectable set that advertises with extended PDUs all the same: a recorded device
+    /// that did (its data may pass 31 octets). Connectable extended advertising is not
+    /// scannable (7.8.53), so the scan response is then not sent.
+    public var connectableExtended: Bool
 
     public init(interval: UInt16, address: BluetoothAddress, advertisingData: [UInt8], scanResponseData: [UInt8],
-                connectable: Bool = true, periodicInterval: UInt16? = nil) {
+                connectable: Bool = true, periodicInterval: UInt16? = nil, connectableExtended: Bool = false) {
+        self.connectableExtended = connectable && connectableExtended
         self.interval = interval
         self.address = address
         self.advertisingData = advertisingData
@@ -34,7 +39,7 @@ public struct AdvertisingRequest: Sendable, Equatable {
     /// 7.8.61: "If the advertising set ... specified scannable, connectable, legacy, or
     /// anonymous advertising, the Controller shall return ... Invalid HCI Command Parameters").
     public var usesExtendedPDUs: Bool {
-        !connectable && (advertisingData.count > AdvertisingPayload.maximumLength || periodicInterval != nil)
+        connectableExtended || !connectable && (advertisingData.count > AdvertisingPayload.maximumLength || periodicInterval != nil)
     }
 }
 
@@ -127,10 +132,13 @@ public final class Advertiser {
 
     /// Whether the controller can carry `request`: legacy commands carry at most 31 octets of
     /// advertising data (Vol 4, Part E, 7.8.7); extended sets up to 251 in one command (7.8.54).
+    /// A connectable extended set's data goes in fragments before it is enabled, up to the
+    /// 1650 octets a host may give (Vol 6, Part B, 2.3.4.9).
     public func canCarry(_ request: AdvertisingRequest) -> Bool {
         switch mode {
         case .legacy: return !request.usesExtendedPDUs
         case .extended:
+            if request.connectableExtended { return request.advertisingData.count <= AdvertisingPayload.extendedMaximumLength }
             return request.advertisingData.count <= HCICommand.extendedDataMaximumLength
                 && (request.periodicInterval == nil || supportsPeriodicAdvertising)
         }
@@ -182,14 +190,20 @@ public final class Advertiser {
                 stopPeriodicTrain(set: set)
                 hci.send(.leSetExtendedAdvertisingEnable(false, set: set))
             }
-            let properties = request.connectable ? HCICommand.connectableLegacyProperties
+            let properties = request.connectableExtended ? HCICommand.connectableExtendedProperties
+                : request.connectable ? HCICommand.connectableLegacyProperties
                 : request.usesExtendedPDUs ? HCICommand.nonConnectableExtendedProperties : HCICommand.nonConnectableLegacyProperties
             hci.send(.leSetExtendedAdvertisingParameters(set: set, intervalMin: request.interval, intervalMax: request.interval,
                                                          ownAddressType: .randomDevice, properties: properties))
             hci.send(.leSetAdvertisingSetRandomAddress(set: set, request.address))
             // A non-scannable set takes no scan response data (7.8.55: Invalid HCI Command Parameters).
-            sendPayloads(set: set, advertisingData: request.advertisingData,
-                         scanResponseData: request.connectable ? request.scanResponseData : nil, extendedPDUs: request.usesExtendedPDUs)
+            if request.connectableExtended {
+                // The set is disabled here, so its data may go in fragments (7.8.54).
+                for command in HCICommand.leSetExtendedAdvertisingDataFragments(set: set, request.advertisingData) { hci.send(command) }
+            } else {
+                sendPayloads(set: set, advertisingData: request.advertisingData,
+                             scanResponseData: request.connectable ? request.scanResponseData : nil, extendedPDUs: request.usesExtendedPDUs)
+            }
             if let periodic = request.periodicInterval, let data = HCICommand.leSetPeriodicAdvertisingData(set: set, data: request.advertisingData) {
                 // The train's parameters and data, then its enable; it is sent once the set's
                 // advertising is enabled too (7.8.63), which carries the SyncInfo that finds it.

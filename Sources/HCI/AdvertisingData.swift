@@ -53,6 +53,9 @@ public struct AdvertisingPayload: Sendable, Equatable {
     /// Legacy advertising PDUs carry at most 31 octets of AdvData / ScanRspData
     /// (Vol 6, Part B, 2.3.1.1 ADV_IND and 2.3.2.2 SCAN_RSP).
     public static let maximumLength = 31
+    /// Extended advertising carries at most 1650 octets of host advertising data (Vol 6,
+    /// Part B, 2.3.4.9; Vol 4, Part E, 7.8.57: Max_Advertising_Data_Length 31 to 1650).
+    public static let extendedMaximumLength = 1650
 
     public var advertisingData: [UInt8]
     public var scanResponseData: [UInt8]

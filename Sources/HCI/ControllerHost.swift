@@ -17,6 +17,10 @@ public enum LinkRole: UInt8, Sendable, Equatable {
 /// One role of the host on a controller: the peripheral side (the devices that advertise and
 /// serve) or the central side (scanning, initiating, the links it makes). The roles are peers
 /// on one `ControllerHost`: neither owns the controller, and each hears only what is its own.
+public extension ControllerRole {
+    var wantsExtendedAdvertising: Bool { false }
+}
+
 public protocol ControllerRole: AnyObject {
     /// Advertising sets this role wants (0 for a role that does not advertise): the controller's
     /// choice of legacy or extended LE commands follows from it (`ControllerHost.usesExtendedCommands`).
@@ -25,6 +29,9 @@ public protocol ControllerRole: AnyObject {
     /// Periodic Advertising the extended commands are used even for one set (a train is only
     /// had on an extended set, Vol 4, Part E, 7.8.61).
     var wantsPeriodicAdvertising: Bool { get }
+    /// Whether this role advertises with extended PDUs (a recorded extended advertiser's
+    /// twin): the extended commands are used even for one set, as for a train.
+    var wantsExtendedAdvertising: Bool { get }
     /// How many links of this role are open: a stop resets the controller once none is left.
     var openLinkCount: Int { get }
     /// The transport is up; the controller is about to be initialized.
@@ -257,7 +264,8 @@ extension ControllerHost: HCIHostDelegate {
         let wanted = roles.reduce(0) { $0 + $1.advertisingSetsWanted }
         let extended = hci.info.supportsExtendedAdvertising
         let periodic = hci.info.supportsPeriodicAdvertising && roles.contains { $0.wantsPeriodicAdvertising }
-        usesExtendedCommands = wanted == 0 ? extended : (wanted > 1 || periodic) && extended && hci.info.advertisingSets > 0
+        let extendedPDUs = roles.contains { $0.wantsExtendedAdvertising }
+        usesExtendedCommands = wanted == 0 ? extended : (wanted > 1 || periodic || extendedPDUs) && extended && hci.info.advertisingSets > 0
         // Each role in turn, the next once the one before is set up.
         var remaining = roles[...]
         func next() {

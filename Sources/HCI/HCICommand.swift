@@ -211,6 +211,10 @@ public struct HCICommand: Equatable, Sendable {
     public static let connectableLegacyProperties: UInt16 = 0x0013
     public static let nonConnectableLegacyProperties: UInt16 = 0x0010
     public static let nonConnectableExtendedProperties: UInt16 = 0x0000
+    /// Connectable, non-scannable extended advertising (ADV_EXT_IND with a connectable
+    /// AUX_ADV_IND): connectable and scannable together are legacy only (7.8.53), so such a
+    /// set has no scan response.
+    public static let connectableExtendedProperties: UInt16 = 0x0001
 
     /// 7.8.52: a set's own random address.
     public static func leSetAdvertisingSetRandomAddress(set: UInt8, _ address: BluetoothAddress) -> HCICommand {
@@ -229,6 +233,23 @@ public struct HCICommand: Equatable, Sendable {
 
     /// 7.8.54: Advertising_Data_Length is at most 251 octets per command.
     public static let extendedDataMaximumLength = 251
+
+    /// 7.8.54: data longer than one command carries, in fragments of at most 251 octets:
+    /// Operation 0x01 (first fragment), 0x00 (intermediate), 0x02 (last); 0x03 (complete) when
+    /// one command holds it all. Only while the set is disabled (else Command Disallowed).
+    public static func leSetExtendedAdvertisingDataFragments(set: UInt8, _ data: [UInt8]) -> [HCICommand] {
+        guard data.count > extendedDataMaximumLength else { return [leSetExtendedAdvertisingData(set: set, data, maximumLength: extendedDataMaximumLength)] }
+        var commands: [HCICommand] = []
+        var start = 0
+        while start < data.count {
+            let end = min(start + extendedDataMaximumLength, data.count)
+            let operation: UInt8 = start == 0 ? 0x01 : end == data.count ? 0x02 : 0x00
+            commands.append(HCICommand(opcode: HCIOpcode.leSetExtendedAdvertisingData,
+                                       parameters: [set, operation, 0x01, UInt8(end - start)] + data[start..<end]))
+            start = end
+        }
+        return commands
+    }
 
     /// 7.8.55, like 7.8.54.
     public static func leSetExtendedScanResponseData(set: UInt8, _ data: [UInt8]) -> HCICommand {

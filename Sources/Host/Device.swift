@@ -146,6 +146,10 @@ public struct DeviceProfile: Sendable {
     /// Advertising data and scan response to send as they are (a recorded device's, Core
     /// Supplement, Part A), instead of the ones built from the name, services and appearance.
     public var recordedAdvertising: (advertisingData: [UInt8], scanResponseData: [UInt8])?
+    /// The recorded device advertised with extended PDUs: the replay does too, from a
+    /// connectable extended set (its advertising data may pass 31 octets; such a set has no
+    /// scan response, Vol 4, Part E, 7.8.53), on a controller with LE Extended Advertising.
+    public var recordedAdvertisingIsExtended = false
 
     public init(defaultName: String, advertisedServices: [BluetoothUUID], appearance: UInt16,
                 connectionParameters: ConnectionParameters = .recommended,

@@ -57,6 +57,8 @@ final class DeviceAdvertiser {
     /// The TX Power Level the payload carries: the profile's, then the controller's once read.
     private var txPower: Int8?
     private var phaseTimer: TimerID?
+    /// The fallback from recorded extended advertising was reported (once).
+    private var warnedExtendedFallback = false
     /// When the fast phase under way ends (the run loop's clock, nanoseconds).
     private var fastPhaseEnds: UInt64 = 0
 
@@ -236,8 +238,21 @@ final class DeviceAdvertiser {
             return
         }
         cancelPhaseTimer()
-        let request = AdvertisingRequest(interval: interval, address: address, advertisingData: payload.advertisingData,
-                                         scanResponseData: payload.scanResponseData)
+        var request = AdvertisingRequest(interval: interval, address: address, advertisingData: payload.advertisingData,
+                                         scanResponseData: payload.scanResponseData,
+                                         connectableExtended: profile.recordedAdvertising != nil && profile.recordedAdvertisingIsExtended)
+        if !host.advertiser.canCarry(request) {
+            // A recorded extended advertisement on a controller driven with legacy commands (or
+            // too long for a set): the payload built from the name and services instead.
+            if !warnedExtendedFallback {
+                warnedExtendedFallback = true
+                logger.warning("the recorded extended advertising (\(request.advertisingData.count) bytes) needs a controller with LE Extended Advertising: advertising the name and services in legacy PDUs instead")
+            }
+            let built = AdvertisingPayload.build(AdvertisingContent(name: configuration.name, serviceUUIDs: advertisedServiceUUIDs,
+                                                                    appearance: profile.appearance, txPowerLevel: txPower))
+            request = AdvertisingRequest(interval: interval, address: address, advertisingData: built.advertisingData,
+                                         scanResponseData: built.scanResponseData)
+        }
         let wasOn = isAdvertising || requested
         requested = true
         host.advertiser.start(set: set, request, wasOn: wasOn) { [weak self] result in

@@ -167,6 +167,10 @@ extension PeripheralHost: ControllerRole {
     public var wantsPeriodicAdvertising: Bool {
         members.contains { $0.peripheral.advertising.broadcaster?.offersPeriodicAdvertising == true }
     }
+    /// A twin of a recorded extended advertiser (`DeviceProfile.recordedAdvertisingIsExtended`).
+    public var wantsExtendedAdvertising: Bool {
+        members.contains { $0.peripheral.advertising.profile.recordedAdvertisingIsExtended && $0.peripheral.advertising.profile.recordedAdvertising != nil }
+    }
     public var openLinkCount: Int { linkOwners.count }
 
     public func controllerStarting() {

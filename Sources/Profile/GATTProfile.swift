@@ -27,9 +27,13 @@ public struct GATTProfile: Codable, Equatable, Sendable {
     /// replay takes a recorded static random address as its own (a public one it cannot).
     public var addressType: String?
     /// The advertising data and scan response as the scan found them (hex, at most 31 bytes
-    /// each): a replay advertises them as they are.
+    /// each, 1650 with `extendedAdvertising`): a replay advertises them as they are.
     public var advertisingData: String?
     public var scanResponseData: String?
+    /// True: the advertiser used extended PDUs (Vol 6, Part B, 2.3.4): each payload may hold up
+    /// to 1650 bytes (Vol 6, Part B, 2.3.4.9), and a replay advertises from a connectable
+    /// extended set. Absent or false: legacy PDUs, at most 31 bytes each.
+    public var extendedAdvertising: Bool?
     /// The notifications and indications received while recording, with their timing.
     public var recording: Recording?
     /// How a replay plays `recording`: `loop` (the default) or `once`.
@@ -313,8 +317,14 @@ public struct GATTProfile: Codable, Equatable, Sendable {
         for (key, text) in [("advertisingData", advertisingData), ("scanResponseData", scanResponseData)] {
             guard let text else { continue }
             guard let bytes = Self.bytes(text) else { throw fail(key, "'\(text.prefix(40))' is not hex (020106)") }
-            guard bytes.count <= Self.maxAdvertisingBytes else {
-                throw fail(key, "\(bytes.count) bytes; legacy advertising carries at most \(Self.maxAdvertisingBytes) (Vol 6, Part B, 2.3.1.1)")
+            if extendedAdvertising == true {
+                guard bytes.count <= Self.maxExtendedAdvertisingBytes else {
+                    throw fail(key, "\(bytes.count) bytes; extended advertising carries at most \(Self.maxExtendedAdvertisingBytes) (Vol 6, Part B, 2.3.4.9)")
+                }
+            } else {
+                guard bytes.count <= Self.maxAdvertisingBytes else {
+                    throw fail(key, "\(bytes.count) bytes; legacy advertising carries at most \(Self.maxAdvertisingBytes) (Vol 6, Part B, 2.3.1.1); set \"extendedAdvertising\": true for up to \(Self.maxExtendedAdvertisingBytes)")
+                }
             }
         }
         if let replay, !["loop", "once"].contains(replay) { throw fail("replay", "'\(replay.prefix(20))' is not loop or once") }
@@ -366,6 +376,9 @@ public struct GATTProfile: Codable, Equatable, Sendable {
 
     /// Legacy advertising PDUs carry at most 31 octets of each payload (Vol 6, Part B, 2.3.1.1, 2.3.2.2).
     public static let maxAdvertisingBytes = 31
+    /// Extended advertising carries at most 1650 octets of host data per payload (Vol 6, Part B,
+    /// 2.3.4.9; Vol 4, Part E, 7.8.54 and 7.8.57).
+    public static let maxExtendedAdvertisingBytes = 1650
     /// A recording holds at most this many events (a day of 1 Hz notifications from a few characteristics).
     public static let maxEvents = 100_000
     /// A recording lasts at most a day.

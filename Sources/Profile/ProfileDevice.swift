@@ -76,6 +76,13 @@ public final class ProfileDevice: Device {
         if profile.advertisingData != nil || profile.scanResponseData != nil {
             deviceProfile.recordedAdvertising = (profile.advertisingData.flatMap(GATTProfile.bytes) ?? [],
                                                  profile.scanResponseData.flatMap(GATTProfile.bytes) ?? [])
+            if profile.extendedAdvertising == true {
+                deviceProfile.recordedAdvertisingIsExtended = true
+                if !(deviceProfile.recordedAdvertising?.scanResponseData.isEmpty ?? true) {
+                    // Vol 4, Part E, 7.8.53: connectable extended advertising is not scannable.
+                    adjustments.append("scanResponseData is not sent: the replay advertises from a connectable extended set, which is not scannable")
+                }
+            }
         }
         self.profile = deviceProfile
         if let note = profile.addressNote { adjustments.append(note) }

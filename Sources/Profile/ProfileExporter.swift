@@ -97,7 +97,7 @@ extension GATTProfile {
     /// response as the scan found them, and what it notified and indicated with its timing.
     public init(recording services: [RemoteService], values: [UInt16: Result<[UInt8], GATTClientError>],
                 heard: [HeardValue], duration: Double, permissions: [UInt16: [String]], advertised: Advertised,
-                addressIsRandom: Bool, advertisingData: [UInt8], scanResponseData: [UInt8]) {
+                addressIsRandom: Bool, advertisingData: [UInt8], scanResponseData: [UInt8], extendedAdvertising: Bool = false) {
         self.init(cloning: services, values: values, captured: [:], permissions: permissions, advertised: advertised)
         for (s, service) in services.enumerated() {
             self.services[s].handle = Int(service.handles.lowerBound)
@@ -111,11 +111,16 @@ extension GATTProfile {
             }
         }
         addressType = addressIsRandom ? "random" : "public"
-        // What does not fit a legacy payload is not a payload a replay can send: left out (the
-        // replay then builds its own from the name and services).
-        if advertisingData.count <= Self.maxAdvertisingBytes && scanResponseData.count <= Self.maxAdvertisingBytes {
+        // Extended PDUs (or a payload only they carry) are recorded whole, up to the 1650
+        // octets of Vol 6, Part B, 2.3.4.9. What does not fit even them is not a payload a
+        // replay can send: left out (the replay then builds its own from the name and services).
+        let extended = extendedAdvertising || advertisingData.count > Self.maxAdvertisingBytes
+            || scanResponseData.count > Self.maxAdvertisingBytes
+        let limit = extended ? Self.maxExtendedAdvertisingBytes : Self.maxAdvertisingBytes
+        if advertisingData.count <= limit && scanResponseData.count <= limit {
             self.advertisingData = Hex.bytes(advertisingData)
             self.scanResponseData = Hex.bytes(scanResponseData)
+            if extended { self.extendedAdvertising = true }
         }
         recording = Recording(duration: duration, events: heard.prefix(Self.maxEvents).map {
             Event(at: min(($0.at * 1000).rounded() / 1000, duration), handle: Int($0.handle), value: Hex.bytes($0.value), indication: $0.indication ? true : nil)

@@ -30,9 +30,10 @@ final class CentralBench {
     }
 
     /// LE Extended Advertising Report (Vol 4, Part E, 7.7.65.13) of one advertiser.
-    func extendedReport(_ data: [UInt8], scanResponse: Bool, rssi: Int8 = -40) {
+    /// `eventType` nil: legacy ADV_IND or its SCAN_RSP.
+    func extendedReport(_ data: [UInt8], scanResponse: Bool, rssi: Int8 = -40, eventType: UInt16? = nil) {
         var p: [UInt8] = [0x0D, 1]
-        p.appendLE(UInt16(scanResponse ? 0x001B : 0x0013))      // legacy ADV_IND or its SCAN_RSP
+        p.appendLE(eventType ?? UInt16(scanResponse ? 0x001B : 0x0013))
         p += [0x01] + peer.littleEndianBytes + [0x01, 0x00, 0xFF, 0x7F, UInt8(bitPattern: rssi)]
         p += [0, 0, 0] + [UInt8](repeating: 0, count: 6) + [UInt8(data.count)] + data
         controller.event(0x3E, p)
@@ -74,6 +75,24 @@ let servicesData: [UInt8] = [0x05, 0x03, 0x0D, 0x18, 0x0F, 0x18]
         #expect(b.controller.commands(HCIOpcode.leSetExtendedScanEnable).last?.parameters.first == 0)
     }
 
+    /// An advertiser in extended PDUs whose data the controller reports in two fragments
+    /// (0x0021: connectable, Data_Status 0x01; then 0x0001, complete; 7.7.65.13) is seen once,
+    /// with the data whole and marked extended; before the fix only the last fragment was kept.
+    @Test func extendedReportsInFragmentsAreSeenOnceWhole() throws {
+        let b = try CentralBench(extended: true)
+        b.host.startScanning(active: true)
+        let tail = [UInt8](repeating: 0x77, count: 40)
+        b.extendedReport(nameData + [0x29, 0xFF] + [UInt8](repeating: 0x66, count: 200), scanResponse: false, eventType: 0x0021)
+        #expect(b.advertisements.isEmpty)
+        b.extendedReport(tail, scanResponse: false, eventType: 0x0001)
+        let seen = try #require(b.advertisements.last?.0)
+        #expect(b.advertisements.count == 1)
+        #expect(seen.advertisingData.count == nameData.count + 202 + 40 && seen.advertisingData.suffix(40) == tail[...])
+        #expect(seen.usesExtendedPDUs && seen.isConnectable)
+        b.extendedReport(nameData, scanResponse: false)
+        #expect(b.advertisements.last?.0.usesExtendedPDUs == false)
+    }
+
     @Test func legacyControllerGetsLegacyCommands() throws {
         let b = try CentralBench(extended: false)
         b.host.startScanning(active: false)
@@ -83,6 +102,27 @@ let servicesData: [UInt8] = [0x05, 0x03, 0x0D, 0x18, 0x0F, 0x18]
         b.legacyReport(nameData, type: 0x03)   // ADV_NONCONN_IND
         #expect(b.advertisements.first?.0.name == "Test")
         #expect(b.advertisements.first?.0.isConnectable == false)
+    }
+
+    /// Extended reports in fragments (Data_Status 0x01 then 0x00, Vol 4, Part E, 7.7.65.13) are
+    /// recorded once whole; a truncated train (0x02) is dropped; an extended report without the
+    /// legacy bit marks the advertiser as using extended PDUs.
+    @Test func fragmentedExtendedReportsAreJoinedBeforeTheyAreRecorded() {
+        var table = AdvertiserTable()
+        let address = BluetoothAddress(value: 1)
+        let first = [UInt8](repeating: 0x11, count: 229), last: [UInt8] = [0x22, 0x22]
+        #expect(table.reassemble(address: address, isScanResponse: false, dataStatus: 0x01, data: first) == nil)
+        #expect(table.reassemble(address: address, isScanResponse: false, dataStatus: 0x00, data: last) == first + last)
+        #expect(table.reassemble(address: address, isScanResponse: false, dataStatus: 0x00, data: last) == last)
+        #expect(table.reassemble(address: address, isScanResponse: false, dataStatus: 0x01, data: first) == nil)
+        #expect(table.reassemble(address: address, isScanResponse: false, dataStatus: 0x02, data: last) == nil)
+        #expect(table.reassemble(address: address, isScanResponse: false, dataStatus: 0x00, data: last) == last)
+        let (extended, _) = table.record(address: address, addressType: 1, rssi: nil, connectable: true, isScanResponse: false,
+                                         data: nameData, extendedPDUs: true, now: 1)
+        #expect(extended.usesExtendedPDUs)
+        let (legacy, _) = table.record(address: address, addressType: 1, rssi: nil, connectable: true, isScanResponse: false,
+                                       data: nameData, now: 2)
+        #expect(!legacy.usesExtendedPDUs)
     }
 
     /// A crowded room cannot grow the table past its capacity: the one heard longest ago goes.

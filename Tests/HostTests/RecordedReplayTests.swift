@@ -1,6 +1,7 @@
 import BlemuATT
 import BlemuCore
 import BlemuGATT
+import BlemuHCI
 import BlemuHost
 import BlemuL2CAP
 import BlemuProfile
@@ -47,6 +48,48 @@ import Testing
         #expect(bench.peripheral.database.services.filter { $0.uuid == GATTType.gattService }.map(\.startHandle) == [20])
         // Its advertising data and scan response go out as recorded.
         #expect(bench.controller.advertisingData == [0x02, 0x01, 0x06])
+    }
+
+    /// A recording of an advertiser that used extended PDUs, with 300 bytes of advertising data.
+    static let extendedData: [UInt8] = [0x02, 0x01, 0x06, 0x06, 0x09] + Array("Strap".utf8) + [0xFF, 0xFF] + [UInt8](repeating: 0x5A, count: 288)
+    static func extendedRecording() -> String {
+        recording().replacing("0609537472617", with: "06095374726170").replacing(#""advertisingData": "020106""#,
+                              with: #""extendedAdvertising": true, "advertisingData": "\#(Hex.bytes(extendedData))""#)
+    }
+
+    /// A recorded extended advertiser is replayed from a connectable extended set (Vol 4, Part E,
+    /// 7.8.53: properties 0x0001, connectable and so not scannable: no scan response), its 300
+    /// bytes in two fragments, first (0x01) and last (0x02) (7.8.54), before the set is enabled.
+    @Test func anExtendedRecordingIsAdvertisedFromAConnectableExtendedSet() throws {
+        let profile = try GATTProfile.parse(Data(Self.extendedRecording().utf8), name: "r.json")
+        let device = try ProfileDevice(profile)
+        #expect(device.adjustments.contains { $0.contains("scanResponseData is not sent") })
+        let bench = try Bench(device: device) { $0.extendedAdvertisingSets = 4 }
+        let c = bench.controller
+        let set = try #require(bench.peripheral.advertisingSet)
+        #expect(c.commands(HCIOpcode.leSetExtendedAdvertisingParameters).filter { $0.parameters.first == set }
+            .map { UInt16($0.parameters[1]) | UInt16($0.parameters[2]) << 8 }.last == 0x0001)
+        let data = c.commands(HCIOpcode.leSetExtendedAdvertisingData).filter { $0.parameters.first == set }.map(\.parameters)
+        #expect(data.map { Array($0.prefix(4)) } == [[set, 0x01, 0x01, 251], [set, 0x02, 0x01, 49]])
+        #expect(data.flatMap { $0.dropFirst(4) } == Self.extendedData)
+        #expect(c.commands(HCIOpcode.leSetExtendedScanResponseData).filter { $0.parameters.first == set }.isEmpty)
+        // The data went in before the set was enabled (fragments are refused while it runs).
+        let opcodes = c.commands.map(\.opcode)
+        let lastData = try #require(opcodes.lastIndex(of: HCIOpcode.leSetExtendedAdvertisingData))
+        #expect(opcodes.lastIndex(of: HCIOpcode.leSetExtendedAdvertisingEnable).map { $0 > lastData } == true)
+        #expect(c.enabledSets.contains(set))
+    }
+
+    /// A controller driven with legacy commands cannot send it: the name and services go out in
+    /// legacy PDUs instead, with one warning.
+    @Test func anExtendedRecordingOnALegacyControllerFallsBackToTheBuiltPayload() throws {
+        let profile = try GATTProfile.parse(Data(Self.extendedRecording().utf8), name: "r.json")
+        let capture = LogCapture()
+        let bench = try Bench(device: ProfileDevice(profile), logger: capture.logger) { $0.extendedAdvertisingSets = 0 }
+        #expect(bench.controller.advertisingData.count <= 31)
+        #expect(bench.controller.advertisingData != Array(Self.extendedData.prefix(31)))
+        #expect(bench.controller.advertisingData.count > 3)
+        #expect(capture.lines.filter { $0.contains("needs a controller with LE Extended Advertising") }.count == 1, "\(capture.lines)")
     }
 
     @Test func notificationsFollowTheRecordedTimelineFromTheFirstSubscriptionAndLoop() throws {

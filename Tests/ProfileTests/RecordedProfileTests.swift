@@ -37,6 +37,35 @@ import Testing
         #expect(profile.replayAddress == BluetoothAddress("C1:22:33:44:55:66"))
     }
 
+    /// Extended advertising (Vol 6, Part B, 2.3.4.9): up to 1650 bytes per payload with the
+    /// flag, which survives a round trip; without it 31 stays the limit.
+    @Test func extendedAdvertisingDataUpToTheExtendedLimitRoundTrips() throws {
+        let data = "02010603FF" + String(repeating: "ab", count: 1645)
+        let profile = try parse(Self.file(extra: #", "extendedAdvertising": true, "advertisingData": "\#(data)""#))
+        #expect(profile.extendedAdvertising == true)
+        #expect(profile.advertisingData.flatMap(GATTProfile.bytes)?.count == 1650)
+        #expect(try parse(profile.encoded()) == profile)
+        #expect(profile.encoded().contains(#""extendedAdvertising" : true"#))
+    }
+
+    /// `record` keeps an extended advertiser's payloads whole and says they were extended; a
+    /// legacy one stays as before; what not even extended PDUs carry is left out.
+    @Test func theExporterRecordsExtendedPayloadsWhole() throws {
+        func recorded(_ data: [UInt8], extended: Bool) -> GATTProfile {
+            GATTProfile(recording: [], values: [:], heard: [], duration: 1, permissions: [:],
+                        advertised: GATTProfile.Advertised(name: "A", address: BluetoothAddress("C1:22:33:44:55:66")!, appearance: nil, services: []),
+                        addressIsRandom: true, advertisingData: data, scanResponseData: [], extendedAdvertising: extended)
+        }
+        let long = [0x02, 0x01, 0x06] + [UInt8](repeating: 0x42, count: 300)
+        let extended = recorded(long, extended: true)
+        #expect(extended.advertisingData.flatMap(GATTProfile.bytes) == long)
+        #expect(extended.extendedAdvertising == true)
+        #expect(try parse(extended.encoded()) == extended)
+        let legacy = recorded([0x02, 0x01, 0x06], extended: false)
+        #expect(legacy.advertisingData == "020106" && legacy.extendedAdvertising == nil)
+        #expect(recorded([UInt8](repeating: 0, count: 1651), extended: true).advertisingData == nil)
+    }
+
     @Test func aPublicAddressIsNotTakenAndSaysWhy() throws {
         let profile = try parse(Self.file().replacing("\"random\"", with: "\"public\""))
         #expect(profile.replayAddress == nil)
@@ -71,7 +100,9 @@ import Testing
         #expect(extra(#", "recording": {"duration": 1, "events": [{"at": 0.5, "handle": 10, "value": "zz"}]}"#)
             == "r.json: recording.events[0].value: 'zz' is not hex (0102ff)")
         #expect(extra(#", "advertisingData": "\#(String(repeating: "00", count: 32))""#)
-            == "r.json: advertisingData: 32 bytes; legacy advertising carries at most 31 (Vol 6, Part B, 2.3.1.1)")
+            == "r.json: advertisingData: 32 bytes; legacy advertising carries at most 31 (Vol 6, Part B, 2.3.1.1); set \"extendedAdvertising\": true for up to 1650")
+        #expect(extra(#", "extendedAdvertising": true, "scanResponseData": "\#(String(repeating: "00", count: 1651))""#)
+            == "r.json: scanResponseData: 1651 bytes; extended advertising carries at most 1650 (Vol 6, Part B, 2.3.4.9)")
         #expect(extra(#", "replay": "twice""#) == "r.json: replay: 'twice' is not loop or once")
         #expect(refusal(Self.file().replacing("\"random\"", with: "\"odd\"")) == "r.json: addressType: 'odd' is not public or random")
         // Events need handles to name.
