@@ -276,7 +276,10 @@ import Testing
             return head + String(repeating: "x", count: 44 - head.count)
         }
         let total = ChatDevice.memberQueueLimit + 40
-        var parts: [String] = []
+        // One short line first: the controller's buffers (a multiple of 3) then fill halfway
+        // through a long line.
+        room.device.send("hi")
+        var parts = room.received(0x40).filter { $0 != "Host: hi" }
         for index in 0..<total {
             room.device.send(line(index))
         }
