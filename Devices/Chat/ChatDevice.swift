@@ -93,6 +93,11 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
         /// with the characteristic they go on.
         var queue: Deque<(characteristic: Characteristic, parts: Deque<[UInt8]>)> = []
         var missed = 0
+        /// Part of `queue.first` has gone out: the rest of it goes next, whole, before any
+        /// "you missed" note, and it is never the line an overflow drops (either would cut
+        /// into a line the member has half received: a plain client shows the note inside
+        /// the line, a framed one's MOREs would follow the wrong DATA).
+        var lineStarted = false
         var reassembly = ChatReassembly()
         /// When a notification last left for it (monotonic ns): a member that takes nothing
         /// for `stallLimit` no longer holds back the host's own lines.
@@ -571,8 +576,9 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
     private func enqueue(_ characteristic: Characteristic, _ parts: [[UInt8]], to handle: UInt32) {
         guard var member = members[handle] else { return }
         if member.queue.count >= Self.memberQueueLimit {
-            // Never a silent drop: the member is told how many lines it missed.
-            member.queue.removeFirst()
+            // Never a silent drop: the member is told how many lines it missed. The oldest
+            // line not yet begun gives way (a half-sent one is finished).
+            member.queue.remove(at: member.lineStarted ? 1 : 0)
             member.missed += 1
         }
         member.queue.append((characteristic, Deque(parts)))
@@ -586,16 +592,17 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
         for key in members.keys.sorted() {
             guard var member = members[key] else { continue }
             replay(to: &member)
-            if member.missed > 0 {
-                let text = "* you missed \(member.missed) line(s): too slow"
-                let note = member.framed
-                    ? framesOf(Array(text.utf8), id: announcementID(text), hops: 0, for: member)
-                    : [Array(text.utf8.prefix(limit(for: member)))]
-                var sent = true
-                for part in note where sent { sent = transmit(part, on: member.framed ? frames : message, to: member) }
-                if sent { member.missed = 0 }
-            }
-            sending: while member.missed == 0 {
+            sending: while true {
+                if member.missed > 0, !member.lineStarted {
+                    // On a line of its own, between two whole lines: queued first, so a link
+                    // that fills halfway through the note finishes it before anything else.
+                    let text = "* you missed \(member.missed) line(s): too slow"
+                    let note = member.framed
+                        ? framesOf(Array(text.utf8), id: announcementID(text), hops: 0, for: member)
+                        : [Array(text.utf8.prefix(limit(for: member)))]
+                    member.queue.prepend((member.framed ? frames : message, Deque(note)))
+                    member.missed = 0
+                }
                 if member.queue.isEmpty { replay(to: &member) }
                 guard var line = member.queue.first else { break }
                 while let part = line.parts.first {
@@ -604,6 +611,7 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
                         break sending
                     }
                     line.parts.removeFirst()
+                    member.lineStarted = !line.parts.isEmpty
                     member.lastProgress = context.scheduler.nowNanoseconds
                 }
                 member.queue.removeFirst()

@@ -72,10 +72,17 @@ public final class CentralHost: ATTServerDelegate {
     public private(set) var security: CentralSecurity?
     /// A static random address this central scans and connects from (set when the controller is
     /// ready), so a peripheral that bonded with it knows it next time; nil: the controller's public
-    /// address. Used only where no device advertises on the controller: LE Set Random Address sets
-    /// the one random address of a controller (Vol 4, Part E, 7.8.4), which legacy advertising uses.
+    /// address. Used where no device advertises on the controller, or where the controller has no
+    /// public address: LE Set Random Address sets the one random address of a controller (Vol 4,
+    /// Part E, 7.8.4), which legacy advertising uses, so beside a device it must be the device's.
     public var ownRandomAddress: BluetoothAddress?
-    private var usedRandomAddress: BluetoothAddress? { controller.peripheralRole == nil ? ownRandomAddress : nil }
+    private var usedRandomAddress: BluetoothAddress? {
+        controller.peripheralRole == nil || !hasPublicAddress ? ownRandomAddress : nil
+    }
+    /// Some virtual or unprogrammed controllers answer Read BD_ADDR (Vol 4, Part E, 7.4.6) with
+    /// 00:00:00:00:00:00: no address to connect from, nor to distribute as an identity (Vol 3,
+    /// Part H, 3.6.5 allows a static random one instead).
+    private var hasPublicAddress: Bool { hci.info.address.value != 0 }
     private var ownAddressType: AddressType { usedRandomAddress != nil ? .randomDevice : .publicDevice }
 
     private var scanWanted: (active: Bool, filterDuplicates: Bool)?

@@ -132,6 +132,10 @@ public final class ChatStack {
                 } catch {
                     throw StackFailure("the central's own GATT database: \(error)")
                 }
+                // A controller without a public address (00:00:00:00:00:00) has the member
+                // connect from, and name as its identity, the chat device's static random
+                // address: the controller's one random address, which the device advertises from.
+                shared.ownRandomAddress = peripheral.address
                 // A host that needs an encrypted link is paired with, and the bond kept.
                 shared.attach(security: Self.memberSecurity(plan: plan, me: me, index: index, loop: loop, logger: logger))
                 central = shared
@@ -212,8 +216,9 @@ public final class ChatStack {
                                                          identityPath: directory.map { $0 + "/" + owner.identityFileName })
         // The owner's static random address only names the files: the address SMP uses, and
         // the identity address distributed, is the one the member connects from — its
-        // controller's public address, since the chat device advertises from the random one
-        // (`CentralHost.attach` and `controllerReady` set it; Vol 3, Part H, 3.6.5).
+        // controller's public address, since the chat device advertises from the random one, or
+        // that random one when the controller has no public address (`CentralHost.attach` and
+        // `controllerReady` set it; Vol 3, Part H, 3.6.5).
         return CentralSecurity(configuration: configuration, owner: owner, localAddress: LEAddress(owner.address, isRandom: true),
                                scheduler: loop, logger: logger)
     }

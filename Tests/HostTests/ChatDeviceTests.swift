@@ -259,6 +259,55 @@ import Testing
         #expect(lines.count + count == total && lines.last == total - 1)
     }
 
+    /// A line cut into several notifications is never cut into: past the queue's bound the
+    /// half-sent line is finished, not dropped, and the "you missed" note comes between two
+    /// whole lines (it came in the middle of one, and the overflow dropped a half-sent line's
+    /// rest, so a plain client showed pieces of lines run together).
+    @Test func aMissedNoteNeverLandsInsideAHalfSentLine() throws {
+        let room = try Room()
+        room.bench.controller.connect(handle: 0x40, peer: room.a, set: 1)   // ATT_MTU 23: 20 bytes a part
+        let cccd = room.device.message.clientConfigurationHandle ?? 0
+        _ = room.bench.att([0x12, UInt8(cccd & 0xFF), UInt8(cccd >> 8), 0x01, 0x00], handle: 0x40)
+        _ = room.received(0x40)
+        room.bench.controller.autoComplete = false
+        // "Host: line NNN " and padding: 50 bytes, 3 notifications each.
+        func line(_ index: Int) -> String {
+            let head = "line \(String(repeating: "0", count: 3 - String(index).count))\(index) "
+            return head + String(repeating: "x", count: 44 - head.count)
+        }
+        let total = ChatDevice.memberQueueLimit + 40
+        // One short line first: the controller's buffers (a multiple of 3) then fill halfway
+        // through a long line.
+        room.device.send("hi")
+        var parts = room.received(0x40).filter { $0 != "Host: hi" }
+        for index in 0..<total {
+            room.device.send(line(index))
+        }
+        for _ in 0..<2000 where !parts.joined().hasSuffix("Host: " + line(total - 1)) {
+            room.bench.controller.completePackets()
+            parts += room.received(0x40)
+        }
+        var lines: [String] = []
+        var current = ""
+        var notes = 0
+        for part in parts {
+            if part.hasPrefix("* you missed ") {
+                #expect(current.isEmpty, "the note came inside a line: \(current)")
+                notes += 1
+                continue
+            }
+            current += part
+            if current.utf8.count >= 50 {
+                lines.append(current)
+                current = ""
+            }
+        }
+        #expect(notes >= 1 && current.isEmpty)
+        let indices = (0..<total).map { "Host: " + line($0) }
+        #expect(lines.allSatisfy { indices.contains($0) }, "a line was cut into: \(lines.filter { !indices.contains($0) }.prefix(3))")
+        #expect(lines.last == indices.last)
+    }
+
     /// The host holds back its own lines (`isBusy`) while a member that is taking them has
     /// half its queue waiting, and says when there is room again (`onRoom`).
     @Test func aBusyMemberHoldsBackTheHostsLinesUntilItCatchesUp() throws {

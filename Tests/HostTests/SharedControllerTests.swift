@@ -19,8 +19,9 @@ final class SharedBench {
     let peripherals: [Peripheral]
     var fatal: [String] = []
 
-    init(devices: [Device], sets: UInt8 = 16, privacy: Bool = false) throws {
+    init(devices: [Device], sets: UInt8 = 16, privacy: Bool = false, publicAddress: BluetoothAddress? = nil) throws {
         controller.extendedAdvertisingSets = sets
+        if let publicAddress { controller.address = publicAddress }
         let controller = self.controller
         host = PeripheralHost(on: ControllerHost(controller: "scripted", scheduler: scheduler,
                                                  logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),

@@ -6,6 +6,7 @@ import BlemuGATTClient
 import BlemuHCI
 import BlemuHost
 import BlemuL2CAP
+import BlemuSecurity
 import Logging
 import Testing
 
@@ -75,6 +76,36 @@ import Testing
         central.startScanning()
         #expect(bench.controller.commands(HCIOpcode.leSetScanEnable).last?.parameters.first == 1)
         #expect(bench.controller.commands(HCIOpcode.leSetExtendedScanEnable).isEmpty)
+    }
+
+    /// Beside a device the central connects from the controller's public address, which it
+    /// distributes as its identity (Vol 3, Part H, 3.6.5); a controller that reports
+    /// 00:00:00:00:00:00 (Read BD_ADDR, Vol 4, Part E, 7.4.6: virtual or unprogrammed ones) has
+    /// none, so the central connects from, and names, its static random address (the device's,
+    /// the controller's one random address under legacy advertising, 7.8.4) instead of sending
+    /// that all-zero identity.
+    @Test func withoutAPublicAddressTheCentralUsesItsStaticRandomOne() throws {
+        let quiet = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+        for (publicAddress, random) in [(BluetoothAddress("06:05:04:03:02:01")!, false), (BluetoothAddress(value: 0), true)] {
+            let bench = try SharedBench(devices: [HeartRateDevice()], sets: 0, publicAddress: publicAddress)
+            let central = try CentralHost(on: bench.host.controller)
+            let deviceAddress = bench.peripherals[0].address
+            central.ownRandomAddress = deviceAddress
+            let owner = BondOwner(device: "test", name: "central", address: deviceAddress)
+            let security = CentralSecurity(configuration: CentralSecurityConfiguration(), owner: owner,
+                                           localAddress: LEAddress(BluetoothAddress(value: 1), isRandom: false),
+                                           scheduler: bench.scheduler, logger: quiet)
+            central.attach(security: security)
+            let expected = random ? LEAddress(deviceAddress, isRandom: true) : LEAddress(publicAddress, isRandom: false)
+            #expect(security.identity.address == expected)
+            #expect(security.identity.address.address.value != 0)
+            central.startScanning()
+            // LE Set Scan Parameters: type, interval, window, then Own_Address_Type (7.8.10).
+            let scan = try #require(bench.controller.commands(HCIOpcode.leSetScanParameters).last)
+            #expect(scan.parameters[5] == (random ? AddressType.randomDevice : .publicDevice).rawValue)
+            // The controller's random address stays the device's: nothing else was set.
+            #expect(bench.controller.commands(HCIOpcode.leSetRandomAddress).allSatisfy { $0.parameters == deviceAddress.littleEndianBytes })
+        }
     }
 
     @Test func aStopClosesBothRolesLinksBeforeTheReset() throws {

@@ -1,3 +1,4 @@
+import BlemuCentral
 import BlemuChat
 import BlemuCore
 import BlemuRunLoop
@@ -35,6 +36,10 @@ import Testing
         let auto = try #require(chat.stacks.last?.peripherals.first)
         #expect(auto.address == BluetoothAddress.staticRandom(seed: "blemu/chat/Lab/box"))
         #expect(chat.stacks.first?.peripherals.first?.address == BluetoothAddress.staticRandom(seed: "blemu/chat/Lab"))
+        // The side that may join connects from that address too where its controller has no
+        // public one (Vol 3, Part H, 3.6.5: a static random identity, not 00:00:00:00:00:00).
+        let member = try #require(chat.stacks.last?.controller.centralRole as? CentralHost)
+        #expect(member.ownRandomAddress == auto.address)
         chat.fail("first")
         chat.fail("second")
         #expect(chat.failure == "first" && chat.isStopping)
