@@ -132,23 +132,7 @@ public final class GATTWorkflow {
     /// Vol 3, Part F, 3.3.2); what was refused for want of security is read once more after
     /// securing the link, as `retryingOnSecurity` does (and over the bearers that opened then).
     public func read(_ handles: [UInt16], then: @escaping ([UInt16: Result<[UInt8], GATTClientError>]) -> Void) {
-        link.read(handles) { [self] results, used in
-            bearersUsed = max(bearersUsed, used)
-            let refused = handles.filter {
-                guard case .failure(.att(let error, _))? = results[$0] else { return false }
-                return Self.securityRefusals.contains(error)
-            }
-            guard let first = refused.first, !retriedAfterSecuring, case .failure(.att(let error, _))? = results[first] else {
-                return then(results)
-            }
-            retriedAfterSecuring = true
-            secure(because: error) { [self] _ in
-                link.read(refused) { [self] again, used in
-                    bearersUsed = max(bearersUsed, used)
-                    then(results.merging(again) { _, new in new })
-                }
-            }
-        }
+        retryingRefusedOnce(handles, handle: { $0 }, perform: { [link] in link.read($0, then: $1) }, then: then)
     }
 
     /// Writes every value with a response, spread over the link's bearers (`CentralLink.write`:
@@ -156,18 +140,30 @@ public final class GATTWorkflow {
     /// once more after securing the link, as `read` does. `then` with each handle's result.
     public func write(_ writes: [(handle: UInt16, value: [UInt8])],
                       then: @escaping ([UInt16: Result<Void, GATTClientError>]) -> Void) {
-        link.write(writes) { [self] results, used in
+        retryingRefusedOnce(writes, handle: { $0.handle }, perform: { [link] in link.write($0, then: $1) }, then: then)
+    }
+
+    /// Performs the requests for `items` (a read or write over the bearers); when some were
+    /// refused for want of security, secures the link for the first refusal and performs those
+    /// once more, their new results replacing the old.
+    private func retryingRefusedOnce<Item, Value>(
+        _ items: [Item], handle: @escaping (Item) -> UInt16,
+        perform: @escaping ([Item], @escaping ([UInt16: Result<Value, GATTClientError>], Int) -> Void) -> Void,
+        then: @escaping ([UInt16: Result<Value, GATTClientError>]) -> Void
+    ) {
+        perform(items) { [self] results, used in
             bearersUsed = max(bearersUsed, used)
-            let refused = writes.filter {
-                guard case .failure(.att(let error, _))? = results[$0.handle] else { return false }
+            let refused = items.filter {
+                guard case .failure(.att(let error, _))? = results[handle($0)] else { return false }
                 return Self.securityRefusals.contains(error)
             }
-            guard let first = refused.first, !retriedAfterSecuring, case .failure(.att(let error, _))? = results[first.handle] else {
+            guard let first = refused.first, !retriedAfterSecuring,
+                  case .failure(.att(let error, _))? = results[handle(first)] else {
                 return then(results)
             }
             retriedAfterSecuring = true
             secure(because: error) { [self] _ in
-                link.write(refused) { [self] again, used in
+                perform(refused) { [self] again, used in
                     bearersUsed = max(bearersUsed, used)
                     then(results.merging(again) { _, new in new })
                 }

@@ -68,6 +68,36 @@ import Testing
         #expect(b.failures.isEmpty)
     }
 
+    /// `blemu gatt read A B` / `write A V B W`: of several requests, only those refused for want
+    /// of security go again after encrypting (Vol 3, Part C, 10.3.2), once; the first answers keep.
+    @Test func aBatchSendsOnlyItsRefusedRequestsAgainOnceAfterEncrypting() throws {
+        let b = try Bench()
+        b.bond()
+        var reads: [UInt16: Result<[UInt8], GATTClientError>]?
+        b.workflow.read([0x0003, 0x0005]) { reads = $0 }
+        #expect(b.attSent == [[0x0A, 0x03, 0x00]], "one request at a time on the one bearer")
+        b.answer([0x0B, 0x11])
+        #expect(b.attSent == [[0x0A, 0x05, 0x00]])
+        b.answer([0x01, 0x0A, 0x05, 0x00, 0x05])
+        #expect(b.central.controller.commands(HCIOpcode.leEnableEncryption).count == 1)
+        #expect(reads == nil)
+        b.central.controller.event(0x08, [0x00, 0x40, 0x00, 0x01])   // Encryption Change, enabled
+        #expect(b.attSent == [[0x0A, 0x05, 0x00]], "only the refused read, once more")
+        b.answer([0x0B, 0x22])
+        #expect(try reads?[0x0003]?.get() == [0x11] && reads?[0x0005]?.get() == [0x22])
+
+        var writes: [UInt16: Result<Void, GATTClientError>]?
+        b.workflow.write([(handle: 0x0007, value: [0x01]), (handle: 0x0009, value: [0x02])]) { writes = $0 }
+        #expect(b.attSent == [[0x12, 0x07, 0x00, 0x01]])
+        b.answer([0x01, 0x12, 0x07, 0x00, 0x0F])   // Insufficient Encryption: but the retry was used
+        #expect(b.attSent == [[0x12, 0x09, 0x00, 0x02]])
+        b.answer([0x13])
+        #expect(b.attSent.isEmpty, "a workflow retries after securing once only")
+        #expect(writes?[0x0007]?.error == .att(.insufficientEncryption, handle: 0x0007))
+        #expect((try? writes?[0x0009]?.get()) != nil)
+        #expect(b.failures.isEmpty)
+    }
+
     /// A pairing the peer refuses ends the workflow with one line naming the link; the request's
     /// own completion is not called (the front end stops on the failure).
     @Test func aSecuringThatFailsEndsTheWorkflow() throws {
