@@ -307,7 +307,7 @@ final class GattRun {
     }
 
     func start() {
-        workflow.prepare { [self] services in
+        workflow.prepare(securingLater: pairsAfterDump) { [self] services in
             let dispatch: (UInt16, ArraySlice<UInt8>) -> Void = { [self] handle, value in listeners[handle]?(value) }
             client.onNotification = dispatch
             client.onIndication = dispatch

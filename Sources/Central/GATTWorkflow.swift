@@ -51,8 +51,12 @@ public final class GATTWorkflow {
     /// Insufficient Authentication, Insufficient Encryption, Encryption Key Size Too Short.
     public static let securityRefusals: [ATTError] = [.insufficientAuthentication, .insufficientEncryption, .encryptionKeySizeTooShort]
 
-    /// MTU, discovery, then Service Changed followed, as phones do; `then` with the database.
-    public func prepare(then: @escaping ([RemoteService]) -> Void) {
+    /// MTU, discovery, then Service Changed followed, as phones do, then the enhanced bearers
+    /// (`openEnhancedBearers`); `then` with the database. `securingLater`: the run reads first
+    /// over the link as it is and secures it after (`dump --profile --pair`), so the enhanced
+    /// bearers, which need an encrypted link (Vol 3, Part G, 3.6), open when it is secured
+    /// (`secure` opens them), even with `.require`, which would otherwise pair first.
+    public func prepare(securingLater: Bool = false, then: @escaping ([RemoteService]) -> Void) {
         client.exchangeMTU { [self] _ in
             // An MTU refusal leaves the default, which still works.
             client.discoverAll { [self] result in
@@ -60,7 +64,13 @@ public final class GATTWorkflow {
                 case .failure(let error): onFailure?("discovery: \(error)")
                 case .success(let services):
                     // A refusal to follow changes nothing else.
-                    client.followServiceChanged { [self] _ in openEnhancedBearers { then(services) } }
+                    client.followServiceChanged { [self] _ in
+                        guard securingLater, eatt != .off, !security.security(of: link.handle).isEncrypted else {
+                            return openEnhancedBearers { then(services) }
+                        }
+                        onNote?("eatt: the first reads go over the unenhanced bearer, enhanced bearers open once the link is secured")
+                        then(services)
+                    }
                 }
             }
         }

@@ -167,6 +167,33 @@ import Testing
         #expect(values[0x0011]?.count == GATTWorkflow.maxRecorded && values[0x0011]?.first == [0] && values[0x0011]?.last == [63])
     }
 
+    /// `dump --profile --pair --eatt require`: the stranger pass goes first over the link as it
+    /// is (the enhanced bearers wait for the securing after it); without a later securing,
+    /// `require` pairs before anything is read.
+    @Test func aRunThatSecuresLaterReadsAsAStrangerFirstEvenWithEATTRequired() throws {
+        for securingLater in [true, false] {
+            let b = try Bench()
+            b.workflow.eatt = .require
+            var database: [RemoteService]?
+            b.workflow.prepare(securingLater: securingLater) { database = $0 }
+            for _ in 0..<10 {
+                guard let request = b.attSent.first else { break }
+                if request.first == 0x02 { b.answer([0x03, 0x17, 0x00]); continue }   // MTU 23
+                b.answer([0x01, request.first ?? 0, request.count > 1 ? request[1] : 0, request.count > 2 ? request[2] : 0, 0x0A])
+            }
+            let smp = b.central.controller.takeL2CAP(handle: b.link.handle, cid: L2CAPChannel.securityManager)
+            if securingLater {
+                #expect(database?.isEmpty == true, "the database, for the stranger's reads")
+                #expect(smp.isEmpty, "no pairing before the stranger pass")
+                #expect(b.notes.last?.hasPrefix("eatt: the first reads go over the unenhanced bearer") == true)
+            } else {
+                #expect(database == nil, "require: nothing read before securing")
+                #expect(smp.first?.first == SMPCode.pairingRequest.rawValue)
+            }
+            #expect(b.failures.isEmpty)
+        }
+    }
+
     /// `--eatt`: a peer whose Server Supported Features (0x2B3A) lack the EATT bit (Vol 3,
     /// Part G, 7.4) is asked for no enhanced bearer: auto goes on with the one bearer, require
     /// ends the workflow with the reason.

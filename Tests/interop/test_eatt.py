@@ -22,7 +22,7 @@ from bumble.keys import MemoryKeyStore
 from bumble.pairing import PairingConfig, PairingDelegate
 from bumble.transport import open_transport
 
-from harness import BlemuProcess, run, run_cli, start_advertising, unique_name
+from harness import BlemuProcess, passkey_of, run, run_cli, start_advertising, unique_name
 from harness import connected as central_on
 
 UUID_SERVER_SUPPORTED_FEATURES = UUID.from_16_bits(0x2B3A)
@@ -176,6 +176,30 @@ def test_blemu_gatt_reads_over_blemus_enhanced_bearers_and_keeps_one_with_eatt_o
         assert off.stdout.count("\n") == 4, off.stdout
     finally:
         assert device.stop() == 0, device.log_tail()
+
+
+def test_a_profile_dump_with_eatt_required_reads_as_a_stranger_before_pairing(rootcanal, tmp_path):
+    """`dump --profile --pair --eatt require` against the lock: enhanced bearers need an encrypted
+    link (Part G, 3.6), yet the stranger pass must come before the pairing, or the profile could
+    not say what the lock refuses a stranger. The first reads go over the unenhanced bearer,
+    the second pass over the enhanced bearers opened after pairing."""
+    lock_service = "7d3c0200-9a5e-4d1a-8f6e-5c1b2d3e4f50"
+    event_log = "7d3c0203-9a5e-4d1a-8f6e-5c1b2d3e4f50"
+    lock = start_advertising(BlemuProcess(rootcanal.controller_spec, unique_name("EL"), device="lock",
+                                          extra_args=["--state-dir", str(tmp_path / "dev")]), rootcanal)
+    try:
+        result = gatt_cli(rootcanal, "--name", lock.name, "--pair", "--passkey", f"{passkey_of(lock):06d}",
+                          "--eatt", "require", "--state-dir", str(tmp_path / "c"), "dump", "--profile")
+        assert result.returncode == 0, result.describe()
+        notes = result.stderr
+        assert "eatt: the first reads go over the unenhanced bearer" in notes, notes
+        assert notes.index("eatt: the first reads") < notes.index("paired") < notes.index("eatt: 5 enhanced ATT bearers open"), notes
+        [service] = [s for s in json.loads(result.stdout)["services"] if s["uuid"] == lock_service]
+        log = {c["uuid"]: c for c in service["characteristics"]}[event_log]
+        # Refused to the stranger (0x05), read after pairing: both are in the profile.
+        assert log.get("permissions") == ["read-authenticated"] and bytes.fromhex(log["value"]), log
+    finally:
+        assert lock.stop() == 0, lock.log_tail()
 
 
 def test_eatt_require_fails_against_a_peer_without_eatt(rootcanal, tmp_path):
