@@ -320,10 +320,12 @@ public final class SimulatedController {
             forgottenAtStop.remove(handle)
             // Legacy advertising ends with the connection it made (Vol 6, Part B, 4.4.2.4).
             if e[6] == 0x01 { legacyAdvertising = false }
-            // A fresh link starts with no PDU under way; without `checksLinks` (a fuzz input
+            // A fresh link starts with no PDU under way. Without `checksLinks` (a fuzz input
             // speaking for the controller) a handle may be "reopened" under the host's feet
-            // mid-PDU, and the host's continuation is no fault of its own.
-            if checksLinks { partial[handle] = [] }
+            // mid-PDU: a link in the peripheral role ends the host's old link on it (Vol 4,
+            // Part E, 5.3.1; its queue, the rest of a PDU too, is dropped), so a new PDU starts
+            // fresh; one in the central role is refused, and the old link's PDU may go on.
+            if checksLinks || e[6] == 0x01 { partial[handle] = [] }
             onLinkEvent?(.opened(handle))
         default:
             break

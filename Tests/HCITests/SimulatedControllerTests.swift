@@ -61,6 +61,26 @@ import Testing
 
     /// Vol 4, Part E, 4.1.1: no more packets than buffers, none bigger than a buffer, none on a
     /// handle that is not connected; Vol 3, Part A, 7.2.1: fragments make whole frames.
+    /// A fuzz input speaking for the controller reopens a handle mid-PDU: in the peripheral role
+    /// the host ends its old link there and starts afresh (no violation); in the central role
+    /// (refused by a peripheral) the old PDU's rest may still come, and a new start is caught.
+    @Test func aHandleReopenedMidPDUStartsAfreshOnlyForAPeripheralLink() {
+        for role: UInt8 in [0x01, 0x00] {
+            let (controller, heard) = controller()
+            let complete: [UInt8] = [0x3E, 19, 0x01, 0x00, 0x40, 0x00, role] + [UInt8](repeating: 0, count: 12)
+            controller.note(complete[...])
+            _ = controller.output(0x02, acl(0x0040, [0x05, 0x00, 0x04, 0x00, 0x0B])[...])   // 1 of 5 bytes
+            controller.note(complete[...])
+            _ = controller.output(0x02, acl(0x0040, [0x03, 0x00, 0x04, 0x00, 0x0A, 0x01, 0x00])[...])
+            if role == 0x01 {
+                #expect(heard.violations.isEmpty, "the new link's first PDU")
+                #expect(controller.takeL2CAP(handle: 0x0040, cid: 0x0004) == [[0x0A, 0x01, 0x00]])
+            } else {
+                #expect(heard.violations == ["a new L2CAP PDU started on handle 64 before the last one was complete"])
+            }
+        }
+    }
+
     @Test func aHostBreakingTheACLRulesIsCaught() {
         let (controller, heard) = controller()
         controller.checksLinks = true
