@@ -544,7 +544,9 @@ def smp_seeds():
 
 def chat_frames_seeds():
     """Typed operations on a chat room's host (Fuzz/Sources/chat-frames/Fuzz.swift): a config byte
-    (bit 0 no trust, 1 signed-only, 2 private, 3 the host has no key), then operations."""
+    (bit 0 no trust, 1 signed-only, 2 private, 3 the host has no key, 4 and 5 real Ed25519 instead
+    of the stand-in), then operations."""
+    ED25519 = 0x30
     ALICE, BOB, CAROL, HOST, EMPTY, UNVERIFIED = 0, 1, 2, 3, 4, 5
     MTU23, MTU100, MTU517 = 0, 4, 7
 
@@ -591,7 +593,7 @@ def chat_frames_seeds():
         return bytes([kind]) + struct.pack("<IBBH", number, hops, len(sender), len(stream)) + stream
 
     members = connect(0) + connect(1, MTU100, plain=True) + connect(2, MTU517)
-    return {
+    seeds = {
         "two-members-chat": bytes([0]) + members + signed(0, 0, ALICE, 1, b"hello") + plain(1, b"hi there")
                             + host(b"welcome") + signed(2, 1, BOB, 1, b"bob here") + drop(1) + clock(10),
         "every-forgery": bytes([0]) + members + signed(0, 0, ALICE, 1, b"honest")
@@ -622,6 +624,10 @@ def chat_frames_seeds():
                           + signed(0, 0, ALICE, 1, b"after the joins"),
         "long-signed-at-mtu-23": bytes([0]) + members + signed(0, 2, CAROL, 5, b"z" * 255) + signed(0, 2, CAROL, 5, b"z" * 255),
     }
+    # The same with real Ed25519 (the others sign with the target's stand-in).
+    for name in ("every-forgery", "private-room", "two-members-chat"):
+        seeds[name + "-ed25519"] = bytes([seeds[name][0] | ED25519]) + seeds[name][1:]
+    return seeds
 
 
 def main():

@@ -366,9 +366,9 @@ public struct ChatProof: Hashable, Sendable {
     /// A private room's message: `text` sealed with `roomKey` (its identity and origin's key
     /// authenticated with it), then signed as sealed.
     public static func seal(room: String, sender: String, number: UInt32, text: some Collection<UInt8>,
-                            with key: ChatSigningKey, roomKey: ChatRoomKey) -> ChatProof {
+                            with key: ChatSigningKey, roomKey: ChatRoomKey, scheme: ChatSignatureScheme = .ed25519) -> ChatProof {
         let sealed = roomKey.seal(Array(text), authenticating: sealingContext(key: key.publicKey, room: room, sender: sender, number: number))
-        let signature = key.signature(of: signedBytes(room: room, sender: sender, number: number, text: sealed))
+        let signature = scheme.sign(key, signedBytes(room: room, sender: sender, number: number, text: sealed))
         return ChatProof(key: key.publicKey, signature: signature, sealed: sealed)
     }
 
@@ -394,14 +394,16 @@ public struct ChatProof: Hashable, Sendable {
     }
 
     /// The proof of `text` said as `sender` number `number` in `room`, by `key`.
-    public static func sign(room: String, sender: String, number: UInt32, text: some Collection<UInt8>, with key: ChatSigningKey) -> ChatProof {
-        ChatProof(key: key.publicKey, signature: key.signature(of: signedBytes(room: room, sender: sender, number: number, text: text)))
+    public static func sign(room: String, sender: String, number: UInt32, text: some Collection<UInt8>, with key: ChatSigningKey,
+                            scheme: ChatSignatureScheme = .ed25519) -> ChatProof {
+        ChatProof(key: key.publicKey, signature: scheme.sign(key, signedBytes(room: room, sender: sender, number: number, text: text)))
     }
 
     /// Whether this proof is the key's signature of that message in that room (of its sealed
     /// text, for a sealed one: `text` is not looked at then).
-    public func verifies(room: String, sender: String, number: UInt32, text: some Collection<UInt8>) -> Bool {
-        if let sealed { return key.verifies(signature, of: Self.signedBytes(room: room, sender: sender, number: number, text: sealed)) }
-        return key.verifies(signature, of: Self.signedBytes(room: room, sender: sender, number: number, text: text))
+    public func verifies(room: String, sender: String, number: UInt32, text: some Collection<UInt8>,
+                         scheme: ChatSignatureScheme = .ed25519) -> Bool {
+        if let sealed { return scheme.verify(key, signature, Self.signedBytes(room: room, sender: sender, number: number, text: sealed)) }
+        return scheme.verify(key, signature, Self.signedBytes(room: room, sender: sender, number: number, text: text))
     }
 }

@@ -32,6 +32,8 @@ public final class ChatTrust {
     /// and only sealed lines are taken. Without it a node still checks and relays sealed lines
     /// (a host or bridge between radios) but cannot read them.
     public let roomKey: ChatRoomKey?
+    /// How lines are signed and checked: Ed25519 (`.ed25519`) unless a harness gives a stand-in.
+    public let signatures: ChatSignatureScheme
     /// Messages refused in a private room because they were not sealed.
     public private(set) var refusedUnsealed = 0
     public private(set) var badSignatures = 0
@@ -47,8 +49,10 @@ public final class ChatTrust {
 
     /// `me`: this node's name, bound to its own key from the start (nobody else speaks as it).
     public init(room: String, identity: ChatSigningKey?, me: String?, signedOnly: Bool = false,
-                bindings: [String: ChatPublicKey] = [:], roomKey: ChatRoomKey? = nil, logger: Logger) {
+                bindings: [String: ChatPublicKey] = [:], roomKey: ChatRoomKey? = nil,
+                signatures: ChatSignatureScheme = .ed25519, logger: Logger) {
         self.room = room
+        self.signatures = signatures
         self.roomKey = roomKey
         self.identity = identity
         self.signedOnly = signedOnly
@@ -64,9 +68,9 @@ public final class ChatTrust {
     public func sign(_ id: ChatMessageID, text: some Collection<UInt8>, sealing: Bool = true) -> ChatMessageID {
         guard let identity else { return id }
         if sealing, let roomKey {
-            return id.with(proof: ChatProof.seal(room: room, sender: id.sender, number: id.number, text: text, with: identity, roomKey: roomKey))
+            return id.with(proof: ChatProof.seal(room: room, sender: id.sender, number: id.number, text: text, with: identity, roomKey: roomKey, scheme: signatures))
         }
-        return id.with(proof: ChatProof.sign(room: room, sender: id.sender, number: id.number, text: text, with: identity))
+        return id.with(proof: ChatProof.sign(room: room, sender: id.sender, number: id.number, text: text, with: identity, scheme: signatures))
     }
 
     /// A sealed message's text, for this node to show: nil when it is not sealed or this node
@@ -92,7 +96,7 @@ public final class ChatTrust {
             }
             return id.sender.hasPrefix(Self.unverifiedMark) ? id : ChatMessageID(sender: Self.unverifiedMark + id.sender, number: id.number)
         }
-        guard !id.sender.hasPrefix(Self.unverifiedMark), proof.verifies(room: room, sender: id.sender, number: id.number, text: text) else {
+        guard !id.sender.hasPrefix(Self.unverifiedMark), proof.verifies(room: room, sender: id.sender, number: id.number, text: text, scheme: signatures) else {
             badSignatures += 1
             logRateLimited(badSignatures, "a message signed as '\(id.sender.visible)' with a bad signature was dropped")
             return nil
@@ -126,7 +130,7 @@ public final class ChatTrust {
     /// (a host without a key), or signed with a signature that verifies.
     public func checkAnnouncement(_ id: ChatMessageID, text: some Collection<UInt8>) -> Bool {
         guard let proof = id.proof else { return !signedOnly }
-        guard proof.verifies(room: room, sender: "", number: id.number, text: text) else {
+        guard proof.verifies(room: room, sender: "", number: id.number, text: text, scheme: signatures) else {
             badSignatures += 1
             logRateLimited(badSignatures, "an announcement with a bad signature was dropped")
             return false

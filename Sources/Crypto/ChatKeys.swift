@@ -72,6 +72,28 @@ public struct ChatPublicKey: Hashable, Sendable, CustomStringConvertible {
     public var description: String { fingerprint }
 }
 
+/// How chat messages are signed and checked (Docs/CHAT.md, "Signed messages"): Ed25519
+/// (`ed25519`) for every node. `ChatTrust` and `ChatProof` take the scheme as a value so that a
+/// harness testing the protocol around signatures, not the signatures themselves (the
+/// `chat-frames` fuzz target, as BoringSSL's FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION does), can
+/// put a cheap deterministic stand-in in its place; nothing but Ed25519 is compiled into blemu.
+public struct ChatSignatureScheme: Sendable {
+    /// The signature of `message` by `key`.
+    public let sign: @Sendable (_ key: ChatSigningKey, _ message: [UInt8]) -> [UInt8]
+    /// Whether `signature` is `key`'s over `message`.
+    public let verify: @Sendable (_ key: ChatPublicKey, _ signature: [UInt8], _ message: [UInt8]) -> Bool
+
+    public init(sign: @escaping @Sendable (_ key: ChatSigningKey, _ message: [UInt8]) -> [UInt8],
+                verify: @escaping @Sendable (_ key: ChatPublicKey, _ signature: [UInt8], _ message: [UInt8]) -> Bool) {
+        self.sign = sign
+        self.verify = verify
+    }
+
+    /// Ed25519 (RFC 8032) through swift-crypto: what every node uses.
+    public static let ed25519 = ChatSignatureScheme(sign: { key, message in key.signature(of: message) },
+                                                    verify: { key, signature, message in key.verifies(signature, of: message) })
+}
+
 /// A private room's key (Docs/CHAT.md, "Private rooms"): HKDF-SHA256 (RFC 5869) of the
 /// passphrase, salted with the room's name, and ChaChaPoly (RFC 8439) with a fresh 12-byte nonce
 /// for each message.

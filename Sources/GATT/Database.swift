@@ -116,7 +116,9 @@ public final class GATTDatabase {
             for characteristic in service.characteristics {
                 try Self.validate(characteristic, in: service)
                 let placement = characteristic.placement
-                let name = "characteristic \(characteristic.uuid) of service \(service.uuid)"
+                // Made only for an error: formatting two UUIDs for every characteristic was most
+                // of building a database of thousands.
+                var name: String { "characteristic \(characteristic.uuid) of service \(service.uuid)" }
                 if let placement {
                     let wanted = (placement.clientConfiguration.map { [$0] } ?? []) + placement.descriptors
                     guard placement.clientConfiguration != nil || !characteristic.notifies else {
@@ -230,7 +232,7 @@ public final class GATTDatabase {
     /// Core Bluetooth's rule, kept here: "Characteristics with cached values must be read-only".
     /// A dynamic characteristic must have the handlers its properties promise.
     static func validate(_ c: Characteristic, in service: Service) throws(GATTDatabaseError) {
-        let name = "characteristic \(c.uuid) of service \(service.uuid)"
+        var name: String { "characteristic \(c.uuid) of service \(service.uuid)" }   // only for an error
         // Vol 3, Part G, 3.3.1.1: the Extended Properties bit and descriptor go together.
         let declaresExtended = c.descriptors.contains { $0.uuid == GATTType.extendedProperties }
         if c.properties.contains(.extendedProperties) != declaresExtended {

@@ -39,6 +39,44 @@ import Testing
         #expect(trust.check(forged, text: Array("FORGED".utf8)) == forged)
     }
 
+    /// The scheme a trust signs and checks with: Ed25519 by default (what the host's lines carry
+    /// verifies with the key alone), a stand-in only where one is given (the fuzz target's), and
+    /// then for signing, checking and announcements alike.
+    @Test func aTrustSignsAndChecksWithEd25519UnlessGivenAnotherScheme() {
+        let text = Array("hi".utf8)
+        let real = ChatTrust(room: "kitchen", identity: alice, me: "alice", logger: logger)
+        let signedByReal = real.sign(ChatMessageID(sender: "alice", number: 1), text: text)
+        let message = ChatProof.signedBytes(room: "kitchen", sender: "alice", number: 1, text: text)
+        #expect(alice.publicKey.verifies(signedByReal.proof!.signature, of: message))
+
+        // A stand-in: the message's bytes reversed, padded to 64 (not a secure scheme: a test's).
+        let standIn = ChatSignatureScheme(
+            sign: { _, message in Array((message.reversed() + [UInt8](repeating: 0, count: 64)).prefix(64)) },
+            verify: { _, signature, message in signature == Array((message.reversed() + [UInt8](repeating: 0, count: 64)).prefix(64)) })
+        let stood = ChatTrust(room: "kitchen", identity: alice, me: "alice", signatures: standIn, logger: logger)
+        let signedByStandIn = stood.sign(ChatMessageID(sender: "alice", number: 1), text: text)
+        #expect(signedByStandIn.proof!.signature == standIn.sign(alice, message))
+        #expect(!alice.publicKey.verifies(signedByStandIn.proof!.signature, of: message))
+        // Each trust takes only its own scheme's signatures, on messages and announcements.
+        let bob = ChatTrust(room: "kitchen", identity: nil, me: nil, logger: logger)
+        let bobStood = ChatTrust(room: "kitchen", identity: nil, me: nil, signatures: standIn, logger: logger)
+        #expect(bob.check(signedByReal, text: text) == signedByReal)
+        #expect(bob.check(signedByStandIn, text: text) == nil)
+        #expect(bobStood.check(signedByStandIn, text: text) == signedByStandIn)
+        #expect(bobStood.check(signedByReal, text: text) == nil)
+        #expect(bobStood.check(ChatMessageID(sender: "alice", number: 1, proof: signedByStandIn.proof), text: Array("ho".utf8)) == nil)
+        let announcement = stood.sign(ChatMessageID(sender: "", number: 2), text: text, sealing: false)
+        #expect(bobStood.checkAnnouncement(announcement, text: text))
+        #expect(!bob.checkAnnouncement(announcement, text: text))
+        // Sealed (a private room): the signature over the sealed text is the scheme's too.
+        let roomKey = ChatRoomKey(passphrase: Array("secret".utf8), room: "kitchen")
+        let sealer = ChatTrust(room: "kitchen", identity: alice, me: "alice", roomKey: roomKey, signatures: standIn, logger: logger)
+        let sealed = sealer.sign(ChatMessageID(sender: "alice", number: 3), text: text)
+        let reader = ChatTrust(room: "kitchen", identity: nil, me: nil, roomKey: roomKey, signatures: standIn, logger: logger)
+        #expect(reader.check(sealed, text: []) == sealed && reader.open(sealed) == "hi")
+        #expect(ChatTrust(room: "kitchen", identity: nil, me: nil, roomKey: roomKey, logger: logger).check(sealed, text: []) == nil)
+    }
+
     @Test func aChangedTextNumberSenderOrRoomFailsTheSignature() {
         let trust = ChatTrust(room: "kitchen", identity: nil, me: nil, logger: logger)
         let id = signed("alice", 5, "pay bob", by: alice)

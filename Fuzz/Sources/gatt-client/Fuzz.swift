@@ -35,7 +35,6 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let generated = config & 0x20 != 0 ? GeneratedDatabase.take(input.u8(), input.u8(), input.u8(), unbounded: unbounded) : nil
     let link = Link(serverRxMTU: rxMTUs[Int(config & 0x07)], database: FuzzDatabase(rawValue: (config >> 3) & 0x03) ?? .lengthRules,
                     generated: generated?.database, movesLeft: unbounded ? Int.max : Link.boundedMoves)
-    let handles = link.handles
     let memory = MemoryBound(bound: 64 << 20)
 
     while !input.isAtEnd {
@@ -44,7 +43,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         case 0x00...0xEF:
             link.inject(input.take(Int(record)))
         case 0xF0:
-            link.start(procedure: input.u8(), handle: handles.isEmpty ? 1 : handles[Int(input.u8()) % handles.count])
+            link.start(procedure: input.u8(), handle: link.handle(input.u8()))
         case 0xF1:
             link.move(Int(input.u8()))
         case 0xF2:
@@ -262,8 +261,8 @@ final class Link: ATTServerDelegate {
     private var outstanding = false
     private var closed = false
 
-    /// The attribute handles of the database, for the records that name one.
-    let handles: [UInt16]
+    /// The server's database, for the records that name one of its handles.
+    let database: GATTDatabase
     /// PDUs the link may still move in this input. A whole discovery of a big database (a huge
     /// one at ATT_MTU 23 is about 10,000 PDUs) per input made the target run a few hundred
     /// inputs a second: most inputs get `boundedMoves` (enough for every procedure on the
@@ -275,7 +274,6 @@ final class Link: ATTServerDelegate {
 
     init(serverRxMTU: Int, database kind: FuzzDatabase, generated: GATTDatabase?, movesLeft: Int) {
         self.movesLeft = movesLeft
-        let database: GATTDatabase
         switch kind {
         case _ where generated != nil: database = generated!
         case .lengthRules:
@@ -285,11 +283,17 @@ final class Link: ATTServerDelegate {
         case .deep: database = FuzzDatabase.deepDatabase
         case .hugeAndDeep: database = FuzzDatabase.hugeAndDeepDatabase
         }
-        handles = database.attributes.map(\.handle)
         server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 0x40, address: BluetoothAddress("F0:F1:F2:F3:F4:F5")!),
                            scheduler: scheduler, serverRxMTU: serverRxMTU)
         server.delegate = self
         client = GATTClient(scheduler: scheduler) { [unowned self] pdu in self.clientSent(pdu) }
+    }
+
+    /// The handle of the attribute `byte` picks (of the first 256). Looked up, not listed: a
+    /// list of every handle per input cost a huge database's length in each input.
+    func handle(_ byte: UInt8) -> UInt16 {
+        let attributes = database.attributes
+        return attributes.isEmpty ? 1 : attributes[Int(byte) % attributes.count].handle
     }
 
     private func clientSent(_ pdu: [UInt8]) -> Bool {
