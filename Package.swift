@@ -10,7 +10,16 @@ let package = Package(
         // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
         .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
                                              "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast", "BlemuObserver",
-                                             "BlemuAssignedNumbers", "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuSimulator", "BlemuBenchRig", "BlemuBench"]),
+                                             "BlemuAssignedNumbers", "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuSimulator", "BlemuBenchRig", "BlemuBench", "BlemuBenchProtocol"]),
+        // What Fuzz/'s targets drive, and no more: the layers up to Host, Devices, Transport and
+        // Control, the simulated controller, the bench codecs. Not Stack and what only it
+        // assembles (Chat, Scenario, Profile, Config, ...), Central or Bench: the fuzz build
+        // (release, AddressSanitizer, in scripts/test's smoke run) compiles every module of the
+        // products it depends on.
+        .library(name: "BlemuFuzzKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT",
+                                                  "BlemuGATTClient", "BlemuHost", "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast",
+                                                  "BlemuDevices", "BlemuRunLoop", "BlemuTransport", "BlemuControl", "BlemuSimulator",
+                                                  "BlemuBenchProtocol"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -156,12 +165,15 @@ let package = Package(
             "BlemuChat", "BlemuControl", "BlemuScenario", "BlemuCapture", "BlemuService",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Stack"),
+        // bumble-bench's packets and their stream framing: pure codecs on Core alone, below Stack, so
+        // Fuzz/'s `decoders` target reaches them without building the whole stack.
+        .target(name: "BlemuBenchProtocol", dependencies: ["BlemuCore"], path: "Sources/BenchProtocol"),
         // `blemu bench` (bumble-bench's protocol, scenarios and statistics, and the run on one
         // controller in either role). Above Stack (it assembles a central session or a device's
         // controller stack), below the CLI.
         .target(name: "BlemuBench", dependencies: [
             "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHCI", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuChannels",
-            "BlemuHost", "BlemuCentral", "BlemuStack",
+            "BlemuHost", "BlemuCentral", "BlemuStack", "BlemuBenchProtocol",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Bench"),
         .executableTarget(name: "blemu", dependencies: [
@@ -203,7 +215,7 @@ let package = Package(
         .target(name: "CAllocationCounter", path: "Tests/Support/CAllocationCounter"),
         // What several test targets share: the spec's sample data, temporary directories.
         .target(name: "BlemuTestSupport", dependencies: ["BlemuCore", "BlemuCrypto"], path: "Tests/Support/TestSupport"),
-        .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuBench", "BlemuBenchRig", "BlemuHost", "BlemuDevices", "BlemuChannels", "BlemuL2CAP",
+        .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuBench", "BlemuBenchProtocol", "BlemuBenchRig", "BlemuHost", "BlemuDevices", "BlemuChannels", "BlemuL2CAP",
                                                          "BlemuGATT", "BlemuCrypto", "BlemuHCI", "BlemuRunLoop"],
                     path: "Tests/AllocationTests"),
         .testTarget(name: "ChatTests", dependencies: ["BlemuTestSupport", "BlemuChat", "BlemuDevices", "BlemuCrypto", "BlemuCore",
@@ -255,7 +267,7 @@ let package = Package(
         .testTarget(name: "ScenarioTests", dependencies: ["BlemuScenario", "BlemuControl", "BlemuHost", "BlemuGATT", "BlemuCore",
                                                        .product(name: "Logging", package: "swift-log")],
                     path: "Tests/ScenarioTests"),
-        .testTarget(name: "BenchTests", dependencies: ["BlemuBench", "BlemuCore", "BlemuSimulator"], path: "Tests/BenchTests"),
+        .testTarget(name: "BenchTests", dependencies: ["BlemuBench", "BlemuBenchProtocol", "BlemuCore", "BlemuSimulator"], path: "Tests/BenchTests"),
         .testTarget(name: "CaptureTests", dependencies: ["BlemuTestSupport", "BlemuCapture", "BlemuCore"], path: "Tests/CaptureTests"),
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
         .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuEATT", "BlemuGATT", "BlemuATT",

@@ -25,7 +25,7 @@ let package = Package(
         // libFuzzer's driver behind the `<module>_main` that SwiftPM links as each executable's main.
         .target(name: "CFuzzDriver", path: "Sources/CFuzzDriver"),
         // What the targets share: the controller, the input reader, the fuzz device.
-        .target(name: "FuzzSupport", dependencies: ["CFuzzDriver", .product(name: "BlemuKit", package: blemuIdentity)],
+        .target(name: "FuzzSupport", dependencies: ["CFuzzDriver", .product(name: "BlemuFuzzKit", package: blemuIdentity)],
                 path: "Sources/FuzzSupport"),
         .executableTarget(name: "h4-host", dependencies: ["FuzzSupport"], path: "Sources/h4-host"),
         .executableTarget(name: "l2cap", dependencies: ["FuzzSupport"], path: "Sources/l2cap"),

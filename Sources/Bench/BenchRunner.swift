@@ -1,3 +1,4 @@
+import BlemuBenchProtocol
 import BlemuCore
 
 /// Where a runner's packets go: a GATT characteristic or an L2CAP channel.

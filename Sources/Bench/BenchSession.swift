@@ -1,3 +1,4 @@
+import BlemuBenchProtocol
 import BlemuCentral
 import BlemuChannels
 import BlemuCore

@@ -1,4 +1,5 @@
 import BlemuATT
+import BlemuBenchProtocol
 import BlemuCentral
 import BlemuChannels
 import BlemuCore

@@ -1,4 +1,5 @@
 import BlemuBench
+import BlemuBenchProtocol
 import BlemuCore
 import CAllocationCounter
 import Testing

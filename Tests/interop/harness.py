@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -138,14 +138,17 @@ class BlemuProcess:
             return None
         return f"blemu exited with status {status}; output:\n{self.log_tail()}"
 
-    def wait_advertising(self, rootcanal: RootCanal, timeout: float = 20.0, name: str | None = None) -> ScanResult:
-        """Scan until this process advertises its name (or `name`); fail early if it exits."""
+    def wait_advertising(self, rootcanal: RootCanal, timeout: float = 20.0, name: str | None = None,
+                         alive: Callable[[], str | None] | None = None) -> ScanResult:
+        """Scan until this process advertises its name (or `name`); fail early if it exits, or
+        when `alive` says why the process that advertises stopped (a probe that was never
+        started scans for another process: without `alive`, its first poll would end the scan)."""
         wanted = name or self.name
         assert wanted is not None, "no name to scan for: pass name="
 
         async def scan() -> ScanResult:
             async with Central(rootcanal.controller_spec, name="readiness-scanner") as central:
-                return await central.scan_for(wanted, timeout=timeout, alive=self.exited)
+                return await central.scan_for(wanted, timeout=timeout, alive=alive or self.exited)
 
         try:
             self.scan = run(scan(), timeout + 15)

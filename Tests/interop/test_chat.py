@@ -54,6 +54,13 @@ class ChatProcess:
             time.sleep(0.05)
         raise AssertionError(f"no {what} within {timeout:.0f} s; stdout: {self.lines}\nstderr:\n{Path(self.log).read_text()}")
 
+    def exited(self) -> str | None:
+        """None while running; otherwise why it is not (for a readiness scan's `alive`)."""
+        status = self.process.poll()
+        if status is None:
+            return None
+        return f"blemu chat exited with status {status}; stderr:\n{Path(self.log).read_text()}"
+
     def stop(self) -> int:
         self.process.terminate()
         try:
@@ -100,7 +107,7 @@ def test_the_seed_apps_plain_protocol_against_the_host(rootcanal):
     host = ChatProcess(rootcanal.controller_spec, "--name", room)
     try:
         probe = BlemuProcess(rootcanal.controller_spec, room)   # only for its readiness scan
-        probe.wait_advertising(rootcanal)
+        probe.wait_advertising(rootcanal, alive=host.exited)
 
         async def scenario():
             async with Central(rootcanal.controller_spec, name="seed-app") as central:
@@ -685,7 +692,7 @@ def test_three_members_in_one_room_and_a_stalled_one(rootcanal):
     members: list[ChatProcess] = []
     try:
         probe = BlemuProcess(rootcanal.controller_spec, room)   # only for its readiness scan
-        probe.wait_advertising(rootcanal)
+        probe.wait_advertising(rootcanal, alive=host.exited)
         for name in ("m1", "m2"):
             members.append(ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", name))
         deadline = time.monotonic() + 30

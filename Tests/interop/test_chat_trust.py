@@ -90,7 +90,7 @@ def test_a_hostile_member_cannot_forge_replay_or_silence(rootcanal):
     members: list[ChatProcess] = []
     try:
         probe = BlemuProcess(rootcanal.controller_spec, room)   # only for its readiness scan
-        probe.wait_advertising(rootcanal)
+        probe.wait_advertising(rootcanal, alive=host.exited)
         alice = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "alice")
         members.append(alice)
         bob = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "bob")
@@ -268,7 +268,7 @@ def test_a_plain_client_is_unverified_in_an_open_room_and_shown_the_door_in_a_pr
     member = None
     try:
         probe = BlemuProcess(rootcanal.controller_spec, room)
-        probe.wait_advertising(rootcanal)
+        probe.wait_advertising(rootcanal, alive=host.exited)
         member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "board-2")
         host.wait_for(lambda line: line.endswith(" joined"), "the member joining")
         _, closed = plain_client(rootcanal, probe.scan.address, lines=["/name phone", "hello from the phone"], wait_closed=False)
@@ -288,7 +288,7 @@ def test_a_plain_client_is_unverified_in_an_open_room_and_shown_the_door_in_a_pr
     member = None
     try:
         probe = BlemuProcess(rootcanal.controller_spec, room)
-        probe.wait_advertising(rootcanal)
+        probe.wait_advertising(rootcanal, alive=host.exited)
         member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "board-2",
                              "--passphrase-file", str(secret))
         host.wait_for(lambda line: line.endswith(" joined"), "the member joining")
@@ -381,7 +381,7 @@ def test_a_signed_only_room_refuses_a_plain_client_and_takes_blemu_members(rootc
     member = None
     try:
         probe = BlemuProcess(rootcanal.controller_spec, room)
-        probe.wait_advertising(rootcanal)
+        probe.wait_advertising(rootcanal, alive=host.exited)
         member = ChatProcess(rootcanal.controller_spec, "--role", "central", "--room", room, "--name", "board-2")
         host.wait_for(lambda line: line.endswith(" joined"), "the member joining")
         refused: list[int] = []
@@ -489,7 +489,7 @@ def test_require_encryption_refuses_a_plain_client_until_it_pairs(rootcanal, tmp
     host = ChatProcess(rootcanal.controller_spec, "--name", room, "--require-encryption", "--state-dir", str(tmp_path))
     try:
         probe = BlemuProcess(rootcanal.controller_spec, room)   # only for its readiness scan
-        probe.wait_advertising(rootcanal)
+        probe.wait_advertising(rootcanal, alive=host.exited)
 
         async def scenario():
             async with Central(rootcanal.controller_spec, name="phone") as central:

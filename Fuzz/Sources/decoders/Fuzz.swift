@@ -1,5 +1,5 @@
 import BlemuATT
-import BlemuBench
+import BlemuBenchProtocol
 import BlemuCore
 import BlemuDevices
 import BlemuHCI
