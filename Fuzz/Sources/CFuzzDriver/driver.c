@@ -97,5 +97,3 @@ size_t blemu_fuzz_allocated_bytes(void) {
     abort();
 #endif
 }
-
-int blemu_fuzz_is_address_sanitized(void) { return __sanitizer_get_current_allocated_bytes != 0; }

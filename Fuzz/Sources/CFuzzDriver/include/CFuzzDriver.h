@@ -25,7 +25,4 @@ int blemu_fuzz_driver_keeping_state(int argc, char **argv, int (*test_one_input)
 /// wrappers of malloc and free count them (usable sizes).
 size_t blemu_fuzz_allocated_bytes(void);
 
-/// 1 when the process runs under AddressSanitizer.
-int blemu_fuzz_is_address_sanitized(void);
-
 #endif
