@@ -15,6 +15,11 @@ let blemuIdentity = blemuFolder.lastPathComponent.lowercased()
 //         -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library --product att-server
 //
 // scripts/fuzz does that and runs them; a plain `swift build` here fails at link time.
+// The throughput build of scripts/fuzz (-sanitize=fuzzer without address, BLEMU_FUZZ_THROUGHPUT=1,
+// in <scratch>-throughput): the driver counts allocations itself for the memory oracle, as
+// AddressSanitizer's allocator does in the other build.
+let throughput = Context.environment["BLEMU_FUZZ_THROUGHPUT"] == "1"
+
 let package = Package(
     name: "blemu-fuzz",
     platforms: [.macOS(.v13)],
@@ -23,7 +28,8 @@ let package = Package(
     ],
     targets: [
         // libFuzzer's driver behind the `<module>_main` that SwiftPM links as each executable's main.
-        .target(name: "CFuzzDriver", path: "Sources/CFuzzDriver"),
+        .target(name: "CFuzzDriver", path: "Sources/CFuzzDriver",
+                cSettings: throughput ? [.define("BLEMU_FUZZ_COUNT_MALLOC")] : []),
         // What the targets share: the controller, the input reader, the fuzz device.
         .target(name: "FuzzSupport", dependencies: ["CFuzzDriver", .product(name: "BlemuFuzzKit", package: blemuIdentity)],
                 path: "Sources/FuzzSupport"),

@@ -77,4 +77,15 @@ public final class ManualScheduler: TimerScheduling {
         }
         nowNanoseconds = target
     }
+
+    /// The run loop was held up for `delay` (the process stopped, the machine suspended): the
+    /// clock jumps, then every timer that fell due meanwhile fires once, in deadline order, all
+    /// seeing the new time — as `RunLoop` does when it wakes late. A timer that reschedules
+    /// itself (a periodic tick) fires once for the whole stall, not once per period; what the
+    /// actions schedule falls due after the new time. The fuzz targets jump minutes this way
+    /// (a subscribed device's tick each second made such a jump cost hundreds of notifications).
+    public func stall(for delay: Duration) {
+        nowNanoseconds += delay.nanoseconds
+        advance(by: .zero)
+    }
 }

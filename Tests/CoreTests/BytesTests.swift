@@ -95,4 +95,23 @@ import Testing
         s.advance(by: .milliseconds(100))
         #expect(fired == [1, 3])
     }
+
+    @Test func aStallFiresEachDueTimerOnceAtTheNewTime() {
+        let s = ManualScheduler()
+        let start = s.nowNanoseconds
+        var ticks: [UInt64] = []
+        var timeouts: [UInt64] = []
+        func tick() { s.schedule(after: .seconds(1)) { ticks.append(s.nowNanoseconds - start); tick() } }
+        tick()
+        s.schedule(after: .seconds(600)) { timeouts.append(s.nowNanoseconds - start) }
+        s.schedule(after: .seconds(700)) { timeouts.append(s.nowNanoseconds - start) }
+        s.stall(for: .seconds(650))
+        // The tick once (not 650 times), the 10-minute timer, both at the new time; not the later one.
+        #expect(ticks == [650_000_000_000])
+        #expect(timeouts == [650_000_000_000])
+        #expect(s.nowNanoseconds - start == 650_000_000_000)
+        // What the tick rescheduled runs a period after the stall.
+        s.advance(by: .seconds(1))
+        #expect(ticks == [650_000_000_000, 651_000_000_000])
+    }
 }

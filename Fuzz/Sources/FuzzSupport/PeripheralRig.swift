@@ -163,6 +163,23 @@ public final class PeripheralRig {
         controller.flush()
     }
 
+    /// A long jump of the clock (l2cap's 65 s and 10 minutes): the run loop stalls for all but
+    /// the last `jumpTail` (`ManualScheduler.stall`: each timer due meanwhile fires once, at the
+    /// new time, as the run loop does when it wakes late), then the tail passes timer by timer,
+    /// so a chain of timers within it (a command's 3 s timeout, the 10 s reassembly) still runs
+    /// its course. Tick by tick, a subscribed heart-rate device's 1 s tick sent a notification
+    /// through the whole stack each second: 600 in a 10-minute jump, a fifth of `l2cap`'s time.
+    public func jump(milliseconds: UInt64) {
+        if milliseconds > Self.jumpTail {
+            scheduler.stall(for: .milliseconds(Int64(milliseconds - Self.jumpTail)))
+            controller.flush()
+        }
+        advance(milliseconds: min(milliseconds, Self.jumpTail))
+    }
+
+    /// What of a long jump passes timer by timer: past the 10 s reassembly timeout.
+    public static let jumpTail: UInt64 = 11_000
+
     public func stop() {
         guard !stopped else { return }
         stopped = true

@@ -23,6 +23,8 @@ import FuzzSupport
 ///                a & 0x80
 ///   3 a n d…     a raw ACL packet on handle a & 3 with boundary flag (a >> 2) & 3, n bytes
 ///   4 t          the clock moves: t < 200: t × 10 ms; else 3.1 s, 10.5 s, 30.5 s, 65 s, 600 s
+///                (65 s and 600 s as a stall of the run loop, then 11 s timer by timer: each
+///                timer due in the stall fires once, a 1 s tick too, `PeripheralRig.jump`)
 ///   5            Number Of Completed Packets for everything in flight
 ///   6            the peripheral stops (blemu's clean stop)
 ///   7 a k …      an LE event on handle a & 3: connection update complete, remote connection
@@ -124,7 +126,13 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         case 4:
             let t = input.u8()
             let jumps: [UInt64] = [3_100, 10_500, 30_500, 65_000, 600_000]
-            rig.advance(milliseconds: t < 200 ? UInt64(t) * 10 : jumps[Int(t - 200) % jumps.count])
+            if t < 200 {
+                rig.advance(milliseconds: UInt64(t) * 10)
+            } else {
+                // 65 s and 10 minutes: a stall, then the last 11 s timer by timer (`PeripheralRig.jump`).
+                let jump = jumps[Int(t - 200) % jumps.count]
+                jump > 60_000 ? rig.jump(milliseconds: jump) : rig.advance(milliseconds: jump)
+            }
         case 5:
             controller.completePackets()
             controller.flush()

@@ -21,7 +21,8 @@ int blemu_fuzz_driver(int argc, char **argv, int (*test_one_input)(const uint8_t
 int blemu_fuzz_driver_keeping_state(int argc, char **argv, int (*test_one_input)(const uint8_t *data, size_t size));
 
 /// Bytes allocated and not yet freed, as AddressSanitizer's allocator counts them (the memory
-/// oracle of the whole-stack targets).
+/// oracle of the whole-stack targets), or, in the throughput build without it, as the driver's
+/// wrappers of malloc and free count them (usable sizes).
 size_t blemu_fuzz_allocated_bytes(void);
 
 #endif
