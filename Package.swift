@@ -287,14 +287,20 @@ for target in package.targets where target.name.hasPrefix("Blemu") || target.nam
         + [.unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))]
 }
 
-// The fuzz build of Fuzz/'s `decoders` target (scripts/fuzz): libFuzzer's coverage only on the modules
-// whose decoders it drives, named in BLEMU_FUZZ_COVERAGE_MODULES, while every module is built with
-// AddressSanitizer alone. -sanitize=fuzzer would instrument the whole stack, and libFuzzer scans every
-// counter of the binary after each input (Docs/TESTING.md, Fuzzing, Speed). Unset: no change.
+// The fuzz builds of Fuzz/ (scripts/fuzz) with libFuzzer's coverage only on the modules named in
+// BLEMU_FUZZ_COVERAGE_MODULES: -sanitize=fuzzer on the command line would instrument every module
+// (the harness and the dependencies too), and libFuzzer scans every counter of the binary after
+// each input and keeps features of all of them (Docs/TESTING.md, Fuzzing, Speed). The throughput
+// build (BLEMU_FUZZ_THROUGHPUT=1) has no sanitizer on the command line, and swiftc takes
+// -sanitize-coverage only beside a sanitizer, so the named modules get -sanitize=fuzzer itself
+// (the same instrumentation: edges, indirect calls, comparisons, 8-bit counters, the PC table);
+// beside -sanitize=address on the command line they get SanitizerCoverage alone. Unset: no change.
 if let modules = Context.environment["BLEMU_FUZZ_COVERAGE_MODULES"] {
     let covered = Set(modules.split(separator: ",").map(String.init))
+    let coverage = Context.environment["BLEMU_FUZZ_THROUGHPUT"] == "1"
+        ? ["-sanitize=fuzzer"]
+        : ["-sanitize-coverage=edge,indirect-calls,trace-cmp,inline-8bit-counters,pc-table"]
     for target in package.targets where covered.contains(target.name) {
-        target.swiftSettings = (target.swiftSettings ?? [])
-            + [.unsafeFlags(["-sanitize-coverage=edge,indirect-calls,trace-cmp,inline-8bit-counters,pc-table"])]
+        target.swiftSettings = (target.swiftSettings ?? []) + [.unsafeFlags(coverage)]
     }
 }

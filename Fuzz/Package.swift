@@ -15,10 +15,15 @@ let blemuIdentity = blemuFolder.lastPathComponent.lowercased()
 //         -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library --product att-server
 //
 // scripts/fuzz does that and runs them; a plain `swift build` here fails at link time.
-// The throughput build of scripts/fuzz (-sanitize=fuzzer without address, BLEMU_FUZZ_THROUGHPUT=1,
-// in <scratch>-throughput): the driver counts allocations itself for the memory oracle, as
+// The throughput build of scripts/fuzz (no AddressSanitizer, BLEMU_FUZZ_THROUGHPUT=1, in
+// <scratch>-throughput; -sanitize=fuzzer only on the stack's modules, BLEMU_FUZZ_COVERAGE_MODULES in
+// blemu's Package.swift): the driver counts allocations itself for the memory oracle, as
 // AddressSanitizer's allocator does in the other build.
 let throughput = Context.environment["BLEMU_FUZZ_THROUGHPUT"] == "1"
+// libFuzzer's runtime, for the builds that do not give -sanitize=fuzzer on the command line
+// (the throughput build: coverage on the stack's modules only). With it on the command
+// line (the asan build) this changes nothing.
+let libFuzzer: [LinkerSetting] = [.unsafeFlags(["-sanitize=fuzzer"])]
 
 let package = Package(
     name: "blemu-fuzz",
@@ -33,19 +38,21 @@ let package = Package(
         // What the targets share: the controller, the input reader, the fuzz device.
         .target(name: "FuzzSupport", dependencies: ["CFuzzDriver", .product(name: "BlemuFuzzKit", package: blemuIdentity)],
                 path: "Sources/FuzzSupport"),
-        .executableTarget(name: "h4-host", dependencies: ["FuzzSupport"], path: "Sources/h4-host"),
-        .executableTarget(name: "l2cap", dependencies: ["FuzzSupport"], path: "Sources/l2cap"),
-        .executableTarget(name: "att-server", dependencies: ["FuzzSupport"], path: "Sources/att-server"),
-        // scripts/fuzz builds `decoders` with -sanitize=address alone and coverage on the decoder
-        // modules only (BLEMU_FUZZ_COVERAGE_MODULES, blemu's Package.swift; not on this harness:
-        // its features cost a quarter of the speed and reached no decoder edge more), so
-        // libFuzzer's runtime is linked here. With -sanitize=fuzzer as well (the other targets'
-        // build) this flag changes nothing.
+        .executableTarget(name: "h4-host", dependencies: ["FuzzSupport"], path: "Sources/h4-host",
+                          linkerSettings: libFuzzer),
+        .executableTarget(name: "l2cap", dependencies: ["FuzzSupport"], path: "Sources/l2cap",
+                          linkerSettings: libFuzzer),
+        .executableTarget(name: "att-server", dependencies: ["FuzzSupport"], path: "Sources/att-server",
+                          linkerSettings: libFuzzer),
         .executableTarget(name: "decoders", dependencies: ["FuzzSupport"], path: "Sources/decoders",
-                          linkerSettings: [.unsafeFlags(["-sanitize=fuzzer"])]),
-        .executableTarget(name: "control", dependencies: ["FuzzSupport"], path: "Sources/control"),
-        .executableTarget(name: "gatt-client", dependencies: ["FuzzSupport"], path: "Sources/gatt-client"),
-        .executableTarget(name: "smp", dependencies: ["FuzzSupport"], path: "Sources/smp"),
-        .executableTarget(name: "chat-frames", dependencies: ["FuzzSupport"], path: "Sources/chat-frames"),
+                          linkerSettings: libFuzzer),
+        .executableTarget(name: "control", dependencies: ["FuzzSupport"], path: "Sources/control",
+                          linkerSettings: libFuzzer),
+        .executableTarget(name: "gatt-client", dependencies: ["FuzzSupport"], path: "Sources/gatt-client",
+                          linkerSettings: libFuzzer),
+        .executableTarget(name: "smp", dependencies: ["FuzzSupport"], path: "Sources/smp",
+                          linkerSettings: libFuzzer),
+        .executableTarget(name: "chat-frames", dependencies: ["FuzzSupport"], path: "Sources/chat-frames",
+                          linkerSettings: libFuzzer),
     ]
 )
