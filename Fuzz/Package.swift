@@ -38,21 +38,7 @@ let package = Package(
         // What the targets share: the controller, the input reader, the fuzz device.
         .target(name: "FuzzSupport", dependencies: ["CFuzzDriver", .product(name: "BlemuFuzzKit", package: blemuIdentity)],
                 path: "Sources/FuzzSupport"),
-        .executableTarget(name: "h4-host", dependencies: ["FuzzSupport"], path: "Sources/h4-host",
-                          linkerSettings: libFuzzer),
-        .executableTarget(name: "l2cap", dependencies: ["FuzzSupport"], path: "Sources/l2cap",
-                          linkerSettings: libFuzzer),
-        .executableTarget(name: "att-server", dependencies: ["FuzzSupport"], path: "Sources/att-server",
-                          linkerSettings: libFuzzer),
-        .executableTarget(name: "decoders", dependencies: ["FuzzSupport"], path: "Sources/decoders",
-                          linkerSettings: libFuzzer),
-        .executableTarget(name: "control", dependencies: ["FuzzSupport"], path: "Sources/control",
-                          linkerSettings: libFuzzer),
-        .executableTarget(name: "gatt-client", dependencies: ["FuzzSupport"], path: "Sources/gatt-client",
-                          linkerSettings: libFuzzer),
-        .executableTarget(name: "smp", dependencies: ["FuzzSupport"], path: "Sources/smp",
-                          linkerSettings: libFuzzer),
-        .executableTarget(name: "chat-frames", dependencies: ["FuzzSupport"], path: "Sources/chat-frames",
-                          linkerSettings: libFuzzer),
-    ]
+    ] + ["h4-host", "l2cap", "att-server", "decoders", "control", "gatt-client", "smp", "chat-frames"].map {
+        .executableTarget(name: $0, dependencies: ["FuzzSupport"], path: "Sources/\($0)", linkerSettings: libFuzzer)
+    }
 )
