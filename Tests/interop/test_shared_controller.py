@@ -9,23 +9,43 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import struct
 import tempfile
+import time
 from pathlib import Path
 
 from bumble.core import UUID
 
-from bumble_central import AD_COMPLETE_16BIT_UUIDS, AD_COMPLETE_LOCAL_NAME, Central, UUID_DEVICE_NAME, UUID_GAP_SERVICE, UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE
+from bumble_central import AD_COMPLETE_16BIT_UUIDS, Central, UUID_DEVICE_NAME, UUID_GAP_SERVICE, UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE
 from fake_controller import FakeController
 from harness import run, run_cli, unique_name
 
 
-def has_complete_name(name: str):
-    """Copies' names differ only at the end, so a shortened name in the advertising data could
-    match the wrong copy: wait for the complete name (in the scan response)."""
-    return lambda result: any(ad_type == AD_COMPLETE_LOCAL_NAME and text == name
-                              for ad_type, text in result.names().values())
+async def find_each(scanner: Central, blemu, names: list[str], timeout: float = 20.0) -> list:
+    """Each named device's advertisements, found by the address blemu says it advertises from
+    (`advertising as "NAME" (ADDRESS)`, event=advertising-started). Its complete name is only in
+    its scan response, and rootcanal answers a scanner's scan requests for one set at a time,
+    always the same first: with several sets on one controller a scan response of another set
+    can take longer than any timeout, above all on a loaded machine. The names are checked over
+    GATT (Device Name) where a test connects."""
+    deadline = time.monotonic() + timeout
+    addresses: dict[str, str] = {}
+    while len(addresses) < len(names):
+        for entry in blemu.events("advertising-started"):
+            match = re.match(r'advertising as "(.*)" \(([0-9A-F:]{17})\)', entry.message)
+            if match and match.group(1) in names:
+                addresses[match.group(1)] = match.group(2)
+        if len(addresses) == len(names):
+            break
+        if (reason := blemu.exited()) is not None or time.monotonic() > deadline:
+            raise AssertionError(f"advertising of {sorted(set(names) - set(addresses))}: {reason or 'not started'}\n{blemu.log_tail()}")
+        await asyncio.sleep(0.05)
+    return [await scanner.scan_until(lambda result, address=addresses[name]: str(result.address) == address,
+                                     f"{name} at {addresses[name]}", timeout=timeout,
+                                     want_scan_response=False, alive=blemu.exited)
+            for name in names]
 
 
 def names_of(base: str) -> list[str]:
@@ -41,8 +61,7 @@ def test_three_devices_on_one_controller_each_reached_on_its_own(rootcanal, blem
 
     async def scenario():
         async with Central(rootcanal.controller_spec, name="shared-scanner") as scanner:
-            seen = [await scanner.scan_until(has_complete_name(name), name, timeout=20.0, alive=blemu.exited)
-                    for name in names]
+            seen = await find_each(scanner, blemu, names)
         addresses = {str(result.address) for result in seen}
         assert len(addresses) == 3, f"three devices, three addresses: {addresses}"
         assert all(result.connectable for result in seen), "every set is connectable"
@@ -109,13 +128,14 @@ def test_heart_rate_thermostat_and_lock_on_one_controller(rootcanal, blemu_facto
 
     async def scenario():
         async with Central(rootcanal.controller_spec, name="multi-scanner") as scanner:
-            seen = {name: await scanner.scan_until(has_complete_name(name), name, timeout=20.0, alive=blemu.exited)
-                    for name in expected}
+            seen = dict(zip(expected, await find_each(scanner, blemu, list(expected))))
         assert len({str(result.address) for result in seen.values()}) == 3
         for name, own in expected.items():
             async with Central(rootcanal.controller_spec, name="multi-central") as central:
                 conn = await central.connect(seen[name].address)
                 await conn.discover_all()
+                device_name = await conn.read(conn.characteristic(UUID_DEVICE_NAME, UUID_GAP_SERVICE))
+                assert device_name.decode() == name, (device_name, name)
                 services = {service.uuid for service in conn.services()}
                 assert own in services, f"{name}: {services}"
                 others = set(expected.values()) - {own}
@@ -150,8 +170,7 @@ def test_a_service_taken_out_leaves_only_its_own_sets_advertising_data(rootcanal
 
     async def scenario():
         async with Central(rootcanal.controller_spec, name="shared-svc-scanner") as scanner:
-            seen = [await scanner.scan_until(has_complete_name(name), name, timeout=20.0, alive=blemu.exited)
-                    for name in names]
+            seen = await find_each(scanner, blemu, names)
             first, second = (str(result.address) for result in seen)
             assert all({0x180D, 0x180F} <= result.service_uuids_16() for result in seen), seen
 
