@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -390,6 +391,32 @@ class BlemuFactory:
 
 # ---------------------------------------------------------------------------------------------
 # Shared by the device test modules.
+
+
+async def find_each(scanner: Central, blemu, names: list[str], timeout: float = 20.0) -> list:
+    """Each named device's advertisements, found by the address blemu says it advertises from
+    (`advertising as "NAME" (ADDRESS)`, event=advertising-started). Its complete name is only in
+    its scan response, and rootcanal answers a scanner's scan requests for one set at a time,
+    always the same first: with several sets on one controller a scan response of another set
+    can take longer than any timeout, above all on a loaded machine. The names are checked over
+    GATT (Device Name) where a test connects. With `--privacy` the address is the set's
+    resolvable private address, current until it rotates."""
+    deadline = time.monotonic() + timeout
+    addresses: dict[str, str] = {}
+    while len(addresses) < len(names):
+        for entry in blemu.events("advertising-started"):
+            match = re.match(r'advertising as "(.*)" \(([0-9A-F:]{17})[,)]', entry.message)
+            if match and match.group(1) in names:
+                addresses[match.group(1)] = match.group(2)
+        if len(addresses) == len(names):
+            break
+        if (reason := blemu.exited()) is not None or time.monotonic() > deadline:
+            raise AssertionError(f"advertising of {sorted(set(names) - set(addresses))}: {reason or 'not started'}\n{blemu.log_tail()}")
+        await asyncio.sleep(0.05)
+    return [await scanner.scan_until(lambda result, address=addresses[name]: str(result.address) == address,
+                                     f"{name} at {addresses[name]}", timeout=timeout,
+                                     want_scan_response=False, alive=blemu.exited)
+            for name in names]
 
 
 def start_advertising(process: BlemuProcess, rootcanal: RootCanal) -> BlemuProcess:

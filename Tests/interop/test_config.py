@@ -7,7 +7,7 @@ import asyncio
 
 from bumble_central import Central, UUID_DEVICE_NAME, UUID_GAP_SERVICE, UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE, decode_heart_rate_measurement
 from fake_controller import FakeController
-from harness import log_dir, pairing_config, passkey_of, run, run_cli, unique_name
+from harness import find_each, log_dir, pairing_config, passkey_of, run, run_cli, unique_name
 from test_lock import UUID_CONTROL_POINT, UUID_LOCK_SERVICE, UUID_LOCK_STATE, operate
 
 
@@ -35,7 +35,8 @@ devices:
 
     async def scenario():
         async with Central(rootcanal.controller_spec, name="cfg-central") as central:
-            hr = await central.scan_for(hr_name, timeout=20.0, alive=blemu.exited)
+            # Each by the address blemu advertises it from; the names are checked over GATT.
+            hr, lock = await find_each(central, blemu, [hr_name, lock_name])
             conn = await central.connect(hr.address)
             await conn.discover_all()
             assert (await conn.read(conn.characteristic(UUID_DEVICE_NAME, UUID_GAP_SERVICE))).decode() == hr_name
@@ -46,12 +47,12 @@ devices:
             assert rates and all(130 <= rate <= 170 for rate in rates), f"bpm 150 from the file; measured {rates}"
             await conn.disconnect()
 
-            lock = await central.scan_for(lock_name, timeout=20.0, alive=blemu.exited)
             # The lock's control point needs a link paired with its passkey: the file's.
             central.device.pairing_config_factory = pairing_config(135790)
             conn = await central.connect(lock.address)
             await conn.connection.pair()
             await conn.discover_all()
+            assert (await conn.read(conn.characteristic(UUID_DEVICE_NAME, UUID_GAP_SERVICE))).decode() == lock_name
             await conn.subscribe(conn.characteristic(UUID_CONTROL_POINT, UUID_LOCK_SERVICE))
             await conn.subscribe(conn.characteristic(UUID_LOCK_STATE, UUID_LOCK_SERVICE))
             assert await operate(conn, 0x02, "024680") == bytes([0x80, 0x02, 0x01]), "the file's PIN opens the lock"
@@ -139,6 +140,7 @@ def test_pin_on_the_command_line(rootcanal, blemu_factory):
             conn = await central.connect(blemu.scan.address)
             await conn.connection.pair()
             await conn.discover_all()
+            assert (await conn.read(conn.characteristic(UUID_DEVICE_NAME, UUID_GAP_SERVICE))).decode() == lock_name
             await conn.subscribe(conn.characteristic(UUID_CONTROL_POINT, UUID_LOCK_SERVICE))
             await conn.subscribe(conn.characteristic(UUID_LOCK_STATE, UUID_LOCK_SERVICE))
             assert await operate(conn, 0x02, "9753") == bytes([0x80, 0x02, 0x01])

@@ -9,43 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import shutil
 import struct
 import tempfile
-import time
 from pathlib import Path
 
 from bumble.core import UUID
 
 from bumble_central import AD_COMPLETE_16BIT_UUIDS, Central, UUID_DEVICE_NAME, UUID_GAP_SERVICE, UUID_HEART_RATE_MEASUREMENT, UUID_HEART_RATE_SERVICE
 from fake_controller import FakeController
-from harness import run, run_cli, unique_name
-
-
-async def find_each(scanner: Central, blemu, names: list[str], timeout: float = 20.0) -> list:
-    """Each named device's advertisements, found by the address blemu says it advertises from
-    (`advertising as "NAME" (ADDRESS)`, event=advertising-started). Its complete name is only in
-    its scan response, and rootcanal answers a scanner's scan requests for one set at a time,
-    always the same first: with several sets on one controller a scan response of another set
-    can take longer than any timeout, above all on a loaded machine. The names are checked over
-    GATT (Device Name) where a test connects."""
-    deadline = time.monotonic() + timeout
-    addresses: dict[str, str] = {}
-    while len(addresses) < len(names):
-        for entry in blemu.events("advertising-started"):
-            match = re.match(r'advertising as "(.*)" \(([0-9A-F:]{17})\)', entry.message)
-            if match and match.group(1) in names:
-                addresses[match.group(1)] = match.group(2)
-        if len(addresses) == len(names):
-            break
-        if (reason := blemu.exited()) is not None or time.monotonic() > deadline:
-            raise AssertionError(f"advertising of {sorted(set(names) - set(addresses))}: {reason or 'not started'}\n{blemu.log_tail()}")
-        await asyncio.sleep(0.05)
-    return [await scanner.scan_until(lambda result, address=addresses[name]: str(result.address) == address,
-                                     f"{name} at {addresses[name]}", timeout=timeout,
-                                     want_scan_response=False, alive=blemu.exited)
-            for name in names]
+from harness import find_each, run, run_cli, unique_name
 
 
 def names_of(base: str) -> list[str]:
