@@ -60,6 +60,9 @@ public final class GATTClient {
     /// The opcode of the request in flight, which its response must answer.
     private var outstanding: UInt8?
     private var queue: Deque<Procedure> = []
+    /// Every PDU the client sends is encoded here (`prepare`), room for the largest ATT_MTU
+    /// taken once.
+    private var outgoing: [UInt8] = []
 
     /// A client on `bearer` (shared with the link's server, which has the same ATT_MTU).
     public init(scheduler: TimerScheduling, bearer: ATTBearer, attributeLimit: Int = GATTClient.maxAttributes) {
@@ -67,6 +70,7 @@ public final class GATTClient {
         self.attributeLimit = max(1, min(attributeLimit, Self.maxAttributes))
         self.bearer = bearer
         ownTransport = nil
+        outgoing.reserveCapacity(Self.maximumMTU)
         bearer.client = self
     }
 
@@ -79,6 +83,7 @@ public final class GATTClient {
         let transport = ATTClosureTransport { pdu, _ in send(Array(pdu)) }
         ownTransport = transport
         bearer = ATTBearer(scheduler: scheduler, transport: transport)
+        outgoing.reserveCapacity(Self.maximumMTU)
         bearer.client = self
     }
 
@@ -111,7 +116,7 @@ public final class GATTClient {
                 return unexpected("malformed indication of \(pdu.count) bytes")
             }
             // 3.4.7.3: every indication is confirmed, whatever the client makes of it.
-            if !isTimedOut { _ = bearer.send(ATTHandleValueConfirmation().encoded[...], kind: .request) }
+            if !isTimedOut { _ = bearer.send(Self.confirmation[...], kind: .request) }
             indicated(indication.handle, indication.value)
         case ATTOpcode.multipleHandleValueNotification.rawValue:
             // 3.4.7.4: (handle, length, value) tuples.
@@ -143,7 +148,7 @@ public final class GATTClient {
                 return
             }
             switch procedure.handle(pdu, client: self) {
-            case .next(let next): transmit(next)
+            case .send: transmit()
             case .done: finishCurrent()
             }
         }
@@ -174,19 +179,20 @@ public final class GATTClient {
 
     private func start(_ procedure: Procedure) {
         switch procedure.start(client: self) {
-        case .next(let request): transmit(request)
+        case .send: transmit()
         case .done: finishCurrent()
         }
     }
 
-    private func transmit(_ request: [UInt8]) {
+    /// Sends the request the procedure in flight prepared (`prepare`).
+    private func transmit() {
         guard let procedure = current else { return }
-        guard let opcode = request.first, request.count <= mtu else {
-            return finish(procedure, .invalidArgument("a \(request.count)-byte request does not fit ATT_MTU \(mtu)"))
+        guard let opcode = outgoing.first, outgoing.count <= mtu else {
+            return finish(procedure, .invalidArgument("a \(outgoing.count)-byte request does not fit ATT_MTU \(mtu)"))
         }
         outstanding = opcode
         bearer.begin(.request)
-        guard bearer.send(request[...], kind: .request) else {
+        guard bearer.send(outgoing[...], kind: .request) else {
             stopTimer()
             outstanding = nil
             return finish(procedure, .notSent)
@@ -236,7 +242,24 @@ public final class GATTClient {
     func setMTU(_ value: Int) { bearer.mtu = value }
     func setServices(_ value: [RemoteService]) { services = value }
     /// A command goes out at once: it has no response to wait for (Vol 3, Part F, 3.3.1).
-    func sendCommand(_ pdu: [UInt8]) -> Bool { bearer.send(pdu[...], kind: .request) }
+    /// It is encoded into the same reused buffer as requests: a request in flight was sent
+    /// (or copied by the link) before.
+    func sendCommand<PDU: ATTPDU>(_ pdu: PDU) -> Bool {
+        _ = prepare(pdu)
+        return bearer.send(outgoing[...], kind: .request)
+    }
+
+    /// Encodes a procedure's next request into the buffer the client reuses for every PDU it
+    /// sends, so a request costs no array of its own; the procedure returns the `.send` this
+    /// gives back, and the client sends the buffer.
+    func prepare<PDU: ATTPDU>(_ pdu: PDU) -> Step {
+        outgoing.removeAll(keepingCapacity: true)
+        pdu.encode(into: &outgoing)
+        return .send
+    }
+
+    /// Handle Value Confirmation (Vol 3, Part F, 3.4.7.3): one octet, made once.
+    static let confirmation: [UInt8] = [ATTOpcode.handleValueConfirmation.rawValue]
 
     // MARK: Service Changed (Vol 3, Part G, 7.1)
 
@@ -271,8 +294,8 @@ public final class GATTClient {
 
 /// What a procedure does next.
 enum Step {
-    /// Send this request.
-    case next([UInt8])
+    /// Send the request the procedure prepared (`GATTClient.prepare`).
+    case send
     /// The procedure reported its result.
     case done
 }

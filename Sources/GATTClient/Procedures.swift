@@ -65,14 +65,14 @@ extension GATTClient {
     /// Read Multiple Characteristic Values (4.8.4): the values one after the other, cut at ATT_MTU - 1.
     public func readMultiple(_ handles: [UInt16], completion: @escaping Completion<[UInt8]>) {
         guard handles.count >= 2 else { return completion(.failure(.invalidArgument("Read Multiple needs two or more handles"))) }
-        enqueue(SingleRequest(ATTReadMultipleRequest(handles: handles).encoded, ATTReadMultipleResponse.self, { Array($0.value) }, completion))
+        enqueue(SingleRequest(ATTReadMultipleRequest(handles: handles), ATTReadMultipleResponse.self, { Array($0.value) }, completion))
     }
 
     /// Read Multiple Variable Length Characteristic Values (4.8.5): one value per handle (the
     /// last may be cut at ATT_MTU - 1).
     public func readMultipleVariable(_ handles: [UInt16], completion: @escaping Completion<[[UInt8]]>) {
         guard handles.count >= 2 else { return completion(.failure(.invalidArgument("Read Multiple Variable needs two or more handles"))) }
-        enqueue(SingleRequest(ATTReadMultipleVariableRequest(handles: handles).encoded, ATTReadMultipleVariableResponse.self, { response in
+        enqueue(SingleRequest(ATTReadMultipleVariableRequest(handles: handles), ATTReadMultipleVariableResponse.self, { response in
             var values: [[UInt8]] = []
             var reader = ByteReader(response.value)
             while !reader.isAtEnd {
@@ -94,7 +94,7 @@ extension GATTClient {
         guard value.count <= mtu - 3 else {
             return .failure(.invalidArgument("a write without response carries at most ATT_MTU - 3 = \(mtu - 3) bytes, not \(value.count)"))
         }
-        return sendCommand(ATTWriteCommand(handle: handle, value: value[...]).encoded) ? .success(()) : .failure(.notSent)
+        return sendCommand(ATTWriteCommand(handle: handle, value: value[...])) ? .success(()) : .failure(.notSent)
     }
 
     /// Write Characteristic Value (4.9.3), or Write Long Characteristic Values (4.9.4) by
@@ -104,7 +104,7 @@ extension GATTClient {
             return completion(.failure(.invalidArgument("a value holds at most 512 bytes, not \(value.count)")))
         }
         if value.count <= mtu - 3 {
-            enqueue(SingleRequest(ATTWriteRequest(handle: handle, value: value[...]).encoded, ATTWriteResponse.self, { _ in () }, completion))
+            enqueue(SingleRequest(ATTWriteRequest(handle: handle, value: value[...]), ATTWriteResponse.self, { _ in () }, completion))
         } else {
             enqueue(PreparedWrites([(handle, value)], completion))
         }
@@ -152,7 +152,7 @@ final class ExchangeMTU: TypedProcedure<Int> {
         self.clientRxMTU = clientRxMTU
         super.init(completion)
     }
-    override func start(client: GATTClient) -> Step { .next(ATTExchangeMTURequest(clientRxMTU: clientRxMTU).encoded) }
+    override func start(client: GATTClient) -> Step { client.prepare(ATTExchangeMTURequest(clientRxMTU: clientRxMTU)) }
     override func handle(_ pdu: ArraySlice<UInt8>, client: GATTClient) -> Step {
         switch decode(ATTExchangeMTUResponse.self, pdu) {
         case .failure(let error): return complete(.failure(error))
@@ -165,17 +165,18 @@ final class ExchangeMTU: TypedProcedure<Int> {
     }
 }
 
-/// One request, one response, decoded by `transform`.
-final class SingleRequest<Response: ATTPDU, Value>: TypedProcedure<Value> {
-    let request: [UInt8]
+/// One request, one response, decoded by `transform`. The request is kept as its PDU (a
+/// written value as a view of the caller's bytes) and encoded only when it goes out.
+final class SingleRequest<Request: ATTPDU, Response: ATTPDU, Value>: TypedProcedure<Value> {
+    let request: Request
     let transform: (Response) -> Value
-    init(_ request: [UInt8], _ type: Response.Type, _ transform: @escaping (Response) -> Value,
+    init(_ request: Request, _ type: Response.Type, _ transform: @escaping (Response) -> Value,
          _ completion: @escaping GATTClient.Completion<Value>) {
         self.request = request
         self.transform = transform
         super.init(completion)
     }
-    override func start(client: GATTClient) -> Step { .next(request) }
+    override func start(client: GATTClient) -> Step { client.prepare(request) }
     override func handle(_ pdu: ArraySlice<UInt8>, client: GATTClient) -> Step {
         complete(decode(Response.self, pdu).map(transform))
     }
@@ -197,9 +198,11 @@ class RangeWalk<Item>: TypedProcedure<[Item]> {
         super.init(completion)
     }
 
-    /// The request for `next...range.upperBound` (each walk overrides it; an empty request
-    /// ends the procedure with an error).
-    func request(from start: UInt16) -> [UInt8] { [] }
+    /// Prepares the request for `start...range.upperBound` (`client.prepare`; each walk
+    /// overrides it, and one that does not ends with an error).
+    func request(from start: UInt16, client: GATTClient) -> Step {
+        complete(.failure(.invalidArgument("internal: \(type(of: self)) sends no request")))
+    }
     /// The items of one response and the last handle it covered (each walk overrides it).
     func items(of pdu: ArraySlice<UInt8>) -> Result<(items: [Item], last: UInt16), GATTClientError> {
         .failure(.invalidArgument("internal: \(type(of: self)) reads no response"))
@@ -207,7 +210,7 @@ class RangeWalk<Item>: TypedProcedure<[Item]> {
     /// Once the walk is done: the result (a subclass may need more requests first).
     func walked(client: GATTClient) -> Step { complete(.success(found)) }
 
-    override func start(client: GATTClient) -> Step { .next(request(from: next)) }
+    override func start(client: GATTClient) -> Step { request(from: next, client: client) }
 
     override func handle(_ pdu: ArraySlice<UInt8>, client: GATTClient) -> Step {
         if let error = Self.errorResponse(pdu) {
@@ -223,14 +226,14 @@ class RangeWalk<Item>: TypedProcedure<[Item]> {
             found += items
             guard last < range.upperBound else { return walked(client: client) }
             next = last + 1
-            return .next(request(from: next))
+            return request(from: next, client: client)
         }
     }
 }
 
 final class DiscoverAllServices: RangeWalk<DiscoveredService> {
-    override func request(from start: UInt16) -> [UInt8] {
-        ATTReadByGroupTypeRequest(startHandle: start, endHandle: range.upperBound, groupType: GATTType.primaryService).encoded
+    override func request(from start: UInt16, client: GATTClient) -> Step {
+        client.prepare(ATTReadByGroupTypeRequest(startHandle: start, endHandle: range.upperBound, groupType: GATTType.primaryService))
     }
     override func items(of pdu: ArraySlice<UInt8>) -> Result<(items: [DiscoveredService], last: UInt16), GATTClientError> {
         decode(ATTReadByGroupTypeResponse.self, pdu).flatMap { response in
@@ -257,11 +260,11 @@ final class DiscoverServicesByUUID: RangeWalk<DiscoveredService> {
         self.uuid = uuid
         super.init(range: range, completion)
     }
-    override func request(from start: UInt16) -> [UInt8] {
+    override func request(from start: UInt16, client: GATTClient) -> Step {
         var value: [UInt8] = []
         uuid.appendATT(to: &value)
-        return ATTFindByTypeValueRequest(startHandle: start, endHandle: range.upperBound,
-                                         attributeType: 0x2800, value: value[...]).encoded
+        return client.prepare(ATTFindByTypeValueRequest(startHandle: start, endHandle: range.upperBound,
+                                                        attributeType: 0x2800, value: value[...]))
     }
     override func items(of pdu: ArraySlice<UInt8>) -> Result<(items: [DiscoveredService], last: UInt16), GATTClientError> {
         decode(ATTFindByTypeValueResponse.self, pdu).flatMap { response in
@@ -287,8 +290,8 @@ final class DiscoverServicesByUUID: RangeWalk<DiscoveredService> {
 final class FindIncludedServices: RangeWalk<DiscoveredInclude> {
     private var unresolved: [Int] = []
 
-    override func request(from start: UInt16) -> [UInt8] {
-        ATTReadByTypeRequest(startHandle: start, endHandle: range.upperBound, attributeType: GATTType.include).encoded
+    override func request(from start: UInt16, client: GATTClient) -> Step {
+        client.prepare(ATTReadByTypeRequest(startHandle: start, endHandle: range.upperBound, attributeType: GATTType.include))
     }
     override func items(of pdu: ArraySlice<UInt8>) -> Result<(items: [DiscoveredInclude], last: UInt16), GATTClientError> {
         decode(ATTReadByTypeResponse.self, pdu).flatMap { response in
@@ -313,7 +316,7 @@ final class FindIncludedServices: RangeWalk<DiscoveredInclude> {
     }
     override func walked(client: GATTClient) -> Step {
         guard let index = unresolved.first else { return complete(.success(found)) }
-        return .next(ATTReadRequest(handle: found[index].service.handles.lowerBound).encoded)
+        return client.prepare(ATTReadRequest(handle: found[index].service.handles.lowerBound))
     }
     override func handle(_ pdu: ArraySlice<UInt8>, client: GATTClient) -> Step {
         guard pdu.first == ATTOpcode.readResponse.rawValue || (Self.errorResponse(pdu)?.requestOpcode == ATTOpcode.readRequest.rawValue) else {
@@ -338,8 +341,8 @@ final class FindIncludedServices: RangeWalk<DiscoveredInclude> {
 
 /// 4.6.1: Read By Type for «Characteristic»; each characteristic ends where the next begins.
 final class DiscoverCharacteristics: RangeWalk<DiscoveredCharacteristic> {
-    override func request(from start: UInt16) -> [UInt8] {
-        ATTReadByTypeRequest(startHandle: start, endHandle: range.upperBound, attributeType: GATTType.characteristic).encoded
+    override func request(from start: UInt16, client: GATTClient) -> Step {
+        client.prepare(ATTReadByTypeRequest(startHandle: start, endHandle: range.upperBound, attributeType: GATTType.characteristic))
     }
     override func items(of pdu: ArraySlice<UInt8>) -> Result<(items: [DiscoveredCharacteristic], last: UInt16), GATTClientError> {
         decode(ATTReadByTypeResponse.self, pdu).flatMap { response in
@@ -373,8 +376,8 @@ final class DiscoverCharacteristics: RangeWalk<DiscoveredCharacteristic> {
 
 /// 4.7.1: Find Information over the handles after the value.
 final class DiscoverDescriptors: RangeWalk<DiscoveredDescriptor> {
-    override func request(from start: UInt16) -> [UInt8] {
-        ATTFindInformationRequest(startHandle: start, endHandle: range.upperBound).encoded
+    override func request(from start: UInt16, client: GATTClient) -> Step {
+        client.prepare(ATTFindInformationRequest(startHandle: start, endHandle: range.upperBound))
     }
     override func items(of pdu: ArraySlice<UInt8>) -> Result<(items: [DiscoveredDescriptor], last: UInt16), GATTClientError> {
         decode(ATTFindInformationResponse.self, pdu).flatMap { response in
@@ -396,7 +399,7 @@ final class ReadLong: TypedProcedure<[UInt8]> {
         self.handle = handle
         super.init(completion)
     }
-    override func start(client: GATTClient) -> Step { .next(ATTReadRequest(handle: handle).encoded) }
+    override func start(client: GATTClient) -> Step { client.prepare(ATTReadRequest(handle: handle)) }
     override func handle(_ pdu: ArraySlice<UInt8>, client: GATTClient) -> Step {
         let chunk: ArraySlice<UInt8>
         if value.isEmpty && pdu.first != ATTOpcode.readBlobResponse.rawValue
@@ -415,11 +418,16 @@ final class ReadLong: TypedProcedure<[UInt8]> {
             case .success(let response): chunk = response.value
             }
         }
+        // A first response that fills ATT_MTU - 1 means a long value: room for the most a value
+        // can hold (Vol 3, Part F, 3.2.9) is taken once, not grown chunk by chunk.
+        if value.isEmpty && chunk.count >= client.mtu - 1 { value.reserveCapacity(ValueLength.attributeMaximum) }
         value += chunk
         guard chunk.count >= client.mtu - 1, value.count < ValueLength.attributeMaximum else {
-            return complete(.success(Array(value.prefix(ValueLength.attributeMaximum))))
+            // A server that sends past the 512-byte maximum (Vol 3, Part F, 3.2.9) is cut there.
+            if value.count > ValueLength.attributeMaximum { value.removeLast(value.count - ValueLength.attributeMaximum) }
+            return complete(.success(value))
         }
-        return .next(ATTReadBlobRequest(handle: handle, offset: UInt16(value.count)).encoded)
+        return client.prepare(ATTReadBlobRequest(handle: handle, offset: UInt16(value.count)))
     }
 }
 
@@ -447,23 +455,23 @@ final class PreparedWrites: TypedProcedure<Void> {
                 offset = end
             } while offset < value.count
         }
-        return prepareNext()
+        return prepareNext(client: client)
     }
 
-    private func prepareNext() -> Step {
+    private func prepareNext(client: GATTClient) -> Step {
         guard !parts.isEmpty else {
             executing = true
-            return .next(ATTExecuteWriteRequest(flags: .write).encoded)
+            return client.prepare(ATTExecuteWriteRequest(flags: .write))
         }
         let part = parts.removeFirst()
         sent = part
-        return .next(ATTPrepareWriteRequest(handle: part.handle, offset: part.offset, value: part.value).encoded)
+        return client.prepare(ATTPrepareWriteRequest(handle: part.handle, offset: part.offset, value: part.value))
     }
 
-    private func cancel(_ error: GATTClientError) -> Step {
+    private func cancel(_ error: GATTClientError, client: GATTClient) -> Step {
         failure = error
         executing = true
-        return .next(ATTExecuteWriteRequest(flags: .cancel).encoded)
+        return client.prepare(ATTExecuteWriteRequest(flags: .cancel))
     }
 
     override func handle(_ pdu: ArraySlice<UInt8>, client: GATTClient) -> Step {
@@ -474,12 +482,12 @@ final class PreparedWrites: TypedProcedure<Void> {
         switch decode(ATTPrepareWriteResponse.self, pdu) {
         case .failure(let error):
             // Whatever was queued before the error is dropped on the server too.
-            return cancel(error)
+            return cancel(error, client: client)
         case .success(let echo):
             guard let part = sent, echo.handle == part.handle, echo.offset == part.offset, echo.value.elementsEqual(part.value) else {
-                return cancel(.echoMismatch(handle: sent?.handle ?? 0, offset: sent?.offset ?? 0))
+                return cancel(.echoMismatch(handle: sent?.handle ?? 0, offset: sent?.offset ?? 0), client: client)
             }
-            return prepareNext()
+            return prepareNext(client: client)
         }
     }
 }
