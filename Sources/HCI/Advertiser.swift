@@ -131,14 +131,14 @@ public final class Advertiser {
     }
 
     /// Whether the controller can carry `request`: legacy commands carry at most 31 octets of
-    /// advertising data (Vol 4, Part E, 7.8.7); extended sets up to 251 in one command (7.8.54).
-    /// A connectable extended set's data goes in fragments before it is enabled, up to the
-    /// 1650 octets a host may give (Vol 6, Part B, 2.3.4.9).
+    /// advertising data (Vol 4, Part E, 7.8.7); extended sets up to 251 in one command (7.8.54);
+    /// a connectable extended set what one AUX_ADV_IND carries
+    /// (`AdvertisingPayload.connectableExtendedMaximumLength`).
     public func canCarry(_ request: AdvertisingRequest) -> Bool {
         switch mode {
         case .legacy: return !request.usesExtendedPDUs
         case .extended:
-            if request.connectableExtended { return request.advertisingData.count <= AdvertisingPayload.extendedMaximumLength }
+            if request.connectableExtended { return request.advertisingData.count <= AdvertisingPayload.connectableExtendedMaximumLength }
             return request.advertisingData.count <= HCICommand.extendedDataMaximumLength
                 && (request.periodicInterval == nil || supportsPeriodicAdvertising)
         }

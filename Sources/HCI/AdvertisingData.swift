@@ -56,6 +56,12 @@ public struct AdvertisingPayload: Sendable, Equatable {
     /// Extended advertising carries at most 1650 octets of host advertising data (Vol 6,
     /// Part B, 2.3.4.9; Vol 4, Part E, 7.8.57: Max_Advertising_Data_Length 31 to 1650).
     public static let extendedMaximumLength = 1650
+    /// A connectable extended set's data goes out in its AUX_ADV_IND alone: that PDU has no
+    /// AuxPtr when connectable, so no AUX_CHAIN_IND can carry the rest (Vol 6, Part B, 2.3.4).
+    /// Its payload holds at most 255 octets (2.3.4), less 1 for the extended header's length
+    /// and AdvMode, 1 for its flags, 6 for AdvA and 2 for ADI: 245. A controller that adds an
+    /// optional field (TxPower) has less room, and refuses more (7.8.54: Packet Too Long).
+    public static let connectableExtendedMaximumLength = 245
 
     public var advertisingData: [UInt8]
     public var scanResponseData: [UInt8]

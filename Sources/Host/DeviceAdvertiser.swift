@@ -242,11 +242,13 @@ final class DeviceAdvertiser {
                                          scanResponseData: payload.scanResponseData,
                                          connectableExtended: profile.recordedAdvertising != nil && profile.recordedAdvertisingIsExtended)
         if !host.advertiser.canCarry(request) {
-            // A recorded extended advertisement on a controller driven with legacy commands (or
-            // too long for a set): the payload built from the name and services instead.
+            // A recorded extended advertisement on a controller driven with legacy commands, or
+            // too long for a connectable set: the payload built from the name and services instead.
             if !warnedExtendedFallback {
                 warnedExtendedFallback = true
-                logger.warning("the recorded extended advertising (\(request.advertisingData.count) bytes) needs a controller with LE Extended Advertising: advertising the name and services in legacy PDUs instead")
+                let why = host.advertiser.mode == .legacy ? "needs a controller with LE Extended Advertising"
+                    : "is more than a connectable extended set carries (\(AdvertisingPayload.connectableExtendedMaximumLength) bytes, in one AUX_ADV_IND)"
+                logger.warning("the recorded extended advertising (\(request.advertisingData.count) bytes) \(why): advertising the name and services in legacy PDUs instead")
             }
             let built = AdvertisingPayload.build(AdvertisingContent(name: configuration.name, serviceUUIDs: advertisedServiceUUIDs,
                                                                     appearance: profile.appearance, txPowerLevel: txPower))

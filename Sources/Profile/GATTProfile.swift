@@ -32,7 +32,8 @@ public struct GATTProfile: Codable, Equatable, Sendable {
     public var scanResponseData: String?
     /// True: the advertiser used extended PDUs (Vol 6, Part B, 2.3.4): each payload may hold up
     /// to 1650 bytes (Vol 6, Part B, 2.3.4.9), and a replay advertises from a connectable
-    /// extended set. Absent or false: legacy PDUs, at most 31 bytes each.
+    /// extended set what one connectable AUX_ADV_IND carries (245 bytes; more goes out as the
+    /// name and services in legacy PDUs). Absent or false: legacy PDUs, at most 31 bytes each.
     public var extendedAdvertising: Bool?
     /// The notifications and indications received while recording, with their timing.
     public var recording: Recording?

@@ -50,16 +50,26 @@ import Testing
         #expect(bench.controller.advertisingData == [0x02, 0x01, 0x06])
     }
 
-    /// A recording of an advertiser that used extended PDUs, with 300 bytes of advertising data.
-    static let extendedData: [UInt8] = [0x02, 0x01, 0x06, 0x06, 0x09] + Array("Strap".utf8) + [0xFF, 0xFF] + [UInt8](repeating: 0x5A, count: 288)
-    static func extendedRecording() -> String {
+    /// A recording of an advertiser that used extended PDUs, with `count` bytes of advertising
+    /// data (240 by default: one connectable AUX_ADV_IND carries up to 245).
+    static func extendedData(_ count: Int = 240) -> [UInt8] {
+        // Flags, the name, then Manufacturer Specific Data structures of at most 200 bytes.
+        var data: [UInt8] = [0x02, 0x01, 0x06, 0x06, 0x09] + Array("Strap".utf8)
+        while data.count < count {
+            let structure = min(200, count - data.count)
+            data += [UInt8(structure - 1), 0xFF] + [UInt8](repeating: 0x5A, count: structure - 2)
+        }
+        return data
+    }
+    static func extendedRecording(_ count: Int = 240) -> String {
         recording().replacing("0609537472617", with: "06095374726170").replacing(#""advertisingData": "020106""#,
-                              with: #""extendedAdvertising": true, "advertisingData": "\#(Hex.bytes(extendedData))""#)
+                              with: #""extendedAdvertising": true, "advertisingData": "\#(Hex.bytes(extendedData(count)))""#)
     }
 
     /// A recorded extended advertiser is replayed from a connectable extended set (Vol 4, Part E,
-    /// 7.8.53: properties 0x0001, connectable and so not scannable: no scan response), its 300
-    /// bytes in two fragments, first (0x01) and last (0x02) (7.8.54), before the set is enabled.
+    /// 7.8.53: properties 0x0001, connectable and so not scannable: no scan response), its 240
+    /// bytes in one LE Set Extended Advertising Data (operation 0x03, complete, 7.8.54), before
+    /// the set is enabled.
     @Test func anExtendedRecordingIsAdvertisedFromAConnectableExtendedSet() throws {
         let profile = try GATTProfile.parse(Data(Self.extendedRecording().utf8), name: "r.json")
         let device = try ProfileDevice(profile)
@@ -70,8 +80,8 @@ import Testing
         #expect(c.commands(HCIOpcode.leSetExtendedAdvertisingParameters).filter { $0.parameters.first == set }
             .map { UInt16($0.parameters[1]) | UInt16($0.parameters[2]) << 8 }.last == 0x0001)
         let data = c.commands(HCIOpcode.leSetExtendedAdvertisingData).filter { $0.parameters.first == set }.map(\.parameters)
-        #expect(data.map { Array($0.prefix(4)) } == [[set, 0x01, 0x01, 251], [set, 0x02, 0x01, 49]])
-        #expect(data.flatMap { $0.dropFirst(4) } == Self.extendedData)
+        #expect(data.map { Array($0.prefix(4)) } == [[set, 0x03, 0x01, 240]])
+        #expect(data.flatMap { $0.dropFirst(4) } == Self.extendedData())
         #expect(c.commands(HCIOpcode.leSetExtendedScanResponseData).filter { $0.parameters.first == set }.isEmpty)
         // The data went in before the set was enabled (fragments are refused while it runs).
         let opcodes = c.commands.map(\.opcode)
@@ -87,9 +97,28 @@ import Testing
         let capture = LogCapture()
         let bench = try Bench(device: ProfileDevice(profile), logger: capture.logger) { $0.extendedAdvertisingSets = 0 }
         #expect(bench.controller.advertisingData.count <= 31)
-        #expect(bench.controller.advertisingData != Array(Self.extendedData.prefix(31)))
+        #expect(bench.controller.advertisingData != Array(Self.extendedData().prefix(31)))
         #expect(bench.controller.advertisingData.count > 3)
         #expect(capture.lines.filter { $0.contains("needs a controller with LE Extended Advertising") }.count == 1, "\(capture.lines)")
+    }
+
+    /// A connectable AUX_ADV_IND cannot be continued in AUX_CHAIN_IND PDUs (Vol 6, Part B,
+    /// 2.3.4), so a recording of more than it carries is not handed to a controller, which would
+    /// refuse it (7.8.54: Packet Too Long) or advertise nothing: the name and services go out in
+    /// legacy PDUs instead, with one warning that says why.
+    @Test func anExtendedRecordingLongerThanOneAuxiliaryPDUFallsBackToTheBuiltPayload() throws {
+        let profile = try GATTProfile.parse(Data(Self.extendedRecording(300).utf8), name: "r.json")
+        let capture = LogCapture()
+        let bench = try Bench(device: ProfileDevice(profile), logger: capture.logger) { $0.extendedAdvertisingSets = 4 }
+        let c = bench.controller
+        let set = try #require(bench.peripheral.advertisingSet)
+        #expect(c.commands(HCIOpcode.leSetExtendedAdvertisingData).filter { $0.parameters.first == set }
+            .allSatisfy { $0.parameters.count <= 4 + 31 })
+        // Legacy properties: connectable and scannable undirected (7.8.53, Table 7.2).
+        #expect(c.commands(HCIOpcode.leSetExtendedAdvertisingParameters).filter { $0.parameters.first == set }
+            .map { UInt16($0.parameters[1]) | UInt16($0.parameters[2]) << 8 }.last == 0x0013)
+        #expect(c.enabledSets.contains(set))
+        #expect(capture.lines.filter { $0.contains("is more than a connectable extended set carries (245 bytes") }.count == 1, "\(capture.lines)")
     }
 
     @Test func notificationsFollowTheRecordedTimelineFromTheFirstSubscriptionAndLoop() throws {
