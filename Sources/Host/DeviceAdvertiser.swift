@@ -59,6 +59,9 @@ final class DeviceAdvertiser {
     private var phaseTimer: TimerID?
     /// The fallback from recorded extended advertising was reported (once).
     private var warnedExtendedFallback = false
+    /// The payload built from the name and services that goes out instead of a recorded extended
+    /// advertisement the controller cannot carry (`start`); nil when none is in use.
+    private var fallbackPayload: AdvertisingPayload?
     /// When the fast phase under way ends (the run loop's clock, nanoseconds).
     private var fastPhaseEnds: UInt64 = 0
 
@@ -250,10 +253,12 @@ final class DeviceAdvertiser {
                     : "is more than a connectable extended set carries (\(AdvertisingPayload.connectableExtendedMaximumLength) bytes, in one AUX_ADV_IND)"
                 logger.warning("the recorded extended advertising (\(request.advertisingData.count) bytes) \(why): advertising the name and services in legacy PDUs instead")
             }
-            let built = AdvertisingPayload.build(AdvertisingContent(name: configuration.name, serviceUUIDs: advertisedServiceUUIDs,
-                                                                    appearance: profile.appearance, txPowerLevel: txPower))
+            let built = builtPayload()
+            fallbackPayload = built
             request = AdvertisingRequest(interval: interval, address: address, advertisingData: built.advertisingData,
                                          scanResponseData: built.scanResponseData)
+        } else {
+            fallbackPayload = nil
         }
         let wasOn = isAdvertising || requested
         requested = true
@@ -377,6 +382,13 @@ final class DeviceAdvertiser {
 
     // MARK: What is advertised
 
+    /// The payload built from the name, the services advertised now and the appearance: what a
+    /// recorded extended advertisement the controller cannot carry is replaced with.
+    private func builtPayload() -> AdvertisingPayload {
+        AdvertisingPayload.build(AdvertisingContent(name: configuration.name, serviceUUIDs: advertisedServiceUUIDs,
+                                                    appearance: profile.appearance, txPowerLevel: txPower))
+    }
+
     /// The service UUIDs the payload lists: the profile's, less those whose service is taken out
     /// of the database (`service DEVICE UUID off`), so that a scanner filtering by service (as
     /// apps do) is not sent to a service a central would not find. A UUID the database has no
@@ -397,9 +409,12 @@ final class DeviceAdvertiser {
     @discardableResult
     func contentChanged() -> Bool {
         guard broadcaster == nil else { return false }
-        let old = payload
+        // A recorded advertisement stays as recorded; the payload built in its place follows
+        // the services like any device's.
+        let old = fallbackPayload ?? payload
         rebuildPayload()
-        let new = payload
+        if fallbackPayload != nil { fallbackPayload = builtPayload() }
+        let new = fallbackPayload ?? payload
         let advertisingData = new.advertisingData != old.advertisingData ? new.advertisingData : nil
         let scanResponseData = new.scanResponseData != old.scanResponseData ? new.scanResponseData : nil
         guard advertisingData != nil || scanResponseData != nil else { return false }

@@ -102,6 +102,25 @@ import Testing
         #expect(capture.lines.filter { $0.contains("needs a controller with LE Extended Advertising") }.count == 1, "\(capture.lines)")
     }
 
+    /// The payload built in place of a recorded extended advertisement follows the services:
+    /// `service 180D off` takes 0x180D out of it, as it does for any device (the recorded bytes
+    /// themselves stay as recorded).
+    @Test func theBuiltFallbackFollowsAServiceTakenOutAndPutBack() throws {
+        let text = Self.extendedRecording(300).replacing(#""replay": "loop","#, with: #""replay": "loop", "advertisedServices": ["180D"],"#)
+        let profile = try GATTProfile.parse(Data(text.utf8), name: "r.json")
+        let bench = try Bench(device: ProfileDevice(profile)) { $0.extendedAdvertisingSets = 0 }
+        let c = bench.controller
+        let listed: [UInt8] = [0x03, 0x03, 0x0D, 0x18]   // Complete List of 16-bit Service UUIDs: 0x180D
+        #expect(c.advertisingData.count <= 31)
+        #expect(c.advertisingData.contains(listed), "\(Hex.bytes(c.advertisingData))")
+        let off = try bench.peripheral.control.setService(BluetoothUUID(0x180D), present: false)
+        #expect(off.advertisingChanged)
+        #expect(!c.advertisingData.contains(listed), "\(Hex.bytes(c.advertisingData))")
+        #expect(bench.peripheral.isAdvertising)
+        _ = try bench.peripheral.control.setService(BluetoothUUID(0x180D), present: true)
+        #expect(c.advertisingData.contains(listed), "\(Hex.bytes(c.advertisingData))")
+    }
+
     /// A connectable AUX_ADV_IND cannot be continued in AUX_CHAIN_IND PDUs (Vol 6, Part B,
     /// 2.3.4), so a recording of more than it carries is not handed to a controller, which would
     /// refuse it (7.8.54: Packet Too Long) or advertise nothing: the name and services go out in
