@@ -133,15 +133,21 @@ public final class Advertiser {
     /// Whether the controller can carry `request`: legacy commands carry at most 31 octets of
     /// advertising data (Vol 4, Part E, 7.8.7); extended sets up to 251 in one command (7.8.54);
     /// a connectable extended set what one AUX_ADV_IND carries
-    /// (`AdvertisingPayload.connectableExtendedMaximumLength`).
+    /// (`AdvertisingPayload.connectableExtendedMaximumLength`); and never more than the
+    /// controller says a set takes (7.8.57).
     public func canCarry(_ request: AdvertisingRequest) -> Bool {
         switch mode {
         case .legacy: return !request.usesExtendedPDUs
         case .extended:
-            if request.connectableExtended { return request.advertisingData.count <= AdvertisingPayload.connectableExtendedMaximumLength }
-            return request.advertisingData.count <= HCICommand.extendedDataMaximumLength
+            return request.advertisingData.count <= extendedDataLimit(connectable: request.connectableExtended)
                 && (request.periodicInterval == nil || supportsPeriodicAdvertising)
         }
+    }
+
+    /// The most advertising data an extended set of this controller is given: see `canCarry`.
+    public func extendedDataLimit(connectable: Bool) -> Int {
+        min(connectable ? AdvertisingPayload.connectableExtendedMaximumLength : HCICommand.extendedDataMaximumLength,
+            hci.info.maximumAdvertisingDataLength)
     }
 
     /// Whether a set can have a periodic train: extended advertising commands and LE Periodic

@@ -30,7 +30,8 @@ public protocol ControllerRole: AnyObject {
     /// had on an extended set, Vol 4, Part E, 7.8.61).
     var wantsPeriodicAdvertising: Bool { get }
     /// Whether this role advertises with extended PDUs (a recorded extended advertiser's
-    /// twin): the extended commands are used even for one set, as for a train.
+    /// twin, a broadcaster with more than 31 bytes): the extended commands are used even for
+    /// one set, as for a train.
     var wantsExtendedAdvertising: Bool { get }
     /// How many links of this role are open: a stop resets the controller once none is left.
     var openLinkCount: Int { get }

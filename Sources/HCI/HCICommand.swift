@@ -38,6 +38,7 @@ public enum HCIOpcode {
     public static let leSetExtendedAdvertisingData: UInt16 = 0x2037
     public static let leSetExtendedScanResponseData: UInt16 = 0x2038
     public static let leSetExtendedAdvertisingEnable: UInt16 = 0x2039
+    public static let leReadMaximumAdvertisingDataLength: UInt16 = 0x203A
     public static let leReadNumberOfSupportedAdvertisingSets: UInt16 = 0x203B
     public static let leRemoveAdvertisingSet: UInt16 = 0x203C
     public static let leClearAdvertisingSets: UInt16 = 0x203D
@@ -77,6 +78,7 @@ public enum HCIOpcode {
             leSetExtendedAdvertisingData: "LE Set Extended Advertising Data",
             leSetExtendedScanResponseData: "LE Set Extended Scan Response Data",
             leSetExtendedAdvertisingEnable: "LE Set Extended Advertising Enable",
+            leReadMaximumAdvertisingDataLength: "LE Read Maximum Advertising Data Length",
             leReadNumberOfSupportedAdvertisingSets: "LE Read Number of Supported Advertising Sets",
             leRemoveAdvertisingSet: "LE Remove Advertising Set", leClearAdvertisingSets: "LE Clear Advertising Sets",
             leCreateConnectionCancel: "LE Create Connection Cancel",
@@ -262,6 +264,8 @@ public struct HCICommand: Equatable, Sendable {
         HCICommand(opcode: HCIOpcode.leSetExtendedAdvertisingEnable, parameters: [enable ? 1 : 0, 1, set, 0, 0, 0])
     }
 
+    /// 7.8.57.
+    public static let leReadMaximumAdvertisingDataLength = HCICommand(opcode: HCIOpcode.leReadMaximumAdvertisingDataLength)
     /// 7.8.58.
     public static let leReadNumberOfSupportedAdvertisingSets = HCICommand(opcode: HCIOpcode.leReadNumberOfSupportedAdvertisingSets)
     /// 7.8.60: every set removed (after a reset there are none; before reuse, to be sure).

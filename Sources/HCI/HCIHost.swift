@@ -16,6 +16,9 @@ public struct ControllerInfo: Sendable, Equatable {
     /// Advertising sets the controller supports (LE Read Number of Supported Advertising Sets,
     /// Vol 4, Part E, 7.8.58); 0 when it has no LE Extended Advertising.
     public var advertisingSets = 0
+    /// The most advertising (or scan response) data an extended set takes (LE Read Maximum
+    /// Advertising Data Length, Vol 4, Part E, 7.8.57: 31 to 1650); 1650 when not read.
+    public var maximumAdvertisingDataLength = 1650
 
     public func supports(octet: Int, bit: Int) -> Bool {
         octet < supportedCommands.count && supportedCommands[octet] & (1 << bit) != 0
@@ -339,7 +342,8 @@ public final class HCIHost {
         // No Read Local Supported Features: nothing of BR/EDR's LMP features is used, and on a
         // controller that answers one command per tick each command delays advertising.
         case reset, readLocalVersion, readBDAddr, readSupportedCommands, leReadFeatures
-        case setEventMask, leSetEventMask, leReadBufferSize, readBufferSize, suggestDataLength, readAdvertisingSets, done
+        case setEventMask, leSetEventMask, leReadBufferSize, readBufferSize, suggestDataLength, readAdvertisingSets
+        case readMaximumAdvertisingDataLength, done
     }
 
     private func initialize() { run(.reset) }
@@ -375,6 +379,10 @@ public final class HCIHost {
             return info.supportsDataLengthExtension ? (.leWriteSuggestedDefaultDataLength(), false) : nil
         case .readAdvertisingSets:
             return info.supportsExtendedAdvertising ? (.leReadNumberOfSupportedAdvertisingSets, false) : nil
+        case .readMaximumAdvertisingDataLength:
+            // What an extended set can take decides whether a long payload is handed to it
+            // (`Advertiser.canCarry`) rather than refused (7.8.54: Memory Capacity Exceeded).
+            return info.supportsExtendedAdvertising ? (.leReadMaximumAdvertisingDataLength, false) : nil
         case .done: return nil
         }
     }
@@ -397,6 +405,12 @@ public final class HCIHost {
             info.aclTotalPackets = Int(p[3])
         case .readAdvertisingSets where p.count >= 2:
             info.advertisingSets = Int(p[1])
+        case .readMaximumAdvertisingDataLength where p.count >= 3:
+            // 7.8.57: 0x001F to 0x0672; a value outside is not believed.
+            let length = Int(UInt16(p[1]) | UInt16(p[2]) << 8)
+            if (AdvertisingPayload.maximumLength...AdvertisingPayload.extendedMaximumLength).contains(length) {
+                info.maximumAdvertisingDataLength = length
+            }
         case .readBufferSize where p.count >= 8:
             info.aclMaxLength = Int(UInt16(p[1]) | UInt16(p[2]) << 8)
             info.aclTotalPackets = Int(UInt16(p[4]) | UInt16(p[5]) << 8)

@@ -250,7 +250,7 @@ final class DeviceAdvertiser {
             if !warnedExtendedFallback {
                 warnedExtendedFallback = true
                 let why = host.advertiser.mode == .legacy ? "needs a controller with LE Extended Advertising"
-                    : "is more than a connectable extended set carries (\(AdvertisingPayload.connectableExtendedMaximumLength) bytes, in one AUX_ADV_IND)"
+                    : "is more than a connectable extended set of this controller carries (\(host.advertiser.extendedDataLimit(connectable: true)) bytes, in one AUX_ADV_IND)"
                 logger.warning("the recorded extended advertising (\(request.advertisingData.count) bytes) \(why): advertising the name and services in legacy PDUs instead")
             }
             let built = builtPayload()
@@ -297,7 +297,9 @@ final class DeviceAdvertiser {
         if !restart, isAdvertising, !requested, self.interval == interval, advertisedAddress == address,
            periodicInterval == request.periodicInterval { return }
         guard host.advertiser.canCarry(request) else {
-            logger.error("broadcast data of \(request.advertisingData.count) bytes does not fit this controller's advertising (31 bytes without LE Extended Advertising, 251 with it): not advertising")
+            let room = host.advertiser.mode == .legacy ? "31 bytes: it is driven without LE Extended Advertising"
+                : "\(host.advertiser.extendedDataLimit(connectable: false)) bytes in an extended set"
+            logger.error("broadcast data of \(request.advertisingData.count) bytes does not fit this controller's advertising (\(room)): not advertising")
             return
         }
         let wasOn = isAdvertising || requested

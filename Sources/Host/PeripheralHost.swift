@@ -167,9 +167,15 @@ extension PeripheralHost: ControllerRole {
     public var wantsPeriodicAdvertising: Bool {
         members.contains { $0.peripheral.advertising.broadcaster?.offersPeriodicAdvertising == true }
     }
-    /// A twin of a recorded extended advertiser (`DeviceProfile.recordedAdvertisingIsExtended`).
+    /// A twin of a recorded extended advertiser (`DeviceProfile.recordedAdvertisingIsExtended`),
+    /// or a broadcaster whose data does not fit a legacy PDU's 31 octets (Vol 6, Part B,
+    /// 2.3.1.3): alone on its controller it still needs an extended set.
     public var wantsExtendedAdvertising: Bool {
-        members.contains { $0.peripheral.advertising.profile.recordedAdvertisingIsExtended && $0.peripheral.advertising.profile.recordedAdvertising != nil }
+        members.contains { member in
+            let advertising = member.peripheral.advertising
+            if let broadcaster = advertising.broadcaster { return broadcaster.advertisingData.count > AdvertisingPayload.maximumLength }
+            return advertising.profile.recordedAdvertisingIsExtended && advertising.profile.recordedAdvertising != nil
+        }
     }
     public var openLinkCount: Int { linkOwners.count }
 

@@ -58,6 +58,8 @@ extension SimulatedController {
             returned.appendLE(leFeatures)
         case HCIOpcode.leReadNumberOfSupportedAdvertisingSets:
             returned.append(extendedAdvertisingSets)
+        case HCIOpcode.leReadMaximumAdvertisingDataLength:
+            returned.appendLE(maximumAdvertisingDataLength)
         case HCIOpcode.leSetExtendedAdvertisingParameters, HCIOpcode.leReadAdvertisingChannelTxPower:
             returned.append(UInt8(bitPattern: advertisingTxPower))
         case HCIOpcode.leReadBufferSize:

@@ -46,6 +46,8 @@ public final class SimulatedController {
     public var resolvingListSize: UInt8 = 4
     /// LE Extended Advertising with this many sets (0: a legacy-only controller).
     public var extendedAdvertisingSets: UInt8 = 0
+    /// What LE Read Maximum Advertising Data Length reports (Vol 4, Part E, 7.8.57).
+    public var maximumAdvertisingDataLength: UInt16 = 1650
     /// LE Periodic Advertising (LE feature bit 13): periodic trains on extended sets whose
     /// properties allow one (Vol 4, Part E, 7.8.61).
     public var supportsPeriodicAdvertising = false

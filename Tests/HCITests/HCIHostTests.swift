@@ -198,6 +198,30 @@ private let initSequenceV1: [UInt16] = [
         #expect(info.supports(octet: 41, bit: 4))
     }
 
+    /// With LE Extended Advertising the sequence ends with the number of sets (7.8.58) and what
+    /// a set takes (7.8.57); a length outside 31...1650 is not believed, and a refusal (the
+    /// command is optional) leaves 1650.
+    @Test func initReadsTheAdvertisingSetsAndTheirMaximumDataLength() {
+        let rig = Rig { $0.extendedAdvertisingSets = 6; $0.maximumAdvertisingDataLength = 191 }
+        rig.bringUp()
+        #expect(Array(rig.commands.suffix(2)) == [HCIOpcode.leReadNumberOfSupportedAdvertisingSets, HCIOpcode.leReadMaximumAdvertisingDataLength])
+        #expect(rig.host.info.advertisingSets == 6)
+        #expect(rig.host.info.maximumAdvertisingDataLength == 191)
+        for (reported, kept) in [(0, 1650), (30, 1650), (31, 31), (1650, 1650), (1651, 1650), (0xFFFF, 1650)] {
+            let rig = Rig { $0.extendedAdvertisingSets = 1; $0.maximumAdvertisingDataLength = UInt16(reported) }
+            rig.bringUp()
+            #expect(rig.host.info.maximumAdvertisingDataLength == kept, "reported \(reported)")
+        }
+        let refusing = Rig { $0.extendedAdvertisingSets = 1; $0.failures[HCIOpcode.leReadMaximumAdvertisingDataLength] = 0x01 }
+        refusing.bringUp()
+        #expect(refusing.host.isReady)
+        #expect(refusing.host.info.maximumAdvertisingDataLength == 1650)
+        // Without LE Extended Advertising neither is asked.
+        let legacy = Rig()
+        legacy.bringUp()
+        #expect(!legacy.commands.contains(HCIOpcode.leReadMaximumAdvertisingDataLength))
+    }
+
     /// Vol 4, Part E, 7.3.1 and 7.8.1: the masks go out as 8 octets.
     @Test func eventMasksAreSentWithTheInitSequence() {
         let rig = Rig()

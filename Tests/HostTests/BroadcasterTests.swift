@@ -88,9 +88,32 @@ final class ProbeBroadcaster: BroadcastingDevice {
     }
 
     @Test func dataBeyond31BytesIsRefusedOnALegacyController() throws {
-        let bench = try Bench(device: ProbeBroadcaster(Self.data40))
+        let capture = LogCapture()
+        let bench = try Bench(device: ProbeBroadcaster(Self.data40), logger: capture.logger)
         #expect(bench.controller.commands(HCIOpcode.leSetAdvertisingEnable).isEmpty)
         #expect(!bench.peripheral.isAdvertising)
+        #expect(capture.lines.contains { $0.contains("broadcast data of 40 bytes does not fit this controller's advertising (31 bytes") })
+    }
+
+    /// A controller whose extended sets take less than the data (LE Read Maximum Advertising
+    /// Data Length, Vol 4, Part E, 7.8.57) is not handed it, which it would refuse with Memory
+    /// Capacity Exceeded (7.8.54): an error says what fits; one that takes it advertises it.
+    @Test func dataBeyondWhatTheControllersSetsTakeIsRefusedWithItsLimit() throws {
+        let capture = LogCapture()
+        let bench = try Bench(device: ProbeBroadcaster(Self.data40), logger: capture.logger) {
+            $0.extendedAdvertisingSets = 4
+            $0.maximumAdvertisingDataLength = 35
+        }
+        #expect(bench.controller.commands(HCIOpcode.leReadMaximumAdvertisingDataLength).count == 1)
+        #expect(bench.controller.commands(HCIOpcode.leSetExtendedAdvertisingData).isEmpty)
+        #expect(!bench.peripheral.isAdvertising)
+        #expect(capture.lines.contains { $0.contains("broadcast data of 40 bytes does not fit this controller's advertising (35 bytes in an extended set)") },
+                "\(capture.lines)")
+        let roomy = try Bench(device: ProbeBroadcaster(Self.data40)) {
+            $0.extendedAdvertisingSets = 4
+            $0.maximumAdvertisingDataLength = 40
+        }
+        #expect(roomy.peripheral.isAdvertising)
     }
 
     @Test func onAnExtendedControllerTheBroadcasterHasItsOwnNonConnectableSetBesideAConnectableDevice() throws {
