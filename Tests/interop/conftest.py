@@ -26,7 +26,7 @@ import tempfile
 
 import pytest
 
-from harness import BlemuFactory, BlemuProcess, RestartableRootCanal, RootCanal, log_dir, start_advertising, unique_name
+from harness import BlemuError, BlemuFactory, BlemuProcess, RestartableRootCanal, RootCanal, log_dir, start_advertising, unique_name
 
 # No test writes to the user's ~/.local/state/blemu: every blemu the tests start without
 # --state-dir keeps its bonds, identities and passkeys in $STATE_DIRECTORY, a temporary
@@ -45,7 +45,7 @@ def rootcanal():
     server = RootCanal(log_path=log_dir() / f"rootcanal-{unique_name('rc')}.log")
     try:
         server.start()
-    except RuntimeError as error:
+    except BlemuError as error:
         pytest.fail(str(error), pytrace=False)
     yield server
     server.stop()

@@ -27,7 +27,7 @@ if str(REPO / "scripts") not in sys.path:
 from bumble import att  # noqa: E402
 
 from bumble_central import Central, ScanResult, error_code_of  # noqa: E402
-from rootcanal_server import RootCanal, free_tcp_ports  # noqa: E402
+from rootcanal_server import BlemuError, RootCanal, free_tcp_ports  # noqa: E402
 
 DEFAULT_LOG_ARGS = "--log stderr --log-level debug"
 _log_dir: Path | None = None
@@ -331,7 +331,7 @@ class RestartableRootCanal:
         server = self._new_server()
         try:
             server.start()
-        except RuntimeError as error:
+        except BlemuError as error:
             pytest.fail(str(error), pytrace=False)
         self.server = server
         self.hci_port = server.hci_port

@@ -64,10 +64,15 @@ def rootcanal_executable() -> list[str]:
 
 
 class RootCanal:
-    """One rootcanal process on free ports. `start()` returns once its HCI port listens."""
+    """One rootcanal process on free ports (the HCI port given, to keep one across restarts or
+    for a fixed address). `start()` returns once its HCI port listens."""
 
-    def __init__(self, log_path: Optional[Path] = None):
-        self.hci_port, self.test_port, self.link_port, self.link_ble_port = free_tcp_ports(4)
+    def __init__(self, log_path: Optional[Path] = None, *, hci_port: Optional[int] = None):
+        ports = free_tcp_ports(4)
+        self.hci_port = hci_port or ports[0]
+        self.test_port, self.link_port, self.link_ble_port = ports[1], ports[2], ports[3]
+        if self.hci_port in (self.test_port, self.link_port, self.link_ble_port):
+            raise BlemuError(f"port {self.hci_port} was also picked for another of rootcanal's ports: try again")
         if log_path is None:
             fd, name = tempfile.mkstemp(prefix="rootcanal-", suffix=".log")
             os.close(fd)
@@ -86,6 +91,13 @@ class RootCanal:
         return f"tcp-client:127.0.0.1:{self.hci_port}"
 
     def start(self, timeout: float = 15.0) -> "RootCanal":
+        # rootcanal keeps running without its HCI port when that port is taken: check first.
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", self.hci_port))
+            except OSError as error:
+                raise BlemuError(f"port {self.hci_port} is not free ({error.strerror}); pick another") from None
         command = rootcanal_executable() + [
             f"-hci_port={self.hci_port}", f"-test_port={self.test_port}",
             f"-link_port={self.link_port}", f"-link_ble_port={self.link_ble_port}",
