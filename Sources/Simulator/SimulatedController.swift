@@ -305,29 +305,31 @@ public final class SimulatedController {
     /// Keeps the controller's view of the links in step with an event the host is about to
     /// get (from the controller, or from a fuzz input speaking for it).
     public func note(_ event: ArraySlice<UInt8>) {
-        guard event.count >= 2 else { return }
-        let e = Array(event)
-        switch e[0] {
-        case 0x05 where e.count == 6 && e[2] == 0:
+        // Read with the host's own decoder: an event the host drops as malformed (a fuzz input's
+        // Connection Complete one byte short, say) changes nothing here either, or the two would
+        // disagree about which link a handle names.
+        guard let decoded = try? HCIEvent(packet: event) else { return }
+        switch decoded {
+        case let .disconnectionComplete(status, handle, _) where status == HCIStatus.success:
             // The controller flushes what it held for the link (7.7.5).
-            let handle = (UInt16(e[3]) | UInt16(e[4]) << 8) & 0x0FFF
             openHandles.remove(handle)
             inFlight[handle] = nil
             uncompleted[handle] = nil
             partial[handle] = nil
             onLinkEvent?(.closed(handle))
-        case 0x3E where e.count >= 7 && (e[2] == 0x01 || e[2] == 0x0A) && e[3] == 0:
-            let handle = (UInt16(e[4]) | UInt16(e[5]) << 8) & 0x0FFF
+        case .leConnectionComplete(let complete) where complete.status == HCIStatus.success:
+            let handle = complete.handle
             openHandles.insert(handle)
             forgottenAtStop.remove(handle)
             // Legacy advertising ends with the connection it made (Vol 6, Part B, 4.4.2.4).
-            if e[6] == 0x01 { legacyAdvertising = false }
+            if complete.role == 0x01 { legacyAdvertising = false }
             // A fresh link starts with no PDU under way. Without `checksLinks` (a fuzz input
             // speaking for the controller) a handle may be "reopened" under the host's feet
             // mid-PDU: a link in the peripheral role ends the host's old link on it (Vol 4,
             // Part E, 5.3.1; its queue, the rest of a PDU too, is dropped), so a new PDU starts
-            // fresh; one in the central role is refused, and the old link's PDU may go on.
-            if checksLinks || e[6] == 0x01 { partial[handle] = [] }
+            // fresh; one in the central role, or a role no one plays, is refused, and the old
+            // link's PDU may go on.
+            if checksLinks || complete.role == 0x01 { partial[handle] = [] }
             onLinkEvent?(.opened(handle))
         default:
             break
