@@ -239,6 +239,13 @@ public final class ControllerHost {
             return
         }
         guard let kind, let role = role(kind) else {
+            // Vol 4, Part E, 5.3.1: the handle names the new link now, so a link of ours on it is
+            // gone, whatever becomes of the new one: it is ended here (its queue, the rest of a
+            // PDU too, dropped), or its data would go out on the new link.
+            if let previous = linkRoles[event.handle] {
+                linkRoles[event.handle] = nil
+                self.role(previous)?.disconnectionCompleted(status: HCIStatus.success, handle: event.handle, reason: HCIStatus.unspecifiedError)
+            }
             // A link in a role nobody here plays is not kept.
             if let leftOut = routingLog.take(now: scheduler.nowNanoseconds, for: logger) {
                 logger.warning("link \(event.handle) opened in role \(Hex.byte(event.role)), which no one here plays: disconnecting\(LogBudget.note(leftOut))",

@@ -323,13 +323,11 @@ public final class SimulatedController {
             forgottenAtStop.remove(handle)
             // Legacy advertising ends with the connection it made (Vol 6, Part B, 4.4.2.4).
             if complete.role == 0x01 { legacyAdvertising = false }
-            // A fresh link starts with no PDU under way. Without `checksLinks` (a fuzz input
-            // speaking for the controller) a handle may be "reopened" under the host's feet
-            // mid-PDU: a link in the peripheral role ends the host's old link on it (Vol 4,
-            // Part E, 5.3.1; its queue, the rest of a PDU too, is dropped), so a new PDU starts
-            // fresh; one in the central role, or a role no one plays, is refused, and the old
-            // link's PDU may go on.
-            if checksLinks || complete.role == 0x01 { partial[handle] = [] }
+            // A fresh link starts with no PDU under way. A fuzz input speaking for the controller
+            // may "reopen" a handle under the host's feet mid-PDU: whatever the new link's role,
+            // the host ends its old link there (Vol 4, Part E, 5.3.1; its queue, the rest of a
+            // PDU too, is dropped), so a new PDU starts fresh.
+            partial[handle] = []
             onLinkEvent?(.opened(handle))
         default:
             break

@@ -117,6 +117,20 @@ import Testing
         #expect(!b.central.heard.contains { $0.hasPrefix("connection") })
     }
 
+    /// A controller that reports a link in a role no one plays on a handle one of ours holds has
+    /// lost ours (Vol 4, Part E, 5.3.1: a handle names one link at a time): its role hears it
+    /// ended, as when a link is reopened in another role we play, before the new one is
+    /// disconnected.
+    @Test func aLinkInARoleNoOnePlaysOnAHandleInUseEndsTheOldLink() {
+        let b = Bench(central: false)
+        b.simulated.connect(handle: 0x0040, peer: BluetoothAddress("D0:11:22:33:44:55")!)
+        #expect(b.host.linkRole(0x0040) == .peripheral)
+        b.simulated.centralConnected(handle: 0x0040, peer: BluetoothAddress("C4:11:22:33:44:55")!)
+        #expect(b.peripheral.heard.last == "disconnection 64")
+        #expect(b.host.linkRole(0x0040) == nil)
+        #expect(b.simulated.commands(HCIOpcode.disconnect).map { Array($0.parameters) } == [[0x40, 0x00, 0x13]])
+    }
+
     /// Advertising reports are the central's, advertising-set events the peripheral's; a key
     /// request for a link no role has is refused at once (Vol 4, Part E, 7.8.26).
     @Test func roleEventsGoToTheirRoleAndUnknownLinksAreAnswered() {

@@ -96,6 +96,30 @@ final class LogCapture: @unchecked Sendable {
         #expect(bench.peripheral.peers.map(\.address) == [other])
     }
 
+    /// The same in a role the peripheral does not play (central, here with no central role): the
+    /// old link is ended all the same (Vol 4, Part E, 5.3.1) and the new one disconnected, and
+    /// the rest of a PDU the old link was sending does not go out on the new one.
+    @Test func aLinkInARoleNotPlayedOnAHandleInUseEndsTheOldOne() throws {
+        let probe = ProbeDevice()
+        let bench = try Bench(device: probe)
+        let c = bench.controller
+        c.connect(handle: 0x0040, peer: bench.central)
+        // The controller's buffers are not given back: a 200-byte PDU goes out in part, the rest waits.
+        c.autoComplete = false
+        let sent = { c.aclOut.filter { $0.handle == 0x0040 }.count }
+        let before = sent()
+        #expect(bench.peripheral.hci.sendL2CAP(handle: 0x0040, pdu: ([200, 0x00, 0x04, 0x00] + [UInt8](repeating: 0x1B, count: 200))[...],
+                                                priority: .required))
+        let partly = sent()
+        #expect(partly > before && partly < before + 8, "\(partly - before) of 8 fragments sent")
+        c.centralConnected(handle: 0x0040, peer: BluetoothAddress("C4:11:22:33:44:55")!)
+        #expect(probe.disconnected.map(\.address) == [bench.central])
+        #expect(bench.peripheral.connectionCount == 0)
+        #expect(c.commands(HCIOpcode.disconnect).map(\.parameters).last == [0x40, 0x00, 0x13])
+        c.completePackets()
+        #expect(sent() == partly, "the old link's PDU is not continued on the new link")
+    }
+
     /// Links beyond the device's limit are refused and closed, so a controller cannot grow memory.
     @Test func linksBeyondTheLimitAreRefused() throws {
         let probe = ProbeDevice()
