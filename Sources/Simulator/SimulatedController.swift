@@ -305,6 +305,9 @@ public final class SimulatedController {
     /// Keeps the controller's view of the links in step with an event the host is about to
     /// get (from the controller, or from a fuzz input speaking for it).
     public func note(_ event: ArraySlice<UInt8>) {
+        // Only Disconnection Complete and LE Meta events (7.7.5, 7.7.65) change a link; the rest,
+        // Number Of Completed Packets above all, are not decoded.
+        guard let code = event.first, code == 0x05 || code == 0x3E else { return }
         // Read with the host's own decoder: an event the host drops as malformed (a fuzz input's
         // Connection Complete one byte short, say) changes nothing here either, or the two would
         // disagree about which link a handle names.
