@@ -480,7 +480,7 @@ def gatt_client_seeds():
     def proc(p, handle_index=0):
         return bytes([0xF0, p, handle_index])
     ALL = bytes([0xFF])
-    UNBOUNDED = 0xC0
+    WHOLE_WALK = 0xC0
     return {
         "discover-all": bytes([0]) + proc(0) + ALL + proc(10, 8) + ALL,
         "discover-all-mtu23": bytes([1]) + proc(0) + ALL,
@@ -492,20 +492,21 @@ def gatt_client_seeds():
         "injected": bytes([1]) + proc(2, 5) + bytes([3, 0x0B, 1, 2, 5, 0x1D, 0x03, 0x00, 0x01, 0x02, 1, 0x13]) + ALL,
         "closed": bytes([1]) + proc(0) + proc(2, 5) + bytes([0xF1, 1, 0xF5]) + proc(2, 5),
         # Config bits 3-4 pick the database: 1 huge (3,000 characteristics in one service),
-        # 2 deep (250 nested included services), 3 both. Bits 6 and 7 (UNBOUNDED): the walk
-        # goes to the end; without them the link moves at most 512 PDUs (Link.boundedMoves).
-        "huge-discover-all": bytes([0x08 | UNBOUNDED]) + proc(0) + ALL + proc(10) + ALL,
+        # 2 deep (250 nested included services), 3 both. Bits 6 and 7 (WHOLE_WALK): the walk
+        # goes to the end (Link.walkMoves); without them the link moves at most 512 PDUs
+        # (Link.boundedMoves).
+        "huge-discover-all": bytes([0x08 | WHOLE_WALK]) + proc(0) + ALL + proc(10) + ALL,
         "huge-discover-all-mtu64": bytes([0x0B]) + proc(0) + ALL,
         "huge-corrupted-midway": bytes([0x08]) + proc(0) + bytes([0xF1, 60, 0xF2, 3, 0x40]) + ALL,
         "huge-timeout-midway": bytes([0x0C]) + proc(0) + bytes([0xF1, 90, 0xF4]) + proc(0),
-        "deep-discover-all": bytes([0x10 | UNBOUNDED]) + proc(0) + ALL + proc(2, 7) + ALL,
+        "deep-discover-all": bytes([0x10 | WHOLE_WALK]) + proc(0) + ALL + proc(2, 7) + ALL,
         "deep-discover-all-mtu23": bytes([0x11]) + proc(0) + ALL,
         "deep-corrupted-include": bytes([0x11]) + proc(0) + bytes([0xF1, 3, 0xF2, 4, 0x01]) + ALL,
-        "huge-and-deep": bytes([0x18 | UNBOUNDED]) + proc(0) + ALL + proc(1) + ALL,
+        "huge-and-deep": bytes([0x18 | WHOLE_WALK]) + proc(0) + ALL + proc(1) + ALL,
         # Config bit 5: a generated database, three bytes (GeneratedDatabase): shape a, shape b, gaps.
-        "generated-200-services-chain": bytes([0x20 | UNBOUNDED, 0x14, 0x07, 0x00]) + proc(0) + ALL + proc(10) + ALL,
+        "generated-200-services-chain": bytes([0x20 | WHOLE_WALK, 0x14, 0x07, 0x00]) + proc(0) + ALL + proc(10) + ALL,
         "generated-diamonds-with-gaps": bytes([0x21, 0x22, 0x0F, 0x89]) + proc(0) + ALL + proc(2, 40) + ALL,
-        "generated-thousands-128bit": bytes([0x20 | UNBOUNDED, 0x2B, 0x21, 0x00]) + proc(0) + ALL,
+        "generated-thousands-128bit": bytes([0x20 | WHOLE_WALK, 0x2B, 0x21, 0x00]) + proc(0) + ALL,
         "generated-secondary-fan-gaps": bytes([0x23, 0x1B, 0x4A, 0x92]) + proc(0) + ALL + proc(1) + ALL,
     }
 

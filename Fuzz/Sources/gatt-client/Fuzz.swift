@@ -15,8 +15,8 @@ import FuzzSupport
 ///
 /// Input: a config byte (bits 0–2: server Rx MTU; bits 3–4: the database, see `FuzzDatabase`;
 /// bit 5: a generated database instead, described by the next three bytes, see
-/// `GeneratedDatabase`; bits 6 and 7 both set: no bound on the PDUs the link moves, else at most
-/// `Link.boundedMoves`), then records:
+/// `GeneratedDatabase`; bits 6 and 7 both set: the link moves up to `Link.walkMoves` PDUs, a
+/// whole walk of the largest database, else at most `Link.boundedMoves`), then records:
 ///   0x00–0xEF  a PDU of that many bytes, from "the server", to the client
 ///   0xF0 p     the client starts procedure p (discover all, by UUID, read, read multiple, write
 ///              short and long, reliable write, exchange MTU, write without response, subscribe)
@@ -31,10 +31,10 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     var input = FuzzBytes(data, size)
     let config = input.u8()
     let rxMTUs = [ATTServer.maximumMTU, 23, 24, 64, 185, 247, 251, 512]
-    let unbounded = config & 0xC0 == 0xC0
-    let generated = config & 0x20 != 0 ? GeneratedDatabase.take(input.u8(), input.u8(), input.u8(), unbounded: unbounded) : nil
+    let wholeWalk = config & 0xC0 == 0xC0
+    let generated = config & 0x20 != 0 ? GeneratedDatabase.take(input.u8(), input.u8(), input.u8(), wholeWalk: wholeWalk) : nil
     let link = Link(serverRxMTU: rxMTUs[Int(config & 0x07)], database: FuzzDatabase(rawValue: (config >> 3) & 0x03) ?? .lengthRules,
-                    generated: generated?.database, movesLeft: unbounded ? Int.max : Link.boundedMoves)
+                    generated: generated?.database, movesLeft: wholeWalk ? Link.walkMoves : Link.boundedMoves)
     let memory = MemoryBound(bound: 64 << 20)
 
     while !input.isAtEnd {
@@ -160,8 +160,8 @@ struct GeneratedDatabase {
         }
     }
 
-    static func take(_ a: UInt8, _ b: UInt8, _ gaps: UInt8, unbounded: Bool) -> GeneratedDatabase {
-        let key = Shape(a, b, bounded: !unbounded)
+    static func take(_ a: UInt8, _ b: UInt8, _ gaps: UInt8, wholeWalk: Bool) -> GeneratedDatabase {
+        let key = Shape(a, b, bounded: !wholeWalk)
         let database: GATTDatabase
         if let cached = cache[key] {
             database = cached
@@ -263,14 +263,21 @@ final class Link: ATTServerDelegate {
 
     /// The server's database, for the records that name one of its handles.
     let database: GATTDatabase
-    /// PDUs the link may still move in this input. A whole discovery of a big database (a huge
-    /// one at ATT_MTU 23 is about 10,000 PDUs) per input made the target run a few hundred
-    /// inputs a second: most inputs get `boundedMoves` (enough for every procedure on the
-    /// length-rules database, and the first hundreds of PDUs of a big walk); a quarter (config
-    /// bits 6 and 7) walk to the end. What is left when the budget runs out ends with the
-    /// timeout and the close, as every input does.
+    /// PDUs the link may still move in this input. A whole discovery of a big database per
+    /// input made the target run a few hundred inputs a second: most inputs get `boundedMoves`
+    /// (enough for every procedure on the length-rules database, and the first hundreds of PDUs
+    /// of a big walk); a quarter (config bits 6 and 7) get `walkMoves` and walk to the end.
+    /// What is left when the budget runs out ends with the timeout and the close, as every
+    /// input does.
     private var movesLeft: Int
     static let boundedMoves = 512
+    /// A whole discovery of the largest database served, with room to spare: 200 generated
+    /// services of 30 characteristics with descriptors, at ATT_MTU 23, is about 18,000 PDUs
+    /// (the huge one 2,100, huge and deep 4,600). Without a bound, inputs that started the walk
+    /// again and again took a tenth of a second and more each (one moved 290,000 PDUs), and
+    /// the long run's corpus drifted toward them until it ran 90 inputs a second; a second
+    /// walk of a big database reaches nothing that a second walk of a small one does not.
+    static let walkMoves = 24_576
 
     init(serverRxMTU: Int, database kind: FuzzDatabase, generated: GATTDatabase?, movesLeft: Int) {
         self.movesLeft = movesLeft
