@@ -202,7 +202,7 @@ let package = Package(
         .target(name: "BlemuSimulator", dependencies: ["BlemuCore", "BlemuHCI"], path: "Sources/Simulator"),
         // Devices connected in process on a simulated controller, for the benchmarks and the performance gate.
         .target(name: "BlemuBenchRig", dependencies: [
-            "BlemuCore", "BlemuHCI", "BlemuGATT", "BlemuHost", "BlemuDevices", "BlemuSimulator",
+            "BlemuCore", "BlemuHCI", "BlemuGATT", "BlemuHost", "BlemuCentral", "BlemuDevices", "BlemuSimulator",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/BenchRig"),
         // The hot paths for the performance gate (scripts/perf-gate): counted by callgrind.
@@ -217,7 +217,7 @@ let package = Package(
         .target(name: "BlemuTestSupport", dependencies: ["BlemuCore", "BlemuCrypto"], path: "Tests/Support/TestSupport"),
         .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuBench", "BlemuBenchProtocol", "BlemuBenchRig", "BlemuHost", "BlemuDevices", "BlemuChannels", "BlemuL2CAP",
                                                          "BlemuGATT", "BlemuGATTClient", "BlemuATT", "BlemuCrypto", "BlemuHCI", "BlemuRunLoop",
-                                                         "BlemuCentral", "BlemuSimulator", "BlemuTransport"],
+                                                         "BlemuCentral", "BlemuTransport"],
                     path: "Tests/AllocationTests"),
         .testTarget(name: "ChatTests", dependencies: ["BlemuTestSupport", "BlemuChat", "BlemuDevices", "BlemuCrypto", "BlemuCore",
                                                 "BlemuCentral", "BlemuHost", "BlemuHCI", "BlemuSimulator",
@@ -273,7 +273,7 @@ let package = Package(
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
         .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuEATT", "BlemuGATT", "BlemuATT",
                                                    "BlemuCentral", "BlemuGATTClient", "BlemuChat", "BlemuSecurity", "BlemuSMP", "BlemuCrypto",
-                                                   "BlemuSimulator", "BlemuBroadcast", "BlemuProfile",
+                                                   "BlemuSimulator", "BlemuBroadcast", "BlemuProfile", "BlemuBenchRig",
                                                    .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HostTests"),
     ]

@@ -1,3 +1,4 @@
+import BlemuBenchRig
 import BlemuCentral
 import BlemuChannels
 import BlemuCore

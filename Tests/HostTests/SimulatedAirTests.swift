@@ -1,3 +1,4 @@
+import BlemuBenchRig
 import BlemuCentral
 import BlemuCore
 import BlemuDevices
@@ -6,42 +7,6 @@ import BlemuHost
 import BlemuSimulator
 import Logging
 import Testing
-
-/// The in-process two-controller mode: a central and a peripheral, each on its own simulated
-/// controller, joined by `SimulatedAir`. Nothing is scripted: the central's host connects, its
-/// GATT client reads the device's database through both stacks, and either side can end the link.
-final class AirBench {
-    let scheduler = ManualScheduler()
-    let centralController = SimulatedController()
-    let peripheralController = SimulatedController()
-    let air: SimulatedAir
-    let central: CentralHost
-    let device = HeartRateDevice(seed: 7)
-    let peripheral: Peripheral
-
-    init() throws {
-        let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
-        centralController.address = BluetoothAddress("C0:DE:00:00:00:01")!
-        peripheralController.address = BluetoothAddress("C0:DE:00:00:00:02")!
-        air = SimulatedAir(centralController, peripheralController)
-        let a = centralController, b = peripheralController
-        central = try CentralHost(on: ControllerHost(controller: "central", scheduler: scheduler, logger: logger, output: { a.output($0, $1) }))
-        a.host = central.hci
-        peripheral = try Peripheral(device: device, configuration: PeripheralConfiguration(name: "Air", controller: "peripheral"),
-                                    scheduler: scheduler, logger: logger, output: { b.output($0, $1) })
-        b.deliver = { [unowned peripheral] in peripheral.receive(packetType: $0, packet: $1) }
-        central.controller.controllerUp()
-        peripheral.controllerUp()
-        air.run()
-    }
-
-    func connect(to address: BluetoothAddress) -> Result<CentralLink, CentralError>? {
-        var result: Result<CentralLink, CentralError>?
-        central.connect(to: LEAddress(address, isRandom: true)) { result = $0 }
-        air.run()
-        return result
-    }
-}
 
 @Suite struct SimulatedAirTests {
     @Test func aCentralReadsAPeripheralThroughTwoSimulatedControllers() throws {
