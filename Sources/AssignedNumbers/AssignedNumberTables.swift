@@ -10,6 +10,8 @@
 //     of Nordic Semiconductor ASA nor its contributors may endorse derived products. THE SOFTWARE IS
 //     PROVIDED "AS IS", WITHOUT WARRANTIES OF ANY KIND; see the repository's LICENSE.
 //   bleak 3.1.0, bleak/uuids.py (MIT), the GATT units 0x2700-0x27FF.
+// Corrections (scripts/generate-assigned-numbers, CORRECTIONS):
+//   descriptors 0x2901: "Characteristic User Description" (the SIG's name, over the source's)
 //
 // Each table is sorted by its key, for binary search (AssignedNumbers.lookup).
 
@@ -566,7 +568,7 @@ enum AssignedNumberTables {
     /// Descriptors (Assigned Numbers 3.7).
     static let descriptors: [(UInt16, StaticString)] = [
         (0x2900, "Characteristic Extended Properties"),
-        (0x2901, "Characteristic User Descriptor"),
+        (0x2901, "Characteristic User Description"),
         (0x2902, "Client Characteristic Configuration"),
         (0x2903, "Server Characteristic Configuration"),
         (0x2904, "Characteristic Presentation Format"),

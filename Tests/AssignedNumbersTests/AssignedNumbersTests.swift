@@ -18,6 +18,12 @@ import Testing
         #expect(AssignedNumbers.companyName(0x0059) == "Nordic Semiconductor ASA")
     }
 
+    /// The Nordic database calls 0x2901 "Characteristic User Descriptor"; the SIG (Assigned Numbers
+    /// 3.7, Core Vol 3, Part G, 3.3.3.2) says "Description": the generator's CORRECTIONS put it back.
+    @Test func theUserDescriptionDescriptorHasTheSIGsName() {
+        #expect(AssignedNumbers.descriptorName(BluetoothUUID(0x2901)) == "Characteristic User Description")
+    }
+
     @Test func unknownNumbersAndOtherKindsAreNotNamed() {
         // A characteristic's UUID is not a service's, and a 128-bit UUID is nobody's here.
         #expect(AssignedNumbers.serviceName(BluetoothUUID(0x2A37)) == nil)

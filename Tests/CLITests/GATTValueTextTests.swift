@@ -117,7 +117,7 @@ import Testing
             "service 7d3c0100-9a5e-4d1a-8f6e-5c1b2d3e4f50 (Thermostat) handles 0x001f-0x0025",
             "  characteristic 7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50 (Target temperature) handle 0x0021 [read write notify]: 22.50 °C  [ca08]",
             "    descriptor 2902 (Client Characteristic Configuration) handle 0x0022: 0x0000 (off)  [0000]",
-            "    descriptor 2901 (Characteristic User Descriptor) handle 0x0023: \"Target temperature\"",
+            "    descriptor 2901 (Characteristic User Description) handle 0x0023: \"Target temperature\"",
             "    descriptor 2904 (Characteristic Presentation Format) handle 0x0024: format 0x0e, exponent -2, unit °C  [0efe2f27010000]",
             "    descriptor 2906 (Valid Range) handle 0x0025: 5.00 °C to 35.00 °C  [f401ac0d]",
         ])
