@@ -9,8 +9,10 @@ import BlemuStack
 import CLinux
 import Logging
 
-/// `blemu scan`: the advertisers nearby, one line each, again when what they say changes (and,
-/// with `--json`, when their RSSI moved): `ScanLines` decides, with a bounded memory. Below each
+/// `blemu scan`: the advertisers nearby, one line each, again when what they say changes or what
+/// the observer decodes from it is a new reading (and, with `--json`, when their RSSI moved):
+/// `ScanLines` decides, with a bounded memory. With a bindkey, a replayed encrypted BTHome
+/// reading is skipped (`BTHomeReplayGuard`, bthome-ble's rule) and said once per advertiser. Below each
 /// line, what the observer decoded (`BroadcastReport`: BTHome, iBeacon, Eddystone, service and
 /// manufacturer data); `--watch ADDRESS` prints each new reading of one advertiser once
 /// (`ReadingWatch`).
@@ -44,7 +46,7 @@ struct ScanCommand: ParsableCommand {
     @Option(help: ArgumentHelp("Only this advertiser, each new reading printed once (BTHome packet id de-duplicated; unchanged payloads not repeated).", valueName: "ADDRESS"))
     var watch: String?
 
-    @Flag(help: "A table of every advertiser, the strongest first, redrawn in place every second (a terminal's; not with --json, --watch or --periodic).")
+    @Flag(help: "A table of every advertiser, by address, redrawn in place every second (a terminal's; not with --json, --watch or --periodic).")
     var table = false
 
     @Flag(help: "Also synchronize to periodic advertising trains (extended scanning; LE Periodic Advertising Create Sync) and print their data, decoded, when it changes.")
@@ -87,20 +89,39 @@ struct ScanCommand: ParsableCommand {
         // What was printed for each advertiser (at most 256 remembered, like the advertisers).
         var lines = ScanLines(rssiUpdates: json)
         var readings = watched.map(ReadingWatch.init)
-        if table { drawTable(session: session, filter: filter, keys: keys) }
+        // The last counter the bindkey opened from each advertiser (at most 256): replays refused.
+        var replays = BTHomeReplayGuard()
+        /// Whether `report` is a replayed encrypted BTHome reading, to be skipped as bthome-ble skips
+        /// it; the first refusal from each advertiser is said on stderr, the later ones are not.
+        func refused(_ report: BroadcastReport, from address: BluetoothAddress, now: UInt64) -> Bool {
+            guard keys.bindkey != nil, let refusal = replays.screen(report, from: address, now: now) else { return false }
+            if refusal.isFirst {
+                emitStderr("blemu scan: \(address): \(refusal) (later refusals from it are not said)")
+            }
+            return true
+        }
+        if table { drawTable(session: session, filter: filter, keys: keys, replays: { replays }) }
         session.host.onAdvertisement = { advertisement, change in
-            guard !table, filter.matches(advertisement) else { return }
+            guard filter.matches(advertisement) else { return }
+            if table {
+                // The table draws each advertiser's latest data: the guard learns what the key opens.
+                if keys.bindkey != nil {
+                    _ = replays.screen(BroadcastReport(advertisement, keys: keys), from: advertisement.address,
+                                       now: advertisement.lastSeen)
+                }
+                return
+            }
+            if let watched, advertisement.address != watched { return }
+            let report = BroadcastReport(advertisement, keys: keys)
+            if refused(report, from: advertisement.address, now: advertisement.lastSeen) { return }
             let update: String
-            let report: BroadcastReport
             if readings != nil {
-                guard advertisement.address == watched else { return }
-                report = BroadcastReport(advertisement, keys: keys)
                 guard readings!.isNewReading(report, from: advertisement.address) else { return }
                 update = "reading"
             } else {
-                guard let line = lines.update(for: advertisement, change: change) else { return }
+                // A new reading (service data that decodes to something new) makes a line too.
+                guard let line = lines.update(for: advertisement, change: change, readings: report.readingFingerprints) else { return }
                 update = line.rawValue
-                report = BroadcastReport(advertisement, keys: keys)
             }
             for line in json ? [Self.json(advertisement, report: report, update: update).encoded] : Self.text(advertisement, report: report) {
                 emitLine(line)
@@ -120,6 +141,7 @@ struct ScanCommand: ParsableCommand {
             session.host.onPeriodicData = { train, data, rssi, truncated in
                 if let watched, train.address != watched { return }
                 let report = BroadcastReport(address: train.address, advertisingData: data, keys: keys)
+                if refused(report, from: train.address, now: session.loop.nowNanoseconds) { return }
                 if periodicReadings != nil {
                     guard periodicReadings!.isNewReading(report, from: train.address) else { return }
                 } else {
@@ -144,14 +166,15 @@ struct ScanCommand: ParsableCommand {
 
     /// `--table`: the screen cleared once, then the table redrawn from the top every second:
     /// home, each line cleared to its end, the rest of the screen cleared (no flicker).
-    func drawTable(session: CentralSession, filter: AdvertiserFilter, keys: BroadcastReport.Keys) {
+    func drawTable(session: CentralSession, filter: AdvertiserFilter, keys: BroadcastReport.Keys,
+                   replays: @escaping () -> BTHomeReplayGuard) {
         emitLine("\u{1B}[2J")
         func draw() {
             var columns: Int32 = 0, rows: Int32 = 0
             let sized = clinux_terminal_size(1, &columns, &rows) == 0
             let advertisers = session.host.advertisers.entries.values.filter { filter.matches($0) }
             // A terminal's height less the header, the count and the "more" line.
-            let lines = ScanTable.lines(advertisers, now: session.loop.nowNanoseconds, keys: keys,
+            let lines = ScanTable.lines(advertisers, now: session.loop.nowNanoseconds, keys: keys, replays: replays(),
                                         width: sized ? Int(columns) : 160, rows: sized ? max(1, Int(rows) - 4) : 60)
             emitLine("\u{1B}[H" + lines.map { $0 + "\u{1B}[K" }.joined(separator: "\n") + "\u{1B}[J")
             session.loop.schedule(after: .seconds(1)) { draw() }

@@ -113,3 +113,55 @@ public struct BroadcastReport: Equatable, Sendable {
         return nil
     }
 }
+
+extension BroadcastReport {
+    /// What `blemu scan` compares to tell a new reading (`ScanLines.Reading`): one fingerprint per
+    /// kind — BTHome, iBeacon, each Eddystone frame type, the battery level, the rest (raw service
+    /// and manufacturer data, malformed structures) together. A BTHome reading with a packet id is
+    /// its packet id (bthome.io/format: a receiver filters duplicates by it, as `--watch` does); an
+    /// encrypted one's counter is left out (it changes with every advertisement). The hash is
+    /// seeded per process (`Hasher`), so a peer cannot choose bytes that collide.
+    public var readingFingerprints: [ScanLines.Reading] {
+        var hashers: [(kind: UInt8, hasher: Hasher)] = []
+        for item in Self.withoutCounters(self).items {
+            let kind = item.readingKind
+            let index: Int
+            if let known = hashers.firstIndex(where: { $0.kind == kind }) {
+                index = known
+            } else {
+                hashers.append((kind, Hasher()))
+                index = hashers.count - 1
+            }
+            if case .bthome(let reading) = item, let packetID = reading.packetID {
+                hashers[index].hasher.combine(packetID)
+            } else {
+                hashers[index].hasher.combine(item.text)
+            }
+        }
+        return hashers.map { ScanLines.Reading(kind: $0.kind, fingerprint: $0.hasher.finalize()) }
+    }
+
+    /// The report with each BTHome counter cleared: it changes with each encrypted advertisement.
+    static func withoutCounters(_ report: BroadcastReport) -> BroadcastReport {
+        BroadcastReport(items: report.items.map { item in
+            guard case .bthome(var reading) = item else { return item }
+            reading.counter = nil
+            return .bthome(reading)
+        })
+    }
+}
+
+extension BroadcastReport.Item {
+    /// Which kind of broadcast an item is, for `readingFingerprints`.
+    var readingKind: UInt8 {
+        switch self {
+        case .bthome, .bthomeError: return 0
+        case .iBeacon: return 1
+        case .eddystone(.uid): return 2
+        case .eddystone(.url): return 3
+        case .eddystone(.telemetry): return 4
+        case .batteryLevel: return 5
+        case .serviceData, .manufacturerData, .malformed: return 6
+        }
+    }
+}

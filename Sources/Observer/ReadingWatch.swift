@@ -20,7 +20,7 @@ public struct ReadingWatch {
     /// Whether `report`, heard from `from`, is a reading not printed yet (and now remembered).
     public mutating func isNewReading(_ report: BroadcastReport, from: BluetoothAddress) -> Bool {
         guard from == address else { return false }
-        let comparable = Self.withoutCounters(report)
+        let comparable = BroadcastReport.withoutCounters(report)
         if let packetID = report.bthome?.packetID {
             defer { lastPacketID = packetID; lastReport = comparable }
             return packetID != lastPacketID
@@ -29,14 +29,5 @@ public struct ReadingWatch {
         guard comparable != lastReport else { return false }
         lastReport = comparable
         return true
-    }
-
-    /// The report with each BTHome counter cleared: it changes with each encrypted advertisement.
-    static func withoutCounters(_ report: BroadcastReport) -> BroadcastReport {
-        BroadcastReport(items: report.items.map { item in
-            guard case .bthome(var reading) = item else { return item }
-            reading.counter = nil
-            return .bthome(reading)
-        })
     }
 }

@@ -2,6 +2,7 @@ import Testing
 import BlemuBroadcast
 import BlemuCore
 import BlemuCrypto
+import BlemuCentral
 @testable import BlemuObserver
 
 private func hex(_ text: String) -> [UInt8] { Hex.parse(text) ?? [] }
@@ -145,6 +146,49 @@ private func report(_ ad: String, scanResponse: String = "", keys: BroadcastRepo
         #expect(BTHomeValueText.decimals(0.35) == nil)
         #expect(BTHomeValueText.text(BTHomeObject(.temperature, integer: -5)!) == "-0.05")
         #expect(BTHomeValueText.text(BTHomeObject(.voltage, integer: 3001)!) == "3.001")
+    }
+}
+
+/// The fingerprints `blemu scan` compares to tell a new reading (`ScanLines.Reading`).
+@Suite struct ReadingFingerprintTests {
+    func fingerprints(_ ad: String, keys: BroadcastReport.Keys = .init()) -> [ScanLines.Reading] {
+        report(ad, keys: keys).readingFingerprints
+    }
+
+    @Test func aNewBTHomeValueOrPacketIDIsANewFingerprintTheSameBytesAreNot() {
+        let plain = fingerprints("02 01 06 0A 16 D2 FC 40 02 C4 09 03 BF 13")
+        #expect(plain.map(\.kind) == [0])
+        #expect(fingerprints("02 01 06 0A 16 D2 FC 40 02 C4 09 03 BF 13") == plain)
+        #expect(fingerprints("02 01 06 0A 16 D2 FC 40 02 C5 09 03 BF 13") != plain)
+        // With a packet id, the id is the reading (bthome.io/format).
+        #expect(fingerprints("02 01 06 09 16 D2 FC 40 00 01 02 F3 FD") == fingerprints("02 01 06 09 16 D2 FC 40 00 01 02 F4 FD"))
+        #expect(fingerprints("02 01 06 09 16 D2 FC 40 00 01 02 F3 FD") != fingerprints("02 01 06 09 16 D2 FC 40 00 02 02 F3 FD"))
+    }
+
+    @Test func anEncryptedReadingsCounterIsLeftOut() {
+        let packet = BTHomePacket(objects: [BTHomeObject(.temperature, value: 21.5)!])
+        func sealed(_ counter: UInt32, _ packet: BTHomePacket) -> [ScanLines.Reading] {
+            BroadcastReport(address: exampleAddress, advertisingData: BTHome.advertisingData(
+                packet, encryption: BTHomeEncryption(key: exampleKey, address: exampleAddress, counter: counter)),
+                keys: .init(bindkey: exampleKey)).readingFingerprints
+        }
+        #expect(sealed(1, packet) == sealed(2, packet))
+        #expect(sealed(3, BTHomePacket(objects: [BTHomeObject(.temperature, value: 21.6)!])) != sealed(2, packet))
+        // Without the key every advertisement is the same "encrypted, no bindkey".
+        let closed = { (counter: UInt32) in
+            BroadcastReport(address: exampleAddress, advertisingData: BTHome.advertisingData(
+                packet, encryption: BTHomeEncryption(key: exampleKey, address: exampleAddress, counter: counter))).readingFingerprints
+        }
+        #expect(closed(1) == closed(2))
+    }
+
+    @Test func eachEddystoneFrameTypeIsAKindOfItsOwn() {
+        let uid = fingerprints("02 01 06 03 03 AA FE 17 16 AA FE 00 EB 00112233445566778899 AABBCCDDEEFF 0000")
+        let url = fingerprints("02 01 06 03 03 AA FE 0E 16 AA FE 10 EB 01 6578616D706C65 00")
+        let tlm = fingerprints("02 01 06 03 03 AA FE 11 16 AA FE 20 00 0BB8 1780 00000102 000004D2")
+        let later = fingerprints("02 01 06 03 03 AA FE 11 16 AA FE 20 00 0BB8 1780 00000103 000004DC")
+        #expect(uid.map(\.kind) == [2] && url.map(\.kind) == [3] && tlm.map(\.kind) == [4])
+        #expect(later.map(\.kind) == [4] && later != tlm)
     }
 }
 

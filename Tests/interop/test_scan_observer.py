@@ -229,3 +229,70 @@ def test_a_bindkey_file_that_is_no_key_is_a_bad_command_line(tmp_path):
     refused = run_cli(["scan", "--controller", "tcp:127.0.0.1:1", "--bindkey-file", str(short)])
     assert refused.returncode == 64 and "32 hex digits" in refused.stderr, refused.describe()
     assert "231d39c1d7cc1ab1" not in refused.stderr
+
+
+def bthome_ble_accepts(address: str, payloads: list[bytes]) -> list[bool]:
+    """Which of `payloads` (BTHome service data, in turn from one device) Home Assistant's bthome-ble
+    accepts under BINDKEY: one BTHomeBluetoothDeviceData for them all, as Home Assistant keeps one
+    per device, so its counter check (parser.py `_check_encryption_counter`) applies. Each is
+    heard 10 s after the one before."""
+    from bleak.backends.device import BLEDevice
+    from bthome_ble import BTHomeBluetoothDeviceData
+    from habluetooth import BluetoothServiceInfoBleak
+
+    uuid = "0000fcd2-0000-1000-8000-00805f9b34fb"
+    device = BTHomeBluetoothDeviceData(bindkey=BINDKEY)
+    accepted = []
+    for index, payload in enumerate(payloads):
+        info = BluetoothServiceInfoBleak(
+            name="sensor", address=address, rssi=-60, manufacturer_data={}, service_data={uuid: payload},
+            service_uuids=[uuid], source="local", device=BLEDevice(address, "sensor", None), advertisement=None,
+            connectable=False, time=time.monotonic() + index * 10, tx_power=None)
+        device.update(info)
+        # An update it takes moves its counter to the payload's (a refused one leaves it, and the
+        # values it returns are the previous ones).
+        accepted.append(device.encryption_counter == int.from_bytes(payload[-8:-4], "little"))
+    return accepted
+
+
+def test_a_replayed_encrypted_reading_is_refused_as_bthome_ble_refuses_it(rootcanal, tmp_path):
+    """Issue 34: a Bumble broadcaster sends encrypted readings with counters 100 and 101, then replays
+    the recorded 100 (bytes as they were), then an older recording with counter 50. bthome-ble
+    refuses the 100 (smaller than 101, and at least 100) and takes the 50 for a device that counted
+    again from 0; `blemu scan` must print what bthome-ble accepts — with `--watch` and in a plain
+    scan alike — and say once that it refused the replay."""
+    key = bindkey_file(tmp_path, BINDKEY)
+    temperatures = {100: "02D007", 101: "023408", 50: "026C07"}   # 20.00, 21.00, 19.00 °C
+    recorded = {counter: encrypted_bthome_ad(ENCRYPTED, bytes.fromhex(objects), counter)
+                for counter, objects in temperatures.items()}
+    sequence = [100, 101, 100, 50]
+    expected = bthome_ble_accepts(ENCRYPTED, [recorded[counter][7:] for counter in sequence])
+    assert expected == [True, True, False, True], "bthome-ble's rule is not the one this test expects"
+    with Broadcasters(rootcanal.controller_spec, {ENCRYPTED: recorded[100]}) as broadcasters:
+        watch = subprocess.Popen([str(blemu_binary()), "scan", "--controller", rootcanal.controller_spec, "--json",
+                                  "--timeout", "12", "--watch", ENCRYPTED, "--bindkey-file", key],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        plain = subprocess.Popen([str(blemu_binary()), "scan", "--controller", rootcanal.controller_spec,
+                                  "--timeout", "12", "--bindkey-file", key],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first_line = watch.stdout.readline()
+        time.sleep(1.5)
+        for counter in sequence[1:]:
+            broadcasters.replace(ENCRYPTED, recorded[counter])
+            time.sleep(2)
+        stdout, watch_stderr = watch.communicate(timeout=20)
+        plain_stdout, plain_stderr = plain.communicate(timeout=20)
+    assert watch.returncode == 0 and plain.returncode == 0, watch_stderr + plain_stderr
+    lines = [json.loads(line) for line in (first_line + stdout).splitlines() if line.strip()]
+    printed = [(line["decoded"][0]["counter"], line["decoded"][0]["values"]["temperature"]) for line in lines]
+    assert printed == [(100, 20.0), (101, 21.0), (50, 19.0)], lines
+    # The plain scan: the advertiser's line under each new reading (service data alone changed),
+    # never the replayed one.
+    readings = [line.strip() for line in plain_stdout.splitlines() if line.strip().startswith("bthome")]
+    assert readings == ["bthome  encrypted (counter 100)  temperature 20.00 °C",
+                        "bthome  encrypted (counter 101)  temperature 21.00 °C",
+                        "bthome  encrypted (counter 50)  temperature 19.00 °C"], plain_stdout
+    for stderr in (watch_stderr, plain_stderr):
+        refusals = [line for line in stderr.splitlines() if "refused as a replay" in line]
+        assert refusals == [f"blemu scan: {ENCRYPTED}: encrypted BTHome counter 100 after 101: refused as a replay, as "
+                            "Home Assistant's bthome-ble refuses it (later refusals from it are not said)"], stderr
