@@ -14,6 +14,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -25,7 +26,7 @@ from home_assistant_bluetooth import BluetoothServiceInfo
 from ibeacon_ble import iBeaconParser
 
 from bumble_central import Central, ScanResult
-from harness import BlemuProcess, blemu_binary, run, run_cli, unique_name
+from harness import REPO, BlemuProcess, blemu_binary, run, run_cli, unique_name
 
 BTHOME_UUID = "0000fcd2-0000-1000-8000-00805f9b34fb"
 BINDKEY = "231d39c1d7cc1ab1aee224cd096db932"
@@ -495,3 +496,83 @@ def test_blemu_scan_synchronizes_to_the_thermometers_periodic_train(rootcanal):
         assert entry(process, "bthome-thermometer")["advertising"]
     finally:
         stop(process)
+
+
+# ---------------------------------------------------------------------------------------------
+# BROADCASTERS.md's bthome-ble decoder, as written
+
+
+def broadcasters_md_decoder() -> tuple[list[str], str]:
+    """The commands and the Python script of BROADCASTERS.md's "Decoding with Home Assistant's
+    bthome-ble"."""
+    text = (REPO / "Docs" / "BROADCASTERS.md").read_text()
+    section = text.split("### Decoding with Home Assistant's bthome-ble", 1)[1]
+    commands = section.split("```\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    script = section.split("```python\n", 1)[1].split("```", 1)[0]
+    return commands, script
+
+
+def decoded_lines(output: str) -> dict[str, list[dict]]:
+    """The script's lines, `ADDRESS {values}`, by address."""
+    lines: dict[str, list[dict]] = {}
+    for line in output.splitlines():
+        address, values = line.split(" ", 1)
+        lines.setdefault(address.upper(), []).append(json.loads(values))
+    return lines
+
+
+def test_the_bthome_ble_decoder_of_broadcasters_md_runs_as_written(rootcanal, tmp_path):
+    """Issue 34: the doc's script on a plain and an encrypted thermometer over rootcanal, fed by the
+    doc's two pipelines (the socket, controller and timeout put in): `blemu ctl … list` gives the
+    plain one's values as set, and nothing without the key for the encrypted one; `blemu scan
+    --json` with the bindkey file opens the encrypted one's, and the plain one is refused as Home
+    Assistant refuses it."""
+    commands, script = broadcasters_md_decoder()
+    assert len(commands) == 2 and all("python3 bthome_decode.py" in command for command in commands), commands
+    (tmp_path / "bthome_decode.py").write_text(script)
+    (tmp_path / "bindkey.txt").write_text(BINDKEY + "\n")
+    (tmp_path / "bindkey.txt").chmod(0o600)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "blemu").symlink_to(blemu_binary())
+    # python3 is the test venv's, which has bthome-ble (its bin directory first on PATH).
+    environment = {**os.environ, "PATH": f"{bin_dir}:{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
+
+    def pipeline(command: str) -> str:
+        result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, cwd=tmp_path, env=environment,
+                                stdin=subprocess.DEVNULL, timeout=60)
+        assert result.returncode == 0, f"{command}: status {result.returncode}\n{result.stdout}\n{result.stderr[-3000:]}"
+        return result.stdout
+
+    state = tmp_path / "state"
+    state.mkdir()
+    plain = start(rootcanal, ["bthome-thermometer"])
+    try:
+        encrypted = start(rootcanal, ["bthome-thermometer"], "--name", "sealed", "--bindkey-file", str(tmp_path / "bindkey.txt"),
+                          "--state-dir", str(state))
+        try:
+            plain_address = plain.listing[0]["address"].upper()
+            sealed_address = encrypted.listing[0]["address"].upper()
+            assert plain_address != sealed_address
+            for setting, value in (("temperature", "21.5"), ("humidity", "48.25"), ("battery", "93")):
+                ctl(plain, "set", "bthome-thermometer", setting, value)
+            ctl(encrypted, "set", "bthome-thermometer", "temperature", "-5.25")
+            ctl(encrypted, "set", "bthome-thermometer", "battery", "42")
+
+            listed = decoded_lines(pipeline(commands[0].replace("/run/blemu.sock", plain.control_path)))
+            (values,) = listed[plain_address]
+            assert values["battery"] == 93 and close(values, {"temperature": 21.5, "humidity": 48.25}), values
+            assert set(values) == {"packet_id", "battery", "temperature", "humidity"}, values
+            # Without the key: nothing read.
+            assert decoded_lines(pipeline(commands[0].replace("/run/blemu.sock", encrypted.control_path))) == {sealed_address: [{}]}
+
+            heard = decoded_lines(pipeline(commands[1].replace("hci1", rootcanal.controller_spec)
+                                           .replace("--timeout 30", "--timeout 5")))
+        finally:
+            stop(encrypted)
+    finally:
+        stop(plain)
+    opened = [values for values in heard.get(sealed_address, []) if values]
+    assert opened and opened[-1]["battery"] == 42 and close(opened[-1], {"temperature": -5.25}), heard
+    # The bindkey is the encrypted one's: a plain advertisement is refused, as Home Assistant does.
+    assert heard.get(plain_address) and all("temperature" not in values for values in heard[plain_address]), heard
