@@ -2,14 +2,20 @@ import BlemuBroadcast
 import BlemuCentral
 import BlemuCore
 
-/// Refuses replayed encrypted BTHome readings, by the rule of Home Assistant's bthome-ble
-/// (3.25, parser.py `_check_encryption_counter`). bthome.io/encryption leaves replay protection
-/// to the receiver: the counter in the nonce grows with each reading, and anyone who recorded an
+/// Refuses replayed encrypted BTHome readings. bthome.io/encryption leaves replay protection to
+/// the receiver: the counter in the nonce grows with each reading, and anyone who recorded an
 /// advertisement can send it again, MIC and all. Per advertiser, the counter of the last reading
-/// the bindkey opened is kept; a later reading whose counter is smaller is refused, unless it is
-/// below 100: bthome-ble takes that as a device that started counting again from 0 (a battery
-/// change, a counter that wrapped) and accepts it. An equal counter passes: a broadcaster sends
-/// one reading in every advertising event until it has a new one.
+/// the bindkey opened is kept; a later reading whose counter is smaller is refused. An equal
+/// counter passes: a broadcaster sends one reading in every advertising event until it has a
+/// new one.
+///
+/// Stricter than Home Assistant's bthome-ble (3.25, parser.py `_check_encryption_counter`),
+/// which accepts a smaller counter when it is below 100, taking it for a device that started
+/// counting again from 0: a replay of any recording from a device's first hundred readings
+/// passes there. A scan cannot tell such a restart from a replay, so it refuses both and says
+/// so; a sensor that really counts again from 0 is shown again by a new scan (the memory is
+/// the scan's own). blemu's own BTHome devices never count again (their counter is kept in the
+/// state directory).
 ///
 /// Only readings the bindkey opened count (their MIC matched, so the advertiser had the key): a
 /// MIC failure or an unencrypted advertisement changes nothing. Unlike bthome-ble, two MIC
@@ -20,10 +26,6 @@ import BlemuCore
 /// an entry, so a stranger without the key cannot push a real one out.
 public struct BTHomeReplayGuard {
     public static let defaultCapacity = AdvertiserTable.defaultCapacity
-    /// A counter below this after a larger one is a device that restarted counting (bthome-ble's
-    /// `new_encryption_counter >= 100` condition), not a replay.
-    public static let restartBelow: UInt32 = 100
-
     /// A reading refused: its counter, and the last one opened from the same advertiser.
     public struct Refusal: Equatable, Sendable, CustomStringConvertible {
         public var counter: UInt32
@@ -32,7 +34,7 @@ public struct BTHomeReplayGuard {
         public var isFirst: Bool
 
         public var description: String {
-            "encrypted BTHome counter \(counter) after \(lastCounter): refused as a replay, as Home Assistant's bthome-ble refuses it"
+            "encrypted BTHome counter \(counter) after \(lastCounter): refused as a replay"
         }
     }
 
@@ -83,7 +85,7 @@ public struct BTHomeReplayGuard {
     }
 
     static func isReplay(_ counter: UInt32, after last: UInt32) -> Bool {
-        counter < last && counter >= restartBelow
+        counter < last
     }
 
     /// The counter of the encrypted reading the bindkey opened in `report`, if there is one.
