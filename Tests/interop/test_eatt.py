@@ -193,7 +193,7 @@ def test_a_profile_dump_with_eatt_required_reads_as_a_stranger_before_pairing(ro
                                           extra_args=["--state-dir", str(tmp_path / "dev")]), rootcanal)
     try:
         result = gatt_cli(rootcanal, "--name", lock.name, "--pair", "--passkey", f"{passkey_of(lock):06d}",
-                          "--eatt", "require", "--state-dir", str(tmp_path / "c"), "dump", "--profile")
+                          "--eatt", "require", "--state-dir", str(tmp_path / "c"), "-v", "dump", "--profile")
         assert result.returncode == 0, result.describe()
         notes = result.stderr
         assert "eatt: the first reads go over the unenhanced bearer" in notes, notes
@@ -226,7 +226,7 @@ def test_eatt_require_fails_against_a_peer_without_eatt(rootcanal, tmp_path):
             assert required.returncode != 0, required.describe()
             assert "--eatt require: the peer does not support EATT" in required.stderr, required.stderr
             auto = await loop.run_in_executor(None, lambda: gatt_cli(
-                rootcanal, "--address", address, "--state-dir", str(tmp_path), "--pair", "read", "2A00"))
+                rootcanal, "--address", address, "--state-dir", str(tmp_path), "--pair", "-v", "read", "2A00"))
             assert auto.returncode == 0, auto.describe()
             assert "the peer does not support EATT: one bearer" in auto.stderr, auto.stderr
 
@@ -269,7 +269,7 @@ def test_blemu_gatt_writes_and_subscriptions_over_bumbles_enhanced_bearers(rootc
             loop = asyncio.get_running_loop()
             pairs = [part for index, uuid in enumerate(BUMBLE_VALUES) for part in (uuid, f"{0xA0 + index:02x}")]
             result = await loop.run_in_executor(None, lambda: gatt_cli(
-                rootcanal, "--address", address, "--state-dir", str(tmp_path), "--pair", "--json", "write", *pairs))
+                rootcanal, "--address", address, "--state-dir", str(tmp_path), "--pair", "--json", "-v", "write", *pairs))
             assert result.returncode == 0, result.describe()
             lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
             assert [line["uuid"].lower() for line in lines] == BUMBLE_VALUES, result.stdout
