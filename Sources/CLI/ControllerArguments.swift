@@ -50,8 +50,13 @@ func emitNote(_ line: String) { writeLine("blemu gatt: " + line, to: 2) }
 /// A line on stderr, as it is given.
 func emitStderr(_ line: String) { writeLine(line, to: 2) }
 
-private func writeLine(_ line: String, to fd: Int32) {
-    var text = line + "\n"
+/// A prompt on stderr, without a newline (`blemu gatt ... shell` at a terminal).
+func emitPrompt(_ prompt: String) { writeText(prompt, to: 2) }
+
+private func writeLine(_ line: String, to fd: Int32) { writeText(line + "\n", to: fd) }
+
+private func writeText(_ text: String, to fd: Int32) {
+    var text = text
     text.withUTF8 { buffer in
         var offset = 0
         while offset < buffer.count {

@@ -160,12 +160,14 @@ enum GATTValueText {
         return "\"\(string.replacingNewlines)\""
     }
 
-    /// One value as JSON: its UUID, name, handle, hex and decoding; `time` (a notification's or
+    /// One value as JSON: its UUID, name (as `dump` names it: the standard or blemu's name,
+    /// else its User Description), handle, hex and decoding; `time` (a notification's or
     /// indication's arrival) as ISO 8601 UTC.
     static func json(uuid: BluetoothUUID, handle: UInt16, value: [UInt8], format: PresentationFormat? = nil,
-                     time: Timestamp? = nil) -> JSONValue {
+                     time: Timestamp? = nil, userDescription: [UInt8]? = nil) -> JSONValue {
+        let name = nameOfCharacteristic(uuid) ?? userDescription.map { VisibleText.make(utf8: $0) }
         var fields: [(String, JSONValue)] = [
-            ("uuid", .string(uuid.description)), ("name", nameOfCharacteristic(uuid).map { .string($0) } ?? .null),
+            ("uuid", .string(uuid.description)), ("name", name.map { .string($0) } ?? .null),
             ("handle", .string(Hex.word(handle))),
             ("value", .string(Hex.bytes(value))), ("decoded", decoded(uuid: uuid, value: value, format: format).map { .string($0) } ?? .null),
         ]

@@ -13,6 +13,7 @@ import BlemuProfile
 import BlemuSMP
 import BlemuSecurity
 import BlemuStack
+import Glibc
 import Logging
 
 /// `blemu gatt`: find one peripheral, connect, and dump its database, read, write or
@@ -22,25 +23,29 @@ struct GattCommand: ParsableCommand {
         commandName: "gatt",
         abstract: "Central: connect to a peripheral and dump its database, read, write or subscribe.",
         discussion: """
-            Commands: dump [--profile] | record [--duration S] | read UUID... | write UUID HEX [UUID HEX...] (or --text TEXT) [--no-response] | subscribe UUID [--count N] | shell.
+            Commands: dump [--profile] | record [--duration S] | read C... | write C HEX [C HEX...] (or --text TEXT) [--no-response] | subscribe C [--count N] | shell.
+            C, a characteristic: its UUID (2A19, 0x2A19, the 128-bit form), its value handle as dump shows it (0x0014; a 16-bit
+            UUID the peripheral has wins), or its name as dump shows it (battery-level, or "Battery Level").
             record writes a recording (JSON) that `blemu run FILE.json` replays at the same handles: the database with
             every handle, the advertising data and scan response, every value read, and what it notifies and
-            indicates during --duration seconds (subscribed to all of it), with the timing (Docs/PROFILES.md).
+            indicates during --duration seconds (subscribed to all of it), with the timing (Docs/PROFILES.md); stderr then sums
+            it up and warns of what its twin will not do as the original did (a subscription that caught nothing, security).
             shell: one connection, commands read from stdin one a line (read, write, subscribe, unsubscribe, dump, help,
-            quit); it ends with quit or at the end of stdin (while subscribed, on Ctrl-C).
+            quit; a prompt on stderr when stdin is a terminal); it ends with quit or at the end of stdin (while subscribed, on Ctrl-C).
             dump --profile writes a GATT profile (JSON) that `blemu run FILE.json` serves: a clone of the peripheral,
             with the read permissions its refusals showed (0x05, 0x0F, 0x0C, 0x08); writes are not tried. With --pair
             it reads everything first as a stranger, then pairs and reads again what was refused for want of security.
             The peripheral: --address, or the one advertiser that matches --name or --service: the scan lasts at
             least 1.5 s, and when several match it ends listing them (name, address, RSSI): give --address.
             Errors name the ATT error (e.g. Write Not Permitted (0x03)); the exit status is then 1.
+            A dump with a bond for the peripheral encrypts with it and reads again what was refused for want of security.
             Security, as a phone does it: a read, write or subscription refused for want of security
             (0x05, 0x0F, 0x0C) encrypts the link with the bond kept in --state-dir, or pairs, and is tried
             once more (said on stderr). --pair pairs first. A peripheral that shows a passkey (or has it
             on a label) needs --passkey; Numeric Comparison values are printed on stderr and accepted.
             Enhanced ATT (--eatt, default auto): once the link is encrypted, and when the peripheral's Server
             Supported Features say so, up to 5 enhanced bearers are opened and the reads of a dump or of
-            read UUID UUID... go over all bearers at once, one request on each (how many: a line on stderr).
+            read C C... go over all bearers at once, one request on each (with -v, lines on stderr say how many).
             off: one bearer; require: pair for it, and fail when the peripheral has no EATT.
             """)
 
@@ -59,7 +64,7 @@ struct GattCommand: ParsableCommand {
     @Argument(help: "dump, read, write, subscribe or shell")
     var command: String
 
-    @Argument(help: "UUID (read, write, subscribe) and HEX (write)")
+    @Argument(help: "A characteristic: UUID, value handle (0x0014) or name (battery-level) (read, write, subscribe), and HEX (write)")
     var arguments: [String] = []
 
     @Option(help: ArgumentHelp("write: the value as UTF-8 text instead of HEX.", valueName: "TEXT"))
@@ -73,6 +78,10 @@ struct GattCommand: ParsableCommand {
 
     @Flag(help: "One JSON object per line.")
     var json = false
+
+    @Flag(name: [.customShort("v"), .customLong("verbose")],
+          help: "Say more on stderr: the enhanced ATT bearers opened, and how many carried the reads or writes.")
+    var verbose = false
 
     @Flag(help: "dump: write a GATT profile (JSON) for `blemu run FILE.json` instead.")
     var profile = false
@@ -115,20 +124,20 @@ struct GattCommand: ParsableCommand {
         /// A recording: the dump with handles, then S seconds of notifications and indications.
         case record(Double)
         /// One or more characteristics, their reads spread over the link's bearers.
-        case read([BluetoothUUID])
-        case write(BluetoothUUID, [UInt8])
+        case read([CharacteristicReference])
+        case write(CharacteristicReference, [UInt8])
         /// Several characteristics, each with its value: the writes spread over the link's bearers.
         case writes([Write])
-        case subscribe(BluetoothUUID)
+        case subscribe(CharacteristicReference)
         /// `shell` only: notifications and indications off again.
-        case unsubscribe(BluetoothUUID)
+        case unsubscribe(CharacteristicReference)
         /// Commands from stdin, one connection for all of them.
         case shell
     }
 
     /// One value to write to a characteristic (`write UUID HEX UUID HEX...`).
     struct Write: Equatable {
-        var uuid: BluetoothUUID
+        var target: CharacteristicReference
         var value: [UInt8]
     }
 
@@ -146,12 +155,12 @@ struct GattCommand: ParsableCommand {
 
     /// A command of the command line or of a `shell` line (`unsubscribe` only there).
     static func action(command: String, arguments: [String], text: String?, inShell: Bool = false) throws -> Action {
-        func uuid(_ index: Int) throws -> BluetoothUUID {
-            guard arguments.count > index else { throw ValidationError("\(command) needs a characteristic UUID") }
-            guard let uuid = ControlRequest.parseUUID(arguments[index]) else {
-                throw ValidationError("'\(arguments[index])' is not a UUID: give 2A37, 0x2A37 or the 128-bit form")
+        func uuid(_ index: Int) throws -> CharacteristicReference {
+            guard arguments.count > index else { throw ValidationError("\(command) needs a characteristic: its UUID, value handle or name") }
+            guard let reference = CharacteristicReference(arguments[index]) else {
+                throw ValidationError("'\(arguments[index].visible)' is not a UUID (2A37, 0x2A37 or the 128-bit form), a value handle (0x0014) or a name (battery-level)")
             }
-            return uuid
+            return reference
         }
         switch command {
         case "dump":
@@ -170,10 +179,10 @@ struct GattCommand: ParsableCommand {
             guard arguments.count >= 2, arguments.count % 2 == 0 else { throw ValidationError(usage) }
             let writes = try stride(from: 0, to: arguments.count, by: 2).map { index in
                 guard let value = Hex.parse(arguments[index + 1]) else { throw ValidationError(usage) }
-                return Write(uuid: try uuid(index), value: value)
+                return Write(target: try uuid(index), value: value)
             }
             guard writes.count > 1 else { return .write(target, writes[0].value) }
-            guard Set(writes.map(\.uuid)).count == writes.count else {
+            guard Set(writes.map(\.target)).count == writes.count else {
                 throw ValidationError("write: each characteristic once (one value each)")
             }
             return .writes(writes)
@@ -247,7 +256,7 @@ struct GattCommand: ParsableCommand {
         session.connect(to: filter, timeout: timeout) { link, advertisement in
             let run = GattRun(session: session, link: link, action: action, json: json, profile: profile, capture: capture,
                               noResponse: noResponse, count: count, advertisement: advertisement, security: security,
-                              pairsAfterDump: pairFirst && (profile || command == "record"), eatt: eatt)
+                              pairsAfterDump: pairFirst && (profile || command == "record"), eatt: eatt, verbose: verbose)
             // dump --profile reads first as a stranger (to learn what each value needs), then pairs.
             if pairFirst && !run.pairsAfterDump { run.secureThenStart() } else { run.start() }
         }
@@ -273,6 +282,8 @@ final class GattRun {
     /// `dump --profile --pair`: the first reads go over the link as it is, then the link is
     /// secured and what was refused for want of security read again.
     let pairsAfterDump: Bool
+    /// `-v`: the enhanced bearers' notes and how many bearers carried a batch, on stderr.
+    let verbose: Bool
     /// `shell`: where a command's end goes (the next line is read then), instead of the end of the run.
     var shell: GattShell?
     /// Who hears each value handle's notifications and indications: the subscriptions (all of
@@ -281,8 +292,9 @@ final class GattRun {
 
     init(session: CentralSession, link: CentralLink, action: GattCommand.Action, json: Bool, profile: Bool, capture: Double?,
          noResponse: Bool, count: Int?, advertisement: Advertisement, security: CentralSecurity, pairsAfterDump: Bool = false,
-         eatt: EATTUse = .auto) {
+         eatt: EATTUse = .auto, verbose: Bool = false) {
         self.pairsAfterDump = pairsAfterDump
+        self.verbose = verbose
         self.profile = profile
         self.capture = capture
         self.session = session
@@ -294,7 +306,8 @@ final class GattRun {
         self.advertisement = advertisement
         workflow = GATTWorkflow(link: link, security: security, scheduler: session.loop, logger: session.logger)
         workflow.eatt = eatt
-        workflow.onNote = { emitNote($0) }
+        // The enhanced bearers' notes ("eatt: ...") are for someone looking closer: with -v.
+        workflow.onNote = { note in if verbose || !note.hasPrefix("eatt:") { emitNote(note) } }
         // The run lives as long as the command: the cycle through the workflow is its lifetime.
         workflow.onFailure = { [self] message in fail(message) }
     }
@@ -344,12 +357,13 @@ final class GattRun {
         session.finish()
     }
 
-    private func find(_ uuid: BluetoothUUID, in services: [RemoteService]) -> RemoteCharacteristic? {
-        guard let found = services.characteristic(uuid) else {
-            fail("\(advertisement.address) has no characteristic \(uuid)")
+    private func find(_ reference: CharacteristicReference, in services: [RemoteService]) -> RemoteCharacteristic? {
+        switch reference.resolve(in: services) {
+        case .success(let found): return found
+        case .failure(let why):
+            fail("\(advertisement.address) \(why)")
             return nil
         }
-        return found
     }
 
     private func run(_ services: [RemoteService]) {
@@ -363,46 +377,56 @@ final class GattRun {
             }
         case .record(let seconds):
             workflow.dump(services, secureAndRetry: pairsAfterDump) { [self] dump in
-                workflow.recordTimeline(dump.services, for: seconds) { [self] heard, notKept in
+                workflow.recordTimeline(dump.services, for: seconds) { [self] heard, notKept, notSubscribed in
                     if notKept > 0 { emitNote("record: \(notKept) values more than the \(GATTWorkflow.maxHeard) kept were not recorded") }
                     let advertised = GATTProfile.Advertised(name: advertisement.name, address: advertisement.address,
                                                             appearance: advertisement.appearance, services: advertisement.services)
-                    emitLine(GATTProfile(
+                    let recording = GATTProfile(
                         recording: dump.services, values: dump.values,
                         heard: heard.map { GATTProfile.HeardValue(at: $0.at, handle: $0.handle, value: $0.value, indication: $0.indication) },
                         duration: seconds, permissions: GATTProfile.permissions(refusals: dump.refusals, readSecured: dump.readSecured),
                         advertised: advertised, addressIsRandom: advertisement.advertiser.isRandom,
                         advertisingData: advertisement.advertisingData, scanResponseData: advertisement.scanResponseData,
-                        extendedAdvertising: advertisement.usesExtendedPDUs).encoded())
+                        extendedAdvertising: advertisement.usesExtendedPDUs)
+                    emitLine(recording.encoded())
+                    // What the file holds and what its twin will not do as the original did, on stderr.
+                    for line in recording.recordingSummary(refusals: dump.refusals, notSubscribed: notSubscribed) { emitNote(line) }
                     done()
                 }
             }
-        case .read(let uuids):
+        case .read(let references):
             var characteristics: [RemoteCharacteristic] = []
-            for uuid in uuids {
-                guard let characteristic = find(uuid, in: services) else { return }
+            for reference in references {
+                guard let characteristic = find(reference, in: services) else { return }
                 characteristics.append(characteristic)
             }
             // The reads at once, spread over the link's bearers; printed in the order asked.
             workflow.read(characteristics.map(\.valueHandle)) { [self] results in
                 reportBearers()
                 func show(_ index: Int) {
-                    guard index < uuids.count else { return done() }
-                    let uuid = uuids[index], characteristic = characteristics[index]
+                    guard index < characteristics.count else { return done() }
+                    let characteristic = characteristics[index], uuid = characteristic.uuid
                     switch results[characteristic.valueHandle] ?? .failure(.notSent) {
                     case .failure(let error): fail("read \(uuid): \(error)")
                     case .success(let value):
                         presentationFormat(of: characteristic) { [self] format in
-                            emitLine(json ? GATTValueText.json(uuid: uuid, handle: characteristic.valueHandle, value: value, format: format).encoded
-                                          : GATTValueText.describe(uuid: uuid, value: value, format: format))
-                            show(index + 1)
+                            userDescription(of: characteristic) { [self] description in
+                                // Several values: each labelled with its characteristic, as dump names it.
+                                let label = characteristics.count > 1
+                                    ? "\(uuid)\(GATTValueText.characteristicName(uuid, userDescription: description)): " : ""
+                                emitLine(json ? GATTValueText.json(uuid: uuid, handle: characteristic.valueHandle, value: value, format: format,
+                                                                   userDescription: description).encoded
+                                              : label + GATTValueText.describe(uuid: uuid, value: value, format: format))
+                                show(index + 1)
+                            }
                         }
                     }
                 }
                 show(0)
             }
-        case .write(let uuid, let value):
-            guard let characteristic = find(uuid, in: services) else { return }
+        case .write(let reference, let value):
+            guard let characteristic = find(reference, in: services) else { return }
+            let uuid = characteristic.uuid
             if noResponse {
                 switch client.writeWithoutResponse(characteristic.valueHandle, value) {
                 case .failure(let error): fail("write \(uuid): \(error)")
@@ -458,22 +482,26 @@ final class GattRun {
             if noResponse { return fail("--no-response writes one value") }
             var characteristics: [RemoteCharacteristic] = []
             for write in writes {
-                guard let characteristic = find(write.uuid, in: services) else { return }
+                guard let characteristic = find(write.target, in: services) else { return }
                 characteristics.append(characteristic)
+            }
+            guard Set(characteristics.map(\.valueHandle)).count == characteristics.count else {
+                return fail("write: each characteristic once (one value each)")
             }
             // The writes at once, spread over the link's bearers; said in the order asked.
             workflow.write(zip(characteristics, writes).map { (handle: $0.valueHandle, value: $1.value) }) { [self] results in
                 reportBearers("writes")
                 for (characteristic, write) in zip(characteristics, writes) {
                     if case .failure(let error) = results[characteristic.valueHandle] ?? .failure(.notSent) {
-                        return fail("write \(write.uuid): \(error)")
+                        return fail("write \(characteristic.uuid): \(error)")
                     }
-                    emitLine(json ? Self.writtenJSON(write.uuid, characteristic.valueHandle, write.value, withoutResponse: false).encoded : "written \(write.uuid)")
+                    emitLine(json ? Self.writtenJSON(characteristic.uuid, characteristic.valueHandle, write.value, withoutResponse: false).encoded : "written \(characteristic.uuid)")
                 }
                 done()
             }
-        case .subscribe(let uuid):
-            guard let characteristic = find(uuid, in: services) else { return }
+        case .subscribe(let reference):
+            guard let characteristic = find(reference, in: services) else { return }
+            let uuid = characteristic.uuid
             let notify = characteristic.properties.contains(.notify)
             guard notify || characteristic.properties.contains(.indicate) else {
                 return fail("characteristic \(uuid) neither notifies nor indicates")
@@ -509,8 +537,9 @@ final class GattRun {
                     if shell != nil { emitNote("subscribed to \(uuid)"); done() }
                 }
             }
-        case .unsubscribe(let uuid):
-            guard let characteristic = find(uuid, in: services) else { return }
+        case .unsubscribe(let reference):
+            guard let characteristic = find(reference, in: services) else { return }
+            let uuid = characteristic.uuid
             listeners[characteristic.valueHandle] = nil
             client.configure(characteristic, notify: false, indicate: false) { [self] result in
                 if case .failure(let error) = result { return fail("unsubscribe \(uuid): \(error)") }
@@ -521,9 +550,9 @@ final class GattRun {
     }
 
     /// How many bearers carried the reads (or writes), on stderr (a JSON object with --json) once enhanced
-    /// bearers were opened: what `--eatt` bought.
+    /// bearers were opened, with `-v`: what `--eatt` bought.
     private func reportBearers(_ what: String = "reads") {
-        guard workflow.enhancedBearers > 0 else { return }
+        guard verbose, workflow.enhancedBearers > 0 else { return }
         let enhanced = workflow.enhancedBearers, used = workflow.bearersUsed
         emitStderr(json ? JSONValue.object([("eatt", .object([("enhanced_bearers", .integer(Int64(enhanced))),
                                                                 ("bearers_used", .integer(Int64(used)))]))]).encoded
@@ -537,6 +566,17 @@ final class GattRun {
         client.read(handle) { result in
             guard case .success(let bytes) = result else { return then(nil) }
             then(PresentationFormat(bytes))
+        }
+    }
+
+    /// The characteristic's User Description (0x2901) when it has no name blemu knows (what
+    /// `dump` names it by then), when it has one that can be read; nil otherwise.
+    private func userDescription(of characteristic: RemoteCharacteristic, then: @escaping ([UInt8]?) -> Void) {
+        guard GATTValueText.nameOfCharacteristic(characteristic.uuid) == nil,
+              let handle = characteristic.descriptors.first(where: { $0.uuid == GATTType.userDescription })?.handle else { return then(nil) }
+        client.read(handle) { result in
+            guard case .success(let bytes) = result, !bytes.isEmpty else { return then(nil) }
+            then(bytes)
         }
     }
 
@@ -577,28 +617,73 @@ final class GattRun {
 /// subscribed to keep coming between commands. A command that fails says why on stderr and the
 /// shell goes on; the run's exit status is then 1. It ends with `quit` or at the end of stdin
 /// (then, while subscribed, on Ctrl-C, as `subscribe` does), or when the peripheral disconnects.
+/// A characteristic is named by UUID, value handle or name (`CharacteristicReference`; a name
+/// of several words in double quotes). At a terminal a prompt (`gatt> ` on stderr) says when
+/// the next command is taken; the terminal's own line editing applies, there is no history.
 final class GattShell {
     let run: GattRun
     private var lines: StdinLines?
     private var busy = false
     private var failures = 0
     private var quitting = false
+    /// stdin is a terminal: a person types, so a prompt says when the next line is read.
+    private let prompts = isatty(0) == 1
+    /// The prompt is out and no line came since: not shown twice.
+    private var promptShown = false
+
+    static let prompt = "gatt> "
 
     static let help = """
-        commands, one a line: read UUID [UUID...] | write UUID HEX [UUID HEX...] [--no-response] | write UUID --text TEXT |
-        subscribe UUID |
-        unsubscribe UUID | dump | help | quit (# starts a comment)
+        commands, one a line: read C [C...] | write C HEX [C HEX...] [--no-response] | write C --text TEXT |
+        subscribe C | unsubscribe C | dump | help | quit (# starts a comment)
+        C, a characteristic: its UUID (2A19, 0x2A19, the 128-bit form), its value handle (0x0014, as dump shows it)
+        or its name as dump shows it ("Battery Level" in quotes, or battery-level)
         """
 
     init(run: GattRun) { self.run = run }
 
     func start() {
-        let lines = StdinLines(loop: run.session.loop, logger: run.session.logger) { [self] line in handle(line) }
+        let lines = StdinLines(loop: run.session.loop, logger: run.session.logger) { [self] line in
+            promptShown = false
+            handle(line)
+            if !busy { showPrompt() }
+        }
         lines.holdBack = { [self] in busy }
         lines.onEnd = { [self] in endOfInput() }
         self.lines = lines
         emitNote("connected to \(run.advertisement.address): commands from stdin (help lists them)")
+        showPrompt()
         lines.start()
+    }
+
+    private func showPrompt() {
+        guard prompts, !quitting, !promptShown else { return }
+        promptShown = true
+        emitPrompt(Self.prompt)
+    }
+
+    /// A line's words: split at spaces and tabs, except inside double quotes (which are taken
+    /// off: `read "Battery Level"`). An unclosed quote runs to the end of the line.
+    static func words(_ line: Substring) -> [String] {
+        var words: [String] = []
+        var word = ""
+        var quoted = false
+        var inWord = false
+        for character in line {
+            if character == "\"" {
+                quoted.toggle()
+                inWord = true
+            } else if !quoted && (character == " " || character == "\t") {
+                if inWord { words.append(word) }
+                word = ""
+                inWord = false
+            } else {
+                word.append(character)
+                inWord = true
+            }
+        }
+        if inWord { words.append(word) }
+        return words
     }
 
     /// One line: its command run, or why it is not one.
@@ -611,7 +696,8 @@ final class GattShell {
             text = String(trimmed[range.upperBound...])
             commandPart = trimmed[..<range.lowerBound]
         }
-        var words = commandPart.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
+        var words = Self.words(commandPart)
+        guard !words.isEmpty else { return }
         let command = words.removeFirst()
         switch command {
         case "quit", "exit":
@@ -638,6 +724,7 @@ final class GattShell {
     func commandDone() {
         guard busy else { return }
         busy = false
+        showPrompt()
         lines?.resume()
     }
 

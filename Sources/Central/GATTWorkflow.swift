@@ -184,14 +184,19 @@ public final class GATTWorkflow {
     /// Subscribes to each characteristic (notifications when it notifies, else indications),
     /// the CCCD writes spread over the link's bearers (`CentralLink.subscribe`); one that
     /// fails is logged and the rest go on.
-    private func subscribe(_ characteristics: [RemoteCharacteristic], what: String) {
+    /// `then` with the value handles whose subscription failed, and why.
+    private func subscribe(_ characteristics: [RemoteCharacteristic], what: String,
+                           then: (([UInt16: GATTClientError]) -> Void)? = nil) {
         link.subscribe(characteristics) { [self] results, used in
             bearersUsed = max(bearersUsed, used)
+            var failed: [UInt16: GATTClientError] = [:]
             for characteristic in characteristics {
                 if case .failure(let error)? = results[characteristic.valueHandle] {
                     logger.warning("\(what): \(characteristic.uuid) could not be subscribed: \(error)")
+                    failed[characteristic.valueHandle] = error
                 }
             }
+            then?(failed)
         }
     }
 
@@ -208,7 +213,9 @@ public final class GATTWorkflow {
     /// Every characteristic value that can be read and every descriptor, and what each refusal
     /// showed. Nothing is written: a dump must not change the device. `secureAndRetry`: the
     /// reads go over the link as it is first, then the link is secured and what was refused for
-    /// want of security read again (`dump --profile --pair`).
+    /// want of security read again (`dump --profile --pair`). Without it, a central with a bond
+    /// for the peer encrypts with the bond when something was refused for want of security and
+    /// reads that again, as `read` does; it never pairs.
     public func dump(_ services: [RemoteService], secureAndRetry: Bool, then: @escaping (Dump) -> Void) {
         var handles: [UInt16] = []
         for service in services {
@@ -232,12 +239,22 @@ public final class GATTWorkflow {
             }
         }
         read(handles) { [self] in
-            guard secureAndRetry else { return then(dump) }
             let refused = handles.filter {
                 guard case .failure(.att(let error, _))? = dump.values[$0] else { return false }
                 return Self.securityRefusals.contains(error)
             }
-            secure(because: nil) { linkSecurity in
+            // A bond from before is used as `read` uses it (Vol 3, Part C, 10.3.2): a link not yet
+            // encrypted is encrypted with it and the refused values read again. Without one (or
+            // `secureAndRetry`) a dump does not pair by itself.
+            let encryptsWithBond = !retriedAfterSecuring && !refused.isEmpty && security.bonds.bond(for: link.peer) != nil
+                && !security.security(of: link.handle).isEncrypted
+            guard secureAndRetry || encryptsWithBond else { return then(dump) }
+            retriedAfterSecuring = true
+            let firstRefusal: ATTError? = refused.first.flatMap {
+                guard case .failure(.att(let error, _))? = dump.values[$0] else { return nil }
+                return error
+            }
+            secure(because: secureAndRetry ? nil : firstRefusal) { linkSecurity in
                 read(refused) {
                     for handle in refused { if case .success? = dump.values[handle] { dump.readSecured[handle] = linkSecurity.isAuthenticated } }
                     then(dump)
@@ -279,9 +296,10 @@ extension GATTWorkflow {
 
     /// `blemu gatt ... record`: subscribes to everything that notifies (notifications) or
     /// indicates, and keeps every value that comes for `seconds` with its time from the
-    /// start (at most `maxHeard`; `then` gets how many more were not kept).
+    /// start (at most `maxHeard`; `then` gets how many more were not kept, and the value
+    /// handles whose subscription failed with why).
     public func recordTimeline(_ services: [RemoteService], for seconds: Double,
-                               then: @escaping (_ heard: [Heard], _ notKept: Int) -> Void) {
+                               then: @escaping (_ heard: [Heard], _ notKept: Int, _ notSubscribed: [UInt16: GATTClientError]) -> Void) {
         let notifying = services.flatMap(\.characteristics).filter {
             !$0.properties.isDisjoint(with: [.notify, .indicate]) && $0.clientConfigurationHandle != nil
         }
@@ -299,11 +317,12 @@ extension GATTWorkflow {
         }
         client.onNotification = keep(false)
         client.onIndication = keep(true)
-        subscribe(notifying, what: "record")
+        var notSubscribed: [UInt16: GATTClientError] = [:]
+        subscribe(notifying, what: "record") { notSubscribed = $0 }
         scheduler.schedule(after: .milliseconds(Int64(seconds * 1000))) { [client] in
             client.onNotification = nil
             client.onIndication = nil
-            then(heard, notKept)
+            then(heard, notKept, notSubscribed)
         }
     }
 }

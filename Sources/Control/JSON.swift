@@ -88,102 +88,13 @@ public func quoted(_ text: String, limit: Int = 64) -> String {
 }
 
 /// The member names of a JSON object's top level, as its text spells them: the one check the
-/// decoder leaves out (it keeps the last of two members with one name).
+/// decoder leaves out (it keeps the last of two members with one name). Core's
+/// `JSONMemberNames` scans the text (a GATT profile checks every depth with it).
 enum JSONObjectNames {
     /// The first name that appears twice among the members of the outermost object in `bytes`
     /// (text that parsed as JSON). Escapes are decoded first, so `"cmd"` and `"c\u006dd"` are
     /// one name, as they are to the decoder. Total on any bytes.
     static func firstDuplicate(in bytes: [UInt8]) -> String? {
-        var seen = Set<String>()
-        var depth = 0
-        var index = 0
-        while index < bytes.count {
-            switch bytes[index] {
-            case UInt8(ascii: "\""):
-                let (name, end) = string(in: bytes, openingAt: index)
-                index = end
-                guard depth == 1 else { continue }
-                var next = index
-                while next < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[next]) { next += 1 }
-                // A string followed by a colon is a member's name; others are values.
-                if next < bytes.count, bytes[next] == UInt8(ascii: ":"), !seen.insert(name).inserted { return name }
-            case UInt8(ascii: "{"), UInt8(ascii: "["):
-                depth += 1
-                index += 1
-            case UInt8(ascii: "}"), UInt8(ascii: "]"):
-                depth -= 1
-                index += 1
-            default:
-                index += 1
-            }
-        }
-        return nil
-    }
-
-    /// The string whose opening quote is at `start`, escapes decoded, and the index after its
-    /// closing quote (or the end).
-    private static func string(in bytes: [UInt8], openingAt start: Int) -> (String, Int) {
-        var utf8: [UInt8] = []
-        var index = start + 1
-        var pendingHighSurrogate: UInt32?
-        func appendScalar(_ value: UInt32) {
-            let scalar = Unicode.Scalar(value) ?? "\u{FFFD}"
-            utf8.append(contentsOf: Array(String(Character(scalar)).utf8))
-        }
-        func flushSurrogate() {
-            if pendingHighSurrogate != nil { appendScalar(0xFFFD) }
-            pendingHighSurrogate = nil
-        }
-        while index < bytes.count {
-            let byte = bytes[index]
-            if byte == UInt8(ascii: "\"") {
-                flushSurrogate()
-                return (String(decoding: utf8, as: UTF8.self), index + 1)
-            }
-            guard byte == UInt8(ascii: "\\"), index + 1 < bytes.count else {
-                flushSurrogate()
-                utf8.append(byte)
-                index += 1
-                continue
-            }
-            let escaped = bytes[index + 1]
-            index += 2
-            guard escaped == UInt8(ascii: "u") else {
-                flushSurrogate()
-                switch escaped {
-                case UInt8(ascii: "b"): utf8.append(0x08)
-                case UInt8(ascii: "f"): utf8.append(0x0C)
-                case UInt8(ascii: "n"): utf8.append(0x0A)
-                case UInt8(ascii: "r"): utf8.append(0x0D)
-                case UInt8(ascii: "t"): utf8.append(0x09)
-                default: utf8.append(escaped)  // \" \\ \/
-                }
-                continue
-            }
-            var value: UInt32 = 0
-            var digits = 0
-            while digits < 4, index < bytes.count, let digit = Hex.digit(bytes[index]) {
-                value = value << 4 | UInt32(digit)
-                digits += 1
-                index += 1
-            }
-            switch value {
-            case 0xD800...0xDBFF:
-                flushSurrogate()
-                pendingHighSurrogate = value
-            case 0xDC00...0xDFFF:
-                if let high = pendingHighSurrogate {
-                    pendingHighSurrogate = nil
-                    appendScalar(0x10000 + ((high - 0xD800) << 10) + (value - 0xDC00))
-                } else {
-                    appendScalar(0xFFFD)
-                }
-            default:
-                flushSurrogate()
-                appendScalar(value)
-            }
-        }
-        flushSurrogate()
-        return (String(decoding: utf8, as: UTF8.self), index)
+        JSONMemberNames.firstDuplicateAtTopLevel(in: bytes)
     }
 }

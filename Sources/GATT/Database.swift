@@ -84,11 +84,17 @@ public final class GATTDatabase {
             }
             return try take()
         }
-        // Included services must be declared before the services that include them.
+        // An include declaration holds the included service's handles (Vol 3, Part G, 3.2), so
+        // an included service is declared before the services that include it, unless it is
+        // placed at recorded handles: those are known now, wherever it is in the database (a
+        // recorded device may include a later service).
         var declared = Set<ObjectIdentifier>()
+        let inDatabase = Set(ordered.map { ObjectIdentifier($0) })
         for service in ordered {
             for included in service.includes where !declared.contains(ObjectIdentifier(included)) {
-                throw GATTDatabaseError("service \(service.uuid) includes \(included.uuid), which must be declared before it")
+                guard included.placement != nil, inDatabase.contains(ObjectIdentifier(included)) else {
+                    throw GATTDatabaseError("service \(service.uuid) includes \(included.uuid), which must be declared before it")
+                }
             }
             declared.insert(ObjectIdentifier(service))
             let start = try take(service.placement?.lowerBound, "service \(service.uuid)", into: &attributes)
@@ -105,8 +111,9 @@ public final class GATTDatabase {
                 // Include declaration (Vol 3, Part G, 3.2): handle, end group handle, and the
                 // 16-bit UUID when there is one.
                 var value: [UInt8] = []
-                value.appendLE(included.startHandle)
-                value.appendLE(included.endHandle)
+                // A placed service starts and ends where placed (its group is padded to the end).
+                value.appendLE(included.placement?.lowerBound ?? included.startHandle)
+                value.appendLE(included.placement?.upperBound ?? included.endHandle)
                 if let short = included.uuid.uint16 { value.appendLE(short) }
                 pending.append(Attribute(handle: try take(), type: GATTType.include, content: .fixed(value),
                                          readable: true, writable: false, encryptionRequiredToRead: false,

@@ -40,12 +40,20 @@ public struct GATTProfile: Codable, Equatable, Sendable {
     /// How a replay plays `recording`: `loop` (the default) or `once`.
     public var replay: String?
 
+    /// The keys of the format (Docs/PROFILES.md); any other is an error (`keyProblem`).
+    enum CodingKeys: String, CodingKey, CaseIterable {
+        case format, version, name, address, appearance, advertisedServices, services, addressType, advertisingData
+        case scanResponseData, extendedAdvertising, recording, replay
+    }
+
     /// What `blemu gatt ... record --duration S` heard: every value notified or indicated,
     /// at its time from the start of the recording.
     public struct Recording: Codable, Equatable, Sendable {
         /// Seconds recorded (a loop starts again after this).
         public var duration: Double
         public var events: [Event]
+
+        enum CodingKeys: String, CodingKey, CaseIterable { case duration, events }
 
         public init(duration: Double, events: [Event]) {
             self.duration = duration
@@ -61,6 +69,8 @@ public struct GATTProfile: Codable, Equatable, Sendable {
         public var value: String
         /// True: an indication; absent or false: a notification.
         public var indication: Bool?
+
+        enum CodingKeys: String, CodingKey, CaseIterable { case at, handle, value, indication }
 
         public init(at: Double, handle: Int, value: String, indication: Bool? = nil) {
             self.at = at
@@ -81,6 +91,8 @@ public struct GATTProfile: Codable, Equatable, Sendable {
         /// UUIDs of services of this profile that this one includes.
         public var includes: [String]?
         public var characteristics: [Characteristic]
+
+        enum CodingKeys: String, CodingKey, CaseIterable { case uuid, handle, endHandle, primary, includes, characteristics }
 
         public init(uuid: String, primary: Bool? = nil, includes: [String]? = nil, characteristics: [Characteristic]) {
             self.uuid = uuid
@@ -111,6 +123,10 @@ public struct GATTProfile: Codable, Equatable, Sendable {
         /// Part C, 10.3.1). Absent: 7, any key. Its descriptors that require encryption too.
         public var minimumKeySize: Int?
 
+        enum CodingKeys: String, CodingKey, CaseIterable {
+            case uuid, handle, valueHandle, properties, value, notifications, descriptors, permissions, minimumKeySize
+        }
+
         public init(uuid: String, properties: [String], value: String? = nil, notifications: [String]? = nil,
                     descriptors: [Descriptor]? = nil, permissions: [String]? = nil, minimumKeySize: Int? = nil) {
             self.minimumKeySize = minimumKeySize
@@ -130,6 +146,8 @@ public struct GATTProfile: Codable, Equatable, Sendable {
         public var value: String?
         /// What reading it needs (`GATTProfile.descriptorPermissionNames`). Absent: open.
         public var permissions: [String]?
+
+        enum CodingKeys: String, CodingKey, CaseIterable { case uuid, handle, value, permissions }
 
         public init(uuid: String, value: String? = nil, permissions: [String]? = nil) {
             self.uuid = uuid
@@ -248,16 +266,81 @@ public struct GATTProfile: Codable, Equatable, Sendable {
     public static let maxFileBytes = 8 << 20
 
     public static func parse(_ data: Data, name: String) throws(ProfileError) -> GATTProfile {
-        let profile: GATTProfile
+        var decoded: GATTProfile?
+        var decodingError: String?
         do {
-            profile = try JSONDecoder().decode(GATTProfile.self, from: data)
+            decoded = try JSONDecoder().decode(GATTProfile.self, from: data)
         } catch let error as DecodingError {
-            throw ProfileError("\(name): \(describe(error))")
+            if case .dataCorrupted(let context) = error, context.codingPath.isEmpty {
+                throw ProfileError("\(name): \(describe(error))")
+            }
+            decodingError = describe(error)
         } catch {
             throw ProfileError("\(name): not JSON: \(error)")
         }
+        // JSON it is: a key the format does not define, or one given twice, is found before what
+        // the decoder said of the values (a misspelt "uuid" is named as such, not as missing).
+        if let problem = keyProblem(in: Array(data)) { throw ProfileError("\(name): \(problem)") }
+        guard let profile = decoded else { throw ProfileError("\(name): \(decodingError ?? "not a profile")") }
         try profile.check(name: name)
         return profile
+    }
+
+    /// The keys each object of the format may have, by where it is (array indices left out):
+    /// nil for an object where the format has none (the decoder says what belongs there).
+    static func allowedKeys(at path: [JSONMemberNames.PathComponent]) -> [String]? {
+        let shape = path.map { step -> String in
+            if case .name(let name) = step { return name }
+            return "[]"
+        }
+        switch shape {
+        case []: return CodingKeys.allCases.map(\.rawValue)
+        case ["services", "[]"]: return Service.CodingKeys.allCases.map(\.rawValue)
+        case ["services", "[]", "characteristics", "[]"]: return Characteristic.CodingKeys.allCases.map(\.rawValue)
+        case ["services", "[]", "characteristics", "[]", "descriptors", "[]"]: return Descriptor.CodingKeys.allCases.map(\.rawValue)
+        case ["recording"]: return Recording.CodingKeys.allCases.map(\.rawValue)
+        case ["recording", "events", "[]"]: return Event.CodingKeys.allCases.map(\.rawValue)
+        default: return nil
+        }
+    }
+
+    /// The first key of `bytes` (JSON) that the format does not define where it stands, or that
+    /// its object has twice (`JSONDecoder` would keep one of the two, silently), as an error
+    /// naming its path; nil when every key is the format's, once. A misspelt key would
+    /// otherwise be passed over: `permisions: [read-encrypted]` would serve the value unencrypted.
+    static func keyProblem(in bytes: [UInt8]) -> String? {
+        var problem: String?
+        JSONMemberNames.forEach(in: bytes) { objectPath, name, repeated in
+            // A file's key may be anything: each is shown cut short, its controls made visible.
+            let shown = (objectPath + [.name(name)]).map { step -> JSONMemberNames.PathComponent in
+                if case .name(let text) = step { return .name(String(text.prefix(40))) }
+                return step
+            }
+            let at = JSONMemberNames.text(shown).visible
+            if repeated {
+                problem = "\(at): appears twice in one object: give each key once"
+                return false
+            }
+            guard let allowed = allowedKeys(at: objectPath), !allowed.contains(name) else { return true }
+            let near = allowed.first { editDistance($0, name) <= 2 }.map { "did you mean \($0)? " } ?? ""
+            problem = "\(at): unknown key (\(near)allowed: \(allowed.joined(separator: ", ")))"
+            return false
+        }
+        return problem
+    }
+
+    /// Levenshtein distance, for a misspelt key's suggestion (keys are short; a long one is far).
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a.utf8.prefix(64)), b = Array(b.utf8.prefix(64))
+        var previous = Array(0...b.count)
+        for (i, x) in a.enumerated() {
+            var current = [i + 1]
+            for (j, y) in b.enumerated() {
+                current.append(min(previous[j + 1] + 1, current[j] + 1, previous[j] + (x == y ? 0 : 1)))
+            }
+            previous = current
+        }
+        return previous[b.count]
     }
 
     private static func path(_ codingPath: [any CodingKey]) -> String {
@@ -330,6 +413,11 @@ public struct GATTProfile: Codable, Equatable, Sendable {
         }
         if let replay, !["loop", "once"].contains(replay) { throw fail("replay", "'\(replay.prefix(20))' is not loop or once") }
         let uuids = Set(services.compactMap { Self.uuid($0.uuid) })
+        if let cycle = Self.declarationOrder(services, of: Array(services.indices)).cycle {
+            let included = services[cycle.service].includes?[cycle.include] ?? ""
+            throw fail("services[\(cycle.service)].includes[\(cycle.include)]",
+                       "'\(included.prefix(40))' includes services[\(cycle.service)] again (itself or through the services it includes): circular includes are not served")
+        }
         for (s, service) in services.enumerated() {
             let at = "services[\(s)]"
             guard Self.uuid(service.uuid) != nil else { throw fail("\(at).uuid", "'\(service.uuid)' is not a UUID (180D or the 128-bit form)") }
@@ -373,6 +461,41 @@ public struct GATTProfile: Codable, Equatable, Sendable {
             }
         }
         try checkHandles(fail)
+    }
+
+    /// The services at `indices` in an order that declares every included service before the
+    /// services that include it, the file's order otherwise: a database built in one pass needs
+    /// an included service's handles for the include declaration (Vol 3, Part G, 3.2: its
+    /// handle, end group handle and UUID), while the service itself may be anywhere in the
+    /// database (a dump of a real device can include a later service). An include names the
+    /// first service of `indices` with its UUID; one naming none is passed over. `cycle`: the
+    /// service and include that lead back to a service on the way (then `order` is partial).
+    /// Iterative: a chain of thousands of includes takes no stack.
+    static func declarationOrder(_ services: [Service], of indices: [Int]) -> (order: [Int], cycle: (service: Int, include: Int)?) {
+        var first: [BluetoothUUID: Int] = [:]
+        for index in indices { if let uuid = uuid(services[index].uuid), first[uuid] == nil { first[uuid] = index } }
+        var finished = Set<Int>(), onPath = Set<Int>()
+        var order: [Int] = []
+        for root in indices where !finished.contains(root) {
+            var path = [(service: root, next: 0)]
+            onPath.insert(root)
+            while let (service, next) = path.last {
+                let includes = services[service].includes ?? []
+                guard next < includes.count else {
+                    path.removeLast()
+                    onPath.remove(service)
+                    finished.insert(service)
+                    order.append(service)
+                    continue
+                }
+                path[path.count - 1].next += 1
+                guard let included = uuid(includes[next]).flatMap({ first[$0] }), !finished.contains(included) else { continue }
+                if onPath.contains(included) { return (order, (service, next)) }
+                onPath.insert(included)
+                path.append((included, 0))
+            }
+        }
+        return (order, nil)
     }
 
     /// Legacy advertising PDUs carry at most 31 octets of each payload (Vol 6, Part B, 2.3.1.1, 2.3.2.2).

@@ -41,23 +41,34 @@ public final class ProfileDevice: Device {
         source = profile
         var adjustments: [String] = []
         var streams: [(characteristic: Characteristic, values: [[UInt8]], next: Int)] = []
-        var built: [BluetoothUUID: Service] = [:]
+        var built: [Int: Service] = [:]
         var recorded: [Int: Characteristic] = [:]
         var boxes: [ObjectIdentifier: ValueBox] = [:]
         var order: [Service] = []
         // A recorded database keeps every service at its handles, the stack's own among them
         // (the recorded ones win); a clone by UUIDs leaves those to the stack.
         let placed = profile.hasHandles
-        let kept = placed ? profile.services
-            : profile.services.filter { GATTProfile.uuid($0.uuid).map { !Self.stackServices.contains($0) } ?? false }
-        // Included services first: a database declares them before the services that include them
-        // (a recorded database is in handle order already).
-        let includedUUIDs = Set(kept.flatMap { $0.includes ?? [] }.compactMap(GATTProfile.uuid))
-        let sorted = placed ? kept : kept.filter { GATTProfile.uuid($0.uuid).map(includedUUIDs.contains) ?? false }
-            + kept.filter { !(GATTProfile.uuid($0.uuid).map(includedUUIDs.contains) ?? false) }
-        for entry in sorted {
+        let kept = profile.services.indices.filter { index in
+            placed || GATTProfile.uuid(profile.services[index].uuid).map { !Self.stackServices.contains($0) } ?? false
+        }
+        var first: [BluetoothUUID: Int] = [:]
+        for index in kept { if let uuid = GATTProfile.uuid(profile.services[index].uuid), first[uuid] == nil { first[uuid] = index } }
+        // Included services are built before the services that include them, wherever the file
+        // has them (a dump of a device may include a later service; `check` refused circles).
+        // A clone is declared in that order; a recording's database puts each at its handles,
+        // where an include of a later service points (Vol 3, Part G, 3.2).
+        for index in GATTProfile.declarationOrder(profile.services, of: kept).order {
+            let entry = profile.services[index]
             guard let uuid = GATTProfile.uuid(entry.uuid) else { continue }
-            let includes = (entry.includes ?? []).compactMap { GATTProfile.uuid($0).flatMap { built[$0] } }
+            var includes: [Service] = []
+            for name in entry.includes ?? [] {
+                guard let included = GATTProfile.uuid(name) else { continue }
+                if let service = first[included].flatMap({ built[$0] }) {
+                    includes.append(service)
+                } else if Self.stackServices.contains(included) {
+                    adjustments.append("\(uuid): its include of \(included) left out (the stack serves its own \(included), which a clone does not include)")
+                }
+            }
             let characteristics = entry.characteristics.compactMap { spec -> Characteristic? in
                 Self.characteristic(spec, in: uuid, adjustments: &adjustments, boxes: &boxes, streams: &streams)
             }
@@ -66,7 +77,7 @@ public final class ProfileDevice: Device {
             for characteristic in characteristics {
                 if let placement = characteristic.placement { recorded[Int(placement.declaration) + 1] = characteristic }
             }
-            built[uuid] = built[uuid] ?? service
+            built[index] = service
             order.append(service)
         }
         services = order

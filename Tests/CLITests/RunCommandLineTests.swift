@@ -85,6 +85,21 @@ import Testing
         #expect(noProfile.status == 64 && noProfile.message.contains("for a recorded device"), "\(noProfile.message)")
     }
 
+    /// A profile with a key its format does not define (a misspelt permission would serve the
+    /// value unprotected) is a bad command line (64) naming the file and the key's path.
+    @Test func aProfileWithAnUnknownKeyIsABadCommandLineWithItsPath() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blemu-cli-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let profile = directory.appendingPathComponent("lock.json").path
+        try #"{"format":"blemu-gatt-profile","version":1,"name":"Lock","services":[{"uuid":"180F","characteristics":[{"uuid":"2A19","properties":["read"],"value":"50","permisions":["read-encrypted"]}]}]}"#
+            .write(toFile: profile, atomically: true, encoding: .utf8)
+        let refused = try #require(Self.refusal([profile] + Self.controller))
+        #expect(refused.status == 64)
+        #expect(refused.message.contains("\(profile): services[0].characteristics[0].permisions: unknown key (did you mean permissions?"),
+                "\(refused.message)")
+    }
+
     /// A scenario file's mistake is a bad command line (64) told with FILE:LINE, before run().
     @Test func aScenarioWithAMistakeIsABadCommandLineWithItsLine() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blemu-cli-\(UUID().uuidString)")

@@ -144,6 +144,43 @@ import Testing
         #expect(b.failures.isEmpty)
     }
 
+    /// `blemu gatt dump` with a bond for the peer: what was refused for want of security is read
+    /// again after encrypting with the bond, as `read` does (Vol 3, Part C, 10.3.2); without a
+    /// bond the dump does not pair.
+    @Test func aDumpEncryptsWithItsBondAndReadsTheRefusedValuesAgain() throws {
+        let value = RemoteCharacteristic(
+            characteristic: DiscoveredCharacteristic(uuid: BluetoothUUID(0x2A19), properties: [.read],
+                                                     declarationHandle: 0x0010, valueHandle: 0x0011, endHandle: 0x0011),
+            descriptors: [])
+        let services = [RemoteService(service: DiscoveredService(uuid: BluetoothUUID(0x180F), handles: 0x0010...0x0011),
+                                      includes: [], characteristics: [value])]
+        let b = try Bench()
+        b.bond()
+        var dump: GATTWorkflow.Dump?
+        b.workflow.dump(services, secureAndRetry: false) { dump = $0 }
+        #expect(b.attSent == [[0x0A, 0x11, 0x00]])
+        b.answer([0x01, 0x0A, 0x11, 0x00, 0x0F])   // Insufficient Encryption
+        #expect(b.central.controller.commands(HCIOpcode.leEnableEncryption).count == 1)
+        #expect(b.notes.first?.hasSuffix("encrypting with our bond, then trying once more") == true, "\(b.notes)")
+        b.central.controller.event(0x08, [0x00, 0x40, 0x00, 0x01])   // Encryption Change, enabled
+        #expect(b.attSent == [[0x0A, 0x11, 0x00]], "the refused read, once more")
+        b.answer([0x0B, 0x5A])
+        let result = try #require(dump)
+        #expect(try result.values[0x0011]?.get() == [0x5A])
+        #expect(result.refusals == [0x0011: [0x0F]] && result.readSecured[0x0011] != nil)
+        #expect(b.failures.isEmpty)
+
+        // No bond: the refusal is the answer, nothing is paired.
+        let stranger = try Bench()
+        var plain: GATTWorkflow.Dump?
+        stranger.workflow.dump(services, secureAndRetry: false) { plain = $0 }
+        _ = stranger.attSent
+        stranger.answer([0x01, 0x0A, 0x11, 0x00, 0x0F])
+        #expect(plain?.values[0x0011]?.error == .att(.insufficientEncryption, handle: 0x0011))
+        #expect(stranger.central.controller.takeL2CAP(handle: stranger.link.handle, cid: L2CAPChannel.securityManager).isEmpty)
+        #expect(stranger.notes.isEmpty)
+    }
+
     /// `dump --profile --capture`: what a characteristic notifies is recorded for the time
     /// asked, at most `maxRecorded` values each, so a chatty peer cannot grow memory without bound.
     @Test func recordingKeepsAtMostMaxRecordedValuesPerCharacteristic() throws {

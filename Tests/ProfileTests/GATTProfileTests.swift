@@ -68,6 +68,56 @@ import Testing
         #expect(refusal(#"{"format":"blemu-gatt-profile","version":2,"name":"x","services":[]}"#).hasPrefix("p.json: version:"))
     }
 
+    /// Keys the format does not define are errors at every depth (Docs/PROFILES.md, "The
+    /// format"): a misspelt `permisions` would otherwise serve the value unprotected. A key
+    /// given twice is one too: the decoder would keep one of the two without a word.
+    @Test func unknownAndRepeatedKeysAreRefusedByTheirPath() {
+        let base = #"{"format":"blemu-gatt-profile","version":1,"name":"x","services":[{"uuid":"180D","characteristics":[CHAR]}]}"#
+        func with(_ characteristic: String) -> String { base.replacing("CHAR", with: characteristic) }
+        #expect(refusal(with(#"{"uuid":"2A37","properties":["read"],"value":"00","permisions":["read-encrypted"]}"#))
+                == "p.json: services[0].characteristics[0].permisions: unknown key (did you mean permissions? allowed: uuid, handle, valueHandle, properties, value, notifications, descriptors, permissions, minimumKeySize)")
+        // A misspelt required key is named as what it is, not as the key missing.
+        #expect(refusal(with(#"{"uid":"2A37","properties":["read"]}"#)).hasPrefix("p.json: services[0].characteristics[0].uid: unknown key (did you mean uuid?"))
+        #expect(refusal(with(#"{"uuid":"2A37","properties":["read"],"descriptors":[{"uuid":"2901","vlaue":"41"}]}"#))
+                .hasPrefix("p.json: services[0].characteristics[0].descriptors[0].vlaue: unknown key (did you mean value?"))
+        #expect(refusal(base.replacing("\"180D\",", with: "\"180D\",\"secondary\":true,").replacing("CHAR", with: ""))
+                .hasPrefix("p.json: services[0].secondary: unknown key (allowed: uuid, handle, endHandle, primary, includes, characteristics)"))
+        #expect(refusal(base.replacing("\"name\":\"x\",", with: "\"name\":\"x\",\"colour\":\"red\",").replacing("CHAR", with: ""))
+                .hasPrefix("p.json: colour: unknown key (allowed: format, version, name,"))
+        // Twice, however it is spelt in the text: the decoder sees one name.
+        #expect(refusal(with(#"{"uuid":"2A37","properties":["read"],"permissions":["read-encrypted"],"p\u0065rmissions":[]}"#))
+                == "p.json: services[0].characteristics[0].permissions: appears twice in one object: give each key once")
+        #expect(refusal(base.replacing("\"name\":\"x\",", with: "\"name\":\"x\",\"name\":\"y\",").replacing("CHAR", with: ""))
+                == "p.json: name: appears twice in one object: give each key once")
+        // A key's name from the file is shown with its control characters made visible.
+        #expect(refusal(with(#"{"uuid":"2A37","properties":["read"],"\u001b[2J":1}"#))
+                .hasPrefix(#"p.json: services[0].characteristics[0].\x1b[2J: unknown key"#))
+        // A string that spells a key is a value, not a key.
+        #expect(refusal(with(#"{"uuid":"2A37","properties":["read"],"value":""}"#).replacing("\"name\":\"x\"", with: "\"name\":\"colour\"")) == "accepted")
+    }
+
+    /// Includes of later services, at any depth, are served (an included service may be
+    /// anywhere in the database, Vol 3, Part G, 3.2): each included service is declared before
+    /// the services that include it. Circular includes are refused by their path.
+    @Test func includesOfLaterServicesAreServedAndCirclesRefused() throws {
+        func profile(_ includes: [String: String]) -> String {
+            let services = ["180A", "180F", "1812"].map { uuid in
+                #"{"uuid":"\#(uuid)","includes":[\#(includes[uuid].map { "\"\($0)\"" } ?? "")],"characteristics":[{"uuid":"2A19","properties":["read"],"value":"01"}]}"#
+            }
+            return #"{"format":"blemu-gatt-profile","version":1,"name":"x","services":[\#(services.joined(separator: ","))]}"#
+        }
+        // 180A includes 180F, which includes 1812: a chain forward through the file.
+        let device = ProfileDevice(try parse(profile(["180A": "180F", "180F": "1812"])))
+        #expect(device.services.map(\.uuid) == [BluetoothUUID(0x1812), BluetoothUUID(0x180F), BluetoothUUID(0x180A)])
+        #expect(device.services[1].includes.map(\.uuid) == [BluetoothUUID(0x1812)])
+        #expect(device.services[2].includes.map(\.uuid) == [BluetoothUUID(0x180F)])
+        let database = try GATTDatabase(services: device.services)
+        #expect(database.attributes.filter { $0.type == GATTType.include }.count == 2)
+        #expect(refusal(profile(["180A": "180F", "180F": "1812", "1812": "180A"]))
+                == "p.json: services[2].includes[0]: '180A' includes services[2] again (itself or through the services it includes): circular includes are not served")
+        #expect(refusal(profile(["180F": "180F"])).hasPrefix("p.json: services[1].includes[0]: '180F' includes services[1] again"))
+    }
+
     /// A wrong path is refused before anything is read: a device that never ends, a folder.
     @Test func onlyARegularFileOfBoundedSizeIsRead() {
         for path in ["/dev/zero", "/tmp", "/nonexistent/profile.json"] {

@@ -1,5 +1,7 @@
+import BlemuATT
 import BlemuCore
 import BlemuGATT
+import BlemuGATTClient
 import FoundationEssentials
 import Testing
 @testable import BlemuProfile
@@ -109,6 +111,66 @@ import Testing
         let unplaced = #"[{"uuid": "180D", "characteristics": [{"uuid": "2A37", "properties": ["notify"]}]}]"#
         #expect(refusal(Self.file(services: unplaced, extra: #", "recording": {"duration": 1, "events": [{"at": 0, "handle": 3, "value": "00"}]}"#))
             == "r.json: recording.events: events name value handles: the services need their handles")
+    }
+
+    /// An included service may be anywhere in the database (Vol 3, Part G, 3.2): a recording of
+    /// a device whose first service includes a later one is served with that include, pointing
+    /// at the later service's recorded handles.
+    @Test func aRecordedIncludeOfALaterServiceIsServed() throws {
+        let services = """
+            [{"uuid": "1812", "handle": 1, "endHandle": 4, "includes": ["180F"], "characteristics": [
+               {"uuid": "2A4A", "handle": 3, "valueHandle": 4, "properties": ["read"], "value": "0111"}]},
+             {"uuid": "180F", "handle": 8, "endHandle": 10, "characteristics": [
+               {"uuid": "2A19", "handle": 9, "valueHandle": 10, "properties": ["read"], "value": "5a"}]}]
+            """
+        let device = ProfileDevice(try parse(Self.file(services: services)))
+        let database = try GATTDatabase(services: device.services)
+        let include = try #require(database.attribute(2))
+        #expect(include.type == GATTType.include)
+        guard case .fixed(let value) = include.content else { Issue.record("the include is not a fixed value"); return }
+        #expect(value == [0x08, 0x00, 0x0A, 0x00, 0x0F, 0x18])
+        #expect(device.adjustments.isEmpty)
+    }
+
+    /// `record`'s summary on stderr: what the file holds, and where the twin will not do what
+    /// the original did (a subscription that caught nothing or failed, a value never read for
+    /// want of security, a key size not asked for, the Diagnostics values frozen).
+    @Test func theRecordingSummarySaysWhatTheTwinWillNotDo() throws {
+        let services = """
+            [{"uuid": "180D", "handle": 1, "endHandle": 9, "characteristics": [
+               {"uuid": "2A37", "handle": 2, "valueHandle": 3, "properties": ["notify"], "descriptors": [{"uuid": "2902", "handle": 4}]},
+               {"uuid": "2A38", "handle": 5, "valueHandle": 6, "properties": ["read"], "permissions": ["read-encrypted"]},
+               {"uuid": "2A39", "handle": 7, "valueHandle": 8, "properties": ["indicate"], "descriptors": [{"uuid": "2902", "handle": 9}]}]},
+             {"uuid": "7d3c0001-9a5e-4d1a-8f6e-5c1b2d3e4f50", "handle": 10, "endHandle": 12, "characteristics": [
+               {"uuid": "7d3c0002-9a5e-4d1a-8f6e-5c1b2d3e4f50", "handle": 11, "valueHandle": 12, "properties": ["read"], "value": "00"}]}]
+            """
+        let heard = try parse(Self.file(services: services, extra: #", "recording": {"duration": 2, "events": [{"at": 0.5, "handle": 3, "value": "0048"}]}"#))
+        let lines = heard.recordingSummary(refusals: [6: [0x0C]], notSubscribed: [8: .att(.insufficientEncryption, handle: 9)])
+        #expect(lines.count == 5, "\(lines)")
+        #expect(lines.first == "record: 2 services, 4 characteristics, 1 notification or indication caught in 2 s")
+        #expect(lines.contains { $0.hasPrefix("record: warning: 2A39 (service 180D) at 0x0008 could not be subscribed (") && $0.hasSuffix("the twin lets a central subscribe without that security") })
+        #expect(lines.contains { $0.hasPrefix("record: warning: 2A38 (service 180D) at 0x0006 was refused for want of security and not read: the twin keeps the permission (read-encrypted)") })
+        #expect(lines.contains { $0.hasPrefix("record: warning: 2A38 (service 180D) at 0x0006 wanted a longer encryption key (0x0C)") })
+        #expect(lines.last?.hasPrefix("record: the Diagnostics service (7d3c0001-9a5e-4d1a-8f6e-5c1b2d3e4f50) is kept as recorded: its values are frozen") == true, "\(lines)")
+        // Nothing heard: the subscription that caught nothing is named.
+        let silent = try parse(Self.file(services: services, extra: #", "recording": {"duration": 2.5, "events": []}"#))
+        let quiet = silent.recordingSummary(refusals: [:], notSubscribed: [:])
+        #expect(quiet.first == "record: 2 services, 4 characteristics, 0 notifications and indications caught in 2.5 s")
+        #expect(quiet.contains("record: warning: 2A37 (service 180D) at 0x0003 was subscribed to but sent nothing in 2.5 s: its twin sends nothing either"))
+        #expect(quiet.contains { $0.contains("2A39") && $0.contains("sent nothing") })
+    }
+
+    /// A recording's keys are checked as a clone's (Docs/PROFILES.md, "The format"): the
+    /// recording, its events, the handles.
+    @Test func unknownKeysOfARecordingAreRefusedByTheirPath() {
+        #expect(refusal(Self.file(extra: #", "recording": {"duration": 1, "events": [{"at": 0.5, "handle": 10, "value": "00", "indicaton": true}]}"#))
+                .hasPrefix("r.json: recording.events[0].indicaton: unknown key (did you mean indication? allowed: at, handle, value, indication)"))
+        #expect(refusal(Self.file(extra: #", "recording": {"duration": 1, "events": [], "loop": true}"#))
+                .hasPrefix("r.json: recording.loop: unknown key (allowed: duration, events)"))
+        #expect(refusal(Self.file(services: Self.services.replacing(#""endHandle": 3,"#, with: #""endHandle": 3, "endhandle": 3,"#)))
+                .hasPrefix("r.json: services[0].endhandle: unknown key (did you mean endHandle?"))
+        #expect(refusal(Self.file(extra: #", "advertisingData": "020106", "advertisingData": "0201""#))
+                == "r.json: advertisingData: appears twice in one object: give each key once")
     }
 
     @Test func tooManyEventsAreRefused() {

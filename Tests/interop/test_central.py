@@ -222,6 +222,27 @@ def test_gatt_shell_runs_several_commands_on_one_connection(rootcanal, heart_rat
     assert b"unsubscribed from 2A37" in stderr, stderr
 
 
+def test_gatt_shell_names_characteristics_by_name_and_handle_and_labels_several_values(rootcanal, heart_rate):
+    """A shell line names a characteristic by the name `dump` shows ("Battery Level" in quotes,
+    or battery-level) or by its value handle (0x00NN), as well as by UUID; a read of several
+    values labels each with its characteristic; `--json` names it as `dump` does."""
+    first = blemu_cli(rootcanal, "gatt", "--name", heart_rate.name, "read", "2A19", "--json")
+    assert first.returncode == 0, first.describe()
+    handle = json_lines(first)[0]["handle"]
+    script = f'read "Battery Level"\nread {handle}\nread body-sensor-location BATTERY_LEVEL\nread no-such-thing\n'
+    completed = subprocess.run([str(blemu_binary()), "gatt", "--controller", rootcanal.controller_spec, "--name", heart_rate.name,
+                                "shell"], input=script.encode(), capture_output=True, timeout=60)
+    stdout, stderr = completed.stdout.decode(), completed.stderr.decode(errors="replace")
+    assert stdout.splitlines() == ["100 %  [64]", "100 %  [64]", "2A38 (Body Sensor Location): chest  [01]",
+                                   "2A19 (Battery Level): 100 %  [64]"], (stdout, stderr)
+    assert "has no characteristic named 'no-such-thing'" in stderr and "1 shell command failed" in stderr, stderr
+    # stdin is not a terminal: no prompt.
+    assert "gatt> " not in stderr, stderr
+    named = blemu_cli(rootcanal, "gatt", "--name", heart_rate.name, "read", "battery-level", "0x2A38", "--json")
+    assert named.returncode == 0, named.describe()
+    assert [(v["uuid"], v["name"]) for v in json_lines(named)] == [("2A19", "Battery Level"), ("2A38", "Body Sensor Location")], named.stdout
+
+
 def test_two_advertisers_of_one_name_are_listed_not_guessed(rootcanal):
     """Two heart-rate sensors under one name: `blemu gatt --name` names neither, it lists both
     (name, address, RSSI) and asks for --address; --address then reads from the one chosen."""

@@ -136,7 +136,7 @@ def test_blemu_gatt_reads_over_bumbles_enhanced_bearers_after_pairing(rootcanal,
             await device.start_advertising(auto_restart=True)
             loop = asyncio.get_running_loop()
             result = await loop.run_in_executor(None, lambda: gatt_cli(
-                rootcanal, "--address", address, "--state-dir", str(tmp_path), "--pair", "--json", "read", *BUMBLE_VALUES))
+                rootcanal, "--address", address, "--state-dir", str(tmp_path), "--pair", "--json", "-v", "read", *BUMBLE_VALUES))
             assert result.returncode == 0, result.describe()
             values = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
             assert [v["uuid"].lower() for v in values] == BUMBLE_VALUES, result.stdout
@@ -155,7 +155,7 @@ def test_blemu_gatt_reads_over_blemus_enhanced_bearers_and_keeps_one_with_eatt_o
                                             extra_args=["--state-dir", str(tmp_path / "dev")]), rootcanal)
     try:
         uuids = ["2A00", "2A01", "2A38", "2A19"]
-        result = gatt_cli(rootcanal, "--name", device.name, "--state-dir", str(tmp_path / "c"), "--pair", "--json",
+        result = gatt_cli(rootcanal, "--name", device.name, "--state-dir", str(tmp_path / "c"), "--pair", "--json", "-v",
                           "read", *uuids)
         assert result.returncode == 0, result.describe()
         values = [json.loads(line) for line in result.stdout.splitlines()]
@@ -164,10 +164,14 @@ def test_blemu_gatt_reads_over_blemus_enhanced_bearers_and_keeps_one_with_eatt_o
         assert "eatt: 5 enhanced ATT bearers open" in result.stderr, result.stderr
         assert eatt_summary(result.stderr) == {"enhanced_bearers": 5, "bearers_used": 4}, result.stderr
 
-        dump = gatt_cli(rootcanal, "--name", device.name, "--state-dir", str(tmp_path / "c"), "--pair", "dump")
+        dump = gatt_cli(rootcanal, "--name", device.name, "--state-dir", str(tmp_path / "c"), "--pair", "-v", "dump")
         assert dump.returncode == 0, dump.describe()
         used = re.search(r"eatt: the reads went over (\d+) bearers \(5 enhanced\)", dump.stderr)
         assert used and int(used.group(1)) > 1, dump.stderr
+        # Without -v the enhanced bearers still carry the reads, and nothing is said of them.
+        quiet = gatt_cli(rootcanal, "--name", device.name, "--state-dir", str(tmp_path / "c"), "--pair", "dump")
+        assert quiet.returncode == 0, quiet.describe()
+        assert "eatt" not in quiet.stderr, quiet.stderr
 
         off = gatt_cli(rootcanal, "--name", device.name, "--state-dir", str(tmp_path / "c"), "--pair", "--eatt", "off",
                        "read", *uuids)
@@ -189,7 +193,7 @@ def test_a_profile_dump_with_eatt_required_reads_as_a_stranger_before_pairing(ro
                                           extra_args=["--state-dir", str(tmp_path / "dev")]), rootcanal)
     try:
         result = gatt_cli(rootcanal, "--name", lock.name, "--pair", "--passkey", f"{passkey_of(lock):06d}",
-                          "--eatt", "require", "--state-dir", str(tmp_path / "c"), "dump", "--profile")
+                          "--eatt", "require", "--state-dir", str(tmp_path / "c"), "-v", "dump", "--profile")
         assert result.returncode == 0, result.describe()
         notes = result.stderr
         assert "eatt: the first reads go over the unenhanced bearer" in notes, notes
@@ -222,7 +226,7 @@ def test_eatt_require_fails_against_a_peer_without_eatt(rootcanal, tmp_path):
             assert required.returncode != 0, required.describe()
             assert "--eatt require: the peer does not support EATT" in required.stderr, required.stderr
             auto = await loop.run_in_executor(None, lambda: gatt_cli(
-                rootcanal, "--address", address, "--state-dir", str(tmp_path), "--pair", "read", "2A00"))
+                rootcanal, "--address", address, "--state-dir", str(tmp_path), "--pair", "-v", "read", "2A00"))
             assert auto.returncode == 0, auto.describe()
             assert "the peer does not support EATT: one bearer" in auto.stderr, auto.stderr
 
@@ -265,7 +269,7 @@ def test_blemu_gatt_writes_and_subscriptions_over_bumbles_enhanced_bearers(rootc
             loop = asyncio.get_running_loop()
             pairs = [part for index, uuid in enumerate(BUMBLE_VALUES) for part in (uuid, f"{0xA0 + index:02x}")]
             result = await loop.run_in_executor(None, lambda: gatt_cli(
-                rootcanal, "--address", address, "--state-dir", str(tmp_path), "--pair", "--json", "write", *pairs))
+                rootcanal, "--address", address, "--state-dir", str(tmp_path), "--pair", "--json", "-v", "write", *pairs))
             assert result.returncode == 0, result.describe()
             lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
             assert [line["uuid"].lower() for line in lines] == BUMBLE_VALUES, result.stdout

@@ -75,6 +75,13 @@ def test_a_recorded_heart_rate_is_replayed_at_its_handles_to_a_central_that_cach
     events = [e for e in recording["recording"]["events"] if e["handle"] == measurement]
     # The heart rate notifies once a second: about four in four seconds.
     assert len(events) >= 3, recording["recording"]
+    # The summary on stderr: what the file holds, and that blemu's Diagnostics values are frozen.
+    total = len(recording["recording"]["events"])
+    services = len(recording["services"])
+    characteristics = sum(len(s["characteristics"]) for s in recording["services"])
+    assert f"record: {services} services, {characteristics} characteristics, {total} notifications and indications caught in 4 s" \
+        in recorded.stderr, recorded.stderr
+    assert "the Diagnostics service" in recorded.stderr and "frozen" in recorded.stderr, recorded.stderr
     path = tmp_path / "twin.json"
     path.write_text(recorded.stdout)
 
