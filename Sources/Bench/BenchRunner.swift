@@ -251,6 +251,34 @@ public final class BenchRunner {
         }
     }
 
+    /// What this end was waiting for when the run ended without a result, and what the peer's
+    /// scenario must be to give it: a failure (a timeout, the peer gone) says it, so a
+    /// mismatched pair (a `ping` central and a `receive` peripheral: no ACK until the LAST
+    /// packet, which a ping never sends before its ACKs) is told as such, not as a bare timeout.
+    public var expectation: String {
+        switch scenario {
+        case .send:
+            if !started { return "this send end never got to send (the Speed service or the channel was not ready)" }
+            if next < packetCount { return "this send end sent \(next) of \(packetCount) packets (the link took no more)" }
+            return "this send end sent all \(packetCount) packets, the last flagged LAST, and waited for its ACK: "
+                + "the peer must run `receive` (a `pong` peer answers too; `send` and `ping` peers answer none)"
+        case .ping:
+            if !started { return "this ping end never got to send (the Speed service or the channel was not ready)" }
+            return "this ping end sent packet \(next) of \(packetCount) and waited for its ACK: the peer must run `pong` "
+                + "(a `receive` peer answers only the packet flagged LAST)"
+        case .receive:
+            if next == 0 { return "this receive end got no packet: the peer must run `send`" }
+            return "this receive end got \(next) packet\(next == 1 ? "" : "s"), none flagged LAST, and waited for the last: "
+                + "the peer must run `send` (a `ping` peer waits for an ACK of each packet: answer it with `pong`)"
+        case .pong:
+            if next == 0 { return "this pong end got no packet: the peer must run `ping`" }
+            return "this pong end answered \(next) packet\(next == 1 ? "" : "s"), none flagged LAST: the peer must run `ping`"
+        case .read:
+            if !started { return "this read end never got to read" }
+            return "this read end read \(next) of \(packetCount) times; the read in flight got no answer"
+        }
+    }
+
     private func restartReceiving(at now: UInt64) {
         next = 0
         bytes = 0

@@ -105,6 +105,8 @@ public final class BenchSession {
     private var channelIO: BenchChannelIO?
     private var gattIO: BenchGATTClientIO?
     private var stopping = false
+    /// The peer connected: a stall after that may be a scenario that does not fit the peer's.
+    private var peerSeen = false
 
     /// After the result: the last ACK leaves and the peer sees the run end before the link goes.
     public static let linger: Duration = .milliseconds(500)
@@ -130,7 +132,7 @@ public final class BenchSession {
         })
         let timeout = plan.timeout
         loop.schedule(after: .milliseconds(Int64(timeout * 1000))) { [weak self] in
-            self?.stop(failure: "no result within \(timeout) s")
+            self?.stop(failure: "no result within \(timeout) s", stalled: true)
         }
         if let central {
             do { try central.run() } catch { if failure == nil { failure = error.description } }
@@ -160,8 +162,9 @@ public final class BenchSession {
     private func connected(_ link: CentralLink) {
         self.link = link
         link.onDisconnected = { [unowned self] reason in
-            if result == nil { stop(failure: "the peripheral disconnected (reason \(Hex.byte(reason))) before the run ended") }
+            if result == nil { stop(failure: "the peripheral disconnected (reason \(Hex.byte(reason))) before the run ended", stalled: true) }
         }
+        peerSeen = true
         onNote?("connected to \(link.peer.address) (handle \(Hex.word(link.handle)))")
         guard let hci = central?.host.hci else { return }
         if let dataLength = plan.dataLength {
@@ -202,7 +205,7 @@ public final class BenchSession {
                 onNote?("L2CAP channel open on SPSM \(Hex.word(channel.spsm)): peer MTU \(channel.peerMTU), MPS \(channel.peerMPS), \(channel.sendCredits) credits")
             }
             io.onClosed = { [unowned self] reason in
-                if result == nil { stop(failure: "the L2CAP channel to SPSM \(Hex.word(plan.psm)) closed: \(reason)") }
+                if result == nil { stop(failure: "the L2CAP channel to SPSM \(Hex.word(plan.psm)) closed: \(reason)", stalled: true) }
             }
             if link.openChannel(spsm: plan.psm, parameters: channelParameters, delegate: io) == nil {
                 stop(failure: "cannot ask for a channel to SPSM \(Hex.word(plan.psm))")
@@ -221,18 +224,21 @@ public final class BenchSession {
         self.device = device
         if plan.mode == .gattServer { runner.io = device } else { runner.io = device.channelIO }
         device.onFailure = { [unowned self] in stop(failure: $0) }
-        device.onPeerConnected = { [unowned self] peer in onNote?("central \(peer.address) connected") }
+        device.onPeerConnected = { [unowned self] peer in
+            peerSeen = true
+            onNote?("central \(peer.address) connected")
+        }
         device.onPeerDisconnected = { [unowned self] peer in
             // After the result the central's disconnection ends the run (see `finished`); in
             // the read scenario it is the result: the peripheral only served.
             if plan.scenario == .read { runner.servingEnded() }
-            stop(failure: result == nil ? "the central \(peer.address) disconnected before the run ended" : nil)
+            stop(failure: result == nil ? "the central \(peer.address) disconnected before the run ended" : nil, stalled: true)
         }
         device.channelIO?.onOpened = { [unowned self] channel in
             onNote?("L2CAP channel open on SPSM \(Hex.word(channel.spsm)): peer MTU \(channel.peerMTU), MPS \(channel.peerMPS), \(channel.sendCredits) credits")
         }
         device.channelIO?.onClosed = { [unowned self] reason in
-            if result == nil { stop(failure: "the L2CAP channel closed: \(reason)") }
+            if result == nil { stop(failure: "the L2CAP channel closed: \(reason)", stalled: true) }
         }
         stack.onFatal = { [unowned self] in stop(failure: $0) }
         let configuration = PeripheralConfiguration(name: "blemu bench", address: plan.address, controller: spec.description)
@@ -256,13 +262,19 @@ public final class BenchSession {
     public static let peripheralWait: Duration = .seconds(5)
 
     /// Ends the run: the link closed (central), the stack stopped, the loop left.
-    public func stop(failure: String?) {
+    /// `stalled`: the failure is a timeout or the peer leaving mid-run (the run may have been
+    /// waiting for what the peer's scenario never sends).
+    public func stop(failure: String?, stalled: Bool = false) {
         guard !stopping else { return }
         stopping = true
-        if let failure, result == nil { self.failure = failure }
+        if let failure, result == nil {
+            // A run that started and then stalled or lost its peer says what this end waited
+            // for: the peer's scenario may not fit this one's (ping against receive).
+            self.failure = stalled && peerSeen ? "\(failure); \(runner.expectation)" : failure
+        }
         if let central {
             link?.disconnect()
-            central.finish(failure: result == nil ? failure : nil)
+            central.finish(failure: result == nil ? self.failure : nil)
         } else if let stack {
             stack.stop { [loop] in loop.stop() }
         }

@@ -38,8 +38,8 @@ struct RunCommand: ParsableCommand {
     @Option(help: ArgumentHelp("The lock's PIN, 4 to 8 digits (default: the config file's, else one made up and logged once).", valueName: "DIGITS"))
     var pin: String?
 
-    @Option(help: ArgumentHelp("A 6-digit static pairing passkey, like a label on the box: centrals pair with Passkey Entry and must type it. The lock always pairs so (without --passkey it makes one on its first start, keeps it in --state-dir and logs it); other devices use Just Works without it.", valueName: "DIGITS"))
-    var passkey: String?
+    @Option(help: ArgumentHelp("A 6-digit static pairing passkey, like a label on the box: centrals pair with Passkey Entry and must type it. DEVICE=DIGITS gives it to one device (`--passkey lock=123456`, repeatable); bare DIGITS to every device (with several, the start-up log names those it moves from Just Works to Passkey Entry). The lock always pairs so (without one it makes one on its first start, keeps it in --state-dir and logs it); other devices use Just Works without it.", valueName: "[DEVICE=]DIGITS"))
+    var passkey: [String] = []
 
     @Option(name: .customLong("bindkey-file"),
             help: ArgumentHelp("Encrypt the BTHome devices' broadcasts (bthome-thermometer, bthome-door) with the bindkey in FILE: 32 hex digits, as Home Assistant asks for it (never on the command line). The counter is kept in --state-dir.", valueName: "FILE"))
@@ -122,9 +122,7 @@ struct RunCommand: ParsableCommand {
         if let pin, pin.count < 4 || pin.count > 8 || !pin.allSatisfy({ $0.isASCII && $0.isNumber }) {
             throw ValidationError("--pin must be 4 to 8 digits, not '\(pin)'")
         }
-        if let passkey, passkey.count != 6 || !passkey.allSatisfy({ $0.isASCII && $0.isNumber }) {
-            throw ValidationError("--passkey must be 6 digits, not '\(passkey)'")
-        }
+        _ = try parsedPasskeys()
         if let address {
             guard let parsed = BluetoothAddress(address) else {
                 throw ValidationError("--address '\(address)' is not an address like C4:12:34:56:78:9A")
@@ -193,7 +191,7 @@ struct RunCommand: ParsableCommand {
         do {
             var plans = try DevicePlanning.plans(devices: devices, specs: specs, environmentSpec: environmentSpec, file: file,
                                                  fileName: configPath, name: name, address: address.flatMap(BluetoothAddress.init),
-                                                 pin: pin, passkey: passkey, bindkeyFile: bindkeyFile)
+                                                 pin: pin, passkeys: try parsedPasskeys(), bindkeyFile: bindkeyFile)
             if let seed {
                 for index in plans.indices { plans[index].seed = DevicePlanning.deviceSeed(seed, index: index) }
             }
@@ -208,6 +206,11 @@ struct RunCommand: ParsableCommand {
         } catch let error as PlanError {
             throw ValidationError(error.message)
         }
+    }
+
+    /// --passkey's values: DIGITS for every device, DEVICE=DIGITS for one.
+    func parsedPasskeys() throws -> PasskeyOptions {
+        do { return try PasskeyOptions.parse(passkey) } catch let error as PlanError { throw ValidationError(error.message) }
     }
 
     /// --scenario's steps, every mistake told with FILE:LINE (exit status 64, as --config's).
@@ -258,6 +261,7 @@ struct RunCommand: ParsableCommand {
         let logger = Logger(label: "blemu")
 
         let plans = try devicePlans()
+        if let notice = DevicePlanning.passkeyNotice(plans, passkeys: try parsedPasskeys()) { logger.notice("\(notice)") }
 
         let loop: RunLoop
         do { loop = try RunLoop() } catch { throw RuntimeFailure("cannot start the run loop: \(error)") }

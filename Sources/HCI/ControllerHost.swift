@@ -98,6 +98,8 @@ public final class ControllerHost {
 
     private var stopCompletion: (() -> Void)?
     private var stopFinished = false
+    /// The stop's HCI Reset went out (one per stop).
+    private var stopResetSent = false
     private var stopTimer: TimerID?
     private var stopDeadlineTimer: TimerID?
     private var routingLog = LogBudget()
@@ -208,7 +210,11 @@ public final class ControllerHost {
     }
 
     private func resetAndFinish() {
-        guard isStopping, !stopFinished else { return }
+        // Once: a role may say its links may have closed again while the Reset is in flight
+        // (the peripheral role as its advertising stops), and a second Reset would go out after
+        // the stop finished, into a closed link.
+        guard isStopping, !stopFinished, !stopResetSent else { return }
+        stopResetSent = true
         if let stopTimer { scheduler.cancel(stopTimer) }
         stopTimer = nil
         hci.send(.reset) { [weak self] _ in self?.finishStop() }

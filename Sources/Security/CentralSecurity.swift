@@ -58,6 +58,12 @@ public enum CentralSecurityError: Error, Equatable, Sendable, CustomStringConver
             let text = reason.map { "\(PeripheralSecurity.describe($0)) (\(Hex.byte($0.rawValue)))" } ?? "no reason given"
             switch origin {
             case .local: return "pairing failed: \(text), blemu ended it"
+            case .peer where reason == .repeatedAttempts:
+                // Vol 3, Part H, 2.3.6: the peer keeps a waiting interval after a failed pairing
+                // and refuses attempts inside it. Only the peer knows how long is left.
+                return "pairing failed: the peripheral answered \(text): the peer refuses repeated attempts after "
+                    + "a failed pairing (Vol 3, Part H, 2.3.6); wait and retry (a blemu device waits 2 s after a "
+                    + "first failure, doubling with each further one up to 5 minutes, and logs the time left)"
             case .peer: return "pairing failed: the peripheral answered \(text)"
             case .timeout: return "pairing failed: no answer within 30 s (SMP timeout)"
             }

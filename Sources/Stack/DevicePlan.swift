@@ -42,13 +42,72 @@ public struct DevicePlan {
     public static func isProfilePath(_ device: String) -> Bool { DeviceConfiguration.isProfilePath(device) }
 }
 
+/// `blemu run --passkey`: DIGITS for every device, or DEVICE=DIGITS for one (repeatable; the
+/// device as named on the command line or in the file's `device:`). A device's own wins over
+/// the one for every device, and both over the file's `passkey:`.
+public struct PasskeyOptions: Equatable {
+    /// The bare `--passkey DIGITS`.
+    public var everyDevice: String?
+    /// `--passkey DEVICE=DIGITS`, in the order given.
+    public var byDevice: [Named] = []
+
+    public struct Named: Equatable {
+        public var device: String
+        public var digits: String
+        public init(device: String, digits: String) {
+            self.device = device
+            self.digits = digits
+        }
+    }
+
+    public init(everyDevice: String? = nil, byDevice: [Named] = []) {
+        self.everyDevice = everyDevice
+        self.byDevice = byDevice
+    }
+
+    /// The values of `--passkey`, each DIGITS or DEVICE=DIGITS (split at the last `=`: a
+    /// profile's path may hold one). A passkey is 6 digits (Vol 3, Part H, 2.3.5.3: 000000 to 999999).
+    public static func parse(_ values: [String]) throws -> PasskeyOptions {
+        var options = PasskeyOptions()
+        for value in values {
+            guard let equals = value.lastIndex(of: "=") else {
+                guard isPasskey(value) else { throw PlanError("--passkey must be 6 digits, not '\(VisibleText.make(value))'") }
+                guard options.everyDevice == nil else {
+                    throw PlanError("--passkey DIGITS is given twice: one passkey for every device, or --passkey DEVICE=DIGITS for each")
+                }
+                options.everyDevice = value
+                continue
+            }
+            let device = String(value[..<equals])
+            let digits = String(value[value.index(after: equals)...])
+            guard !device.isEmpty else { throw PlanError("--passkey =DIGITS needs the device before the `=`: --passkey lock=123456") }
+            let shown = VisibleText.make(device)
+            guard isPasskey(digits) else { throw PlanError("--passkey \(shown)=…: a passkey is 6 digits") }
+            guard !options.byDevice.contains(where: { $0.device == device }) else {
+                throw PlanError("--passkey \(shown)=… is given twice")
+            }
+            options.byDevice.append(Named(device: device, digits: digits))
+        }
+        return options
+    }
+
+    static func isPasskey(_ text: String) -> Bool {
+        text.utf8.count == 6 && text.utf8.allSatisfy { (0x30...0x39).contains($0) }
+    }
+
+    /// The passkey the command line gives `device`, if any.
+    public func digits(for device: String) -> String? {
+        byDevice.first { $0.device == device }?.digits ?? everyDevice
+    }
+}
+
 public enum DevicePlanning {
     /// The plans for `blemu run`: devices from the command line (each taking the options of
     /// the file's first unused entry for the same device), or else the file's devices.
     /// Controllers: --controller, then the entry's, then the file's, then $BLEMU_CONTROLLER.
     public static func plans(devices: [String], specs: [ControllerSpec], environmentSpec: () throws -> ControllerSpec?,
                       file: RunConfiguration?, fileName: String?, name: String?, address: BluetoothAddress?,
-                      pin: String?, passkey: String?, bindkeyFile: String? = nil) throws -> [DevicePlan] {
+                      pin: String?, passkeys: PasskeyOptions = PasskeyOptions(), bindkeyFile: String? = nil) throws -> [DevicePlan] {
         var entries: [DeviceConfiguration?]
         if devices.isEmpty {
             entries = (file?.devices ?? []).map { $0 }
@@ -94,7 +153,7 @@ public enum DevicePlanning {
             // A recording's static random address, unless one is given.
             plan.address = entry?.address ?? profile?.replayAddress
             plan.settings = entry?.settings ?? []
-            plan.passkey = passkey ?? entry?.passkey
+            plan.passkey = passkeys.digits(for: device) ?? entry?.passkey
             // --bindkey-file is for the BTHome devices (like --pin for the lock); an entry's own
             // `bindkey_file:` is refused by a device that does not encrypt.
             if let bindkeyFile, encrypts(device) {
@@ -125,6 +184,9 @@ public enum DevicePlanning {
         if pin != nil, !plans.contains(where: takesPIN) {
             let takers = DeviceRegistry.all.filter { $0.make().settings.contains { $0.key == "pin" } }.map(\.name)
             throw PlanError("--pin: none of \(plans.map(\.device).joined(separator: ", ")) takes a PIN (\(takers.joined(separator: ", ")) does)")
+        }
+        for named in passkeys.byDevice where !plans.contains(where: { $0.device == named.device }) {
+            throw PlanError("--passkey \(VisibleText.make(named.device))=…: no such device runs (\(plans.map(\.device).joined(separator: ", ")))")
         }
         if bindkeyFile != nil, !plans.contains(where: { encrypts($0.device) }) {
             throw PlanError("--bindkey-file: none of \(plans.map(\.device).joined(separator: ", ")) encrypts (\(encryptingDevices.joined(separator: ", ")) do)")
@@ -173,6 +235,22 @@ public enum DevicePlanning {
             }
         }
         return warnings
+    }
+
+    /// What a bare `--passkey DIGITS` changes when several devices run: it applies to every
+    /// one of them (the contract), so the devices that pair with Just Works without it now ask
+    /// centrals for a passkey. Logged at start, naming them; nil when it changes none of them
+    /// (one device, or only devices with a static passkey of their own: the lock).
+    public static func passkeyNotice(_ plans: [DevicePlan], passkeys: PasskeyOptions) -> String? {
+        guard passkeys.everyDevice != nil, plans.count > 1 else { return nil }
+        let changed = plans.filter { plan in
+            !passkeys.byDevice.contains { $0.device == plan.device }
+                && !(makeDevice(plan).map { type(of: $0).pairsWithStaticPasskey } ?? false)
+        }
+        guard !changed.isEmpty else { return nil }
+        let names = changed.map { VisibleText.make($0.device) }.joined(separator: ", ")
+        return "--passkey applies to every device: \(names) now pair\(changed.count == 1 ? "s" : "") with Passkey Entry "
+            + "(that passkey) instead of Just Works; --passkey DEVICE=DIGITS gives one device its passkey"
     }
 
     /// Whether the plan's device has a `pin` setting (the lock).

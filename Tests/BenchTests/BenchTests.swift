@@ -145,6 +145,21 @@ final class PipeIO: BenchPacketIO {
         }
     }
 
+    /// A `ping` central against a `receive` peripheral stalls (no ACK until a LAST packet the
+    /// ping never sends first): each end's expectation names what it waited for and the
+    /// scenario the peer must run, for the failure to say instead of a bare timeout.
+    @Test func aMismatchedPairSaysWhatEachEndWaitedFor() {
+        let (ping, receive, forth, back, _) = pair(.ping, .receive, packets: 6, size: 20, room: 8)
+        ping.onFinished = { _ in Issue.record("the ping cannot finish against receive") }
+        receive.onFinished = { _ in Issue.record("the receiver cannot finish against ping") }
+        ping.ioIsReady()
+        while forth.flush() || back.flush() {}
+        #expect(!ping.isFinished && !receive.isFinished)
+        #expect(ping.expectation.contains("sent packet 0 of 6 and waited for its ACK: the peer must run `pong`"), "\(ping.expectation)")
+        #expect(receive.expectation.contains("got 1 packet, none flagged LAST"), "\(receive.expectation)")
+        #expect(receive.expectation.contains("the peer must run `send`"), "\(receive.expectation)")
+    }
+
     /// A GATT server that answers each read when the test says, the value 8 bytes long.
     final class FakeReader: BenchReader {
         var inFlight = 0

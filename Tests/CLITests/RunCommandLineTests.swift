@@ -175,6 +175,25 @@ import Testing
         }
     }
 
+    /// `--passkey DEVICE=DIGITS` is one device's; bare `--passkey DIGITS` every device's (the
+    /// contract); a malformed one, or one for a device that does not run, is a bad command line.
+    @Test func aPasskeyNamedForADeviceReachesThatDeviceAlone() throws {
+        let named = try Self.parseRun(["lock", "thermostat", "--passkey", "lock=123456"] + Self.controller).devicePlans()
+        #expect(named.map(\.passkey) == ["123456", nil])
+        let both = try Self.parseRun(["lock", "thermostat", "--passkey", "lock=123456", "--passkey", "thermostat=654321"]
+                                     + Self.controller).devicePlans()
+        #expect(both.map(\.passkey) == ["123456", "654321"])
+        let bare = try Self.parseRun(["lock", "thermostat", "--passkey", "123456"] + Self.controller).devicePlans()
+        #expect(bare.map(\.passkey) == ["123456", "123456"])
+        for (arguments, fragment) in [(["thermostat", "--passkey", "lock=123456"], "no such device runs (thermostat)"),
+                                      (["lock", "--passkey", "lock=1234"], "a passkey is 6 digits"),
+                                      (["lock", "--passkey", "12345x"], "--passkey must be 6 digits")] {
+            let refused = try #require(Self.refusal(arguments + Self.controller))
+            #expect(refused.status == 64)
+            #expect(refused.message.contains(fragment), "\(refused.message)")
+        }
+    }
+
     @Test func aBadPINIsABadCommandLine() throws {
         let refused = try #require(Self.refusal(["lock", "--pin", "24x8"] + Self.controller))
         #expect(refused.status == 64)

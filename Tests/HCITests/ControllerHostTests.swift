@@ -188,4 +188,21 @@ import Testing
         #expect(b.simulated.commands(HCIOpcode.reset).count == 2 && stopped)
         #expect(b.peripheral.heard.last == "stopped" && b.central.heard.last == "stopped")
     }
+
+    /// A role that says its links may have closed while the stop's Reset is in flight (the
+    /// peripheral role does, as its advertising stops) queued a second Reset, which went out
+    /// after the stop had finished and the link was closed: `blemu bench`'s peripheral ended
+    /// every run with "controller link refused Reset". One stop, one Reset.
+    @Test func aStopSendsOneResetWhateverTheRolesSayWhileItIsInFlight() {
+        let b = Bench()
+        b.simulated.delivery = .queued
+        var stopped = 0
+        b.host.stop { stopped += 1 }
+        #expect(b.simulated.commands(HCIOpcode.reset).count == 2 && stopped == 0, "the initialization's and the stop's")
+        b.host.linksMayHaveClosed()
+        b.host.linksMayHaveClosed()
+        b.simulated.flush()
+        #expect(stopped == 1)
+        #expect(b.simulated.commands(HCIOpcode.reset).count == 2, "no Reset after the stop's")
+    }
 }

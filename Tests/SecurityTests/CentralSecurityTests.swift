@@ -185,6 +185,28 @@ private final class Link {
         #expect("\(CentralSecurityError.pairingFailed(reason: .confirmValueFailed, origin: .peer))".contains("Confirm Value Failed (0x04)"))
     }
 
+    /// Vol 3, Part H, 2.3.6: right after a failed pairing the peripheral refuses the next
+    /// attempt with Repeated Attempts (0x09); the central's error says to wait and retry, and
+    /// the peripheral's log line how long is left.
+    @Test func aPairingRetriedRightAfterAFailureIsRefusedAndTheErrorSaysToWaitAndRetry() {
+        let link = Link(central: CentralSecurityConfiguration(passkey: 123_457), peripheral: SecurityConfiguration(passkey: 123_456))
+        link.open()
+        guard case .failure(.pairingFailed(.confirmValueFailed?, _))? = link.secure() else {
+            Issue.record("expected Confirm Value Failed first")
+            return
+        }
+        link.close()
+        link.open()
+        let outcome = link.secure(pair: true)
+        guard case .failure(let error)? = outcome, error == .pairingFailed(reason: .repeatedAttempts, origin: .peer) else {
+            Issue.record("expected Repeated Attempts from the peripheral, got \(String(describing: outcome))")
+            return
+        }
+        #expect("\(error)".contains("Repeated Attempts (0x09): the peer refuses repeated attempts"))
+        #expect("\(error)".contains("wait and retry"))
+        #expect(link.recorder.entries.contains { $0.message.contains("refused: repeated attempts, 2.0 s left to wait") })
+    }
+
     @Test func noPasskeyGivenCancelsWithPasskeyEntryFailedAndSaysWhatToGive() {
         let link = Link(central: CentralSecurityConfiguration(), peripheral: SecurityConfiguration(passkey: 123_456))
         link.open()

@@ -83,9 +83,9 @@ class Side:
 
 
 def blemu_bench(rootcanal, role: str, mode: str, scenario: str, *, peer: str | None = None,
-                address: str | None = None, packets: int = PACKETS, size: int = SIZE) -> Side:
+                address: str | None = None, packets: int = PACKETS, size: int = SIZE, timeout: int = 30) -> Side:
     args = [str(blemu_binary()), "bench", "--controller", rootcanal.controller_spec, "--role", role, "--mode", mode,
-            "--scenario", scenario, "--packets", str(packets), "--size", str(size), "--json", "--timeout", "30"]
+            "--scenario", scenario, "--packets", str(packets), "--size", str(size), "--json", "--timeout", str(timeout)]
     if peer:
         args += ["--peer", peer]
     if address:
@@ -115,6 +115,10 @@ def run_pair(peripheral: Side, start_central) -> tuple[Side, Side]:
         peripheral.stop()
     assert central_status == 0, f"central exited {central_status}:\n{central.output()}\n\npeer:\n{peripheral.output()}"
     assert peripheral_status == 0, f"peripheral exited {peripheral_status}:\n{peripheral.output()}\n\npeer:\n{central.output()}"
+    # A clean end: the stop's one Reset (a second one, queued while the first was in flight,
+    # went into the closed link: "controller link refused Reset" ended every peripheral run).
+    for side in (central, peripheral):
+        assert "refused" not in side.stderr, side.output()
     return central, peripheral
 
 
@@ -238,3 +242,24 @@ def test_blemu_reads_from_blemu(rootcanal):
     assert result["bytes"] == PACKETS * len("blemu bench"), central.output()
     served = json.loads([line for line in peripheral.stdout.splitlines() if line.startswith("{")][0])
     assert served["scenario"] == "read" and served["mode"] == "gatt-server", peripheral.output()
+
+
+def test_a_mismatched_pair_fails_saying_what_each_end_waited_for(rootcanal):
+    """A `ping` central against a `receive` peripheral: the receiver ACKs only the packet
+    flagged LAST, the ping waits for an ACK of its first. Both fail, each saying what it waited
+    for and the scenario the peer must run, not a bare timeout."""
+    address = static_random_address()
+    peripheral = blemu_bench(rootcanal, "peripheral", "gatt-server", "receive", address=address)
+    time.sleep(1.0)
+    central = blemu_bench(rootcanal, "central", "gatt-client", "ping", peer=address, timeout=4)
+    try:
+        central_status = central.wait(40)
+        peripheral_status = peripheral.wait(15)
+    finally:
+        central.stop()
+        peripheral.stop()
+    assert central_status == 1 and peripheral_status == 1, f"{central.output()}\n\npeer:\n{peripheral.output()}"
+    assert "no result within 4.0 s; this ping end sent packet 0 of 6 and waited for its ACK: the peer must run `pong`" \
+        in central.stderr, central.output()
+    assert "disconnected before the run ended; this receive end got 1 packet, none flagged LAST" in peripheral.stderr, \
+        peripheral.output()

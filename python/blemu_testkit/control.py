@@ -28,6 +28,35 @@ _BASE_UUID_TAIL = "-0000-1000-8000-00805F9B34FB"
 MAX_LINE = 1 << 20
 
 
+def receive_line(sock: socket.socket, buffer: bytes, deadline: float, what: str) -> bytes:
+    """`buffer` and what `sock` sends until it holds a newline, by `deadline` (time.monotonic()).
+
+    The deadline bounds the whole reply, not each recv: a server that sends a byte a second
+    would keep a per-recv timeout waiting forever. Raises socket.timeout when it passes.
+    """
+    while b"\n" not in buffer:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("timed out")
+        sock.settimeout(left)
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise BlemuError(f"blemu closed the control socket before answering {what}")
+        buffer += chunk
+        if len(buffer) > MAX_LINE and b"\n" not in buffer:
+            raise BlemuError(f"the reply to {what} is longer than {MAX_LINE} bytes without a newline")
+    return buffer
+
+
+def parse_line(line: bytes) -> Any:
+    """A JSON line, or None when it is not JSON, or nested too deeply for Python's parser
+    (which raises RecursionError, not ValueError: `[[[[…` a million deep fits in a line)."""
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+
+
 def normalize_uuid(uuid: str) -> str:
     """`2a37`, `0x2A37` and `00002a37-0000-1000-8000-00805f9b34fb` all become `2A37`."""
     text = uuid.strip().upper()
@@ -127,15 +156,11 @@ class Control:
             request_id, self._next_id = self._next_id, self._next_id + 1
             request = {"id": request_id, "cmd": cmd, **{k: v for k, v in fields.items() if v is not None}}
             sock = self._usable_socket()
+            deadline = time.monotonic() + self.timeout
             try:
+                sock.settimeout(self.timeout)
                 sock.sendall((json.dumps(request) + "\n").encode())
-                while b"\n" not in self._buffer:
-                    chunk = sock.recv(65536)
-                    if not chunk:
-                        raise BlemuError(f"blemu closed the control socket before answering {cmd}")
-                    self._buffer += chunk
-                    if len(self._buffer) > MAX_LINE and b"\n" not in self._buffer:
-                        raise BlemuError(f"the reply to {cmd} is longer than {MAX_LINE} bytes without a newline")
+                self._buffer = receive_line(sock, self._buffer, deadline, cmd)
             except socket.timeout:
                 self.close()
                 raise BlemuError(f"no reply to {cmd} within {self.timeout} s from {self.path}") from None
@@ -146,10 +171,9 @@ class Control:
                 self.close()
                 raise
             line, _, self._buffer = self._buffer.partition(b"\n")
-        try:
-            reply = json.loads(line)
-        except ValueError:
-            raise BlemuError(f"blemu's reply to {cmd} is not JSON: {line[:200]!r}") from None
+        reply = parse_line(line)
+        if reply is None:
+            raise BlemuError(f"blemu's reply to {cmd} is not JSON: {line[:200]!r}")
         if not isinstance(reply, dict) or reply.get("id") != request_id:
             raise BlemuError(f"reply to request {request_id} ({cmd}) expected, got {line[:200]!r}")
         if not reply.get("ok"):
@@ -250,16 +274,14 @@ class EventLog:
         request = {"id": 1, "cmd": "watch", "device": device, "kinds": ",".join(kinds) if kinds else None, "uuid": uuid}
         request = {k: v for k, v in request.items() if v is not None}
         buffer = b""
+        deadline = time.monotonic() + timeout
         try:
             sock.connect(path)
             sock.sendall((json.dumps(request) + "\n").encode())
-            while b"\n" not in buffer:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    raise BlemuError("blemu closed the control socket before answering watch")
-                buffer += chunk
-                if len(buffer) > MAX_LINE and b"\n" not in buffer:
-                    raise BlemuError(f"the reply to watch is longer than {MAX_LINE} bytes without a newline")
+            buffer = receive_line(sock, buffer, deadline, "watch")
+        except socket.timeout:
+            sock.close()
+            raise BlemuError(f"no reply to watch within {timeout:g} s from {path}") from None
         except OSError as error:
             sock.close()
             raise BlemuError(f"cannot watch on {path}: {error}") from None
@@ -267,10 +289,7 @@ class EventLog:
             sock.close()
             raise
         line, _, rest = buffer.partition(b"\n")
-        try:
-            reply = json.loads(line)
-        except ValueError:
-            reply = None
+        reply = parse_line(line)
         if not isinstance(reply, dict):
             sock.close()
             raise BlemuError(f"the reply to watch is not a JSON object: {line[:200]!r}")
@@ -300,6 +319,8 @@ class EventLog:
                     break
         except OSError as error:
             reason = f"the watch connection failed: {error}"
+        except Exception as error:  # noqa: BLE001 - a reader that dies silently leaves waits hanging
+            reason = f"the event reader stopped: {error!r}"
         with self._condition:
             last = self._events[-1] if self._events else {}
             if last.get("event") == "control-line" and isinstance(last.get("line"), dict):
@@ -310,9 +331,8 @@ class EventLog:
         self._wake_async()
 
     def _add(self, line: bytes) -> None:
-        try:
-            event = json.loads(line)
-        except ValueError:
+        event = parse_line(line)
+        if event is None:
             event = {"event": "unreadable", "line": line[:200].decode(errors="replace")}
         if not isinstance(event, dict) or "event" not in event:
             # A line that is no event: blemu closing the connection says why (`"ok": false`).

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, List, Optional, Union
 
 from .control import Control, Event, EventIterator, EventLog
-from .errors import BlemuError
+from .errors import BlemuError, CommandError
 
 
 def blemu_executable(configured: Optional[str] = None) -> str:
@@ -166,20 +166,54 @@ class Blemu:
         except OSError:
             return "(no output)"
 
+    def exit_report(self, wait: float = 0.0) -> Optional[str]:
+        """None while blemu runs; once it exited, its status and the tail of its output.
+
+        `wait`: how long to give a blemu that is on its way out (its sockets closed first)."""
+        if self.process is None:
+            return None
+        try:
+            status = self.process.wait(wait) if wait > 0 else self.process.poll()
+        except subprocess.TimeoutExpired:
+            return None
+        if status is None:
+            return None
+        how = f"killed by signal {-status}" if status < 0 else f"status {status}"
+        return f"blemu exited ({how}); its output ({self.log_path}):\n{self.log_tail(30)}"
+
+    def _after_death(self, error: BlemuError, dying: bool = True) -> BlemuError:
+        """`error` with blemu's exit status and output added when blemu is dead (else as is):
+        a wait or command that failed because blemu crashed says so, not only "closed".
+        `dying`: a sign it is on its way out (its socket closed), so give it a moment to exit."""
+        report = self.exit_report(wait=2.0 if dying else 0.0)
+        if report is None:
+            return error
+        return type(error)(f"{error}\n{report}")
+
     def __enter__(self) -> "Blemu":
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
-        if self.running():
-            self.stop()
+    def __exit__(self, exc_type: Optional[type], *exc: object) -> None:
+        """Stop blemu; when it crashed (or did not stop cleanly), raise BlemuError with its exit
+        status and output, unless the block already raised (that error goes on, the output is
+        in `log_tail()`)."""
+        if self.process is None:
+            return
+        was_running = self.running()
+        status = self.stop()
+        if exc_type is None and status != 0:
+            why = "exited before the end of the `with` block" if not was_running else "did not stop cleanly on SIGTERM"
+            raise BlemuError(f"blemu {' '.join(self.devices)} {why}: "
+                             f"{self.exit_report() or f'status {status}'}")
 
     # -- the control socket ----------------------------------------------------------------------
 
     @property
     def control(self) -> Control:
-        """The control client (every command of Docs/CONTROL.md)."""
+        """The control client (every command of Docs/CONTROL.md); once blemu died, its errors
+        carry blemu's exit status and output."""
         if self._control is None:
-            self._control = Control(self.control_path)
+            self._control = _ProcessControl(self.control_path, self)
         return self._control
 
     @property
@@ -233,18 +267,29 @@ class Blemu:
 
     # -- events -------------------------------------------------------------------------------
 
+    # A wait that fails because blemu died says so: its exit status and output (_after_death).
+
     def wait_for(self, event: Optional[str] = None, timeout: float = 10.0,
                  where: Optional[Callable[[Event], bool]] = None, **filters: Any) -> Event:
         """See EventLog.wait_for: `blemu.wait_for("subscribed", uuid="2A37")`."""
-        return self.event_log.wait_for(event, timeout, where, **filters)
+        try:
+            return self.event_log.wait_for(event, timeout, where, **filters)
+        except BlemuError as error:
+            raise self._after_death(error, dying=self.event_log.closed_reason is not None) from None
 
     async def wait_for_async(self, event: Optional[str] = None, timeout: float = 10.0,
                              where: Optional[Callable[[Event], bool]] = None, **filters: Any) -> Event:
-        return await self.event_log.wait_for_async(event, timeout, where, **filters)
+        try:
+            return await self.event_log.wait_for_async(event, timeout, where, **filters)
+        except BlemuError as error:
+            raise self._after_death(error, dying=self.event_log.closed_reason is not None) from None
 
     def expect_write(self, uuid: str, value: Union[bytes, str], timeout: float = 10.0, **filters: Any) -> Event:
         """See EventLog.expect_write: the app's next write to `uuid` must be `value`."""
-        return self.event_log.expect_write(uuid, value, timeout, **filters)
+        try:
+            return self.event_log.expect_write(uuid, value, timeout, **filters)
+        except BlemuError as error:
+            raise self._after_death(error, dying=self.event_log.closed_reason is not None) from None
 
     def events(self, timeout: Optional[float] = None, from_cursor: bool = True) -> EventIterator:
         return self.event_log.events(timeout, from_cursor)
@@ -255,3 +300,19 @@ class Blemu:
     @property
     def history(self) -> List[Event]:
         return self.event_log.history
+
+
+class _ProcessControl(Control):
+    """Blemu's control client: a request that fails because blemu died says how it died."""
+
+    def __init__(self, path: str, owner: Blemu):
+        super().__init__(path)
+        self._owner = owner
+
+    def request(self, cmd: str, **fields: Any) -> dict[str, Any]:
+        try:
+            return super().request(cmd, **fields)
+        except CommandError:
+            raise
+        except BlemuError as error:
+            raise self._owner._after_death(error) from None

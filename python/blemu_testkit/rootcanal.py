@@ -8,6 +8,7 @@ free so parallel test runs do not collide.
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import signal
@@ -20,6 +21,14 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import BlemuError
+
+# The newest rootcanal on PyPI whose binary runs on Debian 12 (glibc 2.36); 1.11 on need newer
+# glibc (1.13.0: 2.38), and the dynamic loader refuses them before rootcanal logs a line.
+WORKING_PIN = "rootcanal==1.10.0"
+
+# The loader's refusal: `…/rootcanal: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.38'
+# not found (required by …/rootcanal)`, one line per missing version.
+_GLIBC_MISSING = re.compile(r"version [`']GLIBC_(\d+)\.(\d+)' not found")
 
 # rootcanal logs one line per listening socket (`... Listening on: 6402 (6)`); the HCI port is
 # opened last, so seeing it means the radio is ready.
@@ -60,7 +69,34 @@ def rootcanal_executable() -> list[str]:
     found = shutil.which("rootcanal")
     if found:
         return [found]
-    raise BlemuError("rootcanal not found: `pip install rootcanal` (or set BLEMU_ROOTCANAL to its executable)")
+    raise BlemuError(f"rootcanal not found: `pip install '{WORKING_PIN}'` (or set BLEMU_ROOTCANAL to its executable)")
+
+
+def installed_rootcanal_version() -> Optional[str]:
+    """The version of the `rootcanal` package installed here, or None."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover - Python 3.8
+        return None
+    try:
+        return version("rootcanal")
+    except PackageNotFoundError:
+        return None
+
+
+def glibc_advice(output: str, executable: str) -> Optional[str]:
+    """When `output` is the dynamic loader refusing rootcanal for an older glibc: which glibc
+    it needs, which this system has, and the pin that works; else None. `executable`: the
+    binary run (named when it is not the installed package's, e.g. $BLEMU_ROOTCANAL)."""
+    needed = [(int(major), int(minor)) for major, minor in _GLIBC_MISSING.findall(output)]
+    if not needed:
+        return None
+    major, minor = max(needed)
+    package = installed_rootcanal_version()
+    which = f"rootcanal {package}" if package and not os.environ.get("BLEMU_ROOTCANAL") else f"rootcanal ({executable})"
+    system = platform.libc_ver()
+    has = f" (this system has glibc {system[1]})" if system[0] == "glibc" and system[1] else ""
+    return f"{which} needs glibc {major}.{minor}{has}; pip install '{WORKING_PIN}'"
 
 
 class RootCanal:
@@ -108,7 +144,9 @@ class RootCanal:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise BlemuError(f"rootcanal exited with status {self.process.returncode} before listening on "
+                advice = glibc_advice(self._log_text(), command[0])
+                why = f"{advice}. " if advice else ""
+                raise BlemuError(f"{why}rootcanal exited with status {self.process.returncode} before listening on "
                                  f"{self.hci_port}; its log ({self.log_path}):\n{self.log_tail()}")
             if str(self.hci_port) in _LISTENING.findall(self._log_text()):
                 return self

@@ -261,3 +261,60 @@ def test_waits_after_the_test_closed_the_watch_say_so(server):
     log.close()
     with pytest.raises(EventTimeout, match="the watch was closed"):
         log.wait_for("subscribed", timeout=5)
+
+
+def dribble(conn: socket.socket, data: bytes, every: float = 0.1) -> None:
+    """Send `data` a byte at a time: every recv gets something well within any timeout."""
+    for byte in data:
+        conn.sendall(bytes([byte]))
+        time.sleep(every)
+
+
+def test_a_reply_dribbled_a_byte_at_a_time_times_out_on_the_whole_reply(server):
+    def handle(conn: socket.socket) -> None:
+        request = server.read_request(conn)
+        dribble(conn, json.dumps({"id": request["id"], "ok": True, "devices": []}).encode() + b"\n")
+    server.handlers.append(handle)
+    started = time.monotonic()
+    with Control(server.path, timeout=1) as control, pytest.raises(BlemuError, match="no reply to list within 1 s"):
+        control.list()  # the whole reply would take about 3.6 s
+    assert time.monotonic() - started < 2
+
+
+def test_a_watch_reply_dribbled_a_byte_at_a_time_times_out_on_the_whole_reply(server):
+    def handle(conn: socket.socket) -> None:
+        request = server.read_request(conn)
+        dribble(conn, json.dumps({"id": request["id"], "ok": True, "watching": True}).encode() + b"\n")
+    server.handlers.append(handle)
+    started = time.monotonic()
+    with pytest.raises(BlemuError, match="no reply to watch within 1 s"):
+        EventLog.open(server.path, timeout=1)
+    assert time.monotonic() - started < 2
+
+
+NESTED = b"[" * 200_000 + b"]" * 200_000  # valid JSON, deeper than Python's parser recurses
+
+
+def test_a_deeply_nested_event_line_is_kept_as_unreadable_and_the_watch_goes_on(server):
+    def later(conn: socket.socket) -> None:
+        conn.sendall(NESTED + b"\n" + b'{"event": {"deep": ' + NESTED + b"}}\n")
+        send(conn, ev(2, "connected"))
+        time.sleep(30)
+    server.handlers.append(watch_handler(server, [ev(1, "advertising")], then=later))
+    log = EventLog.open(server.path)
+    try:
+        assert log.wait_for("connected", timeout=5)["seq"] == 2
+        assert [e["event"] for e in log.history] == ["advertising", "unreadable", "unreadable", "connected"]
+        assert log.closed_reason is None
+    finally:
+        log.close()
+
+
+def test_a_deeply_nested_reply_is_an_error_not_a_recursion_error(server):
+    def handle(conn: socket.socket) -> None:
+        server.read_request(conn)
+        conn.sendall(NESTED + b"\n")
+        time.sleep(2)
+    server.handlers.append(handle)
+    with Control(server.path, timeout=5) as control, pytest.raises(BlemuError, match="is not JSON"):
+        control.list()
