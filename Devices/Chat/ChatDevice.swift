@@ -33,10 +33,21 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
     public static let messageUUID = BluetoothUUID("890aa912-c414-440d-88a2-c7f66179589b")!
     /// The framed chat between blemu nodes (`ChatFrame`, Docs/CHAT.md "Frames").
     public static let framesUUID = BluetoothUUID("7d3c0301-9a5e-4d1a-8f6e-5c1b2d3e4f50")!
-    /// Lines waiting for one member, at most.
+    /// Lines waiting for one member, at most...
     public static let memberQueueLimit = 256
-    /// A member with this many lines waiting holds back the host's own lines (`isBusy`)...
+    /// ...and bytes (what its notifications or SDUs carry, and `partOverhead` each): a member
+    /// of 4 KiB lines cannot hold a megabyte, as L2CAP bounds what waits on a channel.
+    public static let memberQueueByteLimit = 128 * 1024
+    /// What a queued notification or SDU costs beyond its bytes, counted against the limit.
+    static let partOverhead = 32
+    /// A member with this many lines (or half its bytes) waiting holds back the host's own lines (`isBusy`)...
     public static let busyThreshold = memberQueueLimit / 2
+    public static let busyByteThreshold = memberQueueByteLimit / 2
+    /// Joins (and so leaves) announced for one link in `announcementWindow`, at most: a link
+    /// opening and closing chat channels in a loop does not flood the room (its members
+    /// past that come and go unannounced, logged).
+    public static let announcedJoinsPerLink = 4
+    public static let announcementWindow: Duration = .seconds(60)
     /// ...unless it took nothing for this long: then it is too slow, and the room goes on.
     public static let stallLimit: Duration = .seconds(5)
     /// How many relays a message the host sends may still take (bridges count them down).
@@ -91,8 +102,17 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
         var hasWritten = false
         /// Lines waiting, each as the notifications it takes (cut to the member's ATT_MTU),
         /// with the characteristic they go on.
-        var queue: Deque<(characteristic: Characteristic, parts: Deque<[UInt8]>)> = []
+        private(set) var queue: Deque<(characteristic: Characteristic, parts: Deque<[UInt8]>)> = []
+        /// What `queue` holds, in bytes (each part with `partOverhead`).
+        private(set) var queuedBytes = 0
         var missed = 0
+        /// The "you missed" note at the front of `queue`, not begun yet: how many lines it
+        /// counts. Should it give way in turn, its count goes back to `missed` (it is no line).
+        var noteAtFront: Int?
+        /// Its join was announced, so its leave is (`announcedJoinsPerLink`).
+        var announced = true
+        /// Told that its sealed lines cannot be read here (a private room, another passphrase).
+        var toldUnreadable = false
         /// Part of `queue.first` has gone out: the rest of it goes next, whole, before any
         /// "you missed" note, and it is never the line an overflow drops (either would cut
         /// into a line the member has half received: a plain client shows the note inside
@@ -108,6 +128,32 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
         /// A live message (not an announcement) was queued for it: a RESUME from now on comes
         /// too late (it would replay older lines after newer ones).
         var heardLive = false
+
+        static func size(of parts: some Sequence<[UInt8]>) -> Int {
+            parts.reduce(0) { $0 + $1.count + ChatDevice.partOverhead }
+        }
+        mutating func append(_ characteristic: Characteristic, _ parts: [[UInt8]]) {
+            queue.append((characteristic, Deque(parts)))
+            queuedBytes += Self.size(of: parts)
+        }
+        mutating func prepend(_ characteristic: Characteristic, _ parts: [[UInt8]]) {
+            queue.prepend((characteristic, Deque(parts)))
+            queuedBytes += Self.size(of: parts)
+        }
+        mutating func removeLine(at index: Int) {
+            queuedBytes -= Self.size(of: queue.remove(at: index).parts)
+        }
+        /// The first line's first part went out.
+        mutating func removeFirstPart() {
+            guard let part = queue[0].parts.popFirst() else { return }
+            queuedBytes -= part.count + ChatDevice.partOverhead
+        }
+        /// Over the line or byte limit with `adding` bytes more.
+        func isFull(adding bytes: Int) -> Bool {
+            queue.count >= ChatDevice.memberQueueLimit || (!queue.isEmpty && queuedBytes + bytes > ChatDevice.memberQueueByteLimit)
+        }
+        /// Has as much waiting as it should (`busyThreshold`, `busyByteThreshold`).
+        var isHalfFull: Bool { queue.count >= ChatDevice.busyThreshold || queuedBytes >= ChatDevice.busyByteThreshold }
     }
     /// The room's recent messages, for members that join again (RESUME): bounded in count and bytes.
     private struct HistoryEntry {
@@ -260,12 +306,13 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
             var member = Member(peer: peer, name: Self.name(of: peer), announcedName: Self.name(of: peer), framed: framed)
             member.lastProgress = context?.scheduler.nowNanoseconds ?? 0
             if framed, let point = resumePoints.removeValue(forKey: peer.connectionHandle) { catchUp(&member, after: point) }
+            member.announced = spendJoinAnnouncement(link: peer.connectionHandle)
             members[handle] = member
-            announce("* \(member.announcedName) joined", except: handle)
+            if member.announced { announce("* \(member.announcedName) joined", except: handle) }
             flush()
         } else if !notify, let member = members[handle], member.framed == framed {
             members[handle] = nil
-            announce("* \(member.announcedName) left", except: nil)
+            left(member)
             checkRoom()
         }
     }
@@ -277,7 +324,7 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
         } else {
             member.replayNext = historyStart
             let note = "* catching up: lines said before \(history.isEmpty ? "now" : "the oldest kept here") may be missing"
-            member.queue.append((frames, Deque(framesOf(Array(note.utf8), id: announcementID(note), hops: 0, for: member))))
+            member.append(frames, framesOf(Array(note.utf8), id: announcementID(note), hops: 0, for: member))
         }
     }
 
@@ -286,8 +333,9 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
         // The stack ends the link's subscriptions first (subscriptionChanged); this is for safety.
         // Its channel members too (their channels end with the link).
         for key in members.keys.sorted() where UInt16(truncatingIfNeeded: key) == peer.connectionHandle {
-            if let member = members.removeValue(forKey: key) { announce("* \(member.announcedName) left", except: nil) }
+            if let member = members.removeValue(forKey: key) { left(member) }
         }
+        joinAnnouncements[peer.connectionHandle] = nil
         checkRoom()
     }
 
@@ -299,7 +347,7 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
         guard let context else { return false }
         let now = context.scheduler.nowNanoseconds
         let stall = UInt64(Self.stallLimit.components.seconds) * 1_000_000_000
-        return members.values.contains { $0.queue.count >= Self.busyThreshold && now &- $0.lastProgress < stall }
+        return members.values.contains { $0.isHalfFull && now &- $0.lastProgress < stall }
     }
     private var wasBusy = false
     private var busyCheck: TimerID?
@@ -367,6 +415,8 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
 
     /// The names of the members now.
     public var memberNames: [String] { members.values.map(\.name).sorted() }
+    /// The most bytes waiting for one member (`memberQueueByteLimit`).
+    public var queuedBytes: Int { members.values.map(\.queuedBytes).max() ?? 0 }
     /// How many of them are on the chat channel.
     public var channelMemberCount: Int { members.values.filter { $0.channel != nil }.count }
 
@@ -444,11 +494,19 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
             // Checked before anything else sees it: refused (still acknowledged, so an honest
             // member does not resend it forever), or delivered under the identity trust gives it.
             if let trust {
-                guard let checked = trust.check(claimed, text: bytes) else {
+                guard let checked = trust.check(claimed, text: bytes, from: handle) else {
                     members[handle] = member
                     return acknowledge(claimed, to: handle)
                 }
                 outcome = .message(checked, text: bytes, hops: hops)
+                // A private room's host that cannot open a member's sealed line: the member's
+                // passphrase is another one. It is told, once (the room hears the line named).
+                if trust.roomKey != nil, checked.proof?.sealed != nil, !member.toldUnreadable, trust.open(checked) == nil {
+                    member.toldUnreadable = true
+                    let note = Self.unreadableLinesNotice
+                    member.append(frames, framesOf(Array(note.utf8), id: announcementID(note), hops: 0, for: member))
+                    context?.logger.notice("\(member.announcedName)'s sealed lines cannot be opened here: another passphrase, told it")
+                }
             }
         }
         // A blemu node names itself in its own messages (a bridge's relayed ones have fewer hops).
@@ -515,6 +573,8 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
         return name
     }
 
+    /// What a member of a private room whose sealed lines the host cannot open is told (once).
+    public static let unreadableLinesNotice = "* your lines cannot be read in this room: they are sealed with another passphrase than the host's"
     /// What a plain client that subscribes to a private room is told.
     public static let privateRoomNotice = "* this room is private: plain clients cannot join it"
     /// A plain client subscribed to a private room and was told so: its link may be closed.
@@ -541,7 +601,9 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
                 if !id.sender.isEmpty { members[key]?.heardLive = true }
                 enqueue(frames, framesOf(Array(text.utf8), id: id, hops: hops, for: member), to: key)
             } else {
-                enqueue(message, Self.parts(of: id.sender.isEmpty ? text : "\(id.sender): \(text)", limit: limit), to: key)
+                // A signed line whose name could not be bound shows unverified (`~NAME`) there too.
+                let sender = trust?.shownSender(id) ?? id.sender
+                enqueue(message, Self.parts(of: sender.isEmpty ? text : "\(sender): \(text)", limit: limit), to: key)
             }
         }
         flush()
@@ -565,9 +627,9 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
             member.missed += Int(historyStart - next)
             next = historyStart
         }
-        while member.queue.count < Self.busyThreshold, next < historyStart + UInt64(history.count) {
+        while !member.isHalfFull, next < historyStart + UInt64(history.count) {
             let entry = history[Int(next - historyStart)]
-            member.queue.append((frames, Deque(framesOf(Array(entry.text.utf8), id: entry.id, hops: entry.hops, for: member))))
+            member.append(frames, framesOf(Array(entry.text.utf8), id: entry.id, hops: entry.hops, for: member))
             next += 1
         }
         member.replayNext = next < historyStart + UInt64(history.count) ? next : nil
@@ -575,13 +637,20 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
 
     private func enqueue(_ characteristic: Characteristic, _ parts: [[UInt8]], to handle: UInt32) {
         guard var member = members[handle] else { return }
-        if member.queue.count >= Self.memberQueueLimit {
+        let bytes = Member.size(of: parts)
+        while member.isFull(adding: bytes), member.queue.count > (member.lineStarted ? 1 : 0) {
             // Never a silent drop: the member is told how many lines it missed. The oldest
-            // line not yet begun gives way (a half-sent one is finished).
-            member.queue.remove(at: member.lineStarted ? 1 : 0)
-            member.missed += 1
+            // lines not yet begun give way (a half-sent one is finished).
+            let index = member.lineStarted ? 1 : 0
+            member.removeLine(at: index)
+            if index == 0, let counted = member.noteAtFront {
+                member.missed += counted
+                member.noteAtFront = nil
+            } else {
+                member.missed += 1
+            }
         }
-        member.queue.append((characteristic, Deque(parts)))
+        member.append(characteristic, parts)
         members[handle] = member
     }
 
@@ -600,21 +669,20 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
                     let note = member.framed
                         ? framesOf(Array(text.utf8), id: announcementID(text), hops: 0, for: member)
                         : [Array(text.utf8.prefix(limit(for: member)))]
-                    member.queue.prepend((member.framed ? frames : message, Deque(note)))
+                    member.prepend(member.framed ? frames : message, note)
+                    member.noteAtFront = member.missed
                     member.missed = 0
                 }
                 if member.queue.isEmpty { replay(to: &member) }
-                guard var line = member.queue.first else { break }
-                while let part = line.parts.first {
-                    guard transmit(part, on: line.characteristic, to: member) else {
-                        member.queue[0] = line
-                        break sending
-                    }
-                    line.parts.removeFirst()
-                    member.lineStarted = !line.parts.isEmpty
+                guard let line = member.queue.first else { break }
+                while let part = member.queue[0].parts.first {
+                    guard transmit(part, on: line.characteristic, to: member) else { break sending }
+                    member.removeFirstPart()
+                    member.noteAtFront = nil   // begun: it is finished, never dropped
+                    member.lineStarted = !member.queue[0].parts.isEmpty
                     member.lastProgress = context.scheduler.nowNanoseconds
                 }
-                member.queue.removeFirst()
+                member.removeLine(at: 0)
             }
             members[key] = member
         }
@@ -673,6 +741,34 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
         return context.notify(characteristic, value: part, to: member.peer)
     }
 
+    /// Per link: when its window of join announcements began and how many it had.
+    private var joinAnnouncements: [UInt16: (start: UInt64, count: Int)] = [:]
+    /// Joins past a link's budget, not announced (logged 1st, 2nd, 4th… time).
+    public private(set) var unannouncedJoins = 0
+
+    /// Whether a new member of `link` is announced: at most `announcedJoinsPerLink` a window.
+    private func spendJoinAnnouncement(link: UInt16) -> Bool {
+        let now = context?.scheduler.nowNanoseconds ?? 0
+        let window = UInt64(Self.announcementWindow.components.seconds) * 1_000_000_000
+        var budget = joinAnnouncements[link] ?? (now, 0)
+        if now &- budget.start >= window { budget = (now, 0) }
+        guard budget.count < Self.announcedJoinsPerLink else {
+            unannouncedJoins += 1
+            if unannouncedJoins & (unannouncedJoins - 1) == 0 {
+                context?.logger.warning("link \(link) joined the chat room more than \(Self.announcedJoinsPerLink) times in \(Self.announcementWindow): its joins and leaves are not announced for now (\(unannouncedJoins) so far)")
+            }
+            return false
+        }
+        budget.count += 1
+        joinAnnouncements[link] = budget
+        return true
+    }
+
+    /// A member is gone: its leave is announced where its join was.
+    private func left(_ member: Member) {
+        if member.announced { announce("* \(member.announcedName) left", except: nil) }
+    }
+
     /// Frames on channels that were refused (did not decode, or unsigned in a signed-only room).
     public private(set) var refusedChannelFrames = 0
 
@@ -695,12 +791,26 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
             return refusedChannelFrame(from: peer, "an unsigned message in a signed-only room")
         }
         if members[key] == nil {
+            // One channel member a link: a second channel would hear the room twice over, a
+            // queue more on one link. And a channel whose MTU cannot take the largest frame
+            // (a whole SEALED message) would never be sent some lines: neither is a member.
+            let why: String? = if Int(channel.peerMTU) < ChatFrame.largestFrame {
+                "its MTU \(channel.peerMTU) cannot take a whole frame (\(ChatFrame.largestFrame) bytes)"
+            } else if members.values.contains(where: { $0.channel != nil && $0.peer.connectionHandle == channel.linkHandle }) {
+                "its link has a chat channel member already"
+            } else { nil }
+            if let why {
+                refusedChannelFrame(from: peer, "\(why): the channel is closed")
+                channel.disconnect()
+                return
+            }
             var member = Member(peer: peer, name: Self.name(of: peer), announcedName: Self.name(of: peer), framed: true)
             member.channel = channel
             member.lastProgress = context.scheduler.nowNanoseconds
             if case let .resume(number, sender) = frame { catchUp(&member, after: ChatMessageID(sender: sender, number: number)) }
+            member.announced = spendJoinAnnouncement(link: channel.linkHandle)
             members[key] = member
-            announce("* \(member.announcedName) joined", except: key)
+            if member.announced { announce("* \(member.announcedName) joined", except: key) }
             flush()
             if case .resume = frame { return }
         }
@@ -718,7 +828,7 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
 
     public func channelClosed(_ channel: CreditBasedChannel, reason: ChannelCloseReason) {
         guard let member = members.removeValue(forKey: Self.key(of: channel)) else { return }
-        announce("* \(member.announcedName) left", except: nil)
+        left(member)
         checkRoom()
     }
 }

@@ -66,7 +66,7 @@ struct ChatCommand: ParsableCommand {
     var logLevel: Logger.Level = .notice
 
     @Option(name: .customLong("state-dir"),
-            help: ArgumentHelp("Where this node keeps its chat identity (chat-identity, made on first use) and the names bound to keys (chat-names-HEX) (default: $STATE_DIRECTORY, else ~/.local/state/blemu).", valueName: "DIR"))
+            help: ArgumentHelp("Where this node keeps its chat identity (chat-identity, made on first use), its message numbers (chat-numbers), the names bound to keys (chat-names-HEX) and the highest number delivered from each (chat-marks-HEX) (default: $STATE_DIRECTORY, else ~/.local/state/blemu).", valueName: "DIR"))
     var stateDirectory: String?
 
     @Flag(help: "Print this node's name and its key's fingerprint, then NAME=KEY (the whole public key, 64 hex digits, as another node's --pin-name takes it; the key made in --state-dir on first use), and exit.")

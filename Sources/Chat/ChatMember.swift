@@ -527,7 +527,9 @@ public final class ChatMember: CreditBasedChannelDelegate {
                 return
             }
             lastHeard = id
-            guard let checked = trust.map({ $0.check(id, text: bytes) }) ?? id else { return }
+            // Its link to the host spends its own budget of new names (a bridge has one a side).
+            let via = 0x8000_0000 | UInt32(link?.handle ?? 0)
+            guard let checked = trust.map({ $0.check(id, text: bytes, from: via) }) ?? id else { return }
             onHeard?(.message(checked, text: text, hops: hops))
         }
     }

@@ -243,7 +243,14 @@ public final class ChatNode {
     private var seen = ChatReassembly()
     /// Said once: this node cannot open the private room's lines.
     private var toldCannotRead = false
-    public static let cannotReadNotice = "* this room is private and its lines cannot be read here: no passphrase, or another one"
+    public static let cannotReadNotice = "* this room is private and its lines cannot be read here: no passphrase"
+    /// Senders whose sealed lines this node, with a passphrase, could not open: named once each.
+    private var unreadableSenders: Set<String> = []
+    static let unreadableSenderLimit = 64
+    /// What a node with a passphrase shows when a line was sealed with another passphrase.
+    public static func unreadableNotice(_ sender: String) -> String {
+        "* \(sender.visible)'s lines cannot be read here: sealed with another passphrase than this node's"
+    }
     /// This node's lines shown already (once, where it hosts).
     private var echoed = ChatReassembly()
     /// Numbers start anywhere: a node that restarts must not reuse identities the room still
@@ -319,9 +326,16 @@ public final class ChatNode {
             unsigned.append(text)
             return
         }
-        let plain = ChatMessageID(sender: me, number: nextNumber)
+        // With a trust, numbers that only go up across restarts too (receivers keep marks).
+        let number: UInt32
+        if let trust {
+            number = trust.takeNumber()
+        } else {
+            number = nextNumber
+            nextNumber &+= 1
+        }
+        let plain = ChatMessageID(sender: me, number: number)
         let id = trust?.sign(plain, text: Array(text.utf8)) ?? plain
-        nextNumber &+= 1
         seen.remember(id)
         if isHosting { echo(id, text) }
         let message = OutgoingChatMessage(id: id, hops: ChatDevice.initialHops, text: text)
@@ -341,16 +355,24 @@ public final class ChatNode {
         case let .message(id, text, hops):
             guard !seen.hasDelivered(id) else { return }
             seen.remember(id)
+            // A signed line whose name could not be bound to its key shows unverified (`~NAME`).
+            let sender = trust?.shownSender(id) ?? id.sender
             if id.proof?.sealed != nil {
                 // A private room's line: shown when this node can open it, passed on either way.
                 if let opened = trust?.open(id) {
-                    onLine?(id.sender, opened)
+                    onLine?(sender, opened)
+                } else if trust?.roomKey != nil {
+                    // This node has a passphrase and the line was sealed with another one: the
+                    // sender is named (once each), this node is not told it cannot read the room.
+                    if unreadableSenders.count < Self.unreadableSenderLimit, unreadableSenders.insert(id.sender).inserted {
+                        onLine?(nil, Self.unreadableNotice(sender))
+                    }
                 } else if !toldCannotRead {
                     toldCannotRead = true
                     onLine?(nil, Self.cannotReadNotice)
                 }
             } else {
-                onLine?(id.sender, text)
+                onLine?(sender, text)
             }
             guard hops > 0 else { return }
             for other in sides where other !== side {

@@ -76,6 +76,8 @@ public final class ChatStack {
     public private(set) var failure: String?
     public private(set) var isStopping = false
     private var startupPages = StartupPages()
+    /// The node's keys, names and marks: the marks not saved yet are saved at the clean stop.
+    private let store: ChatIdentityStore?
 
     public init(plan: ChatPlan, loop: RunLoop, logger: Logger) throws(StackFailure) {
         self.loop = loop
@@ -86,10 +88,11 @@ public final class ChatStack {
         // The node's identity and trust, in the room's name; a node that only joins learns the
         // name from its host (the first one it joins), and makes its trust then.
         let store = plan.stateDirectory.map { ChatIdentityStore(directory: $0, logger: logger) }
+        self.store = store
         func makeTrust(room: String) throws(StackFailure) -> ChatTrust {
             guard let store else { preconditionFailure("a trust without a state directory") }
             do {
-                return try store.trust(room: room, me: me, signedOnly: plan.signedOnly, passphrase: plan.passphrase)
+                return try store.trust(room: room, me: me, signedOnly: plan.signedOnly, passphrase: plan.passphrase, scheduler: loop)
             } catch {
                 throw StackFailure("\(error)")
             }
@@ -233,6 +236,7 @@ public final class ChatStack {
     public func stop() {
         guard !isStopping else { return }
         isStopping = true
+        store?.saveMarks()
         for side in sides { side.stop() }
         ControllerStack.stopAll(stacks) { [loop] in loop.stop() }
     }

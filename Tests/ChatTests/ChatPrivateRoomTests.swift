@@ -72,9 +72,12 @@ import Testing
         #expect(far.sent.allSatisfy { $0.hops == 3 })
         #expect(shown == ["[*] \(ChatNode.cannotReadNotice)"])
         // With the passphrase: the lines.
-        let reader = ChatNode(me: "right", sides: [FakeSide()], trust: ChatTrust(room: "kitchen", identity: nil, me: nil, roomKey: roomKey, logger: logger))
+        let readerTrust = ChatTrust(room: "kitchen", identity: nil, me: nil, roomKey: roomKey, logger: logger)
+        let reader = ChatNode(me: "right", sides: [FakeSide()], trust: readerTrust)
         var read: [String] = []
         reader.onLine = { sender, text in read.append("[\(sender ?? "*")] \(text)") }
+        // As its side does: checked (alice's name bound to her key), then heard.
+        #expect(readerTrust.check(first, text: []) == first)
         (reader.sides[0] as! FakeSide).onHeard?(.message(first, text: "", hops: 3))
         #expect(read == ["[alice] one"])
     }

@@ -305,8 +305,10 @@ def test_a_plain_client_is_unverified_in_an_open_room_and_shown_the_door_in_a_pr
         assert host.stop() == 0, Path(host.log).read_text()
 
 
-def test_a_member_with_another_passphrase_is_told_once_it_cannot_read(rootcanal, tmp_path):
-    """A member with the wrong passphrase: told once that it cannot read the room; the host's lines never show there."""
+def test_a_member_with_another_passphrase_is_named_and_told_its_lines_cannot_be_read(rootcanal, tmp_path):
+    """A member with the wrong passphrase: it hears, once, that the host's lines cannot be read
+    there, and the host's lines never show there. When it talks, the host names it (once) and
+    tells it that its own lines cannot be read; the host is never told it cannot read the room."""
     right, wrong = tmp_path / "right", tmp_path / "wrong"
     right.write_text("right\n")
     wrong.write_text("wrong\n")
@@ -320,10 +322,20 @@ def test_a_member_with_another_passphrase_is_told_once_it_cannot_read(rootcanal,
         host.wait_for(lambda line: line.endswith(" joined"), "eve joining")
         host.say("secret one")
         host.say("secret two")
-        member.wait_for(lambda line: line.startswith("* this room is private and its lines cannot be read here"), "the notice")
+        notice = f"* {room}'s lines cannot be read here: sealed with another passphrase than this node's"
+        member.wait_for(lambda line: line == notice, "the notice naming the host")
+        member.say("eve talks")
+        member.say("eve talks again")
+        host.wait_for(lambda line: line == "* eve's lines cannot be read here: sealed with another passphrase than this node's",
+                      "the host naming eve")
+        member.wait_for(lambda line: line == "* your lines cannot be read in this room: they are sealed with another passphrase than the host's",
+                        "eve told her lines cannot be read")
         time.sleep(1)
         assert not any("secret" in line for line in member.lines), member.lines
-        assert len([line for line in member.lines if "cannot be read here" in line]) == 1, member.lines
+        assert member.lines.count(notice) == 1, member.lines
+        assert len([line for line in member.lines if line.startswith("* your lines cannot be read")]) == 1, member.lines
+        assert len([line for line in host.lines if line.startswith("* eve's lines cannot be read")]) == 1, host.lines
+        assert not any("cannot be read here: no passphrase" in line for line in host.lines), host.lines
     finally:
         if member is not None:
             member.stop()

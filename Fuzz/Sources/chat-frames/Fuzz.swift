@@ -303,6 +303,12 @@ final class Room {
         guard !id.sender.isEmpty else { return }
         fuzzCheck(!id.sender.hasPrefix(ChatTrust.unverifiedMark), "a signed message \(place) under the unverified name '\(id.sender)'")
         if pinned.contains(id.sender) { return }
+        // A name that could not be bound (its link's budget of new names spent, or the table
+        // full) is shown unverified, `~NAME`: no key is claimed for it.
+        if trust.shownSender(id).hasPrefix(ChatTrust.unverifiedMark) {
+            fuzzCheck(trust.bindings[id.sender] != proof.key, "'\(id.sender)' is bound to the key it spoke with, but shown unverified")
+            return
+        }
         if let first = shown[id.sender] {
             fuzzCheck(first == proof.key, "'\(id.sender)' was \(place) with key \(proof.key.fingerprint), but was shown with \(first.fingerprint)")
         } else if trust.bindings.count < ChatTrust.bindingLimit {
