@@ -282,7 +282,9 @@ struct RunCommand: ParsableCommand {
         // A device the steps name that does not run is told before any controller opens.
         var runners: [(file: String, runner: ScenarioRunner)] = []
         let running = stacks.flatMap(\.peripherals)
-        let targets = ScenarioTargets.devices(running, scheduler: loop, logger: logger)
+        var targets = ScenarioTargets.devices(running, scheduler: loop, logger: logger)
+        // A failure shows written values decoded where blemu can (`150 bpm`, a control point's opcode).
+        targets.describe = { uuid, value in GATTValueText.describe(uuid: uuid, value: value) }
         let scenarios = try ([(try loadedScenario(), nil as Int?)] + loadedDeviceScenarios(plans)).compactMap { scenario, plan in
             // The plan's device by its place among the running ones (grouped by controller).
             scenario.map { ($0, plan.flatMap { index in running.firstIndex { $0 === planPeripherals[index] } }) }
