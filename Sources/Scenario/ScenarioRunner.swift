@@ -111,6 +111,9 @@ public final class ScenarioRunner {
     /// `expect` looks at events from this one on: the first after the last non-`expect` step began.
     private var expectWindow: UInt64 = 1
     private var expectWindowLine = 0
+    /// Devices whose links a `disconnect:` step closed, until the next connection: a wait on them
+    /// is not stopped by those disconnections.
+    private var disconnectedByScenario: Set<Int> = []
     public private(set) var outcome: ScenarioOutcome?
     public private(set) var isRunning = false
 
@@ -206,13 +209,16 @@ public final class ScenarioRunner {
             historyLeftOut += Self.historyLimit / 4
         }
         history.append(seen)
+        if case .connected = event { disconnectedByScenario.remove(device) }
         if recent.count == Self.eventsShown { recent.removeFirst() }
         recent.append(seen)
         guard let wait = waiting, wait.device == device else { return }
         guard wait.condition.matches(event) else {
             // A wait for what a central does on a link stops when the device's last link is
             // gone: nothing can hold it until a central connects again, which is a step of its own.
-            if case .disconnected(_, let reason) = event, wait.condition.kind.needsLink, devices.links(device) == 0 {
+            // Links the scenario closed itself (`disconnect:`) do not count: the app is expected to come back.
+            if case .disconnected(_, let reason) = event, wait.condition.kind.needsLink, devices.links(device) == 0,
+               !disconnectedByScenario.contains(device) {
                 waiting = nil
                 if let timer { scheduler.cancel(timer) }
                 timer = nil
@@ -269,7 +275,7 @@ public final class ScenarioRunner {
                 stepsRun += 1
                 // At debug: a `repeat` runs steps as fast as the loop turns. The control
                 // commands the steps run are logged, within the control log budget, by
-                // `DeviceControl`; failures at error level, always.
+                // `DeviceControl`; a failure is logged at notice, always.
                 logger.debug("scenario \(location(step)): \(step.text)")
                 if case .expect = step.action {} else {
                     expectWindow = nextSeq
@@ -296,6 +302,7 @@ public final class ScenarioRunner {
                 fail(step, expected: "the command to be taken by \(ref)", happened: "refused: \(refusal)")
                 return false
             }
+            if control.verb == "disconnect" { disconnectedByScenario.insert(device) }
         case .notify(let uuid, let value):
             // The control socket's `notify`: the bytes exactly, or refused whole (never cut).
             if let refusal = devices.execute(.notify(device: ref, characteristic: uuid, value: value)) {

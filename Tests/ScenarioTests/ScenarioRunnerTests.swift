@@ -319,6 +319,18 @@ final class RunnerRig {
         other.runner.observe(.disconnected(peer: other.peer, reason: 0x13), device: 0)
         other.scheduler.advance(by: .zero)
         #expect(other.outcomes == [.passed(steps: 2)])
+
+        // A link the scenario closed itself: the app is expected back, the wait goes on.
+        let reconnecting = try RunnerRig("steps:\n  - disconnect: 0x13\n  - wait: read 2a38\n    timeout: 60\n")
+        reconnecting.runner.start()
+        reconnecting.links = 0
+        reconnecting.runner.observe(.disconnected(peer: reconnecting.peer, reason: 0x16), device: 0)
+        reconnecting.scheduler.advance(by: .seconds(5))
+        #expect(reconnecting.outcomes.isEmpty)
+        reconnecting.connected()
+        reconnecting.read("2a38")
+        reconnecting.scheduler.advance(by: .zero)
+        #expect(reconnecting.outcomes == [.passed(steps: 2)])
     }
 
     /// Steps are logged at debug: a `repeat` of a million steps writes no line per step at
