@@ -213,7 +213,8 @@ struct RunCommand: ParsableCommand {
     /// --scenario's steps, every mistake told with FILE:LINE (exit status 64, as --config's).
     private func loadedScenario() throws -> Scenario? {
         guard let scenarioPath else { return nil }
-        do { return try ScenarioParser.load(path: scenarioPath) } catch { throw ValidationError(error.description) }
+        // A step's mistake is told by the runner with its checks against the devices, all at once.
+        do { return try ScenarioParser.load(path: scenarioPath, keepingStepMistakes: true) } catch { throw ValidationError(error.description) }
     }
 
     /// The run settings a --config file holds (`control:`, `log:`, `btsnoop:`, `state_dir:`, …:
@@ -323,7 +324,7 @@ struct RunCommand: ParsableCommand {
         var scenarios: [(Scenario?, Int?)] = []
         for (index, plan) in plans.enumerated() {
             guard let path = plan.scenario else { continue }
-            do { scenarios.append((try ScenarioParser.load(path: path), index)) } catch { throw ValidationError(error.description) }
+            do { scenarios.append((try ScenarioParser.load(path: path, keepingStepMistakes: true), index)) } catch { throw ValidationError(error.description) }
         }
         return scenarios
     }

@@ -46,17 +46,19 @@ public enum ScenarioParser {
         return ScenarioError(lines.joined(separator: "\n"))
     }
 
-    public static func load(path: String) throws(ScenarioError) -> Scenario {
+    /// With `keepingStepMistakes`, a mistake in a step does not throw: it is kept in
+    /// `Scenario.mistakes` for the runner, which tells it with its checks against the devices.
+    public static func load(path: String, keepingStepMistakes: Bool = false) throws(ScenarioError) -> Scenario {
         let text: String
         do {
             text = try ConfigurationFile.readFile(path)
         } catch {
             throw ScenarioError("\(path): \(error.description)")
         }
-        return try parse(text, file: path)
+        return try parse(text, file: path, keepingStepMistakes: keepingStepMistakes)
     }
 
-    public static func parse(_ text: String, file: String) throws(ScenarioError) -> Scenario {
+    public static func parse(_ text: String, file: String, keepingStepMistakes: Bool = false) throws(ScenarioError) -> Scenario {
         let root: YAMLNode?
         do {
             root = try YAMLTree.compose(text)
@@ -73,8 +75,8 @@ public enum ScenarioParser {
         guard let steps = top["steps"] else { throw reader.fail(root, "no `steps:` list (each entry one step, like `- wait: connected`)") }
         let list = try reader.steps(steps.value, device: device)
         // Every step is read, so a file is told all its mistakes at once, not one per run.
-        guard reader.mistakes.isEmpty else { throw combined(reader.mistakes) }
-        return Scenario(file: file, device: device, steps: list)
+        guard reader.mistakes.isEmpty || keepingStepMistakes else { throw combined(reader.mistakes) }
+        return Scenario(file: file, device: device, steps: list, mistakes: reader.mistakes)
     }
 
     private struct Reader {

@@ -128,7 +128,7 @@ public final class ScenarioRunner {
         self.devices = devices
         self.scheduler = scheduler
         self.logger = logger
-        var mistakes: [ScenarioError] = []
+        var mistakes = scenario.mistakes
         compile(scenario.steps, mistakes: &mistakes)
         // Every step is checked, so the file is told all its mistakes at once.
         guard mistakes.isEmpty else { throw ScenarioParser.combined(mistakes) }

@@ -37,8 +37,8 @@ final class RunnerRig {
 
     init(_ text: String, devices: [(String, String)] = [("heart-rate", "blemu Heart Rate")], defaultDevice: Int? = nil,
          check: @escaping (ControlCommand) -> String? = { _ in nil }, logger: Logger? = nil,
-         describe: @escaping (BluetoothUUID, [UInt8]) -> String = { Hex.bytes($1) }) throws {
-        let scenario = try ScenarioParser.parse(text, file: "s.yaml")
+         describe: @escaping (BluetoothUUID, [UInt8]) -> String = { Hex.bytes($1) }, keepingStepMistakes: Bool = false) throws {
+        let scenario = try ScenarioParser.parse(text, file: "s.yaml", keepingStepMistakes: keepingStepMistakes)
         let names = DeviceNames(devices.map { (device: $0.0, localName: $0.1) })
         let targets = ScenarioDevices(
             names: names,
@@ -292,6 +292,22 @@ final class RunnerRig {
         } catch {
             #expect("\(error)" == "s.yaml:4: set: room 99: room takes a number from -20 to 50, not '99'\n"
                                + "s.yaml:6: notify: 2a38 01: characteristic 2A38 of heart-rate neither notifies nor indicates", "\(error)")
+        }
+    }
+
+    /// As `blemu run` reads a file: the steps' own mistakes and the checks against the devices
+    /// are told together, in one run.
+    @Test func theFilesMistakesAndTheDeviceChecksAreToldTogether() {
+        let check: (ControlCommand) -> String? = { command in
+            if case .set(_, "room", "99", _) = command { return "room takes a number from -20 to 50, not '99'" }
+            return nil
+        }
+        do {
+            _ = try RunnerRig("steps:\n  - jump: 1\n  - set: room 99\n  - notify: 2a37 zz\n", check: check, keepingStepMistakes: true)
+            Issue.record("taken")
+        } catch {
+            let lines = "\(error)".split(separator: "\n").map { String($0.prefix(10)) }
+            #expect(Set(lines) == ["s.yaml:2: ", "s.yaml:3: ", "s.yaml:4: "], "\(error)")
         }
     }
 

@@ -222,17 +222,18 @@ def test_a_devices_scenario_in_the_config_file_acts_on_that_device(rootcanal, sc
 
 
 def test_every_mistake_is_told_before_anything_starts_values_checked_against_the_device(rootcanal, tmp_path):
-    """Exit 64 at once, every mistake at its line: the file's own (a 600-byte value, more than
-    any attribute holds, Vol 3, Part F, 3.2.9; a step's usage in the step's form), then, once
-    it reads well, each step against the running device (a value out of the setting's range,
-    a characteristic that cannot notify), not when the step comes after a 60 s wait."""
+    """Exit 64 at once, every mistake at its line, in one run: the file's own (a 600-byte value,
+    more than any attribute holds, Vol 3, Part F, 3.2.9; a step's usage in the step's form) and
+    each step against the running device (a value out of the setting's range, a characteristic
+    that cannot notify), not when the step comes after a 60 s wait."""
     bad_file = tmp_path / "bad.yaml"
     bad_file.write_text("steps:\n  - wait: connected\n    timeout: 60\n  - notify: 2a37 " + "00" * 600
-                        + "\n  - set: bpm\n  - jump: 3\n")
+                        + "\n  - set: bpm\n  - jump: 3\n  - set: bpm 500\n")
     result = run_cli(["run", "heart-rate", "--controller", rootcanal.controller_spec, "--scenario", str(bad_file)], timeout=20)
     assert result.returncode == 64, result.describe()
     for line, text in [(4, "notify: the value is 600 bytes long; an attribute value is at most 512 bytes"),
-                       (5, "set: usage: set: KEY VALUE [--exact]"), (6, "a step needs one of")]:
+                       (5, "set: usage: set: KEY VALUE [--exact]"), (6, "a step needs one of"),
+                       (7, "set: bpm 500: bpm takes a number from 30 to 220, not '500'")]:
         assert f"{bad_file}:{line}: {text}" in result.stderr, result.describe()
 
     device_file = tmp_path / "device.yaml"
