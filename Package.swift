@@ -273,7 +273,7 @@ let package = Package(
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
         .testTarget(name: "HostTests", dependencies: ["BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuEATT", "BlemuGATT", "BlemuATT",
                                                    "BlemuCentral", "BlemuGATTClient", "BlemuChat", "BlemuSecurity", "BlemuSMP", "BlemuCrypto",
-                                                   "BlemuSimulator", "BlemuBroadcast", "BlemuProfile", "BlemuBenchRig",
+                                                   "BlemuSimulator", "BlemuBroadcast", "BlemuProfile", "BlemuBenchRig", "BlemuControl",
                                                    .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HostTests"),
     ]

@@ -59,10 +59,16 @@ public final class BTHomeThermometerDevice: BroadcastingDevice {
 
     public var settings: [DeviceSetting] {
         [
-            .number("temperature", "room temperature, °C, -40 to 85 (then heated towards 21)", in: Self.temperatureRange) { [weak self] celsius in
+            .number("temperature", "room temperature, °C, -40 to 85 (then heated towards 21; --exact: held there)", in: Self.temperatureRange,
+                    moves: true, hold: { [weak self] celsius in
+                        self?.change("temperature set to \(celsius) °C, held there") { $0.holdRoom(celsius) }
+                    }) { [weak self] celsius in
                 self?.change("temperature set to \(celsius) °C") { $0.setRoom(celsius) }
             },
-            .number("humidity", "relative humidity, %, 0 to 100", in: 0...100) { [weak self] percent in
+            .number("humidity", "relative humidity, %, 0 to 100 (then following the weather and the temperature; --exact: held there)",
+                    in: 0...100, moves: true, hold: { [weak self] percent in
+                        self?.change("humidity set to \(percent) %, held there") { $0.holdHumidity(percent) }
+                    }) { [weak self] percent in
                 self?.change("humidity set to \(percent) %") { $0.setHumidity(percent) }
             },
             .integer("battery", "battery level, %, 0 to 100", in: 0...100) { [weak self] percent in

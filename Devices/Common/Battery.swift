@@ -12,12 +12,15 @@ public final class BatteryService {
     public let drainPerHour: Double
     /// The `battery` setting every battery-powered device offers.
     public var setting: DeviceSetting {
-        .integer("battery", "battery level, %, 0 to 100 (then draining \(Self.format(drainPerHour)) % an hour)", in: 0...100) {
+        .integer("battery", "battery level, %, 0 to 100 (then draining \(Self.format(drainPerHour)) % an hour; --exact: held there)",
+                 in: 0...100, moves: true, hold: { [weak self] percent in self?.setLevel(Double(percent), held: true) }) {
             [weak self] percent in self?.setLevel(Double(percent))
         }
     }
 
     private var startLevel: Double
+    /// Set with `--exact`: the level does not drain until it is set again.
+    public private(set) var isHeld = false
     private weak var context: DeviceContext?
     private var startNanoseconds: UInt64 = 0
     private let ticker: TickWhileSubscribed
@@ -55,7 +58,7 @@ public final class BatteryService {
     public func stop() { ticker.stop() }
 
     public var currentLevel: UInt8 {
-        guard let context else { return UInt8(startLevel) }
+        guard let context, !isHeld else { return UInt8(startLevel) }
         let hours = Double(context.scheduler.nowNanoseconds &- startNanoseconds) / 3.6e12
         // It drains to 1 % and stays there; a battery set to 0 % stays at 0. A level is shown
         // until it is wholly drained (rounded up), so a level just set reads back as set, and
@@ -64,12 +67,14 @@ public final class BatteryService {
         return UInt8(max(floor, min(100, (startLevel - hours * drainPerHour).rounded(.up))))
     }
 
-    /// Sets the level now; it drains from there. Subscribers hear the new level.
-    public func setLevel(_ percent: Double) {
+    /// Sets the level now; it drains from there, or with `held` stays there until set again.
+    /// Subscribers hear the new level.
+    public func setLevel(_ percent: Double, held: Bool = false) {
         startLevel = max(0, min(100, percent))
+        isHeld = held
         if let context {
             startNanoseconds = context.scheduler.nowNanoseconds
-            context.log(.stateChanged, .info, "battery set to \(currentLevel) %", [:])
+            context.log(.stateChanged, .info, "battery set to \(currentLevel) %\(held ? ", held there" : "")", [:])
         }
         publish()
     }

@@ -16,6 +16,9 @@ public struct HeartModel: Sendable {
     private var random: SeededRandom
     /// Seconds until the next beat, carried between calls.
     private var untilNextBeat: Double
+    /// Held by `hold(beatsPerMinute:)`: the rate stays exactly where it was put and the beats
+    /// come exactly 60 / rate apart, until the rate is set again.
+    public private(set) var isHeld = false
 
     public init(restingRate: Double = 64, range: ClosedRange<Double> = 30...220, seed: UInt64 = 0x4852) {
         self.restingRate = restingRate
@@ -31,9 +34,11 @@ public struct HeartModel: Sendable {
         let seconds = max(0, seconds)
         // Mean-reverting random walk (an Ornstein–Uhlenbeck step), kept inside `range`. The pull
         // is exponential in time, so a long gap lands near the resting rate instead of past it.
-        let pull = (1 - exp(-0.08 * seconds)) * (restingRate - rate)
-        let noise = 1.5 * random.signedUnit() * min(seconds, 10).squareRoot()
-        rate = min(range.upperBound, max(range.lowerBound, rate + pull + noise))
+        if !isHeld {
+            let pull = (1 - exp(-0.08 * seconds)) * (restingRate - rate)
+            let noise = 1.5 * random.signedUnit() * min(seconds, 10).squareRoot()
+            rate = min(range.upperBound, max(range.lowerBound, rate + pull + noise))
+        }
         // A resting adult spends roughly 4.5 kJ per minute; more with a faster heart.
         energy += seconds * (4.5 / 60) * (rate / restingRate)
         var left = seconds
@@ -49,7 +54,7 @@ public struct HeartModel: Sendable {
         var intervals: [UInt16] = []
         while untilNextBeat <= left {
             left -= untilNextBeat
-            let interval = (60 / rate) * (1 + 0.03 * random.signedUnit())
+            let interval = (60 / rate) * (isHeld ? 1 : 1 + 0.03 * random.signedUnit())
             intervals.append(UInt16(min(65535, (interval * 1024).rounded())))
             untilNextBeat = interval
         }
@@ -65,6 +70,15 @@ public struct HeartModel: Sendable {
     public mutating func set(beatsPerMinute: Double) {
         rate = min(range.upperBound, max(range.lowerBound, beatsPerMinute))
         restingRate = rate
+        isHeld = false
+    }
+
+    /// Puts the heart at `beatsPerMinute` and holds it there, without wander or beat-to-beat
+    /// variation, until the rate is set again (`set heart-rate bpm 150 --exact`): every
+    /// measurement then says this rate.
+    public mutating func hold(beatsPerMinute: Double) {
+        set(beatsPerMinute: beatsPerMinute)
+        isHeld = true
     }
 
     public var beatsPerMinute: UInt16 { UInt16(rate.rounded()) }

@@ -99,13 +99,9 @@ public final class HeartRateDevice: Device {
     /// contact, sent in every measurement's flags (HRS 3.1.1.1).
     public var settings: [DeviceSetting] {
         [
-            .number("bpm", "heart rate, beats per minute, \(Int(heart.range.lowerBound)) to \(Int(heart.range.upperBound)); the heart then wanders around it",
-                    in: heart.range) { [weak self] bpm in
-                guard let self else { return }
-                // The heart is caught up first, so the new rate starts now, not at the last tick.
-                _ = self.heart.advance(seconds: self.elapsedSinceLastTick())
-                self.heart.set(beatsPerMinute: bpm)
-                self.logSetting("heart rate set to \(self.heart.beatsPerMinute) bpm")
+            .number("bpm", "heart rate, beats per minute, \(Int(heart.range.lowerBound)) to \(Int(heart.range.upperBound)); the heart then wanders around it (--exact: held there)",
+                    in: heart.range, moves: true, hold: { [weak self] bpm in self?.setRate(bpm, held: true) }) { [weak self] bpm in
+                self?.setRate(bpm, held: false)
             },
             .flag("contact", "sensor contact: 1 detected, 0 not detected (Sensor Contact Status in each measurement)") { [weak self] touching in
                 self?.sensorContact = touching ? .detected : .notDetected
@@ -113,6 +109,13 @@ public final class HeartRateDevice: Device {
             },
             battery.setting,
         ]
+    }
+
+    private func setRate(_ bpm: Double, held: Bool) {
+        // The heart is caught up first, so the new rate starts now, not at the last tick.
+        _ = heart.advance(seconds: elapsedSinceLastTick())
+        if held { heart.hold(beatsPerMinute: bpm) } else { heart.set(beatsPerMinute: bpm) }
+        logSetting("heart rate set to \(heart.beatsPerMinute) bpm\(held ? ", held there" : "")")
     }
 
     /// The next measurement the device would send (exposed for tests and the benchmark).

@@ -53,6 +53,12 @@ public struct ThermalModel: Sendable {
     public private(set) var elapsed: Double = 0
     /// The vapour pressure the humidity was set to; the hourly targets wander around it.
     private var vapourLevel: Double
+    /// Set with `holdRoom`: the room stays at this temperature (the controller still switches
+    /// on it) until the room is set again.
+    public private(set) var isRoomHeld = false
+    /// Set with `holdHumidity`: the relative humidity stays at this percentage, whatever the
+    /// weather and the room temperature do, until the humidity is set again.
+    public private(set) var heldHumidity: Double?
     private let seed: UInt64
 
     public init(room: Double = 19, outside: Double = 8, humidity: Double = 45, target: Double = 21,
@@ -81,13 +87,32 @@ public struct ThermalModel: Sendable {
 
     public mutating func setRoom(_ celsius: Double) {
         room = celsius
+        isRoomHeld = false
+        keepHeldHumidity()
         control()
+    }
+
+    /// Puts the room at `celsius` and keeps it there until it is set again (`--exact`).
+    public mutating func holdRoom(_ celsius: Double) {
+        setRoom(celsius)
+        isRoomHeld = true
     }
 
     /// Sets the relative humidity at the present room temperature; the moisture then wanders around it.
     public mutating func setHumidity(_ percent: Double) {
         vapourLevel = max(0, min(100, percent)) / 100 * Self.saturationVapourPressure(room)
         vapour = vapourLevel
+        heldHumidity = nil
+    }
+
+    /// Sets the relative humidity and keeps it there until it is set again (`--exact`).
+    public mutating func holdHumidity(_ percent: Double) {
+        setHumidity(percent)
+        heldHumidity = max(0, min(100, percent))
+    }
+
+    private mutating func keepHeldHumidity() {
+        if let heldHumidity { vapour = heldHumidity / 100 * Self.saturationVapourPressure(room) }
     }
 
     public mutating func setTarget(_ celsius: Double) {
@@ -109,7 +134,7 @@ public struct ThermalModel: Sendable {
             let equilibrium = self.equilibrium
             var step = left
             var switchAt: Double?
-            for threshold in switchingThresholds {
+            for threshold in switchingThresholds where !isRoomHeld {
                 if let t = crossingTime(to: threshold, equilibrium: equilibrium), t <= step {
                     step = t
                     switchAt = threshold
@@ -121,10 +146,13 @@ public struct ThermalModel: Sendable {
                 switchAt = nil
             }
             let vapourTarget = self.vapourTarget(hour: Int(elapsed / 3600))
-            room = equilibrium + (room - equilibrium) * exp(-step / Self.lossTimeConstant)
-            // Land exactly on the threshold, so the controller sees it crossed.
-            if let switchAt { room = switchAt }
+            if !isRoomHeld {
+                room = equilibrium + (room - equilibrium) * exp(-step / Self.lossTimeConstant)
+                // Land exactly on the threshold, so the controller sees it crossed.
+                if let switchAt { room = switchAt }
+            }
             vapour = vapourTarget + (vapour - vapourTarget) * exp(-step / Self.moistureTimeConstant)
+            keepHeldHumidity()
             elapsed += step
             left -= step
             control()

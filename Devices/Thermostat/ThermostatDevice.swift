@@ -146,13 +146,19 @@ public final class ThermostatDevice: Device {
     /// central's write (subscribers are notified); `battery` sets the level.
     public var settings: [DeviceSetting] {
         [
-            .number("room", "room temperature, °C, -20 to 50", in: -20...50) { [weak self] celsius in
+            .number("room", "room temperature, °C, -20 to 50; then heated, cooled and losing heat outside (--exact: held there)",
+                    in: -20...50, moves: true, hold: { [weak self] celsius in
+                        self?.change("room set to \(Self.celsius(celsius)), held there") { $0.holdRoom(celsius) }
+                    }) { [weak self] celsius in
                 self?.change("room set to \(Self.celsius(celsius))") { $0.setRoom(celsius) }
             },
-            .number("outside", "outside temperature, °C, -40 to 50", in: -40...50) { [weak self] celsius in
+            .number("outside", "outside temperature, °C, -40 to 50 (stays as set)", in: -40...50) { [weak self] celsius in
                 self?.change("outside set to \(Self.celsius(celsius))") { $0.outside = celsius }
             },
-            .number("humidity", "relative humidity, %, 0 to 100", in: 0...100) { [weak self] percent in
+            .number("humidity", "relative humidity, %, 0 to 100; then following the weather and the room temperature (--exact: held there)",
+                    in: 0...100, moves: true, hold: { [weak self] percent in
+                        self?.change("humidity set to \(Int(percent.rounded())) %, held there") { $0.holdHumidity(percent) }
+                    }) { [weak self] percent in
                 self?.change("humidity set to \(Int(percent.rounded())) %") { $0.setHumidity(percent) }
             },
             .number("target", "target temperature, °C, 5 to 35", in: 5...35) { [weak self] celsius in

@@ -216,7 +216,8 @@ struct RunCommand: ParsableCommand {
     /// --scenario's steps, every mistake told with FILE:LINE (exit status 64, as --config's).
     private func loadedScenario() throws -> Scenario? {
         guard let scenarioPath else { return nil }
-        do { return try ScenarioParser.load(path: scenarioPath) } catch { throw ValidationError(error.description) }
+        // A step's mistake is told by the runner with its checks against the devices, all at once.
+        do { return try ScenarioParser.load(path: scenarioPath, keepingStepMistakes: true) } catch { throw ValidationError(error.description) }
     }
 
     /// The run settings a --config file holds (`control:`, `log:`, `btsnoop:`, `state_dir:`, …:
@@ -286,7 +287,9 @@ struct RunCommand: ParsableCommand {
         // A device the steps name that does not run is told before any controller opens.
         var runners: [(file: String, runner: ScenarioRunner)] = []
         let running = stacks.flatMap(\.peripherals)
-        let targets = ScenarioTargets.devices(running, scheduler: loop, logger: logger)
+        var targets = ScenarioTargets.devices(running, scheduler: loop, logger: logger)
+        // A failure shows written values decoded where blemu can (`150 bpm`, a control point's opcode).
+        targets.describe = { uuid, value in GATTValueText.describe(uuid: uuid, value: value) }
         let scenarios = try ([(try loadedScenario(), nil as Int?)] + loadedDeviceScenarios(plans)).compactMap { scenario, plan in
             // The plan's device by its place among the running ones (grouped by controller).
             scenario.map { ($0, plan.flatMap { index in running.firstIndex { $0 === planPeripherals[index] } }) }
@@ -325,7 +328,7 @@ struct RunCommand: ParsableCommand {
         var scenarios: [(Scenario?, Int?)] = []
         for (index, plan) in plans.enumerated() {
             guard let path = plan.scenario else { continue }
-            do { scenarios.append((try ScenarioParser.load(path: path), index)) } catch { throw ValidationError(error.description) }
+            do { scenarios.append((try ScenarioParser.load(path: path, keepingStepMistakes: true), index)) } catch { throw ValidationError(error.description) }
         }
         return scenarios
     }

@@ -22,7 +22,8 @@ extension ControlCommand {
     /// The command forms, for `blemu ctl --help` and usage errors.
     public static let usage = """
         list
-        set DEVICE KEY VALUE
+        set DEVICE KEY VALUE [--exact]
+        notify DEVICE UUID HEX
         disconnect DEVICE [--reason HEX]
         advertise DEVICE on|off
         service DEVICE UUID on|off
@@ -49,6 +50,7 @@ extension ControlCommand {
         var options: [String: String] = [:]
         var rest = arguments.dropFirst()
         var optionsEnded = false
+        var exact = false
         while let word = rest.popFirst() {
             guard !optionsEnded, word.hasPrefix("--") else {
                 words.append(word)
@@ -58,6 +60,12 @@ extension ControlCommand {
                 optionsEnded = true
                 continue
             }
+            // The one option without a value.
+            if word == "--exact" {
+                guard !exact else { throw ControlUsageError("--exact given twice") }
+                exact = true
+                continue
+            }
             var option = String(word.dropFirst(2))
             var value: String?
             if let equals = option.firstIndex(of: "=") {
@@ -65,7 +73,7 @@ extension ControlCommand {
                 option = String(option[..<equals])
             }
             guard ["reason", "count", "kinds", "uuid"].contains(option) else {
-                throw ControlUsageError("unknown option \(quoted(word)); options: --reason HEX (disconnect), --count N (fault), --kinds KIND,... and --uuid UUID (watch)")
+                throw ControlUsageError("unknown option \(quoted(word)); options: --exact (set), --reason HEX (disconnect), --count N (fault), --kinds KIND,... and --uuid UUID (watch)")
             }
             guard options[option] == nil else { throw ControlUsageError("--\(option) given twice") }
             if value == nil { value = rest.popFirst() }
@@ -80,6 +88,7 @@ extension ControlCommand {
             for option in options.keys where option != allowed {
                 throw ControlUsageError("\(name) takes no --\(option); usage: \(form)")
             }
+            if exact && name != "set" { throw ControlUsageError("\(name) takes no --exact; usage: \(form)") }
         }
 
         switch name {
@@ -90,6 +99,7 @@ extension ControlCommand {
             for option in options.keys where option != "kinds" && option != "uuid" {
                 throw ControlUsageError("watch takes no --\(option); usage: \(form)")
             }
+            if exact { throw ControlUsageError("watch takes no --exact; usage: \(form)") }
             if let text = options["kinds"] {
                 guard let kinds = EventFilter.parseKinds(text) else {
                     throw ControlUsageError("--kinds \(quoted(text)) is not a comma-separated list of event kinds: \(EventFilter.kindList)")
@@ -108,10 +118,21 @@ extension ControlCommand {
             try refuseOptions(except: nil, "list")
             self = .list
         case "set":
-            let form = "set DEVICE KEY VALUE"
+            let form = "set DEVICE KEY VALUE [--exact]"
             try expect(3...3, form)
             try refuseOptions(except: nil, form)
-            self = .set(device: words[0], key: words[1], value: words[2])
+            self = .set(device: words[0], key: words[1], value: words[2], exact: exact)
+        case "notify":
+            let form = "notify DEVICE UUID HEX"
+            try expect(3...3, form)
+            try refuseOptions(except: nil, form)
+            guard let uuid = ControlRequest.parseUUID(words[1]) else {
+                throw ControlUsageError("\(quoted(words[1])) is not a UUID: give 2A37, 0x2A37 or the 128-bit form 00002a37-0000-1000-8000-00805f9b34fb")
+            }
+            switch ControlRequest.parseValue(words[2]) {
+            case .failure(let refusal): throw ControlUsageError("the value \(refusal.message)")
+            case .success(let bytes): self = .notify(device: words[0], characteristic: uuid, value: bytes)
+            }
         case "disconnect":
             let form = "disconnect DEVICE [--reason HEX]"
             try expect(1...1, form)

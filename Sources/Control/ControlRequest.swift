@@ -10,8 +10,13 @@ import FoundationEssentials
 public enum ControlCommand: Equatable, Sendable {
     /// Devices, addresses, advertising, links, settings and planned faults.
     case list
-    /// A value of a device's simulated world (`PeripheralControl.applySetting`).
-    case set(device: String, key: String, value: String)
+    /// A value of a device's simulated world (`PeripheralControl.applySetting`); `exact` holds
+    /// a value that moves by itself where it is set, until it is set again.
+    case set(device: String, key: String, value: String, exact: Bool = false)
+    /// These bytes, exactly, sent now to every central subscribed to the characteristic: a
+    /// notification, or an indication to a central that enabled indications
+    /// (`ValueInjection`); a scenario's `notify:` step too.
+    case notify(device: String, characteristic: BluetoothUUID, value: [UInt8])
     /// Every link of the device, with an HCI Disconnect reason (`Peripheral.disconnectReasons`).
     case disconnect(device: String, reason: UInt8)
     /// Advertising allowed or not (`Peripheral.setAdvertisingAllowed`).
@@ -48,6 +53,7 @@ public enum ControlCommand: Equatable, Sendable {
         switch self {
         case .list: return "list"
         case .set: return "set"
+        case .notify: return "notify"
         case .disconnect: return "disconnect"
         case .advertise: return "advertise"
         case .service: return "service"
@@ -72,7 +78,7 @@ public enum ControlCommand: Equatable, Sendable {
         switch self {
         case .list: return nil
         case .watch(let filter): return filter.device
-        case .set(let device, _, _), .disconnect(let device, _), .advertise(let device, _), .fault(let device, _, _, _),
+        case .set(let device, _, _, _), .notify(let device, _, _), .disconnect(let device, _), .advertise(let device, _), .fault(let device, _, _, _),
              .service(let device, _, _), .pairing(let device, _), .authorize(let device, _, _, _), .bonds(let device),
              .forgetBonds(let device, _), .channelFault(let device, _, _, _):
             return device
@@ -114,7 +120,7 @@ public struct ControlRequest: Equatable, Sendable {
     /// The longest string field (device, key, value, uuid, action), in UTF-8 bytes.
     public static let maxStringLength = 256
     /// What an unknown command, and `blemu ctl` usage, lists.
-    public static let commandNames = ["list", "set", "disconnect", "advertise", "service", "fault", "pairing", "authorize", "bonds", "watch"]
+    public static let commandNames = ["list", "set", "notify", "disconnect", "advertise", "service", "fault", "pairing", "authorize", "bonds", "watch"]
 
     // MARK: Decoding
 
@@ -175,8 +181,11 @@ public struct ControlRequest: Equatable, Sendable {
         switch command {
         case .list:
             break
-        case .set(let device, let key, let value):
+        case .set(let device, let key, let value, let exact):
             members += [("device", .string(device)), ("key", .string(key)), ("value", .string(value))]
+            if exact { members.append(("exact", true)) }
+        case .notify(let device, let characteristic, let value):
+            members += [("device", .string(device)), ("uuid", .string(characteristic.description)), ("value", .string(Hex.bytes(value)))]
         case .disconnect(let device, let reason):
             members += [("device", .string(device)), ("reason", .string(Hex.byte(reason)))]
         case .advertise(let device, let on):
@@ -257,7 +266,20 @@ private struct FieldReader {
         case "set":
             let device = try string("device")
             let key = try string("key")
-            command = .set(device: device, key: key, value: try settingValue("value"))
+            let value = try settingValue("value")
+            command = .set(device: device, key: key, value: value, exact: try optionalBool("exact") ?? false)
+        case "notify":
+            let device = try string("device")
+            let uuidText = try string("uuid")
+            guard let uuid = ControlRequest.parseUUID(uuidText) else {
+                throw fail("\"uuid\" \(quoted(uuidText)) is not a UUID: give 2A37, 0x2A37 or the 128-bit form 00002a37-0000-1000-8000-00805f9b34fb")
+            }
+            guard let valueField = field("value") else { throw fail("missing \"value\": the bytes in hex, like \"0096\"") }
+            guard case .string(let hex) = valueField else { throw fail("\"value\" must be a string of hex digits, not \(valueField.kind)") }
+            switch ControlRequest.parseValue(hex) {
+            case .failure(let refusal): throw fail("\"value\" \(refusal.message)")
+            case .success(let bytes): command = .notify(device: device, characteristic: uuid, value: bytes)
+            }
         case "disconnect":
             let device = try string("device")
             let reason = try optionalCode("reason") ?? HCIStatus.remoteUserTerminated
@@ -499,6 +521,24 @@ extension ControlRequest {
         guard (1...4).contains(digits.utf8.count), digits.utf8.allSatisfy(isASCIIHexDigit),
               let cid = UInt16(digits, radix: 16), (0x0040...0x007F).contains(cid) else { return nil }
         return cid
+    }
+
+    /// The longest value `notify` sends: an attribute value is at most 512 octets (Vol 3,
+    /// Part F, 3.2.9), and nothing longer can be any characteristic's value.
+    public static let maxValueLength = 512
+
+    /// A value to send as hex digits (`0096`, `0x0096`): 1 to 512 bytes (`maxValueLength`).
+    public static func parseValue(_ text: String) -> Result<[UInt8], ControlUsageError> {
+        let tooLong = "an attribute value is at most \(maxValueLength) bytes (Vol 3, Part F, 3.2.9)"
+        // Parsed only up to a bound (digits with separators), so a huge string costs nothing.
+        guard text.utf8.count <= 4 * maxValueLength + 2 else {
+            return .failure(ControlUsageError("is \(text.utf8.count) characters long; \(tooLong)"))
+        }
+        guard let bytes = Hex.parse(text), !bytes.isEmpty else {
+            return .failure(ControlUsageError("\(quoted(String(text.prefix(40)))) is not hex bytes like 0096 (two digits a byte)"))
+        }
+        guard bytes.count <= maxValueLength else { return .failure(ControlUsageError("is \(bytes.count) bytes long; \(tooLong)")) }
+        return .success(bytes)
     }
 
     /// `2A37`, `0x2A37`, `00002a37` or the 36-character form; nothing else (no signs, no spaces).

@@ -53,7 +53,13 @@ public final class DeviceControl {
             return Self.errorReply(id: request.id, message)
         }
         func done(_ peripheral: Peripheral, _ result: String, _ members: [(String, JSONValue)]) -> JSONValue {
-            peripheral.logger.event(.controlCommand, .notice, "control client \(client): \(summary): \(result)")
+            if client == 0 {
+                // A scenario's step (client 0): a `repeat` runs them as fast as the loop turns,
+                // so its lines go within the budget, what it leaves out counted.
+                logBudgeted(.notice, "scenario: \(summary): \(result)", peripheral)
+            } else {
+                peripheral.logger.event(.controlCommand, .notice, "control client \(client): \(summary): \(result)")
+            }
             return .object([("id", .integer(request.id)), ("ok", true)] + members)
         }
         func target(_ name: String) -> Result<(Peripheral, String), ControlRequestError> {
@@ -83,13 +89,30 @@ public final class DeviceControl {
             logBudgeted(.info, "control client \(client): list: \(peripherals.count) device(s)")
             return .object([("id", .integer(request.id)), ("ok", true), ("devices", listing)])
 
-        case .set(let name, let key, let value):
+        case .set(let name, let key, let value, let exact):
             switch target(name) {
             case .failure(let error): return refuse(error.message)
             case .success(let (peripheral, ref)):
-                if let refusal = peripheral.control.applySetting(key, value) { return refuse(refusal, peripheral) }
-                return done(peripheral, "\(key) set to \(printable(value))",
-                            [("device", .string(ref)), ("key", .string(key)), ("value", .string(value))])
+                if let refusal = peripheral.control.applySetting(key, value, exact: exact) { return refuse(refusal, peripheral) }
+                return done(peripheral, "\(key) set to \(printable(value))\(exact ? ", held there" : "")",
+                            [("device", .string(ref)), ("key", .string(key)), ("value", .string(value))]
+                                + (exact ? [("exact", true)] : []))
+            }
+
+        case .notify(let name, let uuid, let value):
+            switch target(name) {
+            case .failure(let error): return refuse(error.message)
+            case .success(let (peripheral, ref)):
+                switch ValueInjection.send(value, characteristic: uuid, of: peripheral) {
+                case .failure(let refusal): return refuse(refusal.message, peripheral)
+                case .success(let sent):
+                    return done(peripheral, sent.summary(bytes: value.count),
+                                [("device", .string(ref)), ("uuid", .string(uuid.description)), ("value", .string(Hex.bytes(value))),
+                                 ("centrals", .integer(Int64(sent.reached.count))),
+                                 ("notified", .integer(Int64(sent.reached.count(where: { !$0.indicated })))),
+                                 ("indicated", .integer(Int64(sent.reached.count(where: { $0.indicated })))),
+                                 ("queue_full", .integer(Int64(sent.queueFull.count)))])
+                }
             }
 
         case .disconnect(let name, let reason):
@@ -245,10 +268,39 @@ public final class DeviceControl {
                 if let index = peripherals.firstIndex(where: { $0 === peripheral }) {
                     refs.append(.string(names.entries[index].ref))
                 }
-                peripheral.logger.event(.controlCommand, .notice, "control client \(client): \(summary): faults cleared")
+                if client == 0 {
+                    logBudgeted(.notice, "scenario: \(summary): faults cleared", peripheral)
+                } else {
+                    peripheral.logger.event(.controlCommand, .notice, "control client \(client): \(summary): faults cleared")
+                }
             }
             if cleared.isEmpty { logBudgeted(.notice, "control client \(client): \(summary): no devices") }
             return .object([("id", .integer(request.id)), ("ok", true), ("cleared", .array(refs))])
+        }
+    }
+
+    /// Whether a command would be taken by the devices as they are now, without running it: a
+    /// setting's value against its range (`PeripheralControl.checkSetting`), a `notify`'s
+    /// characteristic (one that notifies or indicates). Nil, or why not. A scenario file's
+    /// steps are checked so before anything starts.
+    public static func check(_ command: ControlCommand, devices peripherals: [Peripheral]) -> String? {
+        let names = DeviceNames(peripherals.map { ($0.deviceName, $0.configuration.name) })
+        guard let name = command.device else { return nil }
+        let peripheral: Peripheral
+        switch names.resolve(name) {
+        case .failure(let error): return error.message
+        case .success(let index): peripheral = peripherals[index]
+        }
+        switch command {
+        case .set(_, let key, let value, let exact):
+            return peripheral.control.checkSetting(key, value, exact: exact)
+        case .notify(_, let uuid, _):
+            if case .failure(let refusal) = ValueInjection.target(uuid, of: peripheral) { return refusal.message }
+            return nil
+        case .fault(_, let uuid, _, _), .authorize(_, let uuid, _, _):
+            return peripheral.database.characteristics.contains { $0.uuid == uuid } ? nil : "\(peripheral.deviceName) has no characteristic \(uuid)"
+        default:
+            return nil
         }
     }
 
@@ -355,7 +407,10 @@ public final class DeviceControl {
     static func summary(of command: ControlCommand) -> String {
         switch command {
         case .list: return "list"
-        case .set(let device, let key, let value): return "set \(printable(device)) \(printable(key)) \(printable(value))"
+        case .set(let device, let key, let value, let exact):
+            return "set \(printable(device)) \(printable(key)) \(printable(value))\(exact ? " --exact" : "")"
+        case .notify(let device, let uuid, let value):
+            return "notify \(printable(device)) \(uuid) \(value.count > 32 ? Hex.bytes(value.prefix(32)) + "… (\(value.count) bytes)" : Hex.bytes(value))"
         case .disconnect(let device, let reason): return "disconnect \(printable(device)) --reason \(Hex.byte(reason))"
         case .advertise(let device, let on): return "advertise \(printable(device)) \(on ? "on" : "off")"
         case .pairing(let device, let confirm): return "pairing \(printable(device)) \(confirm ? "confirm" : "reject")"
@@ -395,5 +450,78 @@ public final class DeviceControl {
         guard target.logLevel <= level else { return }
         guard let leftOut = budget.take(now: scheduler.nowNanoseconds, for: target) else { return }
         target.event(.controlCommand, level, "\(message)\(LogBudget.note(leftOut))")
+    }
+}
+
+/// A value sent exactly as given to the centrals subscribed to a characteristic: the control
+/// socket's `notify` and a scenario's `notify:` step, one mechanism. Each subscribed central
+/// gets a notification when it enabled them, else an indication when it enabled those
+/// (Vol 3, Part G, 3.3.3.3). A value longer than a subscriber's ATT_MTU - 3 is refused whole,
+/// never cut (a notification or an indication carries at most ATT_MTU - 3 octets of the value,
+/// Vol 3, Part F, 3.4.7.1 and 3.4.7.2): what a test sends is what the app gets, or an error.
+public enum ValueInjection {
+    public struct Sent {
+        /// The centrals it was queued for, in connection handle order.
+        public var reached: [(peer: ATTPeer, indicated: Bool)]
+        /// Subscribed centrals whose transmit queue was full: not sent to them.
+        public var queueFull: [ATTPeer]
+
+        public func summary(bytes: Int) -> String {
+            var text = "\(bytes) byte(s) sent to \(reached.count) central(s)"
+            let indicated = reached.filter(\.indicated).count
+            if indicated > 0 { text += " (\(indicated) as an indication)" }
+            if !queueFull.isEmpty {
+                text += "; not sent to \(queueFull.map(\.address.description).joined(separator: ", ")): transmit queue full"
+            }
+            return text
+        }
+    }
+
+    public struct Refusal: Error, Equatable { public let message: String }
+
+    public static func send(_ value: [UInt8], characteristic uuid: BluetoothUUID, of peripheral: Peripheral) -> Result<Sent, Refusal> {
+        switch target(uuid, of: peripheral) {
+        case .failure(let refusal): return .failure(refusal)
+        case .success(let characteristic): return send(value, characteristic, of: peripheral)
+        }
+    }
+
+    /// The characteristic `notify` sends as: the first with the UUID that notifies or indicates.
+    public static func target(_ uuid: BluetoothUUID, of peripheral: Peripheral) -> Result<Characteristic, Refusal> {
+        let matching = peripheral.database.characteristics.filter { $0.uuid == uuid }
+        guard !matching.isEmpty else { return .failure(Refusal(message: "\(peripheral.deviceName) has no characteristic \(uuid)")) }
+        guard let characteristic = matching.first(where: { $0.properties.contains(.notify) || $0.properties.contains(.indicate) }) else {
+            return .failure(Refusal(message: "characteristic \(uuid) of \(peripheral.deviceName) neither notifies nor indicates"))
+        }
+        return .success(characteristic)
+    }
+
+    private static func send(_ value: [UInt8], _ characteristic: Characteristic, of peripheral: Peripheral) -> Result<Sent, Refusal> {
+        var targets: [(peer: ATTPeer, indicate: Bool)] = []
+        for peer in peripheral.peers {
+            if characteristic.properties.contains(.notify), peripheral.isSubscribed(characteristic, peer: peer, indications: false) {
+                targets.append((peer, false))
+            } else if characteristic.properties.contains(.indicate), peripheral.isSubscribed(characteristic, peer: peer, indications: true) {
+                targets.append((peer, true))
+            }
+        }
+        let tooSmall = targets.filter { value.count > peripheral.attMTU(of: $0.peer) - 3 }
+        if !tooSmall.isEmpty {
+            let who = tooSmall.map { "\($0.peer.address) (ATT_MTU \(peripheral.attMTU(of: $0.peer)): at most \(peripheral.attMTU(of: $0.peer) - 3) bytes)" }
+            return .failure(Refusal(message: "the value is \(value.count) bytes, longer than a notification or indication to "
+                                    + who.joined(separator: ", ") + " carries (ATT_MTU - 3, Vol 3, Part F, 3.4.7): nothing sent"))
+        }
+        var sent = Sent(reached: [], queueFull: [])
+        for target in targets {
+            let queued = target.indicate
+                ? peripheral.indicate(characteristic, value: value, to: target.peer, completion: nil)
+                : peripheral.notify(characteristic, value: value, to: target.peer)
+            if queued {
+                sent.reached.append((target.peer, target.indicate))
+            } else {
+                sent.queueFull.append(target.peer)
+            }
+        }
+        return .success(sent)
     }
 }

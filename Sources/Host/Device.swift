@@ -201,10 +201,24 @@ public struct DeviceSetting {
     /// Parses and applies a value given as text; returns nil, or why the value is refused
     /// (one line, naming what is allowed). It must change nothing when it refuses.
     public let apply: (String) -> String?
+    /// Parses a value without applying it: nil when `apply` would take it (a scenario file's
+    /// `set:` is checked before anything starts). Nil for a setting checked only when applied.
+    public let check: ((String) -> String?)?
+    /// For a value that moves by itself (a heart's wander, a battery's drain): sets it and
+    /// holds it there until it is set again (`set DEVICE KEY VALUE --exact`). Nil when the
+    /// value stays as set anyway (`moves` false: `--exact` sets it as `apply` does) or cannot
+    /// be held (`moves` true: `--exact` is refused).
+    public let hold: ((String) -> String?)?
+    /// Whether the device changes the value by itself after it is set.
+    public let moves: Bool
 
-    public init(_ key: String, _ summary: String, apply: @escaping (String) -> String?) {
+    public init(_ key: String, _ summary: String, check: ((String) -> String?)? = nil, moves: Bool = false,
+                hold: ((String) -> String?)? = nil, apply: @escaping (String) -> String?) {
         self.key = key
         self.summary = summary
+        self.check = check
+        self.moves = moves
+        self.hold = hold
         self.apply = apply
     }
 }

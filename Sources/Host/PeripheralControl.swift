@@ -137,14 +137,36 @@ public final class PeripheralControl {
         }
     }
 
-    /// Sets a value of the device's world by its key (`DeviceSetting`).
-    public func applySetting(_ key: String, _ value: String) -> String? {
+    /// Sets a value of the device's world by its key (`DeviceSetting`); with `exact`, holds a
+    /// value that moves by itself where it is set (`DeviceSetting.hold`).
+    public func applySetting(_ key: String, _ value: String, exact: Bool = false) -> String? {
+        switch setting(key, exact: exact) {
+        case .failure(let refusal): return refusal.message
+        case .success(let setting): return exact ? (setting.hold ?? setting.apply)(value) : setting.apply(value)
+        }
+    }
+
+    /// Whether `applySetting` would take the value, without applying it: nil, or why not.
+    /// A setting without a check (`DeviceSetting.check`) is taken here and checked when applied.
+    public func checkSetting(_ key: String, _ value: String, exact: Bool = false) -> String? {
+        switch setting(key, exact: exact) {
+        case .failure(let refusal): return refusal.message
+        case .success(let setting): return setting.check?(value)
+        }
+    }
+
+    private struct SettingRefusal: Error { let message: String }
+
+    private func setting(_ key: String, exact: Bool) -> Result<DeviceSetting, SettingRefusal> {
         let settings = device.settings
         guard let setting = settings.first(where: { $0.key == key }) else {
             let known = settings.map(\.key).joined(separator: ", ")
-            return "\(deviceName) has no setting '\(key)'" + (known.isEmpty ? "" : "; settings: \(known)")
+            return .failure(SettingRefusal(message: "\(deviceName) has no setting '\(key)'" + (known.isEmpty ? "" : "; settings: \(known)")))
         }
-        return setting.apply(value)
+        if exact, setting.moves, setting.hold == nil {
+            return .failure(SettingRefusal(message: "\(key) of \(deviceName) moves by itself and cannot be held: set it without --exact"))
+        }
+        return .success(setting)
     }
 
     /// Plans a fault for the characteristic with `uuid` (see `FaultPlan`).

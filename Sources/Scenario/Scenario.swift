@@ -9,11 +9,16 @@ public struct Scenario: Equatable, Sendable {
     /// The top-level `device:`: the device every step acts on unless it names its own.
     public var device: String?
     public var steps: [ScenarioStep]
+    /// The steps' mistakes, kept (`ScenarioParser.load(path:keepingStepMistakes:)`) so that the
+    /// runner tells them with its own checks against the devices, all in one run; the steps
+    /// with a mistake are left out of `steps`.
+    public var mistakes: [ScenarioError]
 
-    public init(file: String, device: String? = nil, steps: [ScenarioStep]) {
+    public init(file: String, device: String? = nil, steps: [ScenarioStep], mistakes: [ScenarioError] = []) {
         self.file = file
         self.device = device
         self.steps = steps
+        self.mistakes = mistakes
     }
 }
 

@@ -15,18 +15,50 @@ public enum ScenarioParser {
     public static let defaultTimeout: Duration = .seconds(30)
     /// The action keys, in the order the usage lists them.
     public static let actions = ["set", "notify", "sleep", "wait", "expect", "fault", "disconnect", "service", "advertise", "repeat", "log"]
+    /// Mistakes told at once: a file with more is told this many and how many more.
+    public static let mistakesShown = 50
 
-    public static func load(path: String) throws(ScenarioError) -> Scenario {
+    /// The forms of the steps that are control commands, as a scenario writes them (no DEVICE).
+    public static let forms = [
+        "set": "set: KEY VALUE [--exact]",
+        "fault": "fault: UUID error HEX|delay MS|drop [--count N], or fault: clear",
+        "disconnect": "disconnect: [HEX]",
+        "service": "service: UUID on|off",
+        "advertise": "advertise: on|off",
+    ]
+
+    /// A control command's usage error as the step's: `usage: set DEVICE KEY VALUE` names a
+    /// form the step does not have, so the step's own form is given instead.
+    static func stepMessage(_ message: String, key: String) -> String {
+        guard let form = forms[key] else { return message }
+        var index = message.startIndex
+        while index < message.endIndex {
+            if message[index...].hasPrefix("usage: ") { return String(message[..<index]) + "usage: " + form }
+            index = message.index(after: index)
+        }
+        return message
+    }
+
+    /// Several mistakes, each `FILE:LINE: …` on its line; at most `mistakesShown`.
+    static func combined(_ errors: [ScenarioError]) -> ScenarioError {
+        var lines = errors.prefix(mistakesShown).map(\.description)
+        if errors.count > mistakesShown { lines.append("(\(errors.count - mistakesShown) more mistakes not shown)") }
+        return ScenarioError(lines.joined(separator: "\n"))
+    }
+
+    /// With `keepingStepMistakes`, a mistake in a step does not throw: it is kept in
+    /// `Scenario.mistakes` for the runner, which tells it with its checks against the devices.
+    public static func load(path: String, keepingStepMistakes: Bool = false) throws(ScenarioError) -> Scenario {
         let text: String
         do {
             text = try ConfigurationFile.readFile(path)
         } catch {
             throw ScenarioError("\(path): \(error.description)")
         }
-        return try parse(text, file: path)
+        return try parse(text, file: path, keepingStepMistakes: keepingStepMistakes)
     }
 
-    public static func parse(_ text: String, file: String) throws(ScenarioError) -> Scenario {
+    public static func parse(_ text: String, file: String, keepingStepMistakes: Bool = false) throws(ScenarioError) -> Scenario {
         let root: YAMLNode?
         do {
             root = try YAMLTree.compose(text)
@@ -42,13 +74,17 @@ public enum ScenarioParser {
         if let node = top["timeout"] { reader.defaultTimeout = try reader.duration(node.value, "timeout", allowZero: false) }
         guard let steps = top["steps"] else { throw reader.fail(root, "no `steps:` list (each entry one step, like `- wait: connected`)") }
         let list = try reader.steps(steps.value, device: device)
-        return Scenario(file: file, device: device, steps: list)
+        // Every step is read, so a file is told all its mistakes at once, not one per run.
+        guard reader.mistakes.isEmpty || keepingStepMistakes else { throw combined(reader.mistakes) }
+        return Scenario(file: file, device: device, steps: list, mistakes: reader.mistakes)
     }
 
     private struct Reader {
         let file: String
         var defaultTimeout = ScenarioParser.defaultTimeout
         var count = 0
+        /// The steps' mistakes, in file order (a step with one is left out and reading goes on).
+        var mistakes: [ScenarioError] = []
 
         typealias Entry = (key: String, value: YAMLNode, keyNode: YAMLNode)
 
@@ -108,7 +144,15 @@ public enum ScenarioParser {
             guard case .sequence(let items) = node.kind else { throw fail(node, "steps: expected a list (lines starting with `- `)") }
             guard !items.isEmpty else { throw fail(node, "steps: the list is empty") }
             var out: [ScenarioStep] = []
-            for item in items { out.append(try step(item, device: device)) }
+            for item in items {
+                do {
+                    out.append(try step(item, device: device))
+                } catch {
+                    mistakes.append(error)
+                    // Past the step limit every later step is the same mistake: told once.
+                    if count > ScenarioParser.maximumSteps { break }
+                }
+            }
             return out
         }
 
@@ -172,10 +216,11 @@ public enum ScenarioParser {
                 guard let uuid = ControlRequest.parseUUID(parts[0]) else {
                     throw fail(value, "notify: \(quoted(parts[0])) is not a UUID: give 2A37, 0x2A37 or the 128-bit form")
                 }
-                guard let bytes = Hex.parse(parts[1]), !bytes.isEmpty else {
-                    throw fail(value, "notify: \(quoted(parts[1])) is not hex bytes like 0078")
+                // At most 512 bytes, what any attribute value may be (Vol 3, Part F, 3.2.9).
+                switch ControlRequest.parseValue(parts[1]) {
+                case .failure(let refusal): throw fail(value, "notify: the value \(refusal.message)")
+                case .success(let bytes): made = .notify(uuid, bytes)
                 }
-                made = .notify(uuid, bytes)
             case "repeat":
                 let countText = try scalar(value, key)
                 guard let times = Int(countText), (1...ScenarioParser.maximumRepeat).contains(times) else {
@@ -191,7 +236,7 @@ public enum ScenarioParser {
                 do {
                     _ = try control.command(device: device ?? "DEVICE")
                 } catch {
-                    throw fail(value, "\(key): \(error.message)")
+                    throw fail(value, "\(key): \(ScenarioParser.stepMessage(error.message, key: key))")
                 }
                 made = .control(control)
             }

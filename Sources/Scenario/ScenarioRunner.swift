@@ -4,19 +4,31 @@ import BlemuHost
 import Logging
 
 /// What a scenario's steps act on: the running devices by name, through the control API the
-/// control socket uses (`DeviceControl`, `PeripheralControl`), and a value sent now.
+/// control socket uses (`DeviceControl`, `PeripheralControl`; a `notify:` step is the control
+/// socket's `notify`, `ValueInjection`).
 public struct ScenarioDevices {
     public var names: DeviceNames
     /// Runs a control command: nil when it was taken, else why it was refused.
     public var execute: (ControlCommand) -> String?
-    /// Sends `value` now as `device`'s characteristic `uuid`: nil when sent, else why not.
-    public var notify: (_ device: Int, _ uuid: BluetoothUUID, _ value: [UInt8]) -> String?
+    /// Whether the device would take a command, without running it (a setting's range, a
+    /// characteristic that can notify): nil, or why not. Called before the scenario starts.
+    public var check: (ControlCommand) -> String?
+    /// How many centrals are connected to a device (its index in `names`) now.
+    public var links: (Int) -> Int
+    /// A value as a person reads it (`150 bpm, contact  [1696]`), for a failure; hex by default.
+    public var describe: (BluetoothUUID, [UInt8]) -> String
+    /// The steps' log lines the log budget has left out so far (`DeviceControl.logLinesLeftOut`).
+    public var logLinesLeftOut: () -> Int = { 0 }
 
     public init(names: DeviceNames, execute: @escaping (ControlCommand) -> String?,
-                notify: @escaping (_ device: Int, _ uuid: BluetoothUUID, _ value: [UInt8]) -> String?) {
+                check: @escaping (ControlCommand) -> String? = { _ in nil },
+                links: @escaping (Int) -> Int = { _ in 1 },
+                describe: @escaping (BluetoothUUID, [UInt8]) -> String = { Hex.bytes($1) }) {
         self.names = names
         self.execute = execute
-        self.notify = notify
+        self.check = check
+        self.links = links
+        self.describe = describe
     }
 }
 
@@ -99,6 +111,9 @@ public final class ScenarioRunner {
     /// `expect` looks at events from this one on: the first after the last non-`expect` step began.
     private var expectWindow: UInt64 = 1
     private var expectWindowLine = 0
+    /// Devices whose links a `disconnect:` step closed, until the next connection: a wait on them
+    /// is not stopped by those disconnections.
+    private var disconnectedByScenario: Set<Int> = []
     public private(set) var outcome: ScenarioOutcome?
     public private(set) var isRunning = false
 
@@ -113,36 +128,58 @@ public final class ScenarioRunner {
         self.devices = devices
         self.scheduler = scheduler
         self.logger = logger
-        try compile(scenario.steps)
+        var mistakes = scenario.mistakes
+        compile(scenario.steps, mistakes: &mistakes)
+        // Every step is checked, so the file is told all its mistakes at once.
+        guard mistakes.isEmpty else { throw ScenarioParser.combined(mistakes) }
     }
 
-    private func compile(_ steps: [ScenarioStep]) throws(ScenarioError) {
+    /// Compiles the steps, each checked against its device as it runs now (the device's name,
+    /// a `set:` value against the setting's range, a `notify:` characteristic that can notify),
+    /// so a mistake is told before anything starts rather than when the step comes.
+    private func compile(_ steps: [ScenarioStep], mistakes: inout [ScenarioError]) {
         for step in steps {
             if case .repeatSteps(let count, let body) = step.action {
                 let begin = program.count
                 program.append(.repeatBegin(count: count, end: 0))
-                try compile(body)
+                compile(body, mistakes: &mistakes)
                 program.append(.repeatEnd(begin: begin))
                 program[begin] = .repeatBegin(count: count, end: program.count - 1)
                 continue
             }
+            func mistake(_ message: String) { mistakes.append(ScenarioError("\(scenario.file):\(step.line): \(message)")) }
             let index: Int
             if let name = step.device {
                 switch devices.names.resolve(name) {
                 case .success(let found): index = found
-                case .failure(let error): throw ScenarioError("\(scenario.file):\(step.line): \(error.message)")
+                case .failure(let error):
+                    mistake(error.message)
+                    continue
                 }
             } else if let defaultDevice {
                 index = defaultDevice
             } else {
                 guard devices.names.entries.count == 1 else {
                     let refs = devices.names.entries.map(\.ref).joined(separator: ", ")
-                    throw ScenarioError("\(scenario.file):\(step.line): \(devices.names.entries.count) devices run (\(refs)): "
-                                        + "say which with `device:` at the top of the file or in the step")
+                    mistake("\(devices.names.entries.count) devices run (\(refs)): say which with `device:` at the top of the file or in the step")
+                    continue
                 }
                 index = 0
             }
+            if let command = try? command(step, device: index), let refusal = devices.check(command) {
+                mistake("\(step.text): \(refusal)")
+            }
             program.append(.step(step, device: index))
+        }
+    }
+
+    /// The control command a step runs on device `device`, if it is one.
+    private func command(_ step: ScenarioStep, device: Int) throws(ControlUsageError) -> ControlCommand? {
+        let ref = devices.names.entries[device].ref
+        switch step.action {
+        case .control(let control): return try control.command(device: ref)
+        case .notify(let uuid, let value): return .notify(device: ref, characteristic: uuid, value: value)
+        default: return nil
         }
     }
 
@@ -172,13 +209,29 @@ public final class ScenarioRunner {
             historyLeftOut += Self.historyLimit / 4
         }
         history.append(seen)
+        if case .connected = event { disconnectedByScenario.remove(device) }
         if recent.count == Self.eventsShown { recent.removeFirst() }
         recent.append(seen)
-        guard let wait = waiting, wait.device == device, wait.condition.matches(event) else { return }
+        guard let wait = waiting, wait.device == device else { return }
+        guard wait.condition.matches(event) else {
+            // A wait for what a central does on a link stops when the device's last link is
+            // gone: nothing can hold it until a central connects again, which is a step of its own.
+            // Links the scenario closed itself (`disconnect:`) do not count: the app is expected to come back.
+            if case .disconnected(_, let reason) = event, wait.condition.kind.needsLink, devices.links(device) == 0,
+               !disconnectedByScenario.contains(device) {
+                waiting = nil
+                if let timer { scheduler.cancel(timer) }
+                timer = nil
+                fail(wait.step, expected: "a \(wait.condition) on \(devices.names.entries[device].ref)",
+                     happened: "the central disconnected (reason \(Hex.byte(reason))) after \(Self.seconds(seen.nanoseconds - wait.since)) "
+                               + "with none left connected; the wait stopped there")
+            }
+            return
+        }
         waiting = nil
         if let timer { scheduler.cancel(timer) }
         waitCursor = seen.seq + 1
-        logger.notice("scenario \(location(wait.step)): held after \(Self.seconds(seen.nanoseconds - wait.since))")
+        logger.debug("scenario \(location(wait.step)): held after \(Self.seconds(seen.nanoseconds - wait.since))")
         pc += 1
         // On the next turn: the step after may act on the device whose event is being reported.
         timer = scheduler.schedule(after: .zero) { [weak self] in
@@ -220,7 +273,10 @@ public final class ScenarioRunner {
                     return
                 }
                 stepsRun += 1
-                logger.notice("scenario \(location(step)): \(step.text)")
+                // At debug: a `repeat` runs steps as fast as the loop turns. The control
+                // commands the steps run are logged, within the control log budget, by
+                // `DeviceControl`; a failure is logged at notice, always.
+                logger.debug("scenario \(location(step)): \(step.text)")
                 if case .expect = step.action {} else {
                     expectWindow = nextSeq
                     expectWindowLine = step.line
@@ -246,9 +302,11 @@ public final class ScenarioRunner {
                 fail(step, expected: "the command to be taken by \(ref)", happened: "refused: \(refusal)")
                 return false
             }
+            if control.verb == "disconnect" { disconnectedByScenario.insert(device) }
         case .notify(let uuid, let value):
-            if let refusal = devices.notify(device, uuid, value) {
-                fail(step, expected: "\(Hex.bytes(value)) sent as \(uuid) by \(ref)", happened: refusal)
+            // The control socket's `notify`: the bytes exactly, or refused whole (never cut).
+            if let refusal = devices.execute(.notify(device: ref, characteristic: uuid, value: value)) {
+                fail(step, expected: "\(Hex.bytes(value)) sent as \(uuid) by \(ref)", happened: "refused: \(refusal)")
                 return false
             }
         case .log(let text):
@@ -270,7 +328,7 @@ public final class ScenarioRunner {
         case .wait(let condition, let timeout):
             if let found = history.first(where: { $0.seq >= waitCursor && $0.device == device && condition.matches($0.event) }) {
                 waitCursor = found.seq + 1
-                logger.notice("scenario \(location(step)): held (it had happened at t=\(Self.seconds(found.nanoseconds - startNanoseconds)))")
+                logger.debug("scenario \(location(step)): held (it had happened at t=\(Self.seconds(found.nanoseconds - startNanoseconds)))")
                 break
             }
             waiting = (condition, device, step, scheduler.nowNanoseconds)
@@ -301,7 +359,9 @@ public final class ScenarioRunner {
         }
         let shown = near.suffix(5).map { seen -> String in
             let at = "t=\(Self.seconds(seen.nanoseconds - startNanoseconds))"
-            if case .write(_, _, _, let value, _, _) = seen.event { return "a write of \(Hex.bytes(value)) at \(at)" }
+            if case .write(_, let characteristic, _, let value, _, _) = seen.event {
+                return "a write of \(devices.describe(characteristic.uuid, value)) at \(at)"
+            }
             return "a \(seen.event.kind.rawValue) at \(at)"
         }
         return shown.joined(separator: ", ") + (near.count > 5 ? " (the last 5 of \(near.count))" : "") + leftOut
@@ -321,7 +381,9 @@ public final class ScenarioRunner {
                                EventEncoding.members(seen.event, device: devices.names.entries[seen.device].ref))
         }
         let failure = ScenarioFailure(location: location(step), step: step.text, expected: expected, happened: happened, events: events)
-        logger.error("scenario \(failure.location): \(step.text): failed: expected \(expected); instead \(happened)")
+        // One short line in the log; the failure itself is printed once, by whoever runs the
+        // scenario (`blemu run` on stderr), with the events before it.
+        logger.notice("scenario \(failure.location): \(step.text): failed")
         finish(.failed(failure))
     }
 
@@ -330,7 +392,9 @@ public final class ScenarioRunner {
         cancel()
         outcome = result
         if case .passed(let steps) = result {
-            logger.notice("scenario \(scenario.file): passed (\(steps) step(s) in \(Self.seconds(scheduler.nowNanoseconds - startNanoseconds)))")
+            let leftOut = devices.logLinesLeftOut()
+            let note = leftOut > 0 ? "; \(leftOut) log line(s) of its commands left out by the log budget" : ""
+            logger.notice("scenario \(scenario.file): passed (\(steps) step(s) in \(Self.seconds(scheduler.nowNanoseconds - startNanoseconds)))\(note)")
         }
         onFinished?(result)
     }
@@ -344,5 +408,15 @@ public final class ScenarioRunner {
         digits = String(repeating: "0", count: 3 - digits.count) + digits
         while digits.hasSuffix("0") { digits.removeLast() }
         return "\(whole).\(digits) s"
+    }
+}
+
+extension DeviceEventKind {
+    /// Whether the event can only come on a link (a central's subscription, read or write).
+    var needsLink: Bool {
+        switch self {
+        case .subscribed, .unsubscribed, .read, .write, .mtu, .paired, .encrypted, .notification, .indication, .confirmed: return true
+        case .connected, .disconnected, .advertising, .service, .fault: return false
+        }
     }
 }

@@ -100,26 +100,32 @@ import Testing
                 "\(refused.message)")
     }
 
-    /// A scenario file's mistake is a bad command line (64) told with FILE:LINE, before run().
+    /// A scenario file that is not one is a bad command line (64) told with FILE:LINE, before
+    /// run(). A mistake in a step is told by run() before any controller opens, together with
+    /// the steps' checks against the devices (every mistake in one run: interop
+    /// test_every_mistake_is_told_before_anything_starts_values_checked_against_the_device).
     @Test func aScenarioWithAMistakeIsABadCommandLineWithItsLine() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blemu-cli-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let path = directory.appendingPathComponent("app.yaml").path
-        try "steps:\n  - wait: connected\n  - wait: bonded\n".write(toFile: path, atomically: true, encoding: .utf8)
+        try "device: heart-rate\nsteps: nope\n".write(toFile: path, atomically: true, encoding: .utf8)
         let refused = try #require(Self.refusal(["heart-rate", "--scenario", path] + Self.controller))
         #expect(refused.status == 64)
-        #expect(refused.message.contains("\(path):3: wait: cannot wait for 'bonded'"), "\(refused.message)")
+        #expect(refused.message.contains("\(path):2: steps: expected a list"), "\(refused.message)")
+        // A step's mistake is kept for run(), with its line.
+        try "steps:\n  - wait: connected\n  - wait: bonded\n".write(toFile: path, atomically: true, encoding: .utf8)
+        #expect(Self.refusal(["heart-rate", "--scenario", path] + Self.controller) == nil, "told by run(), with the device checks")
         try "steps:\n  - wait: connected\n".write(toFile: path, atomically: true, encoding: .utf8)
         #expect(Self.refusal(["heart-rate", "--scenario", path] + Self.controller) == nil)
         // A device's `scenario:` in --config too, with its own file and line.
         let config = directory.appendingPathComponent("bench.yaml").path
         try "devices:\n  - device: heart-rate\n    scenario: bad.yaml\n".write(toFile: config, atomically: true, encoding: .utf8)
         let bad = directory.appendingPathComponent("bad.yaml").path
-        try "steps:\n  - sleep: soon\n".write(toFile: bad, atomically: true, encoding: .utf8)
+        try "steps: []\n".write(toFile: bad, atomically: true, encoding: .utf8)
         let refusedByConfig = try #require(Self.refusal(["--config", config] + Self.controller))
         #expect(refusedByConfig.status == 64)
-        #expect(refusedByConfig.message.contains("\(bad):2: sleep: 'soon' is not a time"), "\(refusedByConfig.message)")
+        #expect(refusedByConfig.message.contains("\(bad):1: steps: the list is empty"), "\(refusedByConfig.message)")
     }
 
     @Test func seedGivesEachDeviceItsOwnSeedTheSameEveryTime() throws {

@@ -17,10 +17,28 @@ import Testing
         }
     }
 
+    @Test func notifyAndExactMistakes() {
+        #expect(refusal("notify", "heart-rate", "2A37") == "usage: notify DEVICE UUID HEX")
+        #expect(refusal("notify", "heart-rate", "2A37", "0") == "the value '0' is not hex bytes like 0096 (two digits a byte)")
+        #expect(refusal("notify", "heart-rate", "2A37", String(repeating: "00", count: 513))
+                == "the value is 513 bytes long; an attribute value is at most 512 bytes (Vol 3, Part F, 3.2.9)")
+        #expect(refusal("notify", "heart-rate", "zz", "00").contains("is not a UUID"))
+        #expect(refusal("notify", "heart-rate", "2A37", "00", "--exact") == "notify takes no --exact; usage: notify DEVICE UUID HEX")
+        #expect(refusal("set", "heart-rate", "bpm", "150", "--exact", "--exact") == "--exact given twice")
+        #expect(refusal("advertise", "heart-rate", "on", "--exact").contains("advertise takes no --exact"))
+        #expect(refusal("watch", "--exact").contains("watch takes no --exact"))
+    }
+
     @Test func everyForm() throws {
         #expect(try parse("list") == .list)
         #expect(try parse("set", "heart-rate", "bpm", "120") == .set(device: "heart-rate", key: "bpm", value: "120"))
         #expect(try parse("set", "thermostat", "outside", "-5") == .set(device: "thermostat", key: "outside", value: "-5"))
+        #expect(try parse("set", "heart-rate", "bpm", "150", "--exact") == .set(device: "heart-rate", key: "bpm", value: "150", exact: true))
+        #expect(try parse("set", "--exact", "heart-rate", "bpm", "150") == .set(device: "heart-rate", key: "bpm", value: "150", exact: true))
+        #expect(try parse("notify", "heart-rate", "2A37", "0096")
+                == .notify(device: "heart-rate", characteristic: BluetoothUUID(0x2A37), value: [0x00, 0x96]))
+        #expect(try parse("notify", "heart-rate", "0x2a37", "0x0096")
+                == .notify(device: "heart-rate", characteristic: BluetoothUUID(0x2A37), value: [0x00, 0x96]))
         #expect(try parse("disconnect", "heart-rate") == .disconnect(device: "heart-rate", reason: 0x13))
         #expect(try parse("disconnect", "heart-rate", "--reason", "0x15") == .disconnect(device: "heart-rate", reason: 0x15))
         #expect(try parse("disconnect", "--reason=13", "heart-rate#2") == .disconnect(device: "heart-rate#2", reason: 0x13))

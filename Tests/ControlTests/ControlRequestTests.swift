@@ -48,6 +48,36 @@ import Testing
                 == .set(device: "t", key: "outside", value: "-5"))
     }
 
+    /// `--exact` in JSON: `"exact": true`.
+    @Test func setExact() {
+        #expect(command(#"{"id":1,"cmd":"set","device":"heart-rate","key":"bpm","value":"150","exact":true}"#)
+                == .set(device: "heart-rate", key: "bpm", value: "150", exact: true))
+        #expect(command(#"{"id":1,"cmd":"set","device":"heart-rate","key":"bpm","value":"150","exact":false}"#)
+                == .set(device: "heart-rate", key: "bpm", value: "150"))
+        #expect(error(#"{"id":1,"cmd":"set","device":"heart-rate","key":"bpm","value":"150","exact":"yes"}"#)
+                .contains("\"exact\" must be true or false"))
+    }
+
+    /// `notify`: the bytes in hex, 1 to 512 of them (an attribute value's maximum, Vol 3,
+    /// Part F, 3.2.9), longer than a `set` value's 256-byte string.
+    @Test func notify() {
+        #expect(command(#"{"id":1,"cmd":"notify","device":"heart-rate","uuid":"2A37","value":"0096"}"#)
+                == .notify(device: "heart-rate", characteristic: BluetoothUUID(0x2A37), value: [0x00, 0x96]))
+        let full = String(repeating: "ab", count: 512)
+        #expect(command(#"{"id":1,"cmd":"notify","device":"hr","uuid":"2a37","value":"\#(full)"}"#)
+                == .notify(device: "hr", characteristic: BluetoothUUID(0x2A37), value: [UInt8](repeating: 0xAB, count: 512)))
+        #expect(error(#"{"id":1,"cmd":"notify","device":"hr","uuid":"2a37","value":"\#(full)00"}"#)
+                == "\"value\" is 513 bytes long; an attribute value is at most 512 bytes (Vol 3, Part F, 3.2.9)")
+        #expect(error(#"{"id":1,"cmd":"notify","device":"hr","uuid":"2a37","value":"\#(String(repeating: "0", count: 5000))"}"#)
+                .contains("is 5000 characters long"))
+        #expect(error(#"{"id":1,"cmd":"notify","device":"hr","uuid":"2a37","value":"0"}"#).contains("is not hex bytes"))
+        #expect(error(#"{"id":1,"cmd":"notify","device":"hr","uuid":"2a37","value":""}"#).contains("is not hex bytes"))
+        #expect(error(#"{"id":1,"cmd":"notify","device":"hr","uuid":"2a37","value":150}"#).contains("must be a string of hex digits"))
+        #expect(error(#"{"id":1,"cmd":"notify","device":"hr","uuid":"2a37"}"#).contains("missing \"value\""))
+        #expect(error(#"{"id":1,"cmd":"notify","device":"hr","uuid":"nope","value":"00"}"#).contains("is not a UUID"))
+        #expect(error(#"{"id":1,"cmd":"notify","device":"hr","uuid":"2a37","value":"00","count":1}"#).contains("notify takes no 'count'"))
+    }
+
     @Test func disconnect() {
         #expect(command(#"{"id":1,"cmd":"disconnect","device":"heart-rate"}"#) == .disconnect(device: "heart-rate", reason: 0x13))
         #expect(command(#"{"id":1,"cmd":"disconnect","device":"heart-rate","reason":"0x15"}"#) == .disconnect(device: "heart-rate", reason: 0x15))
@@ -309,6 +339,8 @@ import Testing
             .list,
             .set(device: "heart-rate#2", key: "bpm", value: "120"),
             .set(device: "Bench \"HR\"\n", key: "outside", value: "-5.5"),
+            .set(device: "heart-rate", key: "bpm", value: "150", exact: true),
+            .notify(device: "heart-rate", characteristic: BluetoothUUID(0x2A37), value: [0x00, 0x96]),
             .disconnect(device: "heart-rate", reason: 0x13),
             .disconnect(device: "heart-rate", reason: 0x3B),
             .advertise(device: "lock", on: false),

@@ -79,8 +79,12 @@ import Testing
         ("steps:\n  - wait: connected --device lock", "s.yaml:2: wait: name the device with a `device:` key"),
         ("steps:\n  - notify: 2a37", "s.yaml:2: notify: give the characteristic's UUID and the value"),
         ("steps:\n  - notify: 2x37 00", "s.yaml:2: notify: '2x37' is not a UUID"),
-        ("steps:\n  - notify: 2a37 0", "s.yaml:2: notify: '0' is not hex bytes"),
-        ("steps:\n  - set: bpm", "s.yaml:2: set: usage: set DEVICE KEY VALUE"),
+        ("steps:\n  - notify: 2a37 0", "s.yaml:2: notify: the value '0' is not hex bytes"),
+        ("steps:\n  - notify: 2a37 " + String(repeating: "00", count: 513),
+         "s.yaml:2: notify: the value is 513 bytes long; an attribute value is at most 512 bytes (Vol 3, Part F, 3.2.9)"),
+        ("steps:\n  - set: bpm", "s.yaml:2: set: usage: set: KEY VALUE [--exact]"),
+        ("steps:\n  - set: bpm 1 2", "s.yaml:2: set: usage: set: KEY VALUE [--exact]"),
+        ("steps:\n  - advertise: on --count 2", "s.yaml:2: advertise: advertise takes no --count; usage: advertise: on|off"),
         ("steps:\n  - advertise: maybe", "s.yaml:2: advertise: advertise takes on or off"),
         ("steps:\n  - service: 180d gone", "s.yaml:2: service: service takes on or off"),
         ("steps:\n  - fault: 2a37 explode", "s.yaml:2: fault: unknown fault 'explode'"),
@@ -99,6 +103,28 @@ import Testing
         } catch {
             #expect(error.description.hasPrefix(message), "\(error.description)")
         }
+    }
+
+    /// A file is told every mistake in one run, each at its line, not only the first.
+    @Test func everyMistakeIsToldInOneRun() {
+        let text = "steps:\n  - jump: 1\n  - sleep: soon\n  - log: fine\n  - repeat: 2\n    steps:\n      - set: bpm\n  - notify: 2a37 zz\n"
+        do {
+            _ = try ScenarioParser.parse(text, file: "s.yaml")
+            Issue.record("taken")
+        } catch {
+            let lines = error.description.split(separator: "\n").map { String($0.prefix(10)) }
+            #expect(lines == ["s.yaml:2: ", "s.yaml:3: ", "s.yaml:7: ", "s.yaml:8: "], "\(error.description)")
+        }
+    }
+
+    /// A value of 512 bytes, the attribute value maximum (Vol 3, Part F, 3.2.9), is taken;
+    /// `set` takes `--exact`.
+    @Test func notifyTakes512BytesAndSetTakesExact() throws {
+        let text = "steps:\n  - notify: 2a37 " + String(repeating: "ab", count: 512) + "\n  - set: bpm 150 --exact\n"
+        let steps = try ScenarioParser.parse(text, file: "s.yaml").steps
+        #expect(steps[0].action == .notify(BluetoothUUID("2a37")!, [UInt8](repeating: 0xAB, count: 512)))
+        guard case .control(let control) = steps[1].action else { Issue.record("not a control step"); return }
+        #expect(try control.command(device: "heart-rate") == .set(device: "heart-rate", key: "bpm", value: "150", exact: true))
     }
 
     @Test func tooManyStepsAreRefusedAtTheStepThatPassesTheLimit() {

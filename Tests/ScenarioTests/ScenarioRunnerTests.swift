@@ -8,6 +8,21 @@ import Testing
 
 /// The runner on the manual scheduler: time moves only when the test says, events come when
 /// the test reports them, so every outcome is exact.
+final class LogLines: @unchecked Sendable {
+    var lines: [(level: Logger.Level, message: String)] = []
+}
+
+struct LineHandler: LogHandler {
+    let capture: LogLines
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .trace
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+    func log(event: LogEvent) { capture.lines.append((event.level, "\(event.message)")) }
+}
+
 @MainActor
 final class RunnerRig {
     let scheduler = ManualScheduler()
@@ -15,23 +30,33 @@ final class RunnerRig {
     var notified: [(Int, BluetoothUUID, [UInt8])] = []
     var outcomes: [ScenarioOutcome] = []
     var refuse: String?
+    /// Centrals connected to each device, as `ScenarioDevices.links` tells the runner.
+    var links = 1
     var runner: ScenarioRunner!
     let peer = ATTPeer(connectionHandle: 0x40, address: LEAddress(BluetoothAddress("C0:00:00:00:00:01")!, isRandom: true))
 
-    init(_ text: String, devices: [(String, String)] = [("heart-rate", "blemu Heart Rate")], defaultDevice: Int? = nil) throws {
-        let scenario = try ScenarioParser.parse(text, file: "s.yaml")
+    init(_ text: String, devices: [(String, String)] = [("heart-rate", "blemu Heart Rate")], defaultDevice: Int? = nil,
+         check: @escaping (ControlCommand) -> String? = { _ in nil }, logger: Logger? = nil,
+         describe: @escaping (BluetoothUUID, [UInt8]) -> String = { Hex.bytes($1) }, keepingStepMistakes: Bool = false) throws {
+        let scenario = try ScenarioParser.parse(text, file: "s.yaml", keepingStepMistakes: keepingStepMistakes)
+        let names = DeviceNames(devices.map { (device: $0.0, localName: $0.1) })
         let targets = ScenarioDevices(
-            names: DeviceNames(devices.map { (device: $0.0, localName: $0.1) }),
+            names: names,
             execute: { [unowned self] command in
-                self.commands.append(command)
+                // `notify:` steps are the control socket's `notify`: kept apart for the tests.
+                if case .notify(let device, let uuid, let value) = command {
+                    let index = (try? names.resolve(device).get()) ?? -1
+                    self.notified.append((index, uuid, value))
+                } else {
+                    self.commands.append(command)
+                }
                 return self.refuse
             },
-            notify: { [unowned self] device, uuid, value in
-                self.notified.append((device, uuid, value))
-                return nil
-            })
+            check: check,
+            links: { [unowned self] _ in self.links },
+            describe: describe)
         runner = try ScenarioRunner(scenario: scenario, devices: targets, scheduler: scheduler,
-                                    logger: Logger(label: "scenario-test") { _ in SwiftLogNoOpLogHandler() },
+                                    logger: logger ?? Logger(label: "scenario-test") { _ in SwiftLogNoOpLogHandler() },
                                     defaultDevice: defaultDevice)
         runner.onFinished = { [unowned self] outcome in self.outcomes.append(outcome) }
     }
@@ -248,6 +273,108 @@ final class RunnerRig {
         } catch {
             #expect("\(error)".hasPrefix("s.yaml:2: 2 devices run (heart-rate, lock): say which"), "\(error)")
         }
+    }
+
+    /// `set: room 99` is refused before anything starts (not when the step comes, maybe after
+    /// a long wait), with every other mistake of the file, each at its line.
+    @Test func valuesAreCheckedAgainstTheDeviceBeforeAnythingStarts() {
+        let check: (ControlCommand) -> String? = { command in
+            switch command {
+            case .set(_, "room", "99", _): return "room takes a number from -20 to 50, not '99'"
+            case .notify(_, let uuid, _) where uuid == BluetoothUUID(0x2A38): return "characteristic 2A38 of heart-rate neither notifies nor indicates"
+            default: return nil
+            }
+        }
+        do {
+            _ = try RunnerRig("steps:\n  - wait: connected\n    timeout: 60\n  - set: room 99\n  - set: room 20\n  - notify: 2a38 01\n",
+                              check: check)
+            Issue.record("taken")
+        } catch {
+            #expect("\(error)" == "s.yaml:4: set: room 99: room takes a number from -20 to 50, not '99'\n"
+                               + "s.yaml:6: notify: 2a38 01: characteristic 2A38 of heart-rate neither notifies nor indicates", "\(error)")
+        }
+    }
+
+    /// As `blemu run` reads a file: the steps' own mistakes and the checks against the devices
+    /// are told together, in one run.
+    @Test func theFilesMistakesAndTheDeviceChecksAreToldTogether() {
+        let check: (ControlCommand) -> String? = { command in
+            if case .set(_, "room", "99", _) = command { return "room takes a number from -20 to 50, not '99'" }
+            return nil
+        }
+        do {
+            _ = try RunnerRig("steps:\n  - jump: 1\n  - set: room 99\n  - notify: 2a37 zz\n", check: check, keepingStepMistakes: true)
+            Issue.record("taken")
+        } catch {
+            let lines = "\(error)".split(separator: "\n").map { String($0.prefix(10)) }
+            #expect(Set(lines) == ["s.yaml:2: ", "s.yaml:3: ", "s.yaml:4: "], "\(error)")
+        }
+    }
+
+    /// A wait for what a central does stops, failed, when the device's last link closes: no
+    /// central is left to do it.
+    @Test func aWaitStopsEarlyWhenTheLinkItWaitsOnIsGone() throws {
+        let rig = try RunnerRig("steps:\n  - wait: write 2a39 equals 01\n    timeout: 60\n")
+        rig.runner.start()
+        rig.scheduler.advance(by: .seconds(2))
+        rig.links = 0
+        rig.runner.observe(.disconnected(peer: rig.peer, reason: 0x13), device: 0)
+        let failure = try #require(rig.failure, "failed at once, not after 60 s")
+        #expect(failure.location == "s.yaml:2")
+        #expect(failure.happened == "the central disconnected (reason 0x13) after 2 s with none left connected; the wait stopped there")
+
+        // With another central still connected the wait goes on; `wait: disconnected` holds.
+        let other = try RunnerRig("steps:\n  - wait: read 2a38\n    timeout: 60\n  - wait: disconnected\n")
+        other.runner.start()
+        other.runner.observe(.disconnected(peer: other.peer, reason: 0x13), device: 0)
+        other.scheduler.advance(by: .zero)
+        #expect(other.outcomes.isEmpty)
+        other.read("2a38")
+        other.scheduler.advance(by: .zero)
+        other.links = 0
+        other.runner.observe(.disconnected(peer: other.peer, reason: 0x13), device: 0)
+        other.scheduler.advance(by: .zero)
+        #expect(other.outcomes == [.passed(steps: 2)])
+
+        // A link the scenario closed itself: the app is expected back, the wait goes on.
+        let reconnecting = try RunnerRig("steps:\n  - disconnect: 0x13\n  - wait: read 2a38\n    timeout: 60\n")
+        reconnecting.runner.start()
+        reconnecting.links = 0
+        reconnecting.runner.observe(.disconnected(peer: reconnecting.peer, reason: 0x16), device: 0)
+        reconnecting.scheduler.advance(by: .seconds(5))
+        #expect(reconnecting.outcomes.isEmpty)
+        reconnecting.connected()
+        reconnecting.read("2a38")
+        reconnecting.scheduler.advance(by: .zero)
+        #expect(reconnecting.outcomes == [.passed(steps: 2)])
+    }
+
+    /// Steps are logged at debug: a `repeat` of a million steps writes no line per step at
+    /// notice; the failure is logged once, shortly (it is printed whole by `blemu run`).
+    @Test func stepsAreLoggedAtDebugAndAFailureOnce() throws {
+        let capture = LogLines()
+        let logger = Logger(label: "scenario-test") { _ in LineHandler(capture: capture) }
+        let rig = try RunnerRig("steps:\n  - repeat: 3000\n    steps:\n      - set: bpm 100\n      - log: lap\n  - wait: connected\n    timeout: 1\n",
+                                logger: logger)
+        rig.runner.start()
+        for _ in 0..<10 { rig.scheduler.advance(by: .zero) }
+        rig.scheduler.advance(by: .seconds(1))
+        #expect(rig.failure?.location == "s.yaml:6")
+        let notices = capture.lines.filter { $0.level >= .notice }
+        // `log:` steps are the scenario's own words, at notice: 3000 of them, and nothing per step besides.
+        #expect(notices.filter { !$0.message.hasSuffix("log: lap") }.map(\.message)
+                == ["scenario s.yaml: started", "scenario s.yaml:6: wait: connected (timeout 1 s): failed"])
+        #expect(capture.lines.filter { $0.level == .debug }.count >= 6000)
+    }
+
+    /// A written value is shown decoded where blemu can decode it.
+    @Test func aFailureShowsWrittenValuesDecoded() throws {
+        let rig = try RunnerRig("steps:\n  - wait: write 2a39 equals 02\n    timeout: 5\n",
+                                describe: { uuid, value in "\(Hex.bytes(value)) (decoded for \(uuid))" })
+        rig.runner.start()
+        rig.write("2a39", [0x01])
+        rig.scheduler.advance(by: .seconds(5))
+        #expect(rig.failure?.happened == "a write of 01 (decoded for 2A39) at t=0 s", "\(String(describing: rig.failure))")
     }
 
     @Test func theHistoryIsBoundedUnderAFlood() throws {

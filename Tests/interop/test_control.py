@@ -303,6 +303,65 @@ def test_set_refusals_change_nothing(controlled):
     assert result.returncode == 1 and "no device 'thermostat'" in json.loads(result.stdout)["error"], result.describe()
 
 
+def test_notify_sends_exactly_the_bytes_and_set_exact_gives_only_that_bpm(controlled):
+    """`notify heart-rate 2A37 HEX` reaches the subscribed central as exactly those bytes (never
+    cut: a value longer than ATT_MTU - 3 is refused, nothing sent), and after
+    `set heart-rate bpm 150 --exact` every measurement says 150 until bpm is set again."""
+
+    async def scenario():
+        async with AsyncControl(controlled.control_path) as control, connected(controlled) as conn:
+            hrm = await conn.discover_characteristic(UUID_HEART_RATE_SERVICE, UUID_HEART_RATE_MEASUREMENT)
+            await conn.subscribe(hrm)
+            await collect_notifications(conn, hrm.handle, count=1, timeout=5)
+
+            # Exactly these bytes: flags 0x16 (contact detected, RR present), 150 bpm, one RR of 0x0200.
+            value = bytes([0x16, 0x96, 0x00, 0x02])
+            mark = len(conn.notifications)
+            reply = await control.ok("notify", device="heart-rate", uuid="2A37", value=value.hex())
+            assert (reply["centrals"], reply["notified"], reply["indicated"], reply["queue_full"]) == (1, 1, 0, 0), reply
+            got = await collect_notifications(conn, hrm.handle, count=3, timeout=5, start_index=mark)
+            assert value in [n.value for n in got], f"sent {value.hex()}; the central got {[n.value.hex() for n in got]}"
+
+            # One byte more than the link's ATT_MTU - 3: refused whole, not cut.
+            mtu = (await control.ok("list"))["devices"][0]["connections"][0]["mtu"]
+            too_long = bytes([0x5A]) * (mtu - 2)
+            mark = len(conn.notifications)
+            refused = await control.request("notify", device="heart-rate", uuid="2A37", value=too_long.hex())
+            assert refused["ok"] is False, refused
+            assert f"the value is {mtu - 2} bytes" in refused["error"] and "nothing sent" in refused["error"], refused
+            await asyncio.sleep(1.5)
+            assert all(not n.value.startswith(b"\x5a\x5a") for n in conn.notifications[mark:]), "a cut value arrived"
+            # A larger ATT_MTU carries it whole.
+            await conn.exchange_mtu(185)
+            await wait_for(lambda: _link_mtu_above(control, mtu), 5, "list showing the larger MTU")
+            mark = len(conn.notifications)
+            await control.ok("notify", device="heart-rate", uuid="2A37", value=too_long.hex())
+            got = await collect_notifications(conn, hrm.handle, count=2, timeout=5, start_index=mark)
+            assert too_long in [n.value for n in got], [len(n.value) for n in got]
+
+            # Not a characteristic that notifies: refused.
+            location = await control.request("notify", device="heart-rate", uuid="2A38", value="01")
+            assert location["ok"] is False and "neither notifies nor indicates" in location["error"], location
+
+            try:
+                reply = ctl_ok(controlled, "set", "heart-rate", "bpm", "150", "--exact")
+                assert reply["exact"] is True and reply["value"] == "150", reply
+                mark = len(conn.notifications)
+                got = await collect_notifications(conn, hrm.handle, count=8, timeout=12, start_index=mark)
+                # The first may have been made before the set; every later one says 150 exactly.
+                rates = [decode_heart_rate_measurement(n.value).heart_rate for n in got[1:]]
+                assert rates == [150] * len(rates), f"after set bpm 150 --exact: {rates}"
+            finally:
+                await control.ok("set", device="heart-rate", key="bpm", value="70")
+
+    run(scenario())
+
+
+async def _link_mtu_above(control: AsyncControl, mtu: int) -> bool:
+    links = (await control.ok("list"))["devices"][0]["connections"]
+    return bool(links) and links[0]["mtu"] > mtu
+
+
 # ---------------------------------------------------------------------------------------------
 # fault
 

@@ -27,7 +27,7 @@ from bumble_central import (
     UUID_HEART_RATE_SERVICE,
     collect_notifications,
 )
-from harness import JUST_WORKS, BlemuProcess, pairing_config, run, start_advertising, unique_name
+from harness import JUST_WORKS, BlemuProcess, pairing_config, run, run_cli, start_advertising, unique_name
 
 UUID_THERMOSTAT_SERVICE = UUID("7d3c0100-9a5e-4d1a-8f6e-5c1b2d3e4f50")
 UUID_TARGET = UUID("7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50")
@@ -150,7 +150,10 @@ def test_an_app_that_writes_the_wrong_value_fails_at_the_step_with_file_and_line
     assert (f"{scenario_file}:5: wait: write 7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50 equals ca08 (timeout 8 s): failed"
             in output), output[-4000:]
     assert "expected: a write to 7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50 of ca08 on thermostat within 8 s" in output, output[-4000:]
-    assert "instead: a write of 9808 at t=" in output, output[-4000:]
+    # The value written, decoded as `blemu gatt` shows it, with its bytes.
+    assert "instead: a write of 22" in output and "[9808] at t=" in output, output[-4000:]
+    # The failure is told once (stderr), not again in a log line.
+    assert output.count("a write to 7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50 of ca08 on thermostat within 8 s") == 1, output[-4000:]
     # The events before it, as watch lines: the wrong write among them.
     assert '"event":"write","device":"thermostat"' in output and '"value":"9808"' in output, output[-4000:]
     assert "never reached" not in output and "passed" not in output
@@ -216,3 +219,72 @@ def test_a_devices_scenario_in_the_config_file_acts_on_that_device(rootcanal, sc
     output = process.log_path.read_text(errors="replace")
     assert status == 0, output[-4000:]
     assert f"scenario {scenario_file}: passed (3 step(s))" in output, output[-4000:]
+
+
+def test_every_mistake_is_told_before_anything_starts_values_checked_against_the_device(rootcanal, tmp_path):
+    """Exit 64 at once, every mistake at its line, in one run: the file's own (a 600-byte value,
+    more than any attribute holds, Vol 3, Part F, 3.2.9; a step's usage in the step's form) and
+    each step against the running device (a value out of the setting's range, a characteristic
+    that cannot notify), not when the step comes after a 60 s wait."""
+    bad_file = tmp_path / "bad.yaml"
+    bad_file.write_text("steps:\n  - wait: connected\n    timeout: 60\n  - notify: 2a37 " + "00" * 600
+                        + "\n  - set: bpm\n  - jump: 3\n  - set: bpm 500\n")
+    result = run_cli(["run", "heart-rate", "--controller", rootcanal.controller_spec, "--scenario", str(bad_file)], timeout=20)
+    assert result.returncode == 64, result.describe()
+    for line, text in [(4, "notify: the value is 600 bytes long; an attribute value is at most 512 bytes"),
+                       (5, "set: usage: set: KEY VALUE [--exact]"), (6, "a step needs one of"),
+                       (7, "set: bpm 500: bpm takes a number from 30 to 220, not '500'")]:
+        assert f"{bad_file}:{line}: {text}" in result.stderr, result.describe()
+
+    device_file = tmp_path / "device.yaml"
+    device_file.write_text("steps:\n  - wait: connected\n    timeout: 60\n  - set: bpm 500\n  - notify: 2a38 01\n  - set: bpm 150 --exact\n")
+    result = run_cli(["run", "heart-rate", "--controller", rootcanal.controller_spec, "--scenario", str(device_file)], timeout=20)
+    assert result.returncode == 64, result.describe()
+    assert result.elapsed < 15, result.describe()
+    assert f"{device_file}:4: set: bpm 500: bpm takes a number from 30 to 220, not '500'" in result.stderr, result.describe()
+    assert f"{device_file}:5: notify: 2a38 01: characteristic 2A38 of heart-rate neither notifies nor indicates" in result.stderr, result.describe()
+    assert f"{device_file}:6:" not in result.stderr, result.describe()
+
+
+def test_a_wait_stops_when_the_central_is_gone(rootcanal, tmp_path):
+    """`wait: write 2a39` with a 60 s timeout fails at once when the only central disconnects."""
+    path = tmp_path / "gone.yaml"
+    path.write_text("device: heart-rate\nsteps:\n  - wait: connected\n    timeout: 30\n"
+                    "  - wait: write 2a39 equals 01\n    timeout: 60\n")
+    process = BlemuProcess(rootcanal.controller_spec, unique_name("SG"), extra_args=["--scenario", str(path)])
+    start_advertising(process, rootcanal)
+
+    async def leaving_app() -> None:
+        assert process.scan is not None
+        async with Central(process.controller, name="scenario-leaving-app") as central:
+            conn = await central.connect(process.scan.address)
+            await asyncio.sleep(1)
+            await conn.disconnect()
+
+    try:
+        run(leaving_app(), timeout=60)
+        left = time.monotonic()
+        assert process.process is not None
+        status = process.process.wait(timeout=30)
+        elapsed = time.monotonic() - left
+    finally:
+        process.kill()
+    output = process.log_path.read_text(errors="replace")
+    assert status == 1, output[-4000:]
+    assert elapsed < 10, f"blemu ended {elapsed:.1f} s after the central left, not at once"
+    assert f"{path}:5: wait: write 2a39 equals 01 (timeout 60 s): failed" in output, output[-4000:]
+    assert "instead: the central disconnected (reason 0x" in output and "with none left connected" in output, output[-4000:]
+
+
+def test_a_repeat_logs_no_line_per_step_at_notice(rootcanal, tmp_path):
+    """A `repeat` of 20,000 instant steps: no notice per step (they are at debug), and the
+    control commands the steps run within the log budget, what it left out counted."""
+    path = tmp_path / "flood.yaml"
+    path.write_text("device: heart-rate\nsteps:\n  - repeat: 20000\n    steps:\n      - set: contact 1\n")
+    result = run_cli(["run", "heart-rate", "--controller", rootcanal.controller_spec, "--scenario", str(path),
+                      "--log", "stderr", "--log-level", "notice"], timeout=60)
+    assert result.returncode == 0, result.describe()[-4000:]
+    assert "passed (20000 step(s))" in result.stdout, result.describe()[-4000:]
+    lines = result.stderr.splitlines()
+    assert len(lines) < 400, f"{len(lines)} log lines at notice for 20000 steps:\n" + "\n".join(lines[:20])
+    assert "log line(s) of its commands left out by the log budget" in result.stderr, result.describe()[-4000:]

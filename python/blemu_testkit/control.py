@@ -198,10 +198,19 @@ class Control:
         devices: list[dict[str, Any]] = self.request("list")["devices"]
         return devices
 
-    def set(self, device: str, key: str, value: Union[str, int, float, bool]) -> dict[str, Any]:
+    def set(self, device: str, key: str, value: Union[str, int, float, bool], exact: bool = False) -> dict[str, Any]:
+        """Set a value of the device's world; with `exact`, hold a value that moves by itself
+        (the heart's wander, a battery's drain) where it is set, until it is set again."""
         if isinstance(value, bool):
             value = "1" if value else "0"
-        return self.request("set", device=device, key=key, value=str(value))
+        return self.request("set", device=device, key=key, value=str(value), exact=True if exact else None)
+
+    def notify(self, device: str, uuid: str, value: Union[bytes, bytearray, str]) -> dict[str, Any]:
+        """Send exactly these bytes (or hex digits) now to every central subscribed to the
+        characteristic: a notification, or an indication to a central that enabled those.
+        The reply's `centrals` says how many it reached; a value longer than a subscriber's
+        ATT_MTU - 3 is refused whole (CommandError), never cut."""
+        return self.request("notify", device=device, uuid=uuid, value=normalize_hex(value))
 
     def disconnect(self, device: str, reason: Union[int, str, None] = None) -> dict[str, Any]:
         return self.request("disconnect", device=device, reason=reason)

@@ -116,6 +116,24 @@ def test_requests_leave_out_unset_fields_and_refusals_raise_with_the_reason(serv
     assert "blemu refused fault" in str(refused.value) and "not '500'" in str(refused.value)
 
 
+def test_notify_sends_hex_and_set_exact_sends_exact_true(server):
+    def handle(conn: socket.socket) -> None:
+        for _ in range(4):
+            request = server.read_request(conn)
+            send(conn, {"id": request["id"], "ok": True, "centrals": 1})
+        time.sleep(1)
+    server.handlers.append(handle)
+    with Control(server.path) as control:
+        assert control.notify("heart-rate", "2A37", bytes([0x00, 0x96]))["centrals"] == 1
+        control.notify("heart-rate", "2A37", "00:96")
+        control.set("heart-rate", "bpm", 150, exact=True)
+        control.set("heart-rate", "bpm", 150)
+    assert server.requests[0] == {"id": 1, "cmd": "notify", "device": "heart-rate", "uuid": "2A37", "value": "0096"}
+    assert server.requests[1]["value"] == "0096"
+    assert server.requests[2] == {"id": 3, "cmd": "set", "device": "heart-rate", "key": "bpm", "value": "150", "exact": True}
+    assert "exact" not in server.requests[3]
+
+
 def test_a_connection_blemu_closed_for_being_idle_is_replaced(server):
     def closed_for_idleness(conn: socket.socket) -> None:
         request = server.read_request(conn)
