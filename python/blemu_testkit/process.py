@@ -243,8 +243,14 @@ class Blemu:
         """The device's address (static random), as the app connects to it."""
         return str(self.info(device)["address"])
 
-    def set(self, key: str, value: Union[str, int, float, bool], device: Optional[str] = None) -> dict[str, Any]:
-        return self.control.set(self._device(device), key, value)
+    def set(self, key: str, value: Union[str, int, float, bool], device: Optional[str] = None,
+            exact: bool = False) -> dict[str, Any]:
+        """`set DEVICE KEY VALUE` (with `exact`, `--exact`: a value that moves by itself is held)."""
+        return self.control.set(self._device(device), key, value, exact=exact)
+
+    def notify(self, uuid: str, value: Union[bytes, bytearray, str], device: Optional[str] = None) -> dict[str, Any]:
+        """`notify DEVICE UUID HEX`: exactly these bytes to every subscribed central, now."""
+        return self.control.notify(self._device(device), uuid, value)
 
     def fault(self, uuid: str, action: str, *, error: Union[int, str, None] = None, ms: Optional[int] = None,
               count: Optional[int] = None, device: Optional[str] = None) -> dict[str, Any]:

@@ -154,3 +154,33 @@ def test_a_device_blemu_does_not_know_is_reported_with_blemu_s_output(blemu_devi
     message = str(failed.value)
     assert "blemu exited with status" in message and "before its control socket answers" in message
     assert "no-such-device" in message  # blemu's own reason, from its output
+
+
+def test_exact_values_reach_the_app_as_set(blemu_device, blemu_rootcanal):
+    """`b.set(..., exact=True)` holds the heart at the rate set, and `b.notify` sends exactly the
+    bytes given: the app sees those values and no others."""
+    heart = blemu_device("heart-rate")
+
+    async def scenario() -> None:
+        async with HeartRateApp(blemu_rootcanal.bumble_transport) as phone:
+            await phone.connect(heart.address())
+            await phone.subscribe_measurements()
+            heart.wait_for("subscribed", uuid="2A37", timeout=5)
+            assert heart.notify("2A37", bytes([0x00, 0x96]))["centrals"] == 1
+            # The notification given, byte for byte, among the heart's own.
+            for _ in range(10):
+                if await asyncio.wait_for(phone.measurements.get(), 5) == bytes([0x00, 0x96]):
+                    break
+            else:
+                raise AssertionError("the notified bytes never arrived")
+            heart.set("bpm", 150, exact=True)
+            while not phone.measurements.empty():
+                phone.measurements.get_nowait()
+            await asyncio.wait_for(phone.measurements.get(), 5)   # one that may have left before the set
+            rates = []
+            for _ in range(4):
+                value = await asyncio.wait_for(phone.measurements.get(), 5)
+                rates.append(value[1] if value[0] & 0x01 == 0 else int.from_bytes(value[1:3], "little"))
+            assert rates == [150] * 4, rates
+
+    run(scenario())
