@@ -193,3 +193,34 @@ def test_the_control_socket_lists_a_channel_stalls_its_credits_and_drops_it(blem
             refused = await control.request("fault", device="channel-echo", action="drop-channel", cid=cid)
             assert refused["ok"] is False and "no open L2CAP channel" in refused["error"], refused
     run(scenario(), timeout=90)
+
+
+def test_an_echo_that_can_never_go_holds_up_no_other_channel(blemu_factory):
+    """An SDU longer than the peer's MTU can never be echoed (Vol 3, Part A, 3.4.3: an SDU is at
+    most the receiver's MTU): channel-echo drops it with a line, and every other channel, on
+    another central's link or on the same one, goes on echoing; so does the small channel itself
+    with what fits, and the others after the first central left."""
+    blemu = blemu_factory.start(unique_name("EB"), devices=["channel-echo"])
+
+    async def scenario():
+        async with central_on(blemu, "coc-small", discover=True) as small:
+            # 23, the smallest LE MTU (4.22): blemu may send this channel SDUs of at most 23 bytes.
+            tiny, tiny_received = await open_channel(small, mtu=23, mps=23)
+            tiny.write(bytes(range(100)))
+            async with central_on(blemu, "coc-other", discover=True) as other:
+                channel, received = await open_channel(other)
+                channel.write(b"from the other central")
+                assert await asyncio.wait_for(received.get(), 10) == b"from the other central"
+                second, second_received = await open_channel(small)
+                second.write(b"same link, another channel")
+                assert await asyncio.wait_for(second_received.get(), 10) == b"same link, another channel"
+                tiny.write(b"fits in 23")
+                assert await asyncio.wait_for(tiny_received.get(), 10) == b"fits in 23"
+                await small.disconnect()
+                channel.write(b"after the first central left")
+                assert await asyncio.wait_for(received.get(), 10) == b"after the first central left"
+    run(scenario(), timeout=90)
+    dropped = [line for line in blemu.log_path.read_text(errors="replace").splitlines()
+               if "SDU of 100 bytes dropped, longer than the peer's MTU 23" in line]
+    assert len(dropped) == 1, blemu.log_tail()
+
