@@ -379,14 +379,13 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
     }
 
     /// Vol 3, Part A, 4.6 and 4.7: the peer closes a channel; one we do not have gets a Command
-    /// Reject, Invalid CID in request (4.1, reason 0x0002).
+    /// Reject, Invalid CID in request (4.1, reason 0x0002), whose data is our endpoint (the
+    /// request's Destination CID) and then the peer's (its Source CID).
     private func disconnectionRequested(_ request: DisconnectionRequest, identifier: UInt8) {
         guard let channel = channel(localCID: request.destinationCID), channel.remoteCID == request.sourceCID,
               channel.state != .connecting else {
-            var data: [UInt8] = []
-            data.appendLE(request.sourceCID)
-            data.appendLE(request.destinationCID)
-            return link.sendSignaling(.commandReject(identifier: identifier, reason: 0x0002, data: data))
+            return link.sendSignaling(.invalidCIDReject(identifier: identifier, localCID: request.destinationCID,
+                                                        remoteCID: request.sourceCID))
         }
         send(DisconnectionResponse(destinationCID: request.destinationCID, sourceCID: request.sourceCID), identifier: identifier)
         channel.ended(.disconnectedByPeer)

@@ -284,9 +284,11 @@ public final class L2CAPLink: ACLReceiver {
             let channels = max(0, (command.data.count - 8) / 2)
             send(.creditBasedConnectionRefused(identifier: command.identifier, channels: channels))
         case SignalingCode.disconnectionRequest where command.data.count == 4:
-            // No dynamic channel exists: Invalid CID in request, echoing the two CIDs (4.1).
-            let cids = Array(command.data)
-            send(.commandReject(identifier: command.identifier, reason: 0x0002, data: [cids[2], cids[3], cids[0], cids[1]]))
+            // No dynamic channel exists: Invalid CID in request (4.1), our endpoint (the
+            // request's Destination CID, 4.6) first, then the peer's (its Source CID).
+            var reader = ByteReader(command.data)
+            guard let destination = try? reader.u16(), let source = try? reader.u16() else { return }
+            send(.invalidCIDReject(identifier: command.identifier, localCID: destination, remoteCID: source))
         default:
             // Vol 3, Part A, 4.20: "If an LE Peripheral Host receives a Connection Parameter
             // Update Request packet it shall respond with a Command Reject packet with reason

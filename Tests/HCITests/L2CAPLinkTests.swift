@@ -130,14 +130,26 @@ import Logging
     }
 
     /// Both roles answer a Disconnection Request for a channel that does not exist with Invalid
-    /// CID (4.1, reason 0x0002), echoing the CIDs; a credit based request is refused (4.23).
+    /// CID (4.1, reason 0x0002); a credit based request is refused (4.23).
     @Test(arguments: [LinkRole.central, .peripheral])
     func noDynamicChannelInEitherRole(role: LinkRole) {
         let test = L2CAPLinkTests(role: role)
         test.receive(test.frame(cid: L2CAPChannel.leSignaling, [0x06, 0x03, 0x04, 0x00, 0x40, 0x00, 0x41, 0x00]))
         test.receive(test.frame(cid: L2CAPChannel.leSignaling, [0x14, 0x04, 0x0A, 0x00, 0x80, 0x00, 0x40, 0x00, 0x17, 0x00, 0x17, 0x00, 0x01, 0x00]))
-        #expect(test.lower.signaling == [.commandReject(identifier: 0x03, reason: 0x0002, data: [0x41, 0x00, 0x40, 0x00]),
+        #expect(test.lower.signaling == [.commandReject(identifier: 0x03, reason: 0x0002, data: [0x40, 0x00, 0x41, 0x00]),
                                          .leCreditBasedConnectionRefused(identifier: 0x04)])
+    }
+
+    /// Vol 3, Part A, 4.1: the data of Invalid CID in request is the local endpoint, then the
+    /// remote one, as the rejecting side sees them; a Disconnection Request's Destination CID is
+    /// "the channel endpoint on the device receiving this request" (4.6), so it comes first.
+    /// Destination 0x0052, Source 0x0047: the reject's data is 52 00 47 00, byte for byte.
+    @Test func anInvalidCIDRejectNamesOurEndpointFirst() {
+        receive(frame(cid: L2CAPChannel.leSignaling, [0x06, 0x09, 0x04, 0x00, 0x52, 0x00, 0x47, 0x00]))
+        #expect(lower.frames.map(\.pdu) == [[0x0A, 0x00, 0x05, 0x00, 0x01, 0x09, 0x06, 0x00, 0x02, 0x00, 0x52, 0x00, 0x47, 0x00]])
+        // A Disconnection Request of another length is not understood (reason 0x0000).
+        receive(frame(cid: L2CAPChannel.leSignaling, [0x06, 0x0A, 0x03, 0x00, 0x52, 0x00, 0x47]))
+        #expect(lower.signaling.last == .commandReject(identifier: 0x0A))
     }
 
     @Test func theParameterRequestOfAPeripheralWaitsForItsAnswer() {

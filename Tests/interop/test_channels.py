@@ -224,3 +224,27 @@ def test_an_echo_that_can_never_go_holds_up_no_other_channel(blemu_factory):
                if "SDU of 100 bytes dropped, longer than the peer's MTU 23" in line]
     assert len(dropped) == 1, blemu.log_tail()
 
+
+def test_a_disconnection_request_for_no_channel_is_rejected_with_our_endpoint_first(echo):
+    """Vol 3, Part A, 4.1: Command Reject, 0x0002 Invalid CID in request, carries the local
+    endpoint and then the remote one, as the rejecting side sees them; a Disconnection Request's
+    Destination CID is "the channel endpoint on the device receiving this request" (4.6). So a
+    request with Destination 0x0052 and Source 0x0047 gets data 52 00 47 00, as Linux (and TI's
+    stack, whose l2capInvalidCID_t is localCID = the Destination CID) answer."""
+    async def scenario():
+        async with central_on(echo, "coc-reject") as conn:
+            connection = conn.connection
+            manager = connection.device.l2cap_channel_manager
+            rejected = asyncio.get_running_loop().create_future()
+            original = manager.on_control_frame
+
+            def on_control_frame(connection_, cid, frame):
+                if isinstance(frame, l2cap.L2CAP_Command_Reject) and frame.identifier == 0x33:
+                    return rejected.done() or rejected.set_result(frame)
+                return original(connection_, cid, frame)
+            manager.on_control_frame = on_control_frame
+            manager.send_control_frame(connection, l2cap.L2CAP_LE_SIGNALING_CID, l2cap.L2CAP_Disconnection_Request(
+                identifier=0x33, destination_cid=0x0052, source_cid=0x0047))
+            frame = await asyncio.wait_for(rejected, 10)
+            assert int(frame.reason) == 0x0002 and bytes(frame.data) == bytes.fromhex("52004700"), frame
+    run(scenario(), timeout=60)
