@@ -37,10 +37,22 @@ public final class L2CAPLinkContext {
         frame.reserveCapacity(4 + L2CAPReassembler.defaultMaxPDU)
     }
 
-    public func warnPeer(_ message: @autoclosure () -> String, handle: UInt16) {
+    /// A line whose pace a peer sets (an error it made, a request of its own refused), under
+    /// `peerLog`: ten a minute on stderr for all the links, then counted and said on the next
+    /// line; in the journal every line reaches its flood budget, per line of code (the caller's,
+    /// passed on).
+    public func logPeer(_ level: Logger.Level, _ message: @autoclosure () -> String, handle: UInt16,
+                        file: String = #fileID, function: String = #function, line: UInt = #line) {
         if let leftOut = peerLog.take(now: scheduler.nowNanoseconds, for: logger) {
-            logger.warning("\(message())\(LogBudget.note(leftOut))", metadata: [LogKey.connHandle: "\(handle)"])
+            logger.log(level: level, "\(message())\(LogBudget.note(leftOut))", metadata: [LogKey.connHandle: "\(handle)"],
+                       file: file, function: function, line: line)
         }
+    }
+
+    /// `logPeer` at warning level: what a peer sent wrong.
+    public func warnPeer(_ message: @autoclosure () -> String, handle: UInt16,
+                         file: String = #fileID, function: String = #function, line: UInt = #line) {
+        logPeer(.warning, message(), handle: handle, file: file, function: function, line: line)
     }
 }
 
@@ -184,8 +196,8 @@ public final class L2CAPLink: ACLReceiver {
             self.reassemblyTimer = nil
             guard self.reassembler.isIncomplete else { return }
             self.reassembler.reset()
-            self.context.logger.warning("L2CAP: incomplete PDU dropped after \(L2CAPLinkContext.reassemblyTimeout) without its last fragment",
-                                        metadata: [LogKey.connHandle: "\(self.handle)"])
+            self.context.warnPeer("L2CAP: incomplete PDU dropped after \(L2CAPLinkContext.reassemblyTimeout) without its last fragment",
+                                  handle: self.handle)
         }
         reassemblyExpired = action
         return action
@@ -310,7 +322,8 @@ public final class L2CAPLink: ACLReceiver {
         var result: [UInt8] = []
         result.appendLE(UInt16(accepted ? 0x0000 : 0x0001))
         send(SignalingCommand(code: SignalingCode.connectionParameterUpdateResponse, identifier: command.identifier, data: result[...]))
-        context.logger.info("link \(handle): peripheral asked for \(asked): \(accepted ? "accepted" : "rejected (\(asked.coreViolations.joined(separator: "; ")))")")
+        context.logPeer(.info, "link \(handle): peripheral asked for \(asked): \(accepted ? "accepted" : "rejected (\(asked.coreViolations.joined(separator: "; ")))")",
+                        handle: handle)
         if accepted {
             context.hci.send(.leConnectionUpdate(handle: handle, intervalMin: min, intervalMax: max, latency: latency, timeout: timeout),
                              completion: nil)

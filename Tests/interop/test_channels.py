@@ -225,6 +225,54 @@ def test_an_echo_that_can_never_go_holds_up_no_other_channel(blemu_factory):
     assert len(dropped) == 1, blemu.log_tail()
 
 
+# Docs/REFERENCE.md, Budgets: lines a peer sets the pace of, 10 a minute for a device's links.
+PEER_LINE_BUDGET = 10
+
+
+def test_a_flood_of_refused_channel_requests_logs_within_the_budget(blemu_factory):
+    """A central that sends 2,000 LE Credit Based Connection Requests (4.22) and 1,000 enhanced
+    ones (4.25) to an SPSM nobody serves gets each refused (0x0002, SPSM not supported) but costs
+    the log at most the budget's ten lines; the rest are counted (the Diagnostics value's
+    `log_lines_left_out`; the next line past the minute says how many, as the unit tests check)."""
+    from test_controller_recovery import read_diagnostics
+    blemu = blemu_factory.start(unique_name("FL"), devices=["channel-echo"])
+    refusals: list[int] = []
+
+    async def scenario():
+        async with central_on(blemu, "coc-flood", discover=True) as conn:
+            connection = conn.connection
+            manager = connection.device.l2cap_channel_manager
+            answered = manager.on_control_frame
+
+            def on_control_frame(connection_, cid, frame):
+                if isinstance(frame, (l2cap.L2CAP_LE_Credit_Based_Connection_Response, l2cap.L2CAP_Credit_Based_Connection_Response)):
+                    refusals.append(int(frame.result))
+                    return None
+                return answered(connection_, cid, frame)
+            manager.on_control_frame = on_control_frame
+            for n in range(2000):
+                identifier = n % 255 + 1
+                manager.send_control_frame(connection, l2cap.L2CAP_LE_SIGNALING_CID, l2cap.L2CAP_LE_Credit_Based_Connection_Request(
+                    identifier=identifier, le_psm=0x00F0, source_cid=0x0040, mtu=23, mps=23, initial_credits=1))
+                if n % 2 == 0:
+                    manager.send_control_frame(connection, l2cap.L2CAP_LE_SIGNALING_CID, l2cap.L2CAP_Credit_Based_Connection_Request(
+                        identifier=identifier, spsm=0x00F0, mtu=64, mps=64, initial_credits=1, source_cid=[0x0040, 0x0041]))
+                if n % 50 == 49:
+                    await asyncio.sleep(0)
+            # The read is answered after every request before it on the link.
+            diagnostics = await read_diagnostics(conn)
+            deadline = asyncio.get_running_loop().time() + 10
+            while len(refusals) < 3000 and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.1)
+            return diagnostics
+    diagnostics = run(scenario(), timeout=120)
+    assert len(refusals) == 3000 and set(refusals) == {0x0002}, (len(refusals), set(refusals))
+    lines = [line for line in blemu.log_path.read_text(errors="replace").splitlines()
+             if "credit based connection" in line and "refused" in line]
+    assert 1 <= len(lines) <= PEER_LINE_BUDGET + 1, f"{len(lines)} lines about refused requests:\n" + "\n".join(lines[:20])
+    assert diagnostics["log_lines_left_out"] >= 3000 - PEER_LINE_BUDGET, diagnostics
+
+
 def test_a_disconnection_request_for_no_channel_is_rejected_with_our_endpoint_first(echo):
     """Vol 3, Part A, 4.1: Command Reject, 0x0002 Invalid CID in request, carries the local
     endpoint and then the remote one, as the rejecting side sees them; a Disconnection Request's
