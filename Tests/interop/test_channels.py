@@ -232,7 +232,8 @@ PEER_LINE_BUDGET = 10
 def test_a_flood_of_refused_channel_requests_logs_within_the_budget(blemu_factory):
     """A central that sends 2,000 LE Credit Based Connection Requests (4.22) and 1,000 enhanced
     ones (4.25) to an SPSM nobody serves gets each refused (0x0002, SPSM not supported) but costs
-    the log at most the budget's ten lines; the rest are counted (the Diagnostics value's
+    the log at most the budget's ten lines (each request's line comes whether or not its answer
+    found room); the rest are counted (the Diagnostics value's
     `log_lines_left_out`; the next line past the minute says how many, as the unit tests check)."""
     from test_controller_recovery import read_diagnostics
     blemu = blemu_factory.start(unique_name("FL"), devices=["channel-echo"])
@@ -266,10 +267,13 @@ def test_a_flood_of_refused_channel_requests_logs_within_the_budget(blemu_factor
                 await asyncio.sleep(0.1)
             return diagnostics
     diagnostics = run(scenario(), timeout=120)
-    assert len(refusals) == 3000 and set(refusals) == {0x0002}, (len(refusals), set(refusals))
-    lines = [line for line in blemu.log_path.read_text(errors="replace").splitlines()
-             if "credit based connection" in line and "refused" in line]
+    # Every answer is a refusal; on a slow link some answers may be dropped by HCI's hard cap of
+    # 64 PDUs queued per link (its `link transmit queue full` lines have a budget too).
+    assert refusals and set(refusals) == {0x0002}, (len(refusals), set(refusals))
+    log = blemu.log_path.read_text(errors="replace").splitlines()
+    lines = [line for line in log if "credit based connection" in line and "refused" in line]
     assert 1 <= len(lines) <= PEER_LINE_BUDGET + 1, f"{len(lines)} lines about refused requests:\n" + "\n".join(lines[:20])
+    assert len([line for line in log if "transmit queue full" in line]) <= PEER_LINE_BUDGET + 1
     assert diagnostics["log_lines_left_out"] >= 3000 - PEER_LINE_BUDGET, diagnostics
 
 
