@@ -207,6 +207,7 @@ public final class BenchSession {
             io.onClosed = { [unowned self] reason in
                 if result == nil { stop(failure: "the L2CAP channel to SPSM \(Hex.word(plan.psm)) closed: \(reason)", stalled: true) }
             }
+            io.onFailure = { [unowned self] in stop(failure: $0) }
             if link.openChannel(spsm: plan.psm, parameters: channelParameters, delegate: io) == nil {
                 stop(failure: "cannot ask for a channel to SPSM \(Hex.word(plan.psm))")
             }
@@ -240,6 +241,7 @@ public final class BenchSession {
         device.channelIO?.onClosed = { [unowned self] reason in
             if result == nil { stop(failure: "the L2CAP channel closed: \(reason)", stalled: true) }
         }
+        device.channelIO?.onFailure = { [unowned self] in stop(failure: $0) }
         stack.onFatal = { [unowned self] in stop(failure: $0) }
         let configuration = PeripheralConfiguration(name: "blemu bench", address: plan.address, controller: spec.description)
         do { try stack.add(device: device, configuration: configuration) } catch { throw StackFailure("bench device: \(error)") }

@@ -27,6 +27,8 @@ public final class BenchChannelIO: BenchPacketIO, CreditBasedChannelDelegate {
     private var frame: [UInt8] = []
     public var onOpened: ((CreditBasedChannel) -> Void)?
     public var onClosed: ((ChannelCloseReason) -> Void)?
+    /// The channel opened but the run cannot go on it: the packets are longer than the peer's MTU.
+    public var onFailure: ((String) -> Void)?
 
     public init(runner: BenchRunner) {
         self.runner = runner
@@ -49,6 +51,12 @@ public final class BenchChannelIO: BenchPacketIO, CreditBasedChannelDelegate {
         guard self.channel == nil else { return channel.disconnect() }  // one channel per run
         self.channel = channel
         onOpened?(channel)
+        // Each packet is one SDU, which the peer's MTU bounds (Vol 3, Part A, 3.4.3): a sender
+        // whose packets are longer could never send one, and would wait for room that never comes.
+        if runner.isSender, runner.packetSize > Int(channel.peerMTU) {
+            return (onFailure ?? { _ in channel.disconnect() })(
+                "--size \(runner.packetSize) does not fit the peer's L2CAP MTU \(channel.peerMTU): each packet is one SDU")
+        }
         runner.ioIsReady()
     }
 

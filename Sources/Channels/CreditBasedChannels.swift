@@ -291,8 +291,9 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
     private func leConnectionRequested(_ request: LECreditBasedConnectionRequest, identifier: UInt8) {
         func refuse(_ result: CreditBasedResult) {
             send(LECreditBasedConnectionResponse.refused(result), identifier: identifier)
-            link.context.logger.info("L2CAP: LE credit based connection to SPSM \(Hex.word(request.spsm)) refused: \(result)",
-                                     metadata: [LogKey.connHandle: "\(link.handle)"])
+            // The peer sets the pace of its requests: the line is under the links' budget.
+            link.context.logPeer(.info, "L2CAP: LE credit based connection to SPSM \(Hex.word(request.spsm)) refused: \(result)",
+                                 handle: link.handle)
         }
         guard request.mtu >= CreditBasedLimits.leMinimumMTU, CreditBasedLimits.mpsRange.contains(request.mps) else {
             return refuse(.unacceptableParameters)
@@ -334,17 +335,16 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
             // Too few bytes for the fixed fields: not understood. Else the CIDs are wrong in
             // number: all refused, Invalid parameters.
             guard command.data.count >= 8 else { return link.sendSignaling(.commandReject(identifier: command.identifier)) }
-            return send(CreditBasedConnectionResponse.refused(.invalidParameters, channels: (command.data.count - 8) / 2),
-                        identifier: command.identifier)
+            return refuseEnhanced(spsm: nil, .invalidParameters, channels: (command.data.count - 8) / 2, identifier: command.identifier)
         }
         let asked = request.sourceCIDs.count
         guard request.mtu >= CreditBasedLimits.enhancedMinimum, request.mps >= CreditBasedLimits.enhancedMinimum,
               request.mps <= CreditBasedLimits.mpsRange.upperBound else {
-            return send(CreditBasedConnectionResponse.refused(.invalidParameters, channels: asked), identifier: command.identifier)
+            return refuseEnhanced(spsm: request.spsm, .invalidParameters, channels: asked, identifier: command.identifier)
         }
         let server: ChannelServer
         switch admit(spsm: request.spsm) {
-        case .failure(let result): return send(CreditBasedConnectionResponse.refused(result, channels: asked), identifier: command.identifier)
+        case .failure(let result): return refuseEnhanced(spsm: request.spsm, result, channels: asked, identifier: command.identifier)
         case .success(let found): server = found
         }
         var result = CreditBasedResult.success
@@ -372,21 +372,32 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
         let local = server.parameters
         send(CreditBasedConnectionResponse(mtu: local.mtu, mps: local.mps, initialCredits: local.initialCredits,
                                            result: result.rawValue, destinationCIDs: destinations), identifier: command.identifier)
+        if opened.count < asked {
+            link.context.logPeer(.info, "L2CAP: credit based connection to SPSM \(Hex.word(request.spsm)): \(asked - opened.count) of \(asked) channels refused: \(result)",
+                                 handle: link.handle)
+        }
         for (channel, source) in opened {
             channel.state = .connecting
             channel.opened(remoteCID: source, peerMTU: request.mtu, peerMPS: request.mps, credits: request.initialCredits)
         }
     }
 
+    /// Every channel of an enhanced request refused with `result` (4.26), and a line under the
+    /// links' budget, since the peer sets the pace of its requests.
+    private func refuseEnhanced(spsm: UInt16?, _ result: CreditBasedResult, channels: Int, identifier: UInt8) {
+        send(CreditBasedConnectionResponse.refused(result, channels: channels), identifier: identifier)
+        link.context.logPeer(.info, "L2CAP: credit based connection\(spsm.map { " to SPSM \(Hex.word($0))" } ?? "") refused: \(result)",
+                             handle: link.handle)
+    }
+
     /// Vol 3, Part A, 4.6 and 4.7: the peer closes a channel; one we do not have gets a Command
-    /// Reject, Invalid CID in request (4.1, reason 0x0002).
+    /// Reject, Invalid CID in request (4.1, reason 0x0002), whose data is our endpoint (the
+    /// request's Destination CID) and then the peer's (its Source CID).
     private func disconnectionRequested(_ request: DisconnectionRequest, identifier: UInt8) {
         guard let channel = channel(localCID: request.destinationCID), channel.remoteCID == request.sourceCID,
               channel.state != .connecting else {
-            var data: [UInt8] = []
-            data.appendLE(request.sourceCID)
-            data.appendLE(request.destinationCID)
-            return link.sendSignaling(.commandReject(identifier: identifier, reason: 0x0002, data: data))
+            return link.sendSignaling(.invalidCIDReject(identifier: identifier, localCID: request.destinationCID,
+                                                        remoteCID: request.sourceCID))
         }
         send(DisconnectionResponse(destinationCID: request.destinationCID, sourceCID: request.sourceCID), identifier: identifier)
         channel.ended(.disconnectedByPeer)

@@ -210,7 +210,11 @@ public final class HCIHost {
     @discardableResult
     public func send(_ command: HCICommand, completion: ((CommandResult) -> Void)? = nil) -> Bool {
         guard commandQueue.count < Self.maxQueuedCommands else {
-            logger.error("HCI command queue full: \(command.name) not sent")
+            // A peer can fill it (a peripheral's Connection Parameter Update Requests, each asked
+            // of the controller): the line has the budget of the other refusals.
+            if let leftOut = transmitLog.take(now: scheduler.nowNanoseconds, for: logger) {
+                logger.error("HCI command queue full: \(command.name) not sent\(LogBudget.note(leftOut))")
+            }
             completion?(.cancelled)
             return false
         }

@@ -210,8 +210,11 @@ final class DeviceLinks {
                 hci.send(.leRemoteConnectionParameterRequestReply(handle: handle, intervalMin: intervalMin,
                                                                   intervalMax: intervalMax, latency: latency, timeout: timeout))
             } else {
-                logger.info("refused connection parameters: \(asked.coreViolations.joined(separator: "; "))",
-                            metadata: [LogKey.connHandle: "\(handle)"])
+                // The central sets the pace of its requests (Vol 6, Part B, 5.1.7): a budget.
+                if let leftOut = linkLog.take(now: scheduler.nowNanoseconds, for: logger) {
+                    logger.info("refused connection parameters: \(asked.coreViolations.joined(separator: "; "))\(LogBudget.note(leftOut))",
+                                metadata: [LogKey.connHandle: "\(handle)"])
+                }
                 hci.send(.leRemoteConnectionParameterRequestNegativeReply(handle: handle))
             }
         case let .leDataLengthChange(handle, maxTx, _, maxRx, _):

@@ -37,10 +37,22 @@ public final class L2CAPLinkContext {
         frame.reserveCapacity(4 + L2CAPReassembler.defaultMaxPDU)
     }
 
-    public func warnPeer(_ message: @autoclosure () -> String, handle: UInt16) {
+    /// A line whose pace a peer sets (an error it made, a request of its own refused), under
+    /// `peerLog`: ten a minute on stderr for all the links, then counted and said on the next
+    /// line; in the journal every line reaches its flood budget, per line of code (the caller's,
+    /// passed on).
+    public func logPeer(_ level: Logger.Level, _ message: @autoclosure () -> String, handle: UInt16,
+                        file: String = #fileID, function: String = #function, line: UInt = #line) {
         if let leftOut = peerLog.take(now: scheduler.nowNanoseconds, for: logger) {
-            logger.warning("\(message())\(LogBudget.note(leftOut))", metadata: [LogKey.connHandle: "\(handle)"])
+            logger.log(level: level, "\(message())\(LogBudget.note(leftOut))", metadata: [LogKey.connHandle: "\(handle)"],
+                       file: file, function: function, line: line)
         }
+    }
+
+    /// `logPeer` at warning level: what a peer sent wrong.
+    public func warnPeer(_ message: @autoclosure () -> String, handle: UInt16,
+                         file: String = #fileID, function: String = #function, line: UInt = #line) {
+        logPeer(.warning, message(), handle: handle, file: file, function: function, line: line)
     }
 }
 
@@ -184,8 +196,8 @@ public final class L2CAPLink: ACLReceiver {
             self.reassemblyTimer = nil
             guard self.reassembler.isIncomplete else { return }
             self.reassembler.reset()
-            self.context.logger.warning("L2CAP: incomplete PDU dropped after \(L2CAPLinkContext.reassemblyTimeout) without its last fragment",
-                                        metadata: [LogKey.connHandle: "\(self.handle)"])
+            self.context.warnPeer("L2CAP: incomplete PDU dropped after \(L2CAPLinkContext.reassemblyTimeout) without its last fragment",
+                                  handle: self.handle)
         }
         reassemblyExpired = action
         return action
@@ -284,9 +296,11 @@ public final class L2CAPLink: ACLReceiver {
             let channels = max(0, (command.data.count - 8) / 2)
             send(.creditBasedConnectionRefused(identifier: command.identifier, channels: channels))
         case SignalingCode.disconnectionRequest where command.data.count == 4:
-            // No dynamic channel exists: Invalid CID in request, echoing the two CIDs (4.1).
-            let cids = Array(command.data)
-            send(.commandReject(identifier: command.identifier, reason: 0x0002, data: [cids[2], cids[3], cids[0], cids[1]]))
+            // No dynamic channel exists: Invalid CID in request (4.1), our endpoint (the
+            // request's Destination CID, 4.6) first, then the peer's (its Source CID).
+            var reader = ByteReader(command.data)
+            guard let destination = try? reader.u16(), let source = try? reader.u16() else { return }
+            send(.invalidCIDReject(identifier: command.identifier, localCID: destination, remoteCID: source))
         default:
             // Vol 3, Part A, 4.20: "If an LE Peripheral Host receives a Connection Parameter
             // Update Request packet it shall respond with a Command Reject packet with reason
@@ -308,7 +322,8 @@ public final class L2CAPLink: ACLReceiver {
         var result: [UInt8] = []
         result.appendLE(UInt16(accepted ? 0x0000 : 0x0001))
         send(SignalingCommand(code: SignalingCode.connectionParameterUpdateResponse, identifier: command.identifier, data: result[...]))
-        context.logger.info("link \(handle): peripheral asked for \(asked): \(accepted ? "accepted" : "rejected (\(asked.coreViolations.joined(separator: "; ")))")")
+        context.logPeer(.info, "link \(handle): peripheral asked for \(asked): \(accepted ? "accepted" : "rejected (\(asked.coreViolations.joined(separator: "; ")))")",
+                        handle: handle)
         if accepted {
             context.hci.send(.leConnectionUpdate(handle: handle, intervalMin: min, intervalMax: max, latency: latency, timeout: timeout),
                              completion: nil)

@@ -67,6 +67,17 @@ public struct SignalingCommand: Equatable {
         return SignalingCommand(code: SignalingCode.commandReject, identifier: identifier, data: d[...])
     }
 
+    /// Vol 3, Part A, 4.1: Command Reject, reason 0x0002 Invalid CID in request. Its data is the
+    /// local endpoint, then the remote endpoint, as the side that rejects sees them. For a
+    /// Disconnection Request (4.6) the local endpoint is the request's Destination CID ("the
+    /// channel endpoint on the device receiving this request") and the remote one its Source CID.
+    public static func invalidCIDReject(identifier: UInt8, localCID: UInt16, remoteCID: UInt16) -> SignalingCommand {
+        var cids: [UInt8] = []
+        cids.appendLE(localCID)
+        cids.appendLE(remoteCID)
+        return commandReject(identifier: identifier, reason: 0x0002, data: cids)
+    }
+
     /// Vol 3, Part A, 4.20: interval min/max (1.25 ms), latency, timeout (10 ms).
     public static func connectionParameterUpdateRequest(identifier: UInt8, intervalMin: UInt16, intervalMax: UInt16,
                                                         latency: UInt16, timeout: UInt16) -> SignalingCommand {

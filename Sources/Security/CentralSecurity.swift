@@ -95,6 +95,8 @@ public final class CentralSecurity {
     public var display: (_ message: String) -> Void = { _ in }
 
     private let scheduler: TimerScheduling
+    /// Lines whose pace the peripheral sets (its Security Requests).
+    private var peerLog = LogBudget()
     private let logger: Logger
     private let makeRandom: () -> any RandomNumberGenerator
     private var links: [UInt16: Link] = [:]
@@ -309,7 +311,10 @@ public final class CentralSecurity {
             startEncryption(link.handle, key)
         case .securityRequested(let requirements):
             // 2.4.6: encrypt with the bond when it is strong enough, else pair with these requirements.
-            logger.info("\(link.peer.address) asks for security (Security Request)", metadata: metadata(link))
+            // The peripheral sets the pace of its Security Requests: the line has a budget.
+            if let leftOut = peerLog.take(now: scheduler.nowNanoseconds, for: logger) {
+                logger.info("\(link.peer.address) asks for security (Security Request)\(LogBudget.note(leftOut))", metadata: metadata(link))
+            }
             guard link.waiting.isEmpty, !link.security.isEncrypted || (requirements.mitm && !link.security.isAuthenticated) else { return }
             link.waiting.append { _ in }
             if let bond = bonds.bond(for: link.peer), bond.authenticated || !requirements.mitm {

@@ -376,12 +376,15 @@ public final class PeripheralSecurity {
             // gave in LE Long Term Key Request Reply. No key was given on this link (none was
             // asked for, or the answer was a negative reply), so the controller's word cannot
             // be right: the link stays as it was, and nothing that needs encryption is served.
-            logger.warning("link with \(link.peer.address): the controller reports \(what) without a key given for it; not treated as encrypted",
-                           metadata: metadata(link))
+            if let leftOut {
+                logger.warning("link with \(link.peer.address): the controller reports \(what) without a key given for it; not treated as encrypted\(LogBudget.note(leftOut))",
+                               metadata: metadata(link))
+            }
             return
         }
         let (security, difference) = LinkSecurity.encrypted(with: keyInUse, controllerKeySize: keySize)
-        if let difference {
+        if let difference, leftOut != nil {
+            // The outcome line below carries the count of lines left out before.
             logger.warning("link with \(link.peer.address): \(difference)", metadata: metadata(link))
         }
         link.security = security

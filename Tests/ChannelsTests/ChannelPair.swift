@@ -75,8 +75,8 @@ final class ChannelPair {
     let centralChannels: CreditBasedChannels
     let peripheralChannels: CreditBasedChannels
 
-    init(channelLimit: Int = CreditBasedChannels.defaultChannelLimit, receiveBudget: Int = CreditBasedChannels.defaultReceiveBudget) {
-        let logger = Logger(label: "channels-test", factory: { _ in SwiftLogNoOpLogHandler() })
+    init(channelLimit: Int = CreditBasedChannels.defaultChannelLimit, receiveBudget: Int = CreditBasedChannels.defaultReceiveBudget,
+         logger: Logger = Logger(label: "channels-test", factory: { _ in SwiftLogNoOpLogHandler() })) {
         central = L2CAPLink(handle: 0x0001, role: .central, context: L2CAPLinkContext(hci: centralLower, scheduler: scheduler, logger: logger))
         peripheral = L2CAPLink(handle: 0x0001, role: .peripheral,
                                context: L2CAPLinkContext(hci: peripheralLower, scheduler: scheduler, logger: logger))
@@ -120,4 +120,21 @@ final class ChannelPair {
 
     /// The last command the peripheral's side sent.
     var peripheralAnswer: SignalingCommand? { peripheralLower.signaling.last }
+}
+
+/// The lines a logger wrote, for tests that count what a peer can make a link say.
+final class CapturedLog: @unchecked Sendable {
+    var lines: [String] = []
+    var logger: Logger { Logger(label: "captured", factory: { _ in Handler(log: self) }) }
+
+    struct Handler: LogHandler {
+        let log: CapturedLog
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+        func log(event: LogEvent) { log.lines.append("\(event.level) \(event.message)") }
+    }
 }

@@ -2,6 +2,7 @@ import Testing
 import BlemuChannels
 import BlemuCore
 import BlemuL2CAP
+import Logging
 
 /// A hostile central: thousands of random credit based commands (well-formed with random
 /// fields, or random bytes) and K-frames on the dynamic CIDs, into a link serving two SPSMs. The
@@ -24,6 +25,35 @@ import BlemuL2CAP
         #expect(frames.count == (5000 + 2 + Int(ChannelParameters.largestMPS) - 1) / Int(ChannelParameters.largestMPS))
         #expect(frames.allSatisfy { $0.count <= Int(ChannelParameters.largestMPS) })
         #expect(frames.reduce(0) { $0 + $1.count } == 5002)
+    }
+
+    /// Refused requests come at the pace the peer sets: 2,000 LE and 2,000 enhanced requests to
+    /// an SPSM nobody serves are each refused (0x0002), but the log gets the links' budget of
+    /// ten lines (Docs/REFERENCE.md, Budgets); a minute on, the next line says how many it left out.
+    @Test func refusedRequestsAreLoggedWithinTheBudget() throws {
+        let log = CapturedLog()
+        let pair = ChannelPair(logger: log.logger)
+        for n in 0..<2000 {
+            let identifier = UInt8(n % 255 + 1)
+            pair.centralSends(LECreditBasedConnectionRequest(spsm: 0x00F0, sourceCID: 0x0040, mtu: 23, mps: 23, initialCredits: 1)
+                .command(identifier: identifier))
+            pair.centralSends(CreditBasedConnectionRequest(spsm: 0x00F0, mtu: 64, mps: 64, initialCredits: 1, sourceCIDs: [0x0040, 0x0041])
+                .command(identifier: identifier))
+        }
+        let answers = pair.peripheralLower.signaling
+        #expect(answers.filter { $0.code == 0x15 }.count == 2000)
+        #expect(answers.filter { $0.code == 0x18 }.count == 2000)
+        #expect(try answers.filter { $0.code == 0x15 }.allSatisfy { try LECreditBasedConnectionResponse(data: $0.data).result == 0x0002 })
+        let refusals = log.lines.filter { $0.contains("refused") }
+        #expect(refusals.count == 10)
+        #expect(refusals.first?.lowercased().contains("spsm 0x00f0 refused") == true)
+        #expect(pair.peripheral.context.peerLog.leftOutTotal == 3990)
+
+        pair.scheduler.advance(by: .seconds(61))
+        pair.centralSends(LECreditBasedConnectionRequest(spsm: 0x00F0, sourceCID: 0x0040, mtu: 23, mps: 23, initialCredits: 1)
+            .command(identifier: 1))
+        #expect(log.lines.count == 11)
+        #expect(log.lines.last?.contains("(3990 similar lines left out)") == true)
     }
 
     @Test func randomCommandsAndFramesKeepTheLinkBounded() {

@@ -339,13 +339,23 @@ import BlemuL2CAP
         #expect(!clientEnd.send([1]))
     }
 
+    /// Vol 3, Part A, 4.1: Invalid CID in request carries the local endpoint, then the remote
+    /// one, as the rejecting side sees them: for a Disconnection Request its Destination CID (ours,
+    /// 4.6), then its Source CID (the peer's).
     @Test func disconnectingAnUnknownChannelIsRejectedWithInvalidCID() throws {
-        _ = try open()
+        let (_, serverEnd) = try open()
         pair.centralSends(DisconnectionRequest(destinationCID: 0x0077, sourceCID: 0x0040).command(identifier: 5))
         let answer = try #require(pair.peripheralAnswer)
         #expect(answer.code == 0x01 && answer.identifier == 5)
-        #expect(Array(answer.data) == [0x02, 0x00, 0x40, 0x00, 0x77, 0x00])
+        #expect(Array(answer.data) == [0x02, 0x00, 0x77, 0x00, 0x40, 0x00])
         #expect(pair.peripheralChannels.channels.count == 1)
+        // Our channel's CID with a Source CID that is not its peer's: rejected too, ours first.
+        let ours = serverEnd.localCID
+        pair.centralSends(DisconnectionRequest(destinationCID: ours, sourceCID: 0x0066).command(identifier: 6))
+        let second = try #require(pair.peripheralAnswer)
+        #expect(second.identifier == 6)
+        #expect(Array(second.data) == [0x02, 0x00, UInt8(ours & 0xFF), UInt8(ours >> 8), 0x66, 0x00])
+        #expect(serverEnd.state == .open)
     }
 
     @Test func aClosingLinkClosesItsChannels() throws {

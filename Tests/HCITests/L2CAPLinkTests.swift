@@ -36,9 +36,8 @@ import Logging
 
     init() { self.init(role: .peripheral) }
 
-    init(role: LinkRole) {
-        let context = L2CAPLinkContext(hci: lower, scheduler: scheduler,
-                                       logger: Logger(label: "l2cap-test", factory: { _ in SwiftLogNoOpLogHandler() }))
+    init(role: LinkRole, logger: Logger = Logger(label: "l2cap-test", factory: { _ in SwiftLogNoOpLogHandler() })) {
+        let context = L2CAPLinkContext(hci: lower, scheduler: scheduler, logger: logger)
         link = L2CAPLink(handle: 0x0040, role: role, context: context)
         let received = self.received
         link.register(cid: L2CAPChannel.att) { received.att.append(Array($0)) }
@@ -130,14 +129,54 @@ import Logging
     }
 
     /// Both roles answer a Disconnection Request for a channel that does not exist with Invalid
-    /// CID (4.1, reason 0x0002), echoing the CIDs; a credit based request is refused (4.23).
+    /// CID (4.1, reason 0x0002); a credit based request is refused (4.23).
     @Test(arguments: [LinkRole.central, .peripheral])
     func noDynamicChannelInEitherRole(role: LinkRole) {
         let test = L2CAPLinkTests(role: role)
         test.receive(test.frame(cid: L2CAPChannel.leSignaling, [0x06, 0x03, 0x04, 0x00, 0x40, 0x00, 0x41, 0x00]))
         test.receive(test.frame(cid: L2CAPChannel.leSignaling, [0x14, 0x04, 0x0A, 0x00, 0x80, 0x00, 0x40, 0x00, 0x17, 0x00, 0x17, 0x00, 0x01, 0x00]))
-        #expect(test.lower.signaling == [.commandReject(identifier: 0x03, reason: 0x0002, data: [0x41, 0x00, 0x40, 0x00]),
+        #expect(test.lower.signaling == [.commandReject(identifier: 0x03, reason: 0x0002, data: [0x40, 0x00, 0x41, 0x00]),
                                          .leCreditBasedConnectionRefused(identifier: 0x04)])
+    }
+
+    /// Vol 3, Part A, 4.1: the data of Invalid CID in request is the local endpoint, then the
+    /// remote one, as the rejecting side sees them; a Disconnection Request's Destination CID is
+    /// "the channel endpoint on the device receiving this request" (4.6), so it comes first.
+    /// Destination 0x0052, Source 0x0047: the reject's data is 52 00 47 00, byte for byte.
+    @Test func anInvalidCIDRejectNamesOurEndpointFirst() {
+        receive(frame(cid: L2CAPChannel.leSignaling, [0x06, 0x09, 0x04, 0x00, 0x52, 0x00, 0x47, 0x00]))
+        #expect(lower.frames.map(\.pdu) == [[0x0A, 0x00, 0x05, 0x00, 0x01, 0x09, 0x06, 0x00, 0x02, 0x00, 0x52, 0x00, 0x47, 0x00]])
+        // A Disconnection Request of another length is not understood (reason 0x0000).
+        receive(frame(cid: L2CAPChannel.leSignaling, [0x06, 0x0A, 0x03, 0x00, 0x52, 0x00, 0x47]))
+        #expect(lower.signaling.last == .commandReject(identifier: 0x0A))
+    }
+
+    /// A peripheral sets the pace of its Connection Parameter Update Requests (4.20): each is
+    /// answered, but the central's log gets the links' budget of ten lines a minute, the rest
+    /// counted (Docs/REFERENCE.md, Budgets).
+    @Test func aFloodOfParameterRequestsIsLoggedWithinTheBudget() {
+        final class Lines: @unchecked Sendable { var lines: [String] = [] }
+        struct Handler: LogHandler {
+            let sink: Lines
+            var metadata: Logger.Metadata = [:]
+            var logLevel: Logger.Level = .trace
+            subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+                get { metadata[key] }
+                set { metadata[key] = newValue }
+            }
+            func log(event: LogEvent) { sink.lines.append(event.message.description) }
+        }
+        let sink = Lines()
+        let test = L2CAPLinkTests(role: .central, logger: Logger(label: "captured", factory: { _ in Handler(sink: sink) }))
+        for n in 0..<500 {
+            test.receive(test.frame(cid: L2CAPChannel.leSignaling, [0x12, UInt8(n % 255 + 1), 0x08, 0x00, 0x18, 0x00, 0x28, 0x00, 0x00, 0x00, 0xF4, 0x01]))
+        }
+        #expect(test.lower.signaling.filter { $0.code == SignalingCode.connectionParameterUpdateResponse }.count == 500)
+        #expect(sink.lines.count == 10)
+        #expect(test.link.context.peerLog.leftOutTotal == 490)
+        test.scheduler.advance(by: .seconds(61))
+        test.receive(test.frame(cid: L2CAPChannel.leSignaling, [0x12, 0x01, 0x08, 0x00, 0x18, 0x00, 0x28, 0x00, 0x00, 0x00, 0xF4, 0x01]))
+        #expect(sink.lines.last?.hasSuffix("(490 similar lines left out)") == true)
     }
 
     @Test func theParameterRequestOfAPeripheralWaitsForItsAnswer() {

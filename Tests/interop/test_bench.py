@@ -94,9 +94,9 @@ def blemu_bench(rootcanal, role: str, mode: str, scenario: str, *, peer: str | N
 
 
 def bumble_bench(rootcanal, role: str, mode: str, scenario: str, *, peer: str | None = None,
-                 packets: int = PACKETS, size: int = SIZE) -> Side:
+                 packets: int = PACKETS, size: int = SIZE, options: tuple[str, ...] = ()) -> Side:
     args = [sys.executable, "-c", BUMBLE_BENCH_FIXED, "--mode", mode, "--scenario", scenario, "--packet-count", str(packets),
-            "--packet-size", str(size), role]
+            "--packet-size", str(size), *options, role]
     if peer:
         args += ["--peripheral", peer]
     args.append(f"tcp-client:127.0.0.1:{rootcanal.hci_port}")
@@ -263,3 +263,22 @@ def test_a_mismatched_pair_fails_saying_what_each_end_waited_for(rootcanal):
         in central.stderr, central.output()
     assert "disconnected before the run ended; this receive end got 1 packet, none flagged LAST" in peripheral.stderr, \
         peripheral.output()
+
+
+def test_packets_longer_than_the_peers_channel_mtu_end_the_run_at_once(rootcanal):
+    """Each packet is one SDU, which the peer's MTU bounds (Vol 3, Part A, 3.4.3): against a
+    bumble-bench whose channel takes SDUs of 64 bytes, `--size 120` could never send one, so
+    blemu says so as soon as the channel opens, instead of waiting out its --timeout."""
+    peripheral = bumble_bench(rootcanal, "peripheral", "l2cap-server", "receive", options=("--l2cap-mtu", "64"))
+    time.sleep(1.0)
+    started = time.monotonic()
+    central = blemu_bench(rootcanal, "central", "l2cap-client", "send", peer=BUMBLE_PERIPHERAL)
+    try:
+        status = central.wait(40)
+    finally:
+        central.stop()
+        peripheral.stop()
+    elapsed = time.monotonic() - started
+    assert status != 0, central.output()
+    assert "--size 120 does not fit the peer's L2CAP MTU 64" in central.stdout + central.stderr, central.output()
+    assert elapsed < 20, f"the run took {elapsed:.0f} s:\n{central.output()}"

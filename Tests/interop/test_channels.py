@@ -193,3 +193,110 @@ def test_the_control_socket_lists_a_channel_stalls_its_credits_and_drops_it(blem
             refused = await control.request("fault", device="channel-echo", action="drop-channel", cid=cid)
             assert refused["ok"] is False and "no open L2CAP channel" in refused["error"], refused
     run(scenario(), timeout=90)
+
+
+def test_an_echo_that_can_never_go_holds_up_no_other_channel(blemu_factory):
+    """An SDU longer than the peer's MTU can never be echoed (Vol 3, Part A, 3.4.3: an SDU is at
+    most the receiver's MTU): channel-echo drops it with a line, and every other channel, on
+    another central's link or on the same one, goes on echoing; so does the small channel itself
+    with what fits, and the others after the first central left."""
+    blemu = blemu_factory.start(unique_name("EB"), devices=["channel-echo"])
+
+    async def scenario():
+        async with central_on(blemu, "coc-small", discover=True) as small:
+            # 23, the smallest LE MTU (4.22): blemu may send this channel SDUs of at most 23 bytes.
+            tiny, tiny_received = await open_channel(small, mtu=23, mps=23)
+            tiny.write(bytes(range(100)))
+            async with central_on(blemu, "coc-other", discover=True) as other:
+                channel, received = await open_channel(other)
+                channel.write(b"from the other central")
+                assert await asyncio.wait_for(received.get(), 10) == b"from the other central"
+                second, second_received = await open_channel(small)
+                second.write(b"same link, another channel")
+                assert await asyncio.wait_for(second_received.get(), 10) == b"same link, another channel"
+                tiny.write(b"fits in 23")
+                assert await asyncio.wait_for(tiny_received.get(), 10) == b"fits in 23"
+                await small.disconnect()
+                channel.write(b"after the first central left")
+                assert await asyncio.wait_for(received.get(), 10) == b"after the first central left"
+    run(scenario(), timeout=90)
+    dropped = [line for line in blemu.log_path.read_text(errors="replace").splitlines()
+               if "SDU of 100 bytes dropped, longer than the peer's MTU 23" in line]
+    assert len(dropped) == 1, blemu.log_tail()
+
+
+# Docs/REFERENCE.md, Budgets: lines a peer sets the pace of, 10 a minute for a device's links.
+PEER_LINE_BUDGET = 10
+
+
+def test_a_flood_of_refused_channel_requests_logs_within_the_budget(blemu_factory):
+    """A central that sends 2,000 LE Credit Based Connection Requests (4.22) and 1,000 enhanced
+    ones (4.25) to an SPSM nobody serves gets each refused (0x0002, SPSM not supported) but costs
+    the log at most the budget's ten lines (each request's line comes whether or not its answer
+    found room); the rest are counted (the Diagnostics value's
+    `log_lines_left_out`; the next line past the minute says how many, as the unit tests check)."""
+    from test_controller_recovery import read_diagnostics
+    blemu = blemu_factory.start(unique_name("FL"), devices=["channel-echo"])
+    refusals: list[int] = []
+
+    async def scenario():
+        async with central_on(blemu, "coc-flood", discover=True) as conn:
+            connection = conn.connection
+            manager = connection.device.l2cap_channel_manager
+            answered = manager.on_control_frame
+
+            def on_control_frame(connection_, cid, frame):
+                if isinstance(frame, (l2cap.L2CAP_LE_Credit_Based_Connection_Response, l2cap.L2CAP_Credit_Based_Connection_Response)):
+                    refusals.append(int(frame.result))
+                    return None
+                return answered(connection_, cid, frame)
+            manager.on_control_frame = on_control_frame
+            for n in range(2000):
+                identifier = n % 255 + 1
+                manager.send_control_frame(connection, l2cap.L2CAP_LE_SIGNALING_CID, l2cap.L2CAP_LE_Credit_Based_Connection_Request(
+                    identifier=identifier, le_psm=0x00F0, source_cid=0x0040, mtu=23, mps=23, initial_credits=1))
+                if n % 2 == 0:
+                    manager.send_control_frame(connection, l2cap.L2CAP_LE_SIGNALING_CID, l2cap.L2CAP_Credit_Based_Connection_Request(
+                        identifier=identifier, spsm=0x00F0, mtu=64, mps=64, initial_credits=1, source_cid=[0x0040, 0x0041]))
+                if n % 50 == 49:
+                    await asyncio.sleep(0)
+            # The read is answered after every request before it on the link.
+            diagnostics = await read_diagnostics(conn)
+            deadline = asyncio.get_running_loop().time() + 10
+            while len(refusals) < 3000 and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.1)
+            return diagnostics
+    diagnostics = run(scenario(), timeout=120)
+    # Every answer is a refusal; on a slow link some answers may be dropped by HCI's hard cap of
+    # 64 PDUs queued per link (its `link transmit queue full` lines have a budget too).
+    assert refusals and set(refusals) == {0x0002}, (len(refusals), set(refusals))
+    log = blemu.log_path.read_text(errors="replace").splitlines()
+    lines = [line for line in log if "credit based connection" in line and "refused" in line]
+    assert 1 <= len(lines) <= PEER_LINE_BUDGET + 1, f"{len(lines)} lines about refused requests:\n" + "\n".join(lines[:20])
+    assert len([line for line in log if "transmit queue full" in line]) <= PEER_LINE_BUDGET + 1
+    assert diagnostics["log_lines_left_out"] >= 3000 - PEER_LINE_BUDGET, diagnostics
+
+
+def test_a_disconnection_request_for_no_channel_is_rejected_with_our_endpoint_first(echo):
+    """Vol 3, Part A, 4.1: Command Reject, 0x0002 Invalid CID in request, carries the local
+    endpoint and then the remote one, as the rejecting side sees them; a Disconnection Request's
+    Destination CID is "the channel endpoint on the device receiving this request" (4.6). So a
+    request with Destination 0x0052 and Source 0x0047 gets data 52 00 47 00, as Linux (and TI's
+    stack, whose l2capInvalidCID_t is localCID = the Destination CID) answer."""
+    async def scenario():
+        async with central_on(echo, "coc-reject") as conn:
+            connection = conn.connection
+            manager = connection.device.l2cap_channel_manager
+            rejected = asyncio.get_running_loop().create_future()
+            original = manager.on_control_frame
+
+            def on_control_frame(connection_, cid, frame):
+                if isinstance(frame, l2cap.L2CAP_Command_Reject) and frame.identifier == 0x33:
+                    return rejected.done() or rejected.set_result(frame)
+                return original(connection_, cid, frame)
+            manager.on_control_frame = on_control_frame
+            manager.send_control_frame(connection, l2cap.L2CAP_LE_SIGNALING_CID, l2cap.L2CAP_Disconnection_Request(
+                identifier=0x33, destination_cid=0x0052, source_cid=0x0047))
+            frame = await asyncio.wait_for(rejected, 10)
+            assert int(frame.reason) == 0x0002 and bytes(frame.data) == bytes.fromhex("52004700"), frame
+    run(scenario(), timeout=60)
