@@ -619,15 +619,18 @@ final class GattRun {
 /// (then, while subscribed, on Ctrl-C, as `subscribe` does), or when the peripheral disconnects.
 /// A characteristic is named by UUID, value handle or name (`CharacteristicReference`; a name
 /// of several words in double quotes). At a terminal a prompt (`gatt> ` on stderr) says when
-/// the next command is taken; the terminal's own line editing applies, there is no history.
+/// the next command is taken, and the line is edited with libedit, with a history on the up
+/// and down arrows (`TerminalLines`), where the system has libedit; else the terminal's own
+/// line editing applies, without a history.
 final class GattShell {
     let run: GattRun
-    private var lines: StdinLines?
+    private var lines: LineSource?
     private var busy = false
     private var failures = 0
     private var quitting = false
-    /// stdin is a terminal: a person types, so a prompt says when the next line is read.
-    private let prompts = isatty(0) == 1
+    /// stdin is a terminal without libedit: a person types, so a prompt says when the next line
+    /// is read (with libedit, `TerminalLines` shows it).
+    private var prompts = isatty(0) == 1
     /// The prompt is out and no line came since: not shown twice.
     private var promptShown = false
 
@@ -643,10 +646,17 @@ final class GattShell {
     init(run: GattRun) { self.run = run }
 
     func start() {
-        let lines = StdinLines(loop: run.session.loop, logger: run.session.logger) { [self] line in
+        let onLine: (String) -> Void = { [self] line in
             promptShown = false
             handle(line)
             if !busy { showPrompt() }
+        }
+        let lines: LineSource
+        if let editor = TerminalLines.make(loop: run.session.loop, logger: run.session.logger, prompt: Self.prompt, onLine: onLine) {
+            prompts = false
+            lines = editor
+        } else {
+            lines = StdinLines(loop: run.session.loop, logger: run.session.logger, onLine: onLine)
         }
         lines.holdBack = { [self] in busy }
         lines.onEnd = { [self] in endOfInput() }

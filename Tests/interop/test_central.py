@@ -243,6 +243,60 @@ def test_gatt_shell_names_characteristics_by_name_and_handle_and_labels_several_
     assert [(v["uuid"], v["name"]) for v in json_lines(named)] == [("2A19", "Battery Level"), ("2A38", "Body Sensor Location")], named.stdout
 
 
+def test_gatt_shell_at_a_terminal_edits_lines_and_keeps_a_history(rootcanal, heart_rate):
+    """At a terminal (a pty here) the shell's lines are edited with libedit: a prompt on stderr
+    when the next command is taken, Backspace works, the up arrow brings the last line back; the
+    prompt and the echo stay off stdout, and the terminal has its modes back after `quit`."""
+    import os
+    import pty
+    import termios
+    if not any(os.path.exists(os.path.join(d, "libedit.so.2")) for d in ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib")):
+        pytest.fail("libedit2 (Debian's libedit2) is missing: scripts/setup installs it", pytrace=False)
+    controller, terminal = pty.openpty()
+    modes_before = termios.tcgetattr(terminal)
+    shell = subprocess.Popen([str(blemu_binary()), "gatt", "--controller", rootcanal.controller_spec, "--name", heart_rate.name,
+                              "shell"], stdin=terminal, stdout=subprocess.PIPE, stderr=terminal)
+    screen = bytearray()
+
+    def until(expected: bytes, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while expected not in screen:
+            ready, _, _ = select.select([controller], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready, f"no {expected!r} on the terminal: {bytes(screen)!r}"
+            screen.extend(os.read(controller, 4096))
+
+    def value() -> str:
+        ready, _, _ = select.select([shell.stdout], [], [], 30)
+        assert ready, f"no value on stdout; terminal: {bytes(screen)!r}"
+        return shell.stdout.readline().decode().rstrip("\n")
+
+    try:
+        until(b"gatt> ")
+        screen.clear()
+        os.write(controller, b"read 2A19\r")
+        assert value() == "100 %  [64]"
+        until(b"gatt> ")
+        screen.clear()
+        os.write(controller, b"rxx\x7f\x7fead 2A38\r")          # two typos taken back with Backspace
+        assert value() == "chest  [01]"
+        until(b"gatt> ")
+        screen.clear()
+        os.write(controller, b"\x1b[A\x1b[A\r")                 # up twice: the first line again
+        assert value() == "100 %  [64]"
+        until(b"gatt> ")
+        os.write(controller, b"quit\r")
+        assert shell.wait(15) == 0
+        assert shell.stdout.read() == b"", "the prompt or the echo reached stdout"
+        modes_after = termios.tcgetattr(terminal)
+        assert modes_after[3] & (termios.ICANON | termios.ECHO) == modes_before[3] & (termios.ICANON | termios.ECHO), \
+            "the terminal was left in raw mode"
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+        os.close(controller)
+        os.close(terminal)
+
+
 def test_two_advertisers_of_one_name_are_listed_not_guessed(rootcanal):
     """Two heart-rate sensors under one name: `blemu gatt --name` names neither, it lists both
     (name, address, RSSI) and asks for --address; --address then reads from the one chosen."""
