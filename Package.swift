@@ -213,8 +213,9 @@ let package = Package(
 
         // Counts the heap allocations of a hot path (Tests/AllocationTests): zero per request.
         .target(name: "CAllocationCounter", path: "Tests/Support/CAllocationCounter"),
-        // What several test targets share: the spec's sample data, temporary directories.
-        .target(name: "BlemuTestSupport", dependencies: ["BlemuCore", "BlemuCrypto"], path: "Tests/Support/TestSupport"),
+        // What several test targets share: the spec's sample data, temporary directories, captured log lines.
+        .target(name: "BlemuTestSupport", dependencies: ["BlemuCore", "BlemuCrypto", .product(name: "Logging", package: "swift-log")],
+                path: "Tests/Support/TestSupport"),
         .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuBench", "BlemuBenchProtocol", "BlemuBenchRig", "BlemuHost", "BlemuDevices", "BlemuChannels", "BlemuL2CAP",
                                                          "BlemuGATT", "BlemuGATTClient", "BlemuATT", "BlemuCrypto", "BlemuHCI", "BlemuRunLoop",
                                                          "BlemuCentral", "BlemuTransport"],
@@ -230,9 +231,9 @@ let package = Package(
                     path: "Tests/ConfigTests"),
         .testTarget(name: "RunLoopTests", dependencies: ["BlemuRunLoop", "BlemuTransport", "CLinux"],
                     path: "Tests/RunLoopTests"),
-        .testTarget(name: "HCITests", dependencies: ["BlemuHCI", "BlemuL2CAP", "BlemuSimulator", "BlemuCore", .product(name: "Logging", package: "swift-log")],
+        .testTarget(name: "HCITests", dependencies: ["BlemuTestSupport", "BlemuHCI", "BlemuL2CAP", "BlemuSimulator", "BlemuCore", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HCITests"),
-        .testTarget(name: "ChannelsTests", dependencies: ["BlemuChannels", "BlemuL2CAP", "BlemuHCI", "BlemuCore", "BlemuSimulator",
+        .testTarget(name: "ChannelsTests", dependencies: ["BlemuTestSupport", "BlemuChannels", "BlemuL2CAP", "BlemuHCI", "BlemuCore", "BlemuSimulator",
                                                    .product(name: "Logging", package: "swift-log")],
                     path: "Tests/ChannelsTests"),
         .testTarget(name: "EATTTests", dependencies: ["BlemuEATT"], path: "Tests/EATTTests"),
@@ -265,7 +266,7 @@ let package = Package(
                                                     "BlemuHost", "BlemuDevices", "BlemuSecurity", "BlemuChat",
                                                     .product(name: "Logging", package: "swift-log")],
                     path: "Tests/StackTests"),
-        .testTarget(name: "ScenarioTests", dependencies: ["BlemuScenario", "BlemuControl", "BlemuHost", "BlemuGATT", "BlemuCore",
+        .testTarget(name: "ScenarioTests", dependencies: ["BlemuTestSupport", "BlemuScenario", "BlemuControl", "BlemuHost", "BlemuGATT", "BlemuCore",
                                                        .product(name: "Logging", package: "swift-log")],
                     path: "Tests/ScenarioTests"),
         .testTarget(name: "BenchTests", dependencies: ["BlemuBench", "BlemuBenchProtocol", "BlemuCore", "BlemuSimulator"], path: "Tests/BenchTests"),

@@ -2,6 +2,7 @@ import BlemuChannels
 import BlemuCore
 import BlemuHCI
 import BlemuL2CAP
+import BlemuTestSupport
 import Logging
 
 /// One side's HCI as a wire to the other side's link: what a link sends waits in `outbox` until
@@ -120,21 +121,4 @@ final class ChannelPair {
 
     /// The last command the peripheral's side sent.
     var peripheralAnswer: SignalingCommand? { peripheralLower.signaling.last }
-}
-
-/// The lines a logger wrote, for tests that count what a peer can make a link say.
-final class CapturedLog: @unchecked Sendable {
-    var lines: [String] = []
-    var logger: Logger { Logger(label: "captured", factory: { _ in Handler(log: self) }) }
-
-    struct Handler: LogHandler {
-        let log: CapturedLog
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .trace
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-        func log(event: LogEvent) { log.lines.append("\(event.level) \(event.message)") }
-    }
 }

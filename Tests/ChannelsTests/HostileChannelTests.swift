@@ -2,6 +2,7 @@ import Testing
 import BlemuChannels
 import BlemuCore
 import BlemuL2CAP
+import BlemuTestSupport
 import Logging
 
 /// A hostile central: thousands of random credit based commands (well-formed with random

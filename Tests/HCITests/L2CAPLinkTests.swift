@@ -2,6 +2,7 @@ import Testing
 import BlemuCore
 import BlemuHCI
 import BlemuL2CAP
+import BlemuTestSupport
 import Logging
 
 /// One `L2CAPLink` alone, over a recording stand-in for HCI: reassembly and its timer, the fixed
@@ -155,28 +156,17 @@ import Logging
     /// answered, but the central's log gets the links' budget of ten lines a minute, the rest
     /// counted (Docs/REFERENCE.md, Budgets).
     @Test func aFloodOfParameterRequestsIsLoggedWithinTheBudget() {
-        final class Lines: @unchecked Sendable { var lines: [String] = [] }
-        struct Handler: LogHandler {
-            let sink: Lines
-            var metadata: Logger.Metadata = [:]
-            var logLevel: Logger.Level = .trace
-            subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-                get { metadata[key] }
-                set { metadata[key] = newValue }
-            }
-            func log(event: LogEvent) { sink.lines.append(event.message.description) }
-        }
-        let sink = Lines()
-        let test = L2CAPLinkTests(role: .central, logger: Logger(label: "captured", factory: { _ in Handler(sink: sink) }))
+        let sink = CapturedLog()
+        let test = L2CAPLinkTests(role: .central, logger: sink.logger)
         for n in 0..<500 {
             test.receive(test.frame(cid: L2CAPChannel.leSignaling, [0x12, UInt8(n % 255 + 1), 0x08, 0x00, 0x18, 0x00, 0x28, 0x00, 0x00, 0x00, 0xF4, 0x01]))
         }
         #expect(test.lower.signaling.filter { $0.code == SignalingCode.connectionParameterUpdateResponse }.count == 500)
-        #expect(sink.lines.count == 10)
+        #expect(sink.messages.count == 10)
         #expect(test.link.context.peerLog.leftOutTotal == 490)
         test.scheduler.advance(by: .seconds(61))
         test.receive(test.frame(cid: L2CAPChannel.leSignaling, [0x12, 0x01, 0x08, 0x00, 0x18, 0x00, 0x28, 0x00, 0x00, 0x00, 0xF4, 0x01]))
-        #expect(sink.lines.last?.hasSuffix("(490 similar lines left out)") == true)
+        #expect(sink.messages.last?.hasSuffix("(490 similar lines left out)") == true)
     }
 
     @Test func theParameterRequestOfAPeripheralWaitsForItsAnswer() {

@@ -3,26 +3,12 @@ import BlemuCore
 import BlemuGATT
 import BlemuHost
 import BlemuScenario
+import BlemuTestSupport
 import Logging
 import Testing
 
 /// The runner on the manual scheduler: time moves only when the test says, events come when
 /// the test reports them, so every outcome is exact.
-final class LogLines: @unchecked Sendable {
-    var lines: [(level: Logger.Level, message: String)] = []
-}
-
-struct LineHandler: LogHandler {
-    let capture: LogLines
-    var metadata: Logger.Metadata = [:]
-    var logLevel: Logger.Level = .trace
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-    func log(event: LogEvent) { capture.lines.append((event.level, "\(event.message)")) }
-}
-
 @MainActor
 final class RunnerRig {
     let scheduler = ManualScheduler()
@@ -352,19 +338,19 @@ final class RunnerRig {
     /// Steps are logged at debug: a `repeat` of a million steps writes no line per step at
     /// notice; the failure is logged once, shortly (it is printed whole by `blemu run`).
     @Test func stepsAreLoggedAtDebugAndAFailureOnce() throws {
-        let capture = LogLines()
-        let logger = Logger(label: "scenario-test") { _ in LineHandler(capture: capture) }
+        let capture = CapturedLog()
+        let logger = capture.logger
         let rig = try RunnerRig("steps:\n  - repeat: 3000\n    steps:\n      - set: bpm 100\n      - log: lap\n  - wait: connected\n    timeout: 1\n",
                                 logger: logger)
         rig.runner.start()
         for _ in 0..<10 { rig.scheduler.advance(by: .zero) }
         rig.scheduler.advance(by: .seconds(1))
         #expect(rig.failure?.location == "s.yaml:6")
-        let notices = capture.lines.filter { $0.level >= .notice }
+        let notices = capture.entries.filter { $0.level >= .notice }
         // `log:` steps are the scenario's own words, at notice: 3000 of them, and nothing per step besides.
         #expect(notices.filter { !$0.message.hasSuffix("log: lap") }.map(\.message)
                 == ["scenario s.yaml: started", "scenario s.yaml:6: wait: connected (timeout 1 s): failed"])
-        #expect(capture.lines.filter { $0.level == .debug }.count >= 6000)
+        #expect(capture.entries.filter { $0.level == .debug }.count >= 6000)
     }
 
     /// A written value is shown decoded where blemu can decode it.
