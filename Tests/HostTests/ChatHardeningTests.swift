@@ -107,82 +107,6 @@ private let quiet = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler
 
     // MARK: Channels (items 7 and 8, and one stalled channel)
 
-    /// A central speaking LE credit based signalling on one link of the bench.
-    struct Channel {
-        let bench: SharedBench
-        let handle: UInt16
-        var ourCID: UInt16 = 0x0041
-        var hostCID: UInt16 = 0
-        var hostMPS = 23
-
-        mutating func open(spsm: UInt16, mtu: UInt16 = 8192, credits: UInt16 = 1000) -> UInt16? {
-            var request: [UInt8] = [0x14, 0x01, 10, 0]
-            request.appendLE(spsm)
-            request.appendLE(ourCID)
-            request.appendLE(mtu)
-            request.appendLE(UInt16(23))   // MPS
-            request.appendLE(credits)
-            bench.controller.sendL2CAP(handle: handle, cid: L2CAPChannel.leSignaling, request)
-            guard let response = bench.controller.takeL2CAP(handle: handle, cid: L2CAPChannel.leSignaling).first(where: { $0.first == 0x15 }),
-                  response.count >= 14 else { return nil }
-            hostCID = UInt16(response[4]) | UInt16(response[5]) << 8
-            hostMPS = Int(UInt16(response[8]) | UInt16(response[9]) << 8)
-            return UInt16(response[12]) | UInt16(response[13]) << 8
-        }
-
-        /// Disconnection Request (Vol 3, Part A, 4.6).
-        func close() {
-            var request: [UInt8] = [0x06, 0x02, 4, 0]
-            request.appendLE(hostCID)
-            request.appendLE(ourCID)
-            bench.controller.sendL2CAP(handle: handle, cid: L2CAPChannel.leSignaling, request)
-            _ = bench.controller.takeL2CAP(handle: handle, cid: L2CAPChannel.leSignaling)
-        }
-
-        /// LE Flow Control Credit (4.24).
-        func credit(_ credits: UInt16) {
-            var packet: [UInt8] = [0x16, 0x03, 4, 0]
-            packet.appendLE(ourCID)
-            packet.appendLE(credits)
-            bench.controller.sendL2CAP(handle: handle, cid: L2CAPChannel.leSignaling, packet)
-        }
-
-        func send(_ sdu: [UInt8]) {
-            var rest = sdu[...]
-            var first = true
-            repeat {
-                var frame: [UInt8] = []
-                if first { frame.appendLE(UInt16(sdu.count)) }
-                let take = min(rest.count, hostMPS - frame.count)
-                frame += rest.prefix(take)
-                rest = rest.dropFirst(take)
-                first = false
-                bench.controller.sendL2CAP(handle: handle, cid: hostCID, frame)
-            } while !rest.isEmpty
-        }
-
-        /// Whole SDUs the host sent since the last call.
-        func received() -> [[UInt8]] {
-            var sdus: [[UInt8]] = []
-            var current: [UInt8] = []
-            var length: Int?
-            for frame in bench.controller.takeL2CAP(handle: handle, cid: ourCID) {
-                var data = frame[...]
-                if length == nil {
-                    length = Int(frame[0]) | Int(frame[1]) << 8
-                    data = data.dropFirst(2)
-                }
-                current += data
-                if current.count == length {
-                    sdus.append(current)
-                    current = []
-                    length = nil
-                }
-            }
-            return sdus
-        }
-    }
-
     func plainMember(_ room: Room, _ handle: UInt16) {
         room.bench.controller.connect(handle: handle, peer: BluetoothAddress("C4:00:00:00:AA:01")!, set: 1)
         _ = room.bench.att([0x02, 100, 0], handle: handle)
@@ -203,9 +127,9 @@ private let quiet = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler
         room.bench.controller.connect(handle: 0x41, peer: BluetoothAddress("C4:00:00:00:CC:03")!, set: 1)
         _ = plainReceived(room, 0x40)
         room.lines.removeAll()
-        var channel = Channel(bench: room.bench, handle: 0x41)
+        var channel = ChannelPeer(bench: room.bench, handle: 0x41)
         for _ in 0..<20 {
-            #expect(channel.open(spsm: room.device.spsm) == 0)
+            #expect(channel.open(spsm: room.device.spsm, mps: 23) == 0)
             channel.send(ChatFrame.join.encoded())
             channel.close()
         }
@@ -216,7 +140,7 @@ private let quiet = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler
         #expect(room.device.channelMemberCount == 0)
         // A minute later the link's joins are announced again.
         room.bench.scheduler.advance(by: .seconds(61))
-        #expect(channel.open(spsm: room.device.spsm) == 0)
+        #expect(channel.open(spsm: room.device.spsm, mps: 23) == 0)
         channel.send(ChatFrame.join.encoded())
         #expect(plainReceived(room, 0x40) == ["* central-CC03 joined"])
     }
@@ -227,16 +151,16 @@ private let quiet = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler
     @Test func aSecondChannelOnALinkAndAChannelTooSmallForAFrameAreNoMembers() throws {
         let room = try Room(trust: nil)
         room.bench.controller.connect(handle: 0x41, peer: BluetoothAddress("C4:00:00:00:CC:03")!, set: 1)
-        var first = Channel(bench: room.bench, handle: 0x41)
-        #expect(first.open(spsm: room.device.spsm) == 0)
+        var first = ChannelPeer(bench: room.bench, handle: 0x41)
+        #expect(first.open(spsm: room.device.spsm, mps: 23) == 0)
         first.send(ChatFrame.join.encoded())
-        var second = Channel(bench: room.bench, handle: 0x41, ourCID: 0x0042)
-        #expect(second.open(spsm: room.device.spsm) == 0)
+        var second = ChannelPeer(bench: room.bench, handle: 0x41, ourCID: 0x0042)
+        #expect(second.open(spsm: room.device.spsm, mps: 23) == 0)
         second.send(ChatFrame.join.encoded())
         #expect(room.device.channelMemberCount == 1)
         room.bench.controller.connect(handle: 0x42, peer: BluetoothAddress("C4:00:00:00:DD:04")!, set: 1)
-        var small = Channel(bench: room.bench, handle: 0x42)
-        #expect(small.open(spsm: room.device.spsm, mtu: 64) == 0)
+        var small = ChannelPeer(bench: room.bench, handle: 0x42)
+        #expect(small.open(spsm: room.device.spsm, mtu: 64, mps: 23) == 0)
         small.send(ChatFrame.join.encoded())
         #expect(room.device.channelMemberCount == 1)
         #expect(room.device.refusedChannelFrames == 2)
@@ -249,8 +173,8 @@ private let quiet = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler
     @Test func aMembersQueueIsBoundedInBytes() throws {
         let room = try Room(trust: nil)
         room.bench.controller.connect(handle: 0x41, peer: BluetoothAddress("C4:00:00:00:CC:03")!, set: 1)
-        var channel = Channel(bench: room.bench, handle: 0x41)
-        #expect(channel.open(spsm: room.device.spsm, credits: 0) == 0)
+        var channel = ChannelPeer(bench: room.bench, handle: 0x41)
+        #expect(channel.open(spsm: room.device.spsm, mps: 23, credits: 0) == 0)
         channel.send(ChatFrame.join.encoded())
         let long = String(repeating: "x", count: 4000)
         for _ in 0..<100 { room.device.send(long) }
