@@ -6,6 +6,7 @@ import BlemuL2CAP
 import BlemuDevices
 import BlemuSMP
 import BlemuSecurity
+import BlemuTestSupport
 import Testing
 
 /// GATT client steps on the `Bench`, as a central's stack takes them, for device tests.
@@ -13,7 +14,7 @@ extension Bench {
     static let link: UInt16 = 0x0040
 
     /// A bench with one central connected on `Bench.link`.
-    static func connected(_ device: Device, logger: LogCapture? = nil) throws -> Bench {
+    static func connected(_ device: Device, logger: CapturedLog? = nil) throws -> Bench {
         let bench = try logger.map { try Bench(device: device, logger: $0.logger) } ?? Bench(device: device)
         bench.controller.connect(handle: link, peer: bench.central)
         return bench
@@ -22,7 +23,7 @@ extension Bench {
     /// A bench whose central has paired as the lock and the thermostat demand (Docs/SECURITY.md):
     /// bonded with an authenticated Secure Connections key, and the link encrypted with it
     /// (LE Long Term Key Request answered from the bond, then Encryption Change).
-    static func paired(_ device: Device, logger: LogCapture? = nil) throws -> Bench {
+    static func paired(_ device: Device, logger: CapturedLog? = nil) throws -> Bench {
         let bench = try connected(device, logger: logger)
         bench.encryptWithBond(link: link, peer: bench.central)
         return bench

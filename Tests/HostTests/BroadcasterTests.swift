@@ -5,6 +5,7 @@ import BlemuDevices
 import BlemuHCI
 import BlemuHost
 import BlemuSimulator
+import BlemuTestSupport
 import Logging
 import Testing
 #if canImport(Glibc)
@@ -88,7 +89,7 @@ final class ProbeBroadcaster: BroadcastingDevice {
     }
 
     @Test func dataBeyond31BytesIsRefusedOnALegacyController() throws {
-        let capture = LogCapture()
+        let capture = CapturedLog()
         let bench = try Bench(device: ProbeBroadcaster(Self.data40), logger: capture.logger)
         #expect(bench.controller.commands(HCIOpcode.leSetAdvertisingEnable).isEmpty)
         #expect(!bench.peripheral.isAdvertising)
@@ -99,7 +100,7 @@ final class ProbeBroadcaster: BroadcastingDevice {
     /// Data Length, Vol 4, Part E, 7.8.57) is not handed it, which it would refuse with Memory
     /// Capacity Exceeded (7.8.54): an error says what fits; one that takes it advertises it.
     @Test func dataBeyondWhatTheControllersSetsTakeIsRefusedWithItsLimit() throws {
-        let capture = LogCapture()
+        let capture = CapturedLog()
         let bench = try Bench(device: ProbeBroadcaster(Self.data40), logger: capture.logger) {
             $0.extendedAdvertisingSets = 4
             $0.maximumAdvertisingDataLength = 35
@@ -336,7 +337,7 @@ final class ProbeBroadcaster: BroadcastingDevice {
         }
         // A configuration file's value (set before the start): an error in the log, and the
         // readings still broadcast, without the train.
-        let capture = LogCapture()
+        let capture = CapturedLog()
         let device = BTHomeThermometerDevice()
         #expect(Self.setting(device, "periodic", "100") == nil)
         let bench = try Bench(device: device, logger: capture.logger) { $0.extendedAdvertisingSets = 4 }

@@ -5,27 +5,10 @@ import BlemuGATT
 import BlemuHCI
 @testable import BlemuHost
 import BlemuL2CAP
+import BlemuTestSupport
 import Foundation
 import Logging
 import Testing
-
-/// Log lines, kept for tests that count what a hostile peer can make the stack say.
-final class LogCapture: @unchecked Sendable {
-    var lines: [String] = []
-    var logger: Logger {
-        Logger(label: "capture", factory: { _ in CapturingHandler(capture: self) })
-    }
-    struct CapturingHandler: LogHandler {
-        let capture: LogCapture
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .trace
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-        func log(event: LogEvent) { capture.lines.append("\(event.level) \(event.message)") }
-    }
-}
 
 /// Issue: defects found by new users and a hostile controller, each replayed here.
 @Suite struct HardeningTests {
@@ -169,10 +152,10 @@ final class LogCapture: @unchecked Sendable {
     /// A peer that floods ACL data for an unknown handle or channel gets a few log lines, and
     /// the rest are counted.
     @Test func peerControlledLogVolumeHasABudget() throws {
-        let capture = LogCapture()
+        let capture = CapturedLog()
         let bench = try Bench(device: ProbeDevice(), logger: capture.logger)
         bench.controller.connect(handle: 0x0040, peer: bench.central)
-        capture.lines.removeAll()
+        capture.removeAll()
         for _ in 0..<1000 {
             bench.controller.sendL2CAP(handle: 0x0077, cid: L2CAPChannel.att, [0x0A, 0x01, 0x00])
             bench.controller.sendL2CAP(handle: 0x0040, cid: 0x0099, [0x00])
@@ -217,10 +200,10 @@ final class LogCapture: @unchecked Sendable {
 /// Request-driven events (att-error, write) have a budget too; the counters stay exact.
 @Suite struct RequestLogBudgetTests {
     @Test func attErrorFloodIsCountedButNotAllLogged() throws {
-        let capture = LogCapture()
+        let capture = CapturedLog()
         let bench = try Bench(device: ProbeDevice(), logger: capture.logger)
         bench.controller.connect(handle: 0x0040, peer: bench.central)
-        capture.lines.removeAll()
+        capture.removeAll()
         for _ in 0..<500 { bench.att([0x0A, 0x00, 0x00]) }   // Read Request, handle 0: Invalid Handle
         let logged = capture.lines.filter { $0.contains("ATT ") }
         #expect(logged.count == 100)
@@ -294,14 +277,14 @@ final class LogCapture: @unchecked Sendable {
 /// reader had to map handles to characteristics by hand).
 @Suite struct AttributeNamesInLogsTests {
     @Test func anATTErrorLineNamesTheCharacteristicsUUID() throws {
-        let capture = LogCapture()
+        let capture = CapturedLog()
         let device = HeartRateDevice(seed: 3)
         let bench = try Bench(device: device, logger: capture.logger)
         bench.controller.connect(handle: 0x0040, peer: bench.central)
         let location = try #require(bench.peripheral.database.characteristic(BluetoothUUID(0x2A38)))
         let measurement = try #require(bench.peripheral.database.characteristic(BluetoothUUID(0x2A37)))
         let cccd = try #require(measurement.clientConfigurationHandle)
-        capture.lines.removeAll()
+        capture.removeAll()
         // Body Sensor Location is read-only: Write Not Permitted (0x03).
         _ = bench.att([0x12, UInt8(location.valueHandle & 0xFF), UInt8(location.valueHandle >> 8), 0x01], handle: 0x0040)
         // A CCCD value of one octet: Invalid Attribute Value Length (0x0D).

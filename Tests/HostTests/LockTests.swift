@@ -3,6 +3,7 @@ import BlemuCore
 import BlemuGATT
 import BlemuHost
 import BlemuDevices
+import BlemuTestSupport
 import Testing
 
 /// The lock through the whole stack: a central paired with the passkey (its control point and
@@ -12,7 +13,7 @@ import Testing
 
     /// A lock with a known PIN, a central connected and subscribed to the control point's
     /// indications and Lock State's notifications.
-    private func ready(pin: String? = "4821", logger: LogCapture? = nil) throws -> (LockDevice, Bench) {
+    private func ready(pin: String? = "4821", logger: CapturedLog? = nil) throws -> (LockDevice, Bench) {
         let device = LockDevice(pin: pin, seed: 9)
         let bench = try Bench.paired(device, logger: logger)
         #expect(bench.subscribe(device.controlPoint, notify: false, indicate: true) == [[0x13]])
@@ -209,7 +210,7 @@ import Testing
     }
 
     @Test func withoutAPINTheLockMakesOneAndLogsItOnce() throws {
-        let capture = LogCapture()
+        let capture = CapturedLog()
         let (device, bench) = try ready(pin: nil, logger: capture)
         let generated = try #require(device.pin)
         #expect(LockDevice.pinRefusal(generated) == nil)

@@ -5,6 +5,7 @@ import BlemuHCI
 import BlemuHost
 import BlemuL2CAP
 import BlemuProfile
+import BlemuTestSupport
 import FoundationEssentials
 import Testing
 
@@ -94,7 +95,7 @@ import Testing
     /// legacy PDUs instead, with one warning.
     @Test func anExtendedRecordingOnALegacyControllerFallsBackToTheBuiltPayload() throws {
         let profile = try GATTProfile.parse(Data(Self.extendedRecording().utf8), name: "r.json")
-        let capture = LogCapture()
+        let capture = CapturedLog()
         let bench = try Bench(device: ProfileDevice(profile), logger: capture.logger) { $0.extendedAdvertisingSets = 0 }
         #expect(bench.controller.advertisingData.count <= 31)
         #expect(bench.controller.advertisingData != Array(Self.extendedData().prefix(31)))
@@ -125,7 +126,7 @@ import Testing
     /// Data Length, Vol 4, Part E, 7.8.57; some take 191 bytes): the same fallback, naming it.
     @Test func anExtendedRecordingLongerThanTheControllersSetsTakeFallsBack() throws {
         let profile = try GATTProfile.parse(Data(Self.extendedRecording(240).utf8), name: "r.json")
-        let capture = LogCapture()
+        let capture = CapturedLog()
         let bench = try Bench(device: ProfileDevice(profile), logger: capture.logger) {
             $0.extendedAdvertisingSets = 4
             $0.maximumAdvertisingDataLength = 191
@@ -144,7 +145,7 @@ import Testing
     /// legacy PDUs instead, with one warning that says why.
     @Test func anExtendedRecordingLongerThanOneAuxiliaryPDUFallsBackToTheBuiltPayload() throws {
         let profile = try GATTProfile.parse(Data(Self.extendedRecording(300).utf8), name: "r.json")
-        let capture = LogCapture()
+        let capture = CapturedLog()
         let bench = try Bench(device: ProfileDevice(profile), logger: capture.logger) { $0.extendedAdvertisingSets = 4 }
         let c = bench.controller
         let set = try #require(bench.peripheral.advertisingSet)

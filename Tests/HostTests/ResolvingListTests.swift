@@ -6,6 +6,7 @@ import BlemuSimulator
 import BlemuHost
 import BlemuSMP
 import BlemuSecurity
+import BlemuTestSupport
 import Testing
 
 /// The controller's resolving list (Vol 6, Part B, 4.7; Vol 4, Part E, 7.8.38 – 7.8.44, 7.8.77):
@@ -31,7 +32,7 @@ import Testing
 
     /// A bench whose device has bonds with the phone and the tablet (and one central without
     /// an IRK), on a controller that comes up after they were made.
-    private func bench(llPrivacy: Bool, listSize: UInt8 = 4, logger: LogCapture? = nil) throws -> Bench {
+    private func bench(llPrivacy: Bool, listSize: UInt8 = 4, logger: CapturedLog? = nil) throws -> Bench {
         let bench = try logger.map { try Bench(device: HeartRateDevice(seed: 1), logger: $0.logger, configure: { $0.supportsLLPrivacy = llPrivacy; $0.resolvingListSize = listSize }) }
             ?? Bench(device: HeartRateDevice(seed: 1), configure: { $0.supportsLLPrivacy = llPrivacy; $0.resolvingListSize = listSize })
         let security = bench.peripheral.security
@@ -143,7 +144,7 @@ import Testing
     }
 
     @Test func aFullListLeavesTheRestToTheHost() throws {
-        let log = LogCapture()
+        let log = CapturedLog()
         let bench = try bench(llPrivacy: true, listSize: 1, logger: log)
         #expect(bench.controller.resolvingList == [[0x01] + Self.phone.littleEndianBytes])
         #expect(log.lines.contains { $0.contains("1 bonded central(s) loaded, room for 1; 1 more resolved by the host (ah)") })
@@ -198,7 +199,7 @@ import Testing
     }
 
     @Test func aRefusedAddLeavesTheCentralToTheHost() throws {
-        let log = LogCapture()
+        let log = CapturedLog()
         let bench = try bench(llPrivacy: true, logger: log)
         let c = bench.controller
         // The shared central scans, say: the controller refuses (Command Disallowed).

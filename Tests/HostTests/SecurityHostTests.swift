@@ -9,6 +9,7 @@ import BlemuHost
 import BlemuL2CAP
 import BlemuSMP
 import BlemuSecurity
+import BlemuTestSupport
 import Testing
 
 /// Pairing, encryption and bonds through the whole stack, with a scripted controller.
@@ -198,7 +199,7 @@ extension SecurityHostTests {
     /// rootcanal reports 16 for a 7-octet key: the link keeps the smaller size, and the log
     /// says both.
     @Test func aControllerReportingALongerKeyThanNegotiatedDoesNotMakeTheKeyLonger() throws {
-        let capture = LogCapture()
+        let capture = CapturedLog()
         let lock = LockDevice(pin: "4821", seed: 2)
         let bench = try Bench.connected(lock, logger: capture)
         bench.controller.reportedKeySize = 16

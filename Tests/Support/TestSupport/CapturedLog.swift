@@ -12,6 +12,9 @@ public final class CapturedLog: @unchecked Sendable {
     /// Each line's message alone.
     public var messages: [String] { entries.map(\.message) }
 
+    /// Forgets the lines so far: what comes next is counted alone.
+    public func removeAll() { entries.removeAll() }
+
     /// A logger at trace level whose every line lands here.
     public var logger: Logger { Logger(label: "captured", factory: { _ in Handler(log: self) }) }
 
