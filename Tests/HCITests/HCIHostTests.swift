@@ -4,6 +4,7 @@ import Logging
 @testable import BlemuHCI
 import BlemuL2CAP
 import BlemuSimulator
+import BlemuTestSupport
 
 /// HCIHost against a controller played by hand: command flow control (Vol 4, Part E, 4.4),
 /// initialization (Vol 4, Part E, 4 and 7), ACL flow control (Vol 4, Part E, 4.1.1 and 4.3).
@@ -60,7 +61,8 @@ private final class Rig {
     private var answeredCommands = 0
     var host: HCIHost!
 
-    init(_ configure: (SimulatedController) -> Void = { _ in }) {
+    init(logger: Logger = Logger(label: "hci-test", factory: { _ in SwiftLogNoOpLogHandler() }),
+         _ configure: (SimulatedController) -> Void = { _ in }) {
         controller.address = BluetoothAddress("C0:DE:00:00:BE:EF")!
         controller.manufacturer = 0x005F
         controller.supportsDataLengthExtension = false
@@ -71,7 +73,7 @@ private final class Rig {
         controller.autoComplete = false
         controller.recordsTraffic = false
         configure(controller)
-        host = HCIHost(scheduler: scheduler, logger: Logger(label: "hci-test", factory: { _ in SwiftLogNoOpLogHandler() }),
+        host = HCIHost(scheduler: scheduler, logger: logger,
                        output: { [unowned self] type, bytes in
                            self.sent.append(SentPacket(type: type, bytes: Array(bytes)))
                            _ = self.controller.output(type, bytes)
@@ -511,6 +513,34 @@ private let initSequenceV1: [UInt16] = [
         #expect(!rig.host.send(.readBDAddr) { if $0 == .cancelled { cancelled += 1 } })
         #expect(cancelled == 1, "a refused command is completed, not forgotten")
         #expect(rig.commands.count == 1)
+    }
+
+    /// A peer can fill the command queue (a peripheral's Connection Parameter Update Requests,
+    /// each an LE Connection Update): each refused command is completed, but its line has the
+    /// budget of the other refusals, ten a minute, the rest counted (Docs/REFERENCE.md, Budgets).
+    @Test func aFullCommandQueueIsLoggedWithinTheBudget() {
+        let log = CapturedLog()
+        let rig = Rig(logger: log.logger)
+        rig.bringUp()
+        rig.clearSent()
+        log.removeAll()
+        #expect(rig.host.send(.readBDAddr))                   // in flight
+        for _ in 0..<HCIHost.maxQueuedCommands {
+            #expect(rig.host.send(.readBDAddr))
+        }
+        var cancelled = 0
+        for _ in 0..<500 {
+            #expect(!rig.host.send(.readBDAddr) { if $0 == .cancelled { cancelled += 1 } })
+        }
+        #expect(cancelled == 500, "every refused command is completed")
+        let full = log.messages.filter { $0.contains("HCI command queue full") }
+        #expect(full.count == 10)
+        // A minute on, the controller still silent (commands in flight time out one by one):
+        // the queue filled again, the next refusal says how many were left out.
+        rig.scheduler.advance(by: .seconds(61))
+        log.removeAll()
+        while rig.host.send(.readBDAddr) {}
+        #expect(log.messages.filter { $0.contains("HCI command queue full") }.last?.hasSuffix("(490 similar lines left out)") == true)
     }
 
     @Test func haltCancelsEveryPendingCommand() {

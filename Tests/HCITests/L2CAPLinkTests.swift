@@ -85,6 +85,28 @@ import Logging
         #expect(received.att.isEmpty)
     }
 
+    /// A peer sets the pace of PDUs it leaves incomplete: one link drops at most one each 10 s,
+    /// but the links share their context's budget (Docs/REFERENCE.md, Budgets), so 100 links
+    /// that each stop mid-PDU make ten lines a minute, the rest counted on the next line.
+    @Test func incompletePDUsOfManyLinksAreLoggedWithinTheBudget() {
+        let sink = CapturedLog()
+        let test = L2CAPLinkTests(role: .peripheral, logger: sink.logger)
+        let context = test.link.context
+        let links = (0..<100).map { L2CAPLink(handle: 0x0100 + UInt16($0), role: .peripheral, context: context) }
+        let half = Array(test.frame(cid: L2CAPChannel.att, [0x12, 0x03, 0x00, 1, 2, 3, 4])[..<5])
+        for link in links { link.receive(ACLPacket(handle: link.handle, boundary: .firstFlushable, data: half[...])) }
+        test.scheduler.advance(by: L2CAPLinkContext.reassemblyTimeout)
+        #expect(links.allSatisfy { !$0.isReassembling }, "every half is dropped")
+        #expect(sink.messages.count == 10)
+        #expect(sink.messages.allSatisfy { $0.contains("without its last fragment") })
+        #expect(context.peerLog.leftOutTotal == 90)
+        test.scheduler.advance(by: .seconds(61))
+        test.receive(half)
+        test.scheduler.advance(by: L2CAPLinkContext.reassemblyTimeout)
+        #expect(sink.messages.count == 11)
+        #expect(sink.messages.last?.hasSuffix("without its last fragment (90 similar lines left out)") == true)
+    }
+
     @Test func sendFramesWithTheBasicHeaderAndPriority() {
         #expect(link.send(cid: L2CAPChannel.att, [0x1B, 0x03, 0x00, 0x2A][...], priority: .bestEffort))
         #expect(lower.frames.map(\.pdu) == [[0x04, 0x00, 0x04, 0x00, 0x1B, 0x03, 0x00, 0x2A]])

@@ -7,6 +7,7 @@ import BlemuHCI
 import BlemuL2CAP
 @testable import BlemuHost
 import BlemuSimulator
+import BlemuTestSupport
 import Testing
 
 /// The seams between a device's links (`DeviceLinks`), its advertising (`DeviceAdvertiser`) and
@@ -31,6 +32,26 @@ import Testing
         bench.controller.connect(handle: 0x0041, peer: BluetoothAddress("F0:00:00:00:00:01")!)
         #expect(bench.peripheral.connectionCount == 1)
         #expect(bench.peripheral.statistics.linksRefused == 1)
+    }
+
+    /// A central sets the pace of its LE Remote Connection Parameter Requests (Vol 6, Part B,
+    /// 5.1.7): each one the Core forbids is refused, but its line has the links' budget, ten a
+    /// minute, the rest counted on the next line (Docs/REFERENCE.md, Budgets).
+    @Test func aFloodOfRefusedConnectionParametersIsLoggedWithinTheBudget() throws {
+        let log = CapturedLog()
+        let bench = try Bench(device: ProbeDevice(), logger: log.logger)
+        bench.controller.connect(handle: 0x0040, peer: bench.central)
+        log.removeAll()
+        // Interval minimum 40 above its maximum 24 (7.7.65.6).
+        let forbidden: [UInt8] = [0x06, 0x40, 0x00, 0x28, 0x00, 0x18, 0x00, 0x00, 0x00, 0xF4, 0x01]
+        for _ in 0..<500 { bench.controller.event(0x3E, forbidden) }
+        #expect(bench.controller.commands(HCIOpcode.leRemoteConnectionParameterRequestNegativeReply).count == 500)
+        let refused = log.messages.filter { $0.hasPrefix("refused connection parameters") }
+        #expect(refused.count == 10)
+        bench.scheduler.advance(by: .seconds(61))
+        log.removeAll()
+        bench.controller.event(0x3E, forbidden)
+        #expect(log.messages.filter { $0.hasPrefix("refused connection parameters") }.last?.hasSuffix("(490 similar lines left out)") == true)
     }
 
     /// The advertiser asks the links whether another central may connect: a device with all

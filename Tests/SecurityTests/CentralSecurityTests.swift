@@ -240,6 +240,28 @@ private final class Link {
         #expect(link.central.security(of: handle).isEncrypted && link.central.wasPaired(handle))
     }
 
+    /// A peripheral sets the pace of its Security Requests (Vol 3, Part H, 3.6.7): with a bond
+    /// the central encrypts once and lets the rest be, but each is a line, under a budget of ten
+    /// a minute, the rest counted on the next line (Docs/REFERENCE.md, Budgets).
+    @Test func aFloodOfSecurityRequestsIsLoggedWithinTheBudget() throws {
+        let link = Link(central: CentralSecurityConfiguration(), peripheral: SecurityConfiguration())
+        link.open()
+        #expect(try #require(link.secure()).get().isBonded)
+        link.close()
+        link.open()
+        link.recorder.entries.removeAll()
+        let request = SMPSecurityRequest(authRequirements: SMPAuthRequirements(bonding: true, mitm: false, secureConnections: true)).encoded
+        for _ in 0..<500 { link.central.receive(request[...], on: handle) }
+        link.pump()
+        #expect(link.central.security(of: handle).isEncrypted && !link.central.wasPaired(handle), "encrypted once with the bond")
+        let asks = { link.recorder.entries.map(\.message).filter { $0.contains("asks for security (Security Request)") } }
+        #expect(asks().count == 10)
+        link.scheduler.advance(by: .seconds(61))
+        link.central.receive(request[...], on: handle)
+        #expect(asks().count == 11)
+        #expect(asks().last?.hasSuffix("(490 similar lines left out)") == true)
+    }
+
     @Test func theSMPTimerEndsAPairingThePeripheralNeverAnswers() {
         let link = Link(central: CentralSecurityConfiguration(), peripheral: SecurityConfiguration())
         link.open()

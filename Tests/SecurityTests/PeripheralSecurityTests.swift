@@ -125,6 +125,23 @@ private struct LegacyCentral {
         #expect(bench.recorder.events(.encryptionChanged).isEmpty)
     }
 
+    /// The controller sets the pace of Encryption Change events (a central re-encrypting, a
+    /// controller gone wrong): one without a key given for it is a warning each, under the
+    /// budget of pairing outcomes, thirty a minute, the rest counted on the next line
+    /// (Docs/REFERENCE.md, Budgets).
+    @Test func aFloodOfEncryptionChangesWithoutAKeyIsLoggedWithinTheBudget() {
+        let bench = Bench()
+        for _ in 0..<500 { bench.security.encryptionChanged(on: handle, status: 0, enabled: true) }
+        #expect(!bench.security.security(of: handle).isEncrypted)
+        let warnings = { bench.recorder.entries.map(\.message).filter { $0.contains("without a key given for it; not treated as encrypted") } }
+        #expect(warnings().count == 30)
+        #expect(bench.recorder.entries.count == 30, "nothing else is said")
+        bench.scheduler.advance(by: .seconds(61))
+        bench.security.encryptionChanged(on: handle, status: 0, enabled: true)
+        #expect(warnings().count == 31)
+        #expect(warnings().last?.hasSuffix("(470 similar lines left out)") == true)
+    }
+
     @Test func aSecureConnectionsBondIsNamedByZeros() {
         let bench = Bench()
         let key = [UInt8](repeating: 0x5A, count: 16)
