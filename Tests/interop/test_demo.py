@@ -219,4 +219,4 @@ def test_the_demos_setup_installs_only_what_the_demo_runs(tmp_path):
     demo = packages_setup_wants(tmp_path / "demo")
     assert demo == {"libbluetooth-dev", "libsystemd-dev", "libyaml-dev", "pkg-config"}, demo
     tests = packages_setup_wants(tmp_path / "tests", "--tests")
-    assert demo | {"qemu-system-x86", "valgrind", "busybox-static", "tshark", "bluez", "dbus", "systemd", "jq", "time"} == tests, tests
+    assert demo | {"qemu-system-x86", "valgrind", "busybox-static", "tshark", "bluez", "dbus", "systemd", "jq", "time", "libedit2"} == tests, tests
