@@ -90,18 +90,8 @@ public final class ChatIdentityStore {
     /// The names of `room` bound to keys and those of them pinned; none when there is no file
     /// (a damaged one is moved aside and reported).
     public func names(room: String) -> (bindings: [String: ChatPublicKey], pinned: Set<String>) {
-        let path = namesPath(room: room)
-        switch RegularFile.read(path, maximumBytes: Self.maximumFileSize, followSymlinks: false) {
-        case .success(let bytes):
-            if let names = Self.parseNames(bytes, room: room) { return names }
-            let aside = RegularFile.moveAside(path)
-            logger.error("chat names \(path) are damaged or another room's; \(aside.map { "moved to \($0)" } ?? "could not be moved aside"), starting with no names bound")
-        case .failure(let error) where error.kind == .missing:
-            break
-        case .failure(let error):
-            logger.error("chat names \(path) cannot be read (\(error)); starting with no names bound")
-        }
-        return ([:], [])
+        readState(namesPath(room: room), what: "chat names", damaged: "are damaged or another room's",
+                  otherwise: "starting with no names bound") { Self.parseNames($0, room: room) } ?? ([:], [])
     }
 
     /// Writes `room`'s names (sorted, so the file changes only when they do).
@@ -126,18 +116,8 @@ public final class ChatIdentityStore {
     /// is no file (a damaged one is moved aside and reported: replays of lines said before it
     /// are then caught only by the memory of the last identities).
     public func marks(room: String) -> [String: (key: ChatPublicKey, number: UInt32)] {
-        let path = marksPath(room: room)
-        switch RegularFile.read(path, maximumBytes: Self.maximumFileSize, followSymlinks: false) {
-        case .success(let bytes):
-            if let marks = Self.parseMarks(bytes, room: room) { return marks }
-            let aside = RegularFile.moveAside(path)
-            logger.error("chat marks \(path) are damaged or another room's; \(aside.map { "moved to \($0)" } ?? "could not be moved aside"), starting with no marks")
-        case .failure(let error) where error.kind == .missing:
-            break
-        case .failure(let error):
-            logger.error("chat marks \(path) cannot be read (\(error)); starting with no marks")
-        }
-        return [:]
+        readState(marksPath(room: room), what: "chat marks", damaged: "are damaged or another room's",
+                  otherwise: "starting with no marks") { Self.parseMarks($0, room: room) } ?? [:]
     }
 
     /// Writes the marks of every trust made here that moved since they were last written (a
@@ -157,17 +137,26 @@ public final class ChatIdentityStore {
     /// Where this node's numbers go on: the reservation in `chat-numbers`, or anywhere (random)
     /// when there is none (a damaged one is moved aside and reported).
     func firstNumber() -> UInt32 {
-        switch RegularFile.read(numbersPath, maximumBytes: Self.maximumFileSize, followSymlinks: false) {
+        readState(numbersPath, what: "chat numbers", damaged: "are damaged",
+                  otherwise: "numbering from anywhere: nodes that heard this one may refuse its lines until its numbers pass theirs",
+                  parse: Self.parseNumbers) ?? UInt32.random(in: 1...(UInt32.max / 2))
+    }
+
+    /// A state file read and parsed; nil when there is none, or when it cannot be read or parsed
+    /// (then said, and a damaged one moved aside so the next write starts it anew).
+    private func readState<Value>(_ path: String, what: String, damaged: String, otherwise: String,
+                                  parse: ([UInt8]) -> Value?) -> Value? {
+        switch RegularFile.read(path, maximumBytes: Self.maximumFileSize, followSymlinks: false) {
         case .success(let bytes):
-            if let next = Self.parseNumbers(bytes) { return next }
-            let aside = RegularFile.moveAside(numbersPath)
-            logger.error("chat numbers \(numbersPath) are damaged; \(aside.map { "moved to \($0)" } ?? "could not be moved aside"), numbering from anywhere: nodes that heard this one may refuse its lines until its numbers pass theirs")
+            if let value = parse(bytes) { return value }
+            let aside = RegularFile.moveAside(path)
+            logger.error("\(what) \(path) \(damaged); \(aside.map { "moved to \($0)" } ?? "could not be moved aside"), \(otherwise)")
         case .failure(let error) where error.kind == .missing:
             break
         case .failure(let error):
-            logger.error("chat numbers \(numbersPath) cannot be read (\(error)); numbering from anywhere")
+            logger.error("\(what) \(path) cannot be read (\(error)); \(otherwise)")
         }
-        return UInt32.random(in: 1...(UInt32.max / 2))
+        return nil
     }
 
     func saveNumbers(upTo next: UInt32) {
