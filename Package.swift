@@ -157,12 +157,16 @@ let package = Package(
         // and `--watch`'s one-reading-once memory. Above Broadcast and Central; the CLI prints.
         .target(name: "BlemuObserver", dependencies: ["BlemuCore", "BlemuAssignedNumbers", "BlemuCrypto", "BlemuBroadcast", "BlemuCentral"],
                 path: "Sources/Observer"),
+        // What phones drop (`blemu lint`): named rules, each a pure function of one advertisement's
+        // bytes and settings, with the spec or vendor document it comes from. Above Broadcast and
+        // HCI, whose decoders it reads the bytes with; Stack collects the advertisements.
+        .target(name: "BlemuLint", dependencies: ["BlemuCore", "BlemuHCI", "BlemuBroadcast"], path: "Sources/Lint"),
         // A controller's stack assembled from a plan (devices, roles, options) for `run`, `chat`,
         // `gatt` and `scan`: what any front end reuses. Above every layer it assembles, below the CLI.
         .target(name: "BlemuStack", dependencies: [
             "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHCI", "BlemuATT", "BlemuGATT", "BlemuGATTClient",
             "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuHost", "BlemuCentral", "BlemuDevices", "BlemuProfile", "BlemuConfig", "BlemuBroadcast",
-            "BlemuChat", "BlemuControl", "BlemuScenario", "BlemuCapture", "BlemuService",
+            "BlemuChat", "BlemuControl", "BlemuScenario", "BlemuCapture", "BlemuService", "BlemuLint",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Stack"),
         // bumble-bench's packets and their stream framing: pure codecs on Core alone, below Stack, so
@@ -180,7 +184,7 @@ let package = Package(
             "BlemuCore", "BlemuRunLoop", "BlemuBench", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig", "BlemuStack", "BlemuScenario",
             "BlemuJournal",
             "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile", "BlemuChat",
-            "BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuATT", "BlemuBroadcast", "BlemuObserver", "BlemuAssignedNumbers", "CLinux", "CStartup",
+            "BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuATT", "BlemuBroadcast", "BlemuObserver", "BlemuAssignedNumbers", "BlemuLint", "CLinux", "CStartup",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/CLI",
@@ -257,15 +261,16 @@ let package = Package(
                     path: "Tests/ControlTests"),
         // The command line itself (`@testable import blemu`): the real argument parser and its
         // validation, and every blemu command the README and Docs/ show.
-        .testTarget(name: "CLITests", dependencies: ["blemu", "BlemuTransport", "BlemuCore", "BlemuAssignedNumbers",
+        .testTarget(name: "CLITests", dependencies: ["blemu", "BlemuTransport", "BlemuCore", "BlemuAssignedNumbers", "BlemuLint",
                                                   "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuDevices",
                                                   .product(name: "ArgumentParser", package: "swift-argument-parser")],
                     path: "Tests/CLITests"),
-        .testTarget(name: "StackTests", dependencies: ["BlemuStack", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuATT",
+        .testTarget(name: "StackTests", dependencies: ["BlemuTestSupport", "BlemuStack", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuATT",
                                                     "BlemuProfile", "BlemuTransport", "BlemuRunLoop", "BlemuCore", "BlemuConfig",
-                                                    "BlemuHost", "BlemuDevices", "BlemuSecurity", "BlemuChat",
+                                                    "BlemuHost", "BlemuDevices", "BlemuSecurity", "BlemuChat", "BlemuLint", "BlemuHCI",
                                                     .product(name: "Logging", package: "swift-log")],
                     path: "Tests/StackTests"),
+        .testTarget(name: "LintTests", dependencies: ["BlemuLint", "BlemuHCI", "BlemuBroadcast", "BlemuCore"], path: "Tests/LintTests"),
         .testTarget(name: "ScenarioTests", dependencies: ["BlemuTestSupport", "BlemuScenario", "BlemuControl", "BlemuHost", "BlemuGATT", "BlemuCore",
                                                        .product(name: "Logging", package: "swift-log")],
                     path: "Tests/ScenarioTests"),

@@ -59,8 +59,7 @@ public enum RunStack {
             // Two copies of one device need two names, and so two addresses (derived from the name).
             copies[deviceName, default: 0] += 1
             let copy = copies[deviceName] ?? 1
-            var localName = plan.name ?? device.profile.defaultName
-            if copy > 1, plan.name == nil || options.nameGiven { localName += " \(copy)" }
+            let localName = Self.localName(plan: plan, device: device, copy: copy, nameGiven: options.nameGiven)
             var configuration = PeripheralConfiguration(name: localName, address: plan.address, controller: spec.description,
                                                         advertisingTiming: plan.advertising, connectionParameters: plan.connection)
             // The command line's privacy is for every device; a config file's per device.
@@ -86,7 +85,10 @@ public enum RunStack {
             } catch {
                 throw StackFailure("device \(deviceName): \(error)")
             }
-            if let added = stack.peripherals.last { inPlanOrder.append(added) }
+            if let added = stack.peripherals.last {
+                inPlanOrder.append(added)
+                AdvertisingCheck.warnAtStart(plan, peripheral: added)
+            }
         }
         return (stacks, inPlanOrder)
     }

@@ -27,6 +27,8 @@ import Testing
             "two synopses on one line (REFERENCE.md), not a command",
         "blemu gatt --controller SPEC (--address A | --name N | --service UUID) COMMAND [--json]": "a synopsis, not a command",
         "blemu ctl [--timeout SECONDS] PATH wait EVENT...": "a synopsis (CONTROL.md), not a command",
+        "blemu lint [DEVICE...] [--config FILE] [--name NAME] [--json] [--strict] blemu lint --rules [--json]":
+            "two synopses on one line (REFERENCE.md), not a command",
         "blemu ctl PATH watch [DEVICE] [--kinds KIND,...] [--uuid UUID] blemu ctl [--timeout SECONDS] PATH wait EVENT...":
             "two synopses on one line (REFERENCE.md), not a command",
     ]
@@ -100,7 +102,7 @@ enum DocumentedCommands {
         try String(contentsOfFile: root + "/" + relativePath, encoding: .utf8)
     }
 
-    static let subcommands: Set<String> = ["run", "devices", "ctl", "scan", "gatt", "chat", "bonds", "bench"]
+    static let subcommands: Set<String> = ["run", "devices", "ctl", "scan", "gatt", "chat", "bonds", "bench", "lint"]
     /// Shell variables the examples use, and a value for each.
     static let variables = ["$SOCK": "/tmp/blemu-test.sock"]
 
