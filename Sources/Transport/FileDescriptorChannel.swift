@@ -191,9 +191,9 @@ final class FileDescriptorChannel {
         for _ in 0..<readsPerWakeup {
             let count = readBuffer.bytes.withUnsafeMutableBytes { raw in read(fd, raw.baseAddress, readSize) }
             if count > 0 {
+                if isTCP { requestQuickAcknowledgementsIfWritten() }
                 owner?.channelReceived(readBuffer.bytes[0..<count])
                 guard isOpen else { return }
-                if isTCP { requestQuickAcknowledgementsIfWritten() }
                 if medium.shortReadDrains && count < readSize { return }
                 continue
             }
