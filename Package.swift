@@ -51,7 +51,8 @@ let package = Package(
         // Characteristic Presentation Format: for output people read (`gatt`, `scan`). Beside Core.
         .target(name: "BlemuAssignedNumbers", dependencies: ["BlemuCore"], path: "Sources/AssignedNumbers"),
         .target(name: "BlemuRunLoop", dependencies: ["BlemuCore", "CLinux"], path: "Sources/RunLoop"),
-        .target(name: "BlemuTransport", dependencies: ["BlemuCore", "BlemuRunLoop", "CLinux", "CBlueZ"],
+        // HCITransport and the H4 packet type are HCI's: a transport is handed to HCI once.
+        .target(name: "BlemuTransport", dependencies: ["BlemuCore", "BlemuHCI", "BlemuRunLoop", "CLinux", "CBlueZ"],
                 path: "Sources/Transport"),
         .target(name: "BlemuHCI", dependencies: [
             "BlemuCore",
@@ -233,7 +234,7 @@ let package = Package(
                     path: "Tests/JournalTests"),
         .testTarget(name: "ConfigTests", dependencies: ["BlemuTestSupport", "BlemuConfig", "BlemuHCI", "BlemuTransport", "BlemuCore"],
                     path: "Tests/ConfigTests"),
-        .testTarget(name: "RunLoopTests", dependencies: ["BlemuRunLoop", "BlemuTransport", "CLinux"],
+        .testTarget(name: "RunLoopTests", dependencies: ["BlemuRunLoop", "BlemuTransport", "BlemuHCI", "CLinux"],
                     path: "Tests/RunLoopTests"),
         .testTarget(name: "HCITests", dependencies: ["BlemuTestSupport", "BlemuHCI", "BlemuL2CAP", "BlemuSimulator", "BlemuCore", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HCITests"),

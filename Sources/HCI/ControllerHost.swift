@@ -96,6 +96,10 @@ public final class ControllerHost {
     /// central uses the extended commands where the controller has them.
     public private(set) var usesExtendedCommands = false
 
+    /// After each HCI event that may change advertising or connections (every event but
+    /// Number Of Completed Packets): for a service status. Nil: nothing is called.
+    public var onStateMayChange: (() -> Void)?
+
     private var stopCompletion: (() -> Void)?
     private var stopFinished = false
     /// The stop's HCI Reset went out (one per stop).
@@ -119,6 +123,18 @@ public final class ControllerHost {
         self.logger = logger
         hci = HCIHost(scheduler: scheduler, logger: logger, transmitBufferCapacity: transmitBufferCapacity, output: output)
         hci.delegate = self
+    }
+
+    /// On `transport`, handed over once: HCI sends its packets through it, and it hands each
+    /// packet it receives to HCI (`receive`) directly, with no layer above HCI between them.
+    public convenience init(controller: String, scheduler: TimerScheduling, logger: Logger, transmitBufferCapacity: Int = 4 + 251,
+                            transport: any HCITransport) {
+        self.init(controller: controller, scheduler: scheduler, logger: logger, transmitBufferCapacity: transmitBufferCapacity) {
+            type, packet in
+            guard let packetType = H4PacketType(rawValue: type) else { return false }
+            return transport.send(packetType, packet)
+        }
+        transport.onPacket = { [unowned self] type, packet in self.receive(type, packet) }
     }
 
     deinit { linkRoles.deallocate() }
@@ -170,12 +186,25 @@ public final class ControllerHost {
 
     /// One packet from the controller: H4 packet type and the packet.
     public func receive(packetType: UInt8, packet: ArraySlice<UInt8>) {
-        switch packetType {
-        case 0x04: hci.receiveEvent(packet)
-        case 0x02: hci.receiveACL(packet)
-        default: logger.debug("ignored H4 packet of type \(Hex.byte(packetType))")
+        guard let type = H4PacketType(rawValue: packetType) else {
+            return logger.debug("ignored H4 packet of type \(Hex.byte(packetType))")
+        }
+        receive(type, packet)
+    }
+
+    /// One packet from the controller's transport.
+    public func receive(_ type: H4PacketType, _ packet: ArraySlice<UInt8>) {
+        switch type {
+        case .event:
+            hci.receiveEvent(packet)
+            // Number Of Completed Packets (Vol 4, Part E, 7.7.19) only gives buffers back.
+            if let onStateMayChange, packet.first != Self.numberOfCompletedPacketsCode { onStateMayChange() }
+        case .acl: hci.receiveACL(packet)
+        default: logger.debug("ignored H4 packet of type \(Hex.byte(type.rawValue))")
         }
     }
+
+    private static let numberOfCompletedPacketsCode: UInt8 = 0x13
 
     // MARK: Stop
 

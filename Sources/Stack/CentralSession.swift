@@ -30,18 +30,15 @@ public final class CentralSession {
         self.logger = logger
         let link = ControllerLink(spec: spec, loop: loop)
         self.link = link
+        // The link handed to HCI once: packets pass between them directly, both ways.
         let controller = ControllerHost(controller: spec.description, scheduler: loop, logger: logger,
-                                        transmitBufferCapacity: CentralHost.largestPDU) { type, packet in
-            guard let packetType = H4PacketType(rawValue: type) else { return false }
-            return link.send(packetType, packet)
-        }
+                                        transmitBufferCapacity: CentralHost.largestPDU, transport: link)
         self.controller = controller
         do {
             host = try CentralHost(on: controller)
         } catch {
             throw StackFailure("the central's own GATT database: \(error)")
         }
-        link.onPacket = { [unowned self] type, packet in self.controller.receive(packetType: type.rawValue, packet: packet) }
         link.onUp = { [unowned self] in
             self.wasUp = true
             self.controller.controllerUp()

@@ -20,27 +20,25 @@ public final class ControllerStack {
     public var onFatal: ((String) -> Void)?
     /// The controller came up for the first time (after `controller-up` is logged).
     public var onFirstUp: (() -> Void)?
-    /// After each HCI event and each controller up or down (with the error when it went down):
-    /// advertising or connections may have changed (for the service status).
-    public var onStateMayChange: ((String?) -> Void)?
+    /// After each HCI event that may change something (all but Number Of Completed Packets)
+    /// and each controller up or down (with the error when it went down): advertising or
+    /// connections may have changed (for the service status). Set, it is HCI's observer too.
+    public var onStateMayChange: ((String?) -> Void)? {
+        didSet {
+            controller.onStateMayChange = onStateMayChange == nil ? nil : { [unowned self] in self.onStateMayChange?(nil) }
+        }
+    }
     private var wasUp = false
 
     public init(spec: ControllerSpec, loop: RunLoop, logger: Logger) {
         let link = ControllerLink(spec: spec, loop: loop)
         self.link = link
         self.logger = logger
-        let controller = ControllerHost(controller: spec.description, scheduler: loop, logger: logger,
-                                        transmitBufferCapacity: PeripheralHost.largestPDU) { type, packet in
-            guard let packetType = H4PacketType(rawValue: type) else { return false }
-            return link.send(packetType, packet)
-        }
-        self.controller = controller
+        // The link handed to HCI once: packets pass between them directly, both ways.
+        controller = ControllerHost(controller: spec.description, scheduler: loop, logger: logger,
+                                    transmitBufferCapacity: PeripheralHost.largestPDU, transport: link)
         host = PeripheralHost(on: controller)
         host.onFatal = { [unowned self] message in self.onFatal?(message) }
-        link.onPacket = { [unowned self] type, packet in
-            self.controller.receive(packetType: type.rawValue, packet: packet)
-            if type == .event { self.onStateMayChange?(nil) }
-        }
         link.onUp = { [unowned self] in
             let first = !self.wasUp
             self.wasUp = true

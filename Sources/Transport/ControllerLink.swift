@@ -1,10 +1,16 @@
 import BlemuCore
+import BlemuHCI
 import BlemuRunLoop
 
 /// A controller connection that stays up: opens the transport for `spec`, and when it fails
 /// or is lost, tries again with exponential backoff on the loop's timers. It never gives up
 /// and never exits; `stop()` ends it.
-public final class ControllerLink {
+///
+/// The `HCITransport` the stack hands to HCI once (`ControllerHost(controller:transport:)`):
+/// `onPacket` is given to each transport opened as it is, so a received packet goes from the
+/// transport's framing to HCI with nothing between them; a capture (`onTraffic`, `--btsnoop`)
+/// is a tap put in that place only while one is set.
+public final class ControllerLink: HCITransport {
     public let spec: ControllerSpec
     /// The transport opened: the host resets its controller state and starts over.
     public var onUp: (() -> Void)?
@@ -12,10 +18,16 @@ public final class ControllerLink {
     public var onDown: ((TransportError) -> Void)?
     /// An open attempt failed; the next one comes after the given delay.
     public var onOpenFailed: ((TransportError, Duration) -> Void)?
-    public var onPacket: ((H4PacketType, ArraySlice<UInt8>) -> Void)?
+    /// Each packet received (set once, by HCI); the body is valid during the call.
+    public var onPacket: ((H4PacketType, ArraySlice<UInt8>) -> Void)? {
+        didSet { connectReceiver() }
+    }
     /// Every packet that passes, both ways, for a capture (`--btsnoop`): `received` packets
-    /// before `onPacket` sees them, sent ones once the transport took them.
-    public var onTraffic: ((_ received: Bool, H4PacketType, ArraySlice<UInt8>) -> Void)?
+    /// before `onPacket` sees them, sent ones once the transport took them. Nil (no capture):
+    /// no tap on the path.
+    public var onTraffic: ((_ received: Bool, H4PacketType, ArraySlice<UInt8>) -> Void)? {
+        didSet { connectReceiver() }
+    }
 
     public private(set) var isUp = false
     /// Between `start()` and `stop()`.
@@ -113,16 +125,12 @@ public final class ControllerLink {
                 newTransport.close()
                 return
             }
-            newTransport.onPacket = { [weak self] type, body in
-                guard let self else { return }
-                self.onTraffic?(true, type, body)
-                self.onPacket?(type, body)
-            }
             newTransport.onClosed = { [weak self, weak newTransport] error in
                 guard let self, let newTransport, newTransport === self.transport else { return }
                 self.lost(error)
             }
             transport = newTransport
+            connectReceiver()
             isUp = true
             lastError = nil
             // The backoff starts over only once this transport has proved stable (`lost`).
@@ -148,6 +156,21 @@ public final class ControllerLink {
         currentBackoff = min(currentBackoff * 2, maxBackoff)
         scheduleRetry(after: delay)
         onDown?(error)
+    }
+
+    /// The open transport hands its packets to `onPacket` itself, or, while a capture is set,
+    /// to a tap that shows each to the capture first.
+    private func connectReceiver() {
+        guard let transport else { return }
+        guard let tap = onTraffic else {
+            transport.onPacket = onPacket
+            return
+        }
+        let receiver = onPacket
+        transport.onPacket = { type, body in
+            tap(true, type, body)
+            receiver?(type, body)
+        }
     }
 
     private func scheduleRetry(after delay: Duration) {

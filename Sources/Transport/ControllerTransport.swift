@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuHCI
 import BlemuRunLoop
 
 /// An open, nonblocking connection to a controller, registered in a run loop.

@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuHCI
 import BlemuRunLoop
 import CLinux
 
@@ -60,8 +61,13 @@ final class FileDescriptorChannel {
     private let readsPerWakeup: Int
     private var watchingWritable = false
     private var pendingFailure: TimerID?
-    /// A TCP socket: quick acknowledgements are asked for again after every read.
+    /// A TCP socket: quick acknowledgements are asked for again after a read once output went out.
     private let isTCP: Bool
+    /// Bytes were written since quick acknowledgements were last asked for: the kernel may be
+    /// delaying its ACKs again (`requestQuickAcknowledgementsIfSent`).
+    private var wroteSinceQuickAcknowledgements = true
+    /// How many times quick acknowledgements were asked for (a system call each).
+    private(set) var quickAcknowledgementRequests = 0
 
     /// Takes ownership of `fd` (closed on failure too): makes it nonblocking and registers it
     /// for reading. Set `owner` before the loop next runs.
@@ -141,7 +147,10 @@ final class FileDescriptorChannel {
         guard isOpen else { return .failed(errno: EBADF) }
         while true {
             let written = attempt(fd)
-            if written >= 0 { return .written(written) }
+            if written >= 0 {
+                if written > 0 { wroteSinceQuickAcknowledgements = true }
+                return .written(written)
+            }
             let code = errno
             switch code {
             case EINTR: continue
@@ -182,7 +191,7 @@ final class FileDescriptorChannel {
         for _ in 0..<readsPerWakeup {
             let count = readBuffer.bytes.withUnsafeMutableBytes { raw in read(fd, raw.baseAddress, readSize) }
             if count > 0 {
-                if isTCP { requestQuickAcknowledgements() }
+                if isTCP { requestQuickAcknowledgementsIfWritten() }
                 owner?.channelReceived(readBuffer.bytes[0..<count])
                 guard isOpen else { return }
                 if medium.shortReadDrains && count < readSize { return }
@@ -204,12 +213,18 @@ final class FileDescriptorChannel {
         }
     }
 
-    /// Delayed ACKs (up to 40 ms on Linux) meet Nagle on a controller that writes a packet in
+    /// Delayed ACKs (40 ms at least on Linux) meet Nagle on a controller that writes a packet in
     /// two sends, as rootcanal writes the H4 indicator and then the body: the body waits for
-    /// our ACK of the indicator. TCP_QUICKACK (tcp(7)) sends ACKs at once, but the kernel
-    /// clears it as it goes, so it is set again after each read. Best effort: failing it only
-    /// costs latency.
-    private func requestQuickAcknowledgements() {
+    /// our ACK of the indicator. Linux acknowledges a small segment as it is read, unless the
+    /// connection is "interactive" (pingpong mode), which the kernel enters when we send data
+    /// soon after receiving, as every answer does; TCP_QUICKACK (tcp(7)) leaves that mode and
+    /// sends a pending ACK. So it is set after a read only when something went out since it was
+    /// last set: once per request and answer, not after every read (Docs/PERFORMANCE.md,
+    /// "System calls per request"). Best effort: failing it only costs latency.
+    private func requestQuickAcknowledgementsIfWritten() {
+        guard wroteSinceQuickAcknowledgements else { return }
+        wroteSinceQuickAcknowledgements = false
+        quickAcknowledgementRequests += 1
         var one: Int32 = 1
         _ = setsockopt(fd, Int32(IPPROTO_TCP), Int32(TCP_QUICKACK), &one, socklen_t(MemoryLayout<Int32>.size))
     }

@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuHCI
 import BlemuRunLoop
 import CLinux
 
@@ -27,6 +28,8 @@ public final class StreamTransport: ControllerTransport {
     public var isOpen: Bool { channel.isOpen }
 
     public var discardedBytes: Int { framer.discardedBytes }
+    /// TCP_QUICKACK requests so far (TCP only): one after each read that follows output, not one per read.
+    public var quickAcknowledgementRequests: Int { channel.quickAcknowledgementRequests }
     /// Bytes accepted by `send` and not yet taken by the kernel.
     public var bufferedOutputCount: Int { output.count - outputHead }
 

@@ -1,6 +1,7 @@
 import BlemuBenchRig
 import BlemuCentral
 import BlemuCore
+import BlemuHCI
 import BlemuTransport
 import CAllocationCounter
 import Testing

@@ -1,3 +1,4 @@
+import BlemuHCI
 import BlemuTransport
 import Testing
 

@@ -317,6 +317,43 @@ import Glibc
         #expect(received == [expected(acl)])
     }
 
+    /// Linux acknowledges a small segment as it is read unless the connection went interactive,
+    /// which only our own output makes it: quick ACKs are asked for after a read that follows
+    /// output, not after every read (a system call each; Docs/PERFORMANCE.md, "System calls per
+    /// request"). rootcanal writes the indicator and the body in two sends, as here.
+    @Test func tcpAsksForQuickAcknowledgementsAfterOutputNotAfterEveryRead() throws {
+        let loop = try RunLoop()
+        let server = TCPServer()
+        defer { server.close() }
+        guard case .success(let opened)? = openAndWait(.tcp(host: "127.0.0.1", port: server.port), on: loop),
+              let transport = opened as? StreamTransport else {
+            Issue.record("open failed")
+            return
+        }
+        defer { transport.close() }
+        var accepted: Int32 = -1
+        #expect(runUntil(loop) { accepted = server.accept(); return accepted >= 0 })
+        defer { close(accepted) }
+        var received = 0
+        transport.onPacket = { _, _ in received += 1 }
+        let event = h4Packet(.event, payload: [0x13, 0x05, 0x01, 0x40, 0x00, 0x01, 0x00])
+        // Four packets, each in two reads, and nothing sent: asked once, at the first read.
+        for count in 1...4 {
+            writeAll(accepted, [event[0]])
+            _ = runUntil(loop, limit: .milliseconds(30)) { false }  // the indicator read alone
+            writeAll(accepted, Array(event.dropFirst()))
+            #expect(runUntil(loop) { received == count })
+        }
+        #expect(transport.quickAcknowledgementRequests == 1)
+        // An answer went out: the next read asks again, once.
+        #expect(transport.send(.acl, h4Packet(.acl, payload: [0x01]).dropFirst()))
+        for count in 5...6 {
+            writeAll(accepted, event)
+            #expect(runUntil(loop) { received == count })
+        }
+        #expect(transport.quickAcknowledgementRequests == 2)
+    }
+
     @Test func serialOverAPseudoTerminal() throws {
         let loop = try RunLoop()
         var master: Int32 = -1
@@ -467,6 +504,32 @@ import Glibc
 let AF_BLUETOOTH_FOR_TESTS: Int32 = 31
 
 @Suite struct ControllerLinkTests {
+    /// A capture (`--btsnoop`) is a tap on the packet path only while it is set: packets reach it
+    /// before HCI, both ways, and once it is removed they go to HCI alone.
+    @Test func aCaptureTapSeesEveryPacketOnlyWhileItIsSet() throws {
+        let loop = try RunLoop()
+        let server = UnixServer()
+        defer { server.close() }
+        let link = ControllerLink(spec: .unix(path: server.path), loop: loop)
+        defer { link.stop() }
+        var heard: [String] = []
+        link.onPacket = { type, _ in heard.append("hci \(type)") }
+        link.start()
+        #expect(runUntil(loop) { link.isUp })
+        let accepted = server.accept()
+        defer { close(accepted) }
+        link.onTraffic = { received, type, _ in heard.append("tap \(received ? "in" : "out") \(type)") }
+        writeAll(accepted, h4Packet(.event, payload: [0x0E, 0x01]))
+        #expect(runUntil(loop) { heard.count == 2 })
+        #expect(link.send(.command, [0x03, 0x0C, 0x00]))
+        #expect(heard == ["tap in event", "hci event", "tap out command"])
+        link.onTraffic = nil
+        writeAll(accepted, h4Packet(.event, payload: [0x0E, 0x01]))
+        #expect(runUntil(loop) { heard.count == 4 })
+        #expect(link.send(.command, [0x03, 0x0C, 0x00]))
+        #expect(heard.suffix(1) == ["hci event"])
+    }
+
     @Test func reconnectsAfterTheServerClosesTheConnection() throws {
         let loop = try RunLoop()
         let server = UnixServer()
