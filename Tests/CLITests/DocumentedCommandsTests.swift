@@ -100,7 +100,7 @@ enum DocumentedCommands {
         try String(contentsOfFile: root + "/" + relativePath, encoding: .utf8)
     }
 
-    static let subcommands: Set<String> = ["run", "devices", "ctl", "scan", "gatt", "chat", "bonds", "bench"]
+    static let subcommands: Set<String> = ["run", "devices", "ctl", "scan", "gatt", "chat", "bonds", "bench", "attach"]
     /// Shell variables the examples use, and a value for each.
     static let variables = ["$SOCK": "/tmp/blemu-test.sock"]
 
