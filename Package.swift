@@ -135,6 +135,9 @@ let package = Package(
             "BlemuCore", "BlemuConfig", "BlemuControl", "BlemuHost",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Scenario"),
+        // `blemu attach`: the kernel's virtual adapter (/dev/vhci) bridged to a controller on another
+        // radio, and the commands answered for that controller. Above Transport, beside the stack.
+        .target(name: "BlemuAttach", dependencies: ["BlemuCore", "BlemuRunLoop", "BlemuTransport"], path: "Sources/Attach"),
         // --btsnoop: the HCI packet capture (btsnoop files, rotation). Beside Transport: it sees packets as bytes.
         .target(name: "BlemuCapture", dependencies: ["BlemuCore"], path: "Sources/Capture"),
         // systemd integration: sd_notify readiness, status, watchdog (Type=notify units).
@@ -182,7 +185,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Bench"),
         .executableTarget(name: "blemu", dependencies: [
-            "BlemuCore", "BlemuRunLoop", "BlemuBench", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig", "BlemuStack", "BlemuScenario",
+            "BlemuCore", "BlemuRunLoop", "BlemuAttach", "BlemuBench", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig", "BlemuStack", "BlemuScenario",
             "BlemuJournal",
             "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile", "BlemuChat",
             "BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuATT", "BlemuBroadcast", "BlemuObserver", "BlemuAssignedNumbers", "BlemuLint", "CLinux", "CStartup",
@@ -234,7 +237,7 @@ let package = Package(
                     path: "Tests/JournalTests"),
         .testTarget(name: "ConfigTests", dependencies: ["BlemuTestSupport", "BlemuConfig", "BlemuHCI", "BlemuTransport", "BlemuCore"],
                     path: "Tests/ConfigTests"),
-        .testTarget(name: "RunLoopTests", dependencies: ["BlemuRunLoop", "BlemuTransport", "BlemuHCI", "CLinux"],
+        .testTarget(name: "RunLoopTests", dependencies: ["BlemuRunLoop", "BlemuTransport", "BlemuHCI", "BlemuAttach", "CLinux"],
                     path: "Tests/RunLoopTests"),
         .testTarget(name: "HCITests", dependencies: ["BlemuTestSupport", "BlemuHCI", "BlemuL2CAP", "BlemuSimulator", "BlemuCore", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HCITests"),

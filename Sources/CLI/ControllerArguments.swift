@@ -14,7 +14,7 @@ import Glibc
 func controllerAndLoop(_ specText: String?) throws -> (ControllerSpec, RunLoop) {
     let text = specText ?? getenv("BLEMU_CONTROLLER").map { String(cString: $0) }
     guard let text, !text.isEmpty else {
-        throw ValidationError("give --controller SPEC (hciN, tcp:HOST:PORT, unix:PATH, serial:DEVICE[:BAUD]) or set BLEMU_CONTROLLER")
+        throw ValidationError("give --controller SPEC (hciN, tcp:HOST:PORT, netsim[:INSTANCE], unix:PATH, serial:DEVICE[:BAUD]) or set BLEMU_CONTROLLER")
     }
     let spec: ControllerSpec
     do { spec = try ControllerSpec(parsing: text) } catch { throw ValidationError(error.description) }

@@ -352,6 +352,9 @@ public final class HCIHost {
 
     private func initialize() { run(.reset) }
 
+    /// The controller answered LE Read Buffer Size v2 with an error: v1 is asked instead.
+    private var leReadBufferSizeV2Refused = false
+
     /// Vol 4, Part E, 7.3.1: Disconnection Complete (bit 4), Encryption Change (7), Hardware
     /// Error (15), Data Buffer Overflow (25), Encryption Key Refresh Complete (47), LE Meta (61).
     public static let eventMask: UInt64 = 1 << 4 | 1 << 7 | 1 << 15 | 1 << 25 | 1 << 47 | 1 << 61
@@ -375,7 +378,10 @@ public final class HCIHost {
         case .leSetEventMask: return (.leSetEventMask(Self.leEventMask), true)
         case .leReadBufferSize:
             // LE Read Buffer Size v2 is bit 5 of octet 41 of Supported Commands (Vol 4, Part E, 6.27).
-            return (info.supports(octet: 41, bit: 5) ? .leReadBufferSizeV2 : .leReadBufferSize, true)
+            // A controller that claims it and refuses it (a proxy, an emulator) is asked v1, which
+            // every LE controller supports (7.8.2; v2, 7.8.2 too, belongs to the isochronous channels).
+            let v2 = info.supports(octet: 41, bit: 5) && !leReadBufferSizeV2Refused
+            return (v2 ? .leReadBufferSizeV2 : .leReadBufferSize, true)
         case .readBufferSize:
             // Vol 4, Part E, 7.8.2: zero LE buffers means LE shares the BR/EDR buffers.
             return info.aclMaxLength == 0 || info.aclTotalPackets == 0 ? (.readBufferSize, true) : nil
@@ -436,6 +442,21 @@ public final class HCIHost {
         let expected = generation
         send(command) { [weak self] result in
             guard let self, self.generation == expected else { return }
+            if command.opcode == HCIOpcode.leReadBufferSizeV2, !result.succeeded, result.status != nil {
+                self.leReadBufferSizeV2Refused = true
+                self.logger.warning("the controller refused LE Read Buffer Size v2 although it lists it: asking LE Read Buffer Size (v1)",
+                                    metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
+                self.run(stage)
+                return
+            }
+            if command.opcode == HCIOpcode.leReadNumberOfSupportedAdvertisingSets, result.status == 0x01 {
+                // Unknown HCI Command (Vol 1, Part F, 2.1) to the first of the extended advertising
+                // commands, from a controller whose features list LE Extended Advertising (Vol 6,
+                // Part B, 4.6, bit 12): it has not got them (an emulator's proxy, netsim): the
+                // feature is taken as off, so advertising, scanning and connecting use the legacy commands.
+                self.info.leFeatures &= ~(UInt64(1) << 12)
+                self.logger.warning("the controller refused LE Read Number of Supported Advertising Sets (Unknown HCI Command) although it lists LE Extended Advertising: extended advertising, scanning and connecting are off, the legacy commands are used")
+            }
             if required && !result.succeeded {
                 self.logger.error("controller initialization failed at \(command.name); retrying in 1 s",
                                   metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])

@@ -1,10 +1,18 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Where the controller is (Docs/REFERENCE.md, "Controller specs"): `hciN`, `tcp:HOST:PORT`,
-/// `unix:PATH`, `serial:DEVICE[:BAUD]`.
+/// `netsim[:INSTANCE]`, `unix:PATH`, `serial:DEVICE[:BAUD]`.
 public enum ControllerSpec: Hashable, Sendable, CustomStringConvertible {
     /// Linux HCI user channel on adapter `index`.
     case hci(index: UInt16)
     /// H4 over TCP (rootcanal, Bumble).
     case tcp(host: String, port: UInt16)
+    /// H4 over TCP to the Android Emulator's netsim on this machine: its HCI port, where every
+    /// connection is a new controller on the emulator's radio. `port` is resolved when parsing
+    /// (`netsimPort`), from NETSIM_HCI_PORT or the instance's default.
+    case netsim(instance: UInt16, port: UInt16)
     /// H4 over a Unix stream socket.
     case unix(path: String)
     /// H4 over a UART, 8N1 with RTS/CTS.
@@ -19,8 +27,16 @@ public enum ControllerSpec: Hashable, Sendable, CustomStringConvertible {
         921_600, 1_000_000, 1_152_000, 1_500_000, 2_000_000, 2_500_000, 3_000_000, 3_500_000, 4_000_000,
     ]
 
-    public init(parsing text: String) throws(TransportError) {
-        if text.hasPrefix("hci") {
+    /// netsim's HCI port for the first emulator; instance N listens on 6402 + N - 1.
+    public static let netsimFirstHCIPort: UInt16 = 6402
+    /// Where netsim listens: loopback only.
+    public static let netsimHost = "127.0.0.1"
+
+    /// `environment` is where NETSIM_HCI_PORT is looked up (nil: this process's environment).
+    public init(parsing text: String, environment: [String: String]? = nil) throws(TransportError) {
+        if text == "netsim" || text.hasPrefix("netsim:") {
+            self = try Self.parseNetsim(text, environment: environment)
+        } else if text.hasPrefix("hci") {
             let digits = text.dropFirst(3)
             guard !digits.isEmpty, digits.allSatisfy(\.isASCIIDigit), let index = UInt16(digits) else {
                 throw TransportError.invalidSpec(text, "hci needs an adapter number, e.g. hci0")
@@ -72,6 +88,43 @@ public enum ControllerSpec: Hashable, Sendable, CustomStringConvertible {
         return .tcp(host: String(host), port: port)
     }
 
+    /// `netsim` or `netsim:INSTANCE` (1 for the first emulator).
+    private static func parseNetsim(_ text: String, environment: [String: String]?) throws(TransportError) -> ControllerSpec {
+        var instance: UInt16 = 1
+        if text.hasPrefix("netsim:") {
+            let digits = text.dropFirst(7)
+            guard !digits.isEmpty, digits.allSatisfy(\.isASCIIDigit), let value = UInt16(digits), value >= 1,
+                  Int(value) - 1 + Int(netsimFirstHCIPort) <= Int(UInt16.max) else {
+                throw TransportError.invalidSpec(text, "netsim takes an emulator instance from 1, e.g. netsim:1")
+            }
+            instance = value
+        }
+        return .netsim(instance: instance, port: try netsimPort(instance: instance, environment: environment))
+    }
+
+    /// netsim's HCI port for `instance`: NETSIM_HCI_PORT when set (the port netsim was started
+    /// with, `--hci-port`), else 6402 + instance - 1 (netsim's default for each emulator).
+    public static func netsimPort(instance: UInt16, environment: [String: String]? = nil) throws(TransportError) -> UInt16 {
+        let variable = environment.map { $0["NETSIM_HCI_PORT"] } ?? getenv("NETSIM_HCI_PORT").map { String(cString: $0) }
+        if let variable, !variable.isEmpty {
+            guard variable.allSatisfy(\.isASCIIDigit), let port = UInt16(variable), port != 0 else {
+                throw TransportError(.invalidSpec,
+                    "NETSIM_HCI_PORT=\"\(variable)\" is not a port (a number from 1 to 65535): fix or unset it")
+            }
+            return port
+        }
+        return UInt16(Int(netsimFirstHCIPort) + Int(instance) - 1)
+    }
+
+    /// The host and port to connect to, for the specs that are TCP.
+    public var tcpEndpoint: (host: String, port: UInt16)? {
+        switch self {
+        case .tcp(let host, let port): (host, port)
+        case .netsim(_, let port): (Self.netsimHost, port)
+        case .hci, .unix, .serial: nil
+        }
+    }
+
     /// `DEVICE` or `DEVICE:BAUD`. Device paths may hold colons themselves
     /// (/dev/serial/by-path/pci-0000:00:14.0-usb-0:1:1.0-port0), so the last field is taken for
     /// a baud rate only when it is made of letters and digits alone: all digits is a rate, and
@@ -100,11 +153,12 @@ public enum ControllerSpec: Hashable, Sendable, CustomStringConvertible {
         return .serial(device: String(device), baud: baud)
     }
 
-    /// The canonical spec: parsing it gives this value back.
+    /// The canonical spec: parsing it gives this value back (netsim's, with the same NETSIM_HCI_PORT).
     public var description: String {
         switch self {
         case .hci(let index): "hci\(index)"
         case .tcp(let host, let port): host.contains(":") ? "tcp:[\(host)]:\(port)" : "tcp:\(host):\(port)"
+        case .netsim(let instance, _): "netsim:\(instance)"
         case .unix(let path): "unix:\(path)"
         case .serial(let device, let baud): "serial:\(device):\(baud)"
         }

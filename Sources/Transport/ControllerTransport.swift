@@ -66,7 +66,7 @@ public enum ControllerTransports {
         -> TransportOpening
     {
         let opening = TransportOpening()
-        if case .tcp(let host, let port) = spec {
+        if case let (host, port)? = spec.tcpEndpoint {
             // The closures hold `opening` strongly, so an opening the caller drops still completes;
             // finish() and cancel() break the cycle through cancelAction.
             let connector = TCPConnector(spec: spec, host: host, port: port, loop: loop, timeout: connectTimeout) {
@@ -125,7 +125,7 @@ public enum ControllerTransports {
             return try StreamTransport.connect(unixPath: path, loop: loop, outputCapacity: outputCapacity)
         case .serial(let device, let baud):
             return try StreamTransport.openSerial(device: device, baud: baud, loop: loop, outputCapacity: outputCapacity)
-        case .tcp:
+        case .tcp, .netsim:
             throw TransportError(.invalidSpec, "\(spec): TCP connects asynchronously: open it with ControllerTransports.open")
         }
     }

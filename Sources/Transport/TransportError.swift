@@ -62,7 +62,7 @@ public struct TransportError: Error, CustomStringConvertible, Equatable, Sendabl
 
 extension TransportError {
     static let acceptedSpecs =
-        "use hciN, tcp:HOST[:PORT] (port 6402 by default), unix:PATH or serial:DEVICE[:BAUD] (115200 by default), e.g. tcp:127.0.0.1:6402"
+        "use hciN, tcp:HOST[:PORT] (port 6402 by default), netsim[:INSTANCE] (the Android Emulator), unix:PATH or serial:DEVICE[:BAUD] (115200 by default), e.g. tcp:127.0.0.1:6402"
 
     static func invalidSpec(_ text: String, _ problem: String) -> TransportError {
         TransportError(.invalidSpec, "invalid controller spec \"\(text)\" (\(problem)): \(acceptedSpecs)")
@@ -107,6 +107,9 @@ extension TransportError {
 
     /// connect() to a TCP controller failed with `code`.
     static func tcpConnect(_ spec: ControllerSpec, port: UInt16, _ code: Int32) -> TransportError {
+        if case .netsim(let instance, _) = spec, code == ECONNREFUSED {
+            return netsimNotListening(spec, instance: instance, port: port)
+        }
         switch code {
         case ECONNREFUSED:
             return TransportError(.connectionRefused, errnoCode: code,
@@ -126,6 +129,15 @@ extension TransportError {
             return TransportError(.ioFailure, errnoCode: code,
                 "\(spec): connect failed: \(describe(errno: code)): check the host and port")
         }
+    }
+
+    /// Nothing listens on netsim's HCI port: what to do about it.
+    static func netsimNotListening(_ spec: ControllerSpec, instance: UInt16, port: UInt16) -> TransportError {
+        TransportError(.connectionRefused, errnoCode: ECONNREFUSED,
+            "\(spec): nothing listens on netsim's HCI port 127.0.0.1:\(port) (ECONNREFUSED): start the Android Emulator "
+            + "(instance \(instance)) first, with `-netsim-args=\"--no-shutdown\"` so netsim stays up between emulator runs; "
+            + "netsim listens on loopback only, so blemu must run on the emulator's machine (in Docker: `--network host`); "
+            + "a netsim started with --hci-port N is reached with NETSIM_HCI_PORT=N")
     }
 
     static func tcpTimeout(_ spec: ControllerSpec, after timeout: Duration) -> TransportError {

@@ -102,7 +102,7 @@ enum DocumentedCommands {
         try String(contentsOfFile: root + "/" + relativePath, encoding: .utf8)
     }
 
-    static let subcommands: Set<String> = ["run", "devices", "ctl", "scan", "gatt", "chat", "bonds", "bench", "lint"]
+    static let subcommands: Set<String> = ["run", "devices", "ctl", "scan", "gatt", "chat", "bonds", "bench", "lint", "attach"]
     /// Shell variables the examples use, and a value for each.
     static let variables = ["$SOCK": "/tmp/blemu-test.sock"]
 

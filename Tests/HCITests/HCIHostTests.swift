@@ -246,6 +246,37 @@ private let initSequenceV1: [UInt16] = [
         #expect(rig.host.info.aclTotalPackets == 6)
     }
 
+    /// A controller that lists LE Read Buffer Size [v2] and refuses it with Unknown HCI Command
+    /// (a proxy, an emulator) is asked v1 (7.8.2), which every LE controller has: the sequence
+    /// goes on instead of starting over every second for ever.
+    @Test func aRefusedLEReadBufferSizeV2IsAskedAsV1() {
+        let rig = Rig {
+            $0.supportsBufferSizeV2 = true; $0.aclBufferSize = 100; $0.aclBufferCount = 6
+            $0.failures[HCIOpcode.leReadBufferSizeV2] = 0x01
+        }
+        rig.bringUp()
+        #expect(rig.host.isReady)
+        #expect(Array(rig.commands.suffix(2)) == [HCIOpcode.leReadBufferSizeV2, HCIOpcode.leReadBufferSize])
+        #expect(rig.host.info.aclMaxLength == 100)
+        #expect(rig.host.info.aclTotalPackets == 6)
+    }
+
+    /// A controller whose features list LE Extended Advertising (Vol 6, Part B, 4.6, bit 12) and
+    /// that refuses its first command, LE Read Number of Supported Advertising Sets (7.8.58), with
+    /// Unknown HCI Command has not got the feature: it is taken as off, so the roles use the
+    /// legacy advertising, scanning and connecting commands (netsim behind a proxy).
+    @Test func aRefusedFirstExtendedAdvertisingCommandTurnsTheFeatureOff() {
+        let rig = Rig { $0.extendedAdvertisingSets = 4; $0.failures[HCIOpcode.leReadNumberOfSupportedAdvertisingSets] = 0x01 }
+        rig.bringUp()
+        #expect(rig.host.isReady)
+        #expect(!rig.host.info.supportsExtendedAdvertising)
+        #expect(!rig.commands.contains(HCIOpcode.leReadMaximumAdvertisingDataLength))
+        // Another refusal (Command Disallowed, a busy controller) says nothing about the feature.
+        let busy = Rig { $0.extendedAdvertisingSets = 4; $0.failures[HCIOpcode.leReadNumberOfSupportedAdvertisingSets] = 0x0C }
+        busy.bringUp()
+        #expect(busy.host.info.supportsExtendedAdvertising)
+    }
+
     /// Vol 4, Part E, 7.8.2: zero LE buffers mean LE shares the BR/EDR buffers, read with Read Buffer Size.
     @Test(arguments: [(UInt16(0), UInt8(0)), (0, 5), (27, 0)])
     func readBufferSizeWhenLEBuffersAreZero(length: UInt16, packets: UInt8) {

@@ -10,7 +10,7 @@ Run by scripts/test-kernel (read that first; Docs/TESTING.md, Kernel tests). Thi
      virtio-9p, read-only under a tmpfs overlay, systemd as PID 1; qemu's user network, where
      the host is 10.0.2.2;
   4. drives the cases through the guest agent (Tests/kernel/guest_agent.py): adapters are
-     hci_vhci ones bridged to the host's rootcanal (Tests/kernel/vhci_bridge.py), so blemu in
+     hci_vhci ones bridged to the host's rootcanal by `blemu attach` in the guest, so blemu in
      the guest and a Bumble central on the host meet on one radio;
   5. prints `kernel: PASS name (…)` or `kernel: FAIL name: why` per case and a summary line,
      and exits 1 if any case failed or the guest could not be run (2: a prerequisite is missing).
@@ -71,7 +71,6 @@ GUEST_PYTHON = "/usr/bin/python3"
 APP_PYTHON = str(REPO / ".venv/bin/python")
 BLEAK_APP = str(REPO / "Tests/kernel/bleak_app.py")
 BLUETOOTHD = "/usr/libexec/bluetooth/bluetoothd"
-BRIDGE = str(REPO / "Tests/kernel/vhci_bridge.py")
 # Modules the guest loads (their dependencies are added from the .ko files' modinfo).
 GUEST_MODULES = ["virtio_pci", "virtio_net", "9pnet_virtio", "9p", "overlay",
                  # The kernel's SMP (BlueZ pairing) needs an ECDH context, whose self-test (run
@@ -471,6 +470,12 @@ def blemu_bin() -> str:
     return os.environ.get("BLEMU_BIN") or str(REPO / ".build/debug/blemu")
 
 
+def blemu_attach(hci_port: int) -> list[str]:
+    """`blemu attach` in the guest: a new hci_vhci adapter on the host's rootcanal (qemu's user
+    network: the host is 10.0.2.2). It prints `blemu attach: hciN up` once the kernel has it."""
+    return [blemu_bin(), "attach", "--controller", f"tcp:10.0.2.2:{hci_port}"]
+
+
 def blemu_run(controller: str, name: str, prefix: list[str] | None = None, binary: str | None = None) -> list[str]:
     return [*(prefix or []), binary or blemu_bin(), "run", "heart-rate", "--controller", controller, "--name", name,
             "--log", "stderr", "--log-level", "debug"]
@@ -583,15 +588,18 @@ class GuestSession(Session):
     def plug_adapter(self) -> str:
         """A new hci_vhci adapter on rootcanal's radio; returns its name (hciN)."""
         self.bridges += 1
-        self.bridge = self.spawn(f"bridge{self.bridges}",
-                                 [GUEST_PYTHON, "-u", BRIDGE, "10.0.2.2", str(self.rootcanal.hci_port)])
+        self.bridge = self.spawn(f"attach{self.bridges}", blemu_attach(self.rootcanal.hci_port))
         text = self.bridge.wait_for(r"hci\d+ up", EVENT_TIMEOUT, what="the vhci adapter")
         return re.findall(r"(hci\d+) up", text)[-1]
 
     def unplug_adapter(self) -> None:
-        """Closing /dev/vhci unregisters the adapter, as pulling a USB adapter does."""
+        """Closing /dev/vhci unregisters the adapter, as pulling a USB adapter does: `blemu
+        attach` closes it on SIGTERM and exits 0."""
         assert self.bridge is not None
-        self.bridge.stop()
+        rc = self.bridge.stop()
+        if rc != 0 or not re.search(r"hci\d+ removed: stopped", self.bridge.output()[0]):
+            raise Failure(f"blemu attach did not remove its adapter cleanly on SIGTERM (exit {rc}): "
+                          f"{tail(self.bridge.output()[0])}")
         self.bridge = None
 
 
@@ -993,7 +1001,7 @@ class BlueZInGuest:
             for path in (APP_PYTHON, BLUETOOTHD, "/usr/bin/dbus-daemon"):
                 if session.guest.run(["test", "-x", path])["rc"] != 0:
                     raise Failure(f"{path} is missing in the guest (scripts/setup --tests: bluez, dbus, the .venv with bleak)")
-            bridge = self.spawn(f"{self.label}-bridge", [GUEST_PYTHON, "-u", BRIDGE, "10.0.2.2", str(session.rootcanal.hci_port)])
+            bridge = self.spawn(f"{self.label}-attach", blemu_attach(session.rootcanal.hci_port))
             self.adapter = re.findall(r"(hci\d+) up", bridge.wait_for(r"hci\d+ up", EVENT_TIMEOUT, what="the vhci adapter"))[-1]
             session.adapter_settings(self.adapter)
             if session.guest.run(["test", "-S", "/run/dbus/system_bus_socket"])["rc"] != 0:
@@ -1157,8 +1165,8 @@ def case_bleak_thermostat(session: Session) -> str:
                 raise Failure(f"{len(again)} pairings, not 1: the bond was not reused")
             asked = re.findall(r"^app: (agent (?!registered)\w+)", text, re.MULTILINE)
             # BlueZ set the encrypted link's Authenticated Payload Timeout; rootcanal would abort on it.
-            if "answered command 0x0c7c itself" not in bluez.started[0].output()[0]:
-                raise Failure("the bridge never saw Write Authenticated Payload Timeout: is the bridge's answer still needed?")
+            if "answered HCI_Write_Authenticated_Payload_Timeout (0x0c7c)" not in bluez.started[0].output()[0]:
+                raise Failure("blemu attach never saw Write Authenticated Payload Timeout: is its answer still needed?")
             return (f"0x05, then BlueZ paired Just Works (key size {paired.get('key_size')}, "
                     f"SC {paired.get('secure_connections')}, its agent asked: {', '.join(asked) or 'nothing'}) and "
                     f"retried the write (6608); reconnected, encrypted with the bond "
