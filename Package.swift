@@ -137,7 +137,7 @@ let package = Package(
         ], path: "Sources/Scenario"),
         // `blemu attach`: the kernel's virtual adapter (/dev/vhci) bridged to a controller on another
         // radio, and the commands answered for that controller. Above Transport, beside the stack.
-        .target(name: "BlemuAttach", dependencies: ["BlemuCore", "BlemuRunLoop", "BlemuTransport"], path: "Sources/Attach"),
+        .target(name: "BlemuAttach", dependencies: ["BlemuCore", "BlemuRunLoop", "BlemuHCI", "BlemuTransport"], path: "Sources/Attach"),
         // --btsnoop: the HCI packet capture (btsnoop files, rotation). Beside Transport: it sees packets as bytes.
         .target(name: "BlemuCapture", dependencies: ["BlemuCore"], path: "Sources/Capture"),
         // systemd integration: sd_notify readiness, status, watchdog (Type=notify units).

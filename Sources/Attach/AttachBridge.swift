@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuHCI
 import BlemuRunLoop
 import BlemuTransport
 
