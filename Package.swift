@@ -117,7 +117,7 @@ let package = Package(
         // GATT profiles: a cloned device's database and values, read from JSON and served as a device,
         // and written from what a GATT client discovered and read (the exporter).
         .target(name: "BlemuProfile", dependencies: [
-            "BlemuCore", "BlemuGATT", "BlemuGATTClient", "BlemuHost", "BlemuDevices",
+            "BlemuCore", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuHost", "BlemuDevices",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Profile"),
         .target(name: "BlemuConfig", dependencies: [
@@ -149,7 +149,7 @@ let package = Package(
         // The chat between nodes (Docs/CHAT.md): a node's rooms, one per controller, as host or
         // member, and the bridge between them. Above the central and the chat device.
         .target(name: "BlemuChat", dependencies: [
-            "BlemuCore", "BlemuCentral", "BlemuGATTClient", "BlemuHost", "BlemuDevices", "BlemuCrypto", "BlemuSecurity",
+            "BlemuCore", "BlemuCentral", "BlemuChannels", "BlemuGATT", "BlemuGATTClient", "BlemuHost", "BlemuDevices", "BlemuCrypto", "BlemuSecurity",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Chat"),
         // The observer of `blemu scan`: an advertiser's AD structures decoded into a report
@@ -216,7 +216,7 @@ let package = Package(
         // What several test targets share: the spec's sample data, temporary directories, captured log lines.
         .target(name: "BlemuTestSupport", dependencies: ["BlemuCore", "BlemuCrypto", .product(name: "Logging", package: "swift-log")],
                 path: "Tests/Support/TestSupport"),
-        .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuBench", "BlemuBenchProtocol", "BlemuBenchRig", "BlemuHost", "BlemuDevices", "BlemuChannels", "BlemuL2CAP",
+        .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuCore", "BlemuBench", "BlemuBenchProtocol", "BlemuBenchRig", "BlemuHost", "BlemuDevices", "BlemuChannels", "BlemuL2CAP",
                                                          "BlemuGATT", "BlemuGATTClient", "BlemuATT", "BlemuCrypto", "BlemuHCI", "BlemuRunLoop",
                                                          "BlemuCentral", "BlemuTransport"],
                     path: "Tests/AllocationTests"),
@@ -229,7 +229,7 @@ let package = Package(
                     path: "Tests/JournalTests"),
         .testTarget(name: "ConfigTests", dependencies: ["BlemuTestSupport", "BlemuConfig", "BlemuHCI", "BlemuTransport", "BlemuCore"],
                     path: "Tests/ConfigTests"),
-        .testTarget(name: "RunLoopTests", dependencies: ["BlemuRunLoop", "BlemuTransport", "CLinux"],
+        .testTarget(name: "RunLoopTests", dependencies: ["BlemuCore", "BlemuRunLoop", "BlemuTransport", "CLinux"],
                     path: "Tests/RunLoopTests"),
         .testTarget(name: "HCITests", dependencies: ["BlemuTestSupport", "BlemuHCI", "BlemuL2CAP", "BlemuSimulator", "BlemuCore", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HCITests"),
@@ -248,7 +248,7 @@ let package = Package(
         .testTarget(name: "SecurityTests", dependencies: ["BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuCore",
                                                        .product(name: "Logging", package: "swift-log")],
                     path: "Tests/SecurityTests"),
-        .testTarget(name: "GATTTests", dependencies: ["BlemuGATT", "BlemuATT", "BlemuCrypto"], path: "Tests/GATTTests"),
+        .testTarget(name: "GATTTests", dependencies: ["BlemuGATT", "BlemuATT", "BlemuCrypto", "BlemuCore"], path: "Tests/GATTTests"),
         .testTarget(name: "ProfileTests", dependencies: ["BlemuTestSupport", "BlemuProfile", "BlemuGATT", "BlemuGATTClient", "BlemuATT", "BlemuCore"], path: "Tests/ProfileTests"),
         .testTarget(name: "GATTClientTests", dependencies: ["BlemuGATTClient", "BlemuGATT", "BlemuATT", "BlemuCore"],
                     path: "Tests/GATTClientTests"),
@@ -272,7 +272,7 @@ let package = Package(
         .testTarget(name: "BenchTests", dependencies: ["BlemuBench", "BlemuBenchProtocol", "BlemuCore", "BlemuSimulator"], path: "Tests/BenchTests"),
         .testTarget(name: "CaptureTests", dependencies: ["BlemuTestSupport", "BlemuCapture", "BlemuCore"], path: "Tests/CaptureTests"),
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
-        .testTarget(name: "HostTests", dependencies: ["BlemuTestSupport", "BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuEATT", "BlemuGATT", "BlemuATT",
+        .testTarget(name: "HostTests", dependencies: ["BlemuTestSupport", "BlemuCore", "BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuEATT", "BlemuGATT", "BlemuATT",
                                                    "BlemuCentral", "BlemuGATTClient", "BlemuChat", "BlemuSecurity", "BlemuSMP", "BlemuCrypto",
                                                    "BlemuSimulator", "BlemuBroadcast", "BlemuProfile", "BlemuBenchRig", "BlemuControl",
                                                    .product(name: "Logging", package: "swift-log")],
