@@ -238,6 +238,8 @@ let package = Package(
                     path: "Tests/ChannelsTests"),
         .testTarget(name: "EATTTests", dependencies: ["BlemuEATT"], path: "Tests/EATTTests"),
         .testTarget(name: "ATTTests", dependencies: ["BlemuATT", "BlemuL2CAP", "BlemuHCI", "BlemuCore"], path: "Tests/ATTTests"),
+        // The devices' models alone (no GATT, no scheduler: time handed in).
+        .testTarget(name: "DevicesTests", dependencies: ["BlemuDevices", "BlemuCore"], path: "Tests/DevicesTests"),
         .testTarget(name: "CryptoTests", dependencies: ["BlemuTestSupport", "BlemuCrypto", "BlemuCore"], path: "Tests/CryptoTests"),
         .testTarget(name: "BroadcastTests", dependencies: ["BlemuTestSupport", "BlemuBroadcast", "BlemuCrypto", "BlemuCore"],
                     path: "Tests/BroadcastTests"),
