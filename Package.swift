@@ -10,7 +10,7 @@ let package = Package(
         // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
         .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
                                              "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast", "BlemuObserver",
-                                             "BlemuAssignedNumbers", "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuSimulator", "BlemuBenchRig", "BlemuBench", "BlemuBenchProtocol"]),
+                                             "BlemuAssignedNumbers", "BlemuChatProtocol", "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuSimulator", "BlemuBenchRig", "BlemuBench", "BlemuBenchProtocol"]),
         // What Fuzz/'s targets drive, and no more: the layers up to Host, Devices, Transport and
         // Control, the simulated controller, the bench codecs. Not Stack and what only it
         // assembles (Chat, Scenario, Profile, Config, ...), Central or Bench: the fuzz build
@@ -18,7 +18,7 @@ let package = Package(
         // products it depends on.
         .library(name: "BlemuFuzzKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT",
                                                   "BlemuGATTClient", "BlemuHost", "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast",
-                                                  "BlemuDevices", "BlemuRunLoop", "BlemuTransport", "BlemuControl", "BlemuSimulator",
+                                                  "BlemuChatProtocol", "BlemuDevices", "BlemuRunLoop", "BlemuTransport", "BlemuControl", "BlemuSimulator",
                                                   "BlemuBenchProtocol"]),
     ],
     dependencies: [
@@ -110,7 +110,14 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
             .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Sources/Host"),
-        .target(name: "BlemuDevices", dependencies: ["BlemuCore", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuCrypto", "BlemuBroadcast", "BlemuChannels",
+        // The chat protocol between nodes (Docs/CHAT.md): its frames, their reassembly, the signed and
+        // sealed message's proof, and a node's trust in a room. Pure (no GATT, no I/O); below both the
+        // chat device (Devices/Chat) and the member (Chat), above Crypto.
+        .target(name: "BlemuChatProtocol", dependencies: [
+            "BlemuCore", "BlemuCrypto",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/ChatProtocol"),
+        .target(name: "BlemuDevices", dependencies: ["BlemuCore", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuCrypto", "BlemuBroadcast", "BlemuChannels", "BlemuChatProtocol",
             .product(name: "Logging", package: "swift-log"), .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Devices"),
         // Configuration files: devices and their options, checked before anything starts.
@@ -149,7 +156,7 @@ let package = Package(
         // The chat between nodes (Docs/CHAT.md): a node's rooms, one per controller, as host or
         // member, and the bridge between them. Above the central and the chat device.
         .target(name: "BlemuChat", dependencies: [
-            "BlemuCore", "BlemuCentral", "BlemuChannels", "BlemuGATT", "BlemuGATTClient", "BlemuHost", "BlemuDevices", "BlemuCrypto", "BlemuSecurity",
+            "BlemuCore", "BlemuCentral", "BlemuChannels", "BlemuChatProtocol", "BlemuGATT", "BlemuGATTClient", "BlemuHost", "BlemuDevices", "BlemuCrypto", "BlemuSecurity",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Chat"),
         // The observer of `blemu scan`: an advertiser's AD structures decoded into a report
@@ -162,7 +169,7 @@ let package = Package(
         .target(name: "BlemuStack", dependencies: [
             "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHCI", "BlemuATT", "BlemuGATT", "BlemuGATTClient",
             "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuHost", "BlemuCentral", "BlemuDevices", "BlemuProfile", "BlemuConfig", "BlemuBroadcast",
-            "BlemuChat", "BlemuControl", "BlemuScenario", "BlemuCapture", "BlemuService",
+            "BlemuChat", "BlemuChatProtocol", "BlemuControl", "BlemuScenario", "BlemuCapture", "BlemuService",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Stack"),
         // bumble-bench's packets and their stream framing: pure codecs on Core alone, below Stack, so
@@ -179,7 +186,7 @@ let package = Package(
         .executableTarget(name: "blemu", dependencies: [
             "BlemuCore", "BlemuRunLoop", "BlemuBench", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig", "BlemuStack", "BlemuScenario",
             "BlemuJournal",
-            "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile", "BlemuChat",
+            "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile", "BlemuChat", "BlemuChatProtocol",
             "BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuATT", "BlemuBroadcast", "BlemuObserver", "BlemuAssignedNumbers", "CLinux", "CStartup",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
@@ -220,7 +227,7 @@ let package = Package(
                                                          "BlemuGATT", "BlemuGATTClient", "BlemuATT", "BlemuCrypto", "BlemuHCI", "BlemuRunLoop",
                                                          "BlemuCentral", "BlemuTransport"],
                     path: "Tests/AllocationTests"),
-        .testTarget(name: "ChatTests", dependencies: ["BlemuTestSupport", "BlemuChat", "BlemuDevices", "BlemuCrypto", "BlemuCore",
+        .testTarget(name: "ChatTests", dependencies: ["BlemuTestSupport", "BlemuChat", "BlemuChatProtocol", "BlemuDevices", "BlemuCrypto", "BlemuCore",
                                                 "BlemuCentral", "BlemuHost", "BlemuHCI", "BlemuSimulator",
                                                 .product(name: "Logging", package: "swift-log")], path: "Tests/ChatTests"),
         .testTarget(name: "AssignedNumbersTests", dependencies: ["BlemuAssignedNumbers", "BlemuCore"], path: "Tests/AssignedNumbersTests"),
@@ -240,6 +247,9 @@ let package = Package(
         .testTarget(name: "ATTTests", dependencies: ["BlemuATT", "BlemuL2CAP", "BlemuHCI", "BlemuCore"], path: "Tests/ATTTests"),
         // The devices' models alone (no GATT, no scheduler: time handed in).
         .testTarget(name: "DevicesTests", dependencies: ["BlemuDevices", "BlemuCore"], path: "Tests/DevicesTests"),
+        .testTarget(name: "ChatProtocolTests", dependencies: ["BlemuChatProtocol", "BlemuCore", "BlemuCrypto",
+                                                        .product(name: "Logging", package: "swift-log")],
+                    path: "Tests/ChatProtocolTests"),
         .testTarget(name: "CryptoTests", dependencies: ["BlemuTestSupport", "BlemuCrypto", "BlemuCore"], path: "Tests/CryptoTests"),
         .testTarget(name: "BroadcastTests", dependencies: ["BlemuTestSupport", "BlemuBroadcast", "BlemuCrypto", "BlemuCore"],
                     path: "Tests/BroadcastTests"),
@@ -275,7 +285,7 @@ let package = Package(
         .testTarget(name: "CaptureTests", dependencies: ["BlemuTestSupport", "BlemuCapture", "BlemuCore"], path: "Tests/CaptureTests"),
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
         .testTarget(name: "HostTests", dependencies: ["BlemuTestSupport", "BlemuCore", "BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuEATT", "BlemuGATT", "BlemuATT",
-                                                   "BlemuCentral", "BlemuGATTClient", "BlemuChat", "BlemuSecurity", "BlemuSMP", "BlemuCrypto",
+                                                   "BlemuCentral", "BlemuGATTClient", "BlemuChat", "BlemuChatProtocol", "BlemuSecurity", "BlemuSMP", "BlemuCrypto",
                                                    "BlemuSimulator", "BlemuBroadcast", "BlemuProfile", "BlemuBenchRig", "BlemuControl",
                                                    .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HostTests"),
