@@ -275,7 +275,7 @@ let package = Package(
                     path: "Tests/CLITests"),
         .testTarget(name: "StackTests", dependencies: ["BlemuStack", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuATT",
                                                     "BlemuProfile", "BlemuTransport", "BlemuRunLoop", "BlemuCore", "BlemuConfig",
-                                                    "BlemuHost", "BlemuDevices", "BlemuSecurity", "BlemuChat",
+                                                    "BlemuHost", "BlemuDevices", "BlemuSecurity", "BlemuChat", "BlemuScenario", "BlemuTestSupport",
                                                     .product(name: "Logging", package: "swift-log")],
                     path: "Tests/StackTests"),
         .testTarget(name: "ScenarioTests", dependencies: ["BlemuTestSupport", "BlemuScenario", "BlemuControl", "BlemuHost", "BlemuGATT", "BlemuCore",
