@@ -240,6 +240,9 @@ let package = Package(
                     path: "Tests/RunLoopTests"),
         .testTarget(name: "HCITests", dependencies: ["BlemuTestSupport", "BlemuHCI", "BlemuL2CAP", "BlemuSimulator", "BlemuCore", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HCITests"),
+        // The link layer alone: reassembly, framing, fixed channels, LE signalling of an L2CAPLink.
+        .testTarget(name: "L2CAPTests", dependencies: ["BlemuTestSupport", "BlemuL2CAP", "BlemuHCI", "BlemuCore", .product(name: "Logging", package: "swift-log")],
+                    path: "Tests/L2CAPTests"),
         .testTarget(name: "ChannelsTests", dependencies: ["BlemuTestSupport", "BlemuChannels", "BlemuL2CAP", "BlemuHCI", "BlemuCore", "BlemuSimulator",
                                                    .product(name: "Logging", package: "swift-log")],
                     path: "Tests/ChannelsTests"),
