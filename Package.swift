@@ -10,7 +10,7 @@ let package = Package(
         // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
         .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
                                              "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast", "BlemuObserver",
-                                             "BlemuAssignedNumbers", "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuSimulator", "BlemuBenchRig", "BlemuBench", "BlemuBenchProtocol"]),
+                                             "BlemuAssignedNumbers", "BlemuChatProtocol", "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuSimulator", "BlemuBenchRig", "BlemuBench", "BlemuBenchProtocol"]),
         // What Fuzz/'s targets drive, and no more: the layers up to Host, Devices, Transport and
         // Control, the simulated controller, the bench codecs. Not Stack and what only it
         // assembles (Chat, Scenario, Profile, Config, ...), Central or Bench: the fuzz build
@@ -18,7 +18,7 @@ let package = Package(
         // products it depends on.
         .library(name: "BlemuFuzzKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT",
                                                   "BlemuGATTClient", "BlemuHost", "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast",
-                                                  "BlemuDevices", "BlemuRunLoop", "BlemuTransport", "BlemuControl", "BlemuSimulator",
+                                                  "BlemuChatProtocol", "BlemuDevices", "BlemuRunLoop", "BlemuTransport", "BlemuControl", "BlemuSimulator",
                                                   "BlemuBenchProtocol"]),
     ],
     dependencies: [
@@ -111,14 +111,21 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
             .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Sources/Host"),
-        .target(name: "BlemuDevices", dependencies: ["BlemuCore", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuCrypto", "BlemuBroadcast", "BlemuChannels",
+        // The chat protocol between nodes (Docs/CHAT.md): its frames, their reassembly, the signed and
+        // sealed message's proof, and a node's trust in a room. Pure (no GATT, no I/O); below both the
+        // chat device (Devices/Chat) and the member (Chat), above Crypto.
+        .target(name: "BlemuChatProtocol", dependencies: [
+            "BlemuCore", "BlemuCrypto",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/ChatProtocol"),
+        .target(name: "BlemuDevices", dependencies: ["BlemuCore", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuCrypto", "BlemuBroadcast", "BlemuChannels", "BlemuChatProtocol",
             .product(name: "Logging", package: "swift-log"), .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Devices"),
         // Configuration files: devices and their options, checked before anything starts.
         // GATT profiles: a cloned device's database and values, read from JSON and served as a device,
         // and written from what a GATT client discovered and read (the exporter).
         .target(name: "BlemuProfile", dependencies: [
-            "BlemuCore", "BlemuGATT", "BlemuGATTClient", "BlemuHost", "BlemuDevices",
+            "BlemuCore", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuHost", "BlemuDevices",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Profile"),
         .target(name: "BlemuConfig", dependencies: [
@@ -153,7 +160,7 @@ let package = Package(
         // The chat between nodes (Docs/CHAT.md): a node's rooms, one per controller, as host or
         // member, and the bridge between them. Above the central and the chat device.
         .target(name: "BlemuChat", dependencies: [
-            "BlemuCore", "BlemuCentral", "BlemuGATTClient", "BlemuHost", "BlemuDevices", "BlemuCrypto", "BlemuSecurity",
+            "BlemuCore", "BlemuCentral", "BlemuChannels", "BlemuChatProtocol", "BlemuGATT", "BlemuGATTClient", "BlemuHost", "BlemuDevices", "BlemuCrypto", "BlemuSecurity",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Chat"),
         // The observer of `blemu scan`: an advertiser's AD structures decoded into a report
@@ -170,7 +177,7 @@ let package = Package(
         .target(name: "BlemuStack", dependencies: [
             "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHCI", "BlemuATT", "BlemuGATT", "BlemuGATTClient",
             "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuHost", "BlemuCentral", "BlemuDevices", "BlemuProfile", "BlemuConfig", "BlemuBroadcast",
-            "BlemuChat", "BlemuControl", "BlemuScenario", "BlemuCapture", "BlemuService", "BlemuLint",
+            "BlemuChat", "BlemuChatProtocol", "BlemuControl", "BlemuScenario", "BlemuCapture", "BlemuService", "BlemuLint",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Stack"),
         // bumble-bench's packets and their stream framing: pure codecs on Core alone, below Stack, so
@@ -187,7 +194,7 @@ let package = Package(
         .executableTarget(name: "blemu", dependencies: [
             "BlemuCore", "BlemuRunLoop", "BlemuAttach", "BlemuBench", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig", "BlemuStack", "BlemuScenario",
             "BlemuJournal",
-            "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile", "BlemuChat",
+            "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile", "BlemuChat", "BlemuChatProtocol",
             "BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuATT", "BlemuBroadcast", "BlemuObserver", "BlemuAssignedNumbers", "BlemuLint", "CLinux", "CStartup",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
@@ -224,11 +231,11 @@ let package = Package(
         // What several test targets share: the spec's sample data, temporary directories, captured log lines.
         .target(name: "BlemuTestSupport", dependencies: ["BlemuCore", "BlemuCrypto", .product(name: "Logging", package: "swift-log")],
                 path: "Tests/Support/TestSupport"),
-        .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuBench", "BlemuBenchProtocol", "BlemuBenchRig", "BlemuHost", "BlemuDevices", "BlemuChannels", "BlemuL2CAP",
+        .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuCore", "BlemuBench", "BlemuBenchProtocol", "BlemuBenchRig", "BlemuHost", "BlemuDevices", "BlemuChannels", "BlemuL2CAP",
                                                          "BlemuGATT", "BlemuGATTClient", "BlemuATT", "BlemuCrypto", "BlemuHCI", "BlemuRunLoop",
                                                          "BlemuCentral", "BlemuTransport"],
                     path: "Tests/AllocationTests"),
-        .testTarget(name: "ChatTests", dependencies: ["BlemuTestSupport", "BlemuChat", "BlemuDevices", "BlemuCrypto", "BlemuCore",
+        .testTarget(name: "ChatTests", dependencies: ["BlemuTestSupport", "BlemuChat", "BlemuChatProtocol", "BlemuDevices", "BlemuCrypto", "BlemuCore",
                                                 "BlemuCentral", "BlemuHost", "BlemuHCI", "BlemuSimulator",
                                                 .product(name: "Logging", package: "swift-log")], path: "Tests/ChatTests"),
         .testTarget(name: "AssignedNumbersTests", dependencies: ["BlemuAssignedNumbers", "BlemuCore"], path: "Tests/AssignedNumbersTests"),
@@ -237,15 +244,23 @@ let package = Package(
                     path: "Tests/JournalTests"),
         .testTarget(name: "ConfigTests", dependencies: ["BlemuTestSupport", "BlemuConfig", "BlemuHCI", "BlemuTransport", "BlemuCore"],
                     path: "Tests/ConfigTests"),
-        .testTarget(name: "RunLoopTests", dependencies: ["BlemuRunLoop", "BlemuTransport", "BlemuHCI", "BlemuAttach", "CLinux"],
+        .testTarget(name: "RunLoopTests", dependencies: ["BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHCI", "BlemuAttach", "CLinux"],
                     path: "Tests/RunLoopTests"),
         .testTarget(name: "HCITests", dependencies: ["BlemuTestSupport", "BlemuHCI", "BlemuL2CAP", "BlemuSimulator", "BlemuCore", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HCITests"),
+        // The link layer alone: reassembly, framing, fixed channels, LE signalling of an L2CAPLink.
+        .testTarget(name: "L2CAPTests", dependencies: ["BlemuTestSupport", "BlemuL2CAP", "BlemuHCI", "BlemuCore", .product(name: "Logging", package: "swift-log")],
+                    path: "Tests/L2CAPTests"),
         .testTarget(name: "ChannelsTests", dependencies: ["BlemuTestSupport", "BlemuChannels", "BlemuL2CAP", "BlemuHCI", "BlemuCore", "BlemuSimulator",
                                                    .product(name: "Logging", package: "swift-log")],
                     path: "Tests/ChannelsTests"),
         .testTarget(name: "EATTTests", dependencies: ["BlemuEATT"], path: "Tests/EATTTests"),
         .testTarget(name: "ATTTests", dependencies: ["BlemuATT", "BlemuL2CAP", "BlemuHCI", "BlemuCore"], path: "Tests/ATTTests"),
+        // The devices' models alone (no GATT, no scheduler: time handed in).
+        .testTarget(name: "DevicesTests", dependencies: ["BlemuDevices", "BlemuCore"], path: "Tests/DevicesTests"),
+        .testTarget(name: "ChatProtocolTests", dependencies: ["BlemuChatProtocol", "BlemuCore", "BlemuCrypto",
+                                                        .product(name: "Logging", package: "swift-log")],
+                    path: "Tests/ChatProtocolTests"),
         .testTarget(name: "CryptoTests", dependencies: ["BlemuTestSupport", "BlemuCrypto", "BlemuCore"], path: "Tests/CryptoTests"),
         .testTarget(name: "BroadcastTests", dependencies: ["BlemuTestSupport", "BlemuBroadcast", "BlemuCrypto", "BlemuCore"],
                     path: "Tests/BroadcastTests"),
@@ -256,7 +271,7 @@ let package = Package(
         .testTarget(name: "SecurityTests", dependencies: ["BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuCore",
                                                        .product(name: "Logging", package: "swift-log")],
                     path: "Tests/SecurityTests"),
-        .testTarget(name: "GATTTests", dependencies: ["BlemuGATT", "BlemuATT", "BlemuCrypto"], path: "Tests/GATTTests"),
+        .testTarget(name: "GATTTests", dependencies: ["BlemuGATT", "BlemuATT", "BlemuCrypto", "BlemuCore"], path: "Tests/GATTTests"),
         .testTarget(name: "ProfileTests", dependencies: ["BlemuTestSupport", "BlemuProfile", "BlemuGATT", "BlemuGATTClient", "BlemuATT", "BlemuCore"], path: "Tests/ProfileTests"),
         .testTarget(name: "GATTClientTests", dependencies: ["BlemuGATTClient", "BlemuGATT", "BlemuATT", "BlemuCore"],
                     path: "Tests/GATTClientTests"),
@@ -271,7 +286,7 @@ let package = Package(
                     path: "Tests/CLITests"),
         .testTarget(name: "StackTests", dependencies: ["BlemuTestSupport", "BlemuStack", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuATT",
                                                     "BlemuProfile", "BlemuTransport", "BlemuRunLoop", "BlemuCore", "BlemuConfig",
-                                                    "BlemuHost", "BlemuDevices", "BlemuSecurity", "BlemuChat", "BlemuLint", "BlemuHCI",
+                                                    "BlemuHost", "BlemuDevices", "BlemuSecurity", "BlemuChat", "BlemuLint", "BlemuHCI", "BlemuScenario",
                                                     .product(name: "Logging", package: "swift-log")],
                     path: "Tests/StackTests"),
         .testTarget(name: "LintTests", dependencies: ["BlemuLint", "BlemuHCI", "BlemuBroadcast", "BlemuCore"], path: "Tests/LintTests"),
@@ -281,8 +296,8 @@ let package = Package(
         .testTarget(name: "BenchTests", dependencies: ["BlemuBench", "BlemuBenchProtocol", "BlemuCore", "BlemuSimulator"], path: "Tests/BenchTests"),
         .testTarget(name: "CaptureTests", dependencies: ["BlemuTestSupport", "BlemuCapture", "BlemuCore"], path: "Tests/CaptureTests"),
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
-        .testTarget(name: "HostTests", dependencies: ["BlemuTestSupport", "BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuEATT", "BlemuGATT", "BlemuATT",
-                                                   "BlemuCentral", "BlemuGATTClient", "BlemuChat", "BlemuSecurity", "BlemuSMP", "BlemuCrypto",
+        .testTarget(name: "HostTests", dependencies: ["BlemuTestSupport", "BlemuCore", "BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuEATT", "BlemuGATT", "BlemuATT",
+                                                   "BlemuCentral", "BlemuGATTClient", "BlemuChat", "BlemuChatProtocol", "BlemuSecurity", "BlemuSMP", "BlemuCrypto",
                                                    "BlemuSimulator", "BlemuBroadcast", "BlemuProfile", "BlemuBenchRig", "BlemuControl",
                                                    .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HostTests"),

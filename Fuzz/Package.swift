@@ -39,6 +39,9 @@ let package = Package(
         .target(name: "FuzzSupport", dependencies: ["CFuzzDriver", .product(name: "BlemuFuzzKit", package: blemuIdentity)],
                 path: "Sources/FuzzSupport"),
     ] + ["h4-host", "l2cap", "att-server", "decoders", "control", "gatt-client", "smp", "chat-frames"].map {
-        .executableTarget(name: $0, dependencies: ["FuzzSupport"], path: "Sources/\($0)", linkerSettings: libFuzzer)
+        // The stack's modules each target imports come from the product, named here too: a target
+        // imports only what it declares (scripts/check-layering).
+        .executableTarget(name: $0, dependencies: ["FuzzSupport", .product(name: "BlemuFuzzKit", package: blemuIdentity)],
+                          path: "Sources/\($0)", linkerSettings: libFuzzer)
     }
 )

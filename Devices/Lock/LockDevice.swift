@@ -4,12 +4,6 @@ import BlemuGATT
 import BlemuHost
 import Logging
 
-/// The Lock State characteristic's values (uint8).
-public enum LockState: UInt8, Sendable {
-    case unlocked = 0, locked = 1, jammed = 2
-    public var name: String { ["unlocked", "locked", "jammed"][Int(rawValue)] }
-}
-
 /// `lock`: a motorized door lock opened with a PIN — blemu's Lock service, Device Information
 /// 0x180A, Battery 0x180F.
 ///
@@ -26,6 +20,9 @@ public enum LockState: UInt8, Sendable {
 /// ATT errors (Supplement, Part B, 1.2): 0xFD when the writer has not enabled indications,
 /// 0xFE while an operation is in progress; an empty write is 0x0D, longer than 9 bytes 0x0D
 /// (the stack). Five wrong PINs in a row lock the control point out for 60 s.
+///
+/// The mechanism (PIN check, lockout, motor, relock) is `LockModel`; this class wires it to the
+/// characteristics, the one timer it asks for, the Event Log and the indications.
 public final class LockDevice: Device {
     public static let deviceName = "lock"
     /// The lock pairs with its static passkey, always (Docs/SECURITY.md).
@@ -38,22 +35,18 @@ public final class LockDevice: Device {
     public static let eventLogUUID = BluetoothUUID("7d3c0203-9a5e-4d1a-8f6e-5c1b2d3e4f50")!
     public static let relockDelayUUID = BluetoothUUID("7d3c0204-9a5e-4d1a-8f6e-5c1b2d3e4f50")!
 
-    public enum Opcode: UInt8, Sendable {
-        case lock = 0x01, unlock = 0x02
-    }
+    public typealias Opcode = LockModel.Opcode
     /// The first octet of every control point indication.
     public static let responseCode: UInt8 = 0x80
     public enum Result: UInt8, Sendable {
         case success = 0x01, wrongPIN = 0x02, jammed = 0x03, lockedOut = 0x04, unknownOpcode = 0x05
     }
 
-    public static let pinLengths = 4...8
-    public static let wrongPINsBeforeLockout = 5
-    public static let lockoutDuration: Duration = .seconds(60)
-    /// The controller checks a command before the motor starts.
-    public static let processingTime: Duration = .milliseconds(20)
-    /// A bolt takes about a second and a half to throw.
-    public static let motorTravel: Duration = .milliseconds(1500)
+    public static let pinLengths = LockModel.pinLengths
+    public static let wrongPINsBeforeLockout = LockModel.wrongPINsBeforeLockout
+    public static let lockoutDuration = LockModel.lockoutDuration
+    public static let processingTime = LockModel.processingTime
+    public static let motorTravel = LockModel.motorTravel
 
     public let lockState: Characteristic
     public let controlPoint: Characteristic
@@ -62,29 +55,31 @@ public final class LockDevice: Device {
     public let battery = BatteryService(startLevel: 80, drainPerHour: 0.01)
     public let profile: DeviceProfile
 
-    public private(set) var state: LockState = .locked
+    /// The mechanism: the bolt, the PIN, the lockout, the operation in progress, the relock countdown.
+    public private(set) var model: LockModel
+    public var state: LockState { model.state }
     /// The obstruction the `jammed` setting puts in the bolt's way: every operation jams while it is there.
-    public private(set) var obstructed = false
-    public private(set) var relockDelaySeconds: UInt16 = 0
-    public private(set) var wrongPINsInARow = 0
+    public var obstructed: Bool { model.obstructed }
+    public var relockDelaySeconds: UInt16 { model.relockDelaySeconds }
+    public var wrongPINsInARow: Int { model.wrongPINsInARow }
     /// The PIN; nil until start when none was given (then one is generated).
-    public private(set) var pin: String?
+    public var pin: String? { model.pin }
     public let events = RecentLines(maxBytes: ValueLength.attributeMaximum)
 
     private weak var context: DeviceContext?
     private var random: SeededRandom
     private var startNanoseconds: UInt64 = 0
-    private var lockedOutUntil: UInt64?
-    /// The operation in progress (a command being checked, or the motor running): one at a time.
-    private var busyTimer: TimerID?
-    private var relockTimer: TimerID?
+    /// At the model's next deadline, if it has one.
+    private var timer: TimerID?
+    /// Who wrote the command in progress: the outcome is indicated to them. One at a time.
+    private var commandPeer: ATTPeer?
     private let lockStateValue: NotifiedValue
 
     /// - Parameter pin: 4 to 8 ASCII digits (check with `pinRefusal`); nil generates one at start
     ///   and logs it once.
     public init(pin: String? = nil, seed: UInt64 = UInt64.random(in: 1...UInt64.max)) {
         precondition(pin.map { Self.pinRefusal($0) == nil } ?? true, "LockDevice: \(pin.flatMap(Self.pinRefusal) ?? "")")
-        self.pin = pin
+        model = LockModel(pin: pin)
         random = SeededRandom(seed: seed)
         lockState = Characteristic(Self.lockStateUUID, properties: [.read, .notify], length: .fixed(1),
                                    descriptors: [.userDescription("Lock state: 0 unlocked, 1 locked, 2 jammed")])
@@ -102,7 +97,7 @@ public final class LockDevice: Device {
                                                    // uint16 (0x06), seconds (0x2703).
                                                    .presentationFormat(format: 0x06, unit: 0x2703)])
         lockStateValue = NotifiedValue(lockState)
-        lockStateValue.baseline([state.rawValue])
+        lockStateValue.baseline([model.state.rawValue])
         // Appearance 0x0708: Access Control, Door Lock (Assigned Numbers 2.6.3).
         profile = DeviceProfile(defaultName: "blemu Lock", advertisedServices: [Self.serviceUUID, BluetoothUUID(0x180F)],
                                 appearance: 0x0708)
@@ -128,7 +123,7 @@ public final class LockDevice: Device {
         battery.start(context: context)
         if pin == nil {
             let generated = String((0..<6).map { _ in Character(String(random.below(10))) })
-            pin = generated
+            model.pin = generated
             // Six digits, like the pairing passkey logged beside it: the label says which is which.
             context.log(.stateChanged, .notice, "no PIN given: the lock's PIN is \(generated) (\(Self.pinLabel))", [:])
         }
@@ -136,9 +131,10 @@ public final class LockDevice: Device {
     }
 
     public func stop() {
-        for timer in [busyTimer, relockTimer].compactMap({ $0 }) { context?.scheduler.cancel(timer) }
-        busyTimer = nil
-        relockTimer = nil
+        if let timer { context?.scheduler.cancel(timer) }
+        timer = nil
+        model.halt()
+        commandPeer = nil
         battery.stop()
     }
 
@@ -152,13 +148,13 @@ public final class LockDevice: Device {
         [
             .flag("jammed", "1: the bolt is obstructed, so every operation ends jammed (Lock State 2, result 0x03); 0: clear") {
                 [weak self] jammed in
-                self?.obstructed = jammed
+                self?.model.obstructed = jammed
                 self?.context?.log(.stateChanged, .info, jammed ? "bolt obstructed: operations will jam" : "bolt obstruction cleared", [:])
             },
             DeviceSetting("pin", "the PIN, 4 to 8 digits") { [weak self] text in
                 if let refusal = Self.pinRefusal(text) { return refusal }
                 guard let self else { return nil }
-                self.pin = text
+                self.model.pin = text
                 // Before start this is the PIN the lock was set up with, not an event.
                 if self.context != nil { self.record("PIN changed") }
                 return nil
@@ -171,18 +167,15 @@ public final class LockDevice: Device {
     public static let pinLabel = "for the Lock Control Point's lock and unlock, not for pairing"
 
     /// Why `text` cannot be a PIN, or nil when it can: 4 to 8 ASCII digits.
-    public static func pinRefusal(_ text: String) -> String? {
-        let digits = text.utf8.allSatisfy { (0x30...0x39).contains($0) }
-        return digits && pinLengths.contains(text.utf8.count) ? nil : "a PIN is 4 to 8 digits, not '\(text)'"
-    }
+    public static func pinRefusal(_ text: String) -> String? { LockModel.pinRefusal(text) }
 
     /// Seconds of lockout left (0 when the control point takes commands).
     public var lockoutSecondsLeft: Double {
-        guard let until = lockedOutUntil, let now = context?.scheduler.nowNanoseconds, now < until else { return 0 }
-        return Double(until - now) / 1e9
+        guard let now = context?.scheduler.nowNanoseconds else { return 0 }
+        return model.lockoutSecondsLeft(now: now)
     }
 
-    public var isBusy: Bool { busyTimer != nil }
+    public var isBusy: Bool { model.isBusy }
 
     // MARK: The control point
 
@@ -228,10 +221,11 @@ public final class LockDevice: Device {
             guard let self, let context = self.context else { return .unlikelyError }
             // The outcome is indicated after the Write Response, as the SIG's control points do;
             // the command outlives the handler, so it is copied out of the PDU.
-            let command = Array(request.value)
-            self.busyTimer = context.scheduler.schedule(after: Self.processingTime) { [weak self] in
-                self?.execute(command, from: request.peer)
+            guard self.model.command(Array(request.value), now: context.scheduler.nowNanoseconds) else {
+                return .procedureAlreadyInProgress
             }
+            self.commandPeer = request.peer
+            self.scheduleModel()
             return nil
         }
         relockDelay.onRead = { [weak self] _, value in
@@ -241,84 +235,61 @@ public final class LockDevice: Device {
         }
         relockDelay.onWrite = { [weak self] request in
             guard let self else { return .unlikelyError }
-            self.relockDelaySeconds = request.value.uint16LE(at: 0)
+            guard let now = self.context?.scheduler.nowNanoseconds else { return .unlikelyError }
+            // The countdown restarts with the new delay (or stops, at 0).
+            self.model.setRelockDelay(request.value.uint16LE(at: 0), now: now)
             self.record(self.relockDelaySeconds == 0 ? "auto-relock off" : "auto-relock after \(self.relockDelaySeconds) s",
                         peer: request.peer)
-            // The countdown restarts with the new delay (or stops, at 0).
-            self.scheduleRelock()
+            self.scheduleModel()
             return nil
         }
     }
 
-    /// Checks a command and starts the motor, or answers at once.
-    private func execute(_ value: [UInt8], from peer: ATTPeer) {
-        busyTimer = nil
+    /// One timer, at the model's next deadline.
+    private func scheduleModel() {
         guard let context else { return }
-        let code = value[0]
+        if let timer { context.scheduler.cancel(timer) }
+        timer = nil
+        guard let deadline = model.nextDeadline else { return }
         let now = context.scheduler.nowNanoseconds
-        if let until = lockedOutUntil, now < until {
+        timer = context.scheduler.schedule(after: .nanoseconds(Int64(clamping: deadline > now ? deadline - now : 0))) { [weak self] in
+            guard let self, let context = self.context else { return }
+            self.timer = nil
+            for outcome in self.model.advance(to: context.scheduler.nowNanoseconds) { self.report(outcome) }
+            self.scheduleModel()
+        }
+    }
+
+    /// Logs an outcome of the mechanism, notifies Lock State when the bolt moved, and answers the
+    /// writer of the command.
+    private func report(_ outcome: LockModel.Outcome) {
+        switch outcome {
+        case .refusedLockedOut(let code):
+            guard let peer = takeCommandPeer() else { return }
             record("refused \(peer.address): locked out", peer: peer)
             answer(peer, code, .lockedOut)
-            return
-        }
-        lockedOutUntil = nil
-        guard let opcode = Opcode(rawValue: code) else {
+        case .unknownOpcode(let code):
+            guard let peer = takeCommandPeer() else { return }
             record("unknown opcode \(Hex.byte(code)) from \(peer.address)", peer: peer)
             answer(peer, code, .unknownOpcode)
-            return
-        }
-        guard Array(value.dropFirst()) == Array((pin ?? "").utf8) else {
-            wrongPINsInARow += 1
-            record("wrong PIN from \(peer.address) (\(wrongPINsInARow) of \(Self.wrongPINsBeforeLockout))", peer: peer)
-            if wrongPINsInARow >= Self.wrongPINsBeforeLockout {
-                wrongPINsInARow = 0
-                lockedOutUntil = now + Self.lockoutDuration.nanoseconds
-                record("locked out for \(Self.lockoutDuration.components.seconds) s")
-            }
+        case .wrongPIN(let code, let count, let lockedOut):
+            guard let peer = takeCommandPeer() else { return }
+            record("wrong PIN from \(peer.address) (\(count) of \(Self.wrongPINsBeforeLockout))", peer: peer)
+            if lockedOut { record("locked out for \(Self.lockoutDuration.components.seconds) s") }
             answer(peer, code, .wrongPIN)
-            return
-        }
-        wrongPINsInARow = 0
-        runMotor(to: opcode == .lock ? .locked : .unlocked, for: peer, code: code)
-    }
-
-    /// Throws the bolt; when it is done (or stalls), Lock State is notified and the writer, if
-    /// any, gets the result.
-    private func runMotor(to wanted: LockState, for peer: ATTPeer?, code: UInt8) {
-        guard let context else { return }
-        if let relockTimer { context.scheduler.cancel(relockTimer) }
-        relockTimer = nil
-        busyTimer = context.scheduler.schedule(after: Self.motorTravel) { [weak self] in
-            guard let self else { return }
-            self.busyTimer = nil
+        case .moved(let wanted, let state, let code):
+            let peer = code == nil ? nil : takeCommandPeer()
             let who = peer.map { " by \($0.address)" } ?? " automatically"
             let verb = wanted == .locked ? "locking" : "unlocking"
-            if self.obstructed {
-                self.state = .jammed
-                self.record("jammed while \(verb)\(who)", peer: peer)
-            } else {
-                self.state = wanted
-                self.record("\(wanted.name)\(who)", peer: peer)
-            }
-            self.lockStateValue.update([self.state.rawValue], context: self.context)
-            if let peer { self.answer(peer, code, self.state == .jammed ? .jammed : .success) }
-            self.scheduleRelock()
+            record(state == .jammed ? "jammed while \(verb)\(who)" : "\(wanted.name)\(who)", peer: peer)
+            lockStateValue.update([state.rawValue], context: context)
+            if let peer, let code { answer(peer, code, state == .jammed ? .jammed : .success) }
         }
     }
 
-    /// Counts down to relocking while the lock is open and a delay is set.
-    private func scheduleRelock() {
-        guard let context else { return }
-        if let relockTimer { context.scheduler.cancel(relockTimer) }
-        relockTimer = nil
-        guard state == .unlocked, relockDelaySeconds > 0 else { return }
-        relockTimer = context.scheduler.schedule(after: .seconds(Int(relockDelaySeconds))) { [weak self] in
-            guard let self else { return }
-            self.relockTimer = nil
-            // A command under way decides the state; it restarts the countdown if it leaves the lock open.
-            guard self.state == .unlocked, !self.isBusy else { return }
-            self.runMotor(to: .locked, for: nil, code: Opcode.lock.rawValue)
-        }
+    private func takeCommandPeer() -> ATTPeer? {
+        defer { commandPeer = nil }
+        return commandPeer
     }
 
     private func answer(_ peer: ATTPeer, _ code: UInt8, _ result: Result) {

@@ -2,25 +2,9 @@ import ArgumentParser
 import BlemuCore
 import BlemuHost
 import BlemuSecurity
-import Logging
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
-/// The state directory: --state-dir, else systemd's $STATE_DIRECTORY (its first entry: it may
-/// list several, colon-separated), else ~/.local/state/blemu (XDG_STATE_HOME's default).
-func stateDirectoryPath(_ given: String?) -> String? {
-    if let given { return given }
-    if let text = getenv("STATE_DIRECTORY").map({ String(cString: $0) }),
-       let first = text.split(separator: ":").first, !first.isEmpty {
-        return String(first)
-    }
-    if let home = getenv("HOME").map({ String(cString: $0) }), !home.isEmpty {
-        return home + "/.local/state/blemu"
-    }
-    return nil
-}
+/// The state directory: --state-dir, else $STATE_DIRECTORY's first entry, else ~/.local/state/blemu.
+func stateDirectoryPath(_ given: String?) -> String? { StateDirectory.path(given: given) }
 
 /// `blemu bonds list|forget [ADDRESS]`: the bonds `blemu run` keeps in its state directory, one
 /// file per device (Docs/SECURITY.md). Keys are never printed.
@@ -42,22 +26,16 @@ struct BondsCommand: ParsableCommand {
             return path
         }
 
-        /// The bond files in the directory, by name.
-        func files() throws -> [String] {
-            let path = try directory()
-            guard let directory = opendir(path) else {
-                if errno == ENOENT { return [] }
-                throw RuntimeFailure("\(path): \(String(cString: strerror(errno))): check --state-dir")
-            }
-            defer { closedir(directory) }
-            var names: [String] = []
-            while let entry = readdir(directory) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-                }
-                if name.hasPrefix("bonds-") && name.hasSuffix(".json") { names.append(name) }
-            }
-            return names.sorted().map { path + "/" + $0 }
+        func bondDirectory() throws -> BondDirectory {
+            BondDirectory(path: try directory(), attachmentFormat: BondedClientState.format)
+        }
+    }
+
+    /// The CLI's words for what the bond directory could not do.
+    static func failure(_ failure: BondDirectory.Failure) -> RuntimeFailure {
+        switch failure.stage {
+        case .listing: RuntimeFailure("\(failure): check --state-dir")
+        case .writing: RuntimeFailure("\(failure): check the directory's permissions")
         }
     }
 
@@ -66,10 +44,11 @@ struct BondsCommand: ParsableCommand {
         @OptionGroup var location: Location
 
         func run() throws {
-            let files = try location.files()
-            if files.isEmpty { print("no bonds in \(try location.directory())") }
-            for path in files {
-                switch BondStore.inspect(path: path, attachmentFormat: BondedClientState.format) {
+            let contents: [(path: String, contents: BondStore.Inspection)]
+            do { contents = try location.bondDirectory().contents() } catch let failure as BondDirectory.Failure { throw BondsCommand.failure(failure) }
+            if contents.isEmpty { print("no bonds in \(try location.directory())") }
+            for (path, inspection) in contents {
+                switch inspection {
                 case .missing: continue
                 case .unreadable(let reason): print("\(path.visible): cannot be read (\(reason.visible))")
                 case .damaged(let reason): print("\(path.visible): damaged or not a bond file (\(reason.visible)); blemu sets it aside when it starts")
@@ -96,22 +75,13 @@ struct BondsCommand: ParsableCommand {
         }
 
         func run() throws {
-            let target = address.flatMap(BluetoothAddress.init)
-            var forgotten = 0
-            for path in try location.files() {
-                guard case let .bonds(owner, bonds) = BondStore.inspect(path: path, attachmentFormat: BondedClientState.format) else { continue }
-                // The store rewrites the file atomically (temporary file, fsync, rename).
-                // The bonded clients' GATT state is kept with the bonds that stay.
-                let store = BondStore(path: path, owner: owner, limit: max(bonds.count, 1), attachmentFormat: BondedClientState.format,
-                                      logger: Logger(label: "blemu.bonds", factory: { _ in SwiftLogNoOpLogHandler() }))
-                let matching = store.forget(target)
-                guard !matching.isEmpty else { continue }
-                guard store.bonds.count == bonds.count - matching.count,
-                      case let .bonds(_, left) = BondStore.inspect(path: path, attachmentFormat: BondedClientState.format), left.count == store.bonds.count else {
-                    throw RuntimeFailure("\(path): the bonds could not be written back: check the directory's permissions")
+            let forgotten: Int
+            do {
+                forgotten = try location.bondDirectory().forget(address.flatMap(BluetoothAddress.init)) { owner, count in
+                    print("\(owner.device.visible) \"\(owner.name.visible)\": forgot \(count) bond(s)")
                 }
-                forgotten += matching.count
-                print("\(owner.device.visible) \"\(owner.name.visible)\": forgot \(matching.count) bond(s)")
+            } catch let failure as BondDirectory.Failure {
+                throw BondsCommand.failure(failure)
             }
             if forgotten == 0 { print(address.map { "no bond with \($0)" } ?? "no bonds") }
         }

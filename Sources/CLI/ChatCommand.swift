@@ -1,6 +1,7 @@
 import ArgumentParser
 import BlemuCentral
 import BlemuChat
+import BlemuChatProtocol
 import BlemuControl
 import BlemuCore
 import BlemuCrypto

@@ -288,7 +288,7 @@ final class GattRun {
     var shell: GattShell?
     /// Who hears each value handle's notifications and indications: the subscriptions (all of
     /// them in a `shell`) and a control point's answer to a write.
-    private var listeners: [UInt16: (ArraySlice<UInt8>) -> Void] = [:]
+    private let listeners = GATTValueListeners()
 
     init(session: CentralSession, link: CentralLink, action: GattCommand.Action, json: Bool, profile: Bool, capture: Double?,
          noResponse: Bool, count: Int?, advertisement: Advertisement, security: CentralSecurity, pairsAfterDump: Bool = false,
@@ -321,9 +321,7 @@ final class GattRun {
 
     func start() {
         workflow.prepare(securingLater: pairsAfterDump) { [self] services in
-            let dispatch: (UInt16, ArraySlice<UInt8>) -> Void = { [self] handle, value in listeners[handle]?(value) }
-            client.onNotification = dispatch
-            client.onIndication = dispatch
+            listeners.install(on: client)
             if action == .shell {
                 let shell = GattShell(run: self)
                 self.shell = shell
@@ -343,7 +341,7 @@ final class GattRun {
     }
 
     /// `shell`: whether values are still awaited (a subscription): then the end of stdin does not end the run.
-    var isListening: Bool { !listeners.isEmpty }
+    var isListening: Bool { listeners.isListening }
 
     private func fail(_ message: String) {
         if let shell { return shell.commandFailed(message) }
@@ -437,46 +435,21 @@ final class GattRun {
                 return
             }
             let handle = characteristic.valueHandle
-            // A control point's answer ends the command, or 5 s without one; once.
-            var answered = false
-            let subscribedBefore = listeners[handle]
-            let finish = { [self] in
-                guard !answered else { return }
-                answered = true
-                listeners[handle] = subscribedBefore
-                done()
-            }
-            let write = { [self] in
-                workflow.retryingOnSecurity({ [self] done in client.write(handle, value, completion: done) }) { [self] result in
-                    switch result {
-                    case .failure(let error):
-                        answered = true
-                        listeners[handle] = subscribedBefore
-                        fail("write \(uuid): \(error)")
-                    case .success:
-                        emitLine(json ? Self.writtenJSON(uuid, handle, value, withoutResponse: false).encoded : "written")
-                        guard characteristic.properties.contains(.indicate) else { return finish() }
-                        // A control point answers with an indication: wait a little for it.
-                        session.loop.schedule(after: .seconds(5)) { finish() }
-                    }
+            // A control point (write and indicate) answers with an indication: printed, and the
+            // command ends with it (or 5 s without one).
+            workflow.writeAwaitingAnswer(characteristic, value, listeners: listeners) { [self] event in
+                switch event {
+                case .written:
+                    emitLine(json ? Self.writtenJSON(uuid, handle, value, withoutResponse: false).encoded : "written")
+                case .answered(let indicated):
+                    let time = Timestamp.now()
+                    emitLine(json ? GATTValueText.json(uuid: uuid, handle: handle, value: Array(indicated), time: time).encoded
+                                  : "\(time.clock)  indicated: " + GATTValueText.describe(uuid: uuid, value: Array(indicated)))
+                case .finished:
+                    done()
+                case .failed(let message):
+                    fail(message)
                 }
-            }
-            // A control point (write and indicate, Vol 3, Part G, 4.11) wants its indications
-            // on before a write, as an app subscribes first: the response is printed.
-            guard characteristic.properties.contains(.indicate), characteristic.clientConfigurationHandle != nil else { return write() }
-            listeners[handle] = { [self] indicated in
-                let time = Timestamp.now()
-                emitLine(json ? GATTValueText.json(uuid: uuid, handle: handle, value: Array(indicated), time: time).encoded
-                              : "\(time.clock)  indicated: " + GATTValueText.describe(uuid: uuid, value: Array(indicated)))
-                finish()
-            }
-            workflow.retryingOnSecurity({ [self] done in client.configure(characteristic, notify: false, indicate: true, completion: done) }) { [self] result in
-                if case .failure(let error) = result {
-                    answered = true
-                    listeners[handle] = subscribedBefore
-                    return fail("subscribe \(uuid) before writing: \(error)")
-                }
-                write()
             }
         case .writes(let writes):
             if noResponse { return fail("--no-response writes one value") }
@@ -515,15 +488,8 @@ final class GattRun {
                 received += 1
                 if shell == nil, let count, received >= count { done() }
             }
-            // Vol 3, Part G, 7.1: the client has rediscovered the range by now; say so, and end
-            // if what we listen to is gone.
-            client.onServiceChanged = { [self] range in
-                session.logger.notice("the peripheral changed its database (handles \(Hex.word(range.lowerBound))-\(Hex.word(range.upperBound))): rediscovered")
-                if client.services.characteristic(uuid) == nil {
-                    listeners[characteristic.valueHandle] = nil
-                    fail("characteristic \(uuid) is gone: the peripheral took it out (Service Changed)")
-                }
-            }
+            // A Service Changed is logged; the command ends if what we listen to is gone.
+            workflow.watchForRemoval(of: uuid, valueHandle: characteristic.valueHandle, listeners: listeners) { [self] why in fail(why) }
             // The Presentation Format first (read before subscribing: values decoded from the first).
             presentationFormat(of: characteristic) { [self] found in
                 format = found

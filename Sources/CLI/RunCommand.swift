@@ -157,9 +157,8 @@ struct RunCommand: ParsableCommand {
             guard btsnoopPath != nil else { throw ValidationError("--btsnoop-max needs --btsnoop PATH") }
             _ = try parsedBtsnoopMax()
         }
-        if scenarioPath != nil { _ = try loadedScenario() }
-        _ = try loadedDeviceScenarios(try devicePlans())
         let plans = try devicePlans()
+        _ = try loadedScenarios(plans)
         // Every initial value and PIN is tried on a throwaway device here, before run() writes
         // anything (a passkey file, the capture, the socket): a refusal is a bad command line.
         do {
@@ -213,11 +212,10 @@ struct RunCommand: ParsableCommand {
         do { return try PasskeyOptions.parse(passkey) } catch let error as PlanError { throw ValidationError(error.message) }
     }
 
-    /// --scenario's steps, every mistake told with FILE:LINE (exit status 64, as --config's).
-    private func loadedScenario() throws -> Scenario? {
-        guard let scenarioPath else { return nil }
-        // A step's mistake is told by the runner with its checks against the devices, all at once.
-        do { return try ScenarioParser.load(path: scenarioPath, keepingStepMistakes: true) } catch { throw ValidationError(error.description) }
+    /// --scenario's steps, then each plan's `scenario:` (from --config), every mistake told with
+    /// FILE:LINE (exit status 64, as --config's).
+    private func loadedScenarios(_ plans: [DevicePlan]) throws -> [RunScenarios.Loaded] {
+        do { return try RunScenarios.load(path: scenarioPath, plans: plans) } catch { throw ValidationError(error.description) }
     }
 
     /// The run settings a --config file holds (`control:`, `log:`, `btsnoop:`, `state_dir:`, …:
@@ -285,52 +283,27 @@ struct RunCommand: ParsableCommand {
         if controlPath != nil { settings.controlMode = try parsedControlMode() }
         // --scenario, then each device's `scenario:` of --config (its steps act on that device).
         // A device the steps name that does not run is told before any controller opens.
-        var runners: [(file: String, runner: ScenarioRunner)] = []
-        let running = stacks.flatMap(\.peripherals)
-        var targets = ScenarioTargets.devices(running, scheduler: loop, logger: logger)
         // A failure shows written values decoded where blemu can (`150 bpm`, a control point's opcode).
-        targets.describe = { uuid, value in GATTValueText.describe(uuid: uuid, value: value) }
-        let scenarios = try ([(try loadedScenario(), nil as Int?)] + loadedDeviceScenarios(plans)).compactMap { scenario, plan in
-            // The plan's device by its place among the running ones (grouped by controller).
-            scenario.map { ($0, plan.flatMap { index in running.firstIndex { $0 === planPeripherals[index] } }) }
-        }
-        for (scenario, device) in scenarios {
-            do {
-                runners.append((scenario.file, try ScenarioRunner(scenario: scenario, devices: targets, scheduler: loop, logger: logger,
-                                                                  defaultDevice: device)))
-            } catch {
-                throw ValidationError(error.description)
-            }
+        let scenarios = try loadedScenarios(plans)
+        let runners: [(file: String, runner: ScenarioRunner)]
+        do {
+            runners = try RunScenarios.runners(scenarios, stacks: stacks, planPeripherals: planPeripherals,
+                                               scheduler: loop, logger: logger,
+                                               describe: { uuid, value in GATTValueText.describe(uuid: uuid, value: value) })
+        } catch {
+            throw ValidationError(error.description)
         }
         try RunSession.run(stacks, deviceNames: plans.map(\.device), settings: settings, loop: loop, logger: logger,
                            scenarios: runners.map(\.runner))
         guard !runners.isEmpty else { return }
-        let failed = runners.contains { if case .failed = $0.runner.outcome { true } else { false } }
-        var passed = true
-        for (file, runner) in runners {
-            switch runner.outcome {
-            case .passed(let steps)?:
-                print("scenario \(file): passed (\(steps) step(s))")
-            case .failed(let failure)?:
-                printError(failure.description)
-                passed = false
-            case nil:
-                // Stopped by another's failure (told above), or by a signal or a lost controller.
-                if !failed { printError("scenario \(file): stopped before it ended") }
-                passed = false
+        let verdict = RunScenarios.verdict(runners.map { ($0.file, $0.runner.outcome) })
+        for line in verdict.lines {
+            switch line {
+            case .passed(let text): print(text)
+            case .failed(let text): printError(text)
             }
         }
-        if !passed { throw ExitCode(1) }
-    }
-
-    /// Each plan's `scenario:` (from --config), read, with the device it acts on.
-    private func loadedDeviceScenarios(_ plans: [DevicePlan]) throws -> [(Scenario?, Int?)] {
-        var scenarios: [(Scenario?, Int?)] = []
-        for (index, plan) in plans.enumerated() {
-            guard let path = plan.scenario else { continue }
-            do { scenarios.append((try ScenarioParser.load(path: path, keepingStepMistakes: true), index)) } catch { throw ValidationError(error.description) }
-        }
-        return scenarios
+        if !verdict.passed { throw ExitCode(1) }
     }
 }
 

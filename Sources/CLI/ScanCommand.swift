@@ -128,13 +128,11 @@ struct ScanCommand: ParsableCommand {
             }
         }
         if periodic {
-            // What each train last printed (at most PeriodicTrains.defaultCapacity trains are held).
-            var lastData: [UInt16: [UInt8]] = [:]
-            var periodicReadings = watched.map(ReadingWatch.init)
+            var trainLines = PeriodicTrainFilter(watching: watched)
             session.host.syncToPeriodicTrains()
             session.host.onPeriodicSync = { train, address, sid, failure in
                 if let failure {
-                    if let train { lastData[train.syncHandle] = nil }
+                    if let train { trainLines.syncEnded(train.syncHandle) }
                     emitStderr("blemu scan: \(address) SID \(sid): \(failure)")
                 }
             }
@@ -142,12 +140,7 @@ struct ScanCommand: ParsableCommand {
                 if let watched, train.address != watched { return }
                 let report = BroadcastReport(address: train.address, advertisingData: data, keys: keys)
                 if refused(report, from: train.address, now: session.loop.nowNanoseconds) { return }
-                if periodicReadings != nil {
-                    guard periodicReadings!.isNewReading(report, from: train.address) else { return }
-                } else {
-                    guard lastData[train.syncHandle] != data else { return }
-                    lastData[train.syncHandle] = data
-                }
+                guard trainLines.isNew(data, report: report, syncHandle: train.syncHandle, from: train.address) else { return }
                 let lines = json ? [Self.json(train: train, data: data, rssi: rssi, truncated: truncated, report: report).encoded]
                     : Self.text(train: train, rssi: rssi, truncated: truncated, report: report)
                 for line in lines { emitLine(line) }

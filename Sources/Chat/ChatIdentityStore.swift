@@ -1,3 +1,4 @@
+import BlemuChatProtocol
 import BlemuCore
 import BlemuCrypto
 import BlemuDevices

@@ -1,5 +1,6 @@
 import BlemuCentral
 import BlemuChannels
+import BlemuChatProtocol
 import BlemuCore
 import BlemuDevices
 import BlemuGATT

@@ -1,4 +1,5 @@
 import BlemuCentral
+import BlemuChatProtocol
 import BlemuCore
 import BlemuDevices
 import BlemuHost

@@ -83,7 +83,6 @@ public struct ByteReader {
     }
 
     @inlinable public mutating func i8() throws(DecodeError) -> Int8 { Int8(bitPattern: try u8()) }
-    @inlinable public mutating func i16() throws(DecodeError) -> Int16 { Int16(bitPattern: try u16()) }
 
     /// The next `count` bytes, as a slice of the input (no copy).
     @inlinable public mutating func bytes(_ count: Int) throws(DecodeError) -> ArraySlice<UInt8> {

@@ -460,14 +460,3 @@ public final class Service {
         self.init(BluetoothUUID(uuid16), primary: primary, includes: includes, characteristics)
     }
 }
-
-@resultBuilder
-public enum ServiceBuilder {
-    public static func buildExpression(_ s: Service) -> [Service] { [s] }
-    public static func buildExpression(_ s: [Service]) -> [Service] { s }
-    public static func buildBlock(_ parts: [Service]...) -> [Service] { parts.flatMap { $0 } }
-    public static func buildOptional(_ s: [Service]?) -> [Service] { s ?? [] }
-    public static func buildEither(first s: [Service]) -> [Service] { s }
-    public static func buildEither(second s: [Service]) -> [Service] { s }
-    public static func buildArray(_ s: [[Service]]) -> [Service] { s.flatMap { $0 } }
-}

@@ -158,11 +158,6 @@ public final class JournalSink: @unchecked Sendable {
         if let frame = CaptureCursor.lastFrame { builder.field(JournalFields.snoopFrame, decimal: frame) }
     }
 
-    /// The fields of the last entry built, for tests.
-    func builtFields() -> [(name: String, value: [UInt8])] {
-        builder.withFields { JournalEntryBuilder.decode($0) }
-    }
-
     static func message(_ text: String, suppressed: Int, summary: Bool) -> String {
         if summary { return "\(suppressed) similar \(suppressed == 1 ? "entry" : "entries") suppressed; the last: \(text)" }
         if suppressed == 0 { return text }

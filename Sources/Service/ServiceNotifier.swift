@@ -96,11 +96,6 @@ public final class ServiceNotifier {
         return period
     }
 
-    public func stopWatchdog() {
-        if let watchdogTimer { loop?.cancel(watchdogTimer) }
-        watchdogTimer = nil
-    }
-
     private func scheduleWatchdog() {
         guard let loop, let period = watchdogPeriod else { return }
         watchdogTimer = loop.schedule(after: period) { [weak self] in

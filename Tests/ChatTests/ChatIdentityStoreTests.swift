@@ -1,4 +1,5 @@
 import BlemuChat
+import BlemuChatProtocol
 import BlemuCore
 import BlemuCrypto
 import BlemuDevices

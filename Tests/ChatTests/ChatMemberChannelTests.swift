@@ -1,5 +1,6 @@
 import BlemuCentral
 import BlemuChat
+import BlemuChatProtocol
 import BlemuCore
 import BlemuDevices
 import BlemuHCI

@@ -1,4 +1,5 @@
 import BlemuChat
+import BlemuChatProtocol
 import BlemuDevices
 import Testing
 

@@ -1,4 +1,5 @@
 import BlemuChat
+import BlemuChatProtocol
 import BlemuCrypto
 import BlemuDevices
 import Logging
@@ -39,5 +40,30 @@ import Testing
         let open = FakeSide()
         ChatNode(me: "bob", sides: [open]).say("open")
         #expect(open.sent.count == 1 && open.sent[0].id.proof == nil)
+    }
+}
+
+/// A node signs what it says with its identity, and shows its trust's warnings as lines.
+@Suite struct ChatNodeSigningTests {
+    let alice = ChatSigningKey(), mallory = ChatSigningKey()
+    let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+
+    func signed(_ sender: String, _ number: UInt32, _ text: String, by key: ChatSigningKey, room: String = "kitchen") -> ChatMessageID {
+        ChatMessageID(sender: sender, number: number,
+                      proof: ChatProof.sign(room: room, sender: sender, number: number, text: Array(text.utf8), with: key))
+    }
+
+    @Test func aNodeSignsItsLinesAndShowsTheWarnings() {
+        let trust = ChatTrust(room: "kitchen", identity: alice, me: "alice", logger: logger)
+        let side = FakeSide()
+        let node = ChatNode(me: "alice", sides: [side], trust: trust)
+        var shown: [String] = []
+        node.onLine = { sender, text in shown.append("[\(sender ?? "*")] \(text)") }
+        node.say("hello")
+        let sent = side.sent[0]
+        #expect(sent.id.proof?.key == alice.publicKey)
+        #expect(sent.id.proof?.verifies(room: "kitchen", sender: "alice", number: sent.id.number, text: Array("hello".utf8)) == true)
+        _ = trust.check(signed("alice", 7, "x", by: mallory), text: Array("x".utf8))
+        #expect(shown == ["[*] * someone tried to speak as alice: key \(mallory.publicKey.shortFingerprint) is not alice's"])
     }
 }

@@ -1,4 +1,5 @@
 import BlemuATT
+import BlemuChatProtocol
 import BlemuCore
 import BlemuDevices
 import BlemuGATT

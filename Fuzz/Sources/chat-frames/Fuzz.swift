@@ -1,5 +1,6 @@
 import BlemuATT
 import BlemuChannels
+import BlemuChatProtocol
 import BlemuCore
 import BlemuCrypto
 import BlemuDevices

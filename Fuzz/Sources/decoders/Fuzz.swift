@@ -1,5 +1,6 @@
 import BlemuATT
 import BlemuBenchProtocol
+import BlemuChatProtocol
 import BlemuCore
 import BlemuDevices
 import BlemuHCI

@@ -1,5 +1,5 @@
+import BlemuChatProtocol
 import BlemuCore
-import BlemuDevices
 import Testing
 
 /// The framed chat: frames survive encoding, hostile bytes get errors, and a message comes out

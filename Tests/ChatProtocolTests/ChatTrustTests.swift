@@ -1,7 +1,6 @@
-import BlemuChat
+import BlemuChatProtocol
 import BlemuCore
 import BlemuCrypto
-import BlemuDevices
 import Logging
 import Testing
 
@@ -125,19 +124,5 @@ import Testing
         let late = signed("late", 1, "x", by: mallory, room: "r")
         #expect(trust.check(late, text: Array("x".utf8)) == late)   // taken, not remembered
         #expect(trust.bindings.count == ChatTrust.bindingLimit && trust.bindings["late"] == nil)
-    }
-
-    @Test func aNodeSignsItsLinesAndShowsTheWarnings() {
-        let trust = ChatTrust(room: "kitchen", identity: alice, me: "alice", logger: logger)
-        let side = FakeSide()
-        let node = ChatNode(me: "alice", sides: [side], trust: trust)
-        var shown: [String] = []
-        node.onLine = { sender, text in shown.append("[\(sender ?? "*")] \(text)") }
-        node.say("hello")
-        let sent = side.sent[0]
-        #expect(sent.id.proof?.key == alice.publicKey)
-        #expect(sent.id.proof?.verifies(room: "kitchen", sender: "alice", number: sent.id.number, text: Array("hello".utf8)) == true)
-        _ = trust.check(signed("alice", 7, "x", by: mallory), text: Array("x".utf8))
-        #expect(shown == ["[*] * someone tried to speak as alice: key \(mallory.publicKey.shortFingerprint) is not alice's"])
     }
 }
