@@ -71,6 +71,8 @@ GUEST_PYTHON = "/usr/bin/python3"
 APP_PYTHON = str(REPO / ".venv/bin/python")
 BLEAK_APP = str(REPO / "Tests/kernel/bleak_app.py")
 BLUETOOTHD = "/usr/libexec/bluetooth/bluetoothd"
+# The Web Bluetooth app: Debian's Chromium driven over the DevTools protocol (standard library).
+WEB_BLUETOOTH_APP = str(REPO / "Tests/kernel/web_bluetooth.py")
 # Modules the guest loads (their dependencies are added from the .ko files' modinfo).
 GUEST_MODULES = ["virtio_pci", "virtio_net", "9pnet_virtio", "9p", "overlay",
                  # The kernel's SMP (BlueZ pairing) needs an ECDH context, whose self-test (run
@@ -267,6 +269,9 @@ FailureAction=poweroff-immediate
             "systemd-hwdb-update.service", "systemd-journal-catalog-update.service",
             "systemd-update-done.service", "systemd-timesyncd.service", "systemd-pstore.service",
             "e2scrub_reap.service", "systemd-random-seed.service", "systemd-update-utmp.service",
+            # Chromium asks UPower (which Debian's chromium recommends) for the battery: started
+            # by D-Bus activation it would take the cores for a while and answer nothing useful.
+            "upower.service",
         )},
     }
 
@@ -1062,6 +1067,23 @@ def host_blemu(session: Session, device: str, name: str, options: list[str] | No
     return blemu.start(timeout=EVENT_TIMEOUT)
 
 
+def notifications_follow(app: GuestProcess, blemu, bpm: int, near) -> int:
+    """`set bpm` on the host's blemu, then the app's notifications (its lines `app: notification
+    2a37 HEX bpm=N`) reach it: the first near one (the heart wanders around its rate)."""
+    mark = app.count(r"^app: notification 2a37 ")
+    blemu.set("bpm", bpm)
+    deadline = time.monotonic() + EVENT_TIMEOUT
+    while True:
+        text, rc = app.output()
+        seen = [int(n) for n in re.findall(r"^app: notification 2a37 \S+ bpm=(\d+)$", text, re.MULTILINE)][mark:]
+        hits = [n for n in seen if near(n)]
+        if hits:
+            return hits[0]
+        if rc is not None or time.monotonic() > deadline:
+            raise Failure(f"after `set bpm {bpm}` the app saw {seen[-8:]} (exit {rc}): {tail(text)}")
+        time.sleep(0.5)
+
+
 def case_bleak_heart_rate(session: Session) -> str:
     """A real Linux app: bleak over BlueZ's bluetoothd in the guest, against blemu's heart-rate on
     the host's rootcanal, driven and asserted by the Python kit: discovery, a read, and
@@ -1078,23 +1100,8 @@ def case_bleak_heart_rate(session: Session) -> str:
             found = re.search(r"^app: found (\S+)", app.output()[0], re.MULTILINE)
             notes.append(f"bleak found {found.group(1) if found else '?'}, read 2A38, subscribed to 2A37")
 
-            def follows(bpm: int, near) -> int:
-                """`set bpm`, then the app's notifications reach it (the heart wanders around it)."""
-                mark = app.count(r"^app: notification 2a37 ")
-                blemu.set("bpm", bpm)
-                deadline = time.monotonic() + EVENT_TIMEOUT
-                while True:
-                    text, rc = app.output()
-                    seen = [int(n) for n in re.findall(r"^app: notification 2a37 \S+ bpm=(\d+)$", text, re.MULTILINE)][mark:]
-                    hits = [n for n in seen if near(n)]
-                    if hits:
-                        return hits[0]
-                    if rc is not None or time.monotonic() > deadline:
-                        raise Failure(f"after `set bpm {bpm}` the app saw {seen[-8:]} (exit {rc}): {tail(text)}")
-                    time.sleep(0.5)
-
-            high = follows(150, lambda n: 135 <= n <= 165)
-            low = follows(45, lambda n: 30 <= n <= 60)
+            high = notifications_follow(app, blemu, 150, lambda n: 135 <= n <= 165)
+            low = notifications_follow(app, blemu, 45, lambda n: 30 <= n <= 60)
             notes.append(f"its notifications followed set bpm 150 ({high}) and 45 ({low})")
             blemu.mark()
             session.guest.signal(app.ident, signal.SIGTERM)
@@ -1217,6 +1224,54 @@ def case_bleak_lock(session: Session) -> str:
             blemu.stop()
 
 
+def case_web_bluetooth_heart_rate(session: Session) -> str:
+    """A real web app: Chromium (headless) in the guest over BlueZ runs Web Bluetooth's requestDevice,
+    the chooser answered over DevTools, reads 0x2A38 and gets notifications that follow `set bpm`."""
+    name = "Kernel Web HR"
+    started = time.monotonic()
+    with BlueZInGuest(session, "web-hr") as bluez:
+        if session.guest.run(["sh", "-c", "command -v chromium"])["rc"] != 0:
+            raise Failure("chromium is missing in the guest (scripts/setup --tests: apt-get install chromium)")
+        blemu = host_blemu(session, "heart-rate", name)
+        try:
+            app = bluez.spawn("web-hr-app", [GUEST_PYTHON, "-u", WEB_BLUETOOTH_APP, name])
+            text = app.wait_for(r"^app: availability true$", 600, what="Chromium's navigator.bluetooth.getAvailability()")
+            up = re.search(r"^app: chromium (\S+) up in (\S+) s$", text, re.MULTILINE)
+            ready = time.monotonic()
+            text = app.wait_for(r"^app: chose ", 120, what="the chooser's device")
+            chosen = time.monotonic()
+            blemu.wait_for("connected", timeout=90)
+            blemu.wait_for("read", uuid="2A38", timeout=EVENT_TIMEOUT)
+            blemu.wait_for("subscribed", uuid="2A37", timeout=EVENT_TIMEOUT)
+            text = app.wait_for(r"^app: subscribed 2a37$", EVENT_TIMEOUT, what="the page's subscription")
+            location = re.search(r"^app: read 2a38 (\S*)$", text, re.MULTILINE)
+            # blemu's heart rate answers 0x01, chest (Docs/REFERENCE.md, Heart Rate 0x180D).
+            if location is None or location.group(1) != "01":
+                raise Failure(f"the page read Body Sensor Location {location.group(1) if location else '?'}, not 01 (chest)")
+            chooser = re.findall(r"^app: chooser (.*)$", text, re.MULTILINE)
+            high = notifications_follow(app, blemu, 150, lambda n: 135 <= n <= 165)
+            low = notifications_follow(app, blemu, 45, lambda n: 30 <= n <= 60)
+            blemu.mark()
+            session.guest.signal(app.ident, signal.SIGTERM)
+            rc = session.guest.wait(app.ident, EVENT_TIMEOUT)
+            if rc != 0:
+                raise Failure(f"the app exited with status {rc}: {tail(app.output()[0])}")
+            blemu.wait_for("unsubscribed", uuid="2A37", timeout=EVENT_TIMEOUT)
+            blemu.wait_for("disconnected", timeout=EVENT_TIMEOUT)
+            return (f"{up.group(1) if up else 'chromium'} up in {up.group(2) if up else '?'} s, getAvailability() true "
+                    f"{ready - started:.0f} s into the case; the chooser listed {chooser[-1] if chooser else '?'} and "
+                    f"DevTools chose {name!r} {chosen - ready:.0f} s later; the page read 2A38 (01), its "
+                    f"notifications followed set bpm 150 ({high}) and 45 ({low}); on SIGTERM it unsubscribed "
+                    f"and disconnected")
+        except AssertionError as error:  # the kit's EventTimeout / UnexpectedEvent
+            raise Failure(f"{str(error).splitlines()[0]}; {bluez.logs()}") from None
+        finally:
+            blemu.stop()
+            # Chromium's own output (in the guest's log folder) next to the case's logs.
+            log = session.guest.run(["cat", "/run/blemu-kernel/chromium.log"])
+            (session.log_dir / "web-hr-chromium.log").write_text(log["out"] + log["err"])
+
+
 CASES = [
     ("no-such-adapter", case_no_such_adapter, False),
     ("adapter-up-busy", case_adapter_up_busy, True),
@@ -1232,6 +1287,7 @@ GUEST_CASES = [
     ("bleak-heart-rate", case_bleak_heart_rate, False),
     ("bleak-thermostat", case_bleak_thermostat, False),
     ("bleak-lock", case_bleak_lock, False),
+    ("web-bluetooth-heart-rate", case_web_bluetooth_heart_rate, False),
 ]
 # Only where systemd is PID 1 (the qemu guest, unless BLEMU_KERNEL_INIT=busybox).
 SYSTEMD_CASES = [
