@@ -27,7 +27,7 @@ extension DeviceLinks {
         let handle = event.handle
         link.register(cid: L2CAPChannel.securityManager) { [unowned security] payload in security.receive(payload, on: handle) }
         // Credit based channels to the SPSMs the device published (BlemuChannels).
-        let channels = CreditBasedChannels(link: link, servers: channelServers)
+        let channels = CreditBasedChannels(link: link, servers: channelServers, security: server.session.security)
         let connection = Connection(peer: peer, link: link, server: server, faultStage: faultStage, channels: channels,
                                     parameters: event.parameters)
         // Enhanced ATT bearers the central opens on the EATT PSM (BlemuEATT), the device's server on each.

@@ -78,13 +78,12 @@ extension Peripheral {
             // Security's value as it is; only the host knows whether a bond exists for the peer.
             var linkSecurity = state
             linkSecurity.hasLongTermKey = state.isBonded || self.security.bond(on: handle) != nil
-            let wasEncrypted = connection.server.linkSecurity.isEncrypted
-            connection.server.linkSecurity = linkSecurity
+            let wasEncrypted = connection.server.session.linkSecurity.isEncrypted
+            // Set once, where the session of every bearer and the channels read it.
+            connection.server.session.linkSecurity = linkSecurity
             if state.isEncrypted, !wasEncrypted, let observer = self.eventObserver {
                 observer(.encrypted(peer: connection.peer, keySize: state.encryptionKeySize, authenticated: state.isAuthenticated))
             }
-            connection.channels.linkSecurity = linkSecurity
-            for served in connection.enhanced.endpoints { served.server.linkSecurity = linkSecurity }
             // What a bonded central kept: its caching state, signing, subscriptions.
             self.bondedClients.securityChanged(state, on: connection)
         }
