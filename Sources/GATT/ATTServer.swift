@@ -157,13 +157,16 @@ public final class ATTServer {
 
     /// `bearer`: the link's ATT bearer, which routes the client's requests to this server and
     /// times its indications (a server made alone gets a bearer of its own, on no link: its
-    /// delegate stands in for the link). `session`: the connection's, for a server on another
-    /// bearer of a link that has one (an Enhanced ATT bearer's); nil makes the connection's.
+    /// delegate stands in for the link). `session`: the connection's (nil makes one for this
+    /// server). `endsSession`: whether this server's close ends the session too (the unenhanced
+    /// bearer's server: the default for a session of its own), or leaves it to the link (an
+    /// Enhanced ATT bearer's: the default for a session given).
     public init(database: GATTDatabase, peer: ATTPeer, scheduler: TimerScheduling,
-                serverRxMTU: Int = ATTServer.maximumMTU, bearer: ATTBearer? = nil, session: GATTServerSession? = nil) {
+                serverRxMTU: Int = ATTServer.maximumMTU, bearer: ATTBearer? = nil, session: GATTServerSession? = nil,
+                endsSession: Bool? = nil) {
         self.database = database
         self.session = session ?? GATTServerSession()
-        ownsSession = session == nil
+        ownsSession = endsSession ?? (session == nil)
         let bearer = bearer ?? ATTBearer(scheduler: scheduler)
         self.bearer = bearer
         // An enhanced bearer's transport is its channel: the server sends on it as on a link.
