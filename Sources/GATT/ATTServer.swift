@@ -237,15 +237,7 @@ public final class ATTServer {
             if !isCommand { sendError(opcode, 0, .invalidPDU) }
             return
         }
-        if !session.isChangeAware {
-            switch session.admitWhileChangeUnaware(opcode, pdu, isCommand: isCommand) {
-            case .admitted: break
-            case .ignored: return
-            case .outOfSync(let handle):
-                sendError(opcode, handle, .databaseOutOfSync)
-                return
-            }
-        }
+        if !session.isChangeAware, !admitWhileChangeUnaware(opcode, pdu, isCommand: isCommand) { return }
         do {
             try entry.handler(self, pdu)
         } catch {
@@ -255,6 +247,18 @@ public final class ATTServer {
             } else {
                 sendError(opcode, error.handle, error.error)
             }
+        }
+    }
+
+    /// What the session says of a request from a change-unaware client (Vol 3, Part G,
+    /// 2.5.2.1); true when it goes on as usual.
+    private func admitWhileChangeUnaware(_ opcode: UInt8, _ pdu: ArraySlice<UInt8>, isCommand: Bool) -> Bool {
+        switch session.admitWhileChangeUnaware(opcode, pdu, isCommand: isCommand) {
+        case .admitted: return true
+        case .ignored: return false
+        case .outOfSync(let handle):
+            sendError(opcode, handle, .databaseOutOfSync)
+            return false
         }
     }
 
@@ -401,8 +405,10 @@ public final class ATTServer {
 
     /// The response in `out` to a request: sent, and the observer, if any, hears it was answered.
     private func respond(_ requestOpcode: UInt8) {
-        _ = send(out[...], kind: .response)
-        delegate?.attServer(self, answered: requestOpcode, handle: 0, error: nil)
+        // `send`'s bearer branch written out: on the request path a call more is a debug build's cost.
+        _ = sendsOnBearer ? bearer.send(out[...], kind: .response) : send(out[...], kind: .response)
+        guard let delegate else { return }
+        delegate.attServer(self, answered: requestOpcode, handle: 0, error: nil)
     }
 
     /// The one way out of the server: every PDU goes on the bearer's link, or through the
@@ -415,7 +421,8 @@ public final class ATTServer {
         out.removeAll(keepingCapacity: true)
         ATTErrorResponse(requestOpcode: requestOpcode, handle: handle, error: error).encode(into: &out)
         _ = send(out[...], kind: .response)
-        delegate?.attServer(self, answered: requestOpcode, handle: handle, error: error)
+        guard let delegate else { return }
+        delegate.attServer(self, answered: requestOpcode, handle: handle, error: error)
     }
 
     // MARK: MTU (Vol 3, Part F, 3.4.2)
@@ -545,7 +552,7 @@ public final class ATTServer {
             }
         }
         guard pairLength > 0 else { throw ATTFailure(.attributeNotFound, request.startHandle) }
-        if request.attributeType == GATTType.databaseHash { session.databaseHashRead() }
+        if !session.isChangeAware && request.attributeType == GATTType.databaseHash { session.databaseHashRead() }
         respond(pdu[pdu.startIndex])
     }
 
