@@ -8,7 +8,7 @@ let package = Package(
     products: [
         .executable(name: "blemu", targets: ["blemu"]),
         // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
-        .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuGATTClient", "BlemuCentral", "BlemuHost",
+        .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuGATTClient", "BlemuConnection", "BlemuCentral", "BlemuHost",
                                              "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast", "BlemuObserver",
                                              "BlemuAssignedNumbers", "BlemuChatProtocol", "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuSimulator", "BlemuBenchRig", "BlemuBench", "BlemuBenchProtocol"]),
         // What Fuzz/'s targets drive, and no more: the layers up to Host, Devices, Transport and
@@ -17,7 +17,7 @@ let package = Package(
         // (release, AddressSanitizer, in scripts/test's smoke run) compiles every module of the
         // products it depends on.
         .library(name: "BlemuFuzzKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT",
-                                                  "BlemuGATTClient", "BlemuHost", "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast",
+                                                  "BlemuGATTClient", "BlemuConnection", "BlemuHost", "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast",
                                                   "BlemuChatProtocol", "BlemuDevices", "BlemuRunLoop", "BlemuTransport", "BlemuControl", "BlemuSimulator",
                                                   "BlemuBenchProtocol"]),
     ],
@@ -101,13 +101,19 @@ let package = Package(
             "BlemuCore", "BlemuATT", "BlemuGATT",
             .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Sources/GATTClient"),
+        // One ACL link whichever role made it (`LEConnection`): its L2CAP link, the one LinkSecurity,
+        // the unenhanced ATT bearer, the GATT server session, the credit based channels, SMP's
+        // channel; the roles attach their endpoints (a server, a client). Below Host and Central.
+        .target(name: "BlemuConnection", dependencies: [
+            "BlemuCore", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuGATT", "BlemuGATTClient",
+        ], path: "Sources/Connection"),
         // The central role beside the peripheral host: scanning, connecting, links with a GATT client.
         .target(name: "BlemuCentral", dependencies: [
-            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuGATTClient", "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
+            "BlemuCore", "BlemuConnection", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuGATTClient", "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Central"),
         .target(name: "BlemuHost", dependencies: [
-            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
+            "BlemuCore", "BlemuConnection", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Sources/Host"),

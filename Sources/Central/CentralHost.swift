@@ -291,7 +291,7 @@ public final class CentralHost: ATTServerDelegate {
         let l2capLink = L2CAPLink(handle: complete.handle, role: .central, context: l2cap)
         let link = CentralLink(l2cap: l2capLink, peer: complete.peer,
                                parameters: complete.parameters, database: database, host: self)
-        l2capLink.register(cid: L2CAPChannel.securityManager) { [weak self, unowned l2capLink] payload in
+        link.connection.receiveSecurityManager { [weak self, unowned l2capLink] payload in
             self?.securityManagerPDU(payload, on: l2capLink)
         }
         links[complete.handle] = link

@@ -1,5 +1,6 @@
 import BlemuATT
 import BlemuChannels
+import BlemuConnection
 import BlemuCore
 import BlemuEATT
 import BlemuGATT
@@ -7,28 +8,31 @@ import BlemuGATTClient
 import BlemuHCI
 import BlemuL2CAP
 
-/// One link made in the central role: its L2CAP link (Vol 3, Part A, 2.1) with one ATT bearer
-/// on it, a GATT client for the peer's database on that bearer, and a small GATT server of our
-/// own beside it (GAP and GATT, which every LE device serves, Vol 3, Part C, 12 and Part G, 7) for
-/// a peer that discovers us.
+/// One link made in the central role: the role-neutral `LEConnection` (its L2CAP link, Vol 3,
+/// Part A, 2.1, with one ATT bearer on it, security, channels, SMP) with the central's endpoints
+/// attached: a GATT client for the peer's database on that bearer, and a small GATT server of
+/// our own beside it (GAP and GATT, which every LE device serves, Vol 3, Part C, 12 and Part G,
+/// 7) for a peer that discovers us.
 public final class CentralLink {
     public var handle: UInt16 { l2cap.handle }
+    /// The link, whichever role made it.
+    public let connection: LEConnection
     /// The peer's address with its type, as the connection event gave it (the identity address
     /// when the controller resolved a private one).
     public let peer: LEAddress
     public internal(set) var parameters: LinkParameters
     /// The link's L2CAP: reassembly, its fixed channels, LE signalling.
-    public let l2cap: L2CAPLink
+    public var l2cap: L2CAPLink { connection.link }
     /// The link's one ATT bearer (one ATT_MTU, Vol 3, Part F, 3.2.8): an exchange by either
     /// side sets it for our client and our server alike.
-    public let bearer: ATTBearer
+    public var bearer: ATTBearer { connection.bearer }
     /// The peer's database, through ATT.
     public let client: GATTClient
     let server: ATTServer
     /// The link's credit based channels (Vol 3, Part A, 4.22-4.28): the ones we open to a
     /// peripheral's SPSM (`openChannel`, `openEnhancedChannels`); we serve no SPSM, so a
     /// peripheral's own requests are refused with SPSM not supported (0x0002).
-    public let channels: CreditBasedChannels
+    public var channels: CreditBasedChannels { connection.channels }
     public internal(set) var isOpen = true
     /// The HCI reason the link closed with.
     public var onDisconnected: ((UInt8) -> Void)?
@@ -42,17 +46,14 @@ public final class CentralLink {
 
     init(l2cap: L2CAPLink, peer: LEAddress, parameters: LinkParameters,
          database: GATTDatabase, host: CentralHost) {
-        self.l2cap = l2cap
+        // We serve no SPSM: a peripheral's own channel requests are refused.
+        connection = LEConnection(link: l2cap, channelServers: ChannelServers())
         self.peer = peer
         self.parameters = parameters
         self.host = host
         let handle = l2cap.handle
-        let scheduler = host.scheduler
-        bearer = ATTBearer(link: l2cap)
-        server = ATTServer(database: database, peer: ATTPeer(connectionHandle: handle, address: peer), scheduler: scheduler,
-                           bearer: bearer)
-        client = GATTClient(scheduler: scheduler, bearer: bearer)
-        channels = CreditBasedChannels(link: l2cap, servers: ChannelServers())
+        server = connection.serve(database, peer: ATTPeer(connectionHandle: handle, address: peer))
+        client = connection.attachClient()
         server.delegate = host
         client.onTimeout = { [weak host] in
             // Vol 3, Part F, 3.3.3: a bearer that timed out is useless; the link goes.

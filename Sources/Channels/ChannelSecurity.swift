@@ -26,9 +26,13 @@ public struct ChannelSecurity: Equatable, Sendable {
     /// MITM-protected key refuses a link without one with Insufficient Authentication (0x0005);
     /// a key shorter than asked gets 0x0007.
     public func refusal(for link: LinkSecurity) -> CreditBasedResult? {
-        if requiresAuthentication, !(link.isEncrypted && link.isAuthenticated) { return .insufficientAuthentication }
-        if requiresEncryption, !link.isEncrypted { return .insufficientEncryption }
-        if requiresEncryption, link.encryptionKeySize < minimumKeySize { return .insufficientEncryptionKeySize }
-        return nil
+        guard requiresEncryption, let shortfall = link.shortfall(authentication: requiresAuthentication, minimumKeySize: minimumKeySize) else {
+            return nil
+        }
+        switch shortfall {
+        case .notEncrypted: return requiresAuthentication ? .insufficientAuthentication : .insufficientEncryption
+        case .notAuthenticated, .notSecureConnections: return .insufficientAuthentication
+        case .keyTooShort: return .insufficientEncryptionKeySize
+        }
     }
 }

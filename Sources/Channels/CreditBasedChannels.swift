@@ -80,8 +80,14 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
     public let servers: ChannelServers
     public let channelLimit: Int
     public let receiveBudget: Int
-    /// How the link is protected now: the host updates it at each Encryption Change.
-    public var linkSecurity: LinkSecurity
+    /// The link's one security state, read in place (the security layer sets it at each
+    /// Encryption Change; the link's GATT server session reads the same).
+    public let security: LinkSecurityState
+    /// How the link is protected now.
+    public var linkSecurity: LinkSecurity {
+        get { security.current }
+        set { security.current = newValue }
+    }
     public private(set) var channels: [CreditBasedChannel] = []
 
     private enum Pending {
@@ -97,12 +103,12 @@ public final class CreditBasedChannels: L2CAPDynamicChannels {
     /// Our requests awaiting their responses (at most one per channel, so bounded by the limit).
     private var pending: [Pending] = []
 
-    public init(link: L2CAPLink, servers: ChannelServers, linkSecurity: LinkSecurity = .unencrypted,
+    public init(link: L2CAPLink, servers: ChannelServers, security: LinkSecurityState = LinkSecurityState(),
                 channelLimit: Int = CreditBasedChannels.defaultChannelLimit,
                 receiveBudget: Int = CreditBasedChannels.defaultReceiveBudget) {
         self.link = link
         self.servers = servers
-        self.linkSecurity = linkSecurity
+        self.security = security
         self.channelLimit = max(0, min(channelLimit, CreditBasedLimits.dynamicCIDs.count))
         self.receiveBudget = max(0, receiveBudget)
         link.attach(dynamicChannels: self)

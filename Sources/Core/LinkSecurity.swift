@@ -46,3 +46,41 @@ public struct LinkSecurity: Equatable, Sendable {
         return "encrypted (\(isSecureConnections ? "LE Secure Connections" : "LE legacy"), \(isAuthenticated ? "authenticated" : "unauthenticated"), \(encryptionKeySize)-octet key\(isBonded ? ", bonded" : ""))"
     }
 }
+
+/// Where a link's security falls short of what an attribute or a channel requires (Vol 3,
+/// Part C, 10.2 and 10.3): the one decision, which ATT and the credit based channels each
+/// answer in their own protocol's words (an ATT error, a channel's result).
+public enum SecurityShortfall: Equatable, Sendable {
+    /// The link is not encrypted.
+    case notEncrypted
+    /// Encrypted with a key from a pairing without MITM protection, and an authenticated one is required.
+    case notAuthenticated
+    /// Encrypted with an LE legacy key, and one from LE Secure Connections is required.
+    case notSecureConnections
+    /// The key is shorter than the required octets.
+    case keyTooShort
+}
+
+extension LinkSecurity {
+    /// What the link lacks for an access that requires encryption, with an authenticated key
+    /// (`authentication`), from LE Secure Connections (`secureConnections`) and of at least
+    /// `minimumKeySize` octets, checked in that order; nil when it is protected enough.
+    public func shortfall(authentication: Bool, secureConnections: Bool = false, minimumKeySize: UInt8 = 7) -> SecurityShortfall? {
+        guard isEncrypted else { return .notEncrypted }
+        if authentication && !isAuthenticated { return .notAuthenticated }
+        if secureConnections && !isSecureConnections { return .notSecureConnections }
+        if encryptionKeySize < minimumKeySize { return .keyTooShort }
+        return nil
+    }
+}
+
+/// The one `LinkSecurity` of a link, held once and read in place by everything on the link
+/// that checks it (the GATT server session of every ATT bearer, the credit based channels):
+/// the security layer sets it, nobody keeps a copy.
+public final class LinkSecurityState {
+    public var current: LinkSecurity
+
+    public init(_ current: LinkSecurity = .unencrypted) {
+        self.current = current
+    }
+}

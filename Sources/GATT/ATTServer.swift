@@ -120,49 +120,16 @@ public final class ATTServer {
     /// its value as taken at offset 0 (a buffer reused from one long read to the next).
     private var longReadHandle: UInt16?
     private var longReadValue: [UInt8]
-    /// A value in one of a long write's buffers: `count` bytes from `start`, to be written at
-    /// `offset` of `handle`'s value. A prepared part (Vol 3, Part F, 3.4.6.1), or an attribute's
-    /// value assembled from its parts.
-    private struct PlacedValue {
-        let handle: UInt16
-        let offset: Int
-        var start: Int
-        var count: Int
-    }
-    /// The prepare queue, in buffers whose room is taken at the link's first Prepare Write and
-    /// reused by every long write after it: at most `maxPreparedWrites` parts of at most
-    /// ATT_MTU - 5 bytes each.
-    private var preparedWrites: [PlacedValue] = []
-    private var preparedBytes: [UInt8] = []
-    /// Execute Write's working space, reused too: each attribute's value assembled in
-    /// `assembledBytes`, and the writes checked before any applies.
-    private var assembledWrites: [PlacedValue] = []
-    private var assembledBytes: [UInt8] = []
+    /// The prepare queue (at most `maxPreparedWrites` parts of at most ATT_MTU - 5 bytes each)
+    /// and, reused too, the writes Execute Write checked before any applies.
+    private var prepareQueue = PrepareQueue()
     private var checkedWrites: [CheckedWrite] = []
-    private var clientConfigurations: [UInt16: UInt16] = [:]
-    /// The server of the same client's unenhanced bearer, for a server on an Enhanced ATT
-    /// bearer: a client's CCCDs are one per client whatever bearer wrote them (Vol 3, Part G,
-    /// 3.3.3.3: "The Client Characteristic Configuration descriptor value shall be persistent
-    /// across connections for bonded devices" and is per client, not per bearer), so they are
-    /// kept there and the device's updates see them. Nil: this server keeps its own.
-    public weak var clientStateOwner: ATTServer? {
-        didSet { keepsOwnClientState = clientStateOwner == nil }
-    }
-    /// Whether this server keeps its client's CCCDs itself (every unenhanced bearer's server):
-    /// then a notification's subscription check loads no weak reference.
-    private var keepsOwnClientState = true
-    private var clientState: ATTServer { keepsOwnClientState ? self : (clientStateOwner ?? self) }
-    /// How the link is protected now; the stack's security layer keeps it current.
-    public var linkSecurity = LinkSecurity.unencrypted
-    /// The client's CSRK and last SignCounter, when it is bonded and distributed a CSRK: what
-    /// its Signed Write Commands are verified with (nil: they are dropped).
-    public var signing: ATTSigningState? {
-        didSet {
-            if signing?.signatureKey != oldValue?.signatureKey { signatureKey = signing.flatMap { ATTSignatureKey(csrk: $0.signatureKey) } }
-        }
-    }
-    /// The CSRK of `signing`, made ready once per key.
-    private var signatureKey: ATTSignatureKey?
+    /// What the server knows of the client, one for all the bearers of its connection (its
+    /// CCCDs, robust caching, signing, the link's security): read and written in place.
+    public let session: GATTServerSession
+    /// Whether this server's bearer is the one the session was made with (the unenhanced
+    /// bearer's): its close ends the session; an enhanced bearer's leaves it to the link.
+    private let ownsSession: Bool
     private var inFlight: PendingIndication?
     /// The values of the indication in flight and of those waiting, in buffers reused from one
     /// indication to the next; a value longer than the largest ATT_MTU carries is cut.
@@ -190,10 +157,16 @@ public final class ATTServer {
 
     /// `bearer`: the link's ATT bearer, which routes the client's requests to this server and
     /// times its indications (a server made alone gets a bearer of its own, on no link: its
-    /// delegate stands in for the link).
+    /// delegate stands in for the link). `session`: the connection's (nil makes one for this
+    /// server). `endsSession`: whether this server's close ends the session too (the unenhanced
+    /// bearer's server: the default for a session of its own), or leaves it to the link (an
+    /// Enhanced ATT bearer's: the default for a session given).
     public init(database: GATTDatabase, peer: ATTPeer, scheduler: TimerScheduling,
-                serverRxMTU: Int = ATTServer.maximumMTU, bearer: ATTBearer? = nil) {
+                serverRxMTU: Int = ATTServer.maximumMTU, bearer: ATTBearer? = nil, session: GATTServerSession? = nil,
+                endsSession: Bool? = nil) {
         self.database = database
+        self.session = session ?? GATTServerSession()
+        ownsSession = endsSession ?? (session == nil)
         let bearer = bearer ?? ATTBearer(scheduler: scheduler)
         self.bearer = bearer
         // An enhanced bearer's transport is its channel: the server sends on it as on a link.
@@ -264,7 +237,7 @@ public final class ATTServer {
             if !isCommand { sendError(opcode, 0, .invalidPDU) }
             return
         }
-        if !isChangeAware, !admitWhileChangeUnaware(opcode, pdu, isCommand: isCommand) { return }
+        if !session.isChangeAware, !admitWhileChangeUnaware(opcode, pdu, isCommand: isCommand) { return }
         do {
             try entry.handler(self, pdu)
         } catch {
@@ -274,6 +247,18 @@ public final class ATTServer {
             } else {
                 sendError(opcode, error.handle, error.error)
             }
+        }
+    }
+
+    /// What the session says of a request from a change-unaware client (Vol 3, Part G,
+    /// 2.5.2.1); true when it goes on as usual.
+    private func admitWhileChangeUnaware(_ opcode: UInt8, _ pdu: ArraySlice<UInt8>, isCommand: Bool) -> Bool {
+        switch session.admitWhileChangeUnaware(opcode, pdu, isCommand: isCommand) {
+        case .admitted: return true
+        case .ignored: return false
+        case .outOfSync(let handle):
+            sendError(opcode, handle, .databaseOutOfSync)
+            return false
         }
     }
 
@@ -306,88 +291,18 @@ public final class ATTServer {
 
     // MARK: Database changes (Vol 3, Part G, 2.5.2.1: robust caching)
 
-    /// The client set bit 0, Robust Caching, of its Client Supported Features (Vol 3, Part G,
-    /// 7.2): a database change makes it change-unaware.
-    public var clientSupportsRobustCaching = false
     /// False from a database change until a robust-caching client is change-aware again.
-    public private(set) var isChangeAware = true
-    private var databaseHashReadWhileUnaware = false
-    private var outOfSyncSent = false
+    public var isChangeAware: Bool { session.isChangeAware }
 
-    /// The database changed in `range`: what this link knew there is gone — subscriptions
-    /// (returned, to be ended like a closing link's), a long read, prepared writes — and a
-    /// robust-caching client becomes change-unaware.
+    /// The database changed in `range`: what this bearer knew there is gone — a long read,
+    /// prepared writes — and what the connection's client did: its subscriptions (returned, to
+    /// be ended like a closing link's); a robust-caching client becomes change-unaware.
     public func databaseChanged(_ range: ClosedRange<UInt16>) -> [(characteristic: Characteristic, configuration: UInt16)] {
         if let handle = longReadHandle, range.contains(handle) { longReadHandle = nil }
-        dropPreparedWrites(in: range)
-        var ended: [(characteristic: Characteristic, configuration: UInt16)] = []
-        for characteristic in database.characteristics where range.contains(characteristic.valueHandle) {
-            if let value = clientConfigurations.removeValue(forKey: characteristic.valueHandle), value != 0 {
-                ended.append((characteristic, value))
-            }
-        }
-        if clientSupportsRobustCaching && !isClosed {
-            isChangeAware = false
-            databaseHashReadWhileUnaware = false
-            outOfSyncSent = false
-        }
+        prepareQueue.drop(in: range)
+        let ended = session.endConfigurations(in: range, of: database)
+        if !isClosed { session.databaseChanged() }
         return ended
-    }
-
-    /// A bonded robust-caching client comes back change-unaware: the database changed while it
-    /// was away, or it left before it was in sync again. For a client with a bond "the
-    /// change-aware state ... shall be persistent across connections" (Vol 3, Part G, 2.5.2.1).
-    public func becomeChangeUnaware() {
-        guard clientSupportsRobustCaching, !isClosed else { return }
-        isChangeAware = false
-        databaseHashReadWhileUnaware = false
-        outOfSyncSent = false
-    }
-
-    /// The client confirmed a Service Changed indication: it is change-aware (2.5.2.1).
-    public func serviceChangedConfirmed() {
-        isChangeAware = true
-    }
-
-    /// 2.5.2.1: a change-unaware client's commands are ignored; a request for an attribute
-    /// handle (or a Read By Type other than a discovery over the whole range) is answered with
-    /// Database Out Of Sync; the client becomes change-aware with its next request after that
-    /// error, or after it read the Database Hash. True when the request goes on as usual.
-    private func admitWhileChangeUnaware(_ opcode: UInt8, _ pdu: ArraySlice<UInt8>, isCommand: Bool) -> Bool {
-        if isCommand { return false }
-        if databaseHashReadWhileUnaware || outOfSyncSent {
-            isChangeAware = true
-            return true
-        }
-        guard let handle = Self.outOfSyncHandle(opcode, pdu) else { return true }
-        outOfSyncSent = true
-        sendError(opcode, handle, .databaseOutOfSync)
-        return false
-    }
-
-    /// The handle a Database Out Of Sync error names for this request, or nil when a
-    /// change-unaware client may make it (discovery, MTU, Execute Write).
-    private static func outOfSyncHandle(_ opcode: UInt8, _ pdu: ArraySlice<UInt8>) -> UInt16? {
-        let bytes = pdu.dropFirst()
-        func word(_ at: Int) -> UInt16? {
-            let index = bytes.startIndex + at
-            guard index + 1 < bytes.endIndex else { return nil }
-            return UInt16(bytes[index]) | UInt16(bytes[index + 1]) << 8
-        }
-        switch opcode {
-        case ATTOpcode.readRequest.rawValue, ATTOpcode.readBlobRequest.rawValue, ATTOpcode.writeRequest.rawValue,
-             ATTOpcode.prepareWriteRequest.rawValue, ATTOpcode.readMultipleRequest.rawValue,
-             ATTOpcode.readMultipleVariableRequest.rawValue:
-            return word(0)
-        case ATTOpcode.readByTypeRequest.rawValue:
-            guard let start = word(0), let end = word(2), let type = try? BluetoothUUID(littleEndian: bytes.dropFirst(4)) else {
-                return nil
-            }
-            if type == GATTType.include || type == GATTType.characteristic { return nil }
-            return start == 0x0001 && end == 0xFFFF ? nil : start
-        default:
-            return nil
-        }
     }
 
     // MARK: Helpers
@@ -445,21 +360,9 @@ public final class ATTServer {
     }
 
     /// The link's security against an attribute that requires encryption (Vol 3, Part C,
-    /// 10.3.1 and 10.3.2; Vol 3, Part F, 4.4): which error tells the client what to do.
+    /// 10.3.1 and 10.3.2; Vol 3, Part F, 4.4), decided by the session.
     private func checkSecurity(_ a: Attribute, authentication: Bool) throws(ATTFailure) {
-        let link = linkSecurity
-        guard link.isEncrypted else {
-            // With a key for this central it only needs to encrypt; without one, to pair.
-            throw ATTFailure(link.hasLongTermKey ? .insufficientEncryption : .insufficientAuthentication, a.handle)
-        }
-        let permissions = a.characteristic?.permissions ?? []
-        if authentication && !link.isAuthenticated { throw ATTFailure(.insufficientAuthentication, a.handle) }
-        if permissions.contains(.secureConnectionsRequired) && !link.isSecureConnections {
-            throw ATTFailure(.insufficientAuthentication, a.handle)
-        }
-        if link.encryptionKeySize < (a.characteristic?.minimumEncryptionKeySize ?? 7) {
-            throw ATTFailure(.encryptionKeySizeTooShort, a.handle)
-        }
+        if let error = session.securityRefusal(for: a.characteristic, authentication: authentication) { throw ATTFailure(error, a.handle) }
     }
 
     /// The value of an attribute from `offset` on. Dynamic values come from the device, which
@@ -473,7 +376,7 @@ public final class ATTServer {
         case .clientConfiguration(let c):
             guard offset <= 2 else { throw ATTFailure(.invalidOffset, a.handle) }
             readValue.reset(skipping: offset)
-            readValue.appendLE(clientState.clientConfigurations[c.valueHandle] ?? 0)
+            readValue.appendLE(session.clientConfiguration(c))
             return readValue.bytes
         case .dynamic(let c):
             guard let onRead = c.onRead else { throw ATTFailure(.readNotPermitted, a.handle) }
@@ -500,24 +403,25 @@ public final class ATTServer {
         out.append(opcode.rawValue)
     }
 
+    /// The response in `out` to a request: sent, and the observer, if any, hears it was answered.
     private func respond(_ requestOpcode: UInt8) {
-        // One load of the weak reference for both calls: each load is an atomic operation.
+        // `send`'s bearer branch written out: on the request path a call more is a debug build's cost.
+        _ = sendsOnBearer ? bearer.send(out[...], kind: .response) : send(out[...], kind: .response)
         guard let delegate else { return }
-        _ = sendsOnBearer ? bearer.send(out[...], kind: .response) : delegate.attServer(self, send: out[...], kind: .response)
         delegate.attServer(self, answered: requestOpcode, handle: 0, error: nil)
     }
 
-    /// One PDU out: on the bearer's link, or through the delegate when the bearer is on none
-    /// (written out at each use on the request path: a call more is a debug build's cost).
-    private func transmit(_ pdu: ArraySlice<UInt8>, kind: ATTSendKind, _ delegate: ATTServerDelegate?) -> Bool {
+    /// The one way out of the server: every PDU goes on the bearer's link, or through the
+    /// delegate when the bearer is on none (a server made alone). False when it was not taken.
+    private func send(_ pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool {
         sendsOnBearer ? bearer.send(pdu, kind: kind) : delegate?.attServer(self, send: pdu, kind: kind) ?? false
     }
 
     private func sendError(_ requestOpcode: UInt8, _ handle: UInt16, _ error: ATTError) {
         out.removeAll(keepingCapacity: true)
         ATTErrorResponse(requestOpcode: requestOpcode, handle: handle, error: error).encode(into: &out)
+        _ = send(out[...], kind: .response)
         guard let delegate else { return }
-        _ = transmit(out[...], kind: .response, delegate)
         delegate.attServer(self, answered: requestOpcode, handle: handle, error: error)
     }
 
@@ -648,7 +552,7 @@ public final class ATTServer {
             }
         }
         guard pairLength > 0 else { throw ATTFailure(.attributeNotFound, request.startHandle) }
-        if !isChangeAware && request.attributeType == GATTType.databaseHash { databaseHashReadWhileUnaware = true }
+        if !session.isChangeAware && request.attributeType == GATTType.databaseHash { session.databaseHashRead() }
         respond(pdu[pdu.startIndex])
     }
 
@@ -810,9 +714,7 @@ public final class ATTServer {
     private func apply(_ write: CheckedWrite, prepared: Bool = false) throws(ATTFailure) {
         switch write {
         case .clientConfiguration(let c, let flags):
-            let owner = clientState
-            let old = owner.clientConfigurations[c.valueHandle] ?? 0
-            owner.clientConfigurations[c.valueHandle] = flags
+            let old = session.configure(c, flags)
             if old != flags {
                 delegate?.attServer(self, configured: c, from: old, to: flags)
             }
@@ -867,25 +769,14 @@ public final class ATTServer {
               case .dynamic = a.content else {
             throw ATTFailure(.writeNotPermitted, a.handle)
         }
-        if !linkSecurity.isEncrypted {
-            guard var state = signing else {
-                delegate?.attServer(self, droppedSignedWrite: .noKey, handle: command.handle)
+        if !session.linkSecurity.isEncrypted {
+            switch session.verifySignedWrite(pdu, signature: command.signature) {
+            case .dropped(let reason):
+                delegate?.attServer(self, droppedSignedWrite: reason, handle: command.handle)
                 return
+            case .accepted(let counter):
+                delegate?.attServer(self, acceptedSignCounter: counter)
             }
-            let counter = ATTSignature.counter(of: command.signature) ?? 0
-            if let last = state.lastCounter, counter <= last {
-                delegate?.attServer(self, droppedSignedWrite: .replayed(counter: counter, last: last), handle: command.handle)
-                return
-            }
-            let message = pdu.prefix(pdu.count - ATTSignature.length)
-            guard signatureKey?.verify(message, signature: command.signature) == true else {
-                delegate?.attServer(self, droppedSignedWrite: .badSignature, handle: command.handle)
-                return
-            }
-            // Verified: this counter is spent whatever the device says of the value.
-            state.lastCounter = counter
-            signing = state
-            delegate?.attServer(self, acceptedSignCounter: counter)
         }
         try checkWritable(a)
         try checkAuthorization(a, .write)
@@ -903,12 +794,13 @@ public final class ATTServer {
             throw ATTFailure(.writeNotPermitted, a.handle)
         }
         try checkAuthorization(a, .write)
-        guard preparedWrites.count < Self.maxPreparedWrites else { throw ATTFailure(.prepareQueueFull, a.handle) }
-        if preparedWrites.capacity < Self.maxPreparedWrites { reservePreparedWrites() }
+        guard !prepareQueue.isFull else { throw ATTFailure(.prepareQueueFull, a.handle) }
+        if !prepareQueue.hasRoom {
+            prepareQueue.reserve()
+            checkedWrites.reserveCapacity(Self.maxPreparedWrites)
+        }
         // 3.4.6.1: offsets and lengths are not checked now but at Execute Write.
-        preparedWrites.append(PlacedValue(handle: request.handle, offset: Int(request.offset),
-                                          start: preparedBytes.count, count: request.value.count))
-        preparedBytes.append(contentsOf: request.value)
+        prepareQueue.append(handle: request.handle, offset: Int(request.offset), value: request.value)
         // 3.4.6.2: the response echoes the request, so the client can check it (reliable writes).
         out.removeAll(keepingCapacity: true)
         out.append(ATTOpcode.prepareWriteResponse.rawValue)
@@ -921,13 +813,13 @@ public final class ATTServer {
         // 3.4.6.3: whatever happens next, the queue is cleared.
         defer { clearPreparedWrites() }
         if request.flags == .write {
-            try assemblePreparedWrites()
+            try prepareQueue.assemble(in: database)
             // 3.4.6.3: every value is checked — offsets, lengths, the device's own rules — before
             // any is written, so a refusal leaves every attribute unchanged.
             // Iterated through references of their own (no copy): a device's handler that ends
             // the link, and so empties them, cannot pull the ground from under these loops.
-            let bytes = assembledBytes
-            for entry in assembledWrites {
+            let bytes = prepareQueue.assembledBytes
+            for entry in prepareQueue.assembled {
                 let value = bytes[entry.start..<(entry.start + entry.count)]
                 checkedWrites.append(try check(lookup(entry.handle), offset: entry.offset, value: value, withResponse: true))
             }
@@ -946,84 +838,16 @@ public final class ATTServer {
         respond(pdu[pdu.startIndex])
     }
 
-    /// Joins the prepared parts of each attribute in the order they came, into `assembledWrites`
-    /// and `assembledBytes`. A part must start within what its attribute's earlier parts cover
-    /// (else Invalid Offset); the errors come in the order of the parts.
-    private func assemblePreparedWrites() throws(ATTFailure) {
-        // First where each value starts and how long it is.
-        for part in preparedWrites {
-            if let index = assembledWrites.firstIndex(where: { $0.handle == part.handle }) {
-                let relative = part.offset - assembledWrites[index].offset
-                guard relative >= 0, relative <= assembledWrites[index].count else {
-                    throw ATTFailure(.invalidOffset, part.handle)
-                }
-                assembledWrites[index].count = max(assembledWrites[index].count, relative + part.count)
-            } else {
-                // An attribute gone since its Prepare Write is Invalid Handle.
-                _ = try lookup(part.handle)
-                assembledWrites.append(PlacedValue(handle: part.handle, offset: part.offset, start: 0, count: part.count))
-            }
-        }
-        // Then the bytes: each value's parts laid over one another, later parts last.
-        for index in assembledWrites.indices {
-            let entry = assembledWrites[index]
-            let start = assembledBytes.count
-            assembledWrites[index].start = start
-            assembledBytes.append(contentsOf: repeatElement(0, count: entry.count))
-            for part in preparedWrites where part.handle == entry.handle {
-                let at = start + part.offset - entry.offset
-                for i in 0..<part.count { assembledBytes[at + i] = preparedBytes[part.start + i] }
-            }
-        }
-    }
-
-    /// Room for a full prepare queue's parts, and for a 512-byte value's bytes (more is taken
-    /// when a client sends more, and kept).
-    private func reservePreparedWrites() {
-        preparedWrites.reserveCapacity(Self.maxPreparedWrites)
-        preparedBytes.reserveCapacity(ValueLength.attributeMaximum)
-        assembledWrites.reserveCapacity(Self.maxPreparedWrites)
-        assembledBytes.reserveCapacity(ValueLength.attributeMaximum)
-        checkedWrites.reserveCapacity(Self.maxPreparedWrites)
-    }
-
     /// Empties the prepare queue and Execute Write's working space, keeping their room.
     private func clearPreparedWrites() {
-        // The checked writes hold views of `assembledBytes`: they go first, so it is emptied in place.
+        // The checked writes hold views of the assembled bytes: they go first, so those are emptied in place.
         checkedWrites.removeAll(keepingCapacity: true)
-        assembledWrites.removeAll(keepingCapacity: true)
-        assembledBytes.removeAll(keepingCapacity: true)
-        preparedWrites.removeAll(keepingCapacity: true)
-        preparedBytes.removeAll(keepingCapacity: true)
-    }
-
-    /// Drops the prepared parts for handles in `range`; the bytes of the others move down.
-    private func dropPreparedWrites(in range: ClosedRange<UInt16>) {
-        var kept = 0, bytes = 0
-        for index in preparedWrites.indices {
-            let part = preparedWrites[index]
-            guard !range.contains(part.handle) else { continue }
-            for i in 0..<part.count { preparedBytes[bytes + i] = preparedBytes[part.start + i] }
-            preparedWrites[kept] = PlacedValue(handle: part.handle, offset: part.offset, start: bytes, count: part.count)
-            kept += 1
-            bytes += part.count
-        }
-        preparedWrites.removeLast(preparedWrites.count - kept)
-        preparedBytes.removeLast(preparedBytes.count - bytes)
+        prepareQueue.clear()
     }
 
     // MARK: Server-initiated updates (Vol 3, Part F, 3.4.7)
 
-    public func isSubscribed(_ c: Characteristic, indications: Bool) -> Bool {
-        let flags = clientState.clientConfigurations[c.valueHandle] ?? 0
-        return flags & (indications ? 0x0002 : 0x0001) != 0
-    }
-
-    public func clientConfiguration(_ c: Characteristic) -> UInt16 { clientState.clientConfigurations[c.valueHandle] ?? 0 }
-
-
-    /// Every CCCD value the client set that is not zero, by the value handle of its characteristic.
-    public var clientConfigurationValues: [UInt16: UInt16] { clientConfigurations.filter { $0.value != 0 } }
+    public func isSubscribed(_ c: Characteristic, indications: Bool) -> Bool { session.isSubscribed(c, indications: indications) }
 
     /// Restores the CCCD values a bonded client set on an earlier link (Vol 3, Part G, 3.3.3.3:
     /// they persist across connections for bonded devices). Values for handles that are not a
@@ -1036,9 +860,8 @@ public final class ATTServer {
             var flags = stored & 0x0003
             if !characteristic.properties.contains(.notify) { flags &= ~0x0001 }
             if !characteristic.properties.contains(.indicate) { flags &= ~0x0002 }
-            let old = clientConfigurations[characteristic.valueHandle] ?? 0
-            guard flags != 0, flags != old else { continue }
-            clientConfigurations[characteristic.valueHandle] = flags
+            guard flags != 0, flags != session.clientConfiguration(characteristic) else { continue }
+            let old = session.configure(characteristic, flags)
             delegate?.attServer(self, configured: characteristic, from: old, to: flags)
         }
     }
@@ -1054,7 +877,7 @@ public final class ATTServer {
         update.append(ATTOpcode.handleValueNotification.rawValue)
         update.appendLE(c.valueHandle)
         update.append(contentsOf: value.prefix(mtu - 3))
-        return transmit(update[...], kind: .notification, delegate) ? .queued : .queueFull
+        return send(update[...], kind: .notification) ? .queued : .queueFull
     }
 
     /// Several values in one Multiple Handle Value Notification (Vol 3, Part F, 3.4.7.4), for a
@@ -1080,7 +903,7 @@ public final class ATTServer {
             update.appendLE(UInt16(value.count))
             update.append(contentsOf: value)
         }
-        return transmit(update[...], kind: .notification, delegate) ? .queued : .queueFull
+        return send(update[...], kind: .notification) ? .queued : .queueFull
     }
 
     /// Sends an indication if this peer enabled it. One is in flight at a time; later ones
@@ -1137,7 +960,7 @@ public final class ATTServer {
         update.append(ATTOpcode.handleValueIndication.rawValue)
         update.appendLE(indication.handle)
         update.append(contentsOf: indication.value.prefix(mtu - 3))
-        guard transmit(update[...], kind: .indication, delegate) else { return false }
+        guard send(update[...], kind: .indication) else { return false }
         inFlight = indication
         bearer.begin(.indication)
         return true
@@ -1150,7 +973,7 @@ public final class ATTServer {
         inFlight = nil
         indicationBuffers.give(confirmed.value)
         // Vol 3, Part G, 2.5.2.1: a client that confirms Service Changed is change-aware.
-        if confirmed.isServiceChanged { serviceChangedConfirmed() }
+        if confirmed.isServiceChanged { session.serviceChangedConfirmed() }
         confirmed.completion?(peer, .confirmed)
         // The next waiting indication goes out; one the link refuses ends as not sent.
         while let next = pendingIndications.popFirst() {
@@ -1182,9 +1005,9 @@ public final class ATTServer {
         failIndications(.disconnected)
         longReadHandle = nil
         clearPreparedWrites()
-        let held = clientConfigurations.filter { $0.value != 0 }.sorted { $0.key < $1.key }
-        clientConfigurations.removeAll()
-        return held.compactMap { handle, value in
+        // An enhanced bearer's server leaves the client's state to the link's.
+        guard ownsSession else { return [] }
+        return session.close().compactMap { handle, value in
             database.attribute(handle)?.characteristic.map { ($0, value) }
         }
     }

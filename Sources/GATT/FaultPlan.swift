@@ -38,7 +38,32 @@ public final class FaultPlan {
 
     /// By value handle, in the order they were asked for.
     private var entries: [UInt16: [Entry]] = [:] {
-        didSet { isEmpty = entries.isEmpty }
+        didSet {
+            guard entries.isEmpty != isEmpty else { return }
+            isEmpty = entries.isEmpty
+            stagesPlanChanged()
+        }
+    }
+
+    /// The stages of the device's links, told when the plan becomes active or empty so each
+    /// puts itself in front of its server or takes itself out.
+    private final class StageReference {
+        weak var stage: FaultStage?
+        init(_ stage: FaultStage) { self.stage = stage }
+    }
+    private var stages: [StageReference] = []
+
+    func register(_ stage: FaultStage) {
+        stages.removeAll { $0.stage == nil }
+        stages.append(StageReference(stage))
+    }
+
+    func unregister(_ stage: FaultStage) {
+        stages.removeAll { $0.stage == nil || $0.stage === stage }
+    }
+
+    private func stagesPlanChanged() {
+        for reference in stages { reference.stage?.planChanged() }
     }
 
     public init() {}

@@ -11,8 +11,11 @@ public protocol FaultStageDelegate: AnyObject {
 /// A link's faults, as a stage in front of its ATT server: the bearer hands the client's PDUs
 /// to the stage, which answers a faulted request itself or holds it back, and passes the rest on;
 /// the device's notifications and indications reach the server through it, and a faulted one is
-/// dropped there. The server knows nothing of faults, and a link whose device has none planned
-/// passes through with one check.
+/// dropped there. The server knows nothing of faults. The stage is on the request path only
+/// while its plan has faults (or it holds a delayed request): it puts itself between the
+/// bearer and the server when the plan becomes active and takes itself out when it is empty
+/// again, so a link whose device has none planned goes from the bearer straight to the server;
+/// the device's updates pass it with one check.
 ///
 /// Updates are faulted where the device asks for them, not on their way to the bearer: a dropped
 /// indication ends at once as `.notSent` and never goes in flight (on the way out the server would
@@ -31,17 +34,31 @@ public final class FaultStage: ATTBearerEnd {
     @exclusivity(unchecked) private var heldTimer: TimerID?
     static let maxHeldRequests = 4
 
-    /// Puts the stage between `server` and its bearer: what the peer sends for the server comes
-    /// here first.
+    /// A stage for `server` and `plan`: while the plan has faults, what the peer sends for the
+    /// server comes here first.
     public init(server: ATTServer, plan: FaultPlan, scheduler: TimerScheduling) {
         self.server = server
         self.plan = plan
         self.scheduler = scheduler
-        server.bearer.server = self
+        plan.register(self)
+        planChanged()
     }
 
     deinit {
         if let heldTimer { scheduler.cancel(heldTimer) }
+    }
+
+    /// Whether the stage is between the bearer and the server now.
+    public var isOnRequestPath: Bool { server.bearer.server === self }
+
+    /// The plan became active or empty: the stage goes in front of the server, or, with nothing
+    /// planned and nothing held, out of the way.
+    func planChanged() {
+        if !plan.isEmpty || heldTimer != nil {
+            if !isOnRequestPath { server.bearer.server = self }
+        } else if isOnRequestPath {
+            server.bearer.server = server
+        }
     }
 
     // MARK: Requests (from the bearer)
@@ -88,6 +105,8 @@ public final class FaultStage: ATTBearerEnd {
         case .delay(let duration):
             heldRequests.append(Array(pdu))
             heldTimer = scheduler.schedule(after: duration) { [weak self] in self?.releaseHeld() }
+            // The plan may be empty now: the stage stays in front until the request is answered.
+            planChanged()
         case .drop:
             return false
         }
@@ -102,13 +121,15 @@ public final class FaultStage: ATTBearerEnd {
             guard !server.isTimedOut, !server.isClosed, let opcode = next.first else { break }
             server.receive(next[...], opcode: opcode)
         }
+        planChanged()
     }
 
-    /// The link is gone: a held request is never answered.
+    /// The link is gone: a held request is never answered, and the plan forgets the stage.
     public func close() {
         if let heldTimer { scheduler.cancel(heldTimer) }
         heldTimer = nil
         heldRequests.removeAll()
+        plan.unregister(self)
     }
 
     // MARK: Updates (from the device)

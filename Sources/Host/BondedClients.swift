@@ -42,7 +42,7 @@ final class BondedClients {
     /// A link opens: a bonded central's CSRK and SignCounter verify its signed writes (Vol 3,
     /// Part C, 10.4: also on a link it does not encrypt), and its caching state is back.
     func linkOpened(_ connection: Connection, log: inout LogBudget) {
-        connection.server.signing = signingState(on: connection.handle)
+        connection.server.session.signing = signingState(on: connection.handle)
         restoreCachingState(on: connection, log: &log)
     }
 
@@ -55,10 +55,10 @@ final class BondedClients {
         guard let state = state(on: connection.handle), state.clientSupportedFeatures != 0 else { return }
         standard.restoreFeatures(state.clientSupportedFeatures, on: connection.handle)
         let server = connection.server
-        server.clientSupportsRobustCaching = state.clientSupportedFeatures & 0x01 != 0
+        server.session.clientSupportsRobustCaching = state.clientSupportedFeatures & 0x01 != 0
         let changedWhileAway = state.databaseHash.map { $0 != database.hash } ?? false
-        if server.clientSupportsRobustCaching && (!state.changeAware || changedWhileAway) {
-            server.becomeChangeUnaware()
+        if server.session.clientSupportsRobustCaching && (!state.changeAware || changedWhileAway) {
+            server.session.becomeChangeUnaware()
             // A central sets the pace of its connections: budgeted.
             guard let leftOut = log.take(now: scheduler.nowNanoseconds, for: logger) else { return }
             logger.info("\(connection.peer.address) is a bonded robust-caching client \(changedWhileAway ? "whose database changed while it was away" : "that left change-unaware"): Database Out Of Sync until it reads the Database Hash or confirms Service Changed\(LogBudget.note(leftOut))",
@@ -80,7 +80,7 @@ final class BondedClients {
         let handle = connection.handle
         let server = connection.server
         if state.isBonded { cachingStateKnown(on: connection) }
-        if server.signing == nil { server.signing = signingState(on: handle) }
+        if server.session.signing == nil { server.session.signing = signingState(on: handle) }
         guard state.isEncrypted, state.isBonded, let kept = self.state(on: handle) else { return }
         if !kept.clientConfigurations.isEmpty { server.restoreClientConfigurations(kept.clientConfigurations) }
         tellOfChangesWhileAway(kept, on: connection)
@@ -104,7 +104,7 @@ final class BondedClients {
     /// The client's CCCD values changed: a bonded link's reach the bond file within
     /// `PeripheralSecurity.bondWriteDelay` (Vol 3, Part G, 3.3.3.3).
     func subscriptionsChanged(on connection: Connection) {
-        let values = connection.server.clientConfigurationValues
+        let values = connection.server.session.clientConfigurationValues
         change(on: connection.handle, onlyIfBondedLink: true, write: .soon) { $0.clientConfigurations = values }
     }
 

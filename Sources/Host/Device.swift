@@ -100,18 +100,6 @@ extension DeviceContext {
         notify(characteristic, to: nil, encode: encode)
     }
 
-    /// Nil when `peer`'s link is encrypted (with an authenticated key, when `authenticated`; from
-    /// LE Secure Connections, when `secureConnections`); otherwise the ATT error that tells the
-    /// central what to do (Vol 3, Part C, 10.3): Insufficient Authentication (pair, or pair with
-    /// MITM protection, or with Secure Connections), or Insufficient Encryption for a bonded
-    /// central that has not encrypted yet.
-    public func securityRefusal(_ peer: ATTPeer, authenticated: Bool, secureConnections: Bool = false) -> ATTError? {
-        let link = linkSecurity(of: peer)
-        guard link.isEncrypted else { return link.hasLongTermKey ? .insufficientEncryption : .insufficientAuthentication }
-        if authenticated && !link.isAuthenticated { return .insufficientAuthentication }
-        return secureConnections && !link.isSecureConnections ? .insufficientAuthentication : nil
-    }
-
     /// Indicates with bytes at hand.
     @discardableResult
     public func indicate(_ characteristic: Characteristic, value: [UInt8], to peer: ATTPeer?,

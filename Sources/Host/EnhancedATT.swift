@@ -16,11 +16,11 @@ final class ServedBearer {
 
     init(_ enhanced: EnhancedATTBearer, connection: Connection, links: DeviceLinks) {
         self.enhanced = enhanced
-        server = ATTServer(database: links.database, peer: connection.peer, scheduler: links.scheduler, bearer: enhanced.bearer)
+        // The client's state (CCCDs, caching, signing, the link's security) is the connection's
+        // one session, whatever bearer it uses (Vol 3, Part G, 3.3.3.3).
+        server = ATTServer(database: links.database, peer: connection.peer, scheduler: links.scheduler, bearer: enhanced.bearer,
+                           session: connection.server.session)
         faultStage = FaultStage(server: server, plan: links.faults, scheduler: links.scheduler)
-        server.clientStateOwner = connection.server
-        server.linkSecurity = connection.server.linkSecurity
-        server.signing = connection.server.signing
         server.delegate = links.serverDelegate
         server.reportsValueAccess = links.reportsValueAccess
         faultStage.delegate = links.faultDelegate

@@ -1,5 +1,6 @@
 import BlemuATT
 import BlemuChannels
+import BlemuConnection
 import BlemuCore
 import BlemuGATT
 import BlemuHCI
@@ -14,22 +15,19 @@ extension DeviceLinks {
         connections[packet.handle]?.link.receive(packet)
     }
 
-    /// The link of `event` with the device's server (behind its fault stage) on its ATT bearer and SMP on CID 0x0006.
+    /// The link of `event` (its `LEConnection`) with the device's server (behind its fault
+    /// stage) on its ATT bearer, SMP on CID 0x0006, and channels to the device's SPSMs.
     func makeLink(_ event: LEConnectionComplete, peer: ATTPeer) -> Connection {
-        let link = L2CAPLink(handle: event.handle, role: .peripheral, context: l2cap)
-        let bearer = ATTBearer(link: link)
-        let server = ATTServer(database: database, peer: peer, scheduler: scheduler, bearer: bearer)
+        let le = LEConnection(link: L2CAPLink(handle: event.handle, role: .peripheral, context: l2cap), channelServers: channelServers)
+        let server = le.serve(database, peer: peer)
         server.delegate = serverDelegate
         server.reportsValueAccess = reportsValueAccess
         // The device's faults sit between the bearer and the server.
         let faultStage = FaultStage(server: server, plan: faults, scheduler: scheduler)
         faultStage.delegate = faultDelegate
         let handle = event.handle
-        link.register(cid: L2CAPChannel.securityManager) { [unowned security] payload in security.receive(payload, on: handle) }
-        // Credit based channels to the SPSMs the device published (BlemuChannels).
-        let channels = CreditBasedChannels(link: link, servers: channelServers)
-        let connection = Connection(peer: peer, link: link, server: server, faultStage: faultStage, channels: channels,
-                                    parameters: event.parameters)
+        le.receiveSecurityManager { [unowned security] payload in security.receive(payload, on: handle) }
+        let connection = Connection(peer: peer, le: le, server: server, faultStage: faultStage, parameters: event.parameters)
         // Enhanced ATT bearers the central opens on the EATT PSM (BlemuEATT), the device's server on each.
         connection.enhanced = makeEnhancedBearers(for: connection)
         return connection

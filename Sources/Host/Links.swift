@@ -43,7 +43,7 @@ extension Peripheral {
             security.linkOpened(event.handle, peer: peerAddress, local: advertising.advertisedAddress ?? advertising.address)
         }
         // A bonded central reading a protected value is told to encrypt, not to pair (Vol 3, Part C, 10.3.1).
-        server.linkSecurity.hasLongTermKey = security.bond(on: event.handle) != nil
+        server.session.linkSecurity.hasLongTermKey = security.bond(on: event.handle) != nil
         // A bonded central's signing state and caching state are back (signed writes also on a
         // link it does not encrypt, Vol 3, Part C, 10.4).
         bondedClients.linkOpened(connection, log: &links.linkLog)

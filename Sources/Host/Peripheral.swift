@@ -132,7 +132,7 @@ public final class Peripheral {
         standard.featuresChanged = { [weak self] handle, features in
             guard let self, let connection = self.connections[handle] else { return }
             // Vol 3, Part G, 7.2: bit 0 is Robust Caching.
-            connection.server.clientSupportsRobustCaching = features & 0x01 != 0
+            connection.server.session.clientSupportsRobustCaching = features & 0x01 != 0
             // A bonded client's features outlive the link (2.5.2.1).
             self.bondedClients.cachingStateKnown(on: connection, features: features)
         }

@@ -1,5 +1,6 @@
 import BlemuChannels
 import BlemuATT
+import BlemuConnection
 import BlemuCore
 import BlemuEATT
 import BlemuGATT
@@ -54,16 +55,19 @@ public struct PeripheralConfiguration: Sendable {
 
 public let blemuVersion = "0.1.0"
 
-/// One link to a central: its L2CAP link (with the ATT bearer and SMP on it) and ATT server.
+/// One link to a central: the role-neutral `LEConnection` (its L2CAP link, security, ATT
+/// bearer, GATT session, channels, SMP) with the device's endpoints attached: its database's
+/// server behind its fault stage, and its enhanced bearers.
 final class Connection {
     var handle: UInt16 { link.handle }
     let peer: ATTPeer
-    let link: L2CAPLink
+    let le: LEConnection
+    var link: L2CAPLink { le.link }
     let server: ATTServer
     /// In front of the server: the device's planned faults; the device's updates go through it.
     let faultStage: FaultStage
     /// The link's credit based channels (the device's published SPSMs).
-    let channels: CreditBasedChannels
+    var channels: CreditBasedChannels { le.channels }
     /// The client's Enhanced ATT bearers (BlemuEATT), each with the device's server on it
     /// (EnhancedATT.swift); set as the link is made (`DeviceLinks.makeLink`).
     var enhanced: EnhancedBearers<ServedBearer>!
@@ -92,10 +96,9 @@ final class Connection {
         return .queueFull
     }
 
-    init(peer: ATTPeer, link: L2CAPLink, server: ATTServer, faultStage: FaultStage, channels: CreditBasedChannels, parameters: LinkParameters) {
+    init(peer: ATTPeer, le: LEConnection, server: ATTServer, faultStage: FaultStage, parameters: LinkParameters) {
         self.peer = peer
-        self.link = link
-        self.channels = channels
+        self.le = le
         self.server = server
         self.faultStage = faultStage
         self.parameters = parameters

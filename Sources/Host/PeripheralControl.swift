@@ -130,7 +130,7 @@ public final class PeripheralControl {
     public var linkSummaries: [LinkSummary] {
         connections.values.sorted { $0.handle < $1.handle }.map {
             let display = security.pairingDisplay(on: $0.handle)
-            return LinkSummary(handle: $0.handle, peer: $0.peer.leAddress, mtu: $0.server.mtu, encrypted: $0.server.linkSecurity.isEncrypted,
+            return LinkSummary(handle: $0.handle, peer: $0.peer.leAddress, mtu: $0.server.mtu, encrypted: $0.server.session.linkSecurity.isEncrypted,
                                pairingPasskey: display.passkey, pairingComparison: display.comparison,
                                channels: $0.channels.channels.filter { $0.state == .open }.sorted { $0.localCID < $1.localCID }
                                    .map(ChannelSummary.init))

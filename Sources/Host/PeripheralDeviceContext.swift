@@ -126,7 +126,7 @@ extension Peripheral: DeviceContext {
 
     public func linkSecurity(of peer: ATTPeer) -> LinkSecurity {
         guard let connection = connections[peer.connectionHandle], connection.peer == peer else { return .unencrypted }
-        return connection.server.linkSecurity
+        return connection.server.session.linkSecurity
     }
 
     public var pairsWithPasskey: Bool { configuration.security.passkey != nil }

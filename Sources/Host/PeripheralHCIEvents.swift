@@ -1,4 +1,5 @@
 import BlemuATT
+import BlemuConnection
 import BlemuCore
 import BlemuGATT
 import BlemuHCI
@@ -71,20 +72,19 @@ extension Peripheral {
     func wireSecurity() {
         security.sendSMP = { [weak self] handle, pdu in
             guard let self, let connection = self.connections[handle] else { return }
-            _ = connection.link.send(cid: L2CAPChannel.securityManager, pdu[...], priority: .required)
+            connection.le.sendSecurityManager(pdu[...])
         }
         security.securityChanged = { [weak self] handle, state in
             guard let self, let connection = self.connections[handle] else { return }
             // Security's value as it is; only the host knows whether a bond exists for the peer.
             var linkSecurity = state
             linkSecurity.hasLongTermKey = state.isBonded || self.security.bond(on: handle) != nil
-            let wasEncrypted = connection.server.linkSecurity.isEncrypted
-            connection.server.linkSecurity = linkSecurity
+            let wasEncrypted = connection.server.session.linkSecurity.isEncrypted
+            // Set once, where the session of every bearer and the channels read it.
+            connection.le.security.current = linkSecurity
             if state.isEncrypted, !wasEncrypted, let observer = self.eventObserver {
                 observer(.encrypted(peer: connection.peer, keySize: state.encryptionKeySize, authenticated: state.isAuthenticated))
             }
-            connection.channels.linkSecurity = linkSecurity
-            for served in connection.enhanced.endpoints { served.server.linkSecurity = linkSecurity }
             // What a bonded central kept: its caching state, signing, subscriptions.
             self.bondedClients.securityChanged(state, on: connection)
         }

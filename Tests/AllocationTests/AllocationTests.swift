@@ -205,7 +205,7 @@ import Testing
         // The bonded central's CSRK, as the security layer hands it to the link's server.
         let csrk = (0..<16).map { UInt8($0 * 3) }
         let server = try #require(rig.peripheral.connections[0x0040]?.server)
-        server.signing = ATTSigningState(signatureKey: csrk, lastCounter: nil)
+        server.session.signing = ATTSigningState(signatureKey: csrk, lastCounter: nil)
         // Each signed with the next SignCounter (Vol 3, Part C, 10.4.2: a replay is dropped).
         let packets = (1...UInt32(Self.iterations + 1)).map { counter in
             let message = [0xD2] + Rig.le(rig.device.writable.valueHandle) + [9, 8, 7]
@@ -219,7 +219,7 @@ import Testing
         #expect(count == 0)
         #expect(rig.device.writes == Self.iterations + 1)
         #expect(rig.device.value == [9, 8, 7])
-        #expect(server.signing?.lastCounter == UInt32(Self.iterations + 1))
+        #expect(server.session.signing?.lastCounter == UInt32(Self.iterations + 1))
     }
 
     /// Allocations of `iterations` long writes to the writable value: `parts` (offset, bytes)
@@ -322,8 +322,8 @@ import Testing
         let server = try #require(rig.peripheral.connections[0x0040]?.server)
         // A robust-caching client the database changed for: confirming makes it change-aware
         // (Vol 3, Part G, 2.5.2.1).
-        server.clientSupportsRobustCaching = true
-        server.becomeChangeUnaware()
+        server.session.clientSupportsRobustCaching = true
+        server.session.becomeChangeUnaware()
         #expect(!server.isChangeAware)
         var taken = 0
         let count = allocations {

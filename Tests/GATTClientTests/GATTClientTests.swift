@@ -219,7 +219,7 @@ extension Result {
         b.client.onNotification = { notified.append(($0, Array($1))) }
         b.client.onIndication = { indicated.append(($0, Array($1))) }
         #expect(b.run { $0.configure(sensor, notify: true, indicate: true, completion: $1) }?.value != nil)
-        #expect(b.server.clientConfiguration(b.sensor) == 0x0003)
+        #expect(b.server.session.clientConfiguration(b.sensor) == 0x0003)
         #expect(b.server.notify(b.sensor, value: [1]) == .queued)
         #expect(b.server.indicate(b.sensor, value: [2]) == .queued)
         #expect(b.server.indicate(b.sensor, value: [3]) == .queued)
@@ -236,7 +236,7 @@ extension Result {
         let before = try #require(b.run { $0.discoverAll(completion: $1) }?.value)
         #expect(before.characteristic(GATTType.serviceChanged) != nil)
         #expect(b.run { $0.followServiceChanged(completion: $1) }?.value != nil)
-        #expect(b.server.clientConfiguration(b.serviceChanged) == 0x0002)
+        #expect(b.server.session.clientConfiguration(b.serviceChanged) == 0x0002)
         var changed: [ClosedRange<UInt16>] = []
         b.client.onServiceChanged = { changed.append($0) }
         let range = try #require(try b.database.setService(b.battery, present: false))

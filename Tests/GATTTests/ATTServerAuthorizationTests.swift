@@ -121,10 +121,10 @@ import Testing
         let bench = try Bench()
         bench.delegate.allow = false
         #expect(bench.error("0A 0700") == .insufficientAuthentication)
-        bench.server.linkSecurity.hasLongTermKey = true
+        bench.server.session.linkSecurity.hasLongTermKey = true
         #expect(bench.error("0A 0700") == .insufficientEncryption)
         #expect(bench.delegate.asked.isEmpty)
-        bench.server.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true,
+        bench.server.session.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true,
                                                     encryptionKeySize: 16)
         #expect(bench.error("0A 0700") == .insufficientAuthorization)
         #expect(bench.delegate.asked.count == 1)

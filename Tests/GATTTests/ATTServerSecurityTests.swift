@@ -39,37 +39,37 @@ import Testing
         let bench = try Bench()
         #expect(bench.error("0A 0300") == .insufficientAuthentication)
         #expect(bench.error("12 0500 01") == .insufficientAuthentication)
-        bench.server.linkSecurity.hasLongTermKey = true
+        bench.server.session.linkSecurity.hasLongTermKey = true
         #expect(bench.error("0A 0300") == .insufficientEncryption)
         #expect(bench.error("12 0500 01") == .insufficientEncryption)
     }
 
     @Test func anUnauthenticatedKeyIsNotEnoughForAuthentication() throws {
         let bench = try Bench()
-        bench.server.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true,
+        bench.server.session.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true,
                                                     encryptionKeySize: 16)
         #expect(bench.error("0A 0300") == nil)
         #expect(bench.error("12 0500 01") == .insufficientAuthentication)
-        bench.server.linkSecurity.isAuthenticated = true
+        bench.server.session.linkSecurity.isAuthenticated = true
         #expect(bench.error("12 0500 01") == nil)
     }
 
     @Test func legacyIsNotSecureConnections() throws {
         let bench = try Bench()
-        bench.server.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: true, isSecureConnections: false,
+        bench.server.session.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: true, isSecureConnections: false,
                                                     encryptionKeySize: 16)
         #expect(bench.error("0A 0700") == .insufficientAuthentication)
-        bench.server.linkSecurity.isSecureConnections = true
+        bench.server.session.linkSecurity.isSecureConnections = true
         #expect(bench.error("0A 0700") == nil)
     }
 
     @Test func aShortKeyIsTooShort() throws {
         let bench = try Bench()
-        bench.server.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: true, isSecureConnections: true,
+        bench.server.session.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: true, isSecureConnections: true,
                                                     encryptionKeySize: 7)
         #expect(bench.error("0A 0900") == .encryptionKeySizeTooShort)
         #expect(bench.error("0A 0300") == nil)
-        bench.server.linkSecurity.encryptionKeySize = 16
+        bench.server.session.linkSecurity.encryptionKeySize = 16
         #expect(bench.error("0A 0900") == nil)
     }
 
@@ -92,12 +92,12 @@ import Testing
         #expect(error("0A 0300") == nil)
         #expect(error("0A 0400") == .insufficientAuthentication)
         #expect(error("0A 0500") == .insufficientAuthentication)
-        server.linkSecurity.hasLongTermKey = true
+        server.session.linkSecurity.hasLongTermKey = true
         #expect(error("0A 0400") == .insufficientEncryption)
-        server.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true, encryptionKeySize: 16)
+        server.session.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true, encryptionKeySize: 16)
         #expect(error("0A 0400") == nil)
         #expect(error("0A 0500") == .insufficientAuthentication)
-        server.linkSecurity.isAuthenticated = true
+        server.session.linkSecurity.isAuthenticated = true
         #expect(error("0A 0500") == nil)
     }
 
@@ -154,13 +154,13 @@ import Testing
         #expect(bench.error("12 0400 0100") == .insufficientAuthentication)
         #expect(bench.error("12 0700 0100") == .insufficientAuthentication)
         // With a key it only needs to encrypt.
-        bench.server.linkSecurity.hasLongTermKey = true
+        bench.server.session.linkSecurity.hasLongTermKey = true
         #expect(bench.error("12 0400 0100") == .insufficientEncryption)
         #expect(bench.error("12 0700 0100") == .insufficientEncryption)
         // A Write Command to it is dropped, as any write without the security.
         bench.server.receive(bytes("52 0400 0100")[...])
         #expect(bench.delegate.configured.isEmpty)
-        #expect(bench.server.clientConfiguration(bench.encrypted) == 0)
+        #expect(bench.server.session.clientConfiguration(bench.encrypted) == 0)
         // Reading it stays open (Table 3.11: "Readable with no authentication or authorization").
         #expect(bench.error("0A 0400") == nil)
     }
@@ -168,22 +168,22 @@ import Testing
     @Test func aCCCDWithoutTheOptionTakesAnyLink() throws {
         let bench = try SubscriptionBench()
         #expect(bench.error("12 0A00 0100") == nil)
-        #expect(bench.server.clientConfiguration(bench.open) == 0x0001)
+        #expect(bench.server.session.clientConfiguration(bench.open) == 0x0001)
         // The value itself still needs encryption.
         #expect(bench.error("12 0900 01") == .insufficientAuthentication)
     }
 
     @Test func aCCCDThatNeedsTheValuesSecurityTakesAnEncryptedLink() throws {
         let bench = try SubscriptionBench()
-        bench.server.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true,
+        bench.server.session.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true,
                                                  encryptionKeySize: 16)
         #expect(bench.error("12 0400 0100") == nil)
-        #expect(bench.server.clientConfiguration(bench.encrypted) == 0x0001)
+        #expect(bench.server.session.clientConfiguration(bench.encrypted) == 0x0001)
         // Authentication needs an authenticated key, for the CCCD as for the value.
         #expect(bench.error("12 0700 0100") == .insufficientAuthentication)
-        bench.server.linkSecurity.isAuthenticated = true
+        bench.server.session.linkSecurity.isAuthenticated = true
         #expect(bench.error("12 0700 0100") == nil)
-        #expect(bench.server.clientConfiguration(bench.authenticated) == 0x0001)
+        #expect(bench.server.session.clientConfiguration(bench.authenticated) == 0x0001)
     }
 
     @Test func restoredSubscriptionsAreTheAllowedFlagsOnly() throws {
@@ -192,7 +192,7 @@ import Testing
         let first = try #require(notifying.first)
         f.server.restoreClientConfigurations([first.valueHandle: 0x0003, 0x7777: 0x0001])
         let allowed: UInt16 = (first.properties.contains(.notify) ? 1 : 0) | (first.properties.contains(.indicate) ? 2 : 0)
-        #expect(f.server.clientConfiguration(first) == allowed)
-        #expect(f.server.clientConfigurationValues == [first.valueHandle: allowed])
+        #expect(f.server.session.clientConfiguration(first) == allowed)
+        #expect(f.server.session.clientConfigurationValues == [first.valueHandle: allowed])
     }
 }

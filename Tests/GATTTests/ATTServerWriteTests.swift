@@ -131,7 +131,7 @@ import Testing
         f.configure(20, 0x0001)
         #expect(f.server.isSubscribed(f.notifyOnly, indications: false))
         #expect(!f.server.isSubscribed(f.notifyOnly, indications: true))
-        #expect(f.server.clientConfiguration(f.notifyOnly) == 0x0001)
+        #expect(f.server.session.clientConfiguration(f.notifyOnly) == 0x0001)
         #expect(f.delegate.configured.count == 1)
         #expect(f.delegate.configured.first?.characteristic === f.notifyOnly)
         #expect(f.delegate.configured.first?.old == 0)
@@ -157,7 +157,7 @@ import Testing
         let f = try Fixture()
         #expect(f.request("12 1400 0200") == errorResponse(0x12, 0x0014, .cccdImproperlyConfigured))
         #expect(f.request("12 1400 0300") == errorResponse(0x12, 0x0014, .cccdImproperlyConfigured))
-        #expect(f.server.clientConfiguration(f.notifyOnly) == 0)
+        #expect(f.server.session.clientConfiguration(f.notifyOnly) == 0)
         #expect(f.delegate.configured.isEmpty)
     }
 
@@ -167,7 +167,7 @@ import Testing
         #expect(f.request("12 1400 01") == errorResponse(0x12, 0x0014, .invalidAttributeValueLength))
         #expect(f.request("12 1400 010000") == errorResponse(0x12, 0x0014, .invalidAttributeValueLength))
         #expect(f.request("12 1400") == errorResponse(0x12, 0x0014, .invalidAttributeValueLength))
-        #expect(f.server.clientConfiguration(f.notifyOnly) == 0)
+        #expect(f.server.session.clientConfiguration(f.notifyOnly) == 0)
     }
 
     /// The CCCD value is per client (Vol 3, Part G, 3.3.3.3): each bearer reads its own.

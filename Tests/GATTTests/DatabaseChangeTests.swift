@@ -77,7 +77,7 @@ import Testing
 @Suite struct RobustCachingTests {
     func unawareClient() throws -> Fixture {
         let f = try Fixture()
-        f.server.clientSupportsRobustCaching = true
+        f.server.session.clientSupportsRobustCaching = true
         _ = try f.database.setService(f.custom, present: false)
         #expect(f.server.databaseChanged(23...27).isEmpty)
         #expect(!f.server.isChangeAware)
@@ -134,7 +134,7 @@ import Testing
         let server = ATTServer(database: database, peer: f.peer, scheduler: f.scheduler)
         let delegate = RecordingDelegate()
         server.delegate = delegate
-        server.clientSupportsRobustCaching = true
+        server.session.clientSupportsRobustCaching = true
         _ = server.databaseChanged(1...1)
         server.receive(bytes("08 0100 FFFF 2A2B")[...])
         #expect(delegate.sent.last?.pdu == bytes("09 12 0300") + [UInt8](repeating: 0xAB, count: 16))
@@ -159,14 +159,14 @@ import Testing
 
     @Test func confirmingServiceChangedMakesItAware() throws {
         let f = try unawareClient()
-        f.server.serviceChangedConfirmed()
+        f.server.session.serviceChangedConfirmed()
         #expect(f.server.isChangeAware)
         #expect(f.request("0A 0A00") == [bytes("0B 01")])
     }
 
     @Test func aClosedLinkDoesNotBecomeUnaware() throws {
         let f = try Fixture()
-        f.server.clientSupportsRobustCaching = true
+        f.server.session.clientSupportsRobustCaching = true
         _ = f.server.close()
         _ = f.server.databaseChanged(23...27)
         #expect(f.server.isChangeAware)

@@ -191,3 +191,36 @@ private final class InjectedFaults: FaultStageDelegate {
         #expect(f.heard.applied.isEmpty)
     }
 }
+
+/// The stage is on the request path only while its plan has faults: the bearer hands the
+/// client's PDUs straight to the server otherwise (Docs/ARCHITECTURE.md, BlemuGATT).
+@Suite struct FaultStageInstallationTests {
+    @Test func theStageStandsInFrontOfTheServerOnlyWhileAFaultIsPlanned() throws {
+        let f = try Fixture()
+        let plan = FaultPlan()
+        let stage = FaultStage(server: f.server, plan: plan, scheduler: f.scheduler)
+        #expect(!stage.isOnRequestPath)
+        #expect((f.server.bearer.server as AnyObject?) === f.server)
+        plan.add(.error(.application(0x05)), valueHandle: 0x000A, count: 1)
+        #expect(stage.isOnRequestPath)
+        f.server.bearer.receive(bytes("0A 0A00")[...])
+        #expect(f.sent(.response) == errorResponse(0x0A, 0x000A, .application(0x05)))
+        // The fault used up, the plan is empty: the stage steps out.
+        #expect(plan.isEmpty && !stage.isOnRequestPath)
+        #expect((f.server.bearer.server as AnyObject?) === f.server)
+    }
+
+    /// A delayed request keeps the stage in place until it is answered, though the plan
+    /// emptied when the delay was taken.
+    @Test func aHeldRequestKeepsTheStageUntilItIsAnswered() throws {
+        let f = try Fixture()
+        let plan = FaultPlan()
+        let stage = FaultStage(server: f.server, plan: plan, scheduler: f.scheduler)
+        plan.add(.delay(.milliseconds(100)), valueHandle: 0x000A, count: 1)
+        f.server.bearer.receive(bytes("0A 0A00")[...])
+        #expect(plan.isEmpty && stage.isOnRequestPath)
+        f.scheduler.advance(by: .milliseconds(100))
+        #expect(f.sent(.response) == [bytes("0B 01")])
+        #expect(!stage.isOnRequestPath)
+    }
+}

@@ -41,11 +41,11 @@ import Testing
 
     @Test func aVerifiedWriteReachesTheDeviceAndAReplayDoesNot() throws {
         let bench = try Bench()
-        bench.server.signing = ATTSigningState(signatureKey: Bench.csrk, lastCounter: nil)
+        bench.server.session.signing = ATTSigningState(signatureKey: Bench.csrk, lastCounter: nil)
         bench.send(0x0003, [0x2A], counter: 0)
         #expect(bench.values == [[0x2A]])
         #expect(bench.delegate.acceptedCounters == [0])
-        #expect(bench.server.signing?.lastCounter == 0)
+        #expect(bench.server.session.signing?.lastCounter == 0)
         // The same PDU again, and an older counter: dropped (Vol 3, Part C, 10.4.2).
         bench.send(0x0003, [0x2A], counter: 0)
         #expect(bench.delegate.droppedSignedWrites == [.replayed(counter: 0, last: 0)])
@@ -61,11 +61,11 @@ import Testing
         let bench = try Bench()
         bench.send(0x0003, [0x01], counter: 1)
         #expect(bench.delegate.droppedSignedWrites == [.noKey])
-        bench.server.signing = ATTSigningState(signatureKey: Bench.csrk, lastCounter: 7)
+        bench.server.session.signing = ATTSigningState(signatureKey: Bench.csrk, lastCounter: 7)
         bench.send(0x0003, [0x01], counter: 8, key: bytes("ffeeddccbbaa99887766554433221100"))
         #expect(bench.delegate.droppedSignedWrites.last == .badSignature)
         // A signature that failed does not spend the counter: the real one with 8 still goes.
-        #expect(bench.server.signing?.lastCounter == 7)
+        #expect(bench.server.session.signing?.lastCounter == 7)
         bench.send(0x0003, [0x02], counter: 8)
         #expect(bench.values == [[0x02]])
         // A truncated signature is an invalid command: ignored without an answer.
@@ -76,7 +76,7 @@ import Testing
 
     @Test func onlyCharacteristicsWithTheSignedWriteProperty() throws {
         let bench = try Bench()
-        bench.server.signing = ATTSigningState(signatureKey: Bench.csrk, lastCounter: nil)
+        bench.server.session.signing = ATTSigningState(signatureKey: Bench.csrk, lastCounter: nil)
         bench.send(0x0005, [0x01], counter: 1)
         #expect(bench.delegate.answered.last?.error == .writeNotPermitted)
         // A value that needs encryption: a signature is not encryption (Vol 3, Part C, 10.2.3).
@@ -88,7 +88,7 @@ import Testing
     /// Hostile bytes: random Signed Write Commands never trap, and none reaches the device.
     @Test func randomSignedWritesNeverReachTheDevice() throws {
         let bench = try Bench()
-        bench.server.signing = ATTSigningState(signatureKey: Bench.csrk, lastCounter: nil)
+        bench.server.session.signing = ATTSigningState(signatureKey: Bench.csrk, lastCounter: nil)
         var random = SeededRandom(seed: 10)
         for _ in 0..<3000 {
             let length = Int(random.next() % 23)
@@ -104,7 +104,7 @@ import Testing
 
     @Test func onAnEncryptedLinkTheEncryptionIsTheProtection() throws {
         let bench = try Bench()
-        bench.server.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true,
+        bench.server.session.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true,
                                                     encryptionKeySize: 16, hasLongTermKey: true)
         // No CSRK needed, the signature not checked (Vol 3, Part G, 4.9.2; Part C, 10.2.3).
         bench.send(0x0003, [0x05], counter: 0, key: bytes("ffeeddccbbaa99887766554433221100"))

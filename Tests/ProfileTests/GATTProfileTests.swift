@@ -197,7 +197,7 @@ import Testing
         let server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
                                scheduler: ManualScheduler())
         server.delegate = answers
-        server.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true, encryptionKeySize: 7)
+        server.session.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true, encryptionKeySize: 7)
         let guarded = try #require(database.characteristic(BluetoothUUID(0x2A20))).valueHandle
         let open = try #require(database.characteristic(BluetoothUUID(0x2A21))).valueHandle
         func read(_ handle: UInt16) -> [UInt8]? {
@@ -206,7 +206,7 @@ import Testing
         }
         #expect(read(guarded) == [0x01, 0x0A, UInt8(guarded & 0xFF), UInt8(guarded >> 8), 0x0C])
         #expect(read(open) == [0x0B, 0x02], "encrypted with any key: served")
-        server.linkSecurity.encryptionKeySize = 16
+        server.session.linkSecurity.encryptionKeySize = 16
         #expect(read(guarded) == [0x0B, 0x01])
 
         let base = #"{"format":"blemu-gatt-profile","version":1,"name":"x","services":[{"uuid":"180D","characteristics":[CHAR]}]}"#

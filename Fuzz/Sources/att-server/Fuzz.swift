@@ -76,12 +76,12 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         case 0xF6:
             let service = database.services[Int(input.u8()) % database.services.count]
             if let range = try? database.setService(service, present: !database.isPresent(service)) {
-                server.clientSupportsRobustCaching = true
+                server.session.clientSupportsRobustCaching = true
                 _ = server.databaseChanged(range)
                 fuzzCheck(!server.isChangeAware || server.isClosed, "a robust-caching client stayed change-aware after a change")
             }
         case 0xF7:
-            server.serviceChangedConfirmed()
+            server.session.serviceChangedConfirmed()
         case 0xF8:
             bearer.request(typedATTPDU(&input, handleCount: database.attributes.count), to: server)
         default:
