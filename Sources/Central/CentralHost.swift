@@ -89,6 +89,9 @@ public final class CentralHost: ATTServerDelegate {
     /// The LE extended scanning and initiating commands, or the legacy ones: the controller's
     /// one choice for every role on it.
     private var usesExtendedCommands: Bool { controller.usesExtendedCommands }
+    /// Whether the controller took LE Set Extended Scan Parameters: from then on it refuses the
+    /// legacy scanning and initiating commands (Vol 4, Part E, 3.1.1), so no fallback to them.
+    private var tookExtendedScanning = false
     private var scanning = false
     private var connecting: (peer: LEAddress, timer: TimerID?, cancelled: Bool,
                              completion: (Result<CentralLink, CentralError>) -> Void)?
@@ -128,16 +131,29 @@ public final class CentralHost: ATTServerDelegate {
         let parameters: HCICommand = extended
             ? .leSetExtendedScanParameters(active: active, ownAddressType: ownAddressType)
             : .leSetScanParameters(active: active, ownAddressType: ownAddressType)
+        // The enable goes once the parameters are taken: behind parameters the controller did
+        // not know, an enable would start extended scanning before the legacy commands take over.
         hci.send(parameters) { [weak self] result in
-            guard let self, !result.succeeded, result != .cancelled else { return }
-            self.scanning = false
-            self.onError?("the controller refused the scan parameters (HCI status \(result.status.map(Hex.byte) ?? "timeout"))")
-        }
-        hci.send(extended ? .leSetExtendedScanEnable(true, filterDuplicates: filterDuplicates)
-                          : .leSetScanEnable(true, filterDuplicates: filterDuplicates)) { [weak self] result in
-            guard let self, !result.succeeded, result != .cancelled else { return }
-            self.scanning = false
-            self.onError?("the controller refused to scan (HCI status \(result.status.map(Hex.byte) ?? "timeout"))")
+            guard let self, result != .cancelled else { return }
+            guard result.succeeded else {
+                self.scanning = false
+                if extended, self.takeLegacyCommands(refused: parameters, result: result) {
+                    self.startScanning(active: active, filterDuplicates: filterDuplicates)
+                    return
+                }
+                self.onError?("the controller refused the scan parameters (HCI status \(result.status.map(Hex.byte) ?? "timeout"))")
+                return
+            }
+            if extended { self.tookExtendedScanning = true }
+            guard self.scanning else { return }
+            let enable: HCICommand = extended ? .leSetExtendedScanEnable(true, filterDuplicates: filterDuplicates)
+                                              : .leSetScanEnable(true, filterDuplicates: filterDuplicates)
+            self.hci.send(enable) { [weak self] result in
+                guard let self, !result.succeeded, result != .cancelled else { return }
+                self.scanning = false
+                if extended, result.status == HCIStatus.unknownCommand { self.explainUnknownExtendedCommand(enable) }
+                self.onError?("the controller refused to scan (HCI status \(result.status.map(Hex.byte) ?? "timeout"))")
+            }
         }
         logger.info("scanning (\(active ? "active" : "passive"), \(extended ? "extended" : "legacy") commands)")
     }
@@ -202,6 +218,16 @@ public final class CentralHost: ATTServerDelegate {
         hci.send(command) { [weak self] result in
             guard let self, self.connecting?.peer == peer else { return }
             if case .status(let status) = result, status == HCIStatus.success { return }
+            if command.opcode == HCIOpcode.leExtendedCreateConnection, self.takeLegacyCommands(refused: command, result: result) {
+                // Connect again, legacy: the attempt's timer and completion start afresh.
+                let attempt = self.connecting
+                self.connecting = nil
+                if let timer = attempt?.timer { self.scheduler.cancel(timer) }
+                if let completion = attempt?.completion {
+                    self.connect(to: peer, timeout: timeout, parameters: parameters, completion: completion)
+                }
+                return
+            }
             self.failConnecting(.controller(status: result.status ?? 0xFF, what: command.name))
         }
         connecting?.timer = scheduler.schedule(after: timeout) { [weak self] in
@@ -211,6 +237,28 @@ public final class CentralHost: ATTServerDelegate {
             // 7.8.13: the controller then ends the attempt with LE Connection Complete, status 0x02.
             self.hci.send(.leCreateConnectionCancel)
         }
+    }
+
+    /// An extended scanning or initiating command answered with Unknown HCI Command though the
+    /// controller lists LE Extended Advertising (Vol 6, Part B, 4.6 makes them part of it): the
+    /// controller never ran it, so the central goes on with the legacy commands where the
+    /// controller lets it (`ControllerHost.useLegacyCommandsAfterUnknownExtendedCommand`), said
+    /// once. Not after the controller took an extended scanning command: then it refuses the
+    /// legacy ones beside it (Vol 4, Part E, 3.1.1), and what is off, and why, is said instead.
+    private func takeLegacyCommands(refused command: HCICommand, result: CommandResult) -> Bool {
+        guard result.status == HCIStatus.unknownCommand else { return false }
+        guard !tookExtendedScanning, controller.useLegacyCommandsAfterUnknownExtendedCommand() else {
+            explainUnknownExtendedCommand(command)
+            return false
+        }
+        logger.warning("the controller refused \(command.name) (Unknown HCI Command) although it lists LE Extended Advertising: the central uses the legacy scanning and connecting commands")
+        return true
+    }
+
+    /// What is off when an extended command is unknown and the legacy ones cannot serve.
+    private func explainUnknownExtendedCommand(_ command: HCICommand) {
+        let off = command.opcode == HCIOpcode.leExtendedCreateConnection ? "connecting" : "scanning"
+        logger.error("the controller refused \(command.name) (Unknown HCI Command) although it lists LE Extended Advertising, whose commands it must have (Vol 6, Part B, 4.6); it took extended commands before, so it refuses the legacy ones beside them (Vol 4, Part E, 3.1.1): \(off) is off")
     }
 
     private func failConnecting(_ error: CentralError) {
@@ -343,6 +391,7 @@ extension CentralHost: ControllerRole {
     public func controllerStarting() {}
 
     public func controllerReady(then proceed: @escaping () -> Void) {
+        tookExtendedScanning = false   // a reset (Vol 4, Part E, 7.3.2) ends what the controller took
         if let usedRandomAddress { hci.send(.leSetRandomAddress(usedRandomAddress)) }
         security?.localAddress = ownSMPAddress
         logger.event(.controllerUp, .info, "controller \(controller.name) ready for the central role")

@@ -96,6 +96,17 @@ public final class ControllerHost {
     /// central uses the extended commands where the controller has them.
     public private(set) var usesExtendedCommands = false
 
+    /// A controller that lists LE Extended Advertising must have its scanning and initiating
+    /// commands (Vol 6, Part B, 4.6), yet one that answers them with Unknown HCI Command never
+    /// took them, so the legacy commands are not mixed with anything it ran (Vol 4, Part E,
+    /// 3.1.1). The central then takes the legacy commands, but only while no role advertises
+    /// in sets: those stay on the extended commands. Returns whether the legacy ones are now used.
+    public func useLegacyCommandsAfterUnknownExtendedCommand() -> Bool {
+        guard usesExtendedCommands, roles.allSatisfy({ $0.advertisingSetsWanted == 0 }) else { return false }
+        usesExtendedCommands = false
+        return true
+    }
+
     /// After each HCI event that may change advertising or connections (every event but
     /// Number Of Completed Packets): for a service status. Nil: nothing is called.
     public var onStateMayChange: (() -> Void)?

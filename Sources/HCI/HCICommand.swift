@@ -505,6 +505,8 @@ public struct ConnectionRequestParameters: Equatable, Sendable {
 /// HCI error codes blemu uses by name (Vol 1, Part F, 1.3).
 public enum HCIStatus {
     public static let success: UInt8 = 0x00
+    /// Unknown HCI Command: the controller does not have the command at all (Vol 1, Part F, 2.1).
+    public static let unknownCommand: UInt8 = 0x01
     public static let unknownConnectionIdentifier: UInt8 = 0x02
     public static let hardwareFailure: UInt8 = 0x03
     public static let connectionTimeout: UInt8 = 0x08

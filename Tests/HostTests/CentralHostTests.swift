@@ -104,6 +104,45 @@ let servicesData: [UInt8] = [0x05, 0x03, 0x0D, 0x18, 0x0F, 0x18]
         #expect(b.advertisements.first?.0.isConnectable == false)
     }
 
+    /// A controller that lists LE Extended Advertising but answers LE Set Extended Scan
+    /// Parameters with Unknown HCI Command (0x01) never ran it: the central scans with the
+    /// legacy commands instead of giving up, and no extended enable goes out before them.
+    @Test func extendedScanParametersUnknownToTheControllerFallBackToLegacyScanning() throws {
+        let b = try CentralBench(extended: true)
+        b.controller.failures[HCIOpcode.leSetExtendedScanParameters] = HCIStatus.unknownCommand
+        var errors: [String] = []
+        b.host.onError = { errors.append($0) }
+        b.host.startScanning(active: true)
+        #expect(errors.isEmpty)
+        #expect(b.controller.commands(HCIOpcode.leSetExtendedScanEnable).isEmpty)
+        #expect(b.controller.commands(HCIOpcode.leSetScanParameters).count == 1)
+        #expect(b.controller.commands(HCIOpcode.leSetScanEnable).last?.parameters == [1, 0])
+        b.legacyReport(nameData, type: 0x00)   // ADV_IND
+        #expect(b.advertisements.first?.0.name == "Test")
+    }
+
+    /// Any other refusal of the scan parameters is the controller's answer: reported, no fallback.
+    @Test func scanParametersRefusedForAnotherReasonAreReported() throws {
+        let b = try CentralBench(extended: true)
+        b.controller.failures[HCIOpcode.leSetExtendedScanParameters] = HCIStatus.commandDisallowed
+        var errors: [String] = []
+        b.host.onError = { errors.append($0) }
+        b.host.startScanning(active: true)
+        #expect(errors == ["the controller refused the scan parameters (HCI status 0x0c)"])
+        #expect(b.controller.commands(HCIOpcode.leSetScanParameters).isEmpty)
+        #expect(b.controller.commands(HCIOpcode.leSetExtendedScanEnable).isEmpty)
+    }
+
+    /// LE Extended Create Connection unknown to the controller: the connection is made with LE
+    /// Create Connection, and the attempt completes.
+    @Test func extendedCreateConnectionUnknownToTheControllerConnectsWithTheLegacyCommand() throws {
+        let b = try CentralBench(extended: true)
+        b.controller.failures[HCIOpcode.leExtendedCreateConnection] = HCIStatus.unknownCommand
+        let link = try b.connect()
+        #expect(link.peer.address == b.peer)
+        #expect(b.controller.commands(HCIOpcode.leCreateConnection).count == 1)
+    }
+
     /// Extended reports in fragments (Data_Status 0x01 then 0x00, Vol 4, Part E, 7.7.65.13) are
     /// recorded once whole; a truncated train (0x02) is dropped; an extended report without the
     /// legacy bit marks the advertiser as using extended PDUs.

@@ -51,18 +51,19 @@ OPTIONAL = {
     0x2060: "LE Read Buffer Size [v2]",                              # Connected/Broadcast Isochronous Streams
 }
 
-# Refused alone, these end the central role: the controller lists LE Extended Advertising and
-# answers its first command (LE Read Number of Supported Advertising Sets), so blemu keeps the
-# extended commands, and `blemu gatt` exits with "the controller refused the scan parameters
-# (HCI status 0x01)" or the connection's refusal. Refused with the rest of the family (above,
-# all at once) the feature is taken as off at initialization and the legacy commands serve.
-ENDS_THE_CENTRAL_ALONE = {0x2041, 0x2042, 0x2043}
-
+# Refused alone, the extended scanning and initiating commands (the controller lists LE Extended
+# Advertising and answered LE Read Number of Supported Advertising Sets) would end the central
+# role; Unknown HCI Command means the controller never ran them, so the central takes the legacy
+# commands (CentralHost.takeLegacyCommands) and says so. In the test command: 0x2041, the first
+# of them a session meets. Refused after the controller took LE Set Extended Scan Parameters
+# (0x2042, 0x2043), the legacy commands are refused beside it (Vol 4, Part E, 3.1.1; rootcanal
+# enforces it): the peripheral serves, and the central says what is off and why.
+ENDS_THE_CENTRAL_ALONE = {0x2042: "scanning is off", 0x2043: "connecting is off"}
 # One at a time, about 9 s each (both roles): in the test command the commands whose refusal
-# takes another path in blemu (v1 buffer sizes, legacy advertising, no PHY update);
+# takes another path in blemu (v1 buffer sizes, legacy advertising, legacy scanning, no PHY update);
 # BLEMU_REFUSED_EACH=1 runs every one.
-EACH = (sorted(set(OPTIONAL) - ENDS_THE_CENTRAL_ALONE) if os.environ.get("BLEMU_REFUSED_EACH") == "1"
-        else [0x2032, 0x203B, 0x2060])
+EACH = (sorted(set(OPTIONAL) - set(ENDS_THE_CENTRAL_ALONE)) if os.environ.get("BLEMU_REFUSED_EACH") == "1"
+        else [0x2032, 0x203B, 0x2041, 0x2060])
 
 
 def name_of(opcodes: frozenset[int]) -> str:
@@ -134,6 +135,17 @@ def test_each_optional_command_refused_alone(rootcanal, thermostat, opcode, tmp_
     # test below checks the list against what is sent.
     peripheral_serves(rootcanal, frozenset({opcode}))
     central_serves(rootcanal, thermostat, frozenset({opcode}), tmp_path)
+
+
+@pytest.mark.parametrize("opcode", sorted(ENDS_THE_CENTRAL_ALONE), ids=[f"{o:04x}" for o in sorted(ENDS_THE_CENTRAL_ALONE)])
+def test_an_extended_command_unknown_after_others_were_taken_is_explained(rootcanal, thermostat, opcode, tmp_path):
+    peripheral_serves(rootcanal, frozenset({opcode}))
+    with RefusingProxy(rootcanal.hci_port, frozenset({opcode})) as proxy:
+        read = run_cli(["gatt", "--controller", proxy.spec, "--name", thermostat.name, "--state-dir", str(tmp_path),
+                        "read", TARGET], timeout=40)
+    assert read.returncode != 0, read.describe()
+    said = read.stdout + read.stderr
+    assert OPTIONAL[opcode] in said and "Unknown HCI Command" in said and ENDS_THE_CENTRAL_ALONE[opcode] in said, read.describe()
 
 
 def test_the_sessions_send_what_the_optional_list_names(rootcanal, thermostat, tmp_path):
