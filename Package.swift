@@ -263,7 +263,9 @@ let package = Package(
         .testTarget(name: "EATTTests", dependencies: ["BlemuEATT"], path: "Tests/EATTTests"),
         .testTarget(name: "ATTTests", dependencies: ["BlemuATT", "BlemuL2CAP", "BlemuHCI", "BlemuCore"], path: "Tests/ATTTests"),
         // The devices' models alone (no GATT, no scheduler: time handed in).
-        .testTarget(name: "DevicesTests", dependencies: ["BlemuDevices", "BlemuCore"], path: "Tests/DevicesTests"),
+        .testTarget(name: "DevicesTests", dependencies: ["BlemuATT", "BlemuBroadcast", "BlemuChat", "BlemuChatProtocol", "BlemuCore", "BlemuCrypto", "BlemuDevices", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuSimulator", "BlemuTestSupport", "HostTestSupport",
+                                                      .product(name: "Logging", package: "swift-log")],
+                    path: "Tests/DevicesTests"),
         .testTarget(name: "ChatProtocolTests", dependencies: ["BlemuChatProtocol", "BlemuCore", "BlemuCrypto",
                                                         .product(name: "Logging", package: "swift-log")],
                     path: "Tests/ChatProtocolTests"),
@@ -302,11 +304,18 @@ let package = Package(
         .testTarget(name: "BenchTests", dependencies: ["BlemuBench", "BlemuBenchProtocol", "BlemuCore", "BlemuSimulator"], path: "Tests/BenchTests"),
         .testTarget(name: "CaptureTests", dependencies: ["BlemuTestSupport", "BlemuCapture", "BlemuCore"], path: "Tests/CaptureTests"),
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
-        .testTarget(name: "HostTests", dependencies: ["BlemuTestSupport", "BlemuCore", "BlemuHost", "BlemuDevices", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuEATT", "BlemuGATT", "BlemuATT",
-                                                   "BlemuCentral", "BlemuGATTClient", "BlemuChat", "BlemuChatProtocol", "BlemuSecurity", "BlemuSMP", "BlemuCrypto",
-                                                   "BlemuSimulator", "BlemuBroadcast", "BlemuProfile", "BlemuBenchRig", "BlemuControl",
+        .testTarget(name: "HostTests", dependencies: ["BlemuATT", "BlemuBenchRig", "BlemuCentral", "BlemuChannels", "BlemuControl", "BlemuCore", "BlemuCrypto", "BlemuDevices", "BlemuEATT", "BlemuGATT", "BlemuGATTClient", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuProfile", "BlemuSMP", "BlemuSecurity", "BlemuSimulator", "BlemuTestSupport", "HostTestSupport",
                                                    .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HostTests"),
+        // The peripheral's, the central's and the devices' benches (a device on a scripted
+        // controller, several on one, a central, a hand-made channel peer), shared by the three
+        // test targets below as a library of their own.
+        .target(name: "HostTestSupport", dependencies: ["BlemuATT", "BlemuCentral", "BlemuChatProtocol", "BlemuCore", "BlemuCrypto", "BlemuDevices", "BlemuGATT", "BlemuGATTClient", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuSMP", "BlemuSecurity", "BlemuSimulator", "BlemuTestSupport",
+                                                        .product(name: "Logging", package: "swift-log")],
+                path: "Tests/HostSupport"),
+        .testTarget(name: "CentralTests", dependencies: ["BlemuATT", "BlemuBenchRig", "BlemuCentral", "BlemuCore", "BlemuCrypto", "BlemuDevices", "BlemuGATT", "BlemuGATTClient", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuSMP", "BlemuSecurity", "BlemuSimulator", "HostTestSupport",
+                                                      .product(name: "Logging", package: "swift-log")],
+                    path: "Tests/CentralTests"),
     ]
 )
 

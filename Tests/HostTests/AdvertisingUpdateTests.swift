@@ -5,6 +5,7 @@ import BlemuHCI
 import BlemuSimulator
 import BlemuHost
 import Testing
+@testable import HostTestSupport
 
 /// The advertising data follows the database: a service taken out at run time (`service DEVICE
 /// UUID off`) leaves the advertised service UUIDs, put back it returns, and the new payload

@@ -7,6 +7,7 @@ import Logging
 import Testing
 #if canImport(Glibc)
 import Glibc
+@testable import HostTestSupport
 #endif
 
 /// The bond file keeps its format byte for byte: the bonded client's GATT state (Host's) is

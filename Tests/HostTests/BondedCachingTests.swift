@@ -8,6 +8,7 @@ import BlemuHost
 import BlemuSMP
 import BlemuSecurity
 import Testing
+@testable import HostTestSupport
 
 /// Robust Caching for a bonded client (Vol 3, Part G, 2.5.2.1, 7.2) and its signed writes'
 /// keys, through the whole stack with a scripted controller.

@@ -5,6 +5,7 @@ import BlemuCore
 import BlemuHCI
 import BlemuHost
 import Testing
+@testable import HostTestSupport
 
 /// A device's published L2CAP channel through both stacks (`AirBench`: a central and a
 /// peripheral on two simulated controllers): the SPSM blemu assigns, a central opening a credit

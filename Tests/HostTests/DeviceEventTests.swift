@@ -6,6 +6,7 @@ import BlemuHCI
 import BlemuHost
 import BlemuL2CAP
 import Testing
+@testable import HostTestSupport
 
 /// `Peripheral.eventObserver`: what a central does, told in order, with UUIDs; nothing built
 /// while nobody observes.

@@ -9,6 +9,7 @@ import BlemuL2CAP
 import BlemuSimulator
 import BlemuTestSupport
 import Testing
+@testable import HostTestSupport
 
 /// The seams between a device's links (`DeviceLinks`), its advertising (`DeviceAdvertiser`) and
 /// the `Peripheral` that composes them.

@@ -1,6 +1,7 @@
 import BlemuCore
 import BlemuDevices
 import Testing
+@testable import HostTestSupport
 
 /// HRS measurement decoding (used by blemu's own central) against hostile bytes, and the
 /// encoder against the decoder.

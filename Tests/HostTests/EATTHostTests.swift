@@ -13,6 +13,7 @@ import BlemuSMP
 import BlemuSecurity
 import Logging
 import Testing
+@testable import HostTestSupport
 
 /// Enhanced ATT (Vol 3, Part G, 3.6; Part F, 3.2.11) through both stacks (`AirBench`): a central
 /// opens Enhanced Credit Based channels on the EATT PSM (0x0027) to a device, each of which is an

@@ -8,6 +8,7 @@ import BlemuSecurity
 import Testing
 #if canImport(Glibc)
 import Glibc
+@testable import HostTestSupport
 #endif
 
 /// Forgetting bonds in the running device (`PeripheralControl.forgetBonds`, the control socket's

@@ -9,6 +9,7 @@ import BlemuTestSupport
 import Foundation
 import Logging
 import Testing
+@testable import HostTestSupport
 
 /// Issue: defects found by new users and a hostile controller, each replayed here.
 @Suite struct HardeningTests {

@@ -4,6 +4,7 @@ import BlemuHCI
 import BlemuHost
 import BlemuL2CAP
 import Testing
+@testable import HostTestSupport
 
 // The complete minimal device of Docs/WRITING-A-DEVICE.md ("A complete minimal device"), word
 // for word: compiled and run here so the example in the docs cannot rot.

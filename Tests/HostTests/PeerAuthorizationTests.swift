@@ -5,6 +5,7 @@ import BlemuHost
 import BlemuSMP
 import BlemuSecurity
 import Testing
+@testable import HostTestSupport
 
 /// Authorization per central (`authorize DEVICE UUID allow|deny PEER`, Docs/SECURITY.md): the
 /// answer for one central overrides the answer for every central, for that central only.

@@ -4,6 +4,7 @@ import BlemuHCI
 import BlemuHost
 import BlemuSecurity
 import Testing
+@testable import HostTestSupport
 
 /// Privacy (Vol 3, Part C, 10.7; Vol 6, Part B, 1.3.2.2): advertising from resolvable private
 /// addresses made from the device's IRK, renewed on a timer.

@@ -8,6 +8,7 @@ import BlemuProfile
 import BlemuTestSupport
 import FoundationEssentials
 import Testing
+@testable import HostTestSupport
 
 /// A recorded device replayed on the stack: its GAP and GATT at the recorded handles instead of
 /// the stack's (the recorded ones win), its advertising data as recorded, and its notifications

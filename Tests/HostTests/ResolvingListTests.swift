@@ -8,6 +8,7 @@ import BlemuSMP
 import BlemuSecurity
 import BlemuTestSupport
 import Testing
+@testable import HostTestSupport
 
 /// The controller's resolving list (Vol 6, Part B, 4.7; Vol 4, Part E, 7.8.38 – 7.8.44, 7.8.77):
 /// bonded centrals' IRKs loaded at start on a controller with LL Privacy, the identity of LE

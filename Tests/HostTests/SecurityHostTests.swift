@@ -11,6 +11,7 @@ import BlemuSMP
 import BlemuSecurity
 import BlemuTestSupport
 import Testing
+@testable import HostTestSupport
 
 /// Pairing, encryption and bonds through the whole stack, with a scripted controller.
 @Suite struct SecurityHostTests {

@@ -9,6 +9,7 @@ import BlemuL2CAP
 import BlemuSecurity
 import Logging
 import Testing
+@testable import HostTestSupport
 
 /// One controller, two roles: a heart-rate peripheral and a central, peers on the controller's
 /// `ControllerHost`, as on a board with one radio. Each gets its own events and links, and a

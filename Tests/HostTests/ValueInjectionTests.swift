@@ -5,6 +5,7 @@ import BlemuGATT
 import BlemuHost
 import Logging
 import Testing
+@testable import HostTestSupport
 
 /// The control socket's `notify` and `set … --exact` on a running device (`DeviceControl`,
 /// `ValueInjection`, the devices' held values): what a test sends is exactly what the app gets.

@@ -2,6 +2,7 @@
 import BlemuCore
 import BlemuHCI
 import Testing
+@testable import HostTestSupport
 
 /// `blemu scan`'s lines: new and changed advertisers, RSSI moves only when asked, and a memory
 /// that stays bounded however many advertisers pass by.

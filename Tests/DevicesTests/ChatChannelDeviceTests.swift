@@ -7,6 +7,7 @@ import BlemuHCI
 import BlemuHost
 import BlemuL2CAP
 import Testing
+@testable import HostTestSupport
 
 /// The chat host's L2CAP chat channel, driven by raw L2CAP from a scripted central: the SPSM in
 /// the chat service's ABDD3056 characteristic, a member that joins with its first frame, one

@@ -7,6 +7,7 @@ import BlemuL2CAP
 import BlemuSecurity
 import Logging
 import Testing
+@testable import HostTestSupport
 
 /// What `blemu gatt` does on a link, as library (`GATTValueListeners`,
 /// `GATTWorkflow.writeAwaitingAnswer`), against a scripted controller: values go to their

@@ -7,6 +7,7 @@ import BlemuHCI
 import BlemuHost
 import BlemuL2CAP
 import Testing
+@testable import HostTestSupport
 
 /// The chat host over the whole stack: members are centrals subscribed to Message; what one
 /// writes reaches the others, signed; a member that cannot keep up is told what it missed.

@@ -10,6 +10,7 @@ import Logging
 import Testing
 #if canImport(Glibc)
 import Glibc
+@testable import HostTestSupport
 #endif
 
 /// A broadcaster whose data and interval a test sets.
@@ -204,7 +205,9 @@ final class ProbeBroadcaster: BroadcastingDevice {
     }
 
     @Test func theEncryptedThermometerOpensWithItsKeyAndTakesANewCounterPerReading() throws {
-        let directory = BondFileFormatTests.temporaryDirectory()
+        let temporary = TemporaryDirectory(prefix: "blemu-broadcaster-test")
+        defer { temporary.remove() }
+        let directory = temporary.path
         let key = try #require(AESCCMKey([UInt8](repeating: 0x5A, count: 16)))
         let device = BTHomeThermometerDevice()
         device.broadcast.encrypt(key: key, counters: BTHomeCounterStore(path: directory + "/counter"))
@@ -233,7 +236,9 @@ final class ProbeBroadcaster: BroadcastingDevice {
     /// and the same packet id, before advertising restarts from the new address: what the
     /// controller advertises always opens under the address it advertises from.
     @Test func anEncryptedReadingIsSealedAgainForEachNewPrivateAddress() throws {
-        let directory = BondFileFormatTests.temporaryDirectory()
+        let temporary = TemporaryDirectory(prefix: "blemu-broadcaster-test")
+        defer { temporary.remove() }
+        let directory = temporary.path
         let key = try #require(AESCCMKey([UInt8](repeating: 0x5A, count: 16)))
         let device = BTHomeThermometerDevice()
         device.broadcast.encrypt(key: key, counters: BTHomeCounterStore(path: directory + "/counter"))

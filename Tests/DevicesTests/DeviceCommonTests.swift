@@ -4,6 +4,7 @@ import BlemuGATT
 import BlemuHost
 import BlemuDevices
 import Testing
+@testable import HostTestSupport
 
 /// The shared pieces of Devices/Common, and the heart-rate settings.
 @Suite struct DeviceCommonTests {

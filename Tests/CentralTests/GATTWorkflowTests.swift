@@ -10,6 +10,7 @@ import BlemuSMP
 import BlemuSecurity
 import Logging
 import Testing
+@testable import HostTestSupport
 
 /// The GATT workflows of a central link (`GATTWorkflow`, what `blemu gatt` runs) against a
 /// scripted controller: the retry after securing, once only, and the dump's reads.

@@ -7,6 +7,7 @@ import BlemuHost
 import BlemuSimulator
 import Logging
 import Testing
+@testable import HostTestSupport
 
 @Suite struct SimulatedAirTests {
     @Test func aCentralReadsAPeripheralThroughTwoSimulatedControllers() throws {

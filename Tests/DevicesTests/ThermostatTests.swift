@@ -4,6 +4,7 @@ import BlemuGATT
 import BlemuHost
 @testable import BlemuDevices
 import Testing
+@testable import HostTestSupport
 
 /// The thermal model alone, over simulated days.
 @Suite struct ThermalModelTests {

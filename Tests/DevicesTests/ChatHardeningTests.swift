@@ -12,6 +12,7 @@ import Logging
 import Testing
 #if canImport(Glibc)
 import Glibc
+@testable import HostTestSupport
 #endif
 
 private let quiet = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })

@@ -7,6 +7,7 @@ import BlemuSMP
 import BlemuSecurity
 import Logging
 import Testing
+@testable import HostTestSupport
 
 /// The central's security wired into `CentralHost`, against a scripted controller: SMP on CID
 /// 0x0006, LE Enable Encryption with a bond's key, Encryption Change back.

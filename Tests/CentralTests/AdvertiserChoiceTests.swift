@@ -1,6 +1,7 @@
 import BlemuCore
 import BlemuHCI
 import Testing
+@testable import HostTestSupport
 @testable import BlemuCentral
 
 /// `blemu gatt --name/--service`: one match is the peripheral, several an error listing them;

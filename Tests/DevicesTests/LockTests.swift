@@ -5,6 +5,7 @@ import BlemuHost
 import BlemuDevices
 import BlemuTestSupport
 import Testing
+@testable import HostTestSupport
 
 /// The lock through the whole stack: a central paired with the passkey (its control point and
 /// event log need it), with indications on, a clock moved by hand.

@@ -1,6 +1,7 @@
 import BlemuCore
 @testable import BlemuHCI
 import Testing
+@testable import HostTestSupport
 
 @testable import BlemuCentral
 

@@ -9,6 +9,7 @@ import BlemuHost
 import BlemuL2CAP
 import Logging
 import Testing
+@testable import HostTestSupport
 
 /// Signed frames on the air and the host that checks them (Docs/CHAT.md, "Signed messages"):
 /// the codec takes any bytes; a hostile member cannot speak as another, silence another, or
