@@ -167,7 +167,7 @@ public enum AdvertisingLint {
         return ["primary service \(primary) is \(place): iOS scanning in the background looks for it in the advertising data"]
     }
 
-    static let advertisingInterval = LintRule(
+    public static let advertisingInterval = LintRule(
         id: "advertising-interval",
         summary: "a connectable device advertises every 20 ms for at least 30 s, then at one of Apple's longer intervals",
         source: "Apple Accessory Design Guidelines (2022), 40.5 Advertising Interval", severity: .warning

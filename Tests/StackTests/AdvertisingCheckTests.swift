@@ -87,4 +87,16 @@ import Testing
         #expect(warnings.count == 1)
         #expect(warnings.first?.message.contains("ibeacon-frame: iBeacon every 1000 ms, not 100 ms") == true)
     }
+
+    /// A slow interval outside Apple's list is said once at the start, by the advertiser's own
+    /// `advertising timing:` line, not again by the lint warning.
+    @Test func anIntervalOutsideApplesListIsWarnedOnceAtTheStart() throws {
+        var plan = Self.plan("heart-rate")
+        plan.advertising = AdvertisingTiming(slowInterval: 400)   // 250 ms
+        let log = CapturedLog()
+        _ = try RunStack.assemble([plan], options: RunOptions(), loop: RunLoop(), logger: log.logger)
+        let said = log.entries.filter { $0.level == .warning && ($0.message.contains("slow advertising interval") || $0.message.contains("slow interval")) }
+        #expect(said.count == 1)
+        #expect(try AdvertisingCheck.check([plan], nameGiven: false).first?.findings.map(\.rule.id) == ["advertising-interval"])
+    }
 }
