@@ -102,10 +102,10 @@ let package = Package(
             .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Sources/GATTClient"),
         // One ACL link whichever role made it (`LEConnection`): its L2CAP link, the one LinkSecurity,
-        // the unenhanced ATT bearer, the GATT server session, the credit based channels, SMP's
-        // channel; the roles attach their endpoints (a server, a client). Below Host and Central.
+        // the unenhanced and enhanced ATT bearers, the GATT server session, the credit based channels,
+        // SMP's channel; the roles attach their endpoints (a server, a client). Below Host and Central.
         .target(name: "BlemuConnection", dependencies: [
-            "BlemuCore", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuGATT", "BlemuGATTClient",
+            "BlemuCore", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuGATTClient",
         ], path: "Sources/Connection"),
         // The central role beside the peripheral host: scanning, connecting, links with a GATT client.
         .target(name: "BlemuCentral", dependencies: [

@@ -299,6 +299,11 @@ public final class CentralHost: ATTServerDelegate {
     public func attach(security: CentralSecurity) {
         self.security = security
         security.localAddress = ownSMPAddress
+        // The link's one security value, set where its GATT session and channels read it in
+        // place (as the peripheral's is).
+        security.securityChanged = { [weak self] handle, state in
+            self?.links[handle]?.connection.security.current = state
+        }
         security.sendSMP = { [weak self] handle, pdu in
             _ = self?.links[handle]?.l2cap.send(cid: L2CAPChannel.securityManager, pdu[...], priority: .required)
         }

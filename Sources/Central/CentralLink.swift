@@ -40,9 +40,6 @@ public final class CentralLink {
     /// write without response sent as `ATTSendKind.notification`, as `blemu bench` sends them).
     public var onTransmitQueueRoom: (() -> Void)?
     weak var host: CentralHost?
-    /// The link's Enhanced ATT bearers (`openEnhancedBearers`, BlemuEATT), a GATT client on
-    /// each, made at the first ask.
-    lazy var enhanced: EnhancedBearers<GATTClient> = makeEnhancedBearers()
 
     init(l2cap: L2CAPLink, peer: LEAddress, parameters: LinkParameters,
          database: GATTDatabase, host: CentralHost) {
@@ -55,6 +52,7 @@ public final class CentralLink {
         server = connection.serve(database, peer: ATTPeer(connectionHandle: handle, address: peer))
         client = connection.attachClient()
         server.delegate = host
+        attachClientsOnEnhancedBearers()
         client.onTimeout = { [weak host] in
             // Vol 3, Part F, 3.3.3: a bearer that timed out is useless; the link goes.
             host?.logger.warning("ATT transaction timed out on link \(handle): disconnecting")

@@ -1,5 +1,6 @@
 import BlemuATT
 import BlemuChannels
+import BlemuConnection
 import BlemuCore
 import BlemuEATT
 import BlemuGATT
@@ -19,25 +20,26 @@ extension CentralLink {
     /// The most enhanced bearers a central opens on a link: one Enhanced Credit Based request's worth (Vol 3, Part A, 4.25).
     public static let maxEnhancedBearers = EATT.maxBearersPerRequest
 
-    /// A link's set of enhanced bearers, a GATT client on each (made at the first ask).
-    func makeEnhancedBearers() -> EnhancedBearers<GATTClient> {
-        EnhancedBearers(scheduler: l2cap.context.scheduler, attach: { [unowned self] enhanced in
-            let client = GATTClient(scheduler: self.l2cap.context.scheduler, bearer: enhanced.bearer)
+    /// A GATT client on each of the link's enhanced bearers (the bearers are its `LEConnection`'s).
+    func attachClientsOnEnhancedBearers() {
+        connection.attachClientsOnEnhancedBearers { [unowned self] client, enhanced in
             // Part G, 7.2 bit 1 (written before opening): the server may notify and indicate on
             // any bearer; they reach whoever listens to the link's client.
             client.onNotification = { [unowned self] handle, value in self.client.onNotification?(handle, value) }
             client.onIndication = { [unowned self] handle, value in self.client.onIndication?(handle, value) }
             // Part F, 3.3.3: a timed-out enhanced bearer is closed; the link and its other bearers stay.
             client.onTimeout = { [weak channel = enhanced.channel] in channel?.disconnect() }
-            return client
-        }, detach: { client in client.close() })
+        }
     }
 
+    /// The link's Enhanced ATT bearers (`openEnhancedBearers`).
+    var enhanced: EnhancedBearers<EnhancedEndpoint> { connection.enhanced }
+
     /// The GATT clients of the link's enhanced bearers (`openEnhancedBearers`).
-    public var enhancedClients: [GATTClient] { enhanced.endpoints }
+    public var enhancedClients: [GATTClient] { enhanced.entries.compactMap(\.endpoint.client) }
 
     /// Every bearer's client: the unenhanced one first, then the enhanced ones.
-    public var clients: [GATTClient] { [client] + enhanced.endpoints }
+    public var clients: [GATTClient] { [client] + enhancedClients }
 
     /// Opens up to `count` (1-5) Enhanced ATT bearers, one GATT client on each, when the peer's
     /// Server Supported Features (Vol 3, Part G, 7.4) say EATT (bit 0), after writing our
@@ -71,7 +73,7 @@ extension CentralLink {
                         let before = enhanced.entries.count
                         let asked = enhanced.open(on: channels, count: count, mtu: mtu) { [weak self] opened in
                             guard let self else { return }
-                            completion(opened == 0 ? .failure(.notSent) : .success(Array(enhanced.endpoints[before...])))
+                            completion(opened == 0 ? .failure(.notSent) : .success(enhanced.entries[before...].compactMap(\.endpoint.client)))
                         }
                         if !asked { completion(.failure(.invalidArgument("no enhanced channels can be asked for"))) }
                     }

@@ -130,22 +130,22 @@ public final class ATTServer {
     /// Whether this server's bearer is the one the session was made with (the unenhanced
     /// bearer's): its close ends the session; an enhanced bearer's leaves it to the link.
     private let ownsSession: Bool
-    private var inFlight: PendingIndication?
+    var inFlight: PendingIndication?
     /// The values of the indication in flight and of those waiting, in buffers reused from one
     /// indication to the next; a value longer than the largest ATT_MTU carries is cut.
-    private var indicationBuffers = BufferPool(limit: ATTServer.maxPendingIndications + 1,
+    var indicationBuffers = BufferPool(limit: ATTServer.maxPendingIndications + 1,
                                                bufferCapacity: ATTServer.maximumMTU - 3)
-    private var pendingIndications: Deque<PendingIndication> = []
+    var pendingIndications: Deque<PendingIndication> = []
     /// An indication was refused for want of room: the delegate hears when there is room again.
-    private var refusedIndication = false
+    var refusedIndication = false
     public private(set) var isTimedOut = false
     /// The link is gone (`close()`): nothing more is sent or answered.
     public private(set) var isClosed = false
     /// Reused for every response so the request path makes no allocations of its own.
-    private var out: [UInt8]
+    var out: [UInt8]
     /// Reused for notifications and indications: a device may notify from inside a read or
     /// write handler, while a response is being built in `out`.
-    private var update: [UInt8]
+    var update: [UInt8]
     /// Reused for every value a read takes from a device's `onRead` or a CCCD; its room is
     /// taken at the link's first such read (a link that never makes one costs no more).
     private var readValue = ValueBuffer(capacity: 0)
@@ -213,7 +213,7 @@ public final class ATTServer {
         if ATTOpcode.isRequestForm(opcode) { sendError(opcode, handle, error) }
     }
 
-    private func handle(_ pdu: ArraySlice<UInt8>, opcode: UInt8) {
+    func handle(_ pdu: ArraySlice<UInt8>, opcode: UInt8) {
         // A long read is continued only by Read Blob requests for its handle; anything else
         // ends it (the Read Blob handler checks the handle).
         if opcode != ATTOpcode.readBlobRequest.rawValue { longReadHandle = nil }
@@ -307,7 +307,7 @@ public final class ATTServer {
 
     // MARK: Helpers
 
-    private func decode<T: ATTPDU>(_ type: T.Type, _ pdu: ArraySlice<UInt8>) throws(ATTFailure) -> T {
+    func decode<T: ATTPDU>(_ type: T.Type, _ pdu: ArraySlice<UInt8>) throws(ATTFailure) -> T {
         do { return try T(pdu: pdu) } catch { throw ATTFailure(.invalidPDU, 0) }
     }
 
@@ -317,17 +317,17 @@ public final class ATTServer {
     }
 
     /// Vol 3, Part F, 3.4.3.1 (and each ranged request): start 0 or start > end is Invalid Handle.
-    private func checkRange(_ start: UInt16, _ end: UInt16) throws(ATTFailure) {
+    func checkRange(_ start: UInt16, _ end: UInt16) throws(ATTFailure) {
         guard start != 0, start <= end else { throw ATTFailure(.invalidHandle, start) }
     }
 
     /// The handles of `start...end` that exist.
-    private func handles(_ start: UInt16, _ end: UInt16) -> ClosedRange<UInt16>? {
+    func handles(_ start: UInt16, _ end: UInt16) -> ClosedRange<UInt16>? {
         let last = min(end, database.lastHandle)
         return start <= last ? start...last : nil
     }
 
-    private func checkReadable(_ a: Attribute) throws(ATTFailure) {
+    func checkReadable(_ a: Attribute) throws(ATTFailure) {
         guard a.readable else { throw ATTFailure(.readNotPermitted, a.handle) }
         if a.encryptionRequiredToRead {
             try checkSecurity(a, authentication: a.authenticationRequiredToRead)
@@ -367,7 +367,7 @@ public final class ATTServer {
 
     /// The value of an attribute from `offset` on. Dynamic values come from the device, which
     /// answers from the offset it is given (like CBATTRequest.offset).
-    private func value(of a: Attribute, offset: Int) throws(ATTFailure) -> ArraySlice<UInt8> {
+    func value(of a: Attribute, offset: Int) throws(ATTFailure) -> ArraySlice<UInt8> {
         switch a.content {
         case .fixed(let bytes):
             guard offset <= bytes.count else { throw ATTFailure(.invalidOffset, a.handle) }
@@ -398,13 +398,13 @@ public final class ATTServer {
         delegate?.attServer(self, read: c, offset: offset)
     }
 
-    private func begin(_ opcode: ATTOpcode) {
+    func begin(_ opcode: ATTOpcode) {
         out.removeAll(keepingCapacity: true)
         out.append(opcode.rawValue)
     }
 
     /// The response in `out` to a request: sent, and the observer, if any, hears it was answered.
-    private func respond(_ requestOpcode: UInt8) {
+    func respond(_ requestOpcode: UInt8) {
         // `send`'s bearer branch written out: on the request path a call more is a debug build's cost.
         _ = sendsOnBearer ? bearer.send(out[...], kind: .response) : send(out[...], kind: .response)
         guard let delegate else { return }
@@ -413,7 +413,7 @@ public final class ATTServer {
 
     /// The one way out of the server: every PDU goes on the bearer's link, or through the
     /// delegate when the bearer is on none (a server made alone). False when it was not taken.
-    private func send(_ pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool {
+    func send(_ pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool {
         sendsOnBearer ? bearer.send(pdu, kind: kind) : delegate?.attServer(self, send: pdu, kind: kind) ?? false
     }
 
@@ -447,145 +447,6 @@ public final class ATTServer {
             bearer.mtu = newMTU
             delegate?.attServer(self, mtuChanged: mtu)
         }
-    }
-
-    // MARK: Discovery (Vol 3, Part F, 3.4.3 and 3.4.4)
-
-    private func findInformation(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
-        let request = try decode(ATTFindInformationRequest.self, pdu)
-        try checkRange(request.startHandle, request.endHandle)
-        guard let range = handles(request.startHandle, request.endHandle) else {
-            throw ATTFailure(.attributeNotFound, request.startHandle)
-        }
-        begin(.findInformationResponse)
-        var format: UInt8 = 0
-        for handle in range {
-            guard let a = database.attribute(handle) else { continue }
-            let thisFormat: UInt8 = a.type.uint16 != nil ? 0x01 : 0x02
-            let size = thisFormat == 0x01 ? 4 : 18
-            if format == 0 {
-                format = thisFormat
-                out.append(format)
-            } else if thisFormat != format {
-                break
-            }
-            guard out.count + size <= mtu else { break }
-            out.appendLE(handle)
-            a.type.appendATT(to: &out)
-        }
-        // Every handle of the range in a service taken out: nothing to return is Attribute Not
-        // Found (Vol 3, Part F, 3.4.3.1), never a response without a format.
-        guard format != 0 else { throw ATTFailure(.attributeNotFound, request.startHandle) }
-        respond(pdu[pdu.startIndex])
-    }
-
-    private func findByTypeValue(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
-        let request = try decode(ATTFindByTypeValueRequest.self, pdu)
-        try checkRange(request.startHandle, request.endHandle)
-        let type = BluetoothUUID(request.attributeType)
-        begin(.findByTypeValueResponse)
-        if let range = handles(request.startHandle, request.endHandle) {
-            for handle in range {
-                guard let a = database.attribute(handle) else { continue }
-                guard a.type == type, case .fixed(let bytes) = a.content, Self.matches(bytes, request.value, type: type) else {
-                    continue
-                }
-                guard out.count + 4 <= mtu else { break }
-                out.appendLE(handle)
-                // Vol 3, Part F, 3.4.3.4: the group end for a grouping attribute, else the handle itself.
-                out.appendLE(a.groupEnd >= handle ? a.groupEnd : handle)
-            }
-        }
-        guard out.count > 1 else { throw ATTFailure(.attributeNotFound, request.startHandle) }
-        respond(pdu[pdu.startIndex])
-    }
-
-    /// Service declarations hold UUIDs, which compare as UUIDs: a 16-bit service asked for in
-    /// its 128-bit form still matches (as Zephyr's find_type does).
-    private static func matches(_ value: [UInt8], _ wanted: ArraySlice<UInt8>, type: BluetoothUUID) -> Bool {
-        if value.elementsEqual(wanted) { return true }
-        guard type == GATTType.primaryService || type == GATTType.secondaryService,
-              let a = try? BluetoothUUID(littleEndian: value[...]), let b = try? BluetoothUUID(littleEndian: wanted) else {
-            return false
-        }
-        return a == b
-    }
-
-    private func readByType(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
-        guard pdu.count == 7 || pdu.count == 21 else { throw ATTFailure(.invalidPDU, 0) }
-        let request = try decode(ATTReadByTypeRequest.self, pdu)
-        try checkRange(request.startHandle, request.endHandle)
-        begin(.readByTypeResponse)
-        // Vol 3, Part F, 3.4.4.2: each value is at most min(ATT_MTU - 4, 253) octets, and all
-        // pairs in one response have the same length.
-        let maxValue = min(mtu - 4, 253)
-        var pairLength = 0
-        if let range = handles(request.startHandle, request.endHandle) {
-            for handle in range {
-                guard let a = database.attribute(handle) else { continue }
-                guard a.type == request.attributeType else { continue }
-                let first = pairLength == 0
-                let value: ArraySlice<UInt8>
-                do {
-                    try checkReadable(a)
-                    value = try self.value(of: a, offset: 0)
-                } catch {
-                    // 3.4.4.1: an error on the first attribute is the answer; later ones end the list.
-                    if first { throw error }
-                    break
-                }
-                let length = min(value.count, maxValue)
-                if first {
-                    pairLength = length + 2
-                    out.append(UInt8(pairLength))
-                } else if length + 2 != pairLength {
-                    break
-                }
-                guard out.count + pairLength <= mtu else { break }
-                out.appendLE(handle)
-                out.append(contentsOf: value.prefix(length))
-                if first, value.count >= maxValue, case .dynamic = a.content {
-                    // Read Using Characteristic UUID may be continued with Read Blob (Vol 3,
-                    // Part G, 4.8.2): keep the value so the continuation is consistent.
-                    keepLongRead(handle, value)
-                }
-            }
-        }
-        guard pairLength > 0 else { throw ATTFailure(.attributeNotFound, request.startHandle) }
-        if !session.isChangeAware && request.attributeType == GATTType.databaseHash { session.databaseHashRead() }
-        respond(pdu[pdu.startIndex])
-    }
-
-    private func readByGroupType(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
-        guard pdu.count == 7 || pdu.count == 21 else { throw ATTFailure(.invalidPDU, 0) }
-        let request = try decode(ATTReadByGroupTypeRequest.self, pdu)
-        try checkRange(request.startHandle, request.endHandle)
-        // Vol 3, Part G, 2.5.3: only services are grouping types.
-        guard request.groupType == GATTType.primaryService || request.groupType == GATTType.secondaryService else {
-            throw ATTFailure(.unsupportedGroupType, request.startHandle)
-        }
-        begin(.readByGroupTypeResponse)
-        let maxValue = min(mtu - 6, 251)
-        var entryLength = 0
-        if let range = handles(request.startHandle, request.endHandle) {
-            for handle in range {
-                guard let a = database.attribute(handle) else { continue }
-                guard a.type == request.groupType, case .fixed(let bytes) = a.content else { continue }
-                let length = min(bytes.count, maxValue)
-                if entryLength == 0 {
-                    entryLength = length + 4
-                    out.append(UInt8(entryLength))
-                } else if length + 4 != entryLength {
-                    break
-                }
-                guard out.count + entryLength <= mtu else { break }
-                out.appendLE(handle)
-                out.appendLE(a.groupEnd)
-                out.append(contentsOf: bytes.prefix(length))
-            }
-        }
-        guard entryLength > 0 else { throw ATTFailure(.attributeNotFound, request.startHandle) }
-        respond(pdu[pdu.startIndex])
     }
 
     // MARK: Reads (Vol 3, Part F, 3.4.4.3 – 3.4.4.12)
@@ -640,7 +501,7 @@ public final class ATTServer {
     }
 
     /// Keeps a dynamic value taken at offset 0 for the Read Blob requests that continue it.
-    private func keepLongRead(_ handle: UInt16, _ value: ArraySlice<UInt8>) {
+    func keepLongRead(_ handle: UInt16, _ value: ArraySlice<UInt8>) {
         longReadValue.removeAll(keepingCapacity: true)
         if longReadValue.capacity < ValueLength.attributeMaximum { longReadValue.reserveCapacity(ValueLength.attributeMaximum) }
         longReadValue.append(contentsOf: value)
@@ -725,7 +586,7 @@ public final class ATTServer {
         }
     }
 
-    private func write(_ a: Attribute, value: ArraySlice<UInt8>, withResponse: Bool) throws(ATTFailure) {
+    func write(_ a: Attribute, value: ArraySlice<UInt8>, withResponse: Bool) throws(ATTFailure) {
         try apply(check(a, offset: 0, value: value, withResponse: withResponse))
     }
 
@@ -845,156 +706,6 @@ public final class ATTServer {
         prepareQueue.clear()
     }
 
-    // MARK: Server-initiated updates (Vol 3, Part F, 3.4.7)
-
-    public func isSubscribed(_ c: Characteristic, indications: Bool) -> Bool { session.isSubscribed(c, indications: indications) }
-
-    /// Restores the CCCD values a bonded client set on an earlier link (Vol 3, Part G, 3.3.3.3:
-    /// they persist across connections for bonded devices). Values for handles that are not a
-    /// notifying characteristic now, or flags its properties do not allow, are left out; the
-    /// delegate hears of each value that changes, as after a write.
-    public func restoreClientConfigurations(_ values: [UInt16: UInt16]) {
-        guard !isClosed else { return }
-        for characteristic in database.characteristics where characteristic.notifies {
-            guard let stored = values[characteristic.valueHandle], database.attribute(characteristic.valueHandle) != nil else { continue }
-            var flags = stored & 0x0003
-            if !characteristic.properties.contains(.notify) { flags &= ~0x0001 }
-            if !characteristic.properties.contains(.indicate) { flags &= ~0x0002 }
-            guard flags != 0, flags != session.clientConfiguration(characteristic) else { continue }
-            let old = session.configure(characteristic, flags)
-            delegate?.attServer(self, configured: characteristic, from: old, to: flags)
-        }
-    }
-
-    /// Sends a notification if this peer enabled it; the value is cut to ATT_MTU - 3.
-    public func notify(_ c: Characteristic, value: [UInt8]) -> UpdateOutcome { notify(c, value: value[...]) }
-
-    /// Sends a notification if this peer enabled it; the value is cut to ATT_MTU - 3. The
-    /// bytes are copied into a buffer this server reuses: nothing is allocated.
-    public func notify(_ c: Characteristic, value: ArraySlice<UInt8>) -> UpdateOutcome {
-        guard !isTimedOut, !isClosed, isSubscribed(c, indications: false) else { return .notSubscribed }
-        update.removeAll(keepingCapacity: true)
-        update.append(ATTOpcode.handleValueNotification.rawValue)
-        update.appendLE(c.valueHandle)
-        update.append(contentsOf: value.prefix(mtu - 3))
-        return send(update[...], kind: .notification) ? .queued : .queueFull
-    }
-
-    /// Several values in one Multiple Handle Value Notification (Vol 3, Part F, 3.4.7.4), for a
-    /// client that set bit 2 of Client Supported Features (Vol 3, Part G, 7.2; the caller
-    /// checks). Only the values whose notifications the client enabled go; fewer than two go as
-    /// a plain notification, and a list longer than ATT_MTU as one notification each (a tuple's
-    /// value is never cut). `.queueFull` when the link refused any.
-    public func notifyMultiple(_ updates: [(characteristic: Characteristic, value: ArraySlice<UInt8>)]) -> UpdateOutcome {
-        guard !isTimedOut, !isClosed else { return .notSubscribed }
-        var count = 0
-        var size = 1
-        for update in updates where isSubscribed(update.characteristic, indications: false) {
-            count += 1
-            size += 4 + update.value.count
-        }
-        guard count >= 2, size <= mtu else {
-            return .notifyingEach(updates) { notify($0, value: $1) }
-        }
-        update.removeAll(keepingCapacity: true)
-        update.append(ATTOpcode.multipleHandleValueNotification.rawValue)
-        for (characteristic, value) in updates where isSubscribed(characteristic, indications: false) {
-            update.appendLE(characteristic.valueHandle)
-            update.appendLE(UInt16(value.count))
-            update.append(contentsOf: value)
-        }
-        return send(update[...], kind: .notification) ? .queued : .queueFull
-    }
-
-    /// Sends an indication if this peer enabled it. One is in flight at a time; later ones
-    /// wait in a small bounded queue. `completion` hears, once, how an indication that was
-    /// taken (`.queued`) ended: confirmed, timed out, or its link closed first (Zephyr's
-    /// `bt_gatt_indicate_params.func`).
-    public func indicate(_ c: Characteristic, value: [UInt8], completion: IndicationCompletion? = nil) -> UpdateOutcome {
-        indicate(c, value: value[...], completion: completion)
-    }
-
-    /// The same with bytes in any buffer: they are copied into one this server reuses until
-    /// the confirmation, so nothing is allocated once the link has indicated before.
-    public func indicate(_ c: Characteristic, value: ArraySlice<UInt8>, completion: IndicationCompletion? = nil) -> UpdateOutcome {
-        indicate(c, completion: completion) { $0.append(contentsOf: value.prefix(Self.maximumMTU - 3)) }
-    }
-
-    /// Service Changed for `range` (Vol 3, Part G, 7.1): the Affected Attribute Handle Range.
-    /// A client that confirms it is change-aware (2.5.2.1).
-    public func indicateServiceChanged(_ c: Characteristic, range: ClosedRange<UInt16>) -> UpdateOutcome {
-        indicate(c, completion: nil) {
-            $0.appendLE(range.lowerBound)
-            $0.appendLE(range.upperBound)
-        }
-    }
-
-    private func indicate(_ c: Characteristic, completion: IndicationCompletion?, value fill: (inout [UInt8]) -> Void) -> UpdateOutcome {
-        guard !isTimedOut, !isClosed, isSubscribed(c, indications: true) else { return .notSubscribed }
-        let waits = inFlight != nil || !pendingIndications.isEmpty
-        if waits && pendingIndications.count >= Self.maxPendingIndications {
-            refusedIndication = true
-            return .queueFull
-        }
-        var value = indicationBuffers.take()
-        fill(&value)
-        let indication = PendingIndication(handle: c.valueHandle, value: value, completion: completion,
-                                           isServiceChanged: c.uuid == GATTType.serviceChanged)
-        if waits {
-            pendingIndications.append(indication)
-            return .queued
-        }
-        guard sendIndication(indication) else {
-            indicationBuffers.give(indication.value)
-            refusedIndication = true
-            return .queueFull
-        }
-        return .queued
-    }
-
-    public var indicationsWaiting: Int { pendingIndications.count + (inFlight == nil ? 0 : 1) }
-
-    /// Sends an indication and starts its 30 s transaction; false when the link refused it.
-    private func sendIndication(_ indication: PendingIndication) -> Bool {
-        update.removeAll(keepingCapacity: true)
-        update.append(ATTOpcode.handleValueIndication.rawValue)
-        update.appendLE(indication.handle)
-        update.append(contentsOf: indication.value.prefix(mtu - 3))
-        guard send(update[...], kind: .indication) else { return false }
-        inFlight = indication
-        bearer.begin(.indication)
-        return true
-    }
-
-    private func confirmationReceived() {
-        // A confirmation with no indication outstanding is ignored.
-        guard let confirmed = inFlight, bearer.isOpen(.indication) else { return }
-        bearer.end(.indication)
-        inFlight = nil
-        indicationBuffers.give(confirmed.value)
-        // Vol 3, Part G, 2.5.2.1: a client that confirms Service Changed is change-aware.
-        if confirmed.isServiceChanged { session.serviceChangedConfirmed() }
-        confirmed.completion?(peer, .confirmed)
-        // The next waiting indication goes out; one the link refuses ends as not sent.
-        while let next = pendingIndications.popFirst() {
-            if sendIndication(next) { break }
-            indicationBuffers.give(next.value)
-            next.completion?(peer, .notSent)
-        }
-        if refusedIndication && pendingIndications.count < Self.maxPendingIndications {
-            refusedIndication = false
-            delegate?.attServerIndicationQueueHasRoom(self)
-        }
-    }
-
-    /// Ends every indication in flight or waiting with `outcome`.
-    private func failIndications(_ outcome: IndicationOutcome) {
-        let failed = (inFlight.map { [$0] } ?? []) + Array(pendingIndications)
-        inFlight = nil
-        pendingIndications.removeAll()
-        for indication in failed { indication.completion?(peer, outcome) }
-    }
-
     /// The link is gone: timers stop, and every outstanding indication ends as `.disconnected`.
     /// Returns the subscriptions the link held (characteristic and CCCD value), which end with it.
     @discardableResult
@@ -1011,28 +722,6 @@ public final class ATTServer {
             database.attribute(handle)?.characteristic.map { ($0, value) }
         }
     }
-}
-
-/// How an indication ended (Vol 3, Part F, 3.4.7.2).
-public enum IndicationOutcome: Sendable, Equatable {
-    /// The client sent its Handle Value Confirmation.
-    case confirmed
-    /// No confirmation within 30 s: the bearer is dead and the link is being closed (3.3.3).
-    case timedOut
-    /// The link closed before the confirmation came.
-    case disconnected
-    /// It waited its turn, then the link refused to take it.
-    case notSent
-}
-
-public typealias IndicationCompletion = (ATTPeer, IndicationOutcome) -> Void
-
-struct PendingIndication {
-    let handle: UInt16
-    /// A buffer of the server's `indicationBuffers`, given back when the indication ends.
-    let value: [UInt8]
-    let completion: IndicationCompletion?
-    let isServiceChanged: Bool
 }
 
 /// The server end of its bearer: requests, commands and confirmations come to `receive`.

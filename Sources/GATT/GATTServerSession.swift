@@ -74,6 +74,37 @@ public final class GATTServerSession {
         return ended
     }
 
+    // MARK: Client Supported Features (Vol 3, Part G, 7.2)
+
+    /// The bits of Client Supported Features defined (0 Robust Caching, 1 EATT, 2 Multiple
+    /// Handle Value Notifications); the rest are reserved.
+    public static let definedClientFeatures: UInt8 = 0x07
+
+    /// The Client Supported Features the client set (per client, Part G, 2.5.2.1 and 7.2,
+    /// whatever bearer wrote them); a bit once set stays set.
+    public private(set) var clientFeatures: UInt8 = 0
+
+    /// The client writes its Client Supported Features (one octet at offset 0): nil when taken,
+    /// else the error to answer (7.2: clearing a bit it set is Value Not Allowed). Bit 0 makes
+    /// it a robust-caching client.
+    public func writeClientFeatures(_ value: ValueBytes) -> ATTError? {
+        guard value.count == 1 else { return .invalidAttributeValueLength }
+        guard value[0] & clientFeatures == clientFeatures else { return .valueNotAllowed }
+        setClientFeatures(value[0])
+        return nil
+    }
+
+    /// A bonded client's Client Supported Features, kept with its bond (2.5.2.1): the bits it
+    /// set before stay set, and cannot be cleared (7.2).
+    public func restoreClientFeatures(_ features: UInt8) {
+        setClientFeatures(features)
+    }
+
+    private func setClientFeatures(_ features: UInt8) {
+        clientFeatures = features & Self.definedClientFeatures
+        clientSupportsRobustCaching = clientFeatures & 0x01 != 0
+    }
+
     // MARK: Robust caching (Vol 3, Part G, 2.5.2.1)
 
     /// The database changed: a robust-caching client becomes change-unaware.

@@ -53,9 +53,8 @@ final class BondedClients {
     /// encryption, so the client's first request already sees it.
     func restoreCachingState(on connection: Connection, log: inout LogBudget) {
         guard let state = state(on: connection.handle), state.clientSupportedFeatures != 0 else { return }
-        standard.restoreFeatures(state.clientSupportedFeatures, on: connection.handle)
         let server = connection.server
-        server.session.clientSupportsRobustCaching = state.clientSupportedFeatures & 0x01 != 0
+        server.session.restoreClientFeatures(state.clientSupportedFeatures)
         let changedWhileAway = state.databaseHash.map { $0 != database.hash } ?? false
         if server.session.clientSupportsRobustCaching && (!state.changeAware || changedWhileAway) {
             server.session.becomeChangeUnaware()
@@ -112,7 +111,7 @@ final class BondedClients {
     /// persistent across connections for a bonded client), written now. `features`: just
     /// written by the client (else those the link has).
     func cachingStateKnown(on connection: Connection, features written: UInt8? = nil) {
-        let features = written ?? standard.features(on: connection.handle)
+        let features = written ?? connection.le.session.clientFeatures
         let changeAware = connection.server.isChangeAware
         change(on: connection.handle, onlyIfBondedLink: true, write: .now) {
             $0.clientSupportedFeatures = features

@@ -1,5 +1,6 @@
 import BlemuATT
 import BlemuChannels
+import BlemuConnection
 import BlemuCore
 import BlemuEATT
 import BlemuGATT
@@ -46,14 +47,14 @@ final class DeviceLinks {
         didSet {
             for connection in connections.values {
                 connection.server.reportsValueAccess = reportsValueAccess
-                for served in connection.enhanced.endpoints { served.server.reportsValueAccess = reportsValueAccess }
+                for endpoint in connection.enhanced.endpoints { endpoint.server?.reportsValueAccess = reportsValueAccess }
             }
         }
     }
     /// The SPSMs the device published (`DeviceContext.publishL2CAPChannel`), served on each link.
     let channelServers = ChannelServers()
     /// The EATT PSM served on every link (BlemuEATT; the device's part in EnhancedATT.swift).
-    private var enhancedATT: EnhancedATTService<ServedBearer>?
+    private var enhancedATT: EnhancedATTService<EnhancedEndpoint>?
 
     init(hci: HCIHost, scheduler: TimerScheduling, configuration: PeripheralConfiguration, preferredParameters: ConnectionParameters,
          database: GATTDatabase, faults: FaultPlan, security: PeripheralSecurity, logger: Logger) {

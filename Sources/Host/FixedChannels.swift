@@ -29,7 +29,7 @@ extension DeviceLinks {
         le.receiveSecurityManager { [unowned security] payload in security.receive(payload, on: handle) }
         let connection = Connection(peer: peer, le: le, server: server, faultStage: faultStage, parameters: event.parameters)
         // Enhanced ATT bearers the central opens on the EATT PSM (BlemuEATT), the device's server on each.
-        connection.enhanced = makeEnhancedBearers(for: connection)
+        serveOnEnhancedBearers(of: le)
         return connection
     }
 

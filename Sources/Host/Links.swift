@@ -64,7 +64,6 @@ extension Peripheral {
         // What a bonded central knew of the database, for when it comes back (Vol 3, Part G, 7.1).
         bondedClients.linkClosing(connection)
         security.linkClosed(handle)
-        standard.connectionClosed(handle)
         // Indications still outstanding end as `.disconnected`; subscriptions end with the link.
         connection.faultStage.close()
         let held = connection.server.close()

@@ -129,10 +129,9 @@ public final class Peripheral {
                                        database: database, security: security, broadcaster: device as? BroadcastingDevice,
                                        logger: logger)
         standard.database = database
+        standard.session = { [weak self] handle in self?.connections[handle]?.le.session }
         standard.featuresChanged = { [weak self] handle, features in
             guard let self, let connection = self.connections[handle] else { return }
-            // Vol 3, Part G, 7.2: bit 0 is Robust Caching.
-            connection.server.session.clientSupportsRobustCaching = features & 0x01 != 0
             // A bonded client's features outlive the link (2.5.2.1).
             self.bondedClients.cachingStateKnown(on: connection, features: features)
         }

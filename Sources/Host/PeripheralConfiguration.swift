@@ -68,9 +68,9 @@ final class Connection {
     let faultStage: FaultStage
     /// The link's credit based channels (the device's published SPSMs).
     var channels: CreditBasedChannels { le.channels }
-    /// The client's Enhanced ATT bearers (BlemuEATT), each with the device's server on it
-    /// (EnhancedATT.swift); set as the link is made (`DeviceLinks.makeLink`).
-    var enhanced: EnhancedBearers<ServedBearer>!
+    /// The client's Enhanced ATT bearers (the link's), each with the device's server on it
+    /// behind its fault stage (EnhancedATT.swift).
+    var enhanced: EnhancedBearers<EnhancedEndpoint> { le.enhanced }
     var parameters: LinkParameters
     var parameterTimer: TimerID?
 
@@ -80,17 +80,19 @@ final class Connection {
     /// bearer with none waiting (one indication at a time per bearer, Part F, 3.3.2).
     func indicationStage(clientFeatures: UInt8) -> FaultStage {
         guard clientFeatures & EATT.clientSupportsEATT != 0, server.indicationsWaiting > 0,
-              let idle = enhanced.entries.first(where: { $0.endpoint.server.indicationsWaiting == 0 }) else { return faultStage }
-        return idle.endpoint.faultStage
+              let idle = enhanced.entries.first(where: { $0.endpoint.server?.indicationsWaiting == 0 }),
+              let stage = idle.endpoint.stage else { return faultStage }
+        return stage
     }
 
     /// A notification the unenhanced bearer's full queue refused goes on an enhanced bearer of
     /// a client that set the EATT bit (7.2, bit 1), where the channel's own queue may take it.
     func notifyOnEnhancedBearer(_ characteristic: Characteristic, value: ArraySlice<UInt8>, clientFeatures: UInt8) -> UpdateOutcome {
         guard clientFeatures & EATT.clientSupportsEATT != 0 else { return .queueFull }
-        for entry in enhanced.entries
-        where entry.bearer.hasRoomForNotification(of: min(value.count + 3, entry.endpoint.server.mtu), maximumPDU: ATTServer.maximumMTU) {
-            let outcome = entry.endpoint.faultStage.notify(characteristic, value: value)
+        for entry in enhanced.entries {
+            guard let server = entry.endpoint.server, let stage = entry.endpoint.stage,
+                  entry.bearer.hasRoomForNotification(of: min(value.count + 3, server.mtu), maximumPDU: ATTServer.maximumMTU) else { continue }
+            let outcome = stage.notify(characteristic, value: value)
             if outcome != .queueFull { return outcome }
         }
         return .queueFull

@@ -43,7 +43,7 @@ extension Peripheral: DeviceContext {
             var outcome = connection.faultStage.notify(characteristic, value: value)
             if outcome == .queueFull, !connection.enhanced.isEmpty {
                 outcome = connection.notifyOnEnhancedBearer(characteristic, value: value,
-                                                            clientFeatures: standard.features(on: connection.handle))
+                                                            clientFeatures: connection.le.session.clientFeatures)
             }
             if outcome == .queueFull { all = false }
             if isObserved, outcome == .queued, let observer = eventObserver {
@@ -60,7 +60,7 @@ extension Peripheral: DeviceContext {
         let slices = updates.map { (characteristic: $0.characteristic, value: $0.value[...]) }
         for connection in links.connections.values where peer == nil || connection.peer == peer {
             // Vol 3, Part G, 7.2, bit 2: only a client that set it gets opcode 0x23.
-            guard standard.features(on: connection.handle) & EATT.clientSupportsMultipleNotifications != 0 else {
+            guard connection.le.session.clientFeatures & EATT.clientSupportsMultipleNotifications != 0 else {
                 for update in slices where !send(update.characteristic, update.value, to: connection.peer) { all = false }
                 continue
             }
@@ -97,7 +97,7 @@ extension Peripheral: DeviceContext {
                 }
             }
             let stage = connection.enhanced.isEmpty
-                ? connection.faultStage : connection.indicationStage(clientFeatures: standard.features(on: connection.handle))
+                ? connection.faultStage : connection.indicationStage(clientFeatures: connection.le.session.clientFeatures)
             let outcome = stage.indicate(characteristic, value: notificationValue.bytes, completion: completion)
             if outcome == .queueFull { all = false }
             if let observer, outcome == .queued {

@@ -9,9 +9,10 @@ final class StandardServices {
     let gatt: Service
     /// The stack's, or a recorded GATT service's that replaces the stack's (`Peripheral`).
     var serviceChanged: Characteristic
-    /// Client Supported Features per connection (Vol 3, Part G, 7.2): bits once set stay set.
-    private var clientFeatures: [UInt16: UInt8] = [:]
     weak var database: GATTDatabase?
+    /// The GATT server session of a connection (its handle): where the client's Client
+    /// Supported Features are kept (Vol 3, Part G, 7.2: per client).
+    var session: (UInt16) -> GATTServerSession? = { _ in nil }
     /// Told each accepted write of Client Supported Features: connection handle, the bits now set.
     var featuresChanged: ((UInt16, UInt8) -> Void)?
 
@@ -49,19 +50,14 @@ final class StandardServices {
             serverFeatures
         }
         features.onRead = { [weak self] request, value in
-            value.append(self?.clientFeatures[request.peer.connectionHandle] ?? 0)
+            value.append(self?.session(request.peer.connectionHandle)?.clientFeatures ?? 0)
             return nil
         }
         features.onWrite = { [weak self] request in
-            guard let self else { return .unlikelyError }
-            guard request.offset == 0, request.value.count == 1 else { return .invalidAttributeValueLength }
-            let old = self.clientFeatures[request.peer.connectionHandle] ?? 0
-            // Vol 3, Part G, 7.2: a client may not clear a bit it has set: Value Not Allowed.
-            guard request.value[0] & old == old else { return .valueNotAllowed }
-            // Bits 0-2 are defined (robust caching, EATT, multiple notifications); the rest are reserved.
-            let features = request.value[0] & 0x07
-            self.clientFeatures[request.peer.connectionHandle] = features
-            self.featuresChanged?(request.peer.connectionHandle, features)
+            guard let self, let session = self.session(request.peer.connectionHandle) else { return .unlikelyError }
+            guard request.offset == 0 else { return .invalidAttributeValueLength }
+            if let refused = session.writeClientFeatures(request.value) { return refused }
+            self.featuresChanged?(request.peer.connectionHandle, session.clientFeatures)
             return nil
         }
         hash.onRead = { [weak self] _, value in
@@ -69,19 +65,5 @@ final class StandardServices {
             value.append(contentsOf: hash)
             return nil
         }
-    }
-
-    /// A bonded client's Client Supported Features, kept with its bond (Vol 3, Part G, 2.5.2.1):
-    /// the bits it set before stay set, and cannot be cleared (7.2).
-    func restoreFeatures(_ features: UInt8, on handle: UInt16) {
-        clientFeatures[handle] = features & 0x07
-    }
-
-    func features(on handle: UInt16) -> UInt8 {
-        clientFeatures[handle] ?? 0
-    }
-
-    func connectionClosed(_ handle: UInt16) {
-        clientFeatures[handle] = nil
     }
 }

@@ -40,6 +40,8 @@ import Testing
         b.controller.event(0x08, [0x00, 0x40, 0x00, 0x01])   // Encryption Change, enabled
         let security2 = try #require(try outcome?.get())
         #expect(security2.isEncrypted && security2.isAuthenticated && security2.isBonded)
+        // Written into the link's LEConnection, where its GATT session and channels read it.
+        #expect(link.connection.security.current == security2)
     }
 
     @Test func withoutABondItPairsOnTheSMPChannel() throws {

@@ -174,6 +174,25 @@ import Testing
         bench.air.run()
     }
 
+    /// The central's enhanced bearers are its link's (`LEConnection.enhanced`, one set per
+    /// connection whichever role), each carrying a GATT client of the central and no server.
+    @Test func aCentralsEnhancedBearersAreItsConnections() throws {
+        let bench = try AirBench()
+        let address = try #require(bench.peripheralController.randomAddress)
+        let link = try #require(try bench.connect(to: address)?.get())
+        try encrypt(bench)
+        link.openEnhancedBearers(count: 2) { _ in }
+        bench.air.run()
+        let entries = link.connection.enhanced.entries
+        #expect(entries.count == 2)
+        #expect(entries.allSatisfy { $0.endpoint.client != nil && $0.endpoint.server == nil && $0.endpoint.stage == nil })
+        #expect(entries.compactMap { $0.endpoint.client.map(ObjectIdentifier.init) } == link.enhancedClients.map(ObjectIdentifier.init))
+
+        link.disconnect()
+        bench.air.run()
+        #expect(link.connection.enhanced.isEmpty)
+    }
+
     /// The values a stranger may read from the device: readable characteristics that ask for no security.
     private func readableHandles(_ bench: AirBench) -> [UInt16] {
         bench.peripheral.database.characteristics.filter { $0.properties.contains(.read) && $0.uuid != BluetoothUUID(0x2B29) }
