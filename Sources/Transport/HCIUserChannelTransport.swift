@@ -14,7 +14,7 @@ import Glibc
 public final class HCIUserChannelTransport: ControllerTransport {
     public let spec: ControllerSpec
     public let index: UInt16
-    public let queueCapacity: Int
+    public var queueCapacity: Int { output.capacity }
     public var onPacket: ((H4PacketType, ArraySlice<UInt8>) -> Void)?
     public var onClosed: ((TransportError) -> Void)? {
         get { channel.onClosed }
@@ -24,11 +24,10 @@ public final class HCIUserChannelTransport: ControllerTransport {
     public private(set) var discardedBytes = 0
 
     /// Bytes of packets waiting for the socket to become writable.
-    public private(set) var queuedBytes = 0
+    public var queuedBytes: Int { output.queuedBytes }
 
     private let channel: FileDescriptorChannel
-    private var queue: [[UInt8]] = []
-    private var queueHead = 0
+    private var output: WholePacketOutput
 
     /// Opens and binds the user channel of adapter `index`. The adapter must be powered off
     /// (and not claimed by bluetoothd); this needs CAP_NET_ADMIN.
@@ -58,7 +57,7 @@ public final class HCIUserChannelTransport: ControllerTransport {
     init(adopting fd: Int32, index: UInt16, loop: RunLoop, queueCapacity: Int) throws(TransportError) {
         self.spec = .hci(index: index)
         self.index = index
-        self.queueCapacity = max(queueCapacity, H4Framer.maxPacketLength)
+        output = WholePacketOutput(capacity: queueCapacity)
         // One packet per read, up to 16 per wakeup.
         channel = try FileDescriptorChannel(adopting: fd, spec: spec, medium: .hciUserChannel, loop: loop,
                                             readBufferSize: H4Framer.maxPacketLength, readsPerWakeup: 16)
@@ -69,58 +68,10 @@ public final class HCIUserChannelTransport: ControllerTransport {
 
     public func send(_ type: H4PacketType, _ body: ArraySlice<UInt8>) -> Bool {
         guard isOpen else { return false }
-        let total = 1 + body.count
-        guard queueCapacity - queuedBytes >= total else { return false }
-        if queueHead == queue.count {  // else it waits behind the queue, to keep the order
-            switch channel.write(type, body) {
-            case .written(let count) where count == total:
-                return true
-            case .wouldBlock:
-                break
-            case .written:  // a datagram goes whole or not at all
-                channel.fail(.lost(spec, "write", errno: EIO), deferred: true)
-                return false
-            case .failed(let code):
-                channel.fail(.lost(spec, "write", errno: code), deferred: true)
-                return false
-            }
-        }
-        var packet: [UInt8] = []
-        packet.reserveCapacity(total)
-        packet.append(type.rawValue)
-        packet.append(contentsOf: body)
-        queue.append(packet)
-        queuedBytes += total
-        channel.watchWritable(true)
-        return true
+        return output.send(type, body, on: channel)
     }
 
-    private func flush() {
-        writing: while queueHead < queue.count {
-            let packet = queue[queueHead]
-            switch channel.write(packet[...]) {
-            case .written(let count) where count == packet.count:
-                queueHead += 1
-                queuedBytes -= packet.count
-            case .wouldBlock:
-                break writing
-            case .written:
-                channel.fail(.lost(spec, "write", errno: EIO), deferred: false)
-                return
-            case .failed(let code):
-                channel.fail(.lost(spec, "write", errno: code), deferred: false)
-                return
-            }
-        }
-        if queueHead == queue.count {
-            queue.removeAll(keepingCapacity: true)
-            queueHead = 0
-            channel.watchWritable(false)
-        } else if queueHead >= 64 {
-            queue.removeSubrange(0..<queueHead)
-            queueHead = 0
-        }
-    }
+    private func flush() { output.flush(on: channel) }
 
     // MARK: Closing
 
@@ -142,9 +93,5 @@ extension HCIUserChannelTransport: FileDescriptorChannelOwner {
         }
     }
 
-    func channelDidClose() {
-        queue = []
-        queueHead = 0
-        queuedBytes = 0
-    }
+    func channelDidClose() { output.drop() }
 }

@@ -24,7 +24,7 @@ public final class VirtualHCIDevice {
     static let createPrimaryAdapter: UInt8 = 0x00
 
     public let path: String
-    public let queueCapacity: Int
+    public var queueCapacity: Int { output.capacity }
     /// The adapter's index, once the kernel has answered the handshake.
     public private(set) var index: UInt16?
     public var onCreated: ((UInt16) -> Void)?
@@ -36,11 +36,10 @@ public final class VirtualHCIDevice {
     /// Bytes of reads that were no packet (nor the handshake's answer).
     public private(set) var discardedBytes = 0
     /// Bytes of packets waiting for the file to become writable.
-    public private(set) var queuedBytes = 0
+    public var queuedBytes: Int { output.queuedBytes }
 
     private let channel: FileDescriptorChannel
-    private var queue: [[UInt8]] = []
-    private var queueHead = 0
+    private var output: WholePacketOutput
 
     /// Opens `path` (O_RDWR, nonblocking) and asks for a primary adapter.
     public static func open(path: String = defaultPath, loop: RunLoop,
@@ -63,7 +62,7 @@ public final class VirtualHCIDevice {
     public init(adopting fd: Int32, path: String, loop: RunLoop,
                 queueCapacity: Int = ControllerTransports.defaultOutputCapacity) throws(TransportError) {
         self.path = path
-        self.queueCapacity = max(queueCapacity, H4Framer.maxPacketLength)
+        output = WholePacketOutput(capacity: queueCapacity)
         // A character device is written with write/writev (`.terminal`); the driver takes each
         // call's bytes, gathered, as one packet. The spec only labels the channel's errors,
         // which `failed` words for the device.
@@ -92,60 +91,12 @@ public final class VirtualHCIDevice {
     /// before the adapter exists, or when the queue cannot take it.
     public func send(_ type: H4PacketType, _ body: ArraySlice<UInt8>) -> Bool {
         guard isOpen, index != nil else { return false }
-        let total = 1 + body.count
-        guard queueCapacity - queuedBytes >= total else { return false }
-        if queueHead == queue.count {  // else it waits behind the queue, to keep the order
-            switch channel.write(type, body) {
-            case .written(let count) where count == total:
-                return true
-            case .wouldBlock:
-                break
-            case .written:  // the driver takes a packet whole or not at all
-                channel.fail(.lost(channel.spec, "write", errno: EIO), deferred: true)
-                return false
-            case .failed(let code):
-                channel.fail(.lost(channel.spec, "write", errno: code), deferred: true)
-                return false
-            }
-        }
-        var packet: [UInt8] = []
-        packet.reserveCapacity(total)
-        packet.append(type.rawValue)
-        packet.append(contentsOf: body)
-        queue.append(packet)
-        queuedBytes += total
-        channel.watchWritable(true)
-        return true
+        return output.send(type, body, on: channel)
     }
 
     public func send(_ type: H4PacketType, _ body: [UInt8]) -> Bool { send(type, body[...]) }
 
-    private func flush() {
-        writing: while queueHead < queue.count {
-            let packet = queue[queueHead]
-            switch channel.write(packet[...]) {
-            case .written(let count) where count == packet.count:
-                queueHead += 1
-                queuedBytes -= packet.count
-            case .wouldBlock:
-                break writing
-            case .written:
-                channel.fail(.lost(channel.spec, "write", errno: EIO), deferred: false)
-                return
-            case .failed(let code):
-                channel.fail(.lost(channel.spec, "write", errno: code), deferred: false)
-                return
-            }
-        }
-        if queueHead == queue.count {
-            queue.removeAll(keepingCapacity: true)
-            queueHead = 0
-            channel.watchWritable(false)
-        } else if queueHead >= 64 {
-            queue.removeSubrange(0..<queueHead)
-            queueHead = 0
-        }
-    }
+    private func flush() { output.flush(on: channel) }
 
     /// Closes the file, which unregisters the adapter; queued packets are dropped and
     /// `onClosed` does not follow. Idempotent.
@@ -177,11 +128,7 @@ extension VirtualHCIDevice: FileDescriptorChannelOwner {
         }
     }
 
-    func channelDidClose() {
-        queue = []
-        queueHead = 0
-        queuedBytes = 0
-    }
+    func channelDidClose() { output.drop() }
 }
 
 extension TransportError {

@@ -625,8 +625,10 @@ def test_numeric_comparison_rejected_fails_with_0x0C(rootcanal, tmp_path):
         run(scenario(), timeout=60)
         logged = [line for line in blemu.log_tail().splitlines() if "Numeric Comparison" in line]
         assert any("rejected" in line for line in logged), logged
-        assert any("Numeric Comparison Failed (0x0c)" in line and "event=pairing-failed" in line
-                   for line in blemu.log_tail().splitlines()), blemu.log_tail()
+        # The line may reach the log a moment after the central heard Pairing Failed (a loaded
+        # machine): waited for, not read once.
+        failed = blemu.wait_for_event("pairing-failed", timeout=10)
+        assert any("Numeric Comparison Failed (0x0c)" in entry.line for entry in failed), [entry.line for entry in failed]
     finally:
         stop(blemu)
 
