@@ -214,9 +214,9 @@ def packages_setup_wants(tmp_path: Path, *args: str) -> set[str]:
 
 def test_the_demos_setup_installs_only_what_the_demo_runs(tmp_path):
     """`scripts/setup && scripts/demo`: the build's libraries, nothing of the tests' (qemu,
-    valgrind, busybox, tshark, the kernel package); `scripts/setup --tests`, as scripts/test
-    runs it, adds those."""
+    valgrind, busybox, tshark, chromium, the kernel package); `scripts/setup --tests`, as
+    scripts/test runs it, adds those (chromium for the kernel layer's Web Bluetooth case)."""
     demo = packages_setup_wants(tmp_path / "demo")
     assert demo == {"libbluetooth-dev", "libsystemd-dev", "libyaml-dev", "pkg-config"}, demo
     tests = packages_setup_wants(tmp_path / "tests", "--tests")
-    assert demo | {"qemu-system-x86", "valgrind", "busybox-static", "tshark", "bluez", "dbus", "systemd", "jq", "time", "libedit2"} == tests, tests
+    assert demo | {"qemu-system-x86", "valgrind", "busybox-static", "tshark", "bluez", "dbus", "systemd", "jq", "time", "libedit2", "chromium"} == tests, tests
