@@ -27,7 +27,7 @@ public final class HCIUserChannelTransport: ControllerTransport {
     public var queuedBytes: Int { output.queuedBytes }
 
     private let channel: FileDescriptorChannel
-    private var output: WholePacketOutput
+    private let output: WholePacketOutput
 
     /// Opens and binds the user channel of adapter `index`. The adapter must be powered off
     /// (and not claimed by bluetoothd); this needs CAP_NET_ADMIN.

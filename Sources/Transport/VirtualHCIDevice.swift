@@ -39,7 +39,7 @@ public final class VirtualHCIDevice {
     public var queuedBytes: Int { output.queuedBytes }
 
     private let channel: FileDescriptorChannel
-    private var output: WholePacketOutput
+    private let output: WholePacketOutput
 
     /// Opens `path` (O_RDWR, nonblocking) and asks for a primary adapter.
     public static func open(path: String = defaultPath, loop: RunLoop,

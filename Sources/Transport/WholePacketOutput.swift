@@ -6,8 +6,9 @@ import BlemuHCI
 /// The output of a descriptor that takes one packet per write, whole or not at all (the HCI
 /// user channel's socket, `/dev/vhci`): a packet that cannot go at once waits, whole, in a
 /// bounded queue behind the ones before it, and goes when the descriptor is writable again.
-/// A partial write breaks the medium's promise and ends the channel.
-struct WholePacketOutput {
+/// A partial write breaks the medium's promise and ends the channel. A class: a failed write
+/// closes the channel at once, and its owner drops the queue from inside `flush`.
+final class WholePacketOutput {
     /// The most bytes of packets that may wait.
     let capacity: Int
     /// Bytes of packets waiting for the descriptor to become writable.
@@ -19,7 +20,7 @@ struct WholePacketOutput {
 
     /// Writes or queues one packet; false, having written nothing, when the queue cannot take it
     /// or the write failed (the channel then fails, deferred: the caller is mid-send).
-    mutating func send(_ type: H4PacketType, _ body: ArraySlice<UInt8>, on channel: FileDescriptorChannel) -> Bool {
+    func send(_ type: H4PacketType, _ body: ArraySlice<UInt8>, on channel: FileDescriptorChannel) -> Bool {
         let total = 1 + body.count
         guard capacity - queuedBytes >= total else { return false }
         if head == queue.count {  // else it waits behind the queue, to keep the order
@@ -47,7 +48,7 @@ struct WholePacketOutput {
     }
 
     /// Writes what waits, in order, until the descriptor would block; called when it is writable.
-    mutating func flush(on channel: FileDescriptorChannel) {
+    func flush(on channel: FileDescriptorChannel) {
         writing: while head < queue.count {
             let packet = queue[head]
             switch channel.write(packet[...]) {
@@ -75,7 +76,7 @@ struct WholePacketOutput {
     }
 
     /// The channel closed: what waited is dropped.
-    mutating func drop() {
+    func drop() {
         queue = []
         head = 0
         queuedBytes = 0
