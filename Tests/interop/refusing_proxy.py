@@ -131,11 +131,16 @@ class RefusingProxy:
             if not self._stop.is_set():
                 self.errors.append(repr(error))
         finally:
-            for sock in (downstream, upstream):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            self._shut_both(downstream, upstream)
+
+    @staticmethod
+    def _shut_both(downstream: socket.socket, upstream: socket.socket) -> None:
+        """Either direction ending ends the other: both sockets shut down."""
+        for sock in (downstream, upstream):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def _from_controller(self, downstream: socket.socket, upstream: socket.socket, lock: threading.Lock) -> None:
         # Whole packets only: a refusal must never land inside one of rootcanal's (it writes a
@@ -153,8 +158,4 @@ class RefusingProxy:
             if not self._stop.is_set():
                 self.errors.append(repr(error))
         finally:
-            for sock in (downstream, upstream):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            self._shut_both(downstream, upstream)
