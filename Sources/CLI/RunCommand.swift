@@ -5,6 +5,7 @@ import BlemuControl
 import BlemuCore
 import BlemuDevices
 import BlemuGATT
+import BlemuGATTText
 import BlemuHost
 import BlemuProfile
 import BlemuRunLoop
