@@ -465,8 +465,7 @@ final class GattRun {
         case .subscribe(let reference):
             guard let characteristic = find(reference, in: services) else { return }
             let uuid = characteristic.uuid
-            let notify = characteristic.properties.contains(.notify)
-            guard notify || characteristic.properties.contains(.indicate) else {
+            guard !characteristic.properties.isDisjoint(with: [.notify, .indicate]) else {
                 return fail("characteristic \(uuid) neither notifies nor indicates")
             }
             var format: PresentationFormat?
@@ -483,12 +482,8 @@ final class GattRun {
             // The Presentation Format first (read before subscribing: values decoded from the first).
             client.readPresentationFormat(of: characteristic) { [self] found in
                 format = found
-                listeners[characteristic.valueHandle] = handler
-                workflow.retryingOnSecurity({ [self] done in client.configure(characteristic, notify: notify, indicate: !notify, completion: done) }) { [self] result in
-                    if case .failure(let error) = result {
-                        listeners[characteristic.valueHandle] = nil
-                        return fail("subscribe \(uuid): \(error)")
-                    }
+                _ = workflow.subscribe(characteristic, listeners: listeners, listener: handler) { [self] result in
+                    if case .failure(let error) = result { return fail("subscribe \(uuid): \(error)") }
                     // A shell goes on to its next command; the values keep coming.
                     if shell != nil { emitNote("subscribed to \(uuid)"); done() }
                 }
@@ -496,8 +491,7 @@ final class GattRun {
         case .unsubscribe(let reference):
             guard let characteristic = find(reference, in: services) else { return }
             let uuid = characteristic.uuid
-            listeners[characteristic.valueHandle] = nil
-            client.configure(characteristic, notify: false, indicate: false) { [self] result in
+            workflow.unsubscribe(characteristic, listeners: listeners) { [self] result in
                 if case .failure(let error) = result { return fail("unsubscribe \(uuid): \(error)") }
                 emitNote("unsubscribed from \(uuid)")
                 done()
