@@ -99,10 +99,6 @@ struct ChatCommand: ParsableCommand {
           help: "When stdin ends, exit (status 0) once every line read is delivered (default: keep running and listening).")
     var exitOnEOF = false
 
-    /// After the last line is delivered, a little longer before stopping: the host's last
-    /// notifications are on their way through the controller.
-    static let eofGrace: Duration = .milliseconds(500)
-
     /// The longest line taken from stdin; a longer one ends the reading of stdin, with a warning.
     static let maxLineBytes = 4096
     /// Controllers one node bridges, at most.
@@ -156,19 +152,6 @@ struct ChatCommand: ParsableCommand {
         return value
     }
 
-    /// A private room's passphrase: the file's bytes, one trailing newline taken off; never
-    /// empty (an empty one would be a room anyone can read, thinking it private).
-    static func readPassphrase(_ path: String) throws -> [UInt8] {
-        var bytes: [UInt8]
-        switch RegularFile.read(path, maximumBytes: 4096, followSymlinks: true) {
-        case .success(let read): bytes = read
-        case .failure(let error): throw RuntimeFailure("--passphrase-file \(path.visible): \(error)")
-        }
-        if bytes.last == UInt8(ascii: "\n") { bytes.removeLast() }
-        guard !bytes.isEmpty else { throw RuntimeFailure("--passphrase-file \(path.visible) is empty: a private room needs a passphrase") }
-        return bytes
-    }
-
     /// This node's name in its messages: --name, else the machine's host name.
     private var memberName: String {
         if let name { return name }
@@ -186,7 +169,7 @@ struct ChatCommand: ParsableCommand {
             return try manageIdentity(logger: logger)
         }
         // Before any radio is opened: a bad passphrase file is said at once.
-        let passphrase = try passphraseFile.map { path throws in try Self.readPassphrase(path) }
+        let passphrase = try passphraseFile.map { path throws in try ChatPlan.readPassphrase(path) }
         let (specs, loop) = try controllersAndLoop(controllers)
         let roleOf = { (index: Int) -> Role in roles.isEmpty ? .peripheral : roles[roles.count == 1 ? 0 : index] }
         var plan = ChatPlan(controllers: specs.enumerated().map { ($0.element, roleOf($0.offset).sideRole) },
@@ -205,16 +188,7 @@ struct ChatCommand: ParsableCommand {
         input.holdBack = { node.isBusy }
         if exitOnEOF {
             // Every line read is said; once none is on its way any more, a clean stop.
-            func stopWhenDelivered() {
-                guard !chat.isStopping else { return }
-                if node.hasUndelivered {
-                    loop.schedule(after: .milliseconds(100)) { stopWhenDelivered() }
-                } else {
-                    logger.notice("stdin ended and every line is delivered: stopping (--exit-on-eof)")
-                    loop.schedule(after: Self.eofGrace) { chat.stop() }
-                }
-            }
-            input.onEnd = { stopWhenDelivered() }
+            input.onEnd = { chat.stopOnceDelivered() }
         }
         node.onRoom = { input.resume() }
         try chat.start()
