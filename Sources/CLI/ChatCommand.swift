@@ -146,7 +146,7 @@ struct ChatCommand: ParsableCommand {
     /// `--passkey`: six digits at most, 0 to 999999.
     func parsedPasskey() throws -> UInt32? {
         guard let passkey else { return nil }
-        guard (1...6).contains(passkey.count), passkey.allSatisfy(\.isASCII), let value = UInt32(passkey), value <= 999_999 else {
+        guard let value = CentralPairingOptions.parsePasskey(passkey) else {
             throw ValidationError("--passkey '\(passkey.visible)': give the six digits (0 to 999999)")
         }
         return value

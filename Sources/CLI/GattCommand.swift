@@ -228,7 +228,7 @@ struct GattCommand: ParsableCommand {
 
     func parsedPasskey() throws -> UInt32? {
         guard let passkey else { return nil }
-        guard (1...6).contains(passkey.count), passkey.allSatisfy(\.isASCII), let value = UInt32(passkey), value <= 999_999 else {
+        guard let value = CentralPairingOptions.parsePasskey(passkey) else {
             throw ValidationError("--passkey '\(passkey)': give the six digits (0 to 999999)")
         }
         return value
