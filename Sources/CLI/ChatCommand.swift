@@ -218,8 +218,7 @@ extension ChatCommand {
             // The whole key, as another node's `--pin-name` takes it.
             print(ChatIdentityStore.pinArgument(name: plan.me, key: key.publicKey))
         }
-        // The room a run signs in (a member's is the host's name: --room given whole).
-        let roomName = plan.signedRoom ?? room ?? name ?? ""
+        let roomName = plan.namingRoom
         if let forgetName {
             store.pin(forgetName, to: nil, room: roomName)
             print("\(forgetName.visible) forgotten in chat room '\(roomName.visible)': the next key it speaks with is taken")

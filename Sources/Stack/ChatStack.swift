@@ -62,6 +62,10 @@ public struct ChatPlan: Sendable {
         if controllers.contains(where: { $0.role == .auto }) { return room ?? ChatDevice().profile.defaultName }
         return nil
     }
+
+    /// The room whose names `--pin-name` and `--forget-name` bind: the one a run signs in, else
+    /// the room as given (a member's is its host's name: `--room` given whole).
+    public var namingRoom: String { signedRoom ?? room ?? name ?? "" }
 }
 
 extension ChatPlan {

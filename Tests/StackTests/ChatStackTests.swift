@@ -13,6 +13,15 @@ import Testing
 /// that the nodes of one room stay apart.
 @Suite struct ChatStackTests {
 
+    /// `--pin-name`/`--forget-name` bind names in the room a run signs in; a node that only
+    /// joins has none yet, so the room as given.
+    @Test func namesAreBoundInTheRoomARunSignsIn() throws {
+        let spec = try Self.spec(1)
+        #expect(ChatPlan(controllers: [(spec, .host)], room: nil, name: "Kitchen", memberName: "box").namingRoom == "Kitchen")
+        #expect(ChatPlan(controllers: [(spec, .member)], room: "Kitchen hub", name: nil, memberName: "box").namingRoom == "Kitchen hub")
+        #expect(ChatPlan(controllers: [(spec, .member)], room: nil, name: nil, memberName: "box").namingRoom == "")
+    }
+
     /// `--passphrase-file`: the file's bytes without its one trailing newline; an empty one (a
     /// private room anyone could read) and a FIFO (never waited on) refused before any radio opens.
     @Test func aPassphraseFileLosesItsNewlineAndIsNeverEmpty() throws {
