@@ -134,6 +134,16 @@ let package = Package(
             "BlemuCore", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuHost", "BlemuDevices",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Profile"),
+        // `blemu gatt ... record` and `dump --profile`: what a central's GATT workflow found (a dump,
+        // a timeline) made a recording or a clone, for any front end. Above Central and Profile.
+        .target(name: "BlemuRecording", dependencies: ["BlemuCentral", "BlemuCore", "BlemuGATTClient", "BlemuProfile"],
+                path: "Sources/Recording"),
+        // Values as a person reads them (`blemu gatt`): names, the devices' own decoders, the
+        // Presentation Format, a dump's text and JSON; how a characteristic is named. Above
+        // Central, Profile and the devices, whose decoders it uses; any front end shows values with it.
+        .target(name: "BlemuGATTText", dependencies: [
+            "BlemuAssignedNumbers", "BlemuCentral", "BlemuControl", "BlemuCore", "BlemuDevices", "BlemuGATT", "BlemuGATTClient", "BlemuHost", "BlemuProfile",
+        ], path: "Sources/GATTText"),
         .target(name: "BlemuConfig", dependencies: [
             "BlemuCore", "BlemuHCI", "BlemuTransport", "CYAML",
         ], path: "Sources/Config"),
@@ -200,7 +210,7 @@ let package = Package(
         .executableTarget(name: "blemu", dependencies: [
             "BlemuCore", "BlemuRunLoop", "BlemuAttach", "BlemuBench", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig", "BlemuStack", "BlemuScenario",
             "BlemuJournal",
-            "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile", "BlemuChat", "BlemuChatProtocol",
+            "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile", "BlemuRecording", "BlemuGATTText", "BlemuChat", "BlemuChatProtocol",
             "BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuATT", "BlemuBroadcast", "BlemuObserver", "BlemuAssignedNumbers", "BlemuLint", "BlemuHCI", "CLinux", "CStartup",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
@@ -281,6 +291,12 @@ let package = Package(
                     path: "Tests/SecurityTests"),
         .testTarget(name: "GATTTests", dependencies: ["BlemuGATT", "BlemuATT", "BlemuCrypto", "BlemuCore"], path: "Tests/GATTTests"),
         .testTarget(name: "ProfileTests", dependencies: ["BlemuTestSupport", "BlemuProfile", "BlemuGATT", "BlemuGATTClient", "BlemuATT", "BlemuCore"], path: "Tests/ProfileTests"),
+        .testTarget(name: "GATTTextTests", dependencies: ["BlemuGATTText", "BlemuAssignedNumbers", "BlemuCentral", "BlemuCore", "BlemuDevices",
+                                                       "BlemuGATTClient"], path: "Tests/GATTTextTests"),
+        .testTarget(name: "RecordingTests", dependencies: ["BlemuRecording", "BlemuProfile", "BlemuCentral", "BlemuGATTClient", "BlemuGATT",
+                                                        "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuSecurity", "HostTestSupport",
+                                                        .product(name: "Logging", package: "swift-log")],
+                    path: "Tests/RecordingTests"),
         .testTarget(name: "GATTClientTests", dependencies: ["BlemuGATTClient", "BlemuGATT", "BlemuATT", "BlemuCore"],
                     path: "Tests/GATTClientTests"),
         .testTarget(name: "ControlTests", dependencies: ["BlemuControl", "BlemuCore", "BlemuRunLoop", "BlemuGATT", "BlemuATT", "BlemuHost",
@@ -288,8 +304,8 @@ let package = Package(
                     path: "Tests/ControlTests"),
         // The command line itself (`@testable import blemu`): the real argument parser and its
         // validation, and every blemu command the README and Docs/ show.
-        .testTarget(name: "CLITests", dependencies: ["blemu", "BlemuTransport", "BlemuCore", "BlemuAssignedNumbers", "BlemuLint",
-                                                  "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuDevices",
+        .testTarget(name: "CLITests", dependencies: ["blemu", "BlemuTransport", "BlemuCore", "BlemuLint",
+                                                  "BlemuCentral", "BlemuGATTClient", "BlemuGATTText",
                                                   .product(name: "ArgumentParser", package: "swift-argument-parser")],
                     path: "Tests/CLITests"),
         .testTarget(name: "StackTests", dependencies: ["BlemuTestSupport", "BlemuStack", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuATT",

@@ -99,10 +99,6 @@ struct ChatCommand: ParsableCommand {
           help: "When stdin ends, exit (status 0) once every line read is delivered (default: keep running and listening).")
     var exitOnEOF = false
 
-    /// After the last line is delivered, a little longer before stopping: the host's last
-    /// notifications are on their way through the controller.
-    static let eofGrace: Duration = .milliseconds(500)
-
     /// The longest line taken from stdin; a longer one ends the reading of stdin, with a warning.
     static let maxLineBytes = 4096
     /// Controllers one node bridges, at most.
@@ -150,23 +146,10 @@ struct ChatCommand: ParsableCommand {
     /// `--passkey`: six digits at most, 0 to 999999.
     func parsedPasskey() throws -> UInt32? {
         guard let passkey else { return nil }
-        guard (1...6).contains(passkey.count), passkey.allSatisfy(\.isASCII), let value = UInt32(passkey), value <= 999_999 else {
+        guard let value = CentralPairingOptions.parsePasskey(passkey) else {
             throw ValidationError("--passkey '\(passkey.visible)': give the six digits (0 to 999999)")
         }
         return value
-    }
-
-    /// A private room's passphrase: the file's bytes, one trailing newline taken off; never
-    /// empty (an empty one would be a room anyone can read, thinking it private).
-    static func readPassphrase(_ path: String) throws -> [UInt8] {
-        var bytes: [UInt8]
-        switch RegularFile.read(path, maximumBytes: 4096, followSymlinks: true) {
-        case .success(let read): bytes = read
-        case .failure(let error): throw RuntimeFailure("--passphrase-file \(path.visible): \(error)")
-        }
-        if bytes.last == UInt8(ascii: "\n") { bytes.removeLast() }
-        guard !bytes.isEmpty else { throw RuntimeFailure("--passphrase-file \(path.visible) is empty: a private room needs a passphrase") }
-        return bytes
     }
 
     /// This node's name in its messages: --name, else the machine's host name.
@@ -186,7 +169,7 @@ struct ChatCommand: ParsableCommand {
             return try manageIdentity(logger: logger)
         }
         // Before any radio is opened: a bad passphrase file is said at once.
-        let passphrase = try passphraseFile.map { path throws in try Self.readPassphrase(path) }
+        let passphrase = try passphraseFile.map { path throws in try ChatPlan.readPassphrase(path) }
         let (specs, loop) = try controllersAndLoop(controllers)
         let roleOf = { (index: Int) -> Role in roles.isEmpty ? .peripheral : roles[roles.count == 1 ? 0 : index] }
         var plan = ChatPlan(controllers: specs.enumerated().map { ($0.element, roleOf($0.offset).sideRole) },
@@ -205,16 +188,7 @@ struct ChatCommand: ParsableCommand {
         input.holdBack = { node.isBusy }
         if exitOnEOF {
             // Every line read is said; once none is on its way any more, a clean stop.
-            func stopWhenDelivered() {
-                guard !chat.isStopping else { return }
-                if node.hasUndelivered {
-                    loop.schedule(after: .milliseconds(100)) { stopWhenDelivered() }
-                } else {
-                    logger.notice("stdin ended and every line is delivered: stopping (--exit-on-eof)")
-                    loop.schedule(after: Self.eofGrace) { chat.stop() }
-                }
-            }
-            input.onEnd = { stopWhenDelivered() }
+            input.onEnd = { chat.stopOnceDelivered() }
         }
         node.onRoom = { input.resume() }
         try chat.start()
@@ -244,8 +218,7 @@ extension ChatCommand {
             // The whole key, as another node's `--pin-name` takes it.
             print(ChatIdentityStore.pinArgument(name: plan.me, key: key.publicKey))
         }
-        // The room a run signs in (a member's is the host's name: --room given whole).
-        let roomName = plan.signedRoom ?? room ?? name ?? ""
+        let roomName = plan.namingRoom
         if let forgetName {
             store.pin(forgetName, to: nil, room: roomName)
             print("\(forgetName.visible) forgotten in chat room '\(roomName.visible)': the next key it speaks with is taken")

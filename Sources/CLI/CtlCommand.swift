@@ -84,7 +84,7 @@ struct CtlCommand: ParsableCommand {
             }
             do {
                 let wait = try EventWait(arguments: rest)
-                return (ControlRequest(id: 1, command: .watch(wait.filter)).json.encoded, timeout ?? 30, .wait(wait))
+                return (EventWaitProgress(wait).request, timeout ?? 30, .wait(wait))
             } catch {
                 throw ValidationError(error.description)
             }
@@ -122,7 +122,7 @@ struct CtlCommand: ParsableCommand {
         switch action {
         case .exchange: break
         case .watch: return try watch(line, connectTimeout: seconds)
-        case .wait(let wait): return try self.wait(for: wait, line, seconds: seconds)
+        case .wait(let wait): return try self.wait(for: wait, seconds: seconds)
         }
         let reply: String
         do {
@@ -153,34 +153,22 @@ struct CtlCommand: ParsableCommand {
     }
 
     /// `wait`: 0 with the event's line printed when it comes, 1 when the time is up first.
-    private func wait(for wait: EventWait, _ line: String, seconds: Double) throws {
-        var answered = false
-        var refusal: String?
-        var matched: String?
-        let happened: Bool
+    private func wait(for wait: EventWait, seconds: Double) throws {
+        let outcome: ControlClient.WaitOutcome
         do {
-            happened = try ControlClient.stream(path: path, line: line, connectTimeout: .milliseconds(Int64(min(seconds, 5) * 1000)),
-                                                wait: .milliseconds(Int64(seconds * 1000))) { text in
-                guard answered else {
-                    answered = true
-                    if ControlClient.isOK(text) != true { refusal = text }
-                    return refusal == nil
-                }
-                guard wait.matches(line: text) else { return true }
-                matched = text
-                return false
-            }
+            outcome = try ControlClient.wait(for: wait, path: path, timeout: .milliseconds(Int64(seconds * 1000)))
         } catch {
             throw RuntimeFailure(error.description)
         }
-        if let refusal {
-            print(refusal)
+        switch outcome {
+        case .refused(let reply):
+            print(reply)
             throw ExitCode(1)
-        }
-        guard happened, let matched else {
+        case .timedOut:
             throw RuntimeFailure("no \(wait) within \(Self.format(seconds)) s")
+        case .happened(let line):
+            print(line)
         }
-        print(matched)
     }
 
     /// One line straight to standard output (no stdio buffer), so a pipe sees each event as it comes.

@@ -8,8 +8,9 @@ import BlemuCrypto
 import BlemuDevices
 import BlemuGATT
 import BlemuGATTClient
+import BlemuGATTText
 import BlemuHost
-import BlemuProfile
+import BlemuRecording
 import BlemuSMP
 import BlemuSecurity
 import BlemuStack
@@ -227,7 +228,7 @@ struct GattCommand: ParsableCommand {
 
     func parsedPasskey() throws -> UInt32? {
         guard let passkey else { return nil }
-        guard (1...6).contains(passkey.count), passkey.allSatisfy(\.isASCII), let value = UInt32(passkey), value <= 999_999 else {
+        guard let value = CentralPairingOptions.parsePasskey(passkey) else {
             throw ValidationError("--passkey '\(passkey)': give the six digits (0 to 999999)")
         }
         return value
@@ -371,26 +372,15 @@ final class GattRun {
         case .dump:
             workflow.dump(services, secureAndRetry: pairsAfterDump) { [self] dump in
                 reportBearers()
-                print(dump, permissions: GATTProfile.permissions(refusals: dump.refusals, readSecured: dump.readSecured))
+                print(dump)
             }
         case .record(let seconds):
-            workflow.dump(services, secureAndRetry: pairsAfterDump) { [self] dump in
-                workflow.recordTimeline(dump.services, for: seconds) { [self] heard, notKept, notSubscribed in
-                    if notKept > 0 { emitNote("record: \(notKept) values more than the \(GATTWorkflow.maxHeard) kept were not recorded") }
-                    let advertised = GATTProfile.Advertised(name: advertisement.name, address: advertisement.address,
-                                                            appearance: advertisement.appearance, services: advertisement.services)
-                    let recording = GATTProfile(
-                        recording: dump.services, values: dump.values,
-                        heard: heard.map { GATTProfile.HeardValue(at: $0.at, handle: $0.handle, value: $0.value, indication: $0.indication) },
-                        duration: seconds, permissions: GATTProfile.permissions(refusals: dump.refusals, readSecured: dump.readSecured),
-                        advertised: advertised, addressIsRandom: advertisement.advertiser.isRandom,
-                        advertisingData: advertisement.advertisingData, scanResponseData: advertisement.scanResponseData,
-                        extendedAdvertising: advertisement.usesExtendedPDUs)
-                    emitLine(recording.encoded())
-                    // What the file holds and what its twin will not do as the original did, on stderr.
-                    for line in recording.recordingSummary(refusals: dump.refusals, notSubscribed: notSubscribed) { emitNote(line) }
-                    done()
-                }
+            workflow.recordProfile(services, for: seconds, secureAndRetry: pairsAfterDump, advertisement: advertisement) { [self] recording in
+                if let note = recording.lossNote { emitNote(note) }
+                emitLine(recording.profile.encoded())
+                // What the file holds and what its twin will not do as the original did, on stderr.
+                for line in recording.summary { emitNote(line) }
+                done()
             }
         case .read(let references):
             var characteristics: [RemoteCharacteristic] = []
@@ -407,8 +397,8 @@ final class GattRun {
                     switch results[characteristic.valueHandle] ?? .failure(.notSent) {
                     case .failure(let error): fail("read \(uuid): \(error)")
                     case .success(let value):
-                        presentationFormat(of: characteristic) { [self] format in
-                            userDescription(of: characteristic) { [self] description in
+                        client.readPresentationFormat(of: characteristic) { [self] format in
+                            client.readUserDescriptionIfUnnamed(of: characteristic) { [self] description in
                                 // Several values: each labelled with its characteristic, as dump names it.
                                 let label = characteristics.count > 1
                                     ? "\(uuid)\(GATTValueText.characteristicName(uuid, userDescription: description)): " : ""
@@ -429,7 +419,7 @@ final class GattRun {
                 switch client.writeWithoutResponse(characteristic.valueHandle, value) {
                 case .failure(let error): fail("write \(uuid): \(error)")
                 case .success:
-                    emitLine(json ? Self.writtenJSON(uuid, characteristic.valueHandle, value, withoutResponse: true).encoded : "written (without response)")
+                    emitLine(json ? GATTValueText.writtenJSON(uuid, characteristic.valueHandle, value, withoutResponse: true).encoded : "written (without response)")
                     done()
                 }
                 return
@@ -440,7 +430,7 @@ final class GattRun {
             workflow.writeAwaitingAnswer(characteristic, value, listeners: listeners) { [self] event in
                 switch event {
                 case .written:
-                    emitLine(json ? Self.writtenJSON(uuid, handle, value, withoutResponse: false).encoded : "written")
+                    emitLine(json ? GATTValueText.writtenJSON(uuid, handle, value, withoutResponse: false).encoded : "written")
                 case .answered(let indicated):
                     let time = Timestamp.now()
                     emitLine(json ? GATTValueText.json(uuid: uuid, handle: handle, value: Array(indicated), time: time).encoded
@@ -468,15 +458,14 @@ final class GattRun {
                     if case .failure(let error) = results[characteristic.valueHandle] ?? .failure(.notSent) {
                         return fail("write \(characteristic.uuid): \(error)")
                     }
-                    emitLine(json ? Self.writtenJSON(characteristic.uuid, characteristic.valueHandle, write.value, withoutResponse: false).encoded : "written \(characteristic.uuid)")
+                    emitLine(json ? GATTValueText.writtenJSON(characteristic.uuid, characteristic.valueHandle, write.value, withoutResponse: false).encoded : "written \(characteristic.uuid)")
                 }
                 done()
             }
         case .subscribe(let reference):
             guard let characteristic = find(reference, in: services) else { return }
             let uuid = characteristic.uuid
-            let notify = characteristic.properties.contains(.notify)
-            guard notify || characteristic.properties.contains(.indicate) else {
+            guard !characteristic.properties.isDisjoint(with: [.notify, .indicate]) else {
                 return fail("characteristic \(uuid) neither notifies nor indicates")
             }
             var format: PresentationFormat?
@@ -491,14 +480,10 @@ final class GattRun {
             // A Service Changed is logged; the command ends if what we listen to is gone.
             workflow.watchForRemoval(of: uuid, valueHandle: characteristic.valueHandle, listeners: listeners) { [self] why in fail(why) }
             // The Presentation Format first (read before subscribing: values decoded from the first).
-            presentationFormat(of: characteristic) { [self] found in
+            client.readPresentationFormat(of: characteristic) { [self] found in
                 format = found
-                listeners[characteristic.valueHandle] = handler
-                workflow.retryingOnSecurity({ [self] done in client.configure(characteristic, notify: notify, indicate: !notify, completion: done) }) { [self] result in
-                    if case .failure(let error) = result {
-                        listeners[characteristic.valueHandle] = nil
-                        return fail("subscribe \(uuid): \(error)")
-                    }
+                _ = workflow.subscribe(characteristic, listeners: listeners, listener: handler) { [self] result in
+                    if case .failure(let error) = result { return fail("subscribe \(uuid): \(error)") }
                     // A shell goes on to its next command; the values keep coming.
                     if shell != nil { emitNote("subscribed to \(uuid)"); done() }
                 }
@@ -506,8 +491,7 @@ final class GattRun {
         case .unsubscribe(let reference):
             guard let characteristic = find(reference, in: services) else { return }
             let uuid = characteristic.uuid
-            listeners[characteristic.valueHandle] = nil
-            client.configure(characteristic, notify: false, indicate: false) { [self] result in
+            workflow.unsubscribe(characteristic, listeners: listeners) { [self] result in
                 if case .failure(let error) = result { return fail("unsubscribe \(uuid): \(error)") }
                 emitNote("unsubscribed from \(uuid)")
                 done()
@@ -525,45 +509,11 @@ final class GattRun {
                         : "eatt: the \(what) went over \(used) bearer\(used == 1 ? "" : "s") (\(enhanced) enhanced)")
     }
 
-    /// Reads the characteristic's Presentation Format descriptor (0x2904) when it has one; nil
-    /// when not, or when it cannot be read (the value is then shown without it).
-    private func presentationFormat(of characteristic: RemoteCharacteristic, then: @escaping (PresentationFormat?) -> Void) {
-        guard let handle = characteristic.descriptors.first(where: { $0.uuid == GATTType.presentationFormat })?.handle else { return then(nil) }
-        client.read(handle) { result in
-            guard case .success(let bytes) = result else { return then(nil) }
-            then(PresentationFormat(bytes))
-        }
-    }
-
-    /// The characteristic's User Description (0x2901) when it has no name blemu knows (what
-    /// `dump` names it by then), when it has one that can be read; nil otherwise.
-    private func userDescription(of characteristic: RemoteCharacteristic, then: @escaping ([UInt8]?) -> Void) {
-        guard GATTValueText.nameOfCharacteristic(characteristic.uuid) == nil,
-              let handle = characteristic.descriptors.first(where: { $0.uuid == GATTType.userDescription })?.handle else { return then(nil) }
-        client.read(handle) { result in
-            guard case .success(let bytes) = result, !bytes.isEmpty else { return then(nil) }
-            then(bytes)
-        }
-    }
-
-    static func writtenJSON(_ uuid: BluetoothUUID, _ handle: UInt16, _ value: [UInt8], withoutResponse: Bool) -> JSONValue {
-        .object([("ok", .bool(true)), ("uuid", .string(uuid.description)), ("handle", .string(Hex.word(handle))),
-                 ("written", .string(Hex.bytes(value))), ("without_response", .bool(withoutResponse))])
-    }
-
-    private func print(_ dump: GATTWorkflow.Dump, permissions: [UInt16: [String]]) {
+    private func print(_ dump: GATTWorkflow.Dump) {
         let services = dump.services, values = dump.values
         if profile {
-            let advertised = GATTProfile.Advertised(name: advertisement.name, address: advertisement.address,
-                                                    appearance: advertisement.appearance, services: advertisement.services)
-            guard let capture else {
-                emitLine(GATTProfile(cloning: services, values: values, captured: [:], permissions: permissions,
-                                     advertised: advertised).encoded())
-                return done()
-            }
-            return workflow.record(services, for: capture) { [self] captured in
-                emitLine(GATTProfile(cloning: services, values: values, captured: captured, permissions: permissions,
-                                     advertised: advertised).encoded())
+            return workflow.cloneProfile(dump, capture: capture, advertisement: advertisement) { [self] clone in
+                emitLine(clone.encoded())
                 done()
             }
         } else if json {

@@ -5,6 +5,7 @@ import BlemuControl
 import BlemuCore
 import BlemuDevices
 import BlemuGATT
+import BlemuGATTText
 import BlemuHost
 import BlemuProfile
 import BlemuRunLoop
@@ -191,16 +192,8 @@ struct RunCommand: ParsableCommand {
             var plans = try DevicePlanning.plans(devices: devices, specs: specs, environmentSpec: environmentSpec, file: file,
                                                  fileName: configPath, name: name, address: address.flatMap(BluetoothAddress.init),
                                                  pin: pin, passkeys: try parsedPasskeys(), bindkeyFile: bindkeyFile)
-            if let seed {
-                for index in plans.indices { plans[index].seed = DevicePlanning.deviceSeed(seed, index: index) }
-            }
-            if let replay {
-                guard ["loop", "once"].contains(replay) else { throw ValidationError("--replay is loop or once, not '\(replay)'") }
-                guard plans.contains(where: { $0.profile != nil }) else {
-                    throw ValidationError("--replay is for a recorded device: blemu run FILE.json (made by `blemu gatt ... record`)")
-                }
-                for index in plans.indices where plans[index].profile != nil { plans[index].profile?.replay = replay }
-            }
+            if let seed { DevicePlanning.seed(&plans, with: seed) }
+            if let replay { try DevicePlanning.replay(&plans, mode: replay) }
             return plans
         } catch let error as PlanError {
             throw ValidationError(error.message)

@@ -4,6 +4,7 @@ import BlemuBroadcast
 import BlemuCentral
 import BlemuControl
 import BlemuCore
+import BlemuGATTText
 import BlemuObserver
 import BlemuStack
 import CLinux

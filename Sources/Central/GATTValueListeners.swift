@@ -93,6 +93,34 @@ extension GATTWorkflow {
         }
     }
 
+    /// Subscribes to one characteristic as an app does: notifications when it notifies, else
+    /// indications (Vol 3, Part G, 4.10, 4.11), the Client Characteristic Configuration write
+    /// retried once after securing the link when refused for want of security. `listener`
+    /// hears each value from before the write goes out, so the first value after the answer is
+    /// not missed; a refusal takes it away again. `then` with the outcome. False (nothing done)
+    /// when the characteristic neither notifies nor indicates.
+    public func subscribe(_ characteristic: RemoteCharacteristic, listeners: GATTValueListeners,
+                          listener: @escaping (ArraySlice<UInt8>) -> Void,
+                          then: @escaping (Result<Void, GATTClientError>) -> Void) -> Bool {
+        let notify = characteristic.properties.contains(.notify)
+        guard notify || characteristic.properties.contains(.indicate) else { return false }
+        let handle = characteristic.valueHandle
+        listeners[handle] = listener
+        retryingOnSecurity({ [client] done in client.configure(characteristic, notify: notify, indicate: !notify, completion: done) }) { result in
+            if case .failure = result { listeners[handle] = nil }
+            then(result)
+        }
+        return true
+    }
+
+    /// Notifications and indications off again; the listener goes at once (nothing more is
+    /// shown, whatever the answer).
+    public func unsubscribe(_ characteristic: RemoteCharacteristic, listeners: GATTValueListeners,
+                            then: @escaping (Result<Void, GATTClientError>) -> Void) {
+        listeners[characteristic.valueHandle] = nil
+        client.configure(characteristic, notify: false, indicate: false, completion: then)
+    }
+
     /// Watches the peripheral's database for `uuid` while its value is listened to (Vol 3, Part
     /// G, 7.1: the client has rediscovered the changed range when it hears of it): a change is
     /// logged; if the characteristic is gone, its listener is dropped and `gone` says why.

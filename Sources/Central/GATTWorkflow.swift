@@ -208,6 +208,14 @@ public final class GATTWorkflow {
         public var refusals: [UInt16: [UInt8]] = [:]
         /// Handles read only once the link was secured: whether it was authenticated then.
         public var readSecured: [UInt16: Bool] = [:]
+
+        public init(services: [RemoteService], values: [UInt16: Result<[UInt8], GATTClientError>] = [:],
+                    refusals: [UInt16: [UInt8]] = [:], readSecured: [UInt16: Bool] = [:]) {
+            self.services = services
+            self.values = values
+            self.refusals = refusals
+            self.readSecured = readSecured
+        }
     }
 
     /// Every characteristic value that can be read and every descriptor, and what each refusal
@@ -289,6 +297,13 @@ extension GATTWorkflow {
         public var handle: UInt16
         public var value: [UInt8]
         public var indication: Bool
+
+        public init(at: Double, handle: UInt16, value: [UInt8], indication: Bool) {
+            self.at = at
+            self.handle = handle
+            self.value = value
+            self.indication = indication
+        }
     }
 
     /// A recording keeps at most this many values (`blemu gatt ... record`); more are counted, not kept.

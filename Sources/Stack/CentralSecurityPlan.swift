@@ -15,6 +15,13 @@ public struct CentralPairingOptions: Sendable {
     public var stateDirectory: String?
 
     public init() {}
+
+    /// A passkey as a person types it (`--passkey`): one to six ASCII digits, 0 to 999999
+    /// (Vol 3, Part H, 2.3.5.3); nil for anything else.
+    public static func parsePasskey(_ text: String) -> UInt32? {
+        guard (1...6).contains(text.count), text.allSatisfy(\.isASCII), let value = UInt32(text), value <= 999_999 else { return nil }
+        return value
+    }
 }
 
 extension CentralSession {

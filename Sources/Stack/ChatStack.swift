@@ -62,6 +62,26 @@ public struct ChatPlan: Sendable {
         if controllers.contains(where: { $0.role == .auto }) { return room ?? ChatDevice().profile.defaultName }
         return nil
     }
+
+    /// The room whose names `--pin-name` and `--forget-name` bind: the one a run signs in, else
+    /// the room as given (a member's is its host's name: `--room` given whole).
+    public var namingRoom: String { signedRoom ?? room ?? name ?? "" }
+}
+
+extension ChatPlan {
+    /// A private room's passphrase (`--passphrase-file`): the file's bytes (4 KiB at most, read
+    /// through `RegularFile`: a FIFO is refused), one trailing newline taken off; never empty
+    /// (an empty one would be a room anyone can read, thinking it private).
+    public static func readPassphrase(_ path: String) throws(StackFailure) -> [UInt8] {
+        var bytes: [UInt8]
+        switch RegularFile.read(path, maximumBytes: 4096, followSymlinks: true) {
+        case .success(let read): bytes = read
+        case .failure(let error): throw StackFailure("--passphrase-file \(path.visible): \(error)")
+        }
+        if bytes.last == UInt8(ascii: "\n") { bytes.removeLast() }
+        guard !bytes.isEmpty else { throw StackFailure("--passphrase-file \(path.visible) is empty: a private room needs a passphrase") }
+        return bytes
+    }
 }
 
 /// A chat node assembled from its plan: a `ControllerStack` with the `chat` device per
@@ -246,5 +266,21 @@ public final class ChatStack {
     public func fail(_ message: String) {
         if failure == nil { failure = message }
         stop()
+    }
+
+    /// After the last line is delivered, a little longer before stopping: the host's last
+    /// notifications are on their way through the controller.
+    public static let deliveredGrace: Duration = .milliseconds(500)
+
+    /// `blemu chat --exit-on-eof`, once its input ended: a clean stop as soon as nothing the
+    /// node said is on its way any more (looked at every 100 ms), then `deliveredGrace` later.
+    public func stopOnceDelivered() {
+        guard !isStopping else { return }
+        if node.hasUndelivered {
+            loop.schedule(after: .milliseconds(100)) { [self] in stopOnceDelivered() }
+        } else {
+            logger.notice("stdin ended and every line is delivered: stopping (--exit-on-eof)")
+            loop.schedule(after: Self.deliveredGrace) { [self] in stop() }
+        }
     }
 }

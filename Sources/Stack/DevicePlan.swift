@@ -217,6 +217,21 @@ public enum DevicePlanning {
         return random.next()
     }
 
+    /// `--seed N`: each plan's device seeded from N and its place (`deviceSeed`).
+    public static func seed(_ plans: inout [DevicePlan], with seed: UInt64) {
+        for index in plans.indices { plans[index].seed = deviceSeed(seed, index: index) }
+    }
+
+    /// `--replay loop|once`: how every recorded device (a profile with a recording) plays it.
+    /// Refused when it is neither, and when no plan is a recording to replay.
+    public static func replay(_ plans: inout [DevicePlan], mode: String) throws(PlanError) {
+        guard ["loop", "once"].contains(mode) else { throw PlanError("--replay is loop or once, not '\(mode)'") }
+        guard plans.contains(where: { $0.profile != nil }) else {
+            throw PlanError("--replay is for a recorded device: blemu run FILE.json (made by `blemu gatt ... record`)")
+        }
+        for index in plans.indices where plans[index].profile != nil { plans[index].profile?.replay = mode }
+    }
+
     /// The devices that encrypt their broadcasts with a bindkey (BTHome).
     public static var encryptingDevices: [String] { [BTHomeThermometerDevice.deviceName, BTHomeDoorDevice.deviceName] }
 

@@ -2,6 +2,7 @@ import ArgumentParser
 import BlemuCentral
 import BlemuCore
 @testable import BlemuGATTClient
+import BlemuGATTText
 import Testing
 
 @testable import blemu

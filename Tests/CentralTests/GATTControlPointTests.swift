@@ -132,4 +132,35 @@ import Testing
         b.answer([0x13])
         #expect(b.events == [.written, .finished])
     }
+
+    /// `gatt subscribe`: notifications where the characteristic notifies, else indications; the
+    /// listener hears values from before the answer, a refusal takes it away; one that does
+    /// neither is refused without a request.
+    @Test func aSubscriptionTurnsOnWhatTheCharacteristicDoesAndARefusalDropsItsListener() throws {
+        let b = try Bench()
+        var heard: [[UInt8]] = []
+        var results: [Result<Void, GATTClientError>] = []
+        #expect(b.workflow.subscribe(Self.controlPoint([.read, .indicate]), listeners: b.listeners,
+                                     listener: { heard.append(Array($0)) }) { results.append($0) })
+        #expect(b.attSent == [[0x12, 0x13, 0x00, 0x02, 0x00]], "indications: the characteristic does not notify")
+        b.answer([0x1D, 0x12, 0x00, 0x07])   // an indication before the Write Response
+        b.answer([0x13])
+        #expect(heard == [[0x07]] && results.count == 1 && b.listeners.isListening)
+        var done = false
+        b.workflow.unsubscribe(Self.controlPoint([.read, .indicate]), listeners: b.listeners) { _ in done = true }
+        #expect(!b.listeners.isListening, "the listener goes at once")
+        _ = b.attSent
+        b.answer([0x13])
+        #expect(done)
+
+        results = []
+        #expect(b.workflow.subscribe(Self.controlPoint([.read, .notify, .indicate]), listeners: b.listeners,
+                                     listener: { heard.append(Array($0)) }) { results.append($0) })
+        #expect(b.attSent == [[0x12, 0x13, 0x00, 0x01, 0x00]], "notifications where it notifies")
+        b.answer([0x01, 0x12, 0x13, 0x00, 0xFD])   // CCCD Improperly Configured
+        #expect(results.first?.error != nil && !b.listeners.isListening)
+
+        #expect(!b.workflow.subscribe(Self.controlPoint([.read, .write]), listeners: b.listeners, listener: { _ in }) { _ in })
+        #expect(b.attSent.isEmpty && !b.listeners.isListening)
+    }
 }

@@ -86,6 +86,28 @@ import Glibc
         #expect(throws: ControlUsageError.self) { try ControlCommand(arguments: ["watch", "--count", "3"]) }
     }
 
+    /// `blemu ctl PATH wait`'s stream: the `watch` it sends, a refused reply ends it with the
+    /// reply, an accepted one is followed by events until the one waited for; nothing after counts.
+    @Test func aWaitTakesTheReplyThenEventsUntilTheOneWaitedFor() throws {
+        let wait = try EventWait(arguments: ["write", "2A39", "equals", "01ab"])
+        let line = { (value: [UInt8]) in
+            EventEncoding.line(seq: 1, nanoseconds: 0, EventEncoding.members(
+                .write(peer: Self.peer, characteristic: Self.controlPoint, offset: 0, value: value, withResponse: true, prepared: false), device: "d"))
+        }
+        var progress = EventWaitProgress(wait)
+        #expect(ControlRequest.decode(line: Array(progress.request.utf8)) == .success(ControlRequest(id: 1, command: .watch(wait.filter))))
+        #expect(progress.take(#"{"id":1,"ok":true}"#) && progress.state == .watching)
+        #expect(progress.take(line([0x01])) && progress.state == .watching)
+        #expect(!progress.take(line([0x01, 0xAB])) && progress.state == .happened(line([0x01, 0xAB])))
+        #expect(!progress.take(line([0x02])) && progress.state == .happened(line([0x01, 0xAB])))
+
+        var refused = EventWaitProgress(wait)
+        let refusal = #"{"id":1,"ok":false,"error":"no device d"}"#
+        #expect(!refused.take(refusal) && refused.state == .refused(refusal))
+        var early = EventWaitProgress(wait)
+        #expect(!early.take(line([0x01, 0xAB])) && early.state == .refused(line([0x01, 0xAB])), "a first line that is no ok reply refuses")
+    }
+
     @Test func ctlWaitParsesItsFormsAndMatchesOnlyTheEventWaitedFor() throws {
         let wait = try EventWait(arguments: ["write", "2a39", "equals", "0x01ab"])
         #expect(wait.filter == EventFilter(kinds: [.write], uuid: BluetoothUUID(0x2A39)))

@@ -3,13 +3,38 @@ import BlemuChat
 import BlemuCore
 import BlemuRunLoop
 import BlemuStack
+import BlemuTestSupport
 import BlemuTransport
+import Glibc
 import Logging
 import Testing
 
 /// `blemu chat`'s assembly (`ChatStack`): a room on each controller, named and addressed so
 /// that the nodes of one room stay apart.
 @Suite struct ChatStackTests {
+
+    /// `--pin-name`/`--forget-name` bind names in the room a run signs in; a node that only
+    /// joins has none yet, so the room as given.
+    @Test func namesAreBoundInTheRoomARunSignsIn() throws {
+        let spec = try Self.spec(1)
+        #expect(ChatPlan(controllers: [(spec, .host)], room: nil, name: "Kitchen", memberName: "box").namingRoom == "Kitchen")
+        #expect(ChatPlan(controllers: [(spec, .member)], room: "Kitchen hub", name: nil, memberName: "box").namingRoom == "Kitchen hub")
+        #expect(ChatPlan(controllers: [(spec, .member)], room: nil, name: nil, memberName: "box").namingRoom == "")
+    }
+
+    /// `--passphrase-file`: the file's bytes without its one trailing newline; an empty one (a
+    /// private room anyone could read) and a FIFO (never waited on) refused before any radio opens.
+    @Test func aPassphraseFileLosesItsNewlineAndIsNeverEmpty() throws {
+        let directory = TemporaryDirectory()
+        directory.write("pass", "open sesame\n")
+        #expect(try ChatPlan.readPassphrase(directory.file("pass")) == Array("open sesame".utf8))
+        directory.write("empty", "\n")
+        #expect(throws: StackFailure.self) { try ChatPlan.readPassphrase(directory.file("empty")) }
+        #expect(throws: StackFailure.self) { try ChatPlan.readPassphrase(directory.file("absent")) }
+        #expect(mkfifo(directory.file("fifo"), 0o600) == 0)
+        #expect(throws: StackFailure.self) { try ChatPlan.readPassphrase(directory.file("fifo")) }
+    }
+
     static let quiet = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
 
     static func spec(_ port: Int) throws -> ControllerSpec { try ControllerSpec(parsing: "tcp:127.0.0.1:\(port)") }

@@ -1,5 +1,6 @@
 import BlemuCore
 import BlemuDevices
+import BlemuProfile
 import BlemuStack
 import BlemuTransport
 import Testing
@@ -25,5 +26,26 @@ import Testing
         let seeds = (0..<64).map { DevicePlanning.deviceSeed(7, index: $0) }
         #expect(Set(seeds).count == 64)
         #expect(DevicePlanning.deviceSeed(7, index: 3) == DevicePlanning.deviceSeed(7, index: 3))
+    }
+
+    /// `--seed N` on a run's plans: each by its place, as `deviceSeed` says.
+    @Test func everyPlanIsSeededByItsPlace() throws {
+        let spec = try ControllerSpec(parsing: "tcp:127.0.0.1:1")
+        var plans = [DevicePlan(device: "heart-rate", spec: spec), DevicePlan(device: "thermostat", spec: spec)]
+        DevicePlanning.seed(&plans, with: 7)
+        #expect(plans.map(\.seed) == [DevicePlanning.deviceSeed(7, index: 0), DevicePlanning.deviceSeed(7, index: 1)])
+    }
+
+    /// `--replay`: loop or once, and only where a plan is a recording.
+    @Test func replayIsLoopOrOnceAndOnlyForARecording() throws {
+        let spec = try ControllerSpec(parsing: "tcp:127.0.0.1:1")
+        var plans = [DevicePlan(device: "heart-rate", spec: spec)]
+        #expect(throws: PlanError.self) { try DevicePlanning.replay(&plans, mode: "once") }
+        var recorded = DevicePlan(device: "recorded", spec: spec)
+        recorded.profile = GATTProfile(name: "R", services: [])
+        plans.append(recorded)
+        #expect(throws: PlanError.self) { try DevicePlanning.replay(&plans, mode: "twice") }
+        try DevicePlanning.replay(&plans, mode: "once")
+        #expect(plans.map(\.profile?.replay) == [nil, "once"])
     }
 }

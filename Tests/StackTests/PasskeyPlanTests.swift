@@ -71,4 +71,13 @@ import Testing
             (error as? PlanError)?.message == "--passkey lock=…: no such device runs (thermostat)"
         }
     }
+
+    /// The passkey a central types (`gatt --passkey`, `chat --passkey`): 1 to 6 digits, 0 to 999999.
+    @Test func aTypedPasskeyIsOneToSixDigitsUpTo999999() {
+        #expect(CentralPairingOptions.parsePasskey("123456") == 123_456)
+        #expect(CentralPairingOptions.parsePasskey("42") == 42 && CentralPairingOptions.parsePasskey("000000") == 0)
+        for refused in ["", "1234567", "12a456", "-12345", "١٢٣", " 12345"] {
+            #expect(CentralPairingOptions.parsePasskey(refused) == nil, "\(refused)")
+        }
+    }
 }

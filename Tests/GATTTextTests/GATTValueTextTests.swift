@@ -3,9 +3,8 @@ import BlemuCentral
 import BlemuCore
 import BlemuDevices
 @testable import BlemuGATTClient
+import BlemuGATTText
 import Testing
-
-@testable import blemu
 
 /// How `blemu gatt` shows a value: known characteristics decoded by the devices' own decoders
 /// (`EnvironmentalSensing`), the rest as text or hex.
@@ -135,7 +134,7 @@ import Testing
         let json = GATTValueText.json(uuid: BluetoothUUID(0x2A19), handle: 0x0030, value: [0x5F],
                                       time: Timestamp(seconds: 0, nanoseconds: 5_000_000)).encoded
         #expect(json == #"{"uuid":"2A19","name":"Battery Level","handle":"0x0030","value":"5f","decoded":"95 %","time":"1970-01-01T00:00:00.005Z"}"#)
-        #expect(GattRun.writtenJSON(target, 0x0021, [0xCA, 0x08], withoutResponse: false).encoded
+        #expect(GATTValueText.writtenJSON(target, 0x0021, [0xCA, 0x08], withoutResponse: false).encoded
                 == #"{"ok":true,"uuid":"7d3c0101-9a5e-4d1a-8f6e-5c1b2d3e4f50","handle":"0x0021","written":"ca08","without_response":false}"#)
     }
 }

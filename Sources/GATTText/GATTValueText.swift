@@ -1,42 +1,73 @@
 import BlemuAssignedNumbers
 import BlemuCentral
-import BlemuControl
 import BlemuCore
 import BlemuDevices
 import BlemuGATT
 import BlemuGATTClient
+import BlemuHost
 import BlemuProfile
-import Glibc
 
 /// Values as a person reads them: standard UUIDs named (the SIG's assigned numbers, then
 /// blemu's own services), known characteristics decoded, values with a Characteristic
 /// Presentation Format decoded by it, text shown as text, the rest hex.
-enum GATTValueText {
+public enum GATTValueText {
+    /// Names for the services blemu serves (Assigned Numbers 3.4.2, and blemu's own): what
+    /// `blemu devices` lists them by, and the names `gatt` gives where the SIG's tables have none.
+    public static let ownServiceNames: [BluetoothUUID: String] = [
+        BluetoothUUID(0x1800): "GAP", BluetoothUUID(0x1801): "GATT", BluetoothUUID(0x180A): "Device Information",
+        BluetoothUUID(0x180D): "Heart Rate", BluetoothUUID(0x180F): "Battery", BluetoothUUID(0x181A): "Environmental Sensing",
+        Peripheral.diagnosticsServiceUUID: "Diagnostics",
+        BluetoothUUID("7d3c0100-9a5e-4d1a-8f6e-5c1b2d3e4f50")!: "Thermostat",
+        BluetoothUUID("7d3c0200-9a5e-4d1a-8f6e-5c1b2d3e4f50")!: "Lock",
+    ]
+
+    /// Names for the characteristics blemu serves (Assigned Numbers 3.8.1, and blemu's own).
+    public static let ownCharacteristicNames: [BluetoothUUID: String] = [
+        BluetoothUUID(0x2A00): "Device Name", BluetoothUUID(0x2A01): "Appearance",
+        BluetoothUUID(0x2A04): "Peripheral Preferred Connection Parameters", BluetoothUUID(0x2A05): "Service Changed",
+        BluetoothUUID(0x2B29): "Client Supported Features", BluetoothUUID(0x2B2A): "Database Hash",
+        BluetoothUUID(0x2B3A): "Server Supported Features",
+        BluetoothUUID(0x2A19): "Battery Level",
+        BluetoothUUID(0x2A24): "Model Number String", BluetoothUUID(0x2A25): "Serial Number String",
+        BluetoothUUID(0x2A26): "Firmware Revision String", BluetoothUUID(0x2A27): "Hardware Revision String",
+        BluetoothUUID(0x2A28): "Software Revision String", BluetoothUUID(0x2A29): "Manufacturer Name String",
+        BluetoothUUID(0x2A37): "Heart Rate Measurement", BluetoothUUID(0x2A38): "Body Sensor Location",
+        BluetoothUUID(0x2A39): "Heart Rate Control Point",
+        BluetoothUUID(0x2A6E): "Temperature", BluetoothUUID(0x2A6F): "Humidity",
+        Peripheral.diagnosticsCharacteristicUUID: "Diagnostics, JSON",
+    ]
+
+    /// A write's answer as JSON (`gatt write --json`): the characteristic, its handle, the bytes written.
+    public static func writtenJSON(_ uuid: BluetoothUUID, _ handle: UInt16, _ value: [UInt8], withoutResponse: Bool) -> JSONValue {
+        .object([("ok", .bool(true)), ("uuid", .string(uuid.description)), ("handle", .string(Hex.word(handle))),
+                 ("written", .string(Hex.bytes(value))), ("without_response", .bool(withoutResponse))])
+    }
+
     /// " (Heart Rate)" for 0x180D, blemu's own services by their names; "" when unknown.
-    static func serviceName(_ uuid: BluetoothUUID) -> String {
-        (AssignedNumbers.serviceName(uuid) ?? DevicesCommand.serviceNames[uuid]).map { " (\($0))" } ?? ""
+    public static func serviceName(_ uuid: BluetoothUUID) -> String {
+        (AssignedNumbers.serviceName(uuid) ?? ownServiceNames[uuid]).map { " (\($0))" } ?? ""
     }
 
     /// The characteristic's standard name, else blemu's name for it, else its own User
     /// Description (0x2901, a peer's text: control characters shown); "" when none.
-    static func characteristicName(_ uuid: BluetoothUUID, userDescription: [UInt8]? = nil) -> String {
+    public static func characteristicName(_ uuid: BluetoothUUID, userDescription: [UInt8]? = nil) -> String {
         (nameOfCharacteristic(uuid) ?? userDescription.map { VisibleText.make(utf8: $0) }).map { " (\($0))" } ?? ""
     }
 
-    static func nameOfCharacteristic(_ uuid: BluetoothUUID) -> String? {
-        AssignedNumbers.characteristicName(uuid) ?? DevicesCommand.characteristicNames[uuid]
+    public static func nameOfCharacteristic(_ uuid: BluetoothUUID) -> String? {
+        AssignedNumbers.characteristicName(uuid) ?? ownCharacteristicNames[uuid]
     }
 
-    static func descriptorName(_ uuid: BluetoothUUID) -> String {
+    public static func descriptorName(_ uuid: BluetoothUUID) -> String {
         AssignedNumbers.descriptorName(uuid).map { " (\($0))" } ?? ""
     }
 
     /// "0x0601 (HVAC: Thermostat)".
-    static func appearance(_ value: UInt16) -> String {
+    public static func appearance(_ value: UInt16) -> String {
         Hex.word(value) + (AssignedNumbers.appearanceName(value).map { " (\($0))" } ?? "")
     }
 
-    static func properties(_ properties: CharacteristicProperties) -> String {
+    public static func properties(_ properties: CharacteristicProperties) -> String {
         let names: [(CharacteristicProperties, String)] = [
             (.broadcast, "broadcast"), (.read, "read"), (.writeWithoutResponse, "write-without-response"), (.write, "write"),
             (.notify, "notify"), (.indicate, "indicate"), (.authenticatedSignedWrites, "signed-write"),
@@ -45,7 +76,7 @@ enum GATTValueText {
         return names.filter { properties.contains($0.0) }.map(\.1).joined(separator: " ")
     }
 
-    static func describe(uuid: BluetoothUUID, result: Result<[UInt8], GATTClientError>, format: PresentationFormat? = nil) -> String {
+    public static func describe(uuid: BluetoothUUID, result: Result<[UInt8], GATTClientError>, format: PresentationFormat? = nil) -> String {
         switch result {
         case .success(let value): return describe(uuid: uuid, value: value, format: format)
         case .failure(let error): return "(\(error))"
@@ -54,7 +85,7 @@ enum GATTValueText {
 
     /// The value decoded when the UUID is known, else by its Presentation Format, else text
     /// when it is printable, else hex.
-    static func describe(uuid: BluetoothUUID, value: [UInt8], format: PresentationFormat? = nil) -> String {
+    public static func describe(uuid: BluetoothUUID, value: [UInt8], format: PresentationFormat? = nil) -> String {
         guard let decoded = decoded(uuid: uuid, value: value, format: format) else { return Hex.bytes(value) }
         // Text needs no hex beside it; a decoded number keeps its bytes.
         return decoded.hasPrefix("\"") ? decoded : "\(decoded)  [\(Hex.bytes(value))]"
@@ -63,7 +94,7 @@ enum GATTValueText {
     /// What blemu knows of a value: its own decoders first (the profiles it serves, its
     /// devices' characteristics), then the characteristic's Presentation Format
     /// (Vol 3, Part G, 3.3.3.5), then UTF-8 text; nil: show the hex alone.
-    static func decoded(uuid: BluetoothUUID, value: [UInt8], format: PresentationFormat? = nil) -> String? {
+    public static func decoded(uuid: BluetoothUUID, value: [UInt8], format: PresentationFormat? = nil) -> String? {
         if let known = knownDecoding(uuid: uuid, value: value) { return known }
         if let format, let decoded = format.decode(value) { return decoded }
         return text(value)
@@ -71,7 +102,7 @@ enum GATTValueText {
 
     /// blemu's own devices' characteristics (Devices/Thermostat, Devices/Lock), decoded as the
     /// devices encode them.
-    static func deviceDecoding(uuid: BluetoothUUID, value: [UInt8]) -> String? {
+    public static func deviceDecoding(uuid: BluetoothUUID, value: [UInt8]) -> String? {
         switch uuid {
         case ThermostatDevice.targetUUID:
             guard value.count == 2 else { return nil }
@@ -98,7 +129,7 @@ enum GATTValueText {
         }
     }
 
-    static func knownDecoding(uuid: BluetoothUUID, value: [UInt8]) -> String? {
+    public static func knownDecoding(uuid: BluetoothUUID, value: [UInt8]) -> String? {
         if let device = deviceDecoding(uuid: uuid, value: value) { return device }
         switch uuid.uint16 {
         case 0x2A37:
@@ -143,7 +174,7 @@ enum GATTValueText {
 
     /// A Valid Range (0x2906, GSS): the lower and the upper bound, each in its characteristic's
     /// format, decoded as a value of it: "5.00 °C to 35.00 °C".
-    static func validRange(_ value: [UInt8], of characteristic: BluetoothUUID, format: PresentationFormat?) -> String? {
+    public static func validRange(_ value: [UInt8], of characteristic: BluetoothUUID, format: PresentationFormat?) -> String? {
         guard !value.isEmpty, value.count % 2 == 0 else { return nil }
         let half = value.count / 2
         let lower = Array(value[..<half]), upper = Array(value[half...])
@@ -154,7 +185,7 @@ enum GATTValueText {
 
     /// UTF-8 without control characters (C0, DEL, C1, bidirectional overrides: `VisibleText`'s
     /// list, but newlines), quoted; nil otherwise (then shown as hex).
-    static func text(_ value: [UInt8]) -> String? {
+    public static func text(_ value: [UInt8]) -> String? {
         guard !value.isEmpty, let string = String(validating: value, as: UTF8.self),
               string.unicodeScalars.allSatisfy({ !VisibleText.isEscaped($0) || $0 == "\n" }) else { return nil }
         return "\"\(string.replacingNewlines)\""
@@ -163,7 +194,7 @@ enum GATTValueText {
     /// One value as JSON: its UUID, name (as `dump` names it: the standard or blemu's name,
     /// else its User Description), handle, hex and decoding; `time` (a notification's or
     /// indication's arrival) as ISO 8601 UTC.
-    static func json(uuid: BluetoothUUID, handle: UInt16, value: [UInt8], format: PresentationFormat? = nil,
+    public static func json(uuid: BluetoothUUID, handle: UInt16, value: [UInt8], format: PresentationFormat? = nil,
                      time: Timestamp? = nil, userDescription: [UInt8]? = nil) -> JSONValue {
         let name = nameOfCharacteristic(uuid) ?? userDescription.map { VisibleText.make(utf8: $0) }
         var fields: [(String, JSONValue)] = [
@@ -176,20 +207,20 @@ enum GATTValueText {
     }
 
     /// The characteristic's Presentation Format (0x2904), when it has one and a dump read it.
-    static func presentationFormat(of characteristic: RemoteCharacteristic, values: [UInt16: Result<[UInt8], GATTClientError>]) -> PresentationFormat? {
+    public static func presentationFormat(of characteristic: RemoteCharacteristic, values: [UInt16: Result<[UInt8], GATTClientError>]) -> PresentationFormat? {
         guard let handle = characteristic.descriptors.first(where: { $0.uuid == GATTType.presentationFormat })?.handle,
               case .success(let bytes)? = values[handle] else { return nil }
         return PresentationFormat(bytes)
     }
 
-    static func userDescription(of characteristic: RemoteCharacteristic, values: [UInt16: Result<[UInt8], GATTClientError>]) -> [UInt8]? {
+    public static func userDescription(of characteristic: RemoteCharacteristic, values: [UInt16: Result<[UInt8], GATTClientError>]) -> [UInt8]? {
         guard let handle = characteristic.descriptors.first(where: { $0.uuid == GATTType.userDescription })?.handle,
               case .success(let bytes)? = values[handle], !bytes.isEmpty else { return nil }
         return bytes
     }
 
     /// A descriptor's value: a Valid Range in its characteristic's format, the others by their own UUID.
-    static func describeDescriptor(_ descriptor: BluetoothUUID, value: [UInt8], of characteristic: BluetoothUUID,
+    public static func describeDescriptor(_ descriptor: BluetoothUUID, value: [UInt8], of characteristic: BluetoothUUID,
                                    format: PresentationFormat?) -> String? {
         if descriptor == GATTType.validRange, let range = validRange(value, of: characteristic, format: format) { return range }
         return decoded(uuid: descriptor, value: value)
@@ -197,7 +228,7 @@ enum GATTValueText {
 
     /// `blemu gatt dump`'s text: the peripheral, then each service, characteristic and
     /// descriptor with its name and value.
-    static func dumpLines(advertisement: Advertisement, mtu: Int, services: [RemoteService],
+    public static func dumpLines(advertisement: Advertisement, mtu: Int, services: [RemoteService],
                           values: [UInt16: Result<[UInt8], GATTClientError>]) -> [String] {
         var lines = ["\(advertisement.address) \"\((GATTProfile.deviceName(services, values) ?? advertisement.name).visible)\" (ATT MTU \(mtu))"]
         func shown(_ value: [UInt8], _ decoded: String?) -> String {
@@ -229,7 +260,7 @@ enum GATTValueText {
         return lines
     }
 
-    static func dumpJSON(advertisement: Advertisement, services: [RemoteService],
+    public static func dumpJSON(advertisement: Advertisement, services: [RemoteService],
                          values: [UInt16: Result<[UInt8], GATTClientError>]) -> JSONValue {
         func value(_ handle: UInt16, decode: ([UInt8]) -> String?) -> [(String, JSONValue)] {
             switch values[handle] {
@@ -247,7 +278,7 @@ enum GATTValueText {
             ("services", .array(services.map { service in
                 .object([
                     ("uuid", .string(service.uuid.description)),
-                    ("name", name(AssignedNumbers.serviceName(service.uuid) ?? DevicesCommand.serviceNames[service.uuid])),
+                    ("name", name(AssignedNumbers.serviceName(service.uuid) ?? ownServiceNames[service.uuid])),
                     ("primary", .bool(service.service.isPrimary)),
                     ("start", .string(Hex.word(service.handles.lowerBound))), ("end", .string(Hex.word(service.handles.upperBound))),
                     ("includes", .array(service.includes.map { .string($0.service.uuid.description) })),
@@ -273,46 +304,6 @@ enum GATTValueText {
                 ])
             })),
         ])
-    }
-}
-
-/// A wall-clock instant, for the time a notification came: local HH:MM:SS.mmm for people,
-/// ISO 8601 UTC for scripts.
-struct Timestamp: Equatable {
-    var seconds: Int
-    var nanoseconds: Int
-
-    static func now() -> Timestamp {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        return Timestamp(seconds: now.tv_sec, nanoseconds: now.tv_nsec)
-    }
-
-    private func fields(local: Bool) -> tm {
-        var time = time_t(seconds)
-        var parts = tm()
-        if local { localtime_r(&time, &parts) } else { gmtime_r(&time, &parts) }
-        return parts
-    }
-
-    private static func pad(_ value: Int, _ width: Int) -> String {
-        let digits = String(value)
-        return String(repeating: "0", count: max(0, width - digits.count)) + digits
-    }
-
-    private var milliseconds: String { Self.pad(nanoseconds / 1_000_000, 3) }
-
-    /// "15:04:05.123", local time.
-    var clock: String {
-        let t = fields(local: true)
-        return "\(Self.pad(Int(t.tm_hour), 2)):\(Self.pad(Int(t.tm_min), 2)):\(Self.pad(Int(t.tm_sec), 2)).\(milliseconds)"
-    }
-
-    /// "2026-11-26T15:04:05.123Z".
-    var iso8601: String {
-        let t = fields(local: false)
-        return "\(Self.pad(Int(t.tm_year) + 1900, 4))-\(Self.pad(Int(t.tm_mon) + 1, 2))-\(Self.pad(Int(t.tm_mday), 2))T"
-            + "\(Self.pad(Int(t.tm_hour), 2)):\(Self.pad(Int(t.tm_min), 2)):\(Self.pad(Int(t.tm_sec), 2)).\(milliseconds)Z"
     }
 }
 

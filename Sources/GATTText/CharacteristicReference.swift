@@ -7,7 +7,7 @@ import BlemuGATTClient
 /// with that 16-bit UUID when the peripheral has one, else the one whose value handle it is —
 /// what `dump` shows beside each characteristic), or by the name `dump` shows for it, in any case,
 /// its words joined by spaces, hyphens or underscores (`"Battery Level"`, `battery-level`).
-enum CharacteristicReference: Hashable, CustomStringConvertible {
+public enum CharacteristicReference: Hashable, Sendable, CustomStringConvertible {
     case uuid(BluetoothUUID)
     /// `0x` and 1 to 4 hex digits: a 16-bit UUID or a value handle, told apart by the database.
     case number(UInt16)
@@ -15,7 +15,7 @@ enum CharacteristicReference: Hashable, CustomStringConvertible {
     case name(String)
 
     /// nil: nothing a characteristic can be named by (empty, or hex that is not a UUID).
-    init?(_ text: String) {
+    public init?(_ text: String) {
         if text.hasPrefix("0x") || text.hasPrefix("0X"), (1...4).contains(text.utf8.count - 2),
            let number = UInt16(text.dropFirst(2), radix: 16) {
             self = .number(number)
@@ -34,7 +34,7 @@ enum CharacteristicReference: Hashable, CustomStringConvertible {
 
     /// "Battery Level", "battery_level", "BATTERY-LEVEL" → "battery-level": lowercase ASCII
     /// letters and digits, every run of anything else one hyphen, none at the ends.
-    static func normalized(_ text: some StringProtocol) -> String {
+    public static func normalized(_ text: some StringProtocol) -> String {
         var out = ""
         var pendingHyphen = false
         for byte in text.utf8 {
@@ -50,7 +50,7 @@ enum CharacteristicReference: Hashable, CustomStringConvertible {
         return out
     }
 
-    var description: String {
+    public var description: String {
         switch self {
         case .uuid(let uuid): return uuid.description
         case .number(let number): return Hex.word(number)
@@ -60,7 +60,7 @@ enum CharacteristicReference: Hashable, CustomStringConvertible {
 
     /// The characteristic this names among `services` (the first in handle order, as for a
     /// UUID), or why none: "has no characteristic ..." (the caller puts the peer before it).
-    func resolve(in services: [RemoteService]) -> Result<RemoteCharacteristic, ResolveError> {
+    public func resolve(in services: [RemoteService]) -> Result<RemoteCharacteristic, ResolveError> {
         let characteristics = services.lazy.flatMap(\.characteristics)
         switch self {
         case .uuid(let uuid):
@@ -83,8 +83,8 @@ enum CharacteristicReference: Hashable, CustomStringConvertible {
         }
     }
 
-    struct ResolveError: Error, CustomStringConvertible {
-        let description: String
-        init(_ description: String) { self.description = description }
+    public struct ResolveError: Error, CustomStringConvertible {
+        public let description: String
+        public init(_ description: String) { self.description = description }
     }
 }
