@@ -1,6 +1,7 @@
 import BlemuATT
 import BlemuCore
 import BlemuCrypto
+import BlemuDevice
 import BlemuGATT
 import BlemuHCI
 import BlemuL2CAP

@@ -1,6 +1,7 @@
 import BlemuATT
 import BlemuChannels
 import BlemuCore
+import BlemuDevice
 import BlemuGATT
 import BlemuHCI
 import BlemuSecurity

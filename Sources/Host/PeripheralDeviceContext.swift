@@ -1,6 +1,7 @@
 import BlemuATT
 import BlemuChannels
 import BlemuCore
+import BlemuDevice
 import BlemuEATT
 import BlemuGATT
 import BlemuHCI
