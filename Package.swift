@@ -271,7 +271,7 @@ let package = Package(
         .testTarget(name: "EATTTests", dependencies: ["BlemuEATT"], path: "Tests/EATTTests"),
         .testTarget(name: "ATTTests", dependencies: ["BlemuATT", "BlemuL2CAP", "BlemuHCI", "BlemuCore"], path: "Tests/ATTTests"),
         // The devices' models alone (no GATT, no scheduler: time handed in).
-        .testTarget(name: "DevicesTests", dependencies: ["BlemuATT", "BlemuBroadcast", "BlemuChat", "BlemuChatProtocol", "BlemuCore", "BlemuCrypto", "BlemuDevice", "BlemuDevices", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuSimulator", "BlemuTestSupport", "HostTestSupport",
+        .testTarget(name: "DevicesTests", dependencies: ["BlemuATT", "BlemuBroadcast", "BlemuChat", "BlemuChatProtocol", "BlemuCore", "BlemuCrypto", "BlemuDevice", "BlemuDevices", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuSecurity", "BlemuSimulator", "BlemuTestSupport", "HostTestSupport",
                                                       .product(name: "Logging", package: "swift-log")],
                     path: "Tests/DevicesTests"),
         .testTarget(name: "ChatProtocolTests", dependencies: ["BlemuChatProtocol", "BlemuCore", "BlemuCrypto",
