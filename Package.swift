@@ -8,7 +8,7 @@ let package = Package(
     products: [
         .executable(name: "blemu", targets: ["blemu"]),
         // The stack as a library, for the benchmarks (Benchmarks/) and fuzz (Fuzz/) packages and embedding.
-        .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuGATTClient", "BlemuConnection", "BlemuCentral", "BlemuHost",
+        .library(name: "BlemuKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuGATTClient", "BlemuConnection", "BlemuCentral", "BlemuDevice", "BlemuHost",
                                              "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast", "BlemuObserver",
                                              "BlemuAssignedNumbers", "BlemuChatProtocol", "BlemuDevices", "BlemuTransport", "BlemuControl", "BlemuSimulator", "BlemuBenchRig", "BlemuBench", "BlemuBenchProtocol"]),
         // What Fuzz/'s targets drive, and no more: the layers up to Host, Devices, Transport and
@@ -17,7 +17,7 @@ let package = Package(
         // (release, AddressSanitizer, in scripts/test's smoke run) compiles every module of the
         // products it depends on.
         .library(name: "BlemuFuzzKit", targets: ["BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT",
-                                                  "BlemuGATTClient", "BlemuConnection", "BlemuHost", "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast",
+                                                  "BlemuGATTClient", "BlemuConnection", "BlemuDevice", "BlemuHost", "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuBroadcast",
                                                   "BlemuChatProtocol", "BlemuDevices", "BlemuRunLoop", "BlemuTransport", "BlemuControl", "BlemuSimulator",
                                                   "BlemuBenchProtocol"]),
     ],
@@ -112,8 +112,16 @@ let package = Package(
             "BlemuCore", "BlemuConnection", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuGATTClient", "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Central"),
+        // The API a device is written against (`Device`, `DeviceContext`, `BroadcastingDevice`,
+        // `BroadcastContext`, their value types): protocols only, so a device compiles against
+        // GATT's declarations and Channels' channel API, never against the host that runs it.
+        // Above GATT, Channels and HCI; Host implements it, Devices/ import it.
+        .target(name: "BlemuDevice", dependencies: [
+            "BlemuCore", "BlemuChannels", "BlemuGATT", "BlemuHCI",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/Device"),
         .target(name: "BlemuHost", dependencies: [
-            "BlemuCore", "BlemuConnection", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
+            "BlemuCore", "BlemuDevice", "BlemuConnection", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuCrypto", "BlemuSMP", "BlemuSecurity",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Sources/Host"),
@@ -124,14 +132,14 @@ let package = Package(
             "BlemuCore", "BlemuCrypto",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/ChatProtocol"),
-        .target(name: "BlemuDevices", dependencies: ["BlemuCore", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuCrypto", "BlemuBroadcast", "BlemuChannels", "BlemuChatProtocol",
+        .target(name: "BlemuDevices", dependencies: ["BlemuCore", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuDevice", "BlemuCrypto", "BlemuBroadcast", "BlemuChannels", "BlemuChatProtocol",
             .product(name: "Logging", package: "swift-log"), .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Devices"),
         // Configuration files: devices and their options, checked before anything starts.
         // GATT profiles: a cloned device's database and values, read from JSON and served as a device,
         // and written from what a GATT client discovered and read (the exporter).
         .target(name: "BlemuProfile", dependencies: [
-            "BlemuCore", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuHost", "BlemuDevices",
+            "BlemuCore", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuHost", "BlemuDevice", "BlemuDevices",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Profile"),
         // `blemu gatt ... record` and `dump --profile`: what a central's GATT workflow found (a dump,
@@ -176,7 +184,7 @@ let package = Package(
         // The chat between nodes (Docs/CHAT.md): a node's rooms, one per controller, as host or
         // member, and the bridge between them. Above the central and the chat device.
         .target(name: "BlemuChat", dependencies: [
-            "BlemuCore", "BlemuCentral", "BlemuChannels", "BlemuChatProtocol", "BlemuGATT", "BlemuGATTClient", "BlemuHost", "BlemuDevices", "BlemuCrypto", "BlemuSecurity",
+            "BlemuCore", "BlemuCentral", "BlemuChannels", "BlemuChatProtocol", "BlemuGATT", "BlemuGATTClient", "BlemuHost", "BlemuDevice", "BlemuDevices", "BlemuCrypto", "BlemuSecurity",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Chat"),
         // The observer of `blemu scan`: an advertiser's AD structures decoded into a report
@@ -192,7 +200,7 @@ let package = Package(
         // `gatt` and `scan`: what any front end reuses. Above every layer it assembles, below the CLI.
         .target(name: "BlemuStack", dependencies: [
             "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHCI", "BlemuATT", "BlemuGATT", "BlemuGATTClient",
-            "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuHost", "BlemuCentral", "BlemuDevices", "BlemuProfile", "BlemuConfig", "BlemuBroadcast",
+            "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuHost", "BlemuCentral", "BlemuDevice", "BlemuDevices", "BlemuProfile", "BlemuConfig", "BlemuBroadcast",
             "BlemuChat", "BlemuChatProtocol", "BlemuControl", "BlemuScenario", "BlemuCapture", "BlemuService", "BlemuLint",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Stack"),
@@ -204,11 +212,11 @@ let package = Package(
         // controller stack), below the CLI.
         .target(name: "BlemuBench", dependencies: [
             "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHCI", "BlemuATT", "BlemuGATT", "BlemuGATTClient", "BlemuChannels",
-            "BlemuHost", "BlemuCentral", "BlemuStack", "BlemuBenchProtocol",
+            "BlemuDevice", "BlemuHost", "BlemuCentral", "BlemuStack", "BlemuBenchProtocol",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Bench"),
         .executableTarget(name: "blemu", dependencies: [
-            "BlemuCore", "BlemuRunLoop", "BlemuAttach", "BlemuBench", "BlemuTransport", "BlemuHost", "BlemuDevices", "BlemuControl", "BlemuConfig", "BlemuStack", "BlemuScenario",
+            "BlemuCore", "BlemuRunLoop", "BlemuAttach", "BlemuBench", "BlemuTransport", "BlemuHost", "BlemuDevice", "BlemuDevices", "BlemuControl", "BlemuConfig", "BlemuStack", "BlemuScenario",
             "BlemuJournal",
             "BlemuCapture", "BlemuService", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuProfile", "BlemuRecording", "BlemuGATTText", "BlemuChat", "BlemuChatProtocol",
             "BlemuSecurity", "BlemuSMP", "BlemuCrypto", "BlemuATT", "BlemuBroadcast", "BlemuObserver", "BlemuAssignedNumbers", "BlemuLint", "BlemuHCI", "CLinux", "CStartup",
@@ -233,7 +241,7 @@ let package = Package(
         .target(name: "BlemuSimulator", dependencies: ["BlemuCore", "BlemuHCI"], path: "Sources/Simulator"),
         // Devices connected in process on a simulated controller, for the benchmarks and the performance gate.
         .target(name: "BlemuBenchRig", dependencies: [
-            "BlemuCore", "BlemuHCI", "BlemuGATT", "BlemuHost", "BlemuCentral", "BlemuDevices", "BlemuSimulator",
+            "BlemuCore", "BlemuHCI", "BlemuGATT", "BlemuHost", "BlemuCentral", "BlemuDevice", "BlemuDevices", "BlemuSimulator",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/BenchRig"),
         // The hot paths for the performance gate (scripts/perf-gate): counted by callgrind.
@@ -247,7 +255,7 @@ let package = Package(
         // What several test targets share: the spec's sample data, temporary directories, captured log lines.
         .target(name: "BlemuTestSupport", dependencies: ["BlemuCore", "BlemuCrypto", .product(name: "Logging", package: "swift-log")],
                 path: "Tests/Support/TestSupport"),
-        .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuCore", "BlemuBench", "BlemuBenchProtocol", "BlemuBenchRig", "BlemuHost", "BlemuDevices", "BlemuChannels", "BlemuL2CAP",
+        .testTarget(name: "AllocationTests", dependencies: ["CAllocationCounter", "BlemuCore", "BlemuBench", "BlemuBenchProtocol", "BlemuBenchRig", "BlemuHost", "BlemuDevice", "BlemuDevices", "BlemuChannels", "BlemuL2CAP",
                                                          "BlemuGATT", "BlemuGATTClient", "BlemuATT", "BlemuCrypto", "BlemuHCI", "BlemuRunLoop",
                                                          "BlemuCentral", "BlemuTransport"],
                     path: "Tests/AllocationTests"),
@@ -273,7 +281,7 @@ let package = Package(
         .testTarget(name: "EATTTests", dependencies: ["BlemuEATT"], path: "Tests/EATTTests"),
         .testTarget(name: "ATTTests", dependencies: ["BlemuATT", "BlemuL2CAP", "BlemuHCI", "BlemuCore"], path: "Tests/ATTTests"),
         // The devices' models alone (no GATT, no scheduler: time handed in).
-        .testTarget(name: "DevicesTests", dependencies: ["BlemuATT", "BlemuBroadcast", "BlemuChat", "BlemuChatProtocol", "BlemuCore", "BlemuCrypto", "BlemuDevices", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuSimulator", "BlemuTestSupport", "HostTestSupport",
+        .testTarget(name: "DevicesTests", dependencies: ["BlemuATT", "BlemuBroadcast", "BlemuChat", "BlemuChatProtocol", "BlemuCore", "BlemuCrypto", "BlemuDevice", "BlemuDevices", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuSecurity", "BlemuSimulator", "BlemuTestSupport", "HostTestSupport",
                                                       .product(name: "Logging", package: "swift-log")],
                     path: "Tests/DevicesTests"),
         .testTarget(name: "ChatProtocolTests", dependencies: ["BlemuChatProtocol", "BlemuCore", "BlemuCrypto",
@@ -320,13 +328,13 @@ let package = Package(
         .testTarget(name: "BenchTests", dependencies: ["BlemuBench", "BlemuBenchProtocol", "BlemuCore", "BlemuSimulator"], path: "Tests/BenchTests"),
         .testTarget(name: "CaptureTests", dependencies: ["BlemuTestSupport", "BlemuCapture", "BlemuCore"], path: "Tests/CaptureTests"),
         .testTarget(name: "ServiceTests", dependencies: ["BlemuService"], path: "Tests/ServiceTests"),
-        .testTarget(name: "HostTests", dependencies: ["BlemuATT", "BlemuBenchRig", "BlemuCentral", "BlemuChannels", "BlemuControl", "BlemuCore", "BlemuCrypto", "BlemuDevices", "BlemuEATT", "BlemuGATT", "BlemuGATTClient", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuProfile", "BlemuSMP", "BlemuSecurity", "BlemuSimulator", "BlemuTestSupport", "HostTestSupport",
+        .testTarget(name: "HostTests", dependencies: ["BlemuATT", "BlemuBenchRig", "BlemuCentral", "BlemuChannels", "BlemuControl", "BlemuCore", "BlemuCrypto", "BlemuDevice", "BlemuDevices", "BlemuEATT", "BlemuGATT", "BlemuGATTClient", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuProfile", "BlemuSMP", "BlemuSecurity", "BlemuSimulator", "BlemuTestSupport", "HostTestSupport",
                                                    .product(name: "Logging", package: "swift-log")],
                     path: "Tests/HostTests"),
         // The peripheral's, the central's and the devices' benches (a device on a scripted
         // controller, several on one, a central, a hand-made channel peer), shared by the three
         // test targets below as a library of their own.
-        .target(name: "HostTestSupport", dependencies: ["BlemuATT", "BlemuCentral", "BlemuChatProtocol", "BlemuCore", "BlemuCrypto", "BlemuDevices", "BlemuGATT", "BlemuGATTClient", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuSMP", "BlemuSecurity", "BlemuSimulator", "BlemuTestSupport",
+        .target(name: "HostTestSupport", dependencies: ["BlemuATT", "BlemuCentral", "BlemuChatProtocol", "BlemuCore", "BlemuCrypto", "BlemuDevice", "BlemuDevices", "BlemuGATT", "BlemuGATTClient", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuSMP", "BlemuSecurity", "BlemuSimulator", "BlemuTestSupport",
                                                         .product(name: "Logging", package: "swift-log")],
                 path: "Tests/HostSupport"),
         .testTarget(name: "CentralTests", dependencies: ["BlemuATT", "BlemuBenchRig", "BlemuCentral", "BlemuCore", "BlemuCrypto", "BlemuDevices", "BlemuGATT", "BlemuGATTClient", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuSMP", "BlemuSecurity", "BlemuSimulator", "HostTestSupport",

@@ -1,4 +1,4 @@
-import BlemuHost
+import BlemuDevice
 
 /// Every device module blemu can run, by its name (Docs/REFERENCE.md, "Device names").
 public enum DeviceRegistry {

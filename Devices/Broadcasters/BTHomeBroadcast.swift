@@ -1,7 +1,7 @@
 import BlemuBroadcast
 import BlemuCore
 import BlemuCrypto
-import BlemuHost
+import BlemuDevice
 
 /// What the two BTHome devices share: their advertising data built from a reading, the packet
 /// id (bthome.io/format: object 0x00, "increased on each new reading", so a receiver drops a

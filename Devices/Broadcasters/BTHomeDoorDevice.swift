@@ -1,6 +1,6 @@
 import BlemuBroadcast
 import BlemuCore
-import BlemuHost
+import BlemuDevice
 
 /// A BTHome v2 door sensor with a button (bthome.io): opening (0x11, a binary sensor: 1 open,
 /// 0 closed), battery (0x01) and, when pressed, a button event (0x3A), marked trigger-based in

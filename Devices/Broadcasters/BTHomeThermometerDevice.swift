@@ -1,6 +1,6 @@
 import BlemuBroadcast
 import BlemuCore
-import BlemuHost
+import BlemuDevice
 
 /// A BTHome v2 thermometer and hygrometer (bthome.io), the kind Home Assistant picks up by
 /// itself: temperature (0x02, s16 × 0.01 °C), humidity (0x03, u16 × 0.01 %) and battery (0x01,

@@ -1,6 +1,6 @@
 import BlemuBroadcast
 import BlemuCore
-import BlemuHost
+import BlemuDevice
 
 /// An Eddystone beacon (github.com/google/eddystone): UID and URL frames in turn, with an
 /// unencrypted TLM frame every fifth slot, as real beacons interleave them (the spec lets a

@@ -1,6 +1,6 @@
 import BlemuBroadcast
 import BlemuCore
-import BlemuHost
+import BlemuDevice
 
 /// An iBeacon (Apple's Proximity Beacon Specification): the proximity UUID, major, minor and
 /// measured power in Apple's manufacturer data, non-connectable, every 100 ms as Apple asks of

@@ -1,7 +1,7 @@
 import BlemuChannels
 import BlemuCore
 import BlemuGATT
-import BlemuHost
+import BlemuDevice
 import Logging
 
 /// `channel-echo`: a test peer for L2CAP connection-oriented channels. It publishes one channel

@@ -3,7 +3,7 @@ import BlemuChannels
 import BlemuChatProtocol
 import BlemuCore
 import BlemuGATT
-import BlemuHost
+import BlemuDevice
 import DequeModule
 import Logging
 

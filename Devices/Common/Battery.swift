@@ -1,6 +1,6 @@
 import BlemuCore
 import BlemuGATT
-import BlemuHost
+import BlemuDevice
 
 /// Battery Service 0x180F (BAS 1.0): Battery Level 0x2A19, uint8 percent, read and notify.
 /// The level is a function of time (a slow linear drain), so reading it needs no timer; a

@@ -1,6 +1,6 @@
 import BlemuCore
 import BlemuGATT
-import BlemuHost
+import BlemuDevice
 
 /// Device Information Service 0x180A (DIS 1.1): fixed strings, all cached — the stack serves
 /// them without asking the device.

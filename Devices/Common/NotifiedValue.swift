@@ -1,6 +1,6 @@
 import BlemuCore
 import BlemuGATT
-import BlemuHost
+import BlemuDevice
 
 /// The value a notifying characteristic last sent, so a device notifies only when what a
 /// central would read has changed, however often its model ticks.

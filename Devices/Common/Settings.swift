@@ -1,4 +1,4 @@
-import BlemuHost
+import BlemuDevice
 
 /// Settings of the common kinds, parsed in one way for every device: a refusal names the key
 /// and what it accepts, and changes nothing.

@@ -1,6 +1,6 @@
 import BlemuCore
 import BlemuGATT
-import BlemuHost
+import BlemuDevice
 
 /// The clock of a simulated world that runs only while somebody listens: a timer every
 /// `period` while at least one central is subscribed (notifications or indications) to one of

@@ -1,7 +1,7 @@
 import BlemuATT
 import BlemuCore
 import BlemuGATT
-import BlemuHost
+import BlemuDevice
 import Logging
 
 /// `heart-rate`: a chest-strap heart rate sensor — Heart Rate Service 0x180D (HRS 1.0),

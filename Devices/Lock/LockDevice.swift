@@ -1,7 +1,7 @@
 import BlemuATT
 import BlemuCore
 import BlemuGATT
-import BlemuHost
+import BlemuDevice
 import Logging
 
 /// `lock`: a motorized door lock opened with a PIN — blemu's Lock service, Device Information

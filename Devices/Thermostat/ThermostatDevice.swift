@@ -1,7 +1,7 @@
 import BlemuATT
 import BlemuCore
 import BlemuGATT
-import BlemuHost
+import BlemuDevice
 import Logging
 
 /// `thermostat`: a wall thermostat with a temperature and humidity sensor — Environmental

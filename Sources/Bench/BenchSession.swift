@@ -2,6 +2,7 @@ import BlemuBenchProtocol
 import BlemuCentral
 import BlemuChannels
 import BlemuCore
+import BlemuDevice
 import BlemuHCI
 import BlemuHost
 import BlemuRunLoop

@@ -3,6 +3,7 @@ import BlemuBenchProtocol
 import BlemuCentral
 import BlemuChannels
 import BlemuCore
+import BlemuDevice
 import BlemuGATT
 import BlemuGATTClient
 import BlemuHost

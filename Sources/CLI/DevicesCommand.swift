@@ -1,5 +1,6 @@
 import ArgumentParser
 import BlemuCore
+import BlemuDevice
 import BlemuDevices
 import BlemuGATT
 import BlemuGATTText

@@ -2,6 +2,7 @@ import BlemuCentral
 import BlemuChannels
 import BlemuChatProtocol
 import BlemuCore
+import BlemuDevice
 import BlemuDevices
 import BlemuGATT
 import BlemuGATTClient

@@ -298,7 +298,7 @@ public final class DeviceControl {
             if case .failure(let refusal) = ValueInjection.target(uuid, of: peripheral) { return refusal.message }
             return nil
         case .fault(_, let uuid, _, _), .authorize(_, let uuid, _, _):
-            return peripheral.database.characteristics.contains { $0.uuid == uuid } ? nil : "\(peripheral.deviceName) has no characteristic \(uuid)"
+            return peripheral.characteristics.contains { $0.uuid == uuid } ? nil : "\(peripheral.deviceName) has no characteristic \(uuid)"
         default:
             return nil
         }
@@ -338,7 +338,7 @@ public final class DeviceControl {
             let settings: [JSONValue] = peripheral.device.settings.map { setting in
                 .object([("key", .string(setting.key)), ("summary", .string(setting.summary))])
             }
-            let characteristics = peripheral.database.characteristics
+            let characteristics = peripheral.characteristics
             let faults: [JSONValue] = peripheral.control.faults.planned.map { planned in
                 let uuid = characteristics.first { $0.valueHandle == planned.valueHandle }?.uuid
                 return .object([("uuid", uuid.map { .string($0.description) } ?? .null),
@@ -488,7 +488,7 @@ public enum ValueInjection {
 
     /// The characteristic `notify` sends as: the first with the UUID that notifies or indicates.
     public static func target(_ uuid: BluetoothUUID, of peripheral: Peripheral) -> Result<Characteristic, Refusal> {
-        let matching = peripheral.database.characteristics.filter { $0.uuid == uuid }
+        let matching = peripheral.characteristics.filter { $0.uuid == uuid }
         guard !matching.isEmpty else { return .failure(Refusal(message: "\(peripheral.deviceName) has no characteristic \(uuid)")) }
         guard let characteristic = matching.first(where: { $0.properties.contains(.notify) || $0.properties.contains(.indicate) }) else {
             return .failure(Refusal(message: "characteristic \(uuid) of \(peripheral.deviceName) neither notifies nor indicates"))

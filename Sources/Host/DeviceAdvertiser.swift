@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuDevice
 import BlemuGATT
 import BlemuHCI
 import BlemuSecurity
@@ -15,9 +16,11 @@ final class DeviceAdvertiser {
     let profile: DeviceProfile
     /// The device's identity address (static random).
     let identityAddress: BluetoothAddress
-    let database: GATTDatabase
-    /// For the device's IRK (privacy).
-    let security: PeripheralSecurity
+    /// The device's database, whose absent services leave the advertised UUIDs; nil for a
+    /// broadcaster, which has none.
+    let database: GATTDatabase?
+    /// The device's IRK (privacy): its Security Manager's, or a broadcaster's `BroadcasterIdentity`.
+    let resolvingKey: () -> [UInt8]
     let scheduler: TimerScheduling
     var logger: Logger
     /// Whether the device can take another link (advertising waits while it cannot).
@@ -66,14 +69,14 @@ final class DeviceAdvertiser {
     private var fastPhaseEnds: UInt64 = 0
 
     init(host: PeripheralHost, configuration: PeripheralConfiguration, profile: DeviceProfile, identityAddress: BluetoothAddress,
-         database: GATTDatabase, security: PeripheralSecurity, broadcaster: BroadcastingDevice? = nil, logger: Logger) {
+         database: GATTDatabase?, resolvingKey: @escaping () -> [UInt8], broadcaster: BroadcastingDevice? = nil, logger: Logger) {
         self.broadcaster = broadcaster
         self.host = host
         self.configuration = configuration
         self.profile = profile
         self.identityAddress = identityAddress
         self.database = database
-        self.security = security
+        self.resolvingKey = resolvingKey
         scheduler = host.scheduler
         self.logger = logger
         address = identityAddress
@@ -396,8 +399,7 @@ final class DeviceAdvertiser {
     /// apps do) is not sent to a service a central would not find. A UUID the database has no
     /// service of is listed as the profile says.
     var advertisedServiceUUIDs: [BluetoothUUID] {
-        let absent = database.absent
-        guard !absent.isEmpty else { return profile.advertisedServices }
+        guard let database, case let absent = database.absent, !absent.isEmpty else { return profile.advertisedServices }
         return profile.advertisedServices.filter { uuid in
             !absent.contains { $0.uuid == uuid }
                 || database.services.contains { $0.uuid == uuid && database.isPresent($0) }
@@ -441,7 +443,7 @@ final class DeviceAdvertiser {
     func renewPrivateAddress() {
         if let timer = privateAddressTimer { scheduler.cancel(timer) }
         let old = address
-        address = ResolvablePrivateAddress.make(irk: security.identity.resolvingKey, random: &privateAddressRandom)
+        address = ResolvablePrivateAddress.make(irk: resolvingKey(), random: &privateAddressRandom)
         privateAddressTimer = scheduler.schedule(after: configuration.privateAddressTimeout) { [weak self] in
             guard let self else { return }
             self.privateAddressTimer = nil

@@ -11,11 +11,18 @@ import Logging
 /// themselves are `DeviceLinks`).
 extension Peripheral {
     func connectionAttemptFailed(status: UInt8) {
-        links.attemptFailed(status: status)
+        madeConnectionParts?.links.attemptFailed(status: status)
     }
 
     /// A link made from this device's advertising (the host routed it here).
     func connectionOpened(_ event: LEConnectionComplete, fromAdvertising: Bool) {
+        guard let links = madeConnectionParts?.links else {
+            // A broadcaster advertises non-connectable (Vol 6, Part B, 2.3.1.3): a controller
+            // that reports a link from it anyway is answered with HCI Disconnect, and the link
+            // never becomes the device's.
+            refuseLink(event)
+            return
+        }
         advertising.linkMade()
         let connection: Connection
         switch links.open(event) {
@@ -92,8 +99,19 @@ extension Peripheral {
     }
 
     func dropAllConnections(reason: String) {
-        for handle in connections.keys.sorted() {
+        guard let parts = madeConnectionParts else { return }
+        for handle in parts.links.connections.keys.sorted() {
             connectionClosed(handle: handle, reason: HCIStatus.hardwareFailure)
         }
+    }
+
+    /// A link a broadcaster cannot have (it takes no connections): disconnected at once, with a
+    /// line within the host's routing budget (a broken controller could report many).
+    private func refuseLink(_ event: LEConnectionComplete) {
+        if let leftOut = host.routingLog.take(now: scheduler.nowNanoseconds, for: logger) {
+            logger.warning("controller reported a link from \(event.peerAddress) to a broadcaster, which takes no connections: disconnecting\(LogBudget.note(leftOut))",
+                           metadata: [LogKey.connHandle: "\(event.handle)"])
+        }
+        hci.send(.disconnect(handle: event.handle, reason: HCIStatus.remoteUserTerminated))
     }
 }

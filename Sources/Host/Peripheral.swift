@@ -1,6 +1,7 @@
 import BlemuATT
 import BlemuCore
 import BlemuCrypto
+import BlemuDevice
 import BlemuGATT
 import BlemuHCI
 import BlemuL2CAP
@@ -19,7 +20,6 @@ public final class Peripheral {
     /// The controller this device is on, shared with the other devices on it.
     public let host: PeripheralHost
     public let hci: HCIHost
-    public let database: GATTDatabase
     /// The identity address (static random): what centrals bond with.
     public let address: BluetoothAddress
     /// The device's advertising: payload, phases, address, set.
@@ -27,24 +27,27 @@ public final class Peripheral {
     public internal(set) var statistics = PeripheralStatistics()
     /// What the control socket may do to the device, and what only it decides (authorization
     /// answers, planned faults).
-    public private(set) lazy var control = PeripheralControl(of: self, faults: links.faults)
+    public private(set) lazy var control = PeripheralControl(of: self, faults: faults)
+    /// Faults the control socket planned, applied by every link's fault stage.
+    let faults = FaultPlan()
     public var logger: Logger {
         didSet {
-            links.logger = logger
-            bondedClients.logger = logger
+            guard let parts = madeConnectionParts else { advertising.logger = logger; return }
+            parts.links.logger = logger
+            parts.bondedClients.logger = logger
             advertising.logger = logger
         }
     }
 
     public let scheduler: TimerScheduling
-    /// Pairing, encryption and bonds of this device's links (the SMP channel, LTK requests).
-    public let security: PeripheralSecurity
-    let standard: StandardServices
-    let diagnostics: DiagnosticsService
-    /// What bonded centrals keep across links (CCCDs, caching state, SignCounter, Database Hash).
-    let bondedClients: BondedClients
-    /// The device's links: the open ones, making them, their parameters, disconnecting.
-    let links: DeviceLinks
+    /// What only a device that takes connections has (its GATT database, Security Manager and
+    /// bonds, links): made here for a connectable device; nil for a broadcaster, whose paths
+    /// (advertising and its timers, the control socket's `list`, `set`, `advertise`, `watch`,
+    /// the stop) never reach them. `connectionParts` reads them.
+    @exclusivity(unchecked) private(set) var madeConnectionParts: ConnectionParts?
+    /// The key of a broadcaster's resolvable private addresses (`--privacy`), from the identity
+    /// file as a connectable device's Security Manager has it; nil for a connectable device.
+    private let broadcasterIdentity: BroadcasterIdentity?
     var deviceStarted = false
     var deviceWaitingForRoom = false
     /// What a device's `notify` encodes into, reused for every notification.
@@ -57,7 +60,7 @@ public final class Peripheral {
     public var eventObserver: ((DeviceEvent) -> Void)? {
         didSet {
             isObserved = eventObserver != nil
-            links.reportsValueAccess = isObserved
+            madeConnectionParts?.links.reportsValueAccess = isObserved
         }
     }
     /// `eventObserver != nil`, as the notification path checks it: a Bool costs no retain, and
@@ -72,7 +75,9 @@ public final class Peripheral {
         try self.init(device: device, configuration: configuration, host: PeripheralHost(on: controller), logger: logger)
     }
 
-    /// A device that joins `host`'s controller, beside the devices already on it.
+    /// A device that joins `host`'s controller, beside the devices already on it. A broadcaster
+    /// (`BroadcastingDevice`) gets the lean host: advertising, logging, its settings and events,
+    /// and no GATT database, Security Manager, bonds or links (`takesConnections` false).
     public init(device: Device, configuration: PeripheralConfiguration, host: PeripheralHost,
                 logger: Logger) throws(GATTDatabaseError) {
         self.device = device
@@ -91,56 +96,27 @@ public final class Peripheral {
         if let timing = configuration.advertisingTiming { profile.advertisingTiming = timing }
         if let parameters = configuration.connectionParameters { profile.connectionParameters = parameters }
         self.profile = profile
-        let usable = profile.connectionParameters.coreViolations.isEmpty ? profile.connectionParameters : .recommended
-        standard = StandardServices(name: configuration.name, appearance: profile.appearance, parameters: usable,
-                                    privacy: configuration.privacy)
-        let diagnostics = DiagnosticsService()
-        // A device that places a service of the stack's own at recorded handles (a recorded
-        // device's GAP, GATT or Diagnostics) serves it instead: the recorded one wins, so a
-        // central that cached the original's handles finds them. Its Service Changed, if any,
-        // is the one the stack indicates through.
-        let placedByDevice = Set(device.services.filter { $0.placement != nil }.map(\.uuid))
-        // GAP and GATT first, Diagnostics after the device's services: the handles every
-        // built-in device has always had (a central caches them).
-        let ownFirst = [standard.gap, standard.gatt].filter { !placedByDevice.contains($0.uuid) }
-        let ownLast = [diagnostics.service].filter { !placedByDevice.contains($0.uuid) }
-        if placedByDevice.contains(GATTType.gattService),
-           let recorded = device.services.first(where: { $0.uuid == GATTType.gattService })?
-               .characteristics.first(where: { $0.uuid == GATTType.serviceChanged && $0.properties.contains(.indicate) }) {
-            standard.serviceChanged = recorded
+        let broadcaster = device as? BroadcastingDevice
+        let parts = broadcaster == nil
+            ? try ConnectionParts(device: device, services: device.services, configuration: configuration, profile: profile,
+                                  address: address, host: host, faults: faults, logger: logger)
+            : nil
+        madeConnectionParts = parts
+        let resolvingKey: () -> [UInt8]
+        if let security = parts?.security {
+            broadcasterIdentity = nil
+            resolvingKey = { security.identity.resolvingKey }
+        } else {
+            let identity = BroadcasterIdentity(path: configuration.security.identityPath,
+                                               owner: BondOwner(device: type(of: device).deviceName, name: configuration.name, address: address),
+                                               logger: logger)
+            broadcasterIdentity = identity
+            resolvingKey = { identity.resolvingKey }
         }
-        database = try GATTDatabase(services: ownFirst + device.services + ownLast)
-        self.diagnostics = diagnostics
-        var securityConfiguration = configuration.security
-        // The device's permissions say how long a key its protected values need: a pairing that
-        // would leave a shorter one is refused at once (Encryption Key Size, 0x06).
-        securityConfiguration.minimumEncryptionKeySize = max(securityConfiguration.minimumEncryptionKeySize,
-                                                             database.requiredEncryptionKeySize)
-        security = PeripheralSecurity(
-            configuration: securityConfiguration,
-            owner: BondOwner(device: type(of: device).deviceName, name: configuration.name, address: address),
-            localAddress: LEAddress(address, isRandom: true), bondAttachment: BondedClientState.format,
-            scheduler: host.scheduler, logger: logger)
-        bondedClients = BondedClients(security: security, database: database, standard: standard, scheduler: host.scheduler,
-                                      logger: logger)
-        links = DeviceLinks(hci: host.hci, scheduler: host.scheduler, configuration: configuration, preferredParameters: usable,
-                            database: database, faults: FaultPlan(), security: security, logger: logger)
         advertising = DeviceAdvertiser(host: host, configuration: configuration, profile: profile, identityAddress: address,
-                                       database: database, security: security, broadcaster: device as? BroadcastingDevice,
+                                       database: parts?.database, resolvingKey: resolvingKey, broadcaster: broadcaster,
                                        logger: logger)
-        standard.database = database
-        standard.session = { [weak self] handle in self?.connections[handle]?.le.session }
-        standard.featuresChanged = { [weak self] handle, features in
-            guard let self, let connection = self.connections[handle] else { return }
-            // A bonded client's features outlive the link (2.5.2.1).
-            self.bondedClients.cachingStateKnown(on: connection, features: features)
-        }
-        diagnostics.characteristic.onRead = { [weak self] request, value in
-            guard let self else { return .unlikelyError }
-            if request.offset == 0 { self.statistics.diagnosticsReads += 1 }
-            value.append(contentsOf: self.diagnosticsValue())
-            return nil
-        }
+        if let parts { wire(parts) }
         // A device may misbehave on purpose, so Apple's rules only warn; the Core's rules are
         // what a controller accepts at all, so parameters that break them are replaced.
         let parameters = profile.connectionParameters
@@ -151,17 +127,85 @@ public final class Peripheral {
             logger.error("connection parameters \(parameters) break the Core spec (\(parameters.coreViolations.joined(separator: "; "))); using \(ConnectionParameters.recommended) instead")
         }
         advertising.warnAboutConfiguration()
-        advertising.hasRoomForLink = { [weak links = self.links] in links?.hasRoom ?? false }
+        if let links = parts?.links {
+            advertising.hasRoomForLink = { [weak links] in links?.hasRoom ?? false }
+        }
         advertising.advertisingChanged = { [weak self] on in
             guard let self, let observer = self.eventObserver else { return }
             observer(.advertising(on: on, address: self.advertising.address))
         }
-        links.serverDelegate = self
-        links.faultDelegate = self
-        wireSecurity()
+        if let parts {
+            parts.links.serverDelegate = self
+            parts.links.faultDelegate = self
+            wireSecurity()
+        }
         if configuration.privacy { advertising.renewPrivateAddress() }
         host.join(self)
     }
+
+    /// The stack's services' handlers, which read this device's links and counters.
+    private func wire(_ parts: ConnectionParts) {
+        parts.standard.database = parts.database
+        parts.standard.session = { [weak self] handle in self?.connections[handle]?.le.session }
+        parts.standard.featuresChanged = { [weak self] handle, features in
+            guard let self, let connection = self.connections[handle] else { return }
+            // A bonded client's features outlive the link (2.5.2.1).
+            self.bondedClients.cachingStateKnown(on: connection, features: features)
+        }
+        parts.diagnostics.characteristic.onRead = { [weak self] request, value in
+            guard let self else { return .unlikelyError }
+            if request.offset == 0 { self.statistics.diagnosticsReads += 1 }
+            value.append(contentsOf: self.diagnosticsValue())
+            return nil
+        }
+    }
+
+    // MARK: The parts of a device that takes connections
+
+    /// Whether this device takes connections: it holds a GATT database, a Security Manager with
+    /// its bonds, and links. False for a broadcaster, which holds none of them.
+    public var takesConnections: Bool { madeConnectionParts != nil }
+
+    /// The connection parts. Only a link, its servers and the Security Manager's callbacks
+    /// read them, and a broadcaster has none of those; should anything else ever ask for a
+    /// broadcaster's, they are made then, as a connectable device has them, serving no services
+    /// of the device's (a broadcaster serves none), rather than failing.
+    var connectionParts: ConnectionParts {
+        if let madeConnectionParts { return madeConnectionParts }
+        return makeConnectionPartsLate()
+    }
+
+    private func makeConnectionPartsLate() -> ConnectionParts {
+        let parts: ConnectionParts
+        do {
+            parts = try ConnectionParts(device: device, services: [], configuration: configuration, profile: profile,
+                                        address: address, host: host, faults: faults, logger: logger)
+        } catch {
+            // GAP, GATT and Diagnostics alone: the stack's own fixed declarations.
+            preconditionFailure("the stack's own services do not build a database: \(error)")
+        }
+        logger.debug("connection parts made for a device that takes no connections")
+        madeConnectionParts = parts
+        wire(parts)
+        parts.links.serverDelegate = self
+        parts.links.faultDelegate = self
+        parts.links.reportsValueAccess = isObserved
+        wireSecurity()
+        return parts
+    }
+
+    /// The device's GATT database: its services with the stack's GAP, GATT and Diagnostics.
+    public var database: GATTDatabase { connectionParts.database }
+    /// Pairing, encryption and bonds of this device's links (the SMP channel, LTK requests).
+    public var security: PeripheralSecurity { connectionParts.security }
+    var standard: StandardServices { connectionParts.standard }
+    var diagnostics: DiagnosticsService { connectionParts.diagnostics }
+    /// What bonded centrals keep across links (CCCDs, caching state, SignCounter, Database Hash).
+    var bondedClients: BondedClients { connectionParts.bondedClients }
+    /// The device's links: the open ones, making them, their parameters, disconnecting.
+    var links: DeviceLinks { connectionParts.links }
+    /// The characteristics of the device's database (none for a broadcaster, which has none).
+    public var characteristics: [Characteristic] { madeConnectionParts?.database.characteristics ?? [] }
 
     // MARK: Advertising, as the host, the front ends and tests see it
 
@@ -192,7 +236,7 @@ public final class Peripheral {
     /// 0x13 – 0x15, 0x1A, 0x29, 0x3B); returns how many links were asked to close.
     @discardableResult
     public func disconnectAll(reason: UInt8 = HCIStatus.remoteUserTerminated) -> Int {
-        links.disconnectAll(reason: reason)
+        madeConnectionParts?.links.disconnectAll(reason: reason) ?? 0
     }
 
     /// Disconnects `peer`'s link (Vol 4, Part E, 7.1.6), when it is still open: a device that
@@ -200,7 +244,7 @@ public final class Peripheral {
     /// when the link is gone already.
     @discardableResult
     public func disconnect(_ peer: ATTPeer, reason: UInt8 = HCIStatus.remoteUserTerminated) -> Bool {
-        links.disconnect(peer, reason: reason)
+        madeConnectionParts?.links.disconnect(peer, reason: reason) ?? false
     }
 
     /// The reasons HCI Disconnect accepts (Vol 4, Part E, 7.1.6).
@@ -225,11 +269,11 @@ public final class Peripheral {
     /// How long a clean stop may take at most.
     public static var stopDeadline: Duration { ControllerHost.stopDeadline }
 
-    public var connectionCount: Int { links.count }
+    public var connectionCount: Int { madeConnectionParts?.links.count ?? 0 }
 
     /// The open links, by connection handle (`DeviceLinks.connections`; a getter costs the
     /// notification path less than a `_read` accessor: scripts/perf-gate).
-    var connections: HandleTable<Connection> { links.connections }
+    var connections: HandleTable<Connection> { connectionParts.links.connections }
 
     var isStopping: Bool { host.isStopping }
 
@@ -247,7 +291,7 @@ public final class Peripheral {
         if stopping {
             // Nothing left to close on a controller that is gone: the stop is done.
             logger.event(.controllerLost, .warning, "controller lost while stopping: \(reason)")
-            links.forgetAll()
+            madeConnectionParts?.links.forgetAll()
             return
         }
         logger.event(.controllerLost, .error, "controller lost: \(reason); reconnecting")
@@ -265,16 +309,16 @@ public final class Peripheral {
 
     /// The stop begins: the simulated world stops first.
     func deviceStopping() {
-        logger.debug("stopping: \(connections.count) link(s) to close")
+        logger.debug("stopping: \(connectionCount) link(s) to close")
         if deviceStarted { device.stop() }
         // Bonded centrals' subscriptions waiting for the bond file are written now.
-        security.flushBonds()
+        madeConnectionParts?.security.flushBonds()
         advertising.stopping()
     }
 
     /// Advertising off, every link disconnected with Remote User Terminated (0x13).
     func closeEverything() {
         advertising.turnOff()
-        links.disconnectAll(reason: HCIStatus.remoteUserTerminated)
+        madeConnectionParts?.links.disconnectAll(reason: HCIStatus.remoteUserTerminated)
     }
 }

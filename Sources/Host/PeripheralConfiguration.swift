@@ -53,8 +53,6 @@ public struct PeripheralConfiguration: Sendable {
     }
 }
 
-public let blemuVersion = "0.1.0"
-
 /// One link to a central: the role-neutral `LEConnection` (its L2CAP link, security, ATT
 /// bearer, GATT session, channels, SMP) with the device's endpoints attached: its database's
 /// server behind its fault stage, and its enhanced bearers.

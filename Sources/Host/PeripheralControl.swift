@@ -1,6 +1,7 @@
 import BlemuATT
 import BlemuChannels
 import BlemuCore
+import BlemuDevice
 import BlemuGATT
 import BlemuHCI
 import BlemuSecurity
@@ -119,16 +120,18 @@ public final class PeripheralControl {
     // The device's parts the control API works on.
     private var deviceName: String { peripheral.deviceName }
     private var device: Device { peripheral.device }
-    private var database: GATTDatabase { peripheral.database }
-    private var security: PeripheralSecurity { peripheral.security }
-    private var standard: StandardServices { peripheral.standard }
+    /// A broadcaster has none of these (`Peripheral.takesConnections`): what the control API
+    /// does with them answers from nothing there (no characteristic, no link, no bond).
+    private var parts: ConnectionParts? { peripheral.madeConnectionParts }
+    private var characteristics: [Characteristic] { parts?.database.characteristics ?? [] }
     private var advertising: DeviceAdvertiser { peripheral.advertising }
     private var host: PeripheralHost { peripheral.host }
     private var logger: Logger { peripheral.logger }
-    private var connections: HandleTable<Connection> { peripheral.connections }
+    private var connections: HandleTable<Connection> { parts?.links.connections ?? HandleTable() }
 
     public var linkSummaries: [LinkSummary] {
-        connections.values.sorted { $0.handle < $1.handle }.map {
+        guard let security = parts?.security else { return [] }
+        return connections.values.sorted { $0.handle < $1.handle }.map {
             let display = security.pairingDisplay(on: $0.handle)
             return LinkSummary(handle: $0.handle, peer: $0.peer.leAddress, mtu: $0.server.mtu, encrypted: $0.server.session.linkSecurity.isEncrypted,
                                pairingPasskey: display.passkey, pairingComparison: display.comparison,
@@ -171,7 +174,7 @@ public final class PeripheralControl {
 
     /// Plans a fault for the characteristic with `uuid` (see `FaultPlan`).
     public func injectFault(_ action: FaultPlan.Action, characteristic uuid: BluetoothUUID, count: Int?) -> String? {
-        guard let characteristic = database.characteristics.first(where: { $0.uuid == uuid }) else {
+        guard let characteristic = characteristics.first(where: { $0.uuid == uuid }) else {
             return "\(deviceName) has no characteristic \(uuid)"
         }
         if case .drop = action, !characteristic.notifies {
@@ -193,7 +196,7 @@ public final class PeripheralControl {
     /// link. An answer for every central leaves the per-central answers in place
     /// (`peerAuthorizations(of:)` lists them).
     public func setAuthorization(_ allowed: Bool, characteristic uuid: BluetoothUUID, peer: LEAddress? = nil) -> String? {
-        let matching = database.characteristics.filter { $0.uuid == uuid }
+        let matching = characteristics.filter { $0.uuid == uuid }
         guard !matching.isEmpty else { return "\(deviceName) has no characteristic \(uuid)" }
         let asking = matching.filter {
             $0.authorize == nil && !$0.permissions.isDisjoint(with: [.readAuthorizationRequired, .writeAuthorizationRequired])
@@ -237,7 +240,7 @@ public final class PeripheralControl {
     /// answer for its address or its bond's identity, each with its address type, else the
     /// answer for every central.
     func authorization(of valueHandle: UInt16, on handle: UInt16, peer: LEAddress) -> Bool {
-        let identity = security.bond(on: handle)?.identity
+        let identity = parts?.security.bond(on: handle)?.identity
         if let answer = peerAuthorizations.last(where: {
             $0.valueHandle == valueHandle && ($0.peer == peer || $0.peer == identity)
         }) {
@@ -292,7 +295,7 @@ public final class PeripheralControl {
     /// The answer to the Numeric Comparisons this device waits for (`--numeric-comparison ask`):
     /// how many were answered (0: none was waiting).
     public func answerPairing(confirm: Bool) -> Int {
-        security.answerNumericComparison(confirm)
+        parts?.security.answerNumericComparison(confirm) ?? 0
     }
 
     /// Turns advertising on or off; off stays off, also after disconnections, until on.
@@ -319,7 +322,7 @@ public struct BondsForgotten {
 
 extension PeripheralControl {
     /// The device's bonds, oldest first.
-    public var bonds: [Bond] { security.bonds.bonds }
+    public var bonds: [Bond] { parts?.security.bonds.bonds ?? [] }
 
     /// Forgets the bonds of the central at `address` (the address it bonded from, or its
     /// identity address), or every bond (nil), as a device's "clear pairings" button does: the
@@ -327,6 +330,7 @@ extension PeripheralControl {
     /// and its entry leaves the controller's resolving list when no other device on the
     /// controller is bonded with it. Its next LE Long Term Key Request gets the negative reply.
     public func forgetBonds(_ address: BluetoothAddress?) -> BondsForgotten {
+        guard let security = parts?.security else { return BondsForgotten(bonds: [], linksKept: 0, resolvingListEntries: 0) }
         let bonded = connections.keys.compactMap { handle in security.bond(on: handle).map { (handle, $0) } }
         let forgotten = security.bonds.forget(address)
         guard !forgotten.isEmpty else { return BondsForgotten(bonds: [], linksKept: 0, resolvingListEntries: 0) }
@@ -364,7 +368,7 @@ public struct DatabaseChange: Equatable {
 
 extension PeripheralControl {
     /// The services of the database taken out at run time.
-    public var absentServices: [BluetoothUUID] { database.absent.map(\.uuid) }
+    public var absentServices: [BluetoothUUID] { parts?.database.absent.map(\.uuid) ?? [] }
 
     /// Takes the service with `uuid` out of the database, or puts it back, as a firmware update
     /// would: every link forgets what it knew in the service's handles (subscriptions end as if
@@ -372,6 +376,10 @@ extension PeripheralControl {
     /// client that enabled Service Changed gets the changed range by indication (Vol 3,
     /// Part G, 7.1), after which the Database Hash characteristic reads the new hash.
     public func setService(_ uuid: BluetoothUUID, present: Bool) throws(ControlRefusal) -> DatabaseChange {
+        guard let parts else {
+            throw ControlRefusal("\(deviceName) has no service \(uuid): it is a broadcaster, which serves no GATT database")
+        }
+        let database = parts.database, standard = parts.standard
         let matching = database.services.filter { $0.uuid == uuid }
         guard let service = matching.first else {
             let known = database.services.map(\.uuid.description).joined(separator: ", ")

@@ -1,6 +1,7 @@
 import BlemuATT
 import BlemuChannels
 import BlemuCore
+import BlemuDevice
 import BlemuEATT
 import BlemuGATT
 import BlemuHCI
@@ -12,16 +13,20 @@ import Logging
 extension Peripheral: DeviceContext {
     public func publishL2CAPChannel(security: ChannelSecurity, parameters: ChannelParameters,
                                     delegate: CreditBasedChannelDelegate) -> UInt16? {
-        guard let server = links.channelServers.publish(security: security, parameters: parameters, delegate: delegate) else { return nil }
+        guard let links = madeConnectionParts?.links,
+              let server = links.channelServers.publish(security: security, parameters: parameters, delegate: delegate) else { return nil }
         logger.info("L2CAP channel published on SPSM \(Hex.word(server.spsm))\(security.requiresEncryption ? " (encrypted)" : "")")
         return server.spsm
     }
 
     public func unpublishL2CAPChannel(_ spsm: UInt16) {
-        links.channelServers.remove(spsm: spsm)
+        madeConnectionParts?.links.channelServers.remove(spsm: spsm)
     }
 
-    public var peers: [ATTPeer] { connections.values.map(\.peer).sorted { $0.connectionHandle < $1.connectionHandle } }
+    public var peers: [ATTPeer] {
+        guard let parts = madeConnectionParts else { return [] }
+        return parts.links.connections.values.map(\.peer).sorted { $0.connectionHandle < $1.connectionHandle }
+    }
 
     @discardableResult
     public func notify(_ characteristic: Characteristic, to peer: ATTPeer?, encode: (inout ValueBuffer) -> Void) -> Bool {
@@ -38,8 +43,9 @@ extension Peripheral: DeviceContext {
     }
 
     private func send(_ characteristic: Characteristic, _ value: ArraySlice<UInt8>, to peer: ATTPeer?) -> Bool {
+        guard let parts = madeConnectionParts else { return true }
         var all = true
-        for connection in links.connections.values where peer == nil || connection.peer == peer {
+        for connection in parts.links.connections.values where peer == nil || connection.peer == peer {
             var outcome = connection.faultStage.notify(characteristic, value: value)
             if outcome == .queueFull, !connection.enhanced.isEmpty {
                 outcome = connection.notifyOnEnhancedBearer(characteristic, value: value,
@@ -56,9 +62,10 @@ extension Peripheral: DeviceContext {
 
     @discardableResult
     public func notify(_ updates: [(characteristic: Characteristic, value: [UInt8])], to peer: ATTPeer?) -> Bool {
+        guard let parts = madeConnectionParts else { return true }
         var all = true
         let slices = updates.map { (characteristic: $0.characteristic, value: $0.value[...]) }
-        for connection in links.connections.values where peer == nil || connection.peer == peer {
+        for connection in parts.links.connections.values where peer == nil || connection.peer == peer {
             // Vol 3, Part G, 7.2, bit 2: only a client that set it gets opcode 0x23.
             guard connection.le.session.clientFeatures & EATT.clientSupportsMultipleNotifications != 0 else {
                 for update in slices where !send(update.characteristic, update.value, to: connection.peer) { all = false }
@@ -82,11 +89,12 @@ extension Peripheral: DeviceContext {
                          encode: (inout ValueBuffer) -> Void) -> Bool {
         // As for notify: encoded once into the peripheral's buffer; each link keeps a copy in
         // a buffer of its own, reused, until the indication is confirmed.
+        guard let parts = madeConnectionParts else { return true }
         notificationValue.reset()
         encode(&notificationValue)
         var all = true
         let observer = isObserved ? eventObserver : nil
-        for connection in links.connections.values where peer == nil || connection.peer == peer {
+        for connection in parts.links.connections.values where peer == nil || connection.peer == peer {
             var completion = completion
             if let observer {
                 // The outcome told to the watcher too; this closure exists only while someone watches.
@@ -110,13 +118,13 @@ extension Peripheral: DeviceContext {
     }
 
     public func attMTU(of peer: ATTPeer) -> Int {
-        connections[peer.connectionHandle].map { $0.peer == peer ? $0.server.mtu : ATTServer.defaultMTU } ?? ATTServer.defaultMTU
+        madeConnectionParts?.links.connections[peer.connectionHandle].map { $0.peer == peer ? $0.server.mtu : ATTServer.defaultMTU } ?? ATTServer.defaultMTU
     }
 
     public func isSubscribed(_ characteristic: Characteristic, peer: ATTPeer?, indications: Bool) -> Bool {
-        connections.values.contains { connection in
+        madeConnectionParts?.links.connections.values.contains { connection in
             (peer == nil || connection.peer == peer) && connection.server.isSubscribed(characteristic, indications: indications)
-        }
+        } ?? false
     }
 
     public func log(_ event: BlemuEvent, _ level: Logger.Level, _ message: @autoclosure () -> String,
@@ -125,7 +133,9 @@ extension Peripheral: DeviceContext {
     }
 
     public func linkSecurity(of peer: ATTPeer) -> LinkSecurity {
-        guard let connection = connections[peer.connectionHandle], connection.peer == peer else { return .unencrypted }
+        guard let connection = madeConnectionParts?.links.connections[peer.connectionHandle], connection.peer == peer else {
+            return .unencrypted
+        }
         return connection.server.session.linkSecurity
     }
 

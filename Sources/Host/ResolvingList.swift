@@ -70,9 +70,10 @@ extension PeripheralHost {
     /// The entries every device's bonds make, one per central identity, oldest device first.
     func wantedResolvingEntries() -> [ResolvingEntry] {
         var entries: [ResolvingEntry] = []
-        for peripheral in peripherals {
-            let localIRK = peripheral.security.existingIdentity?.resolvingKey
-            for bond in peripheral.security.bonds.bonds {
+        // A broadcaster has no bonds (nor a Security Manager to keep them).
+        for security in peripherals.compactMap({ $0.madeConnectionParts?.security }) {
+            let localIRK = security.existingIdentity?.resolvingKey
+            for bond in security.bonds.bonds {
                 guard let entry = ResolvingEntry(bond: bond, localIRK: localIRK),
                       !entries.contains(where: { $0.sameIdentity(entry) }) else { continue }
                 entries.append(entry)

@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuDevice
 import BlemuDevices
 import BlemuGATT
 import BlemuHost

@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuDevice
 import BlemuDevices
 import BlemuHCI
 import BlemuHost

@@ -1,6 +1,7 @@
 import BlemuBroadcast
 import BlemuConfig
 import BlemuCore
+import BlemuDevice
 import BlemuDevices
 import BlemuHCI
 import BlemuHost

@@ -1,6 +1,7 @@
 import BlemuCapture
 import BlemuControl
 import BlemuCore
+import BlemuDevice
 import BlemuHost
 import BlemuRunLoop
 import BlemuScenario

@@ -1,6 +1,7 @@
 import BlemuBroadcast
 import BlemuCore
 import BlemuCrypto
+import BlemuDevice
 import BlemuDevices
 import BlemuHost
 import BlemuRunLoop

@@ -2,6 +2,7 @@ import BlemuATT
 import BlemuBenchRig
 import BlemuCore
 import BlemuCrypto
+import BlemuDevice
 import BlemuDevices
 import BlemuGATT
 import BlemuHCI

@@ -1,6 +1,7 @@
 import BlemuATT
 import BlemuChatProtocol
 import BlemuCore
+import BlemuDevice
 import BlemuDevices
 import BlemuGATT
 import BlemuHCI

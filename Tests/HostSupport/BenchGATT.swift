@@ -1,5 +1,6 @@
 import BlemuCore
 import BlemuCrypto
+import BlemuDevice
 import BlemuGATT
 import BlemuHost
 import BlemuL2CAP

@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuDevice
 import BlemuGATT
 import BlemuHCI
 import BlemuHost

@@ -1,5 +1,6 @@
 import BlemuATT
 import BlemuCore
+import BlemuDevice
 import BlemuDevices
 import BlemuGATT
 import BlemuHCI

@@ -1,5 +1,6 @@
 import BlemuATT
 import BlemuCore
+import BlemuDevice
 import BlemuGATT
 import BlemuHost
 

@@ -3,6 +3,7 @@ import BlemuChannels
 import BlemuChatProtocol
 import BlemuCore
 import BlemuCrypto
+import BlemuDevice
 import BlemuDevices
 import BlemuGATT
 import BlemuHost

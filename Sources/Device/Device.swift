@@ -1,4 +1,3 @@
-import BlemuATT
 import BlemuChannels
 import BlemuCore
 import BlemuGATT
