@@ -26,6 +26,9 @@ import Logging
 /// as several notifications, cut between characters. Each member has its own bounded queue:
 /// one that cannot keep up waits for "ready to update subscribers" without slowing the others,
 /// and if its queue overflows, the oldest lines give way to one line saying how many it missed.
+///
+/// All of that is the room's (`ChatRoom`, in `BlemuChatProtocol`, with time handed in); this
+/// class wires it to the characteristics, the chat channel, the links' peers and a timer.
 public final class ChatDevice: Device, CreditBasedChannelDelegate {
     public static let deviceName = "chat"
     public static let summary = "chat room host: Chat 9f37e282-…, the seed app's plain protocol (one write or notification of UTF-8 text is one message), and framed messages between blemu nodes"
@@ -34,19 +37,13 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
     public static let messageUUID = BluetoothUUID("890aa912-c414-440d-88a2-c7f66179589b")!
     /// The framed chat between blemu nodes (`ChatFrame`, Docs/CHAT.md "Frames").
     public static let framesUUID = BluetoothUUID("7d3c0301-9a5e-4d1a-8f6e-5c1b2d3e4f50")!
-    /// The room's limits and numbers (`ChatRoom`, where they are explained).
+    /// The room's limits and numbers used beside the device (`ChatRoom` has them all, explained).
     public static let memberQueueLimit = ChatRoom.memberQueueLimit
     public static let memberQueueByteLimit = ChatRoom.memberQueueByteLimit
     public static let busyThreshold = ChatRoom.busyThreshold
     public static let busyByteThreshold = ChatRoom.busyByteThreshold
     public static let announcedJoinsPerLink = ChatRoom.announcedJoinsPerLink
-    public static let announcementWindow = ChatRoom.announcementWindow
-    public static let stallLimit = ChatRoom.stallLimit
     public static let initialHops = ChatRoom.initialHops
-    public static let historyLimit = ChatRoom.historyLimit
-    public static let historyByteLimit = ChatRoom.historyByteLimit
-    public static let heldAcknowledgementLimit = ChatRoom.heldAcknowledgementLimit
-    public static let nameCommand = ChatRoom.nameCommand
     public static let unreadableLinesNotice = ChatRoom.unreadableLinesNotice
     public static let privateRoomNotice = ChatRoom.privateRoomNotice
     public typealias Heard = ChatRoom.Heard
