@@ -303,8 +303,8 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
 
     /// A plain client's own name (`ChatRoom.plainName`).
     public static func plainName(_ text: Substring) -> String? { ChatRoom.plainName(text) }
-    /// UTF-8 pieces of at most `limit` bytes, never cutting a character (`ChatRoom.parts`).
-    public static func parts(of text: String, limit: Int) -> [[UInt8]] { ChatRoom.parts(of: text, limit: limit) }
+    /// UTF-8 pieces of at most `limit` bytes, never cutting a character (`ChatPlainLine.parts`).
+    public static func parts(of text: String, limit: Int) -> [[UInt8]] { ChatPlainLine.parts(of: text, limit: limit) }
 
     public func peripheralIsReady() {
         room.flush(now: now)

@@ -21,6 +21,34 @@ public enum ChatPlainLine: Equatable, Sendable {
         }
     }
 
+    /// UTF-8 pieces of at most `limit` bytes (20 at least, ATT's default; 512 at most, the
+    /// longest attribute value), never cutting a character — but one longer than `limit` (a
+    /// letter with many combining marks), which is cut between its scalars, never inside one:
+    /// every piece is UTF-8 and nothing is lost.
+    public static func parts(of text: String, limit: Int) -> [[UInt8]] {
+        let limit = min(512, max(20, limit))
+        var parts: [[UInt8]] = []
+        var current: [UInt8] = []
+        func add(_ bytes: some Collection<UInt8>) {
+            if current.count + bytes.count > limit, !current.isEmpty {
+                parts.append(current)
+                current = []
+            }
+            current += bytes
+        }
+        for character in text {
+            let bytes = String(character).utf8
+            if bytes.count <= limit {
+                add(bytes)
+            } else {
+                // A scalar is at most 4 bytes, and `limit` at least 20.
+                for scalar in character.unicodeScalars { add(String(scalar).utf8) }
+            }
+        }
+        if !current.isEmpty { parts.append(current) }
+        return parts
+    }
+
     /// The line as it goes on Message.
     public var text: String {
         switch self {

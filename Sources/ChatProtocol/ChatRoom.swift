@@ -96,86 +96,7 @@ public final class ChatRoom {
     /// may have stalled by then (`stallLimit`). Nil: nothing to look at.
     public private(set) var recheckAt: UInt64?
 
-    private struct Member {
-        let key: MemberKey
-        /// A blemu node on the chat channel: its frames are SDUs of it, one frame each.
-        let onChannel: Bool
-        /// `central-` and the end of its address (`central-AA01`) until a framed message names it.
-        var name: String
-        /// The name its join was announced with, which its leave says too: one name for one
-        /// member in the room's announcements (its messages carry the name they were sent with).
-        let announcedName: String
-        /// A blemu node, on the frames characteristic or a channel; else a plain client on Message.
-        let framed: Bool
-        /// A plain client wrote a line already: `/name NAME` counts only as its first.
-        var hasWritten = false
-        /// Lines waiting, each as the notifications it takes (cut to the member's ATT_MTU),
-        /// with the lane they go on.
-        private(set) var queue: Deque<(lane: Lane, parts: Deque<[UInt8]>)> = []
-        /// What `queue` holds, in bytes (each part with `partOverhead`).
-        private(set) var queuedBytes = 0
-        var missed = 0
-        /// The "you missed" note at the front of `queue`, not begun yet: how many lines it
-        /// counts. Should it give way in turn, its count goes back to `missed` (it is no line).
-        var noteAtFront: Int?
-        /// Its join was announced, so its leave is (`announcedJoinsPerLink`).
-        var announced = true
-        /// Told that its sealed lines cannot be read here (a private room, another passphrase).
-        var toldUnreadable = false
-        /// Part of `queue.first` has gone out: the rest of it goes next, whole, before any
-        /// "you missed" note, and it is never the line an overflow drops (either would cut
-        /// into a line the member has half received: a plain client shows the note inside
-        /// the line, a framed one's MOREs would follow the wrong DATA).
-        var lineStarted = false
-        var reassembly = ChatReassembly()
-        /// When a notification last left for it (monotonic ns): a member that takes nothing
-        /// for `stallLimit` no longer holds back the host's own lines.
-        var lastProgress: UInt64
-        /// Catching up after a RESUME: the sequence of the next history entry it gets. Live
-        /// messages wait in the history meanwhile, so everything comes in order.
-        var replayNext: UInt64?
-        /// A live message (not an announcement) was queued for it: a RESUME from now on comes
-        /// too late (it would replay older lines after newer ones).
-        var heardLive = false
-
-        init(key: MemberKey, onChannel: Bool, name: String, framed: Bool, now: UInt64) {
-            self.key = key
-            self.onChannel = onChannel
-            self.name = name
-            self.announcedName = name
-            self.framed = framed
-            self.lastProgress = now
-        }
-
-        static func size(of parts: some Sequence<[UInt8]>) -> Int {
-            parts.reduce(0) { $0 + $1.count + ChatRoom.partOverhead }
-        }
-        mutating func append(_ lane: Lane, _ parts: [[UInt8]]) {
-            queue.append((lane, Deque(parts)))
-            queuedBytes += Self.size(of: parts)
-        }
-        mutating func prepend(_ lane: Lane, _ parts: [[UInt8]]) {
-            queue.prepend((lane, Deque(parts)))
-            queuedBytes += Self.size(of: parts)
-        }
-        mutating func removeLine(at index: Int) {
-            queuedBytes -= Self.size(of: queue.remove(at: index).parts)
-        }
-        /// The first line's first part went out.
-        mutating func removeFirstPart() {
-            guard let part = queue[0].parts.popFirst() else { return }
-            queuedBytes -= part.count + ChatRoom.partOverhead
-        }
-        /// Over the line or byte limit with `adding` bytes more.
-        func isFull(adding bytes: Int) -> Bool {
-            queue.count >= ChatRoom.memberQueueLimit || (!queue.isEmpty && queuedBytes + bytes > ChatRoom.memberQueueByteLimit)
-        }
-        /// Has as much waiting as it should (`busyThreshold`, `busyByteThreshold`).
-        var isHalfFull: Bool { queue.count >= ChatRoom.busyThreshold || queuedBytes >= ChatRoom.busyByteThreshold }
-        /// Took something within `stallLimit` of `now`.
-        func isTaking(at now: UInt64) -> Bool { now &- lastProgress < ChatRoom.stallLimit.nanoseconds }
-    }
-    private var members: [MemberKey: Member] = [:]
+    private var members: [MemberKey: ChatRoomMember] = [:]
 
     private struct HistoryEntry {
         let id: ChatMessageID
@@ -232,7 +153,7 @@ public final class ChatRoom {
     /// A plain client of a private room (`admitsPlainClients`) is the device's to refuse.
     public func subscriptionChanged(_ key: MemberKey, name: String, framed: Bool, notify: Bool, now: UInt64) {
         if notify, members[key] == nil {
-            var member = Member(key: key, onChannel: false, name: name, framed: framed, now: now)
+            var member = ChatRoomMember(key: key, onChannel: false, name: name, framed: framed, now: now)
             if framed, let point = resumePoints.removeValue(forKey: Self.link(of: key)) { catchUp(&member, after: point) }
             admit(member, now: now)
         } else if !notify, let member = members[key], member.framed == framed {
@@ -242,7 +163,7 @@ public final class ChatRoom {
         }
     }
 
-    private func admit(_ joining: Member, now: UInt64) {
+    private func admit(_ joining: ChatRoomMember, now: UInt64) {
         var member = joining
         member.announced = spendJoinAnnouncement(link: Self.link(of: member.key), now: now)
         members[member.key] = member
@@ -251,7 +172,7 @@ public final class ChatRoom {
     }
 
     /// Joining again: what the room said after the last message the member had (`point`), first.
-    private func catchUp(_ member: inout Member, after point: ChatMessageID) {
+    private func catchUp(_ member: inout ChatRoomMember, after point: ChatMessageID) {
         if let index = history.lastIndex(where: { $0.id.isNamed(number: point.number, sender: point.sender) }) {
             member.replayNext = historyStart + UInt64(index) + 1
         } else {
@@ -302,7 +223,7 @@ public final class ChatRoom {
     }
 
     /// A member is gone: its leave is announced where its join was.
-    private func left(_ member: Member, now: UInt64) {
+    private func left(_ member: ChatRoomMember, now: UInt64) {
         if member.announced { announce("* \(member.announcedName) left", except: nil, now: now) }
     }
 
@@ -379,7 +300,7 @@ public final class ChatRoom {
                 refusedChannelFrame(from: name, "\(why): the channel is closed")
                 return false
             }
-            var member = Member(key: key, onChannel: true, name: name, framed: true, now: now)
+            var member = ChatRoomMember(key: key, onChannel: true, name: name, framed: true, now: now)
             if case let .resume(number, sender) = frame { catchUp(&member, after: ChatMessageID(sender: sender, number: number)) }
             admit(member, now: now)
             if case .resume = frame { return true }
@@ -526,7 +447,7 @@ public final class ChatRoom {
             } else {
                 // A signed line whose name could not be bound shows unverified (`~NAME`) there too.
                 let sender = trust?.shownSender(id) ?? id.sender
-                enqueue(.message, Self.parts(of: ChatPlainLine(sender: sender, text: text).text, limit: limit), to: other)
+                enqueue(.message, ChatPlainLine.parts(of: ChatPlainLine(sender: sender, text: text).text, limit: limit), to: other)
             }
         }
         flush(now: now)
@@ -543,7 +464,7 @@ public final class ChatRoom {
     }
 
     /// Tops up a catching-up member's queue from the history, as far as `busyThreshold`.
-    private func replay(to member: inout Member) {
+    private func replay(to member: inout ChatRoomMember) {
         guard var next = member.replayNext else { return }
         if next < historyStart {
             // Gone from the history while it caught up: counted, never silent.
@@ -560,7 +481,7 @@ public final class ChatRoom {
 
     private func enqueue(_ lane: Lane, _ parts: [[UInt8]], to key: MemberKey) {
         guard var member = members[key] else { return }
-        let bytes = Member.size(of: parts)
+        let bytes = ChatRoomMember.size(of: parts)
         while member.isFull(adding: bytes), member.queue.count > (member.lineStarted ? 1 : 0) {
             // Never a silent drop: the member is told how many lines it missed. The oldest
             // lines not yet begun give way (a half-sent one is finished).
@@ -612,42 +533,14 @@ public final class ChatRoom {
         checkRoom(now: now)
     }
 
-    /// UTF-8 pieces of at most `limit` bytes (20 at least, ATT's default; 512 at most, the
-    /// longest attribute value), never cutting a character — but one longer than `limit` (a
-    /// letter with many combining marks), which is cut between its scalars, never inside one:
-    /// every piece is UTF-8 and nothing is lost.
-    public static func parts(of text: String, limit: Int) -> [[UInt8]] {
-        let limit = min(512, max(20, limit))
-        var parts: [[UInt8]] = []
-        var current: [UInt8] = []
-        func add(_ bytes: some Collection<UInt8>) {
-            if current.count + bytes.count > limit, !current.isEmpty {
-                parts.append(current)
-                current = []
-            }
-            current += bytes
-        }
-        for character in text {
-            let bytes = String(character).utf8
-            if bytes.count <= limit {
-                add(bytes)
-            } else {
-                // A scalar is at most 4 bytes, and `limit` at least 20.
-                for scalar in character.unicodeScalars { add(String(scalar).utf8) }
-            }
-        }
-        if !current.isEmpty { parts.append(current) }
-        return parts
-    }
-
     /// The most a notification (ATT_MTU - 3) or a channel's frame may carry for `member`.
-    private func limit(for member: Member) -> Int {
+    private func limit(for member: ChatRoomMember) -> Int {
         member.onChannel ? ChatFrame.largestFrame : (links?.notificationLimit(of: member.key) ?? 20)
     }
 
     /// A message's frames for `member`: on its channel one whole frame (one SDU), on Frames
     /// DATA and MOREs cut to its ATT_MTU.
-    private func framesOf(_ text: [UInt8], id: ChatMessageID, hops: UInt8, for member: Member) -> [[UInt8]] {
+    private func framesOf(_ text: [UInt8], id: ChatMessageID, hops: UInt8, for member: ChatRoomMember) -> [[UInt8]] {
         member.onChannel ? [ChatFrame.channelFrame(of: text, id: id, hops: hops)]
             : ChatFrame.frames(of: text, id: id, hops: hops, limit: limit(for: member))
     }
