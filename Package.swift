@@ -130,7 +130,7 @@ let package = Package(
         // chat device (Devices/Chat) and the member (Chat), above Crypto.
         .target(name: "BlemuChatProtocol", dependencies: [
             "BlemuCore", "BlemuCrypto",
-            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Logging", package: "swift-log"), .product(name: "DequeModule", package: "swift-collections"),
         ], path: "Sources/ChatProtocol"),
         .target(name: "BlemuDevices", dependencies: ["BlemuCore", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuDevice", "BlemuCrypto", "BlemuBroadcast", "BlemuChannels", "BlemuChatProtocol",
             .product(name: "Logging", package: "swift-log"), .product(name: "DequeModule", package: "swift-collections"),

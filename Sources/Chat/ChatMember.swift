@@ -61,7 +61,7 @@ public final class ChatMember: CreditBasedChannelDelegate {
     /// The member goes on looking; this is for tests and the curious.
     public var onSetAside: ((BluetoothAddress, String) -> Void)?
     /// What the host said: announcements, and messages (with their identity when framed).
-    public var onHeard: ((ChatDevice.Heard) -> Void)?
+    public var onHeard: ((ChatRoom.Heard) -> Void)?
     /// `isBusy` is over: the source of lines may go on.
     public var onRoom: (() -> Void)?
     /// Signatures and names bound to keys: every message the host relays is checked before it
@@ -492,16 +492,14 @@ public final class ChatMember: CreditBasedChannelDelegate {
         guard let target else { return }
         if !target.framed {
             // The host relays "NAME: text"; its announcements start with "* ".
-            let text = String(decoding: value, as: UTF8.self)
-            if let colon = text.firstRange(of: ": "), !text.hasPrefix("* ") {
+            switch ChatPlainLine(parsing: String(decoding: value, as: UTF8.self)) {
+            case let .message(sender, text):
                 plainNumber &+= 1
-                var sender = String(text[..<colon.lowerBound])
                 // A plain host's lines carry no signature: unverified.
-                if trust != nil, !sender.hasPrefix(ChatTrust.unverifiedMark) { sender = ChatTrust.unverifiedMark + sender }
-                let id = ChatMessageID(sender: sender, number: plainNumber)
+                let id = ChatMessageID(sender: trust != nil ? ChatTrust.unverified(sender) : sender, number: plainNumber)
                 // A plain host's lines carry no hop count: a bridge may pass them on, once less than its own.
-                onHeard?(.message(id, text: String(text[colon.upperBound...]), hops: ChatDevice.initialHops - 1))
-            } else {
+                onHeard?(.message(id, text: text, hops: ChatRoom.initialHops - 1))
+            case .announcement(let text):
                 onHeard?(.announcement(text))
             }
             return
@@ -559,7 +557,8 @@ public final class ChatMember: CreditBasedChannelDelegate {
             logger.warning("a private room's line was not sent: the host \(hostAddress.map { "\($0)" } ?? "") speaks only the plain protocol")
             writes = []
         } else {
-            writes = [Array((message.id.sender == me ? message.text : "\(message.id.sender): \(message.text)").utf8)]
+            // Its own lines as they are (the host names them); another's as `NAME: text`.
+            writes = [Array((message.id.sender == me ? message.text : ChatPlainLine.message(sender: message.id.sender, text: message.text).text).utf8)]
         }
         func writeNext() {
             guard !writes.isEmpty else {

@@ -13,7 +13,7 @@ public protocol ChatRoomSide: AnyObject {
     var hasUndelivered: Bool { get }
     /// A message to the room: this node's, or one a bridge brings from another room.
     func send(_ message: OutgoingChatMessage)
-    var onHeard: ((ChatDevice.Heard) -> Void)? { get set }
+    var onHeard: ((ChatRoom.Heard) -> Void)? { get set }
     var onRoom: (() -> Void)? { get set }
     var onSaidAsHost: (([OutgoingChatMessage]) -> Void)? { get set }
 }
@@ -47,7 +47,7 @@ public final class ChatSide: ChatRoomSide {
     public let controller: String
     public private(set) var state: State
     /// What the room says here: announcements, and each message once.
-    public var onHeard: ((ChatDevice.Heard) -> Void)?
+    public var onHeard: ((ChatRoom.Heard) -> Void)?
     /// `isBusy` is over.
     public var onRoom: (() -> Void)?
     /// This side cannot go on: why.
@@ -339,7 +339,7 @@ public final class ChatNode {
         let id = trust?.sign(plain, text: Array(text.utf8)) ?? plain
         seen.remember(id)
         if isHosting { echo(id, text) }
-        let message = OutgoingChatMessage(id: id, hops: ChatDevice.initialHops, text: text)
+        let message = OutgoingChatMessage(id: id, hops: ChatRoom.initialHops, text: text)
         for side in sides { side.send(message) }
     }
 
@@ -349,7 +349,7 @@ public final class ChatNode {
         onLine?(me, text)
     }
 
-    private func heard(_ heard: ChatDevice.Heard, from side: any ChatRoomSide) {
+    private func heard(_ heard: ChatRoom.Heard, from side: any ChatRoomSide) {
         switch heard {
         case .announcement(let text):
             onLine?(nil, text)
