@@ -33,6 +33,7 @@ public final class Peripheral {
             links.logger = logger
             bondedClients.logger = logger
             advertising.logger = logger
+            watchRequests()
         }
     }
 
@@ -57,7 +58,7 @@ public final class Peripheral {
     public var eventObserver: ((DeviceEvent) -> Void)? {
         didSet {
             isObserved = eventObserver != nil
-            links.reportsValueAccess = isObserved
+            watchRequests()
         }
     }
     /// `eventObserver != nil`, as the notification path checks it: a Bool costs no retain, and
@@ -158,6 +159,7 @@ public final class Peripheral {
         }
         links.serverDelegate = self
         links.faultDelegate = self
+        watchRequests()
         wireSecurity()
         if configuration.privacy { advertising.renewPrivateAddress() }
         host.join(self)
