@@ -1,7 +1,6 @@
 import BlemuATT
 import BlemuCore
 import BlemuCrypto
-import DequeModule
 
 /// What the owner of a server must always know (errors, subscriptions, MTU, signing, a dead
 /// bearer), and what only it can answer (authorization); a server made alone sends through it
@@ -124,14 +123,8 @@ public final class ATTServer {
     /// Whether this server's bearer is the one the session was made with (the unenhanced
     /// bearer's): its close ends the session; an enhanced bearer's leaves it to the link.
     private let ownsSession: Bool
-    var inFlight: PendingIndication?
-    /// The values of the indication in flight and of those waiting, in buffers reused from one
-    /// indication to the next; a value longer than the largest ATT_MTU carries is cut.
-    var indicationBuffers = BufferPool(limit: ATTServer.maxPendingIndications + 1,
-                                               bufferCapacity: ATTServer.maximumMTU - 3)
-    var pendingIndications: Deque<PendingIndication> = []
-    /// An indication was refused for want of room: the delegate hears when there is room again.
-    var refusedIndication = false
+    /// The bearer's indications: the one in flight, those waiting, their buffers.
+    var indications = IndicationQueue()
     public private(set) var isTimedOut = false
     /// The link is gone (`close()`): nothing more is sent or answered.
     public private(set) var isClosed = false
@@ -177,7 +170,7 @@ public final class ATTServer {
     }
 
     deinit {
-        if inFlight != nil { bearer.end(.indication) }
+        if indications.isInFlight { bearer.end(.indication) }
     }
 
     // MARK: Incoming
@@ -308,17 +301,6 @@ public final class ATTServer {
     private func lookup(_ handle: UInt16) throws(ATTFailure) -> Attribute {
         guard let attribute = database.attribute(handle) else { throw ATTFailure(.invalidHandle, handle) }
         return attribute
-    }
-
-    /// Vol 3, Part F, 3.4.3.1 (and each ranged request): start 0 or start > end is Invalid Handle.
-    func checkRange(_ start: UInt16, _ end: UInt16) throws(ATTFailure) {
-        guard start != 0, start <= end else { throw ATTFailure(.invalidHandle, start) }
-    }
-
-    /// The handles of `start...end` that exist.
-    func handles(_ start: UInt16, _ end: UInt16) -> ClosedRange<UInt16>? {
-        let last = min(end, database.lastHandle)
-        return start <= last ? start...last : nil
     }
 
     func checkReadable(_ a: Attribute) throws(ATTFailure) {
@@ -712,7 +694,7 @@ public final class ATTServer {
     public func close() -> [(characteristic: Characteristic, configuration: UInt16)] {
         guard !isClosed else { return [] }
         isClosed = true
-        if inFlight != nil { bearer.end(.indication) }
+        if indications.isInFlight { bearer.end(.indication) }
         failIndications(.disconnected)
         longReadHandle = nil
         clearPreparedWrites()
