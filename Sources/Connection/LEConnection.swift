@@ -51,10 +51,12 @@ public final class LEConnection {
         channels = CreditBasedChannels(link: link, servers: channelServers, security: security)
     }
 
-    /// Serves `database` on the unenhanced bearer to `peer`, with the link's session.
-    public func serve(_ database: GATTDatabase, peer: ATTPeer) -> ATTServer {
+    /// Serves `database` on the unenhanced bearer to `peer`, with the link's session; `watch`:
+    /// who watches the requests of the role's servers (the device's), shared by the servers of
+    /// the enhanced bearers too.
+    public func serve(_ database: GATTDatabase, peer: ATTPeer, watch: ATTServerWatch? = nil) -> ATTServer {
         let server = ATTServer(database: database, peer: peer, scheduler: link.context.scheduler, bearer: bearer,
-                               session: session, endsSession: true)
+                               session: session, endsSession: true, watch: watch)
         self.server = server
         return server
     }
@@ -84,7 +86,7 @@ public final class LEConnection {
         var stage: FaultStage?
         if let enhancedServer, let unenhanced = self.server {
             let made = ATTServer(database: unenhanced.database, peer: unenhanced.peer, scheduler: link.context.scheduler,
-                                 bearer: bearer.bearer, session: session)
+                                 bearer: bearer.bearer, session: session, watch: unenhanced.watch)
             server = made
             stage = enhancedServer(made)
         }

@@ -1,24 +1,20 @@
 import BlemuATT
 import BlemuCore
 import BlemuCrypto
-import DequeModule
 
+/// What the owner of a server must always know (errors, subscriptions, MTU, signing, a dead
+/// bearer), and what only it can answer (authorization); a server made alone sends through it
+/// too. Nothing is told here for a request that went well: that is an `ATTServerObserver`'s,
+/// installed only while someone watches (`ATTServerWatch`).
 public protocol ATTServerDelegate: AnyObject {
     /// Sends one ATT PDU of a server whose bearer is on no link (a server made alone: a test or
     /// fuzz target stands in for the link here). Returns false when it was not taken. A server on
     /// a link sends on its bearer and never asks.
     func attServer(_ server: ATTServer, send pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool
-    /// Every request answered, with the error when the answer was an Error Response.
-    func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?)
+    /// A request answered with an Error Response, or a command that failed (it has none).
+    func attServer(_ server: ATTServer, refused opcode: UInt8, handle: UInt16, error: ATTError)
     func attServer(_ server: ATTServer, mtuChanged mtu: Int)
     func attServer(_ server: ATTServer, configured characteristic: Characteristic, from old: UInt16, to new: UInt16)
-    func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool)
-    /// A characteristic's value read (a Read, Read Blob, Read Multiple or Read by Type of its
-    /// value), only while `reportsValueAccess` is set: someone watches the device's events.
-    func attServer(_ server: ATTServer, read characteristic: Characteristic, offset: Int)
-    /// A value written, with its bytes (borrowed: copy what is kept), only while
-    /// `reportsValueAccess` is set. `prepared`: applied by an Execute Write.
-    func attServer(_ server: ATTServer, observedWrite characteristic: Characteristic, request: WriteRequest, prepared: Bool)
     /// An indication was not confirmed within 30 s: the bearer is dead (Vol 3, Part F, 3.3.3).
     func attServerTransactionTimedOut(_ server: ATTServer)
     /// An indication refused for want of room (`.queueFull`) could now be taken.
@@ -40,12 +36,9 @@ public protocol ATTServerDelegate: AnyObject {
 /// server) need not hear: the informational events do nothing unless implemented.
 extension ATTServerDelegate {
     public func attServer(_ server: ATTServer, send pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool { false }
-    public func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?) {}
+    public func attServer(_ server: ATTServer, refused opcode: UInt8, handle: UInt16, error: ATTError) {}
     public func attServer(_ server: ATTServer, mtuChanged mtu: Int) {}
     public func attServer(_ server: ATTServer, configured characteristic: Characteristic, from old: UInt16, to new: UInt16) {}
-    public func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool) {}
-    public func attServer(_ server: ATTServer, read characteristic: Characteristic, offset: Int) {}
-    public func attServer(_ server: ATTServer, observedWrite characteristic: Characteristic, request: WriteRequest, prepared: Bool) {}
     public func attServerIndicationQueueHasRoom(_ server: ATTServer) {}
     public func attServer(_ server: ATTServer, executeWriteRefusedAfter written: Int, error: ATTError, handle: UInt16) {}
     public func attServer(_ server: ATTServer, acceptedSignCounter counter: UInt32) {}
@@ -130,14 +123,8 @@ public final class ATTServer {
     /// Whether this server's bearer is the one the session was made with (the unenhanced
     /// bearer's): its close ends the session; an enhanced bearer's leaves it to the link.
     private let ownsSession: Bool
-    var inFlight: PendingIndication?
-    /// The values of the indication in flight and of those waiting, in buffers reused from one
-    /// indication to the next; a value longer than the largest ATT_MTU carries is cut.
-    var indicationBuffers = BufferPool(limit: ATTServer.maxPendingIndications + 1,
-                                               bufferCapacity: ATTServer.maximumMTU - 3)
-    var pendingIndications: Deque<PendingIndication> = []
-    /// An indication was refused for want of room: the delegate hears when there is room again.
-    var refusedIndication = false
+    /// The bearer's indications: the one in flight, those waiting, their buffers.
+    var indications = IndicationQueue()
     public private(set) var isTimedOut = false
     /// The link is gone (`close()`): nothing more is sent or answered.
     public private(set) var isClosed = false
@@ -149,22 +136,22 @@ public final class ATTServer {
     /// Reused for every value a read takes from a device's `onRead` or a CCCD; its room is
     /// taken at the link's first such read (a link that never makes one costs no more).
     private var readValue = ValueBuffer(capacity: 0)
-    /// Whether the delegate hears every read and written value (`attServer(_:read:offset:)`,
-    /// `attServer(_:observedWrite:request:prepared:)`): set only while someone watches, so the
-    /// request path costs one check otherwise (no run-time exclusivity check: it changes only
-    /// as watchers come and go, never while a request reads it).
-    @exclusivity(unchecked) public var reportsValueAccess = false
+    /// Who watches this server's requests (answers, values read and written): shared by the
+    /// servers of a device and read in place; nobody, unless installed.
+    public let watch: ATTServerWatch
 
     /// `bearer`: the link's ATT bearer, which routes the client's requests to this server and
     /// times its indications (a server made alone gets a bearer of its own, on no link: its
     /// delegate stands in for the link). `session`: the connection's (nil makes one for this
     /// server). `endsSession`: whether this server's close ends the session too (the unenhanced
     /// bearer's server: the default for a session of its own), or leaves it to the link (an
-    /// Enhanced ATT bearer's: the default for a session given).
+    /// Enhanced ATT bearer's: the default for a session given). `watch`: the device's (nil makes
+    /// one for this server, with nobody in it).
     public init(database: GATTDatabase, peer: ATTPeer, scheduler: TimerScheduling,
                 serverRxMTU: Int = ATTServer.maximumMTU, bearer: ATTBearer? = nil, session: GATTServerSession? = nil,
-                endsSession: Bool? = nil) {
+                endsSession: Bool? = nil, watch: ATTServerWatch? = nil) {
         self.database = database
+        self.watch = watch ?? ATTServerWatch()
         self.session = session ?? GATTServerSession()
         ownsSession = endsSession ?? (session == nil)
         let bearer = bearer ?? ATTBearer(scheduler: scheduler)
@@ -183,7 +170,7 @@ public final class ATTServer {
     }
 
     deinit {
-        if inFlight != nil { bearer.end(.indication) }
+        if indications.isInFlight { bearer.end(.indication) }
     }
 
     // MARK: Incoming
@@ -243,7 +230,7 @@ public final class ATTServer {
         } catch {
             if isCommand {
                 // No response exists for a command; the failure is still counted and logged.
-                delegate?.attServer(self, answered: opcode, handle: error.handle, error: error.error)
+                answered(opcode, error.handle, error.error)
             } else {
                 sendError(opcode, error.handle, error.error)
             }
@@ -316,17 +303,6 @@ public final class ATTServer {
         return attribute
     }
 
-    /// Vol 3, Part F, 3.4.3.1 (and each ranged request): start 0 or start > end is Invalid Handle.
-    func checkRange(_ start: UInt16, _ end: UInt16) throws(ATTFailure) {
-        guard start != 0, start <= end else { throw ATTFailure(.invalidHandle, start) }
-    }
-
-    /// The handles of `start...end` that exist.
-    func handles(_ start: UInt16, _ end: UInt16) -> ClosedRange<UInt16>? {
-        let last = min(end, database.lastHandle)
-        return start <= last ? start...last : nil
-    }
-
     func checkReadable(_ a: Attribute) throws(ATTFailure) {
         guard a.readable else { throw ATTFailure(.readNotPermitted, a.handle) }
         if a.encryptionRequiredToRead {
@@ -371,7 +347,7 @@ public final class ATTServer {
         switch a.content {
         case .fixed(let bytes):
             guard offset <= bytes.count else { throw ATTFailure(.invalidOffset, a.handle) }
-            if reportsValueAccess { reportRead(a, offset: offset) }
+            if watch.reportsReads { reportRead(a, offset: offset) }
             return bytes[offset...]
         case .clientConfiguration(let c):
             guard offset <= 2 else { throw ATTFailure(.invalidOffset, a.handle) }
@@ -387,7 +363,7 @@ public final class ATTServer {
             readValue.reset(skipping: offset)
             if let error = onRead(ReadRequest(peer: peer, offset: offset), &readValue) { throw ATTFailure(error, a.handle) }
             guard readValue.count >= offset else { throw ATTFailure(.invalidOffset, a.handle) }
-            if reportsValueAccess { delegate?.attServer(self, read: c, offset: offset) }
+            if watch.reportsReads { watch.observer?.attServer(self, read: c, offset: offset) }
             return readValue.bytes
         }
     }
@@ -395,7 +371,7 @@ public final class ATTServer {
     /// A read of a characteristic's value (not of a declaration or descriptor), for a watcher.
     private func reportRead(_ a: Attribute, offset: Int) {
         guard let c = a.characteristic, c.valueHandle == a.handle else { return }
-        delegate?.attServer(self, read: c, offset: offset)
+        watch.observer?.attServer(self, read: c, offset: offset)
     }
 
     func begin(_ opcode: ATTOpcode) {
@@ -403,12 +379,12 @@ public final class ATTServer {
         out.append(opcode.rawValue)
     }
 
-    /// The response in `out` to a request: sent, and the observer, if any, hears it was answered.
+    /// The response in `out` to a request: sent, and counted.
     func respond(_ requestOpcode: UInt8) {
         // `send`'s bearer branch written out: on the request path a call more is a debug build's cost.
         _ = sendsOnBearer ? bearer.send(out[...], kind: .response) : send(out[...], kind: .response)
-        guard let delegate else { return }
-        delegate.attServer(self, answered: requestOpcode, handle: 0, error: nil)
+        session.requestsAnswered &+= 1
+        if watch.reportsAnswers { watch.observer?.attServer(self, answered: requestOpcode, handle: 0, error: nil) }
     }
 
     /// The one way out of the server: every PDU goes on the bearer's link, or through the
@@ -421,8 +397,15 @@ public final class ATTServer {
         out.removeAll(keepingCapacity: true)
         ATTErrorResponse(requestOpcode: requestOpcode, handle: handle, error: error).encode(into: &out)
         _ = send(out[...], kind: .response)
-        guard let delegate else { return }
-        delegate.attServer(self, answered: requestOpcode, handle: handle, error: error)
+        answered(requestOpcode, handle, error)
+    }
+
+    /// A request refused (or a command that failed): counted, and told to the delegate (its
+    /// statistics, logs and security) and to the observer, if any.
+    private func answered(_ requestOpcode: UInt8, _ handle: UInt16, _ error: ATTError) {
+        session.requestsAnswered &+= 1
+        delegate?.attServer(self, refused: requestOpcode, handle: handle, error: error)
+        if watch.reportsAnswers { watch.observer?.attServer(self, answered: requestOpcode, handle: handle, error: error) }
     }
 
     // MARK: MTU (Vol 3, Part F, 3.4.2)
@@ -475,7 +458,7 @@ public final class ATTServer {
         if longReadHandle == request.handle {
             guard offset <= longReadValue.count else { throw ATTFailure(.invalidOffset, a.handle) }
             tail = longReadValue[offset...]
-            if reportsValueAccess { reportRead(a, offset: offset) }
+            if watch.reportsReads { reportRead(a, offset: offset) }
         } else {
             longReadHandle = nil
             if a.isFixedLength {
@@ -581,8 +564,7 @@ public final class ATTServer {
             }
         case .device(let c, let request):
             if let error = c.onWrite?(request) { throw ATTFailure(error, c.valueHandle) }
-            delegate?.attServer(self, wrote: c, count: request.value.count, withResponse: request.withResponse)
-            if reportsValueAccess { delegate?.attServer(self, observedWrite: c, request: request, prepared: prepared) }
+            if watch.reportsWrites { watch.observer?.attServer(self, wrote: c, request: request, prepared: prepared) }
         }
     }
 
@@ -712,7 +694,7 @@ public final class ATTServer {
     public func close() -> [(characteristic: Characteristic, configuration: UInt16)] {
         guard !isClosed else { return [] }
         isClosed = true
-        if inFlight != nil { bearer.end(.indication) }
+        if indications.isInFlight { bearer.end(.indication) }
         failIndications(.disconnected)
         longReadHandle = nil
         clearPreparedWrites()

@@ -89,28 +89,20 @@ extension ATTServer {
 
     func indicate(_ c: Characteristic, completion: IndicationCompletion?, value fill: (inout [UInt8]) -> Void) -> UpdateOutcome {
         guard !isTimedOut, !isClosed, isSubscribed(c, indications: true) else { return .notSubscribed }
-        let waits = inFlight != nil || !pendingIndications.isEmpty
-        if waits && pendingIndications.count >= Self.maxPendingIndications {
-            refusedIndication = true
-            return .queueFull
-        }
-        var value = indicationBuffers.take()
-        fill(&value)
-        let indication = PendingIndication(handle: c.valueHandle, value: value, completion: completion,
-                                           isServiceChanged: c.uuid == GATTType.serviceChanged)
-        if waits {
-            pendingIndications.append(indication)
+        switch indications.admit(handle: c.valueHandle, isServiceChanged: c.uuid == GATTType.serviceChanged,
+                                 completion: completion, value: fill) {
+        case .full: return .queueFull
+        case .waiting: return .queued
+        case .ready(let indication):
+            guard sendIndication(indication) else {
+                indications.notSent(indication, refusedForRoom: true)
+                return .queueFull
+            }
             return .queued
         }
-        guard sendIndication(indication) else {
-            indicationBuffers.give(indication.value)
-            refusedIndication = true
-            return .queueFull
-        }
-        return .queued
     }
 
-    public var indicationsWaiting: Int { pendingIndications.count + (inFlight == nil ? 0 : 1) }
+    public var indicationsWaiting: Int { indications.count }
 
     /// Sends an indication and starts its 30 s transaction; false when the link refused it.
     private func sendIndication(_ indication: PendingIndication) -> Bool {
@@ -119,38 +111,112 @@ extension ATTServer {
         update.appendLE(indication.handle)
         update.append(contentsOf: indication.value.prefix(mtu - 3))
         guard send(update[...], kind: .indication) else { return false }
-        inFlight = indication
+        indications.sent(indication)
         bearer.begin(.indication)
         return true
     }
 
     func confirmationReceived() {
         // A confirmation with no indication outstanding is ignored.
-        guard let confirmed = inFlight, bearer.isOpen(.indication) else { return }
+        guard indications.isInFlight, bearer.isOpen(.indication), let confirmed = indications.confirmed() else { return }
         bearer.end(.indication)
-        inFlight = nil
-        indicationBuffers.give(confirmed.value)
         // Vol 3, Part G, 2.5.2.1: a client that confirms Service Changed is change-aware.
         if confirmed.isServiceChanged { session.serviceChangedConfirmed() }
         confirmed.completion?(peer, .confirmed)
         // The next waiting indication goes out; one the link refuses ends as not sent.
-        while let next = pendingIndications.popFirst() {
+        while let next = indications.nextWaiting() {
             if sendIndication(next) { break }
-            indicationBuffers.give(next.value)
+            indications.notSent(next, refusedForRoom: false)
             next.completion?(peer, .notSent)
         }
-        if refusedIndication && pendingIndications.count < Self.maxPendingIndications {
-            refusedIndication = false
-            delegate?.attServerIndicationQueueHasRoom(self)
-        }
+        if indications.roomAgain() { delegate?.attServerIndicationQueueHasRoom(self) }
     }
 
     /// Ends every indication in flight or waiting with `outcome`.
     func failIndications(_ outcome: IndicationOutcome) {
-        let failed = (inFlight.map { [$0] } ?? []) + Array(pendingIndications)
+        for indication in indications.removeAll() { indication.completion?(peer, outcome) }
+    }
+}
+
+/// The indications of one bearer (Vol 3, Part F, 3.4.7.2): one in flight until its confirmation,
+/// the rest waiting their turn in order (3.3.2), at most `capacity` of them, each value in a
+/// buffer reused from one indication to the next (a value longer than the largest ATT_MTU
+/// carries is cut). It sends nothing: the server sends what is ready, through its one way out.
+struct IndicationQueue {
+    static let capacity = ATTServer.maxPendingIndications
+    /// The indication sent and not yet confirmed.
+    private var inFlight: PendingIndication?
+    private var waiting: Deque<PendingIndication> = []
+    private var buffers = BufferPool(limit: IndicationQueue.capacity + 1, bufferCapacity: ATTServer.maximumMTU - 3)
+    /// An indication was refused for want of room: the owner hears when there is room again.
+    private var refusedForRoom = false
+
+    /// The indications in flight and waiting.
+    var count: Int { waiting.count + (inFlight == nil ? 0 : 1) }
+    var isInFlight: Bool { inFlight != nil }
+
+    /// What becomes of a new indication.
+    enum Admission {
+        /// No room: refused (the owner hears when there is room again).
+        case full
+        /// Behind the one in flight.
+        case waiting
+        /// Nothing before it: to be sent now (then `sent`, or `notSent`).
+        case ready(PendingIndication)
+    }
+
+    /// A new indication of the value `fill` writes into a buffer of the queue's.
+    mutating func admit(handle: UInt16, isServiceChanged: Bool, completion: IndicationCompletion?,
+                        value fill: (inout [UInt8]) -> Void) -> Admission {
+        let waits = inFlight != nil || !waiting.isEmpty
+        if waits && waiting.count >= Self.capacity {
+            refusedForRoom = true
+            return .full
+        }
+        var value = buffers.take()
+        fill(&value)
+        let indication = PendingIndication(handle: handle, value: value, completion: completion, isServiceChanged: isServiceChanged)
+        if waits {
+            waiting.append(indication)
+            return .waiting
+        }
+        return .ready(indication)
+    }
+
+    /// The indication went out: in flight until its confirmation.
+    mutating func sent(_ indication: PendingIndication) { inFlight = indication }
+
+    /// The link did not take the indication: its buffer comes back. `refusedForRoom`: a new one
+    /// refused, whose owner is told when there is room again.
+    mutating func notSent(_ indication: PendingIndication, refusedForRoom: Bool) {
+        buffers.give(indication.value)
+        if refusedForRoom { self.refusedForRoom = true }
+    }
+
+    /// The confirmation came: the indication in flight ends, its buffer back.
+    mutating func confirmed() -> PendingIndication? {
+        guard let confirmed = inFlight else { return nil }
         inFlight = nil
-        pendingIndications.removeAll()
-        for indication in failed { indication.completion?(peer, outcome) }
+        buffers.give(confirmed.value)
+        return confirmed
+    }
+
+    /// The next waiting indication, taken out to be sent.
+    mutating func nextWaiting() -> PendingIndication? { waiting.popFirst() }
+
+    /// True, once, when there is room again after an indication was refused for want of it.
+    mutating func roomAgain() -> Bool {
+        guard refusedForRoom, waiting.count < Self.capacity else { return false }
+        refusedForRoom = false
+        return true
+    }
+
+    /// Every indication, in flight and waiting, taken out to be ended.
+    mutating func removeAll() -> [PendingIndication] {
+        let all = (inFlight.map { [$0] } ?? []) + Array(waiting)
+        inFlight = nil
+        waiting.removeAll()
+        return all
     }
 }
 
@@ -170,7 +236,7 @@ public typealias IndicationCompletion = (ATTPeer, IndicationOutcome) -> Void
 
 struct PendingIndication {
     let handle: UInt16
-    /// A buffer of the server's `indicationBuffers`, given back when the indication ends.
+    /// A buffer of its `IndicationQueue`'s, given back when the indication ends.
     let value: [UInt8]
     let completion: IndicationCompletion?
     let isServiceChanged: Bool

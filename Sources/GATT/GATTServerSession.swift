@@ -29,6 +29,11 @@ public final class GATTServerSession {
     private var outOfSyncSent = false
     /// The connection is gone: the client's state is no more.
     private var isClosed = false
+    /// The client's requests its servers answered (an Error Response, or a failed command,
+    /// included), on every bearer of the connection: the device's statistics add them up when
+    /// asked. Counted on the request path, read only between requests: no run-time
+    /// exclusivity check.
+    @exclusivity(unchecked) public internal(set) var requestsAnswered = 0
 
     /// The client's CSRK and last SignCounter, when it is bonded and distributed a CSRK: what
     /// its Signed Write Commands are verified with (nil: they are dropped).

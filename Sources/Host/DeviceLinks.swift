@@ -41,16 +41,11 @@ final class DeviceLinks {
     @exclusivity(unchecked) private(set) var connections = HandleTable<Connection>()
     /// Lines about links the controller or a central causes (attempts, refusals, failed disconnections).
     var linkLog = LogBudget()
-    /// Whether every link's server reports each value read and written (someone watches the
-    /// device's events: `Peripheral.eventObserver`).
-    var reportsValueAccess = false {
-        didSet {
-            for connection in connections.values {
-                connection.server.reportsValueAccess = reportsValueAccess
-                for endpoint in connection.enhanced.endpoints { endpoint.server?.reportsValueAccess = reportsValueAccess }
-            }
-        }
-    }
+    /// Who watches the requests of every server of every link (`Peripheral.watchRequests`):
+    /// one box, read in place by each server, those of links made later too.
+    let requestWatch = ATTServerWatch()
+    /// The requests the servers of links now closed answered (`requestsAnswered`).
+    private var requestsAnsweredOnClosedLinks = 0
     /// The SPSMs the device published (`DeviceContext.publishL2CAPChannel`), served on each link.
     let channelServers = ChannelServers()
     /// The EATT PSM served on every link (BlemuEATT; the device's part in EnhancedATT.swift).
@@ -71,6 +66,12 @@ final class DeviceLinks {
     }
 
     var count: Int { connections.count }
+
+    /// The requests every link's servers answered, the closed links' too: counted per
+    /// connection by its GATT server session and added up only when asked.
+    var requestsAnswered: Int {
+        connections.values.reduce(requestsAnsweredOnClosedLinks) { $0 + $1.le.session.requestsAnswered }
+    }
 
     /// Whether the device can take another link (`--max-connections`).
     var hasRoom: Bool { connections.count < configuration.maxConnections }
@@ -132,6 +133,7 @@ final class DeviceLinks {
     /// is not one of this device's links.
     func close(_ handle: UInt16) -> Connection? {
         guard let connection = connections.removeValue(forKey: handle) else { return nil }
+        requestsAnsweredOnClosedLinks += connection.le.session.requestsAnswered
         hci.closeLink(handle)
         if let timer = connection.parameterTimer { scheduler.cancel(timer) }
         connection.link.close()
@@ -140,6 +142,7 @@ final class DeviceLinks {
 
     /// The controller is gone while stopping: nothing is left to close.
     func forgetAll() {
+        requestsAnsweredOnClosedLinks = requestsAnswered
         connections.removeAll()
     }
 

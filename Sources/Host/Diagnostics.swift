@@ -6,7 +6,6 @@ import BlemuGATT
 public struct PeripheralStatistics {
     public var startedNanoseconds: UInt64 = 0
     public var connectionsTotal = 0
-    public var attRequests = 0
     public var attErrors = 0
     /// The last Error Response: request opcode, handle, error.
     public var lastError: (opcode: UInt8, handle: UInt16, error: ATTError)?
@@ -100,7 +99,8 @@ extension Peripheral {
             ("uptime_ms", "\(uptime)"),
             ("connections", "\(connections.count)"),
             ("connections_total", "\(statistics.connectionsTotal)"),
-            ("att_requests", "\(statistics.attRequests)"),
+            // Counted by each link's session, not by the device per request.
+            ("att_requests", "\(links.requestsAnswered)"),
             ("att_errors", "\(statistics.attErrors)"),
             ("last_error", JSON.optionalString(statistics.lastError.map { opcode, handle, error in
                 "\(error) for opcode \(Hex.byte(opcode)) on handle \(Hex.word(handle))"

@@ -21,12 +21,11 @@ extension DeviceLinks {
         }
     }
 
-    /// The device's server on each enhanced bearer of `le`: told to the device's delegate and
-    /// observers as the unenhanced one is, behind a fault stage of its own.
+    /// The device's server on each enhanced bearer of `le`: told to the device's delegate as
+    /// the unenhanced one is, watched through the same `requestWatch`, behind a fault stage of its own.
     func serveOnEnhancedBearers(of le: LEConnection) {
         le.serveOnEnhancedBearers { [unowned self] server in
             server.delegate = serverDelegate
-            server.reportsValueAccess = reportsValueAccess
             let stage = FaultStage(server: server, plan: faults, scheduler: scheduler)
             stage.delegate = faultDelegate
             return stage

@@ -19,9 +19,8 @@ extension DeviceLinks {
     /// stage) on its ATT bearer, SMP on CID 0x0006, and channels to the device's SPSMs.
     func makeLink(_ event: LEConnectionComplete, peer: ATTPeer) -> Connection {
         let le = LEConnection(link: L2CAPLink(handle: event.handle, role: .peripheral, context: l2cap), channelServers: channelServers)
-        let server = le.serve(database, peer: peer)
+        let server = le.serve(database, peer: peer, watch: requestWatch)
         server.delegate = serverDelegate
-        server.reportsValueAccess = reportsValueAccess
         // The device's faults sit between the bearer and the server.
         let faultStage = FaultStage(server: server, plan: faults, scheduler: scheduler)
         faultStage.delegate = faultDelegate

@@ -36,6 +36,7 @@ public final class Peripheral {
             parts.links.logger = logger
             parts.bondedClients.logger = logger
             advertising.logger = logger
+            watchRequests()
         }
     }
 
@@ -60,7 +61,7 @@ public final class Peripheral {
     public var eventObserver: ((DeviceEvent) -> Void)? {
         didSet {
             isObserved = eventObserver != nil
-            madeConnectionParts?.links.reportsValueAccess = isObserved
+            watchRequests()
         }
     }
     /// `eventObserver != nil`, as the notification path checks it: a Bool costs no retain, and
@@ -137,6 +138,7 @@ public final class Peripheral {
         if let parts {
             parts.links.serverDelegate = self
             parts.links.faultDelegate = self
+            watchRequests()
             wireSecurity()
         }
         if configuration.privacy { advertising.renewPrivateAddress() }
@@ -189,7 +191,7 @@ public final class Peripheral {
         wire(parts)
         parts.links.serverDelegate = self
         parts.links.faultDelegate = self
-        parts.links.reportsValueAccess = isObserved
+        watchRequests()
         wireSecurity()
         return parts
     }

@@ -20,9 +20,9 @@ extension Peripheral: ATTServerDelegate {
         }
     }
 
-    public func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?) {
-        statistics.attRequests += 1
-        guard let error else { return }
+    /// Errors are always counted, logged (budgeted) and, for a want of security, told to the
+    /// Security Manager; the requests answered are counted by each link's session.
+    public func attServer(_ server: ATTServer, refused opcode: UInt8, handle: UInt16, error: ATTError) {
         statistics.attErrors += 1
         if error == .insufficientAuthentication || error == .insufficientEncryption || error == .encryptionKeySizeTooShort {
             security.securityNeeded(on: server.peer.connectionHandle)
@@ -89,24 +89,6 @@ extension Peripheral: ATTServerDelegate {
         }
     }
 
-    public func attServer(_ server: ATTServer, read characteristic: Characteristic, offset: Int) {
-        eventObserver?(.read(peer: server.peer, characteristic: EventCharacteristic(characteristic), offset: offset))
-    }
-
-    public func attServer(_ server: ATTServer, observedWrite characteristic: Characteristic, request: WriteRequest, prepared: Bool) {
-        eventObserver?(.write(peer: server.peer, characteristic: EventCharacteristic(characteristic), offset: request.offset,
-                              value: Array(request.value), withResponse: request.withResponse, prepared: prepared))
-    }
-
-    public func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool) {
-        guard logger.logLevel <= .info, let leftOut = requestLog.take(now: scheduler.nowNanoseconds, for: logger) else { return }
-        logger.event(.write, .info, "\(withResponse ? "write" : "write command") of \(count) bytes to \(characteristic.uuid)\(LogBudget.note(leftOut))", [
-            LogKey.peer: .string(server.peer.address.description),
-            LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
-            LogKey.attHandle: .string(Hex.word(characteristic.valueHandle)),
-        ])
-    }
-
     public func attServerIndicationQueueHasRoom(_ server: ATTServer) {
         deviceMayProceed()
     }
@@ -158,6 +140,45 @@ extension Peripheral: ATTServerDelegate {
         if let connection = connections[server.peer.connectionHandle] {
             links.disconnect(connection, reason: HCIStatus.remoteUserTerminated)
         }
+    }
+}
+
+// MARK: - Watching requests
+
+/// What the device hears of each request only while someone wants it: every value read and
+/// written while its events are observed (`eventObserver`: the control socket's `watch`, a
+/// scenario), and the journal's line for each write while it logs at info level (the default of
+/// `blemu run`). With neither, the servers call nothing here per request.
+extension Peripheral: ATTServerObserver {
+    /// Installs the device as the observer of its links' servers for what is wanted now, or
+    /// removes it: called as the event observer and the logger change.
+    func watchRequests() {
+        // A broadcaster has no links to watch (and asking for `links` would build them).
+        guard let links = madeConnectionParts?.links else { return }
+        let events = eventObserver != nil
+        let writeLines = logger.logLevel <= .info
+        if events || writeLines {
+            links.requestWatch.install(self, answers: false, reads: events, writes: true)
+        } else {
+            links.requestWatch.remove()
+        }
+    }
+
+    public func attServer(_ server: ATTServer, read characteristic: Characteristic, offset: Int) {
+        eventObserver?(.read(peer: server.peer, characteristic: EventCharacteristic(characteristic), offset: offset))
+    }
+
+    public func attServer(_ server: ATTServer, wrote characteristic: Characteristic, request: WriteRequest, prepared: Bool) {
+        if logger.logLevel <= .info, let leftOut = requestLog.take(now: scheduler.nowNanoseconds, for: logger) {
+            let what = request.withResponse ? "write" : "write command"
+            logger.event(.write, .info, "\(what) of \(request.value.count) bytes to \(characteristic.uuid)\(LogBudget.note(leftOut))", [
+                LogKey.peer: .string(server.peer.address.description),
+                LogKey.connHandle: .string("\(server.peer.connectionHandle)"),
+                LogKey.attHandle: .string(Hex.word(characteristic.valueHandle)),
+            ])
+        }
+        eventObserver?(.write(peer: server.peer, characteristic: EventCharacteristic(characteristic), offset: request.offset,
+                              value: Array(request.value), withResponse: request.withResponse, prepared: prepared))
     }
 }
 

@@ -8,7 +8,7 @@ import Testing
 /// handlers never hear of a refused request.
 @Suite struct ATTServerAuthorizationTests {
     /// The delegate's answer for characteristics without an `authorize` of their own.
-    final class AuthorizingDelegate: ATTServerDelegate {
+    final class AuthorizingDelegate: ATTServerDelegate, ATTServerObserver {
         var allow = false
         var asked: [(uuid: BluetoothUUID, access: AttributeAccess)] = []
         var answered: [ATTError?] = []
@@ -64,7 +64,7 @@ import Testing
             }])
             server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: peer)),
                                scheduler: ManualScheduler())
-            server.delegate = delegate
+            server.record(by: delegate)
         }
 
         /// The error the request was answered with; nil when it succeeded.
@@ -161,7 +161,7 @@ import Testing
         final class Silent: ATTServerDelegate {
             var errors: [ATTError?] = []
             func attServer(_ server: ATTServer, send pdu: ArraySlice<UInt8>, kind: ATTSendKind) -> Bool { true }
-            func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?) { errors.append(error) }
+            func attServer(_ server: ATTServer, refused opcode: UInt8, handle: UInt16, error: ATTError) { errors.append(error) }
             func attServerTransactionTimedOut(_ server: ATTServer) {}
         }
         let bench = try Bench()

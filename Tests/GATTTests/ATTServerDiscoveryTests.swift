@@ -32,7 +32,7 @@ import Testing
     @Test func serverRxMTUIsConfigurable() throws {
         let f = try Fixture()
         let small = ATTServer(database: f.database, peer: f.peer, scheduler: f.scheduler, serverRxMTU: 64)
-        small.delegate = f.delegate
+        small.record(by: f.delegate)
         small.receive(bytes("02 0002")[...])
         #expect(f.delegate.sent.last?.pdu == bytes("03 4000"))
         #expect(small.mtu == 64)
@@ -93,7 +93,7 @@ import Testing
         let delegate = RecordingDelegate()
         let server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
                                scheduler: ManualScheduler())
-        server.delegate = delegate
+        server.record(by: delegate)
         server.receive(bytes("10 0100 FFFF 0028")[...])
         #expect(delegate.sent.map(\.pdu) == [bytes("11 06 0100 0300 0018 0400 0600 0118 0700 0900 0218")])
     }
@@ -240,7 +240,7 @@ import Testing
         let delegate = RecordingDelegate()
         let server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
                                scheduler: ManualScheduler())
-        server.delegate = delegate
+        server.record(by: delegate)
         server.receive(bytes("08 0100 FFFF 3A2A")[...])
         #expect(delegate.sent.map(\.pdu) == [bytes("09 03 0300 11")])
     }

@@ -61,7 +61,7 @@ import Testing
         let delegate = RecordingDelegate()
         let server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
                                scheduler: ManualScheduler())
-        server.delegate = delegate
+        server.record(by: delegate)
         server.receive(bytes("0A 0300")[...])
         #expect(delegate.sent.map(\.pdu) == errorResponse(0x0A, 0x0003, .application(0x01)))
         #expect(delegate.answered.last?.error == .application(0x01))
@@ -75,7 +75,7 @@ import Testing
         let delegate = RecordingDelegate()
         let server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
                                scheduler: ManualScheduler())
-        server.delegate = delegate
+        server.record(by: delegate)
         server.receive(bytes("0A 0300")[...])
         #expect(delegate.sent.map(\.pdu) == errorResponse(0x0A, 0x0003, .insufficientAuthentication))
     }
@@ -168,7 +168,7 @@ import Testing
         let delegate = RecordingDelegate()
         let server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
                                scheduler: ManualScheduler())
-        server.delegate = delegate
+        server.record(by: delegate)
         server.receive(bytes("0A 0300")[...])
         server.receive(bytes("0C 0300 1600")[...])
         #expect(delegate.sent.map(\.pdu) == [bytes("0B") + [UInt8](repeating: 0xA1, count: 22), bytes("0D")])
@@ -288,7 +288,7 @@ import Testing
         let server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
                                scheduler: ManualScheduler())
         let delegate = RecordingDelegate()
-        server.delegate = delegate
+        server.record(by: delegate)
         let h = c.valueHandle
         func blob(_ offset: UInt16) -> [UInt8]? {
             server.receive(ATTReadBlobRequest(handle: h, offset: offset).encoded[...])
@@ -332,7 +332,7 @@ import Testing
         let server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
                                scheduler: ManualScheduler())
         let delegate = RecordingDelegate()
-        server.delegate = delegate
+        server.record(by: delegate)
         server.receive(ATTReadBlobRequest(handle: c.valueHandle, offset: 500).encoded[...])
         #expect(delegate.sent.last?.pdu == [0x0D] + Array(repeating: 0x42, count: 12))
     }

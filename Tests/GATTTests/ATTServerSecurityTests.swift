@@ -25,7 +25,7 @@ import Testing
             let database = try GATTDatabase(services: [Service(0x180F) { encrypted; authenticated; secureConnections; longKey }])
             server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
                                scheduler: ManualScheduler())
-            server.delegate = delegate
+            server.record(by: delegate)
         }
 
         func error(_ hex: String) -> ATTError? {
@@ -83,7 +83,7 @@ import Testing
         let server = ATTServer(database: try GATTDatabase(services: [Service(0x180F) { open }]),
                                peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)), scheduler: ManualScheduler())
         let delegate = RecordingDelegate()
-        server.delegate = delegate
+        server.record(by: delegate)
         func error(_ hex: String) -> ATTError? {
             let before = delegate.answered.count
             server.receive(bytes(hex)[...])
@@ -135,7 +135,7 @@ import Testing
             let database = try GATTDatabase(services: [Service(0x180F) { encrypted; authenticated; open }])
             server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
                                scheduler: ManualScheduler())
-            server.delegate = delegate
+            server.record(by: delegate)
         }
 
         func error(_ hex: String) -> ATTError? {

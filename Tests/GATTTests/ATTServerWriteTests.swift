@@ -108,7 +108,7 @@ import Testing
         let database = try GATTDatabase(services: [Service(0x180D) { commandOnly }])
         let delegate = RecordingDelegate()
         let server = ATTServer(database: database, peer: f.peer, scheduler: f.scheduler)
-        server.delegate = delegate
+        server.record(by: delegate)
         server.receive(bytes("12 0300 01")[...])
         #expect(delegate.sent.map(\.pdu) == errorResponse(0x12, 0x0003, .writeNotPermitted))
     }
@@ -179,7 +179,7 @@ import Testing
         let otherPeer = ATTPeer(connectionHandle: 0x41, address: BluetoothAddress(value: 0xC0_0000_0001))
         let other = ATTServer(database: f.database, peer: otherPeer, scheduler: f.scheduler)
         let otherDelegate = RecordingDelegate()
-        other.delegate = otherDelegate
+        other.record(by: otherDelegate)
         other.receive(bytes("0A 1400")[...])
         #expect(otherDelegate.sent.map(\.pdu) == [bytes("0B 0000")])
         #expect(!other.isSubscribed(f.notifyOnly, indications: false))
@@ -373,7 +373,7 @@ import Testing
         let server = ATTServer(database: device.database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
                                scheduler: ManualScheduler())
         let delegate = RecordingDelegate()
-        server.delegate = delegate
+        server.record(by: delegate)
         return (device, server, delegate)
     }
 

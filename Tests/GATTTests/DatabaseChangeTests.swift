@@ -133,7 +133,7 @@ import Testing
         let database = try GATTDatabase(services: [Service(0x1801) { hashCharacteristic }])
         let server = ATTServer(database: database, peer: f.peer, scheduler: f.scheduler)
         let delegate = RecordingDelegate()
-        server.delegate = delegate
+        server.record(by: delegate)
         server.session.clientSupportsRobustCaching = true
         _ = server.databaseChanged(1...1)
         server.receive(bytes("08 0100 FFFF 2A2B")[...])

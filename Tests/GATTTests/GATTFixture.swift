@@ -38,8 +38,17 @@ final class DeviceLog {
     }
 }
 
+extension ATTServer {
+    /// A test's delegate hears what a link's owner always hears, and watches every request too
+    /// (as the device does while someone watches its events).
+    func record<Recorder: ATTServerDelegate & ATTServerObserver>(by recorder: Recorder) {
+        delegate = recorder
+        watch.install(recorder)
+    }
+}
+
 /// The records of a fake link.
-final class RecordingDelegate: ATTServerDelegate {
+final class RecordingDelegate: ATTServerDelegate, ATTServerObserver {
     struct Sent {
         let pdu: [UInt8]
         let kind: ATTSendKind
@@ -71,8 +80,8 @@ final class RecordingDelegate: ATTServerDelegate {
     func attServer(_ server: ATTServer, configured characteristic: Characteristic, from old: UInt16, to new: UInt16) {
         configured.append((characteristic, old, new))
     }
-    func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool) {
-        wrote.append((characteristic, count, withResponse))
+    func attServer(_ server: ATTServer, wrote characteristic: Characteristic, request: WriteRequest, prepared: Bool) {
+        wrote.append((characteristic, request.value.count, request.withResponse))
     }
     func attServerTransactionTimedOut(_ server: ATTServer) { timeouts += 1 }
     var roomSignals = 0
@@ -167,7 +176,7 @@ final class Fixture {
         deviceInformation = Service(0x180A) { manufacturer }
         database = try GATTDatabase(services: [gap, battery, heartRate, custom, deviceInformation])
         server = ATTServer(database: database, peer: peer, scheduler: scheduler)
-        server.delegate = delegate
+        server.record(by: delegate)
     }
 
     /// Sends one PDU from the client and returns the response PDUs the server sent for it.

@@ -24,7 +24,7 @@ import Testing
             let database = try GATTDatabase(services: [Service(0x180F) { signed; plain; encrypted }])
             server = ATTServer(database: database, peer: ATTPeer(connectionHandle: 1, address: BluetoothAddress(value: 1)),
                                scheduler: ManualScheduler())
-            server.delegate = delegate
+            server.record(by: delegate)
             signed.onWrite = { [unowned self] request in
                 self.values.append(Array(request.value))
                 return nil

@@ -181,8 +181,6 @@ final class Bearer: ATTServerDelegate {
         }
     }
 
-    func attServer(_ server: ATTServer, answered opcode: UInt8, handle: UInt16, error: ATTError?) {}
-
     func attServer(_ server: ATTServer, mtuChanged mtu: Int) {
         fuzzCheck((ATTServer.defaultMTU...server.serverRxMTU).contains(mtu), "MTU changed to \(mtu)")
     }
@@ -192,8 +190,6 @@ final class Bearer: ATTServerDelegate {
         fuzzCheck(new & 0x0001 == 0 || characteristic.properties.contains(.notify), "notifications enabled on a characteristic that does not notify")
         fuzzCheck(new & 0x0002 == 0 || characteristic.properties.contains(.indicate), "indications enabled on a characteristic that does not indicate")
     }
-
-    func attServer(_ server: ATTServer, wrote characteristic: Characteristic, count: Int, withResponse: Bool) {}
 
     func attServerTransactionTimedOut(_ server: ATTServer) {}
 }
