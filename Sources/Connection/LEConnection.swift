@@ -119,7 +119,7 @@ public final class LEConnection {
         return client
     }
 
-    /// Serves the database of `serve` on every enhanced bearer too, each server with the link's
+    /// Serves the database of `serving` on every enhanced bearer too, each server with the link's
     /// one session (the client's state is the connection's, whatever bearer it uses, Vol 3,
     /// Part G, 3.3.3.3) and its own transaction state; `front` readies each server (its
     /// delegate) and gives the stage its PDUs go through.
