@@ -103,9 +103,10 @@ let package = Package(
         ], path: "Sources/GATTClient"),
         // One ACL link whichever role made it (`LEConnection`): its L2CAP link, the one LinkSecurity,
         // the unenhanced and enhanced ATT bearers, the GATT server session, the credit based channels,
-        // SMP's channel; the roles attach their endpoints (a server, a client). Below Host and Central.
+        // SMP's channel, the peer and the link's parameters; the roles attach their endpoints (a server
+        // behind the role's stage, a client) and keep no per-link object beside it. Below Host and Central.
         .target(name: "BlemuConnection", dependencies: [
-            "BlemuCore", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuGATTClient",
+            "BlemuCore", "BlemuHCI", "BlemuL2CAP", "BlemuChannels", "BlemuATT", "BlemuEATT", "BlemuGATT", "BlemuGATTClient",
         ], path: "Sources/Connection"),
         // The central role beside the peripheral host: scanning, connecting, links with a GATT client.
         .target(name: "BlemuCentral", dependencies: [

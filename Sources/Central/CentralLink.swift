@@ -18,9 +18,13 @@ public final class CentralLink {
     /// The link, whichever role made it.
     public let connection: LEConnection
     /// The peer's address with its type, as the connection event gave it (the identity address
-    /// when the controller resolved a private one).
-    public let peer: LEAddress
-    public internal(set) var parameters: LinkParameters
+    /// when the controller resolved a private one): the connection's.
+    public var peer: LEAddress { connection.peer.leAddress }
+    /// The link's connection parameters: the connection's.
+    public internal(set) var parameters: LinkParameters {
+        get { connection.parameters }
+        set { connection.parameters = newValue }
+    }
     /// The link's L2CAP: reassembly, its fixed channels, LE signalling.
     public var l2cap: L2CAPLink { connection.link }
     /// The link's one ATT bearer (one ATT_MTU, Vol 3, Part F, 3.2.8): an exchange by either
@@ -28,7 +32,6 @@ public final class CentralLink {
     public var bearer: ATTBearer { connection.bearer }
     /// The peer's database, through ATT.
     public let client: GATTClient
-    let server: ATTServer
     /// The link's credit based channels (Vol 3, Part A, 4.22-4.28): the ones we open to a
     /// peripheral's SPSM (`openChannel`, `openEnhancedChannels`); we serve no SPSM, so a
     /// peripheral's own requests are refused with SPSM not supported (0x0002).
@@ -44,14 +47,12 @@ public final class CentralLink {
     init(l2cap: L2CAPLink, peer: LEAddress, parameters: LinkParameters,
          database: GATTDatabase, host: CentralHost) {
         // We serve no SPSM: a peripheral's own channel requests are refused.
-        connection = LEConnection(link: l2cap, channelServers: ChannelServers())
-        self.peer = peer
-        self.parameters = parameters
-        self.host = host
         let handle = l2cap.handle
-        server = connection.serve(database, peer: ATTPeer(connectionHandle: handle, address: peer))
+        connection = LEConnection(link: l2cap, peer: ATTPeer(connectionHandle: handle, address: peer), parameters: parameters,
+                                  channelServers: ChannelServers(), serving: database)
+        self.host = host
         client = connection.attachClient()
-        server.delegate = host
+        connection.server?.delegate = host
         attachClientsOnEnhancedBearers()
         client.onTimeout = { [weak host] in
             // Vol 3, Part F, 3.3.3: a bearer that timed out is useless; the link goes.
@@ -86,7 +87,7 @@ public final class CentralLink {
         isOpen = false
         l2cap.close()
         client.close()
-        _ = server.close()
+        _ = connection.server?.close()
         onDisconnected?(reason)
     }
 }

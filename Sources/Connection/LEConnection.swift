@@ -4,6 +4,7 @@ import BlemuCore
 import BlemuEATT
 import BlemuGATT
 import BlemuGATTClient
+import BlemuHCI
 import BlemuL2CAP
 
 /// One ACL link, whichever role made it (Zephyr's `bt_conn`, Bumble's `Connection`): its L2CAP
@@ -12,13 +13,23 @@ import BlemuL2CAP
 /// bearer on CID 0x0004 (one ATT_MTU for client and server, Vol 3, Part F, 3.2.8), its Enhanced
 /// ATT bearers (Vol 3, Part G, 3.6), the GATT server session of the peer as a client (its
 /// CCCDs, caching, signing), the credit based channels, and SMP's fixed channel 0x0006. A role
-/// attaches its endpoints to it: the peripheral its device's database (`serve`, and
-/// `serveOnEnhancedBearers` for the server on each enhanced bearer, behind the role's stage),
-/// the central a GATT client (`attachClient`, `attachClientsOnEnhancedBearers`) and its small
-/// server of its own.
+/// attaches its endpoints to it: the peripheral its device's database (`serving`, behind the
+/// role's stage, and `serveOnEnhancedBearers` for the server on each enhanced bearer), the
+/// central a GATT client (`attachClient`, `attachClientsOnEnhancedBearers`) and its small server
+/// of its own. Which bearer carries the served database's next indication, or a notification
+/// the unenhanced bearer refused, is the connection's (`indicationStage`, `notifyOnEnhancedBearer`).
 public final class LEConnection {
     public var handle: UInt16 { link.handle }
     public let link: L2CAPLink
+    /// The peer, as the connection event named it (the identity address when the controller
+    /// resolved a private one): the link's servers serve it.
+    public let peer: ATTPeer
+    /// The link's connection parameters: the connection event's, then each LE Connection Update
+    /// Complete's (Vol 4, Part E, 7.7.65.3).
+    public var parameters: LinkParameters
+    /// The request for other parameters the role scheduled (the peripheral's for its preferred
+    /// ones, Vol 3, Part A, 4.20); the role cancels it when the link closes.
+    public var parameterRequest: TimerID?
     /// How the link is protected now: the one value, read in place by everyone who checks it.
     public let security: LinkSecurityState
     /// The link's unenhanced ATT bearer.
@@ -27,8 +38,14 @@ public final class LEConnection {
     public let session: GATTServerSession
     /// The link's credit based channels (Vol 3, Part A, 4.22-4.28), to the SPSMs `channelServers` serves.
     public let channels: CreditBasedChannels
-    /// The GATT server on the unenhanced bearer, once a role attached it.
-    public private(set) var server: ATTServer?
+    /// The GATT server on the unenhanced bearer, when the role serves a database on it (`init`'s
+    /// `serving`). A constant: read from the role's module for every update it sends, where a
+    /// variable would cost a run-time exclusivity check (`@exclusivity(unchecked)` does not
+    /// cross modules).
+    public let server: ATTServer?
+    /// The stage the role put in front of `server` (the device's faults): the served database's
+    /// updates go through it. Nil: the role put none (the central's small server).
+    public let stage: FaultStage?
     /// The GATT client on the unenhanced bearer, once a role attached it.
     public private(set) var client: GATTClient?
     /// The link's Enhanced ATT bearers (Vol 3, Part G, 3.6), each with the endpoints the roles
@@ -43,22 +60,56 @@ public final class LEConnection {
     /// What the role does with the GATT client of each enhanced bearer; nil: no client on them.
     private var enhancedClient: ((GATTClient, EnhancedATTBearer) -> Void)?
 
-    public init(link: L2CAPLink, channelServers: ChannelServers) {
+    /// `serving`: the database the role serves on the unenhanced bearer to the peer, with the
+    /// link's session; `watch`: who watches the requests of the role's servers (the device's),
+    /// shared by the servers of the enhanced bearers too; `front`, when given, readies the
+    /// server (its delegate) and gives the stage in front of it (`stage`).
+    public init(link: L2CAPLink, peer: ATTPeer, parameters: LinkParameters, channelServers: ChannelServers,
+                serving database: GATTDatabase? = nil, watch: ATTServerWatch? = nil,
+                front: ((ATTServer) -> FaultStage)? = nil) {
         self.link = link
-        security = LinkSecurityState()
-        session = GATTServerSession(security: security)
-        bearer = ATTBearer(link: link)
+        self.peer = peer
+        self.parameters = parameters
+        let security = LinkSecurityState()
+        self.security = security
+        let session = GATTServerSession(security: security)
+        self.session = session
+        let bearer = ATTBearer(link: link)
+        self.bearer = bearer
         channels = CreditBasedChannels(link: link, servers: channelServers, security: security)
+        let server = database.map {
+            ATTServer(database: $0, peer: peer, scheduler: link.context.scheduler, bearer: bearer,
+                      session: session, endsSession: true, watch: watch)
+        }
+        self.server = server
+        stage = server.flatMap { front?($0) }
     }
 
-    /// Serves `database` on the unenhanced bearer to `peer`, with the link's session; `watch`:
-    /// who watches the requests of the role's servers (the device's), shared by the servers of
-    /// the enhanced bearers too.
-    public func serve(_ database: GATTDatabase, peer: ATTPeer, watch: ATTServerWatch? = nil) -> ATTServer {
-        let server = ATTServer(database: database, peer: peer, scheduler: link.context.scheduler, bearer: bearer,
-                               session: session, endsSession: true, watch: watch)
-        self.server = server
-        return server
+    /// Where the served database's next indication to this client goes: the unenhanced
+    /// bearer's stage, unless it has one waiting and the client set the EATT bit of Client
+    /// Supported Features (Vol 3, Part G, 7.2, bit 1), which lets the server use any of its
+    /// bearers; then an enhanced bearer with none waiting (one indication at a time per bearer,
+    /// Part F, 3.3.2). Nil: no stage in front of the server.
+    public var indicationStage: FaultStage? {
+        guard let stage else { return nil }
+        guard !enhanced.isEmpty, session.clientFeatures & EATT.clientSupportsEATT != 0,
+              let server, server.indicationsWaiting > 0,
+              let idle = enhanced.entries.first(where: { $0.endpoint.server?.indicationsWaiting == 0 }),
+              let idleStage = idle.endpoint.stage else { return stage }
+        return idleStage
+    }
+
+    /// A notification the unenhanced bearer's full queue refused goes on an enhanced bearer of
+    /// a client that set the EATT bit (7.2, bit 1), where the channel's own queue may take it.
+    public func notifyOnEnhancedBearer(_ characteristic: Characteristic, value: ArraySlice<UInt8>) -> UpdateOutcome {
+        guard session.clientFeatures & EATT.clientSupportsEATT != 0 else { return .queueFull }
+        for entry in enhanced.entries {
+            guard let server = entry.endpoint.server, let stage = entry.endpoint.stage,
+                  entry.bearer.hasRoomForNotification(of: min(value.count + 3, server.mtu), maximumPDU: ATTServer.maximumMTU) else { continue }
+            let outcome = stage.notify(characteristic, value: value)
+            if outcome != .queueFull { return outcome }
+        }
+        return .queueFull
     }
 
     /// A GATT client for the peer's database on the unenhanced bearer.
@@ -68,7 +119,7 @@ public final class LEConnection {
         return client
     }
 
-    /// Serves the database of `serve` on every enhanced bearer too, each server with the link's
+    /// Serves the database of `serving` on every enhanced bearer too, each server with the link's
     /// one session (the client's state is the connection's, whatever bearer it uses, Vol 3,
     /// Part G, 3.3.3.3) and its own transaction state; `front` readies each server (its
     /// delegate) and gives the stage its PDUs go through.

@@ -1,4 +1,5 @@
 import BlemuATT
+import BlemuConnection
 import BlemuCore
 import BlemuGATT
 import BlemuSecurity
@@ -41,8 +42,8 @@ final class BondedClients {
 
     /// A link opens: a bonded central's CSRK and SignCounter verify its signed writes (Vol 3,
     /// Part C, 10.4: also on a link it does not encrypt), and its caching state is back.
-    func linkOpened(_ connection: Connection, log: inout LogBudget) {
-        connection.server.session.signing = signingState(on: connection.handle)
+    func linkOpened(_ connection: LEConnection, log: inout LogBudget) {
+        connection.session.signing = signingState(on: connection.handle)
         restoreCachingState(on: connection, log: &log)
     }
 
@@ -51,13 +52,13 @@ final class BondedClients {
     /// left, or whose database changed while it was away (another Database Hash), gets Database
     /// Out Of Sync until it reads the hash or confirms Service Changed. Done at once, before
     /// encryption, so the client's first request already sees it.
-    func restoreCachingState(on connection: Connection, log: inout LogBudget) {
+    func restoreCachingState(on connection: LEConnection, log: inout LogBudget) {
         guard let state = state(on: connection.handle), state.clientSupportedFeatures != 0 else { return }
-        let server = connection.server
-        server.session.restoreClientFeatures(state.clientSupportedFeatures)
+        let session = connection.session
+        session.restoreClientFeatures(state.clientSupportedFeatures)
         let changedWhileAway = state.databaseHash.map { $0 != database.hash } ?? false
-        if server.session.clientSupportsRobustCaching && (!state.changeAware || changedWhileAway) {
-            server.session.becomeChangeUnaware()
+        if session.clientSupportsRobustCaching && (!state.changeAware || changedWhileAway) {
+            session.becomeChangeUnaware()
             // A central sets the pace of its connections: budgeted.
             guard let leftOut = log.take(now: scheduler.nowNanoseconds, for: logger) else { return }
             logger.info("\(connection.peer.address) is a bonded robust-caching client \(changedWhileAway ? "whose database changed while it was away" : "that left change-unaware"): Database Out Of Sync until it reads the Database Hash or confirms Service Changed\(LogBudget.note(leftOut))",
@@ -75,13 +76,13 @@ final class BondedClients {
     /// caching state is kept with the bond; a pairing that just made a bond with a CSRK verifies
     /// signed writes from now on; encrypted with a bond's key, the subscriptions it left are
     /// back (Vol 3, Part G, 3.3.3.3) and it hears of changes made while it was away.
-    func securityChanged(_ state: LinkSecurity, on connection: Connection) {
+    func securityChanged(_ state: LinkSecurity, on connection: LEConnection) {
         let handle = connection.handle
-        let server = connection.server
+        let session = connection.session
         if state.isBonded { cachingStateKnown(on: connection) }
-        if server.session.signing == nil { server.session.signing = signingState(on: handle) }
+        if session.signing == nil { session.signing = signingState(on: handle) }
         guard state.isEncrypted, state.isBonded, let kept = self.state(on: handle) else { return }
-        if !kept.clientConfigurations.isEmpty { server.restoreClientConfigurations(kept.clientConfigurations) }
+        if !kept.clientConfigurations.isEmpty { connection.server?.restoreClientConfigurations(kept.clientConfigurations) }
         tellOfChangesWhileAway(kept, on: connection)
         // A new bond keeps the subscriptions made before the pairing finished.
         subscriptionsChanged(on: connection)
@@ -89,10 +90,11 @@ final class BondedClients {
 
     /// A bonded central that enabled Service Changed and comes back to a database that changed
     /// while it was away (another Database Hash) hears of it: the whole range (Vol 3, Part G, 7.1).
-    private func tellOfChangesWhileAway(_ kept: BondedClientState, on connection: Connection) {
+    private func tellOfChangesWhileAway(_ kept: BondedClientState, on connection: LEConnection) {
         guard let known = kept.databaseHash, known != database.hash,
-              connection.server.isSubscribed(standard.serviceChanged, indications: true) else { return }
-        let outcome = connection.faultStage.indicateServiceChanged(standard.serviceChanged, range: 0x0001...0xFFFF)
+              connection.session.isSubscribed(standard.serviceChanged, indications: true),
+              let stage = connection.stage else { return }
+        let outcome = stage.indicateServiceChanged(standard.serviceChanged, range: 0x0001...0xFFFF)
         logger.event(.stateChanged, .notice,
                      "the database changed while \(connection.peer.address) was away: Service Changed 0x0001-0xFFFF \(outcome == .queued ? "indicated" : "not sent (\(outcome))")",
                      [LogKey.peer: .string(connection.peer.address.description), LogKey.connHandle: .string("\(connection.peer.connectionHandle)")])
@@ -102,17 +104,17 @@ final class BondedClients {
 
     /// The client's CCCD values changed: a bonded link's reach the bond file within
     /// `PeripheralSecurity.bondWriteDelay` (Vol 3, Part G, 3.3.3.3).
-    func subscriptionsChanged(on connection: Connection) {
-        let values = connection.server.session.clientConfigurationValues
+    func subscriptionsChanged(on connection: LEConnection) {
+        let values = connection.session.clientConfigurationValues
         change(on: connection.handle, onlyIfBondedLink: true, write: .soon) { $0.clientConfigurations = values }
     }
 
     /// The Client Supported Features and change-awareness of a bonded link's client (2.5.2.1:
     /// persistent across connections for a bonded client), written now. `features`: just
     /// written by the client (else those the link has).
-    func cachingStateKnown(on connection: Connection, features written: UInt8? = nil) {
-        let features = written ?? connection.le.session.clientFeatures
-        let changeAware = connection.server.isChangeAware
+    func cachingStateKnown(on connection: LEConnection, features written: UInt8? = nil) {
+        let features = written ?? connection.session.clientFeatures
+        let changeAware = connection.session.isChangeAware
         change(on: connection.handle, onlyIfBondedLink: true, write: .now) {
             $0.clientSupportedFeatures = features
             $0.changeAware = changeAware
@@ -128,7 +130,7 @@ final class BondedClients {
 
     /// The link closes: what a bonded central knew of the database, for when it comes back
     /// (Vol 3, Part G, 7.1), and its caching state.
-    func linkClosing(_ connection: Connection) {
+    func linkClosing(_ connection: LEConnection) {
         let hash = database.hash
         change(on: connection.handle, onlyIfBondedLink: true, write: .now) { $0.databaseHash = hash }
         cachingStateKnown(on: connection)

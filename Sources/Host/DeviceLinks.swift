@@ -9,9 +9,10 @@ import BlemuL2CAP
 import BlemuSecurity
 import Logging
 
-/// One device's links to centrals: the open links by connection handle, making a link (an
-/// `L2CAPLink` in the peripheral role, its `ATTBearer` with the device's server on it, SMP on
-/// CID 0x0006, FixedChannels.swift), the parameters the device prefers, and HCI Disconnect.
+/// One device's links to centrals: the open links by connection handle (each the link's one
+/// `LEConnection`, with the device's endpoints attached to it, nothing beside it), making a link
+/// (an `L2CAPLink` in the peripheral role, its `ATTBearer` with the device's server behind its
+/// fault stage, SMP on CID 0x0006, FixedChannels.swift), the parameters the device prefers, and HCI Disconnect.
 /// What a link opening or closing means to the rest of the device (security, the bonded
 /// client's state, the device, advertising) is `Peripheral`'s (Links.swift).
 final class DeviceLinks {
@@ -38,7 +39,7 @@ final class DeviceLinks {
     /// The open links, by connection handle (a `HandleTable`, not a Dictionary). Read for every
     /// update the device sends, changed only as links open and close, never while read: no
     /// exclusivity check at run time.
-    @exclusivity(unchecked) private(set) var connections = HandleTable<Connection>()
+    @exclusivity(unchecked) private(set) var connections = HandleTable<LEConnection>()
     /// Lines about links the controller or a central causes (attempts, refusals, failed disconnections).
     var linkLog = LogBudget()
     /// Who watches the requests of every server of every link (`Peripheral.watchRequests`):
@@ -70,7 +71,7 @@ final class DeviceLinks {
     /// The requests every link's servers answered, the closed links' too: counted per
     /// connection by its GATT server session and added up only when asked.
     var requestsAnswered: Int {
-        connections.values.reduce(requestsAnsweredOnClosedLinks) { $0 + $1.le.session.requestsAnswered }
+        connections.values.reduce(requestsAnsweredOnClosedLinks) { $0 + $1.session.requestsAnswered }
     }
 
     /// Whether the device can take another link (`--max-connections`).
@@ -91,7 +92,7 @@ final class DeviceLinks {
 
     /// Takes the link of `event` (made from this device's advertising): a link with its server
     /// and SMP, open in HCI. A link the device cannot serve is disconnected at once and refused.
-    func open(_ event: LEConnectionComplete) -> Result<Connection, Refusal> {
+    func open(_ event: LEConnectionComplete) -> Result<LEConnection, Refusal> {
         guard event.role == 0x01 else {
             if let leftOut = linkLog.take(now: scheduler.nowNanoseconds, for: logger) {
                 logger.warning("link \(event.handle) opened in the central role; disconnecting\(LogBudget.note(leftOut))")
@@ -118,24 +119,24 @@ final class DeviceLinks {
 
     /// The link is set up for the device: the controller is asked for the longest packets, and
     /// after `parameterUpdateDelay` the central for the device's preferred parameters.
-    func linkReady(_ connection: Connection) {
+    func linkReady(_ connection: LEConnection) {
         if hci.info.supportsDataLengthExtension {
             hci.send(.leSetDataLength(handle: connection.handle))
         }
-        connection.parameterTimer = scheduler.schedule(after: configuration.parameterUpdateDelay) { [weak self, weak connection] in
+        connection.parameterRequest = scheduler.schedule(after: configuration.parameterUpdateDelay) { [weak self, weak connection] in
             guard let self, let connection else { return }
-            connection.parameterTimer = nil
+            connection.parameterRequest = nil
             self.requestPreferredParameters(connection)
         }
     }
 
     /// Takes the link off HCI and closes it (its reassembly, its channels); nil when `handle`
     /// is not one of this device's links.
-    func close(_ handle: UInt16) -> Connection? {
+    func close(_ handle: UInt16) -> LEConnection? {
         guard let connection = connections.removeValue(forKey: handle) else { return nil }
-        requestsAnsweredOnClosedLinks += connection.le.session.requestsAnswered
+        requestsAnsweredOnClosedLinks += connection.session.requestsAnswered
         hci.closeLink(handle)
-        if let timer = connection.parameterTimer { scheduler.cancel(timer) }
+        if let timer = connection.parameterRequest { scheduler.cancel(timer) }
         connection.link.close()
         return connection
     }
@@ -185,7 +186,7 @@ final class DeviceLinks {
 
     /// Vol 3, Part A, 4.20: the peripheral asks for its preferred parameters when the link's
     /// do not match them.
-    func requestPreferredParameters(_ connection: Connection) {
+    func requestPreferredParameters(_ connection: LEConnection) {
         let preferred = preferredParameters
         let current = connection.parameters
         if (preferred.intervalMin...preferred.intervalMax).contains(current.interval),

@@ -82,7 +82,7 @@ extension Peripheral {
     private func linkObjects() -> [String] {
         connections.values.sorted { $0.handle < $1.handle }.map { c in
             JSON.object([("handle", "\(c.handle)"), ("peer", JSON.string(c.peer.address.description)),
-                         ("mtu", "\(c.server.mtu)"), ("interval_ms", "\(Double(c.parameters.interval) * 1.25)")])
+                         ("mtu", "\(c.bearer.mtu)"), ("interval_ms", "\(Double(c.parameters.interval) * 1.25)")])
         }
     }
 

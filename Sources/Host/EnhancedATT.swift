@@ -8,7 +8,7 @@ import BlemuGATT
 /// The device's part of Enhanced ATT (the bearers are its links' `LEConnection`s', the EATT PSM
 /// and which bearer carries what are BlemuEATT's): the PSM served on every link, and on each
 /// bearer the device's server, with its own transaction state, behind the device's fault
-/// stage, so the client's requests on different bearers are answered each on its own bearer,
+/// stage (`frontServer`, FixedChannels.swift), so the client's requests on different bearers are answered each on its own bearer,
 /// none waiting for another's.
 extension DeviceLinks {
     /// The receive MTU of each enhanced bearer: the largest ATT_MTU the server builds PDUs for.
@@ -17,18 +17,7 @@ extension DeviceLinks {
     /// The EATT PSM served on every link, each channel to its link's bearers.
     func serveEnhancedATT() -> EnhancedATTService<EnhancedEndpoint>? {
         EnhancedATTService(servers: channelServers, mtu: Self.enhancedBearerMTU) { [unowned self] handle in
-            connections[handle]?.le.enhanced
-        }
-    }
-
-    /// The device's server on each enhanced bearer of `le`: told to the device's delegate as
-    /// the unenhanced one is, watched through the same `requestWatch`, behind a fault stage of its own.
-    func serveOnEnhancedBearers(of le: LEConnection) {
-        le.serveOnEnhancedBearers { [unowned self] server in
-            server.delegate = serverDelegate
-            let stage = FaultStage(server: server, plan: faults, scheduler: scheduler)
-            stage.delegate = faultDelegate
-            return stage
+            connections[handle]?.enhanced
         }
     }
 }

@@ -17,22 +17,28 @@ extension DeviceLinks {
 
     /// The link of `event` (its `LEConnection`) with the device's server (behind its fault
     /// stage) on its ATT bearer, SMP on CID 0x0006, and channels to the device's SPSMs.
-    func makeLink(_ event: LEConnectionComplete, peer: ATTPeer) -> Connection {
-        let le = LEConnection(link: L2CAPLink(handle: event.handle, role: .peripheral, context: l2cap), channelServers: channelServers)
-        let server = le.serve(database, peer: peer, watch: requestWatch)
-        server.delegate = serverDelegate
+    func makeLink(_ event: LEConnectionComplete, peer: ATTPeer) -> LEConnection {
         // The device's faults sit between the bearer and the server.
-        let faultStage = FaultStage(server: server, plan: faults, scheduler: scheduler)
-        faultStage.delegate = faultDelegate
+        let connection = LEConnection(link: L2CAPLink(handle: event.handle, role: .peripheral, context: l2cap), peer: peer,
+                                      parameters: event.parameters, channelServers: channelServers,
+                                      serving: database, watch: requestWatch, front: frontServer)
         let handle = event.handle
-        le.receiveSecurityManager { [unowned security] payload in security.receive(payload, on: handle) }
-        let connection = Connection(peer: peer, le: le, server: server, faultStage: faultStage, parameters: event.parameters)
+        connection.receiveSecurityManager { [unowned security] payload in security.receive(payload, on: handle) }
         // Enhanced ATT bearers the central opens on the EATT PSM (BlemuEATT), the device's server on each.
-        serveOnEnhancedBearers(of: le)
+        connection.serveOnEnhancedBearers { [unowned self] server in frontServer(server) }
         return connection
     }
 
-    func disconnect(_ connection: Connection, reason: UInt8) {
+    /// Readies a server of the device (on the unenhanced bearer or an enhanced one): told to the
+    /// device's delegate, behind a fault stage of its own with the device's planned faults.
+    func frontServer(_ server: ATTServer) -> FaultStage {
+        server.delegate = serverDelegate
+        let stage = FaultStage(server: server, plan: faults, scheduler: scheduler)
+        stage.delegate = faultDelegate
+        return stage
+    }
+
+    func disconnect(_ connection: LEConnection, reason: UInt8) {
         hci.send(.disconnect(handle: connection.handle, reason: reason))
     }
 }

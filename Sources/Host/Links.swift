@@ -1,4 +1,5 @@
 import BlemuATT
+import BlemuConnection
 import BlemuCore
 import BlemuCrypto
 import BlemuGATT
@@ -24,7 +25,7 @@ extension Peripheral {
             return
         }
         advertising.linkMade()
-        let connection: Connection
+        let connection: LEConnection
         switch links.open(event) {
         case .success(let opened): connection = opened
         case .failure(.full):
@@ -33,7 +34,6 @@ extension Peripheral {
         case .failure(.centralRole): return
         }
         let peer = connection.peer
-        let server = connection.server
         host.linkOpened(event.handle, by: self)
         // Peer_Address_Type: 0x01 random, 0x03 random identity (Vol 4, Part E, 7.7.65.10). With
         // 0x02/0x03 the controller resolved the central's private address with the resolving
@@ -50,7 +50,7 @@ extension Peripheral {
             security.linkOpened(event.handle, peer: peerAddress, local: advertising.advertisedAddress ?? advertising.address)
         }
         // A bonded central reading a protected value is told to encrypt, not to pair (Vol 3, Part C, 10.3.1).
-        server.session.linkSecurity.hasLongTermKey = security.bond(on: event.handle) != nil
+        connection.session.linkSecurity.hasLongTermKey = security.bond(on: event.handle) != nil
         // A bonded central's signing state and caching state are back (signed writes also on a
         // link it does not encrypt, Vol 3, Part C, 10.4).
         bondedClients.linkOpened(connection, log: &links.linkLog)
@@ -72,8 +72,8 @@ extension Peripheral {
         bondedClients.linkClosing(connection)
         security.linkClosed(handle)
         // Indications still outstanding end as `.disconnected`; subscriptions end with the link.
-        connection.faultStage.close()
-        let held = connection.server.close()
+        connection.stage?.close()
+        let held = connection.server?.close() ?? []
         subscriptionsEnded(held, peer: connection.peer)
         logger.event(.disconnected, Self.disconnectionLevel(reason), "disconnected from \(connection.peer.address) (reason \(Hex.byte(reason)))", [
             LogKey.peer: .string(connection.peer.address.description), LogKey.connHandle: .string("\(handle)"),

@@ -1,4 +1,5 @@
 import BlemuATT
+import BlemuConnection
 import BlemuCore
 import BlemuCrypto
 import BlemuDevice
@@ -148,7 +149,7 @@ public final class Peripheral {
     /// The stack's services' handlers, which read this device's links and counters.
     private func wire(_ parts: ConnectionParts) {
         parts.standard.database = parts.database
-        parts.standard.session = { [weak self] handle in self?.connections[handle]?.le.session }
+        parts.standard.session = { [weak self] handle in self?.connections[handle]?.session }
         parts.standard.featuresChanged = { [weak self] handle, features in
             guard let self, let connection = self.connections[handle] else { return }
             // A bonded client's features outlive the link (2.5.2.1).
@@ -275,7 +276,7 @@ public final class Peripheral {
 
     /// The open links, by connection handle (`DeviceLinks.connections`; a getter costs the
     /// notification path less than a `_read` accessor: scripts/perf-gate).
-    var connections: HandleTable<Connection> { connectionParts.links.connections }
+    var connections: HandleTable<LEConnection> { connectionParts.links.connections }
 
     var isStopping: Bool { host.isStopping }
 

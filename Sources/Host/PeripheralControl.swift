@@ -1,5 +1,6 @@
 import BlemuATT
 import BlemuChannels
+import BlemuConnection
 import BlemuCore
 import BlemuDevice
 import BlemuGATT
@@ -127,13 +128,13 @@ public final class PeripheralControl {
     private var advertising: DeviceAdvertiser { peripheral.advertising }
     private var host: PeripheralHost { peripheral.host }
     private var logger: Logger { peripheral.logger }
-    private var connections: HandleTable<Connection> { parts?.links.connections ?? HandleTable() }
+    private var connections: HandleTable<LEConnection> { parts?.links.connections ?? HandleTable() }
 
     public var linkSummaries: [LinkSummary] {
         guard let security = parts?.security else { return [] }
         return connections.values.sorted { $0.handle < $1.handle }.map {
             let display = security.pairingDisplay(on: $0.handle)
-            return LinkSummary(handle: $0.handle, peer: $0.peer.leAddress, mtu: $0.server.mtu, encrypted: $0.server.session.linkSecurity.isEncrypted,
+            return LinkSummary(handle: $0.handle, peer: $0.peer.leAddress, mtu: $0.bearer.mtu, encrypted: $0.session.linkSecurity.isEncrypted,
                                pairingPasskey: display.passkey, pairingComparison: display.comparison,
                                channels: $0.channels.channels.filter { $0.state == .open }.sorted { $0.localCID < $1.localCID }
                                    .map(ChannelSummary.init))
@@ -406,14 +407,13 @@ extension PeripheralControl {
         // Told before the subscriptions it ends.
         peripheral.eventObserver?(.service(uuid: uuid, on: present))
         for handle in connections.keys.sorted() {
-            guard let connection = connections[handle] else { continue }
-            let server = connection.server
+            guard let connection = connections[handle], let server = connection.server, let stage = connection.stage else { continue }
             let ended = server.databaseChanged(range)
             peripheral.subscriptionsEnded(ended, peer: connection.peer, because: "service \(uuid) changed")
             if !server.isChangeAware { changeUnaware += 1 }
             guard server.isSubscribed(standard.serviceChanged, indications: true) else { continue }
             // Vol 3, Part G, 2.5.2.1: the server makes a client that confirms it change-aware.
-            let outcome = connection.faultStage.indicateServiceChanged(standard.serviceChanged, range: range)
+            let outcome = stage.indicateServiceChanged(standard.serviceChanged, range: range)
             if outcome == .queued {
                 indicated += 1
             } else {

@@ -46,12 +46,14 @@ extension Peripheral: DeviceContext {
         guard let parts = madeConnectionParts else { return true }
         var all = true
         for connection in parts.links.connections.values where peer == nil || connection.peer == peer {
-            var outcome = connection.faultStage.notify(characteristic, value: value)
-            if outcome == .queueFull, !connection.enhanced.isEmpty {
-                outcome = connection.notifyOnEnhancedBearer(characteristic, value: value,
-                                                            clientFeatures: connection.le.session.clientFeatures)
+            // Every link of the device has its server behind a stage (DeviceLinks.makeLink).
+            guard let stage = connection.stage else { continue }
+            var outcome = stage.notify(characteristic, value: value)
+            // Patterns, not `==` (a call in a debug build): every notification takes this path.
+            if case .queueFull = outcome, !connection.enhanced.isEmpty {
+                outcome = connection.notifyOnEnhancedBearer(characteristic, value: value)
             }
-            if outcome == .queueFull { all = false }
+            if case .queueFull = outcome { all = false }
             if isObserved, outcome == .queued, let observer = eventObserver {
                 observer(.notification(peer: connection.peer, characteristic: EventCharacteristic(characteristic), value: Array(value)))
             }
@@ -67,14 +69,15 @@ extension Peripheral: DeviceContext {
         let slices = updates.map { (characteristic: $0.characteristic, value: $0.value[...]) }
         for connection in parts.links.connections.values where peer == nil || connection.peer == peer {
             // Vol 3, Part G, 7.2, bit 2: only a client that set it gets opcode 0x23.
-            guard connection.le.session.clientFeatures & EATT.clientSupportsMultipleNotifications != 0 else {
+            guard connection.session.clientFeatures & EATT.clientSupportsMultipleNotifications != 0 else {
                 for update in slices where !send(update.characteristic, update.value, to: connection.peer) { all = false }
                 continue
             }
-            let outcome = connection.faultStage.notifyMultiple(slices)
+            guard let stage = connection.stage else { continue }
+            let outcome = stage.notifyMultiple(slices)
             if outcome == .queueFull { all = false }
             if isObserved, outcome == .queued, let observer = eventObserver {
-                for update in slices where connection.server.isSubscribed(update.characteristic, indications: false) {
+                for update in slices where connection.session.isSubscribed(update.characteristic, indications: false) {
                     observer(.notification(peer: connection.peer, characteristic: EventCharacteristic(update.characteristic),
                                            value: Array(update.value)))
                 }
@@ -104,8 +107,7 @@ extension Peripheral: DeviceContext {
                     told?(peer, outcome)
                 }
             }
-            let stage = connection.enhanced.isEmpty
-                ? connection.faultStage : connection.indicationStage(clientFeatures: connection.le.session.clientFeatures)
+            guard let stage = connection.enhanced.isEmpty ? connection.stage : connection.indicationStage else { continue }
             let outcome = stage.indicate(characteristic, value: notificationValue.bytes, completion: completion)
             if outcome == .queueFull { all = false }
             if let observer, outcome == .queued {
@@ -118,12 +120,12 @@ extension Peripheral: DeviceContext {
     }
 
     public func attMTU(of peer: ATTPeer) -> Int {
-        madeConnectionParts?.links.connections[peer.connectionHandle].map { $0.peer == peer ? $0.server.mtu : ATTServer.defaultMTU } ?? ATTServer.defaultMTU
+        madeConnectionParts?.links.connections[peer.connectionHandle].map { $0.peer == peer ? $0.bearer.mtu : ATTServer.defaultMTU } ?? ATTServer.defaultMTU
     }
 
     public func isSubscribed(_ characteristic: Characteristic, peer: ATTPeer?, indications: Bool) -> Bool {
         madeConnectionParts?.links.connections.values.contains { connection in
-            (peer == nil || connection.peer == peer) && connection.server.isSubscribed(characteristic, indications: indications)
+            (peer == nil || connection.peer == peer) && connection.session.isSubscribed(characteristic, indications: indications)
         } ?? false
     }
 
@@ -136,7 +138,7 @@ extension Peripheral: DeviceContext {
         guard let connection = madeConnectionParts?.links.connections[peer.connectionHandle], connection.peer == peer else {
             return .unencrypted
         }
-        return connection.server.session.linkSecurity
+        return connection.session.linkSecurity
     }
 
     public var pairsWithPasskey: Bool { configuration.security.passkey != nil }

@@ -72,16 +72,16 @@ extension Peripheral {
     func wireSecurity() {
         security.sendSMP = { [weak self] handle, pdu in
             guard let self, let connection = self.connections[handle] else { return }
-            connection.le.sendSecurityManager(pdu[...])
+            connection.sendSecurityManager(pdu[...])
         }
         security.securityChanged = { [weak self] handle, state in
             guard let self, let connection = self.connections[handle] else { return }
             // Security's value as it is; only the host knows whether a bond exists for the peer.
             var linkSecurity = state
             linkSecurity.hasLongTermKey = state.isBonded || self.security.bond(on: handle) != nil
-            let wasEncrypted = connection.server.session.linkSecurity.isEncrypted
+            let wasEncrypted = connection.session.linkSecurity.isEncrypted
             // Set once, where the session of every bearer and the channels read it.
-            connection.le.security.current = linkSecurity
+            connection.security.current = linkSecurity
             if state.isEncrypted, !wasEncrypted, let observer = self.eventObserver {
                 observer(.encrypted(peer: connection.peer, keySize: state.encryptionKeySize, authenticated: state.isAuthenticated))
             }

@@ -26,6 +26,29 @@ import Testing
         #expect(bench.peripheral.statistics.linksRefused == 0)
     }
 
+    /// The device keeps no object of its own beside a link: its table holds the link's one
+    /// `LEConnection`, whose server (behind the device's fault stage) answers the link's ATT
+    /// requests on its bearer, whose parameters follow LE Connection Update Complete (Vol 4,
+    /// Part E, 7.7.65.3), and which leaves the table when the link closes.
+    @Test func theLinkTableHoldsEachLinksOneConnectionUntilItCloses() throws {
+        let bench = try Bench(device: ProbeDevice())
+        bench.controller.connect(handle: 0x0040, peer: bench.central, interval: 24)
+        let link = try #require(bench.peripheral.links.connections[0x0040])
+        #expect(link.peer == ATTPeer(connectionHandle: 0x0040, address: LEAddress(bench.central, isRandom: true)))
+        #expect(link.server?.peer == link.peer && link.stage?.server === link.server)
+        // The link's requests reach its served database on its bearer (the stage steps in
+        // front only while faults are planned).
+        #expect(link.bearer.server === link.server)
+        #expect(bench.att([0x02, 0x64, 0x00]) == [[0x03] + Bench.le(UInt16(ATTServer.maximumMTU))])
+        #expect(link.bearer.mtu == 100 && bench.peripheral.attMTU(of: link.peer) == 100)
+        #expect(link.parameters.interval == 24)
+        // LE Connection Update Complete: status, handle, interval 40, latency 0, timeout 500.
+        bench.controller.event(0x3E, [0x03, 0x00, 0x40, 0x00, 0x28, 0x00, 0x00, 0x00, 0xF4, 0x01])
+        #expect(bench.peripheral.links.connections[0x0040] === link && link.parameters.interval == 40)
+        bench.controller.disconnect(handle: 0x0040)
+        #expect(bench.peripheral.links.connections[0x0040] == nil)
+    }
+
     /// Links beyond the limit count in the device's statistics (the Diagnostics value's `links_refused`).
     @Test func linksRefusedForWantOfRoomAreCounted() throws {
         let bench = try Bench(device: ProbeDevice(), maxConnections: 1)
