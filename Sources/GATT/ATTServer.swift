@@ -111,12 +111,10 @@ public final class ATTServer {
 
     /// Vol 3, Part G, 4.8.3 read consistency: the handle of the long read in progress, and
     /// its value as taken at offset 0 (a buffer reused from one long read to the next).
-    private var longReadHandle: UInt16?
-    private var longReadValue: [UInt8]
-    /// The prepare queue (at most `maxPreparedWrites` parts of at most ATT_MTU - 5 bytes each)
-    /// and, reused too, the writes Execute Write checked before any applies.
-    private var prepareQueue = PrepareQueue()
-    private var checkedWrites: [CheckedWrite] = []
+    var longReadHandle: UInt16?
+    var longReadValue: [UInt8]
+    /// The bearer's writes: its prepare queue, and Execute Write's checked writes.
+    var writes = AttributeWrites()
     /// What the server knows of the client, one for all the bearers of its connection (its
     /// CCCDs, robust caching, signing, the link's security): read and written in place.
     public let session: GATTServerSession
@@ -264,15 +262,15 @@ public final class ATTServer {
         put(.findByTypeValueRequest, 7, { s, p throws(ATTFailure) in try s.findByTypeValue(p) })
         put(.readByTypeRequest, 7, { s, p throws(ATTFailure) in try s.readByType(p) })
         put(.readRequest, 3, { s, p throws(ATTFailure) in try s.read(p) })
-        put(.readBlobRequest, 5, { s, p throws(ATTFailure) in try s.readBlob(p) })
-        put(.readMultipleRequest, 5, { s, p throws(ATTFailure) in try s.readMultiple(p, variable: false) })
-        put(.readMultipleVariableRequest, 5, { s, p throws(ATTFailure) in try s.readMultiple(p, variable: true) })
+        put(.readBlobRequest, 5, { s, p throws(ATTFailure) in try AttributeReads.readBlob(s, p) })
+        put(.readMultipleRequest, 5, { s, p throws(ATTFailure) in try AttributeReads.readMultiple(s, p, variable: false) })
+        put(.readMultipleVariableRequest, 5, { s, p throws(ATTFailure) in try AttributeReads.readMultiple(s, p, variable: true) })
         put(.readByGroupTypeRequest, 7, { s, p throws(ATTFailure) in try s.readByGroupType(p) })
-        put(.writeRequest, 3, { s, p throws(ATTFailure) in try s.writeRequest(p) })
-        put(.writeCommand, 3, { s, p throws(ATTFailure) in try s.writeCommand(p) })
-        put(.signedWriteCommand, 15, { s, p throws(ATTFailure) in try s.signedWriteCommand(p) })
-        put(.prepareWriteRequest, 5, { s, p throws(ATTFailure) in try s.prepareWrite(p) })
-        put(.executeWriteRequest, 2, { s, p throws(ATTFailure) in try s.executeWrite(p) })
+        put(.writeRequest, 3, { s, p throws(ATTFailure) in try AttributeWrites.writeRequest(s, p) })
+        put(.writeCommand, 3, { s, p throws(ATTFailure) in try AttributeWrites.writeCommand(s, p) })
+        put(.signedWriteCommand, 15, { s, p throws(ATTFailure) in try AttributeWrites.signedWriteCommand(s, p) })
+        put(.prepareWriteRequest, 5, { s, p throws(ATTFailure) in try AttributeWrites.prepareWrite(s, p) })
+        put(.executeWriteRequest, 2, { s, p throws(ATTFailure) in try AttributeWrites.executeWrite(s, p) })
         return t
     }()
 
@@ -286,7 +284,7 @@ public final class ATTServer {
     /// be ended like a closing link's); a robust-caching client becomes change-unaware.
     public func databaseChanged(_ range: ClosedRange<UInt16>) -> [(characteristic: Characteristic, configuration: UInt16)] {
         if let handle = longReadHandle, range.contains(handle) { longReadHandle = nil }
-        prepareQueue.drop(in: range)
+        writes.prepareQueue.drop(in: range)
         let ended = session.endConfigurations(in: range, of: database)
         if !isClosed { session.databaseChanged() }
         return ended
@@ -298,47 +296,9 @@ public final class ATTServer {
         do { return try T(pdu: pdu) } catch { throw ATTFailure(.invalidPDU, 0) }
     }
 
-    private func lookup(_ handle: UInt16) throws(ATTFailure) -> Attribute {
+    func lookup(_ handle: UInt16) throws(ATTFailure) -> Attribute {
         guard let attribute = database.attribute(handle) else { throw ATTFailure(.invalidHandle, handle) }
         return attribute
-    }
-
-    func checkReadable(_ a: Attribute) throws(ATTFailure) {
-        guard a.readable else { throw ATTFailure(.readNotPermitted, a.handle) }
-        if a.encryptionRequiredToRead {
-            try checkSecurity(a, authentication: a.authenticationRequiredToRead)
-        }
-        try checkAuthorization(a, .read)
-    }
-
-    private func checkWritable(_ a: Attribute) throws(ATTFailure) {
-        guard a.writable else { throw ATTFailure(.writeNotPermitted, a.handle) }
-        if a.encryptionRequiredToWrite {
-            try checkSecurity(a, authentication: a.authenticationRequiredToWrite)
-        }
-        // Authorization comes after each write's own Write Not Permitted checks (the property
-        // its opcode needs): the writes call `checkAuthorization` themselves.
-    }
-
-    /// Authorization (Vol 3, Part C, 10.5; Vol 3, Part F, 3.2.5: "Authorization permissions
-    /// determine whether a client needs to be authorized before an attribute can be accessed").
-    /// It is asked last, once the link's security is enough, so a client is told first what it
-    /// can fix itself (pair, encrypt: 0x05, 0x0F, 0x0C) and the device is only asked about a
-    /// request it would otherwise serve; a refusal is Insufficient Authorization (0x08, Vol 3,
-    /// Part F, 3.4.1.1 Table 3.4). Only the value attribute carries the characteristic's
-    /// permissions: its CCCD and descriptors are not authorized.
-    private func checkAuthorization(_ a: Attribute, _ access: AttributeAccess) throws(ATTFailure) {
-        guard let c = a.characteristic, a.handle == c.valueHandle else { return }
-        let required: AttributePermissions = access == .read ? .readAuthorizationRequired : .writeAuthorizationRequired
-        guard c.permissions.contains(required) else { return }
-        let authorized = c.authorize.map { $0(peer, access) } ?? (delegate?.attServer(self, authorize: c, access: access) ?? false)
-        guard authorized else { throw ATTFailure(.insufficientAuthorization, a.handle) }
-    }
-
-    /// The link's security against an attribute that requires encryption (Vol 3, Part C,
-    /// 10.3.1 and 10.3.2; Vol 3, Part F, 4.4), decided by the session.
-    private func checkSecurity(_ a: Attribute, authentication: Bool) throws(ATTFailure) {
-        if let error = session.securityRefusal(for: a.characteristic, authentication: authentication) { throw ATTFailure(error, a.handle) }
     }
 
     /// The value of an attribute from `offset` on. Dynamic values come from the device, which
@@ -369,7 +329,7 @@ public final class ATTServer {
     }
 
     /// A read of a characteristic's value (not of a declaration or descriptor), for a watcher.
-    private func reportRead(_ a: Attribute, offset: Int) {
+    func reportRead(_ a: Attribute, offset: Int) {
         guard let c = a.characteristic, c.valueHandle == a.handle else { return }
         watch.observer?.attServer(self, read: c, offset: offset)
     }
@@ -437,7 +397,7 @@ public final class ATTServer {
     private func read(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
         let request = try decode(ATTReadRequest.self, pdu)
         let a = try lookup(request.handle)
-        try checkReadable(a)
+        try AttributeChecks.readable(a, self)
         let value = try self.value(of: a, offset: 0)
         let limit = mtu - 1
         if value.count >= limit, case .dynamic = a.content {
@@ -445,41 +405,6 @@ public final class ATTServer {
         }
         begin(.readResponse)
         out.append(contentsOf: value.prefix(limit))
-        respond(pdu[pdu.startIndex])
-    }
-
-    private func readBlob(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
-        let request = try decode(ATTReadBlobRequest.self, pdu)
-        let a = try lookup(request.handle)
-        try checkReadable(a)
-        let offset = Int(request.offset)
-        let limit = mtu - 1
-        let tail: ArraySlice<UInt8>
-        if longReadHandle == request.handle {
-            guard offset <= longReadValue.count else { throw ATTFailure(.invalidOffset, a.handle) }
-            tail = longReadValue[offset...]
-            if watch.reportsReads { reportRead(a, offset: offset) }
-        } else {
-            longReadHandle = nil
-            if a.isFixedLength {
-                let length: Int
-                switch a.content {
-                case .fixed(let bytes): length = bytes.count
-                case .clientConfiguration: length = 2
-                case .dynamic(let c):
-                    if case .fixed(let n) = c.length { length = n } else { length = Int.max }
-                }
-                guard offset <= length else { throw ATTFailure(.invalidOffset, a.handle) }
-                // 3.4.4.5: a fixed-length value that fits one Read Response is not long.
-                if length <= limit { throw ATTFailure(.attributeNotLong, a.handle) }
-            }
-            tail = try value(of: a, offset: offset)
-            if offset == 0, tail.count >= limit, case .dynamic = a.content {
-                keepLongRead(request.handle, tail)
-            }
-        }
-        begin(.readBlobResponse)
-        out.append(contentsOf: tail.prefix(limit))
         respond(pdu[pdu.startIndex])
     }
 
@@ -491,203 +416,6 @@ public final class ATTServer {
         longReadHandle = handle
     }
 
-    private func readMultiple(_ pdu: ArraySlice<UInt8>, variable: Bool) throws(ATTFailure) {
-        // Both are one list of handles (3.4.4.7, 3.4.4.11), read here as the first: a method
-        // taken as a closure (`request.handle(at:)`) would allocate its context per request.
-        let request = variable ? ATTReadMultipleRequest(checkedHandles: try decode(ATTReadMultipleVariableRequest.self, pdu).handles)
-                               : try decode(ATTReadMultipleRequest.self, pdu)
-        begin(variable ? .readMultipleVariableResponse : .readMultipleResponse)
-        let limit = mtu
-        for index in 0..<request.handleCount {
-            let handle = request.handle(at: index)
-            let a = try lookup(handle)
-            try checkReadable(a)
-            let value = try self.value(of: a, offset: 0)
-            if variable {
-                // 3.4.4.12: each value with its length; the whole list is cut at ATT_MTU - 1.
-                appendTruncated(UInt16(value.count), limit: limit)
-            }
-            out.append(contentsOf: value.prefix(max(0, limit - out.count)))
-        }
-        respond(pdu[pdu.startIndex])
-    }
-
-    private func appendTruncated(_ length: UInt16, limit: Int) {
-        if out.count < limit { out.append(UInt8(truncatingIfNeeded: length)) }
-        if out.count < limit { out.append(UInt8(truncatingIfNeeded: length >> 8)) }
-    }
-
-    // MARK: Writes (Vol 3, Part F, 3.4.5 and 3.4.6)
-
-    /// A write that passed every check and only waits to be applied.
-    private enum CheckedWrite {
-        case clientConfiguration(Characteristic, flags: UInt16)
-        case device(Characteristic, WriteRequest)
-    }
-
-    /// Everything that can refuse a write, with no side effects, so Execute Write can check
-    /// every prepared value before it applies any (Vol 3, Part F, 3.4.6.3).
-    private func check(_ a: Attribute, offset: Int, value: ArraySlice<UInt8>, withResponse: Bool) throws(ATTFailure) -> CheckedWrite {
-        switch a.content {
-        case .clientConfiguration(let c):
-            // Vol 3, Part G, 3.3.3.3: two octets, written whole.
-            if let error = ValueLength.fixed(2).refusal(offset: offset, count: value.count) { throw ATTFailure(error, a.handle) }
-            let flags = UInt16(value[value.startIndex]) | UInt16(value[value.startIndex + 1]) << 8
-            // Enabling what the characteristic does not do is a misconfiguration of the CCCD.
-            if (flags & 0x0001 != 0 && !c.properties.contains(.notify))
-                || (flags & 0x0002 != 0 && !c.properties.contains(.indicate)) {
-                throw ATTFailure(.cccdImproperlyConfigured, a.handle)
-            }
-            return .clientConfiguration(c, flags: flags & 0x0003)
-        case .fixed:
-            throw ATTFailure(.writeNotPermitted, a.handle)
-        case .dynamic(let c):
-            // A pattern, not `!= nil`: comparing a closure through the generic operator wraps it
-            // in a thunk, an allocation per write in a debug build.
-            guard case .some = c.onWrite else { throw ATTFailure(.writeNotPermitted, a.handle) }
-            // The device's length rule holds whatever the offsets: its handler never sees a
-            // value its declaration rules out.
-            if let error = c.length.refusal(offset: offset, count: value.count) { throw ATTFailure(error, a.handle) }
-            let request = WriteRequest(peer: peer, offset: offset, value: ValueBytes(value), withResponse: withResponse)
-            if let error = c.validateWrite?(request) { throw ATTFailure(error, a.handle) }
-            return .device(c, request)
-        }
-    }
-
-    /// Applies a checked write. Only the device's `onWrite` can still refuse here.
-    private func apply(_ write: CheckedWrite, prepared: Bool = false) throws(ATTFailure) {
-        switch write {
-        case .clientConfiguration(let c, let flags):
-            let old = session.configure(c, flags)
-            if old != flags {
-                delegate?.attServer(self, configured: c, from: old, to: flags)
-            }
-        case .device(let c, let request):
-            if let error = c.onWrite?(request) { throw ATTFailure(error, c.valueHandle) }
-            if watch.reportsWrites { watch.observer?.attServer(self, wrote: c, request: request, prepared: prepared) }
-        }
-    }
-
-    func write(_ a: Attribute, value: ArraySlice<UInt8>, withResponse: Bool) throws(ATTFailure) {
-        try apply(check(a, offset: 0, value: value, withResponse: withResponse))
-    }
-
-    private func writeRequest(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
-        let request = try decode(ATTWriteRequest.self, pdu)
-        let a = try lookup(request.handle)
-        try checkWritable(a)
-        if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.write) {
-            throw ATTFailure(.writeNotPermitted, a.handle)
-        }
-        try checkAuthorization(a, .write)
-        try write(a, value: request.value, withResponse: true)
-        begin(.writeResponse)
-        respond(pdu[pdu.startIndex])
-    }
-
-    private func writeCommand(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
-        let command = try decode(ATTWriteCommand.self, pdu)
-        let a = try lookup(command.handle)
-        try checkWritable(a)
-        if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.writeWithoutResponse) {
-            throw ATTFailure(.writeNotPermitted, a.handle)
-        }
-        try checkAuthorization(a, .write)
-        try write(a, value: command.value, withResponse: false)
-    }
-
-    /// Signed Write Command (Vol 3, Part F, 3.4.5.4; Part G, 4.9.2). On an unencrypted link the
-    /// signature is what authenticates the value: it must verify with the CSRK of the client's
-    /// bond and name a SignCounter larger than the last one accepted (Vol 3, Part C, 10.4.2),
-    /// else the command is ignored (3.4.5.4: a failed verification is ignored, no response
-    /// exists) and the delegate hears why. On an encrypted link the encryption already gives
-    /// the data signing's protection (Vol 3, Part C, 10.2.3, mixed security modes; a client
-    /// "shall" use Write Without Response there, Part G, 4.9.2), so the value is taken as a
-    /// Write Command would be, signature unchecked. Either way the characteristic must have the
-    /// Authenticated Signed Writes property, and its own permissions still apply.
-    private func signedWriteCommand(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
-        let command = try decode(ATTSignedWriteCommand.self, pdu)
-        let a = try lookup(command.handle)
-        guard a.writable, let c = a.characteristic, c.properties.contains(.authenticatedSignedWrites),
-              case .dynamic = a.content else {
-            throw ATTFailure(.writeNotPermitted, a.handle)
-        }
-        if !session.linkSecurity.isEncrypted {
-            switch session.verifySignedWrite(pdu, signature: command.signature) {
-            case .dropped(let reason):
-                delegate?.attServer(self, droppedSignedWrite: reason, handle: command.handle)
-                return
-            case .accepted(let counter):
-                delegate?.attServer(self, acceptedSignCounter: counter)
-            }
-        }
-        try checkWritable(a)
-        try checkAuthorization(a, .write)
-        try write(a, value: command.value, withResponse: false)
-    }
-
-    private func prepareWrite(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
-        let request = try decode(ATTPrepareWriteRequest.self, pdu)
-        let a = try lookup(request.handle)
-        // 3.4.6.1: permissions are checked on the Prepare Write Request itself — write access,
-        // encryption, authentication, key size and authorization — so a refused part never
-        // enters the queue and the Execute Write Request only checks offsets and values.
-        try checkWritable(a)
-        if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.write) {
-            throw ATTFailure(.writeNotPermitted, a.handle)
-        }
-        try checkAuthorization(a, .write)
-        guard !prepareQueue.isFull else { throw ATTFailure(.prepareQueueFull, a.handle) }
-        if !prepareQueue.hasRoom {
-            prepareQueue.reserve()
-            checkedWrites.reserveCapacity(Self.maxPreparedWrites)
-        }
-        // 3.4.6.1: offsets and lengths are not checked now but at Execute Write.
-        prepareQueue.append(handle: request.handle, offset: Int(request.offset), value: request.value)
-        // 3.4.6.2: the response echoes the request, so the client can check it (reliable writes).
-        out.removeAll(keepingCapacity: true)
-        out.append(ATTOpcode.prepareWriteResponse.rawValue)
-        out.append(contentsOf: pdu.dropFirst())
-        respond(pdu[pdu.startIndex])
-    }
-
-    private func executeWrite(_ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
-        let request = try decode(ATTExecuteWriteRequest.self, pdu)
-        // 3.4.6.3: whatever happens next, the queue is cleared.
-        defer { clearPreparedWrites() }
-        if request.flags == .write {
-            try prepareQueue.assemble(in: database)
-            // 3.4.6.3: every value is checked — offsets, lengths, the device's own rules — before
-            // any is written, so a refusal leaves every attribute unchanged.
-            // Iterated through references of their own (no copy): a device's handler that ends
-            // the link, and so empties them, cannot pull the ground from under these loops.
-            let bytes = prepareQueue.assembledBytes
-            for entry in prepareQueue.assembled {
-                let value = bytes[entry.start..<(entry.start + entry.count)]
-                checkedWrites.append(try check(lookup(entry.handle), offset: entry.offset, value: value, withResponse: true))
-            }
-            for (index, write) in checkedWrites.enumerated() {
-                do {
-                    try apply(write, prepared: true)
-                } catch {
-                    // Only an onWrite that refuses what its validateWrite accepted gets here:
-                    // the values before it are written already.
-                    delegate?.attServer(self, executeWriteRefusedAfter: index, error: error.error, handle: error.handle)
-                    throw error
-                }
-            }
-        }
-        begin(.executeWriteResponse)
-        respond(pdu[pdu.startIndex])
-    }
-
-    /// Empties the prepare queue and Execute Write's working space, keeping their room.
-    private func clearPreparedWrites() {
-        // The checked writes hold views of the assembled bytes: they go first, so those are emptied in place.
-        checkedWrites.removeAll(keepingCapacity: true)
-        prepareQueue.clear()
-    }
-
     /// The link is gone: timers stop, and every outstanding indication ends as `.disconnected`.
     /// Returns the subscriptions the link held (characteristic and CCCD value), which end with it.
     @discardableResult
@@ -697,7 +425,7 @@ public final class ATTServer {
         if indications.isInFlight { bearer.end(.indication) }
         failIndications(.disconnected)
         longReadHandle = nil
-        clearPreparedWrites()
+        writes.clear()
         // An enhanced bearer's server leaves the client's state to the link's.
         guard ownsSession else { return [] }
         return session.close().compactMap { handle, value in

@@ -46,7 +46,7 @@ extension ATTServer {
                 let first = pairLength == 0
                 let value: ArraySlice<UInt8>
                 do {
-                    try checkReadable(a)
+                    try AttributeChecks.readable(a, self)
                     value = try self.value(of: a, offset: 0)
                 } catch {
                     // 3.4.4.1: an error on the first attribute is the answer; later ones end the list.

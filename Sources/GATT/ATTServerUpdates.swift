@@ -13,15 +13,7 @@ extension ATTServer {
     /// delegate hears of each value that changes, as after a write.
     public func restoreClientConfigurations(_ values: [UInt16: UInt16]) {
         guard !isClosed else { return }
-        for characteristic in database.characteristics where characteristic.notifies {
-            guard let stored = values[characteristic.valueHandle], database.attribute(characteristic.valueHandle) != nil else { continue }
-            var flags = stored & 0x0003
-            if !characteristic.properties.contains(.notify) { flags &= ~0x0001 }
-            if !characteristic.properties.contains(.indicate) { flags &= ~0x0002 }
-            guard flags != 0, flags != session.clientConfiguration(characteristic) else { continue }
-            let old = session.configure(characteristic, flags)
-            delegate?.attServer(self, configured: characteristic, from: old, to: flags)
-        }
+        AttributeWrites.restoreClientConfigurations(values, self)
     }
 
     /// Sends a notification if this peer enabled it; the value is cut to ATT_MTU - 3.
