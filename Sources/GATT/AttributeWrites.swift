@@ -74,12 +74,7 @@ struct AttributeWrites {
 
     static func writeRequest(_ server: ATTServer, _ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
         let request = try server.decode(ATTWriteRequest.self, pdu)
-        let a = try server.lookup(request.handle)
-        try AttributeChecks.writable(a, server)
-        if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.write) {
-            throw ATTFailure(.writeNotPermitted, a.handle)
-        }
-        try AttributeChecks.authorized(a, .write, server)
+        let a = try writableAttribute(request.handle, declaring: .write, server)
         try write(a, value: request.value, withResponse: true, server)
         server.begin(.writeResponse)
         server.respond(pdu[pdu.startIndex])
@@ -87,13 +82,23 @@ struct AttributeWrites {
 
     static func writeCommand(_ server: ATTServer, _ pdu: ArraySlice<UInt8>) throws(ATTFailure) {
         let command = try server.decode(ATTWriteCommand.self, pdu)
-        let a = try server.lookup(command.handle)
+        let a = try writableAttribute(command.handle, declaring: .writeWithoutResponse, server)
+        try write(a, value: command.value, withResponse: false, server)
+    }
+
+    /// The attribute a Write Request or Write Command names, once it may be written that way:
+    /// writable, a characteristic value whose declaration has `property` (Write, or Write Without
+    /// Response: the properties say which procedure the value takes, Vol 3, Part G, 3.3.1.1),
+    /// and authorized.
+    private static func writableAttribute(_ handle: UInt16, declaring property: CharacteristicProperties,
+                                          _ server: ATTServer) throws(ATTFailure) -> Attribute {
+        let a = try server.lookup(handle)
         try AttributeChecks.writable(a, server)
-        if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(.writeWithoutResponse) {
+        if let c = a.characteristic, case .dynamic = a.content, !c.properties.contains(property) {
             throw ATTFailure(.writeNotPermitted, a.handle)
         }
         try AttributeChecks.authorized(a, .write, server)
-        try write(a, value: command.value, withResponse: false, server)
+        return a
     }
 
     /// Signed Write Command (Vol 3, Part F, 3.4.5.4; Part G, 4.9.2). On an unencrypted link the
