@@ -156,9 +156,18 @@ let package = Package(
         .target(name: "BlemuConfig", dependencies: [
             "BlemuCore", "BlemuHCI", "BlemuTransport", "CYAML",
         ], path: "Sources/Config"),
+        // The programmable host (`blemu host`, Docs/CONTROL.md "The programmable host"): both roles
+        // on one controller driven by requests (advertise, scan, connect, secure, bonds), the links
+        // of both in one table whose ids are a test framework's connection tokens. Above Host,
+        // Central and Security; Control runs its requests, Stack assembles it.
+        .target(name: "BlemuProgrammableHost", dependencies: [
+            "BlemuCore", "BlemuHCI", "BlemuConnection", "BlemuL2CAP", "BlemuChannels", "BlemuGATT", "BlemuSMP", "BlemuSecurity",
+            "BlemuDevice", "BlemuHost", "BlemuCentral",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/ProgrammableHost"),
         // The control socket (`blemu run --control PATH`): above Host, below the CLI.
         .target(name: "BlemuControl", dependencies: [
-            "BlemuCore", "BlemuRunLoop", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuSecurity", "CLinux",
+            "BlemuCore", "BlemuRunLoop", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuSecurity", "BlemuProgrammableHost", "CLinux",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Control"),
         // Scenario files (`blemu run --scenario`): the YAML steps and their runner on the run
@@ -202,7 +211,7 @@ let package = Package(
         .target(name: "BlemuStack", dependencies: [
             "BlemuCore", "BlemuRunLoop", "BlemuTransport", "BlemuHCI", "BlemuATT", "BlemuGATT", "BlemuGATTClient",
             "BlemuCrypto", "BlemuSMP", "BlemuSecurity", "BlemuHost", "BlemuCentral", "BlemuDevice", "BlemuDevices", "BlemuProfile", "BlemuConfig", "BlemuBroadcast",
-            "BlemuChat", "BlemuChatProtocol", "BlemuControl", "BlemuScenario", "BlemuCapture", "BlemuService", "BlemuLint",
+            "BlemuChat", "BlemuChatProtocol", "BlemuControl", "BlemuScenario", "BlemuCapture", "BlemuService", "BlemuLint", "BlemuProgrammableHost",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Stack"),
         // bumble-bench's packets and their stream framing: pure codecs on Core alone, below Stack, so
