@@ -4,7 +4,7 @@ import BlemuCrypto
 /// What a central offers and demands when it pairs (the initiator's side of 2.3): the
 /// configuration both roles share (`pairing`), and whether to ask for MITM protection
 /// without demanding it.
-public struct SMPInitiatorConfiguration: Sendable {
+public struct SMPInitiatorConfiguration: Equatable, Sendable {
     public var pairing: SMPPairingConfiguration
     /// Ask for MITM protection (the MITM flag) without demanding it, as phones do when they
     /// have a display or a keyboard: the method then follows the IO capabilities (2.3.5.1).
@@ -13,11 +13,12 @@ public struct SMPInitiatorConfiguration: Sendable {
     public init(ioCapability: SMPIOCapability = .keyboardDisplay, bondable: Bool = true, requireMITM: Bool = false,
                 requestMITM: Bool = false, secureConnections: Bool = true, secureConnectionsOnly: Bool = false,
                 minimumEncryptionKeySize: UInt8 = 7, maximumEncryptionKeySize: UInt8 = 16,
-                passkey: SMPPasskeySource = .random, identity: SMPIdentity? = nil) {
+                passkey: SMPPasskeySource = .random, identity: SMPIdentity? = nil,
+                keys: SMPKeyDistribution = [.encryptionKey, .identityKey]) {
         pairing = SMPPairingConfiguration(
             ioCapability: ioCapability, bondable: bondable, requireMITM: requireMITM, secureConnections: secureConnections,
             secureConnectionsOnly: secureConnectionsOnly, minimumEncryptionKeySize: minimumEncryptionKeySize,
-            maximumEncryptionKeySize: maximumEncryptionKeySize, passkey: passkey, identity: identity)
+            maximumEncryptionKeySize: maximumEncryptionKeySize, passkey: passkey, identity: identity, keys: keys)
         self.requestMITM = requestMITM
     }
 
@@ -32,6 +33,9 @@ public enum SMPInitiatorEvent: Equatable, Sendable {
     /// Show this six-digit value, ask whether the peripheral shows the same; answer with
     /// `numericComparisonConfirmed`.
     case confirmNumericComparison(UInt32)
+    /// Ask the user to accept a Just Works pairing (`SMPPairingConfiguration.confirmsJustWorks`);
+    /// answer with `justWorksConfirmed`.
+    case confirmJustWorks
     /// Start encryption with this key (LE Enable Encryption with its EDIV and Rand, both zero
     /// for the STK and a Secure Connections LTK), then call `linkEncrypted` on Encryption Change.
     case startEncryption(SMPLongTermKey)
@@ -64,13 +68,15 @@ public struct SMPInitiator: SMPPairingRole {
         case awaitingResponse
         /// LE legacy: waiting for the user's passkey before Mconfirm.
         case legacyAwaitingPasskey
+        /// LE legacy Just Works: waiting for the user to accept before Mconfirm.
+        case legacyAwaitingConsent
         case legacyAwaitingConfirm
         case legacyAwaitingRandom
         case awaitingPublicKey
         /// Just Works / Numeric Comparison: waiting for Cb.
         case awaitingConfirm
         case awaitingRandom
-        /// Numeric Comparison: waiting for the user before Ea.
+        /// Numeric Comparison (or a confirmed Just Works): waiting for the user before Ea.
         case awaitingUserConfirmation
         case passkeyAwaitingPasskey
         case passkeyAwaitingConfirm(round: Int)
@@ -111,8 +117,12 @@ public struct SMPInitiator: SMPPairingRole {
         var out = SMPInitiatorOutput()
         guard phase == .idle else { return out }
         session = SMPPairingSession()
-        var keys: SMPKeyDistribution = configuration.pairing.bondable ? [.encryptionKey, .identityKey] : []
-        if configuration.pairing.identity == nil { keys.remove(.identityKey) }
+        // Ours: only the identity (a central encrypts, it is not asked for an LTK, and has no
+        // CSRK); theirs: the kinds `keys` names (by default the LTK in legacy and their identity,
+        // so we can find them again).
+        let asked = configuration.pairing.keys
+        var ours = configuration.pairing.bondable ? asked.intersection(.identityKey) : []
+        if configuration.pairing.identity == nil { ours.remove(.identityKey) }
         let features = SMPPairingFeatures(
             ioCapability: configuration.pairing.ioCapability, oobDataPresent: false,
             authRequirements: SMPAuthRequirements(
@@ -120,10 +130,8 @@ public struct SMPInitiator: SMPPairingRole {
                 mitm: configuration.pairing.requireMITM || configuration.requestMITM || (securityRequest?.mitm ?? false),
                 secureConnections: configuration.pairing.secureConnections),
             maximumEncryptionKeySize: configuration.pairing.maximumEncryptionKeySize,
-            // Ours: only the identity (a central encrypts, it is not asked for an LTK); theirs:
-            // the LTK (legacy) and their identity, so we can find them again.
-            initiatorKeyDistribution: keys.subtracting(.encryptionKey),
-            responderKeyDistribution: configuration.pairing.bondable ? [.encryptionKey, .identityKey] : [])
+            initiatorKeyDistribution: ours,
+            responderKeyDistribution: configuration.pairing.bondable ? asked : [])
         let pdu = SMPPairingRequest(features).encoded
         session.preq = pdu
         session.request = features
@@ -211,10 +219,29 @@ public struct SMPInitiator: SMPPairingRole {
         return out
     }
 
+    /// The user's answer to `confirmJustWorks`; no: Unspecified Reason (0x08), as
+    /// `SMPResponder.justWorksConfirmed` says why.
+    public mutating func justWorksConfirmed(_ accepted: Bool) -> SMPInitiatorOutput {
+        var out = SMPInitiatorOutput()
+        guard session.method == .justWorks,
+              phase == .legacyAwaitingConsent || phase == .awaitingUserConfirmation else { return out }
+        guard accepted else {
+            fail(.unspecifiedReason, &out)
+            return out
+        }
+        if phase == .legacyAwaitingConsent {
+            session.temporaryKey = [UInt8](repeating: 0, count: 16)
+            legacySendConfirm(&out)
+        } else {
+            sendDHKeyCheck(&out)
+        }
+        return out
+    }
+
     /// The user's answer to `confirmNumericComparison`; no: Numeric Comparison Failed (0x0C).
     public mutating func numericComparisonConfirmed(_ matches: Bool) -> SMPInitiatorOutput {
         var out = SMPInitiatorOutput()
-        guard phase == .awaitingUserConfirmation else { return out }
+        guard phase == .awaitingUserConfirmation, session.method == .numericComparison else { return out }
         guard matches else {
             fail(.numericComparisonFailed, &out)
             return out
@@ -290,6 +317,10 @@ public struct SMPInitiator: SMPPairingRole {
             phase = .legacyAwaitingPasskey
             out.events.append(.passkeyRequested)
             out.timer = .restart
+        case .justWorks where configuration.pairing.confirmsJustWorks:
+            phase = .legacyAwaitingConsent
+            out.events.append(.confirmJustWorks)
+            out.timer = .restart
         default:
             session.temporaryKey = [UInt8](repeating: 0, count: 16)
             legacySendConfirm(&out)
@@ -356,6 +387,13 @@ public struct SMPInitiator: SMPPairingRole {
         if session.method == .numericComparison, let value = session.numericComparisonValue(localIsInitiator: true) {
             // Va = g2(PKax, PKbx, Na, Nb): the user compares it with the peripheral's.
             out.events.append(.confirmNumericComparison(value))
+            out.timer = .restart
+            phase = .awaitingUserConfirmation
+            return
+        }
+        if session.method == .justWorks && configuration.pairing.confirmsJustWorks {
+            // Just Works confirmed at Numeric Comparison's step, without a value (2.3.5.6.2).
+            out.events.append(.confirmJustWorks)
             out.timer = .restart
             phase = .awaitingUserConfirmation
             return

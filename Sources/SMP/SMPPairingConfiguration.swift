@@ -2,7 +2,7 @@ import BlemuCore
 
 /// What either role offers and demands when it pairs (Vol 3, Part H, 2.3): the Pairing
 /// Request's or Response's fields (3.5.1, 3.5.2) and the rules a pairing must meet.
-public struct SMPPairingConfiguration: Sendable {
+public struct SMPPairingConfiguration: Equatable, Sendable {
     public var ioCapability: SMPIOCapability
     /// Whether keys may be distributed and kept (Bonding_Flags). Without bonding on both sides
     /// no keys are distributed: the pairing only encrypts this link.
@@ -23,11 +23,21 @@ public struct SMPPairingConfiguration: Sendable {
     /// IRK and identity address, distributed when bonding and the peer asks (IdKey); nil: not
     /// distributed.
     public var identity: SMPIdentity?
+    /// Ask the user to accept a Just Works pairing (`confirmJustWorks`, answered with
+    /// `justWorksConfirmed`) instead of going on unasked. Vol 3, Part H, 2.3.5.6.2: Just Works
+    /// uses the Numeric Comparison protocol without showing a number, "the application may
+    /// simply ask the user to accept the connection".
+    public var confirmsJustWorks = false
+    /// The kinds of keys this side distributes and asks the peer for (3.6.1): of EncKey, IdKey
+    /// and SignKey. A kind is distributed only when this side has such a key; LinkKey is never
+    /// offered.
+    public var keys: SMPKeyDistribution
 
     public init(ioCapability: SMPIOCapability, bondable: Bool = true, requireMITM: Bool = false,
                 secureConnections: Bool = true, secureConnectionsOnly: Bool = false,
                 minimumEncryptionKeySize: UInt8 = 7, maximumEncryptionKeySize: UInt8 = 16,
-                passkey: SMPPasskeySource = .random, identity: SMPIdentity? = nil) {
+                passkey: SMPPasskeySource = .random, identity: SMPIdentity? = nil,
+                keys: SMPKeyDistribution = [.encryptionKey, .identityKey, .signingKey]) {
         precondition(SMPPairingFeatures.encryptionKeySizes.contains(minimumEncryptionKeySize)
                      && SMPPairingFeatures.encryptionKeySizes.contains(maximumEncryptionKeySize)
                      && minimumEncryptionKeySize <= maximumEncryptionKeySize, "key sizes are 7...16, minimum <= maximum")
@@ -40,6 +50,7 @@ public struct SMPPairingConfiguration: Sendable {
         self.maximumEncryptionKeySize = maximumEncryptionKeySize
         self.passkey = passkey
         self.identity = identity
+        self.keys = keys.intersection([.encryptionKey, .identityKey, .signingKey])
     }
 }
 

@@ -3,21 +3,30 @@ import BlemuCrypto
 
 /// What a peripheral offers and demands when a central pairs with it (the responder's side
 /// of 2.3): the configuration both roles share (`pairing`), and the CSRK it distributes.
-public struct SMPResponderConfiguration: Sendable {
+public struct SMPResponderConfiguration: Equatable, Sendable {
     public var pairing: SMPPairingConfiguration
     /// CSRK, distributed when the central asks (SignKey); nil: not distributed.
     public var signatureKey: [UInt8]?
+    /// Set the MITM flag in the Pairing Response and Security Request without demanding MITM
+    /// protection: the IO capabilities then choose the method (2.3.5.1), and a Just Works
+    /// pairing is still accepted (`pairing.requireMITM` refuses it).
+    public var requestMITM = false
 
     public init(ioCapability: SMPIOCapability = .noInputNoOutput, bondable: Bool = true, requireMITM: Bool = false,
                 secureConnections: Bool = true, secureConnectionsOnly: Bool = false,
                 minimumEncryptionKeySize: UInt8 = 7, maximumEncryptionKeySize: UInt8 = 16,
-                passkey: SMPPasskeySource = .random, identity: SMPIdentity? = nil, signatureKey: [UInt8]? = nil) {
+                passkey: SMPPasskeySource = .random, identity: SMPIdentity? = nil, signatureKey: [UInt8]? = nil,
+                requestMITM: Bool = false, keys: SMPKeyDistribution = [.encryptionKey, .identityKey, .signingKey]) {
         pairing = SMPPairingConfiguration(
             ioCapability: ioCapability, bondable: bondable, requireMITM: requireMITM, secureConnections: secureConnections,
             secureConnectionsOnly: secureConnectionsOnly, minimumEncryptionKeySize: minimumEncryptionKeySize,
-            maximumEncryptionKeySize: maximumEncryptionKeySize, passkey: passkey, identity: identity)
+            maximumEncryptionKeySize: maximumEncryptionKeySize, passkey: passkey, identity: identity, keys: keys)
         self.signatureKey = signatureKey
+        self.requestMITM = requestMITM
     }
+
+    /// The MITM flag this side sends (Pairing Response, Security Request).
+    var mitmFlag: Bool { pairing.requireMITM || requestMITM }
 
 }
 
@@ -106,6 +115,9 @@ public enum SMPResponderEvent: Equatable, Sendable {
     /// Show this six-digit value and ask whether the central shows the same; answer with
     /// `numericComparisonConfirmed`.
     case confirmNumericComparison(UInt32)
+    /// Ask the user to accept a Just Works pairing (`SMPPairingConfiguration.confirmsJustWorks`);
+    /// answer with `justWorksConfirmed`.
+    case confirmJustWorks
     /// Encryption may start: answer the central's LE Long Term Key Request (EDIV 0, Rand 0) with
     /// this key (the STK in legacy pairing, the LTK in Secure Connections), then call `linkEncrypted`.
     case encryptionKeyReady(SMPLongTermKey)
@@ -183,7 +195,15 @@ public struct SMPResponder: SMPPairingRole {
     /// A Security Request (3.6.7) asking the central to pair with our requirements.
     public var securityRequest: [UInt8] {
         SMPSecurityRequest(authRequirements: SMPAuthRequirements(
-            bonding: configuration.pairing.bondable, mitm: configuration.pairing.requireMITM,
+            bonding: configuration.pairing.bondable, mitm: configuration.mitmFlag,
+            secureConnections: configuration.pairing.secureConnections)).encoded
+    }
+
+    /// A Security Request asking for `requirements` of our own (a level the owner wants to reach,
+    /// Vol 3, Part C, 10.2.1) rather than the configuration's.
+    public func securityRequest(mitm: Bool) -> [UInt8] {
+        SMPSecurityRequest(authRequirements: SMPAuthRequirements(
+            bonding: configuration.pairing.bondable, mitm: mitm || configuration.mitmFlag,
             secureConnections: configuration.pairing.secureConnections)).encoded
     }
 
@@ -249,6 +269,27 @@ public struct SMPResponder: SMPPairingRole {
             passkeySendConfirmIfReady(&out)
         } else {
             session.temporaryKey = SMPCrypto.temporaryKey(passkey)
+            legacySendConfirmIfReady(&out)
+        }
+        return out
+    }
+
+    /// The user's answer to `confirmJustWorks`. A refusal fails the pairing with Unspecified
+    /// Reason (0x08): Vol 3, Part H, 3.5.5, Table 3.7 has no reason for a user who declines a
+    /// Just Works pairing; Numeric Comparison Failed (0x0C) says two values differ, which were
+    /// never shown, and Pairing Not Supported (0x05) says this device cannot pair at all.
+    public mutating func justWorksConfirmed(_ accepted: Bool) -> SMPResponderOutput {
+        var out = SMPResponderOutput()
+        guard isPairing, session.method == .justWorks, !session.userConfirmed else { return out }
+        guard accepted else {
+            fail(.unspecifiedReason, &out)
+            return out
+        }
+        session.userConfirmed = true
+        if session.secureConnections {
+            checkDHKeyIfReady(&out)
+        } else {
+            session.temporaryKey = [UInt8](repeating: 0, count: 16)
             legacySendConfirmIfReady(&out)
         }
         return out
@@ -324,7 +365,7 @@ public struct SMPResponder: SMPPairingRole {
         let bonded = configuration.pairing.bondable && features.authRequirements.bonding
         // Keys only when both bond. LinkKey (cross-transport derivation) is not offered; in Secure
         // Connections EncKey "shall be ignored" (3.6.1), so it is cleared; RFU bits are dropped.
-        var offered: SMPKeyDistribution = [.encryptionKey, .identityKey, .signingKey]
+        var offered = configuration.pairing.keys
         if secureConnections { offered.remove(.encryptionKey) }
         var responderKeys = bonded ? features.responderKeyDistribution.intersection(offered) : []
         if configuration.pairing.identity == nil { responderKeys.remove(.identityKey) }
@@ -332,7 +373,7 @@ public struct SMPResponder: SMPPairingRole {
         let initiatorKeys = bonded ? features.initiatorKeyDistribution.intersection(offered) : []
         let response = SMPPairingFeatures(
             ioCapability: configuration.pairing.ioCapability, oobDataPresent: false,
-            authRequirements: SMPAuthRequirements(bonding: configuration.pairing.bondable, mitm: configuration.pairing.requireMITM,
+            authRequirements: SMPAuthRequirements(bonding: configuration.pairing.bondable, mitm: configuration.mitmFlag,
                                                   secureConnections: configuration.pairing.secureConnections),
             maximumEncryptionKeySize: keySize,
             initiatorKeyDistribution: initiatorKeys, responderKeyDistribution: responderKeys)
@@ -367,6 +408,10 @@ public struct SMPResponder: SMPPairingRole {
             out.events.append(.displayPasskey(passkey))
         case .passkeyEntry:
             out.events.append(.passkeyRequested)
+        case .justWorks where configuration.pairing.confirmsJustWorks:
+            // TK (zero) only once the user accepts; Mconfirm waits as it does for a passkey.
+            session.userConfirmed = false
+            out.events.append(.confirmJustWorks)
         default:
             session.temporaryKey = [UInt8](repeating: 0, count: 16)
         }
@@ -423,7 +468,7 @@ public struct SMPResponder: SMPPairingRole {
             session.localRandom = random.bytes(16)
             guard let cb = session.localCommitment(z: 0) else { return fail(.unspecifiedReason, &out) }
             out.pdus.append(SMPPairingConfirm(value: cb).encoded)
-            session.userConfirmed = session.method != .numericComparison
+            session.userConfirmed = !asksUserBeforeDHKeyCheck
             phase = .awaitingRandom
         }
     }
@@ -436,9 +481,17 @@ public struct SMPResponder: SMPPairingRole {
         if session.method == .numericComparison, let value = session.numericComparisonValue(localIsInitiator: false) {
             // Vb = g2(PKax, PKbx, Na, Nb); the initiator checked Cb, the users compare the values.
             out.events.append(.confirmNumericComparison(value))
+        } else if asksUserBeforeDHKeyCheck {
+            out.events.append(.confirmJustWorks)
         }
         deriveKeys()
         phase = .awaitingDHKeyCheck
+    }
+
+    /// Secure Connections: whether Eb waits for the user (Numeric Comparison; Just Works when
+    /// it is confirmed, at the same step, 2.3.5.6.2).
+    private var asksUserBeforeDHKeyCheck: Bool {
+        session.method == .numericComparison || (session.method == .justWorks && configuration.pairing.confirmsJustWorks)
     }
 
     /// Cbi for round i once both Cai and the passkey are known (2.3.5.6.3).

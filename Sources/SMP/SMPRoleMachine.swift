@@ -15,6 +15,8 @@ public protocol SMPRoleMachine {
     mutating func passkeyEntered(_ passkey: UInt32?) -> SMPOutput<Event>
     /// The user's answer to a Numeric Comparison.
     mutating func numericComparisonConfirmed(_ matches: Bool) -> SMPOutput<Event>
+    /// The user's answer to a Just Works confirmation (`confirmsJustWorks`).
+    mutating func justWorksConfirmed(_ accepted: Bool) -> SMPOutput<Event>
     /// Encryption Change (enabled) with the pairing's key: key distribution starts.
     mutating func linkEncrypted() -> SMPOutput<Event>
     /// The owner's 30 s SMP timer expired (3.4).

@@ -125,6 +125,18 @@ public final class BondStore {
         if bonds.count != before { write() }
     }
 
+    /// Forgets every bond a link from `address` would belong to (`bond(for:)`: the address it
+    /// bonded from, its identity, or an address its IRK resolves), and writes the file once.
+    /// Returns the bonds forgotten.
+    @discardableResult
+    public func forget(bondOf address: LEAddress) -> [Bond] {
+        let forgotten = bonds.filter { $0.matches(address) || $0.resolves(address) }
+        guard !forgotten.isEmpty else { return [] }
+        bonds.removeAll { $0.matches(address) || $0.resolves(address) }
+        write()
+        return forgotten
+    }
+
     /// Forgets the bonds of the central at `address` (the address it bonded from, or its
     /// identity address, of either type), or every bond (nil), and writes the file once.
     /// Returns the bonds forgotten, oldest first.

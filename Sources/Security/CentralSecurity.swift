@@ -93,6 +93,15 @@ public final class CentralSecurity {
     public var securityChanged: (_ handle: UInt16, _ security: LinkSecurity) -> Void = { _, _ in }
     /// What the user sees: the passkey to type on the peripheral, the value to compare.
     public var display: (_ message: String) -> Void = { _ in }
+    /// A link's LE security level rose (Vol 3, Part C, 10.2.1), whoever started it: told once
+    /// per rise, after `securityChanged`.
+    public var securityRose: (_ handle: UInt16, _ security: LinkSecurity) -> Void = { _, _ in }
+    /// How the next pairings are made, set at run time (the programmable host); nil: as
+    /// `configuration` says. A pairing under way keeps its terms.
+    public var pairingSettings: PairingSettings?
+    /// Where the pairings' questions go (Just Works, Numeric Comparison, Passkey Entry, the
+    /// passkey to show) to be answered later; nil: answered at once as `configuration` says.
+    public var prompts: PairingPrompts?
 
     private let scheduler: TimerScheduling
     /// Lines whose pace the peripheral sets (its Security Requests).
@@ -144,6 +153,12 @@ public final class CentralSecurity {
         var waiting: [(Result<LinkSecurity, CentralSecurityError>) -> Void] = []
         /// Whether this link was paired (not only encrypted with a bond) while open.
         var pairedHere = false
+        /// The question the pairing under way waits on (its id in `prompts`).
+        var prompt: (id: UInt64, kind: PairingPromptKind)?
+        /// The level the `secure` under way wants (MITM is asked for from level 3).
+        var levelWanted = LESecurityLevel.none
+        /// The level last told through `securityRose`.
+        var toldLevel = LESecurityLevel.none
         init(handle: UInt16, peer: LEAddress, smp: SMPLinkDriver<SMPInitiator>) {
             self.handle = handle
             self.peer = peer
@@ -175,7 +190,7 @@ public final class CentralSecurity {
     /// A link to `peer` (its address as LE Connection Complete gave it) opened.
     public func linkOpened(_ handle: UInt16, peer: LEAddress) {
         if let old = links.removeValue(forKey: handle) { close(old) }
-        let initiator = SMPInitiator(configuration: configuration.initiatorConfiguration(identity: loadedIdentity == nil ? nil : identity),
+        let initiator = SMPInitiator(configuration: initiatorConfiguration(identity: loadedIdentity == nil ? nil : identity),
                                      initiatorAddress: localAddress, responderAddress: peer, random: makeRandom())
         let smp = SMPLinkDriver(initiator, scheduler: scheduler) { [weak self] pdu in self?.sendSMP(handle, pdu) }
         let link = Link(handle: handle, peer: peer, smp: smp)
@@ -193,7 +208,20 @@ public final class CentralSecurity {
 
     private func close(_ link: Link) {
         link.smp.close()
+        dropPrompt(link)
         finish(link, .failure(.linkClosed))
+    }
+
+    /// The initiator's configuration now: `configuration`'s, or `pairingSettings`' when set;
+    /// Just Works confirmed by the owner when `prompts` takes the questions.
+    private func initiatorConfiguration(identity: SMPIdentity?) -> SMPInitiatorConfiguration {
+        var initiatorConfiguration = configuration.initiatorConfiguration(identity: identity)
+        if let pairingSettings {
+            initiatorConfiguration.pairing = pairingSettings.pairingConfiguration(identity: identity, confirmsJustWorks: false)
+            initiatorConfiguration.requestMITM = pairingSettings.mitm
+        }
+        initiatorConfiguration.pairing.confirmsJustWorks = prompts != nil
+        return initiatorConfiguration
     }
 
     // MARK: Securing a link
@@ -226,14 +254,23 @@ public final class CentralSecurity {
     private func pair(_ link: Link, answering request: SMPAuthRequirements?) {
         guard !link.initiator.hasTimedOut else { return finish(link, .failure(.smpUnavailable)) }
         link.encryptingWithBond = false
-        if configuration.bondable, !link.initiator.isPairing, link.initiator.configuration.pairing.identity == nil {
-            // The first bonding pairing: make (or read) the identity now, and an initiator that
-            // offers it (the idle one holds nothing else).
-            link.initiator = SMPInitiator(configuration: configuration.initiatorConfiguration(identity: identity),
-                                          initiatorAddress: localAddress, responderAddress: link.peer, random: makeRandom())
+        if !link.initiator.isPairing {
+            // The first bonding pairing makes (or reads) the identity now. The idle initiator
+            // holds nothing but its configuration: a new one takes the identity and the
+            // settings of the moment (`pairingSettings`, `prompts`).
+            let bondable = pairingSettings?.bondable ?? configuration.bondable
+            let wanted = initiatorConfiguration(identity: bondable || loadedIdentity != nil ? identity : nil)
+            if link.initiator.configuration != wanted {
+                link.initiator = SMPInitiator(configuration: wanted, initiatorAddress: localAddress, responderAddress: link.peer,
+                                              random: makeRandom())
+            }
         }
         logger.info("pairing with \(link.peer.address)", metadata: metadata(link))
-        link.smp.run { $0.start(answering: request) }
+        // Levels 3 and 4 need MITM protection: asked for as a Security Request asking it would.
+        let requirements = link.levelWanted.needsMITM && !(request?.mitm ?? false)
+            ? SMPAuthRequirements(bonding: request?.bonding ?? false, mitm: true, secureConnections: request?.secureConnections ?? false)
+            : request
+        link.smp.run { $0.start(answering: requirements) }
     }
 
     // MARK: SMP
@@ -268,7 +305,7 @@ public final class CentralSecurity {
         }
         guard enabled else {
             link.security = .unencrypted
-            securityChanged(handle, link.security)
+            tellSecurity(link)
             return
         }
         let (security, difference) = LinkSecurity.encrypted(with: link.keyInUse, controllerKeySize: keySize)
@@ -277,7 +314,7 @@ public final class CentralSecurity {
         }
         link.security = security
         logger.event(.encryptionChanged, .info, "link with \(link.peer.address) \(security.summary)", metadata(link))
-        securityChanged(handle, security)
+        tellSecurity(link)
         if link.initiator.isPairing {
             // Encrypted with the STK or LTK: the peripheral's keys, then ours (3.6.1).
             link.smp.run { $0.linkEncrypted() }
@@ -290,6 +327,10 @@ public final class CentralSecurity {
     // MARK: The initiator's output
 
     private func handle(_ event: SMPInitiatorEvent, on link: Link) {
+        if let prompts, let kind = PairingPromptKind(event) {
+            ask(kind, on: link, through: prompts)
+            return
+        }
         switch event {
         case .displayPasskey(let passkey):
             display("type the passkey \(Self.sixDigits(passkey)) on \(link.peer.address)")
@@ -304,6 +345,9 @@ public final class CentralSecurity {
             let accept = configuration.acceptNumericComparison
             display("Numeric Comparison with \(link.peer.address): \(Self.sixDigits(value)) (\(accept ? "accepted" : "rejected"))")
             link.smp.run { $0.numericComparisonConfirmed(accept) }
+        case .confirmJustWorks:
+            // Asked only when `prompts` takes the questions (`confirmsJustWorks`).
+            link.smp.run { $0.justWorksConfirmed(true) }
         case .startEncryption(let key):
             if let summary = link.initiator.pairingSummary {
                 link.keyInUse = LinkSecurity(pairing: summary)
@@ -323,8 +367,10 @@ public final class CentralSecurity {
                 pair(link, answering: requirements)
             }
         case .paired(let result):
+            dropPrompt(link)
             paired(result, on: link)
         case let .failed(reason, origin):
+            dropPrompt(link)
             let error = CentralSecurityError.pairingFailed(reason: reason, origin: origin)
             logger.event(.pairingFailed, .warning, "pairing with \(link.peer.address) failed: \(error)",
                          metadata(link, reason: reason))
@@ -351,14 +397,78 @@ public final class CentralSecurity {
         logger.event(.paired, .notice,
                      "paired with \(link.peer.address): \(result.secureConnections ? "LE Secure Connections" : "LE legacy"), \(result.authenticated ? "authenticated" : "unauthenticated (Just Works)"), \(result.encryptionKeySize)-octet key\(note)",
                      metadata(link))
-        securityChanged(link.handle, link.security)
+        tellSecurity(link)
         finish(link, .success(link.security))
     }
 
     private func finish(_ link: Link, _ result: Result<LinkSecurity, CentralSecurityError>) {
         let waiting = link.waiting
         link.waiting = []
+        link.levelWanted = .none
         for completion in waiting { completion(result) }
+    }
+
+    /// Tells `securityChanged`, and `securityRose` when the level rose.
+    private func tellSecurity(_ link: Link) {
+        securityChanged(link.handle, link.security)
+        let level = link.security.level
+        if level > link.toldLevel {
+            link.toldLevel = level
+            securityRose(link.handle, link.security)
+        } else if level < link.toldLevel {
+            link.toldLevel = level
+        }
+    }
+
+    // MARK: Prompts
+
+    /// Puts the pairing's question to the owner; the pairing waits for the answer (or ends
+    /// with the SMP timeout, Vol 3, Part H, 3.4, or the link).
+    private func ask(_ kind: PairingPromptKind, on link: Link, through prompts: PairingPrompts) {
+        dropPrompt(link)
+        logger.info("pairing with \(link.peer.address): \(kind.logName), waiting for the answer", metadata: metadata(link))
+        prompts.ask(handle: link.handle, peer: link.peer, isCentral: true, kind: kind,
+                    opened: { [weak link] id in link?.prompt = (id, kind) }) { [weak self, weak link] answer in
+            guard let self, let link, link.prompt?.kind == kind else { return .unknownPairing }
+            link.prompt = nil
+            self.logger.info("pairing with \(link.peer.address): \(kind.logName) answered \(answer.logName)", metadata: self.metadata(link))
+            answer.feed(to: link.smp, for: kind)
+            return nil
+        }
+    }
+
+    private func dropPrompt(_ link: Link) {
+        if let id = link.prompt?.id { prompts?.drop(id) }
+        link.prompt = nil
+    }
+
+    // MARK: Securing to a level
+
+    /// Brings the link to `level` (Vol 3, Part C, 10.2.1): at once `.reached(…, already: true)`
+    /// when it has it; else encrypts with the peripheral's bond when its key is strong enough,
+    /// or pairs (asking for MITM protection for levels 3 and 4). The outcome says whether the
+    /// level was reached, or what failed.
+    public func secure(_ handle: UInt16, level: LESecurityLevel, completion: @escaping (SecureOutcome) -> Void) {
+        guard let link = links[handle] else { return completion(.failed(.connectionDied, detail: "no such link")) }
+        if link.security.level >= level { return completion(.reached(link.security, already: true)) }
+        let bondIsEnough = bonds.bond(for: link.peer).map { LinkSecurity(bond: $0).level >= level } ?? false
+        if level > link.levelWanted { link.levelWanted = level }
+        secure(handle, pair: !bondIsEnough) { result in
+            switch result {
+            case .success(let security): completion(.judge(security, wanted: level))
+            case .failure(let error): completion(Self.outcome(of: error))
+            }
+        }
+    }
+
+    /// `secure`'s class of a failure.
+    static func outcome(of error: CentralSecurityError) -> SecureOutcome {
+        switch error {
+        case .pairingFailed(let reason, _): .pairingFailed(reason, error.description)
+        case .encryptionFailed: .failed(.encryptionFailure, detail: error.description)
+        case .linkClosed: .failed(.connectionDied, detail: error.description)
+        case .smpUnavailable: .failed(.pairingFailure, detail: error.description)
+        }
     }
 
     private func metadata(_ link: Link, reason: SMPPairingFailedReason? = nil) -> Logger.Metadata {

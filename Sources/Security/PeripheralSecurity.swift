@@ -101,6 +101,17 @@ public final class PeripheralSecurity {
     public var bondSaved: (_ bond: Bond) -> Void = { _ in }
     /// A pairing completed on the link, by `method` (before `securityChanged` tells its result).
     public var pairingCompleted: (_ handle: UInt16, _ result: SMPPairingResult) -> Void = { _, _ in }
+    /// A link's LE security level rose (Vol 3, Part C, 10.2.1), whoever started it: told once
+    /// per rise, after `securityChanged`.
+    public var securityRose: (_ handle: UInt16, _ security: LinkSecurity) -> Void = { _, _ in }
+
+    /// How the next pairings are made, set at run time (the programmable host); nil: as
+    /// `configuration` says. A pairing under way keeps its terms.
+    public var pairingSettings: PairingSettings?
+    /// Where the pairings' questions go (Just Works, Numeric Comparison, Passkey Entry, the
+    /// passkey to show) to be answered later; nil: answered at once as `configuration` says
+    /// (static passkey, `acceptNumericComparison`, `askNumericComparison`).
+    public var prompts: PairingPrompts?
 
     /// The SMP timeout (Vol 3, Part H, 3.4).
     public static let timeout: Duration = SMPLinkDriver<SMPResponder>.timeout
@@ -141,8 +152,19 @@ public final class PeripheralSecurity {
         var security = LinkSecurity.unencrypted
         /// A Security Request went out on this link (once per link: the central decides).
         var askedForSecurity = false
-        /// A Numeric Comparison value waiting for the user's answer (`askNumericComparison`).
-        var comparison: UInt32?
+        /// The question the pairing under way waits on: its id in `prompts`, or nil when it was
+        /// asked through `askNumericComparison` (answered by `answerNumericComparison`).
+        var prompt: (id: UInt64?, kind: PairingPromptKind)?
+        /// A Numeric Comparison value waiting for the user's answer.
+        var comparison: UInt32? {
+            if case .numericComparison(let value)? = prompt?.kind { value } else { nil }
+        }
+        /// `secure` calls waiting for the link to reach their level.
+        var securing: [(level: LESecurityLevel, completion: (SecureOutcome) -> Void)] = []
+        /// The 30 s a central has to answer `secure`'s Security Request (Vol 3, Part H, 3.4).
+        var securityRequestTimer: TimerID?
+        /// The level last told through `securityRose`.
+        var toldLevel = LESecurityLevel.none
         /// A passkey made for the pairing under way (no static one), shown until it ends.
         var shownPasskey: UInt32?
         init(handle: UInt16, peer: LEAddress, bondAddress: LEAddress, local: LEAddress, smp: SMPLinkDriver<SMPResponder>) {
@@ -206,15 +228,29 @@ public final class PeripheralSecurity {
     /// Our IRK and identity address go to a bonding central that asks (IdKey, 3.6.1), so it can
     /// resolve the addresses we advertise from with privacy on.
     private func makeResponder(peer: LEAddress, local: LEAddress, identity: SMPIdentity?) -> SMPResponder {
+        SMPResponder(configuration: responderConfiguration(identity: identity), initiatorAddress: peer, responderAddress: local,
+                     random: makeRandom())
+    }
+
+    /// The responder's configuration now: `configuration`'s, or `pairingSettings`' when set;
+    /// Just Works confirmed by the owner when `prompts` takes the questions.
+    private func responderConfiguration(identity: SMPIdentity?) -> SMPResponderConfiguration {
         var responderConfiguration = configuration.responderConfiguration
+        if let pairingSettings {
+            responderConfiguration.pairing = pairingSettings.pairingConfiguration(
+                identity: nil, minimumEncryptionKeySize: configuration.minimumEncryptionKeySize, confirmsJustWorks: false)
+            responderConfiguration.requestMITM = pairingSettings.mitm
+        }
         responderConfiguration.pairing.identity = identity
-        return SMPResponder(configuration: responderConfiguration, initiatorAddress: peer, responderAddress: local,
-                            random: makeRandom())
+        responderConfiguration.pairing.confirmsJustWorks = prompts != nil
+        return responderConfiguration
     }
 
     public func linkClosed(_ handle: UInt16) {
         guard let link = links.removeValue(forKey: handle) else { return }
         link.smp.close()
+        dropPrompt(link)
+        finishSecuring(link, .failed(.connectionDied, detail: "the link closed"))
         if link.responder.isPairing, let leftOut = outcomeLog.take(now: scheduler.nowNanoseconds, for: logger) {
             logger.event(.pairingFailed, .notice, "pairing with \(link.peer.address) ended: the link closed\(LogBudget.note(leftOut))",
                          metadata(link))
@@ -295,10 +331,14 @@ public final class PeripheralSecurity {
                 }
                 return
             }
-            if configuration.bondable && loadedIdentity == nil {
-                // The first pairing of a device without an identity file: make the identity now,
-                // and a responder that can distribute it (the idle one holds nothing else).
-                link.responder = makeResponder(peer: link.peer, local: link.local, identity: identity)
+            // The first pairing of a device without an identity file makes the identity now. The
+            // idle responder holds nothing but its configuration: a new one takes the identity
+            // and the settings of the moment (`pairingSettings`, `prompts`).
+            let bondable = pairingSettings?.bondable ?? configuration.bondable
+            let wanted = responderConfiguration(identity: bondable ? identity : loadedIdentity)
+            if link.responder.configuration != wanted {
+                link.responder = SMPResponder(configuration: wanted, initiatorAddress: link.peer, responderAddress: link.local,
+                                              random: makeRandom())
             }
             if let leftOut = peerLog.take(now: now, for: logger) {
                 let known = bonds.bond(for: link.bondAddress) != nil ? " (it is bonded: a new pairing replaces the bond)" : ""
@@ -356,6 +396,7 @@ public final class PeripheralSecurity {
                              metadata(link).merging([LogKey.hciStatus: .string(Hex.byte(status))]) { $1 })
             }
             link.keyInUse = nil
+            finishSecuring(link, .failed(.encryptionFailure, detail: "\(what) failed, HCI status \(Hex.byte(status))"))
             if link.responder.isPairing {
                 // The central could not encrypt with the key the pairing made: that pairing is over.
                 link.smp.run { $0.abort(.unspecifiedReason) }
@@ -368,7 +409,7 @@ public final class PeripheralSecurity {
                 logger.event(.encryptionChanged, .notice, "link with \(link.peer.address) no longer encrypted\(LogBudget.note(leftOut))",
                              metadata(link))
             }
-            securityChanged(handle, link.security)
+            tellSecurity(link)
             return
         }
         guard let keyInUse = link.keyInUse else {
@@ -392,11 +433,14 @@ public final class PeripheralSecurity {
             logger.event(.encryptionChanged, .info, "link with \(link.peer.address) \(security.summary)\(LogBudget.note(leftOut))",
                          metadata(link))
         }
-        securityChanged(handle, security)
+        tellSecurity(link)
         if link.responder.isPairing {
             // Encrypted with the STK or LTK: key distribution (3.6.1).
             link.pairingKey = nil
             link.smp.run { $0.linkEncrypted() }
+        } else {
+            // Encrypted with a bond's key: that is what the central answered `secure` with.
+            settleSecuring(link)
         }
     }
 
@@ -419,8 +463,8 @@ public final class PeripheralSecurity {
     public func answerNumericComparison(_ confirm: Bool) -> Int {
         var answered = 0
         for link in links.values.sorted(by: { $0.handle < $1.handle }) {
-            guard let value = link.comparison else { continue }
-            link.comparison = nil
+            guard let value = link.comparison, link.prompt?.id == nil else { continue }
+            link.prompt = nil
             answered += 1
             logger.notice("pairing with \(link.peer.address): Numeric Comparison \(PasskeyLabel.sixDigits(value)) \(confirm ? "confirmed" : "rejected")",
                           metadata: metadata(link))
@@ -436,12 +480,17 @@ public final class PeripheralSecurity {
         if let leftOut = outcomeLog.take(now: scheduler.nowNanoseconds, for: logger) {
             logger.warning("link with \(link.peer.address): \(difference)\(LogBudget.note(leftOut))", metadata: metadata(link))
         }
-        securityChanged(handle, link.security)
+        tellSecurity(link)
     }
 
     // MARK: The responder's output
 
     private func handle(_ event: SMPResponderEvent, on link: Link) {
+        if let prompts, let kind = PairingPromptKind(event) {
+            if case .passkeyDisplay(let passkey) = kind { link.shownPasskey = passkey }
+            ask(kind, on: link, through: prompts)
+            return
+        }
         switch event {
         case .displayPasskey(let passkey):
             if configuration.passkey != nil {
@@ -462,7 +511,7 @@ public final class PeripheralSecurity {
             // The device's "display" is the log (Vol 3, Part H, 2.3.5.6.2: both users compare the
             // six digits); its user's answer is --numeric-comparison.
             if configuration.askNumericComparison {
-                link.comparison = value
+                link.prompt = (nil, .numericComparison(value))
                 logger.notice("pairing with \(link.peer.address): Numeric Comparison \(PasskeyLabel.sixDigits(value)): waiting for the answer (control socket: pairing DEVICE confirm|reject)",
                               metadata: metadata(link))
                 return
@@ -471,16 +520,113 @@ public final class PeripheralSecurity {
             logger.notice("pairing with \(link.peer.address): Numeric Comparison \(PasskeyLabel.sixDigits(value)) \(accept ? "accepted" : "rejected (--numeric-comparison reject)")",
                           metadata: metadata(link))
             link.smp.run { $0.numericComparisonConfirmed(accept) }
+        case .confirmJustWorks:
+            // Asked only when `prompts` takes the questions (`confirmsJustWorks`).
+            link.smp.run { $0.justWorksConfirmed(true) }
         case .encryptionKeyReady(let key):
             link.pairingKey = key
         case .paired(let result):
             link.shownPasskey = nil
+            dropPrompt(link)
             paired(result, on: link)
         case let .failed(reason, origin):
             link.pairingKey = nil
-            link.comparison = nil
             link.shownPasskey = nil
+            dropPrompt(link)
             failed(reason: reason, origin: origin, on: link)
+        }
+    }
+
+    // MARK: Prompts
+
+    /// Puts the pairing's question to the owner; the pairing waits for the answer (or ends
+    /// with the SMP timeout, 3.4, or the link).
+    private func ask(_ kind: PairingPromptKind, on link: Link, through prompts: PairingPrompts) {
+        dropPrompt(link)
+        let id = prompts.ask(handle: link.handle, peer: link.peer, isCentral: false, kind: kind,
+                             opened: { [weak link] id in link?.prompt = (id, kind) }) { [weak self, weak link] answer in
+            guard let self, let link, link.prompt?.kind == kind else { return .unknownPairing }
+            link.prompt = nil
+            if let leftOut = self.outcomeLog.take(now: self.scheduler.nowNanoseconds, for: self.logger) {
+                self.logger.notice("pairing with \(link.peer.address): \(kind.logName) answered \(answer.logName)\(LogBudget.note(leftOut))",
+                                   metadata: self.metadata(link))
+            }
+            answer.feed(to: link.smp, for: kind)
+            return nil
+        }
+        if let leftOut = outcomeLog.take(now: scheduler.nowNanoseconds, for: logger) {
+            logger.notice("pairing with \(link.peer.address): \(kind.logName), waiting for the answer (pairing \(id))\(LogBudget.note(leftOut))",
+                          metadata: metadata(link))
+        }
+    }
+
+    private func dropPrompt(_ link: Link) {
+        if let id = link.prompt?.id { prompts?.drop(id) }
+        link.prompt = nil
+    }
+
+    // MARK: Securing a link
+
+    /// Asks the central on the link for `level` (Vol 3, Part C, 10.2.1): at once `.reached(…,
+    /// already: true)` when the link has it; else a Security Request (Vol 3, Part H, 3.6.7) whose
+    /// AuthReq asks for MITM protection for levels 3 and 4, then the outcome once the central
+    /// has paired or encrypted (or failed, or the link closed, or 30 s passed without an answer:
+    /// the SMP timer starts with a Security Request, 3.4). A pairing already under way is waited
+    /// for instead of asking again.
+    public func secure(_ handle: UInt16, level: LESecurityLevel, completion: @escaping (SecureOutcome) -> Void) {
+        guard let link = links[handle] else { return completion(.failed(.connectionDied, detail: "no such link")) }
+        if link.security.level >= level { return completion(.reached(link.security, already: true)) }
+        guard !link.responder.hasTimedOut else {
+            return completion(.failed(.pairingFailure, detail: "SMP timed out earlier on this link (Vol 3, Part H, 3.4)"))
+        }
+        link.securing.append((level, completion))
+        guard !link.responder.isPairing else { return }
+        link.askedForSecurity = true
+        sendSMP(handle, link.responder.securityRequest(mitm: level.needsMITM))
+        if let timer = link.securityRequestTimer { scheduler.cancel(timer) }
+        link.securityRequestTimer = scheduler.schedule(after: Self.timeout) { [weak self, weak link] in
+            guard let self, let link else { return }
+            link.securityRequestTimer = nil
+            guard !link.responder.isPairing else { return }
+            self.finishSecuring(link, .failed(.pairingFailure, detail: "the central did not answer the Security Request within 30 s"))
+        }
+        if let leftOut = peerLog.take(now: scheduler.nowNanoseconds, for: logger) {
+            logger.info("asked \(link.peer.address) for security level \(level.rawValue) (Security Request)\(LogBudget.note(leftOut))",
+                        metadata: metadata(link))
+        }
+    }
+
+    /// Ends the `secure` calls waiting on the link whose level is settled by `security` (a
+    /// pairing done, or encryption with a bond's key).
+    private func settleSecuring(_ link: Link) {
+        guard !link.securing.isEmpty else { return }
+        let waiting = link.securing
+        link.securing = []
+        stopSecurityRequestTimer(link)
+        for (level, completion) in waiting { completion(.judge(link.security, wanted: level)) }
+    }
+
+    private func finishSecuring(_ link: Link, _ outcome: SecureOutcome) {
+        let waiting = link.securing
+        link.securing = []
+        stopSecurityRequestTimer(link)
+        for entry in waiting { entry.completion(outcome) }
+    }
+
+    private func stopSecurityRequestTimer(_ link: Link) {
+        if let timer = link.securityRequestTimer { scheduler.cancel(timer) }
+        link.securityRequestTimer = nil
+    }
+
+    /// Tells `securityChanged`, and `securityRose` when the level rose.
+    private func tellSecurity(_ link: Link) {
+        securityChanged(link.handle, link.security)
+        let level = link.security.level
+        if level > link.toldLevel {
+            link.toldLevel = level
+            securityRose(link.handle, link.security)
+        } else if level < link.toldLevel {
+            link.toldLevel = level
         }
     }
 
@@ -522,7 +668,8 @@ public final class PeripheralSecurity {
                          "paired with \(result.peerIdentity?.address.address.description ?? link.peer.address.description): \(kind), \(method), \(result.encryptionKeySize)-octet key\(note)\(LogBudget.note(leftOut))",
                          metadata(link))
         }
-        securityChanged(link.handle, link.security)
+        tellSecurity(link)
+        settleSecuring(link)
     }
 
     private func failed(reason: SMPPairingFailedReason?, origin: SMPFailureOrigin, on link: Link) {
@@ -542,6 +689,7 @@ public final class PeripheralSecurity {
             logger.event(.pairingFailed, .warning, "pairing with \(link.peer.address) failed: \(reasonText), \(who)\(wait)\(LogBudget.note(leftOut))",
                          metadata(link, reason: reason))
         }
+        finishSecuring(link, .pairingFailed(reason, "pairing failed: \(reasonText), \(who)"))
     }
 
     private func metadata(_ link: Link, reason: SMPPairingFailedReason? = nil) -> Logger.Metadata {

@@ -110,6 +110,8 @@ private struct PairingBench {
             case .confirmNumericComparison(let value):
                 comparedByInitiator = value
                 return { bench in (bench.initiator.numericComparisonConfirmed(bench.initiatorAccepts), SMPResponderOutput()) }
+            case .confirmJustWorks:
+                return { bench in (bench.initiator.justWorksConfirmed(bench.initiatorAccepts), SMPResponderOutput()) }
             case .startEncryption(let key): initiatorKey = key
             default: break
             }
@@ -126,6 +128,8 @@ private struct PairingBench {
             case .confirmNumericComparison(let value):
                 comparedByResponder = value
                 return { bench in (SMPInitiatorOutput(), bench.responder.numericComparisonConfirmed(bench.responderAccepts)) }
+            case .confirmJustWorks:
+                return { bench in (SMPInitiatorOutput(), bench.responder.justWorksConfirmed(bench.responderAccepts)) }
             case .encryptionKeyReady(let key): responderKey = key
             default: break
             }
@@ -265,6 +269,75 @@ private let centralIdentity = SMPIdentity(resolvingKey: [UInt8](0x50..<0x60),
         #expect(cancelled.events == [.failed(reason: .passkeyEntryFailed, origin: .local)])
         #expect(cancelled.pdus == [SMPPairingFailed(reason: .passkeyEntryFailed).encoded])
         #expect(peer.receive(cancelled.pdus[0][...]).events == [.failed(reason: .passkeyEntryFailed, origin: .peer)])
+    }
+
+    @Test(arguments: [true, false])
+    func justWorksConfirmedByBothUsersPairsAsUnasked(secureConnections: Bool) throws {
+        var initiatorConfiguration = SMPInitiatorConfiguration(ioCapability: .noInputNoOutput, secureConnections: secureConnections)
+        initiatorConfiguration.pairing.confirmsJustWorks = true
+        var responderConfiguration = SMPResponderConfiguration(secureConnections: secureConnections)
+        responderConfiguration.pairing.confirmsJustWorks = true
+        var bench = PairingBench(initiatorConfiguration, responderConfiguration)
+        bench.run()
+        #expect(bench.initiatorEvents.filter { $0 == .confirmJustWorks }.count == 1)
+        #expect(bench.responderEvents.filter { $0 == .confirmJustWorks }.count == 1)
+        let central = try #require(bench.initiatorPaired)
+        #expect(central.secureConnections == secureConnections && !central.authenticated)
+        #expect(central.longTermKey == bench.responderPaired?.longTermKey)
+
+        // Unasked (the default), the same pairing never stops for the user.
+        var unasked = PairingBench(SMPInitiatorConfiguration(ioCapability: .noInputNoOutput, secureConnections: secureConnections),
+                                   SMPResponderConfiguration(secureConnections: secureConnections))
+        unasked.run()
+        #expect(!unasked.initiatorEvents.contains(.confirmJustWorks) && !unasked.responderEvents.contains(.confirmJustWorks))
+        #expect(unasked.initiatorPaired != nil)
+    }
+
+    @Test(arguments: [(true, true), (true, false), (false, true), (false, false)])
+    func justWorksRefusedFailsWithUnspecifiedReason(secureConnections: Bool, refusedByCentral: Bool) {
+        var initiatorConfiguration = SMPInitiatorConfiguration(ioCapability: .noInputNoOutput, secureConnections: secureConnections)
+        initiatorConfiguration.pairing.confirmsJustWorks = true
+        var responderConfiguration = SMPResponderConfiguration(secureConnections: secureConnections)
+        responderConfiguration.pairing.confirmsJustWorks = true
+        var bench = PairingBench(initiatorConfiguration, responderConfiguration)
+        if refusedByCentral { bench.initiatorAccepts = false } else { bench.responderAccepts = false }
+        bench.run()
+        #expect(bench.initiatorPaired == nil && bench.responderPaired == nil)
+        let (refuser, other) = refusedByCentral ? (bench.initiatorFailure, bench.responderFailure)
+                                                : (bench.responderFailure, bench.initiatorFailure)
+        #expect(refuser?.0 == .unspecifiedReason && refuser?.1 == .local)
+        #expect(other?.0 == .unspecifiedReason && other?.1 == .peer)
+        #expect(!bench.initiator.isPairing && !bench.responder.isPairing)
+        // Nothing was encrypted: the refusal comes before any key.
+        #expect(bench.initiatorKey == nil)
+    }
+
+    @Test func theKeysSettingNamesWhatEachSideDistributesAndAsksFor() throws {
+        // The central asks for the identity only; the peripheral would give its LTK and identity.
+        var bench = PairingBench(SMPInitiatorConfiguration(ioCapability: .noInputNoOutput, secureConnections: false,
+                                                           identity: centralIdentity, keys: [.identityKey]),
+                                 SMPResponderConfiguration(secureConnections: false, identity: peripheralIdentity))
+        bench.run()
+        let central = try #require(bench.initiatorPaired)
+        #expect(central.peerIdentity == peripheralIdentity && central.longTermKey == nil)
+        #expect(!bench.codesFromResponder.contains(.encryptionInformation))
+        // A peripheral that distributes and asks for nothing: no key PDU either way.
+        var none = PairingBench(SMPInitiatorConfiguration(ioCapability: .noInputNoOutput, identity: centralIdentity),
+                                SMPResponderConfiguration(identity: peripheralIdentity, keys: []))
+        none.run()
+        let paired = try #require(none.responderPaired)
+        #expect(paired.peerIdentity == nil && none.initiatorPaired?.peerIdentity == nil)
+        #expect(!none.codesFromInitiator.contains(.identityInformation) && !none.codesFromResponder.contains(.identityInformation))
+    }
+
+    @Test func aResponderAskingForMITMWithoutDemandingItSetsTheFlagAndStillTakesJustWorks() throws {
+        var bench = PairingBench(SMPInitiatorConfiguration(ioCapability: .noInputNoOutput),
+                                 SMPResponderConfiguration(ioCapability: .displayYesNo, requestMITM: true))
+        bench.run()
+        let response = try #require(bench.trace.first { !$0.0 && $0.1.first == SMPCode.pairingResponse.rawValue })
+        #expect(SMPAuthRequirements(rawValue: response.1[3]).mitm)
+        #expect(try #require(bench.initiatorPaired).authenticated == false)
+        #expect(SMPAuthRequirements(rawValue: bench.responder.securityRequest[1]).mitm)
     }
 
     @Test func legacyJustWorksTakesThePeripheralsDistributedKey() throws {
