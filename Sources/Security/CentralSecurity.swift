@@ -96,6 +96,11 @@ public final class CentralSecurity {
     /// A link's LE security level rose (Vol 3, Part C, 10.2.1), whoever started it: told once
     /// per rise, after `securityChanged`.
     public var securityRose: (_ handle: UInt16, _ security: LinkSecurity) -> Void = { _, _ in }
+    /// Securing the link failed (a pairing, or encryption with a bond's key) while no
+    /// `secure(_:level:completion:)` call waited for it (the peripheral's Security Request,
+    /// `secure(_:pair:)`): every failure is told once, through that completion or here. The
+    /// link closing is not told here.
+    public var securityFailed: (_ handle: UInt16, _ failure: SecureFailure, _ detail: String) -> Void = { _, _, _ in }
     /// How the next pairings are made, set at run time (the programmable host); nil: as
     /// `configuration` says. A pairing under way keeps its terms.
     public var pairingSettings: PairingSettings?
@@ -155,7 +160,8 @@ public final class CentralSecurity {
         var pairedHere = false
         /// The question the pairing under way waits on (its id in `prompts`).
         var prompt: (id: UInt64, kind: PairingPromptKind)?
-        /// The level the `secure` under way wants (MITM is asked for from level 3).
+        /// The level the `secure` under way wants (MITM is asked for from level 3); `.none`
+        /// when no `secure(_:level:completion:)` call waits.
         var levelWanted = LESecurityLevel.none
         /// The level last told through `securityRose`.
         var toldLevel = LESecurityLevel.none
@@ -403,9 +409,14 @@ public final class CentralSecurity {
 
     private func finish(_ link: Link, _ result: Result<LinkSecurity, CentralSecurityError>) {
         let waiting = link.waiting
+        let levelWaited = link.levelWanted != .none
         link.waiting = []
         link.levelWanted = .none
         for completion in waiting { completion(result) }
+        if !levelWaited, case .failure(let error) = result, error != .linkClosed,
+           case .failed(let failure, let detail) = Self.outcome(of: error) {
+            securityFailed(link.handle, failure, detail)
+        }
     }
 
     /// Tells `securityChanged`, and `securityRose` when the level rose.

@@ -104,6 +104,10 @@ public final class PeripheralSecurity {
     /// A link's LE security level rose (Vol 3, Part C, 10.2.1), whoever started it: told once
     /// per rise, after `securityChanged`.
     public var securityRose: (_ handle: UInt16, _ security: LinkSecurity) -> Void = { _, _ in }
+    /// A pairing or an encryption on the link failed while no `secure` call waited for it (the
+    /// central paired on its own and it failed): every failure is told once, through `secure`'s
+    /// completion or here. The link closing is not told here.
+    public var securityFailed: (_ handle: UInt16, _ failure: SecureFailure, _ detail: String) -> Void = { _, _, _ in }
 
     /// How the next pairings are made, set at run time (the programmable host); nil: as
     /// `configuration` says. A pairing under way keeps its terms.
@@ -396,7 +400,7 @@ public final class PeripheralSecurity {
                              metadata(link).merging([LogKey.hciStatus: .string(Hex.byte(status))]) { $1 })
             }
             link.keyInUse = nil
-            finishSecuring(link, .failed(.encryptionFailure, detail: "\(what) failed, HCI status \(Hex.byte(status))"))
+            failSecuring(link, .failed(.encryptionFailure, detail: "\(what) failed, HCI status \(Hex.byte(status))"))
             if link.responder.isPairing {
                 // The central could not encrypt with the key the pairing made: that pairing is over.
                 link.smp.run { $0.abort(.unspecifiedReason) }
@@ -606,6 +610,12 @@ public final class PeripheralSecurity {
         for (level, completion) in waiting { completion(.judge(link.security, wanted: level)) }
     }
 
+    /// A failure: to the `secure` calls waiting, else to `securityFailed`.
+    private func failSecuring(_ link: Link, _ outcome: SecureOutcome) {
+        guard link.securing.isEmpty else { return finishSecuring(link, outcome) }
+        if case .failed(let failure, let detail) = outcome { securityFailed(link.handle, failure, detail) }
+    }
+
     private func finishSecuring(_ link: Link, _ outcome: SecureOutcome) {
         let waiting = link.securing
         link.securing = []
@@ -689,7 +699,7 @@ public final class PeripheralSecurity {
             logger.event(.pairingFailed, .warning, "pairing with \(link.peer.address) failed: \(reasonText), \(who)\(wait)\(LogBudget.note(leftOut))",
                          metadata(link, reason: reason))
         }
-        finishSecuring(link, .pairingFailed(reason, "pairing failed: \(reasonText), \(who)"))
+        failSecuring(link, .pairingFailed(reason, "pairing failed: \(reasonText), \(who)"))
     }
 
     private func metadata(_ link: Link, reason: SMPPairingFailedReason? = nil) -> Logger.Metadata {

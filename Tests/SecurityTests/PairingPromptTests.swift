@@ -27,6 +27,8 @@ private final class Bench {
     var dropped: [UInt64] = []
     var centralRose: [LESecurityLevel] = []
     var peripheralRose: [LESecurityLevel] = []
+    var centralFailed: [SecureFailure] = []
+    var peripheralFailed: [SecureFailure] = []
     /// Drops what the central sends (a central that never answers).
     var centralMuted = false
 
@@ -52,6 +54,8 @@ private final class Bench {
         prompts.dropped = { [unowned self] in dropped.append($0) }
         central.securityRose = { [unowned self] _, security in centralRose.append(security.level) }
         peripheral.securityRose = { [unowned self] _, security in peripheralRose.append(security.level) }
+        central.securityFailed = { [unowned self] _, failure, _ in centralFailed.append(failure) }
+        peripheral.securityFailed = { [unowned self] _, failure, _ in peripheralFailed.append(failure) }
         central.sendSMP = { [unowned self] _, pdu in
             trace.append((true, pdu))
             guard !centralMuted else { return }
@@ -367,6 +371,32 @@ private func settings(_ io: SMPIOCapability, mitm: Bool = true) -> PairingSettin
         bench.pump()
         try bench.answer(bench.prompt(central: true), .confirm(false))
         #expect(outcome.failure == .pairingFailure)
+    }
+
+    @Test func aFailureIsToldOnceOnEachSideThroughSecureOrSecurityFailed() throws {
+        // The central secures; the peripheral, which did not ask, hears of the failure through securityFailed.
+        let bench = Bench(central: settings(.displayYesNo), peripheral: settings(.displayYesNo))
+        let outcome = bench.secure(.authenticated)
+        try bench.answer(bench.prompt(central: false), .confirm(false))
+        #expect(outcome.failure == .pairingFailure && bench.centralFailed.isEmpty)
+        #expect(bench.peripheralFailed == [.pairingFailure])
+
+        // The peripheral secures (Security Request); the central pairs on its own and refuses.
+        let other = Bench(central: settings(.displayYesNo), peripheral: settings(.displayYesNo))
+        let asked = SecureOutcomeBox()
+        other.peripheral.secure(handle, level: .authenticated) { asked.outcome = $0 }
+        other.pump()
+        try other.answer(other.prompt(central: true), .confirm(false))
+        #expect(asked.failure == .pairingFailure && other.peripheralFailed.isEmpty)
+        #expect(other.centralFailed == [.pairingFailure])
+
+        // The link closing is `disconnected`'s to tell, not a security failure.
+        let closing = Bench(central: settings(.noInputNoOutput), peripheral: settings(.noInputNoOutput))
+        closing.central.secure(handle, pair: true) { _ in }
+        closing.pump()
+        closing.central.linkClosed(handle)
+        closing.peripheral.linkClosed(handle)
+        #expect(closing.centralFailed.isEmpty && closing.peripheralFailed.isEmpty)
     }
 
     // MARK: Settings at run time, bonds
