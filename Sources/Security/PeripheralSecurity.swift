@@ -197,6 +197,12 @@ public final class PeripheralSecurity {
         if let path = configuration.identityPath, DeviceIdentityStore.exists(path) { _ = identity }
     }
 
+    /// Forgets every central's failed pairings (2.3.6's waiting intervals), as a factory reset
+    /// does: the next attempt from any central is answered at once.
+    public func forgetPairingAttempts() {
+        attempts = PairingAttempts()
+    }
+
     /// The security of a link (unencrypted for an unknown handle).
     public func security(of handle: UInt16) -> LinkSecurity {
         links[handle]?.security ?? .unencrypted

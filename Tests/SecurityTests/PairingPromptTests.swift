@@ -399,6 +399,23 @@ private func settings(_ io: SMPIOCapability, mitm: Bool = true) -> PairingSettin
         #expect(closing.centralFailed.isEmpty && closing.peripheralFailed.isEmpty)
     }
 
+    @Test func aResetForgetsTheWaitAfterARefusedPairing() throws {
+        let bench = Bench(central: settings(.displayYesNo), peripheral: settings(.displayYesNo))
+        _ = bench.secure(.authenticated)
+        try bench.answer(bench.prompt(central: false), .confirm(false))
+        // 2.3.6: a new attempt at once is refused with Repeated Attempts (0x09)...
+        bench.trace = []
+        let refused = bench.secure(.authenticated)
+        #expect(bench.failure(sentByCentral: false) == 0x09 && refused.failure == .pairingFailure)
+        // ...unless the owner reset the peripheral's memory of failures.
+        bench.peripheral.forgetPairingAttempts()
+        bench.trace = []
+        let again = bench.secure(.authenticated)
+        #expect(bench.failure(sentByCentral: false) == nil && bench.prompt(central: false) != nil)
+        try bench.answerEverything()
+        #expect(again.reachedLevel == .authenticatedSecureConnections)
+    }
+
     // MARK: Settings at run time, bonds
 
     @Test func settingsChangedOnAnOpenLinkTakeTheNextPairing() throws {
