@@ -165,6 +165,8 @@ public final class CentralSecurity {
         var levelWanted = LESecurityLevel.none
         /// The level last told through `securityRose`.
         var toldLevel = LESecurityLevel.none
+        /// The pairing's failure was told already (as the encryption failure that ends it).
+        var failureTold = false
         init(handle: UInt16, peer: LEAddress, smp: SMPLinkDriver<SMPInitiator>) {
             self.handle = handle
             self.peer = peer
@@ -303,7 +305,10 @@ public final class CentralSecurity {
                 pair(link, answering: nil)
             } else if link.initiator.isPairing {
                 finish(link, .failure(.encryptionFailed(status: status)))
+                // The pairing this ends was told as the encryption failure just now.
+                link.failureTold = true
                 link.smp.run { $0.abort(.unspecifiedReason) }
+                link.failureTold = false
             } else {
                 finish(link, .failure(.encryptionFailed(status: status)))
             }
@@ -380,7 +385,7 @@ public final class CentralSecurity {
             let error = CentralSecurityError.pairingFailed(reason: reason, origin: origin)
             logger.event(.pairingFailed, .warning, "pairing with \(link.peer.address) failed: \(error)",
                          metadata(link, reason: reason))
-            finish(link, .failure(error))
+            finish(link, .failure(error), tellUnwaited: !link.failureTold)
         }
     }
 
@@ -407,13 +412,14 @@ public final class CentralSecurity {
         finish(link, .success(link.security))
     }
 
-    private func finish(_ link: Link, _ result: Result<LinkSecurity, CentralSecurityError>) {
+    /// `tellUnwaited`: a failure no `secure(_:level:completion:)` waited for goes to `securityFailed`.
+    private func finish(_ link: Link, _ result: Result<LinkSecurity, CentralSecurityError>, tellUnwaited: Bool = true) {
         let waiting = link.waiting
         let levelWaited = link.levelWanted != .none
         link.waiting = []
         link.levelWanted = .none
         for completion in waiting { completion(result) }
-        if !levelWaited, case .failure(let error) = result, error != .linkClosed,
+        if tellUnwaited, !levelWaited, case .failure(let error) = result, error != .linkClosed,
            case .failed(let failure, let detail) = Self.outcome(of: error) {
             securityFailed(link.handle, failure, detail)
         }

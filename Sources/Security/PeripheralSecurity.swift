@@ -169,6 +169,8 @@ public final class PeripheralSecurity {
         var securityRequestTimer: TimerID?
         /// The level last told through `securityRose`.
         var toldLevel = LESecurityLevel.none
+        /// The pairing's failure was told already (as the encryption failure that ends it).
+        var failureTold = false
         /// A passkey made for the pairing under way (no static one), shown until it ends.
         var shownPasskey: UInt32?
         init(handle: UInt16, peer: LEAddress, bondAddress: LEAddress, local: LEAddress, smp: SMPLinkDriver<SMPResponder>) {
@@ -408,8 +410,11 @@ public final class PeripheralSecurity {
             link.keyInUse = nil
             failSecuring(link, .failed(.encryptionFailure, detail: "\(what) failed, HCI status \(Hex.byte(status))"))
             if link.responder.isPairing {
-                // The central could not encrypt with the key the pairing made: that pairing is over.
+                // The central could not encrypt with the key the pairing made: that pairing is
+                // over, its failure told just now as the encryption's.
+                link.failureTold = true
                 link.smp.run { $0.abort(.unspecifiedReason) }
+                link.failureTold = false
             }
             return
         }
@@ -705,7 +710,7 @@ public final class PeripheralSecurity {
             logger.event(.pairingFailed, .warning, "pairing with \(link.peer.address) failed: \(reasonText), \(who)\(wait)\(LogBudget.note(leftOut))",
                          metadata(link, reason: reason))
         }
-        failSecuring(link, .pairingFailed(reason, "pairing failed: \(reasonText), \(who)"))
+        if !link.failureTold { failSecuring(link, .pairingFailed(reason, "pairing failed: \(reasonText), \(who)")) }
     }
 
     private func metadata(_ link: Link, reason: SMPPairingFailedReason? = nil) -> Logger.Metadata {

@@ -31,6 +31,8 @@ private final class Bench {
     var peripheralFailed: [SecureFailure] = []
     /// Drops what the central sends (a central that never answers).
     var centralMuted = false
+    /// The controller fails every encryption with this HCI status.
+    var encryptionFails: UInt8?
 
     init(central centralSettings: PairingSettings, peripheral peripheralSettings: PairingSettings,
          peripheralConfiguration: SecurityConfiguration = SecurityConfiguration()) {
@@ -66,6 +68,13 @@ private final class Bench {
             pending.append { [unowned self] in central.receive(pdu[...], on: handle) }
         }
         central.startEncryption = { [unowned self] _, key in
+            if let status = encryptionFails {
+                pending.append { [unowned self] in
+                    peripheral.encryptionChanged(on: handle, status: status, enabled: false)
+                    central.encryptionChanged(on: handle, status: status, enabled: false)
+                }
+                return
+            }
             pending.append { [unowned self] in
                 peripheral.answerKeyRequest = { [unowned self] _, answer in
                     pending.append { [unowned self] in
@@ -389,6 +398,16 @@ private func settings(_ io: SMPIOCapability, mitm: Bool = true) -> PairingSettin
         try other.answer(other.prompt(central: true), .confirm(false))
         #expect(asked.failure == .pairingFailure && other.peripheralFailed.isEmpty)
         #expect(other.centralFailed == [.pairingFailure])
+
+        // The controller cannot encrypt with the pairing's key: an encryption failure, told once
+        // on each side although it also ends the pairing.
+        let failing = Bench(central: settings(.noInputNoOutput), peripheral: settings(.noInputNoOutput))
+        failing.encryptionFails = 0x3D
+        let encrypting = failing.secure(.encrypted)
+        try failing.answerEverything()
+        #expect(encrypting.failure == .encryptionFailure && failing.centralFailed.isEmpty)
+        #expect(failing.peripheralFailed == [.encryptionFailure])
+        #expect(!failing.central.isPairing(handle) && !failing.peripheral.isPairing(handle))
 
         // The link closing is `disconnected`'s to tell, not a security failure.
         let closing = Bench(central: settings(.noInputNoOutput), peripheral: settings(.noInputNoOutput))
