@@ -425,12 +425,17 @@ def advertise_fields(request: host_pb2.AdvertiseRequest, name: str) -> dict[str,
         "connectable": request.connectable or legacy_directed,
         "own_address_type": translate.own_address_type(request.own_address_type),
     }
-    has_scan_response = request.HasField("scan_response_data") and not legacy_directed
     if not legacy_directed:
         fields["data"] = datatypes.encode(request.data, local_name=name, advertising_interval=interval_units).hex()
+    # Pandora's Python stubs set an empty scan_response_data unless told None: an empty one on
+    # extended connectable advertising (which cannot be scannable) means none.
+    has_scan_response = request.HasField("scan_response_data") and not legacy_directed
     if has_scan_response:
-        fields["scan_response"] = datatypes.encode(request.scan_response_data, local_name=name,
-                                                   advertising_interval=interval_units).hex()
+        scan_response = datatypes.encode(request.scan_response_data, local_name=name, advertising_interval=interval_units)
+        if scan_response or request.legacy or not request.connectable:
+            fields["scan_response"] = scan_response.hex()
+        else:
+            has_scan_response = False
     # Legacy undirected connectable advertising is ADV_IND, always scannable; otherwise an
     # advertisement is scannable when it has a scan response (Vol 4, Part E, 7.8.53).
     fields["scannable"] = has_scan_response or (request.legacy and request.connectable and target is None)
