@@ -463,3 +463,31 @@ def test_is_bonded_and_delete_bond_ask_for_the_address_and_its_type(fake: FakeHo
     assert fake.wait_op("bonded")["address"] == "11:22:33:44:55:66"
     forget = fake.wait_op("forget")
     assert forget["address"] == "C1:22:33:44:55:66" and forget["address_type"] == "random"
+
+
+def test_factory_reset_restarts_blemu_when_it_cannot_reset_and_the_same_grpc_server_goes_on(fake: FakeHost) -> None:
+    fake.handlers["reset"] = lambda r: ({"ok": False, "error": "unknown op reset"}, [])
+    second = FakeHost()
+    second.handlers["address"] = lambda r: ({"address": "A0:A1:A2:A3:A4:A5", "address_type": "public"}, [])
+    restarts: list[int] = []
+
+    def restart() -> HostConnection:
+        restarts.append(1)
+        return HostConnection(second.path)
+
+    server, pandora, port = pandora_server.serve(Host(HostConnection(fake.path), restart=restart), "127.0.0.1:0")
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            host = host_grpc.Host(channel)
+            assert host.ReadLocalAddress(timeout=5).address == bytes.fromhex("F0F1F2F3F4F5")
+            host.FactoryReset(timeout=15)
+            assert restarts == [1]
+            assert host.ReadLocalAddress(timeout=15).address == bytes.fromhex("A0A1A2A3A4A5")
+            second.wait_op("pairing-config")  # the defaults again, on the new blemu
+            # Pairing requests of the new blemu are heard (the dispatcher followed the restart).
+            second.emit(event="pairing-request", link=1, pairing=2, method="just-works", passkey=None)
+            assert second.wait_op("pairing-answer")["pairing"] == 2
+    finally:
+        server.stop(grace=0).wait()
+        pandora.stop()
+        second.close()

@@ -30,10 +30,15 @@ class Subscription:
     """The host's events from the moment of subscribing, for one waiter. Bounded: a waiter that
     does not read (a stalled scan stream) loses the overflow, counted in `missed`."""
 
-    def __init__(self, owner: "HostEvents", limit: int = 10_000):
+    def __init__(self, owner: Any, limit: int = 10_000):
         self._owner = owner
         self._queue: "queue.Queue[dict[str, Any]]" = queue.Queue(limit)
         self.missed = 0
+
+    @property
+    def source(self) -> "HostEvents":
+        """The watch connection this subscription listens to."""
+        return self._owner
 
     def put(self, event: dict[str, Any]) -> None:
         try:
@@ -246,7 +251,8 @@ class Host:
         if self._restart is None:
             raise BlemuError("this server attached to a running blemu (--control): it cannot restart it")
         with self._lock:
-            self._connection = self._restart()
+            old, self._connection = self._connection, self._restart()
+            old.close()  # its subscribers hear CLOSED and subscribe again: to the new one
 
 
 __all__ = ["BlemuHostProcess", "CLOSED", "CommandError", "Host", "HostConnection", "HostEvents", "Subscription"]

@@ -159,6 +159,7 @@ class Pandora:
                     raise BlemuError("blemu did not reset (and this server attached to it: it cannot restart it)")
                 log.info("restarting blemu for the factory reset")
                 self.host.restart()
+                self.pairing.subscribe()
             self.pairing.forget()
             self.configure_pairing()
 
@@ -176,9 +177,11 @@ class PairingDispatcher:
         self._pending: dict[bytes, int] = {}  # a sent PairingEvent (serialized) -> pairing id
         self._running = False
         self._thread: Optional[threading.Thread] = None
+        self._subscription: Optional[Subscription] = None
 
     def start(self) -> None:
         self._running = True
+        self.subscribe()
         self._thread = threading.Thread(target=self._run, name="pairing-requests", daemon=True)
         self._thread.start()
 
@@ -189,21 +192,34 @@ class PairingDispatcher:
         with self._lock:
             self._pending.clear()
 
+    def subscribe(self) -> None:
+        """Listen to the host's current connection, unless already listening to it: at start, at
+        once after a restart (so no pairing request of the new blemu goes unheard), and when the
+        watch closed under the dispatcher. Idempotent, so those callers never replace (and lose
+        the events of) a subscription to the current connection."""
+        with self._lock:
+            events = self.host.connection.events
+            if self._subscription is not None and self._subscription.source is events:
+                return
+            old, self._subscription = self._subscription, events.subscribe()
+        if old is not None:
+            old.close()
+
     def _run(self) -> None:
         while self._running:
-            try:
-                subscription = self.host.subscribe()
-            except BlemuError:
-                time.sleep(0.2)
+            with self._lock:
+                subscription = self._subscription
+            assert subscription is not None
+            event = subscription.get(POLL)
+            if event is CLOSED:
+                time.sleep(0.1)  # blemu went away: follow it when it is back
+                try:
+                    self.subscribe()
+                except BlemuError:
+                    pass
                 continue
-            with subscription:
-                while self._running:
-                    event = subscription.get(POLL)
-                    if event is CLOSED:
-                        time.sleep(0.1)  # blemu restarting: subscribe to the new one
-                        break
-                    if event is not None and event.get("event") == "pairing-request":
-                        self._dispatch(event)
+            if event is not None and event.get("event") == "pairing-request":
+                self._dispatch(event)
 
     def _dispatch(self, event: dict[str, Any]) -> None:
         try:
