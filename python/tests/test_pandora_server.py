@@ -36,9 +36,9 @@ class FakeHost:
     """A Unix socket answering `list`, `watch host` and `host` requests. `handlers[op]` gives
     (reply fields, events to send after the reply); `emit` sends an event now."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: Optional[str] = None) -> None:
         self.folder = tempfile.mkdtemp(prefix="pandora-fake-", dir="/tmp")
-        self.path = os.path.join(self.folder, "control.sock")
+        self.path = path or os.path.join(self.folder, "control.sock")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.path)
         self.listener.listen(16)
