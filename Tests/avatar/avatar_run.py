@@ -102,8 +102,11 @@ def read_results(log_path: Path) -> tuple[dict[str, int], list[tuple[str, str, s
             if document.get("Type") == "Summary":
                 counts = {k: int(v) for k, v in document.items() if isinstance(v, int)}
             elif document.get("Type") == "Record" and document.get("Test Name"):
+                # Why it did not pass: Mobly's details, else the exception (the trace's last line).
                 details = str(document.get("Details") or "").strip().splitlines()
-                cases.append((str(document["Test Name"]), str(document.get("Result")), details[0][:200] if details else ""))
+                trace = [line for line in str(document.get("Stacktrace") or "").splitlines() if line.strip()]
+                why = details[0] if details else (trace[-1].strip() if trace else "")
+                cases.append((str(document["Test Name"]), str(document.get("Result")), why[:200]))
     return counts, cases
 
 
