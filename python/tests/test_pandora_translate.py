@@ -196,7 +196,9 @@ def test_an_advertisement_event_becomes_a_scanning_response() -> None:
     assert response.primary_phy == host_pb2.PRIMARY_1M and response.secondary_phy == host_pb2.SECONDARY_NONE
     assert response.data.complete_local_name == "blem"
     extended = translate.scanning_response(report(legacy=False, sid=3, primary_phy="coded", secondary_phy="2m",
-                                                  tx_power=-4, address_type="public-identity"), b"")
+                                                  tx_power=-4, address_type="public-identity",
+                                                  periodic_interval_ms=112.5), b"")
+    assert extended.periodic_advertising_interval == 112.5  # blemu writes 1.25 ms steps as decimals
     assert extended.sid == 3 and extended.primary_phy == host_pb2.PRIMARY_CODED
     assert extended.secondary_phy == host_pb2.SECONDARY_2M and extended.tx_power == -4
     assert extended.public_identity == bytes.fromhex("C0C1C2C3C4C5")

@@ -123,7 +123,7 @@ def scanning_response(report: dict[str, Any], data: bytes) -> ScanningResponse:
         secondary_phy=SECONDARY_PHY_OF_NAME.get(report.get("secondary_phy"), host_pb2.SECONDARY_NONE),
         tx_power=_int(report.get("tx_power"), TX_POWER_NOT_AVAILABLE),
         rssi=_int(report.get("rssi"), 0),
-        periodic_advertising_interval=float(_int(report.get("periodic_interval_ms"), 0)),
+        periodic_advertising_interval=_number(report.get("periodic_interval_ms")),
         data=datatypes.decode(data),
     )
     field = FIELD_OF_ADDRESS_TYPE.get(report.get("address_type"))
@@ -134,6 +134,11 @@ def scanning_response(report: dict[str, Any], data: bytes) -> ScanningResponse:
     if direct is not None and direct_type in FIELD_OF_ADDRESS_TYPE:
         setattr(response, _direct_field(direct, direct_type), address_bytes(direct))
     return response
+
+
+def _number(value: Any) -> float:
+    """A duration in milliseconds (blemu writes 1.25 ms steps as decimals); none is 0."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
 def _int(value: Any, default: int) -> int:
