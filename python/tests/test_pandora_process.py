@@ -82,5 +82,13 @@ def test_blemu_pandora_starts_blemu_host_serves_restarts_it_for_a_factory_reset_
         output, _ = server.communicate(timeout=20)
     assert server.returncode == 0, output
     time.sleep(0.2)
-    leftovers = subprocess.run(["pgrep", "-f", str(fake)], capture_output=True, text=True).stdout.split()
-    assert not leftovers, f"blemu host still runs after blemu-pandora stopped: {leftovers}"
+    leftovers = [entry.name for entry in Path("/proc").iterdir() if entry.name.isdigit() and running(entry, str(fake))]
+    assert not leftovers, f"blemu host still runs after blemu-pandora stopped: pids {leftovers}"
+
+
+def running(process: Path, program: str) -> bool:
+    """Whether /proc/PID runs `program` (its command line names it)."""
+    try:
+        return program.encode() in (process / "cmdline").read_bytes()
+    except OSError:  # it ended meanwhile
+        return False
