@@ -155,6 +155,7 @@ def main() -> int:
                         help="stop a suite that runs longer (default 60)")
     parser.add_argument("--blemu", help="the blemu executable for --dut blemu (default: BLEMU_BIN, "
                                         ".build/debug/blemu, PATH)")
+    parser.add_argument("--io-capability", help="blemu-pandora's --io-capability for --dut blemu (its default: keyboard-display)")
     parser.add_argument("-v", "--verbose", action="store_true", help="Mobly's console at debug level")
     args = parser.parse_args()
 
@@ -211,6 +212,8 @@ def main() -> int:
                        "--log", str(out / "blemu.log")]
             if blemu:
                 command += ["--blemu", blemu]
+            if args.io_capability:
+                command += ["--io-capability", args.io_capability]
             with open(server_log, "wb") as log:
                 server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           start_new_session=True)
