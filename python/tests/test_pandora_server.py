@@ -10,11 +10,13 @@ what the client got and which host requests the server made.
 from __future__ import annotations
 
 import json
+import re
 import os
 import socket
 import tempfile
 import threading
 import time
+from pathlib import Path
 from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
@@ -491,3 +493,22 @@ def test_factory_reset_restarts_blemu_when_it_cannot_reset_and_the_same_grpc_ser
         server.stop(grace=0).wait()
         pandora.stop()
         second.close()
+
+
+def test_the_python_example_of_test_frameworks_md_runs_against_the_vocabulary(fake: FakeHost, capsys) -> None:
+    """Docs/TEST-FRAMEWORKS.md's example, as written, against the stand-in host (its socket path
+    put in): it scans, connects to the advertiser named thermo and prints the connection."""
+    text = (Path(__file__).resolve().parents[2] / "Docs" / "TEST-FRAMEWORKS.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 1, "one Python example expected"
+    name = b"\x07\x09thermo".hex()
+    fake.handlers["scan"] = lambda r: ({"scan": 5}, [
+        {"event": "advertisement", "scan": 5, "address": "C0:00:00:00:00:01", "address_type": "random", "data": "020106"},
+        {"event": "advertisement", "scan": 5, "address": "C0:00:00:00:00:02", "address_type": "random", "data": name}])
+    fake.handlers["scan-stop"] = lambda r: ({}, [])
+    fake.handlers["connect"] = lambda r: ({"attempt": 1}, [
+        {"event": "connected", "attempt": 1, "link": 1, "role": "central", "peer": r["address"]}])
+    exec(compile(blocks[0].replace("/tmp/host.sock", fake.path), "TEST-FRAMEWORKS.md", "exec"), {})
+    connect = fake.wait_op("connect")
+    assert connect["address"] == "C0:00:00:00:00:02" and connect["address_type"] == "random"
+    assert "'event': 'connected'" in capsys.readouterr().out
