@@ -10,14 +10,14 @@ what the client got and which host requests the server made.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import socket
 import tempfile
 import threading
 import time
-from pathlib import Path
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Optional
 
 import grpc
