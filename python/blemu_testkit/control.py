@@ -177,7 +177,8 @@ class Control:
         if not isinstance(reply, dict) or reply.get("id") != request_id:
             raise BlemuError(f"reply to request {request_id} ({cmd}) expected, got {line[:200]!r}")
         if not reply.get("ok"):
-            raise CommandError(request, str(reply.get("error")))
+            code = reply.get("code")
+            raise CommandError(request, str(reply.get("error")), code if isinstance(code, str) else None)
         return reply
 
     def close(self) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 
 class BlemuError(Exception):
@@ -10,11 +10,14 @@ class BlemuError(Exception):
 
 
 class CommandError(BlemuError):
-    """blemu refused a control command (`"ok": false`); `error` is its one-line reason."""
+    """blemu refused a control command (`"ok": false`); `error` is its one-line reason, `code`
+    the stable word a program acts on when the reply has one (a host request's `"code"`:
+    `unknown-link`, `already-connected`, …; Docs/CONTROL.md), else None."""
 
-    def __init__(self, request: dict[str, Any], error: str):
+    def __init__(self, request: dict[str, Any], error: str, code: Optional[str] = None):
         self.request = request
         self.error = error
+        self.code = code
         fields = " ".join(f"{k}={v!r}" for k, v in request.items() if k not in ("id", "cmd"))
         super().__init__(f"blemu refused {request.get('cmd')} {fields}: {error}")
 
