@@ -72,7 +72,7 @@ extension Peripheral {
 
     func connectionClosed(handle: UInt16, reason: UInt8, restartAdvertising: Bool = true) {
         guard let connection = links.close(handle) else { return }
-        defer { host.linkClosed(handle) }
+        defer { host.linkClosed(handle, reason: reason) }
         // What a bonded central knew of the database, for when it comes back (Vol 3, Part G, 7.1).
         bondedClients.linkClosing(connection)
         security.linkClosed(handle)

@@ -185,10 +185,13 @@ public final class PeripheralHost {
         linkOwners[handle] = peripheral
     }
 
-    func linkClosed(_ handle: UInt16) {
+    func linkClosed(_ handle: UInt16, reason: UInt8) {
+        let owner = linkOwners[handle]
         linkOwners[handle] = nil
         controller.linksMayHaveClosed()
-        programmedAdvertising?.linkClosed(handle)
+        if let program = programmedAdvertising {
+            program.linkClosed(handle, reason: reason, ofAcceptingPeripheral: owner != nil && owner === program.acceptingPeripheral)
+        }
     }
 
     private func dropPendingLinks() {

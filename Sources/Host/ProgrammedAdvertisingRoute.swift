@@ -27,8 +27,14 @@ public protocol ProgrammedAdvertisingRoute: AnyObject {
     /// (7.7.65.18), or a failed LE Connection Complete of legacy advertising (7.7.65.1: Advertising
     /// Timeout, 0x3C, for high duty cycle directed advertising).
     func advertisingEnded(set: UInt8?, status: UInt8)
-    /// A link of the role closed (room for advertising that waited).
-    func linkClosed(_ handle: UInt16)
+    /// A link of the role closed with `reason` (Disconnection Complete, Vol 4, Part E, 7.7.5):
+    /// room for advertising that waited; `ofAcceptingPeripheral`, the link was the program's device's.
+    func linkClosed(_ handle: UInt16, reason: UInt8, ofAcceptingPeripheral: Bool)
+    /// The controller's resolving list changes: it refuses that while advertising with address
+    /// resolution on (Vol 4, Part E, 7.8.38), so advertising goes off until `resolvingListChangeEnded`.
+    func resolvingListChangeBegins()
+    /// The change is done: advertising goes on.
+    func resolvingListChangeEnded()
     /// The controller is ready (after the devices took their sets).
     func controllerReady()
     /// The controller was reset (`reset` true) or went away: its sets and their advertising are gone.

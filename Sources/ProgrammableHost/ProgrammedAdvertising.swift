@@ -120,6 +120,10 @@ public final class ProgrammedAdvertising {
     public var onConnection: ((AcceptedLink) -> Void)?
     /// Each advertisement that stopped, with why (once per advertisement).
     public var onStopped: ((Int, StopReason) -> Void)?
+    /// Each link of the blank device that closed: its connection handle and the reason of
+    /// Disconnection Complete (Vol 4, Part E, 7.7.5; 0x16 when this side disconnected). Its
+    /// `LEConnection` is closed by then.
+    public var onLinkClosed: ((UInt16, UInt8) -> Void)?
 
     /// The advertisements that run (or start), by id.
     public private(set) var advertisements: [Int: Advertisement] = [:]
@@ -131,6 +135,10 @@ public final class ProgrammedAdvertising {
     private var waitingForRoom: Set<Int> = []
     private var nextID = 1
     private var stopping = false
+    /// The controller's resolving list is being changed: advertising is off meanwhile (7.8.38),
+    /// and these advertisements go on when it is done.
+    private var resolvingListChanging = false
+    private var pausedForResolvingList: Set<Int> = []
 
     private var hci: HCIHost { peripheralHost.hci }
     private var advertiser: Advertiser { peripheralHost.advertiser }
@@ -253,6 +261,8 @@ public final class ProgrammedAdvertising {
                 self.end(id, .refused(command: failure.command, status: failure.status))
                 return
             }
+            // Turned off meanwhile for a resolving list change: on again when it is done.
+            guard !self.pausedForResolvingList.contains(id) else { return }
             advertisement.isOn = true
             self.advertisements[id] = advertisement
         }
@@ -264,6 +274,7 @@ public final class ProgrammedAdvertising {
     /// Advertising off and, for an extended set, the set removed and given back.
     private func turnOff(_ advertisement: Advertisement) {
         waitingForRoom.remove(advertisement.id)
+        pausedForResolvingList.remove(advertisement.id)
         guard hci.isReady else { return }
         switch advertiser.mode {
         case .legacy:
@@ -279,6 +290,7 @@ public final class ProgrammedAdvertising {
     private func end(_ id: Int, _ reason: StopReason) {
         guard let advertisement = advertisements.removeValue(forKey: id) else { return }
         waitingForRoom.remove(id)
+        pausedForResolvingList.remove(id)
         advertiser.releaseSet(advertisement.set)
         logger.event(.advertisingStopped, reason == .stopped ? .info : .notice,
                      "advertisement \(id) stopped: \(reason.word)\(reason.status.map { " (\(Hex.byte($0)))" } ?? "")",
@@ -295,11 +307,16 @@ public final class ProgrammedAdvertising {
         advertisement.isOn = false
         advertisements[id] = advertisement
         waitingForRoom.remove(id)
+        guard !resolvingListChanging else {
+            pausedForResolvingList.insert(id)
+            return
+        }
         let enable: HCICommand = advertiser.mode == .legacy ? .leSetAdvertisingEnable(true)
             : .leSetExtendedAdvertisingEnable(true, set: advertisement.set,
                                               duration: advertisement.parameters.highDutyCycle ? Self.highDutyCycleDuration : 0)
         hci.send(enable) { [weak self] result in
-            guard let self, result != .cancelled, var advertisement = self.advertisements[id] else { return }
+            guard let self, result != .cancelled, var advertisement = self.advertisements[id],
+                  !self.pausedForResolvingList.contains(id) else { return }
             guard result.succeeded else {
                 self.logger.notice("advertisement \(id) could not go on after a connection; it will when a link closes",
                                    metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
@@ -374,8 +391,32 @@ extension ProgrammedAdvertising: ProgrammedAdvertisingRoute {
         end(id, status == HCIStatus.advertisingTimeout ? .timeout : .ended(status: status))
     }
 
-    public func linkClosed(_ handle: UInt16) {
+    public func linkClosed(_ handle: UInt16, reason: UInt8, ofAcceptingPeripheral: Bool) {
+        if ofAcceptingPeripheral { onLinkClosed?(handle, reason) }
         for id in waitingForRoom.sorted() { resume(id) }
+    }
+
+    public func resolvingListChangeBegins() {
+        resolvingListChanging = true
+        for (id, advertisement) in advertisements.sorted(by: { $0.key < $1.key }) where !pausedForResolvingList.contains(id) {
+            // Off (the set kept, with its data); a start under way is turned off after its enable.
+            switch advertiser.mode {
+            case .legacy: hci.send(.leSetAdvertisingEnable(false))
+            case .extended: hci.send(.leSetExtendedAdvertisingEnable(false, set: advertisement.set))
+            }
+            var paused = advertisement
+            paused.isOn = false
+            advertisements[id] = paused
+            waitingForRoom.remove(id)
+            pausedForResolvingList.insert(id)
+        }
+    }
+
+    public func resolvingListChangeEnded() {
+        resolvingListChanging = false
+        let paused = pausedForResolvingList.sorted()
+        pausedForResolvingList.removeAll()
+        for id in paused { resume(id) }
     }
 
     public func controllerReady() {
@@ -383,6 +424,8 @@ extension ProgrammedAdvertising: ProgrammedAdvertisingRoute {
     }
 
     public func controllerGone(reset: Bool, reason: String) {
+        resolvingListChanging = false
+        pausedForResolvingList.removeAll()
         // The controller forgot its sets with the rest (7.3.2); nothing is sent.
         lastOfSet.removeAll()
         for id in advertisements.keys.sorted() { end(id, reset ? .controllerReset : .controllerLost) }

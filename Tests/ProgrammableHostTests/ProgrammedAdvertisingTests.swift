@@ -388,6 +388,37 @@ struct ExtendedParameters: Equatable {
         #expect(bench.advertising.advertisements[id]?.isOn == true)
     }
 
+    @Test func aClosedLinkIsToldWithItsHandleAndReason() throws {
+        let bench = try ProgrammedBench()
+        var closed: [(UInt16, UInt8)] = []
+        bench.advertising.onLinkClosed = { closed.append(($0, $1)) }
+        _ = try bench.start(Parameters(data: Self.flags, connectable: true))
+        let link = try #require(try bench.connect(to: LEAddress(ProgrammedBench.publicAddress, isRandom: false))?.get())
+        let handle = try #require(bench.accepted.first?.connection.handle)
+        link.disconnect(reason: HCIStatus.remoteUserTerminated)
+        bench.air.run()
+        #expect(closed.map(\.0) == [handle] && closed.first?.1 == HCIStatus.remoteUserTerminated)
+        #expect(bench.advertising.peripheral.connectionCount == 0)
+    }
+
+    /// The controller refuses resolving list changes while advertising with address resolution
+    /// on (Vol 4, Part E, 7.8.38): the host's change turns every advertisement off, then on.
+    @Test func advertisingGoesOffForAResolvingListChangeAndOnAfterIt() throws {
+        let bench = try ProgrammedBench()
+        let first = try bench.start(Parameters(data: Self.flags, connectable: true))
+        let second = try bench.start(Parameters(data: Self.flags))
+        bench.advertising.resolvingListChangeBegins()
+        bench.air.run()
+        #expect(!bench.hostController.isAdvertising)
+        #expect(bench.advertising.advertisements.values.allSatisfy { !$0.isOn })
+        bench.advertising.resolvingListChangeEnded()
+        bench.air.run()
+        let sets = Set([first, second].compactMap { bench.advertising.advertisements[$0]?.set })
+        #expect(bench.hostController.enabledSets == sets)
+        #expect(bench.advertising.advertisements.values.allSatisfy { $0.isOn })
+        #expect(bench.stopped.isEmpty)
+    }
+
     // MARK: Stop and restart
 
     @Test func aStoppedAdvertisementTurnsItsSetOffAndFreesItAndAnIdIsNeverReused() throws {
