@@ -89,6 +89,9 @@ public final class ProgrammedAdvertising {
         public let connection: LEConnection
         /// The central, as LE Connection Complete gives it (an identity address when the controller resolved it).
         public let peer: LEAddress
+        /// Peer_Address_Type as the controller gave it (Vol 4, Part E, 7.7.65.10): 0x00 public,
+        /// 0x01 random, 0x02 public identity, 0x03 random identity (resolved by the controller).
+        public let peerAddressType: UInt8
         /// The address the central connected to: the one advertised from.
         public let ownAddress: LEAddress
         /// The link's interval, latency and supervision timeout as it was made.
@@ -144,12 +147,14 @@ public final class ProgrammedAdvertising {
     private var advertiser: Advertiser { peripheralHost.advertiser }
 
     /// The peripheral side on `controller`: `configuration` names the blank device (GAP Device
-    /// Name), its identity address and its security (bond file, pairing); `programmedAdvertising`
-    /// is set here. `randomAddress`: the host's static random address.
+    /// Name), its identity address (the host's static random address when it gives none) and its
+    /// security (bond file, pairing); `programmedAdvertising` is set here. `randomAddress`: the
+    /// host's static random address.
     public init(controller: ControllerHost, configuration: PeripheralConfiguration, randomAddress: BluetoothAddress,
                 logger: Logger) throws(GATTDatabaseError) {
         var configuration = configuration
         configuration.programmedAdvertising = true
+        configuration.address = configuration.address ?? randomAddress
         peripheralHost = PeripheralHost(on: controller)
         peripheral = try Peripheral(device: ProgrammedHostDevice(), configuration: configuration, host: peripheralHost, logger: logger)
         self.randomAddress = randomAddress
@@ -366,8 +371,8 @@ extension ProgrammedAdvertising: ProgrammedAdvertisingRoute {
         guard let id else { return }
         if let connection {
             let ownAddress = advertisements[id]?.ownAddress ?? set.flatMap { lastOfSet[$0]?.ownAddress } ?? LEAddress(randomAddress, isRandom: true)
-            onConnection?(AcceptedLink(advertisement: id, connection: connection, peer: event.peer, ownAddress: ownAddress,
-                                       parameters: event.parameters))
+            onConnection?(AcceptedLink(advertisement: id, connection: connection, peer: event.peer,
+                                       peerAddressType: event.peerAddressType, ownAddress: ownAddress, parameters: event.parameters))
         }
         // A refused link (the device's limit) does not end the advertisement either.
         resume(id)
