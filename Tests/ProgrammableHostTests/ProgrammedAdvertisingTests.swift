@@ -27,8 +27,12 @@ final class ProgrammedBench {
     static let randomAddress = BluetoothAddress("C3:11:22:33:44:55")!
     static let centralAddress = BluetoothAddress("00:1B:DC:00:00:01")!
 
-    /// `sets` 0: a controller without LE Extended Advertising (the legacy commands).
-    init(sets: UInt8 = 4, configure: (SimulatedController) -> Void = { _ in }) throws {
+    /// A central role beside the advertising on the host's controller, as the programmable host has.
+    var hostCentral: CentralHost?
+
+    /// `sets` 0: a controller without LE Extended Advertising (the legacy commands). `withCentral`:
+    /// a `CentralHost` on the host's controller too.
+    init(sets: UInt8 = 4, withCentral: Bool = false, configure: (SimulatedController) -> Void = { _ in }) throws {
         let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
         centralController.address = Self.centralAddress
         hostController.address = Self.publicAddress
@@ -43,6 +47,7 @@ final class ProgrammedBench {
         advertising = try ProgrammedAdvertising(controller: controller,
                                                 configuration: PeripheralConfiguration(name: "Programmed", controller: "host"),
                                                 randomAddress: Self.randomAddress, logger: logger)
+        if withCentral { hostCentral = try CentralHost(on: controller) }
         b.host = controller.hci
         advertising.onConnection = { [unowned self] in self.accepted.append($0) }
         advertising.onStopped = { [unowned self] in self.stopped.append(($0, $1)) }
@@ -467,6 +472,14 @@ struct ExtendedParameters: Equatable {
         #expect(legacy.stopped.map(\.id) == [id] && legacy.stopped.first?.reason == .timeout)
         #expect(legacy.stopped.first?.reason.word == "timeout")
         #expect(legacy.advertising.advertisements.isEmpty)
+
+        // With a central role on the controller too, the event's Role octet (0x00 as rootcanal
+        // sends it) does not make it the central's: the advertiser hears it.
+        let shared = try ProgrammedBench(sets: 0, withCentral: true)
+        let directed = try shared.start(Parameters(legacy: true, connectable: true, directedTo: Self.target, highDutyCycle: true))
+        shared.hostController.connect(handle: 0, peer: BluetoothAddress(value: 0), central: true, status: HCIStatus.advertisingTimeout)
+        shared.air.run()
+        #expect(shared.stopped.map(\.id) == [directed] && shared.stopped.first?.reason == .timeout)
 
         // An extended set: LE Advertising Set Terminated with Advertising Timeout (7.7.65.18).
         let extended = try ProgrammedBench()
