@@ -168,6 +168,8 @@ public final class PeripheralHost {
             if let leftOut = routingLog.take(now: scheduler.nowNanoseconds, for: logger) {
                 logger.warning("advertising set \(set) names link \(connectionHandle), which is not open\(LogBudget.note(leftOut))")
             }
+            // The set ended all the same: the program's advertising goes on.
+            program.linkMade(nil, event: nil, set: set)
             return
         }
         if let timer = pending.timer { scheduler.cancel(timer) }

@@ -20,9 +20,10 @@ public protocol ProgrammedAdvertisingRoute: AnyObject {
     /// (nil: the legacy advertising of a controller driven with legacy commands); nil when it is not.
     func advertisedAddress(ofSet set: UInt8?) -> LEAddress?
     /// A link was made from the program's `set` (which the controller stopped with it):
-    /// `connection` is the link opened on `acceptingPeripheral`, nil when the device refused it
-    /// (its link limit: the link is disconnected).
-    func linkMade(_ connection: LEConnection?, event: LEConnectionComplete, set: UInt8?)
+    /// `connection` is the link opened on `acceptingPeripheral` with its `event`, nil when the
+    /// device refused it (its link limit: the link is disconnected) or when the set names a link
+    /// that is not open (its LE Connection Complete failed or never came).
+    func linkMade(_ connection: LEConnection?, event: LEConnectionComplete?, set: UInt8?)
     /// The program's `set` ended without a link: LE Advertising Set Terminated with an error
     /// (7.7.65.18), or a failed LE Connection Complete of legacy advertising (7.7.65.1: Advertising
     /// Timeout, 0x3C, for high duty cycle directed advertising).

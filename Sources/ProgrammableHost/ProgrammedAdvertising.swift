@@ -362,14 +362,14 @@ extension ProgrammedAdvertising: ProgrammedAdvertisingRoute {
         }
     }
 
-    public func linkMade(_ connection: LEConnection?, event: LEConnectionComplete, set: UInt8?) {
+    public func linkMade(_ connection: LEConnection?, event: LEConnectionComplete?, set: UInt8?) {
         let id: Int?
         switch advertiser.mode {
         case .legacy: id = advertisements.keys.first
         case .extended: id = set.flatMap { lastOfSet[$0]?.id }
         }
         guard let id else { return }
-        if let connection {
+        if let connection, let event {
             let ownAddress = advertisements[id]?.ownAddress ?? set.flatMap { lastOfSet[$0]?.ownAddress } ?? LEAddress(randomAddress, isRandom: true)
             onConnection?(AcceptedLink(advertisement: id, connection: connection, peer: event.peer,
                                        peerAddressType: event.peerAddressType, ownAddress: ownAddress, parameters: event.parameters))

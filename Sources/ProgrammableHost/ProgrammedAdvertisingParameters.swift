@@ -72,9 +72,12 @@ extension ProgrammedAdvertising {
         /// 0x4000 units of 0.625 ms), in ms.
         public static let intervalRange: ClosedRange<Double> = 20...10240
 
-        /// The interval in units of 0.625 ms (a checked interval: 0x0020 to 0x4000).
+        /// The interval in units of 0.625 ms: 0x0020 to 0x4000 (an interval out of range, or not
+        /// a number, is held to the range; `ruleBroken` refuses it).
         public var intervalUnits: UInt16 {
-            UInt16(clamping: Int((min(max(intervalMilliseconds, Self.intervalRange.lowerBound), Self.intervalRange.upperBound) / 0.625).rounded()))
+            let held = intervalMilliseconds.isNaN ? Self.intervalRange.lowerBound
+                : min(max(intervalMilliseconds, Self.intervalRange.lowerBound), Self.intervalRange.upperBound)
+            return UInt16((held / 0.625).rounded())
         }
 
         /// Whether the advertisement answers scan requests: as asked, and always for legacy

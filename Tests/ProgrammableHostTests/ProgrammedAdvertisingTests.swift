@@ -202,6 +202,15 @@ struct ExtendedParameters: Equatable {
         #expect(sent.primaryPHY == primaryByte && sent.secondaryPHY == secondaryByte)
     }
 
+    /// What the checks refuse still has units in range, never a trap (a value from a socket).
+    @Test(arguments: [Double.nan, -.infinity, .infinity, -5, 0, 1e300])
+    func anIntervalOutOfRangeHasUnitsInRangeAndIsRefused(_ milliseconds: Double) throws {
+        let parameters = Parameters(intervalMilliseconds: milliseconds)
+        #expect((0x20...0x4000).contains(parameters.intervalUnits))
+        let capabilities = ProgrammedAdvertising.Capabilities(extendedCommands: true)
+        #expect(ProgrammedAdvertising.ruleBroken(by: parameters, on: capabilities)?.contains("interval_ms must be 20 to 10240") == true)
+    }
+
     @Test func extendedDataLongerThanOneCommandGoesInFragments() throws {
         let bench = try ProgrammedBench()
         let data = (0..<300).map { UInt8(truncatingIfNeeded: $0) }
@@ -393,6 +402,18 @@ struct ExtendedParameters: Equatable {
         link.disconnect()
         bench.air.run()
         #expect(bench.advertising.advertisements[id]?.isOn == true)
+    }
+
+    /// LE Advertising Set Terminated naming a link that is not open (its LE Connection Complete
+    /// failed): the set is off all the same, and the advertisement goes on.
+    @Test func aSetEndedForALinkThatNeverOpenedGoesOn() throws {
+        let bench = try ProgrammedBench()
+        let id = try bench.start(Parameters(data: Self.flags, connectable: true))
+        let set = try #require(bench.advertising.advertisements[id]?.set)
+        bench.hostController.setTerminated(set: set, handle: 0x0099)
+        bench.air.run()
+        #expect(bench.hostController.enabledSets.contains(set))
+        #expect(bench.accepted.isEmpty && bench.stopped.isEmpty)
     }
 
     @Test func aClosedLinkIsToldWithItsHandleAndReason() throws {
