@@ -350,6 +350,10 @@ let package = Package(
         .testTarget(name: "CentralTests", dependencies: ["BlemuATT", "BlemuBenchRig", "BlemuCentral", "BlemuCore", "BlemuCrypto", "BlemuDevices", "BlemuGATT", "BlemuGATTClient", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuSMP", "BlemuSecurity", "BlemuSimulator", "HostTestSupport",
                                                       .product(name: "Logging", package: "swift-log")],
                     path: "Tests/CentralTests"),
+        .testTarget(name: "ProgrammableHostTests", dependencies: ["BlemuProgrammableHost", "BlemuATT", "BlemuCentral", "BlemuConnection", "BlemuCore", "BlemuGATTClient",
+                                                               "BlemuHCI", "BlemuHost", "BlemuSimulator",
+                                                               .product(name: "Logging", package: "swift-log")],
+                    path: "Tests/ProgrammableHostTests"),
     ]
 )
 

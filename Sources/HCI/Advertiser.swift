@@ -98,6 +98,12 @@ public final class Advertiser {
         return handle
     }
 
+    /// Gives a set handle back (the programmable host's advertisements take one each and give
+    /// it back when stopped); a handle not taken changes nothing.
+    public func releaseSet(_ handle: UInt8) {
+        taken.remove(handle)
+    }
+
     /// Legacy advertising uses one address per controller (LE Set Random Address, 7.8.4);
     /// extended sets carry their own, set with their parameters.
     public func setAddress(_ address: BluetoothAddress, completion: ((CommandResult) -> Void)? = nil) {

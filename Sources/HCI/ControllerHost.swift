@@ -280,6 +280,13 @@ public final class ControllerHost {
     private func connectionCompleted(_ event: LEConnectionComplete) {
         let kind = LinkRole(hciRole: event.role)
         guard event.status == HCIStatus.success else {
+            // Advertising Timeout (0x3C): high duty cycle directed advertising ended with no link
+            // (Vol 4, Part E, 7.7.65.1, 7.8.56), the advertiser's news whatever the Role octet of a
+            // failed event says (rootcanal 1.10 sends 0x00, central): a central's attempt is not it.
+            if event.status == HCIStatus.advertisingTimeout, let peripheral {
+                peripheral.connectionCompleted(event)
+                return
+            }
             // A failed attempt names no link: its role's, or the only role's there is.
             (kind.flatMap(role) ?? roles.first)?.connectionCompleted(event)
             return

@@ -146,15 +146,18 @@ public struct HCICommand: Equatable, Sendable {
 
     /// Vol 4, Part E, 7.8.5: intervals in 0.625 ms units; type 0x00 = ADV_IND (connectable
     /// undirected); own address type; channel map 0x07 = all three; filter policy 0x00 = none.
+    /// `peer`: the central a directed type (0x01 ADV_DIRECT_IND high duty cycle, 0x04 low duty
+    /// cycle) is for, as Peer_Address_Type (0x00 public, 0x01 random) and Peer_Address; nil
+    /// (undirected) sends zeros, which the controller ignores.
     public static func leSetAdvertisingParameters(intervalMin: UInt16, intervalMax: UInt16, type: UInt8 = 0x00,
-                                                  ownAddressType: AddressType) -> HCICommand {
+                                                  ownAddressType: AddressType, peer: LEAddress? = nil) -> HCICommand {
         var p: [UInt8] = []
         p.appendLE(intervalMin)
         p.appendLE(intervalMax)
         p.append(type)
         p.append(ownAddressType.rawValue)
-        p.append(0x00) // peer address type (unused for undirected)
-        p.append(contentsOf: [UInt8](repeating: 0, count: 6))
+        p.append(peer?.peerAddressType ?? 0x00)
+        p.append(contentsOf: peer?.address.littleEndianBytes ?? [UInt8](repeating: 0, count: 6))
         p.append(0x07)
         p.append(0x00)
         return HCICommand(opcode: HCIOpcode.leSetAdvertisingParameters, parameters: p)
@@ -188,22 +191,28 @@ public struct HCICommand: Equatable, Sendable {
     /// `properties` other than the default: 0x0010, non-connectable and non-scannable with legacy
     /// PDUs (ADV_NONCONN_IND); 0x0000, non-connectable and non-scannable extended advertising
     /// (ADV_EXT_IND with AUX_ADV_IND, for data beyond 31 octets), Vol 4, Part E, 7.8.53.
+    /// `peer`: the central a directed set (properties bit 2) is for, as Peer_Address_Type and
+    /// Peer_Address; nil (undirected) sends zeros. `primaryPHY` (0x01 LE 1M, 0x03 LE Coded) and
+    /// `secondaryPHY` (0x01 LE 1M, 0x02 LE 2M, 0x03 LE Coded): Primary_Advertising_PHY and
+    /// Secondary_Advertising_PHY; a set with legacy PDUs uses LE 1M only.
     public static func leSetExtendedAdvertisingParameters(set: UInt8, intervalMin: UInt16, intervalMax: UInt16,
                                                           ownAddressType: AddressType,
-                                                          properties: UInt16 = connectableLegacyProperties) -> HCICommand {
+                                                          properties: UInt16 = connectableLegacyProperties,
+                                                          peer: LEAddress? = nil, primaryPHY: UInt8 = 0x01,
+                                                          secondaryPHY: UInt8 = 0x01) -> HCICommand {
         var p: [UInt8] = [set]
         p.appendLE(properties)
         p.appendLE24(UInt32(intervalMin))
         p.appendLE24(UInt32(intervalMax))
         p.append(0x07)                       // all three primary channels
         p.append(ownAddressType.rawValue)
-        p.append(0x00)                       // peer address type (unused: undirected)
-        p.append(contentsOf: [UInt8](repeating: 0, count: 6))
+        p.append(peer?.peerAddressType ?? 0x00)   // peer address type (zero: undirected)
+        p.append(contentsOf: peer?.address.littleEndianBytes ?? [UInt8](repeating: 0, count: 6))
         p.append(0x00)                       // no filter
         p.append(0x7F)                       // TX power: no preference
-        p.append(0x01)                       // primary PHY: LE 1M
+        p.append(primaryPHY)
         p.append(0x00)                       // secondary max skip
-        p.append(0x01)                       // secondary PHY: LE 1M
+        p.append(secondaryPHY)
         p.append(set & 0x0F)                 // advertising SID
         p.append(0x00)                       // no scan request notifications
         return HCICommand(opcode: HCIOpcode.leSetExtendedAdvertisingParameters, parameters: p)
@@ -259,9 +268,26 @@ public struct HCICommand: Equatable, Sendable {
         return HCICommand(opcode: HCIOpcode.leSetExtendedScanResponseData, parameters: [set, 0x03, 0x01, UInt8(body.count)] + body)
     }
 
-    /// 7.8.56: one set on or off, with no duration and no event limit.
-    public static func leSetExtendedAdvertisingEnable(_ enable: Bool, set: UInt8) -> HCICommand {
-        HCICommand(opcode: HCIOpcode.leSetExtendedAdvertisingEnable, parameters: [enable ? 1 : 0, 1, set, 0, 0, 0])
+    /// 7.8.55: a scan response of an extended scannable set, in fragments as 7.8.54's data
+    /// (`leSetExtendedAdvertisingDataFragments`): Scan_Response_Data_Length at most 251 octets per
+    /// command; only while the set is disabled. Empty data is one command with no data.
+    public static func leSetExtendedScanResponseDataFragments(set: UInt8, _ data: [UInt8]) -> [HCICommand] {
+        leSetExtendedAdvertisingDataFragments(set: set, data).map {
+            HCICommand(opcode: HCIOpcode.leSetExtendedScanResponseData, parameters: $0.parameters)
+        }
+    }
+
+    /// 7.8.56: one set on or off, with no event limit; `duration` in units of 10 ms (0: until
+    /// disabled; a high duty cycle directed set needs one of at most 1.28 s, 128).
+    public static func leSetExtendedAdvertisingEnable(_ enable: Bool, set: UInt8, duration: UInt16 = 0) -> HCICommand {
+        HCICommand(opcode: HCIOpcode.leSetExtendedAdvertisingEnable,
+                   parameters: [enable ? 1 : 0, 1, set, UInt8(truncatingIfNeeded: duration), UInt8(truncatingIfNeeded: duration >> 8), 0])
+    }
+
+    /// 7.8.59: one set removed, so its next use starts from no data (a set's old data may not fit
+    /// the properties it is given next: Invalid HCI Command Parameters, 7.8.53).
+    public static func leRemoveAdvertisingSet(set: UInt8) -> HCICommand {
+        HCICommand(opcode: HCIOpcode.leRemoveAdvertisingSet, parameters: [set])
     }
 
     /// 7.8.57.
@@ -518,6 +544,9 @@ public enum HCIStatus {
     public static let unsupportedRemoteFeature: UInt8 = 0x1A
     public static let unspecifiedError: UInt8 = 0x1F
     public static let unacceptableConnectionParameters: UInt8 = 0x3B
+    /// Advertising Timeout: high duty cycle directed advertising, or a set's duration, ended
+    /// without a connection (Vol 4, Part E, 7.7.65.1, 7.7.65.18).
+    public static let advertisingTimeout: UInt8 = 0x3C
     public static let memoryCapacityExceeded: UInt8 = 0x07
     public static let invalidParameters: UInt8 = 0x12
 }

@@ -15,14 +15,17 @@ extension Peripheral {
         madeConnectionParts?.links.attemptFailed(status: status)
     }
 
-    /// A link made from this device's advertising (the host routed it here).
-    func connectionOpened(_ event: LEConnectionComplete, fromAdvertising: Bool) {
+    /// A link made from this device's advertising (the host routed it here), or from a
+    /// programmed advertisement's (`ProgrammedAdvertisingRoute`), which says the address it
+    /// advertised from: `localAddress`. The link, once opened (nil: refused).
+    @discardableResult
+    func connectionOpened(_ event: LEConnectionComplete, fromAdvertising: Bool, localAddress: LEAddress? = nil) -> LEConnection? {
         guard let links = madeConnectionParts?.links else {
             // A broadcaster advertises non-connectable (Vol 6, Part B, 2.3.1.3): a controller
             // that reports a link from it anyway is answered with HCI Disconnect, and the link
             // never becomes the device's.
             refuseLink(event)
-            return
+            return nil
         }
         advertising.linkMade()
         let connection: LEConnection
@@ -30,9 +33,11 @@ extension Peripheral {
         case .success(let opened): connection = opened
         case .failure(.full):
             statistics.linksRefused += 1
-            return
-        case .failure(.centralRole): return
+            return nil
+        case .failure(.centralRole): return nil
         }
+        // The address the central connected to: for the pairing's confirm and check values.
+        let local = localAddress ?? LEAddress(advertising.advertisedAddress ?? advertising.address, isRandom: true)
         let peer = connection.peer
         host.linkOpened(event.handle, by: self)
         // Peer_Address_Type: 0x01 random, 0x03 random identity (Vol 4, Part E, 7.7.65.10). With
@@ -42,12 +47,11 @@ extension Peripheral {
         let peerAddress = event.peer
         if event.peerIdentityResolved {
             let overTheAir = event.peerResolvablePrivateAddress.map { LEAddress($0, isRandom: true) } ?? peerAddress
-            security.linkOpened(event.handle, peer: overTheAir, local: advertising.advertisedAddress ?? advertising.address,
-                                resolvedIdentity: peerAddress)
+            security.linkOpened(event.handle, peer: overTheAir, local: local, resolvedIdentity: peerAddress)
             logger.info("controller resolved \(overTheAir.address) to identity \(event.peerAddress) (resolving list)",
                         metadata: [LogKey.connHandle: .string("\(event.handle)")])
         } else {
-            security.linkOpened(event.handle, peer: peerAddress, local: advertising.advertisedAddress ?? advertising.address)
+            security.linkOpened(event.handle, peer: peerAddress, local: local)
         }
         // A bonded central reading a protected value is told to encrypt, not to pair (Vol 3, Part C, 10.3.1).
         connection.session.linkSecurity.hasLongTermKey = security.bond(on: event.handle) != nil
@@ -63,11 +67,12 @@ extension Peripheral {
         if deviceStarted { device.peerConnected(peer) }
         // Keep advertising while another central may connect.
         startAdvertising(fast: true)
+        return connection
     }
 
     func connectionClosed(handle: UInt16, reason: UInt8, restartAdvertising: Bool = true) {
         guard let connection = links.close(handle) else { return }
-        defer { host.linkClosed(handle) }
+        defer { host.linkClosed(handle, reason: reason) }
         // What a bonded central knew of the database, for when it comes back (Vol 3, Part G, 7.1).
         bondedClients.linkClosing(connection)
         security.linkClosed(handle)

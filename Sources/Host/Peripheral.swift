@@ -274,6 +274,9 @@ public final class Peripheral {
 
     public var connectionCount: Int { madeConnectionParts?.links.count ?? 0 }
 
+    /// The open link on connection handle `handle`, nil when none is.
+    public func connection(on handle: UInt16) -> LEConnection? { madeConnectionParts?.links.connections[handle] }
+
     /// The open links, by connection handle (`DeviceLinks.connections`; a getter costs the
     /// notification path less than a `_read` accessor: scripts/perf-gate).
     var connections: HandleTable<LEConnection> { connectionParts.links.connections }

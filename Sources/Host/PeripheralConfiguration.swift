@@ -33,6 +33,10 @@ public struct PeripheralConfiguration: Sendable {
     public var privacy: Bool
     /// How long one resolvable private address lasts (Vol 3, Part C, Appendix A: TGAP(private_addr_int), 15 minutes).
     public var privateAddressTimeout: Duration
+    /// The device's advertising is programmed (`ProgrammedAdvertisingRoute`, the programmable
+    /// host): it takes no advertising set of its own and never advertises by itself; links come
+    /// to it from the program's sets.
+    public var programmedAdvertising = false
 
     public init(name: String, address: BluetoothAddress? = nil, controller: String, firmware: String = blemuVersion,
                 maxConnections: Int = 32, parameterUpdateDelay: Duration = .seconds(1),

@@ -45,6 +45,10 @@ public final class PeripheralHost {
     /// ACL packets kept for a link while it waits for its device.
     static let pendingPacketLimit = 8
 
+    /// Advertising programmed beside the devices' (the programmable host's): its sets' links go
+    /// to its device, and it hears the controller's ends and ready.
+    public weak var programmedAdvertising: ProgrammedAdvertisingRoute?
+
     /// The controller's resolving list, as the host loaded it (ResolvingList.swift).
     var resolvingList = ResolvingListState()
 
@@ -76,7 +80,12 @@ public final class PeripheralHost {
     public func connectionCompleted(_ event: LEConnectionComplete) {
         guard event.status == HCIStatus.success else {
             // A failed attempt belongs to no link; a legacy set stays on, an extended set
-            // reports its own end.
+            // reports its own end. High duty cycle directed advertising that timed out ends
+            // with this event (Advertising Timeout, 0x3C, 7.7.65.1), also for an extended set
+            // (7.8.56), which may report its end too.
+            if event.status == HCIStatus.advertisingTimeout, let program = programmedAdvertising {
+                program.advertisingEnded(set: event.advertisingHandle.flatMap { $0 == 0xFF ? nil : $0 }, status: event.status)
+            }
             members.first?.peripheral.connectionAttemptFailed(status: event.status)
             return
         }
@@ -90,7 +99,14 @@ public final class PeripheralHost {
         }
         switch advertiser.mode {
         case .legacy:
-            // One device advertises on a legacy controller: the link is its.
+            // One device advertises on a legacy controller: the link is its, or the program's
+            // when the program advertises.
+            if let program = programmedAdvertising, let local = program.advertisedAddress(ofSet: nil),
+               let peripheral = program.acceptingPeripheral {
+                let connection = peripheral.connectionOpened(event, fromAdvertising: true, localAddress: local)
+                program.linkMade(connection, event: event, set: nil)
+                return
+            }
             guard let peripheral = members.first?.peripheral else { return }
             peripheral.connectionOpened(event, fromAdvertising: true)
         case .extended:
@@ -108,6 +124,10 @@ public final class PeripheralHost {
     }
 
     private func advertisingSetTerminated(status: UInt8, set: UInt8, connectionHandle: UInt16) {
+        if let program = programmedAdvertising, let local = program.advertisedAddress(ofSet: set) {
+            programmedSetTerminated(program, local: local, status: status, set: set, connectionHandle: connectionHandle)
+            return
+        }
         guard let peripheral = members.first(where: { $0.peripheral.advertisingSet == set })?.peripheral else {
             if let leftOut = routingLog.take(now: scheduler.nowNanoseconds, for: logger) {
                 logger.warning("advertising set \(set) ended, but no device has it\(LogBudget.note(leftOut))")
@@ -136,13 +156,44 @@ public final class PeripheralHost {
         }
     }
 
+    /// A programmed set ended: with a link (`status` success), which its device takes, or
+    /// without (the program hears why).
+    private func programmedSetTerminated(_ program: ProgrammedAdvertisingRoute, local: LEAddress, status: UInt8, set: UInt8,
+                                         connectionHandle: UInt16) {
+        guard status == HCIStatus.success else {
+            program.advertisingEnded(set: set, status: status)
+            return
+        }
+        guard var pending = pendingLinks.removeValue(forKey: connectionHandle), let peripheral = program.acceptingPeripheral else {
+            if let leftOut = routingLog.take(now: scheduler.nowNanoseconds, for: logger) {
+                logger.warning("advertising set \(set) names link \(connectionHandle), which is not open\(LogBudget.note(leftOut))")
+            }
+            // The set ended all the same: the program's advertising goes on.
+            program.linkMade(nil, event: nil, set: set)
+            return
+        }
+        if let timer = pending.timer { scheduler.cancel(timer) }
+        let connection = peripheral.connectionOpened(pending.event, fromAdvertising: true, localAddress: local)
+        program.linkMade(connection, event: pending.event, set: set)
+        guard connection != nil else { return }
+        let packets = pending.packets
+        pending.packets.removeAll()
+        if linkOwners[connectionHandle] === peripheral {
+            for packet in packets { peripheral.receiveACL(packet) }
+        }
+    }
+
     func linkOpened(_ handle: UInt16, by peripheral: Peripheral) {
         linkOwners[handle] = peripheral
     }
 
-    func linkClosed(_ handle: UInt16) {
+    func linkClosed(_ handle: UInt16, reason: UInt8) {
+        let owner = linkOwners[handle]
         linkOwners[handle] = nil
         controller.linksMayHaveClosed()
+        if let program = programmedAdvertising {
+            program.linkClosed(handle, reason: reason, ofAcceptingPeripheral: owner != nil && owner === program.acceptingPeripheral)
+        }
     }
 
     private func dropPendingLinks() {
@@ -163,7 +214,10 @@ public final class PeripheralHost {
 // MARK: - The peripheral role
 
 extension PeripheralHost: ControllerRole {
-    public var advertisingSetsWanted: Int { members.count }
+    /// The devices that advertise by themselves, a set each, and the program's.
+    public var advertisingSetsWanted: Int {
+        members.count { !$0.peripheral.configuration.programmedAdvertising } + (programmedAdvertising?.advertisingSetsWanted ?? 0)
+    }
     /// A broadcaster that can send a periodic train (`BroadcastingDevice.offersPeriodicAdvertising`).
     public var wantsPeriodicAdvertising: Bool {
         members.contains { $0.peripheral.advertising.broadcaster?.offersPeriodicAdvertising == true }
@@ -172,7 +226,8 @@ extension PeripheralHost: ControllerRole {
     /// or a broadcaster whose data does not fit a legacy PDU's 31 octets (Vol 6, Part B,
     /// 2.3.1.3): alone on its controller it still needs an extended set.
     public var wantsExtendedAdvertising: Bool {
-        members.contains { member in
+        if programmedAdvertising?.wantsExtendedAdvertising == true { return true }
+        return members.contains { member in
             let advertising = member.peripheral.advertising
             if let broadcaster = advertising.broadcaster { return broadcaster.advertisingData.count > AdvertisingPayload.maximumLength }
             return advertising.profile.recordedAdvertisingIsExtended && advertising.profile.recordedAdvertising != nil
@@ -186,7 +241,8 @@ extension PeripheralHost: ControllerRole {
 
     public func controllerReady(then proceed: @escaping () -> Void) {
         advertiser.configure(extendedCommands: controller.usesExtendedCommands)
-        if members.count > advertiser.capacity {
+        let advertisingMembers = members.count { !$0.peripheral.configuration.programmedAdvertising }
+        if advertisingMembers > advertiser.capacity {
             let name = controller.name
             let why = hci.info.supportsExtendedAdvertising
                 ? "controller \(name) can advertise \(advertiser.capacity) sets at once, not \(members.count)"
@@ -199,9 +255,11 @@ extension PeripheralHost: ControllerRole {
         loadResolvingList(startingUp: true) { [weak self] in
             guard let self, !self.isStopping else { return }
             for member in self.members {
-                let set = self.advertiser.takeSet()
+                // A device whose advertising is programmed takes none: the program takes its own.
+                let set = member.peripheral.configuration.programmedAdvertising ? nil : self.advertiser.takeSet()
                 member.peripheral.hostReady(advertisingSet: set)
             }
+            self.programmedAdvertising?.controllerReady()
             proceed()
         }
     }
@@ -209,6 +267,7 @@ extension PeripheralHost: ControllerRole {
     public func controllerWasReset(reason: String) {
         resolvingListReset()
         dropPendingLinks()
+        programmedAdvertising?.controllerGone(reset: true, reason: reason)
         for member in members { member.peripheral.hostReset(reason: reason) }
         linkOwners.removeAll()
     }
@@ -220,16 +279,19 @@ extension PeripheralHost: ControllerRole {
 
     public func controllerWentAway(reason: String, stopping: Bool) {
         dropPendingLinks()
+        programmedAdvertising?.controllerGone(reset: false, reason: reason)
         for member in members { member.peripheral.controllerWentAway(reason: reason, stopping: stopping) }
         linkOwners.removeAll()
     }
 
     public func stopBegan() {
+        programmedAdvertising?.stopBegan()
         for member in members { member.peripheral.deviceStopping() }
     }
 
     public func closeLinksForStop() {
         dropPendingLinks()
+        programmedAdvertising?.closeForStop()
         for member in members { member.peripheral.closeEverything() }
     }
 

@@ -244,12 +244,14 @@ extension PeripheralHost {
     /// for itself that it can take a link).
     private func resolvingListChangeDone() {
         resolvingList.changing = false
+        programmedAdvertising?.resolvingListChangeEnded()
         for member in peripherals where !isStopping { member.startAdvertising(fast: true) }
     }
 
     /// The controller refuses resolving list changes while advertising with resolution on
     /// (7.8.38): every device that advertises stops until the change is done.
     private func stopAdvertisingForResolvingListChange() {
+        programmedAdvertising?.resolvingListChangeBegins()
         for member in peripherals where member.advertisingSet != nil && (member.isAdvertising || member.advertisingRequested) {
             if let set = member.advertisingSet { advertiser.stop(set: set) }
             member.setAdvertising(false, log: false)

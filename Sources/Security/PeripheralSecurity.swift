@@ -218,15 +218,16 @@ public final class PeripheralSecurity {
     // MARK: Links
 
     /// A central connected from `peer` (the address of LE Connection Complete, with its type) to
-    /// `local`, the address the device advertised from (a resolvable private address with
-    /// privacy; the identity address when nil). The pairing's confirm and check values use the
+    /// `local`, the address the device advertised from, with its type (a resolvable private
+    /// address with privacy; a programmed advertisement's public or static random address; the
+    /// identity address when nil). The pairing's confirm and check values use the
     /// addresses of the connection (Vol 3, Part H, 2.2.3, 2.2.7). `resolvedIdentity`: the
     /// central's identity address when the controller resolved its private address with the
     /// resolving list (LE Enhanced Connection Complete, Peer_Address_Type 0x02/0x03): its bond is
     /// looked up by it directly; without it, by `peer` (the host's ah() for a private address).
-    public func linkOpened(_ handle: UInt16, peer: LEAddress, local: BluetoothAddress? = nil, resolvedIdentity: LEAddress? = nil) {
+    public func linkOpened(_ handle: UInt16, peer: LEAddress, local: LEAddress? = nil, resolvedIdentity: LEAddress? = nil) {
         if let old = links.removeValue(forKey: handle) { old.smp.close() }
-        let responderAddress = local.map { LEAddress($0, isRandom: true) } ?? localAddress
+        let responderAddress = local ?? localAddress
         let smp = SMPLinkDriver(makeResponder(peer: peer, local: responderAddress, identity: loadedIdentity),
                                 scheduler: scheduler) { [weak self] pdu in self?.sendSMP(handle, pdu) }
         let link = Link(handle: handle, peer: peer, bondAddress: resolvedIdentity ?? peer, local: responderAddress, smp: smp)

@@ -48,7 +48,8 @@ public final class SimulatedAir {
             guard p.count >= at + 7, let peer = try? BluetoothAddress(littleEndian: p[(at + 1)..<(at + 7)]) else { return false }
             let ownType = legacy ? (p.count > 12 ? p[12] : 0) : p[1]
             controller.commandStatus(command.opcode, HCIStatus.success)
-            guard let set = advertiser(other, at: peer) else {
+            let centralAddress = ownType & 0x01 == 1 ? controller.randomAddress ?? controller.address : controller.address
+            guard let set = advertiser(other, at: peer, for: centralAddress) else {
                 connecting[side] = peer
                 return true
             }
@@ -57,7 +58,6 @@ public final class SimulatedAir {
             nextHandle[1 - side] += 1
             links[side]?[centralHandle] = peripheralHandle
             links[1 - side]?[peripheralHandle] = centralHandle
-            let centralAddress = ownType & 0x01 == 1 ? controller.randomAddress ?? controller.address : controller.address
             controller.connect(handle: centralHandle, peer: peer, peerType: p[at], central: true)
             other.connect(handle: peripheralHandle, peer: centralAddress, peerType: ownType & 0x01)
             if let set { other.setTerminated(set: set, handle: peripheralHandle) }
@@ -82,15 +82,35 @@ public final class SimulatedAir {
         }
     }
 
-    /// Whether `controller` advertises connectably at `address`: `.some(nil)` for legacy
-    /// advertising, `.some(set)` for an extended set, nil when nobody is there.
-    private func advertiser(_ controller: SimulatedController, at address: BluetoothAddress) -> UInt8?? {
-        if controller.legacyAdvertising && (address == controller.address || address == controller.randomAddress) {
-            return .some(nil)
+    /// Whether `controller` advertises connectably at `address` to `central`: `.some(nil)` for
+    /// legacy advertising, `.some(set)` for an extended set, nil when nobody is there. An
+    /// advertisement is connectable by its type or properties (Vol 4, Part E, 7.8.5, 7.8.53), at the
+    /// address of its own address type (the public one for 0x00, else the random one), and a
+    /// directed one only to the central it names.
+    private func advertiser(_ controller: SimulatedController, at address: BluetoothAddress,
+                            for central: BluetoothAddress) -> UInt8?? {
+        if controller.legacyAdvertising {
+            // LE Set Advertising Parameters: Advertising_Type, Own_Address_Type, Peer_Address (7.8.5).
+            let p = controller.commands(HCIOpcode.leSetAdvertisingParameters).last?.parameters ?? []
+            let type = p.count >= 15 ? p[4] : 0x00
+            let connectable = type == 0x00 || type == 0x01 || type == 0x04
+            let directedTo = type == 0x01 || type == 0x04 ? try? BluetoothAddress(littleEndian: p[7..<13]) : nil
+            let own = p.count >= 15 && p[5] == 0x00 ? [controller.address] : p.count >= 15 ? [controller.randomAddress].compactMap { $0 }
+                : [controller.address, controller.randomAddress].compactMap { $0 }
+            if connectable && own.contains(address) && (directedTo == nil || directedTo == central) { return .some(nil) }
         }
         let sets = controller.enabledSets
-        for (set, bytes) in controller.setAddresses() where sets.contains(set) {
-            if (try? BluetoothAddress(littleEndian: bytes)) == address { return .some(set) }
+        let addresses = controller.setAddresses()
+        for set in sets.sorted() {
+            // LE Set Extended Advertising Parameters: properties, Own_Address_Type, Peer_Address (7.8.53).
+            guard let p = controller.commands(HCIOpcode.leSetExtendedAdvertisingParameters).last(where: { $0.parameters.first == set })?.parameters,
+                  p.count >= 18 else { continue }
+            let properties = UInt16(p[1]) | UInt16(p[2]) << 8
+            guard properties & 0x01 != 0 else { continue }
+            let own = p[10] == 0x00 ? controller.address : addresses[set].flatMap { try? BluetoothAddress(littleEndian: $0) }
+            guard own == address else { continue }
+            if properties & 0x04 != 0, (try? BluetoothAddress(littleEndian: p[12..<18])) != central { continue }
+            return .some(set)
         }
         return nil
     }

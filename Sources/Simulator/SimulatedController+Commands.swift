@@ -169,14 +169,22 @@ extension SimulatedController {
     }
 
     /// The extended advertising sets the host has enabled and not disabled since (from the
-    /// recorded commands), and the random address each was given.
+    /// recorded commands), less those that ended since (`setTerminated`: a connection or a
+    /// timeout ends a set, Vol 4, Part E, 7.8.56).
     public var enabledSets: Set<UInt8> {
         var on: Set<UInt8> = []
-        for command in commands where command.opcode == HCIOpcode.leSetExtendedAdvertisingEnable {
+        var enabledAt: [UInt8: Int] = [:]
+        for (index, command) in commands.enumerated() where command.opcode == HCIOpcode.leSetExtendedAdvertisingEnable {
             let p = command.parameters
             guard p.count >= 3 else { continue }
-            if p[0] == 1 { on.insert(p[2]) } else { on.remove(p[2]) }
+            if p[0] == 1 {
+                on.insert(p[2])
+                enabledAt[p[2]] = index
+            } else {
+                on.remove(p[2])
+            }
         }
+        for (set, endedAt) in endedSets where (enabledAt[set] ?? -1) < endedAt { on.remove(set) }
         return on
     }
 

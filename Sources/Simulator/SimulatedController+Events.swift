@@ -47,7 +47,9 @@ extension SimulatedController {
         if announceSet { setTerminated(set: set, handle: handle) }
     }
 
+    /// LE Advertising Set Terminated (7.7.65.18): the set is off from here (7.8.56) until enabled again.
     public func setTerminated(set: UInt8, handle: UInt16, status: UInt8 = 0) {
+        endedSets[set] = commands.count
         var p: [UInt8] = [0x12, status, set]
         p.appendLE(handle)
         p.append(0)

@@ -149,6 +149,9 @@ public final class SimulatedController {
     /// Packets taken whose completion has not reached the host yet, per handle.
     var inFlight: [UInt16: Int] = [:]
     private var partial: [UInt16: [UInt8]] = [:]
+    /// Sets that ended (LE Advertising Set Terminated), with the count of commands then: an
+    /// enable recorded before it no longer holds (`enabledSets`).
+    var endedSets: [UInt8: Int] = [:]
     /// Links a Reset sent while stopping took away from under the host.
     var forgottenAtStop: Set<UInt16> = []
 

@@ -80,7 +80,7 @@ private final class Link {
     /// resolvable private address instead of its identity address.
     func open(privateAddress: BluetoothAddress? = nil) {
         central.linkOpened(handle, peer: privateAddress.map { LEAddress($0, isRandom: true) } ?? peripheralAddress)
-        peripheral.linkOpened(handle, peer: centralLocal, local: privateAddress)
+        peripheral.linkOpened(handle, peer: centralLocal, local: privateAddress.map { LEAddress($0, isRandom: true) })
     }
 
     func close() {
