@@ -36,6 +36,11 @@ extension ControlCommand {
         authorize DEVICE UUID allow|deny [PEER [public|random]]
         bonds DEVICE [forget [ADDRESS]]
         watch [DEVICE] [--kinds KIND,...] [--uuid UUID]
+        host address | reset | links
+        host scan [--legacy true|false] [--passive true|false] [--own-address-type TYPE] [--phys 1m,coded] [--interval-ms N] [--window-ms N]
+        host scan-stop --scan N
+        host connect --address ADDRESS --address-type TYPE [--own-address-type TYPE] [--timeout-ms N]
+        host disconnect --link N [--reason HEX]
         """
 
     /// Parses the words after `blemu ctl PATH` (`set heart-rate bpm 120`), checking every value
@@ -45,6 +50,11 @@ extension ControlCommand {
     public init(arguments: [String]) throws(ControlUsageError) {
         guard let name = arguments.first else {
             throw ControlUsageError("give a command: \(ControlRequest.commandNames.joined(separator: ", "))")
+        }
+        if name == "host" {
+            // The host's ops take their fields as --field value, each checked by the op's decoder.
+            self = .host(try HostRequest.parse(arguments: Array(arguments.dropFirst())))
+            return
         }
         var words: [String] = []
         var options: [String: String] = [:]

@@ -40,6 +40,8 @@ public struct ControllerInfo: Sendable, Equatable {
     public var supportsPrivacyMode: Bool { supports(octet: 39, bit: 2) }
     /// LE 2M PHY (Vol 6, Part B, 4.6, bit 8).
     public var supports2MPHY: Bool { leFeatures & (1 << 8) != 0 }
+    /// LE Coded PHY (Vol 6, Part B, 4.6, bit 11).
+    public var supportsCodedPHY: Bool { leFeatures & (1 << 11) != 0 }
     /// LE Periodic Advertising (Vol 6, Part B, 4.6, bit 13).
     public var supportsPeriodicAdvertising: Bool { leFeatures & (1 << 13) != 0 }
 
