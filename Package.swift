@@ -350,6 +350,10 @@ let package = Package(
         .testTarget(name: "CentralTests", dependencies: ["BlemuATT", "BlemuBenchRig", "BlemuCentral", "BlemuCore", "BlemuCrypto", "BlemuDevices", "BlemuGATT", "BlemuGATTClient", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuSMP", "BlemuSecurity", "BlemuSimulator", "HostTestSupport",
                                                       .product(name: "Logging", package: "swift-log")],
                     path: "Tests/CentralTests"),
+        // The programmable host on a scripted controller, and its requests on the control socket.
+        .testTarget(name: "ProgrammableHostTests", dependencies: ["BlemuProgrammableHost", "BlemuControl", "BlemuCentral", "BlemuCore", "BlemuHCI",
+                                                              "BlemuSimulator", .product(name: "Logging", package: "swift-log")],
+                    path: "Tests/ProgrammableHostTests"),
     ]
 )
 
