@@ -10,11 +10,13 @@ class BlemuError(Exception):
 
 
 class CommandError(BlemuError):
-    """blemu refused a control command (`"ok": false`); `error` is its one-line reason."""
+    """blemu refused a control command (`"ok": false`); `error` is its one-line reason, `code`
+    the stable word a programmable host's refusal carries (`busy`, `unknown-link`, ...) or None."""
 
-    def __init__(self, request: dict[str, Any], error: str):
+    def __init__(self, request: dict[str, Any], error: str, code: str | None = None):
         self.request = request
         self.error = error
+        self.code = code
         fields = " ".join(f"{k}={v!r}" for k, v in request.items() if k not in ("id", "cmd"))
         super().__init__(f"blemu refused {request.get('cmd')} {fields}: {error}")
 
