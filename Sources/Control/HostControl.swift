@@ -6,9 +6,12 @@ import Logging
 
 /// Runs `host` requests against the programmable host and builds their replies; encodes its
 /// events for the watchers (`watch host`). A refusal carries the host's `code` beside `error`.
+/// Requests that change something are logged (notice), as the devices' are; refusals and the
+/// read-only ops within a budget, since a client sets their pace.
 public final class HostControl {
     public let host: ProgrammableHost
     private let logger: Logger
+    private var budget = LogBudget(burst: 100, window: .seconds(10))
 
     public init(host: ProgrammableHost, logger: Logger) {
         self.host = host
@@ -49,10 +52,11 @@ public final class HostControl {
                 log(client, "link \(link) asked to close (reason \(Hex.byte(reason)))")
                 return ok()
             case .links:
+                logBudgeted(.info, "control client \(client): host links: \(host.links.count) link(s)")
                 return ok([("links", .array(host.links.entries.map { .object(Self.members($0.summary)) }))])
             }
         } catch {
-            logger.event(.controlCommand, .info, "control client \(client): host \(request.op): refused: \(printable(error.message, limit: 400))")
+            logBudgeted(.warning, "control client \(client): host \(request.op): refused: \(printable(error.message, limit: 400))")
             var members: [(String, JSONValue)] = [("id", .integer(id)), ("ok", false), ("error", .string(error.message))]
             if let code = error.code { members.append(("code", .string(code.rawValue))) }
             return .object(members)
@@ -61,6 +65,11 @@ public final class HostControl {
 
     private func log(_ client: Int, _ what: String) {
         logger.event(.controlCommand, .notice, "control client \(client): host: \(what)")
+    }
+
+    private func logBudgeted(_ level: Logger.Level, _ message: String) {
+        guard logger.logLevel <= level, let leftOut = budget.take(now: host.controller.scheduler.nowNanoseconds, for: logger) else { return }
+        logger.event(.controlCommand, level, "\(message)\(LogBudget.note(leftOut))")
     }
 
     // MARK: Events

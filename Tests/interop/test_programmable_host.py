@@ -495,6 +495,8 @@ def test_reset_closes_links_stops_scanning_and_makes_a_new_random_address(host, 
     ({"cmd": "host", "op": "disconnect", "link": 1, "reason": "0x16"}, "is not one HCI Disconnect allows"),
     ({"cmd": "host", "op": "disconnect", "link": 1, "reason": "zz"}, "is not a hex octet"),
     ({"cmd": "host", "op": "scan-stop", "scan": "1"}, '"scan" must be a whole number'),
+    ({"cmd": "watch", "device": "host", "kinds": "write"}, "watch host takes no kinds or uuid"),
+    ({"cmd": "set", "device": "host", "key": "bpm", "value": "1"}, "no device"),
 ])
 def test_hostile_requests_are_refused_and_change_nothing(client, events, request_fields, fragment):
     reply = client.request(**request_fields)
@@ -526,3 +528,20 @@ def test_ctl_words_reach_the_host_and_are_checked_before_sending(host):
                             (["host", "links", "--link", "1"], "host links takes no --link")]:
         result = run_cli(["ctl", host.control_path, *words])
         assert result.returncode != 0 and fragment in result.stderr, (words, result.describe())
+
+
+def test_the_device_commands_answer_as_with_no_devices_and_a_watch_of_everything_sees_the_host(host, client):
+    assert client.request(cmd="list") == {"id": 1, "ok": True, "devices": []}
+    everything = HostClient(host.control_path)
+    try:
+        reply = everything.request(cmd="watch")
+        assert reply["ok"] is True and reply["device"] is None, reply
+        scan = client.ok("scan")["scan"]
+        client.ok("scan-stop", scan=scan)
+        everything.sock.settimeout(5)
+        line = everything.read_line()
+        while line.get("event") == "advertisement":
+            line = everything.read_line()
+        assert line["event"] == "scan-stopped" and line["device"] == "host" and line["scan"] == scan, line
+    finally:
+        everything.close()
