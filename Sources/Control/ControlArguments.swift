@@ -20,7 +20,9 @@ extension ControlCommand {
     }
 
     /// The command forms, for `blemu ctl --help` and usage errors.
-    public static let usage = """
+    public static var usage: String { deviceUsage + HostRequest.usage }
+
+    private static let deviceUsage = """
         list
         set DEVICE KEY VALUE [--exact]
         notify DEVICE UUID HEX
@@ -36,11 +38,7 @@ extension ControlCommand {
         authorize DEVICE UUID allow|deny [PEER [public|random]]
         bonds DEVICE [forget [ADDRESS]]
         watch [DEVICE] [--kinds KIND,...] [--uuid UUID]
-        host address | reset | links
-        host scan [--legacy true|false] [--passive true|false] [--own-address-type TYPE] [--phys 1m,coded] [--interval-ms N] [--window-ms N]
-        host scan-stop --scan N
-        host connect --address ADDRESS --address-type TYPE [--own-address-type TYPE] [--timeout-ms N]
-        host disconnect --link N [--reason HEX]
+
         """
 
     /// Parses the words after `blemu ctl PATH` (`set heart-rate bpm 120`), checking every value

@@ -56,24 +56,27 @@ public enum HostRequest: Equatable, Sendable {
         let decode: @Sendable (inout FieldReader) throws(ControlRequestError) -> HostRequest
     }
 
-    /// Every op, by name: the one place an op is declared.
-    static let ops: [String: Op] = [
-        "address": Op(fields: [], decode: { _ throws(ControlRequestError) in .address }),
-        "reset": Op(fields: [], decode: { _ throws(ControlRequestError) in .reset }),
-        "links": Op(fields: [], decode: { _ throws(ControlRequestError) in .links }),
-        "scan": Op(fields: [("legacy", .bool), ("passive", .bool), ("own_address_type", .string), ("phys", .stringList),
+    /// Every op, in the order usage lists them: the one place an op is declared (its case, its
+    /// `members` and `HostControl`'s execution follow from the enum).
+    static let opTable: [(name: String, op: Op)] = [
+        ("address", Op(fields: [], decode: { _ throws(ControlRequestError) in .address })),
+        ("reset", Op(fields: [], decode: { _ throws(ControlRequestError) in .reset })),
+        ("scan", Op(fields: [("legacy", .bool), ("passive", .bool), ("own_address_type", .string), ("phys", .stringList),
                             ("interval_ms", .integer), ("window_ms", .integer)],
-                   decode: { reader throws(ControlRequestError) in .scan(try reader.hostScan()) }),
-        "scan-stop": Op(fields: [("scan", .integer)],
-                        decode: { reader throws(ControlRequestError) in .scanStop(scan: try reader.hostID("scan")) }),
-        "connect": Op(fields: [("address", .string), ("address_type", .string), ("own_address_type", .string), ("timeout_ms", .integer)],
-                      decode: { reader throws(ControlRequestError) in .connect(try reader.hostConnect()) }),
-        "disconnect": Op(fields: [("link", .integer), ("reason", .code)],
-                         decode: { reader throws(ControlRequestError) in try reader.hostDisconnect() }),
+                   decode: { reader throws(ControlRequestError) in .scan(try reader.hostScan()) })),
+        ("scan-stop", Op(fields: [("scan", .integer)],
+                         decode: { reader throws(ControlRequestError) in .scanStop(scan: try reader.hostID("scan")) })),
+        ("connect", Op(fields: [("address", .string), ("address_type", .string), ("own_address_type", .string), ("timeout_ms", .integer)],
+                       decode: { reader throws(ControlRequestError) in .connect(try reader.hostConnect()) })),
+        ("disconnect", Op(fields: [("link", .integer), ("reason", .code)],
+                          decode: { reader throws(ControlRequestError) in try reader.hostDisconnect() })),
+        ("links", Op(fields: [], decode: { _ throws(ControlRequestError) in .links })),
     ]
 
-    /// The op names, in a fixed order, for errors and usage.
-    public static var opNames: [String] { ["address", "reset", "scan", "scan-stop", "connect", "disconnect", "links"].filter { ops[$0] != nil } }
+    static let ops: [String: Op] = Dictionary(uniqueKeysWithValues: opTable.map { ($0.name, $0.op) })
+
+    /// The op names, in the table's order, for errors and usage.
+    public static var opNames: [String] { opTable.map(\.name) }
 
     /// The fields of `op` and their kinds (nil: no such op).
     public static func fields(of op: String) -> [(name: String, kind: FieldKind)]? { ops[op]?.fields }
