@@ -352,6 +352,7 @@ let package = Package(
                     path: "Tests/CentralTests"),
         // The programmable host on a scripted controller, and its requests on the control socket.
         .testTarget(name: "ProgrammableHostTests", dependencies: ["BlemuProgrammableHost", "BlemuControl", "BlemuCentral", "BlemuCore", "BlemuHCI",
+                                                              "BlemuConnection", "BlemuL2CAP", "BlemuGATT", "BlemuChannels",
                                                               "BlemuSimulator", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/ProgrammableHostTests"),
     ]

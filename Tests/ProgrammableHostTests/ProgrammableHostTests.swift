@@ -1,6 +1,10 @@
 import BlemuCentral
+import BlemuChannels
+import BlemuConnection
 import BlemuCore
+import BlemuGATT
 import BlemuHCI
+import BlemuL2CAP
 import BlemuProgrammableHost
 import BlemuSimulator
 import Foundation
@@ -300,5 +304,48 @@ final class HostBench {
         #expect(HostRandomAddress(stateDirectory: directory, logger: logger).address.isValidStaticRandom)
         // Without a state directory: one per process, nothing written.
         #expect(HostRandomAddress(stateDirectory: nil, logger: logger).path == nil)
+    }
+}
+
+/// The seam the peripheral side (programmed advertising) uses: a link it accepted goes into the
+/// same table, with role peripheral and its advertisement, and a reset waits for it too.
+@Suite struct ProgrammableHostPeripheralSeamTests {
+    @Test func aPeripheralLinkIsInTheSameTableAndAResetWaitsForIt() throws {
+        let b = try HostBench()
+        let central = try b.connect(handle: 0x0040)
+        let context = L2CAPLinkContext(hci: b.host.controller.hci, scheduler: b.scheduler,
+                                       logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        let peer = LEAddress(BluetoothAddress("C0:99:88:77:66:55")!, isRandom: true)
+        let connection = LEConnection(link: L2CAPLink(handle: 0x0041, role: .peripheral, context: context),
+                                      peer: ATTPeer(connectionHandle: 0x0041, address: peer),
+                                      parameters: LinkParameters(interval: 40, latency: 2, supervisionTimeout: 500),
+                                      channelServers: ChannelServers())
+        let own = LEAddress(b.host.randomAddress.address, isRandom: true)
+        let id = b.host.peripheralLinkOpened(connection, advertisement: 3, ownAddress: own)
+        #expect(id == central.link + 1)
+        guard case .connected(let summary)? = b.events.last else { Issue.record("no connected event"); return }
+        #expect(summary.role == .peripheral && summary.advertisement == 3 && summary.attempt == nil)
+        #expect(summary.peer == peer && summary.ownAddress == own && summary.handle == 0x0041 && summary.latency == 2)
+        #expect(b.host.links.entries.map(\.role) == [.central, .peripheral])
+
+        try b.host.disconnect(link: id, reason: 0x13)
+        #expect(b.controller.commands(HCIOpcode.disconnect).last?.parameters == [0x41, 0x00, 0x13])
+        try b.host.reset()
+        b.controller.disconnect(handle: 0x0040, reason: 0x16)
+        #expect(b.events.last == .disconnected(link: central.link, reason: 0x16))
+        b.host.peripheralLinkClosed(handle: 0x0041, reason: 0x16)
+        #expect(b.events.suffix(2) == [.disconnected(link: id, reason: 0x16), .reset])
+        // A second close of it is nothing.
+        b.host.peripheralLinkClosed(handle: 0x0041, reason: 0x16)
+        #expect(b.events.last == .reset)
+    }
+
+    /// The reset steps (the peripheral and security sides' parts) run when a reset begins.
+    @Test func theResetStepsRunWhenAResetBegins() throws {
+        let b = try HostBench()
+        var ran = 0
+        b.host.addResetStep { ran += 1 }
+        try b.host.reset()
+        #expect(ran == 1 && b.events == [.reset])
     }
 }
