@@ -179,6 +179,11 @@ public final class ProgrammableHost {
     private func reported(_ report: AdvertisingReportDetails) {
         guard let scan else { return }
         if scan.request.legacyOnly && !report.isLegacy { return }
+        // A report from a primary PHY the scan is not on is not the scan's: rootcanal 1.10 hands
+        // legacy PDUs (always LE 1M) to a scanner on LE Coded alone, which a controller scanning
+        // only the PHYs it was given (Vol 4, Part E, 7.8.64) never does.
+        let phy: ScanningPHYs = report.primaryPHY == 0x03 ? .coded : .oneM
+        guard scan.request.phys.contains(phy) else { return }
         onEvent?(.advertisement(scan: scan.id, report))
     }
 

@@ -121,7 +121,9 @@ final class HostBench {
     /// PHYs, TX power, RSSI and the direct address (7.7.65.13).
     @Test func anExtendedReportBecomesAnAdvertisementWithEveryField() throws {
         let b = try HostBench()
-        let id = try b.host.startScan(HostScanRequest())
+        var both = HostScanRequest()
+        both.phys = [.oneM, .coded]
+        let id = try b.host.startScan(both)
         let target = BluetoothAddress("C0:AA:BB:CC:DD:EE")!
         // 0x0005: connectable, directed, extended PDUs, complete.
         b.extendedReport([0x02, 0x01, 0x06], eventType: 0x0005, primaryPHY: 0x03, secondaryPHY: 0x03, sid: 9, direct: target)
@@ -163,6 +165,19 @@ final class HostBench {
         legacy.legacyReport([0x02, 0x01, 0x06], type: 0x02)
         let scannable = try #require(legacy.lastAdvertisement)
         #expect(scannable.isLegacy && scannable.isScannable && !scannable.isConnectable && scannable.rssi == -50)
+    }
+
+    /// A scan on LE Coded alone reports no PDU from LE 1M, whatever the controller hands over.
+    @Test func aScanReportsOnlyThePrimaryPHYsItIsOn() throws {
+        let b = try HostBench()
+        var scan = HostScanRequest()
+        scan.phys = [.coded]
+        _ = try b.host.startScan(scan)
+        b.extendedReport([0x02, 0x01, 0x06], eventType: 0x0013, primaryPHY: 0x01, secondaryPHY: 0, sid: 0xFF)   // legacy ADV_IND
+        b.extendedReport([0x02, 0x01, 0x06], eventType: 0x0001, primaryPHY: 0x01)
+        #expect(b.events.isEmpty)
+        b.extendedReport([0x02, 0x01, 0x06], eventType: 0x0001, primaryPHY: 0x03)
+        #expect(b.lastAdvertisement?.primaryPHY == 0x03)
     }
 
     /// A new scan replaces the running one, which is told stopped; a stopped scan is unknown.

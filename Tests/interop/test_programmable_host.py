@@ -363,6 +363,41 @@ def test_scan_reports_legacy_and_extended_advertising_with_their_fields(client, 
     assert again["ok"] is False and again["code"] == "unknown-scan", again
 
 
+def test_directed_advertising_to_us_is_reported_with_its_target_and_a_coded_only_scan_sees_coded(client, events, peer):
+    """What Avatar's le_host_test asks of a scan: a legacy ADV_DIRECT_IND to our public address
+    is reported directed and connectable, with us as its target (an extended report carries the
+    direct address, 7.7.65.13); a scan on LE Coded alone sees an LE Coded advertiser, and not the
+    legacy PDUs on LE 1M (which rootcanal hands to it anyway)."""
+    from bumble.device import AdvertisingType
+    ours = client.ok("address")["address"]
+
+    async def advertise(device: Device):
+        await device.start_advertising(advertising_type=AdvertisingType.DIRECTED_CONNECTABLE_LOW_DUTY,
+                                       target=hci.Address(ours, hci.Address.PUBLIC_DEVICE_ADDRESS),
+                                       own_address_type=hci.OwnAddressType.PUBLIC)
+        await device.create_advertising_set(
+            advertising_parameters=AdvertisingParameters(
+                advertising_event_properties=AdvertisingEventProperties(is_connectable=False, is_scannable=False, is_legacy=False),
+                own_address_type=hci.OwnAddressType.RANDOM, advertising_sid=2,
+                primary_advertising_phy=hci.Phy.LE_CODED, secondary_advertising_phy=hci.Phy.LE_CODED),
+            random_address=hci.Address("F0:F1:F2:F3:F4:E5"), advertising_data=ad("coded"))
+
+    peer.call(advertise)
+    scan = client.ok("scan", own_address_type="public")["scan"]
+    directed = [e for e in events.collect(2.0) if e.get("event") == "advertisement" and e["address"] == peer.public_address]
+    assert directed, "the directed advertising was not reported"
+    report = directed[0]
+    assert report["scan"] == scan and report["legacy"] is True and report["directed"] is True, report
+    assert report["connectable"] is True and report["scannable"] is False and report["data"] == "", report
+    assert report["direct_address"] == ours and report["direct_address_type"] == "public", report
+
+    coded_scan = client.ok("scan", phys=["coded"])["scan"]
+    seen = [e for e in events.collect(2.5) if e.get("event") == "advertisement" and e["scan"] == coded_scan]
+    assert seen and all(e["primary_phy"] == "coded" for e in seen), seen[:3]
+    assert any(e["address"] == "F0:F1:F2:F3:F4:E5" and e["secondary_phy"] == "coded" and e["sid"] == 2 for e in seen), seen[:3]
+    client.ok("scan-stop", scan=coded_scan)
+
+
 # ---------------------------------------------------------------------------------------------
 # Connecting
 
