@@ -580,3 +580,36 @@ def test_the_device_commands_answer_as_with_no_devices_and_a_watch_of_everything
         assert line["event"] == "scan-stopped" and line["device"] == "host" and line["scan"] == scan, line
     finally:
         everything.close()
+
+
+def test_ctl_watch_host_streams_the_hosts_events(host, client):
+    import subprocess
+    from harness import child_environment
+    child = subprocess.Popen([str(blemu_binary()), "ctl", host.control_path, "watch", "host"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=child_environment({"BLEMU_CONTROLLER": None}))
+    deadline = time.monotonic() + 10
+
+    def next_line() -> dict:
+        """The next line, never blocking past the deadline."""
+        import select
+        assert child.stdout is not None
+        ready, _, _ = select.select([child.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            raise AssertionError("blemu ctl watch host printed nothing in time")
+        return json.loads(child.stdout.readline())
+
+    try:
+        reply = next_line()
+        assert reply["ok"] is True and reply["device"] == "host", reply
+        scan = client.ok("scan")["scan"]
+        client.ok("scan-stop", scan=scan)
+        while time.monotonic() < deadline:
+            event = next_line()
+            if event["event"] == "scan-stopped":
+                assert event["scan"] == scan and event["reason"] == "requested" and event["device"] == "host", event
+                break
+        else:
+            raise AssertionError("no scan-stopped line from blemu ctl watch host")
+    finally:
+        child.terminate()
+        child.wait(timeout=5)
