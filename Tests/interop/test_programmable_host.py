@@ -588,15 +588,21 @@ def test_ctl_watch_host_streams_the_hosts_events(host, client):
     child = subprocess.Popen([str(blemu_binary()), "ctl", host.control_path, "watch", "host"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=child_environment({"BLEMU_CONTROLLER": None}))
     deadline = time.monotonic() + 10
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert child.stdout is not None
+        for raw in child.stdout:
+            lines.put(raw.decode(errors="replace"))
+
+    threading.Thread(target=read, daemon=True).start()
 
     def next_line() -> dict:
-        """The next line, never blocking past the deadline."""
-        import select
-        assert child.stdout is not None
-        ready, _, _ = select.select([child.stdout], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
-            raise AssertionError("blemu ctl watch host printed nothing in time")
-        return json.loads(child.stdout.readline())
+        """The next line, never waiting past the deadline."""
+        try:
+            return json.loads(lines.get(timeout=max(0.01, deadline - time.monotonic())))
+        except queue.Empty:
+            raise AssertionError("blemu ctl watch host printed nothing more in time") from None
 
     try:
         reply = next_line()
