@@ -167,7 +167,7 @@ let package = Package(
         ], path: "Sources/ProgrammableHost"),
         // The control socket (`blemu run --control PATH`): above Host, below the CLI.
         .target(name: "BlemuControl", dependencies: [
-            "BlemuCore", "BlemuRunLoop", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuSecurity", "BlemuProgrammableHost", "CLinux",
+            "BlemuCore", "BlemuRunLoop", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuSecurity", "BlemuCentral", "BlemuProgrammableHost", "CLinux",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Control"),
         // Scenario files (`blemu run --scenario`): the YAML steps and their runner on the run
@@ -350,9 +350,10 @@ let package = Package(
         .testTarget(name: "CentralTests", dependencies: ["BlemuATT", "BlemuBenchRig", "BlemuCentral", "BlemuCore", "BlemuCrypto", "BlemuDevices", "BlemuGATT", "BlemuGATTClient", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuSMP", "BlemuSecurity", "BlemuSimulator", "HostTestSupport",
                                                       .product(name: "Logging", package: "swift-log")],
                     path: "Tests/CentralTests"),
-        .testTarget(name: "ProgrammableHostTests", dependencies: ["BlemuProgrammableHost", "BlemuATT", "BlemuCentral", "BlemuConnection", "BlemuCore", "BlemuGATTClient",
-                                                               "BlemuHCI", "BlemuHost", "BlemuSimulator",
-                                                               .product(name: "Logging", package: "swift-log")],
+        // The programmable host on a scripted controller and on SimulatedAir, and its requests on the control socket.
+        .testTarget(name: "ProgrammableHostTests", dependencies: ["BlemuProgrammableHost", "BlemuControl", "BlemuATT", "BlemuCentral", "BlemuConnection", "BlemuCore",
+                                                               "BlemuGATTClient", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuGATT", "BlemuChannels",
+                                                               "BlemuSimulator", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/ProgrammableHostTests"),
     ]
 )

@@ -11,7 +11,7 @@ struct Blemu: ParsableCommand {
             """,
         version: "blemu 0.1.0",
         subcommands: [RunCommand.self, DevicesCommand.self, CtlCommand.self, ScanCommand.self, GattCommand.self, ChatCommand.self,
-                      BondsCommand.self, BenchCommand.self, LintCommand.self,
+                      HostCommand.self, BondsCommand.self, BenchCommand.self, LintCommand.self,
                       AttachCommand.self]
     )
 }

@@ -158,11 +158,20 @@ public struct AdvertiserTable {
     /// report completes it (Data_Status 0x00), nil while more is to come (0x01) or when the
     /// controller truncated it (0x02: what came is dropped, the previous payload is kept).
     public mutating func reassemble(address: BluetoothAddress, isScanResponse: Bool, dataStatus: UInt16, data: [UInt8]) -> [UInt8]? {
+        guard let (whole, truncated) = reassembleReport(address: address, isScanResponse: isScanResponse,
+                                                        dataStatus: dataStatus, data: data), !truncated else { return nil }
+        return whole
+    }
+
+    /// `reassemble`, with what a truncated report (Data_Status 0x02) brought: the fragments
+    /// and its own data (at most 1650 octets), marked truncated; nil while more is to come.
+    public mutating func reassembleReport(address: BluetoothAddress, isScanResponse: Bool, dataStatus: UInt16,
+                                          data: [UInt8]) -> (data: [UInt8], truncated: Bool)? {
         let key = FragmentKey(address: address, isScanResponse: isScanResponse)
         switch dataStatus {
         case 0x00:
-            guard let head = fragments.removeValue(forKey: key) else { return data }
-            return head + data
+            guard let head = fragments.removeValue(forKey: key) else { return (data, false) }
+            return (head + data, false)
         case 0x01:
             var head = fragments.removeValue(forKey: key) ?? []
             guard head.count + data.count <= AdvertisingPayload.extendedMaximumLength else { return nil }
@@ -171,8 +180,8 @@ public struct AdvertiserTable {
             fragments[key] = head
             return nil
         default:
-            fragments[key] = nil
-            return nil
+            let head = fragments.removeValue(forKey: key) ?? []
+            return (Array((head + data).prefix(AdvertisingPayload.extendedMaximumLength)), true)
         }
     }
 

@@ -19,6 +19,8 @@ public enum CentralError: Error, Equatable, CustomStringConvertible {
     case timeout
     /// The controller refused or failed the operation with this HCI status.
     case controller(status: UInt8, what: String)
+    /// The attempt was called off (`cancelConnecting`) before a connection was made.
+    case cancelled
 
     public var description: String {
         switch self {
@@ -26,7 +28,30 @@ public enum CentralError: Error, Equatable, CustomStringConvertible {
         case .busy: return "a connection attempt is already under way"
         case .timeout: return "no connection within the time given"
         case .controller(let status, let what): return "\(what) failed with HCI status \(Hex.byte(status))"
+        case .cancelled: return "the connection attempt was called off"
         }
+    }
+}
+
+/// How to scan (Vol 4, Part E, 7.8.10 and 7.8.64): active or passive, duplicates filtered or
+/// not, on which PHYs (LE Coded only with the extended commands), the interval and window (0.625 ms
+/// units, 0x0004-0xFFFF, window ≤ interval), and from which own address type (nil: the central's).
+public struct ScanSettings: Equatable, Sendable {
+    public var active: Bool
+    public var filterDuplicates: Bool
+    public var phys: ScanningPHYs
+    public var interval: UInt16
+    public var window: UInt16
+    public var ownAddressType: AddressType?
+
+    public init(active: Bool = true, filterDuplicates: Bool = false, phys: ScanningPHYs = .oneM,
+                interval: UInt16 = 0x0060, window: UInt16 = 0x0030, ownAddressType: AddressType? = nil) {
+        self.active = active
+        self.filterDuplicates = filterDuplicates
+        self.phys = phys
+        self.interval = interval
+        self.window = window
+        self.ownAddressType = ownAddressType
     }
 }
 
@@ -54,6 +79,9 @@ public final class CentralHost: ATTServerDelegate {
     public var onReady: (() -> Void)?
     /// Each advertising report, merged into what is known of its advertiser.
     public var onAdvertisement: ((Advertisement, AdvertiserTable.Change) -> Void)?
+    /// Each advertising report on its own (a truncated one too, which `onAdvertisement` does
+    /// not see), after it was merged: for a program that reports every one.
+    public var onReport: ((AdvertisingReportDetails) -> Void)?
     /// A controller that cannot do what was asked (e.g. the scan parameters refused).
     public var onError: ((String) -> Void)?
     /// The data of a periodic advertising train synchronized to (`syncToPeriodicTrains`), whole
@@ -85,7 +113,7 @@ public final class CentralHost: ATTServerDelegate {
     private var hasPublicAddress: Bool { hci.info.address.value != 0 }
     private var ownAddressType: AddressType { usedRandomAddress != nil ? .randomDevice : .publicDevice }
 
-    private var scanWanted: (active: Bool, filterDuplicates: Bool)?
+    private var scanWanted: ScanSettings?
     /// The LE extended scanning and initiating commands, or the legacy ones: the controller's
     /// one choice for every role on it.
     private var usesExtendedCommands: Bool { controller.usesExtendedCommands }
@@ -93,7 +121,7 @@ public final class CentralHost: ATTServerDelegate {
     /// legacy scanning and initiating commands (Vol 4, Part E, 3.1.1), so no fallback to them.
     private var tookExtendedScanning = false
     private var scanning = false
-    private var connecting: (peer: LEAddress, timer: TimerID?, cancelled: Bool,
+    private var connecting: (peer: LEAddress, timer: TimerID?, cancelled: Bool, calledOff: Bool,
                              completion: (Result<CentralLink, CentralError>) -> Void)?
     private let database: GATTDatabase
     /// What the central's links share: the HCI, the timers, the budget of lines peers cause.
@@ -124,13 +152,23 @@ public final class CentralHost: ATTServerDelegate {
     /// Extended scanning when the controller has extended advertising (its legacy commands
     /// would be refused beside extended ones), legacy otherwise.
     public func startScanning(active: Bool = true, filterDuplicates: Bool = false) {
-        scanWanted = (active, filterDuplicates)
+        startScanning(ScanSettings(active: active, filterDuplicates: filterDuplicates))
+    }
+
+    /// Scans with `settings` until `stopScanning`. LE Coded among the PHYs needs the extended
+    /// commands (only LE Set Extended Scan Parameters names PHYs, 7.8.64): with the legacy ones
+    /// the scan is on LE 1M.
+    public func startScanning(_ settings: ScanSettings) {
+        scanWanted = settings
         guard hci.isReady, !scanning, connecting == nil else { return }
         scanning = true
         let extended = usesExtendedCommands
+        let active = settings.active, filterDuplicates = settings.filterDuplicates
+        let own = settings.ownAddressType ?? ownAddressType
         let parameters: HCICommand = extended
-            ? .leSetExtendedScanParameters(active: active, ownAddressType: ownAddressType)
-            : .leSetScanParameters(active: active, ownAddressType: ownAddressType)
+            ? .leSetExtendedScanParameters(active: active, interval: settings.interval, window: settings.window,
+                                           ownAddressType: own, phys: settings.phys)
+            : .leSetScanParameters(active: active, interval: settings.interval, window: settings.window, ownAddressType: own)
         // The enable goes once the parameters are taken: behind parameters the controller did
         // not know, an enable would start extended scanning before the legacy commands take over.
         hci.send(parameters) { [weak self] result in
@@ -138,7 +176,7 @@ public final class CentralHost: ATTServerDelegate {
             guard result.succeeded else {
                 self.scanning = false
                 if extended, self.takeLegacyCommands(refused: parameters, result: result) {
-                    self.startScanning(active: active, filterDuplicates: filterDuplicates)
+                    self.startScanning(settings)
                     return
                 }
                 self.onError?("the controller refused the scan parameters (HCI status \(result.status.map(Hex.byte) ?? "timeout"))")
@@ -204,16 +242,20 @@ public final class CentralHost: ATTServerDelegate {
     /// Connects to `peer` (its address and type, as the advertiser's reports give them); scanning
     /// pauses meanwhile and resumes after. The attempt is cancelled (LE Create Connection
     /// Cancel) after `timeout`.
-    public func connect(to peer: LEAddress, timeout: Duration = CentralHost.connectTimeout,
+    /// `peerAddressType` nil: the peer's own type; 0x02 or 0x03 names an identity the controller
+    /// resolves (7.8.12). `ownAddressType` nil: the central's own.
+    public func connect(to peer: LEAddress, peerAddressType: UInt8? = nil, ownAddressType: AddressType? = nil,
+                        timeout: Duration = CentralHost.connectTimeout,
                         parameters: ConnectionRequestParameters = ConnectionRequestParameters(),
                         completion: @escaping (Result<CentralLink, CentralError>) -> Void) {
         guard hci.isReady, !controller.isStopping else { return completion(.failure(.notReady)) }
         guard connecting == nil else { return completion(.failure(.busy)) }
         pauseScanning()
+        let own = ownAddressType ?? self.ownAddressType
         let command: HCICommand = usesExtendedCommands
-            ? .leExtendedCreateConnection(peer: peer, ownAddressType: ownAddressType, parameters: parameters)
-            : .leCreateConnection(peer: peer, ownAddressType: ownAddressType, parameters: parameters)
-        connecting = (peer, nil, false, completion)
+            ? .leExtendedCreateConnection(peer: peer, peerAddressType: peerAddressType, ownAddressType: own, parameters: parameters)
+            : .leCreateConnection(peer: peer, peerAddressType: peerAddressType, ownAddressType: own, parameters: parameters)
+        connecting = (peer, nil, false, false, completion)
         logger.info("connecting to \(peer.address)")
         hci.send(command) { [weak self] result in
             guard let self, self.connecting?.peer == peer else { return }
@@ -224,7 +266,8 @@ public final class CentralHost: ATTServerDelegate {
                 self.connecting = nil
                 if let timer = attempt?.timer { self.scheduler.cancel(timer) }
                 if let completion = attempt?.completion {
-                    self.connect(to: peer, timeout: timeout, parameters: parameters, completion: completion)
+                    self.connect(to: peer, peerAddressType: peerAddressType, ownAddressType: ownAddressType, timeout: timeout,
+                                 parameters: parameters, completion: completion)
                 }
                 return
             }
@@ -237,6 +280,19 @@ public final class CentralHost: ATTServerDelegate {
             // 7.8.13: the controller then ends the attempt with LE Connection Complete, status 0x02.
             self.hci.send(.leCreateConnectionCancel)
         }
+    }
+
+    /// Whether a connection attempt is under way.
+    public var isConnecting: Bool { connecting != nil }
+
+    /// Calls off the attempt under way (LE Create Connection Cancel, 7.8.13): it ends with
+    /// `CentralError.cancelled`, or with its link when the connection was made meanwhile.
+    public func cancelConnecting() {
+        guard connecting != nil, !(connecting?.calledOff ?? true) else { return }
+        connecting?.calledOff = true
+        if let timer = connecting?.timer { scheduler.cancel(timer) }
+        connecting?.timer = nil
+        if hci.isReady { hci.send(.leCreateConnectionCancel) } else { failConnecting(.cancelled) }
     }
 
     /// An extended scanning or initiating command answered with Unknown HCI Command though the
@@ -270,7 +326,7 @@ public final class CentralHost: ATTServerDelegate {
     }
 
     private func resumeScanning() {
-        if let wanted = scanWanted, connecting == nil { startScanning(active: wanted.active, filterDuplicates: wanted.filterDuplicates) }
+        if let wanted = scanWanted, connecting == nil { startScanning(wanted) }
     }
 
     private func dropLinks() {
@@ -337,7 +393,9 @@ public final class CentralHost: ATTServerDelegate {
         connecting = nil
         if let timer = attempt.timer { scheduler.cancel(timer) }
         guard complete.status == HCIStatus.success else {
-            attempt.completion(.failure(attempt.cancelled ? .timeout : .controller(status: complete.status, what: "connecting")))
+            let error: CentralError = attempt.calledOff ? .cancelled
+                : attempt.cancelled ? .timeout : .controller(status: complete.status, what: "connecting")
+            attempt.completion(.failure(error))
             resumeScanning()
             return
         }
@@ -440,17 +498,24 @@ extension CentralHost: ControllerRole {
                     connectable: report.eventType <= 0x01, isScanResponse: report.eventType == 0x04, data: report.data,
                     now: scheduler.nowNanoseconds)
                 onAdvertisement?(advertisement, change)
+                onReport?(AdvertisingReportDetails(legacy: report))
             }
         case .leExtendedAdvertisingReport(let reports):
             for report in reports {
                 // Data beyond one event comes in fragments (7.7.65.13): recorded once whole.
-                guard let data = advertisers.reassemble(address: report.address, isScanResponse: report.isScanResponse,
-                                                        dataStatus: report.dataStatus, data: report.data) else { continue }
+                guard let (data, truncated) = advertisers.reassembleReport(address: report.address, isScanResponse: report.isScanResponse,
+                                                                           dataStatus: report.dataStatus, data: report.data) else { continue }
+                guard !truncated else {
+                    // Not recorded (the previous payload is kept), but a program seeing every report sees it.
+                    onReport?(AdvertisingReportDetails(extended: report, data: data, truncated: true))
+                    continue
+                }
                 let (advertisement, change) = advertisers.record(
                     address: report.address, addressType: report.addressType, rssi: report.rssi,
                     connectable: report.isScanResponse ? nil : report.isConnectable, isScanResponse: report.isScanResponse,
                     data: data, txPower: report.txPower, extendedPDUs: report.eventType & 0x0010 == 0, now: scheduler.nowNanoseconds)
                 onAdvertisement?(advertisement, change)
+                onReport?(AdvertisingReportDetails(extended: report, data: data, truncated: false))
                 offerPeriodicTrain(report)
             }
         case .lePeriodicAdvertisingSyncEstablished(let established):

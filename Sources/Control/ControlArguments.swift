@@ -20,7 +20,9 @@ extension ControlCommand {
     }
 
     /// The command forms, for `blemu ctl --help` and usage errors.
-    public static let usage = """
+    public static var usage: String { deviceUsage + HostRequest.usage }
+
+    private static let deviceUsage = """
         list
         set DEVICE KEY VALUE [--exact]
         notify DEVICE UUID HEX
@@ -36,6 +38,7 @@ extension ControlCommand {
         authorize DEVICE UUID allow|deny [PEER [public|random]]
         bonds DEVICE [forget [ADDRESS]]
         watch [DEVICE] [--kinds KIND,...] [--uuid UUID]
+
         """
 
     /// Parses the words after `blemu ctl PATH` (`set heart-rate bpm 120`), checking every value
@@ -45,6 +48,11 @@ extension ControlCommand {
     public init(arguments: [String]) throws(ControlUsageError) {
         guard let name = arguments.first else {
             throw ControlUsageError("give a command: \(ControlRequest.commandNames.joined(separator: ", "))")
+        }
+        if name == "host" {
+            // The host's ops take their fields as --field value, each checked by the op's decoder.
+            self = .host(try HostRequest.parse(arguments: Array(arguments.dropFirst())))
+            return
         }
         var words: [String] = []
         var options: [String: String] = [:]

@@ -47,6 +47,8 @@ public enum ControlCommand: Equatable, Sendable {
     /// The connection becomes a stream of the devices' events that pass the filter
     /// (`EventWatchers`); no reply but the first.
     case watch(EventFilter)
+    /// A request to the programmable host (`blemu host`; Docs/CONTROL.md, "The programmable host").
+    case host(HostRequest)
 
     /// The `cmd` of its request.
     public var name: String {
@@ -62,6 +64,7 @@ public enum ControlCommand: Equatable, Sendable {
         case .authorize: return "authorize"
         case .bonds, .forgetBonds: return "bonds"
         case .watch: return "watch"
+        case .host: return "host"
         }
     }
 
@@ -69,6 +72,7 @@ public enum ControlCommand: Equatable, Sendable {
     public var isReadOnly: Bool {
         switch self {
         case .list, .bonds, .watch: return true
+        case .host(let request): return request.isReadOnly
         default: return false
         }
     }
@@ -76,7 +80,7 @@ public enum ControlCommand: Equatable, Sendable {
     /// The device it names, if any.
     public var device: String? {
         switch self {
-        case .list: return nil
+        case .list, .host: return nil
         case .watch(let filter): return filter.device
         case .set(let device, _, _, _), .notify(let device, _, _), .disconnect(let device, _), .advertise(let device, _), .fault(let device, _, _, _),
              .service(let device, _, _), .pairing(let device, _), .authorize(let device, _, _, _), .bonds(let device),
@@ -120,7 +124,7 @@ public struct ControlRequest: Equatable, Sendable {
     /// The longest string field (device, key, value, uuid, action), in UTF-8 bytes.
     public static let maxStringLength = 256
     /// What an unknown command, and `blemu ctl` usage, lists.
-    public static let commandNames = ["list", "set", "notify", "disconnect", "advertise", "service", "fault", "pairing", "authorize", "bonds", "watch"]
+    public static let commandNames = ["list", "set", "notify", "disconnect", "advertise", "service", "fault", "pairing", "authorize", "bonds", "watch", "host"]
 
     // MARK: Decoding
 
@@ -225,6 +229,8 @@ public struct ControlRequest: Equatable, Sendable {
             if let device = filter.device { members.append(("device", .string(device))) }
             if let kinds = filter.kindsText { members.append(("kinds", .string(kinds))) }
             if let uuid = filter.uuid { members.append(("uuid", .string(uuid.description))) }
+        case .host(let request):
+            members += request.members
         }
         return .object(members)
     }
@@ -240,17 +246,17 @@ extension Duration {
 
 /// Reads the fields of one request object, naming the field in every refusal, and checks that
 /// nothing else was sent (a misspelt `count` would otherwise make a fault permanent).
-private struct FieldReader {
+struct FieldReader {
     let fields: [String: JSONField]
     let id: Int64
-    private var used: Set<String> = ["id", "cmd"]
+    var used: Set<String> = ["id", "cmd"]
 
     init(fields: [String: JSONField], id: Int64) {
         self.fields = fields
         self.id = id
     }
 
-    private func fail(_ message: String) -> ControlRequestError { ControlRequestError(id: id, message) }
+    func fail(_ message: String) -> ControlRequestError { ControlRequestError(id: id, message) }
 
     mutating func command() throws(ControlRequestError) -> ControlCommand {
         guard let cmdField = fields["cmd"] else {
@@ -362,6 +368,8 @@ private struct FieldReader {
                 filter.uuid = uuid
             }
             command = .watch(filter)
+        case "host":
+            command = .host(try HostRequest.decode(&self))
         default:
             throw fail("unknown command \(quoted(cmd)); commands: \(ControlRequest.commandNames.joined(separator: ", "))")
         }
@@ -427,18 +435,18 @@ private struct FieldReader {
 
     // MARK: Fields
 
-    private mutating func field(_ key: String) -> JSONField? {
+    mutating func field(_ key: String) -> JSONField? {
         used.insert(key)
         guard let value = fields[key], value != .null else { return nil }
         return value
     }
 
-    private mutating func string(_ key: String) throws(ControlRequestError) -> String {
+    mutating func string(_ key: String) throws(ControlRequestError) -> String {
         guard let text = try optionalString(key) else { throw fail("missing \"\(key)\"") }
         return text
     }
 
-    private mutating func optionalString(_ key: String) throws(ControlRequestError) -> String? {
+    mutating func optionalString(_ key: String) throws(ControlRequestError) -> String? {
         guard let value = field(key) else { return nil }
         guard case .string(let text) = value else { throw fail("\"\(key)\" must be a string, not \(value.kind)") }
         guard !text.isEmpty else { throw fail("\"\(key)\" is empty") }
@@ -453,12 +461,12 @@ private struct FieldReader {
         return text
     }
 
-    private mutating func optionalBool(_ key: String) throws(ControlRequestError) -> Bool? {
+    mutating func optionalBool(_ key: String) throws(ControlRequestError) -> Bool? {
         guard field(key) != nil else { return nil }
         return try bool(key)
     }
 
-    private mutating func bool(_ key: String) throws(ControlRequestError) -> Bool {
+    mutating func bool(_ key: String) throws(ControlRequestError) -> Bool {
         guard let value = field(key) else { throw fail("missing \"\(key)\": true or false") }
         guard case .bool(let flag) = value else { throw fail("\"\(key)\" must be true or false, not \(ControlRequest.describe(value))") }
         return flag
@@ -476,7 +484,7 @@ private struct FieldReader {
         }
     }
 
-    private mutating func optionalInteger(_ key: String, in range: ClosedRange<Int>) throws(ControlRequestError) -> Int? {
+    mutating func optionalInteger(_ key: String, in range: ClosedRange<Int>) throws(ControlRequestError) -> Int? {
         guard let value = field(key) else { return nil }
         guard case .integer(let number) = value, number >= Int64(range.lowerBound), number <= Int64(range.upperBound) else {
             throw fail("\"\(key)\" must be a whole number from \(range.lowerBound) to \(range.upperBound), not \(ControlRequest.describe(value))")
@@ -485,7 +493,7 @@ private struct FieldReader {
     }
 
     /// A one-octet code: a number (19) or a hex string ("0x13", "13").
-    private mutating func optionalCode(_ key: String) throws(ControlRequestError) -> UInt8? {
+    mutating func optionalCode(_ key: String) throws(ControlRequestError) -> UInt8? {
         guard let value = field(key) else { return nil }
         switch value {
         case .integer(let number) where (0...255).contains(number):

@@ -17,6 +17,10 @@ public final class DeviceControl {
 
     /// Who takes `watch` requests (set once the server exists); without it `watch` is refused.
     public var watchers: EventWatchers?
+    /// The programmable host (`blemu host`); without it `host` requests are refused.
+    public var host: HostControl?
+    /// The device name `watch` takes for the programmable host's events.
+    public static let hostWatchName = "host"
 
     /// Log lines the budget left out so far.
     public var logLinesLeftOut: Int { budget.leftOutTotal }
@@ -67,6 +71,22 @@ public final class DeviceControl {
         }
 
         switch request.command {
+        case .host(let hostRequest):
+            guard let host else {
+                return refuse("this blemu runs no programmable host: start one with `blemu host --controller SPEC --control PATH`")
+            }
+            return host.execute(hostRequest, id: request.id, client: client)
+
+        case .watch(let filter) where filter.device == Self.hostWatchName && host != nil:
+            guard let watchers else { return refuse("this control socket has no event stream") }
+            guard filter.kinds == nil, filter.uuid == nil else {
+                return refuse("watch host takes no kinds or uuid: it streams every event of the host")
+            }
+            watchers.add(client: client, filter: filter, devices: [], host: true)
+            logBudgeted(.info, "control client \(client): \(summary): watching the host")
+            return .object([("id", .integer(request.id)), ("ok", true), ("watching", true), ("device", .string(Self.hostWatchName)),
+                            ("kinds", .null), ("uuid", .null)])
+
         case .watch(let filter):
             guard let watchers else { return refuse("this control socket has no event stream") }
             var devices: Set<Int>?
@@ -76,7 +96,9 @@ public final class DeviceControl {
                 case .success(let index): devices = [index]
                 }
             }
-            watchers.add(client: client, filter: filter, devices: devices)
+            // A watch of everything sees the host's events too.
+            watchers.add(client: client, filter: filter, devices: devices,
+                         host: host != nil && filter.device == nil && filter.kinds == nil && filter.uuid == nil)
             logBudgeted(.info, "control client \(client): \(summary): watching")
             var members: [(String, JSONValue)] = [("id", .integer(request.id)), ("ok", true), ("watching", true)]
             members.append(("device", devices.flatMap(\.first).map { .string(names.entries[$0].ref) } ?? .null))
@@ -439,6 +461,7 @@ public final class DeviceControl {
             }
             return "fault \(printable(device)) channel \(Hex.word(cid)) \(fault == .stallCredits ? "stall" : "drop")\(on)"
         case .bonds(let device): return "bonds \(printable(device))"
+        case .host(let request): return "host \(request.op)"
         case .forgetBonds(let device, let address): return "bonds \(printable(device)) forget" + (address.map { " \($0)" } ?? "")
         }
     }

@@ -1,6 +1,7 @@
 import BlemuCore
 import BlemuGATT
 import BlemuHost
+import BlemuProgrammableHost
 import FoundationEssentials
 
 /// What a `watch` asks to see: every field nil sees every event of every device.
@@ -132,13 +133,16 @@ public final class EventWatchers {
         let filter: EventFilter
         /// Device indices it sees (all when nil).
         let devices: Set<Int>?
+        /// It sees the programmable host's events (`watch host`, or a watch of everything).
+        let seesHost: Bool
         var seq: UInt64 = 0
         /// Events counted but not queued since the queue was full; 0 while events flow.
         var missed: UInt64 = 0
-        init(client: Int, filter: EventFilter, devices: Set<Int>?) {
+        init(client: Int, filter: EventFilter, devices: Set<Int>?, seesHost: Bool) {
             self.client = client
             self.filter = filter
             self.devices = devices
+            self.seesHost = seesHost
         }
     }
 
@@ -165,27 +169,42 @@ public final class EventWatchers {
 
     public var count: Int { watchers.count }
 
-    /// Client `client` becomes a watcher of the devices at `devices` (nil: all).
-    public func add(client: Int, filter: EventFilter, devices: Set<Int>?) {
+    /// Client `client` becomes a watcher of the devices at `devices` (nil: all) and, with
+    /// `host`, of the programmable host's events.
+    public func add(client: Int, filter: EventFilter, devices: Set<Int>?, host: Bool = false) {
         guard server.beginStream(client: client) else { return }
         watchers.removeAll { $0.client == client }
-        watchers.append(Watcher(client: client, filter: filter, devices: devices))
+        watchers.append(Watcher(client: client, filter: filter, devices: devices, seesHost: host))
         if watchers.count == 1 { observe { [weak self] device, event in self?.deliver(event, device: device) } }
     }
 
     /// One event of device `device`, to every watcher whose filter passes it.
     public func deliver(_ event: DeviceEvent, device: Int) {
+        let refs = deviceRefs
+        deliver(to: { ($0.devices?.contains(device) ?? true) && $0.filter.matches(event) }) {
+            EventEncoding.members(event, device: device < refs.count ? refs[device] : "?")
+        }
+    }
+
+    /// One event of the programmable host, to every watcher of the host (`HostControl.members`).
+    public func deliver(_ event: HostEvent) {
+        guard !watchers.isEmpty else { return }
+        deliver(to: { $0.seesHost }) { HostControl.members(event) }
+    }
+
+    /// An event to the watchers `wanted` passes, encoded once (`encode`) if any takes it.
+    private func deliver(to wanted: (Watcher) -> Bool, members encode: () -> [(String, JSONValue)]) {
         var members: [(String, JSONValue)]?
         let now = clock.nowNanoseconds
         var gone: [Int] = []
         for watcher in watchers {
-            guard watcher.devices?.contains(device) ?? true, watcher.filter.matches(event) else { continue }
+            guard wanted(watcher) else { continue }
             watcher.seq += 1
             if watcher.missed > 0 {
                 watcher.missed += 1
                 continue
             }
-            if members == nil { members = EventEncoding.members(event, device: device < deviceRefs.count ? deviceRefs[device] : "?") }
+            if members == nil { members = encode() }
             let line = EventEncoding.line(seq: watcher.seq, nanoseconds: now, members!)
             switch server.stream(line, to: watcher.client, reserve: Self.missedLineReserve) {
             case .queued: break

@@ -14,7 +14,8 @@ public enum JSONField: Equatable, Sendable {
     /// A number beyond what a Double holds (`1e400`).
     case hugeNumber
     case string(String)
-    case array
+    /// An array's elements (a request line is at most 64 KiB, so they are bounded).
+    case array([JSONField])
     case object
 
     /// For errors: "a string", "an array", ...
@@ -40,8 +41,14 @@ extension JSONField: Decodable {
     }
 
     public init(from decoder: any Decoder) throws {
-        // Nested arrays and objects are told apart but not decoded: no command takes one.
-        if (try? decoder.unkeyedContainer()) != nil { self = .array; return }
+        // Arrays are decoded (a host `scan` takes a list of PHYs); objects are told apart but not
+        // decoded: no command takes one.
+        if var container = try? decoder.unkeyedContainer() {
+            var elements: [JSONField] = []
+            while !container.isAtEnd { elements.append(try container.decode(JSONField.self)) }
+            self = .array(elements)
+            return
+        }
         if (try? decoder.container(keyedBy: AnyKey.self)) != nil { self = .object; return }
         let value = try decoder.singleValueContainer()
         if value.decodeNil() { self = .null; return }

@@ -395,12 +395,17 @@ public struct HCICommand: Equatable, Sendable {
         HCICommand(opcode: HCIOpcode.leSetScanEnable, parameters: [enable ? 1 : 0, filterDuplicates ? 1 : 0])
     }
 
-    /// Vol 4, Part E, 7.8.64: scanning on the LE 1M PHY only (bit 0), no filter policy.
+    /// Vol 4, Part E, 7.8.64: scanning on `phys` (Scanning_PHYs: bit 0 LE 1M, bit 2 LE Coded;
+    /// the same type, interval and window for each, in that order), no filter policy.
     public static func leSetExtendedScanParameters(active: Bool, interval: UInt16 = 0x0060, window: UInt16 = 0x0030,
-                                                   ownAddressType: AddressType) -> HCICommand {
-        var p: [UInt8] = [ownAddressType.rawValue, 0x00, 0x01, active ? 0x01 : 0x00]
-        p.appendLE(interval)
-        p.appendLE(window)
+                                                   ownAddressType: AddressType, phys: ScanningPHYs = .oneM) -> HCICommand {
+        let phys = phys.isEmpty ? ScanningPHYs.oneM : phys
+        var p: [UInt8] = [ownAddressType.rawValue, 0x00, phys.rawValue]
+        for _ in 0..<phys.count {
+            p.append(active ? 0x01 : 0x00)
+            p.appendLE(interval)
+            p.appendLE(window)
+        }
         return HCICommand(opcode: HCIOpcode.leSetExtendedScanParameters, parameters: p)
     }
 
@@ -412,13 +417,15 @@ public struct HCICommand: Equatable, Sendable {
 
     /// Vol 4, Part E, 7.8.12: connect to one peer (no filter accept list), named by its address
     /// and its Peer_Address_Type (0x00 public, 0x01 random).
-    public static func leCreateConnection(peer: LEAddress, ownAddressType: AddressType,
+    /// `peerAddressType` nil: the peer's (0x00 or 0x01); 0x02 and 0x03 name an identity the
+    /// controller resolves with its resolving list.
+    public static func leCreateConnection(peer: LEAddress, peerAddressType: UInt8? = nil, ownAddressType: AddressType,
                                           parameters: ConnectionRequestParameters) -> HCICommand {
         var p: [UInt8] = []
         p.appendLE(parameters.scanInterval)
         p.appendLE(parameters.scanWindow)
         p.append(0x00)                       // initiator filter policy: the peer given here
-        p.append(peer.peerAddressType)
+        p.append(peerAddressType ?? peer.peerAddressType)
         p.append(contentsOf: peer.address.littleEndianBytes)
         p.append(ownAddressType.rawValue)
         parameters.appendConnectionFields(to: &p)
@@ -426,9 +433,9 @@ public struct HCICommand: Equatable, Sendable {
     }
 
     /// Vol 4, Part E, 7.8.66: the same on the LE 1M PHY, for controllers with extended advertising.
-    public static func leExtendedCreateConnection(peer: LEAddress, ownAddressType: AddressType,
+    public static func leExtendedCreateConnection(peer: LEAddress, peerAddressType: UInt8? = nil, ownAddressType: AddressType,
                                                   parameters: ConnectionRequestParameters) -> HCICommand {
-        var p: [UInt8] = [0x00, ownAddressType.rawValue, peer.peerAddressType]
+        var p: [UInt8] = [0x00, ownAddressType.rawValue, peerAddressType ?? peer.peerAddressType]
         p.append(contentsOf: peer.address.littleEndianBytes)
         p.append(0x01)                       // initiating PHYs: LE 1M
         p.appendLE(parameters.scanInterval)
@@ -506,6 +513,16 @@ public struct HCICommand: Equatable, Sendable {
 /// What a central asks for when it connects (Vol 4, Part E, 7.8.12): how it scans for the peer
 /// while initiating, and the link's parameters (units of 0.625 ms for scanning, 1.25 ms for the
 /// interval, 10 ms for the timeout).
+/// Scanning_PHYs of LE Set Extended Scan Parameters (Vol 4, Part E, 7.8.64).
+public struct ScanningPHYs: OptionSet, Equatable, Hashable, Sendable {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    public static let oneM = ScanningPHYs(rawValue: 0x01)
+    public static let coded = ScanningPHYs(rawValue: 0x04)
+    /// How many PHYs: the command repeats its per-PHY fields this many times.
+    public var count: Int { rawValue.nonzeroBitCount }
+}
+
 public struct ConnectionRequestParameters: Equatable, Sendable {
     public var scanInterval: UInt16 = 0x0060
     public var scanWindow: UInt16 = 0x0060

@@ -258,18 +258,22 @@ public enum HCIEvent: Equatable, Sendable {
                 let eventType = try r.u16()
                 let addressType = try r.u8()
                 let address = try BluetoothAddress(littleEndian: try r.bytes(6))
-                try r.skip(2)                // primary PHY, secondary PHY
+                let primaryPHY = try r.u8()
+                let secondaryPHY = try r.u8()
                 let sid = try r.u8()
                 let txPower = try r.i8()
                 let rssi = try r.i8()
                 let periodicInterval = try r.u16()
-                try r.skip(7)                // direct address type and address
+                let directAddressType = try r.u8()
+                let directAddress = try BluetoothAddress(littleEndian: try r.bytes(6))
                 let dataLength = Int(try r.u8())
                 let data = Array(try r.bytes(dataLength))
                 reports.append(ExtendedAdvertisingReport(eventType: eventType, addressType: addressType, address: address,
                                                          txPower: txPower == 127 ? nil : txPower,
                                                          rssi: rssi == 127 ? nil : rssi, data: data,
-                                                         advertisingSID: sid, periodicInterval: periodicInterval))
+                                                         advertisingSID: sid, periodicInterval: periodicInterval,
+                                                         primaryPHY: primaryPHY, secondaryPHY: secondaryPHY,
+                                                         directAddressType: directAddressType, directAddress: directAddress))
             }
             try r.expectEnd("LE Extended Advertising Report")
             return .leExtendedAdvertisingReport(reports)
@@ -308,8 +312,20 @@ public struct ExtendedAdvertisingReport: Equatable, Sendable {
     /// Periodic_Advertising_Interval in 1.25 ms units: nonzero when the set has a periodic
     /// train to sync to (Vol 4, Part E, 7.7.65.13).
     public var periodicInterval: UInt16 = 0
+    /// Primary_PHY: 0x01 LE 1M, 0x03 LE Coded.
+    public var primaryPHY: UInt8 = 0x01
+    /// Secondary_PHY: 0x00 none (no PDU on the secondary channel), 0x01 LE 1M, 0x02 LE 2M, 0x03 LE Coded.
+    public var secondaryPHY: UInt8 = 0x00
+    /// Direct_Address_Type and Direct_Address: to whom a directed PDU was sent (meaningful only
+    /// with bit 2 of the event type).
+    public var directAddressType: UInt8 = 0x00
+    public var directAddress = BluetoothAddress(value: 0)
 
     public var isConnectable: Bool { eventType & 0x0001 != 0 }
+    public var isScannable: Bool { eventType & 0x0002 != 0 }
+    public var isDirected: Bool { eventType & 0x0004 != 0 }
+    /// The report is of a legacy PDU (bit 4).
+    public var isLegacy: Bool { eventType & 0x0010 != 0 }
     public var isScanResponse: Bool { eventType & 0x0008 != 0 }
     public var dataStatus: UInt16 { (eventType >> 5) & 0x03 }
 }

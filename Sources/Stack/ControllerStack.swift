@@ -78,14 +78,7 @@ public final class ControllerStack {
 
     /// Stops every stack; `completion` once the last one has (at once when there are none).
     public static func stopAll(_ stacks: [ControllerStack], completion: @escaping () -> Void) {
-        guard !stacks.isEmpty else { return completion() }
-        var remaining = stacks.count
-        for stack in stacks {
-            stack.stop {
-                remaining -= 1
-                if remaining == 0 { completion() }
-            }
-        }
+        RunSession.stopStacks(stacks, completion: completion)
     }
 }
 

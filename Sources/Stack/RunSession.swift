@@ -3,9 +3,11 @@ import BlemuControl
 import BlemuCore
 import BlemuDevice
 import BlemuHost
+import BlemuProgrammableHost
 import BlemuRunLoop
 import BlemuScenario
 import BlemuService
+import BlemuTransport
 import Logging
 
 #if canImport(Glibc)
@@ -35,8 +37,11 @@ public enum RunSession {
     /// `scenarios` (`--scenario`, a config file's `scenario:`) run against the devices once
     /// every controller is up, side by side; the run stops when one fails or all have passed
     /// (each one's `outcome` says how).
-    public static func run(_ stacks: [ControllerStack], deviceNames: [String], settings: RunSettings, loop: RunLoop,
-                           logger: Logger, scenarios: [ScenarioRunner] = []) throws(StackFailure) {
+    ///
+    /// `host`: the programmable host (`blemu host`), whose requests and events the control
+    /// socket serves beside the devices'.
+    public static func run(_ stacks: [any SessionStack], deviceNames: [String], settings: RunSettings, loop: RunLoop,
+                           logger: Logger, scenarios: [ScenarioRunner] = [], host: ProgrammableHost? = nil) throws(StackFailure) {
         // The capture starts before any controller opens, so it holds the first HCI Reset.
         var capture: BtsnoopWriter?
         if let btsnoopPath = settings.capturePath {
@@ -81,6 +86,7 @@ public enum RunSession {
         if let controlPath = settings.controlPath {
             let running = stacks.flatMap(\.peripherals)
             let devices = DeviceControl(logger: logger, scheduler: loop) { running }
+            devices.host = host.map { HostControl(host: $0, logger: logger) }
             do {
                 control = try ControlServer(path: controlPath, mode: settings.controlMode, loop: loop, logger: logger) { line, client in
                     devices.reply(to: line, client: client)
@@ -91,10 +97,12 @@ public enum RunSession {
             if let control {
                 // `watch`: the devices report their events only while someone watches.
                 let names = DeviceNames(running.map { ($0.deviceName, $0.configuration.name) })
-                devices.watchers = EventWatchers(server: control, clock: loop, deviceRefs: names.entries.map(\.ref)) { sink in
+                let watchers = EventWatchers(server: control, clock: loop, deviceRefs: names.entries.map(\.ref)) { sink in
                     watchSink = sink
                     observeEvents()
                 }
+                devices.watchers = watchers
+                host?.onEvent = { [weak watchers] event in watchers?.deliver(event) }
             }
             logger.info("control socket at \(controlPath)")
         }
@@ -108,7 +116,7 @@ public enum RunSession {
             stopping = true
             // No commands during the stop (an `advertise on` would fight it); the file goes.
             control?.close()
-            ControllerStack.stopAll(stacks) { loop.stop() }
+            stopStacks(stacks) { loop.stop() }
         }
         do {
             try loop.handleSignals([SIGINT, SIGTERM]) { signal in
@@ -222,4 +230,31 @@ public enum RunSession {
         for scenario in scenarios { scenario.cancel() }
         if let failure { throw StackFailure(failure) }
     }
+
+    /// Stops every stack; `completion` once the last one has (at once when there are none).
+    static func stopStacks(_ stacks: [any SessionStack], completion: @escaping () -> Void) {
+        guard !stacks.isEmpty else { return completion() }
+        var remaining = stacks.count
+        for stack in stacks {
+            stack.stop {
+                remaining -= 1
+                if remaining == 0 { completion() }
+            }
+        }
+    }
 }
+
+/// One controller as `RunSession` runs it: `blemu run`'s `ControllerStack` (devices) or
+/// `blemu host`'s `ProgrammableHostStack` (no devices; the programmable host).
+public protocol SessionStack: AnyObject {
+    var link: ControllerLink { get }
+    /// The devices on the controller (none for the programmable host).
+    var peripherals: [Peripheral] { get }
+    var onFatal: ((String) -> Void)? { get set }
+    var onFirstUp: (() -> Void)? { get set }
+    var onStateMayChange: ((String?) -> Void)? { get set }
+    func start()
+    func stop(completion: @escaping () -> Void)
+}
+
+extension ControllerStack: SessionStack {}

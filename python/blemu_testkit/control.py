@@ -247,6 +247,10 @@ class Control:
     def forget_bonds(self, device: str, address: Optional[str] = None) -> dict[str, Any]:
         return self.request("bonds", device=device, action="forget", address=address)
 
+    def host(self, op: str, **fields: Any) -> dict[str, Any]:
+        """One request to the programmable host (`blemu host`): `host("scan", phys=["1m"])`."""
+        return self.request("host", op=op, **fields)
+
     def watch(self, device: Optional[str] = None, kinds: Optional[List[str]] = None,
               uuid: Optional[str] = None) -> "EventLog":
         """A new connection watching events (with blemu's own filters), read into an EventLog."""
@@ -305,7 +309,8 @@ class EventLog:
             raise BlemuError(f"the reply to watch is not a JSON object: {line[:200]!r}")
         if not reply.get("ok"):
             sock.close()
-            raise CommandError(request, str(reply.get("error")))
+            code = reply.get("code")
+            raise CommandError(request, str(reply.get("error")), code if isinstance(code, str) else None)
         sock.settimeout(None)
         return cls(sock, reply, pending=rest)
 

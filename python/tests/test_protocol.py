@@ -116,6 +116,22 @@ def test_requests_leave_out_unset_fields_and_refusals_raise_with_the_reason(serv
     assert "blemu refused fault" in str(refused.value) and "not '500'" in str(refused.value)
 
 
+def test_host_requests_carry_their_op_and_a_refusal_its_code(server):
+    def handle(conn: socket.socket) -> None:
+        first = server.read_request(conn)
+        send(conn, {"id": first["id"], "ok": True, "scan": 1})
+        second = server.read_request(conn)
+        send(conn, {"id": second["id"], "ok": False, "error": "no link 9 is open", "code": "unknown-link"})
+        time.sleep(1)
+    server.handlers.append(handle)
+    with Control(server.path) as control:
+        assert control.host("scan", phys=["1m", "coded"], legacy=False)["scan"] == 1
+        with pytest.raises(CommandError) as refused:
+            control.host("disconnect", link=9)
+    assert server.requests[0] == {"id": 1, "cmd": "host", "op": "scan", "phys": ["1m", "coded"], "legacy": False}
+    assert refused.value.code == "unknown-link" and "no link 9 is open" in str(refused.value)
+
+
 def test_notify_sends_hex_and_set_exact_sends_exact_true(server):
     def handle(conn: socket.socket) -> None:
         for _ in range(4):

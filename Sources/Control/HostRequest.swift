@@ -1,0 +1,320 @@
+import BlemuCore
+import BlemuHCI
+import BlemuProgrammableHost
+
+/// One request to the programmable host: `{"id":N,"cmd":"host","op":OP, ...}` (Docs/CONTROL.md,
+/// "The programmable host"). Each op is a case with its own decoder (`HostRequest.ops`: its
+/// fields, their kinds for `blemu ctl`, the decoder) and its own encoding (`members`), so an op
+/// is added in one place and the decoding of the others is untouched.
+public enum HostRequest: Equatable, Sendable {
+    /// The host's identity and random address.
+    case address
+    /// Back to factory state; the `reset` event tells when done.
+    case reset
+    case scan(HostScanRequest)
+    case scanStop(scan: Int)
+    case connect(HostConnectRequest)
+    /// HCI Disconnect with a reason 7.1.6 allows.
+    case disconnect(link: Int, reason: UInt8)
+    case links
+
+    /// The op's name on the socket.
+    public var op: String {
+        switch self {
+        case .address: return "address"
+        case .reset: return "reset"
+        case .scan: return "scan"
+        case .scanStop: return "scan-stop"
+        case .connect: return "connect"
+        case .disconnect: return "disconnect"
+        case .links: return "links"
+        }
+    }
+
+    public var isReadOnly: Bool {
+        switch self {
+        case .address, .links: return true
+        default: return false
+        }
+    }
+
+    /// What a field holds, for `blemu ctl host OP --field value` (the words become these JSON
+    /// values, then the one decoder checks them).
+    public enum FieldKind: Equatable, Sendable {
+        case string
+        case integer
+        case bool
+        /// A list of strings: `--phys 1m,coded`.
+        case stringList
+        /// A number or a hex string (an HCI code): `--reason 0x13`.
+        case code
+    }
+
+    /// One op: its fields and its decoder.
+    struct Op: Sendable {
+        let fields: [(name: String, kind: FieldKind)]
+        let decode: @Sendable (inout FieldReader) throws(ControlRequestError) -> HostRequest
+    }
+
+    /// Every op, in the order usage lists them: the one place an op is declared (its case, its
+    /// `members` and `HostControl`'s execution follow from the enum).
+    static let opTable: [(name: String, op: Op)] = [
+        ("address", Op(fields: [], decode: { _ throws(ControlRequestError) in .address })),
+        ("reset", Op(fields: [], decode: { _ throws(ControlRequestError) in .reset })),
+        ("scan", Op(fields: [("legacy", .bool), ("passive", .bool), ("own_address_type", .string), ("phys", .stringList),
+                            ("interval_ms", .integer), ("window_ms", .integer)],
+                   decode: { reader throws(ControlRequestError) in .scan(try reader.hostScan()) })),
+        ("scan-stop", Op(fields: [("scan", .integer)],
+                         decode: { reader throws(ControlRequestError) in .scanStop(scan: try reader.hostID("scan")) })),
+        ("connect", Op(fields: [("address", .string), ("address_type", .string), ("own_address_type", .string), ("timeout_ms", .integer)],
+                       decode: { reader throws(ControlRequestError) in .connect(try reader.hostConnect()) })),
+        ("disconnect", Op(fields: [("link", .integer), ("reason", .code)],
+                          decode: { reader throws(ControlRequestError) in try reader.hostDisconnect() })),
+        ("links", Op(fields: [], decode: { _ throws(ControlRequestError) in .links })),
+    ]
+
+    static let ops: [String: Op] = Dictionary(uniqueKeysWithValues: opTable.map { ($0.name, $0.op) })
+
+    /// The op names, in the table's order, for errors and usage.
+    public static var opNames: [String] { opTable.map(\.name) }
+
+    /// The fields of `op` and their kinds (nil: no such op).
+    public static func fields(of op: String) -> [(name: String, kind: FieldKind)]? { ops[op]?.fields }
+
+    /// Decodes the `op` and its fields; every other field is refused, naming the op.
+    static func decode(_ reader: inout FieldReader) throws(ControlRequestError) -> HostRequest {
+        guard let opField = reader.field("op") else { throw reader.fail("missing \"op\": one of \(opNames.joined(separator: ", "))") }
+        guard case .string(let name) = opField else {
+            throw reader.fail("\"op\" must be a string, one of \(opNames.joined(separator: ", ")), not \(opField.kind)")
+        }
+        guard let op = ops[name] else {
+            throw reader.fail("unknown host op \(quoted(name)); ops: \(opNames.joined(separator: ", "))")
+        }
+        let request = try op.decode(&reader)
+        let unknown = reader.fields.keys.filter { !reader.used.contains($0) }.sorted()
+        if !unknown.isEmpty {
+            let allowed = op.fields.map(\.name)
+            throw reader.fail("host \(name) takes no \(unknown.map { quoted($0, limit: 32) }.joined(separator: ", "))"
+                              + (allowed.isEmpty ? "" : "; its fields: \(allowed.joined(separator: ", "))"))
+        }
+        return request
+    }
+
+    /// The request's fields after `id` and `cmd`, as `blemu ctl` sends them.
+    var members: [(String, JSONValue)] {
+        var members: [(String, JSONValue)] = [("op", .string(op))]
+        switch self {
+        case .address, .reset, .links:
+            break
+        case .scan(let scan):
+            members += [("legacy", .bool(scan.legacyOnly)), ("passive", .bool(scan.passive))]
+            if let own = scan.ownAddressType { members.append(("own_address_type", .string(HostWords.ownAddressType(own)))) }
+            members += [("phys", .array(HostWords.phys(scan.phys).map { .string($0) })),
+                        ("interval_ms", .integer(Int64(scan.intervalMilliseconds))),
+                        ("window_ms", .integer(Int64(scan.windowMilliseconds)))]
+        case .scanStop(let scan):
+            members.append(("scan", .integer(Int64(scan))))
+        case .connect(let connect):
+            members += [("address", .string(connect.peer.description)),
+                        ("address_type", .string(HostWords.addressType(connect.peerAddressType.rawValue)))]
+            if let own = connect.ownAddressType { members.append(("own_address_type", .string(HostWords.ownAddressType(own)))) }
+            members.append(("timeout_ms", .integer(Int64(connect.timeout.milliseconds))))
+        case .disconnect(let link, let reason):
+            members += [("link", .integer(Int64(link))), ("reason", .string(Hex.byte(reason)))]
+        }
+        return members
+    }
+
+    /// `blemu ctl PATH host OP [--field value ...]`: the words as the JSON fields of the request,
+    /// each converted by its kind, then decoded like a line from the socket.
+    public static func parse(arguments: [String]) throws(ControlUsageError) -> HostRequest {
+        guard let name = arguments.first else { throw ControlUsageError("host needs an op: \(opNames.joined(separator: ", "))") }
+        guard let op = ops[name] else {
+            throw ControlUsageError("unknown host op \(quoted(name)); ops: \(opNames.joined(separator: ", "))")
+        }
+        let usage = "host \(name)" + op.fields.map { " [--\($0.name.replacingUnderscores) \(Self.placeholder($0.kind))]" }.joined()
+        var fields: [String: JSONField] = ["id": .integer(0), "cmd": .string("host"), "op": .string(name)]
+        var rest = arguments.dropFirst()
+        while let word = rest.popFirst() {
+            guard word.hasPrefix("--") else { throw ControlUsageError("unexpected \(quoted(word)); usage: \(usage)") }
+            var option = String(word.dropFirst(2))
+            var value: String?
+            if let equals = option.firstIndex(of: "=") {
+                value = String(option[option.index(after: equals)...])
+                option = String(option[..<equals])
+            }
+            let key = option.replacingHyphens
+            guard let kind = op.fields.first(where: { $0.name == key })?.kind else {
+                throw ControlUsageError("host \(name) takes no --\(printable(option, limit: 32)); usage: \(usage)")
+            }
+            guard fields[key] == nil else { throw ControlUsageError("--\(option) given twice") }
+            if value == nil { value = rest.popFirst() }
+            guard let value else { throw ControlUsageError("--\(option) needs a value") }
+            switch kind {
+            case .string, .code:
+                fields[key] = .string(value)
+            case .integer:
+                guard let number = Int64(value), !value.hasPrefix("+") else {
+                    throw ControlUsageError("--\(option) \(quoted(value)) is not a whole number")
+                }
+                fields[key] = .integer(number)
+            case .bool:
+                switch value {
+                case "true": fields[key] = .bool(true)
+                case "false": fields[key] = .bool(false)
+                default: throw ControlUsageError("--\(option) takes true or false, not \(quoted(value))")
+                }
+            case .stringList:
+                fields[key] = .array(value.split(separator: ",", omittingEmptySubsequences: false).map { .string(String($0)) })
+            }
+        }
+        switch ControlRequest.decode(fields: fields) {
+        case .success(let request):
+            guard case .host(let host) = request.command else { throw ControlUsageError("usage: \(usage)") }
+            return host
+        case .failure(let error):
+            throw ControlUsageError(error.message)
+        }
+    }
+
+    private static func placeholder(_ kind: FieldKind) -> String {
+        switch kind {
+        case .string: return "VALUE"
+        case .integer: return "N"
+        case .bool: return "true|false"
+        case .stringList: return "A,B"
+        case .code: return "HEX"
+        }
+    }
+
+    /// `blemu ctl --help`'s lines.
+    public static var usage: String {
+        opNames.map { name in
+            "host \(name)" + (ops[name]?.fields ?? []).map { " [--\($0.name.replacingUnderscores) \(placeholder($0.kind))]" }.joined()
+        }.joined(separator: "\n")
+    }
+}
+
+/// The words of the host's vocabulary for HCI's values (Vol 4, Part E, 7.7.65.2 and 7.8.5).
+public enum HostWords {
+    /// Address_Type of a report or Peer_Address_Type of a connection.
+    public static func addressType(_ type: UInt8) -> String {
+        switch type {
+        case 0x00: return "public"
+        case 0x01: return "random"
+        case 0x02: return "public-identity"
+        case 0x03: return "random-identity"
+        case 0xFF: return "anonymous"
+        default: return "type-\(type)"
+        }
+    }
+
+    public static let addressTypes: [String: AddressType] = [
+        "public": .publicDevice, "random": .randomDevice, "public-identity": .publicIdentity, "random-identity": .randomIdentity,
+    ]
+
+    /// Own_Address_Type (7.8.5): 0x02 and 0x03 are resolvable private addresses with a fallback.
+    public static let ownAddressTypes: [String: AddressType] = [
+        "public": .publicDevice, "random": .randomDevice, "resolvable-or-public": .publicIdentity, "resolvable-or-random": .randomIdentity,
+    ]
+
+    public static func ownAddressType(_ type: AddressType) -> String {
+        switch type {
+        case .publicDevice: return "public"
+        case .randomDevice: return "random"
+        case .publicIdentity: return "resolvable-or-public"
+        case .randomIdentity: return "resolvable-or-random"
+        }
+    }
+
+    public static func phys(_ phys: ScanningPHYs) -> [String] {
+        var names: [String] = []
+        if phys.contains(.oneM) { names.append("1m") }
+        if phys.contains(.coded) { names.append("coded") }
+        return names
+    }
+
+    /// Primary_PHY and Secondary_PHY of an extended report (7.7.65.13).
+    public static func phy(_ phy: UInt8) -> String {
+        switch phy {
+        case 0x01: return "1m"
+        case 0x02: return "2m"
+        case 0x03: return "coded"
+        default: return "phy-\(phy)"
+        }
+    }
+}
+
+extension FieldReader {
+    /// A whole-number id a host reply gave (a scan, a link): 1 to 2^53 - 1.
+    mutating func hostID(_ key: String) throws(ControlRequestError) -> Int {
+        guard let id = try optionalInteger(key, in: 1...Int(ControlRequest.maxID)) else {
+            throw fail("missing \"\(key)\": the id the host gave")
+        }
+        return id
+    }
+
+    mutating func hostScan() throws(ControlRequestError) -> HostScanRequest {
+        var scan = HostScanRequest()
+        scan.legacyOnly = try optionalBool("legacy") ?? false
+        scan.passive = try optionalBool("passive") ?? false
+        scan.ownAddressType = try ownAddressType()
+        if let value = field("phys") {
+            guard case .array(let elements) = value, !elements.isEmpty, elements.count <= 2 else {
+                throw fail("\"phys\" must be a list of one or two of \"1m\" and \"coded\", like [\"1m\",\"coded\"], not \(ControlRequest.describe(value))")
+            }
+            var phys: ScanningPHYs = []
+            for element in elements {
+                switch element {
+                case .string("1m") where !phys.contains(.oneM): phys.insert(.oneM)
+                case .string("coded") where !phys.contains(.coded): phys.insert(.coded)
+                default:
+                    throw fail("\"phys\" holds \(ControlRequest.describe(element)): each is \"1m\" or \"coded\", once (scanning is on the primary advertising PHYs, Vol 4, Part E, 7.8.64)")
+                }
+            }
+            scan.phys = phys
+        }
+        let range = HostScanRequest.millisecondRange
+        scan.intervalMilliseconds = try optionalInteger("interval_ms", in: range) ?? scan.intervalMilliseconds
+        scan.windowMilliseconds = try optionalInteger("window_ms", in: range) ?? min(scan.windowMilliseconds, scan.intervalMilliseconds)
+        guard scan.windowMilliseconds <= scan.intervalMilliseconds else {
+            throw fail("\"window_ms\" \(scan.windowMilliseconds) is longer than \"interval_ms\" \(scan.intervalMilliseconds): the window is at most the interval (Vol 4, Part E, 7.8.10)")
+        }
+        return scan
+    }
+
+    mutating func hostConnect() throws(ControlRequestError) -> HostConnectRequest {
+        let text = try string("address")
+        guard let address = BluetoothAddress(text) else { throw fail("\"address\" \(quoted(text)) is not an address like AA:BB:CC:DD:EE:FF") }
+        let typeText = try string("address_type")
+        guard let type = HostWords.addressTypes[typeText] else {
+            throw fail("\"address_type\" \(quoted(typeText)) is not public, random, public-identity or random-identity")
+        }
+        let own = try ownAddressType()
+        let range = HostConnectRequest.timeoutRange
+        let timeout = try optionalInteger("timeout_ms", in: range) ?? HostConnectRequest.defaultTimeoutMilliseconds
+        return HostConnectRequest(peer: address, peerAddressType: type, ownAddressType: own, timeout: .milliseconds(timeout))
+    }
+
+    mutating func hostDisconnect() throws(ControlRequestError) -> HostRequest {
+        let link = try hostID("link")
+        let reason = try optionalCode("reason") ?? HCIStatus.remoteUserTerminated
+        guard ControlRequest.allowedReasons.contains(reason) else {
+            throw fail("\"reason\" \(Hex.byte(reason)) is not one HCI Disconnect allows: \(ControlRequest.allowedReasonList)")
+        }
+        return .disconnect(link: link, reason: reason)
+    }
+
+    private mutating func ownAddressType() throws(ControlRequestError) -> AddressType? {
+        guard let text = try optionalString("own_address_type") else { return nil }
+        guard let type = HostWords.ownAddressTypes[text] else {
+            throw fail("\"own_address_type\" \(quoted(text)) is not public, random, resolvable-or-public or resolvable-or-random")
+        }
+        return type
+    }
+}
+
+private extension String {
+    var replacingUnderscores: String { String(map { $0 == "_" ? "-" : $0 }) }
+    var replacingHyphens: String { String(map { $0 == "-" ? "_" : $0 }) }
+}
