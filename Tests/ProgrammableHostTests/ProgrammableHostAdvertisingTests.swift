@@ -149,6 +149,24 @@ final class AdvertisingHostBench {
                 == newRandom.littleEndianBytes[...])
     }
 
+    /// A controller that goes away ends every advertisement (`controller-lost`) and every link
+    /// they accepted leaves the table with `disconnected`: no stale link id survives it.
+    @Test func aLostControllerStopsAdvertisingAndEmptiesTheTableOfItsLinks() throws {
+        let b = try AdvertisingHostBench()
+        let id = try b.advertise(Parameters(connectable: true))
+        guard case .success = b.connect(to: LEAddress(AdvertisingHostBench.publicAddress, isRandom: false)),
+              let link = b.connected.last else {
+            Issue.record("no link: \(b.events)")
+            return
+        }
+        b.host.controller.controllerDown(reason: "test")
+        #expect(b.events.contains(.advertisingStopped(advertisement: id, reason: .controllerLost)))
+        #expect(b.events.contains { if case .disconnected(link.link, _) = $0 { return true } else { return false } }, "\(b.events)")
+        #expect(b.host.links.count == 0 && b.host.advertising.advertisements.isEmpty)
+        #expect(JSONValue.object(HostControl.members(.advertisingStopped(advertisement: id, reason: .controllerLost))).encoded
+                == #"{"event":"advertising-stopped","device":"host","advertisement":\#(id),"reason":"controller-lost","status":null}"#)
+    }
+
     /// Without a public address the default own address is the static random one.
     @Test func withoutAPublicAddressTheDefaultOwnAddressIsTheStaticRandomOne() throws {
         let b = try AdvertisingHostBench()
