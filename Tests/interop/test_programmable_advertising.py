@@ -191,12 +191,16 @@ def test_bumble_connects_and_the_advertisement_goes_on_until_stopped(advertising
     assert again["ok"] is False and again["code"] == "unknown-advertisement", again
 
 
-def test_directed_advertising_reaches_the_central_it_names_which_connects(advertising_client, events, peer):
+@pytest.mark.parametrize("legacy", [True, False], ids=["legacy", "extended"])
+def test_directed_advertising_reaches_the_central_it_names_which_connects(advertising_client, events, peer, legacy):
     our = advertising_client.ok("address")["address"]
-    advertisement = advertising_client.ok("advertise", legacy=True, connectable=True, directed_to=peer.random_address,
-                                          directed_type="random")["advertisement"]
+    # ADV_DIRECT_IND carries no data (Vol 6, Part B, 2.3.1.2); an extended directed one may.
+    data = b"" if legacy else ad(unique_name("PD"))
+    advertisement = advertising_client.ok("advertise", legacy=legacy, connectable=True, directed_to=peer.random_address,
+                                          directed_type="random", data=data.hex())["advertisement"]
     seen = peer.scan(1.5, our)
-    assert seen and all(r.is_directed and r.is_connectable and not r.data_bytes for r in seen), seen
+    assert seen and all(r.is_directed and r.is_connectable and r.is_legacy == legacy and r.data_bytes == data
+                        for r in seen), seen
     peer.connect_to(our, public=True)
     connected = until_event(events, "connected", advertisement=advertisement)
     assert connected["peer"] == peer.random_address and connected["role"] == "peripheral", connected
