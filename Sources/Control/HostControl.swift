@@ -51,6 +51,14 @@ public final class HostControl {
                 try host.disconnect(link: link, reason: reason)
                 log(client, "link \(link) asked to close (reason \(Hex.byte(reason)))")
                 return ok()
+            case .advertise(let advertise):
+                let advertisement = try host.startAdvertising(advertise)
+                log(client, "advertisement \(advertisement) started")
+                return ok([("advertisement", .integer(Int64(advertisement)))])
+            case .advertiseStop(let advertisement):
+                try host.stopAdvertising(advertisement)
+                log(client, "advertisement \(advertisement) stopped")
+                return ok()
             case .links:
                 logBudgeted(.info, "control client \(client): host links: \(host.links.count) link(s)")
                 return ok([("links", .array(host.links.entries.map { .object(Self.members($0.summary)) }))])
@@ -109,6 +117,9 @@ public final class HostControl {
                         ("status", status.map { .string(Hex.byte($0)) } ?? .null)]
         case .disconnected(let link, let reason):
             members += [("link", .integer(Int64(link))), ("reason", .string(Hex.byte(reason)))]
+        case .advertisingStopped(let advertisement, let reason):
+            members += [("advertisement", .integer(Int64(advertisement))), ("reason", .string(reason.word)),
+                        ("status", reason.status.map { .string(Hex.byte($0)) } ?? .null)]
         }
         return members
     }

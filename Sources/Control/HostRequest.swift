@@ -17,6 +17,9 @@ public enum HostRequest: Equatable, Sendable {
     /// HCI Disconnect with a reason 7.1.6 allows.
     case disconnect(link: Int, reason: UInt8)
     case links
+    /// An advertisement started (`advertise`); its id comes in the reply.
+    case advertise(HostAdvertiseRequest)
+    case advertiseStop(advertisement: Int)
 
     /// The op's name on the socket.
     public var op: String {
@@ -28,6 +31,8 @@ public enum HostRequest: Equatable, Sendable {
         case .connect: return "connect"
         case .disconnect: return "disconnect"
         case .links: return "links"
+        case .advertise: return "advertise"
+        case .advertiseStop: return "advertise-stop"
         }
     }
 
@@ -71,6 +76,15 @@ public enum HostRequest: Equatable, Sendable {
         ("disconnect", Op(fields: [("link", .integer), ("reason", .code)],
                           decode: { reader throws(ControlRequestError) in try reader.hostDisconnect() })),
         ("links", Op(fields: [], decode: { _ throws(ControlRequestError) in .links })),
+        ("advertise", Op(fields: [("data", .string), ("scan_response", .string), ("legacy", .bool), ("connectable", .bool),
+                                  ("scannable", .bool), ("directed_to", .string), ("directed_type", .string),
+                                  ("own_address_type", .string), ("interval_ms", .integer), ("primary_phy", .string),
+                                  ("secondary_phy", .string)],
+                         decode: { reader throws(ControlRequestError) in .advertise(try reader.hostAdvertise()) })),
+        ("advertise-stop", Op(fields: [("advertisement", .integer)],
+                              decode: { reader throws(ControlRequestError) in
+                                  .advertiseStop(advertisement: try reader.hostID("advertisement"))
+                              })),
     ]
 
     static let ops: [String: Op] = Dictionary(uniqueKeysWithValues: opTable.map { ($0.name, $0.op) })
@@ -121,6 +135,19 @@ public enum HostRequest: Equatable, Sendable {
             members.append(("timeout_ms", .integer(Int64(connect.timeout.milliseconds))))
         case .disconnect(let link, let reason):
             members += [("link", .integer(Int64(link))), ("reason", .string(Hex.byte(reason)))]
+        case .advertise(let advertise):
+            let p = advertise.parameters
+            members.append(("data", .string(Hex.bytes(p.data))))
+            if let scanResponse = p.scanResponse { members.append(("scan_response", .string(Hex.bytes(scanResponse)))) }
+            members += [("legacy", .bool(p.legacy)), ("connectable", .bool(p.connectable)), ("scannable", .bool(p.scannable))]
+            if let peer = p.directedTo {
+                members += [("directed_to", .string(peer.address.description)), ("directed_type", .string(peer.isRandom ? "random" : "public"))]
+            }
+            if let own = advertise.ownAddressType { members.append(("own_address_type", .string(HostWords.ownAddressType(own)))) }
+            members += [("interval_ms", .integer(Int64(p.intervalMilliseconds))), ("primary_phy", .string(HostWords.phy(p.primaryPHY.rawValue))),
+                        ("secondary_phy", .string(HostWords.phy(p.secondaryPHY.rawValue)))]
+        case .advertiseStop(let advertisement):
+            members.append(("advertisement", .integer(Int64(advertisement))))
         }
         return members
     }
@@ -227,6 +254,21 @@ public enum HostWords {
         }
     }
 
+    /// Own_Address_Type of an advertisement (7.8.5, 7.8.53).
+    public static let advertisingOwnAddressTypes: [String: ProgrammedAdvertising.OwnAddressType] = [
+        "public": .publicAddress, "random": .randomAddress, "resolvable-or-public": .resolvableOrPublic,
+        "resolvable-or-random": .resolvableOrRandom,
+    ]
+
+    public static func ownAddressType(_ type: ProgrammedAdvertising.OwnAddressType) -> String {
+        switch type {
+        case .publicAddress: return "public"
+        case .randomAddress: return "random"
+        case .resolvableOrPublic: return "resolvable-or-public"
+        case .resolvableOrRandom: return "resolvable-or-random"
+        }
+    }
+
     public static func phys(_ phys: ScanningPHYs) -> [String] {
         var names: [String] = []
         if phys.contains(.oneM) { names.append("1m") }
@@ -303,6 +345,90 @@ extension FieldReader {
             throw fail("\"reason\" \(Hex.byte(reason)) is not one HCI Disconnect allows: \(ControlRequest.allowedReasonList)")
         }
         return .disconnect(link: link, reason: reason)
+    }
+
+    /// `advertise`'s fields. Each is checked for what it is here; whether the combination is one
+    /// the controller may take (Vol 4, Part E, 7.8.5, 7.8.53 – 7.8.57) the host checks when it
+    /// starts it (`ProgrammedAdvertising.ruleBroken`), also before anything is sent.
+    mutating func hostAdvertise() throws(ControlRequestError) -> HostAdvertiseRequest {
+        var p = ProgrammedAdvertising.Parameters()
+        p.data = try optionalHex("data", what: "the advertising data") ?? []
+        p.scanResponse = try optionalHex("scan_response", what: "the scan response data")
+        p.legacy = try optionalBool("legacy") ?? false
+        p.connectable = try optionalBool("connectable") ?? false
+        p.scannable = try optionalBool("scannable") ?? false
+        let peerText = try optionalString("directed_to")
+        let peerType = try optionalString("directed_type")
+        if let peerText {
+            guard let address = BluetoothAddress(peerText) else {
+                throw fail("\"directed_to\" \(quoted(peerText)) is not an address like AA:BB:CC:DD:EE:FF")
+            }
+            guard let peerType else { throw fail("\"directed_to\" needs \"directed_type\": public or random") }
+            guard peerType == "public" || peerType == "random" else {
+                throw fail("\"directed_type\" \(quoted(peerType)) is not public or random (Peer_Address_Type, Vol 4, Part E, 7.8.53)")
+            }
+            p.directedTo = LEAddress(address, isRandom: peerType == "random")
+        } else if peerType != nil {
+            throw fail("\"directed_type\" goes with \"directed_to\"")
+        }
+        var ownAddressType: ProgrammedAdvertising.OwnAddressType?
+        if let text = try optionalString("own_address_type") {
+            guard let type = HostWords.advertisingOwnAddressTypes[text] else {
+                throw fail("\"own_address_type\" \(quoted(text)) is not public, random, resolvable-or-public or resolvable-or-random")
+            }
+            ownAddressType = type
+        }
+        let range = Int(ProgrammedAdvertising.Parameters.intervalRange.lowerBound)...Int(ProgrammedAdvertising.Parameters.intervalRange.upperBound)
+        if let interval = try optionalInteger("interval_ms", in: range) { p.intervalMilliseconds = Double(interval) }
+        if let text = try optionalString("primary_phy") {
+            switch text {
+            case "1m": p.primaryPHY = .le1M
+            case "coded": p.primaryPHY = .leCoded
+            default:
+                throw fail("\"primary_phy\" \(quoted(text)) is not 1m or coded (Primary_Advertising_PHY, Vol 4, Part E, 7.8.53)")
+            }
+        }
+        if let text = try optionalString("secondary_phy") {
+            switch text {
+            case "1m": p.secondaryPHY = .le1M
+            case "2m": p.secondaryPHY = .le2M
+            case "coded": p.secondaryPHY = .leCoded
+            default:
+                throw fail("\"secondary_phy\" \(quoted(text)) is not 1m, 2m or coded (Secondary_Advertising_PHY, Vol 4, Part E, 7.8.53)")
+            }
+        }
+        return HostAdvertiseRequest(parameters: p, ownAddressType: ownAddressType)
+    }
+
+    /// AD structures as hex digits, two a byte (`""` is none), at most the most any controller
+    /// takes (Max_Advertising_Data_Length 0x0672, 1650 octets, Vol 4, Part E, 7.8.57); read only up
+    /// to that bound, so a huge string costs nothing.
+    private mutating func optionalHex(_ key: String, what: String) throws(ControlRequestError) -> [UInt8]? {
+        guard let value = field(key) else { return nil }
+        guard case .string(let text) = value else {
+            throw fail("\"\(key)\" must be a string of hex digits (\(what)), not \(ControlRequest.describe(value))")
+        }
+        let limit = AdvertisingPayload.extendedMaximumLength
+        let utf8 = text.utf8
+        guard utf8.count <= 2 * limit else {
+            throw fail("\"\(key)\" is \(utf8.count) characters long: at most \(limit) bytes (\(2 * limit) hex digits), the most a controller takes (Vol 4, Part E, 7.8.57)")
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(utf8.count / 2)
+        var high: UInt8?
+        for character in utf8 {
+            guard let digit = Hex.digit(character) else {
+                throw fail("\"\(key)\" \(quoted(String(text.prefix(40)))) is not hex digits like 020106 (two a byte, nothing else)")
+            }
+            if let first = high {
+                bytes.append(first << 4 | digit)
+                high = nil
+            } else {
+                high = digit
+            }
+        }
+        guard high == nil else { throw fail("\"\(key)\" has an odd number of hex digits: two a byte") }
+        return bytes
     }
 
     private mutating func ownAddressType() throws(ControlRequestError) -> AddressType? {

@@ -18,6 +18,8 @@ public enum HostEvent: Equatable, Sendable {
     case connectFailed(attempt: Int, reason: ConnectFailure, status: UInt8?)
     /// A link closed with this HCI reason (Vol 4, Part E, 7.7.5).
     case disconnected(link: Int, reason: UInt8)
+    /// Advertisement `advertisement` ended, and why (`advertise-stop`, a reset, a timeout, the controller).
+    case advertisingStopped(advertisement: Int, reason: ProgrammedAdvertising.StopReason)
 
     /// The event's name on the socket.
     public var name: String {
@@ -28,6 +30,7 @@ public enum HostEvent: Equatable, Sendable {
         case .connected: return "connected"
         case .connectFailed: return "connect-failed"
         case .disconnected: return "disconnected"
+        case .advertisingStopped: return "advertising-stopped"
         }
     }
 }

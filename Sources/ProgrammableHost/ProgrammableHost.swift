@@ -4,6 +4,7 @@ import BlemuCentral
 import BlemuConnection
 import BlemuCore
 import BlemuHCI
+import BlemuHost
 import Logging
 
 /// A scan as a program asks for it (`scan`).
@@ -54,12 +55,15 @@ public struct HostConnectRequest: Equatable, Sendable {
 /// `HostEvent`s (`onEvent`). Everything on the run loop; every request checked before anything
 /// changes (a refusal is a `HostError`, nothing done).
 ///
-/// The peripheral side (programmed advertising, Sources/ProgrammableHost/ProgrammedAdvertising*)
-/// registers its accepted links with `peripheralLinkOpened`/`peripheralLinkClosed` and its part
-/// of a reset with `addResetStep`.
+/// The peripheral side (`advertising`, Sources/ProgrammableHost/ProgrammedAdvertising*, wired in
+/// ProgrammableHost+Advertising.swift) registers its accepted links with
+/// `peripheralLinkOpened`/`peripheralLinkClosed` and its part of a reset with `addResetStep`.
 public final class ProgrammableHost {
     public let controller: ControllerHost
     public let central: CentralHost
+    /// The peripheral side: programmed advertisements and the links they accept (their
+    /// `PeripheralSecurity` is `advertising.peripheral`'s).
+    public let advertising: ProgrammedAdvertising
     public let links = HostLinks()
     public var logger: Logger
     /// Each event, as it happens.
@@ -90,9 +94,18 @@ public final class ProgrammableHost {
             throw HostError(nil, "the host's own GATT database: \(error)")
         }
         randomAddress = HostRandomAddress(stateDirectory: stateDirectory, logger: logger)
+        do {
+            // Made before the controller comes up: the choice of legacy or extended commands counts it.
+            advertising = try ProgrammedAdvertising(controller: controller,
+                                                    configuration: PeripheralConfiguration(name: name, controller: controller.name),
+                                                    randomAddress: randomAddress.address, logger: logger)
+        } catch {
+            throw HostError(nil, "the host's peripheral GATT database: \(error)")
+        }
         central.onReady = { [weak self] in self?.controllerReady() }
         central.onReport = { [weak self] report in self?.reported(report) }
         central.onError = { [weak self] message in self?.scanFailed(message) }
+        wireAdvertising()
     }
 
     public var isReady: Bool { controller.isReady && !controller.isStopping }
@@ -299,6 +312,7 @@ public final class ProgrammableHost {
         if let resetDeadline { controller.scheduler.cancel(resetDeadline) }
         resetDeadline = nil
         randomAddress.renew(logger: logger)
+        advertising.randomAddress = randomAddress.address
         if controller.isReady { controller.hci.send(.leSetRandomAddress(randomAddress.address)) }
         logger.notice("reset done: random address \(randomAddress.address)")
         onEvent?(.reset)
@@ -306,7 +320,7 @@ public final class ProgrammableHost {
 
     // MARK: Checks
 
-    private func checkReady() throws(HostError) {
+    func checkReady() throws(HostError) {
         guard isReady else { throw HostError(.notReady, "the controller is not ready") }
         guard !isResetting else { throw HostError(.notReady, "a reset is under way; wait for its reset event") }
     }

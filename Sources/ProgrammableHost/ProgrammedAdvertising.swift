@@ -29,8 +29,10 @@ import Logging
 public final class ProgrammedAdvertising {
     /// Why an advertisement stopped.
     public enum StopReason: Equatable, Sendable {
-        /// `stop` (`advertise-stop`), or `stopAll` (the host's `reset`).
+        /// `stop` (`advertise-stop`), or `stopAll` with no other reason.
         case stopped
+        /// The programmable host's `reset` (`stopAll`).
+        case hostReset
         /// High duty cycle directed advertising ended with no connection (Advertising Timeout, 0x3C).
         case timeout
         /// The controller was reset (a hardware error): its sets are gone.
@@ -48,8 +50,9 @@ public final class ProgrammedAdvertising {
         public var word: String {
             switch self {
             case .stopped: return "stopped"
+            case .hostReset: return "reset"
             case .timeout: return "timeout"
-            case .controllerReset: return "reset"
+            case .controllerReset: return "controller-reset"
             case .controllerLost: return "controller-lost"
             case .hostStopping: return "host-stopping"
             case .refused: return "controller-refused"

@@ -241,22 +241,33 @@ public final class PeripheralSecurity {
     /// Our IRK and identity address go to a bonding central that asks (IdKey, 3.6.1), so it can
     /// resolve the addresses we advertise from with privacy on.
     private func makeResponder(peer: LEAddress, local: LEAddress, identity: SMPIdentity?) -> SMPResponder {
-        SMPResponder(configuration: responderConfiguration(identity: identity), initiatorAddress: peer, responderAddress: local,
+        SMPResponder(configuration: responderConfiguration(identity: identity, local: local), initiatorAddress: peer, responderAddress: local,
                      random: makeRandom())
     }
 
     /// The responder's configuration now: `configuration`'s, or `pairingSettings`' when set;
     /// Just Works confirmed by the owner when `prompts` takes the questions.
-    private func responderConfiguration(identity: SMPIdentity?) -> SMPResponderConfiguration {
+    private func responderConfiguration(identity: SMPIdentity?, local: LEAddress) -> SMPResponderConfiguration {
         var responderConfiguration = configuration.responderConfiguration
         if let pairingSettings {
             responderConfiguration.pairing = pairingSettings.pairingConfiguration(
                 identity: nil, minimumEncryptionKeySize: configuration.minimumEncryptionKeySize, confirmsJustWorks: false)
             responderConfiguration.requestMITM = pairingSettings.mitm
         }
-        responderConfiguration.pairing.identity = identity
+        responderConfiguration.pairing.identity = identity.map { Self.identity($0, onLinkTo: local) }
         responderConfiguration.pairing.confirmsJustWorks = prompts != nil
         return responderConfiguration
+    }
+
+    /// The identity a link's pairing distributes (Identity Address Information, Vol 3, Part H,
+    /// 3.6.5): the device's IRK with the address the central connected to when that is an
+    /// identity address (public, or static random, Vol 6, Part B, 1.3) — the programmable host
+    /// advertises from the controller's public address or its static random one, and the central
+    /// bonds with the one it connected to — else the device's identity address (never a
+    /// resolvable private address the device advertised from with privacy).
+    static func identity(_ identity: SMPIdentity, onLinkTo local: LEAddress) -> SMPIdentity {
+        guard !local.isRandom || local.address.isValidStaticRandom else { return identity }
+        return SMPIdentity(resolvingKey: identity.resolvingKey, address: local)
     }
 
     public func linkClosed(_ handle: UInt16) {
@@ -348,7 +359,7 @@ public final class PeripheralSecurity {
             // idle responder holds nothing but its configuration: a new one takes the identity
             // and the settings of the moment (`pairingSettings`, `prompts`).
             let bondable = pairingSettings?.bondable ?? configuration.bondable
-            let wanted = responderConfiguration(identity: bondable ? identity : loadedIdentity)
+            let wanted = responderConfiguration(identity: bondable ? identity : loadedIdentity, local: link.local)
             if link.responder.configuration != wanted {
                 link.responder = SMPResponder(configuration: wanted, initiatorAddress: link.peer, responderAddress: link.local,
                                               random: makeRandom())

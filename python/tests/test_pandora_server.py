@@ -334,7 +334,10 @@ def test_advertise_sends_the_data_on_the_air_and_streams_each_connection(fake: F
     (dict(legacy=False, connectable=True, scan_response_data=DataTypes(complete_local_name="x")),
      dict(scannable=True, scan_response="020978")),  # blemu refuses it, naming the rule
     (dict(legacy=False, connectable=False, random=bytes.fromhex("C00000000001"), scan_response_data=DataTypes()),
-     dict(scannable=True, directed_to="C0:00:00:00:00:01", directed_type="random", scan_response="")),
+     dict(scannable=False, directed_to="C0:00:00:00:00:01", directed_type="random", scan_response=None)),
+    # The stubs' default empty scan response on extended non-connectable advertising: none, not scannable.
+    (dict(legacy=False, connectable=False, data=DataTypes(complete_local_name="x")),
+     dict(scannable=False, connectable=False, scan_response=None, data="020978")),
 ])
 def test_advertise_requests_become_the_advertise_fields(fake: FakeHost, channel: grpc.Channel, kwargs, expected) -> None:
     stream = host_grpc.Host(channel).Advertise(**kwargs, timeout=5)

@@ -443,12 +443,14 @@ def advertise_fields(request: host_pb2.AdvertiseRequest, name: str) -> dict[str,
     }
     if not legacy_directed:
         fields["data"] = datatypes.encode(request.data, local_name=name, advertising_interval=interval_units).hex()
-    # Pandora's Python stubs set an empty scan_response_data unless told None: an empty one on
-    # extended connectable advertising (which cannot be scannable) means none.
+    # Pandora's Python stubs set an empty scan_response_data unless told None: on extended
+    # advertising an empty one means none, so the set is not scannable (as Bumble's server makes
+    # it: scannable when the scan response has data; a scannable extended set without one is
+    # refused, Vol 4, Part E, 7.8.56).
     has_scan_response = request.HasField("scan_response_data") and not legacy_directed
     if has_scan_response:
         scan_response = datatypes.encode(request.scan_response_data, local_name=name, advertising_interval=interval_units)
-        if scan_response or request.legacy or not request.connectable:
+        if scan_response or request.legacy:
             fields["scan_response"] = scan_response.hex()
         else:
             has_scan_response = False
