@@ -167,7 +167,7 @@ let package = Package(
         ], path: "Sources/ProgrammableHost"),
         // The control socket (`blemu run --control PATH`): above Host, below the CLI.
         .target(name: "BlemuControl", dependencies: [
-            "BlemuCore", "BlemuRunLoop", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuSecurity", "BlemuCentral", "BlemuProgrammableHost", "CLinux",
+            "BlemuCore", "BlemuRunLoop", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuSecurity", "BlemuCentral", "BlemuProgrammableHost", "BlemuChannels", "CLinux",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Control"),
         // Scenario files (`blemu run --scenario`): the YAML steps and their runner on the run

@@ -1,3 +1,4 @@
+import BlemuChannels
 import BlemuCore
 import BlemuHCI
 import BlemuProgrammableHost
@@ -17,6 +18,12 @@ public enum HostRequest: Equatable, Sendable {
     /// HCI Disconnect with a reason 7.1.6 allows.
     case disconnect(link: Int, reason: UInt8)
     case links
+    /// L2CAP credit based channels (HostChannelRequests.swift).
+    case channelConnect(HostChannelRequest)
+    case channelListen(spsm: UInt16, ChannelParameters)
+    case channelUnlisten(spsm: UInt16)
+    case channelSend(channel: Int, [UInt8])
+    case channelDisconnect(channel: Int)
 
     /// The op's name on the socket.
     public var op: String {
@@ -28,6 +35,11 @@ public enum HostRequest: Equatable, Sendable {
         case .connect: return "connect"
         case .disconnect: return "disconnect"
         case .links: return "links"
+        case .channelConnect: return "channel-connect"
+        case .channelListen: return "channel-listen"
+        case .channelUnlisten: return "channel-unlisten"
+        case .channelSend: return "channel-send"
+        case .channelDisconnect: return "channel-disconnect"
         }
     }
 
@@ -71,7 +83,7 @@ public enum HostRequest: Equatable, Sendable {
         ("disconnect", Op(fields: [("link", .integer), ("reason", .code)],
                           decode: { reader throws(ControlRequestError) in try reader.hostDisconnect() })),
         ("links", Op(fields: [], decode: { _ throws(ControlRequestError) in .links })),
-    ]
+    ] + channelOps
 
     static let ops: [String: Op] = Dictionary(uniqueKeysWithValues: opTable.map { ($0.name, $0.op) })
 
@@ -121,6 +133,8 @@ public enum HostRequest: Equatable, Sendable {
             members.append(("timeout_ms", .integer(Int64(connect.timeout.milliseconds))))
         case .disconnect(let link, let reason):
             members += [("link", .integer(Int64(link))), ("reason", .string(Hex.byte(reason)))]
+        case .channelConnect, .channelListen, .channelUnlisten, .channelSend, .channelDisconnect:
+            members += channelMembers
         }
         return members
     }

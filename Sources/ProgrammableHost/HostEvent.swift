@@ -18,6 +18,16 @@ public enum HostEvent: Equatable, Sendable {
     case connectFailed(attempt: Int, reason: ConnectFailure, status: UInt8?)
     /// A link closed with this HCI reason (Vol 4, Part E, 7.7.5).
     case disconnected(link: Int, reason: UInt8)
+    /// An L2CAP credit based channel opened: ours (`channel-connect`) or the peer's to an SPSM listened on.
+    case channelOpened(HostChannelSummary)
+    /// Our `channel-connect` ended without a channel.
+    case channelFailed(channel: Int, reason: HostChannelEnd)
+    /// One SDU received on a channel.
+    case channelData(channel: Int, [UInt8])
+    /// A channel's send queue has room again after refusing an SDU (`no-room`).
+    case channelReady(channel: Int)
+    /// An open channel closed, whoever closed it.
+    case channelClosed(channel: Int, reason: HostChannelEnd)
 
     /// The event's name on the socket.
     public var name: String {
@@ -28,6 +38,11 @@ public enum HostEvent: Equatable, Sendable {
         case .connected: return "connected"
         case .connectFailed: return "connect-failed"
         case .disconnected: return "disconnected"
+        case .channelOpened: return "channel-opened"
+        case .channelFailed: return "channel-failed"
+        case .channelData: return "channel-data"
+        case .channelReady: return "channel-ready"
+        case .channelClosed: return "channel-closed"
         }
     }
 }
