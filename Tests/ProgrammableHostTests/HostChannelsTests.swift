@@ -218,8 +218,9 @@ final class ChannelBench {
 
     @Test func aPeerOpensAChannelToAListenedSPSMOnACentralLinkAndUnlistenRefusesTheNext() throws {
         let bench = try ChannelBench()
-        let link = try bench.hostConnects()
+        // Listened before the link opens: served on it as it opens.
         try bench.host.channels.listen(spsm: 0x0080, parameters: ChannelParameters())
+        let link = try bench.hostConnects()
         let peerChannels = try #require(bench.peerLinks.first?.connection.channels)
         _ = peerChannels.connect(spsm: 0x0080, delegate: bench.peerEnd)
         bench.air.run()
