@@ -353,7 +353,7 @@ let package = Package(
         // The programmable host on a scripted controller and on SimulatedAir, and its requests on the control socket.
         .testTarget(name: "ProgrammableHostTests", dependencies: ["BlemuProgrammableHost", "BlemuControl", "BlemuATT", "BlemuCentral", "BlemuConnection", "BlemuCore",
                                                                "BlemuGATTClient", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuGATT", "BlemuChannels",
-                                                               "BlemuSimulator", .product(name: "Logging", package: "swift-log")],
+                                                               "BlemuSimulator", "BlemuTestSupport", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/ProgrammableHostTests"),
     ]
 )

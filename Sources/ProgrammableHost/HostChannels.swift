@@ -161,6 +161,8 @@ public final class HostChannels: CreditBasedChannelDelegate {
     public private(set) var listened: [UInt16: ChannelParameters] = [:]
     /// Our request under way in `connect`: an in-process peer may answer before it returns.
     private var opening: (id: Int, link: Int)?
+    /// Lines about what peers do (channels they open, close, break): their pace is the peers'.
+    private var peerLog = LogBudget(burst: 50, window: .seconds(10))
 
     init(host: ProgrammableHost) {
         self.host = host
@@ -285,6 +287,12 @@ public final class HostChannels: CreditBasedChannelDelegate {
         }
     }
 
+    private func logPeer(_ message: @autoclosure () -> String, level: Logger.Level = .info) {
+        guard host.logger.logLevel <= level,
+              let leftOut = peerLog.take(now: host.controller.scheduler.nowNanoseconds, for: host.logger) else { return }
+        host.logger.log(level: level, "\(message())\(LogBudget.note(leftOut))")
+    }
+
     // MARK: CreditBasedChannelDelegate
 
     private func adopt(_ channel: CreditBasedChannel, id: Int, link: Int, incoming: Bool) {
@@ -307,7 +315,7 @@ public final class HostChannels: CreditBasedChannelDelegate {
         var found = id(of: channel)
         if found == nil {
             guard let link = host.links.entry(handle: channel.linkHandle) else {
-                host.logger.warning("a channel opened on handle \(channel.linkHandle), which is no link of the host: disconnecting it")
+                logPeer("a channel opened on handle \(channel.linkHandle), which is no link of the host: disconnecting it", level: .warning)
                 return channel.disconnect()
             }
             let id = nextID
@@ -318,7 +326,7 @@ public final class HostChannels: CreditBasedChannelDelegate {
         guard let id = found, var entry = entries[id] else { return }
         entry.isOpen = true
         entries[id] = entry
-        host.logger.info("channel \(id) open on link \(entry.link): SPSM \(Hex.word(channel.spsm)), CID \(Hex.word(channel.localCID))\(entry.incoming ? " (the peer's)" : "")")
+        logPeer("channel \(id) open on link \(entry.link): SPSM \(Hex.word(channel.spsm)), CID \(Hex.word(channel.localCID))\(entry.incoming ? " (the peer's)" : "")")
         onEvent?(.channelOpened(HostChannelSummary(
             channel: id, link: entry.link, spsm: channel.spsm, cid: channel.localCID, peerCID: channel.remoteCID,
             mtu: channel.local.mtu, mps: channel.local.mps, peerMTU: channel.peerMTU, peerMPS: channel.peerMPS,
@@ -334,7 +342,7 @@ public final class HostChannels: CreditBasedChannelDelegate {
         guard let id = id(of: channel), let entry = entries.removeValue(forKey: id) else { return }
         ids.removeValue(forKey: ObjectIdentifier(channel))
         let end = HostChannelEnd(reason)
-        host.logger.info("channel \(id) \(entry.isOpen ? "closed" : "failed"): \(reason)")
+        logPeer("channel \(id) \(entry.isOpen ? "closed" : "failed"): \(reason)")
         onEvent?(entry.isOpen ? .channelClosed(channel: id, reason: end) : .channelFailed(channel: id, reason: end))
     }
 

@@ -7,6 +7,7 @@ import BlemuHCI
 import BlemuHost
 import BlemuProgrammableHost
 import BlemuSimulator
+import BlemuTestSupport
 import Logging
 import Testing
 
@@ -54,8 +55,7 @@ final class ChannelBench {
     static let peerAddress = BluetoothAddress("00:1B:DC:00:00:0B")!
     static let peerRandom = BluetoothAddress("C6:00:00:00:00:0B")!
 
-    init() throws {
-        let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+    init(logger: Logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })) throws {
         hostController.address = Self.hostAddress
         peerController.address = Self.peerAddress
         hostController.extendedAdvertisingSets = 4
@@ -65,6 +65,7 @@ final class ChannelBench {
         let hostControllerHost = ControllerHost(controller: "host", scheduler: scheduler, logger: logger,
                                                 transmitBufferCapacity: PeripheralHost.largestPDU, output: { h.output($0, $1) })
         host = try ProgrammableHost(on: hostControllerHost, stateDirectory: nil, logger: logger)
+        let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
         hostAdvertising = try ProgrammedAdvertising(controller: hostControllerHost,
                                                     configuration: PeripheralConfiguration(name: "Host", controller: "host"),
                                                     randomAddress: Self.hostAdvertisingAddress, logger: logger)
@@ -267,6 +268,23 @@ final class ChannelBench {
         // A connection under way cannot be written to or disconnected yet.
         let id = try bench.host.channels.connect(HostChannelRequest(link: link, spsm: 0x0080))
         #expect(throws: HostError.self) { try bench.host.channels.send(channel: id, [1]) }
+    }
+
+    @Test func aPeerOpeningAndClosingChannelsWithoutEndMakesABoundedNumberOfLines() throws {
+        let log = CapturedLog()
+        let bench = try ChannelBench(logger: log.logger)
+        try bench.host.channels.listen(spsm: 0x0080, parameters: ChannelParameters())
+        let (peerLink, _) = try bench.peerConnects()
+        log.removeAll()
+        for _ in 0..<200 {
+            let opened = try #require(peerLink.openChannel(spsm: 0x0080, delegate: bench.peerEnd))
+            bench.air.run()
+            opened.disconnect()
+            bench.air.run()
+        }
+        #expect(bench.opened.count == 200, "every channel told as an event")
+        let lines = log.messages.filter { $0.contains("channel ") }
+        #expect(lines.count <= 50, "\(lines.count) lines")
     }
 
     @Test func aResetForgetsTheListenedSPSMs() throws {
