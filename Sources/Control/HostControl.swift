@@ -62,6 +62,8 @@ public final class HostControl {
             case .links:
                 logBudgeted(.info, "control client \(client): host links: \(host.links.count) link(s)")
                 return ok([("links", .array(host.links.entries.map { .object(Self.members($0.summary)) }))])
+            case .channelConnect, .channelListen, .channelUnlisten, .channelSend, .channelDisconnect:
+                return ok(try runChannel(request, client: client))
             }
         } catch {
             logBudgeted(.warning, "control client \(client): host \(request.op): refused: \(printable(error.message, limit: 400))")
@@ -71,11 +73,11 @@ public final class HostControl {
         }
     }
 
-    private func log(_ client: Int, _ what: String) {
+    func log(_ client: Int, _ what: String) {
         logger.event(.controlCommand, .notice, "control client \(client): host: \(what)")
     }
 
-    private func logBudgeted(_ level: Logger.Level, _ message: String) {
+    func logBudgeted(_ level: Logger.Level, _ message: String) {
         guard logger.logLevel <= level, let leftOut = budget.take(now: host.controller.scheduler.nowNanoseconds, for: logger) else { return }
         logger.event(.controlCommand, level, "\(message)\(LogBudget.note(leftOut))")
     }
@@ -120,6 +122,8 @@ public final class HostControl {
         case .advertisingStopped(let advertisement, let reason):
             members += [("advertisement", .integer(Int64(advertisement))), ("reason", .string(reason.word)),
                         ("status", reason.status.map { .string(Hex.byte($0)) } ?? .null)]
+        case .channelOpened, .channelFailed, .channelData, .channelReady, .channelClosed:
+            members += channelMembers(event)
         }
         return members
     }

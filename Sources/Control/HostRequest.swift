@@ -1,3 +1,4 @@
+import BlemuChannels
 import BlemuCore
 import BlemuHCI
 import BlemuProgrammableHost
@@ -20,6 +21,12 @@ public enum HostRequest: Equatable, Sendable {
     /// An advertisement started (`advertise`); its id comes in the reply.
     case advertise(HostAdvertiseRequest)
     case advertiseStop(advertisement: Int)
+    /// L2CAP credit based channels (HostChannelRequests.swift).
+    case channelConnect(HostChannelRequest)
+    case channelListen(spsm: UInt16, ChannelParameters)
+    case channelUnlisten(spsm: UInt16)
+    case channelSend(channel: Int, [UInt8])
+    case channelDisconnect(channel: Int)
 
     /// The op's name on the socket.
     public var op: String {
@@ -33,6 +40,11 @@ public enum HostRequest: Equatable, Sendable {
         case .links: return "links"
         case .advertise: return "advertise"
         case .advertiseStop: return "advertise-stop"
+        case .channelConnect: return "channel-connect"
+        case .channelListen: return "channel-listen"
+        case .channelUnlisten: return "channel-unlisten"
+        case .channelSend: return "channel-send"
+        case .channelDisconnect: return "channel-disconnect"
         }
     }
 
@@ -85,7 +97,7 @@ public enum HostRequest: Equatable, Sendable {
                               decode: { reader throws(ControlRequestError) in
                                   .advertiseStop(advertisement: try reader.hostID("advertisement"))
                               })),
-    ]
+    ] + channelOps
 
     static let ops: [String: Op] = Dictionary(uniqueKeysWithValues: opTable.map { ($0.name, $0.op) })
 
@@ -148,6 +160,8 @@ public enum HostRequest: Equatable, Sendable {
                         ("secondary_phy", .string(HostWords.phy(p.secondaryPHY.rawValue)))]
         case .advertiseStop(let advertisement):
             members.append(("advertisement", .integer(Int64(advertisement))))
+        case .channelConnect, .channelListen, .channelUnlisten, .channelSend, .channelDisconnect:
+            members += channelMembers
         }
         return members
     }

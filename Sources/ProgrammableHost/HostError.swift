@@ -12,6 +12,8 @@ public struct HostError: Error, Equatable, Sendable, CustomStringConvertible {
         case unknownScan = "unknown-scan"
         case unknownAdvertisement = "unknown-advertisement"
         case unknownPairing = "unknown-pairing"
+        /// No such channel is open, or no such SPSM is listened on.
+        case unknownChannel = "unknown-channel"
         /// A bounded table is full.
         case noRoom = "no-room"
     }

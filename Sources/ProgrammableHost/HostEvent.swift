@@ -20,6 +20,16 @@ public enum HostEvent: Equatable, Sendable {
     case disconnected(link: Int, reason: UInt8)
     /// Advertisement `advertisement` ended, and why (`advertise-stop`, a reset, a timeout, the controller).
     case advertisingStopped(advertisement: Int, reason: ProgrammedAdvertising.StopReason)
+    /// An L2CAP credit based channel opened: ours (`channel-connect`) or the peer's to an SPSM listened on.
+    case channelOpened(HostChannelSummary)
+    /// Our `channel-connect` ended without a channel.
+    case channelFailed(channel: Int, reason: HostChannelEnd)
+    /// One SDU received on a channel.
+    case channelData(channel: Int, [UInt8])
+    /// A channel's send queue has room again after refusing an SDU (`no-room`).
+    case channelReady(channel: Int)
+    /// An open channel closed, whoever closed it.
+    case channelClosed(channel: Int, reason: HostChannelEnd)
 
     /// The event's name on the socket.
     public var name: String {
@@ -31,6 +41,11 @@ public enum HostEvent: Equatable, Sendable {
         case .connectFailed: return "connect-failed"
         case .disconnected: return "disconnected"
         case .advertisingStopped: return "advertising-stopped"
+        case .channelOpened: return "channel-opened"
+        case .channelFailed: return "channel-failed"
+        case .channelData: return "channel-data"
+        case .channelReady: return "channel-ready"
+        case .channelClosed: return "channel-closed"
         }
     }
 }

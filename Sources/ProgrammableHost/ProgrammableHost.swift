@@ -65,6 +65,8 @@ public final class ProgrammableHost {
     /// `PeripheralSecurity` is `advertising.peripheral`'s).
     public let advertising: ProgrammedAdvertising
     public let links = HostLinks()
+    /// The L2CAP credit based channels on the links (HostChannels.swift).
+    public private(set) lazy var channels = HostChannels(host: self)
     public var logger: Logger
     /// Each event, as it happens.
     public var onEvent: ((HostEvent) -> Void)?
@@ -106,6 +108,8 @@ public final class ProgrammableHost {
         central.onReport = { [weak self] report in self?.reported(report) }
         central.onError = { [weak self] message in self?.scanFailed(message) }
         wireAdvertising()
+        channels.onEvent = { [weak self] in self?.onEvent?($0) }
+        addResetStep { [weak self] in self?.channels.reset() }
     }
 
     public var isReady: Bool { controller.isReady && !controller.isStopping }
@@ -233,6 +237,7 @@ public final class ProgrammableHost {
         case .success(let link):
             let entry = links.add(role: .central, connection: link.connection, central: link, ownAddress: ownAddress(for: own), attempt: id)
             link.onDisconnected = { [weak self] reason in self?.linkClosed(handle: entry.handle, reason: reason) }
+            channels.linkOpened(link.connection)
             onEvent?(.connected(entry.summary))
             // A connection made while a reset called the attempt off is closed at once.
             if isResetting { controller.hci.send(.disconnect(handle: entry.handle, reason: HCIStatus.remoteUserTerminated)) }
@@ -260,6 +265,7 @@ public final class ProgrammableHost {
     @discardableResult
     public func peripheralLinkOpened(_ connection: LEConnection, advertisement: Int, ownAddress: LEAddress) -> Int {
         let entry = links.add(role: .peripheral, connection: connection, ownAddress: ownAddress, advertisement: advertisement)
+        channels.linkOpened(connection)
         onEvent?(.connected(entry.summary))
         if isResetting { controller.hci.send(.disconnect(handle: entry.handle, reason: HCIStatus.remoteUserTerminated)) }
         return entry.id

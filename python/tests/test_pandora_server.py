@@ -515,3 +515,136 @@ def test_the_python_example_of_test_frameworks_md_runs_against_the_vocabulary(fa
     connect = fake.wait_op("connect")
     assert connect["address"] == "C0:00:00:00:00:02" and connect["address_type"] == "random"
     assert "'event': 'connected'" in capsys.readouterr().out
+
+
+# -- L2CAP -------------------------------------------------------------------------------------
+
+def channel_token(channel: int) -> Any:
+    return translate.channel(channel)
+
+
+def opened_event(channel: int, link: int = 3, spsm: str = "0x0080", incoming: bool = False) -> dict[str, Any]:
+    return {"event": "channel-opened", "channel": channel, "link": link, "spsm": spsm, "cid": "0x0040", "peer_cid": "0x0041",
+            "mtu": 512, "mps": 247, "peer_mtu": 256, "peer_mps": 100, "incoming": incoming, "enhanced": False}
+
+
+def test_l2cap_connect_opens_an_le_credit_based_channel_with_the_requests_parameters(fake: FakeHost, channel: grpc.Channel) -> None:
+    from pandora import l2cap_pb2
+    fake.handlers["channel-connect"] = lambda r: ({"channel": 4}, [opened_event(4)])
+    response = l2cap_grpc.L2CAP(channel).Connect(connection=token(3), le_credit_based=l2cap_pb2.CreditBasedChannelRequest(
+        spsm=0x80, mtu=512, mps=247, initial_credit=8), timeout=5)
+    assert response.channel.cookie.value == b"4"
+    request = fake.wait_op("channel-connect")
+    assert (request["link"], request["spsm"], request["mtu"], request["mps"], request["credits"]) == (3, 0x80, 512, 247, 8)
+    assert "enhanced" not in request
+
+
+def test_l2cap_connect_enhanced_asks_for_enhanced_mode_and_leaves_zero_fields_to_blemu(fake: FakeHost, channel: grpc.Channel) -> None:
+    from pandora import l2cap_pb2
+    fake.handlers["channel-connect"] = lambda r: ({"channel": 5}, [opened_event(5)])
+    response = l2cap_grpc.L2CAP(channel).Connect(connection=token(3), enhanced_credit_based=l2cap_pb2.CreditBasedChannelRequest(
+        spsm=0x81), timeout=5)
+    assert response.channel.cookie.value == b"5"
+    request = fake.wait_op("channel-connect")
+    assert request["enhanced"] is True and request["spsm"] == 0x81 and "mtu" not in request and "credits" not in request
+
+
+def test_l2cap_connect_in_basic_mode_is_unimplemented_and_a_refusal_says_its_result(fake: FakeHost, channel: grpc.Channel) -> None:
+    from pandora import l2cap_pb2
+    stub = l2cap_grpc.L2CAP(channel)
+    with pytest.raises(grpc.RpcError) as basic:
+        stub.Connect(connection=token(3), basic=l2cap_pb2.ConnectionOrientedChannelRequest(psm=1), timeout=5)
+    assert basic.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert not fake.ops("channel-connect")
+    fake.handlers["channel-connect"] = lambda r: ({"channel": 6}, [{"event": "channel-failed", "channel": 6, "result": "0x0002",
+                                                                     "reason": "spsm-not-supported"}])
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.Connect(connection=token(3), le_credit_based=l2cap_pb2.CreditBasedChannelRequest(spsm=0x90), timeout=5)
+    assert refused.value.code() == grpc.StatusCode.ABORTED and "0x0002" in refused.value.details()
+    fake.handlers["channel-connect"] = lambda r: ({"channel": 7}, [{"event": "channel-failed", "channel": 7, "result": None,
+                                                                     "reason": "rejected"}])
+    rejected = stub.Connect(connection=token(3), le_credit_based=l2cap_pb2.CreditBasedChannelRequest(spsm=0x90), timeout=5)
+    assert rejected.error == l2cap_pb2.COMMAND_NOT_UNDERSTOOD
+    fake.handlers["channel-connect"] = lambda r: ({"ok": False, "error": "no link 9 is open", "code": "unknown-link"}, [])
+    with pytest.raises(grpc.RpcError) as unknown:
+        stub.Connect(connection=token(9), le_credit_based=l2cap_pb2.CreditBasedChannelRequest(spsm=0x90), timeout=5)
+    assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_l2cap_wait_connection_listens_and_answers_with_the_peers_channel_on_that_link(fake: FakeHost, channel: grpc.Channel) -> None:
+    from pandora import l2cap_pb2
+    fake.handlers["channel-listen"] = lambda r: ({}, [])
+    thread, result = in_thread(lambda: l2cap_grpc.L2CAP(channel).WaitConnection(
+        connection=token(3), le_credit_based=l2cap_pb2.CreditBasedChannelRequest(spsm=0x25, mtu=200), timeout=10))
+    listen = fake.wait_op("channel-listen")
+    assert listen["spsm"] == 0x25 and listen["mtu"] == 200
+    fake.emit(**opened_event(8, link=4, spsm="0x0025", incoming=True))   # another link
+    fake.emit(**opened_event(9, link=3, spsm="0x0026", incoming=True))   # another SPSM
+    fake.emit(**opened_event(10, link=3, spsm="0x0025", incoming=False))  # ours, not the peer's
+    time.sleep(0.3)
+    assert not result
+    fake.emit(**opened_event(11, link=3, spsm="0x0025", incoming=True))
+    thread.join(5)
+    assert result and result[0].channel.cookie.value == b"11", result
+    # A second WaitConnection on the same SPSM: blemu says it listens already (busy); still fine.
+    fake.handlers["channel-listen"] = lambda r: ({"ok": False, "error": "listened on already", "code": "busy"}, [])
+    thread, result = in_thread(lambda: l2cap_grpc.L2CAP(channel).WaitConnection(
+        connection=token(3), le_credit_based=l2cap_pb2.CreditBasedChannelRequest(spsm=0x25), timeout=10))
+    fake.wait_op("channel-listen", count=2)
+    time.sleep(0.2)
+    fake.emit(**opened_event(12, link=3, spsm="0x0025", incoming=True))
+    thread.join(5)
+    assert result and result[0].channel.cookie.value == b"12", result
+
+
+def test_l2cap_receive_streams_the_sdus_kept_since_the_channel_opened_and_ends_when_it_closes(fake: FakeHost, channel: grpc.Channel) -> None:
+    from pandora import l2cap_pb2
+    fake.handlers["channel-connect"] = lambda r: ({"channel": 4}, [opened_event(4), {"event": "channel-data", "channel": 4, "data": "6869"}])
+    stub = l2cap_grpc.L2CAP(channel)
+    opened = stub.Connect(connection=token(3), le_credit_based=l2cap_pb2.CreditBasedChannelRequest(spsm=0x80), timeout=5)
+    time.sleep(0.3)  # the SDU arrives before anyone receives
+    stream = stub.Receive(channel=opened.channel, timeout=10)
+    assert next(stream).data == b"hi"
+    fake.emit(event="channel-data", channel=5, data="ffff")   # another channel's
+    fake.emit(event="channel-data", channel=4, data="")
+    fake.emit(event="channel-data", channel=4, data="0102")
+    fake.emit(event="channel-closed", channel=4, reason="peer")
+    assert [r.data for r in stream] == [b"", b"\x01\x02"]
+    done = stub.WaitDisconnection(channel=opened.channel, timeout=5)
+    assert done.HasField("success")
+
+
+def test_l2cap_send_sends_hex_and_waits_for_room_when_the_queue_is_full(fake: FakeHost, channel: grpc.Channel) -> None:
+    sends: list[dict[str, Any]] = []
+
+    def send(request: dict[str, Any]) -> tuple[Reply, list[dict[str, Any]]]:
+        sends.append(request)
+        if len(sends) == 1:
+            return {"ok": False, "error": "the send queue is full", "code": "no-room"}, []
+        return {}, []
+    fake.handlers["channel-send"] = send
+    thread, result = in_thread(lambda: l2cap_grpc.L2CAP(channel).Send(channel=channel_token(4), data=b"\x00\xffab", timeout=10))
+    fake.wait_op("channel-send")
+    time.sleep(0.3)
+    assert not result, "Send answered while the queue was full"
+    fake.emit(event="channel-ready", channel=4)
+    thread.join(5)
+    assert result and result[0].HasField("success"), result
+    assert [s["data"] for s in sends] == ["00ff6162", "00ff6162"] and sends[0]["channel"] == 4
+
+
+def test_l2cap_disconnect_waits_for_the_close_and_an_unknown_channel_is_done_already(fake: FakeHost, channel: grpc.Channel) -> None:
+    fake.handlers["channel-disconnect"] = lambda r: ({}, [{"event": "channel-closed", "channel": r["channel"], "reason": "disconnected"}])
+    stub = l2cap_grpc.L2CAP(channel)
+    assert stub.Disconnect(channel=channel_token(4), timeout=5).HasField("success")
+    assert fake.wait_op("channel-disconnect")["channel"] == 4
+    fake.handlers["channel-disconnect"] = lambda r: ({"ok": False, "error": "no channel", "code": "unknown-channel"}, [])
+    assert stub.Disconnect(channel=channel_token(4), timeout=5).HasField("success")
+    with pytest.raises(grpc.RpcError) as bad:
+        stub.Disconnect(channel=l2cap_pb2_channel(b"x1"), timeout=5)
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def l2cap_pb2_channel(cookie: bytes) -> Any:
+    from pandora import l2cap_pb2
+    return l2cap_pb2.Channel(cookie=any_pb2.Any(value=cookie))

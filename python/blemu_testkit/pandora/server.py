@@ -4,7 +4,7 @@ client drives blemu as it drives Bumble or Android (Docs/TEST-FRAMEWORKS.md).
 
 A thin front end: each RPC is one or two host requests on the control socket and a wait for the
 host's events (Docs/CONTROL.md, "The programmable host"); the host's logic is blemu's. BR/EDR
-RPCs answer UNIMPLEMENTED. grpcio's threaded server: one thread per RPC in progress.
+RPCs (and L2CAP's fixed channels and basic mode) answer UNIMPLEMENTED. grpcio's threaded server: one thread per RPC in progress.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from concurrent import futures
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import grpc
 from google.protobuf import empty_pb2, wrappers_pb2
-from pandora import host_grpc, host_pb2, l2cap_grpc, security_grpc, security_pb2
+from pandora import host_grpc, host_pb2, l2cap_grpc, l2cap_pb2, security_grpc, security_pb2
 
 from ..errors import BlemuError, CommandError
 from . import datatypes, translate
@@ -44,6 +45,7 @@ STATUS_OF_CODE = {
     "unknown-scan": grpc.StatusCode.NOT_FOUND,
     "unknown-advertisement": grpc.StatusCode.NOT_FOUND,
     "unknown-pairing": grpc.StatusCode.NOT_FOUND,
+    "unknown-channel": grpc.StatusCode.NOT_FOUND,
 }
 
 BR_EDR = "blemu is an LE host: BR/EDR (Classic) is not implemented"
@@ -118,13 +120,16 @@ class Pandora:
         self.reset_mode = reset_mode
         self._reset_lock = threading.Lock()
         self.pairing = PairingDispatcher(host)
+        self.channels = ChannelTracker(host)
 
     def start(self) -> None:
         self.configure_pairing()
         self.pairing.start()
+        self.channels.start()
 
     def stop(self) -> None:
         self.pairing.stop()
+        self.channels.stop()
 
     def configure_pairing(self) -> None:
         """The pairing settings of Bumble's Pandora server (bonding, MITM, Secure Connections
@@ -588,27 +593,248 @@ class SecurityStorageService(security_grpc.SecurityStorageServicer):
         return empty_pb2.Empty()
 
 
-L2CAP_NOT_YET = "L2CAP credit-based channels are not yet in blemu's host vocabulary"
+class ChannelState:
+    """One channel as the tracker knows it: the SDUs received and not yet taken by a Receive
+    stream (bounded: past `limit` the oldest go, counted and logged), and whether it closed."""
+
+    def __init__(self, channel: int, limit: int = 4096):
+        self.channel = channel
+        self.received: "deque[bytes]" = deque()
+        self.limit = limit
+        self.dropped = 0
+        self.closed = threading.Event()
+        self.arrived = threading.Condition()
+
+    def add(self, data: bytes) -> None:
+        with self.arrived:
+            if len(self.received) >= self.limit:
+                self.received.popleft()
+                self.dropped += 1
+                log.warning("channel %d: %d SDUs not received by anyone dropped (the oldest first)", self.channel, self.dropped)
+            self.received.append(data)
+            self.arrived.notify_all()
+
+    def close(self) -> None:
+        self.closed.set()
+        with self.arrived:
+            self.arrived.notify_all()
+
+    def take(self, timeout: float) -> Optional[bytes]:
+        """The next SDU, or None after `timeout` (or at once when it closed with none left)."""
+        with self.arrived:
+            if not self.received and not self.closed.is_set():
+                self.arrived.wait(timeout)
+            return self.received.popleft() if self.received else None
+
+
+class ChannelTracker:
+    """The host's channels from the events: each channel's SDUs kept from the moment it opens
+    until a Receive stream takes them (Bumble's Pandora server keeps them the same way), and its
+    end, for WaitDisconnection."""
+
+    CLOSED_KEPT = 1024  # ended channels remembered (ids only grow)
+
+    def __init__(self, host: Host):
+        self.host = host
+        self._lock = threading.Lock()
+        self._channels: dict[int, ChannelState] = {}
+        self._running = False
+        self._subscription: Optional[Subscription] = None
+
+    def start(self) -> None:
+        self._running = True
+        self._subscription = self.host.subscribe()
+        threading.Thread(target=self._run, name="l2cap-channels", daemon=True).start()
+
+    def stop(self) -> None:
+        self._running = False
+
+    def state(self, channel: int) -> ChannelState:
+        with self._lock:
+            state = self._channels.get(channel)
+            if state is None:
+                state = self._channels[channel] = ChannelState(channel)
+                ended = [c for c, s in self._channels.items() if s.closed.is_set()]
+                for old in ended[:max(0, len(ended) - self.CLOSED_KEPT)]:
+                    del self._channels[old]
+            return state
+
+    def known(self, channel: int) -> Optional[ChannelState]:
+        with self._lock:
+            return self._channels.get(channel)
+
+    def _run(self) -> None:
+        while self._running:
+            subscription = self._subscription
+            assert subscription is not None
+            event = subscription.get(POLL)
+            if event is None:
+                continue
+            if event is CLOSED:
+                with self._lock:
+                    states = list(self._channels.values())
+                for state in states:  # blemu went away: so did its channels
+                    state.close()
+                time.sleep(0.1)
+                try:
+                    self._subscription = self.host.subscribe()
+                    subscription.close()
+                except BlemuError:
+                    pass
+                continue
+            kind, channel = event.get("event"), event.get("channel")
+            if not isinstance(channel, int):
+                continue
+            if kind == "channel-opened":
+                self.state(channel)
+            elif kind == "channel-data":
+                try:
+                    self.state(channel).add(bytes.fromhex(event.get("data", "")))
+                except ValueError:
+                    log.warning("channel-data not hex: %r", str(event.get("data"))[:40])
+            elif kind in ("channel-closed", "channel-failed"):
+                self.state(channel).close()
+
+
+def _credit_based(request: Any, context: grpc.ServicerContext) -> tuple[dict[str, Any], bool]:
+    """The channel fields of a Connect or WaitConnection request's `type`: LE or enhanced credit
+    based (Vol 3, Part A, 4.22, 4.25); a zero field takes blemu's default. Basic (BR/EDR) mode is
+    not blemu's."""
+    variant = request.WhichOneof("type")
+    if variant not in ("le_credit_based", "enhanced_credit_based"):
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "blemu is an LE host: only LE and enhanced credit based channels, not "
+                      f"{variant or 'no type'}")
+    spec = getattr(request, variant)
+    fields: dict[str, Any] = {"spsm": spec.spsm}
+    for name, value in (("mtu", spec.mtu), ("mps", spec.mps), ("credits", spec.initial_credit)):
+        if value:
+            fields[name] = value
+    return fields, variant == "enhanced_credit_based"
 
 
 class L2CAPService(l2cap_grpc.L2CAPServicer):
-    def Connect(self, request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, L2CAP_NOT_YET)
+    """LE and enhanced credit based channels on the host's links: `channel-connect`,
+    `channel-listen`, `channel-send`, `channel-disconnect` and their events. Fixed channels and
+    BR/EDR's basic mode answer UNIMPLEMENTED."""
 
-    def WaitConnection(self, request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, L2CAP_NOT_YET)
+    SEND_PATIENCE = 10.0  # a Send waits this long for room in a full send queue
 
-    def Disconnect(self, request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, L2CAP_NOT_YET)
+    def __init__(self, pandora: Pandora):
+        self.pandora = pandora
+        self.host = pandora.host
+        self.channels = pandora.channels
 
-    def WaitDisconnection(self, request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, L2CAP_NOT_YET)
+    @rpc
+    def Connect(self, request: l2cap_pb2.ConnectRequest, context: grpc.ServicerContext) -> l2cap_pb2.ConnectResponse:
+        link = translate.link_of(request.connection)
+        fields, enhanced = _credit_based(request, context)
+        if enhanced:
+            fields["enhanced"] = True
+        with self.host.subscribe() as events:
+            channel = self.host.request("channel-connect", link=link, **fields).get("channel")
 
-    def Receive(self, request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, L2CAP_NOT_YET)
+            def outcome(event: dict[str, Any]) -> Optional[dict[str, Any]]:
+                if event is CLOSED:
+                    raise BlemuError("blemu stopped while the channel was being opened")
+                if event.get("event") in ("channel-opened", "channel-failed") and event.get("channel") == channel:
+                    return event
+                if _is(event, "disconnected", link=link):
+                    return {"event": "channel-failed", "reason": "link-closed", "result": None}
+                return None
 
-    def Send(self, request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, L2CAP_NOT_YET)
+            event = wait_for(events, context, outcome)
+        if event is None:
+            context.abort(grpc.StatusCode.CANCELLED, "the client left")
+        assert event is not None
+        if event["event"] == "channel-opened":
+            self.channels.state(channel)
+            return l2cap_pb2.ConnectResponse(channel=translate.channel(channel))
+        if event.get("reason") == "rejected":
+            return l2cap_pb2.ConnectResponse(error=l2cap_pb2.COMMAND_NOT_UNDERSTOOD)
+        context.abort(grpc.StatusCode.ABORTED, f"the peer refused the channel: {event.get('reason')} (result {event.get('result')})")
+        raise AssertionError
+
+    @rpc
+    def WaitConnection(self, request: l2cap_pb2.WaitConnectionRequest,
+                       context: grpc.ServicerContext) -> l2cap_pb2.WaitConnectionResponse:
+        link = translate.link_of(request.connection) if request.HasField("connection") else None
+        fields, _ = _credit_based(request, context)  # blemu listens for both modes on an SPSM
+        with self.host.subscribe() as events:
+            try:
+                self.host.request("channel-listen", **fields)
+            except CommandError as error:
+                if error.code != "busy":  # listened on already (a WaitConnection before): still is
+                    raise
+
+            def incoming(event: dict[str, Any]) -> Optional[int]:
+                if event is CLOSED:
+                    raise BlemuError("blemu stopped while waiting for a channel")
+                if (_is(event, "channel-opened", incoming=True) and int(event.get("spsm", "0"), 16) == fields["spsm"]
+                        and (link is None or event.get("link") == link)):
+                    return event.get("channel")
+                return None
+
+            channel = wait_for(events, context, incoming)
+        if channel is None:
+            context.abort(grpc.StatusCode.CANCELLED, "the client left")
+        self.channels.state(channel)  # type: ignore[arg-type]
+        return l2cap_pb2.WaitConnectionResponse(channel=translate.channel(channel))
+
+    @rpc
+    def Disconnect(self, request: l2cap_pb2.DisconnectRequest, context: grpc.ServicerContext) -> l2cap_pb2.DisconnectResponse:
+        channel = translate.channel_of(request.channel)
+        with self.host.subscribe() as events:
+            try:
+                self.host.request("channel-disconnect", channel=channel)
+            except CommandError as error:
+                if error.code == "unknown-channel":  # closed already: as the peer wanted, done
+                    return l2cap_pb2.DisconnectResponse(success=empty_pb2.Empty())
+                raise
+            wait_for(events, context, lambda e: True if e is CLOSED or _is(e, "channel-closed", channel=channel) else None,
+                     timeout=10.0)
+        return l2cap_pb2.DisconnectResponse(success=empty_pb2.Empty())
+
+    @rpc
+    def WaitDisconnection(self, request: l2cap_pb2.WaitDisconnectionRequest,
+                          context: grpc.ServicerContext) -> l2cap_pb2.WaitDisconnectionResponse:
+        state = self.channels.known(translate.channel_of(request.channel))
+        while state is not None and not state.closed.wait(POLL):
+            if not context.is_active():
+                context.abort(grpc.StatusCode.CANCELLED, "the client left")
+        return l2cap_pb2.WaitDisconnectionResponse(success=empty_pb2.Empty())
+
+    @rpc
+    def Send(self, request: l2cap_pb2.SendRequest, context: grpc.ServicerContext) -> l2cap_pb2.SendResponse:
+        if request.WhichOneof("sink") != "channel":
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "blemu's host sends on credit based channels only, not fixed channels")
+        channel = translate.channel_of(request.channel)
+        deadline = time.monotonic() + self.SEND_PATIENCE
+        with self.host.subscribe() as events:
+            while True:
+                try:
+                    self.host.request("channel-send", channel=channel, data=bytes(request.data).hex())
+                    return l2cap_pb2.SendResponse(success=empty_pb2.Empty())
+                except CommandError as error:
+                    if error.code != "no-room" or time.monotonic() >= deadline:
+                        raise
+                # The send queue is full: wait for its room (`channel-ready`), then again.
+                wait_for(events, context, lambda e: True if e is CLOSED or _is(e, "channel-ready", channel=channel)
+                         or _is(e, "channel-closed", channel=channel) else None, timeout=deadline - time.monotonic())
+
+    @stream_rpc
+    def Receive(self, request: l2cap_pb2.ReceiveRequest, context: grpc.ServicerContext) -> Iterator[l2cap_pb2.ReceiveResponse]:
+        if request.WhichOneof("source") != "channel":
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "blemu's host receives on credit based channels only, not fixed channels")
+        state = self.channels.known(translate.channel_of(request.channel))
+        if state is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, "no such channel (or not one this server opened or accepted)")
+        assert state is not None
+        while context.is_active():
+            data = state.take(POLL)
+            if data is not None:
+                yield l2cap_pb2.ReceiveResponse(data=data)
+            elif state.closed.is_set():
+                return
 
 
 def serve(host: Host, listen: str, **options: Any) -> tuple[grpc.Server, Pandora, int]:
@@ -619,7 +845,7 @@ def serve(host: Host, listen: str, **options: Any) -> tuple[grpc.Server, Pandora
     host_grpc.add_HostServicer_to_server(HostService(pandora), server)
     security_grpc.add_SecurityServicer_to_server(SecurityService(pandora), server)
     security_grpc.add_SecurityStorageServicer_to_server(SecurityStorageService(pandora), server)
-    l2cap_grpc.add_L2CAPServicer_to_server(L2CAPService(), server)
+    l2cap_grpc.add_L2CAPServicer_to_server(L2CAPService(pandora), server)
     port = server.add_insecure_port(listen)
     if port == 0:
         raise BlemuError(f"cannot listen on {listen}")

@@ -94,6 +94,22 @@ def link_of(token: Connection) -> int:
     return int(value)
 
 
+def channel(channel_id: Any) -> Any:
+    """The token of an L2CAP channel: its id in decimal ASCII (never reused, as a link's)."""
+    from pandora.l2cap_pb2 import Channel
+    if isinstance(channel_id, bool) or not isinstance(channel_id, int) or channel_id < 0:
+        raise TranslationError(f"blemu gave no channel id: {channel_id!r}")
+    return Channel(cookie=any_pb2.Any(value=str(channel_id).encode()))
+
+
+def channel_of(token: Any) -> int:
+    """The channel id a token names; a token this server did not make is an error."""
+    value = bytes(token.cookie.value)
+    if not value or len(value) > 20 or not value.isdigit():
+        raise TranslationError(f"not a blemu channel token: {value[:40]!r}")
+    return int(value)
+
+
 # -- advertising reports -----------------------------------------------------------------------
 
 def _direct_field(address: str, address_type: str) -> str:
