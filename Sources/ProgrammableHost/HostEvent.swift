@@ -1,5 +1,6 @@
 import BlemuCentral
 import BlemuCore
+import BlemuSecurity
 
 /// What the programmable host tells a program, as it happens (Docs/CONTROL.md, "The programmable
 /// host"): the outcome of what a request started (a connection, a reset) and what the air brings
@@ -18,6 +19,12 @@ public enum HostEvent: Equatable, Sendable {
     case connectFailed(attempt: Int, reason: ConnectFailure, status: UInt8?)
     /// A link closed with this HCI reason (Vol 4, Part E, 7.7.5).
     case disconnected(link: Int, reason: UInt8)
+    /// A pairing asks the program (`pairing-answer` answers it; a passkey display needs none).
+    case pairingRequest(HostSecurity.Request)
+    /// A link's security level rose (whoever started it), or the link turned bonded at its level.
+    case security(link: Int, LinkSecurity)
+    /// Securing a link failed: a `secure` asked of it, or a pairing the peer started.
+    case securityFailed(link: Int, reason: SecureFailure, detail: String)
 
     /// The event's name on the socket.
     public var name: String {
@@ -28,6 +35,9 @@ public enum HostEvent: Equatable, Sendable {
         case .connected: return "connected"
         case .connectFailed: return "connect-failed"
         case .disconnected: return "disconnected"
+        case .pairingRequest: return "pairing-request"
+        case .security: return "security"
+        case .securityFailed: return "security-failed"
         }
     }
 }

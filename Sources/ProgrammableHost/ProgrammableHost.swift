@@ -4,6 +4,7 @@ import BlemuCentral
 import BlemuConnection
 import BlemuCore
 import BlemuHCI
+import BlemuSecurity
 import Logging
 
 /// A scan as a program asks for it (`scan`).
@@ -61,6 +62,8 @@ public final class ProgrammableHost {
     public let controller: ControllerHost
     public let central: CentralHost
     public let links = HostLinks()
+    /// Pairing, `secure`, bonds of both roles (HostSecurity.swift).
+    public let security: HostSecurity
     public var logger: Logger
     /// Each event, as it happens.
     public var onEvent: ((HostEvent) -> Void)?
@@ -90,6 +93,10 @@ public final class ProgrammableHost {
             throw HostError(nil, "the host's own GATT database: \(error)")
         }
         randomAddress = HostRandomAddress(stateDirectory: stateDirectory, logger: logger)
+        security = HostSecurity(central: central, stateDirectory: stateDirectory, name: name, scheduler: controller.scheduler, logger: logger)
+        security.linkOfHandle = { [unowned links] handle in links.entry(handle: handle)?.id }
+        security.onEvent = { [weak self] event in self?.onEvent?(event) }
+        resetSteps.append { [unowned security] in security.reset() }
         central.onReady = { [weak self] in self?.controllerReady() }
         central.onReport = { [weak self] report in self?.reported(report) }
         central.onError = { [weak self] message in self?.scanFailed(message) }
@@ -123,6 +130,7 @@ public final class ProgrammableHost {
     private func controllerReady() {
         // Vol 4, Part E, 7.8.4: the controller's random address, set before anything uses it.
         controller.hci.send(.leSetRandomAddress(randomAddress.address))
+        security.identityIs(identity)
         logger.info("programmable host ready: identity \(identity.address) (\(identity.isRandom ? "random" : "public")), random address \(randomAddress.address)")
     }
 
@@ -207,8 +215,9 @@ public final class ProgrammableHost {
         let own = request.ownAddressType ?? defaultOwnAddressType
         let peer = LEAddress(request.peer, isRandom: request.peerAddressType.rawValue & 0x01 != 0)
         logger.info("attempt \(id): connecting to \(request.peer) from our \(own == .randomDevice ? "random" : "public") address")
+        // SMP hashes the address the link is made from (Vol 3, Part H, 2.2.6: ia/iat).
         central.connect(to: peer, peerAddressType: request.peerAddressType.rawValue, ownAddressType: own,
-                        timeout: request.timeout) { [weak self] result in
+                        ownAddress: ownAddress(for: own), timeout: request.timeout) { [weak self] result in
             self?.attemptEnded(id, own: own, result)
         }
         return id
@@ -257,8 +266,23 @@ public final class ProgrammableHost {
 
     private func linkClosed(handle: UInt16, reason: UInt8) {
         guard let entry = links.remove(handle: handle) else { return }
+        security.linkClosed(handle: handle)
         onEvent?(.disconnected(link: entry.id, reason: reason))
         finishResetIfDone()
+    }
+
+    // MARK: Security
+
+    /// The peripheral side's Security Manager (its accepted links pair through it): handed over
+    /// by whoever makes the peripheral side, once.
+    public func attachPeripheralSecurity(_ peripheralSecurity: PeripheralSecurity) {
+        security.attach(peripheral: peripheralSecurity)
+    }
+
+    /// `secure`: brings link `id` to `level`. Returns true when it had the level already.
+    public func secure(link id: Int, level: LESecurityLevel) throws(HostError) -> Bool {
+        guard let entry = links.entry(id: id) else { throw HostError(.unknownLink, "no link \(id) is open") }
+        return try security.secure(link: id, handle: entry.handle, role: entry.role, level: level)
     }
 
     // MARK: Reset
@@ -300,6 +324,7 @@ public final class ProgrammableHost {
         resetDeadline = nil
         randomAddress.renew(logger: logger)
         if controller.isReady { controller.hci.send(.leSetRandomAddress(randomAddress.address)) }
+        security.identityIs(identity)
         logger.notice("reset done: random address \(randomAddress.address)")
         onEvent?(.reset)
     }
