@@ -1,9 +1,12 @@
+import BlemuCentral
 import BlemuControl
 import BlemuCore
 import BlemuHCI
+import BlemuHost
 import BlemuProgrammableHost
 import BlemuSMP
 import BlemuSecurity
+import BlemuSimulator
 import Foundation
 import Logging
 import Testing
@@ -181,5 +184,122 @@ import Testing
         let controller = ControllerHost(controller: "scripted", scheduler: scheduler, logger: logger, output: { _, _ in true })
         let host = try ProgrammableHost(on: controller, stateDirectory: nil, logger: logger)
         #expect(host.security.central.bonds.path == nil)
+    }
+}
+
+/// The peripheral side handed over (`attachPeripheralSecurity`): a program's advertisement on the
+/// host's controller, a central on another controller of the simulated air, `secure` on the
+/// peripheral link (a Security Request, Vol 3, Part H, 3.6.7) answered by the central's pairing,
+/// the host's prompt and events for it, its bond in the queries and deleted by `reset`.
+@Suite struct HostPeripheralSecurityTests {
+    final class Bench {
+        let scheduler = ManualScheduler()
+        let centralController = SimulatedController()
+        let hostController = SimulatedController()
+        let air: SimulatedAir
+        let central: CentralHost
+        let centralSecurity: CentralSecurity
+        let host: ProgrammableHost
+        let advertising: ProgrammedAdvertising
+        var events: [HostEvent] = []
+
+        init() throws {
+            let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+            centralController.address = BluetoothAddress("00:1B:DC:00:00:01")!
+            hostController.address = BluetoothAddress("00:1B:DC:00:00:02")!
+            hostController.extendedAdvertisingSets = 4
+            air = SimulatedAir(centralController, hostController)
+            let a = centralController, b = hostController
+            central = try CentralHost(on: ControllerHost(controller: "central", scheduler: scheduler, logger: logger, output: { a.output($0, $1) }))
+            centralSecurity = CentralSecurity(configuration: CentralSecurityConfiguration(),
+                                              owner: BondOwner(device: "central", name: "c", address: centralController.address),
+                                              localAddress: LEAddress(centralController.address, isRandom: false), scheduler: scheduler, logger: logger)
+            central.attach(security: centralSecurity)
+            a.host = central.hci
+            let controller = ControllerHost(controller: "host", scheduler: scheduler, logger: logger,
+                                            transmitBufferCapacity: PeripheralHost.largestPDU, output: { b.output($0, $1) })
+            host = try ProgrammableHost(on: controller, stateDirectory: HostBench.temporaryDirectory(), logger: logger)
+            advertising = try ProgrammedAdvertising(controller: controller,
+                                                    configuration: PeripheralConfiguration(name: "Programmed", controller: "host"),
+                                                    randomAddress: host.randomAddress.address, logger: logger)
+            host.attachPeripheralSecurity(advertising.peripheral.security)
+            advertising.onConnection = { [unowned self] link in
+                self.host.peripheralLinkOpened(link.connection, advertisement: link.advertisement, ownAddress: link.ownAddress)
+            }
+            advertising.onLinkClosed = { [unowned self] handle, reason in self.host.peripheralLinkClosed(handle: handle, reason: reason) }
+            host.onEvent = { [unowned self] in self.events.append($0) }
+            b.host = controller.hci
+            central.controller.controllerUp()
+            controller.controllerUp()
+            air.run()
+        }
+
+        /// Runs the air, with what SimulatedAir leaves out: encryption. The central's LE Enable
+        /// Encryption (Vol 4, Part E, 7.8.24) becomes the host's LE Long Term Key Request
+        /// (7.7.65.5); its reply, Encryption Change (7.7.8) on both sides when the keys match.
+        func run(centralHandle: UInt16, hostHandle: UInt16) {
+            var enabled = 0, replied = 0
+            for _ in 0..<20 {
+                air.run()
+                scheduler.advance(by: .milliseconds(50))
+                let enables = centralController.commands(HCIOpcode.leEnableEncryption)
+                while enabled < enables.count {
+                    let p = enables[enabled].parameters
+                    enabled += 1
+                    let random = p[2..<10].reversed().reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+                    hostController.requestLongTermKey(handle: hostHandle, random: random, ediv: UInt16(p[10]) | UInt16(p[11]) << 8)
+                    air.run()
+                    let replies = hostController.commands(HCIOpcode.leLongTermKeyRequestReply)
+                    guard replies.count > replied else { continue }
+                    let key = Array(replies[replied].parameters[2...])
+                    replied += 1
+                    let match: UInt8 = key == Array(p[12...]) ? 0x00 : 0x06
+                    centralController.event(0x08, [match, UInt8(centralHandle & 0xFF), UInt8(centralHandle >> 8), match == 0 ? 1 : 0])
+                    hostController.event(0x08, [match, UInt8(hostHandle & 0xFF), UInt8(hostHandle >> 8), match == 0 ? 1 : 0])
+                }
+            }
+        }
+    }
+
+    @Test func secureOnAPeripheralLinkAsksTheCentralAndTellsTheRiseAndTheBond() throws {
+        let b = try Bench()
+        let settings = PairingSettings(ioCapability: .noInputNoOutput, mitm: false)
+        b.host.security.configure(settings)
+        #expect(b.advertising.peripheral.security.pairingSettings == settings)
+        #expect(b.advertising.peripheral.security.prompts === b.host.security.prompts)
+        _ = try b.advertising.start(ProgrammedAdvertising.Parameters(data: [0x02, 0x01, 0x06], legacy: true, connectable: true)).get()
+        b.air.run()
+        var connected: CentralLink?
+        b.central.connect(to: LEAddress(b.hostController.address, isRandom: false)) { connected = try? $0.get() }
+        b.air.run()
+        #expect(connected != nil)
+        guard case .connected(let summary)? = b.events.first(where: { $0.name == "connected" }) else {
+            Issue.record("no connected event: \(b.events)")
+            return
+        }
+        #expect(summary.role == .peripheral)
+        #expect(try b.host.secure(link: summary.link, level: .encrypted) == false)
+        b.air.run()
+        // The central paired in answer to the Security Request; the host asks to accept Just Works.
+        guard case .pairingRequest(let request)? = b.events.last else {
+            Issue.record("no pairing request: \(b.events)")
+            return
+        }
+        #expect(request.link == summary.link && request.kind == .justWorks)
+        try b.host.security.answer(request.pairing, .confirm(true))
+        b.run(centralHandle: connected?.connection.handle ?? 0, hostHandle: summary.handle)
+        let security = b.events.compactMap { event -> LinkSecurity? in
+            if case .security(let link, let security) = event, link == summary.link { return security }
+            return nil
+        }
+        #expect(security.first?.level == .encrypted)
+        #expect(security.last?.isBonded == true, "\(b.events)")
+        #expect(!b.events.contains { $0.name == "security-failed" })
+        let centralAddress = LEAddress(b.centralController.address, isRandom: false)
+        #expect(b.host.security.isBonded(centralAddress))
+        #expect(try b.host.secure(link: summary.link, level: .encrypted) == true)
+        try b.host.reset()
+        #expect(!b.host.security.isBonded(centralAddress))
+        #expect(b.advertising.peripheral.security.pairingSettings == PairingSettings())
     }
 }
