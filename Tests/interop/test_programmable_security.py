@@ -75,6 +75,7 @@ class PairingPeer:
         self.ready = threading.Event()
         self.device: Device | None = None
         self.pairings: list[str] = []
+        self.connection = None
         self.stopping: asyncio.Event | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -91,6 +92,7 @@ class PairingPeer:
                 sc=True, mitm=self.mitm, bonding=True, delegate=Delegate(self, self.io_capability))
 
             def on_connection(connection) -> None:
+                self.connection = connection
                 connection.on("pairing", lambda keys: self.pairings.append("paired"))
                 connection.on("pairing_failure", lambda reason: self.pairings.append(f"failed {reason}"))
 
@@ -334,6 +336,39 @@ def test_reset_deletes_the_bonds_and_puts_the_pairing_settings_back(rootcanal, c
         link = connect(client, events, peer)
         client.ok("secure", link=link, level=2)
         assert request(events, link)["method"] == "numeric-comparison"
+
+
+def test_a_link_closing_mid_pairing_fails_its_secure_with_connection_died(rootcanal, client, events):
+    with peer_of(rootcanal, IO.NO_OUTPUT_NO_INPUT) as peer:
+        link = connect(client, events, peer)
+        client.ok("secure", link=link, level=2)
+        asked = request(events, link)
+        client.ok("disconnect", link=link)
+        failed = outcome(events, link)
+        assert failed["event"] == "security-failed" and failed["reason"] == "connection-died", failed
+        events.until(lambda e: is_(e, "disconnected", link), 10, "the disconnection")
+        late = client.host("pairing-answer", pairing=asked["pairing"], confirm=True)
+        assert late["ok"] is False and late["code"] == "unknown-pairing", late
+
+
+def test_a_pairing_the_peer_asks_for_is_prompted_and_its_refusal_told(rootcanal, client, events):
+    """The peripheral's Security Request (Vol 3, Part H, 3.6.7), no `secure` of ours: the pairing
+    it starts asks the program all the same; refused, it is told as `security-failed`."""
+    with peer_of(rootcanal, IO.NO_OUTPUT_NO_INPUT) as peer:
+        link = connect(client, events, peer)
+        peer.loop.call_soon_threadsafe(lambda: peer.connection.request_pairing())
+        asked = request(events, link)
+        assert asked["method"] == "just-works", asked
+        client.ok("pairing-answer", pairing=asked["pairing"], confirm=False)
+        failed = outcome(events, link)
+        assert failed["event"] == "security-failed" and failed["reason"] == "pairing-failure", failed
+        # Asked again and accepted this time: the rise is told though no `secure` asked for it.
+        time.sleep(0.3)
+        peer.loop.call_soon_threadsafe(lambda: peer.connection.request_pairing())
+        asked = request(events, link)
+        client.ok("pairing-answer", pairing=asked["pairing"], confirm=True)
+        rose = outcome(events, link)
+        assert rose["event"] == "security" and rose["level"] == 2, rose
 
 
 def test_security_requests_that_name_nothing_are_refused_by_code(client, events):
