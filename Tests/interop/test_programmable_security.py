@@ -383,3 +383,4 @@ def test_security_requests_that_name_nothing_are_refused_by_code(client, events)
     assert client.host("pairing-answer", pairing=1, passkey=1000000)["ok"] is False
     assert client.host("bonded", address="C0:11:22:33:44:55")["ok"] is False
     assert not [e for e in events.collect(0.5) if e.get("event") in ("security", "security-failed", "pairing-request")]
+
