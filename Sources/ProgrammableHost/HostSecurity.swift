@@ -144,16 +144,18 @@ public final class HostSecurity {
         return forgotten
     }
 
-    /// Part of `reset`: every bond of both roles deleted (the files written), the pairing
+    /// Part of `reset`: every bond of both roles deleted (the files written), the central's IRK
+    /// forgotten (its identity file removed; a new one at the next bonding pairing), the pairing
     /// settings back to their defaults, the peripheral's waiting intervals after failed
     /// pairings forgotten (Vol 3, Part H, 2.3.6). The links close with the reset, and with
     /// them their prompts.
     func reset() {
         var count = 0
         for store in stores { count += store.forget(nil).count }
+        central.forgetIdentity()
         configure(PairingSettings())
         peripheral?.forgetPairingAttempts()
-        logger.notice("reset: \(count) bond(s) deleted, pairing settings back to their defaults")
+        logger.notice("reset: \(count) bond(s) and the IRK deleted, pairing settings back to their defaults")
     }
 
     // MARK: Events

@@ -1,6 +1,7 @@
 import BlemuCore
 import BlemuCrypto
 import BlemuSMP
+import Glibc
 import Logging
 
 /// What blemu's central offers when it pairs, and where its bonds live.
@@ -139,6 +140,16 @@ public final class CentralSecurity {
             loadedIdentity = stored
         }
         return SMPIdentity(resolvingKey: stored.resolvingKey, address: localAddress)
+    }
+
+    /// Forgets the IRK (a factory reset, the programmable host's `reset`): the identity file is
+    /// removed and the next bonding pairing makes a new one. Links paired already keep theirs.
+    public func forgetIdentity() {
+        loadedIdentity = nil
+        guard let path = configuration.identityPath else { return }
+        if unlink(path) != 0 && errno != ENOENT {
+            logger.error("identity file \(path) not removed (errno \(errno)); its IRK is used again next time")
+        }
     }
 
     /// The identity as distributed on a link made from `local`: that address, when it is not

@@ -172,6 +172,19 @@ import Testing
         #expect(reread.bonds.isEmpty)
     }
 
+    /// A factory reset forgets the central's IRK too: its identity file goes, a new IRK comes.
+    @Test func resetRemovesTheIdentityFileAndANewIRKIsMade() throws {
+        let bench = try HostBench()
+        let security = bench.host.security.central
+        let before = security.identity.resolvingKey
+        let path = try #require(security.configuration.identityPath)
+        #expect(FileManager.default.fileExists(atPath: path))
+        try bench.host.reset()
+        #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(security.identity.resolvingKey != before)
+        #expect(FileManager.default.fileExists(atPath: path))
+    }
+
     @Test func theCentralsBondsSurviveARestartInTheStateDirectory() throws {
         let first = try HostBench()
         first.host.security.central.bonds.save(bond(peer))
