@@ -167,7 +167,7 @@ let package = Package(
         ], path: "Sources/ProgrammableHost"),
         // The control socket (`blemu run --control PATH`): above Host, below the CLI.
         .target(name: "BlemuControl", dependencies: [
-            "BlemuCore", "BlemuRunLoop", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuSecurity", "BlemuCentral", "BlemuProgrammableHost", "BlemuChannels", "CLinux",
+            "BlemuCore", "BlemuRunLoop", "BlemuATT", "BlemuGATT", "BlemuHCI", "BlemuHost", "BlemuSMP", "BlemuSecurity", "BlemuCentral", "BlemuProgrammableHost", "BlemuChannels", "CLinux",
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Control"),
         // Scenario files (`blemu run --scenario`): the YAML steps and their runner on the run
@@ -353,7 +353,7 @@ let package = Package(
         // The programmable host on a scripted controller and on SimulatedAir, and its requests on the control socket.
         .testTarget(name: "ProgrammableHostTests", dependencies: ["BlemuProgrammableHost", "BlemuControl", "BlemuATT", "BlemuCentral", "BlemuConnection", "BlemuCore",
                                                                "BlemuGATTClient", "BlemuHCI", "BlemuHost", "BlemuL2CAP", "BlemuGATT", "BlemuChannels",
-                                                               "BlemuSimulator", "BlemuTestSupport", .product(name: "Logging", package: "swift-log")],
+                                                               "BlemuSimulator", "BlemuTestSupport", "BlemuSMP", "BlemuSecurity", .product(name: "Logging", package: "swift-log")],
                     path: "Tests/ProgrammableHostTests"),
     ]
 )

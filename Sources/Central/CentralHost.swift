@@ -121,7 +121,7 @@ public final class CentralHost: ATTServerDelegate {
     /// legacy scanning and initiating commands (Vol 4, Part E, 3.1.1), so no fallback to them.
     private var tookExtendedScanning = false
     private var scanning = false
-    private var connecting: (peer: LEAddress, timer: TimerID?, cancelled: Bool, calledOff: Bool,
+    private var connecting: (peer: LEAddress, timer: TimerID?, cancelled: Bool, calledOff: Bool, ownAddress: LEAddress?,
                              completion: (Result<CentralLink, CentralError>) -> Void)?
     private let database: GATTDatabase
     /// What the central's links share: the HCI, the timers, the budget of lines peers cause.
@@ -243,9 +243,11 @@ public final class CentralHost: ATTServerDelegate {
     /// pauses meanwhile and resumes after. The attempt is cancelled (LE Create Connection
     /// Cancel) after `timeout`.
     /// `peerAddressType` nil: the peer's own type; 0x02 or 0x03 names an identity the controller
-    /// resolves (7.8.12). `ownAddressType` nil: the central's own.
+    /// resolves (7.8.12). `ownAddressType` nil: the central's own. `ownAddress`: the address that
+    /// own type stands for on the link, which SMP hashes as the initiator's (ia/iat, Vol 3, Part H,
+    /// 2.2.6 and 2.2.7) — the owner knows it when it sets the random address itself; nil: `ownSMPAddress`.
     public func connect(to peer: LEAddress, peerAddressType: UInt8? = nil, ownAddressType: AddressType? = nil,
-                        timeout: Duration = CentralHost.connectTimeout,
+                        ownAddress: LEAddress? = nil, timeout: Duration = CentralHost.connectTimeout,
                         parameters: ConnectionRequestParameters = ConnectionRequestParameters(),
                         completion: @escaping (Result<CentralLink, CentralError>) -> Void) {
         guard hci.isReady, !controller.isStopping else { return completion(.failure(.notReady)) }
@@ -255,7 +257,7 @@ public final class CentralHost: ATTServerDelegate {
         let command: HCICommand = usesExtendedCommands
             ? .leExtendedCreateConnection(peer: peer, peerAddressType: peerAddressType, ownAddressType: own, parameters: parameters)
             : .leCreateConnection(peer: peer, peerAddressType: peerAddressType, ownAddressType: own, parameters: parameters)
-        connecting = (peer, nil, false, false, completion)
+        connecting = (peer, nil, false, false, ownAddress, completion)
         logger.info("connecting to \(peer.address)")
         hci.send(command) { [weak self] result in
             guard let self, self.connecting?.peer == peer else { return }
@@ -266,7 +268,8 @@ public final class CentralHost: ATTServerDelegate {
                 self.connecting = nil
                 if let timer = attempt?.timer { self.scheduler.cancel(timer) }
                 if let completion = attempt?.completion {
-                    self.connect(to: peer, peerAddressType: peerAddressType, ownAddressType: ownAddressType, timeout: timeout,
+                    self.connect(to: peer, peerAddressType: peerAddressType, ownAddressType: ownAddressType,
+                                 ownAddress: attempt?.ownAddress, timeout: timeout,
                                  parameters: parameters, completion: completion)
                 }
                 return
@@ -407,7 +410,7 @@ public final class CentralHost: ATTServerDelegate {
         }
         links[complete.handle] = link
         hci.openLink(complete.handle, receiver: l2capLink)
-        security?.linkOpened(complete.handle, peer: complete.peer)
+        security?.linkOpened(complete.handle, peer: complete.peer, local: attempt.ownAddress)
         logger.event(.connected, .notice, "connected to \(complete.peerAddress) as central", [
             LogKey.peer: .string(complete.peerAddress.description), LogKey.connHandle: .string("\(complete.handle)"),
         ])

@@ -2,6 +2,7 @@ import BlemuCentral
 import BlemuCore
 import BlemuHCI
 import BlemuProgrammableHost
+import BlemuSecurity
 import Logging
 
 /// Runs `host` requests against the programmable host and builds their replies; encodes its
@@ -64,6 +65,25 @@ public final class HostControl {
                 return ok([("links", .array(host.links.entries.map { .object(Self.members($0.summary)) }))])
             case .channelConnect, .channelListen, .channelUnlisten, .channelSend, .channelDisconnect:
                 return ok(try runChannel(request, client: client))
+            case .pairingConfig(let settings):
+                host.security.configure(settings)
+                log(client, "pairing settings: \(HostWords.ioCapability(settings.ioCapability)), bonding \(settings.bondable), MITM \(settings.mitm), SC only \(settings.secureConnectionsOnly), keys \(HostWords.keys(settings.keys).joined(separator: ","))")
+                return ok()
+            case .secure(let link, let level):
+                let already = try host.secure(link: link, level: level)
+                log(client, "link \(link): securing to level \(level.rawValue)\(already ? " (it has it already)" : "")")
+                return already ? ok([("already", true)]) : ok()
+            case .pairingAnswer(let pairing, let answer):
+                try host.security.answer(UInt64(pairing), answer)
+                log(client, "pairing \(pairing) answered")
+                return ok()
+            case .bonded(let peer):
+                logBudgeted(.info, "control client \(client): host bonded \(peer.address)")
+                return ok([("bonded", .bool(host.security.isBonded(peer)))])
+            case .forget(let peer):
+                let forgotten = host.security.forget(peer)
+                log(client, "forget \(peer.address): \(forgotten ? "bonds deleted" : "no bond")")
+                return ok([("forgotten", .bool(forgotten))])
             }
         } catch {
             logBudgeted(.warning, "control client \(client): host \(request.op): refused: \(printable(error.message, limit: 400))")
@@ -124,6 +144,18 @@ public final class HostControl {
                         ("status", reason.status.map { .string(Hex.byte($0)) } ?? .null)]
         case .channelOpened, .channelFailed, .channelData, .channelReady, .channelClosed:
             members += channelMembers(event)
+        case .pairingRequest(let request):
+            members += [("link", .integer(Int64(request.link))), ("pairing", .integer(Int64(request.pairing))),
+                        ("method", .string(HostWords.method(request.kind))),
+                        ("passkey", request.kind.shownValue.map { .integer(Int64($0)) } ?? .null)]
+        case .security(let link, let security):
+            members += [("link", .integer(Int64(link))), ("level", .integer(Int64(security.level.rawValue))),
+                        ("encrypted", .bool(security.isEncrypted)), ("key_size", .integer(Int64(security.encryptionKeySize))),
+                        ("authenticated", .bool(security.isAuthenticated)),
+                        ("secure_connections", .bool(security.isSecureConnections)), ("bonded", .bool(security.isBonded))]
+        case .securityFailed(let link, let reason, let detail):
+            members += [("link", .integer(Int64(link))), ("reason", .string(reason.rawValue)),
+                        ("detail", .string(printable(detail, limit: 400)))]
         }
         return members
     }

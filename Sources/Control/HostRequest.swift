@@ -2,6 +2,8 @@ import BlemuChannels
 import BlemuCore
 import BlemuHCI
 import BlemuProgrammableHost
+import BlemuSMP
+import BlemuSecurity
 
 /// One request to the programmable host: `{"id":N,"cmd":"host","op":OP, ...}` (Docs/CONTROL.md,
 /// "The programmable host"). Each op is a case with its own decoder (`HostRequest.ops`: its
@@ -27,6 +29,16 @@ public enum HostRequest: Equatable, Sendable {
     case channelUnlisten(spsm: UInt16)
     case channelSend(channel: Int, [UInt8])
     case channelDisconnect(channel: Int)
+    /// How both roles pair from now on (a field left out takes its default).
+    case pairingConfig(PairingSettings)
+    /// Bring a link to an LE security level (Vol 3, Part C, 10.2.1).
+    case secure(link: Int, level: LESecurityLevel)
+    /// The answer to a `pairing-request`.
+    case pairingAnswer(pairing: Int, PairingAnswer)
+    /// Whether either role has a bond with this peer.
+    case bonded(LEAddress)
+    /// Deletes the peer's bonds of both roles.
+    case forget(LEAddress)
 
     /// The op's name on the socket.
     public var op: String {
@@ -45,12 +57,17 @@ public enum HostRequest: Equatable, Sendable {
         case .channelUnlisten: return "channel-unlisten"
         case .channelSend: return "channel-send"
         case .channelDisconnect: return "channel-disconnect"
+        case .pairingConfig: return "pairing-config"
+        case .secure: return "secure"
+        case .pairingAnswer: return "pairing-answer"
+        case .bonded: return "bonded"
+        case .forget: return "forget"
         }
     }
 
     public var isReadOnly: Bool {
         switch self {
-        case .address, .links: return true
+        case .address, .links, .bonded: return true
         default: return false
         }
     }
@@ -97,6 +114,17 @@ public enum HostRequest: Equatable, Sendable {
                               decode: { reader throws(ControlRequestError) in
                                   .advertiseStop(advertisement: try reader.hostID("advertisement"))
                               })),
+        ("pairing-config", Op(fields: [("io_capability", .string), ("bonding", .bool), ("mitm", .bool),
+                                      ("secure_connections_only", .bool), ("keys", .stringList)],
+                              decode: { reader throws(ControlRequestError) in .pairingConfig(try reader.pairingSettings()) })),
+        ("secure", Op(fields: [("link", .integer), ("level", .integer)],
+                      decode: { reader throws(ControlRequestError) in try reader.hostSecure() })),
+        ("pairing-answer", Op(fields: [("pairing", .integer), ("confirm", .bool), ("passkey", .integer)],
+                              decode: { reader throws(ControlRequestError) in try reader.pairingAnswer() })),
+        ("bonded", Op(fields: [("address", .string), ("address_type", .string)],
+                      decode: { reader throws(ControlRequestError) in .bonded(try reader.peerAddress()) })),
+        ("forget", Op(fields: [("address", .string), ("address_type", .string)],
+                      decode: { reader throws(ControlRequestError) in .forget(try reader.peerAddress()) })),
     ] + channelOps
 
     static let ops: [String: Op] = Dictionary(uniqueKeysWithValues: opTable.map { ($0.name, $0.op) })
@@ -162,6 +190,21 @@ public enum HostRequest: Equatable, Sendable {
             members.append(("advertisement", .integer(Int64(advertisement))))
         case .channelConnect, .channelListen, .channelUnlisten, .channelSend, .channelDisconnect:
             members += channelMembers
+        case .pairingConfig(let settings):
+            members += [("io_capability", .string(HostWords.ioCapability(settings.ioCapability))), ("bonding", .bool(settings.bondable)),
+                        ("mitm", .bool(settings.mitm)), ("secure_connections_only", .bool(settings.secureConnectionsOnly)),
+                        ("keys", .array(HostWords.keys(settings.keys).map { .string($0) }))]
+        case .secure(let link, let level):
+            members += [("link", .integer(Int64(link))), ("level", .integer(Int64(level.rawValue)))]
+        case .pairingAnswer(let pairing, let answer):
+            members.append(("pairing", .integer(Int64(pairing))))
+            switch answer {
+            case .confirm(let yes): members.append(("confirm", .bool(yes)))
+            case .passkey(let passkey): members.append(("passkey", .integer(Int64(passkey))))
+            case .reject: break
+            }
+        case .bonded(let peer), .forget(let peer):
+            members += [("address", .string(peer.address.description)), ("address_type", .string(peer.isRandom ? "random" : "public"))]
         }
         return members
     }
@@ -280,6 +323,33 @@ public enum HostWords {
         case .randomAddress: return "random"
         case .resolvableOrPublic: return "resolvable-or-public"
         case .resolvableOrRandom: return "resolvable-or-random"
+        }
+    }
+
+    /// IO capabilities (Vol 3, Part H, 3.5.1, Table 3.4).
+    public static let ioCapabilities: [(String, SMPIOCapability)] = [
+        ("display-only", .displayOnly), ("display-yes-no", .displayYesNo), ("keyboard-only", .keyboardOnly),
+        ("no-input-no-output", .noInputNoOutput), ("keyboard-display", .keyboardDisplay),
+    ]
+
+    public static func ioCapability(_ capability: SMPIOCapability) -> String {
+        ioCapabilities.first { $0.1 == capability }?.0 ?? "keyboard-display"
+    }
+
+    /// The key kinds of the key distribution (3.6.1): EncKey, IdKey, SignKey.
+    public static let keyKinds: [(String, SMPKeyDistribution)] = [("enc", .encryptionKey), ("id", .identityKey), ("sign", .signingKey)]
+
+    public static func keys(_ keys: SMPKeyDistribution) -> [String] {
+        keyKinds.filter { keys.contains($0.1) }.map(\.0)
+    }
+
+    /// A pairing prompt's method (`pairing-request`).
+    public static func method(_ kind: PairingPromptKind) -> String {
+        switch kind {
+        case .justWorks: return "just-works"
+        case .numericComparison: return "numeric-comparison"
+        case .passkeyEntry: return "passkey-entry"
+        case .passkeyDisplay: return "passkey-display"
         }
     }
 
@@ -443,6 +513,68 @@ extension FieldReader {
         }
         guard high == nil else { throw fail("\"\(key)\" has an odd number of hex digits: two a byte") }
         return bytes
+    }
+
+    /// `pairing-config`: every field optional, one left out takes its default (PairingSettings()).
+    mutating func pairingSettings() throws(ControlRequestError) -> PairingSettings {
+        var settings = PairingSettings()
+        if let text = try optionalString("io_capability") {
+            guard let capability = HostWords.ioCapabilities.first(where: { $0.0 == text })?.1 else {
+                throw fail("\"io_capability\" \(quoted(text)) is not \(HostWords.ioCapabilities.map(\.0).joined(separator: ", ")) (Vol 3, Part H, 3.5.1)")
+            }
+            settings.ioCapability = capability
+        }
+        settings.bondable = try optionalBool("bonding") ?? settings.bondable
+        settings.mitm = try optionalBool("mitm") ?? settings.mitm
+        settings.secureConnectionsOnly = try optionalBool("secure_connections_only") ?? settings.secureConnectionsOnly
+        if let value = field("keys") {
+            let words = HostWords.keyKinds.map(\.0).joined(separator: ", ")
+            guard case .array(let elements) = value, elements.count <= HostWords.keyKinds.count else {
+                throw fail("\"keys\" must be a list of some of \(words), like [\"enc\",\"id\"], not \(ControlRequest.describe(value))")
+            }
+            var keys: SMPKeyDistribution = []
+            for element in elements {
+                guard case .string(let word) = element, let kind = HostWords.keyKinds.first(where: { $0.0 == word })?.1,
+                      !keys.contains(kind) else {
+                    throw fail("\"keys\" holds \(ControlRequest.describe(element)): each is one of \(words), once (the key distribution, Vol 3, Part H, 3.6.1)")
+                }
+                keys.insert(kind)
+            }
+            settings.keys = keys
+        }
+        return settings
+    }
+
+    mutating func hostSecure() throws(ControlRequestError) -> HostRequest {
+        let link = try hostID("link")
+        guard let number = try optionalInteger("level", in: 1...4), let level = LESecurityLevel(rawValue: number) else {
+            throw fail("missing \"level\": the LE security level, 1 to 4 (Vol 3, Part C, 10.2.1)")
+        }
+        return .secure(link: link, level: level)
+    }
+
+    /// `pairing-answer`: `confirm` or `passkey`, neither a rejection; not both.
+    mutating func pairingAnswer() throws(ControlRequestError) -> HostRequest {
+        let pairing = try hostID("pairing")
+        let confirm = try optionalBool("confirm")
+        let passkey = try optionalInteger("passkey", in: 0...999_999)
+        switch (confirm, passkey) {
+        case (.some, .some): throw fail("a pairing answer is \"confirm\" or \"passkey\", not both")
+        case (.some(let yes), nil): return .pairingAnswer(pairing: pairing, .confirm(yes))
+        case (nil, .some(let passkey)): return .pairingAnswer(pairing: pairing, .passkey(UInt32(passkey)))
+        case (nil, nil): return .pairingAnswer(pairing: pairing, .reject)
+        }
+    }
+
+    /// A peer's address and type (`bonded`, `forget`): the identity types name the same address.
+    mutating func peerAddress() throws(ControlRequestError) -> LEAddress {
+        let text = try string("address")
+        guard let address = BluetoothAddress(text) else { throw fail("\"address\" \(quoted(text)) is not an address like AA:BB:CC:DD:EE:FF") }
+        let typeText = try string("address_type")
+        guard let type = HostWords.addressTypes[typeText] else {
+            throw fail("\"address_type\" \(quoted(typeText)) is not public, random, public-identity or random-identity")
+        }
+        return LEAddress(address, isRandom: type.rawValue & 0x01 != 0)
     }
 
     private mutating func ownAddressType() throws(ControlRequestError) -> AddressType? {

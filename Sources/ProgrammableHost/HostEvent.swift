@@ -1,5 +1,6 @@
 import BlemuCentral
 import BlemuCore
+import BlemuSecurity
 
 /// What the programmable host tells a program, as it happens (Docs/CONTROL.md, "The programmable
 /// host"): the outcome of what a request started (a connection, a reset) and what the air brings
@@ -30,6 +31,12 @@ public enum HostEvent: Equatable, Sendable {
     case channelReady(channel: Int)
     /// An open channel closed, whoever closed it.
     case channelClosed(channel: Int, reason: HostChannelEnd)
+    /// A pairing asks the program (`pairing-answer` answers it; a passkey display needs none).
+    case pairingRequest(HostSecurity.Request)
+    /// A link's security level rose (whoever started it), or the link turned bonded at its level.
+    case security(link: Int, LinkSecurity)
+    /// Securing a link failed: a `secure` asked of it, or a pairing the peer started.
+    case securityFailed(link: Int, reason: SecureFailure, detail: String)
 
     /// The event's name on the socket.
     public var name: String {
@@ -46,6 +53,9 @@ public enum HostEvent: Equatable, Sendable {
         case .channelData: return "channel-data"
         case .channelReady: return "channel-ready"
         case .channelClosed: return "channel-closed"
+        case .pairingRequest: return "pairing-request"
+        case .security: return "security"
+        case .securityFailed: return "security-failed"
         }
     }
 }

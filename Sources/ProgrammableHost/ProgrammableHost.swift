@@ -5,6 +5,7 @@ import BlemuConnection
 import BlemuCore
 import BlemuHCI
 import BlemuHost
+import BlemuSecurity
 import Logging
 
 /// A scan as a program asks for it (`scan`).
@@ -67,6 +68,8 @@ public final class ProgrammableHost {
     public let links = HostLinks()
     /// The L2CAP credit based channels on the links (HostChannels.swift).
     public private(set) lazy var channels = HostChannels(host: self)
+    /// Pairing, `secure`, bonds of both roles (HostSecurity.swift).
+    public let security: HostSecurity
     public var logger: Logger
     /// Each event, as it happens.
     public var onEvent: ((HostEvent) -> Void)?
@@ -98,12 +101,24 @@ public final class ProgrammableHost {
         randomAddress = HostRandomAddress(stateDirectory: stateDirectory, logger: logger)
         do {
             // Made before the controller comes up: the choice of legacy or extended commands counts it.
+            // The peripheral side's bonds and identity beside the central's in the state directory
+            // (nothing written without one), so `bonded`, `forget` and `reset` reach both roles.
+            let directory = stateDirectory.map { $0.hasSuffix("/") ? $0 : $0 + "/" }
+            let security = SecurityConfiguration(bondStorePath: directory.map { $0 + "bonds-host-peripheral.json" },
+                                                 identityPath: directory.map { $0 + "identity-host-peripheral.json" })
             advertising = try ProgrammedAdvertising(controller: controller,
-                                                    configuration: PeripheralConfiguration(name: name, controller: controller.name),
+                                                    configuration: PeripheralConfiguration(name: name, controller: controller.name,
+                                                                                           security: security),
                                                     randomAddress: randomAddress.address, logger: logger)
         } catch {
             throw HostError(nil, "the host's peripheral GATT database: \(error)")
         }
+        security = HostSecurity(central: central, stateDirectory: stateDirectory, name: name, scheduler: controller.scheduler, logger: logger)
+        security.linkOfHandle = { [unowned links] handle in links.entry(handle: handle)?.id }
+        security.onEvent = { [weak self] event in self?.onEvent?(event) }
+        resetSteps.append { [unowned security] in security.reset() }
+        // One set of prompts and settings for both roles: the advertised links pair through it too.
+        security.attach(peripheral: advertising.peripheral.security)
         central.onReady = { [weak self] in self?.controllerReady() }
         central.onReport = { [weak self] report in self?.reported(report) }
         central.onError = { [weak self] message in self?.scanFailed(message) }
@@ -140,6 +155,7 @@ public final class ProgrammableHost {
     private func controllerReady() {
         // Vol 4, Part E, 7.8.4: the controller's random address, set before anything uses it.
         controller.hci.send(.leSetRandomAddress(randomAddress.address))
+        security.identityIs(identity)
         logger.info("programmable host ready: identity \(identity.address) (\(identity.isRandom ? "random" : "public")), random address \(randomAddress.address)")
     }
 
@@ -224,8 +240,9 @@ public final class ProgrammableHost {
         let own = request.ownAddressType ?? defaultOwnAddressType
         let peer = LEAddress(request.peer, isRandom: request.peerAddressType.rawValue & 0x01 != 0)
         logger.info("attempt \(id): connecting to \(request.peer) from our \(own == .randomDevice ? "random" : "public") address")
+        // SMP hashes the address the link is made from (Vol 3, Part H, 2.2.6: ia/iat).
         central.connect(to: peer, peerAddressType: request.peerAddressType.rawValue, ownAddressType: own,
-                        timeout: request.timeout) { [weak self] result in
+                        ownAddress: ownAddress(for: own), timeout: request.timeout) { [weak self] result in
             self?.attemptEnded(id, own: own, result)
         }
         return id
@@ -276,8 +293,23 @@ public final class ProgrammableHost {
 
     private func linkClosed(handle: UInt16, reason: UInt8) {
         guard let entry = links.remove(handle: handle) else { return }
+        security.linkClosed(handle: handle)
         onEvent?(.disconnected(link: entry.id, reason: reason))
         finishResetIfDone()
+    }
+
+    // MARK: Security
+
+    /// The peripheral side's Security Manager (its accepted links pair through it): handed over
+    /// by whoever makes the peripheral side, once.
+    public func attachPeripheralSecurity(_ peripheralSecurity: PeripheralSecurity) {
+        security.attach(peripheral: peripheralSecurity)
+    }
+
+    /// `secure`: brings link `id` to `level`. Returns true when it had the level already.
+    public func secure(link id: Int, level: LESecurityLevel) throws(HostError) -> Bool {
+        guard let entry = links.entry(id: id) else { throw HostError(.unknownLink, "no link \(id) is open") }
+        return try security.secure(link: id, handle: entry.handle, role: entry.role, level: level)
     }
 
     // MARK: Reset
@@ -320,6 +352,7 @@ public final class ProgrammableHost {
         randomAddress.renew(logger: logger)
         advertising.randomAddress = randomAddress.address
         if controller.isReady { controller.hci.send(.leSetRandomAddress(randomAddress.address)) }
+        security.identityIs(identity)
         logger.notice("reset done: random address \(randomAddress.address)")
         onEvent?(.reset)
     }

@@ -1,6 +1,7 @@
 import BlemuCore
 import BlemuCrypto
 import BlemuSMP
+import Glibc
 import Logging
 
 /// What blemu's central offers when it pairs, and where its bonds live.
@@ -141,9 +142,29 @@ public final class CentralSecurity {
         return SMPIdentity(resolvingKey: stored.resolvingKey, address: localAddress)
     }
 
+    /// Forgets the IRK (a factory reset, the programmable host's `reset`): the identity file is
+    /// removed and the next bonding pairing makes a new one. Links paired already keep theirs.
+    public func forgetIdentity() {
+        loadedIdentity = nil
+        guard let path = configuration.identityPath else { return }
+        if unlink(path) != 0 && errno != ENOENT {
+            logger.error("identity file \(path) not removed (errno \(errno)); its IRK is used again next time")
+        }
+    }
+
+    /// The identity as distributed on a link made from `local`: that address, when it is not
+    /// `localAddress` (a host that connects from its public or its static random address link by
+    /// link, each an identity address, Vol 6, Part B, 1.3): the peripheral keeps the bond under
+    /// the address it knows this central by, and finds it when the central connects from it again.
+    private func identity(at local: LEAddress) -> SMPIdentity {
+        SMPIdentity(resolvingKey: identity.resolvingKey, address: local)
+    }
+
     private final class Link {
         let handle: UInt16
         let peer: LEAddress
+        /// This side's address on the link (the initiator's in SMP's hashes).
+        let local: LEAddress
         /// The pairing machine and its SMP timer.
         let smp: SMPLinkDriver<SMPInitiator>
         var initiator: SMPInitiator {
@@ -167,9 +188,10 @@ public final class CentralSecurity {
         var toldLevel = LESecurityLevel.none
         /// The pairing's failure was told already (as the encryption failure that ends it).
         var failureTold = false
-        init(handle: UInt16, peer: LEAddress, smp: SMPLinkDriver<SMPInitiator>) {
+        init(handle: UInt16, peer: LEAddress, local: LEAddress, smp: SMPLinkDriver<SMPInitiator>) {
             self.handle = handle
             self.peer = peer
+            self.local = local
             self.smp = smp
         }
     }
@@ -195,13 +217,17 @@ public final class CentralSecurity {
 
     // MARK: Links
 
-    /// A link to `peer` (its address as LE Connection Complete gave it) opened.
-    public func linkOpened(_ handle: UInt16, peer: LEAddress) {
+    /// A link to `peer` (its address as LE Connection Complete gave it) opened. `local`: the
+    /// address this side connected from (the initiator's address SMP hashes, Vol 3, Part H,
+    /// 2.2.6 and 2.2.7: ia/iat), when it is not `localAddress` (a host that connects from its
+    /// public or its random address link by link).
+    public func linkOpened(_ handle: UInt16, peer: LEAddress, local: LEAddress? = nil) {
         if let old = links.removeValue(forKey: handle) { close(old) }
-        let initiator = SMPInitiator(configuration: initiatorConfiguration(identity: loadedIdentity == nil ? nil : identity),
-                                     initiatorAddress: localAddress, responderAddress: peer, random: makeRandom())
+        let local = local ?? localAddress
+        let initiator = SMPInitiator(configuration: initiatorConfiguration(identity: loadedIdentity == nil ? nil : identity(at: local)),
+                                     initiatorAddress: local, responderAddress: peer, random: makeRandom())
         let smp = SMPLinkDriver(initiator, scheduler: scheduler) { [weak self] pdu in self?.sendSMP(handle, pdu) }
-        let link = Link(handle: handle, peer: peer, smp: smp)
+        let link = Link(handle: handle, peer: peer, local: local, smp: smp)
         smp.onEvent = { [weak self, weak link] event in
             guard let self, let link else { return }
             self.handle(event, on: link)
@@ -267,9 +293,9 @@ public final class CentralSecurity {
             // holds nothing but its configuration: a new one takes the identity and the
             // settings of the moment (`pairingSettings`, `prompts`).
             let bondable = pairingSettings?.bondable ?? configuration.bondable
-            let wanted = initiatorConfiguration(identity: bondable || loadedIdentity != nil ? identity : nil)
+            let wanted = initiatorConfiguration(identity: bondable || loadedIdentity != nil ? identity(at: link.local) : nil)
             if link.initiator.configuration != wanted {
-                link.initiator = SMPInitiator(configuration: wanted, initiatorAddress: localAddress, responderAddress: link.peer,
+                link.initiator = SMPInitiator(configuration: wanted, initiatorAddress: link.local, responderAddress: link.peer,
                                               random: makeRandom())
             }
         }

@@ -34,8 +34,11 @@ private final class Bench {
     /// The controller fails every encryption with this HCI status.
     var encryptionFails: UInt8?
 
+    /// `centralLocal`: the address the central's link was made from, told to the central
+    /// (`linkOpened(local:)`) when `tellCentral`, and always the peer the peripheral sees.
     init(central centralSettings: PairingSettings, peripheral peripheralSettings: PairingSettings,
-         peripheralConfiguration: SecurityConfiguration = SecurityConfiguration()) {
+         peripheralConfiguration: SecurityConfiguration = SecurityConfiguration(),
+         centralLocal: LEAddress? = nil, tellCentral: Bool = true) {
         var seed: UInt64 = 10
         central = CentralSecurity(configuration: CentralSecurityConfiguration(), owner: centralOwner, localAddress: centralAddress,
                                   scheduler: scheduler, logger: recorder.logger) {
@@ -90,8 +93,8 @@ private final class Bench {
                                                 encryptedDiversifier: key.encryptedDiversifier)
             }
         }
-        central.linkOpened(handle, peer: peripheralAddress)
-        peripheral.linkOpened(handle, peer: centralAddress)
+        central.linkOpened(handle, peer: peripheralAddress, local: tellCentral ? centralLocal : nil)
+        peripheral.linkOpened(handle, peer: centralLocal ?? centralAddress)
     }
 
     func pump() {
@@ -195,6 +198,25 @@ private func settings(_ io: SMPIOCapability, mitm: Bool = true) -> PairingSettin
         #expect(outcome.reachedLevel == .authenticatedSecureConnections)
         // The display needed no answer; it closed with its pairing.
         #expect(bench.prompts.waiting.isEmpty && bench.dropped.contains(showing.id))
+    }
+
+    /// A central that connects from another address than its `localAddress` (the programmable
+    /// host, from its public or its static random address): SMP hashes the link's own address
+    /// (Vol 3, Part H, 2.2.6 – 2.2.8: ia/iat), else the peer's DHKey check fails (0x0B), and
+    /// the identity it distributes (3.6.5) is that address, which the peer keeps the bond under.
+    @Test(arguments: [true, false])
+    func aCentralLinkMadeFromAnotherAddressPairsWithThatAddress(told: Bool) throws {
+        let local = LEAddress(BluetoothAddress("C7:00:00:00:00:42")!, isRandom: true)
+        let bench = Bench(central: settings(.noInputNoOutput), peripheral: settings(.noInputNoOutput), centralLocal: local, tellCentral: told)
+        let outcome = bench.secure(.encrypted)
+        try bench.answerEverything()
+        if told {
+            #expect(outcome.reachedLevel == .encrypted)
+            let bond = try #require(bench.peripheral.bonds.bonds.last)
+            #expect(bond.identity == local)
+        } else {
+            #expect(bench.failure(sentByCentral: false) == SMPPairingFailedReason.dhKeyCheckFailed.rawValue)
+        }
     }
 
     // MARK: Answered no: the reason of Vol 3, Part H, 3.5.5
