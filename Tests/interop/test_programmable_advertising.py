@@ -10,6 +10,7 @@ central gets, and hostile requests.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -221,8 +222,14 @@ def test_a_bonding_central_gets_the_address_it_connected_to_as_the_hosts_identit
         await connection.pair()
         return connection.peer_address
 
+    # The advertised link pairs through the host's one set of prompts: Just Works asks the
+    # program (`pairing-request`), which accepts it.
+    pairing = asyncio.run_coroutine_threadsafe(pair(peer.device), peer.loop)
+    asked = until_event(events, "pairing-request", link=connected["link"])
+    assert asked["method"] == "just-works", asked
+    advertising_client.ok("pairing-answer", pairing=asked["pairing"], confirm=True)
     # Identity Address Information (Vol 3, Part H, 3.6.5): Bumble takes it as the peer's address.
-    identity = peer.call(pair, timeout=20)
+    identity = pairing.result(20)
     kind = hci.Address.PUBLIC_DEVICE_ADDRESS if own == "public" else hci.Address.RANDOM_DEVICE_ADDRESS
     assert (identity.to_string(with_type_qualifier=False), identity.address_type) == (our, kind)
     advertising_client.ok("disconnect", link=connected["link"])
