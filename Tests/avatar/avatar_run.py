@@ -35,6 +35,29 @@ LEFT_OUT = [
 ]
 
 
+# Cases where blemu answers as the Core specification says and the suite expects what its
+# reference servers answer: each runs, and must end exactly as written here (an unexpected pass,
+# or another failure, fails the run). Docs/TEST-FRAMEWORKS.md explains them.
+KNOWN_DIFFERENCES = [
+    (("'accept'", "'against_no_output_no_input'"),
+     "'not_reached' != 'success'",
+     "Secure/WaitSecurity at LE_LEVEL3 (authenticated pairing with encryption, Vol 3, Part C, 10.2.1) "
+     "against a reference with NoInputNoOutput: Just Works is the only method (Vol 3, Part H, 2.3.5.1), "
+     "which gives level 2, so blemu answers not_reached; Bumble's server marks every paired link "
+     "authenticated and answers success"),
+]
+
+
+def known_difference(dut: str, case: str) -> Optional[tuple[str, str]]:
+    """The expected failure text and the reason, for a case blemu answers differently by design."""
+    if dut != "blemu":
+        return None
+    for markers, expected, reason in KNOWN_DIFFERENCES:
+        if all(marker in case for marker in markers):
+            return expected, reason
+    return None
+
+
 def avatar_cases_dir() -> Path:
     import avatar  # in .venv-avatar
 
@@ -230,16 +253,30 @@ def main() -> int:
             wanted = set(cases)
             mine = [r for r in records if f"{SUITES[suite][1]}.{r[0]}" in wanted]
             by_result: dict[str, int] = {}
-            for _, result, _ in mine:
+            shown: list[tuple[str, str, str]] = []
+            differences: dict[str, list[str]] = {}
+            for name, result, details in mine:
+                known = known_difference(args.dut, name)
+                if known and result == "FAIL" and known[0] in (details or ""):
+                    result = "DIFFERS"
+                    differences.setdefault(known[1], []).append(name)
+                elif known and result == "PASS":
+                    result, details = "FAIL", f"passed, but it is listed as a known difference ({known[1][:80]}…): remove it from KNOWN_DIFFERENCES"
                 by_result[result] = by_result.get(result, 0) + 1
+                if result not in ("PASS", "SKIP", "DIFFERS"):
+                    shown.append((name, result, details))
             executed = sum(v for k, v in by_result.items() if k != "SKIP")
             print(f"{SUITES[suite][1]} ({args.dut}): selected {len(cases)}, executed {executed}, "
-                  f"passed {by_result.get('PASS', 0)}, failed {by_result.get('FAIL', 0)}, "
+                  f"passed {by_result.get('PASS', 0)}, differs as documented {by_result.get('DIFFERS', 0)}, "
+                  f"failed {by_result.get('FAIL', 0)}, "
                   f"errors {by_result.get('ERROR', 0)}, skipped {by_result.get('SKIP', 0)}, "
                   f"not run {len(cases) - len(mine)}; {elapsed / 60:.1f} min")
-            for name, result, details in mine:
-                if result not in ("PASS", "SKIP"):
-                    print(f"  {result} {name}: {details}")
+            for reason, names in differences.items():
+                print(f"  differs as documented ({len(names)}): {reason}")
+                for name in names:
+                    print(f"    {name}")
+            for name, result, details in shown:
+                print(f"  {result} {name}: {details}")
             if problem:
                 print(f"  {problem}")
             if problem or by_result.get("FAIL") or by_result.get("ERROR") or len(mine) < len(cases):
