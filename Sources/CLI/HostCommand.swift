@@ -1,6 +1,7 @@
 import ArgumentParser
 import BlemuControl
 import BlemuCore
+import BlemuDevice
 import BlemuRunLoop
 import BlemuStack
 import BlemuTransport
@@ -38,10 +39,15 @@ struct HostCommand: ParsableCommand {
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical. Default: info.")
     var logLevel: Logger.Level?
 
+    @Option(name: .customLong("serve"),
+            help: ArgumentHelp("What the links the host's advertisements accept are served: a device (heart-rate, thermostat, ...) or a GATT profile FILE.json, its database, values and behaviour. Default: GAP and GATT alone.", valueName: "DEVICE|FILE"))
+    var serve: String?
+
     @Option(name: .customLong("btsnoop"), help: ArgumentHelp("Write every HCI packet, both ways, to a btsnoop capture at PATH.", valueName: "PATH"))
     var btsnoopPath: String?
 
     func validate() throws {
+        if let serve, serve.isEmpty { throw ValidationError("--serve needs a device name or a profile FILE.json") }
         guard !controlPath.isEmpty else { throw ValidationError("--control needs a path") }
         _ = try parsedControlMode()
         if let stateDirectory, stateDirectory.isEmpty { throw ValidationError("--state-dir needs a directory") }
@@ -62,9 +68,15 @@ struct HostCommand: ParsableCommand {
         defer { LogSetup.finish() }
         let logger = Logger(label: "blemu")
         let (spec, loop) = try controllerAndLoop(controller)
+        let served: Device?
+        do {
+            served = try serve.map(DevicePlanning.servedDevice)
+        } catch {
+            throw ValidationError(error.description)
+        }
         let stack: ProgrammableHostStack
         do {
-            stack = try ProgrammableHostStack(spec: spec, stateDirectory: stateDirectory, name: name, loop: loop, logger: logger)
+            stack = try ProgrammableHostStack(spec: spec, stateDirectory: stateDirectory, name: name, serving: served, loop: loop, logger: logger)
         } catch {
             throw RuntimeFailure(error.description)
         }

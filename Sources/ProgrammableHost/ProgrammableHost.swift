@@ -3,6 +3,7 @@
 import BlemuCentral
 import BlemuConnection
 import BlemuCore
+import BlemuDevice
 import BlemuHCI
 import BlemuHost
 import BlemuSecurity
@@ -90,7 +91,10 @@ public final class ProgrammableHost {
     public static let resetPatience: Duration = .seconds(5)
 
     /// `name`: the GAP Device Name of the central's own small database.
-    public init(on controller: ControllerHost, stateDirectory: String?, name: String = "blemu host", logger: Logger) throws(HostError) {
+    /// `serving`: the device (or profile) the host's advertised links are served; nil: GAP and
+    /// GATT alone (`ProgrammedHostDevice`).
+    public init(on controller: ControllerHost, stateDirectory: String?, name: String = "blemu host", serving device: Device? = nil,
+                logger: Logger) throws(HostError) {
         self.controller = controller
         self.logger = logger
         do {
@@ -109,7 +113,8 @@ public final class ProgrammableHost {
             advertising = try ProgrammedAdvertising(controller: controller,
                                                     configuration: PeripheralConfiguration(name: name, controller: controller.name,
                                                                                            security: security),
-                                                    randomAddress: randomAddress.address, logger: logger)
+                                                    randomAddress: randomAddress.address, device: device ?? ProgrammedHostDevice(),
+                                                    logger: logger)
         } catch {
             throw HostError(nil, "the host's peripheral GATT database: \(error)")
         }

@@ -152,14 +152,16 @@ public final class ProgrammedAdvertising {
     /// The peripheral side on `controller`: `configuration` names the blank device (GAP Device
     /// Name), its identity address (the host's static random address when it gives none) and its
     /// security (bond file, pairing); `programmedAdvertising` is set here. `randomAddress`: the
-    /// host's static random address.
+    /// host's static random address. `device`: what the advertised links are served, the blank
+    /// `ProgrammedHostDevice` unless the host serves a device or a profile (`blemu host --serve`),
+    /// whose database, values and behaviour then answer every central an advertisement accepts.
     public init(controller: ControllerHost, configuration: PeripheralConfiguration, randomAddress: BluetoothAddress,
-                logger: Logger) throws(GATTDatabaseError) {
+                device: Device = ProgrammedHostDevice(), logger: Logger) throws(GATTDatabaseError) {
         var configuration = configuration
         configuration.programmedAdvertising = true
         configuration.address = configuration.address ?? randomAddress
         peripheralHost = PeripheralHost(on: controller)
-        peripheral = try Peripheral(device: ProgrammedHostDevice(), configuration: configuration, host: peripheralHost, logger: logger)
+        peripheral = try Peripheral(device: device, configuration: configuration, host: peripheralHost, logger: logger)
         self.randomAddress = randomAddress
         self.logger = logger
         peripheralHost.programmedAdvertising = self

@@ -204,6 +204,26 @@ public enum DevicePlanning {
         return plans
     }
 
+    /// The device `blemu host --serve NAME|FILE.json` serves on the links its advertisements
+    /// accept: a device of the registry, or a GATT profile. A broadcaster takes no connection, so
+    /// it has nothing to serve and is refused, as an unknown name is.
+    public static func servedDevice(_ name: String) throws(PlanError) -> Device {
+        if DevicePlan.isProfilePath(name) {
+            do { return ProfileDevice(try GATTProfile.load(path: name)) } catch {
+                throw PlanError("--serve: " + error.description)
+            }
+        }
+        guard let entry = DeviceRegistry.entry(named: name) else {
+            let known = DeviceRegistry.all.map(\.name).joined(separator: ", ")
+            throw PlanError("--serve: unknown device '\(VisibleText.make(name))'; known devices: \(known), or a GATT profile FILE.json")
+        }
+        let device = entry.make()
+        guard !(device is BroadcastingDevice) else {
+            throw PlanError("--serve: \(name) is a broadcaster: it takes no connection, so it has no GATT database to serve")
+        }
+        return device
+    }
+
     /// A new device for the plan: its GATT profile, or the registry's device of that name.
     public static func makeDevice(_ plan: DevicePlan) -> Device? {
         if let profile = plan.profile { return ProfileDevice(profile) }

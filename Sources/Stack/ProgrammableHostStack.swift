@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuDevice
 import BlemuHCI
 import BlemuHost
 import BlemuProgrammableHost
@@ -26,7 +27,10 @@ public final class ProgrammableHostStack: SessionStack {
     private var wasUp = false
 
     /// `stateDirectory`: where the host keeps its random address (and, later, its bonds).
-    public init(spec: ControllerSpec, stateDirectory: String?, name: String, loop: RunLoop, logger: Logger) throws(StackFailure) {
+    /// `serving`: the device the host's advertised links are served (`blemu host --serve`), nil for
+    /// GAP and GATT alone.
+    public init(spec: ControllerSpec, stateDirectory: String?, name: String, serving: Device? = nil, loop: RunLoop,
+                logger: Logger) throws(StackFailure) {
         let link = ControllerLink(spec: spec, loop: loop)
         self.link = link
         self.logger = logger
@@ -34,7 +38,7 @@ public final class ProgrammableHostStack: SessionStack {
         controller = ControllerHost(controller: spec.description, scheduler: loop, logger: logger,
                                     transmitBufferCapacity: PeripheralHost.largestPDU, transport: link)
         do {
-            host = try ProgrammableHost(on: controller, stateDirectory: stateDirectory, name: name, logger: logger)
+            host = try ProgrammableHost(on: controller, stateDirectory: stateDirectory, name: name, serving: serving, logger: logger)
         } catch {
             throw StackFailure(error.message)
         }
