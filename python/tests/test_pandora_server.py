@@ -408,6 +408,8 @@ def test_wait_security_succeeds_when_the_link_reaches_the_level_whoever_started(
     ([], None, "connection_died"),
     ([{"link": 6, "level": 1}], {"event": "security-failed", "link": 6, "reason": "encryption-failure"}, "encryption_failure"),
     ([{"link": 6, "level": 1}], {"event": "disconnected", "link": 6, "reason": "0x08"}, "connection_died"),
+    # The peer's pairing ended encrypted below the level (Just Works where level 3 is waited for).
+    ([{"link": 6, "level": 1}], {"event": "security", "link": 6, "level": 2, "encrypted": True}, "authentication_failure"),
 ])
 def test_wait_security_outcomes(fake: FakeHost, channel: grpc.Channel, links, event, variant) -> None:
     fake.links = links
