@@ -157,6 +157,8 @@ final class Bench {
                 initiatorKey = key
                 encryptIfKeysMatch()
             case .paired(let result): initiatorPaired = result
+            // Asked only when the configuration says so (`confirmsJustWorks`), which these never do.
+            case .confirmJustWorks: fuzzFailure("the initiator asked to confirm Just Works unasked")
             case .securityRequested, .failed: break
             }
         }
@@ -186,6 +188,7 @@ final class Bench {
                 responderKey = key
                 encryptIfKeysMatch()
             case .paired(let result): responderPaired = result
+            case .confirmJustWorks: fuzzFailure("the responder asked to confirm Just Works unasked")
             case .failed: break
             }
         }
