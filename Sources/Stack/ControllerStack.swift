@@ -29,7 +29,6 @@ public final class ControllerStack {
             controller.onStateMayChange = onStateMayChange == nil ? nil : { [unowned self] in self.onStateMayChange?(nil) }
         }
     }
-    private var wasUp = false
 
     public init(spec: ControllerSpec, loop: RunLoop, logger: Logger) {
         let link = ControllerLink(spec: spec, loop: loop)
@@ -40,27 +39,10 @@ public final class ControllerStack {
                                     transmitBufferCapacity: PeripheralHost.largestPDU, transport: link)
         host = PeripheralHost(on: controller)
         host.onFatal = { [unowned self] message in self.onFatal?(message) }
-        link.onUp = { [unowned self] in
-            let first = !self.wasUp
-            self.wasUp = true
-            self.controller.controllerUp()
-            if first { self.onFirstUp?() }
-            self.onStateMayChange?(nil)
-        }
-        link.onDown = { [unowned self] error in
-            self.controller.controllerDown(reason: error.description)
-            self.onStateMayChange?("controller lost: \(error)")
-        }
-        link.onOpenFailed = { [unowned self] error, retryIn in
-            if !self.wasUp {
-                // The first open decides whether the spec is usable at all: say why and stop.
-                self.link.stop()
-                self.onFatal?(error.description)
-            } else {
-                self.host.logger.warning("controller still unreachable (\(error)); retrying in \(retryIn)")
-                self.onStateMayChange?("controller unreachable: \(error)")
-            }
-        }
+        ControllerLinkFollowing.follow(link, controller: controller, logger: logger,
+                                       firstUp: { [unowned self] in self.onFirstUp?() },
+                                       stateMayChange: { [unowned self] in self.onStateMayChange?($0) },
+                                       fatal: { [unowned self] in self.onFatal?($0) })
     }
 
     public func add(device: Device, configuration: PeripheralConfiguration) throws {
@@ -79,6 +61,38 @@ public final class ControllerStack {
     /// Stops every stack; `completion` once the last one has (at once when there are none).
     public static func stopAll(_ stacks: [ControllerStack], completion: @escaping () -> Void) {
         RunSession.stopStacks(stacks, completion: completion)
+    }
+}
+
+/// How a stack follows its controller link, the same for `blemu run`'s and `blemu host`'s: up
+/// (the controller's host told, `firstUp` the first time), down (told, with the reason for the
+/// service status), and an open that failed: the first open decides whether the spec is usable
+/// at all (say why and stop), a later one is retried by the link and only reported.
+enum ControllerLinkFollowing {
+    static func follow(_ link: ControllerLink, controller: ControllerHost, logger: Logger,
+                       firstUp: @escaping () -> Void, stateMayChange: @escaping (String?) -> Void,
+                       fatal: @escaping (String) -> Void) {
+        var wasUp = false
+        link.onUp = { [unowned controller] in
+            let first = !wasUp
+            wasUp = true
+            controller.controllerUp()
+            if first { firstUp() }
+            stateMayChange(nil)
+        }
+        link.onDown = { [unowned controller] error in
+            controller.controllerDown(reason: error.description)
+            stateMayChange("controller lost: \(error)")
+        }
+        link.onOpenFailed = { [unowned link] error, retryIn in
+            if !wasUp {
+                link.stop()
+                fatal(error.description)
+            } else {
+                logger.warning("controller still unreachable (\(error)); retrying in \(retryIn)")
+                stateMayChange("controller unreachable: \(error)")
+            }
+        }
     }
 }
 

@@ -24,7 +24,6 @@ public final class ProgrammableHostStack: SessionStack {
             controller.onStateMayChange = onStateMayChange == nil ? nil : { [unowned self] in self.onStateMayChange?(nil) }
         }
     }
-    private var wasUp = false
 
     /// `stateDirectory`: where the host keeps its random address (and, later, its bonds).
     /// `serving`: the device the host's advertised links are served (`blemu host --serve`), nil for
@@ -42,27 +41,10 @@ public final class ProgrammableHostStack: SessionStack {
         } catch {
             throw StackFailure(error.message)
         }
-        link.onUp = { [unowned self] in
-            let first = !self.wasUp
-            self.wasUp = true
-            self.controller.controllerUp()
-            if first { self.onFirstUp?() }
-            self.onStateMayChange?(nil)
-        }
-        link.onDown = { [unowned self] error in
-            self.controller.controllerDown(reason: error.description)
-            self.onStateMayChange?("controller lost: \(error)")
-        }
-        link.onOpenFailed = { [unowned self] error, retryIn in
-            if !self.wasUp {
-                // The first open decides whether the spec is usable at all: say why and stop.
-                self.link.stop()
-                self.onFatal?(error.description)
-            } else {
-                self.logger.warning("controller still unreachable (\(error)); retrying in \(retryIn)")
-                self.onStateMayChange?("controller unreachable: \(error)")
-            }
-        }
+        ControllerLinkFollowing.follow(link, controller: controller, logger: logger,
+                                       firstUp: { [unowned self] in self.onFirstUp?() },
+                                       stateMayChange: { [unowned self] in self.onStateMayChange?($0) },
+                                       fatal: { [unowned self] in self.onFatal?($0) })
     }
 
     public func start() { link.start() }
