@@ -108,6 +108,9 @@ public final class PeripheralSecurity {
     /// central paired on its own and it failed): every failure is told once, through `secure`'s
     /// completion or here. The link closing is not told here.
     public var securityFailed: (_ handle: UInt16, _ failure: SecureFailure, _ detail: String) -> Void = { _, _, _ in }
+    /// A pairing on the link ended, done or failed (after `pairingCompleted` or the failure's
+    /// report): what waited for it may go on.
+    public var pairingEnded: (_ handle: UInt16) -> Void = { _ in }
 
     /// How the next pairings are made, set at run time (the programmable host); nil: as
     /// `configuration` says. A pairing under way keeps its terms.
@@ -119,6 +122,14 @@ public final class PeripheralSecurity {
 
     /// The SMP timeout (Vol 3, Part H, 3.4).
     public static let timeout: Duration = SMPLinkDriver<SMPResponder>.timeout
+    /// The waits before `secure`'s Security Request is sent again, one after the other, while
+    /// the central has neither paired, nor encrypted, nor refused (1, 3, 7 and 15 s after the
+    /// first; all within the 30 s `secure` waits). The Core specification lets a central act on
+    /// a Security Request or not (Vol 3, Part H, 2.4.6) and sets no limit on asking; a central
+    /// that listens for it only from some moment on (Bumble's Pandora server while its
+    /// WaitSecurity runs; a phone while its app is in the foreground) misses one sent once, as
+    /// soon as the link opened. A repeat is never sent once the central answered anything.
+    public static let securityRequestRepeats: [Duration] = [.seconds(1), .seconds(2), .seconds(4), .seconds(8)]
 
     private let scheduler: TimerScheduling
     private var logger: Logger
@@ -167,6 +178,11 @@ public final class PeripheralSecurity {
         var securing: [(level: LESecurityLevel, completion: (SecureOutcome) -> Void)] = []
         /// The 30 s a central has to answer `secure`'s Security Request (Vol 3, Part H, 3.4).
         var securityRequestTimer: TimerID?
+        /// The next time `secure`'s Security Request is sent again while the central has
+        /// answered nothing (`securityRequestRepeats`).
+        var securityRequestRepeat: TimerID?
+        /// The central answered since `secure` last asked: an SMP PDU or an LTK request came.
+        var centralAnswered = false
         /// The level last told through `securityRose`.
         var toldLevel = LESecurityLevel.none
         /// The pairing's failure was told already (as the encryption failure that ends it).
@@ -343,6 +359,14 @@ public final class PeripheralSecurity {
     /// One SMP PDU from the central (CID 0x0006).
     public func receive(_ pdu: ArraySlice<UInt8>, on handle: UInt16) {
         guard let link = links[handle] else { return }
+        link.centralAnswered = true
+        if pdu.first == SMPCode.pairingFailed.rawValue, !link.responder.isPairing, !link.securing.isEmpty {
+            // The central's answer to `secure`'s Security Request: it will not pair (2.4.6 lets
+            // it answer with Pairing Failed, Pairing Not Supported). No pairing runs to end.
+            let reason = pdu.count == 2 ? SMPPairingFailedReason(rawValue: pdu[pdu.startIndex + 1]) : nil
+            let why = reason.map { Self.describe($0) } ?? "a malformed Pairing Failed"
+            return finishSecuring(link, .failed(.pairingFailure, detail: "the central refused the Security Request: \(why)"))
+        }
         if pdu.first == SMPCode.pairingRequest.rawValue, !link.responder.isPairing, !link.responder.hasTimedOut {
             let now = scheduler.nowNanoseconds
             if let wait = attempts.remainingWait(for: link.peer.address, now: now) {
@@ -380,6 +404,7 @@ public final class PeripheralSecurity {
             answerKeyRequest(handle, nil)
             return
         }
+        link.centralAnswered = true
         // The pairing under way: its STK (legacy) or LTK (Secure Connections), named by EDIV 0, Rand 0.
         if let key = link.pairingKey, encryptedDiversifier == 0, randomNumber == 0, let summary = link.responder.pairingSummary {
             link.keyInUse = LinkSecurity(pairing: summary)
@@ -556,11 +581,13 @@ public final class PeripheralSecurity {
             link.shownPasskey = nil
             dropPrompt(link)
             paired(result, on: link)
+            pairingEnded(link.handle)
         case let .failed(reason, origin):
             link.pairingKey = nil
             link.shownPasskey = nil
             dropPrompt(link)
             failed(reason: reason, origin: origin, on: link)
+            pairingEnded(link.handle)
         }
     }
 
@@ -596,7 +623,8 @@ public final class PeripheralSecurity {
 
     /// Asks the central on the link for `level` (Vol 3, Part C, 10.2.1): at once `.reached(…,
     /// already: true)` when the link has it; else a Security Request (Vol 3, Part H, 3.6.7) whose
-    /// AuthReq asks for MITM protection for levels 3 and 4, then the outcome once the central
+    /// AuthReq asks for MITM protection for levels 3 and 4, sent again while the central answers
+    /// nothing (`securityRequestRepeats`), then the outcome once the central
     /// has paired or encrypted (or failed, or the link closed, or 30 s passed without an answer:
     /// the SMP timer starts with a Security Request, 3.4). A pairing already under way is waited
     /// for instead of asking again.
@@ -609,14 +637,16 @@ public final class PeripheralSecurity {
         link.securing.append((level, completion))
         guard !link.responder.isPairing else { return }
         link.askedForSecurity = true
+        link.centralAnswered = false
         sendSMP(handle, link.responder.securityRequest(mitm: level.needsMITM))
-        if let timer = link.securityRequestTimer { scheduler.cancel(timer) }
+        stopSecurityRequestTimer(link)
         link.securityRequestTimer = scheduler.schedule(after: Self.timeout) { [weak self, weak link] in
             guard let self, let link else { return }
             link.securityRequestTimer = nil
             guard !link.responder.isPairing else { return }
             self.finishSecuring(link, .failed(.pairingFailure, detail: "the central did not answer the Security Request within 30 s"))
         }
+        repeatSecurityRequest(on: link, after: 0)
         if let leftOut = peerLog.take(now: scheduler.nowNanoseconds, for: logger) {
             logger.info("asked \(link.peer.address) for security level \(level.rawValue) (Security Request)\(LogBudget.note(leftOut))",
                         metadata: metadata(link))
@@ -649,6 +679,28 @@ public final class PeripheralSecurity {
     private func stopSecurityRequestTimer(_ link: Link) {
         if let timer = link.securityRequestTimer { scheduler.cancel(timer) }
         link.securityRequestTimer = nil
+        if let timer = link.securityRequestRepeat { scheduler.cancel(timer) }
+        link.securityRequestRepeat = nil
+    }
+
+    /// Sends `secure`'s Security Request again after the `step`th wait of
+    /// `securityRequestRepeats`, unless by then the central answered, a pairing runs, or no
+    /// `secure` waits any more; asks for MITM protection if any waiting level needs it.
+    private func repeatSecurityRequest(on link: Link, after step: Int) {
+        guard step < Self.securityRequestRepeats.count else { return }
+        link.securityRequestRepeat = scheduler.schedule(after: Self.securityRequestRepeats[step]) { [weak self, weak link] in
+            guard let self, let link else { return }
+            link.securityRequestRepeat = nil
+            guard self.links[link.handle] === link, !link.securing.isEmpty, !link.centralAnswered,
+                  !link.responder.isPairing, !link.responder.hasTimedOut else { return }
+            let mitm = link.securing.contains { $0.level.needsMITM }
+            self.sendSMP(link.handle, link.responder.securityRequest(mitm: mitm))
+            if let leftOut = self.peerLog.take(now: self.scheduler.nowNanoseconds, for: self.logger) {
+                self.logger.info("asked \(link.peer.address) again (Security Request \(step + 2)): it has not answered\(LogBudget.note(leftOut))",
+                                 metadata: self.metadata(link))
+            }
+            self.repeatSecurityRequest(on: link, after: step + 1)
+        }
     }
 
     /// Tells `securityChanged`, and `securityRose` when the level rose.

@@ -31,6 +31,9 @@ private final class Bench {
     var peripheralFailed: [SecureFailure] = []
     /// Drops what the central sends (a central that never answers).
     var centralMuted = false
+    /// How many of the peripheral's first Security Requests never reach the central (a central
+    /// that listens for them only from some moment on).
+    var securityRequestsLost = 0
     /// The controller fails every encryption with this HCI status.
     var encryptionFails: UInt8?
 
@@ -68,6 +71,10 @@ private final class Bench {
         }
         peripheral.sendSMP = { [unowned self] _, pdu in
             trace.append((false, pdu))
+            if pdu.first == SMPCode.securityRequest.rawValue, securityRequestsLost > 0 {
+                securityRequestsLost -= 1
+                return
+            }
             pending.append { [unowned self] in central.receive(pdu[...], on: handle) }
         }
         central.startEncryption = { [unowned self] _, key in
@@ -138,6 +145,9 @@ private final class Bench {
             }
         }
     }
+
+    /// The Security Requests the peripheral sent (lost or not).
+    var securityRequests: Int { trace.filter { !$0.0 && $0.1.first == SMPCode.securityRequest.rawValue }.count }
 
     /// The reason of the Pairing Failed the central (or the peripheral) sent, if one was sent.
     func failure(sentByCentral: Bool) -> UInt8? {
@@ -393,6 +403,61 @@ private func settings(_ io: SMPIOCapability, mitm: Bool = true) -> PairingSettin
         #expect(outcome.outcome == nil)
         bench.scheduler.advance(by: .seconds(1))
         #expect(outcome.failure == .pairingFailure)
+    }
+
+    @Test func aSecurityRequestTheCentralMissedIsSentAgainAndThePairingItStartsReachesTheLevel() throws {
+        let bench = Bench(central: settings(.noInputNoOutput, mitm: false), peripheral: settings(.noInputNoOutput, mitm: false))
+        bench.securityRequestsLost = 2
+        let outcome = SecureOutcomeBox()
+        bench.peripheral.secure(handle, level: .encrypted) { outcome.outcome = $0 }
+        bench.pump()
+        #expect(bench.securityRequests == 1)
+        bench.scheduler.advance(by: .milliseconds(999))
+        bench.pump()
+        #expect(bench.securityRequests == 1, "not before a second has passed")
+        bench.scheduler.advance(by: .milliseconds(1))
+        bench.pump()
+        #expect(bench.securityRequests == 2)
+        bench.scheduler.advance(by: .seconds(2))
+        bench.pump()
+        #expect(bench.securityRequests == 3, "the third reaches the central")
+        try bench.answerEverything()
+        #expect(outcome.reachedLevel == .encrypted)
+        bench.scheduler.advance(by: .seconds(60))
+        bench.pump()
+        #expect(bench.securityRequests == 3, "none once the central answered")
+    }
+
+    @Test func aCentralThatNeverAnswersIsAskedFiveTimesWithinTheThirtySeconds() {
+        let bench = Bench(central: settings(.noInputNoOutput), peripheral: settings(.noInputNoOutput))
+        bench.securityRequestsLost = .max
+        let outcome = SecureOutcomeBox()
+        bench.peripheral.secure(handle, level: .authenticated) { outcome.outcome = $0 }
+        bench.pump()
+        var sentAt = [0]
+        for second in 1...40 {
+            let before = bench.securityRequests
+            bench.scheduler.advance(by: .seconds(1))
+            bench.pump()
+            if bench.securityRequests > before { sentAt.append(second) }
+        }
+        #expect(sentAt == [0, 1, 3, 7, 15])
+        #expect(bench.trace.filter { !$0.0 }.allSatisfy { SMPAuthRequirements(rawValue: $0.1[1]).mitm },
+                "every one asks for the MITM protection level 3 needs")
+        #expect(outcome.failure == .pairingFailure)
+    }
+
+    @Test func aCentralThatRefusesIsNotAskedAgain() {
+        let bench = Bench(central: settings(.noInputNoOutput), peripheral: settings(.noInputNoOutput))
+        let outcome = SecureOutcomeBox()
+        bench.peripheral.secure(handle, level: .encrypted) { outcome.outcome = $0 }
+        // The central answers the request with Pairing Failed, Pairing Not Supported (3.5.5).
+        bench.peripheral.receive([SMPCode.pairingFailed.rawValue, 0x05][...], on: handle)
+        bench.pump()
+        #expect(outcome.failure == .pairingFailure, "at once, not after the 30 s")
+        bench.scheduler.advance(by: .seconds(40))
+        bench.pump()
+        #expect(bench.securityRequests == 1)
     }
 
     @Test func thePeripheralsSecureEndsWithThePairingFailure() throws {
