@@ -150,6 +150,13 @@ public final class LEConnection {
         return EnhancedEndpoint(bearer: bearer, server: server, stage: stage, client: client)
     }
 
+    /// The link's security changed or its pairing ended: the servers of every bearer answer
+    /// what they held for the pairing (`ATTServer.securitySettled`).
+    public func securitySettled() {
+        server?.securitySettled()
+        for entry in enhanced.entries { entry.endpoint.server?.securitySettled() }
+    }
+
     /// The Security Manager's PDUs on CID 0x0006 (Vol 3, Part H, 3.2) go to `receive`.
     public func receiveSecurityManager(_ receive: @escaping (ArraySlice<UInt8>) -> Void) {
         link.register(cid: L2CAPChannel.securityManager, receive)

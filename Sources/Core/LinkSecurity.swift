@@ -79,6 +79,11 @@ extension LinkSecurity {
 /// the security layer sets it, nobody keeps a copy.
 public final class LinkSecurityState {
     public var current: LinkSecurity
+    /// Whether a pairing runs on the link now, as the link's Security Manager answers it; nil
+    /// where nobody pairs on the link's behalf (the central's own small server). A server that
+    /// would refuse a request for want of security holds it while this answers true
+    /// (`ATTServer.securitySettled`).
+    public var pairingUnderWay: (() -> Bool)?
 
     public init(_ current: LinkSecurity = .unencrypted) {
         self.current = current

@@ -128,6 +128,15 @@ public final class ATTServer {
     public private(set) var isClosed = false
     /// Reused for every response so the request path makes no allocations of its own.
     var out: [UInt8]
+    /// A request refused for want of security while the link's pairing ran, with its refusal:
+    /// answered when the pairing has moved on (`securitySettled`), not at once. A client told
+    /// Insufficient Authentication in the middle of a pairing reads the error against the
+    /// security the link has once it reads it (BlueZ then asks for MITM protection on a link
+    /// just encrypted without it, a pairing that cannot succeed, and the request is lost).
+    /// One at most: a client has one request outstanding on a bearer (Vol 3, Part F, 3.3.2).
+    private var held: (pdu: [UInt8], handle: UInt16, error: ATTError)?
+    /// Whether a request waits for the pairing (`held`).
+    public var holdsRequestForPairing: Bool { held != nil }
     /// Reused for notifications and indications: a device may notify from inside a read or
     /// write handler, while a response is being built in `out`.
     var update: [UInt8]
@@ -199,6 +208,9 @@ public final class ATTServer {
     }
 
     func handle(_ pdu: ArraySlice<UInt8>, opcode: UInt8) {
+        // A client that sends another request before the held one's answer (3.3.2 forbids it)
+        // gets the held one's refusal first: answers stay in order, none is lost.
+        if held != nil, ATTOpcode.isRequestForm(opcode) { answerHeld() }
         // A long read is continued only by Read Blob requests for its handle; anything else
         // ends it (the Read Blob handler checks the handle).
         if opcode != ATTOpcode.readBlobRequest.rawValue { longReadHandle = nil }
@@ -229,6 +241,8 @@ public final class ATTServer {
             if isCommand {
                 // No response exists for a command; the failure is still counted and logged.
                 answered(opcode, error.handle, error.error)
+            } else if Self.isSecurityRefusal(error.error), session.security.pairingUnderWay?() == true {
+                held = (Array(pdu), error.handle, error.error)
             } else {
                 sendError(opcode, error.handle, error.error)
             }
@@ -353,6 +367,27 @@ public final class ATTServer {
         sendsOnBearer ? bearer.send(pdu, kind: kind) : delegate?.attServer(self, send: pdu, kind: kind) ?? false
     }
 
+    /// The errors that ask the client to pair or encrypt (Vol 3, Part F, 3.4.1.1).
+    static func isSecurityRefusal(_ error: ATTError) -> Bool {
+        error == .insufficientAuthentication || error == .insufficientEncryption || error == .encryptionKeySizeTooShort
+    }
+
+    /// The link's security changed or its pairing ended: a request held for the pairing is
+    /// handled again against the security the link has now (answered, or held again while the
+    /// pairing still runs and the link is still short of what it needs).
+    public func securitySettled() {
+        guard let waiting = held, !isTimedOut, !isClosed, let opcode = waiting.pdu.first else { return }
+        held = nil
+        handle(waiting.pdu[...], opcode: opcode)
+    }
+
+    /// Sends the held request's refusal now.
+    private func answerHeld() {
+        guard let waiting = held, let opcode = waiting.pdu.first else { return }
+        held = nil
+        sendError(opcode, waiting.handle, waiting.error)
+    }
+
     private func sendError(_ requestOpcode: UInt8, _ handle: UInt16, _ error: ATTError) {
         out.removeAll(keepingCapacity: true)
         ATTErrorResponse(requestOpcode: requestOpcode, handle: handle, error: error).encode(into: &out)
@@ -425,6 +460,7 @@ public final class ATTServer {
         if indications.isInFlight { bearer.end(.indication) }
         failIndications(.disconnected)
         longReadHandle = nil
+        held = nil
         writes.clear()
         // An enhanced bearer's server leaves the client's state to the link's.
         guard ownsSession else { return [] }

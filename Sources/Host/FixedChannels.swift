@@ -24,6 +24,7 @@ extension DeviceLinks {
                                       serving: database, watch: requestWatch, front: frontServer)
         let handle = event.handle
         connection.receiveSecurityManager { [unowned security] payload in security.receive(payload, on: handle) }
+        connection.security.pairingUnderWay = { [unowned security] in security.isPairing(handle) }
         // Enhanced ATT bearers the central opens on the EATT PSM (BlemuEATT), the device's server on each.
         connection.serveOnEnhancedBearers { [unowned self] server in frontServer(server) }
         return connection

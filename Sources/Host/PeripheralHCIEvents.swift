@@ -87,6 +87,10 @@ extension Peripheral {
             }
             // What a bonded central kept: its caching state, signing, subscriptions.
             self.bondedClients.securityChanged(state, on: connection)
+            connection.securitySettled()
+        }
+        security.pairingEnded = { [weak self] handle in
+            self?.connections[handle]?.securitySettled()
         }
         security.pairingCompleted = { [weak self] handle, result in
             guard let self, let observer = self.eventObserver, let connection = self.connections[handle] else { return }

@@ -44,6 +44,72 @@ import Testing
         #expect(bench.error("12 0500 01") == .insufficientEncryption)
     }
 
+    // MARK: A request that comes while the link pairs
+
+    private static let encryptedJustWorks = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true,
+                                                         encryptionKeySize: 16)
+
+    @Test func aRequestRefusedWhileThePairingRunsIsAnsweredOnceTheLinkIsEncrypted() throws {
+        let bench = try Bench()
+        var pairing = true
+        bench.server.session.security.pairingUnderWay = { pairing }
+        bench.server.receive(bytes("0A 0300")[...])
+        #expect(bench.delegate.sent.isEmpty, "no Insufficient Authentication in the middle of the pairing")
+        #expect(bench.server.holdsRequestForPairing)
+        // Encrypted, the key distribution still running: the read is answered now.
+        bench.server.session.linkSecurity = Self.encryptedJustWorks
+        bench.server.securitySettled()
+        #expect(bench.delegate.sent.map(\.pdu) == [bytes("0B 01")])
+        pairing = false
+        bench.server.securitySettled()
+        #expect(bench.delegate.sent.count == 1, "answered once")
+    }
+
+    @Test func aRequestTheEncryptionDoesNotSatisfyWaitsForThePairingsEndThenIsRefused() throws {
+        let bench = try Bench()
+        var pairing = true
+        bench.server.session.security.pairingUnderWay = { pairing }
+        bench.server.receive(bytes("12 0500 01")[...])
+        bench.server.session.linkSecurity = Self.encryptedJustWorks
+        bench.server.securitySettled()
+        #expect(bench.delegate.sent.isEmpty, "authentication is wanted: held while the pairing runs")
+        pairing = false
+        bench.server.securitySettled()
+        #expect(bench.delegate.sent.map(\.pdu) == [bytes("01 12 0500 05")])
+        #expect(!bench.server.holdsRequestForPairing)
+    }
+
+    @Test func aPairingThatFailsGivesTheHeldRequestItsRefusal() throws {
+        let bench = try Bench()
+        var pairing = true
+        bench.server.session.security.pairingUnderWay = { pairing }
+        bench.server.receive(bytes("0A 0300")[...])
+        pairing = false
+        bench.server.securitySettled()
+        #expect(bench.delegate.sent.map(\.pdu) == [bytes("01 0A 0300 05")])
+    }
+
+    @Test func anotherRequestBeforeTheAnswerGetsTheHeldRefusalFirstAndNothingIsLost() throws {
+        let bench = try Bench()
+        bench.server.session.security.pairingUnderWay = { true }
+        bench.server.receive(bytes("0A 0300")[...])
+        bench.server.receive(bytes("0A 0900")[...])
+        // The first is answered with its refusal; the second is held in its turn.
+        #expect(bench.delegate.sent.map(\.pdu) == [bytes("01 0A 0300 05")])
+        #expect(bench.server.holdsRequestForPairing)
+    }
+
+    @Test func withoutAPairingOrWithoutAnyoneToPairARefusalIsAtOnce() throws {
+        let bench = try Bench()
+        #expect(bench.error("0A 0300") == .insufficientAuthentication, "no security manager on the link")
+        bench.server.session.security.pairingUnderWay = { false }
+        #expect(bench.error("0A 0300") == .insufficientAuthentication)
+        // A command refused for security is never held (nothing answers a command).
+        bench.server.session.security.pairingUnderWay = { true }
+        bench.server.receive(bytes("52 0500 01")[...])
+        #expect(!bench.server.holdsRequestForPairing)
+    }
+
     @Test func anUnauthenticatedKeyIsNotEnoughForAuthentication() throws {
         let bench = try Bench()
         bench.server.session.linkSecurity = LinkSecurity(isEncrypted: true, isAuthenticated: false, isSecureConnections: true,

@@ -22,7 +22,7 @@ from bumble_central import (
     UUID_DIAGNOSTICS_SERVICE,
     collect_notifications,
 )
-from harness import JUST_WORKS, BlemuProcess, expect_write_error, run, start_advertising, unique_name
+from harness import JUST_WORKS, BlemuProcess, expect_write_error, pairing_config, run, start_advertising, unique_name
 from harness import connected as central_on
 
 UUID_ESS = UUID.from_16_bits(0x181A)
@@ -159,6 +159,31 @@ def test_writes_need_an_encrypted_link_reads_do_not(thermostat):
             await expect_write_error(conn, conn.characteristic(UUID_MODE, UUID_THERMOSTAT_SERVICE), bytes([MODE_OFF]),
                                      ATT_INSUFFICIENT_AUTHENTICATION)
             assert await conn.read(target) == before, "a refused write changed the target"
+
+    run(scenario())
+
+
+def test_a_write_that_comes_while_the_central_pairs_is_answered_once_the_link_is_encrypted(thermostat):
+    """BlueZ pairs on its own (its EATT channel was refused for encryption) while the app's
+    write is on its way: a write request that arrives after the Pairing Request and before the
+    encryption is held, then answered against the encrypted link, written. Answered at once with
+    Insufficient Authentication, BlueZ reads the error once the link is encrypted without MITM
+    protection, asks for a MITM pairing the thermostat cannot give, and the write is lost (seen
+    in the kernel suite's bleak-thermostat case)."""
+
+    async def scenario():
+        async with connected(thermostat, "pairing-writer") as conn:
+            conn.connection.device.pairing_config_factory = pairing_config(JUST_WORKS)
+            target = conn.characteristic(UUID_TARGET, UUID_THERMOSTAT_SERVICE)
+            value = struct.pack("<h", 2150 if await conn.read(target) != struct.pack("<h", 2150) else 2200)
+            pairing = asyncio.create_task(conn.connection.pair())
+            # The Pairing Request goes out in the task's first step, before the write, on the same link.
+            await asyncio.sleep(0)
+            assert not conn.connection.is_encrypted
+            await conn.write(target, value)
+            await asyncio.wait_for(pairing, 15)
+            assert conn.connection.is_encrypted
+            assert await conn.read(target) == value, "the held write was not applied"
 
     run(scenario())
 
