@@ -422,6 +422,46 @@ def test_wait_security_outcomes(fake: FakeHost, channel: grpc.Channel, links, ev
     assert result[0].result_variant() == variant
 
 
+@pytest.mark.parametrize("wanted,reached,reading,met", [
+    (3, 2, "authenticated", False), (3, 3, "authenticated", True), (3, 2, "paired", True), (3, 1, "paired", False),
+    (4, 3, "paired", False), (2, 2, "paired", True), (4, 4, "authenticated", True), (3, None, "paired", False),
+    (3, True, "paired", False), (3, "3", "authenticated", False),
+])
+def test_le_level3_is_read_as_authenticated_or_as_paired_and_nothing_else_changes(wanted, reached, reading, met) -> None:
+    assert translate.level_met(wanted, reached, reading) is met
+
+
+@pytest.fixture
+def paired_channel(fake: FakeHost) -> Iterator[grpc.Channel]:
+    server, pandora, port = pandora_server.serve(Host(HostConnection(fake.path)), "127.0.0.1:0", le_level3="paired")
+    fake.wait_op("pairing-config")
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        yield channel
+    server.stop(grace=0).wait()
+    pandora.stop()
+
+
+def test_with_le_level3_paired_a_just_works_link_passes_secure_and_wait_security_at_level3(fake: FakeHost, paired_channel) -> None:
+    fake.handlers["secure"] = lambda r: ({}, [{"event": "security", "link": 3, "level": 2, "encrypted": True}])
+    security = security_grpc.Security(paired_channel)
+    assert security.Secure(connection=token(3), le=security_pb2.LE_LEVEL3, timeout=5).result_variant() == "success"
+    assert fake.wait_op("secure")["level"] == 3, "blemu is still asked for level 3 (the pairing sets MITM)"
+    fake.handlers["secure"] = lambda r: ({}, [{"event": "security", "link": 3, "level": 2, "encrypted": True}])
+    assert security.Secure(connection=token(3), le=security_pb2.LE_LEVEL4, timeout=5).result_variant() == "not_reached"
+    fake.links = [{"link": 6, "role": "peripheral", "level": 1}]
+    thread, result = in_thread(lambda: security.WaitSecurity(connection=token(6), le=security_pb2.LE_LEVEL3, timeout=5))
+    fake.wait_op("links")
+    time.sleep(0.2)
+    fake.emit(event="security", link=6, level=2, encrypted=True)
+    thread.join(5)
+    assert result[0].result_variant() == "success"
+
+
+def test_an_unknown_le_level3_reading_is_refused() -> None:
+    with pytest.raises(pandora_server.BlemuError):
+        pandora_server.Pandora(None, le_level3="maybe")  # type: ignore[arg-type]
+
+
 def test_on_pairing_hands_each_pairing_request_over_and_sends_the_answers_back(fake: FakeHost, channel: grpc.Channel) -> None:
     stream = security_grpc.Security(channel).OnPairing(timeout=10)  # as Avatar: answers go with stream.send
     time.sleep(0.3)  # the stream is open on the server

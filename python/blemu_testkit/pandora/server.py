@@ -113,11 +113,14 @@ class Pandora:
     """The state the services share: the host, the pairing defaults, the OnPairing stream."""
 
     def __init__(self, host: Host, *, name: str = "blemu", io_capability: str = "keyboard-display",
-                 reset_mode: str = "op"):
+                 reset_mode: str = "op", le_level3: str = "authenticated"):
+        if le_level3 not in translate.LE_LEVEL3_READINGS:
+            raise BlemuError(f"le_level3 {le_level3!r} is not one of {', '.join(translate.LE_LEVEL3_READINGS)}")
         self.host = host
         self.name = name
         self.io_capability = io_capability
         self.reset_mode = reset_mode
+        self.le_level3 = le_level3
         self._reset_lock = threading.Lock()
         self.pairing = PairingDispatcher(host)
         self.channels = ChannelTracker(host)
@@ -535,13 +538,13 @@ class SecurityService(security_grpc.SecurityServicer):
                 raise
             if reply.get("already"):
                 return security_pb2.SecureResponse(success=empty_pb2.Empty())
+            reading = self.pandora.le_level3
 
             def outcome(event: dict[str, Any]) -> Optional[str]:
                 if event is CLOSED or _is(event, "disconnected", link=link):
                     return "connection_died"
                 if _is(event, "security", link=link):
-                    reached = event.get("level")
-                    return "success" if isinstance(reached, int) and reached >= level else "not_reached"
+                    return "success" if translate.level_met(level, event.get("level"), reading) else "not_reached"
                 if _is(event, "security-failed", link=link):
                     return translate.failure_result(event.get("reason"))
                 return None
@@ -559,14 +562,15 @@ class SecurityService(security_grpc.SecurityServicer):
             entry = next((e for e in self.host.request("links").get("links", []) if e.get("link") == link), None)
             if entry is None:
                 return security_pb2.WaitSecurityResponse(connection_died=empty_pb2.Empty())
-            if isinstance(entry.get("level"), int) and entry["level"] >= level:
+            reading = self.pandora.le_level3
+            if translate.level_met(level, entry.get("level"), reading):
                 return security_pb2.WaitSecurityResponse(success=empty_pb2.Empty())
 
             def outcome(event: dict[str, Any]) -> Optional[str]:
                 if event is CLOSED or _is(event, "disconnected", link=link):
                     return "connection_died"
                 if _is(event, "security", link=link) and isinstance(event.get("level"), int):
-                    if event["level"] >= level:
+                    if translate.level_met(level, event["level"], reading):
                         return "success"
                     # The peer's pairing ended with the link encrypted below the level waited for
                     # (Just Works where level 3 was asked): the level is not coming, and
@@ -876,6 +880,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--name", default="blemu", help="the local name (include_*_local_name); also blemu's --name")
     parser.add_argument("--io-capability", choices=IO_CAPABILITIES, default="keyboard-display",
                         help="the host's pairing IO capability (default keyboard-display)")
+    parser.add_argument("--le-level3", choices=translate.LE_LEVEL3_READINGS, default="authenticated",
+                        help="what LE_LEVEL3 asks of a link: authenticated (MITM protection, Vol 3, Part C, "
+                             "10.2.1; the default) or paired (any pairing, Just Works too, as Bumble's and "
+                             "Android's Pandora servers read it)")
     parser.add_argument("--reset", choices=("op", "restart"), default="op",
                         help="FactoryReset: blemu's `reset` (default), or restart blemu with a new state directory")
     parser.add_argument("--log", metavar="FILE", type=Path, help="blemu's output (default: in its temporary folder)")
@@ -896,7 +904,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 parser.error("--reset restart needs --controller (this server starts blemu)")
             host = Host(HostConnection(args.control))
         server, pandora, port = serve(host, args.listen, name=args.name, io_capability=args.io_capability,
-                                      reset_mode=args.reset)
+                                      reset_mode=args.reset, le_level3=args.le_level3)
     except BlemuError as error:
         print(f"blemu-pandora: {error}", file=sys.stderr)
         if process is not None:

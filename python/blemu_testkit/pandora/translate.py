@@ -58,6 +58,23 @@ SECONDARY_PHY_OF_NAME = {v: k for k, v in SECONDARY_PHY.items()}
 # LESecurityLevel (LE_LEVEL1 = 0 … LE_LEVEL4 = 3): LE security mode 1 levels 1-4 (Vol 3, Part C, 10.2.1).
 LE_LEVEL = {security_pb2.LE_LEVEL1: 1, security_pb2.LE_LEVEL2: 2, security_pb2.LE_LEVEL3: 3, security_pb2.LE_LEVEL4: 4}
 
+# What LE_LEVEL3 ("authenticated pairing with encryption") asks of a link: `authenticated`, the
+# level (Vol 3, Part C, 10.2.1: MITM protection; a Just Works pairing gives level 2), or
+# `paired`, any pairing's encryption, as Bumble's and Android's Pandora servers read it (Avatar's
+# le_security_test expects a Just Works pairing to pass Secure/WaitSecurity at LE_LEVEL3).
+LE_LEVEL3_READINGS = ("authenticated", "paired")
+
+
+def level_met(wanted: int, reached: Any, le_level3: str = "authenticated") -> bool:
+    """Whether a link at blemu's `reached` level (1-4) meets the Pandora level `wanted` (1-4):
+    level 3 read as `le_level3` says (LE_LEVEL3_READINGS). Blemu is still asked for the level
+    itself, so a pairing sets MITM and its method is what the IO capabilities give."""
+    if not isinstance(reached, int) or isinstance(reached, bool):
+        return False
+    if wanted == 3 and le_level3 == "paired":
+        return reached >= 2
+    return reached >= wanted
+
 # TX_Power "not available" of an advertising report (Vol 4, Part E, 7.7.65.13).
 TX_POWER_NOT_AVAILABLE = 127
 
