@@ -62,7 +62,8 @@ public enum RunStack {
             let copy = copies[deviceName] ?? 1
             let localName = Self.localName(plan: plan, device: device, copy: copy, nameGiven: options.nameGiven)
             var configuration = PeripheralConfiguration(name: localName, address: plan.address, controller: spec.description,
-                                                        advertisingTiming: plan.advertising, connectionParameters: plan.connection)
+                                                        advertisingTiming: DevicePlanning.advertisingTiming(plan, device: device),
+                                                        connectionParameters: plan.connection)
             // The command line's privacy is for every device; a config file's per device.
             configuration.privacy = options.privacy || plan.privacy
             if let seconds = options.privateAddressTimeout ?? plan.privateAddressTimeout {
