@@ -64,6 +64,7 @@ public enum RunStack {
             var configuration = PeripheralConfiguration(name: localName, address: plan.address, controller: spec.description,
                                                         advertisingTiming: DevicePlanning.advertisingTiming(plan, device: device),
                                                         connectionParameters: plan.connection)
+            configuration.startDelay = plan.startDelay
             // The command line's privacy is for every device; a config file's per device.
             configuration.privacy = options.privacy || plan.privacy
             if let seconds = options.privateAddressTimeout ?? plan.privateAddressTimeout {

@@ -2,8 +2,11 @@ import BlemuConfig
 import BlemuDevice
 import BlemuDevices
 import BlemuHCI
+import BlemuHost
+import BlemuRunLoop
 import BlemuStack
 import BlemuTransport
+import Logging
 import Testing
 
 /// A fleet's members planned like any device: their drawn settings checked against the device's
@@ -78,6 +81,23 @@ import Testing
                 == AdvertisingTiming(fastInterval: own.fastInterval + 4, fastDuration: own.fastDuration, slowInterval: own.slowInterval + 4))
         plan.advertising = AdvertisingTiming(fastInterval: 160, slowInterval: 1636)
         #expect(DevicePlanning.advertisingTiming(plan, device: device) == AdvertisingTiming(fastInterval: 164, slowInterval: 1640))
+    }
+
+    /// The members' drawn start delays and jitter reach the peripherals `blemu run` assembles.
+    @Test func theAssembledMembersCarryTheirStartDelayAndJitter() throws {
+        let plans = try Self.plans("fleets:\n  - device: heart-rate\n    count: 3\n    advertising: { fast_interval_ms: 100, slow_interval_ms: 1022.5, jitter_ms: 10 }\n    start_spread_s: 5\n")
+        var options = RunOptions()
+        options.shareController = true
+        let (_, peripherals) = try RunStack.assembleInPlanOrder(plans, options: options, loop: RunLoop(),
+                                                                 logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        #expect(peripherals.count == 3)
+        for (plan, peripheral) in zip(plans, peripherals) {
+            #expect(peripheral.configuration.startDelay == plan.startDelay)
+            #expect(peripheral.waitingToStart == (plan.startDelay > .zero))
+            #expect(peripheral.configuration.advertisingTiming?.slowInterval == 1636 + plan.advertisingShift)
+            #expect(peripheral.configuration.name == plan.name)
+        }
+        #expect(Set(plans.map(\.startDelay)).count > 1)
     }
 
     /// Issue 38's gateway fleet: 1,000 broadcasters and 100 sensors from one file pass the budget
