@@ -60,13 +60,15 @@ import Glibc
 
     @Test func theCeilingAndTheMemoryBudgetAreCheckedWithTheNumbersInTheError() {
         let gateway = ProcessLimits.Demand(broadcasters: 1000, connectableDevices: 100)
-        // 32 MiB + 1000 × 32 KiB + 100 × 64 KiB.
-        #expect(gateway.estimatedBytes == (32 << 20) + 1000 * 32 * 1024 + 100 * 64 * 1024)
+        // 8 MiB + 1000 × 32 KiB + 100 × 64 KiB.
+        #expect(gateway.estimatedBytes == (8 << 20) + 1000 * 32 * 1024 + 100 * 64 * 1024)
         #expect(ProcessLimits.check(gateway, availableBytes: 1 << 30) == nil)
         #expect(ProcessLimits.check(gateway, availableBytes: nil) == nil)
-        #expect(ProcessLimits.check(gateway, availableBytes: 100 << 20)
-                == "1100 devices (1000 broadcasters at 32 KiB, 100 connectable at 64 KiB, and 32 MiB for the process) need an estimated 70 MiB; "
-                + "the budget is 50 MiB (half of the 100 MiB this machine has available, MemAvailable): run fewer devices, or run them in several processes or on several machines")
+        // One device fits a board with a few tens of megabytes free.
+        #expect(ProcessLimits.check(.init(broadcasters: 0, connectableDevices: 1), availableBytes: 20 << 20) == nil)
+        #expect(ProcessLimits.check(gateway, availableBytes: 80 << 20)
+                == "1100 devices (1000 broadcasters at 32 KiB, 100 connectable at 64 KiB, and 8 MiB for the process) need an estimated 46 MiB; "
+                + "the budget is 40 MiB (half of the 80 MiB this machine has available, MemAvailable): run fewer devices, or run them in several processes or on several machines")
         #expect(ProcessLimits.check(.init(broadcasters: 10_001, connectableDevices: 0), availableBytes: 1 << 40)
                 == "10001 devices: one blemu runs at most 10000 devices (run several processes for more)")
         #expect(ProcessLimits.check(.init(broadcasters: 9_000, connectableDevices: 1_000), availableBytes: 1 << 40) == nil)

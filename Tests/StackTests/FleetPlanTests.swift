@@ -100,6 +100,22 @@ import Testing
         #expect(Set(plans.map(\.startDelay)).count > 1)
     }
 
+    /// Docs/REFERENCE.md's example under "Fleets" is a file that plans and checks as it says.
+    @Test func theDocumentedFleetExampleIsValid() throws {
+        let root = "\(#filePath)".split(separator: "/", omittingEmptySubsequences: false).dropLast(3).joined(separator: "/")
+        let reference = try ConfigurationFile.readFile(root + "/Docs/REFERENCE.md")
+        let section = try #require(reference.firstRange(of: "### Fleets\n"))
+        let rest = reference[section.upperBound...]
+        let start = try #require(rest.firstRange(of: "```yaml\n"))
+        let end = try #require(rest[start.upperBound...].firstRange(of: "```"))
+        let plans = try Self.plans(String(rest[start.upperBound..<end.lowerBound]))
+        #expect(plans.count == 1101)
+        try DevicePlanning.checkSettings(plans)
+        #expect(plans[1].name == "Tag 0001" && plans[1001].name == "Door 001")
+        #expect(plans[1001].address?.description == "C0:00:00:00:00:01")
+        #expect(plans[1001].settings.last?.key == "pin" && plans[1001].settings.last?.value.count == 6)
+    }
+
     /// Issue 38's gateway fleet: 1,000 broadcasters and 100 sensors from one file pass the budget
     /// on this machine and every member's values pass its device's rules.
     @Test func theGatewayFleetIsPlannedAndChecked() throws {
