@@ -263,6 +263,9 @@ public enum FleetDraw {
 }
 
 extension Reader {
+    /// Settings one fleet gives its members.
+    static let maximumFleetSettings = 16
+
     /// The keys of a `fleets:` entry.
     static let fleetKeys = ["device", "count", "seed", "name", "address", "controller", "settings", "pin", "passkey", "io_capability",
                             "bindkey_file", "advertising", "connection", "start_spread_s"]
@@ -331,6 +334,10 @@ extension Reader {
         if let entry = entries["settings"] {
             _ = try mapping(entry.value, at: "\(path).settings")  // duplicate and non-word keys refused
             if case .mapping(let ordered) = entry.value.kind {
+                // Each is copied into every member: bounded, far above any device's (the thermostat has 6).
+                guard ordered.count <= Self.maximumFleetSettings else {
+                    throw fail(entry.value, "\(path).settings", "\(ordered.count) settings; a fleet gives at most \(Self.maximumFleetSettings)")
+                }
                 for (key, value) in ordered {
                     guard let name = key.scalar else { continue }
                     let settingPath = "\(path).settings.\(name)"

@@ -250,6 +250,8 @@ import Testing
         ("fleets:\n  - device: ./scale.json\n    count: 2\n    settings: { bpm: 72 }",
          "fleet.yaml:4: fleets[0].settings: a GATT profile (./scale.json) has no settings: its values are the file's"),
         ("fleets: []", "fleet.yaml:1: fleets: the list is empty"),
+        ("fleets:\n  - device: ibeacon\n    count: 2\n    settings: { " + (1...17).map { "s\($0): 1" }.joined(separator: ", ") + " }",
+         "fleet.yaml:4: fleets[0].settings: 17 settings; a fleet gives at most 16"),
         // Names and addresses: one device's each, across devices and fleets.
         ("fleets:\n  - device: ibeacon\n    count: 2\n    name: Beacon",
          "fleet.yaml:2: fleets[0] member 2.name: `Beacon` is also fleets[0] member 1's name (names are one device's each)"),
