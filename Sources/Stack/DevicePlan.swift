@@ -38,6 +38,8 @@ public struct DevicePlan {
     public var advertisingShift: UInt16 = 0
     /// A fleet member's drawn part of the fleet's `start_spread_s`.
     public var startDelay: Duration = .zero
+    /// The fleet (`fleets[N]`) the device is a member of; nil for any other device.
+    public var fleet: String?
 
     public init(device: String, spec: ControllerSpec) {
         self.device = device
@@ -179,6 +181,7 @@ public enum DevicePlanning {
             plan.scenario = entry?.scenario
             plan.advertisingShift = entry?.advertisingShift ?? 0
             plan.startDelay = entry?.startDelay ?? .zero
+            plan.fleet = entry?.fleet
             // --pin is for the devices that take a PIN (the lock), so one command line serves a
             // bench of several devices (and wins over the file's); a file's `pin:` is for its own
             // entry, refused by a device that takes none.

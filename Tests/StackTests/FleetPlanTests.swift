@@ -100,6 +100,40 @@ import Testing
         #expect(Set(plans.map(\.startDelay)).count > 1)
     }
 
+    /// A fleet's members on a tcp: spec share connections as many as the controller has
+    /// advertising sets; an ordinary device on the same spec keeps its own connection.
+    @Test func fleetMembersShareConnectionsByTheControllersAdvertisingSets() throws {
+        let text = "devices:\n  - device: heart-rate\nfleets:\n  - { device: ibeacon, count: 40 }\n  - { device: heart-rate, count: 2, name: \"HR {index}\" }\n"
+        let plans = try Self.plans(text)
+        let spec = try ControllerSpec(parsing: "tcp:127.0.0.1:6402")
+        let quiet = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+        var options = RunOptions()
+        #expect(ControllerProbe.specsToProbe(plans, options: options) == [spec])
+        options.advertisingSets[spec] = 16
+        let pooled = try RunStack.assemble(plans, options: options, loop: RunLoop(), logger: quiet)
+        #expect(pooled.map(\.peripherals.count) == [1, 16, 16, 10])
+        #expect(pooled[0].peripherals[0].deviceName == "heart-rate" && pooled[3].peripherals.last?.deviceName == "heart-rate")
+        // A controller without LE Extended Advertising: one member a connection.
+        options.advertisingSets[spec] = 1
+        #expect(try RunStack.assemble(plans, options: options, loop: RunLoop(), logger: quiet).count == 43)
+        // Not asked (no probe): each device its own connection, as before.
+        options.advertisingSets = [:]
+        #expect(try RunStack.assemble(plans, options: options, loop: RunLoop(), logger: quiet).count == 43)
+        // --share-controller: every device of the spec on one, as before; nothing to ask.
+        options.shareController = true
+        #expect(ControllerProbe.specsToProbe(plans, options: options).isEmpty)
+        options.advertisingSets[spec] = 16
+        #expect(try RunStack.assemble(plans, options: options, loop: RunLoop(), logger: quiet).map(\.peripherals.count) == [43])
+    }
+
+    @Test func onlySpecsWithSeveralFleetMembersAreProbed() throws {
+        let one = try Self.plans("devices:\n  - device: heart-rate\n  - device: lock\nfleets:\n  - { device: ibeacon, count: 1 }\n")
+        #expect(ControllerProbe.specsToProbe(one, options: RunOptions()).isEmpty)
+        var hci = try Self.plans("fleets:\n  - { device: ibeacon, count: 5 }\n")
+        for index in hci.indices { hci[index].spec = .hci(index: 0) }
+        #expect(ControllerProbe.specsToProbe(hci, options: RunOptions()).isEmpty, "an adapter is opened once: its devices share it anyway")
+    }
+
     /// Docs/REFERENCE.md's example under "Fleets" is a file that plans and checks as it says.
     @Test func theDocumentedFleetExampleIsValid() throws {
         let root = "\(#filePath)".split(separator: "/", omittingEmptySubsequences: false).dropLast(3).joined(separator: "/")

@@ -81,3 +81,35 @@ fleets:
     for address, delay in zip(addresses, delays):
         assert first_seen[address] >= delay, f"{address} seen at {first_seen[address]:.2f} s, its delay is {delay:.3f} s; all: {first_seen}"
     assert blemu.stop() == 0, blemu.log_tail()
+
+
+def test_a_fleet_is_spread_over_as_many_controller_connections_as_its_advertising_sets_need(rootcanal, blemu_factory):
+    """rootcanal gives each TCP connection a controller of its own; blemu asks one how many
+    advertising sets it runs (LE Read Number of Supported Advertising Sets) and puts the fleet's
+    members that many to a connection, instead of a connection each."""
+    import math
+    import re
+
+    count = 20
+    path = log_dir() / f"fleet-{unique_name('S')}.yaml"
+    path.write_text(f"""
+fleets:
+  - device: ibeacon
+    count: {count}
+    seed: {int.from_bytes(os.urandom(4), 'little')}
+    name: "{unique_name('S')} {{index}}"
+""")
+    blemu = blemu_factory.start(None, wait_advertising=False, devices=[], extra_args=["--config", str(path)])
+    blemu.wait_for_event("advertising-started", count=count, timeout=60)
+    notice = next((entry.message for entry in blemu.log_entries() if entry.message.startswith("fleet members on ")), None)
+    assert notice is not None, blemu.log_tail()
+    match = re.search(r": (\d+) on (\d+) connection\(s\), (\d+) a connection", notice)
+    assert match, notice
+    members, connections, sets = map(int, match.groups())
+    assert sets > 1, f"rootcanal runs several advertising sets: {notice}"
+    assert members == count and connections == math.ceil(count / sets), notice
+    sockets = [fd for fd in os.listdir(f"/proc/{blemu.process.pid}/fd")
+               if os.readlink(f"/proc/{blemu.process.pid}/fd/{fd}").startswith("socket:")]
+    # The controller connections, and at most the journal's socket beside them.
+    assert connections <= len(sockets) <= connections + 1, f"{len(sockets)} sockets for {connections} connections"
+    assert blemu.stop() == 0, blemu.log_tail()
