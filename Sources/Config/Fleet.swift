@@ -270,8 +270,8 @@ extension Reader {
     static let fleetKeys = ["device", "count", "seed", "name", "address", "controller", "settings", "pin", "passkey", "io_capability",
                             "bindkey_file", "advertising", "connection", "start_spread_s"]
 
-    /// One `fleets:` entry, checked, and its members. `first` is the members' first device
-    /// number in the whole run (for the ceiling's error).
+    /// One `fleets:` entry, checked, and its members. `devicesBefore`: the devices the file
+    /// gave before it (for the ceiling of the whole file).
     func fleet(_ node: YAMLNode, at path: String, devicesBefore: Int) throws(ConfigurationError) -> (FleetConfiguration, [DeviceConfiguration]) {
         let entries = try mapping(node, at: path)
         try allowOnly(Self.fleetKeys, in: entries, at: path)
