@@ -26,7 +26,10 @@ import Glibc
 /// error naming the file, the line, the key and what is allowed.
 public struct RunConfiguration: Sendable, Equatable {
     public var controller: ControllerSpec?
+    /// The `devices:` entries, then every fleet's members (`fleets:`), in file order.
     public var devices: [DeviceConfiguration]
+    /// The `fleets:` entries (their members are in `devices`).
+    public var fleets: [FleetConfiguration] = []
     /// The run's own settings (the control socket, logs, the capture, the state directory), each
     /// as its command-line option, which wins over the file.
     public var run = ConfiguredRunSettings()
@@ -100,6 +103,15 @@ public struct DeviceConfiguration: Sendable, Equatable {
     public var scenario: String?
     /// Where the entry starts in the file, for errors found later (an unknown setting key).
     public var location: String
+    /// What errors call the entry: `devices[2]`, or `fleets[0] member 17` for a fleet's member.
+    public var path: String = ""
+    /// The fleet (`fleets[N]`) the device is a member of; nil for a `devices:` entry.
+    public var fleet: String?
+    /// A fleet member's advertising intervals are this many 0.625 ms units longer than the
+    /// fleet's (its drawn `jitter_ms`), so members started together do not advertise in step.
+    public var advertisingShift: UInt16 = 0
+    /// A fleet member starts this long after the run (its drawn part of `start_spread_s`).
+    public var startDelay: Duration = .zero
 
     public struct Setting: Sendable, Equatable {
         public var key: String
@@ -154,23 +166,36 @@ public enum ConfigurationFile {
         guard let root else { throw ConfigurationError("\(file): the file is empty; it needs a `devices:` list") }
         let reader = Reader(file: file)
         let top = try reader.mapping(root, at: "")
-        try reader.allowOnly(["controller", "devices"] + ConfiguredRunSettings.keys, in: top, at: "")
+        try reader.allowOnly(["controller", "devices", "fleets"] + ConfiguredRunSettings.keys, in: top, at: "")
         var configuration = RunConfiguration()
         if let node = top["controller"] {
             configuration.controller = try reader.controller(node.value, at: "controller")
         }
         configuration.run = try reader.runSettings(top)
-        guard let devices = top["devices"] else {
-            throw ConfigurationError("\(file): no `devices:` list (each entry at least `- device: NAME`)")
+        guard top["devices"] != nil || top["fleets"] != nil else {
+            throw ConfigurationError("\(file): no `devices:` list (each entry at least `- device: NAME`) and no `fleets:` list")
         }
-        let entries = try reader.sequence(devices.value, at: "devices")
-        guard !entries.isEmpty else { throw ConfigurationError("\(reader.at(devices.value)): devices: the list is empty") }
-        guard entries.count <= ProcessLimits.maximumDevices else {
-            throw ConfigurationError("\(reader.at(entries[ProcessLimits.maximumDevices])): devices[\(ProcessLimits.maximumDevices)]: \(entries.count) devices; \(ProcessLimits.deviceLimitAdvice)")
+        if let devices = top["devices"] {
+            let entries = try reader.sequence(devices.value, at: "devices")
+            guard !entries.isEmpty else { throw ConfigurationError("\(reader.at(devices.value)): devices: the list is empty") }
+            // The YAML node limit keeps this list far below the ceiling; checked all the same.
+            guard entries.count <= ProcessLimits.hardCeiling else {
+                throw ConfigurationError("\(reader.at(entries[ProcessLimits.hardCeiling])): devices[\(ProcessLimits.hardCeiling)]: \(entries.count) devices; \(ProcessLimits.ceilingAdvice)")
+            }
+            for (index, entry) in entries.enumerated() {
+                configuration.devices.append(try reader.device(entry, at: "devices[\(index)]"))
+            }
         }
-        for (index, entry) in entries.enumerated() {
-            configuration.devices.append(try reader.device(entry, at: "devices[\(index)]"))
+        if let fleets = top["fleets"] {
+            let entries = try reader.sequence(fleets.value, at: "fleets")
+            guard !entries.isEmpty else { throw ConfigurationError("\(reader.at(fleets.value)): fleets: the list is empty") }
+            for (index, entry) in entries.enumerated() {
+                let (fleet, members) = try reader.fleet(entry, at: "fleets[\(index)]", devicesBefore: configuration.devices.count)
+                configuration.fleets.append(fleet)
+                configuration.devices += members
+            }
         }
+        try reader.checkUnique(configuration)
         return configuration
     }
 
@@ -195,7 +220,7 @@ public enum ConfigurationFile {
 }
 
 /// Walks the YAML nodes with the path and line of each, so every error says where.
-private struct Reader {
+struct Reader {
     let file: String
 
     typealias Entry = (key: String, value: YAMLNode, keyNode: YAMLNode)
@@ -271,6 +296,7 @@ private struct Reader {
         try allowOnly(keys, in: entries, at: path)
         guard let name = entries["device"] else { throw fail(node, path, "`device:` is missing (the device to run, e.g. heart-rate)") }
         var device = DeviceConfiguration(device: try scalar(name.value, at: "\(path).device"), location: at(node))
+        device.path = path
         if device.isProfile {
             // A GATT profile: its path is the file's, and a built-in device's keys mean nothing to it.
             device.device = profilePath(device.device)
@@ -292,21 +318,8 @@ private struct Reader {
             }
             device.address = address
         }
-        if let entry = entries["controller"] { device.controller = try controller(entry.value, at: "\(path).controller") }
         if let entry = entries["pin"] { device.pin = try digits(entry.value, at: "\(path).pin", 4...8, what: "a PIN") }
-        if let entry = entries["passkey"] { device.passkey = try digits(entry.value, at: "\(path).passkey", 6...6, what: "a passkey") }
-        if let entry = entries["bindkey_file"] {
-            let text = try scalar(entry.value, at: "\(path).bindkey_file")
-            guard !text.isEmpty else { throw fail(entry.value, "\(path).bindkey_file", "needs a file path") }
-            device.bindkeyFile = profilePath(text)
-        }
-        if let entry = entries["io_capability"] {
-            let text = try scalar(entry.value, at: "\(path).io_capability")
-            guard DeviceConfiguration.ioCapabilityNames.contains(text) else {
-                throw fail(entry.value, "\(path).io_capability", "`\(text)` is not an IO capability: \(DeviceConfiguration.ioCapabilityNames.joined(separator: ", "))")
-            }
-            device.ioCapability = text
-        }
+        try sharedKeys(entries, into: &device, at: path)
         if let entry = entries["privacy"] {
             switch try scalar(entry.value, at: "\(path).privacy") {
             case "true": device.privacy = true
@@ -339,8 +352,50 @@ private struct Reader {
             }
         }
         if let entry = entries["advertising"] { device.advertising = try advertising(entry.value, at: "\(path).advertising") }
-        if let entry = entries["connection"] { device.connection = try connection(entry.value, at: "\(path).connection") }
         return device
+    }
+
+    /// The keys a `devices:` entry and a `fleets:` entry read alike: `controller`, `passkey`,
+    /// `bindkey_file`, `io_capability`, `connection`.
+    func sharedKeys(_ entries: [String: Entry], into device: inout DeviceConfiguration, at path: String) throws(ConfigurationError) {
+        if let entry = entries["controller"] { device.controller = try controller(entry.value, at: "\(path).controller") }
+        if let entry = entries["passkey"] { device.passkey = try digits(entry.value, at: "\(path).passkey", 6...6, what: "a passkey") }
+        if let entry = entries["bindkey_file"] {
+            let text = try scalar(entry.value, at: "\(path).bindkey_file")
+            guard !text.isEmpty else { throw fail(entry.value, "\(path).bindkey_file", "needs a file path") }
+            device.bindkeyFile = profilePath(text)
+        }
+        if let entry = entries["io_capability"] {
+            let text = try scalar(entry.value, at: "\(path).io_capability")
+            guard DeviceConfiguration.ioCapabilityNames.contains(text) else {
+                throw fail(entry.value, "\(path).io_capability", "`\(text)` is not an IO capability: \(DeviceConfiguration.ioCapabilityNames.joined(separator: ", "))")
+            }
+            device.ioCapability = text
+        }
+        if let entry = entries["connection"] { device.connection = try connection(entry.value, at: "\(path).connection") }
+    }
+
+    /// Names and addresses given in the file (a `devices:` entry's own, every fleet member's)
+    /// are each one device's: a second is an error at its line, naming the first.
+    func checkUnique(_ configuration: RunConfiguration) throws(ConfigurationError) {
+        var names: [String: String] = [:], addresses: [BluetoothAddress: String] = [:]
+        for device in configuration.devices {
+            // A member's line is its fleet's; a device's own `name:`/`address:` line is not kept, its entry's is.
+            if let name = device.name {
+                if let first = names[name] {
+                    throw ConfigurationError("\(device.location): \(device.path).name: `\(VisibleText.make(name))` is also \(first)'s name (names are one device's each)")
+                }
+                names[name] = device.path
+            }
+            if let address = device.address {
+                if let first = addresses[address] {
+                    let advice = device.fleet != nil && configuration.devices.contains { $0.path == first && $0.fleet != nil }
+                        ? " (two fleets of one kind with one seed draw the same addresses: give each its own `seed:`)" : ""
+                    throw ConfigurationError("\(device.location): \(device.path).address: \(address) is also \(first)'s address\(advice)")
+                }
+                addresses[address] = device.path
+            }
+        }
     }
 
     /// The top-level run settings (`ConfiguredRunSettings`), each checked with its line.
@@ -389,9 +444,9 @@ private struct Reader {
         return String(file[...slash]) + relative
     }
 
-    func advertising(_ node: YAMLNode, at path: String) throws(ConfigurationError) -> AdvertisingTiming {
+    func advertising(_ node: YAMLNode, at path: String, alsoAllowed: [String] = []) throws(ConfigurationError) -> AdvertisingTiming {
         let entries = try mapping(node, at: path)
-        try allowOnly(["fast_interval_ms", "fast_duration_s", "slow_interval_ms"], in: entries, at: path)
+        try allowOnly(AdvertisingTiming.configurationKeys + alsoAllowed, in: entries, at: path)
         var timing = AdvertisingTiming()
         // Vol 4, Part E, 7.8.5: 20 ms to 10.24 s, in units of 0.625 ms.
         func interval(_ key: String) throws(ConfigurationError) -> UInt16? {

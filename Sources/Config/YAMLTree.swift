@@ -37,7 +37,8 @@ public struct YAMLError: Error, Sendable {
 public enum YAMLTree {
     /// Deeper nesting than a configuration needs is refused: the tree is freed recursively.
     static let maximumDepth = 64
-    /// More nodes than any configuration needs (64 devices of a few dozen nodes each) is
+    /// More nodes than any configuration needs (hundreds of devices of a few dozen nodes each;
+    /// thousands are a few `fleets:` entries) is
     /// refused as soon as it is passed: an anchor aliased 100,000 times, or a list of 40,000
     /// devices, would otherwise be expanded and checked whole (seconds and gigabytes).
     /// Aliases count as the nodes they stand for.
@@ -146,7 +147,7 @@ public enum YAMLTree {
         private mutating func count(_ added: Int, line: Int) throws(YAMLError) {
             nodes += added
             guard nodes <= YAMLTree.maximumNodes else {
-                throw YAMLError(message: "more than \(YAMLTree.maximumNodes) YAML nodes (aliases counted as what they stand for); a configuration is at most that (at most \(ProcessLimits.maximumDevices) devices)", limitLine: line)
+                throw YAMLError(message: "more than \(YAMLTree.maximumNodes) YAML nodes (aliases counted as what they stand for); a configuration is at most that (many devices of a kind are a `fleets:` entry)", limitLine: line)
             }
         }
 

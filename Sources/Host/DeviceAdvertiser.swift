@@ -51,6 +51,9 @@ final class DeviceAdvertiser {
     private(set) var allowed = true
     /// The interval advertising runs at, while it runs (units of 0.625 ms).
     private(set) var interval: UInt16?
+    /// True until the configuration's `startDelay` has passed: no advertising before.
+    private(set) var waitingToStart = false
+    private var startDelayTimer: TimerID?
     /// A broadcaster's periodic train as last sent to the controller (1.25 ms units), nil for none.
     private(set) var periodicInterval: UInt16?
     /// The periodic interval a broadcaster asked for that the controller cannot send, once
@@ -85,6 +88,15 @@ final class DeviceAdvertiser {
         payload = broadcaster != nil ? AdvertisingPayload(advertisingData: [], scanResponseData: [], omitted: [])
             : Self.payload(configuration: configuration, profile: profile, serviceUUIDs: profile.advertisedServices,
                            txPower: profile.txPowerLevel)
+        if configuration.startDelay > .zero {
+            waitingToStart = true
+            startDelayTimer = scheduler.schedule(after: configuration.startDelay) { [weak self] in
+                guard let self else { return }
+                self.waitingToStart = false
+                self.startDelayTimer = nil
+                self.start(fast: true)
+            }
+        }
     }
 
     /// What the configuration makes advertising leave out or do against the guidelines.
@@ -170,6 +182,8 @@ final class DeviceAdvertiser {
         cancelPhaseTimer()
         if let timer = privateAddressTimer { scheduler.cancel(timer) }
         privateAddressTimer = nil
+        if let timer = startDelayTimer { scheduler.cancel(timer) }
+        startDelayTimer = nil
     }
 
     /// Advertising off (for the stop, whose start cancelled the timers: `stopping`).
@@ -230,7 +244,7 @@ final class DeviceAdvertiser {
     /// `fastFor`: what is left of a fast phase that runs (a new private address restarts
     /// advertising without starting the fast phase over).
     func start(fast: Bool, fastFor: Duration? = nil) {
-        guard hci.isReady, !host.isStopping, allowed, !host.resolvingList.changing, let set, hasRoomForLink() else { return }
+        guard hci.isReady, !host.isStopping, allowed, !waitingToStart, !host.resolvingList.changing, let set, hasRoomForLink() else { return }
         if let broadcaster {
             startBroadcasting(set: set, interval: broadcaster.broadcastInterval)
             return

@@ -222,6 +222,8 @@ public final class Peripheral {
     /// False after `advertise off` from the control socket: advertising stays off, also after
     /// disconnections, until turned on again.
     public var advertisingAllowed: Bool { advertising.allowed }
+    /// True until the configuration's `startDelay` (a fleet member's part of its start spread) has passed.
+    public var waitingToStart: Bool { advertising.waitingToStart }
     /// The interval advertising runs at, while it runs (units of 0.625 ms).
     public var advertisingInterval: UInt16? { advertising.interval }
     var advertisingRequested: Bool { advertising.requested }

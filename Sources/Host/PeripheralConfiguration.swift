@@ -37,6 +37,10 @@ public struct PeripheralConfiguration: Sendable {
     /// host): it takes no advertising set of its own and never advertises by itself; links come
     /// to it from the program's sets.
     public var programmedAdvertising = false
+    /// A fleet member's start delay (`start_spread_s`, Docs/REFERENCE.md "Fleets"): the device
+    /// advertises only once this has passed since it was made, so a fleet's members do not all
+    /// begin in one instant. Its model and settings run from the start.
+    public var startDelay: Duration = .zero
 
     public init(name: String, address: BluetoothAddress? = nil, controller: String, firmware: String = blemuVersion,
                 maxConnections: Int = 32, parameterUpdateDelay: Duration = .seconds(1),

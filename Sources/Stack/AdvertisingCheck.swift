@@ -43,7 +43,8 @@ public enum AdvertisingCheck {
             copies[plan.device, default: 0] += 1
             let name = RunStack.localName(plan: plan, device: device, copy: copies[plan.device] ?? 1, nameGiven: nameGiven)
             let configuration = PeripheralConfiguration(name: name, address: plan.address, controller: plan.spec.description,
-                                                        advertisingTiming: plan.advertising, connectionParameters: plan.connection)
+                                                        advertisingTiming: DevicePlanning.advertisingTiming(plan, device: device),
+                                                        connectionParameters: plan.connection)
             checks.append(try check(plan, device: device, configuration: configuration))
         }
         return checks

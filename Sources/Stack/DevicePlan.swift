@@ -33,6 +33,13 @@ public struct DevicePlan {
     public var seed: UInt64?
     /// The config file's `scenario:` for this device: its path.
     public var scenario: String?
+    /// A fleet member's drawn jitter: its advertising intervals this many 0.625 ms units longer
+    /// (`DevicePlanning.advertisingTiming`, and a broadcaster's `interval` in `applySettings`).
+    public var advertisingShift: UInt16 = 0
+    /// A fleet member's drawn part of the fleet's `start_spread_s`.
+    public var startDelay: Duration = .zero
+    /// The fleet (`fleets[N]`) the device is a member of; nil for any other device.
+    public var fleet: String?
 
     public init(device: String, spec: ControllerSpec) {
         self.device = device
@@ -123,19 +130,20 @@ public enum DevicePlanning {
         guard !names.isEmpty else {
             throw PlanError("name at least one device (\(DeviceRegistry.all.map(\.name).joined(separator: ", "))) or give --config FILE with a `devices:` list")
         }
-        // Before any profile is read or controller opened: the device limit and the descriptors.
-        if let problem = ProcessLimits.check(devices: names.count) { throw PlanError(problem) }
+        // Before any profile is read or controller opened: the ceiling, the memory budget and the descriptors.
+        if let problem = ProcessLimits.check(demand(names)) { throw PlanError(problem) }
+        if devices.isEmpty, let file { try checkFleetRanges(file) }
         var plans: [DevicePlan] = []
         for (index, device) in names.enumerated() {
             let entry = entries[index]
             var profile: GATTProfile?
             if DevicePlan.isProfilePath(device) {
                 do { profile = try GATTProfile.load(path: device) } catch {
-                    throw PlanError((entry.map { "\($0.location): devices[\(index)].device: " } ?? "") + error.description)
+                    throw PlanError((entry.map { "\($0.location): \(path($0, index)).device: " } ?? "") + error.description)
                 }
             } else if DeviceRegistry.entry(named: device) == nil {
                 let known = DeviceRegistry.all.map(\.name).joined(separator: ", ")
-                if let entry { throw PlanError("\(entry.location): devices[\(index)].device: unknown device '\(device)'; known devices: \(known)") }
+                if let entry { throw PlanError("\(entry.location): \(path(entry, index)).device: unknown device '\(device)'; known devices: \(known)") }
                 throw PlanError("unknown device '\(device)'; known devices: \(known) (see `blemu devices`), or a GATT profile FILE.json")
             }
             let spec: ControllerSpec
@@ -161,7 +169,7 @@ public enum DevicePlanning {
                 plan.bindkeyFile = bindkeyFile
             } else if let own = entry?.bindkeyFile {
                 guard encrypts(device) else {
-                    throw PlanError("\(entry?.location ?? fileName ?? "--config"): devices[\(index)].bindkey_file: \(device) does not encrypt (\(encryptingDevices.joined(separator: ", ")) do)")
+                    throw PlanError("\(entry?.location ?? fileName ?? "--config"): \(entry.map { path($0, index) } ?? "devices[\(index)]").bindkey_file: \(device) does not encrypt (\(encryptingDevices.joined(separator: ", ")) do)")
                 }
                 plan.bindkeyFile = own
             }
@@ -171,6 +179,9 @@ public enum DevicePlanning {
             plan.advertising = entry?.advertising
             plan.connection = entry?.connection
             plan.scenario = entry?.scenario
+            plan.advertisingShift = entry?.advertisingShift ?? 0
+            plan.startDelay = entry?.startDelay ?? .zero
+            plan.fleet = entry?.fleet
             // --pin is for the devices that take a PIN (the lock), so one command line serves a
             // bench of several devices (and wins over the file's); a file's `pin:` is for its own
             // entry, refused by a device that takes none.
@@ -178,7 +189,7 @@ public enum DevicePlanning {
                 plan.settings.append(.init(key: "pin", value: pin, location: "--pin"))
             } else if let pinText = entry?.pin {
                 plan.settings.append(.init(key: "pin", value: pinText,
-                                           location: "\(entry?.location ?? fileName ?? "--config"): devices[\(index)].pin"))
+                                           location: "\(entry?.location ?? fileName ?? "--config"): \(entry.map { path($0, index) } ?? "devices[\(index)]").pin"))
             }
             plans.append(plan)
         }
@@ -202,6 +213,48 @@ public enum DevicePlanning {
             plans[0].address = address
         }
         return plans
+    }
+
+    /// What errors call a file's entry: its own path (`devices[2]`, `fleets[0] member 17`).
+    static func path(_ entry: DeviceConfiguration, _ index: Int) -> String {
+        entry.path.isEmpty ? "devices[\(index)]" : entry.path
+    }
+
+    /// What the devices ask of the process (`ProcessLimits`): broadcasters cost less than
+    /// connectable devices. A profile, or a name the registry does not know (refused after), counts as connectable.
+    static func demand(_ names: [String]) -> ProcessLimits.Demand {
+        var isBroadcaster: [String: Bool] = [:]
+        var broadcasters = 0
+        for name in names {
+            let broadcasting = isBroadcaster[name] ?? {
+                let answer = !DevicePlan.isProfilePath(name) && DeviceRegistry.entry(named: name).map { $0.make() is BroadcastingDevice } == true
+                isBroadcaster[name] = answer
+                return answer
+            }()
+            if broadcasting { broadcasters += 1 }
+        }
+        return ProcessLimits.Demand(broadcasters: broadcasters, connectableDevices: names.count - broadcasters)
+    }
+
+    /// Every fleet's settings with each range at its low end, then at its high end, tried on a
+    /// new device of the fleet's kind: a range reaching past what the device takes is refused
+    /// (naming the range's line) whatever the seed happens to draw.
+    public static func checkFleetRanges(_ file: RunConfiguration) throws {
+        for fleet in file.fleets where !DevicePlan.isProfilePath(fleet.device) {
+            guard let entry = DeviceRegistry.entry(named: fleet.device) else { continue }  // refused with its line after
+            for settings in [fleet.lowestSettings, fleet.highestSettings] where !settings.isEmpty {
+                var plan = DevicePlan(device: fleet.device, spec: .hci(index: 0))
+                plan.settings = settings
+                try applySettings(plan, to: entry.make())
+            }
+        }
+    }
+
+    /// The advertising timing a plan's device runs with: the plan's, else the device's own,
+    /// lengthened by a fleet member's jitter; nil when neither changes the device's own.
+    public static func advertisingTiming(_ plan: DevicePlan, device: Device) -> AdvertisingTiming? {
+        guard plan.advertisingShift > 0, !(device is BroadcastingDevice) else { return plan.advertising }
+        return (plan.advertising ?? device.profile.advertisingTiming).lengthened(by: plan.advertisingShift)
     }
 
     /// The device `blemu host --serve NAME|FILE.json` serves on the links its advertisements
@@ -316,6 +369,15 @@ public enum DevicePlanning {
             }
             if let refusal = target.apply(setting.value) {
                 throw PlanError("\(setting.location): \(refusal)")
+            }
+        }
+        // A broadcaster's advertising interval is its `interval` setting: a fleet member's jitter
+        // lengthens it, after the settings (which may set it), within the Core's 10.24 s.
+        if plan.advertisingShift > 0, let broadcaster = device as? BroadcastingDevice,
+           let interval = settings.first(where: { $0.key == "interval" }) {
+            let units = min(Int(AdvertisingTiming.hciIntervalRange.upperBound), Int(broadcaster.broadcastInterval) + Int(plan.advertisingShift))
+            if let refusal = interval.apply(ConnectionParameters.ms(Double(units) * AdvertisingTiming.unitMs)) {
+                throw PlanError("\(plan.device): advertising jitter: \(refusal)")
             }
         }
     }

@@ -25,6 +25,10 @@ public struct RunOptions {
     public var shareController = false
     /// A name was given for every device: copies of one device are numbered even when named.
     public var nameGiven = false
+    /// The advertising sets the controllers behind a `tcp:` or `unix:` spec run at once
+    /// (`ControllerProbe`): the fleet members on that spec share connections this many at a time.
+    /// A spec not here gives each member its own connection, as any device.
+    public var advertisingSets: [ControllerSpec: Int] = [:]
 
     public init() {}
 }
@@ -49,6 +53,8 @@ public enum RunStack {
         var inPlanOrder: [Peripheral] = []
         var stacks: [ControllerStack] = []
         var shared: [ControllerSpec: ControllerStack] = [:]
+        // The connection a spec's fleet members are filling, and how many it has.
+        var fleetPools: [ControllerSpec: (stack: ControllerStack, members: Int)] = [:]
         var copies: [String: Int] = [:]
         for plan in plans {
             let deviceName = plan.device, spec = plan.spec
@@ -62,7 +68,9 @@ public enum RunStack {
             let copy = copies[deviceName] ?? 1
             let localName = Self.localName(plan: plan, device: device, copy: copy, nameGiven: options.nameGiven)
             var configuration = PeripheralConfiguration(name: localName, address: plan.address, controller: spec.description,
-                                                        advertisingTiming: plan.advertising, connectionParameters: plan.connection)
+                                                        advertisingTiming: DevicePlanning.advertisingTiming(plan, device: device),
+                                                        connectionParameters: plan.connection)
+            configuration.startDelay = plan.startDelay
             // The command line's privacy is for every device; a config file's per device.
             configuration.privacy = options.privacy || plan.privacy
             if let seconds = options.privateAddressTimeout ?? plan.privateAddressTimeout {
@@ -74,7 +82,16 @@ public enum RunStack {
                 try configureEncryption(device, bindkeyFile: path, configuration: configuration, options: options, logger: logger)
             }
             let stack: ControllerStack
-            if sharesOneController(spec, options: options), let existing = shared[spec] {
+            if plan.fleet != nil, poolsFleetMembers(spec, options: options), let sets = options.advertisingSets[spec] {
+                if let pool = fleetPools[spec], pool.members < sets {
+                    stack = pool.stack
+                    fleetPools[spec] = (pool.stack, pool.members + 1)
+                } else {
+                    stack = ControllerStack(spec: spec, loop: loop, logger: logger)
+                    stacks.append(stack)
+                    fleetPools[spec] = (stack, 1)
+                }
+            } else if sharesOneController(spec, options: options), let existing = shared[spec] {
                 stack = existing
             } else {
                 stack = ControllerStack(spec: spec, loop: loop, logger: logger)
@@ -121,6 +138,16 @@ public enum RunStack {
         let counters = BTHomeCounterStore(path: directory + "/bthome-counter-" + owner.fileName.dropFirst("bonds-".count))
         if let damage = counters.damage { logger.warning("\(kind) '\(configuration.name)': \(damage)") }
         broadcast.encrypt(key: key, counters: counters)
+    }
+
+    /// Whether a fleet's members on `spec` share connections by the controller's advertising sets
+    /// (`RunOptions.advertisingSets`): a spec where each connection is a controller of its own,
+    /// unless `--share-controller` puts every device of it on one.
+    public static func poolsFleetMembers(_ spec: ControllerSpec, options: RunOptions) -> Bool {
+        switch spec {
+        case .tcp, .unix: return !options.shareController
+        default: return false
+        }
     }
 
     /// Whether the devices that name `spec` run on one controller: an adapter or a UART can be

@@ -52,16 +52,38 @@ import Glibc
         #expect(message?.contains("20000 YAML nodes") == true, "\(String(describing: message))")
     }
 
-    @Test func moreDevicesThanOneProcessRunsAreRefusedWithTheFirstOneTooMany() throws {
+    @Test func moreThanSixtyFourDevicesAreNoLongerRefusedByTheFile() throws {
+        // The fixed limit of 64 gave way to the budget (`ProcessLimits.check`), checked when the run is planned.
         let entries = (0..<65).map { "  - { device: heart-rate, name: HR \($0) }\n" }.joined()
-        let message = refusal("devices:\n" + entries)
-        #expect(message == "fleet.yaml:66: devices[64]: 65 devices; one blemu runs at most 64 devices (run several processes for more)")
-        let sixtyFour = try ConfigurationFile.parse("devices:\n" + entries.split(separator: "\n").prefix(64).joined(separator: "\n"), file: "f.yaml")
-        #expect(sixtyFour.devices.count == 64)
+        #expect(try ConfigurationFile.parse("devices:\n" + entries, file: "f.yaml").devices.count == 65)
+    }
+
+    @Test func theCeilingAndTheMemoryBudgetAreCheckedWithTheNumbersInTheError() {
+        let gateway = ProcessLimits.Demand(broadcasters: 1000, connectableDevices: 100)
+        // 8 MiB + 1000 × 32 KiB + 100 × 64 KiB.
+        #expect(gateway.estimatedBytes == (8 << 20) + 1000 * 32 * 1024 + 100 * 64 * 1024)
+        #expect(ProcessLimits.check(gateway, availableBytes: 1 << 30) == nil)
+        #expect(ProcessLimits.check(gateway, availableBytes: nil) == nil)
+        // One device fits a board with a few tens of megabytes free.
+        #expect(ProcessLimits.check(.init(broadcasters: 0, connectableDevices: 1), availableBytes: 20 << 20) == nil)
+        #expect(ProcessLimits.check(gateway, availableBytes: 80 << 20)
+                == "1100 devices (1000 broadcasters at 32 KiB, 100 connectable at 64 KiB, and 8 MiB for the process) need an estimated 46 MiB; "
+                + "the budget is 40 MiB (half of the 80 MiB this machine has available, MemAvailable): run fewer devices, or run them in several processes or on several machines")
+        #expect(ProcessLimits.check(.init(broadcasters: 10_001, connectableDevices: 0), availableBytes: 1 << 40)
+                == "10001 devices: one blemu runs at most 10000 devices (run several processes for more)")
+        #expect(ProcessLimits.check(.init(broadcasters: 9_000, connectableDevices: 1_000), availableBytes: 1 << 40) == nil)
+    }
+
+    @Test func memAvailableIsReadFromMeminfo() {
+        let meminfo = "MemTotal:       32594884 kB\nMemFree:         1024 kB\nMemAvailable:   24163980 kB\nBuffers:  1 kB\n"
+        #expect(ProcessLimits.availableMemory(meminfo: meminfo) == 24_163_980 * 1024)
+        #expect(ProcessLimits.availableMemory(meminfo: "MemTotal: 1 kB\n") == nil)
+        #expect(ProcessLimits.availableMemory(meminfo: "MemAvailable: lots kB\n") == nil)
+        #expect(ProcessLimits.availableMemory(meminfo: "MemAvailable: 99999999999999999999 kB\n") == nil)
+        #expect(ProcessLimits.availableMemory() != nil)
     }
 
     @Test func theDescriptorsTheDevicesNeedAreCheckedAgainstTheLimit() {
-        #expect(ProcessLimits.check(devices: 65) == "65 devices: one blemu runs at most 64 devices (run several processes for more)")
         let needed = ProcessLimits.descriptorsNeeded(devices: 64)
         var raisedTo: UInt64?
         // Enough: nothing raised.
@@ -73,8 +95,8 @@ import Glibc
         // Neither: refused, saying what to do.
         let refusal = ProcessLimits.check(needed: needed, soft: 50, hard: 60, devices: 64) { _ in Issue.record("raised past hard"); return false }
         #expect(refusal == "64 devices need up to \(needed) file descriptors and the limit (RLIMIT_NOFILE, `ulimit -n`) is 50 (hard 60): raise it, or run fewer devices")
-        // This process can run the largest fleet.
-        #expect(ProcessLimits.check(devices: 64) == nil)
+        // This process can run the gateway fleet of issue 38: 1,000 broadcasters and 100 sensors.
+        #expect(ProcessLimits.check(.init(broadcasters: 1000, connectableDevices: 100)) == nil)
     }
 
     @Test func aFIFOGivenAsTheConfigurationIsRefusedAtOnce() {

@@ -44,13 +44,13 @@ final class Bench {
     init(device: Device, name: String = "Test HR", maxConnections: Int = 32,
          logger: Logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
          security: SecurityConfiguration = SecurityConfiguration(), privacy: Bool = false, rpaTimeout: Duration = .seconds(60),
-         configure: (SimulatedController) -> Void = { _ in }) throws {
+         startDelay: Duration = .zero, configure: (SimulatedController) -> Void = { _ in }) throws {
         configure(controller)
         let controller = self.controller
-        peripheral = try Peripheral(device: device,
-                                    configuration: PeripheralConfiguration(name: name, controller: "scripted",
-                                                                           maxConnections: maxConnections, security: security,
-                                                                           privacy: privacy, privateAddressTimeout: rpaTimeout),
+        var configuration = PeripheralConfiguration(name: name, controller: "scripted", maxConnections: maxConnections, security: security,
+                                                    privacy: privacy, privateAddressTimeout: rpaTimeout)
+        configuration.startDelay = startDelay
+        peripheral = try Peripheral(device: device, configuration: configuration,
                                     scheduler: scheduler, logger: logger,
                                     output: { controller.output($0, $1) })
         controller.host = peripheral.hci

@@ -1,0 +1,115 @@
+"""`fleets:` in a `--config` file (Docs/REFERENCE.md, "Fleets"): a fleet's members on the air
+from their address pattern, each starting at its drawn part of the fleet's start spread."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from bumble_central import Central
+from harness import log_dir, run, unique_name
+
+MASK = (1 << 64) - 1
+
+
+def fnv1a64(text: str) -> int:
+    value = 0xCBF29CE484222325
+    for byte in text.encode():
+        value = ((value ^ byte) * 0x100000001B3) & MASK
+    return value
+
+
+class SplitMix64:
+    def __init__(self, seed: int):
+        self.state = seed & MASK
+
+    def next(self) -> int:
+        self.state = (self.state + 0x9E3779B97F4A7C15) & MASK
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+        return z ^ (z >> 31)
+
+
+def stream(seed: int, kind: str, key: str, index: int) -> SplitMix64:
+    """A member's stream for one key, as REFERENCE.md writes the draws out (FleetDraw.stream)."""
+    fleet = SplitMix64(seed ^ fnv1a64(kind + "\0" + key))
+    return SplitMix64((fleet.next() + index * 0xD1B54A32D192ED03) & MASK)
+
+
+def start_delays(seed: int, kind: str, count: int, spread_ms: int) -> list[float]:
+    """Each member's start delay in seconds: a whole millisecond from 0 to the spread, exclusive."""
+    return [stream(seed, kind, "start_spread", index).next() % spread_ms / 1000 for index in range(1, count + 1)]
+
+
+def test_a_fleet_s_members_advertise_from_their_addresses_each_after_its_start_delay(rootcanal, blemu_factory):
+    kind, count, spread_ms = "ibeacon", 3, 4000
+    # A seed whose members start well apart: one early, one late.
+    seed = next(s for s in range(1000) if min(d := start_delays(s, kind, count, spread_ms)) < 0.5 and max(d) > 3.0)
+    delays = start_delays(seed, kind, count, spread_ms)
+    prefix = ":".join(f"{byte:02X}" for byte in bytes([0xC0 | os.urandom(1)[0] & 0x3F]) + os.urandom(3))
+    addresses = [f"{prefix}:00:{index:02X}" for index in range(1, count + 1)]
+    path = log_dir() / f"fleet-{unique_name('F')}.yaml"
+    path.write_text(f"""
+fleets:
+  - device: {kind}
+    count: {count}
+    seed: {seed}
+    name: "{unique_name('B')} {{index}}"
+    address: "{prefix}:00:{{index:02X}}"
+    start_spread_s: {spread_ms / 1000}
+""")
+    started = time.monotonic()
+    blemu = blemu_factory.start(None, wait_advertising=False, devices=[], extra_args=["--config", str(path), "--share-controller"])
+    first_seen: dict[str, float] = {}
+
+    async def scenario():
+        async with Central(rootcanal.controller_spec, name="fleet-scanner") as central:
+            def all_seen(result) -> bool:
+                address = str(result.address).split("/")[0]
+                if address in addresses and address not in first_seen:
+                    first_seen[address] = time.monotonic() - started
+                return len(first_seen) == count
+
+            await central.scan_until(all_seen, f"the fleet's {count} members", timeout=30,
+                                     want_scan_response=False, alive=blemu.exited)
+
+    run(scenario(), timeout=60)
+    # Nothing of a member is on the air before its delay has passed (counted from before blemu
+    # started, so this bound holds however loaded the machine is); without the delay all three
+    # appear within a moment of each other, the last one seconds before its time.
+    for address, delay in zip(addresses, delays):
+        assert first_seen[address] >= delay, f"{address} seen at {first_seen[address]:.2f} s, its delay is {delay:.3f} s; all: {first_seen}"
+    assert blemu.stop() == 0, blemu.log_tail()
+
+
+def test_a_fleet_is_spread_over_as_many_controller_connections_as_its_advertising_sets_need(rootcanal, blemu_factory):
+    """rootcanal gives each TCP connection a controller of its own; blemu asks one how many
+    advertising sets it runs (LE Read Number of Supported Advertising Sets) and puts the fleet's
+    members that many to a connection, instead of a connection each."""
+    import math
+    import re
+
+    count = 20
+    path = log_dir() / f"fleet-{unique_name('S')}.yaml"
+    path.write_text(f"""
+fleets:
+  - device: ibeacon
+    count: {count}
+    seed: {int.from_bytes(os.urandom(4), 'little')}
+    name: "{unique_name('S')} {{index}}"
+""")
+    blemu = blemu_factory.start(None, wait_advertising=False, devices=[], extra_args=["--config", str(path)])
+    blemu.wait_for_event("advertising-started", count=count, timeout=60)
+    notice = next((entry.message for entry in blemu.log_entries() if entry.message.startswith("fleet members on ")), None)
+    assert notice is not None, blemu.log_tail()
+    match = re.search(r": (\d+) on (\d+) connection\(s\), (\d+) a connection", notice)
+    assert match, notice
+    members, connections, sets = map(int, match.groups())
+    assert sets > 1, f"rootcanal runs several advertising sets: {notice}"
+    assert members == count and connections == math.ceil(count / sets), notice
+    sockets = [fd for fd in os.listdir(f"/proc/{blemu.process.pid}/fd")
+               if os.readlink(f"/proc/{blemu.process.pid}/fd/{fd}").startswith("socket:")]
+    # The controller connections, and at most the journal's socket beside them.
+    assert connections <= len(sockets) <= connections + 1, f"{len(sockets)} sockets for {connections} connections"
+    assert blemu.stop() == 0, blemu.log_tail()
