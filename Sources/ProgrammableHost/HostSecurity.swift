@@ -144,8 +144,8 @@ public final class HostSecurity {
         return forgotten
     }
 
-    /// Part of `reset`: every bond of both roles deleted (the files written), the central's IRK
-    /// forgotten (its identity file removed; a new one at the next bonding pairing), the pairing
+    /// Part of `reset`: every bond of both roles deleted (the files written), the IRKs of both
+    /// roles forgotten (their identity files removed; a new one when next needed), the pairing
     /// settings back to their defaults, the peripheral's waiting intervals after failed
     /// pairings forgotten (Vol 3, Part H, 2.3.6). The links close with the reset, and with
     /// them their prompts.
@@ -153,9 +153,12 @@ public final class HostSecurity {
         var count = 0
         for store in stores { count += store.forget(nil).count }
         central.forgetIdentity()
+        // The peripheral side's too: the resolvable private addresses advertised after the
+        // reset are made from a new IRK, which no central bonded before resolves.
+        peripheral?.forgetIdentity()
         configure(PairingSettings())
         peripheral?.forgetPairingAttempts()
-        logger.notice("reset: \(count) bond(s) and the IRK deleted, pairing settings back to their defaults")
+        logger.notice("reset: \(count) bond(s) and the IRKs deleted, pairing settings back to their defaults")
     }
 
     // MARK: Events
