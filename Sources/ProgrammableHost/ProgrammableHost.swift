@@ -243,7 +243,7 @@ public final class ProgrammableHost {
         let own = request.ownAddressType ?? defaultOwnAddressType
         if own == .randomDevice || own == .randomIdentity, advertising.controllerRandomAddressIsPrivate {
             // The link would be made from the private address while SMP hashed the static one.
-            throw HostError(.busy, "the controller is driven with the legacy commands, whose one random address (LE Set Random Address, Vol 4, Part E, 7.8.4) is a resolvable private address an advertisement uses now: connect from the public address, or stop that advertisement first")
+            throw HostError(nil, "the controller is driven with the legacy commands, whose one random address (LE Set Random Address, Vol 4, Part E, 7.8.4) is a resolvable private address an advertisement uses now: connect from the public address, or stop that advertisement first")
         }
         let id = nextAttemptID
         nextAttemptID += 1

@@ -245,3 +245,43 @@ private struct GivenValues: RandomNumberGenerator {
         #expect(b.advertising.peripheral.security.identity.resolvingKey != before)
     }
 }
+
+/// With the legacy commands the controller has one random address (Vol 4, Part E, 7.8.4): while
+/// an advertisement's private address is it, a connection from the random address would go out
+/// from the private one while SMP hashed the static one, so it is refused; from the public
+/// address it goes.
+@Suite struct PrivateAddressLegacyConnectTests {
+    @Test func aConnectionFromTheRandomAddressIsRefusedWhileALegacyPrivateAddressIsTheControllers() throws {
+        let bench = try AdvertisingHostBench(sets: 0)
+        let peer = BluetoothAddress("C0:DE:00:00:00:77")!
+        let id = try bench.advertise(ProgrammedAdvertising.Parameters(data: [0x02, 0x01, 0x06], legacy: true, connectable: true),
+                                     own: .resolvableOrPublic)
+        for own in [AddressType.randomDevice, .randomIdentity] {
+            #expect(throws: HostError.self) {
+                try bench.host.connect(HostConnectRequest(peer: peer, peerAddressType: .randomDevice, ownAddressType: own))
+            }
+        }
+        #expect(bench.host.attempt == nil)
+        try bench.host.stopAdvertising(id)
+        bench.air.run()
+        // Stopped: the static random address is the controller's again, and the connection may go.
+        #expect(bench.hostController.randomAddress == bench.host.randomAddress.address)
+        _ = try bench.host.connect(HostConnectRequest(peer: peer, peerAddressType: .randomDevice, ownAddressType: .randomDevice))
+        #expect(bench.host.attempt != nil)
+    }
+
+    @Test func fromThePublicAddressItGoesAndExtendedSetsNeverStandInTheWay() throws {
+        let legacy = try AdvertisingHostBench(sets: 0)
+        _ = try legacy.advertise(ProgrammedAdvertising.Parameters(data: [0x02, 0x01, 0x06], legacy: true, connectable: true),
+                                 own: .resolvableOrRandom)
+        _ = try legacy.host.connect(HostConnectRequest(peer: BluetoothAddress("C0:DE:00:00:00:77")!, peerAddressType: .randomDevice,
+                                                       ownAddressType: .publicDevice))
+        #expect(legacy.host.attempt != nil)
+        let extended = try AdvertisingHostBench()
+        _ = try extended.advertise(ProgrammedAdvertising.Parameters(data: [0x02, 0x01, 0x06], connectable: true), own: .resolvableOrRandom)
+        #expect(!extended.host.advertising.controllerRandomAddressIsPrivate)
+        _ = try extended.host.connect(HostConnectRequest(peer: BluetoothAddress("C0:DE:00:00:00:77")!, peerAddressType: .randomDevice,
+                                                         ownAddressType: .randomDevice))
+        #expect(extended.host.attempt != nil)
+    }
+}
