@@ -122,7 +122,8 @@ public final class CentralSecurity {
     /// asks for IdKey, so the peripheral keeps who it bonded with by identity (and can resolve
     /// the central should it ever use private addresses). The IRK is read from the identity
     /// file, else made and written there when the central first pairs with bonding, like a
-    /// device's (`DeviceIdentityStore`, which names it by the owner's address).
+    /// device's (`DeviceIdentityStore`, which names it by the owner's address); with
+    /// `sharedResolvingKey`, the other role's IRK instead.
     ///
     /// The address is the one this central connects from, `localAddress`: "the Identity Address
     /// Information command is used to distribute its public device address or static random
