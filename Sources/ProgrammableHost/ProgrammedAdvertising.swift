@@ -371,7 +371,8 @@ public final class ProgrammedAdvertising {
     // MARK: Resolvable private addresses (Vol 6, Part B, 1.3.2.2; Vol 3, Part C, 10.7)
 
     /// The IRK the addresses are made from: the one the peripheral side's pairings distribute
-    /// (Identity Information, Vol 3, Part H, 3.6.4), so a central that bonded resolves them.
+    /// (Identity Information, Vol 3, Part H, 3.6.4), and the programmable host's central too
+    /// (`HostSecurity`), so a peer that bonded with either role resolves them.
     public var resolvingKey: [UInt8] { peripheral.security.identity.resolvingKey }
 
     private var scheduler: TimerScheduling { peripheralHost.scheduler }
