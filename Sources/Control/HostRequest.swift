@@ -107,8 +107,8 @@ public enum HostRequest: Equatable, Sendable {
         ("links", Op(fields: [], decode: { _ throws(ControlRequestError) in .links })),
         ("advertise", Op(fields: [("data", .string), ("scan_response", .string), ("legacy", .bool), ("connectable", .bool),
                                   ("scannable", .bool), ("directed_to", .string), ("directed_type", .string),
-                                  ("own_address_type", .string), ("interval_ms", .integer), ("primary_phy", .string),
-                                  ("secondary_phy", .string)],
+                                  ("own_address_type", .string), ("rpa_timeout_ms", .integer), ("interval_ms", .integer),
+                                  ("primary_phy", .string), ("secondary_phy", .string)],
                          decode: { reader throws(ControlRequestError) in .advertise(try reader.hostAdvertise()) })),
         ("advertise-stop", Op(fields: [("advertisement", .integer)],
                               decode: { reader throws(ControlRequestError) in
@@ -184,6 +184,7 @@ public enum HostRequest: Equatable, Sendable {
                 members += [("directed_to", .string(peer.address.description)), ("directed_type", .string(peer.isRandom ? "random" : "public"))]
             }
             if let own = advertise.ownAddressType { members.append(("own_address_type", .string(HostWords.ownAddressType(own)))) }
+            if let timeout = p.privateAddressTimeoutMilliseconds { members.append(("rpa_timeout_ms", .integer(Int64(timeout)))) }
             members += [("interval_ms", .integer(Int64(p.intervalMilliseconds))), ("primary_phy", .string(HostWords.phy(p.primaryPHY.rawValue))),
                         ("secondary_phy", .string(HostWords.phy(p.secondaryPHY.rawValue)))]
         case .advertiseStop(let advertisement):
@@ -462,6 +463,10 @@ extension FieldReader {
             }
             ownAddressType = type
         }
+        // Whether it goes with the own address type is the host's check (`ruleBroken`): the type
+        // defaults to the identity's when absent.
+        p.privateAddressTimeoutMilliseconds = try optionalInteger("rpa_timeout_ms",
+                                                                  in: ProgrammedAdvertising.Parameters.privateAddressTimeoutRange)
         let range = Int(ProgrammedAdvertising.Parameters.intervalRange.lowerBound)...Int(ProgrammedAdvertising.Parameters.intervalRange.upperBound)
         if let interval = try optionalInteger("interval_ms", in: range) { p.intervalMilliseconds = Double(interval) }
         if let text = try optionalString("primary_phy") {

@@ -17,9 +17,12 @@ extension Peripheral {
 
     /// A link made from this device's advertising (the host routed it here), or from a
     /// programmed advertisement's (`ProgrammedAdvertisingRoute`), which says the address it
-    /// advertised from: `localAddress`. The link, once opened (nil: refused).
+    /// advertised from: `localAddress`, and, when that is a resolvable private address the
+    /// program made, the identity its pairing distributes, `identityAddress`. The link, once
+    /// opened (nil: refused).
     @discardableResult
-    func connectionOpened(_ event: LEConnectionComplete, fromAdvertising: Bool, localAddress: LEAddress? = nil) -> LEConnection? {
+    func connectionOpened(_ event: LEConnectionComplete, fromAdvertising: Bool, localAddress: LEAddress? = nil,
+                          identityAddress: LEAddress? = nil) -> LEConnection? {
         guard let links = madeConnectionParts?.links else {
             // A broadcaster advertises non-connectable (Vol 6, Part B, 2.3.1.3): a controller
             // that reports a link from it anyway is answered with HCI Disconnect, and the link
@@ -47,11 +50,11 @@ extension Peripheral {
         let peerAddress = event.peer
         if event.peerIdentityResolved {
             let overTheAir = event.peerResolvablePrivateAddress.map { LEAddress($0, isRandom: true) } ?? peerAddress
-            security.linkOpened(event.handle, peer: overTheAir, local: local, resolvedIdentity: peerAddress)
+            security.linkOpened(event.handle, peer: overTheAir, local: local, resolvedIdentity: peerAddress, identityAddress: identityAddress)
             logger.info("controller resolved \(overTheAir.address) to identity \(event.peerAddress) (resolving list)",
                         metadata: [LogKey.connHandle: .string("\(event.handle)")])
         } else {
-            security.linkOpened(event.handle, peer: peerAddress, local: local)
+            security.linkOpened(event.handle, peer: peerAddress, local: local, identityAddress: identityAddress)
         }
         // A bonded central reading a protected value is told to encrypt, not to pair (Vol 3, Part C, 10.3.1).
         connection.session.linkSecurity.hasLongTermKey = security.bond(on: event.handle) != nil

@@ -103,7 +103,8 @@ public final class PeripheralHost {
             // when the program advertises.
             if let program = programmedAdvertising, let local = program.advertisedAddress(ofSet: nil),
                let peripheral = program.acceptingPeripheral {
-                let connection = peripheral.connectionOpened(event, fromAdvertising: true, localAddress: local)
+                let connection = peripheral.connectionOpened(event, fromAdvertising: true, localAddress: local,
+                                                             identityAddress: program.identityAddress(ofSet: nil))
                 program.linkMade(connection, event: event, set: nil)
                 return
             }
@@ -173,7 +174,8 @@ public final class PeripheralHost {
             return
         }
         if let timer = pending.timer { scheduler.cancel(timer) }
-        let connection = peripheral.connectionOpened(pending.event, fromAdvertising: true, localAddress: local)
+        let connection = peripheral.connectionOpened(pending.event, fromAdvertising: true, localAddress: local,
+                                                     identityAddress: program.identityAddress(ofSet: set))
         program.linkMade(connection, event: pending.event, set: set)
         guard connection != nil else { return }
         let packets = pending.packets

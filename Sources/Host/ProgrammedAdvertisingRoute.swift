@@ -19,6 +19,10 @@ public protocol ProgrammedAdvertisingRoute: AnyObject {
     /// The address a link made from `set` was advertised from, when the set is the program's
     /// (nil: the legacy advertising of a controller driven with legacy commands); nil when it is not.
     func advertisedAddress(ofSet set: UInt8?) -> LEAddress?
+    /// The identity address a link made from `set` distributes in its pairing when the set
+    /// advertised from a resolvable private address the program made (Vol 3, Part H, 3.6.5: the
+    /// identity the address resolves to, never the private address); nil: as the device decides.
+    func identityAddress(ofSet set: UInt8?) -> LEAddress?
     /// A link was made from the program's `set` (which the controller stopped with it):
     /// `connection` is the link opened on `acceptingPeripheral` with its `event`, nil when the
     /// device refused it (its link limit: the link is disconnected) or when the set names a link

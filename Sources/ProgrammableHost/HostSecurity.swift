@@ -9,8 +9,9 @@ import Logging
 /// `security-failed`), both roles on one controller: the central's `CentralSecurity` attached to
 /// the host's `CentralHost`, the peripheral side's `PeripheralSecurity` once handed over
 /// (`attach(peripheral:)`), one `PairingPrompts` for both (ids unique across them), one
-/// `PairingSettings` set on both. The central's bonds and its identity (IRK) live in the state
-/// directory; without one, in memory only (nothing written, as the host's random address).
+/// `PairingSettings` set on both, one IRK for both (the peripheral side's, once it is handed
+/// over). The bonds of both roles and that IRK live in the state directory; without one, in
+/// memory only (nothing written, as the host's random address).
 public final class HostSecurity {
     /// The host's question from a pairing, as the `pairing-request` event tells it.
     public struct Request: Equatable, Sendable {
@@ -61,6 +62,10 @@ public final class HostSecurity {
     /// same prompts and settings, its level rises and failures told as the central's.
     public func attach(peripheral security: PeripheralSecurity) {
         peripheral = security
+        // One IRK for both roles: the peripheral side's, which the advertised resolvable private
+        // addresses are made from, so a peer that bonded with either role resolves them.
+        central.sharedResolvingKey = (existing: { [unowned security] in security.existingIdentity?.resolvingKey },
+                                      make: { [unowned security] in security.identity.resolvingKey })
         security.prompts = prompts
         security.pairingSettings = settings
         let changed = security.securityChanged
@@ -144,8 +149,9 @@ public final class HostSecurity {
         return forgotten
     }
 
-    /// Part of `reset`: every bond of both roles deleted (the files written), the central's IRK
-    /// forgotten (its identity file removed; a new one at the next bonding pairing), the pairing
+    /// Part of `reset`: every bond of both roles deleted (the files written), the IRK forgotten
+    /// (the peripheral side's identity file removed, and the central's own, which an older blemu
+    /// wrote; a new IRK when next needed), the pairing
     /// settings back to their defaults, the peripheral's waiting intervals after failed
     /// pairings forgotten (Vol 3, Part H, 2.3.6). The links close with the reset, and with
     /// them their prompts.
@@ -153,6 +159,9 @@ public final class HostSecurity {
         var count = 0
         for store in stores { count += store.forget(nil).count }
         central.forgetIdentity()
+        // The peripheral side's too: the resolvable private addresses advertised after the
+        // reset are made from a new IRK, which no central bonded before resolves.
+        peripheral?.forgetIdentity()
         configure(PairingSettings())
         peripheral?.forgetPairingAttempts()
         logger.notice("reset: \(count) bond(s) and the IRK deleted, pairing settings back to their defaults")

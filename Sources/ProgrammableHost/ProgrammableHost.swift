@@ -149,7 +149,8 @@ public final class ProgrammableHost {
     public var defaultOwnAddressType: AddressType { hasPublicAddress ? .publicDevice : .randomDevice }
 
     /// The address a link or a scan uses for an own address type (a resolvable one falls back
-    /// to the identity it names: no local IRK is in the controller's resolving list).
+    /// to the identity it names: the central side loads no local IRK into the controller's
+    /// resolving list; advertisements make their private addresses themselves, ProgrammedAdvertising).
     public func ownAddress(for type: AddressType) -> LEAddress {
         switch type {
         case .publicDevice, .publicIdentity: return LEAddress(controller.hci.info.address, isRandom: false)
@@ -239,10 +240,14 @@ public final class ProgrammableHost {
         if links.isConnected(to: request.peer) {
             throw HostError(.alreadyConnected, "a link to \(request.peer) is open already")
         }
+        let own = request.ownAddressType ?? defaultOwnAddressType
+        if own == .randomDevice || own == .randomIdentity, advertising.controllerRandomAddressIsPrivate {
+            // The link would be made from the private address while SMP hashed the static one.
+            throw HostError(nil, "the controller is driven with the legacy commands, whose one random address (LE Set Random Address, Vol 4, Part E, 7.8.4) is a resolvable private address an advertisement uses now: connect from the public address, or stop that advertisement first")
+        }
         let id = nextAttemptID
         nextAttemptID += 1
         attempt = id
-        let own = request.ownAddressType ?? defaultOwnAddressType
         let peer = LEAddress(request.peer, isRandom: request.peerAddressType.rawValue & 0x01 != 0)
         logger.info("attempt \(id): connecting to \(request.peer) from our \(own == .randomDevice ? "random" : "public") address")
         // SMP hashes the address the link is made from (Vol 3, Part H, 2.2.6: ia/iat).

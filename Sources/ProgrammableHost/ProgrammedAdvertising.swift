@@ -4,6 +4,7 @@ import BlemuDevice
 import BlemuGATT
 import BlemuHCI
 import BlemuHost
+import BlemuSecurity
 import Logging
 
 /// The programmable host's advertising (issue 36; Docs/CONTROL.md, "The programmable host": ops
@@ -107,8 +108,12 @@ public final class ProgrammedAdvertising {
         public let parameters: Parameters
         /// Its advertising set (0 on a controller driven with legacy commands, which has one).
         public let set: UInt8
-        /// The address it advertises from.
-        public let ownAddress: LEAddress
+        /// The address it advertises from: with a resolvable own address type, the resolvable
+        /// private address of the moment (a new one every `parameters.privateAddressTimeout`).
+        public internal(set) var ownAddress: LEAddress
+        /// The identity a resolvable `ownAddress` stands for (the public address, or the host's
+        /// static random one), which a link's pairing distributes; nil for the other types.
+        public let identityAddress: LEAddress?
         /// The controller advertises it now (false while its start is under way, and between a
         /// connection and its re-enable).
         public internal(set) var isOn: Bool
@@ -135,7 +140,11 @@ public final class ProgrammedAdvertising {
     public private(set) var advertisements: [Int: Advertisement] = [:]
     /// The last advertisement of each set, kept after it stopped: a link the controller made from
     /// the set as it was being stopped is still routed to the device (and told, with that id).
-    private var lastOfSet: [UInt8: (id: Int, ownAddress: LEAddress)] = [:]
+    private var lastOfSet: [UInt8: (id: Int, ownAddress: LEAddress, identityAddress: LEAddress?)] = [:]
+    /// Each advertisement's timer for its next resolvable private address (one a running
+    /// advertisement with a resolvable own address type; nothing else wakes the loop for it).
+    private var privateAddressTimers: [Int: TimerID] = [:]
+    private var privateAddressRandom = SystemRandomNumberGenerator()
     /// Advertisements whose re-enable after a connection the controller refused (no room for a
     /// link): tried again when a link closes.
     private var waitingForRoom: Set<Int> = []
@@ -189,14 +198,25 @@ public final class ProgrammedAdvertising {
                 : "the controller's \(advertiser.capacity) advertising sets are all in use (LE Read Number of Supported Advertising Sets, Vol 4, Part E, 7.8.58)"
             return .failure(Refusal("no advertising set free: \(room); stop one first", code: "no-room"))
         }
-        let ownAddress = parameters.ownAddressType == .publicAddress
-            ? LEAddress(hci.info.address, isRandom: false) : LEAddress(randomAddress, isRandom: true)
+        let ownAddress: LEAddress
+        var identityAddress: LEAddress?
+        switch parameters.ownAddressType {
+        case .publicAddress: ownAddress = LEAddress(hci.info.address, isRandom: false)
+        case .randomAddress: ownAddress = LEAddress(randomAddress, isRandom: true)
+        case .resolvableOrPublic, .resolvableOrRandom:
+            identityAddress = parameters.ownAddressType == .resolvableOrPublic
+                ? LEAddress(hci.info.address, isRandom: false) : LEAddress(randomAddress, isRandom: true)
+            ownAddress = LEAddress(makePrivateAddress(), isRandom: true)
+        }
         let id = nextID
         nextID += 1
-        advertisements[id] = Advertisement(id: id, parameters: parameters, set: set, ownAddress: ownAddress, isOn: false)
-        lastOfSet[set] = (id, ownAddress)
+        advertisements[id] = Advertisement(id: id, parameters: parameters, set: set, ownAddress: ownAddress,
+                                           identityAddress: identityAddress, isOn: false)
+        lastOfSet[set] = (id, ownAddress, identityAddress)
         send(start: id, set: set, parameters: parameters, ownAddress: ownAddress)
-        logger.event(.advertisingStarted, .info, "advertisement \(id) starting: \(Self.describe(parameters)) from \(ownAddress.address)",
+        if parameters.ownAddressType.isResolvable { schedulePrivateAddress(id, after: parameters.privateAddressTimeout) }
+        let from = identityAddress.map { "resolvable private address \(ownAddress.address) (identity \($0.address))" } ?? "\(ownAddress.address)"
+        logger.event(.advertisingStarted, .info, "advertisement \(id) starting: \(Self.describe(parameters)) from \(from)",
                      ["advertisement": .string("\(id)")])
         return .success(id)
     }
@@ -228,13 +248,17 @@ public final class ProgrammedAdvertising {
             }
         }
         func send(_ command: HCICommand) { hci.send(command, completion: note(command)) }
-        let ownType = AddressType(rawValue: p.ownAddressType.rawValue) ?? .publicDevice
+        // A resolvable private address the host made goes out as a random address (Own_Address_Type
+        // 0x01, the set's or the controller's random address), so no resolving list is needed.
+        let ownType: AddressType = p.ownAddressType == .publicAddress ? .publicDevice : .randomDevice
         let enable: HCICommand
         switch advertiser.mode {
         case .legacy:
             send(.leSetAdvertisingParameters(intervalMin: p.intervalUnits, intervalMax: p.intervalUnits, type: p.legacyAdvertisingType,
                                              ownAddressType: ownType, peer: p.directedTo))
-            if p.ownAddressType == .randomAddress { advertiser.setAddress(randomAddress, completion: note(.leSetRandomAddress(randomAddress))) }
+            if ownAddress.isRandom {
+                advertiser.setAddress(ownAddress.address, completion: note(.leSetRandomAddress(ownAddress.address)))
+            }
             if p.directedTo == nil {
                 send(.leSetAdvertisingData(p.data))
                 if p.answersScans { send(.leSetScanResponseData(p.scanResponse ?? [])) }
@@ -244,7 +268,7 @@ public final class ProgrammedAdvertising {
             send(.leSetExtendedAdvertisingParameters(set: set, intervalMin: p.intervalUnits, intervalMax: p.intervalUnits,
                                                      ownAddressType: ownType, properties: p.eventProperties, peer: p.directedTo,
                                                      primaryPHY: p.primaryPHY.rawValue, secondaryPHY: p.secondaryPHY.rawValue))
-            if p.ownAddressType == .randomAddress { send(.leSetAdvertisingSetRandomAddress(set: set, randomAddress)) }
+            if ownAddress.isRandom { send(.leSetAdvertisingSetRandomAddress(set: set, ownAddress.address)) }
             if p.legacy {
                 // Legacy PDUs: complete data of at most 31 octets (7.8.54, 7.8.55); ADV_DIRECT_IND has none.
                 if p.directedTo == nil { send(.leSetExtendedAdvertisingData(set: set, p.data)) }
@@ -301,7 +325,13 @@ public final class ProgrammedAdvertising {
         guard let advertisement = advertisements.removeValue(forKey: id) else { return }
         waitingForRoom.remove(id)
         pausedForResolvingList.remove(id)
+        if let timer = privateAddressTimers.removeValue(forKey: id) { scheduler.cancel(timer) }
         advertiser.releaseSet(advertisement.set)
+        if advertisement.identityAddress != nil, advertiser.mode == .legacy, hci.isReady, !stopping {
+            // The controller's one random address (7.8.4) was the private address: the host's
+            // static random address again, which its scans and connections use.
+            advertiser.setAddress(randomAddress)
+        }
         logger.event(.advertisingStopped, reason == .stopped ? .info : .notice,
                      "advertisement \(id) stopped: \(reason.word)\(reason.status.map { " (\(Hex.byte($0)))" } ?? "")",
                      ["advertisement": .string("\(id)")])
@@ -338,6 +368,74 @@ public final class ProgrammedAdvertising {
         }
     }
 
+    // MARK: Resolvable private addresses (Vol 6, Part B, 1.3.2.2; Vol 3, Part C, 10.7)
+
+    /// The IRK the addresses are made from: the one the peripheral side's pairings distribute
+    /// (Identity Information, Vol 3, Part H, 3.6.4), and the programmable host's central too
+    /// (`HostSecurity`), so a peer that bonded with either role resolves them.
+    public var resolvingKey: [UInt8] { peripheral.security.identity.resolvingKey }
+
+    private var scheduler: TimerScheduling { peripheralHost.scheduler }
+
+    /// On a controller driven with the legacy commands, the one random address (7.8.4) is an
+    /// advertisement's resolvable private address now, not the host's static random one.
+    public var controllerRandomAddressIsPrivate: Bool {
+        advertiser.mode == .legacy && advertisements.values.contains { $0.identityAddress != nil }
+    }
+
+    private func makePrivateAddress() -> BluetoothAddress {
+        ResolvablePrivateAddress.make(irk: resolvingKey, random: &privateAddressRandom)
+    }
+
+    private func schedulePrivateAddress(_ id: Int, after timeout: Duration) {
+        if let timer = privateAddressTimers[id] { scheduler.cancel(timer) }
+        privateAddressTimers[id] = scheduler.schedule(after: timeout) { [weak self] in
+            guard let self else { return }
+            self.privateAddressTimers[id] = nil
+            self.renewPrivateAddress(id)
+        }
+    }
+
+    /// TGAP(private_addr_int) passed (Vol 3, Part C, Appendix A): advertisement `id` gets a new
+    /// resolvable private address. The controller refuses a new random address while legacy
+    /// advertising is on (7.8.4) and while a connectable set is enabled (7.8.52: Command
+    /// Disallowed), so advertising that runs is turned off, given the address and turned on
+    /// again. The advertisement's `ownAddress` changes once the controller took the address: a
+    /// link it reports before then was made from the old one (events come in order). A refused
+    /// address leaves the old one in use until the next renewal.
+    func renewPrivateAddress(_ id: Int) {
+        guard let advertisement = advertisements[id], advertisement.identityAddress != nil else { return }
+        schedulePrivateAddress(id, after: advertisement.parameters.privateAddressTimeout)
+        guard hci.isReady, !stopping else { return }
+        let address = makePrivateAddress()
+        let wasOn = advertisement.isOn
+        let set = advertisement.set
+        let took: (CommandResult) -> Void = { [weak self] result in
+            guard let self, result != .cancelled, var current = self.advertisements[id] else { return }
+            guard result.succeeded else {
+                self.logger.warning("advertisement \(id): the controller refused the new resolvable private address \(address); it goes on from \(current.ownAddress.address) until the next",
+                                    metadata: [LogKey.hciStatus: .string(result.status.map(Hex.byte) ?? "timeout")])
+                return
+            }
+            let old = current.ownAddress
+            current.ownAddress = LEAddress(address, isRandom: true)
+            self.advertisements[id] = current
+            if self.lastOfSet[set]?.id == id { self.lastOfSet[set] = (id, current.ownAddress, current.identityAddress) }
+            self.logger.event(.addressChanged, .debug,
+                              "advertisement \(id): resolvable private address now \(address) (was \(old.address)); the next in \(current.parameters.privateAddressTimeout)",
+                              ["advertisement": .string("\(id)"), "address": .string(address.description)])
+        }
+        switch advertiser.mode {
+        case .legacy:
+            if wasOn { hci.send(.leSetAdvertisingEnable(false)) }
+            advertiser.setAddress(address, completion: took)
+        case .extended:
+            if wasOn { hci.send(.leSetExtendedAdvertisingEnable(false, set: set)) }
+            hci.send(.leSetAdvertisingSetRandomAddress(set: set, address), completion: took)
+        }
+        if wasOn { resume(id) }
+    }
+
     /// A line for the journal.
     static func describe(_ p: Parameters) -> String {
         var kind: [String] = [p.legacy ? "legacy" : "extended"]
@@ -364,6 +462,13 @@ extension ProgrammedAdvertising: ProgrammedAdvertisingRoute {
         case .extended:
             guard let set else { return nil }
             return lastOfSet[set]?.ownAddress
+        }
+    }
+
+    public func identityAddress(ofSet set: UInt8?) -> LEAddress? {
+        switch advertiser.mode {
+        case .legacy: return advertisements.values.first?.identityAddress
+        case .extended: return set.flatMap { lastOfSet[$0]?.identityAddress }
         }
     }
 

@@ -12,10 +12,17 @@ extension ProgrammedAdvertising {
         case publicAddress = 0x00
         /// The host's static random address (LE Set Random Address 7.8.4, or the set's own, 7.8.52).
         case randomAddress = 0x01
-        /// A resolvable private address the controller makes from its resolving list, else the public address.
+        /// A resolvable private address standing for the public address (its identity). In HCI
+        /// (7.8.5) the controller makes it from a resolving list entry with a local IRK, else uses
+        /// the public address; the programmable host always has an IRK, so it makes the address
+        /// itself (Vol 6, Part B, 1.3.2.2) and advertises it as a random address: the fallback
+        /// never happens, on every controller.
         case resolvableOrPublic = 0x02
-        /// A resolvable private address the controller makes from its resolving list, else the random address.
+        /// A resolvable private address standing for the host's static random address, made the same way.
         case resolvableOrRandom = 0x03
+
+        /// The address is a resolvable private address the host makes.
+        public var isResolvable: Bool { self == .resolvableOrPublic || self == .resolvableOrRandom }
     }
 
     /// An advertising PHY (Vol 4, Part E, 7.8.53: Primary_Advertising_PHY 0x01 LE 1M or 0x03 LE
@@ -50,11 +57,16 @@ extension ProgrammedAdvertising {
         public var intervalMilliseconds: Double
         public var primaryPHY: PHY
         public var secondaryPHY: PHY
+        /// How long one resolvable private address lasts before the next is made, in ms (own
+        /// address types resolvable-or-public and resolvable-or-random only); nil: 15 minutes,
+        /// TGAP(private_addr_int) of Vol 3, Part C, Appendix A.
+        public var privateAddressTimeoutMilliseconds: Int?
 
         public init(data: [UInt8] = [], scanResponse: [UInt8]? = nil, legacy: Bool = false, connectable: Bool = false,
                     scannable: Bool = false, directedTo: LEAddress? = nil, highDutyCycle: Bool = false,
                     ownAddressType: OwnAddressType = .publicAddress, intervalMilliseconds: Double = 100,
-                    primaryPHY: PHY = .le1M, secondaryPHY: PHY = .le1M) {
+                    primaryPHY: PHY = .le1M, secondaryPHY: PHY = .le1M, privateAddressTimeoutMilliseconds: Int? = nil) {
+            self.privateAddressTimeoutMilliseconds = privateAddressTimeoutMilliseconds
             self.data = data
             self.scanResponse = scanResponse
             self.legacy = legacy
@@ -66,6 +78,19 @@ extension ProgrammedAdvertising {
             self.intervalMilliseconds = intervalMilliseconds
             self.primaryPHY = primaryPHY
             self.secondaryPHY = secondaryPHY
+        }
+
+        /// The bounds of `privateAddressTimeoutMilliseconds`: 1 s to 11.5 hours, the range of
+        /// RPA_Timeout in LE Set Resolvable Private Address Timeout (Vol 4, Part E, 7.8.45:
+        /// 0x0001 to 0xA1B8 seconds), as `blemu run --rpa-timeout` takes it.
+        public static let privateAddressTimeoutRange = 1_000...41_400_000
+        /// TGAP(private_addr_int), Vol 3, Part C, Appendix A: 15 minutes.
+        public static let defaultPrivateAddressTimeoutMilliseconds = 900_000
+
+        /// How long one resolvable private address lasts (held to its range; `ruleBroken` refuses one out of it).
+        public var privateAddressTimeout: Duration {
+            let milliseconds = privateAddressTimeoutMilliseconds ?? Self.defaultPrivateAddressTimeoutMilliseconds
+            return .milliseconds(min(max(milliseconds, Self.privateAddressTimeoutRange.lowerBound), Self.privateAddressTimeoutRange.upperBound))
         }
 
         /// The interval limits of Advertising_Interval_Min/Max (Vol 4, Part E, 7.8.5: 0x0020 to
@@ -141,10 +166,20 @@ extension ProgrammedAdvertising {
             if !capabilities.hasPublicAddress {
                 return "own address type public: the controller has no public address (Read BD_ADDR gave 00:00:00:00:00:00, Vol 4, Part E, 7.4.6)"
             }
-        case .randomAddress:
+        case .randomAddress, .resolvableOrRandom:
             break
-        case .resolvableOrPublic, .resolvableOrRandom:
-            return "own address types resolvable-or-public and resolvable-or-random need a resolving list entry with this host's IRK for the controller to make the address from (Vol 4, Part E, 7.8.5, 7.8.38); the programmable host does not load one: use public or random"
+        case .resolvableOrPublic:
+            if !capabilities.hasPublicAddress {
+                return "own address type resolvable-or-public: the controller has no public address for the private address to stand for (Read BD_ADDR gave 00:00:00:00:00:00, Vol 4, Part E, 7.4.6); use resolvable-or-random"
+            }
+        }
+        if let timeout = p.privateAddressTimeoutMilliseconds {
+            guard p.ownAddressType.isResolvable else {
+                return "rpa_timeout_ms goes with own address type resolvable-or-public or resolvable-or-random: only a resolvable private address is renewed (Vol 3, Part C, Appendix A, TGAP(private_addr_int))"
+            }
+            guard Parameters.privateAddressTimeoutRange.contains(timeout) else {
+                return "rpa_timeout_ms must be 1000 to 41400000 (1 s to 11.5 h, RPA_Timeout's range, Vol 4, Part E, 7.8.45), not \(timeout)"
+            }
         }
         if p.highDutyCycle {
             if p.directedTo == nil {

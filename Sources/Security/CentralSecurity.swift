@@ -122,7 +122,8 @@ public final class CentralSecurity {
     /// asks for IdKey, so the peripheral keeps who it bonded with by identity (and can resolve
     /// the central should it ever use private addresses). The IRK is read from the identity
     /// file, else made and written there when the central first pairs with bonding, like a
-    /// device's (`DeviceIdentityStore`, which names it by the owner's address).
+    /// device's (`DeviceIdentityStore`, which names it by the owner's address); with
+    /// `sharedResolvingKey`, the other role's IRK instead.
     ///
     /// The address is the one this central connects from, `localAddress`: "the Identity Address
     /// Information command is used to distribute its public device address or static random
@@ -131,6 +132,7 @@ public final class CentralSecurity {
     /// must name that, type public, not a static random address it never uses. blemu's central
     /// never connects from a resolvable private address, so `localAddress` is always one of the two.
     public var identity: SMPIdentity {
+        if let sharedResolvingKey { return SMPIdentity(resolvingKey: sharedResolvingKey.make(), address: localAddress) }
         let stored: SMPIdentity
         if let loadedIdentity {
             stored = loadedIdentity
@@ -140,6 +142,19 @@ public final class CentralSecurity {
             loadedIdentity = stored
         }
         return SMPIdentity(resolvingKey: stored.resolvingKey, address: localAddress)
+    }
+
+    /// The IRK of the host's other role, used instead of this central's own identity file: the
+    /// programmable host hands its peripheral side's here, so both roles distribute one IRK, the
+    /// one its advertised resolvable private addresses are made from (one IRK per identity, as
+    /// Zephyr and Bumble keep it; Vol 3, Part H, 2.4.2.1). `existing`: the IRK if it exists
+    /// already; `make`: the IRK, made if need be. nil: the identity file.
+    public var sharedResolvingKey: (existing: () -> [UInt8]?, make: () -> [UInt8])?
+
+    /// Whether the IRK exists already (read or made), without making it.
+    private var hasIdentity: Bool {
+        if let sharedResolvingKey { return sharedResolvingKey.existing() != nil }
+        return loadedIdentity != nil
     }
 
     /// Forgets the IRK (a factory reset, the programmable host's `reset`): the identity file is
@@ -224,7 +239,7 @@ public final class CentralSecurity {
     public func linkOpened(_ handle: UInt16, peer: LEAddress, local: LEAddress? = nil) {
         if let old = links.removeValue(forKey: handle) { close(old) }
         let local = local ?? localAddress
-        let initiator = SMPInitiator(configuration: initiatorConfiguration(identity: loadedIdentity == nil ? nil : identity(at: local)),
+        let initiator = SMPInitiator(configuration: initiatorConfiguration(identity: hasIdentity ? identity(at: local) : nil),
                                      initiatorAddress: local, responderAddress: peer, random: makeRandom())
         let smp = SMPLinkDriver(initiator, scheduler: scheduler) { [weak self] pdu in self?.sendSMP(handle, pdu) }
         let link = Link(handle: handle, peer: peer, local: local, smp: smp)
@@ -293,7 +308,7 @@ public final class CentralSecurity {
             // holds nothing but its configuration: a new one takes the identity and the
             // settings of the moment (`pairingSettings`, `prompts`).
             let bondable = pairingSettings?.bondable ?? configuration.bondable
-            let wanted = initiatorConfiguration(identity: bondable || loadedIdentity != nil ? identity(at: link.local) : nil)
+            let wanted = initiatorConfiguration(identity: bondable || hasIdentity ? identity(at: link.local) : nil)
             if link.initiator.configuration != wanted {
                 link.initiator = SMPInitiator(configuration: wanted, initiatorAddress: link.local, responderAddress: link.peer,
                                               random: makeRandom())

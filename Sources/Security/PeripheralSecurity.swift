@@ -1,6 +1,7 @@
 import BlemuCore
 import BlemuCrypto
 import BlemuSMP
+import Glibc
 import Logging
 
 /// How a device pairs (Vol 3, Part C, 10; Part H, 2.3).
@@ -89,6 +90,17 @@ public final class PeripheralSecurity {
     /// The identity if it exists already (read from the identity file, or made by a pairing):
     /// unlike `identity`, never makes one.
     public var existingIdentity: SMPIdentity? { loadedIdentity }
+
+    /// Forgets the IRK (the programmable host's `reset`, a factory reset): the identity file is
+    /// removed and the next use of `identity` makes a new one, so no central that bonded before
+    /// resolves the addresses made after. Links paired already keep theirs.
+    public func forgetIdentity() {
+        loadedIdentity = nil
+        guard let path = configuration.identityPath else { return }
+        if unlink(path) != 0 && errno != ENOENT {
+            logger.error("identity file \(path) not removed (errno \(errno)); its IRK is used again next time")
+        }
+    }
     private let owner: BondOwner
     /// Sends one SMP PDU on a link's CID 0x0006.
     public var sendSMP: (_ handle: UInt16, _ pdu: [UInt8]) -> Void = { _, _ in }
@@ -154,6 +166,9 @@ public final class PeripheralSecurity {
         let bondAddress: LEAddress
         /// The address the central connected to (the responder's in confirm and check values).
         let local: LEAddress
+        /// The identity address the link's pairing distributes when `local` is a resolvable
+        /// private address the host made (nil: as `identity(_:onLinkTo:)` decides).
+        let identityAddress: LEAddress?
         /// The pairing machine and its SMP timer.
         let smp: SMPLinkDriver<SMPResponder>
         var responder: SMPResponder {
@@ -189,11 +204,13 @@ public final class PeripheralSecurity {
         var failureTold = false
         /// A passkey made for the pairing under way (no static one), shown until it ends.
         var shownPasskey: UInt32?
-        init(handle: UInt16, peer: LEAddress, bondAddress: LEAddress, local: LEAddress, smp: SMPLinkDriver<SMPResponder>) {
+        init(handle: UInt16, peer: LEAddress, bondAddress: LEAddress, local: LEAddress, identityAddress: LEAddress?,
+             smp: SMPLinkDriver<SMPResponder>) {
             self.handle = handle
             self.peer = peer
             self.bondAddress = bondAddress
             self.local = local
+            self.identityAddress = identityAddress
             self.smp = smp
         }
     }
@@ -241,12 +258,18 @@ public final class PeripheralSecurity {
     /// central's identity address when the controller resolved its private address with the
     /// resolving list (LE Enhanced Connection Complete, Peer_Address_Type 0x02/0x03): its bond is
     /// looked up by it directly; without it, by `peer` (the host's ah() for a private address).
-    public func linkOpened(_ handle: UInt16, peer: LEAddress, local: LEAddress? = nil, resolvedIdentity: LEAddress? = nil) {
+    /// `identityAddress`: the identity address the link's pairing distributes when `local` is a
+    /// resolvable private address made from this IRK for an identity other than the device's
+    /// own (the programmable host's, its public or its static random address); nil: the device's.
+    public func linkOpened(_ handle: UInt16, peer: LEAddress, local: LEAddress? = nil, resolvedIdentity: LEAddress? = nil,
+                           identityAddress: LEAddress? = nil) {
         if let old = links.removeValue(forKey: handle) { old.smp.close() }
         let responderAddress = local ?? localAddress
-        let smp = SMPLinkDriver(makeResponder(peer: peer, local: responderAddress, identity: loadedIdentity),
+        let smp = SMPLinkDriver(makeResponder(peer: peer, local: responderAddress, identityAddress: identityAddress,
+                                              identity: loadedIdentity),
                                 scheduler: scheduler) { [weak self] pdu in self?.sendSMP(handle, pdu) }
-        let link = Link(handle: handle, peer: peer, bondAddress: resolvedIdentity ?? peer, local: responderAddress, smp: smp)
+        let link = Link(handle: handle, peer: peer, bondAddress: resolvedIdentity ?? peer, local: responderAddress,
+                        identityAddress: identityAddress, smp: smp)
         smp.onEvent = { [weak self, weak link] event in
             guard let self, let link else { return }
             self.handle(event, on: link)
@@ -256,21 +279,21 @@ public final class PeripheralSecurity {
 
     /// Our IRK and identity address go to a bonding central that asks (IdKey, 3.6.1), so it can
     /// resolve the addresses we advertise from with privacy on.
-    private func makeResponder(peer: LEAddress, local: LEAddress, identity: SMPIdentity?) -> SMPResponder {
-        SMPResponder(configuration: responderConfiguration(identity: identity, local: local), initiatorAddress: peer, responderAddress: local,
-                     random: makeRandom())
+    private func makeResponder(peer: LEAddress, local: LEAddress, identityAddress: LEAddress?, identity: SMPIdentity?) -> SMPResponder {
+        SMPResponder(configuration: responderConfiguration(identity: identity, local: local, identityAddress: identityAddress),
+                     initiatorAddress: peer, responderAddress: local, random: makeRandom())
     }
 
     /// The responder's configuration now: `configuration`'s, or `pairingSettings`' when set;
     /// Just Works confirmed by the owner when `prompts` takes the questions.
-    private func responderConfiguration(identity: SMPIdentity?, local: LEAddress) -> SMPResponderConfiguration {
+    private func responderConfiguration(identity: SMPIdentity?, local: LEAddress, identityAddress: LEAddress?) -> SMPResponderConfiguration {
         var responderConfiguration = configuration.responderConfiguration
         if let pairingSettings {
             responderConfiguration.pairing = pairingSettings.pairingConfiguration(
                 identity: nil, minimumEncryptionKeySize: configuration.minimumEncryptionKeySize, confirmsJustWorks: false)
             responderConfiguration.requestMITM = pairingSettings.mitm
         }
-        responderConfiguration.pairing.identity = identity.map { Self.identity($0, onLinkTo: local) }
+        responderConfiguration.pairing.identity = identity.map { Self.identity($0, onLinkTo: local, identityAddress: identityAddress) }
         responderConfiguration.pairing.confirmsJustWorks = prompts != nil
         return responderConfiguration
     }
@@ -280,8 +303,12 @@ public final class PeripheralSecurity {
     /// identity address (public, or static random, Vol 6, Part B, 1.3) — the programmable host
     /// advertises from the controller's public address or its static random one, and the central
     /// bonds with the one it connected to — else the device's identity address (never a
-    /// resolvable private address the device advertised from with privacy).
-    static func identity(_ identity: SMPIdentity, onLinkTo local: LEAddress) -> SMPIdentity {
+    /// resolvable private address the device advertised from with privacy). A link made from a
+    /// resolvable private address the programmable host made from this IRK distributes the
+    /// identity that address stands for, `identityAddress` (Vol 3, Part H, 2.4.2.1: a bonded
+    /// central then resolves the address to it).
+    static func identity(_ identity: SMPIdentity, onLinkTo local: LEAddress, identityAddress: LEAddress? = nil) -> SMPIdentity {
+        if let identityAddress { return SMPIdentity(resolvingKey: identity.resolvingKey, address: identityAddress) }
         guard !local.isRandom || local.address.isValidStaticRandom else { return identity }
         return SMPIdentity(resolvingKey: identity.resolvingKey, address: local)
     }
@@ -383,7 +410,8 @@ public final class PeripheralSecurity {
             // idle responder holds nothing but its configuration: a new one takes the identity
             // and the settings of the moment (`pairingSettings`, `prompts`).
             let bondable = pairingSettings?.bondable ?? configuration.bondable
-            let wanted = responderConfiguration(identity: bondable ? identity : loadedIdentity, local: link.local)
+            let wanted = responderConfiguration(identity: bondable ? identity : loadedIdentity, local: link.local,
+                                                identityAddress: link.identityAddress)
             if link.responder.configuration != wanted {
                 link.responder = SMPResponder(configuration: wanted, initiatorAddress: link.peer, responderAddress: link.local,
                                               random: makeRandom())

@@ -54,12 +54,20 @@ import Testing
         }
         #expect(publicOne.parameters.directedTo == LEAddress(BluetoothAddress("00:11:22:33:44:55")!, isRandom: false))
         #expect(publicOne.ownAddressType == .publicAddress && publicOne.parameters.intervalMilliseconds == 20)
-        // The resolvable types decode; the host refuses them with its rule (no IRK of its own loaded).
-        guard case .advertise(let resolvable) = try host(#"{"id":1,"cmd":"host","op":"advertise","own_address_type":"resolvable-or-random"}"#) else {
+        // The resolvable types decode, with how long one private address lasts.
+        guard case .advertise(let resolvable) = try host(#"{"id":1,"cmd":"host","op":"advertise","own_address_type":"resolvable-or-random","rpa_timeout_ms":1000}"#) else {
             Issue.record("not advertise")
             return
         }
         #expect(resolvable.ownAddressType == .resolvableOrRandom)
+        #expect(resolvable.parameters.privateAddressTimeoutMilliseconds == 1000)
+        #expect(resolvable.parameters.privateAddressTimeout == .seconds(1))
+        guard case .advertise(let longest) = try host(#"{"id":1,"cmd":"host","op":"advertise","own_address_type":"resolvable-or-public","rpa_timeout_ms":41400000}"#) else {
+            Issue.record("not advertise")
+            return
+        }
+        #expect(longest.ownAddressType == .resolvableOrPublic && longest.parameters.privateAddressTimeout == .seconds(41_400))
+        #expect(HostAdvertiseRequest().parameters.privateAddressTimeout == .seconds(900), "TGAP(private_addr_int): 15 minutes")
         #expect(try host(#"{"id":1,"cmd":"host","op":"advertise-stop","advertisement":12}"#) == .advertiseStop(advertisement: 12))
     }
 
@@ -100,6 +108,13 @@ import Testing
         (#"{"id":7,"cmd":"host","op":"advertise","interval_ms":100.5}"#, #""interval_ms" must be a whole number"#),
         (#"{"id":7,"cmd":"host","op":"advertise","interval_ms":1e400}"#, #""interval_ms" must be a whole number"#),
         (#"{"id":7,"cmd":"host","op":"advertise","interval_ms":-9223372036854775809}"#, #""interval_ms" must be a whole number"#),
+        (#"{"id":7,"cmd":"host","op":"advertise","rpa_timeout_ms":999}"#, #""rpa_timeout_ms" must be a whole number from 1000 to 41400000"#),
+        (#"{"id":7,"cmd":"host","op":"advertise","rpa_timeout_ms":41400001}"#, #""rpa_timeout_ms" must be a whole number from 1000 to 41400000"#),
+        (#"{"id":7,"cmd":"host","op":"advertise","rpa_timeout_ms":0}"#, #""rpa_timeout_ms" must be a whole number"#),
+        (#"{"id":7,"cmd":"host","op":"advertise","rpa_timeout_ms":-1000}"#, #""rpa_timeout_ms" must be a whole number"#),
+        (#"{"id":7,"cmd":"host","op":"advertise","rpa_timeout_ms":1500.5}"#, #""rpa_timeout_ms" must be a whole number"#),
+        (#"{"id":7,"cmd":"host","op":"advertise","rpa_timeout_ms":"900000"}"#, #""rpa_timeout_ms" must be a whole number"#),
+        (#"{"id":7,"cmd":"host","op":"advertise","rpa_timeout_ms":1e400}"#, #""rpa_timeout_ms" must be a whole number"#),
         (#"{"id":7,"cmd":"host","op":"advertise","primary_phy":"2m"}"#, #""primary_phy" '2m' is not 1m or coded"#),
         (#"{"id":7,"cmd":"host","op":"advertise","secondary_phy":"3m"}"#, #""secondary_phy" '3m' is not 1m, 2m or coded"#),
         (#"{"id":7,"cmd":"host","op":"advertise","secondary_phy":2}"#, #""secondary_phy" must be a string"#),
@@ -128,6 +143,9 @@ import Testing
                                                              directedTo: LEAddress(BluetoothAddress("00:11:22:33:44:55")!, isRandom: false),
                                                              primaryPHY: .leCoded, secondaryPHY: .leCoded),
                 ownAddressType: .publicAddress)),
+            .advertise(HostAdvertiseRequest(
+                parameters: ProgrammedAdvertising.Parameters(connectable: true, privateAddressTimeoutMilliseconds: 60_000),
+                ownAddressType: .resolvableOrPublic)),
             .advertiseStop(advertisement: 4),
         ]
         for request in requests {
@@ -149,6 +167,9 @@ import Testing
                     parameters: ProgrammedAdvertising.Parameters(connectable: true,
                                                                  directedTo: LEAddress(BluetoothAddress("C0:11:22:33:44:55")!, isRandom: true),
                                                                  secondaryPHY: .le2M))))
+        #expect(try HostRequest.parse(arguments: ["advertise", "--own-address-type", "resolvable-or-random", "--rpa-timeout-ms", "5000"])
+                == .advertise(HostAdvertiseRequest(parameters: ProgrammedAdvertising.Parameters(privateAddressTimeoutMilliseconds: 5000),
+                                                   ownAddressType: .resolvableOrRandom)))
         #expect(try HostRequest.parse(arguments: ["advertise-stop", "--advertisement", "3"]) == .advertiseStop(advertisement: 3))
         #expect(try ControlCommand(arguments: ["host", "advertise", "--data", ""]) == .host(.advertise(HostAdvertiseRequest())))
         for (words, fragment) in [

@@ -172,17 +172,25 @@ import Testing
         #expect(reread.bonds.isEmpty)
     }
 
-    /// A factory reset forgets the central's IRK too: its identity file goes, a new IRK comes.
+    /// A factory reset forgets the IRK too: its identity file goes, a new IRK comes; the central
+    /// distributes the same IRK as the peripheral side (one for both roles, the one the host's
+    /// resolvable private addresses are made from), and writes no identity file of its own.
     @Test func resetRemovesTheIdentityFileAndANewIRKIsMade() throws {
         let bench = try HostBench()
         let security = bench.host.security.central
+        let peripheral = bench.host.advertising.peripheral.security
         let before = security.identity.resolvingKey
-        let path = try #require(security.configuration.identityPath)
+        #expect(before == peripheral.identity.resolvingKey)
+        let path = try #require(peripheral.configuration.identityPath)
+        let centralsOwn = try #require(security.configuration.identityPath)
         #expect(FileManager.default.fileExists(atPath: path))
+        #expect(!FileManager.default.fileExists(atPath: centralsOwn))
         try bench.host.reset()
         #expect(!FileManager.default.fileExists(atPath: path))
         #expect(security.identity.resolvingKey != before)
+        #expect(security.identity.resolvingKey == peripheral.identity.resolvingKey)
         #expect(FileManager.default.fileExists(atPath: path))
+        #expect(!FileManager.default.fileExists(atPath: centralsOwn))
     }
 
     @Test func theCentralsBondsSurviveARestartInTheStateDirectory() throws {

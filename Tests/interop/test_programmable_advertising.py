@@ -5,7 +5,8 @@ with the data and scan response given, seen by Bumble as given; Bumble connectin
 public and to the random address the host advertises from (`connected` with `advertisement` and
 `"role":"peripheral"`), advertising going on after the connection, the link disconnected,
 `advertise-stop` and `advertising-stopped`, a reset stopping advertising, the identity a bonding
-central gets, and hostile requests.
+central gets, advertising from resolvable private addresses a bonded central resolves, and
+hostile requests.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import threading
 import time
 
 import pytest
-from bumble import hci
+from bumble import crypto, hci
 from bumble.device import Device
 
 from harness import run_cli, unique_name
@@ -236,6 +237,88 @@ def test_a_bonding_central_gets_the_address_it_connected_to_as_the_hosts_identit
     until_event(events, "disconnected", link=connected["link"])
 
 
+def scan_for_data(peer: ScanningPeer, seconds: float, data: bytes) -> list:
+    """Scans like `ScanningPeer.scan`; the advertisements carrying `data`, from whatever address."""
+    with peer.seen_lock:
+        peer.seen.clear()
+
+    async def start(device: Device):
+        await device.start_scanning(legacy=False, active=True, filter_duplicates=False, scanning_phys=(hci.HCI_LE_1M_PHY,))
+
+    async def stop(device: Device):
+        await device.stop_scanning()
+
+    peer.call(start)
+    time.sleep(seconds)
+    peer.call(stop)
+    with peer.seen_lock:
+        return [a for a in peer.seen if a.data_bytes == data]
+
+
+def resolves(address: hci.Address, irk: bytes) -> bool:
+    """Vol 6, Part B, 1.3.2.3: the 24 least significant bits are ah(IRK, prand), with Bumble's ah
+    as its own resolving list uses it (little-endian bytes as on the air)."""
+    raw = bytes(address)
+    return address.is_resolvable and crypto.ah(irk, raw[3:6]) == raw[0:3]
+
+
+@pytest.mark.parametrize("own", ["resolvable-or-public", "resolvable-or-random"])
+def test_a_bonded_central_resolves_the_private_address_with_the_irk_it_got_and_bonds_with_the_identity(
+        advertising_client, events, peer, own):
+    """Own address types resolvable-*: the host advertises a resolvable private address it made
+    from its IRK (Vol 6, Part B, 1.3.2.2), a random address whose two top bits are 0b01; Bumble
+    connects to it and bonds, and the IRK it receives (Vol 3, Part H, 3.6.4) resolves that address
+    and the next ones, while the identity address it receives (3.6.5) is the host's public or static
+    random address, never the private one."""
+    addresses = advertising_client.ok("address")
+    identity = addresses["address"] if own == "resolvable-or-public" else addresses["random_address"]
+    data = ad(unique_name("PP"))
+    advertisement = advertising_client.ok("advertise", data=data.hex(), connectable=True, own_address_type=own,
+                                          interval_ms=40)["advertisement"]
+    seen = scan_for_data(peer, 1.5, data)
+    assert seen, "Bumble saw nothing of the advertisement"
+    private = seen[0].address
+    assert private.is_random and private.is_resolvable, f"{private} is not a resolvable private address"
+    assert {str(a.address) for a in seen} == {str(private)}, "one address until it is renewed"
+    private_text = private.to_string(with_type_qualifier=False)
+    assert private_text not in (addresses["address"], addresses["random_address"])
+
+    connection = peer.connect_to(private_text, public=False)
+    connected = until_event(events, "connected", advertisement=advertisement)
+    assert connected["own_address"] == private_text and connected["own_address_type"] == "random", connected
+    received: list = []
+
+    async def pair(device: Device):
+        connection.on("pairing", received.append)
+        await connection.pair()
+        return connection.peer_address
+
+    pairing = asyncio.run_coroutine_threadsafe(pair(peer.device), peer.loop)
+    asked = until_event(events, "pairing-request", link=connected["link"])
+    advertising_client.ok("pairing-answer", pairing=asked["pairing"], confirm=True)
+    bonded_as = pairing.result(20)
+    kind = hci.Address.PUBLIC_DEVICE_ADDRESS if own == "resolvable-or-public" else hci.Address.RANDOM_DEVICE_ADDRESS
+    assert (bonded_as.to_string(with_type_qualifier=False), bonded_as.address_type) == (identity, kind)
+    keys = received[-1]
+    assert keys.irk is not None, "no IRK distributed"
+    irk = keys.irk.value
+    assert resolves(private, irk), f"{private} does not resolve with the IRK distributed"
+    assert not resolves(private, bytes(16))
+    advertising_client.ok("disconnect", link=connected["link"])
+    until_event(events, "disconnected", link=connected["link"])
+    advertising_client.ok("advertise-stop", advertisement=advertisement)
+    until_event(events, "advertising-stopped", advertisement=advertisement)
+
+    # With a short rpa_timeout_ms, new addresses: each resolves with the same IRK.
+    renewing = advertising_client.ok("advertise", data=data.hex(), own_address_type=own, rpa_timeout_ms=1000,
+                                     interval_ms=30)["advertisement"]
+    renewed = {str(a.address): a.address for a in scan_for_data(peer, 3.5, data)}
+    assert len(renewed) >= 2, f"the address was not renewed: {list(renewed)}"
+    assert all(resolves(address, irk) for address in renewed.values()), list(renewed)
+    assert str(private) not in renewed
+    advertising_client.ok("advertise-stop", advertisement=renewing)
+
+
 # ---------------------------------------------------------------------------------------------
 # Reset
 
@@ -286,7 +369,11 @@ def test_reset_stops_advertising_and_closes_the_links_it_accepted(advertising_cl
     ({"connectable": True, "data": "ab" * 246}, "connectable extended advertising data is at most"),
     ({"legacy": True, "primary_phy": "coded"}, "legacy advertising PDUs go out on LE 1M only"),
     ({"primary_phy": "2m"}, '"primary_phy" \'2m\' is not 1m or coded'),
-    ({"own_address_type": "resolvable-or-random"}, "need a resolving list entry"),
+    ({"own_address_type": "random", "rpa_timeout_ms": 5000}, "rpa_timeout_ms goes with own address type resolvable"),
+    ({"rpa_timeout_ms": 5000}, "rpa_timeout_ms goes with own address type resolvable"),
+    ({"own_address_type": "resolvable-or-random", "rpa_timeout_ms": 999}, '"rpa_timeout_ms" must be a whole number from 1000'),
+    ({"own_address_type": "resolvable-or-random", "rpa_timeout_ms": "1000"}, '"rpa_timeout_ms" must be a whole number'),
+    ({"own_address_type": "resolvable-or-public", "rpa_timeout_ms": 41400001}, '"rpa_timeout_ms" must be a whole number'),
     ({"interval_ms": 19}, '"interval_ms" must be a whole number from 20 to 10240'),
     ({"interval_ms": 20.5}, '"interval_ms" must be a whole number'),
     ({"directed_to": "C0:11:22:33:44:55"}, '"directed_to" needs "directed_type"'),

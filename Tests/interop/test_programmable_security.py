@@ -19,7 +19,7 @@ import threading
 import time
 
 import pytest
-from bumble import hci
+from bumble import crypto, hci
 from bumble.device import Device
 from bumble.keys import MemoryKeyStore
 from bumble.pairing import PairingConfig, PairingDelegate
@@ -369,6 +369,47 @@ def test_a_pairing_the_peer_asks_for_is_prompted_and_its_refusal_told(rootcanal,
         client.ok("pairing-answer", pairing=asked["pairing"], confirm=True)
         rose = outcome(events, link)
         assert rose["event"] == "security" and rose["level"] == 2, rose
+
+
+def test_a_peer_that_bonded_with_the_host_as_central_resolves_its_advertised_private_addresses(rootcanal, client, events):
+    """One IRK for both roles (Docs/SECURITY.md, "The programmable host's IRK"): the IRK the host
+    distributes as central (Identity Information, Vol 3, Part H, 3.6.4) is the one its
+    advertisements' resolvable private addresses are made from (Vol 6, Part B, 1.3.2.2), so the
+    Bumble peripheral it bonded with recognises the host advertising later."""
+    with peer_of(rootcanal, IO.NO_OUTPUT_NO_INPUT) as peer:
+        link = connect(client, events, peer)
+        client.ok("secure", link=link, level=2)
+        asked = request(events, link)
+        client.ok("pairing-answer", pairing=asked["pairing"], confirm=True)
+        events.until(lambda e: is_(e, "security", link) and e["bonded"], 20, "the bond")
+        wait_for(lambda: peer.pairings == ["paired"], f"Bumble's pairing (saw {peer.pairings})")
+        stored = asyncio.run_coroutine_threadsafe(peer.device.keystore.get_all(), peer.loop).result(5)
+        irks = [keys.irk.value for _, keys in stored if keys.irk is not None]
+        assert len(irks) == 1, stored
+        client.ok("disconnect", link=link)
+        events.until(lambda e: is_(e, "disconnected", link), 10, "the disconnection")
+
+        name = ("RPA" + peer.random_address.replace(":", "")[-4:]).encode()
+        data = bytes([0x02, 0x01, 0x06, len(name) + 1, 0x09]) + name
+        advertisement = client.ok("advertise", data=data.hex(), own_address_type="resolvable-or-random",
+                                  interval_ms=30)["advertisement"]
+        seen: list = []
+
+        async def scan(device: Device) -> None:
+            device.on("advertisement", seen.append)
+            await device.start_scanning(legacy=False, active=False, filter_duplicates=False)
+            await asyncio.sleep(2.0)
+            await device.stop_scanning()
+            device.remove_listener("advertisement", seen.append)
+
+        asyncio.run_coroutine_threadsafe(scan(peer.device), peer.loop).result(10)
+        client.ok("advertise-stop", advertisement=advertisement)
+        ours = [a.address for a in seen if a.data_bytes == data]
+        assert ours, f"Bumble saw nothing of the advertisement ({len(seen)} others)"
+        for address in ours:
+            raw = bytes(address)
+            assert address.is_resolvable and crypto.ah(irks[0], raw[3:6]) == raw[0:3], \
+                f"{address} does not resolve with the IRK the host gave as central"
 
 
 def test_security_requests_that_name_nothing_are_refused_by_code(client, events):

@@ -335,6 +335,11 @@ def test_advertise_sends_the_data_on_the_air_and_streams_each_connection(fake: F
      dict(scannable=True, scan_response="020978")),  # blemu refuses it, naming the rule
     (dict(legacy=False, connectable=False, random=bytes.fromhex("C00000000001"), scan_response_data=DataTypes()),
      dict(scannable=False, directed_to="C0:00:00:00:00:01", directed_type="random", scan_response=None)),
+    # Resolvable private addresses: passed on, blemu's host makes them from its IRK.
+    (dict(legacy=True, connectable=True, own_address_type=host_pb2.RESOLVABLE_OR_PUBLIC),
+     dict(connectable=True, own_address_type="resolvable-or-public")),
+    (dict(legacy=False, connectable=True, own_address_type=host_pb2.RESOLVABLE_OR_RANDOM),
+     dict(connectable=True, own_address_type="resolvable-or-random")),
     # The stubs' default empty scan response on extended non-connectable advertising: none, not scannable.
     (dict(legacy=False, connectable=False, data=DataTypes(complete_local_name="x")),
      dict(scannable=False, connectable=False, scan_response=None, data="020978")),
