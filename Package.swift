@@ -328,7 +328,7 @@ let package = Package(
                     path: "Tests/CLITests"),
         .testTarget(name: "StackTests", dependencies: ["BlemuTestSupport", "BlemuStack", "BlemuCentral", "BlemuGATTClient", "BlemuGATT", "BlemuATT",
                                                     "BlemuProfile", "BlemuTransport", "BlemuRunLoop", "BlemuCore", "BlemuConfig",
-                                                    "BlemuHost", "BlemuDevices", "BlemuSecurity", "BlemuChat", "BlemuLint", "BlemuHCI", "BlemuScenario", "BlemuBroadcast",
+                                                    "BlemuHost", "BlemuDevice", "BlemuDevices", "BlemuSecurity", "BlemuChat", "BlemuLint", "BlemuHCI", "BlemuScenario", "BlemuBroadcast",
                                                     .product(name: "Logging", package: "swift-log")],
                     path: "Tests/StackTests"),
         .testTarget(name: "LintTests", dependencies: ["BlemuLint", "BlemuHCI", "BlemuBroadcast", "BlemuCore"], path: "Tests/LintTests"),
