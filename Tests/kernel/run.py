@@ -1177,9 +1177,14 @@ def case_bleak_thermostat(session: Session) -> str:
             # BlueZ set the encrypted link's Authenticated Payload Timeout; rootcanal would abort on it.
             if "answered HCI_Write_Authenticated_Payload_Timeout (0x0c7c)" not in bluez.started[0].output()[0]:
                 raise Failure("blemu attach never saw Write Authenticated Payload Timeout: is its answer still needed?")
-            return (f"0x05, then BlueZ paired Just Works (key size {paired.get('key_size')}, "
-                    f"SC {paired.get('secure_connections')}, its agent asked: {', '.join(asked) or 'nothing'}) and "
-                    f"retried the write (6608); reconnected, encrypted with the bond "
+            # A write that came before BlueZ's pairing was refused (0x05) and retried; one that
+            # came while it paired was held until the link was encrypted (Docs/SECURITY.md).
+            log = Path(blemu.log_path).read_text(errors="replace") if getattr(blemu, "log_path", None) else ""
+            how = ("refused 0x05 and retried" if "Insufficient Authentication (0x05) for opcode 0x12" in log
+                   else "held while BlueZ paired, then written")
+            return (f"BlueZ paired Just Works (key size {paired.get('key_size')}, "
+                    f"SC {paired.get('secure_connections')}, its agent asked: {', '.join(asked) or 'nothing'}); "
+                    f"the write (6608) {how}; reconnected, encrypted with the bond "
                     f"(key size {encrypted.get('key_size')}), written (9808) without pairing again; Battery 0x180F "
                     f"taken out, and the bonded app's next connection no longer has it ({after[-1]})")
         except AssertionError as error:
