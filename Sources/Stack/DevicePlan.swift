@@ -40,6 +40,8 @@ public struct DevicePlan {
     public var startDelay: Duration = .zero
     /// The fleet (`fleets[N]`) the device is a member of; nil for any other device.
     public var fleet: String?
+    /// What the control socket calls the fleet (`fleet:REF`); nil for any other device.
+    public var fleetReference: String?
 
     public init(device: String, spec: ControllerSpec) {
         self.device = device
@@ -182,6 +184,7 @@ public enum DevicePlanning {
             plan.advertisingShift = entry?.advertisingShift ?? 0
             plan.startDelay = entry?.startDelay ?? .zero
             plan.fleet = entry?.fleet
+            plan.fleetReference = entry?.fleetReference
             // --pin is for the devices that take a PIN (the lock), so one command line serves a
             // bench of several devices (and wins over the file's); a file's `pin:` is for its own
             // entry, refused by a device that takes none.

@@ -147,6 +147,8 @@ import Testing
         try DevicePlanning.checkSettings(plans)
         #expect(plans[1].name == "Tag 0001" && plans[1001].name == "Door 001")
         #expect(plans[1001].address?.description == "C0:00:00:00:00:01")
+        // `fleet: thermometers` names the first for the control socket; the second is `fleet:2`.
+        #expect(plans[0].fleetReference == nil && plans[1].fleetReference == "thermometers" && plans[1001].fleetReference == "2")
         #expect(plans[1001].settings.last?.key == "pin" && plans[1001].settings.last?.value.count == 6)
     }
 
