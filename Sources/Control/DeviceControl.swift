@@ -114,9 +114,10 @@ public final class DeviceControl {
                          host: host != nil && filter.device == nil && filter.kinds == nil && filter.uuid == nil)
             logBudgeted(.info, "control client \(client): \(summary): watching")
             var members: [(String, JSONValue)] = [("id", .integer(request.id)), ("ok", true), ("watching", true)]
-            // One device: its ref, as before; several: the pattern or fleet as given, and how many.
-            if selected.count == 1 {
-                members.append(("device", .string(names.entries[selected[0]].ref)))
+            // One device by its name: its ref, as before; a pattern or a fleet: the text as given,
+            // and how many devices it named.
+            if let name = filter.device, case .success(let index) = names.resolve(name), selected == [index] {
+                members.append(("device", .string(names.entries[index].ref)))
             } else {
                 members.append(("device", filter.device.map { .string($0) } ?? .null))
                 if filter.device != nil { members.append(("devices", .integer(Int64(selected.count)))) }

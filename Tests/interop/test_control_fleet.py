@@ -92,6 +92,14 @@ def test_watch_by_a_pattern_sees_the_events_of_matching_members_only(rootcanal, 
         stream = watcher.makefile("rb")
         reply = json.loads(stream.readline())
         assert reply["ok"] is True and reply["devices"] == 3 and reply["device"] == f"{prefix} 000[1-3]", reply
+        # A pattern that fits one member is still a pattern: the text, and a count.
+        one = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        one.settimeout(10)
+        one.connect(path)
+        one.sendall((json.dumps({"id": 2, "cmd": "watch", "device": f"{prefix} 000[1]"}) + "\n").encode())
+        one_reply = json.loads(one.makefile("rb").readline())
+        one.close()
+        assert one_reply["ok"] is True and one_reply["devices"] == 1 and one_reply["device"] == f"{prefix} 000[1]", one_reply
         # Two members switched off and on: one the pattern fits, one it does not (switched first).
         for name in (f"{prefix} 0005", f"{prefix} 0002"):
             assert ctl_reply(path, "advertise", name, "off")["ok"] is True
