@@ -294,7 +294,14 @@ struct RunCommand: ParsableCommand {
         } catch {
             throw ValidationError(error.description)
         }
-        try RunSession.run(stacks, deviceNames: plans.map(\.device), settings: settings, loop: loop, logger: logger,
+        // The fleet each device is a member of, for `started` and the control socket's `fleet:NAME`.
+        var fleetOf: [ObjectIdentifier: String] = [:]
+        // (A plan whose device could not be made has no peripheral: then none are paired up wrongly.)
+        if plans.count == planPeripherals.count {
+            for (plan, peripheral) in zip(plans, planPeripherals) { fleetOf[ObjectIdentifier(peripheral)] = plan.fleetReference }
+        }
+        try RunSession.run(stacks, deviceNames: plans.map(\.device), fleets: plans.map(\.fleetReference), fleetOf: fleetOf,
+                           settings: settings, loop: loop, logger: logger,
                            scenarios: runners.map(\.runner))
         guard !runners.isEmpty else { return }
         let verdict = RunScenarios.verdict(runners.map { ($0.file, $0.runner.outcome) })

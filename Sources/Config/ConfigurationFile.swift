@@ -107,6 +107,8 @@ public struct DeviceConfiguration: Sendable, Equatable {
     public var path: String = ""
     /// The fleet (`fleets[N]`) the device is a member of; nil for a `devices:` entry.
     public var fleet: String?
+    /// What the control socket calls its fleet (`FleetConfiguration.reference`); nil for a `devices:` entry.
+    public var fleetReference: String?
     /// A fleet member's advertising intervals are this many 0.625 ms units longer than the
     /// fleet's (its drawn `jitter_ms`), so members started together do not advertise in step.
     public var advertisingShift: UInt16 = 0
@@ -190,7 +192,11 @@ public enum ConfigurationFile {
             let entries = try reader.sequence(fleets.value, at: "fleets")
             guard !entries.isEmpty else { throw ConfigurationError("\(reader.at(fleets.value)): fleets: the list is empty") }
             for (index, entry) in entries.enumerated() {
-                let (fleet, members) = try reader.fleet(entry, at: "fleets[\(index)]", devicesBefore: configuration.devices.count)
+                let (fleet, members) = try reader.fleet(entry, at: "fleets[\(index)]", place: index + 1,
+                                                        devicesBefore: configuration.devices.count)
+                if let first = configuration.fleets.first(where: { $0.reference == fleet.reference }) {
+                    throw ConfigurationError("\(fleet.location): \(fleet.path).fleet: `\(fleet.reference)` is also \(first.path)'s name (each fleet's is its own)")
+                }
                 configuration.fleets.append(fleet)
                 configuration.devices += members
             }

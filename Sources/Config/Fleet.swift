@@ -31,6 +31,9 @@ public struct FleetConfiguration: Sendable, Equatable {
     public var address: FleetPattern?
     /// `fleets[N]`.
     public var path: String
+    /// What the control socket calls it (`fleet:REF`): its `fleet:` name, else its number in
+    /// `fleets:` from 1.
+    public var reference: String = ""
     /// `FILE:LINE` of the entry.
     public var location: String
     /// The members' settings with every range at its low end, then at its high end, in file
@@ -268,13 +271,24 @@ extension Reader {
 
     /// The keys of a `fleets:` entry.
     static let fleetKeys = ["device", "count", "seed", "name", "address", "controller", "settings", "pin", "passkey", "io_capability",
-                            "bindkey_file", "advertising", "connection", "start_spread_s"]
+                            "bindkey_file", "advertising", "connection", "start_spread_s", "fleet"]
 
     /// One `fleets:` entry, checked, and its members. `devicesBefore`: the devices the file
     /// gave before it (for the ceiling of the whole file).
-    func fleet(_ node: YAMLNode, at path: String, devicesBefore: Int) throws(ConfigurationError) -> (FleetConfiguration, [DeviceConfiguration]) {
+    func fleet(_ node: YAMLNode, at path: String, place: Int = 1,
+               devicesBefore: Int) throws(ConfigurationError) -> (FleetConfiguration, [DeviceConfiguration]) {
         let entries = try mapping(node, at: path)
         try allowOnly(Self.fleetKeys, in: entries, at: path)
+        // The fleet's own name, for the control socket (`list fleet:NAME`): a word, so it never
+        // reads as a number (`fleet:2`, a fleet by its place) or as a pattern.
+        var reference = String(place)
+        if let entry = entries["fleet"] {
+            let text = try scalar(entry.value, at: "\(path).fleet")
+            guard Self.isFleetName(text) else {
+                throw fail(entry.value, "\(path).fleet", "`\(VisibleText.make(text))` is not a fleet name: 1 to 64 letters, digits, `-`, `_` or `.`, the first a letter")
+            }
+            reference = text
+        }
         guard let kindEntry = entries["device"] else {
             throw fail(node, path, "`device:` is missing (the kind of device, e.g. bthome-thermometer)")
         }
@@ -313,6 +327,7 @@ extension Reader {
         }
         var fleet = FleetConfiguration(device: device, count: count, seed: seed, name: namePattern, address: addressPattern,
                                        path: path, location: at(node))
+        fleet.reference = reference
         try sharedKeys(entries, into: &template, at: path)
         var pin: FleetValue?
         var pinDigits: Int?
@@ -371,6 +386,7 @@ extension Reader {
             var member = template
             member.path = fleet.memberPath(index)
             member.fleet = path
+            member.fleetReference = reference
             let name = namePattern.render(index)
             guard (1...248).contains(name.utf8.count) else {
                 throw fail(entries["name"]?.value ?? node, "\(path).name", "member \(index)'s name `\(VisibleText.make(name))` is not 1 to 248 bytes of UTF-8")
@@ -413,6 +429,16 @@ extension Reader {
             members.append(member)
         }
         return (fleet, members)
+    }
+
+    /// A fleet's `fleet:` name: 1 to 64 ASCII letters, digits, `-`, `_`, `.`, the first a letter.
+    static func isFleetName(_ text: String) -> Bool {
+        guard let first = text.utf8.first, (1...64).contains(text.utf8.count) else { return false }
+        func isLetter(_ byte: UInt8) -> Bool { (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte | 0x20) }
+        return isLetter(first) && text.utf8.allSatisfy { byte in
+            isLetter(byte) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-")
+                || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".")
+        }
     }
 
     func pattern(_ node: YAMLNode, at path: String) throws(ConfigurationError) -> FleetPattern {

@@ -23,7 +23,7 @@ extension ControlCommand {
     public static var usage: String { deviceUsage + HostRequest.usage }
 
     private static let deviceUsage = """
-        list
+        list [DEVICE|PATTERN|fleet:NAME]
         set DEVICE KEY VALUE [--exact]
         notify DEVICE UUID HEX
         disconnect DEVICE [--reason HEX]
@@ -37,7 +37,7 @@ extension ControlCommand {
         pairing DEVICE confirm|reject
         authorize DEVICE UUID allow|deny [PEER [public|random]]
         bonds DEVICE [forget [ADDRESS]]
-        watch [DEVICE] [--kinds KIND,...] [--uuid UUID]
+        watch [DEVICE|PATTERN|fleet:NAME] [--kinds KIND,...] [--uuid UUID]
 
         """
 
@@ -101,8 +101,11 @@ extension ControlCommand {
 
         switch name {
         case "watch":
-            let form = "watch [DEVICE] [--kinds KIND,...] [--uuid UUID]"
+            let form = "watch [DEVICE|PATTERN|fleet:NAME] [--kinds KIND,...] [--uuid UUID]"
             try expect(0...1, form)
+            if let device = words.first, DevicePattern.isPattern(device), case .failure(let error) = DevicePattern.parse(device) {
+                throw ControlUsageError(error.message)
+            }
             var filter = EventFilter(device: words.first)
             for option in options.keys where option != "kinds" && option != "uuid" {
                 throw ControlUsageError("watch takes no --\(option); usage: \(form)")
@@ -122,9 +125,13 @@ extension ControlCommand {
             }
             self = .watch(filter)
         case "list":
-            try expect(0...0, "list")
-            try refuseOptions(except: nil, "list")
-            self = .list
+            let form = "list [DEVICE|PATTERN|fleet:NAME]"
+            try expect(0...1, form)
+            try refuseOptions(except: nil, form)
+            if let device = words.first, DevicePattern.isPattern(device), case .failure(let error) = DevicePattern.parse(device) {
+                throw ControlUsageError(error.message)
+            }
+            self = .list(device: words.first)
         case "set":
             let form = "set DEVICE KEY VALUE [--exact]"
             try expect(3...3, form)

@@ -8,8 +8,9 @@ import FoundationEssentials
 /// What a control client may ask, one value per command (Docs/CONTROL.md). A request line
 /// decodes to one of these or to a `ControlRequestError`, never anything in between.
 public enum ControlCommand: Equatable, Sendable {
-    /// Devices, addresses, advertising, links, settings and planned faults.
-    case list
+    /// Devices, addresses, advertising, links, settings and planned faults: every device
+    /// (nil), or those `device` names: one, a pattern or a fleet (`DeviceNames.select`).
+    case list(device: String?)
     /// A value of a device's simulated world (`PeripheralControl.applySetting`); `exact` holds
     /// a value that moves by itself where it is set, until it is set again.
     case set(device: String, key: String, value: String, exact: Bool = false)
@@ -80,7 +81,8 @@ public enum ControlCommand: Equatable, Sendable {
     /// The device it names, if any.
     public var device: String? {
         switch self {
-        case .list, .host: return nil
+        case .list(let device): return device
+        case .host: return nil
         case .watch(let filter): return filter.device
         case .set(let device, _, _, _), .notify(let device, _, _), .disconnect(let device, _), .advertise(let device, _), .fault(let device, _, _, _),
              .service(let device, _, _), .pairing(let device, _), .authorize(let device, _, _, _), .bonds(let device),
@@ -183,8 +185,8 @@ public struct ControlRequest: Equatable, Sendable {
     public var json: JSONValue {
         var members: [(String, JSONValue)] = [("id", .integer(id)), ("cmd", .string(command.name))]
         switch command {
-        case .list:
-            break
+        case .list(let device):
+            if let device { members.append(("device", .string(device))) }
         case .set(let device, let key, let value, let exact):
             members += [("device", .string(device)), ("key", .string(key)), ("value", .string(value))]
             if exact { members.append(("exact", true)) }
@@ -268,7 +270,7 @@ struct FieldReader {
         let command: ControlCommand
         switch cmd {
         case "list":
-            command = .list
+            command = .list(device: try optionalString("device"))
         case "set":
             let device = try string("device")
             let key = try string("key")

@@ -21,6 +21,14 @@ public final class DeviceControl {
     public var host: HostControl?
     /// The device name `watch` takes for the programmable host's events.
     public static let hostWatchName = "host"
+    /// The fleet of each device (`DeviceNames.Entry.fleet`), by the index `devices` gives it.
+    public var fleets: [String?] = []
+    /// A `list` reply holds devices up to this many bytes of JSON; the devices past it are
+    /// counted (`left_out`). So one reply, with the 64 KiB of replies a client may leave
+    /// waiting (`outputHighWater`), stays within the socket's `outputLimit` (1 MiB, past which
+    /// the client would be dropped) and the line a client reads (the Python kit's 1 MiB):
+    /// about 1,100 thermometers (860 bytes each).
+    public var maxListBytes = 960 * 1024
 
     /// Log lines the budget left out so far.
     public var logLinesLeftOut: Int { budget.leftOutTotal }
@@ -49,7 +57,7 @@ public final class DeviceControl {
     /// Runs one decoded request; the reply carries its id.
     public func execute(_ request: ControlRequest, client: Int) -> JSONValue {
         let peripherals = devices()
-        let names = DeviceNames(peripherals.map { ($0.deviceName, $0.configuration.name) })
+        let names = DeviceNames(peripherals.map { ($0.deviceName, $0.configuration.name) }, fleets: fleets)
         let summary = Self.summary(of: request.command)
 
         func refuse(_ message: String, _ peripheral: Peripheral? = nil) -> JSONValue {
@@ -67,7 +75,7 @@ public final class DeviceControl {
             return .object([("id", .integer(request.id)), ("ok", true)] + members)
         }
         func target(_ name: String) -> Result<(Peripheral, String), ControlRequestError> {
-            names.resolve(name).map { (peripherals[$0], names.entries[$0].ref) }
+            names.resolveOne(name, command: request.command.name).map { (peripherals[$0], names.entries[$0].ref) }
         }
 
         switch request.command {
@@ -90,10 +98,15 @@ public final class DeviceControl {
         case .watch(let filter):
             guard let watchers else { return refuse("this control socket has no event stream") }
             var devices: Set<Int>?
+            var selected: [Int] = []
             if let name = filter.device {
-                switch names.resolve(name) {
+                // One device, a pattern or a fleet: a set of indices, bounded by the devices that
+                // run, whatever the pattern; its events go through the watcher's bounded queue.
+                switch names.select(name) {
                 case .failure(let error): return refuse(error.message)
-                case .success(let index): devices = [index]
+                case .success(let indices):
+                    selected = indices
+                    devices = Set(indices)
                 }
             }
             // A watch of everything sees the host's events too.
@@ -101,15 +114,36 @@ public final class DeviceControl {
                          host: host != nil && filter.device == nil && filter.kinds == nil && filter.uuid == nil)
             logBudgeted(.info, "control client \(client): \(summary): watching")
             var members: [(String, JSONValue)] = [("id", .integer(request.id)), ("ok", true), ("watching", true)]
-            members.append(("device", devices.flatMap(\.first).map { .string(names.entries[$0].ref) } ?? .null))
+            // One device by its name: its ref, as before; a pattern or a fleet: the text as given,
+            // and how many devices it named.
+            if let name = filter.device, case .success(let index) = names.resolve(name), selected == [index] {
+                members.append(("device", .string(names.entries[index].ref)))
+            } else {
+                members.append(("device", filter.device.map { .string($0) } ?? .null))
+                if filter.device != nil { members.append(("devices", .integer(Int64(selected.count)))) }
+            }
             members.append(("kinds", filter.kindsText.map { .string($0) } ?? .null))
             members.append(("uuid", filter.uuid.map { .string($0.description) } ?? .null))
             return .object(members)
 
-        case .list:
-            let listing = Self.listing(peripherals, names: names)
-            logBudgeted(.info, "control client \(client): list: \(peripherals.count) device(s)")
-            return .object([("id", .integer(request.id)), ("ok", true), ("devices", listing)])
+        case .list(let name):
+            var indices = Array(peripherals.indices)
+            if let name {
+                switch names.select(name) {
+                case .failure(let error): return refuse(error.message)
+                case .success(let selected): indices = selected
+                }
+            }
+            let (listing, leftOut) = Self.listing(peripherals, names: names, indices: indices, maxBytes: maxListBytes)
+            logBudgeted(.info, "control client \(client): \(summary): \(indices.count - leftOut) device(s)"
+                        + (leftOut > 0 ? ", \(leftOut) left out past \(maxListBytes) bytes" : ""))
+            var members: [(String, JSONValue)] = [("id", .integer(request.id)), ("ok", true), ("devices", listing)]
+            if leftOut > 0 {
+                // Never silently short: the count, and how to see the rest.
+                members.append(("left_out", .integer(Int64(leftOut))))
+                members.append(("why", .string("the reply holds at most \(maxListBytes) bytes of devices; list a pattern or a fleet to see the rest")))
+            }
+            return .object(members)
 
         case .set(let name, let key, let value, let exact):
             switch target(name) {
@@ -308,8 +342,10 @@ public final class DeviceControl {
     public static func check(_ command: ControlCommand, devices peripherals: [Peripheral]) -> String? {
         let names = DeviceNames(peripherals.map { ($0.deviceName, $0.configuration.name) })
         guard let name = command.device else { return nil }
+        if case .list = command { return nil }
+        if case .watch = command { return nil }
         let peripheral: Peripheral
-        switch names.resolve(name) {
+        switch names.resolveOne(name, command: command.name) {
         case .failure(let error): return error.message
         case .success(let index): peripheral = peripherals[index]
         }
@@ -344,9 +380,28 @@ public final class DeviceControl {
                  ("peer_random", .bool(answer.peer.isRandom)), ("allow", .bool(answer.allowed))])
     }
 
+    /// `list`: one object per device of `indices` (in command-line order), as many as fit in
+    /// `maxBytes` of JSON, and how many did not.
+    static func listing(_ peripherals: [Peripheral], names: DeviceNames, indices: [Int], maxBytes: Int) -> (JSONValue, leftOut: Int) {
+        var listed: [JSONValue] = []
+        var bytes = 0
+        for (position, index) in indices.enumerated() {
+            let entry = listing(peripherals[index], names: names, index: index)
+            bytes += entry.encoded.utf8.count + 1
+            guard bytes <= maxBytes else { return (.array(listed), indices.count - position) }
+            listed.append(entry)
+        }
+        return (.array(listed), 0)
+    }
+
     /// `list`: one object per device, in command-line order.
     static func listing(_ peripherals: [Peripheral], names: DeviceNames) -> JSONValue {
-        .array(peripherals.enumerated().map { index, peripheral in
+        .array(peripherals.indices.map { listing(peripherals[$0], names: names, index: $0) })
+    }
+
+    /// `list`'s object for one device.
+    static func listing(_ peripheral: Peripheral, names: DeviceNames, index: Int) -> JSONValue {
+        do {
             let links: [JSONValue] = peripheral.control.linkSummaries.map { link in
                 // A pairing's "display" (six digits, as the user reads them), only while it waits.
                 let shown: [(String, JSONValue)] =
@@ -374,6 +429,8 @@ public final class DeviceControl {
                 ("name", .string(peripheral.configuration.name)),
                 ("address", .string(peripheral.address.description)),
                 ("controller", .string(peripheral.configuration.controller)),
+                // The fleet it is a member of, as `fleet:` names it; null for any other device.
+                ("fleet", names.entries[index].fleet.map { .string(DeviceNames.fleetPrefix + $0) } ?? .null),
                 ("advertising", .bool(peripheral.isAdvertising)),
                 ("advertising_allowed", .bool(peripheral.advertisingAllowed)),
                 // A broadcaster's advertising data as sent now (hex); null for a connectable device.
@@ -389,7 +446,7 @@ public final class DeviceControl {
                                         .map { .string($0.uuid.description) })),
                 ("authorized_peers", .array(peripheral.control.peerAuthorizations.map(describe))),
             ])
-        })
+        }
     }
 
     /// A link's credit based channel as `list` shows it.
@@ -428,7 +485,7 @@ public final class DeviceControl {
     /// The command as `blemu ctl` words, for the log (client text made printable).
     static func summary(of command: ControlCommand) -> String {
         switch command {
-        case .list: return "list"
+        case .list(let device): return "list" + (device.map { " \(printable($0))" } ?? "")
         case .set(let device, let key, let value, let exact):
             return "set \(printable(device)) \(printable(key)) \(printable(value))\(exact ? " --exact" : "")"
         case .notify(let device, let uuid, let value):

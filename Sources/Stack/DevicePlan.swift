@@ -40,6 +40,8 @@ public struct DevicePlan {
     public var startDelay: Duration = .zero
     /// The fleet (`fleets[N]`) the device is a member of; nil for any other device.
     public var fleet: String?
+    /// What the control socket calls the fleet (`fleet:REF`); nil for any other device.
+    public var fleetReference: String?
 
     public init(device: String, spec: ControllerSpec) {
         self.device = device
@@ -182,6 +184,7 @@ public enum DevicePlanning {
             plan.advertisingShift = entry?.advertisingShift ?? 0
             plan.startDelay = entry?.startDelay ?? .zero
             plan.fleet = entry?.fleet
+            plan.fleetReference = entry?.fleetReference
             // --pin is for the devices that take a PIN (the lock), so one command line serves a
             // bench of several devices (and wins over the file's); a file's `pin:` is for its own
             // entry, refused by a device that takes none.
@@ -212,7 +215,42 @@ public enum DevicePlanning {
             guard plans.count == 1 else { throw PlanError("--address needs exactly one device (each device needs its own address)") }
             plans[0].address = address
         }
+        try checkRunningNamesAgainstFleets(plans, entries: entries, fileName: fileName, nameGiven: name != nil)
         return plans
+    }
+
+    /// The file checks the names and addresses it gives (`checkUnique`); a device given neither
+    /// gets its name at assembly (the device's own, with its copy number: `RunStack.localName`)
+    /// and its address from that name (`identityAddress`). Those are checked here against the
+    /// fleet members', so no two running devices share a name or an address.
+    static func checkRunningNamesAgainstFleets(_ plans: [DevicePlan], entries: [DeviceConfiguration?], fileName: String?,
+                                               nameGiven: Bool) throws {
+        guard plans.contains(where: { $0.fleet != nil }) else { return }
+        var memberNames: [String: String] = [:], memberAddresses: [BluetoothAddress: String] = [:]
+        for (index, plan) in plans.enumerated() where plan.fleet != nil {
+            let member = entries[index].map { path($0, index) } ?? "devices[\(index)]"
+            if let name = plan.name { memberNames[name] = member }
+            if let address = plan.address { memberAddresses[address] = member }
+        }
+        var copies: [String: Int] = [:]
+        var madeByKind: [String: Device] = [:]
+        for (index, plan) in plans.enumerated() {
+            copies[plan.device, default: 0] += 1
+            guard plan.fleet == nil, plan.name == nil || plan.address == nil else { continue }
+            guard let device = madeByKind[plan.device] ?? makeDevice(plan) else { continue }
+            madeByKind[plan.device] = device
+            let name = RunStack.localName(plan: plan, device: device, copy: copies[plan.device] ?? 1, nameGiven: nameGiven)
+            let address = PeripheralConfiguration.identityAddress(deviceName: type(of: device).deviceName, localName: name,
+                                                                  configured: plan.address)
+            let entry = entries[index]
+            let location = entry.map { "\($0.location): \(path($0, index))" } ?? "\(plan.device) (devices[\(index)])"
+            if plan.name == nil, let member = memberNames[name] {
+                throw PlanError("\(location): runs as `\(VisibleText.make(name))` (its own name\(copies[plan.device] ?? 1 > 1 ? " and copy number" : "")), which is also \(member)'s name; give it a `name:` (names are one device's each)")
+            }
+            if plan.address == nil, let member = memberAddresses[address] {
+                throw PlanError("\(location): its address from its name, \(address), is also \(member)'s address; give it an `address:` or another `name:`")
+            }
+        }
     }
 
     /// What errors call a file's entry: its own path (`devices[2]`, `fleets[0] member 17`).

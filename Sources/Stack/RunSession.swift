@@ -34,13 +34,45 @@ public struct RunSettings: Sendable {
 /// advertises, `started` logged once every controller is up. Returns when the run stops;
 /// throws the fatal error that stopped it.
 public enum RunSession {
+    /// The `started` line names this many devices at most; past it, they are counted by kind.
+    static let devicesNamedAtStart = 8
+    /// … and at most this many kinds are counted, the rest summed up.
+    static let kindsCountedAtStart = 8
+
+    /// The devices as the `started` line shows them: their names when there are a few
+    /// (`heart-rate, lock`); else each kind (and fleet) once with its count, in the order
+    /// they come (`1000 × bthome-thermometer (fleet thermometers), 100 × heart-rate`), so a
+    /// gateway fleet of thousands makes a line of a few hundred bytes, not 15 KB.
+    /// `fleets`: each device's fleet, by index (missing: none).
+    static func startedDevices(_ names: [String], fleets: [String?] = []) -> String {
+        guard names.count > devicesNamedAtStart else { return names.joined(separator: ", ") }
+        var order: [String] = []
+        var counts: [String: Int] = [:]
+        for (index, name) in names.enumerated() {
+            let fleet = index < fleets.count ? fleets[index] : nil
+            let group = fleet.map { "\(name) (fleet \($0))" } ?? name
+            if counts[group] == nil { order.append(group) }
+            counts[group, default: 0] += 1
+        }
+        var text = order.prefix(kindsCountedAtStart).map { "\(counts[$0] ?? 0) × \($0)" }.joined(separator: ", ")
+        if order.count > kindsCountedAtStart {
+            let rest = order.dropFirst(kindsCountedAtStart)
+            text += ", and \(rest.reduce(0) { $0 + (counts[$1] ?? 0) }) more of \(rest.count) other kinds"
+        }
+        return "\(names.count) devices: " + text
+    }
+
     /// `scenarios` (`--scenario`, a config file's `scenario:`) run against the devices once
     /// every controller is up, side by side; the run stops when one fails or all have passed
     /// (each one's `outcome` says how).
     ///
     /// `host`: the programmable host (`blemu host`), whose requests and events the control
     /// socket serves beside the devices'.
-    public static func run(_ stacks: [any SessionStack], deviceNames: [String], settings: RunSettings, loop: RunLoop,
+    ///
+    /// `fleets`: the fleet of each of `deviceNames` (`DevicePlan.fleetReference`), for the
+    /// `started` line; `fleetOf`: each running device's, for the control socket (`fleet:NAME`).
+    public static func run(_ stacks: [any SessionStack], deviceNames: [String], fleets: [String?] = [],
+                           fleetOf: [ObjectIdentifier: String] = [:], settings: RunSettings, loop: RunLoop,
                            logger: Logger, scenarios: [ScenarioRunner] = [], host: ProgrammableHost? = nil) throws(StackFailure) {
         // The capture starts before any controller opens, so it holds the first HCI Reset.
         var capture: BtsnoopWriter?
@@ -86,6 +118,7 @@ public enum RunSession {
         if let controlPath = settings.controlPath {
             let running = stacks.flatMap(\.peripherals)
             let devices = DeviceControl(logger: logger, scheduler: loop) { running }
+            devices.fleets = running.map { fleetOf[ObjectIdentifier($0)] }
             devices.host = host.map { HostControl(host: $0, logger: logger) }
             do {
                 control = try ControlServer(path: controlPath, mode: settings.controlMode, loop: loop, logger: logger) { line, client in
@@ -207,7 +240,7 @@ public enum RunSession {
             stack.onFirstUp = {
                 waitingForFirstUp -= 1
                 guard waitingForFirstUp == 0, !stopping else { return }
-                logger.event(.started, .notice, "blemu \(blemuVersion) started: \(deviceNames.joined(separator: ", "))")
+                logger.event(.started, .notice, "blemu \(blemuVersion) started: \(startedDevices(deviceNames, fleets: fleets))")
                 if !scenarios.isEmpty {
                     // They end the run: their outcome is the exit status.
                     for scenario in scenarios {

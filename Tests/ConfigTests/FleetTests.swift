@@ -206,7 +206,7 @@ import Testing
     /// Each bad fleet is one error naming the file, the line, the key and what is allowed.
     @Test(arguments: [
         ("fleets:\n  - device: ibeacon\n    count: 2\n    colour: red",
-         "fleet.yaml:4: fleets[0]: unknown key `colour` (allowed: device, count, seed, name, address, controller, settings, pin, passkey, io_capability, bindkey_file, advertising, connection, start_spread_s)"),
+         "fleet.yaml:4: fleets[0]: unknown key `colour` (allowed: device, count, seed, name, address, controller, settings, pin, passkey, io_capability, bindkey_file, advertising, connection, start_spread_s, fleet)"),
         ("fleets:\n  - device: ibeacon", "fleet.yaml:2: fleets[0]: `count:` is missing (how many devices, 1 to 10000)"),
         ("fleets:\n  - count: 3", "fleet.yaml:2: fleets[0]: `device:` is missing (the kind of device, e.g. bthome-thermometer)"),
         ("fleets:\n  - device: ibeacon\n    count: 0", "fleet.yaml:3: fleets[0].count: takes a whole number from 1 to 10000, not `0`"),
@@ -261,6 +261,13 @@ import Testing
          "fleet.yaml:5: fleets[0] member 2.address: C0:00:00:00:00:02 is also devices[0]'s address"),
         ("fleets:\n  - { device: ibeacon, count: 2, name: \"A {index}\" }\n  - { device: ibeacon, count: 2, name: \"B {index}\" }",
          "fleet.yaml:3: fleets[1] member 1.address: "),
+        // A fleet's own name (`fleet:`, for the control socket): a word, one fleet's.
+        ("fleets:\n  - device: ibeacon\n    count: 2\n    fleet: \"2\"",
+         "fleet.yaml:4: fleets[0].fleet: `2` is not a fleet name: 1 to 64 letters, digits, `-`, `_` or `.`, the first a letter"),
+        ("fleets:\n  - device: ibeacon\n    count: 2\n    fleet: \"Tag 0*\"",
+         "fleet.yaml:4: fleets[0].fleet: `Tag 0*` is not a fleet name: 1 to 64 letters, digits, `-`, `_` or `.`, the first a letter"),
+        ("fleets:\n  - { device: ibeacon, count: 2, seed: 1, fleet: beacons }\n  - { device: ibeacon, count: 2, seed: 2, fleet: beacons, name: \"B {index}\" }",
+         "fleet.yaml:3: fleets[1].fleet: `beacons` is also fleets[0]'s name (each fleet's is its own)"),
     ])
     func aBadFleetIsOneErrorWithItsLine(text: String, expected: String) {
         let message = refusal(text)

@@ -30,7 +30,7 @@ import Testing
     }
 
     @Test func everyForm() throws {
-        #expect(try parse("list") == .list)
+        #expect(try parse("list") == .list(device: nil))
         #expect(try parse("set", "heart-rate", "bpm", "120") == .set(device: "heart-rate", key: "bpm", value: "120"))
         #expect(try parse("set", "thermostat", "outside", "-5") == .set(device: "thermostat", key: "outside", value: "-5"))
         #expect(try parse("set", "heart-rate", "bpm", "150", "--exact") == .set(device: "heart-rate", key: "bpm", value: "150", exact: true))
@@ -132,7 +132,10 @@ import Testing
     @Test func mistakesAreToldBeforeSending() {
         #expect(refusal().contains("give a command"))
         #expect(refusal("reboot").contains("unknown command 'reboot'"))
-        #expect(refusal("list", "now").contains("usage: list"))
+        #expect(refusal("list", "hr", "now").contains("usage: list [DEVICE|PATTERN|fleet:NAME]"))
+        // A bad pattern is told before anything is sent.
+        #expect(refusal("list", "Tag [0-4").contains("not closed by ]"))
+        #expect(refusal("watch", "Tag*\\").contains("ends with a lone"))
         #expect(refusal("set", "hr", "bpm").contains("usage: set DEVICE KEY VALUE"))
         #expect(refusal("disconnect", "hr", "--reason", "0x16").contains("not one HCI Disconnect allows"))
         #expect(refusal("disconnect", "hr", "--reason", "zz").contains("not a hex octet"))

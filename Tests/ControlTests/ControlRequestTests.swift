@@ -30,8 +30,8 @@ import Testing
     // MARK: Every command
 
     @Test func list() {
-        #expect(decode(#"{"id":1,"cmd":"list"}"#) == .success(ControlRequest(id: 1, command: .list)))
-        #expect(decode(#"  { "cmd" : "list" , "id" : 42 }  "#) == .success(ControlRequest(id: 42, command: .list)))
+        #expect(decode(#"{"id":1,"cmd":"list"}"#) == .success(ControlRequest(id: 1, command: .list(device: nil))))
+        #expect(decode(#"  { "cmd" : "list" , "id" : 42 }  "#) == .success(ControlRequest(id: 42, command: .list(device: nil))))
     }
 
     @Test func set() {
@@ -272,10 +272,10 @@ import Testing
         #expect(error(#"{"id":{},"cmd":"list"}"#, id: nil).contains("not an object"))
         #expect(error(#"{"id":true,"cmd":"list"}"#, id: nil).contains("not a boolean"))
         // The largest id every JSON implementation holds exactly, and one past it.
-        #expect(decode(#"{"id":9007199254740991,"cmd":"list"}"#) == .success(ControlRequest(id: ControlRequest.maxID, command: .list)))
+        #expect(decode(#"{"id":9007199254740991,"cmd":"list"}"#) == .success(ControlRequest(id: ControlRequest.maxID, command: .list(device: nil))))
         #expect(error(#"{"id":9007199254740992,"cmd":"list"}"#, id: nil).contains("9007199254740992"))
         // A whole number written as a float is that number.
-        #expect(decode(#"{"id":7.0,"cmd":"list"}"#) == .success(ControlRequest(id: 7, command: .list)))
+        #expect(decode(#"{"id":7.0,"cmd":"list"}"#) == .success(ControlRequest(id: 7, command: .list(device: nil))))
     }
 
     @Test func hugeNumbers() {
@@ -315,7 +315,7 @@ import Testing
     @Test func unknownCommandAndFields() {
         #expect(error(#"{"id":5,"cmd":"reboot"}"#, id: 5).contains("unknown command 'reboot'"))
         #expect(error(#"{"id":5,"cmd":"LIST"}"#, id: 5).contains("unknown command"))
-        #expect(error(#"{"id":5,"cmd":"list","device":"hr"}"#, id: 5).contains("list takes no 'device'"))
+        #expect(error(#"{"id":5,"cmd":"list","key":"hr"}"#, id: 5).contains("list takes no 'key'; its fields: device"))
         // A misspelt count would make a fault last until cleared: refused instead.
         let message = error(#"{"id":5,"cmd":"fault","device":"hr","uuid":"2A37","action":"drop","cuont":2}"#, id: 5)
         #expect(message.contains("'cuont'") && message.contains("count"))
@@ -336,7 +336,8 @@ import Testing
 
     @Test func everyCommandRoundTrips() {
         let commands: [ControlCommand] = [
-            .list,
+            .list(device: nil),
+            .list(device: "Tag 00[1-4]?"),
             .set(device: "heart-rate#2", key: "bpm", value: "120"),
             .set(device: "Bench \"HR\"\n", key: "outside", value: "-5.5"),
             .set(device: "heart-rate", key: "bpm", value: "150", exact: true),

@@ -16,7 +16,7 @@ import Testing
         let control = ValueInjectionTests.control(bench)
         func run(_ command: ControlCommand) -> [String: String] { ValueInjectionTests.run(control, command) }
 
-        let listed = run(.list)
+        let listed = run(.list(device: nil))
         #expect(listed["ok"] == "true")
         let devices = listed["devices"] ?? ""
         #expect(devices.contains("\"device\":\"ibeacon\"") && devices.contains("\"broadcast\":\"")

@@ -135,6 +135,39 @@ import Testing
     }
 
     /// Docs/REFERENCE.md's example under "Fleets" is a file that plans and checks as it says.
+    /// An ordinary device without a name runs under its own name and copy number, and its
+    /// address comes from that name: neither may be a fleet member's, which the file alone
+    /// cannot see.
+    @Test func anUnnamedDevicesRunningNameOrAddressMayNotBeAFleetMembers() throws {
+        let clash = Self.refusal("""
+            devices:
+              - device: ibeacon
+              - device: ibeacon
+            fleets:
+              - device: ibeacon
+                count: 3
+                name: "blemu iBeacon {index}"
+            """)
+        #expect(clash == "fleet.yaml:3: devices[1]: runs as `blemu iBeacon 2` (its own name and copy number), which is also fleets[0] member 2's name; give it a `name:` (names are one device's each)",
+                "\(clash ?? "accepted")")
+        // Its address from that name, given to a member by the member's pattern.
+        let derived = PeripheralConfiguration.identityAddress(deviceName: "ibeacon", localName: "blemu iBeacon", configured: nil)
+        let addressClash = Self.refusal("""
+            devices:
+              - device: ibeacon
+            fleets:
+              - device: ibeacon
+                count: 1
+                name: "Tag {index}"
+                address: "\(derived)"
+            """)
+        #expect(addressClash == "fleet.yaml:2: devices[0]: its address from its name, \(derived), is also fleets[0] member 1's address; give it an `address:` or another `name:`",
+                "\(addressClash ?? "accepted")")
+        // Named, or apart from the members' names: runs.
+        #expect(Self.refusal("devices:\n  - device: ibeacon\n  - device: ibeacon\nfleets:\n  - { device: ibeacon, count: 3, name: \"Tag {index}\" }") == nil)
+        #expect(Self.refusal("devices:\n  - device: ibeacon\n    name: Mine\n  - device: ibeacon\n    name: Other\nfleets:\n  - { device: ibeacon, count: 3, name: \"blemu iBeacon {index}\" }") == nil)
+    }
+
     @Test func theDocumentedFleetExampleIsValid() throws {
         let root = "\(#filePath)".split(separator: "/", omittingEmptySubsequences: false).dropLast(3).joined(separator: "/")
         let reference = try ConfigurationFile.readFile(root + "/Docs/REFERENCE.md")
@@ -147,6 +180,8 @@ import Testing
         try DevicePlanning.checkSettings(plans)
         #expect(plans[1].name == "Tag 0001" && plans[1001].name == "Door 001")
         #expect(plans[1001].address?.description == "C0:00:00:00:00:01")
+        // `fleet: thermometers` names the first for the control socket; the second is `fleet:2`.
+        #expect(plans[0].fleetReference == nil && plans[1].fleetReference == "thermometers" && plans[1001].fleetReference == "2")
         #expect(plans[1001].settings.last?.key == "pin" && plans[1001].settings.last?.value.count == 6)
     }
 

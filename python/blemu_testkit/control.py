@@ -194,9 +194,14 @@ class Control:
 
     # -- the commands (Docs/CONTROL.md, "Commands") ------------------------------------------
 
-    def list(self) -> list[dict[str, Any]]:
-        """The devices, as `list` gives them (ref, address, advertising, connections, …)."""
-        devices: list[dict[str, Any]] = self.request("list")["devices"]
+    def list(self, device: Optional[str] = None) -> list[dict[str, Any]]:
+        """The devices, as `list` gives them (ref, address, advertising, connections, …): every
+        one, or those `device` names: one, a pattern (`Tag 0*`) or a fleet (`fleet:NAME`).
+        A reply that could not hold them all (`left_out`) is an error, never a short list."""
+        reply = self.request("list", device=device)
+        if reply.get("left_out"):
+            raise BlemuError(f"list {device or ''}: {reply['left_out']} device(s) left out ({reply.get('why')})")
+        devices: list[dict[str, Any]] = reply["devices"]
         return devices
 
     def set(self, device: str, key: str, value: Union[str, int, float, bool], exact: bool = False) -> dict[str, Any]:
@@ -253,7 +258,8 @@ class Control:
 
     def watch(self, device: Optional[str] = None, kinds: Optional[List[str]] = None,
               uuid: Optional[str] = None) -> "EventLog":
-        """A new connection watching events (with blemu's own filters), read into an EventLog."""
+        """A new connection watching events (with blemu's own filters), read into an EventLog.
+        `device`: one device, a pattern (`Tag 0*`) or a fleet (`fleet:NAME`)."""
         return EventLog.open(self.path, device=device, kinds=kinds, uuid=uuid, timeout=self.timeout)
 
 
