@@ -137,7 +137,6 @@ import Testing
         let quiet = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
         var options = RunOptions()
         #expect(ControllerProbe.specsToProbe(plans, options: options).isEmpty, "nothing to pool: nothing to ask")
-        #expect(ControllerProbe.pooledMembers(plans, options: options).isEmpty)
         options.advertisingSets[spec] = 16
         #expect(try RunStack.assemble(plans, options: options, loop: RunLoop(), logger: quiet).map(\.peripherals.count)
                 == Array(repeating: 1, count: 20))
