@@ -266,12 +266,12 @@ struct RunCommand: ParsableCommand {
         options.stateDirectory = stateDirectoryPath(stateDirectory)
         options.shareController = shareController
         options.nameGiven = name != nil
-        // A fleet's members on a tcp: or unix: spec share connections as many as the controller
-        // has advertising sets: asked of it first (Docs/REFERENCE.md, "Fleets").
-        for spec in ControllerProbe.specsToProbe(plans, options: options) {
+        // A broadcasting fleet's members on a tcp: or unix: spec share connections as many as the
+        // controller has advertising sets: asked of it first (Docs/REFERENCE.md, "Fleets").
+        // A connectable fleet's members keep a connection each (ControllerProbe.pooledMembers).
+        for (spec, members) in ControllerProbe.pooledMembers(plans, options: options) where members > 1 {
             let sets = try ControllerProbe.advertisingSets(spec, loop: loop, logger: logger)
             options.advertisingSets[spec] = sets
-            let members = plans.count { $0.fleet != nil && $0.spec == spec }
             logger.notice("fleet members on \(spec): \(members) on \((members + sets - 1) / sets) connection(s), \(sets) a connection (the advertising sets the controller reports)")
         }
         let (stacks, planPeripherals) = try RunStack.assembleInPlanOrder(plans, options: options, loop: loop, logger: logger)

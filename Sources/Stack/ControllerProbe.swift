@@ -36,15 +36,28 @@ public enum ControllerProbe {
     }
 
     /// The specs whose advertising sets a run needs to know: the `tcp:` and `unix:` specs with
-    /// more than one fleet member on them, unless every device of a spec shares one connection
-    /// anyway (`--share-controller`).
+    /// more than one broadcasting fleet member on them (`pooledMembers`), unless every device of
+    /// a spec shares one connection anyway (`--share-controller`).
     public static func specsToProbe(_ plans: [DevicePlan], options: RunOptions) -> [ControllerSpec] {
-        var members: [ControllerSpec: Int] = [:]
-        var order: [ControllerSpec] = []
-        for plan in plans where plan.fleet != nil && RunStack.poolsFleetMembers(plan.spec, options: options) {
-            if members[plan.spec] == nil { order.append(plan.spec) }
-            members[plan.spec, default: 0] += 1
+        pooledMembers(plans, options: options).filter { $0.members > 1 }.map(\.spec)
+    }
+
+    /// The fleet members that share connections, by spec in the plans' order: a broadcasting
+    /// fleet's members on a `tcp:` or `unix:` spec. A connectable member keeps a connection of
+    /// its own: rootcanal hands a controller's incoming link data to the first of its links with
+    /// that peer's address (AclConnectionHandler::GetHandle), so one central linked to two
+    /// members of one controller gets both links' data on one of them.
+    public static func pooledMembers(_ plans: [DevicePlan], options: RunOptions) -> [(spec: ControllerSpec, members: Int)] {
+        var kinds = DevicePlanning.BroadcasterKinds()
+        var pooled: [(spec: ControllerSpec, members: Int)] = []
+        for plan in plans where plan.fleet != nil && RunStack.poolsFleetMembers(plan.spec, options: options)
+            && kinds.isBroadcaster(plan.device) {
+            if let index = pooled.firstIndex(where: { $0.spec == plan.spec }) {
+                pooled[index].members += 1
+            } else {
+                pooled.append((plan.spec, 1))
+            }
         }
-        return order.filter { (members[$0] ?? 0) > 1 }
+        return pooled
     }
 }

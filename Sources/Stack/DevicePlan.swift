@@ -261,17 +261,22 @@ public enum DevicePlanning {
     /// What the devices ask of the process (`ProcessLimits`): broadcasters cost less than
     /// connectable devices. A profile, or a name the registry does not know (refused after), counts as connectable.
     static func demand(_ names: [String]) -> ProcessLimits.Demand {
-        var isBroadcaster: [String: Bool] = [:]
-        var broadcasters = 0
-        for name in names {
-            let broadcasting = isBroadcaster[name] ?? {
-                let answer = !DevicePlan.isProfilePath(name) && DeviceRegistry.entry(named: name).map { $0.make() is BroadcastingDevice } == true
-                isBroadcaster[name] = answer
-                return answer
-            }()
-            if broadcasting { broadcasters += 1 }
-        }
+        var kinds = BroadcasterKinds()
+        let broadcasters = names.count { kinds.isBroadcaster($0) }
         return ProcessLimits.Demand(broadcasters: broadcasters, connectableDevices: names.count - broadcasters)
+    }
+
+    /// Whether a device name is a broadcaster's kind (`BroadcastingDevice`), asked of one
+    /// throwaway device per name. A profile, or a name the registry does not know, is not.
+    struct BroadcasterKinds {
+        private var known: [String: Bool] = [:]
+
+        mutating func isBroadcaster(_ name: String) -> Bool {
+            if let answer = known[name] { return answer }
+            let answer = !DevicePlan.isProfilePath(name) && DeviceRegistry.entry(named: name).map { $0.make() is BroadcastingDevice } == true
+            known[name] = answer
+            return answer
+        }
     }
 
     /// Every fleet's settings with each range at its low end, then at its high end, tried on a

@@ -82,7 +82,9 @@ public enum RunStack {
                 try configureEncryption(device, bindkeyFile: path, configuration: configuration, options: options, logger: logger)
             }
             let stack: ControllerStack
-            if plan.fleet != nil, poolsFleetMembers(spec, options: options), let sets = options.advertisingSets[spec] {
+            // A broadcasting fleet's members share (ControllerProbe.pooledMembers says why not a connectable one's).
+            if plan.fleet != nil, device is BroadcastingDevice, poolsFleetMembers(spec, options: options),
+               let sets = options.advertisingSets[spec] {
                 if let pool = fleetPools[spec], pool.members < sets {
                     stack = pool.stack
                     fleetPools[spec] = (pool.stack, pool.members + 1)
@@ -140,9 +142,9 @@ public enum RunStack {
         broadcast.encrypt(key: key, counters: counters)
     }
 
-    /// Whether a fleet's members on `spec` share connections by the controller's advertising sets
-    /// (`RunOptions.advertisingSets`): a spec where each connection is a controller of its own,
-    /// unless `--share-controller` puts every device of it on one.
+    /// Whether a broadcasting fleet's members on `spec` share connections by the controller's
+    /// advertising sets (`RunOptions.advertisingSets`): a spec where each connection is a
+    /// controller of its own, unless `--share-controller` puts every device of it on one.
     public static func poolsFleetMembers(_ spec: ControllerSpec, options: RunOptions) -> Bool {
         switch spec {
         case .tcp, .unix: return !options.shareController

@@ -111,8 +111,10 @@ import Testing
         #expect(ControllerProbe.specsToProbe(plans, options: options) == [spec])
         options.advertisingSets[spec] = 16
         let pooled = try RunStack.assemble(plans, options: options, loop: RunLoop(), logger: quiet)
-        #expect(pooled.map(\.peripherals.count) == [1, 16, 16, 10])
-        #expect(pooled[0].peripherals[0].deviceName == "heart-rate" && pooled[3].peripherals.last?.deviceName == "heart-rate")
+        // The broadcasters share; the connectable members keep a connection each, as the ordinary device does.
+        #expect(pooled.map(\.peripherals.count) == [1, 16, 16, 8, 1, 1])
+        #expect(pooled[0].peripherals[0].deviceName == "heart-rate" && pooled[3].peripherals.last?.deviceName == "ibeacon")
+        #expect(pooled[4...].allSatisfy { $0.peripherals[0].deviceName == "heart-rate" })
         // A controller without LE Extended Advertising: one member a connection.
         options.advertisingSets[spec] = 1
         #expect(try RunStack.assemble(plans, options: options, loop: RunLoop(), logger: quiet).count == 43)
@@ -124,6 +126,20 @@ import Testing
         #expect(ControllerProbe.specsToProbe(plans, options: options).isEmpty)
         options.advertisingSets[spec] = 16
         #expect(try RunStack.assemble(plans, options: options, loop: RunLoop(), logger: quiet).map(\.peripherals.count) == [43])
+    }
+
+    /// rootcanal hands a controller's incoming link data to the first of its links with the
+    /// peer's address, so a gateway linked to two sensors of one controller had both links' data
+    /// on one of them and its discovery on the other timed out (Tests/interop/test_fleet_gateway.py).
+    @Test func connectableFleetMembersKeepAConnectionEach() throws {
+        let plans = try Self.plans("fleets:\n  - { device: heart-rate, count: 20, name: \"HR {index}\" }\n")
+        let spec = try ControllerSpec(parsing: "tcp:127.0.0.1:6402")
+        let quiet = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+        var options = RunOptions()
+        #expect(ControllerProbe.specsToProbe(plans, options: options).isEmpty, "nothing to pool: nothing to ask")
+        options.advertisingSets[spec] = 16
+        #expect(try RunStack.assemble(plans, options: options, loop: RunLoop(), logger: quiet).map(\.peripherals.count)
+                == Array(repeating: 1, count: 20))
     }
 
     @Test func onlySpecsWithSeveralFleetMembersAreProbed() throws {
