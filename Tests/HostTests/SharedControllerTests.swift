@@ -19,7 +19,8 @@ import Testing
     /// Random Address, Data, Scan Response, Enable, and more), 96 in all, beyond what the
     /// command queue held (64), and a quarter of a 100-member fleet never advertised.
     @Test func sixteenConnectableDevicesOnOneControllerAllAdvertise() throws {
-        let bench = try SharedBench(devices: (1...16).map { HeartRateDevice(seed: UInt64($0)) })
+        let bench = try SharedBench(devices: (1...16).map { HeartRateDevice(seed: UInt64($0)) }, queued: true)
+        bench.controller.flush()
         #expect(bench.peripherals.filter(\.isAdvertising).count == 16)
         #expect(bench.controller.enabledSets == Set(0..<16))
     }
