@@ -103,7 +103,14 @@ public enum TransmitPriority: Sendable {
 /// transmission against controller credits.
 public final class HCIHost {
     public static let commandTimeout: Duration = .seconds(3)
-    public static let maxQueuedCommands = 64
+    /// Bounded, and room for a controller's worth of devices starting at once: a fleet puts up
+    /// to `fleetMembersPerConnection` (32) on one connection, each asking up to 8 commands to
+    /// start (LE Set Extended Advertising Parameters, Random Address, Data, Scan Response,
+    /// Enable; a periodic train's three). At 64, 16 heart-rate sensors on rootcanal's 16 sets
+    /// asked 96 and a quarter of them never advertised.
+    public static let maxQueuedCommands = 256
+    /// The most devices a fleet puts on one controller connection, whatever sets it reports.
+    public static let fleetMembersPerConnection = 32
     /// Best-effort PDUs that may wait per link before one is refused.
     public static let bestEffortQueueLimit = 8
     /// Hard cap per link, whatever the kind: past it a PDU is dropped with an error log.

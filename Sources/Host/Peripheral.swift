@@ -41,6 +41,9 @@ public final class Peripheral {
         }
     }
 
+    /// The device's clock and timers (`DeviceContext`): the host's, or a fleet's `TimerWheel`
+    /// for its model updates. The host's own timers (advertising, links, security) use
+    /// `host.scheduler`, always exact.
     public let scheduler: TimerScheduling
     /// What only a device that takes connections has (its GATT database, Security Manager and
     /// bonds, links): made here for a connectable device; nil for a broadcaster, whose paths
@@ -80,12 +83,13 @@ public final class Peripheral {
     /// A device that joins `host`'s controller, beside the devices already on it. A broadcaster
     /// (`BroadcastingDevice`) gets the lean host: advertising, logging, its settings and events,
     /// and no GATT database, Security Manager, bonds or links (`takesConnections` false).
+    /// `deviceScheduler` is what the device schedules its own timers on (nil: the host's).
     public init(device: Device, configuration: PeripheralConfiguration, host: PeripheralHost,
-                logger: Logger) throws(GATTDatabaseError) {
+                logger: Logger, deviceScheduler: TimerScheduling? = nil) throws(GATTDatabaseError) {
         self.device = device
         self.configuration = configuration
         self.host = host
-        self.scheduler = host.scheduler
+        self.scheduler = deviceScheduler ?? host.scheduler
         hci = host.hci
         var logger = logger
         logger[metadataKey: LogKey.device] = .string(type(of: device).deviceName)

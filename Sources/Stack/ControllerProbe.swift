@@ -1,4 +1,5 @@
 import BlemuCore
+import BlemuHCI
 import BlemuRunLoop
 import BlemuTransport
 import Logging
@@ -10,7 +11,7 @@ import Logging
 public enum ControllerProbe {
     /// Opens `spec` once with no device on it, lets the controller initialize (HCI Reset, its
     /// features, LE Read Number of Supported Advertising Sets: Vol 4, Part E, 7.8.58), and closes
-    /// it again. The sets it reported, or 1 without LE Extended Advertising (Vol 6, Part B, 4.6,
+    /// it again. The sets it reported (at most `HCIHost.fleetMembersPerConnection`), or 1 without LE Extended Advertising (Vol 6, Part B, 4.6,
     /// feature bit 12: one legacy advertiser).
     public static func advertisingSets(_ spec: ControllerSpec, loop: RunLoop, logger: Logger,
                                        timeout: Duration = .seconds(15)) throws(StackFailure) -> Int {
@@ -32,7 +33,9 @@ public enum ControllerProbe {
         guard ready else {
             throw StackFailure("controller \(spec) did not finish its initialization within \(timeout) when asked how many advertising sets it runs")
         }
-        return info.supportsExtendedAdvertising && info.advertisingSets > 0 ? info.advertisingSets : 1
+        // At most `HCIHost.fleetMembersPerConnection`: so many members' starts fit the command queue.
+        return info.supportsExtendedAdvertising && info.advertisingSets > 0
+            ? min(info.advertisingSets, HCIHost.fleetMembersPerConnection) : 1
     }
 
     /// The specs whose advertising sets a run needs to know: the `tcp:` and `unix:` specs with

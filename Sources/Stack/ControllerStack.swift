@@ -45,8 +45,11 @@ public final class ControllerStack {
                                        fatal: { [unowned self] in self.onFatal?($0) })
     }
 
-    public func add(device: Device, configuration: PeripheralConfiguration) throws {
-        peripherals.append(try Peripheral(device: device, configuration: configuration, host: host, logger: logger))
+    /// `deviceScheduler`: what the device's own timers run on (nil: the loop; a fleet's
+    /// broadcasters share a `TimerWheel`).
+    public func add(device: Device, configuration: PeripheralConfiguration, deviceScheduler: TimerScheduling? = nil) throws {
+        peripherals.append(try Peripheral(device: device, configuration: configuration, host: host, logger: logger,
+                                          deviceScheduler: deviceScheduler))
     }
 
     public func start() { link.start() }
@@ -98,16 +101,38 @@ enum ControllerLinkFollowing {
 
 /// The pages only start-up used go back to the kernel once the process has settled
 /// (`ProcessMemory.releaseStartupCode`, Docs/PERFORMANCE.md "Footprint"): once, on the first
-/// call where `settled` holds. No timer: an idle process still makes no wakeups.
+/// call where `settled` holds. No timer: an idle process still makes no wakeups. `settled` is
+/// asked only until then: it is called after every HCI event, and a question over a thousand
+/// devices asked at each of them was most of a fleet's CPU (PERFORMANCE.md, "What a fleet costs").
 public struct StartupPages {
     public private(set) var released = false
 
     public init() {}
 
-    public mutating func release(once settled: Bool, logger: Logger) {
-        guard !released, settled else { return }
+    public mutating func release(once settled: @autoclosure () -> Bool, logger: Logger) {
+        guard !released, settled() else { return }
         released = true
         let release = ProcessMemory.releaseStartupCode()
         logger.debug("start-up over: \(release.advised / 1024) KiB of code and data given back, \(release.singlePageFaults / 1024) KiB of it faults back a page at a time")
+    }
+}
+
+/// Whether every one of a list's items holds now (every device advertises), asked after every
+/// event of a run: it looks on from the first item that did not hold the last time, so while
+/// items come to hold one by one the questions cost each item a few looks in all, not the whole
+/// list at every event. When the look reaches the end, the list is read once more whole (an
+/// item before the mark may have stopped holding); if one no longer holds, the look starts over.
+public struct EveryItemHolds {
+    /// The items before it held when last looked at.
+    private var mark = 0
+
+    public init() {}
+
+    public mutating func check(count: Int, _ holds: (Int) -> Bool) -> Bool {
+        while mark < count, holds(mark) { mark += 1 }
+        guard mark >= count else { return false }
+        if (0..<count).allSatisfy(holds) { return true }
+        mark = 0
+        return false
     }
 }

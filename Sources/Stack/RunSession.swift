@@ -177,9 +177,11 @@ public enum RunSession {
         let allPeripherals = stacks.flatMap(\.peripherals)
         var lastSignature: Int?
         var startupPages = StartupPages()
+        var everyDeviceAdvertises = EveryItemHolds()
         func refreshService() {
             // Once every device advertises, start-up is over: its code pages go back (a board's RSS).
-            startupPages.release(once: allPeripherals.allSatisfy(\.isAdvertising), logger: logger)
+            startupPages.release(once: everyDeviceAdvertises.check(count: allPeripherals.count) { allPeripherals[$0].isAdvertising },
+                                 logger: logger)
             guard service.isEnabled, !stopping else { return }
             // Called after every HCI event: the line is built only when something in it changed.
             var hasher = Hasher()

@@ -3,6 +3,7 @@ import BlemuCore
 import BlemuCrypto
 import BlemuDevice
 import BlemuDevices
+import BlemuHCI
 import BlemuHost
 import BlemuRunLoop
 import BlemuSMP
@@ -56,6 +57,10 @@ public enum RunStack {
         // The connection a spec's fleet members are filling, and how many it has.
         var fleetPools: [ControllerSpec: (stack: ControllerStack, members: Int)] = [:]
         var copies: [String: Int] = [:]
+        // The model timers of every fleet's broadcasters (a thermometer's next measurement, a
+        // beacon's next frame) on one 100 ms grid: one run-loop wakeup per tick that has any,
+        // not one per member (issue 38, "Cost that stays flat").
+        let fleetModelTimers = TimerWheel(base: loop)
         for plan in plans {
             let deviceName = plan.device, spec = plan.spec
             guard let device = DevicePlanning.makeDevice(plan) else { continue }
@@ -84,7 +89,9 @@ public enum RunStack {
             let stack: ControllerStack
             // A broadcasting fleet's members share (ControllerProbe.pooledMembers says why not a connectable one's).
             if plan.fleet != nil, device is BroadcastingDevice, poolsFleetMembers(spec, options: options),
-               let sets = options.advertisingSets[spec] {
+               let reported = options.advertisingSets[spec] {
+                // So that their starts fit the command queue (`HCIHost.maxQueuedCommands`).
+                let sets = min(reported, HCIHost.fleetMembersPerConnection)
                 if let pool = fleetPools[spec], pool.members < sets {
                     stack = pool.stack
                     fleetPools[spec] = (pool.stack, pool.members + 1)
@@ -101,7 +108,8 @@ public enum RunStack {
                 if sharesOneController(spec, options: options) { shared[spec] = stack }
             }
             do {
-                try stack.add(device: device, configuration: configuration)
+                try stack.add(device: device, configuration: configuration,
+                              deviceScheduler: plan.fleet != nil && device is BroadcastingDevice ? fleetModelTimers : nil)
             } catch {
                 throw StackFailure("device \(deviceName): \(error)")
             }

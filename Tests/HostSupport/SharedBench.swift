@@ -18,7 +18,10 @@ final class SharedBench {
     let peripherals: [Peripheral]
     var fatal: [String] = []
 
-    init(devices: [Device], sets: UInt8 = 16, privacy: Bool = false, publicAddress: BluetoothAddress? = nil) throws {
+    /// `queued`: the controller answers when `controller.flush()` is called, as a real one
+    /// answers later, so what the host sends meanwhile waits in its command queue.
+    init(devices: [Device], sets: UInt8 = 16, privacy: Bool = false, publicAddress: BluetoothAddress? = nil, queued: Bool = false) throws {
+        if queued { controller.delivery = .queued }
         controller.extendedAdvertisingSets = sets
         if let publicAddress { controller.address = publicAddress }
         let controller = self.controller

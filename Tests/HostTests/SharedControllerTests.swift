@@ -14,6 +14,17 @@ import Testing
 /// own advertising set with its own address, each link routed to the device whose set it came
 /// from, and nothing of one device reachable from another's link.
 @Suite struct SharedControllerTests {
+    /// As many connectable devices as the controller has sets (a fleet's connection: 16 on
+    /// rootcanal) all advertise once it is up: starting each takes six commands (Parameters,
+    /// Random Address, Data, Scan Response, Enable, and more), 96 in all, beyond what the
+    /// command queue held (64), and a quarter of a 100-member fleet never advertised.
+    @Test func sixteenConnectableDevicesOnOneControllerAllAdvertise() throws {
+        let bench = try SharedBench(devices: (1...16).map { HeartRateDevice(seed: UInt64($0)) }, queued: true)
+        bench.controller.flush()
+        #expect(bench.peripherals.filter(\.isAdvertising).count == 16)
+        #expect(bench.controller.enabledSets == Set(0..<16))
+    }
+
     @Test func eachDeviceAdvertisesInItsOwnSetWithItsOwnAddress() throws {
         let bench = try SharedBench(devices: [HeartRateDevice(seed: 1), HeartRateDevice(seed: 2), ProbeDevice()])
         let c = bench.controller

@@ -1,4 +1,5 @@
 import BlemuConfig
+import BlemuCore
 import BlemuDevice
 import BlemuDevices
 import BlemuHCI
@@ -100,6 +101,23 @@ import Testing
         #expect(Set(plans.map(\.startDelay)).count > 1)
     }
 
+    /// A fleet's broadcasters schedule their model updates on one shared `TimerWheel`: a
+    /// thousand thermometers wake the run loop once per 100 ms tick that has any, not once per
+    /// member. A connectable member and an ordinary broadcaster keep the loop's exact timers.
+    @Test func aFleetsBroadcastersShareOneTimerWheelForTheirModels() throws {
+        let text = "devices:\n  - device: bthome-thermometer\nfleets:\n  - { device: bthome-thermometer, count: 3 }\n  - { device: eddystone, count: 2, name: \"E {index}\" }\n  - { device: heart-rate, count: 2, name: \"HR {index}\" }\n"
+        let plans = try Self.plans(text)
+        let loop = try RunLoop()
+        let (_, peripherals) = try RunStack.assembleInPlanOrder(plans, options: RunOptions(), loop: loop,
+                                                                 logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        #expect(peripherals.count == 8)
+        #expect(peripherals[0].scheduler === loop)
+        let wheel = try #require(peripherals[1].scheduler as? TimerWheel)
+        #expect(wheel.base === loop)
+        #expect(peripherals[1...5].allSatisfy { $0.scheduler === wheel })
+        #expect(peripherals[6...7].allSatisfy { $0.scheduler === loop })
+    }
+
     /// A fleet's members on a tcp: spec share connections as many as the controller has
     /// advertising sets; an ordinary device on the same spec keeps its own connection.
     @Test func fleetMembersShareConnectionsByTheControllersAdvertisingSets() throws {
@@ -115,6 +133,9 @@ import Testing
         #expect(pooled.map(\.peripherals.count) == [1, 16, 16, 8, 1, 1])
         #expect(pooled[0].peripherals[0].deviceName == "heart-rate" && pooled[3].peripherals.last?.deviceName == "ibeacon")
         #expect(pooled[4...].allSatisfy { $0.peripherals[0].deviceName == "heart-rate" })
+        // A controller reporting 240 sets: 32 broadcasters a connection, so their starts fit the command queue.
+        options.advertisingSets[spec] = 240
+        #expect(try RunStack.assemble(plans, options: options, loop: RunLoop(), logger: quiet).map(\.peripherals.count) == [1, 32, 8, 1, 1])
         // A controller without LE Extended Advertising: one member a connection.
         options.advertisingSets[spec] = 1
         #expect(try RunStack.assemble(plans, options: options, loop: RunLoop(), logger: quiet).count == 43)
