@@ -1,6 +1,7 @@
 import BlemuConfig
 import BlemuCore
 import BlemuHCI
+import BlemuTestSupport
 import Testing
 
 /// `fleets:` entries: N devices of a kind from one entry, their names and addresses from
@@ -180,23 +181,7 @@ import Testing
     }
 
     @Test func theLargeFleetOfAThousandBroadcastersAndAHundredSensorsExpands() throws {
-        let text = """
-        controller: tcp:127.0.0.1:6402
-        fleets:
-          - device: bthome-thermometer
-            count: 1000
-            seed: 1
-            name: "Tag {index:04}"
-            settings: { temperature: { around: 21.5, spread: 2 }, battery: { min: 20, max: 100 }, interval: 1000 }
-            advertising: { jitter_ms: 20 }
-            start_spread_s: 10
-          - device: heart-rate
-            count: 100
-            seed: 2
-            name: "HR {index:03}"
-            settings: { bpm: { around: 70, spread: 15 }, battery: { min: 50, max: 100 } }
-            start_spread_s: 10
-        """
+        let text = GatewayFleet.configuration
         let configuration = try parse(text)
         #expect(configuration.devices.count == 1100)
         #expect(Set(configuration.devices.compactMap(\.name)).count == 1100)

@@ -6,6 +6,7 @@ import BlemuHCI
 import BlemuHost
 import BlemuRunLoop
 import BlemuStack
+import BlemuTestSupport
 import BlemuTransport
 import Logging
 import Testing
@@ -225,23 +226,7 @@ import Testing
     /// Issue 38's gateway fleet: 1,000 broadcasters and 100 sensors from one file pass the budget
     /// on this machine and every member's values pass its device's rules.
     @Test func theGatewayFleetIsPlannedAndChecked() throws {
-        let text = """
-        fleets:
-          - device: bthome-thermometer
-            count: 1000
-            seed: 1
-            name: "Tag {index:04}"
-            settings: { temperature: { around: 21.5, spread: 2 }, battery: { min: 20, max: 100 }, interval: 1000 }
-            advertising: { jitter_ms: 20 }
-            start_spread_s: 10
-          - device: heart-rate
-            count: 100
-            seed: 2
-            name: "HR {index:03}"
-            settings: { bpm: { around: 70, spread: 15 }, battery: { min: 50, max: 100 } }
-            advertising: { jitter_ms: 5 }
-            start_spread_s: 10
-        """
+        let text = GatewayFleet.configuration
         let plans = try Self.plans(text)
         #expect(plans.count == 1100)
         try DevicePlanning.checkSettings(plans)
