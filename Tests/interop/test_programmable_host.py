@@ -245,15 +245,24 @@ def host(rootcanal, tmp_path_factory):
     shutil.rmtree(os.path.dirname(process.control_path), ignore_errors=True)
 
 
+@contextlib.contextmanager
+def host_client(host):
+    """A request connection to `host`; on the way out every link it has is disconnected, so no
+    test leaves a link behind for the next (the `client` fixtures of the programmable host's files)."""
+    connection = HostClient(host.control_path)
+    try:
+        yield connection
+    finally:
+        with contextlib.suppress(Exception):
+            for link in connection.ok("links")["links"]:
+                connection.host("disconnect", link=link["link"])
+        connection.close()
+
+
 @pytest.fixture
 def client(host):
-    connection = HostClient(host.control_path)
-    yield connection
-    # No test leaves a scan or a link behind for the next.
-    with contextlib.suppress(Exception):
-        for link in connection.ok("links")["links"]:
-            connection.host("disconnect", link=link["link"])
-    connection.close()
+    with host_client(host) as connection:
+        yield connection
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from bumble.pairing import PairingConfig, PairingDelegate
 from bumble.transport import open_transport
 
 from bumble_central import bumble_transport_spec
-from test_programmable_host import HostClient, HostEvents, HostProcess
+from test_programmable_host import HostClient, HostEvents, HostProcess, events, host_client  # noqa: F401 (fixtures)
 
 IO = PairingDelegate.IoCapability
 
@@ -128,20 +128,9 @@ def host(rootcanal, tmp_path_factory):
 
 @pytest.fixture
 def client(host):
-    connection = HostClient(host.control_path)
-    connection.ok("pairing-config")
-    yield connection
-    with contextlib.suppress(Exception):
-        for link in connection.ok("links")["links"]:
-            connection.host("disconnect", link=link["link"])
-    connection.close()
-
-
-@pytest.fixture
-def events(host):
-    stream = HostEvents(host.control_path)
-    yield stream
-    stream.close()
+    with host_client(host) as connection:
+        connection.ok("pairing-config")  # each test starts from the default pairing settings
+        yield connection
 
 
 _addresses = iter(f"F0:F1:F2:F3:{i // 256:02X}:{i % 256:02X}" for i in range(0x10, 0x10000))
