@@ -110,6 +110,9 @@ public final class ControllerHost {
     /// After each HCI event that may change advertising or connections (every event but
     /// Number Of Completed Packets): for a service status. Nil: nothing is called.
     public var onStateMayChange: (() -> Void)?
+    /// Each time the controller's initialization is done (`HCIHost` ready), before the roles set
+    /// up: how a run opens its controllers a few at a time (`ControllerBringUp`, Stack).
+    public var onReady: (() -> Void)?
 
     private var stopCompletion: (() -> Void)?
     private var stopFinished = false
@@ -322,6 +325,7 @@ public final class ControllerHost {
 extension ControllerHost: HCIHostDelegate {
     public func hciHostDidBecomeReady(_ host: HCIHost) {
         guard !isStopping else { return }
+        onReady?()
         let wanted = roles.reduce(0) { $0 + $1.advertisingSetsWanted }
         let extended = hci.info.supportsExtendedAdvertising
         let periodic = hci.info.supportsPeriodicAdvertising && roles.contains { $0.wantsPeriodicAdvertising }

@@ -151,13 +151,33 @@ public struct ServiceStatus: Equatable, Sendable {
         self.lastError = lastError
     }
 
-    /// `heart-rate advertising, 0 connected; lock 1 connected; last error: …`
+    /// `heart-rate advertising, 0 connected; lock 1 connected; last error: …`. When naming each
+    /// device would not leave the rest room in `ServiceNotifier.statusLimit` (a fleet of a thousand
+    /// made a 44 KB line, cut before the controllers down and the last error), the devices are
+    /// counted instead: `1100 devices: 1098 advertising, 20 connected to 20; 1 controller(s) down; …`.
     public var line: String {
-        var parts = devices.map { device in
-            (device.advertising ? "\(device.name) advertising, " : "\(device.name) ") + "\(device.connections) connected"
+        let down = controllersDown > 0 ? ["\(controllersDown) controller(s) down"] : []
+        let error = lastError.map { "; last error: \($0)" } ?? ""
+        if devices.count <= Self.devicesNamed {
+            let named = devices.map { device in
+                (device.advertising ? "\(device.name) advertising, " : "\(device.name) ") + "\(device.connections) connected"
+            }
+            let head = (named + down).joined(separator: "; ")
+            // The error may be cut at the limit; what comes before it, never.
+            let errorRoom = lastError == nil ? 0 : min(error.utf8.count, Self.errorRoom)
+            if head.utf8.count + errorRoom <= ServiceNotifier.statusLimit { return head + error }
         }
-        if controllersDown > 0 { parts.append("\(controllersDown) controller(s) down") }
-        if let lastError { parts.append("last error: \(lastError)") }
-        return parts.joined(separator: "; ")
+        let advertising = devices.count(where: \.advertising)
+        let connections = devices.reduce(0) { $0 + $1.connections }
+        let connected = devices.count(where: { $0.connections > 0 })
+        let counted = "\(devices.count) device\(devices.count == 1 ? "" : "s"): \(advertising) advertising, \(connections) connected"
+            + (connections > 0 ? " to \(connected)" : "")
+        return ([counted] + down).joined(separator: "; ") + error
     }
+
+    /// What of the last error a line that names its devices keeps room for, at least.
+    static let errorRoom = 40
+
+    /// Past this many devices the line counts them; it names them only while it stays short.
+    public static let devicesNamed = 8
 }

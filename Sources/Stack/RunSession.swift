@@ -2,6 +2,7 @@ import BlemuCapture
 import BlemuControl
 import BlemuCore
 import BlemuDevice
+import BlemuHCI
 import BlemuHost
 import BlemuProgrammableHost
 import BlemuRunLoop
@@ -38,6 +39,8 @@ public enum RunSession {
     static let devicesNamedAtStart = 8
     /// … and at most this many kinds are counted, the rest summed up.
     static let kindsCountedAtStart = 8
+    /// systemd's STATUS= line is rebuilt at most this often.
+    static let serviceStatusGap: Duration = .milliseconds(100)
 
     /// The devices as the `started` line shows them: their names when there are a few
     /// (`heart-rate, lock`); else each kind (and fleet) once with its count, in the order
@@ -144,9 +147,12 @@ public enum RunSession {
 
         var failure: String?
         var stopping = false
+        // The controllers open a few at a time and along the fleets' start spread.
+        let bringUp = ControllerBringUp(scheduler: loop)
         func stopAll() {
             guard !stopping else { return }
             stopping = true
+            bringUp.cancel()
             // No commands during the stop (an `advertise on` would fight it); the file goes.
             control?.close()
             stopStacks(stacks) { loop.stop() }
@@ -178,12 +184,9 @@ public enum RunSession {
         var lastSignature: Int?
         var startupPages = StartupPages()
         var everyDeviceAdvertises = EveryItemHolds()
-        func refreshService() {
-            // Once every device advertises, start-up is over: its code pages go back (a board's RSS).
-            startupPages.release(once: everyDeviceAdvertises.check(count: allPeripherals.count) { allPeripherals[$0].isAdvertising },
-                                 logger: logger)
+        func updateServiceStatus() {
             guard service.isEnabled, !stopping else { return }
-            // Called after every HCI event: the line is built only when something in it changed.
+            // The line is built only when something in it changed.
             var hasher = Hasher()
             for peripheral in allPeripherals {
                 hasher.combine(peripheral.isAdvertising)
@@ -195,6 +198,7 @@ public enum RunSession {
             guard signature != lastSignature else { return }
             lastSignature = signature
             var devices: [ServiceStatus.Device] = []
+            devices.reserveCapacity(allPeripherals.count)
             for peripheral in allPeripherals {
                 if peripheral.isAdvertising { advertised.insert(ObjectIdentifier(peripheral)) }
                 devices.append(.init(name: peripheral.deviceName, advertising: peripheral.isAdvertising,
@@ -207,6 +211,16 @@ public enum RunSession {
             } else {
                 service.update(status: status)
             }
+        }
+        // Asked for after every HCI event, built over every device: at most every 100 ms, the
+        // last change never lost (a fleet's start is thousands of events).
+        let serviceStatus = SpacedAction(scheduler: loop, gap: Self.serviceStatusGap, action: updateServiceStatus)
+        func refreshService() {
+            // Once every device advertises, start-up is over: its code pages go back (a board's RSS).
+            startupPages.release(once: everyDeviceAdvertises.check(count: allPeripherals.count) { allPeripherals[$0].isAdvertising },
+                                 logger: logger)
+            guard service.isEnabled, !stopping else { return }
+            serviceStatus.request()
         }
         if let capture {
             // So a frame number in a log entry can be found in the rotated files.
@@ -259,8 +273,15 @@ public enum RunSession {
                     for scenario in scenarios where !stopping { scenario.start() }
                 }
             }
-            stack.start()
+            // Its devices' earliest start: a connection whose fleet members all start late opens then.
+            let notBefore = stack.peripherals.lazy.map(\.configuration.startDelay).min() ?? .zero
+            let place = bringUp.add(notBefore: notBefore) { stack.start() }
+            stack.controller.onReady = { [unowned bringUp] in bringUp.ready(place) }
         }
+        if stacks.count > bringUp.window || bringUp.lastNotBefore > .zero {
+            logger.info("opening \(stacks.count) controller connections, \(bringUp.window) at a time, the last no sooner than \(bringUp.lastNotBefore) from now")
+        }
+        bringUp.begin()
         loop.run()
         for scenario in scenarios { scenario.cancel() }
         if let failure { throw StackFailure(failure) }
@@ -283,6 +304,8 @@ public enum RunSession {
 /// `blemu host`'s `ProgrammableHostStack` (no devices; the programmable host).
 public protocol SessionStack: AnyObject {
     var link: ControllerLink { get }
+    /// Its host: `onReady` tells when the controller's initialization is done.
+    var controller: ControllerHost { get }
     /// The devices on the controller (none for the programmable host).
     var peripherals: [Peripheral] { get }
     var onFatal: ((String) -> Void)? { get set }

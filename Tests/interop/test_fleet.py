@@ -113,3 +113,46 @@ fleets:
     # The controller connections, and at most the journal's socket beside them.
     assert connections <= len(sockets) <= connections + 1, f"{len(sockets)} sockets for {connections} connections"
     assert blemu.stop() == 0, blemu.log_tail()
+
+
+def test_a_fleet_s_controller_connections_open_along_its_start_spread(rootcanal, blemu_factory):
+    """Connectable members keep a controller connection each; those connections open when their
+    member starts (and at most 8 are brought up at once), not all in the run's first instant:
+    opened together, a large fleet's HCI Resets timed out at rootcanal and came back again and
+    again (ControllerBringUp)."""
+    kind, count, spread_ms = "heart-rate", 16, 6000
+    # A seed whose members mostly start late: a run opening everything at once is caught early.
+    seed = next(s for s in range(1000) if sorted(start_delays(s, kind, count, spread_ms))[3] > 2.0)
+    delays = sorted(start_delays(seed, kind, count, spread_ms))
+    path = log_dir() / f"fleet-{unique_name('O')}.yaml"
+    path.write_text(f"""
+fleets:
+  - device: {kind}
+    count: {count}
+    seed: {seed}
+    name: "{unique_name('H')} {{index}}"
+    start_spread_s: {spread_ms / 1000}
+""")
+    spawned = time.monotonic()
+    blemu = blemu_factory.start(None, wait_advertising=False, devices=[], extra_args=["--config", str(path)])
+    pid = blemu.process.pid
+    samples: list[tuple[float, int]] = []
+    deadline = spawned + 60
+    while time.monotonic() < deadline and len(blemu.events("advertising-started")) < count:
+        try:
+            sockets = sum(1 for fd in os.listdir(f"/proc/{pid}/fd") if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"))
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        samples.append((time.monotonic() - spawned, sockets))
+        time.sleep(0.1)
+    blemu.wait_for_event("advertising-started", count=count, timeout=30)
+    # A connection opens no sooner than its member's start, counted from the run's start, which
+    # is after the spawn: so at any time t since the spawn, at most the members due by t have
+    # one (and the journal's socket beside them).
+    for elapsed, sockets in samples:
+        due = sum(1 for delay in delays if delay <= elapsed)
+        assert sockets <= due + 1, f"{sockets} sockets at {elapsed:.2f} s, {due} members due; delays {delays}; samples {samples}"
+    assert any(elapsed < delays[3] for elapsed, _ in samples), f"no sample before the fourth start: {samples}"
+    assert any(entry.message.startswith(f"opening {count} controller connections, 8 at a time") for entry in blemu.log_entries()), blemu.log_tail()
+    assert not [entry.message for entry in blemu.log_entries() if "timed out" in entry.message], blemu.log_tail()
+    assert blemu.stop() == 0, blemu.log_tail()
