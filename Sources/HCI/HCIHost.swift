@@ -103,6 +103,12 @@ public enum TransmitPriority: Sendable {
 /// transmission against controller credits.
 public final class HCIHost {
     public static let commandTimeout: Duration = .seconds(3)
+    /// The initialization's commands (Reset first) may take longer, as Linux's HCI_INIT_TIMEOUT
+    /// allows them (10 s, include/net/bluetooth/hci.h): a virtual controller whose radio is
+    /// saturated (rootcanal under a large fleet, PERFORMANCE.md "A fleet over the air") answers a
+    /// new connection's Reset seconds late, and a Reset given up at 3 s and sent again a second
+    /// later only added to its load; the initialization retried for a minute.
+    public static let initializationCommandTimeout: Duration = .seconds(10)
     /// Bounded, and room for a controller's worth of devices starting at once: a fleet puts up
     /// to `fleetMembersPerConnection` (32) on one connection, each asking up to 8 commands to
     /// start (LE Set Extended Advertising Parameters, Random Address, Data, Scan Response,
@@ -127,6 +133,7 @@ public final class HCIHost {
 
     private struct PendingCommand {
         let command: HCICommand
+        let timeout: Duration
         let completion: ((CommandResult) -> Void)?
     }
     private var commandQueue: Deque<PendingCommand> = []
@@ -218,6 +225,12 @@ public final class HCIHost {
     /// Returns false, and logs, when the bounded queue is full.
     @discardableResult
     public func send(_ command: HCICommand, completion: ((CommandResult) -> Void)? = nil) -> Bool {
+        send(command, timeout: Self.commandTimeout, completion: completion)
+    }
+
+    /// `send`, with how long its answer may take once it is sent.
+    @discardableResult
+    public func send(_ command: HCICommand, timeout: Duration, completion: ((CommandResult) -> Void)?) -> Bool {
         guard commandQueue.count < Self.maxQueuedCommands else {
             // A peer can fill it (a peripheral's Connection Parameter Update Requests, each asked
             // of the controller): the line has the budget of the other refusals.
@@ -227,7 +240,7 @@ public final class HCIHost {
             completion?(.cancelled)
             return false
         }
-        commandQueue.append(PendingCommand(command: command, completion: completion))
+        commandQueue.append(PendingCommand(command: command, timeout: timeout, completion: completion))
         pumpCommands()
         return true
     }
@@ -280,10 +293,10 @@ public final class HCIHost {
         // The timer goes first: a controller may answer inside `output` (in-process ones do),
         // and that answer must find the timer to cancel.
         let expected = generation
-        commandTimer = scheduler.schedule(after: Self.commandTimeout) { [weak self] in
+        commandTimer = scheduler.schedule(after: next.timeout) { [weak self] in
             guard let self, self.generation == expected, let inFlight = self.commandInFlight else { return }
             // Vol 4, Part E, 4.4: a controller that does not answer; log, give the credit back, go on.
-            self.logger.error("HCI command \(inFlight.command.name) timed out after \(Self.commandTimeout): controller not answering",
+            self.logger.error("HCI command \(inFlight.command.name) timed out after \(inFlight.timeout): controller not answering",
                               metadata: [LogKey.hciStatus: "timeout"])
             self.commandTimer = nil
             self.commandInFlight = nil
@@ -370,7 +383,7 @@ public final class HCIHost {
             return
         }
         let expected = generation
-        send(command) { [weak self] result in
+        send(command, timeout: Self.initializationCommandTimeout) { [weak self] result in
             guard let self, self.generation == expected else { return }
             let answer = self.initialization.take(result, of: command, required: required, at: stage, into: &self.info)
             if let warning = answer.warning {

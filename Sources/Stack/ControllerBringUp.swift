@@ -3,7 +3,7 @@ import BlemuCore
 /// Opens a run's controller connections a few at a time, each no sooner than the earliest start
 /// of the devices on it (issue 38, Docs/REFERENCE.md "Fleets"). A fleet of a thousand beacons and a
 /// hundred sensors is about 160 connections; opened all in one instant, rootcanal answers their
-/// HCI Resets late (`HCIHost.commandTimeout`), and a controller whose initialization times out
+/// HCI Resets late (past `HCIHost.initializationCommandTimeout`), and a controller whose initialization times out
 /// starts over a second later, so the same burst came back again and again before every one was
 /// up. Here at most `window` controllers are being brought up at once; the next opens when one is
 /// ready (its HCI initialization done), or when one has taken `slotTimeout` (it goes on retrying

@@ -345,6 +345,17 @@ private let initSequenceV1: [UInt16] = [
         #expect(rig.commands == [HCIOpcode.reset, HCIOpcode.reset])
     }
 
+    @Test func aResetAnsweredSecondsLateIsWaitedForAsLinuxWaits() {
+        // A saturated rootcanal answers a new connection's Reset late: not given up at 3 s.
+        let rig = Rig()
+        rig.host.start()
+        rig.scheduler.advance(by: .seconds(8))
+        #expect(rig.commands == [HCIOpcode.reset])
+        rig.answerUntilReady()
+        #expect(rig.host.isReady)
+        #expect(rig.commands.filter { $0 == HCIOpcode.reset }.count == 1)
+    }
+
     @Test func requiredStepTimingOutRetriesAfterTimeoutAndOneSecond() {
         let rig = Rig()
         rig.host.start()
@@ -353,7 +364,7 @@ private let initSequenceV1: [UInt16] = [
         rig.answer()                                                        // Read BD_ADDR
         rig.answer()                                                        // Read Local Supported Commands
         #expect(rig.unansweredCommand == HCIOpcode.leReadLocalSupportedFeatures)
-        rig.scheduler.advance(by: HCIHost.commandTimeout)
+        rig.scheduler.advance(by: HCIHost.initializationCommandTimeout)
         #expect(rig.commands.last == HCIOpcode.leReadLocalSupportedFeatures, "timed out, retry not yet due")
         rig.scheduler.advance(by: .seconds(1))
         #expect(rig.commands.last == HCIOpcode.reset)
