@@ -50,13 +50,14 @@ import Testing
 
     /// DEPLOYMENT.md's `blemu@bench`: /etc/blemu/bench.conf put into the unit's ExecStart, as
     /// systemd expands it (variables split on spaces, %i the instance), with BLEMU_CONTROLLER as
-    /// the --controller it stands for.
+    /// the --controller it stands for. The bench's file is the first in the doc (the fleet's
+    /// instances come later), so the first value of each variable is its.
     @Test func theDeploymentBenchUnitIsAValidCommandLine() throws {
         let deployment = try DocumentedCommands.read("Docs/DEPLOYMENT.md")
         var conf: [String: String] = [:]
         for line in deployment.split(separator: "\n") where line.hasPrefix("BLEMU_") {
             let parts = line.split(separator: "=", maxSplits: 1).map(String.init)
-            if parts.count == 2 { conf[parts[0]] = parts[1] }
+            if parts.count == 2, conf[parts[0]] == nil { conf[parts[0]] = parts[1] }
         }
         let controller = try #require(conf["BLEMU_CONTROLLER"])
         let devices = try #require(conf["BLEMU_DEVICES"])

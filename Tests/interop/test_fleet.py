@@ -156,3 +156,47 @@ fleets:
     assert any(entry.message.startswith(f"opening {count} controller connections, 8 at a time") for entry in blemu.log_entries()), blemu.log_tail()
     assert not [entry.message for entry in blemu.log_entries() if "timed out" in entry.message], blemu.log_tail()
     assert blemu.stop() == 0, blemu.log_tail()
+
+
+def test_two_processes_with_a_fleet_each_on_one_rootcanal_are_in_one_air(rootcanal, blemu_factory):
+    """Docs/DEPLOYMENT.md, "A fleet in several processes, and beyond one machine": a fleet split
+    into two `blemu run --config` processes, one file each, on one rootcanal; a scanner on that
+    rootcanal hears every member of both, each from its own file's address pattern."""
+    count = 3
+    addresses: list[str] = []
+    processes = []
+    for part in ("a", "b"):
+        prefix = ":".join(f"{byte:02X}" for byte in bytes([0xC0 | os.urandom(1)[0] & 0x3F]) + os.urandom(3))
+        addresses += [f"{prefix}:00:{index:02X}" for index in range(1, count + 1)]
+        path = log_dir() / f"fleet-{part}-{unique_name('P')}.yaml"
+        path.write_text(f"""
+fleets:
+  - fleet: part-{part}
+    device: ibeacon
+    count: {count}
+    seed: {int.from_bytes(os.urandom(4), 'little')}
+    name: "{unique_name(part.upper())} {{index}}"
+    address: "{prefix}:00:{{index:02X}}"
+""")
+        processes.append(blemu_factory.start(None, wait_advertising=False, devices=[],
+                                             extra_args=["--config", str(path)]))
+    for blemu in processes:
+        blemu.wait_for_event("advertising-started", count=count, timeout=60)
+    heard: set[str] = set()
+
+    async def scenario():
+        async with Central(rootcanal.controller_spec, name="fleet-scanner") as central:
+            def all_heard(result) -> bool:
+                address = str(result.address).split("/")[0]
+                if address in addresses:
+                    heard.add(address)
+                return len(heard) == len(addresses)
+
+            await central.scan_until(all_heard, f"both processes' {len(addresses)} members", timeout=30,
+                                     want_scan_response=False,
+                                     alive=lambda: processes[0].exited() or processes[1].exited())
+
+    run(scenario(), timeout=60)
+    assert heard == set(addresses)
+    for blemu in processes:
+        assert blemu.stop() == 0, blemu.log_tail()

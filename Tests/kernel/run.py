@@ -844,9 +844,10 @@ def _systemd_unit(session: Session, sh, journal, show) -> str:
         result = guest.run(["nsenter", f"--target={pid}", "--mount", f"--setuid={uid}", f"--setgid={uid}",
                             "sh", "-c", f"echo x > {path} && rm -f {path}"], timeout=30)
         return result["rc"] == 0
-    writable = {path: can_write(path) for path in ("/var/lib/blemu/probe", "/var/log/blemu/probe", "/etc/blemu-probe",
+    writable = {path: can_write(path) for path in ("/var/lib/blemu/kernel/probe", "/var/log/blemu/kernel/probe",
+                                                   "/var/lib/blemu/probe", "/etc/blemu-probe",
                                                    "/usr/local/bin/probe", "/root/probe", "/opt/probe")}
-    expected = {path: path.startswith(("/var/lib/blemu/", "/var/log/blemu/")) for path in writable}
+    expected = {path: path.startswith(("/var/lib/blemu/kernel/", "/var/log/blemu/kernel/")) for path in writable}
     if writable != expected:
         raise Failure(f"inside the unit's sandbox, writable: {writable} (expected {expected})")
     notes.append("writes only its StateDirectory and LogsDirectory")
@@ -888,6 +889,141 @@ def _systemd_unit(session: Session, sh, journal, show) -> str:
     if state.get("Result") != "success" or state.get("ExecMainStatus") != "0":
         raise Failure(f"the stop was not clean: {state}; journal: {journal()}")
     notes.append("clean stop (status 0)")
+    return "; ".join(notes)
+
+
+def case_systemd_two_instances(session: Session) -> str:
+    """(systemd guest) two instances of Docs/systemd/blemu@.service at once, blemu@a on hci0 and
+    blemu@b on the host's rootcanal over tcp: (one air): each with its own user, state, captures
+    and control socket; stopping one leaves the other's in place and answering; a single
+    instance's state from before the per-instance directories, moved as Docs/DEPLOYMENT.md says."""
+    guest = session.guest
+    assert isinstance(session, GuestSession)
+    units = ("blemu-single@a.service", "blemu@a.service", "blemu@b.service")
+
+    def sh(command: str, timeout: float = 60, what: str | None = None) -> str:
+        result = guest.run(["sh", "-c", command], timeout=timeout)
+        if result["rc"] != 0:
+            journal = guest.run(["journalctl", "--no-pager", "-o", "cat", "-n", "12", *(f"-u{u}" for u in units)],
+                                timeout=30)
+            raise Failure(f"{what or command} failed ({result['rc']}): {tail(result['out'] + result['err'])}"
+                          f"; journal: {tail(journal['out'] + journal['err'], 12)}")
+        return result["out"]
+
+    try:
+        return _systemd_two_instances(session, sh)
+    finally:
+        result = guest.run(["journalctl", "--no-pager", "-o", "short-monotonic", *(f"-u{u}" for u in units)], timeout=60)
+        (session.log_dir / "systemd-two-instances-journal.log").write_text(result["out"] + result["err"])
+        guest.run(["systemctl", "stop", *units], timeout=60)
+
+
+# The template's directories before they were one per instance, as a drop-in for a copy of it
+# (blemu-single@.service): what a single-instance user has. Its ExecStart is without a.conf's
+# --control, whose directory it has not.
+SINGLE_INSTANCE_DIRECTORIES = """[Service]
+User=
+StateDirectory=
+StateDirectory=blemu
+LogsDirectory=
+LogsDirectory=blemu
+RuntimeDirectory=
+RuntimeDirectory=blemu
+ExecStart=
+ExecStart=/usr/local/bin/blemu run $BLEMU_DEVICES --name KernelA --privacy --btsnoop /var/log/blemu/%i.btsnoop --btsnoop-max 10M
+"""
+
+
+def migration_commands(name: str) -> str:
+    """Docs/DEPLOYMENT.md's commands that move a single instance's state into its instance's
+    directories (the sh block with /var/lib/private in it), for instance `name`, run as root."""
+    text = (REPO / "Docs/DEPLOYMENT.md").read_text()
+    blocks = [block for block in re.findall(r"```sh\n(.*?)```", text, re.DOTALL) if "/var/lib/private" in block]
+    if len(blocks) != 1:
+        raise Failure(f"Docs/DEPLOYMENT.md has {len(blocks)} sh blocks that move state into /var/lib/private, not 1")
+    script = blocks[0].replace("name=bench", f"name={name}").replace("sudo ", "")
+    return "set -e\n" + script
+
+
+def _systemd_two_instances(session: GuestSession, sh) -> str:
+    adapter = session.adapter
+    session.wait_powered(adapter, False)
+    tcp = f"tcp:10.0.2.2:{session.rootcanal.hci_port}"
+    # --privacy: each device makes its identity file (its IRK) in $STATE_DIRECTORY at the first
+    # start. Instance a first runs as a single instance did before the directories were one per
+    # instance (blemu-single@a, one daemon-reload for both: a reload takes seconds under TCG).
+    # The binary is installed once a boot (systemd-unit may have).
+    sh(f"(test -x /usr/local/bin/blemu || install -m 0755 {blemu_bin()} /usr/local/bin/blemu) && install -d /etc/blemu && "
+       f"printf 'BLEMU_CONTROLLER={adapter}\\nBLEMU_DEVICES=heart-rate\\n"
+       "BLEMU_OPTIONS=--name KernelA --privacy --control /run/blemu/a/control.sock\\n' > /etc/blemu/a.conf && "
+       f"printf 'BLEMU_CONTROLLER={tcp}\\nBLEMU_DEVICES=thermostat\\n"
+       "BLEMU_OPTIONS=--name KernelB --privacy --control /run/blemu/b/control.sock\\n' > /etc/blemu/b.conf && "
+       f"install -m 0644 {REPO}/Docs/systemd/blemu@.service /etc/systemd/system/ && "
+       "rm -rf /var/lib/blemu /var/lib/private/blemu /var/log/blemu /var/log/private/blemu && "
+       "cp /etc/systemd/system/blemu@.service /etc/systemd/system/blemu-single@.service && "
+       "install -d /etc/systemd/system/blemu-single@.service.d && "
+       "cat > /etc/systemd/system/blemu-single@.service.d/single.conf <<'EOF'\n" + SINGLE_INSTANCE_DIRECTORIES + "EOF\n"
+       "systemctl daemon-reload", what="installing the units")
+    notes = []
+
+    # A single instance as the template used to run it: state straight in /var/lib/blemu.
+    sh("systemctl start blemu-single@a", timeout=120, what="the single instance blemu-single@a")
+    sh("systemctl stop blemu-single@a", timeout=60)
+    old_identity = sh("cat /var/lib/blemu/identity-*.json", what="the single instance's identity file")
+    # What Docs/DEPLOYMENT.md says to do ("Several instances on one machine"), the unit stopped.
+    sh(migration_commands("a"), what="the move Docs/DEPLOYMENT.md gives")
+
+    started = time.monotonic()
+    sh("systemctl start blemu@a blemu@b", timeout=150, what="systemctl start blemu@a blemu@b (READY=1 from both)")
+    notes.append(f"both READY=1 after {time.monotonic() - started:.1f} s")
+    pids, uids = {}, {}
+    for name in ("a", "b"):
+        state = dict(line.split("=", 1) for line in
+                     sh(f"systemctl show blemu@{name} -p ActiveState -p SubState -p MainPID").splitlines() if "=" in line)
+        if (state.get("ActiveState"), state.get("SubState")) != ("active", "running"):
+            raise Failure(f"blemu@{name} is {state}")
+        pids[name] = state["MainPID"]
+        uids[name] = int(re.search(r"^Uid:\s+(\d+)", sh(f"cat /proc/{pids[name]}/status"), re.MULTILINE).group(1))
+    if uids["a"] == uids["b"]:
+        raise Failure(f"both instances run as uid {uids['a']}")
+
+    def listed(name: str) -> str:
+        return sh(f"/usr/local/bin/blemu ctl /run/blemu/{name}/control.sock list", what=f"blemu ctl on blemu@{name}'s socket")
+    if "KernelA" not in listed("a") or "KernelB" not in listed("b"):
+        raise Failure(f"the control sockets answer for the wrong devices: a {listed('a')!r}, b {listed('b')!r}")
+    new_identity = sh("cat /var/lib/blemu/a/identity-*.json", what="blemu@a's identity file after the move")
+    if new_identity != old_identity:
+        raise Failure("blemu@a made a new identity instead of keeping the one it had before the move")
+    files = {name: sh(f"ls /var/lib/blemu/{name} /var/log/blemu/{name}").split() for name in ("a", "b")}
+    if not any(entry.startswith("identity-thermostat") for entry in files["b"]) or \
+            any("thermostat" in entry for entry in files["a"]) or any("heart-rate" in entry for entry in files["b"]) or \
+            "a.btsnoop" not in files["a"] or "b.btsnoop" not in files["b"]:
+        raise Failure(f"the instances' files are not each in their own directories: {files}")
+    notes.append(f"uids {uids['a']} and {uids['b']}; the moved identity kept; state and captures each in its own directory")
+
+    # Each sandbox sees and writes its own directories only.
+    def can_write(name: str, path: str) -> bool:
+        result = session.guest.run(["nsenter", f"--target={pids[name]}", "--mount", f"--setuid={uids[name]}",
+                                    f"--setgid={uids[name]}", "sh", "-c", f"echo x > {path} && rm -f {path}"], timeout=30)
+        return result["rc"] == 0
+    writable = {path: can_write("a", path) for path in ("/var/lib/blemu/a/probe", "/var/log/blemu/a/probe",
+                                                        "/var/lib/blemu/b/probe", "/var/log/blemu/b/probe",
+                                                        "/run/blemu/b/probe", "/var/lib/blemu/probe")}
+    if writable != {path: "/a/" in path for path in writable}:
+        raise Failure(f"inside blemu@a's sandbox, writable: {writable}")
+
+    sh("systemctl stop blemu@a", timeout=60)
+    left = sh("ls -a /run/blemu; ls /run/blemu/b /var/lib/blemu/a /var/lib/blemu/b")
+    if sh("test -e /run/blemu/a || echo gone").strip() != "gone" or "control.sock" not in left \
+            or not any(entry.startswith("identity-heart-rate") for entry in left.split()) \
+            or not any(entry.startswith("identity-thermostat") for entry in left.split()):
+        raise Failure(f"after stopping blemu@a: {left!r}")
+    if "KernelB" not in listed("b"):
+        raise Failure("blemu@b's control socket no longer answers after blemu@a stopped")
+    if sh("systemctl is-active blemu@b").strip() != "active":
+        raise Failure("blemu@b stopped with blemu@a")
+    notes.append("blemu@a stopped: its /run/blemu/a removed, blemu@b's socket answers, both state directories kept")
+    sh("systemctl stop blemu@b", timeout=60)
     return "; ".join(notes)
 
 
@@ -1300,6 +1436,7 @@ GUEST_CASES = [
 # Only where systemd is PID 1 (the qemu guest, unless BLEMU_KERNEL_INIT=busybox).
 SYSTEMD_CASES = [
     ("systemd-unit", case_systemd_unit, True),
+    ("systemd-two-instances", case_systemd_two_instances, True),
 ]
 
 
