@@ -268,12 +268,11 @@ struct RunCommand: ParsableCommand {
         options.nameGiven = name != nil
         // A broadcasting fleet's members on a tcp: or unix: spec share connections as many as the
         // controller has advertising sets: asked of it first (Docs/REFERENCE.md, "Fleets").
-        // A connectable fleet's members keep a connection each (ControllerProbe.pooledMembers).
-        for (spec, members) in ControllerProbe.pooledMembers(plans, options: options) where members > 1 {
-            let sets = try ControllerProbe.advertisingSets(spec, loop: loop, logger: logger)
-            options.advertisingSets[spec] = sets
-            logger.notice("fleet members on \(spec): \(members) on \((members + sets - 1) / sets) connection(s), \(sets) a connection (the advertising sets the controller reports)")
+        for spec in ControllerProbe.specsToProbe(plans, options: options) {
+            options.advertisingSets[spec] = try ControllerProbe.advertisingSets(spec, loop: loop, logger: logger)
         }
+        // A connectable member has a connection of its own, which broadcasting members share (ControllerPlacement).
+        for pooled in ControllerPlacement.place(plans, options: options).pooled { logger.notice("\(pooled.notice)") }
         let (stacks, planPeripherals) = try RunStack.assembleInPlanOrder(plans, options: options, loop: loop, logger: logger)
 
         var settings = RunSettings()
@@ -288,7 +287,7 @@ struct RunCommand: ParsableCommand {
         let scenarios = try loadedScenarios(plans)
         let runners: [(file: String, runner: ScenarioRunner)]
         do {
-            runners = try RunScenarios.runners(scenarios, stacks: stacks, planPeripherals: planPeripherals,
+            runners = try RunScenarios.runners(scenarios, planPeripherals: planPeripherals,
                                                scheduler: loop, logger: logger,
                                                describe: { uuid, value in GATTValueText.describe(uuid: uuid, value: value) })
         } catch {
@@ -300,7 +299,7 @@ struct RunCommand: ParsableCommand {
         if plans.count == planPeripherals.count {
             for (plan, peripheral) in zip(plans, planPeripherals) { fleetOf[ObjectIdentifier(peripheral)] = plan.fleetReference }
         }
-        try RunSession.run(stacks, deviceNames: plans.map(\.device), fleets: plans.map(\.fleetReference), fleetOf: fleetOf,
+        try RunSession.run(stacks, devices: planPeripherals, deviceNames: plans.map(\.device), fleets: plans.map(\.fleetReference), fleetOf: fleetOf,
                            settings: settings, loop: loop, logger: logger,
                            scenarios: runners.map(\.runner))
         guard !runners.isEmpty else { return }

@@ -7,7 +7,7 @@ import Logging
 /// How many advertising sets the controllers behind a spec run at once, asked before the devices
 /// are placed on them: a fleet's members on a `tcp:` or `unix:` spec (where each connection is a
 /// controller of its own, as rootcanal's are) share connections that many at a time
-/// (`RunStack.assembleInPlanOrder`), instead of one connection each or one for all.
+/// (`ControllerPlacement`), instead of one connection each or one for all.
 public enum ControllerProbe {
     /// Opens `spec` once with no device on it, lets the controller initialize (HCI Reset, its
     /// features, LE Read Number of Supported Advertising Sets: Vol 4, Part E, 7.8.58), and closes
@@ -46,10 +46,8 @@ public enum ControllerProbe {
     }
 
     /// The fleet members that share connections, by spec in the plans' order: a broadcasting
-    /// fleet's members on a `tcp:` or `unix:` spec. A connectable member keeps a connection of
-    /// its own: rootcanal hands a controller's incoming link data to the first of its links with
-    /// that peer's address (AclConnectionHandler::GetHandle), so one central linked to two
-    /// members of one controller gets both links' data on one of them.
+    /// fleet's members on a `tcp:` or `unix:` spec (a connectable member has a connection of its
+    /// own, which they may share: `ControllerPlacement`).
     public static func pooledMembers(_ plans: [DevicePlan], options: RunOptions) -> [(spec: ControllerSpec, members: Int)] {
         var kinds = DevicePlanning.BroadcasterKinds()
         var pooled: [(spec: ControllerSpec, members: Int)] = []

@@ -23,14 +23,14 @@ public enum RunScenarios {
         return loaded
     }
 
-    /// A runner for each scenario, acting on the running devices (`stacks`' peripherals, grouped
-    /// by controller): a plan's scenario acts on that plan's device (`planPeripherals`, in plan
-    /// order) unless a step names another. A device the steps name that does not run is told
-    /// (FILE:LINE) before any controller opens. `describe` decodes written values in a failure.
-    public static func runners(_ scenarios: [Loaded], stacks: [ControllerStack], planPeripherals: [Peripheral],
+    /// A runner for each scenario, acting on the running devices (`planPeripherals`, in plan
+    /// order, as `RunSession` numbers them): a plan's scenario acts on that plan's device unless
+    /// a step names another. A device the steps name that does not run is told (FILE:LINE)
+    /// before any controller opens. `describe` decodes written values in a failure.
+    public static func runners(_ scenarios: [Loaded], planPeripherals: [Peripheral],
                                scheduler: TimerScheduling, logger: Logger,
                                describe: ((BluetoothUUID, [UInt8]) -> String)? = nil) throws(ScenarioError) -> [(file: String, runner: ScenarioRunner)] {
-        let running = stacks.flatMap(\.peripherals)
+        let running = planPeripherals
         var targets = ScenarioTargets.devices(running, scheduler: scheduler, logger: logger)
         if let describe { targets.describe = describe }
         var runners: [(file: String, runner: ScenarioRunner)] = []

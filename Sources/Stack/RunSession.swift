@@ -74,10 +74,16 @@ public enum RunSession {
     ///
     /// `fleets`: the fleet of each of `deviceNames` (`DevicePlan.fleetReference`), for the
     /// `started` line; `fleetOf`: each running device's, for the control socket (`fleet:NAME`).
-    public static func run(_ stacks: [any SessionStack], deviceNames: [String], fleets: [String?] = [],
+    ///
+    /// `devices`: the running devices in the order the control socket, the watchers and the
+    /// scenarios number them (`blemu run`'s plan order: a fleet's broadcasters share connections
+    /// with its connectable members, `ControllerPlacement`, so the stacks' order mixes them);
+    /// nil: the stacks' devices in their order.
+    public static func run(_ stacks: [any SessionStack], devices: [Peripheral]? = nil, deviceNames: [String], fleets: [String?] = [],
                            fleetOf: [ObjectIdentifier: String] = [:], settings: RunSettings, loop: RunLoop,
                            logger: Logger, scenarios: [ScenarioRunner] = [], host: ProgrammableHost? = nil) throws(StackFailure) {
         // The capture starts before any controller opens, so it holds the first HCI Reset.
+        let running = devices ?? stacks.flatMap(\.peripherals)
         var capture: BtsnoopWriter?
         if let btsnoopPath = settings.capturePath {
             do {
@@ -103,7 +109,7 @@ public enum RunSession {
         func observeEvents() {
             let watchers = watchSink
             let observing = scenarios.filter { $0.outcome == nil }
-            for (index, peripheral) in stacks.flatMap(\.peripherals).enumerated() {
+            for (index, peripheral) in running.enumerated() {
                 switch (watchers, observing.isEmpty) {
                 case (nil, true): peripheral.eventObserver = nil
                 case (let watchers?, true): peripheral.eventObserver = { watchers(index, $0) }
@@ -119,7 +125,6 @@ public enum RunSession {
         // The control socket comes up before the controllers, so a script can wait on it.
         var control: ControlServer?
         if let controlPath = settings.controlPath {
-            let running = stacks.flatMap(\.peripherals)
             let devices = DeviceControl(logger: logger, scheduler: loop) { running }
             devices.fleets = running.map { fleetOf[ObjectIdentifier($0)] }
             devices.host = host.map { HostControl(host: $0, logger: logger) }
@@ -180,7 +185,7 @@ public enum RunSession {
 
         // sd_notify: READY=1 once every device has advertised; STATUS= when the summary changes.
         var advertised = Set<ObjectIdentifier>()
-        let allPeripherals = stacks.flatMap(\.peripherals)
+        let allPeripherals = running
         var lastSignature: Int?
         var startupPages = StartupPages()
         var everyDeviceAdvertises = EveryItemHolds()

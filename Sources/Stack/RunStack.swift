@@ -52,16 +52,16 @@ public enum RunStack {
     public static func assembleInPlanOrder(_ plans: [DevicePlan], options: RunOptions, loop: RunLoop,
                                            logger: Logger) throws(StackFailure) -> (stacks: [ControllerStack], peripherals: [Peripheral]) {
         var inPlanOrder: [Peripheral] = []
+        // Which connection each device goes on (ControllerPlacement says why).
+        let placement = ControllerPlacement.place(plans, options: options)
         var stacks: [ControllerStack] = []
-        var shared: [ControllerSpec: ControllerStack] = [:]
-        // The connection a spec's fleet members are filling, and how many it has.
-        var fleetPools: [ControllerSpec: (stack: ControllerStack, members: Int)] = [:]
+        var stackOf: [Int: ControllerStack] = [:]
         var copies: [String: Int] = [:]
         // The model timers of every fleet's broadcasters (a thermometer's next measurement, a
         // beacon's next frame) on one 100 ms grid: one run-loop wakeup per tick that has any,
         // not one per member (issue 38, "Cost that stays flat").
         let fleetModelTimers = TimerWheel(base: loop)
-        for plan in plans {
+        for (planIndex, plan) in plans.enumerated() {
             let deviceName = plan.device, spec = plan.spec
             guard let device = DevicePlanning.makeDevice(plan) else { continue }
             // Initial values (and the PIN) before the device starts; the front end has tried them all.
@@ -86,26 +86,14 @@ public enum RunStack {
             if let path = plan.bindkeyFile {
                 try configureEncryption(device, bindkeyFile: path, configuration: configuration, options: options, logger: logger)
             }
+            // Connections are numbered in the order the plans first use them.
             let stack: ControllerStack
-            // A broadcasting fleet's members share (ControllerProbe.pooledMembers says why not a connectable one's).
-            if plan.fleet != nil, device is BroadcastingDevice, poolsFleetMembers(spec, options: options),
-               let reported = options.advertisingSets[spec] {
-                // So that their starts fit the command queue (`HCIHost.maxQueuedCommands`).
-                let sets = min(reported, HCIHost.fleetMembersPerConnection)
-                if let pool = fleetPools[spec], pool.members < sets {
-                    stack = pool.stack
-                    fleetPools[spec] = (pool.stack, pool.members + 1)
-                } else {
-                    stack = ControllerStack(spec: spec, loop: loop, logger: logger)
-                    stacks.append(stack)
-                    fleetPools[spec] = (stack, 1)
-                }
-            } else if sharesOneController(spec, options: options), let existing = shared[spec] {
-                stack = existing
+            if let opened = stackOf[placement.connectionOfPlan[planIndex]] {
+                stack = opened
             } else {
                 stack = ControllerStack(spec: spec, loop: loop, logger: logger)
+                stackOf[placement.connectionOfPlan[planIndex]] = stack
                 stacks.append(stack)
-                if sharesOneController(spec, options: options) { shared[spec] = stack }
             }
             do {
                 try stack.add(device: device, configuration: configuration,

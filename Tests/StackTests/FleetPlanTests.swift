@@ -120,7 +120,8 @@ import Testing
     }
 
     /// A fleet's members on a tcp: spec share connections as many as the controller has
-    /// advertising sets; an ordinary device on the same spec keeps its own connection.
+    /// advertising sets, the broadcasters filling the connectable members' connections first; an
+    /// ordinary device on the same spec keeps its own connection.
     @Test func fleetMembersShareConnectionsByTheControllersAdvertisingSets() throws {
         let text = "devices:\n  - device: heart-rate\nfleets:\n  - { device: ibeacon, count: 40 }\n  - { device: heart-rate, count: 2, name: \"HR {index}\" }\n"
         let plans = try Self.plans(text)
@@ -129,14 +130,21 @@ import Testing
         var options = RunOptions()
         #expect(ControllerProbe.specsToProbe(plans, options: options) == [spec])
         options.advertisingSets[spec] = 16
-        let pooled = try RunStack.assemble(plans, options: options, loop: RunLoop(), logger: quiet)
-        // The broadcasters share; the connectable members keep a connection each, as the ordinary device does.
-        #expect(pooled.map(\.peripherals.count) == [1, 16, 16, 8, 1, 1])
-        #expect(pooled[0].peripherals[0].deviceName == "heart-rate" && pooled[3].peripherals.last?.deviceName == "ibeacon")
-        #expect(pooled[4...].allSatisfy { $0.peripherals[0].deviceName == "heart-rate" })
-        // A controller reporting 240 sets: 32 broadcasters a connection, so their starts fit the command queue.
+        let (pooled, inPlanOrder) = try RunStack.assembleInPlanOrder(plans, options: options, loop: RunLoop(), logger: quiet)
+        // Each connectable member's connection takes 15 broadcasters, the last 10 share a third;
+        // the ordinary device keeps its own.
+        #expect(pooled.map(\.peripherals.count) == [1, 16, 16, 10])
+        #expect(pooled[0].peripherals[0].deviceName == "heart-rate" && pooled[3].peripherals.allSatisfy { $0.deviceName == "ibeacon" })
+        for stack in pooled[1...2] {
+            #expect(stack.peripherals.filter { $0.deviceName == "heart-rate" }.count == 1)
+        }
+        // The run's devices stay in the file's order whatever connection each is on.
+        #expect(inPlanOrder.map(\.deviceName) == ["heart-rate"] + Array(repeating: "ibeacon", count: 40) + ["heart-rate", "heart-rate"])
+        #expect(ControllerPlacement.place(plans, options: options).pooled.map(\.notice)
+                == ["fleet members on tcp:127.0.0.1:6402: 42 on 3 connection(s), 16 a connection (the advertising sets the controller reports); 2 connectable, one a connection"])
+        // A controller reporting 240 sets: 32 a connection, so their starts fit the command queue.
         options.advertisingSets[spec] = 240
-        #expect(try RunStack.assemble(plans, options: options, loop: RunLoop(), logger: quiet).map(\.peripherals.count) == [1, 32, 8, 1, 1])
+        #expect(try RunStack.assemble(plans, options: options, loop: RunLoop(), logger: quiet).map(\.peripherals.count) == [1, 32, 10])
         // A controller without LE Extended Advertising: one member a connection.
         options.advertisingSets[spec] = 1
         #expect(try RunStack.assemble(plans, options: options, loop: RunLoop(), logger: quiet).count == 43)
@@ -162,6 +170,27 @@ import Testing
         options.advertisingSets[spec] = 16
         #expect(try RunStack.assemble(plans, options: options, loop: RunLoop(), logger: quiet).map(\.peripherals.count)
                 == Array(repeating: 1, count: 20))
+    }
+
+    /// The gateway file (1,000 thermometers, 100 heart-rate sensors) on rootcanal's 16 sets:
+    /// every sensor's connection takes 15 thermometers, so 100 connections, not 163 (63 of
+    /// thermometers alone and one a sensor): rootcanal's work is packets × controllers.
+    @Test func theGatewayFleetsBroadcastersShareTheSensorsConnections() throws {
+        let plans = try Self.plans(GatewayFleet.configuration)
+        let spec = try ControllerSpec(parsing: "tcp:127.0.0.1:6402")
+        var options = RunOptions()
+        options.advertisingSets[spec] = 16
+        let placement = ControllerPlacement.place(plans.map { var plan = $0; plan.spec = spec; return plan }, options: options)
+        #expect(placement.connectionCount == 100)
+        var connectable = [Int](repeating: 0, count: placement.connectionCount)
+        var members = [Int](repeating: 0, count: placement.connectionCount)
+        for (plan, connection) in zip(plans, placement.connectionOfPlan) {
+            members[connection] += 1
+            if plan.device == "heart-rate" { connectable[connection] += 1 }
+        }
+        #expect(connectable.allSatisfy { $0 == 1 }, "one sensor a connection, never two")
+        #expect(members.allSatisfy { $0 <= 16 })
+        #expect(members.reduce(0, +) == 1100)
     }
 
     @Test func onlySpecsWithSeveralFleetMembersAreProbed() throws {

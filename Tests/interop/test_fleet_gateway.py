@@ -11,6 +11,7 @@ from fleet_air import fleet_file, gateway
 from harness import log_dir, run, unique_name
 
 SENSORS, LINKS, WINDOW_S = 6, 3, 8.0
+BEACONS = 24
 # A sensor notifies once a second while subscribed (HRS 3.1.1; Devices/HeartRate); a link that
 # delivers under 70 % of that over the window is starved (a loaded 2-core machine, not a lost
 # notification, is what the margin is for).
@@ -23,8 +24,14 @@ def test_a_gateway_linked_to_several_sensors_of_a_fleet_reads_each_and_gets_each
     addresses = fleet_file(path, device="heart-rate", count=SENSORS, address_prefix=prefix,
                            seed=int.from_bytes(os.urandom(4), "little"), name=f"{unique_name('G')} {{index}}",
                            start_spread_s=0.5)
+    # Beacons beside them, as a gateway hears both: they fill the sensors' connections'
+    # free advertising sets (ControllerPlacement), so each link's controller also broadcasts.
+    with path.open("a") as file:
+        file.write(f"  - {{ device: ibeacon, count: {BEACONS}, seed: 7, name: \"{unique_name('B')} {{index}}\" }}\n")
     blemu = blemu_factory.start(None, wait_advertising=False, devices=[], extra_args=["--config", str(path)])
-    blemu.wait_for_event("advertising-started", count=SENSORS, timeout=30)
+    blemu.wait_for_event("advertising-started", count=SENSORS + BEACONS, timeout=30)
+    notice = next((entry.message for entry in blemu.log_entries() if entry.message.startswith("fleet members on ")), "")
+    assert f": {SENSORS + BEACONS} on {SENSORS} connection(s), " in notice and f"; {SENSORS} connectable, one a connection" in notice, notice
     # Members 1, 3 and 5: placed on one controller connection if a connectable fleet shared
     # them, where rootcanal gives one link's data to another and the discovery times out.
     chosen = addresses[::2][:LINKS]
