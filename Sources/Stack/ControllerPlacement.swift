@@ -77,13 +77,15 @@ public struct ControllerPlacement: Equatable, Sendable {
         for (index, plan) in plans.enumerated() {
             guard let sets = setsAsked(plan), kinds.isBroadcaster(plan.device) else { continue }
             let connection: Int
-            if let slot = free[plan.spec]?.firstIndex(where: { $0.sets > 0 }) {
-                connection = free[plan.spec]![slot].connection
-                free[plan.spec]![slot].sets -= 1
+            var withRoom = free[plan.spec] ?? []
+            if let slot = withRoom.firstIndex(where: { $0.sets > 0 }) {
+                connection = withRoom[slot].connection
+                withRoom[slot].sets -= 1
             } else {
                 connection = open()
-                free[plan.spec, default: []].append((connection, sets - 1))
+                withRoom.append((connection, sets - 1))
             }
+            free[plan.spec] = withRoom
             raw[index] = connection
             count(plan, on: connection, connectable: false)
         }
