@@ -177,10 +177,19 @@ class BlemuProcess:
             self.process.wait(5)
 
     def log_tail(self, lines: int = 60) -> str:
+        """The last lines of blemu's output: for a failure's message, not for what a test checks
+        (a line that scrolled out of the tail would be missed)."""
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no output)"
+
+    def log_text(self) -> str:
+        """blemu's whole output so far: what a test counts or looks for in it."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
 
     def log_entries(self) -> list[LogEntry]:
         """blemu's log lines so far, parsed (lines that are not log entries are left out)."""

@@ -100,6 +100,19 @@ class HostClient:
     def host(self, op: str, **fields) -> dict:
         return self.request(cmd="host", op=op, **fields)
 
+    def hosts_at_once(self, *requests: tuple[str, dict]) -> list[dict]:
+        """Several `host` requests in one write: blemu answers the lines of one read in a row,
+        before its run loop takes anything else (a controller's event), so the later requests
+        see exactly the state the earlier ones left."""
+        first = self.next_id
+        self.next_id += len(requests)
+        lines = [json.dumps({"id": first + offset, "cmd": "host", "op": op, **fields}) + "\n"
+                 for offset, (op, fields) in enumerate(requests)]
+        self.send_raw("".join(lines).encode())
+        replies = [self.read_line() for _ in requests]
+        assert [reply.get("id") for reply in replies] == list(range(first, first + len(requests))), replies
+        return replies
+
     def ok(self, op: str, **fields) -> dict:
         reply = self.host(op, **fields)
         assert reply["ok"] is True, f"host {op} {fields} refused: {reply}"
@@ -492,9 +505,9 @@ def test_reset_closes_links_stops_scanning_and_makes_a_new_random_address(host, 
     assert connected["event"] == "connected", connected
     scan = client.ok("scan", passive=True)["scan"]
 
-    client.ok("reset")
-    # Nothing new starts while it runs.
-    during = client.host("scan")
+    # Nothing new starts while it runs: asked in the reset's write, before the link can close.
+    reset, during = client.hosts_at_once(("reset", {}), ("scan", {}))
+    assert reset["ok"] is True, reset
     assert during["ok"] is False and during["code"] == "not-ready", during
     seen = []
     done = events.until(lambda e: seen.append(e) or e.get("event") == "reset", 10, "reset")

@@ -596,7 +596,7 @@ def test_numeric_comparison_over_the_air_both_sides_see_the_same_number(rootcana
     try:
         run(scenario(), timeout=60)
         assert len(user.shown) == 1, user.shown
-        logged = [line for line in blemu.log_tail().splitlines() if "Numeric Comparison" in line]
+        logged = [line for line in blemu.log_text().splitlines() if "Numeric Comparison" in line]
         assert any(f"Numeric Comparison {user.shown[0]:06d} accepted" in line for line in logged), logged
     finally:
         stop(blemu)
@@ -623,7 +623,7 @@ def test_numeric_comparison_rejected_fails_with_0x0C(rootcanal, tmp_path):
 
     try:
         run(scenario(), timeout=60)
-        logged = [line for line in blemu.log_tail().splitlines() if "Numeric Comparison" in line]
+        logged = [line for line in blemu.log_text().splitlines() if "Numeric Comparison" in line]
         assert any("rejected" in line for line in logged), logged
         # The line may reach the log a moment after the central heard Pairing Failed (a loaded
         # machine): waited for, not read once.
@@ -659,9 +659,9 @@ def test_numeric_comparison_answered_from_the_control_socket(rootcanal, tmp_path
             pairing_task = asyncio.ensure_future(conn.connection.pair())
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 10
-            while "waiting for the answer" not in blemu.log_tail() and loop.time() < deadline:
+            while "waiting for the answer" not in blemu.log_text() and loop.time() < deadline:
                 await asyncio.sleep(0.1)
-            assert "waiting for the answer" in blemu.log_tail(), blemu.log_tail()
+            assert "waiting for the answer" in blemu.log_text(), blemu.log_tail()
             # The device's "display" is on the control socket too, for the script to compare.
             while not user.shown and loop.time() < deadline:
                 await asyncio.sleep(0.05)
@@ -687,7 +687,7 @@ def test_numeric_comparison_answered_from_the_control_socket(rootcanal, tmp_path
     try:
         run(scenario(), timeout=60)
         assert len(user.shown) == 1
-        assert f"Numeric Comparison {user.shown[0]:06d} {'confirmed' if answer == 'confirm' else 'rejected'}" in blemu.log_tail()
+        assert f"Numeric Comparison {user.shown[0]:06d} {'confirmed' if answer == 'confirm' else 'rejected'}" in blemu.log_text(), blemu.log_tail()
     finally:
         stop(blemu)
 
@@ -777,7 +777,7 @@ def test_authorization_is_asked_of_the_control_socket(rootcanal, tmp_path):
 
     try:
         run(scenario(), timeout=60)
-        assert "authorize profile" in blemu.log_tail()
+        assert "authorize profile" in blemu.log_text(), blemu.log_tail()
     finally:
         stop(blemu)
 
@@ -846,7 +846,7 @@ def test_authorization_per_central(rootcanal, tmp_path):
 
     try:
         run(scenario(), timeout=60)
-        assert "authorize profile" in blemu.log_tail()
+        assert "authorize profile" in blemu.log_text(), blemu.log_tail()
     finally:
         stop(blemu)
 
