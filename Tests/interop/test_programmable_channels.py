@@ -51,9 +51,13 @@ class EchoServer:
 
 def connect_to(peer: BumblePeer, client: HostClient, events: HostEvents) -> int:
     address = advertise_connectable(peer, public=False)
+    before = len(peer.connections)
     client.ok("connect", address=address, address_type="random")
     connected = events.until(lambda e: e.get("event") in ("connected", "connect-failed"), 15, "connection")
     assert connected["event"] == "connected", connected
+    # rootcanal tells both ends; Bumble's thread may take its event after blemu's, and a test
+    # that then uses Bumble's side of the link must find it there.
+    peer.wait(lambda: len(peer.connections) > before, 5, "Bumble's side of the connection")
     return connected["link"]
 
 
