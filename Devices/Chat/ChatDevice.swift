@@ -75,6 +75,11 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
         get { room.onHeard }
         set { room.onHeard = newValue }
     }
+    /// A member joined or left (`memberCount` changed).
+    public var onMembersChanged: (() -> Void)? {
+        get { room.onMembersChanged }
+        set { room.onMembersChanged = newValue }
+    }
     /// The host's own name in what members see.
     public var hostName: String {
         get { room.hostName }
@@ -259,6 +264,8 @@ public final class ChatDevice: Device, CreditBasedChannelDelegate {
     public var heldAcknowledgementCount: Int { room.heldAcknowledgementCount }
     /// The names of the members now.
     public var memberNames: [String] { room.memberNames }
+    /// How many members there are now.
+    public var memberCount: Int { room.memberCount }
     /// The most bytes waiting for one member (`memberQueueByteLimit`).
     public var queuedBytes: Int { room.queuedBytes }
     /// How many of them are on the chat channel.

@@ -19,7 +19,8 @@ import Glibc
 /// `blemu chat`: a headless chat over BLE (Docs/CHAT.md). On each controller this node hosts
 /// the room (`--role peripheral`: the `chat` device), joins it (`--role central`), or decides
 /// which (`--role auto`). With `--controller` twice it is in a room on each radio and bridges
-/// them. Lines from stdin are sent; lines received go to stdout as `[NAME] text`; status to stderr.
+/// them. Lines from stdin are sent; lines received go to stdout as `[NAME] text`; logs to stderr,
+/// or to the journal under systemd (`--log`), which is also told how the node is doing (`ChatStack`).
 struct ChatCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "chat",
@@ -63,7 +64,12 @@ struct ChatCommand: ParsableCommand {
     @Option(help: ArgumentHelp("Between blemu nodes: auto (the host's L2CAP chat channel when it has one, else GATT), channel (only the channel: a host without one is passed over) or gatt (never the channel; hosting, publish none) (default: auto).", valueName: "auto|channel|gatt"))
     var transport: ChatTransport = .auto
 
-    @Option(name: .customLong("log-level"), help: "Log level for stderr (default: notice).")
+    @Option(help: ArgumentHelp("Where logs go: \(LogDestination.offeredList)."
+        + " auto is the systemd journal when systemd started blemu (JOURNAL_STREAM or INVOCATION_ID), else stderr;"
+        + " an unreachable journal falls back to stderr. Lines received still go to stdout. Default: auto."))
+    var log: LogDestination?
+
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical. Default: notice.")
     var logLevel: Logger.Level = .notice
 
     @Option(name: .customLong("state-dir"),
@@ -162,7 +168,7 @@ struct ChatCommand: ParsableCommand {
     }
 
     func run() throws {
-        try LogSetup.bootstrap(destination: .stderr, level: logLevel)
+        try LogSetup.bootstrap(destination: log ?? .auto, level: logLevel)
         defer { LogSetup.finish() }
         let logger = Logger(label: "blemu.chat")
         if identity || forgetName != nil || pinName != nil {

@@ -55,6 +55,8 @@ public final class ChatMember: CreditBasedChannelDelegate {
     let rejoinTimeout: Duration
     /// Joined a host (the first time).
     public var onJoined: (() -> Void)?
+    /// In a host's room, or out of it: `isInRoom` changed (each join and each lost link).
+    public var onInRoomChanged: (() -> Void)?
     /// No host found again within `rejoinTimeout`: why.
     public var onGone: ((String) -> Void)?
     /// A host of the room turned out not to be one (`SetAsideHosts`): its address and why.
@@ -96,7 +98,8 @@ public final class ChatMember: CreditBasedChannelDelegate {
     private var joinedOnce = false
     private var wasBusy = false
     private var dropped = 0
-    private var hostAddress: BluetoothAddress?
+    /// The address of the host joined last.
+    public private(set) var hostAddress: BluetoothAddress?
     private var preferred: BluetoothAddress?
     private var rejoinDeadline: TimerID?
     /// While hosting (auto): told of every other host of the room heard.
@@ -117,6 +120,10 @@ public final class ChatMember: CreditBasedChannelDelegate {
         self.rejoinTimeout = rejoinTimeout
         central.onAdvertisement = { [unowned self] advertisement, _ in self.heard(advertisement) }
     }
+
+    /// Whether the member is in a host's room now: its chat characteristic subscribed to or its
+    /// chat channel open, the link up.
+    public var isInRoom: Bool { target != nil }
 
     /// Whether `send` should wait: `busyThreshold` messages wait already. They are kept, not
     /// dropped; the source pauses (stdin is not read) until `onRoom`.
@@ -340,6 +347,7 @@ public final class ChatMember: CreditBasedChannelDelegate {
             joinedOnce = true
             onJoined?()
         }
+        onInRoomChanged?()
         sendNext()
     }
 
@@ -598,6 +606,7 @@ public final class ChatMember: CreditBasedChannelDelegate {
     /// The link to the host is gone: look for it (or another host of the room) again; the
     /// messages not acknowledged go first, in the order they were sent.
     private func lost(reason: UInt8) {
+        let wasInRoom = target != nil
         link = nil
         target = nil
         channel = nil
@@ -606,6 +615,7 @@ public final class ChatMember: CreditBasedChannelDelegate {
         isConnecting = false
         pending = unacknowledged + pending
         unacknowledged.removeAll()
+        if wasInRoom { onInRoomChanged?() }
         guard hostWatcher == nil else { return }   // this node hosts now: nothing to rejoin
         logger.notice("the link to the chat host was lost (reason \(Hex.byte(reason))); looking for it again, \(pending.count) line(s) waiting")
         if let rejoinDeadline { scheduler.cancel(rejoinDeadline) }

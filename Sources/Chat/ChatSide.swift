@@ -38,6 +38,26 @@ public final class ChatSide: ChatRoomSide {
         case deciding, member, host
     }
 
+    /// Where this side is in its room now, as systemd's STATUS= line tells it.
+    public enum Presence: Equatable, Sendable {
+        /// Looking for the room's host (a member, or `auto` deciding); `again`: its link to the
+        /// host it was in the room of was lost.
+        case looking(again: Bool)
+        /// Hosting the room: its members now, and whether the chat device advertises.
+        case hosting(members: Int, advertising: Bool)
+        /// In a host's room: the host's advertised name and its address.
+        case member(host: String, address: BluetoothAddress)
+
+        /// In the room: hosting it and advertising, or a member of a host's room.
+        public var isInRoom: Bool {
+            switch self {
+            case .looking: false
+            case .hosting(_, let advertising): advertising
+            case .member: true
+            }
+        }
+    }
+
     /// How long `auto` looks before hosting: this, plus up to `randomLookMilliseconds`.
     public static let lookMilliseconds: Int64 = 3000
     public static let randomLookMilliseconds: Int64 = 2000
@@ -55,6 +75,10 @@ public final class ChatSide: ChatRoomSide {
     /// Messages that waited (as a member, or while deciding) and that this side, now the
     /// room's host, says itself.
     public var onSaidAsHost: (([OutgoingChatMessage]) -> Void)?
+    /// `presence` may have changed: a member joined or left the room it hosts, it joined a host's
+    /// room or lost its link to it, it took the room over or gave way. Advertising, which the
+    /// controller's events change, is not told here (the stack hears every event).
+    public var onPresenceMayChange: (() -> Void)?
 
     private let device: ChatDevice
     private let peripheral: Peripheral
@@ -102,6 +126,7 @@ public final class ChatSide: ChatRoomSide {
             _ = scheduler.schedule(after: Self.refusedLinkGrace) { peripheral.disconnect(peer) }
         }
         device.onRoom = { [unowned self] in self.onRoom?() }
+        device.onMembersChanged = { [unowned self] in self.onPresenceMayChange?() }
         if role != .host {
             // Not hosting until decided: the device is there, silent.
             peripheral.setAdvertisingAllowed(false)
@@ -109,6 +134,7 @@ public final class ChatSide: ChatRoomSide {
         guard let member, let central else { return }
         member.onHeard = { [unowned self] heard in self.onHeard?(heard) }
         member.onRoom = { [unowned self] in self.onRoom?() }
+        member.onInRoomChanged = { [unowned self] in self.onPresenceMayChange?() }
         member.onJoined = { [unowned self] in
             if let name = member.hostName { self.onJoinedHost?(name) }
             guard self.state == .deciding else { return }
@@ -130,6 +156,22 @@ public final class ChatSide: ChatRoomSide {
     }
 
     public var isHosting: Bool { state == .host }
+
+    /// The room's name as this side knows it: the room it hosts or may host; for a member, the
+    /// name of the host it joined last, else the room it looks for (nil: any).
+    public var roomName: String? {
+        guard role == .member else { return room }
+        return member?.hostName ?? member?.room
+    }
+
+    /// Where this side is in its room now (systemd's STATUS= line, READY=1 once every side of a
+    /// node is in its room).
+    public var presence: Presence {
+        if state == .host { return .hosting(members: device.memberCount, advertising: peripheral.isAdvertising) }
+        guard let member else { return .looking(again: false) }
+        if member.isInRoom, let address = member.hostAddress { return .member(host: member.hostName ?? room, address: address) }
+        return .looking(again: member.hostAddress != nil)
+    }
 
     /// How long a plain client of a private room keeps its link after it was told it cannot join.
     public static let refusedLinkGrace: Duration = .seconds(1)
@@ -213,6 +255,7 @@ public final class ChatSide: ChatRoomSide {
             self.peripheral.setAdvertisingAllowed(false)
             self.peripheral.disconnectAll()
             self.member?.join(preferring: other.address)
+            self.onPresenceMayChange?()
         }
         peripheral.setAdvertisingAllowed(true)
         // What this node was given as a member and no host acknowledged, then what came while
@@ -222,6 +265,7 @@ public final class ChatSide: ChatRoomSide {
         for message in waiting { device.relay(message.id, text: message.text, hops: message.hops) }
         if !waiting.isEmpty { onSaidAsHost?(waiting) }
         onRoom?()
+        onPresenceMayChange?()
     }
 }
 

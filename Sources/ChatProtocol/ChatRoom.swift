@@ -75,6 +75,8 @@ public final class ChatRoom {
     public var onRoom: (() -> Void)?
     /// Each announcement, and each member's message once (however often it was resent).
     public var onHeard: ((Heard) -> Void)?
+    /// A member joined or left (announced or not): `memberCount` changed (systemd's STATUS= line).
+    public var onMembersChanged: (() -> Void)?
     /// The host's own name in what members see.
     public var hostName = "host"
     /// Signatures and names bound to keys (Docs/CHAT.md, "Signed messages"): with it, the host
@@ -137,6 +139,8 @@ public final class ChatRoom {
     public func isMember(_ key: MemberKey) -> Bool { members[key] != nil }
     /// The names of the members now.
     public var memberNames: [String] { members.values.map(\.name).sorted() }
+    /// How many members there are now.
+    public var memberCount: Int { members.count }
     /// The most bytes waiting for one member (`memberQueueByteLimit`).
     public var queuedBytes: Int { members.values.map(\.queuedBytes).max() ?? 0 }
     /// How many of them are on a chat channel.
@@ -169,6 +173,7 @@ public final class ChatRoom {
         members[member.key] = member
         if member.announced { announce("* \(member.announcedName) joined", except: member.key, now: now) }
         flush(now: now)
+        onMembersChanged?()
     }
 
     /// Joining again: what the room said after the last message the member had (`point`), first.
@@ -202,8 +207,10 @@ public final class ChatRoom {
 
     /// The device stopped: every member is gone, unannounced.
     public func removeAllMembers() {
+        let hadMembers = !members.isEmpty
         members.removeAll()
         recheckAt = nil
+        if hadMembers { onMembersChanged?() }
     }
 
     /// Whether a new member of `link` is announced: at most `announcedJoinsPerLink` a window.
@@ -225,6 +232,7 @@ public final class ChatRoom {
     /// A member is gone: its leave is announced where its join was.
     private func left(_ member: ChatRoomMember, now: UInt64) {
         if member.announced { announce("* \(member.announcedName) left", except: nil, now: now) }
+        onMembersChanged?()
     }
 
     // MARK: What members write

@@ -7,8 +7,13 @@ import BlemuDevices
 import BlemuHost
 import BlemuRunLoop
 import BlemuSecurity
+import BlemuService
 import BlemuTransport
 import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A chat node's plan (`blemu chat`): a room on each controller, in a role each.
 public struct ChatPlan: Sendable {
@@ -86,7 +91,9 @@ extension ChatPlan {
 
 /// A chat node assembled from its plan: a `ControllerStack` with the `chat` device per
 /// controller, a `CentralHost` beside it on the controller where the node may be a member, a `ChatSide` each
-/// and the `ChatNode` that bridges them; the clean stop and the fatal errors of them all.
+/// and the `ChatNode` that bridges them; the clean stop and the fatal errors of them all; what
+/// systemd is told (a `Type=notify` unit, Docs/CHAT.md "As a service"): READY=1 once every side
+/// is in its room, STATUS= kept current, WATCHDOG=1 when the unit asks for it, STOPPING=1.
 public final class ChatStack {
     public let loop: RunLoop
     public let logger: Logger
@@ -99,10 +106,23 @@ public final class ChatStack {
     private var startupPages = StartupPages()
     /// The node's keys, names and marks: the marks not saved yet are saved at the clean stop.
     private let store: ChatIdentityStore?
+    /// sd_notify(3), when systemd started the node with a NOTIFY_SOCKET (else every call returns at once).
+    private let service: ServiceNotifier
+    /// STATUS= rebuilt at most this often (as `blemu run`'s): it is asked for after every HCI event.
+    static let serviceStatusGap: Duration = .milliseconds(100)
+    private var serviceStatusUpdate: SpacedAction?
+    /// The status systemd was told last: the line is built and sent only when it changes.
+    private var reportedStatus: ChatServiceStatus?
+    /// The last controller trouble (lost, unreachable), for STATUS=.
+    private var lastError: String?
+    /// Each side's controller, as the status line names it.
+    private let controllerNames: [String]
 
     public init(plan: ChatPlan, loop: RunLoop, logger: Logger) throws(StackFailure) {
         self.loop = loop
         self.logger = logger
+        service = ServiceNotifier(logger: logger)
+        controllerNames = plan.controllers.map(\.spec.description)
         let defaultName = ChatDevice().profile.defaultName
         let hostedRoom = plan.hostedRoom
         let me = plan.me
@@ -205,14 +225,65 @@ public final class ChatStack {
         // advertises, the pages only start-up used go back (as `blemu run` does).
         let roles = plan.controllers.map(\.role)
         for stack in stacks {
-            stack.onStateMayChange = { [unowned self] _ in
+            stack.onStateMayChange = { [unowned self] error in
                 guard !isStopping else { return }
+                if let error { lastError = error }
                 let settled = self.stacks.indices.allSatisfy { index in
                     self.stacks[index].controller.isReady
                         && (roles[index] != .host || self.stacks[index].peripherals.allSatisfy(\.isAdvertising))
                 }
                 startupPages.release(once: settled, logger: logger)
+                serviceStatusUpdate?.request()
             }
+        }
+        // `started` once every controller came up (as `blemu run` logs it: BLEMU_EVENT=started).
+        var waitingForFirstUp = stacks.count
+        for stack in stacks {
+            stack.onFirstUp = { [unowned self] in
+                waitingForFirstUp -= 1
+                guard waitingForFirstUp == 0, !isStopping else { return }
+                logger.event(.started, .notice, "blemu \(blemuVersion) started: chat as \(me.visible), \(Self.startedRooms(plan))")
+            }
+        }
+        if service.isEnabled {
+            // Told after every HCI event (advertising, links, controllers) and each change of a
+            // side's place in its room (members join and leave over ATT and channels, not HCI
+            // events): at most every 100 ms, the last change never lost; no timer while none comes.
+            serviceStatusUpdate = SpacedAction(scheduler: loop, gap: Self.serviceStatusGap) { [unowned self] in reportServiceStatus() }
+            for side in sides { side.onPresenceMayChange = { [unowned self] in serviceStatusUpdate?.request() } }
+        }
+    }
+
+    /// The rooms as the `started` line names them: `hosting 'kitchen' on hci0`.
+    static func startedRooms(_ plan: ChatPlan) -> String {
+        plan.controllers.map { spec, role in
+            switch role {
+            case .host: "hosting '\(plan.hostedRoom.visible)' on \(spec)"
+            case .member: "joining '\((plan.room ?? "any room").visible)' on \(spec)"
+            case .auto: "joining or hosting '\((plan.room ?? ChatDevice().profile.defaultName).visible)' on \(spec)"
+            }
+        }.joined(separator: ", ")
+    }
+
+    /// Where the node is in each of its rooms now: systemd's STATUS= line (`line`) and READY=1
+    /// (`isReady`).
+    public var serviceStatus: ChatServiceStatus {
+        ChatServiceStatus(rooms: sides.indices.map { index in
+            ChatServiceStatus.Room(name: sides[index].roomName, controller: controllerNames[index], presence: sides[index].presence,
+                                   controllerUp: stacks[index].link.isUp)
+        }, lastError: lastError)
+    }
+
+    /// READY=1 the first time every side is in its room, STATUS= whenever the status changed.
+    private func reportServiceStatus() {
+        guard service.isEnabled, !isStopping else { return }
+        let status = serviceStatus
+        guard status != reportedStatus else { return }
+        reportedStatus = status
+        if !service.isReady && status.isReady {
+            service.ready(status: status.line)
+        } else {
+            service.update(status: status.line)
         }
     }
 
@@ -247,16 +318,37 @@ public final class ChatStack {
                                scheduler: loop, logger: logger)
     }
 
-    /// A clean stop on SIGINT and SIGTERM, then every controller started.
+    /// A clean stop on SIGINT and SIGTERM (a second one exits at once), the watchdog's pings when
+    /// systemd asks for them, then every controller started.
     public func start() throws(StackFailure) {
-        try SignalStop.install(on: loop, isStopping: { [unowned self] in isStopping }, stop: { [unowned self] in stop() })
+        do {
+            try loop.handleSignals([SIGINT, SIGTERM]) { [unowned self] signal in
+                if isStopping {
+                    logger.warning("second signal: exiting without a clean stop")
+                    Glibc.exit(130)
+                }
+                let name = signal == SIGINT ? "SIGINT" : "SIGTERM"
+                logger.event(.stopping, .notice, "stopping on \(name)")
+                stop(because: "stopping on \(name)")
+            }
+        } catch {
+            throw StackFailure("cannot handle signals: \(error)")
+        }
+        // The first STATUS= follows the first controller up (an HCI event), not before: a
+        // controller not opened yet is not one that is down.
+        service.startWatchdog(on: loop)
         for stack in stacks { stack.start() }
     }
 
     /// Every side stopped, every controller reset, then the loop.
-    public func stop() {
+    public func stop() { stop(because: "stopping") }
+
+    /// The clean stop; systemd is told STOPPING=1 with `why` as the status.
+    private func stop(because why: String) {
         guard !isStopping else { return }
         isStopping = true
+        serviceStatusUpdate?.cancel()
+        service.stopping(status: why)
         store?.saveMarks()
         for side in sides { side.stop() }
         ControllerStack.stopAll(stacks) { [loop] in loop.stop() }
@@ -265,7 +357,7 @@ public final class ChatStack {
     /// Stops with `message` as the run's failure (the first one is kept).
     public func fail(_ message: String) {
         if failure == nil { failure = message }
-        stop()
+        stop(because: "failed: \(message)")
     }
 
     /// After the last line is delivered, a little longer before stopping: the host's last
@@ -280,7 +372,7 @@ public final class ChatStack {
             loop.schedule(after: .milliseconds(100)) { [self] in stopOnceDelivered() }
         } else {
             logger.notice("stdin ended and every line is delivered: stopping (--exit-on-eof)")
-            loop.schedule(after: Self.deliveredGrace) { [self] in stop() }
+            loop.schedule(after: Self.deliveredGrace) { [self] in stop(because: "stopping: stdin ended and every line is delivered") }
         }
     }
 }

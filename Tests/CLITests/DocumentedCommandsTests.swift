@@ -76,6 +76,34 @@ import Testing
         try Self.validate(arguments + ["--controller", controller])
     }
 
+    /// CHAT.md's `blemu-chat@kitchen`: /etc/blemu/chat-kitchen.conf put into the chat unit's
+    /// ExecStart as systemd expands it, BLEMU_CONTROLLER as the --controller it stands for.
+    @Test func theChatServiceUnitIsAValidCommandLine() throws {
+        let chat = try DocumentedCommands.read("Docs/CHAT.md")
+        var conf: [String: String] = [:]
+        for line in chat.split(separator: "\n") where line.hasPrefix("BLEMU_") {
+            let parts = line.split(separator: "=", maxSplits: 1).map(String.init)
+            if parts.count == 2, conf[parts[0]] == nil { conf[parts[0]] = parts[1] }
+        }
+        let controller = try #require(conf["BLEMU_CONTROLLER"])
+        let options = try #require(conf["BLEMU_CHAT_OPTIONS"])
+        let unit = try DocumentedCommands.read("Docs/systemd/blemu-chat@.service")
+        let execStart = try #require(unit.split(separator: "\n").first { $0.hasPrefix("ExecStart=") })
+        var arguments: [String] = []
+        for word in execStart.dropFirst("ExecStart=".count).split(separator: " ").dropFirst() {
+            if word == "$BLEMU_CHAT_OPTIONS" {
+                arguments += options.split(separator: " ").map(String.init)
+            } else {
+                arguments.append(word.replacingOccurrences(of: "%i", with: "kitchen"))
+            }
+        }
+        #expect(arguments.first == "chat" && arguments.contains("--room"), "\(arguments)")
+        // The instance's directory is the state directory: no --state-dir to override it.
+        #expect(!arguments.contains("--state-dir"))
+        #expect(unit.contains("\nStateDirectory=blemu/chat-%i\n") && unit.contains("\nStandardInput=null\n"))
+        try Self.validate(arguments + ["--controller", controller])
+    }
+
     /// The parser's own validation, then each --controller spec (blemu gatt, scan and chat parse
     /// theirs when they start).
     static func validate(_ arguments: [String]) throws {

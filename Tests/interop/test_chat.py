@@ -27,7 +27,8 @@ class ChatProcess:
     def __init__(self, controller: str, *args: str):
         self.log = log_dir() / f"chat-{unique_name('c')}.log"
         self.errors = open(self.log, "wb")
-        self.process = subprocess.Popen([str(blemu_binary()), "chat", "--controller", controller, *args],
+        # Logs on stderr whatever the environment (`--log auto` picks the journal under systemd).
+        self.process = subprocess.Popen([str(blemu_binary()), "chat", "--controller", controller, "--log", "stderr", *args],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors)
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -504,8 +505,8 @@ def test_exit_on_eof_ends_a_piped_burst_once_every_line_is_delivered(rootcanal):
     try:
         time.sleep(1)
         burst = "".join(f"burst {index}\n" for index in range(40))
-        member = subprocess.run([str(blemu_binary()), "chat", "--controller", rootcanal.controller_spec, "--role", "central",
-                                 "--room", room, "--name", "board-2", "--exit-on-eof"],
+        member = subprocess.run([str(blemu_binary()), "chat", "--controller", rootcanal.controller_spec, "--log", "stderr",
+                                 "--role", "central", "--room", room, "--name", "board-2", "--exit-on-eof"],
                                 input=burst.encode(), capture_output=True, timeout=60)
         assert member.returncode == 0, member.stderr.decode(errors="replace")
         assert b"every line is delivered" in member.stderr, member.stderr.decode(errors="replace")

@@ -1,9 +1,12 @@
 """blemu under systemd: sd_notify(3) messages on a NOTIFY_SOCKET of the test's own, and the
-unit file (Docs/systemd/blemu@.service) through `systemd-analyze verify` and `security`.
+unit files (Docs/systemd/blemu@.service, Docs/systemd/blemu-chat@.service) through
+`systemd-analyze verify` and `security`.
 
 The socket stands in for systemd: READY=1 once the device advertises, STATUS= as connections
 come and go, WATCHDOG=1 every half WATCHDOG_USEC from the run loop (none while the process is
-stopped: a wedged loop is noticed), STOPPING=1 on SIGTERM.
+stopped: a wedged loop is noticed), STOPPING=1 on SIGTERM. `blemu chat` the same: READY=1 once
+the node is in its room (hosting and advertising, or a member of a host's room), STATUS= with
+the room's members or the host joined.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import REPO, BlemuProcess, blemu_binary, connected, run, start_advertising, unique_name
+from harness import REPO, BlemuProcess, blemu_binary, connected, log_dir, run, start_advertising, unique_name
 
 UNIT = REPO / "Docs" / "systemd" / "blemu@.service"
+CHAT_UNIT = REPO / "Docs" / "systemd" / "blemu-chat@.service"
+UNITS = {"blemu@bench.service": UNIT, "blemu-chat@kitchen.service": CHAT_UNIT}
 # The highest `systemd-analyze security` exposure accepted for the unit (Docs/DEPLOYMENT.md).
 EXPOSURE_LIMIT = 2.5
 
@@ -175,30 +180,33 @@ def systemd_analyze() -> str:
     return tool
 
 
-def installed_unit(directory: Path) -> Path:
-    """The unit with ExecStart pointing at the blemu under test, as blemu@bench.service."""
+def installed_unit(directory: Path, instance_name: str = "blemu@bench.service") -> Path:
+    """The unit with ExecStart pointing at the blemu under test, as `instance_name`."""
     binary = blemu_binary()
     if not binary.exists():
         pytest.fail(f"blemu binary not found at {binary}", pytrace=False)
-    text = UNIT.read_text().replace("/usr/local/bin/blemu", str(binary))
-    template = directory / "blemu@.service"
+    source = UNITS[instance_name]
+    text = source.read_text().replace("/usr/local/bin/blemu", str(binary))
+    template = directory / source.name
     template.write_text(text)
-    instance = directory / "blemu@bench.service"
+    instance = directory / instance_name
     instance.symlink_to(template.name)
     return instance
 
 
-def test_unit_file_verifies(tmp_path):
-    unit = installed_unit(tmp_path)
+@pytest.mark.parametrize("instance_name", sorted(UNITS))
+def test_unit_file_verifies(tmp_path, instance_name):
+    unit = installed_unit(tmp_path, instance_name)
     result = subprocess.run([systemd_analyze(), "verify", str(unit)], capture_output=True, text=True, timeout=60,
                             cwd=tmp_path)
     # Lines about other units on this machine are not ours to judge.
-    ours = [line for line in (result.stdout + result.stderr).splitlines() if "blemu@" in line]
+    ours = [line for line in (result.stdout + result.stderr).splitlines() if instance_name.split("@")[0] + "@" in line]
     assert result.returncode == 0 and not ours, f"systemd-analyze verify:\n{result.stdout}{result.stderr}"
 
 
-def test_unit_file_sandboxing_score(tmp_path):
-    unit = installed_unit(tmp_path)
+@pytest.mark.parametrize("instance_name", sorted(UNITS))
+def test_unit_file_sandboxing_score(tmp_path, instance_name):
+    unit = installed_unit(tmp_path, instance_name)
     result = subprocess.run([systemd_analyze(), "security", "--offline=yes", "--no-pager", str(unit)],
                             capture_output=True, text=True, timeout=60, cwd=tmp_path)
     output = result.stdout + result.stderr
@@ -206,3 +214,84 @@ def test_unit_file_sandboxing_score(tmp_path):
     assert match, f"systemd-analyze security gave no exposure level:\n{output}"
     exposure = float(match.group(1))
     assert exposure <= EXPOSURE_LIMIT, f"exposure {exposure} above {EXPOSURE_LIMIT}:\n{output}"
+
+
+# ---------------------------------------------------------------------------------------------
+# `blemu chat` under systemd.
+
+
+class ChatNode:
+    """`blemu chat` with stdin from /dev/null (as StandardInput=null) and a NOTIFY_SOCKET."""
+
+    def __init__(self, controller: str, notify: NotifySocket, state_dir: Path, *args: str):
+        self.log_path = log_dir() / f"chat-service-{unique_name('c')}.log"
+        self.log = open(self.log_path, "wb")
+        env = {**os.environ, "NOTIFY_SOCKET": notify.address, "WATCHDOG_USEC": "500000"}
+        env.pop("INVOCATION_ID", None)
+        env.pop("JOURNAL_STREAM", None)
+        self.process = subprocess.Popen([str(blemu_binary()), "chat", "--controller", controller, "--state-dir", str(state_dir),
+                                         "--log-level", "info", *args],
+                                        stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+
+    def text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(15)
+        finally:
+            self.log.close()
+
+
+def test_chat_ready_status_watchdog_stopping(rootcanal, tmp_path):
+    """A host is ready once it advertises its room, a member once it is in the host's room; the
+    host's STATUS= counts its members as they come and go."""
+    room = unique_name("Svc")
+    for name in ("host", "member"):
+        (tmp_path / name).mkdir()
+    host_socket, member_socket = NotifySocket(tmp_path / "host"), NotifySocket(tmp_path / "member")
+    host = ChatNode(rootcanal.controller_spec, host_socket, tmp_path / "host-state", "--role", "peripheral", "--name", room)
+    member = None
+    try:
+        ready = host_socket.wait_for("READY", timeout=20, value="1")
+        assert ready.get("STATUS") == f"room {room}: hosting, 0 members", ready
+        member = ChatNode(rootcanal.controller_spec, member_socket, tmp_path / "member-state",
+                          "--role", "central", "--room", room, "--name", "svc-member")
+        joined = member_socket.wait_for("READY", timeout=40, value="1")
+        assert re.fullmatch(rf"member of {room} via [0-9A-F:]{{17}}", joined.get("STATUS", "")), joined
+        host_socket.wait_for("STATUS", timeout=15, value=f"room {room}: hosting, 1 member")
+
+        # WATCHDOG=1 about every 250 ms (half of WATCHDOG_USEC), from each.
+        assert len(watchdogs(host_socket.receive(2.0))) >= 4
+        assert len(watchdogs(member_socket.receive(1.0))) >= 2
+
+        # The member leaves (a clean stop: STOPPING=1); the host counts it out.
+        assert member.stop() == 0, member.text()
+        stopping = member_socket.wait_for("STOPPING", timeout=5, value="1")
+        assert "SIGTERM" in stopping.get("STATUS", ""), stopping
+        host_socket.wait_for("STATUS", timeout=15, value=f"room {room}: hosting, 0 members")
+
+        host.process.send_signal(signal.SIGTERM)
+        stopping = host_socket.wait_for("STOPPING", timeout=5, value="1")
+        assert stopping.get("STATUS") == "stopping on SIGTERM", stopping
+    finally:
+        if member is not None:
+            member.stop()
+        status = host.stop()
+        host_socket.close()
+        member_socket.close()
+    assert status == 0, host.text()
+    for sock in (host_socket, member_socket):
+        assert sum(1 for _, fields in sock.messages if fields.get("READY") == "1") == 1, sock.messages
+    # Logs went to stderr (no journal outside systemd), with the events a journal would index.
+    assert "event=started" in host.text() and "event=stopping" in host.text(), host.text()[-2000:]
+
+
+def test_chat_exits_64_on_a_refused_command_line(tmp_path):
+    """RestartPreventExitStatus=64 in blemu-chat@.service: bad options are no failure to retry."""
+    for arguments in (["--mtu", "5"], ["--role", "sideways"], ["--controller", "bogus:1"]):
+        result = subprocess.run([str(blemu_binary()), "chat", "--state-dir", str(tmp_path), *arguments],
+                                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+        assert result.returncode == 64, (arguments, result.returncode, result.stderr)

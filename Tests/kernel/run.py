@@ -1027,6 +1027,234 @@ def _systemd_two_instances(session: GuestSession, sh) -> str:
     return "; ".join(notes)
 
 
+def case_systemd_chat(session: Session) -> str:
+    """(systemd guest) Docs/systemd/blemu-chat@.service as Docs/CHAT.md installs it: blemu-chat@kitchen
+    hosts a room on hci0 (READY=1, STATUS=), a member on the host's rootcanal joins and its line is
+    in the unit's journal beside blemu's fields, the identity outlives a restart, only the state
+    directory can be written, and a name pinned as CHAT.md says holds."""
+    guest, unit = session.guest, "blemu-chat@kitchen.service"
+
+    def sh(command: str, timeout: float = 60, what: str | None = None) -> str:
+        result = guest.run(["sh", "-c", command], timeout=timeout)
+        if result["rc"] != 0:
+            raise Failure(f"{what or command} failed ({result['rc']}): {tail(result['out'] + result['err'])}"
+                          f"; journal: {journal(8)}")
+        return result["out"]
+
+    def journal(lines: int = 12) -> str:
+        result = guest.run(["journalctl", "--no-pager", "-o", "cat", "-n", str(lines), "-u", unit], timeout=30)
+        return tail(result["out"] + result["err"], lines)
+
+    def show() -> dict[str, str]:
+        out = sh(f"systemctl show {unit} -p ActiveState -p SubState -p MainPID -p NRestarts -p StatusText "
+                 "-p Result -p ExecMainStatus")
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    try:
+        return _systemd_chat(session, sh, journal, show)
+    finally:  # the journal is in the guest's /run: keep the unit's part of it
+        result = guest.run(["journalctl", "--no-pager", "-o", "short-monotonic", "-u", unit], timeout=60)
+        (session.log_dir / "systemd-chat-journal.log").write_text(result["out"] + result["err"])
+        guest.run(["systemctl", "stop", unit], timeout=60)
+
+
+def chat_service_conf() -> dict[str, str]:
+    """Docs/CHAT.md's /etc/blemu/chat-kitchen.conf ("As a service"): its variables."""
+    text = (REPO / "Docs/CHAT.md").read_text()
+    section = text[text.index("## As a service"):]
+    conf = dict(re.findall(r"^(BLEMU_[A-Z_]+)=(.*)$", section, re.MULTILINE))
+    if set(conf) != {"BLEMU_CONTROLLER", "BLEMU_CHAT_OPTIONS"}:
+        raise Failure(f"Docs/CHAT.md's chat-kitchen.conf sets {sorted(conf)}, not BLEMU_CONTROLLER and BLEMU_CHAT_OPTIONS")
+    return conf
+
+
+def chat_pin_commands() -> str:
+    """Docs/CHAT.md's commands that pin and forget a name for the service's instance (the sh block
+    with --pin-name and chown in it), run as root."""
+    text = (REPO / "Docs/CHAT.md").read_text()
+    blocks = [block for block in re.findall(r"```sh\n(.*?)```", text, re.DOTALL) if "--pin-name" in block and "chown" in block]
+    if len(blocks) != 1:
+        raise Failure(f"Docs/CHAT.md has {len(blocks)} sh blocks that pin a name and chown, not 1")
+    return "set -e\n" + blocks[0].replace("sudo ", "")
+
+
+class HostChatMember:
+    """`blemu chat --role central` on the host, on the rootcanal the guest's hci0 is bridged to:
+    its stdin held open until `finish()`, so its line is sent and it stays in the room meanwhile."""
+
+    def __init__(self, session: Session, state_dir: Path, name: str):
+        self.log_path = session.log_dir / f"chat-member-{name}.log"
+        self.log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [blemu_bin(), "chat", "--role", "central", "--room", "kitchen", "--name", name, "--controller", session.central_spec,
+             "--state-dir", str(state_dir), "--exit-on-eof", "--log", "stderr", "--log-level", "info"],
+            stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def say(self, line: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write((line + "\n").encode())
+        self.process.stdin.flush()
+
+    def text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def finish(self, timeout: float = 60) -> int:
+        """stdin ends: the member exits 0 once its lines are delivered."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+            raise Failure(f"the host's chat member did not exit within {timeout:.0f} s of its stdin ending: {tail(self.text())}")
+        finally:
+            self.log.close()
+
+
+def _systemd_chat(session: Session, sh, journal, show) -> str:
+    guest, adapter, unit = session.guest, session.adapter, "blemu-chat@kitchen.service"
+    state = "/var/lib/blemu/chat-kitchen"
+    session.wait_powered(adapter, False)
+    conf = chat_service_conf()
+    # The doc's file, on the session's adapter (hci0 in the doc).
+    sh(f"(test -x /usr/local/bin/blemu || install -m 0755 {blemu_bin()} /usr/local/bin/blemu) && install -d /etc/blemu && "
+       f"printf 'BLEMU_CONTROLLER={adapter}\\nBLEMU_CHAT_OPTIONS={conf['BLEMU_CHAT_OPTIONS']}\\n' > /etc/blemu/chat-kitchen.conf && "
+       f"install -m 0644 {REPO}/Docs/systemd/blemu-chat@.service /etc/systemd/system/ && "
+       "rm -rf /var/lib/blemu/chat-kitchen /var/lib/private/blemu/chat-kitchen && systemctl daemon-reload",
+       what="installing the unit")
+    notes = []
+
+    # Type=notify: `systemctl start` returns once READY=1 came (the room hosted and advertised).
+    started = time.monotonic()
+    sh(f"systemctl start {unit}", timeout=120, what=f"systemctl start {unit} (waits for READY=1)")
+    ready = time.monotonic() - started
+    status = show()
+    if (status.get("ActiveState"), status.get("SubState")) != ("active", "running"):
+        raise Failure(f"{unit} is {status}; journal: {journal()}")
+    if status.get("StatusText") != "room kitchen: hosting, 0 members":
+        raise Failure(f"{unit}'s status is {status.get('StatusText')!r}, not 'room kitchen: hosting, 0 members'")
+    pid = status["MainPID"]
+    proc = sh(f"cat /proc/{pid}/status")
+    uid = int(re.search(r"^Uid:\s+(\d+)", proc, re.MULTILINE).group(1))
+    effective = int(re.search(r"^CapEff:\s+([0-9a-f]+)", proc, re.MULTILINE).group(1), 16)
+    if not 61184 <= uid <= 65519:  # systemd's DynamicUser range
+        raise Failure(f"blemu chat runs as uid {uid}, not a DynamicUser one")
+    if effective != (1 << 12) | (1 << 13):
+        raise Failure(f"blemu chat's CapEff is {effective:#x}, not CAP_NET_ADMIN and CAP_NET_RAW only")
+    stdin = sh(f"readlink /proc/{pid}/fd/0").strip()
+    if stdin != "/dev/null":
+        raise Failure(f"blemu chat's stdin is {stdin!r}, not /dev/null")
+    notes.append(f"READY=1 after {ready:.1f} s (status \"{status['StatusText']}\"), uid {uid}, CapEff {effective:#x}")
+
+    # The host's identity, as CHAT.md shows it, and its file.
+    def identity() -> tuple[str, str]:
+        shown = sh(f"/usr/local/bin/blemu chat --identity --state-dir {state} --name kitchen", what="blemu chat --identity")
+        return shown, sh(f"sha256sum {state}/chat-identity").split()[0]
+    before = identity()
+    if not re.match(r"kitchen( [0-9a-f]{4}){4}\nkitchen=[0-9a-f]{64}\n$", before[0]):
+        raise Failure(f"blemu chat --identity printed {before[0]!r}")
+
+    # A member on the host's side of the radio joins, says a line and stays until it is checked.
+    line = f"hello from the host side {os.getpid()}"
+    with tempfile.TemporaryDirectory(prefix="blemu-chat-member-") as member_state:
+        member = HostChatMember(session, Path(member_state), "kernel-member")
+        try:
+            member.say(line)
+            deadline = time.monotonic() + 90
+            while f"[kernel-member] {line}" not in sh(f"journalctl --no-pager -o cat -u {unit}"):
+                if member.process.poll() is not None:
+                    raise Failure(f"the member exited ({member.process.returncode}) before its line reached the host: "
+                                  f"{tail(member.text())}; journal: {journal()}")
+                if time.monotonic() > deadline:
+                    raise Failure(f"the member's line is not in the unit's journal within 90 s: member {tail(member.text())}; "
+                                  f"journal: {journal()}")
+                time.sleep(1)
+            deadline = time.monotonic() + 20
+            while (text := show().get("StatusText")) != "room kitchen: hosting, 1 member":
+                if time.monotonic() > deadline:
+                    raise Failure(f"with the member in the room the status is {text!r}, not 'room kitchen: hosting, 1 member'")
+                time.sleep(0.5)
+        finally:
+            rc = member.finish()
+        if rc != 0:
+            raise Failure(f"the member exited with status {rc} at the end of its stdin: {tail(member.text())}")
+    notes.append("a member on the host's side joined (status \"room kitchen: hosting, 1 member\"); its line is in the journal")
+
+    # What a field engineer reads: blemu's own fields beside the room's lines (stdout).
+    entries = [json.loads(text) for text in sh(f"journalctl --no-pager -o json -u {unit}").splitlines() if text.startswith("{")]
+    ours = [entry for entry in entries if entry.get("SYSLOG_IDENTIFIER") == "blemu"]
+    events = sorted({entry["BLEMU_EVENT"] for entry in ours if "BLEMU_EVENT" in entry})
+    with_ids = [entry for entry in ours if "MESSAGE_ID" in entry]
+    said = [entry for entry in ours if entry.get("MESSAGE") == f"[kernel-member] {line}"]
+    if not {"started", "connected"} <= set(events) or not with_ids:
+        raise Failure(f"journalctl -u {unit} has BLEMU_EVENT values {events} and {len(with_ids)} entries with a MESSAGE_ID")
+    if len(said) != 1 or said[0].get("_TRANSPORT") != "stdout":
+        raise Failure(f"the member's line is in the journal {len(said)} times, as {[entry.get('_TRANSPORT') for entry in said]}")
+    fields = sorted({key for entry in ours for key in entry if key.startswith("BLEMU_")})
+    notes.append(f"journal: BLEMU_EVENT {', '.join(events)}; {len(with_ids)} entries with MESSAGE_ID; fields {', '.join(fields[:5])}…")
+
+    # The sandbox: as the unit's user, in its mount namespace, only the state directory is writable.
+    def can_write(path: str) -> bool:
+        result = guest.run(["nsenter", f"--target={pid}", "--mount", f"--setuid={uid}", f"--setgid={uid}",
+                            "sh", "-c", f"echo x > {path} && rm -f {path}"], timeout=30)
+        return result["rc"] == 0
+    writable = {path: can_write(path) for path in (f"{state}/probe", "/var/lib/blemu/probe", "/var/log/blemu/probe",
+                                                   "/etc/blemu/probe", "/run/probe", "/usr/local/bin/probe", "/root/probe")}
+    if writable != {path: path.startswith(state + "/") for path in writable}:
+        raise Failure(f"inside the unit's sandbox, writable: {writable}")
+    files = sh(f"ls {state}").split()
+    # chat-numbers comes with the node's first own line (this one says none), the names with the
+    # member's; its marks 5 s after its line or at the clean stop (below).
+    if "chat-identity" not in files or not any(name.startswith("chat-names-") for name in files):
+        raise Failure(f"the state directory holds {files}")
+    notes.append(f"writes only {state} ({', '.join(files)})")
+
+    # A restart (as a reboot would): the same key, from the state directory.
+    sh(f"systemctl restart {unit}", timeout=120, what=f"systemctl restart {unit}")
+    after = identity()
+    if after != before:
+        raise Failure(f"the identity changed across a restart: {before} then {after}")
+    member_hex = "kernel-member".encode().hex()
+    if not re.search(rf"^{member_hex} [0-9a-f]{{64}} \d+$", sh(f"cat {state}/chat-marks-*", what="the marks file"), re.MULTILINE):
+        raise Failure(f"the member's mark was not kept across the restart: {sh(f'ls {state}')}")
+    if show().get("StatusText") != "room kitchen: hosting, 0 members":
+        raise Failure(f"after the restart the status is {show().get('StatusText')!r}")
+    notes.append(f"the identity ({before[0].splitlines()[0]}) and the member's mark outlived a restart")
+
+    # A name pinned as CHAT.md says (stopped, as root, then the directory given back): the
+    # restarted node reads it. Without the chown, the file root wrote cannot be read by the unit.
+    commands = chat_pin_commands()
+    key = re.search(r"--pin-name alice=([0-9a-f]{64})", commands).group(1)
+    pinned = re.compile(rf"^616c696365 {key} pinned$", re.MULTILINE)  # "alice" in hex, as chat-names-HEX keeps names
+    sh(f"systemctl stop {unit} && /usr/local/bin/blemu chat --state-dir {state} --room kitchen --pin-name alice={key}",
+       what="a pin without giving the directory back")
+    if not pinned.search(sh(f"cat {state}/chat-names-*")):
+        raise Failure("blemu chat --pin-name did not pin alice")
+    sh(f"systemctl start {unit}", timeout=120)
+    if "cannot be read" not in journal(30) or pinned.search(sh(f"cat {state}/chat-names-*")):
+        raise Failure(f"a names file root wrote was read by the unit: {journal()}")
+    sh(commands, timeout=180, what="Docs/CHAT.md's pin, as root")
+    names = sh(f"cat {state}/chat-names-*")
+    owners = set(sh(f"stat -c %u {state}/ {state}/*").split())
+    if not pinned.search(names) or len(owners) != 1:
+        raise Failure(f"after CHAT.md's pin the names file is {names!r}, owned by {owners}")
+    status = show()
+    if (status.get("ActiveState"), status.get("StatusText")) != ("active", "room kitchen: hosting, 0 members"):
+        raise Failure(f"after CHAT.md's pin {unit} is {status}; journal: {journal()}")
+    notes.append("a name pinned as CHAT.md says is kept (without the chown the unit could not read it)")
+
+    # `systemctl stop`: the clean stop, status 0.
+    sh(f"systemctl stop {unit}", timeout=60)
+    status = show()
+    if status.get("Result") != "success" or status.get("ExecMainStatus") != "0":
+        raise Failure(f"the stop was not clean: {status}; journal: {journal()}")
+    if "stopping on SIGTERM" not in journal(20):
+        raise Failure(f"no 'stopping on SIGTERM' in the journal: {journal()}")
+    notes.append("clean stop (status 0)")
+    return "; ".join(notes)
+
+
 def case_two_devices_one_adapter(session: Session) -> str:
     """Two devices on one hci0: each in its own extended advertising set; a central connects to
     both at once and each answers as itself."""
@@ -1437,6 +1665,7 @@ GUEST_CASES = [
 SYSTEMD_CASES = [
     ("systemd-unit", case_systemd_unit, True),
     ("systemd-two-instances", case_systemd_two_instances, True),
+    ("systemd-chat", case_systemd_chat, True),
 ]
 
 
