@@ -784,11 +784,10 @@ def case_adapter_unplugged(session: Session) -> str:
     return "; ".join(notes)
 
 
-def case_systemd_unit(session: Session) -> str:
-    """(systemd guest) Docs/systemd/blemu@.service under systemd as PID 1 on hci0, installed as
-    Docs/DEPLOYMENT.md says: READY=1 once advertising, DynamicUser with CAP_NET_ADMIN and CAP_NET_RAW
-    only, a central's session, the watchdog restarting a stopped blemu, a clean stop."""
-    guest, adapter, unit = session.guest, session.adapter, "blemu@kernel.service"
+def unit_tools(guest, unit: str):
+    """For a case that drives a systemd unit in the guest: `sh` (a command that must succeed, the
+    unit's journal in the failure), `journal` (its last lines) and `show` (systemctl show's
+    properties of it)."""
 
     def sh(command: str, timeout: float = 60, what: str | None = None) -> str:
         result = guest.run(["sh", "-c", command], timeout=timeout)
@@ -806,11 +805,53 @@ def case_systemd_unit(session: Session) -> str:
                  "-p Result -p ExecMainStatus")
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
+    return sh, journal, show
+
+
+def dynamic_user_with_radio_capabilities(sh, pid: str, who: str) -> tuple[int, int]:
+    """The uid and effective capabilities of a unit's main process, checked: a DynamicUser, and
+    CAP_NET_ADMIN and CAP_NET_RAW (the HCI user channel's) and nothing else."""
+    status = sh(f"cat /proc/{pid}/status")
+    uid = int(re.search(r"^Uid:\s+(\d+)", status, re.MULTILINE).group(1))
+    effective = int(re.search(r"^CapEff:\s+([0-9a-f]+)", status, re.MULTILINE).group(1), 16)
+    if not 61184 <= uid <= 65519:  # systemd's DynamicUser range
+        raise Failure(f"{who} runs as uid {uid}, not a DynamicUser one")
+    if effective != (1 << 12) | (1 << 13):
+        raise Failure(f"{who}'s CapEff is {effective:#x}, not CAP_NET_ADMIN and CAP_NET_RAW only")
+    return uid, effective
+
+
+def unit_case(session: Session, unit: str, name: str, body, stop_after: bool = False) -> str:
+    """Runs `body(session, sh, journal, show)` (`unit_tools` of `unit`) and keeps the unit's
+    journal, which is in the guest's /run, as NAME-journal.log; `stop_after`: the unit is
+    stopped after, whatever happened."""
+    sh, journal, show = unit_tools(session.guest, unit)
     try:
-        return _systemd_unit(session, sh, journal, show)
-    finally:  # the journal is in the guest's /run: keep blemu's part of it
-        result = guest.run(["journalctl", "--no-pager", "-o", "short-monotonic", "-u", unit], timeout=60)
-        (session.log_dir / "systemd-unit-journal.log").write_text(result["out"] + result["err"])
+        return body(session, sh, journal, show)
+    finally:
+        result = session.guest.run(["journalctl", "--no-pager", "-o", "short-monotonic", "-u", unit], timeout=60)
+        (session.log_dir / f"{name}-journal.log").write_text(result["out"] + result["err"])
+        if stop_after:
+            session.guest.run(["systemctl", "stop", unit], timeout=60)
+
+
+def start_until_ready(unit: str, sh, journal, show) -> tuple[float, dict[str, str]]:
+    """`systemctl start` of a Type=notify unit, which returns once READY=1 came: the seconds it
+    took and the unit's properties, checked active and running."""
+    started = time.monotonic()
+    sh(f"systemctl start {unit}", timeout=120, what=f"systemctl start {unit} (waits for READY=1)")
+    ready = time.monotonic() - started
+    state = show()
+    if (state.get("ActiveState"), state.get("SubState")) != ("active", "running"):
+        raise Failure(f"{unit} is {state}; journal: {journal()}")
+    return ready, state
+
+
+def case_systemd_unit(session: Session) -> str:
+    """(systemd guest) Docs/systemd/blemu@.service under systemd as PID 1 on hci0, installed as
+    Docs/DEPLOYMENT.md says: READY=1 once advertising, DynamicUser with CAP_NET_ADMIN and CAP_NET_RAW
+    only, a central's session, the watchdog restarting a stopped blemu, a clean stop."""
+    return unit_case(session, "blemu@kernel.service", "systemd-unit", _systemd_unit)
 
 
 def _systemd_unit(session: Session, sh, journal, show) -> str:
@@ -820,20 +861,9 @@ def _systemd_unit(session: Session, sh, journal, show) -> str:
        f"printf 'BLEMU_CONTROLLER={adapter}\\nBLEMU_DEVICES=heart-rate\\nBLEMU_OPTIONS=--name KernelUnit\\n' "
        f"> /etc/blemu/kernel.conf && install -m 0644 {REPO}/Docs/systemd/blemu@.service /etc/systemd/system/ "
        "&& systemctl daemon-reload", what="installing the unit")
-    started = time.monotonic()
-    sh(f"systemctl start {unit}", timeout=120, what=f"systemctl start {unit} (waits for READY=1)")
-    ready = time.monotonic() - started
-    state = show()
-    if (state.get("ActiveState"), state.get("SubState")) != ("active", "running"):
-        raise Failure(f"{unit} is {state}; journal: {journal()}")
+    ready, state = start_until_ready(unit, sh, journal, show)
     pid = state["MainPID"]
-    status = sh(f"cat /proc/{pid}/status")
-    uid = int(re.search(r"^Uid:\s+(\d+)", status, re.MULTILINE).group(1))
-    effective = int(re.search(r"^CapEff:\s+([0-9a-f]+)", status, re.MULTILINE).group(1), 16)
-    if not 61184 <= uid <= 65519:  # systemd's DynamicUser range
-        raise Failure(f"blemu runs as uid {uid}, not a DynamicUser one")
-    if effective != (1 << 12) | (1 << 13):
-        raise Failure(f"blemu's CapEff is {effective:#x}, not CAP_NET_ADMIN and CAP_NET_RAW only")
+    uid, effective = dynamic_user_with_radio_capabilities(sh, pid, "blemu")
     notes = [f"READY=1 after {ready:.1f} s (status \"{state.get('StatusText', '')}\")",
              f"uid {uid}, CapEff {effective:#x}"]
     notes.append(run_async(heart_rate_session(session.central_spec, "KernelUnit"), 150))
@@ -1032,30 +1062,7 @@ def case_systemd_chat(session: Session) -> str:
     hosts a room on hci0 (READY=1, STATUS=), a member on the host's rootcanal joins and its line is
     in the unit's journal beside blemu's fields, the identity outlives a restart, only the state
     directory can be written, and a name pinned as CHAT.md says holds."""
-    guest, unit = session.guest, "blemu-chat@kitchen.service"
-
-    def sh(command: str, timeout: float = 60, what: str | None = None) -> str:
-        result = guest.run(["sh", "-c", command], timeout=timeout)
-        if result["rc"] != 0:
-            raise Failure(f"{what or command} failed ({result['rc']}): {tail(result['out'] + result['err'])}"
-                          f"; journal: {journal(8)}")
-        return result["out"]
-
-    def journal(lines: int = 12) -> str:
-        result = guest.run(["journalctl", "--no-pager", "-o", "cat", "-n", str(lines), "-u", unit], timeout=30)
-        return tail(result["out"] + result["err"], lines)
-
-    def show() -> dict[str, str]:
-        out = sh(f"systemctl show {unit} -p ActiveState -p SubState -p MainPID -p NRestarts -p StatusText "
-                 "-p Result -p ExecMainStatus")
-        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-
-    try:
-        return _systemd_chat(session, sh, journal, show)
-    finally:  # the journal is in the guest's /run: keep the unit's part of it
-        result = guest.run(["journalctl", "--no-pager", "-o", "short-monotonic", "-u", unit], timeout=60)
-        (session.log_dir / "systemd-chat-journal.log").write_text(result["out"] + result["err"])
-        guest.run(["systemctl", "stop", unit], timeout=60)
+    return unit_case(session, "blemu-chat@kitchen.service", "systemd-chat", _systemd_chat, stop_after=True)
 
 
 def chat_service_conf() -> dict[str, str]:
@@ -1126,22 +1133,11 @@ def _systemd_chat(session: Session, sh, journal, show) -> str:
     notes = []
 
     # Type=notify: `systemctl start` returns once READY=1 came (the room hosted and advertised).
-    started = time.monotonic()
-    sh(f"systemctl start {unit}", timeout=120, what=f"systemctl start {unit} (waits for READY=1)")
-    ready = time.monotonic() - started
-    status = show()
-    if (status.get("ActiveState"), status.get("SubState")) != ("active", "running"):
-        raise Failure(f"{unit} is {status}; journal: {journal()}")
+    ready, status = start_until_ready(unit, sh, journal, show)
     if status.get("StatusText") != "room kitchen: hosting, 0 members":
         raise Failure(f"{unit}'s status is {status.get('StatusText')!r}, not 'room kitchen: hosting, 0 members'")
     pid = status["MainPID"]
-    proc = sh(f"cat /proc/{pid}/status")
-    uid = int(re.search(r"^Uid:\s+(\d+)", proc, re.MULTILINE).group(1))
-    effective = int(re.search(r"^CapEff:\s+([0-9a-f]+)", proc, re.MULTILINE).group(1), 16)
-    if not 61184 <= uid <= 65519:  # systemd's DynamicUser range
-        raise Failure(f"blemu chat runs as uid {uid}, not a DynamicUser one")
-    if effective != (1 << 12) | (1 << 13):
-        raise Failure(f"blemu chat's CapEff is {effective:#x}, not CAP_NET_ADMIN and CAP_NET_RAW only")
+    uid, effective = dynamic_user_with_radio_capabilities(sh, pid, "blemu chat")
     stdin = sh(f"readlink /proc/{pid}/fd/0").strip()
     if stdin != "/dev/null":
         raise Failure(f"blemu chat's stdin is {stdin!r}, not /dev/null")
