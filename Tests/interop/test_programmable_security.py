@@ -155,6 +155,9 @@ def connect(client: HostClient, events: HostEvents, peer: PairingPeer) -> int:
     event = events.until(lambda e: e.get("attempt") == attempt and e["event"] in ("connected", "connect-failed"), 15, "the link")
     assert event["event"] == "connected", event
     assert event["own_address_type"] == "random", event
+    # rootcanal tells both ends; Bumble's thread may take its event after blemu's, and a test
+    # that then uses the peer's side (`peer.connection`) must find it there.
+    wait_for(lambda: peer.connection is not None, "Bumble's side of the link")
     return event["link"]
 
 
